@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# System packages the real-host tests need: OpenSSH server (sshd, ssh-keygen) and iproute2 (ip).
+# Installs only what is missing, with apt-get, non-interactively. Without root or apt-get it says
+# why and exits 0: the tests that need these then skip with a reason.
+set -euo pipefail
+
+# an executable on PATH (bash's `command -v` also names non-executable files) or at one of the paths given
+have() {
+    local name=$1 path
+    shift
+    path=$(command -v "$name" 2>/dev/null) && [ -x "$path" ] && [ -f "$path" ] && return 0
+    for path in "$@"; do
+        [ -x "$path" ] && [ -f "$path" ] && return 0
+    done
+    return 1
+}
+
+missing=()
+if ! have sshd /usr/sbin/sshd; then
+    missing+=(openssh-server)
+fi
+if ! have ssh-keygen /usr/bin/ssh-keygen; then
+    # ssh-keygen comes with openssh-client, a dependency of openssh-server
+    [[ " ${missing[*]-} " == *" openssh-server "* ]] || missing+=(openssh-client)
+fi
+if ! have ip /usr/sbin/ip /sbin/ip; then
+    missing+=(iproute2)
+fi
+
+if [ "${#missing[@]}" -eq 0 ]; then
+    echo "system-deps: sshd, ssh-keygen and ip are present; nothing to install"
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "system-deps: not root, cannot install ${missing[*]}; the real-sshd/namespace tests will skip"
+    exit 0
+fi
+if ! have apt-get; then
+    echo "system-deps: apt-get not found, cannot install ${missing[*]}; the real-sshd/namespace tests will skip"
+    exit 0
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+echo "system-deps: installing ${missing[*]}"
+apt-get update -q </dev/null
+apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+echo "system-deps: done"

@@ -1,0 +1,154 @@
+"""What every system runs: the user functions, the workload sizes, and the one measuring loop.
+
+Every system is driven through the same three awaitables, which are skyhive's public API:
+``await x.run(fn, *a)``, ``await x.broadcast(fn, *a)`` (list, one per worker) and
+``await x.map(fn, items)`` (list, input order). The skyhive pool is used as is; the floor, Ray and
+Dask are wrapped in small adapters with those methods (a blocking call inside ``async def`` costs
+about a microsecond more than calling it directly, nothing next to a round trip).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from typing import Any, Callable
+
+# --- the user functions -----------------------------------------------------------------------
+# Compiled into a module name that is not importable, so cloudpickle (and Ray's copy of it) ships
+# them by value, exactly like functions a user defines in a script's __main__. No worker needs the
+# `bench` package on its path.
+_USER_SRC = '''
+def nop():
+    return 1
+
+def inc(x):
+    return x + 1
+
+def nbytes(a):
+    return a.nbytes
+'''
+_user_ns: dict[str, Any] = {"__name__": "bench_user_functions"}
+exec(compile(_USER_SRC, "<bench user functions>", "exec"), _user_ns)
+nop: Callable[[], int] = _user_ns["nop"]
+inc: Callable[[int], int] = _user_ns["inc"]
+nbytes: Callable[[Any], int] = _user_ns["nbytes"]
+
+MIB = 1024 * 1024
+WORKLOADS = ("rtt", "broadcast2", "map10k", "cold", "arg100m")
+
+
+@dataclasses.dataclass(frozen=True)
+class Params:
+    rtt_warmup: int = 200
+    rtt_n: int = 2000
+    bcast_warmup: int = 50
+    bcast_n: int = 500
+    map_items: int = 10_000
+    map_reps: int = 3
+    arg_mib: int = 100
+    arg_reps: int = 5
+    cold_runs: int = 5
+    budget_s: float = 120.0  # per warm workload; a loop past it stops early and says so
+
+    @classmethod
+    def quick(cls) -> "Params":
+        return cls(rtt_warmup=50, rtt_n=300, bcast_warmup=20, bcast_n=100, map_reps=1,
+                   arg_reps=2, cold_runs=2, budget_s=30.0)
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def p90(xs: list[float]) -> float:
+    s = sorted(xs)
+    return s[max(0, math.ceil(0.9 * len(s)) - 1)]
+
+
+def _check(what: str, got: Any, want: Any) -> None:
+    if got != want:
+        raise AssertionError(f"{what}: expected {want!r}, got {got!r}")
+
+
+async def measure_warm(pool: Any, p: Params, record: Callable[[str, dict], None],
+                       log: Callable[[str], None] = lambda s: None) -> None:
+    """Run the warm workloads against `pool`; `record(name, result)` is called after each one
+    (a result is a dict of figures, or {"error": "..."}). One workload failing does not stop the
+    others."""
+
+    async def rtt() -> dict:
+        for _ in range(p.rtt_warmup):
+            _check("run(nop)", await pool.run(nop), 1)
+        ts, deadline = [], time.perf_counter() + p.budget_s
+        for _ in range(p.rtt_n):
+            t0 = time.perf_counter()
+            await pool.run(nop)
+            t1 = time.perf_counter()
+            ts.append(t1 - t0)
+            if t1 > deadline:
+                break
+        return {"median_s": median(ts), "p90_s": p90(ts), "n": len(ts),
+                "truncated": len(ts) < p.rtt_n}
+
+    async def broadcast2() -> dict:
+        for _ in range(p.bcast_warmup):
+            _check("broadcast(nop)", await pool.broadcast(nop), [1, 1])
+        ts, deadline = [], time.perf_counter() + p.budget_s
+        for _ in range(p.bcast_n):
+            t0 = time.perf_counter()
+            await pool.broadcast(nop)
+            t1 = time.perf_counter()
+            ts.append(t1 - t0)
+            if t1 > deadline:
+                break
+        return {"median_s": median(ts), "p90_s": p90(ts), "n": len(ts),
+                "truncated": len(ts) < p.bcast_n}
+
+    async def map10k() -> dict:
+        items = list(range(p.map_items))
+        want = [x + 1 for x in items]
+        _check("map(inc) warm-up", await pool.map(inc, items[:200]), want[:200])
+        ts, deadline = [], time.perf_counter() + p.budget_s
+        for _ in range(p.map_reps):
+            t0 = time.perf_counter()
+            got = await pool.map(inc, items)
+            t1 = time.perf_counter()
+            _check("map(inc) result", got == want, True)
+            ts.append(t1 - t0)
+            if t1 > deadline:
+                break
+        m = median(ts)
+        return {"tasks_per_s": p.map_items / m, "median_s": m, "items": p.map_items,
+                "reps": len(ts), "all_s": ts}
+
+    async def arg100m() -> dict:
+        import numpy as np
+
+        nb = p.arg_mib * MIB
+        arr = np.ones(nb, dtype=np.uint8)  # pages touched: no first-touch cost inside the timing
+        _check("broadcast(nbytes, arr) warm-up", await pool.broadcast(nbytes, arr), [nb, nb])
+        ts, deadline = [], time.perf_counter() + p.budget_s
+        for _ in range(p.arg_reps):
+            t0 = time.perf_counter()
+            got = await pool.broadcast(nbytes, arr)
+            t1 = time.perf_counter()
+            _check("broadcast(nbytes, arr)", got, [nb, nb])
+            ts.append(t1 - t0)
+            if t1 > deadline:
+                break
+        m = median(ts)
+        return {"gb_per_s": 2 * nb / m / 1e9, "median_s": m, "mib": p.arg_mib,
+                "reps": len(ts), "all_s": ts}
+
+    for name, fn in (("rtt", rtt), ("broadcast2", broadcast2), ("map10k", map10k),
+                     ("arg100m", arg100m)):
+        log(f"  {name} …")
+        t0 = time.perf_counter()
+        try:
+            res = await fn()
+        except Exception as exc:  # noqa: BLE001 - reported in the table
+            res = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        res["wall_s"] = time.perf_counter() - t0
+        record(name, res)

@@ -1,0 +1,270 @@
+"""Turn the measured figures into the table (console) and the Markdown report (bench/results.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any
+
+from bench.common import Params
+
+PEERS = ("floor", "ray", "dask")
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    label: str
+    workload: str
+    field: str
+    kind: str  # "time" (lower is better) or "tasks"/"gbs" (higher is better)
+    noun: str  # what the ratio compares: "latency", "throughput", "start time"
+
+
+def metrics(p: Params, cold_runs: int) -> list[Metric]:
+    return [
+        Metric(f"rtt, median of {p.rtt_n}", "rtt", "median_s", "time", "latency"),
+        Metric("rtt, p90", "rtt", "p90_s", "time", "latency"),
+        Metric(f"broadcast2, median of {p.bcast_n}", "broadcast2", "median_s", "time", "latency"),
+        Metric(f"map{p.map_items // 1000}k, tasks/s (median of {p.map_reps})", "map10k",
+               "tasks_per_s", "tasks", "throughput"),
+        Metric(f"cold, s (median of {cold_runs} fresh starts)", "cold", "cold_s", "time",
+               "start time"),
+        Metric(f"arg{p.arg_mib}m, GB/s (median of {p.arg_reps})", "arg100m", "gb_per_s", "gbs",
+               "throughput"),
+    ]
+
+
+# ------------------------------------------------------------------------------ formatting
+
+
+def fmt_time(s: float) -> str:
+    if s < 1e-3:
+        return f"{s * 1e6:.0f} µs"
+    if s < 1:
+        return f"{s * 1e3:.2f} ms" if s < 0.1 else f"{s * 1e3:.0f} ms"
+    return f"{s:.2f} s"
+
+
+def fmt_value(m: Metric, v: float) -> str:
+    if m.kind == "time":
+        return fmt_time(v)
+    if m.kind == "tasks":
+        return f"{v:,.0f}/s"
+    return f"{v:.2f} GB/s"
+
+
+def fmt_ratio(r: float) -> str:
+    if r >= 10:
+        return f"{r:.0f}×"
+    if r >= 0.1:
+        return f"{r:.2f}×"
+    return f"{r:.3f}×"
+
+
+def value(res: dict | None, m: Metric) -> float | None:
+    if not res or res.get("status") == "unavailable":
+        return None
+    if m.workload == "cold":
+        xs = [c[m.field] for c in res.get("colds", []) if m.field in c]
+        return statistics.median(xs) if xs else None
+    w = res.get("workloads", {}).get(m.workload, {})
+    return w.get(m.field)
+
+
+def cell(res: dict | None, m: Metric) -> str:
+    if res is None:
+        return "not run"
+    if res.get("status") == "unavailable":
+        return "n/a"
+    v = value(res, m)
+    return "error" if v is None else fmt_value(m, v)
+
+
+def ratio_cell(results: dict, subject: str, other: str, m: Metric) -> str:
+    a, b = value(results.get(subject), m), value(results.get(other), m)
+    if a is None or b is None or b == 0:
+        return "—"
+    return f"{fmt_ratio(a / b)} {other} {m.noun}"
+
+
+def status_cell(res: dict | None) -> str:
+    if res is None:
+        return "not run"
+    st = res.get("status")
+    if st == "unavailable":
+        return "not installed" if "pip install" in str(res.get("reason")) else "not available"
+    w = res.get("workloads", {})
+    bad = [k for k, v in w.items() if "error" in v] + (["cold"] if res.get("cold_errors") else [])
+    if st == "ok" and not bad:
+        return "ok"
+    return "partial" if w else "error"
+
+
+def table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    fmt = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([fmt(rows[0]), sep] + [fmt(r) for r in rows[1:]])
+
+
+def header_line(facts: dict) -> str:
+    v = facts["versions"]
+    vers = ", ".join(f"{k} {v[k]}" for k in v)
+    return (f"{facts['date']} · {facts['cores']}, {facts['cpu']}, {facts['mem']} · {facts['os']}"
+            f" · {facts['python']} · {vers}")
+
+
+# --------------------------------------------------------------------------------- render
+
+
+@dataclasses.dataclass
+class Rendered:
+    console: str
+    full: str
+
+
+def render(results: dict, systems: list[str], facts: dict, p: Params, cold_runs: int,
+           command: str, elapsed: float) -> Rendered:
+    ms = metrics(p, cold_runs)
+    shown = [s for s in ("floor", "skyhive", "ray", "dask") if s in systems]
+    sky_others = [o for o in PEERS if o in systems] if "skyhive" in systems else []
+    peer_pairs = [(a, b) for a, b in (("ray", "floor"), ("dask", "floor"), ("ray", "dask"))
+                  if a in systems and b in systems]
+
+    head = ["workload"] + shown + [f"skyhive vs {o}" for o in sky_others]
+    rows = [head, ["status"] + [status_cell(results.get(s)) for s in shown] + [""] * len(sky_others)]
+    for m in ms:
+        rows.append([m.label] + [cell(results.get(s), m) for s in shown]
+                    + [ratio_cell(results, "skyhive", o, m) for o in sky_others])
+    main_table = table(rows)
+
+    peer_rows = [["workload"] + [f"{a} vs {b}" for a, b in peer_pairs]]
+    for m in ms:
+        peer_rows.append([m.label] + [ratio_cell(results, a, b, m) for a, b in peer_pairs])
+    peer_table = table(peer_rows) if peer_pairs else ""
+
+    status_lines = []
+    for s in shown:
+        r = results.get(s)
+        if r is None:
+            continue
+        if r.get("status") == "unavailable":
+            reason = r.get("reason", "")
+            status_lines.append(f"{s}: {reason}" if "pip install" in reason
+                                else f"{s}: not available ({reason})")
+        elif r.get("status") != "ok":
+            status_lines.append(f"{s}: {r.get('reason')}")
+        for k, w in r.get("workloads", {}).items():
+            if "error" in w:
+                status_lines.append(f"{s} {k}: {w['error']}")
+            elif w.get("truncated"):
+                status_lines.append(f"{s} {k}: stopped early at {w.get('n')} calls (time budget)")
+        for e in r.get("cold_errors", []):
+            status_lines.append(f"{s} cold: {e}")
+
+    legend = ("Ratios are the first system's figure divided by the other's: \"2.0× ray "
+              "latency\" = takes twice as long as Ray; \"3.0× ray throughput\" = does three "
+              "times as much per second as Ray.")
+    peer_block = ["", "Peers against each other and the floor:", "", peer_table] if peer_table else []
+    console = "\n".join([main_table, *status_lines, "", legend, *peer_block])
+
+    notes = _notes(results, p, cold_runs)
+    full = "\n".join([
+        "# skyhive benchmarks",
+        "",
+        header_line(facts),
+        "",
+        f"Command: `{command}` ({elapsed:.0f} s). Medians; the machine is noisy, so compare "
+        "figures only within one run.",
+        "",
+        main_table,
+        "",
+        *[f"- {line}" for line in status_lines],
+        "" if status_lines else "",
+        legend,
+        *(["", "## Peers against each other and the floor", "", peer_table] if peer_table else []),
+        "",
+        "## What was measured",
+        "",
+        *notes,
+        "",
+    ])
+    return Rendered(console=console, full=full)
+
+
+def _notes(results: dict, p: Params, cold_runs: int) -> list[str]:
+    mib = p.arg_mib
+    out = [
+        "Same functions for every system, shipped by value (compiled into a module that is not "
+        "importable, like a script's own functions): `nop() -> 1`, `inc(x) -> x + 1`, "
+        "`nbytes(a) -> a.nbytes`. Each system runs in its own process; two workers each.",
+        "",
+        f"- **rtt**: `run(nop)` one at a time after {p.rtt_warmup} warm-up calls; median and p90 "
+        f"of {p.rtt_n}.",
+        f"- **broadcast2**: `nop` on both workers, gathered; {p.bcast_warmup} warm-up, median of "
+        f"{p.bcast_n}.",
+        f"- **map10k**: `map(inc, range({p.map_items}))`, results checked in input order; "
+        f"items / median time of {p.map_reps} runs (after a 200-item warm-up).",
+        f"- **cold**: in a fresh process, after the library is imported: pool/cluster start → "
+        f"first result of `nop`, 2 workers; median of {cold_runs} fresh processes. Import time "
+        "and shutdown time are listed below, not included.",
+        f"- **arg{mib}m**: a {mib} MiB numpy uint8 array passed as the argument of `nbytes` on "
+        f"both workers; GB/s = 2 × {mib} MiB / time (GB = 10^9 bytes); one warm-up, median of "
+        f"{p.arg_reps}.",
+        "",
+        "Systems:",
+        "",
+        "- **floor** (`bench/floor.py`): bare worker subprocesses (`bench/_floor_worker.py`) on "
+        "asyncio subprocess pipes. Frames are a 4-byte big-endian length + msgpack "
+        "`[id, cloudpickle(fn), cloudpickle((args, kwargs), protocol 5), n_buffers]`, then each "
+        "out-of-band buffer as a raw frame written from the array's memory in 1 MiB slices "
+        "(pipe raised to 1 MiB with F_SETPIPE_SZ). The function's pickle is made once per "
+        "function and cached on both sides; the arguments are pickled per call. `run` → least "
+        "busy worker (ties: the first); `broadcast` pickles once, writes to both; `map` sends one request per "
+        "item with at most 64 in flight over both workers (least busy first), no batching. "
+        "Replies: msgpack `[id, ok, cloudpickle(result)]`, one write each.",
+        "- **skyhive** (`bench/skyhive_bench.py`): `async with sky.Pool(provider=sky.Local(), "
+        "nodes=2) as pool` then `await pool.run(nop)`, `await pool.broadcast(nop)`, "
+        "`await pool.map(inc, items)`, `await pool.broadcast(nbytes, arr)`.",
+        "- **ray** (`bench/peers.py`): `ray.init(num_cpus=2)`; `ray.get(f.remote())`; broadcast "
+        "= two tasks `ray.get([f.remote(), f.remote()])` (Ray cannot pin a task to a worker "
+        "process); map = 10,000 `.remote` calls then one `ray.get`; arg = "
+        "`ray.get([g.remote(arr), g.remote(arr)])` (no manual `ray.put`).",
+        "- **dask** (`bench/peers.py`): `LocalCluster(n_workers=2, threads_per_worker=1, "
+        "processes=True)` + `Client`; `client.submit(f, pure=False).result()`; broadcast = one "
+        "`submit(..., workers=[w])` per worker, gathered; map = `client.map(inc, items, "
+        "pure=False)` + `gather`; arg = the broadcast with the array as argument (the same user "
+        "code as `pool.broadcast(g, arr)`; Dask warns about large graphs here — the scatter "
+        "variant is below).",
+    ]
+    extra = []
+    for s in ("floor", "skyhive", "ray", "dask"):
+        r = results.get(s)
+        if not r or r.get("status") == "unavailable":
+            continue
+        colds = r.get("colds", [])
+        if colds:
+            runs = ", ".join(f"{c['cold_s']:.3f}" for c in colds)
+            imp = [c["import_s"] for c in colds if c.get("import_s") is not None]
+            shut = [c["shutdown_s"] for c in colds if c.get("shutdown_s") is not None]
+            extra.append(f"- {s} cold starts (s): {runs}; import "
+                         f"{statistics.median(imp):.2f} s, shutdown "
+                         f"{statistics.median(shut):.2f} s (medians)" if imp and shut else
+                         f"- {s} cold starts (s): {runs}")
+        w = r.get("workloads", {})
+        m = w.get("map10k", {})
+        if "all_s" in m:
+            extra.append(f"- {s} map runs (s): " + ", ".join(f"{t:.3f}" for t in m["all_s"]))
+        a = w.get("arg100m", {})
+        if "all_s" in a:
+            extra.append(f"- {s} arg{mib}m runs (s): " + ", ".join(f"{t:.3f}" for t in a["all_s"]))
+        sc = w.get("arg100m_scatter")
+        if sc:
+            extra.append(
+                f"- dask arg{mib}m with `client.scatter(arr, broadcast=True)` then one submit "
+                f"per worker (timed together): "
+                + (f"{sc['gb_per_s']:.2f} GB/s (median of {sc['reps']})" if "gb_per_s" in sc
+                   else sc.get("error", "error")))
+    if extra:
+        out += ["", "Details:", "", *extra]
+    return out

@@ -1,0 +1,50 @@
+"""skyhive, through its public API only - the code a user writes:
+
+    import skyhive as sky
+    async with sky.Pool(provider=sky.Local(), nodes=2) as pool:
+        await pool.run(f)             # rtt
+        await pool.broadcast(f)       # broadcast2: list, one per node
+        await pool.map(f, items)      # map10k: list, input order
+        await pool.broadcast(g, arr)  # arg100m: the 100 MiB array to both nodes
+
+The pool object is handed to the same measuring loop as every other system (bench.common).
+cold: ``async with sky.Pool(provider=sky.Local(), nodes=2)`` entered -> first ``pool.run(f)``,
+in a fresh process.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench.common import Params, measure_warm, nop
+
+
+def load() -> Any:
+    """Import skyhive, or raise ImportError saying why it cannot be benchmarked."""
+    try:
+        import skyhive as sky
+    except ImportError as exc:
+        raise ImportError(f"{type(exc).__name__}: {exc}; is it installed (pip install -e .)?") from exc
+    missing = [n for n in ("Pool", "Local") if not hasattr(sky, n)]
+    if missing:
+        where = getattr(sky, "__file__", None) or list(getattr(sky, "__path__", []))
+        raise ImportError(f"skyhive ({where}) has no {', '.join('sky.' + n for n in missing)} yet")
+    return sky
+
+
+async def warm(params: Params, record: Any, log: Any) -> None:
+    sky = load()
+    async with sky.Pool(provider=sky.Local(), nodes=2) as pool:
+        await measure_warm(pool, params, record, log)
+
+
+async def cold() -> dict:
+    sky = load()
+    t0 = time.perf_counter()
+    async with sky.Pool(provider=sky.Local(), nodes=2) as pool:
+        r = await pool.run(nop)
+        t1 = time.perf_counter()
+    t2 = time.perf_counter()
+    assert r == 1, r
+    return {"cold_s": t1 - t0, "shutdown_s": t2 - t1}

@@ -1,0 +1,104 @@
+"""Frames: a 4-byte big-endian length, then a msgpack body (`[tag, *wire_fields]`).
+
+`Chunk` frames are the one exception to "all msgpack": their header has a fixed layout (a valid msgpack
+array of the tag and three uint64s) and the chunk's raw bytes follow it inside the same frame, so a
+large buffer is never packed into, or unpacked out of, a msgpack `bin` (each of which would copy it).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import msgpack
+
+from .errors import RemoteProtocolError
+from .messages import TAGS, Chunk, Message, wire_fields
+
+__all__ = [
+    "HEADER",
+    "CHUNK_HEADER",
+    "DEFAULT_MAX_FRAME",
+    "encode",
+    "encode_chunk_header",
+    "decode_body",
+]
+
+HEADER = struct.Struct(">I")
+#: 0x94 = msgpack array of 4, 0x0b = Chunk's tag, then three msgpack uint64 (0xcf + 8 bytes).
+CHUNK_HEADER = struct.Struct(">BBBQBQBQ")
+_CHUNK_PREFIX = bytes([0x94, Chunk.tag])
+#: Default bound on one frame. Chunks are much smaller (see `runtime`), so only a broken or hostile
+#: peer reaches it; it caps what an incomplete frame may make us buffer.
+DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "str": (str,),
+    "bytes": (bytes,),
+    "bool": (bool,),
+    "tuple[int, ...]": (tuple,),
+    "dict[str, Any]": (dict,),
+}
+_SCHEMA: dict[type[Message], tuple[tuple[str, tuple[type, ...]], ...]] = {
+    cls: tuple((name, _PY_TYPES[str(ann)]) for name, ann in wire_fields(cls)) for cls in TAGS.values()
+}
+_packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+
+def encode(msg: Message) -> bytes:
+    """The frame (length prefix included) for `msg`. `Chunk` goes through `encode_chunk_header`."""
+    cls = type(msg)
+    body = _packb([cls.tag, *[getattr(msg, name) for name, _ in _SCHEMA[cls]]])
+    return HEADER.pack(len(body)) + body
+
+
+def encode_chunk_header(ref: int, index: int, offset: int, size: int) -> bytes:
+    """Length prefix and header of a `Chunk` frame whose `size` raw bytes the caller writes next."""
+    body_len = CHUNK_HEADER.size + size
+    return HEADER.pack(body_len) + CHUNK_HEADER.pack(0x94, Chunk.tag, 0xCF, ref, 0xCF, index, 0xCF, offset)
+
+
+def decode_body(body: memoryview) -> Message:
+    """Decode one frame body into a message; raises `RemoteProtocolError` saying what was wrong.
+
+    For a `Chunk`, `data` is a memoryview into `body`: copy it before `body`'s buffer changes.
+    """
+    if body[:2] == _CHUNK_PREFIX:
+        return _decode_chunk(body)
+    try:
+        obj = msgpack.unpackb(body, use_list=False, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises many types for garbage: all mean the same here
+        raise RemoteProtocolError(f"frame body is not valid msgpack ({type(exc).__name__}: {exc})") from None
+    if not isinstance(obj, tuple) or not obj or type(obj[0]) is not int:
+        raise RemoteProtocolError(f"frame body is not a [tag, ...] array (got {type(obj).__name__})")
+    tag = obj[0]
+    cls = TAGS.get(tag)
+    if cls is None or cls is Chunk:
+        raise RemoteProtocolError(f"unknown message type tag {tag}")
+    schema = _SCHEMA[cls]
+    values = obj[1:]
+    if len(values) != len(schema):
+        raise RemoteProtocolError(
+            f"{cls.__name__} frame has {len(values)} fields, expected {len(schema)}"
+        )
+    kwargs: dict[str, Any] = {}
+    for (name, types), value in zip(schema, values):
+        if not isinstance(value, types) or (types[0] is int and type(value) is bool):
+            raise RemoteProtocolError(
+                f"{cls.__name__}.{name} should be {types[0].__name__}, got {type(value).__name__}"
+            )
+        kwargs[name] = value
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise RemoteProtocolError(f"invalid {cls.__name__}: {exc}") from None
+
+
+def _decode_chunk(body: memoryview) -> Chunk:
+    if len(body) < CHUNK_HEADER.size:
+        raise RemoteProtocolError(f"Chunk frame of {len(body)} bytes is shorter than its header")
+    _, _, m1, ref, m2, index, m3, offset = CHUNK_HEADER.unpack_from(body)
+    if not m1 == m2 == m3 == 0xCF:
+        raise RemoteProtocolError("Chunk header is not in canonical form")
+    return Chunk(ref=ref, index=index, offset=offset, data=body[CHUNK_HEADER.size :])

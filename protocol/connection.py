@@ -1,0 +1,258 @@
+"""`Connection`: one side of a client ↔ worker conversation, with no I/O (in the manner of h11).
+
+Three verbs: `receive_data(bytes)` takes whatever arrived (``b""`` means the stream ended) and returns
+the complete messages in it; `send(message)` returns the bytes to write; `send_buffers(...)` returns
+the frames that carry a message's out-of-band buffers, one chunk at a time, so the caller can put a
+heartbeat or an output line between two chunks of a large argument.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from typing import Any
+
+from .codec import DEFAULT_MAX_FRAME, HEADER, decode_body, encode, encode_chunk_header
+from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from .messages import PROTOCOL_VERSION, Chunk, Hello, Message, Result, Submit, Welcome
+from .states import RECV, SEND, TRANSITIONS, Role, State
+
+__all__ = ["Connection", "Role", "State", "CHUNK_SIZE", "MAX_PENDING_BUFFERS"]
+
+#: Size of one out-of-band chunk: big enough to move data at memory speed, small enough that a
+#: heartbeat waits at most about a millisecond behind one.
+CHUNK_SIZE = 1024 * 1024
+#: Upper bound on the bytes of out-of-band buffers announced and not yet complete. Large buffers are
+#: backed by anonymous mmap (pages are only touched as chunks arrive), but a peer must not be able to
+#: make us reserve unbounded address space.
+MAX_PENDING_BUFFERS = 64 * 1024**3
+_MMAP_FROM = 256 * 1024
+
+
+class _Pending:
+    __slots__ = ("message", "buffers", "missing")
+
+    def __init__(self, message: Submit | Result, buffers: list[Any], missing: int) -> None:
+        self.message = message
+        self.buffers = buffers
+        self.missing = missing
+
+
+class Connection:
+    """One side (`Role.CLIENT` or `Role.WORKER`) of the protocol, as a pure state machine."""
+
+    def __init__(self, role: Role, *, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.role = role
+        self.state = State.IDLE
+        self.max_frame = max_frame
+        self.frames_sent = 0
+        self.frames_received = 0
+        self.bytes_received = 0
+        self._buf = bytearray()
+        self._pending: dict[int, _Pending] = {}
+        self._pending_bytes = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<Connection {self.role.value} {self.state.value} sent={self.frames_sent} "
+            f"received={self.frames_received} buffered={len(self._buf)}>"
+        )
+
+    # ---- state -------------------------------------------------------------------------------------
+
+    def _move(self, direction: str, msg: Message) -> None:
+        nxt = TRANSITIONS.get((self.role, self.state, direction, type(msg)))
+        if nxt is None:
+            what = f"{self.role.value} in state {self.state.value}"
+            if direction == SEND:
+                self.state = State.ERROR
+                raise LocalProtocolError(f"cannot send {type(msg).__name__}: {what}")
+            self.state = State.ERROR
+            raise RemoteProtocolError(f"peer sent {type(msg).__name__} to {what}")
+        self.state = nxt
+
+    # ---- sending -----------------------------------------------------------------------------------
+
+    def send(self, msg: Message) -> bytes:
+        """The bytes of `msg`'s frame. Raises `LocalProtocolError` if `msg` is not legal now."""
+        if self.state is State.ERROR:
+            raise LocalProtocolError("connection is in ERROR state after an earlier protocol error")
+        if isinstance(msg, Chunk):
+            raise LocalProtocolError("chunks are sent with send_buffers()")
+        self._move(SEND, msg)
+        frame = encode(msg)
+        if len(frame) - HEADER.size > self.max_frame:
+            self.state = State.ERROR
+            raise LocalProtocolError(
+                f"{type(msg).__name__} frame of {len(frame)} bytes exceeds the {self.max_frame}-byte limit"
+            )
+        self.frames_sent += 1
+        return frame
+
+    def send_buffers(
+        self, ref: int, buffers: Sequence[Any], chunk_size: int = CHUNK_SIZE
+    ) -> Iterator[tuple[bytes, memoryview]]:
+        """Frames carrying `buffers` (announced by the `Submit`/`Result` with id `ref`), chunk by chunk.
+
+        Each item is (header, data): write both, in order, before the next item. Nothing is copied.
+        """
+        if self.state not in (State.READY, State.CLOSED):
+            raise LocalProtocolError(f"cannot send buffers in state {self.state.value}")
+        for index, buf in enumerate(buffers):
+            view = memoryview(buf).cast("B")
+            for offset in range(0, len(view), chunk_size):
+                piece = view[offset : offset + chunk_size]
+                self.frames_sent += 1
+                yield encode_chunk_header(ref, index, offset, len(piece)), piece
+
+    def hello(self, skyhive_version: str, python_version: str, resume_from: int = -1) -> bytes:
+        """Convenience: the client's first frame."""
+        return self.send(
+            Hello(
+                protocol_version=PROTOCOL_VERSION,
+                python_version=python_version,
+                skyhive_version=skyhive_version,
+                max_frame=self.max_frame,
+                resume_from=resume_from,
+            )
+        )
+
+    def refusal(self, welcome: Welcome) -> bytes:
+        """The worker's answer to a `Hello` it refused (`welcome.error` set); valid in any state."""
+        self.state = State.ERROR
+        return encode(welcome)
+
+    # ---- receiving ---------------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> list[Message]:
+        """Feed bytes from the peer; returns the messages completed by them (maybe none).
+
+        ``b""`` means the stream ended: that is fine between frames and a `RemoteProtocolError` in
+        the middle of one. Raises `RemoteProtocolError` for anything the peer got wrong, after which
+        the connection is in the sticky ERROR state.
+        """
+        if self.state is State.ERROR:
+            raise RemoteProtocolError("connection is in ERROR state after an earlier protocol error")
+        if not data:
+            return self._eof()
+        try:
+            return self._receive(data)
+        except ProtocolError:
+            self.state = State.ERROR
+            raise
+
+    def _eof(self) -> list[Message]:
+        partial = len(self._buf)
+        self.state = State.CLOSED
+        if partial or self._pending:
+            self.state = State.ERROR
+            raise RemoteProtocolError(
+                f"stream ended in the middle of a frame ({partial} bytes buffered, "
+                f"{len(self._pending)} messages waiting for buffers)"
+            )
+        return []
+
+    def _receive(self, data: bytes | bytearray | memoryview) -> list[Message]:
+        self.bytes_received += len(data)
+        out: list[Message] = []
+        if self._buf:
+            self._buf += data
+            view = memoryview(self._buf)
+            try:
+                consumed = self._frames(view, out)
+            finally:
+                view.release()
+            del self._buf[:consumed]
+        else:
+            view = memoryview(data)
+            consumed = self._frames(view, out)
+            if consumed < len(view):
+                self._buf += view[consumed:]
+        return out
+
+    def _frames(self, view: memoryview, out: list[Message]) -> int:
+        pos, end = 0, len(view)
+        header = HEADER.size
+        if True:
+            while end - pos >= header:
+                (length,) = HEADER.unpack_from(view, pos)
+                if length > self.max_frame:
+                    raise RemoteProtocolError(
+                        f"frame of {length} bytes exceeds the {self.max_frame}-byte limit"
+                    )
+                if end - pos - header < length:
+                    break
+                body = view[pos + header : pos + header + length]
+                pos += header + length
+                self.frames_received += 1
+                msg = decode_body(body)
+                if isinstance(msg, Chunk):
+                    self._chunk(msg, out)
+                    continue
+                self._move(RECV, msg)
+                if isinstance(msg, (Hello, Welcome)):
+                    self._check_version(msg)
+                if isinstance(msg, (Submit, Result)) and msg.buffer_sizes:
+                    done = self._announce(msg)
+                    if done is not None:
+                        out.append(done)
+                else:
+                    out.append(msg)
+        return pos
+
+    def _check_version(self, msg: Hello | Welcome) -> None:
+        if isinstance(msg, Welcome) and msg.error:
+            raise RemoteProtocolError(f"worker refused the connection: {msg.error}")
+        if msg.protocol_version != PROTOCOL_VERSION:
+            peer = "worker" if isinstance(msg, Welcome) else "client"
+            raise RemoteProtocolError(
+                f"protocol version mismatch: the {peer} speaks version {msg.protocol_version}, "
+                f"this side speaks version {PROTOCOL_VERSION} (install the same skyhive on both sides)"
+            )
+
+    def _announce(self, msg: Submit | Result) -> Message | None:
+        sizes = msg.buffer_sizes
+        if msg.task_id in self._pending:
+            raise RemoteProtocolError(f"task {msg.task_id} announced buffers twice")
+        if any(type(s) is not int or s < 0 for s in sizes):
+            raise RemoteProtocolError(f"buffer sizes must be non-negative integers, got {sizes!r}")
+        total = sum(sizes)
+        if self._pending_bytes + total > MAX_PENDING_BUFFERS:
+            raise RemoteProtocolError(
+                f"peer announced {total} bytes of buffers; the limit is {MAX_PENDING_BUFFERS}"
+            )
+        buffers = [mmap.mmap(-1, s) if s >= _MMAP_FROM else bytearray(s) for s in sizes]
+        self._pending[msg.task_id] = _Pending(msg, buffers, total)
+        self._pending_bytes += total
+        if total == 0:
+            return self._complete(msg.task_id, buffers)
+        return None
+
+    def _chunk(self, chunk: Chunk, out: list[Message]) -> None:
+        if self.state is not State.READY and self.state is not State.CLOSED:
+            raise RemoteProtocolError(f"peer sent Chunk in state {self.state.value}")
+        pending = self._pending.get(chunk.ref)
+        if pending is None:
+            raise RemoteProtocolError(f"Chunk for task {chunk.ref}, which announced no buffers")
+        if chunk.index >= len(pending.buffers):
+            raise RemoteProtocolError(
+                f"Chunk for buffer {chunk.index} of task {chunk.ref}, which has {len(pending.buffers)}"
+            )
+        target = pending.buffers[chunk.index]
+        n = len(chunk.data)
+        if chunk.offset + n > len(target):
+            raise RemoteProtocolError(
+                f"Chunk at {chunk.offset}+{n} overruns buffer {chunk.index} ({len(target)} bytes) "
+                f"of task {chunk.ref}"
+            )
+        target[chunk.offset : chunk.offset + n] = chunk.data
+        pending.missing -= n
+        self._pending_bytes -= n
+        if pending.missing <= 0:
+            out.append(self._complete(chunk.ref, pending.buffers))
+
+    def _complete(self, ref: int, buffers: list[Any]) -> Message:
+        pending = self._pending.pop(ref)
+        self._pending_bytes -= max(pending.missing, 0)
+        return replace(pending.message, buffers=tuple(buffers))

@@ -1,0 +1,83 @@
+"""`InstanceInfo`: where this worker sits in its pool.
+
+It travels as JSON in the `COMPUTE_POOL` environment variable of every worker (so child processes
+of a task can read it too) and is what `skyhive.instance_info()` returns on a node.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["Peer", "InstanceInfo", "ENV_VAR"]
+
+#: The environment variable that carries the JSON form of `InstanceInfo` on a worker.
+ENV_VAR = "COMPUTE_POOL"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Peer:
+    """One node of the pool, as its peers see it."""
+
+    node: int
+    addr: str
+    accelerators: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceInfo:
+    """This worker's place in the pool.
+
+    `node` counts nodes from 0 (node 0 is the head); `local_rank` counts worker processes on this
+    node from 0; `rank = node * processes_per_node + local_rank` and `world_size = total_nodes *
+    processes_per_node` are what distributed frameworks call rank and world size.
+    """
+
+    node: int
+    total_nodes: int
+    head_addr: str
+    head_port: int
+    pool_id: str
+    accelerators: int = 0
+    peers: tuple[Peer, ...] = field(default_factory=tuple)
+    local_rank: int = 0
+    processes_per_node: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.node < self.total_nodes:
+            raise ValueError(f"node {self.node} is outside 0..{self.total_nodes - 1}")
+        if not 0 <= self.local_rank < self.processes_per_node:
+            raise ValueError(
+                f"local_rank {self.local_rank} is outside 0..{self.processes_per_node - 1}"
+            )
+
+    @property
+    def is_head(self) -> bool:
+        """True on node 0."""
+        return self.node == 0
+
+    @property
+    def rank(self) -> int:
+        """Global rank of this worker process: `node * processes_per_node + local_rank`."""
+        return self.node * self.processes_per_node + self.local_rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of worker processes in the pool: `total_nodes * processes_per_node`."""
+        return self.total_nodes * self.processes_per_node
+
+    def to_json(self) -> str:
+        """The JSON text exported as `COMPUTE_POOL`."""
+        data = asdict(self)
+        data["peers"] = [asdict(p) for p in self.peers]
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> InstanceInfo:
+        """Parse the JSON form; raises `ValueError` naming what is missing or wrong."""
+        try:
+            data = json.loads(text)
+            peers = tuple(Peer(**p) for p in data.pop("peers", ()))
+            return cls(peers=peers, **data)
+        except (TypeError, KeyError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{ENV_VAR} is not a valid InstanceInfo: {exc}") from None

@@ -1,0 +1,205 @@
+"""The messages client and worker exchange: small frozen dataclasses, one type tag each.
+
+A message's wire form is a msgpack array: its tag, then its wire fields in the order declared here.
+Fields whose metadata says ``wire=False`` never travel (the out-of-band buffers a `Submit` or `Result`
+carries are filled in by the `Connection` from `Chunk` frames). Tags are part of the protocol: never
+reuse or renumber one; `Hello` and `Welcome` keep their tags and leading fields forever, so that peers
+of any version can at least tell each other which version they speak.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "Message",
+    "Hello",
+    "Welcome",
+    "Submit",
+    "Started",
+    "Output",
+    "Result",
+    "Cancel",
+    "Ping",
+    "Pong",
+    "Shutdown",
+    "Chunk",
+    "Resume",
+    "MESSAGE_TYPES",
+    "TAGS",
+    "STDOUT",
+    "STDERR",
+]
+
+#: Bumped on any change to framing or to a message's wire fields.
+PROTOCOL_VERSION = 1
+
+#: `Output.stream` values.
+STDOUT = 1
+STDERR = 2
+
+_NOWIRE = {"wire": False}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """Base of every message. `tag` is the message's type tag on the wire."""
+
+    tag: ClassVar[int] = -1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hello(Message):
+    """Client → worker, first frame: who I am and what I accept."""
+
+    tag: ClassVar[int] = 1
+    protocol_version: int
+    python_version: str
+    skyhive_version: str
+    max_frame: int
+    resume_from: int = -1  # >= 0: a reconnecting client asks for worker frames after this sequence number
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Welcome(Message):
+    """Worker → client, answer to `Hello`. A non-empty `error` means the worker refuses the client."""
+
+    tag: ClassVar[int] = 2
+    protocol_version: int
+    python_version: str
+    skyhive_version: str
+    max_frame: int
+    pid: int = 0
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Submit(Message):
+    """Client → worker: run a function.
+
+    `fn` is the cloudpickled function, or empty when the worker already holds `fn_id` from an earlier
+    `Submit` on this connection. `args` is the pickled `(args, kwargs)` (or, with `batch`, the list of
+    single arguments for `map`), pickled with protocol 5: its out-of-band buffers follow as `Chunk`
+    frames whose sizes are `buffer_sizes`. `options` are plain msgpack values (output filters, capture).
+    """
+
+    tag: ClassVar[int] = 3
+    task_id: int
+    fn_id: bytes
+    fn: bytes
+    args: bytes
+    buffer_sizes: tuple[int, ...] = ()
+    batch: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+    buffers: tuple[Any, ...] = field(default=(), metadata=_NOWIRE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Started(Message):
+    """Worker → client: the task left the queue and is running."""
+
+    tag: ClassVar[int] = 4
+    task_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Output(Message):
+    """Worker → client: text a task wrote to `stream` (`STDOUT` or `STDERR`)."""
+
+    tag: ClassVar[int] = 5
+    task_id: int
+    stream: int
+    data: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Result(Message):
+    """Worker → client: a task ended.
+
+    On success `ok` is true and `value` the pickled return value (out-of-band buffers as `Chunk`
+    frames). On failure `value` is the pickled exception when it could be pickled (else empty), and
+    `error_type`, `error_message`, `traceback` describe it in plain text. `cancelled` marks a task
+    ended by `Cancel`.
+    """
+
+    tag: ClassVar[int] = 6
+    task_id: int
+    ok: bool
+    value: bytes
+    buffer_sizes: tuple[int, ...] = ()
+    error_type: str = ""
+    error_message: str = ""
+    traceback: str = ""
+    cancelled: bool = False
+    buffers: tuple[Any, ...] = field(default=(), metadata=_NOWIRE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cancel(Message):
+    """Client → worker: stop this task (queued or running)."""
+
+    tag: ClassVar[int] = 7
+    task_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ping(Message):
+    """Either side: are you alive? Answered by `Pong` with the same `nonce`."""
+
+    tag: ClassVar[int] = 8
+    nonce: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pong(Message):
+    """Either side: answer to `Ping`."""
+
+    tag: ClassVar[int] = 9
+    nonce: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shutdown(Message):
+    """Client → worker: finish (run plugin teardown) and exit. The last frame the client sends."""
+
+    tag: ClassVar[int] = 10
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Chunk(Message):
+    """Either side: a piece of out-of-band buffer `index` of message `ref` (a task id).
+
+    On the wire the chunk's bytes follow the msgpack header raw, so they are copied once, straight
+    into the buffer being assembled.
+    """
+
+    tag: ClassVar[int] = 11
+    ref: int
+    index: int
+    offset: int
+    data: Any = field(default=b"", metadata=_NOWIRE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resume(Message):
+    """Worker → client after a reconnect `Hello`: frames from `from_seq` on will be sent again."""
+
+    tag: ClassVar[int] = 12
+    from_seq: int
+
+
+MESSAGE_TYPES: tuple[type[Message], ...] = (
+    Hello, Welcome, Submit, Started, Output, Result, Cancel, Ping, Pong, Shutdown, Chunk, Resume,
+)
+
+#: tag -> message class, the one table the codec uses.
+TAGS: dict[int, type[Message]] = {cls.tag: cls for cls in MESSAGE_TYPES}
+assert len(TAGS) == len(MESSAGE_TYPES), "duplicate message tag"
+
+
+def wire_fields(cls: type[Message]) -> tuple[tuple[str, Any], ...]:
+    """The (name, annotation) pairs of `cls` that travel, in wire order."""
+    return tuple((f.name, f.type) for f in fields(cls) if f.metadata.get("wire", True))

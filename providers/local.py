@@ -1,0 +1,42 @@
+"""`Local`: every node is a set of worker processes on this machine."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from .base import ClusterSpec, LocalReach, NodeHandle, Provider
+
+__all__ = ["Local"]
+
+
+class Local(Provider):
+    """Nodes are worker processes on this machine, using this Python (the embedded default).
+
+    Each node gets its own `instance_info()`; `head_addr` is 127.0.0.1 and `head_port` a free port
+    picked for the pool. Nothing outlives the pool: workers exit when the client's pipe closes.
+    """
+
+    name = "local"
+
+    def __init__(self, *, cwd: str | None = None) -> None:
+        self.cwd = cwd
+
+    def __repr__(self) -> str:
+        return "Local()"
+
+    async def create(self, spec: ClusterSpec) -> list[NodeHandle]:
+        cwd = self.cwd or os.getcwd()
+        return [
+            NodeHandle(node=i, provider_id=f"local-{spec.pool_id}-{i}", private_addr="127.0.0.1",
+                       reach=LocalReach(cwd=cwd))
+            for i in range(spec.nodes)
+        ]
+
+    async def destroy(self, handles: list[NodeHandle]) -> None:
+        return None  # the node actors stop the worker processes; there is nothing else to destroy
+
+    def head_port(self, spec: ClusterSpec) -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])

@@ -1,0 +1,89 @@
+"""`BlockingPool`: the pool's methods for plain scripts, run on an event loop in a background thread."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+if TYPE_CHECKING:
+    from .compute import PendingCall
+    from .pool import Pool
+    from .state import PoolState
+
+__all__ = ["BlockingPool"]
+
+T = TypeVar("T")
+
+
+class BlockingPool:
+    """What `with sky.Pool(...) as pool:` gives: `run`, `broadcast`, `map`, `gather`, blocking.
+
+    Entering starts an event loop thread and the pool on it; exiting (also on Ctrl-C) closes the pool
+    and the loop. Methods take the same arguments as `Pool`'s and may be called from any thread.
+    """
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self._portal: BlockingPortal | None = None
+        self._portal_cm: Any = None
+        self._pool_cm: Any = None
+
+    def __repr__(self) -> str:
+        return f"<BlockingPool {self.pool!r}>"
+
+    def __enter__(self) -> BlockingPool:
+        self._portal_cm = start_blocking_portal(backend="asyncio")
+        self._portal = self._portal_cm.__enter__()
+        try:
+            self._pool_cm = self._portal.wrap_async_context_manager(self.pool)
+            self._pool_cm.__enter__()
+        except BaseException as exc:
+            self._portal_cm.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            if self._pool_cm is not None:
+                self._pool_cm.__exit__(*exc)
+        finally:
+            self._portal_cm.__exit__(None, None, None)
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._portal is None:
+            raise RuntimeError("the pool is not open: use `with sky.Pool(...) as pool:`")
+        return self._portal.call(functools.partial(fn, *args, **kwargs))
+
+    def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """See `Pool.run`."""
+        return self._call(self.pool.run, fn, *args, **kwargs)
+
+    def broadcast(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> list[T]:
+        """See `Pool.broadcast`."""
+        return self._call(self.pool.broadcast, fn, *args, **kwargs)
+
+    def map(self, fn: Callable[[Any], T], iterable: Iterable[Any], **kwargs: Any) -> list[T]:
+        """See `Pool.map`."""
+        return self._call(self.pool.map, fn, iterable, **kwargs)
+
+    def gather(self, calls: Sequence[PendingCall], **kwargs: Any) -> list[Any]:
+        """See `Pool.gather`."""
+        return self._call(self.pool.gather, calls, **kwargs)
+
+    @property
+    def id(self) -> str:
+        return self.pool.id
+
+    @property
+    def state(self) -> PoolState:
+        return self.pool.state
+
+    def statistics(self) -> dict[str, Any]:
+        return self._call(_stats, self.pool)
+
+
+async def _stats(pool: Pool) -> dict[str, Any]:
+    return pool.statistics()

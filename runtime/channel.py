@@ -1,0 +1,214 @@
+"""`WorkerChannel`: the client's side of one worker process.
+
+It owns the protocol `Connection`, the tasks in flight on that worker, and the heartbeat clock. Bytes
+arrive by callback from the transport and complete the callers' futures directly; output frames go to
+the pool's output router. When the worker is lost, every task in flight fails with `WorkerLost`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..protocol import (
+    Connection,
+    Message,
+    Output,
+    Ping,
+    Pong,
+    ProtocolError,
+    Result,
+    Role,
+    Shutdown,
+    Started,
+    Submit,
+    Welcome,
+)
+from ..protocol.messages import Cancel
+from .errors import WorkerLost
+from .eventlog import EventLog
+from .events import TaskFinished, TaskStarted
+from .transport.base import Link
+
+log = logging.getLogger("skyhive.channel")
+
+__all__ = ["WorkerChannel", "Call"]
+
+OutputSink = Callable[["WorkerChannel", "Call | None", int, str], None]
+
+
+class Call:
+    """One task in flight on a worker: the caller's future and what the router needs to know."""
+
+    __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs")
+
+    def __init__(self, task_id: int, future: asyncio.Future[Result] | None, options: Any, fn_name: str) -> None:
+        self.task_id = task_id
+        self.future = future
+        self.options = options
+        self.fn_name = fn_name
+        self.abandoned = False
+        self.outputs: list[tuple[int, str]] | None = None
+
+
+class WorkerChannel:
+    """Client side of one worker process (node `node`, process `local_rank`)."""
+
+    def __init__(self, *, node: int, local_rank: int, log_: EventLog, on_output: OutputSink) -> None:
+        self.node = node
+        self.local_rank = local_rank
+        self.conn = Connection(Role.CLIENT)
+        self.link: Link | None = None
+        self.calls: dict[int, Call] = {}
+        self.known_fns: set[bytes] = set()
+        self.welcome: Welcome | None = None
+        self.pid = 0
+        self.last_seen = time.monotonic()
+        self.lost_reason: str | None = None
+        self.closed = asyncio.Event()  # the stream ended or broke
+        self.shutting_down = False
+        self._welcomed: asyncio.Future[Welcome] = asyncio.get_running_loop().create_future()
+        self._log = log_
+        self._on_output = on_output
+        self._nonces = itertools.count(1)
+        self.tasks_done = 0
+        self.kill: Callable[[], None] | None = None  # set by the node actor: kills the worker process
+
+    def __repr__(self) -> str:
+        state = "lost" if self.lost_reason else ("ready" if self.welcome else "starting")
+        return f"<WorkerChannel node={self.node} rank={self.local_rank} {state} in_flight={len(self.calls)}>"
+
+    @property
+    def load(self) -> int:
+        return len(self.calls)
+
+    @property
+    def usable(self) -> bool:
+        return self.welcome is not None and self.lost_reason is None and not self.shutting_down
+
+    # ---- Receiver ----------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        self.last_seen = time.monotonic()
+        try:
+            messages = self.conn.receive_data(data)
+        except ProtocolError as exc:
+            self._broken(f"protocol error: {exc}")
+            return
+        for msg in messages:
+            self._dispatch(msg)
+
+    def eof_received(self) -> None:
+        try:
+            self.conn.receive_data(b"")
+        except ProtocolError as exc:
+            log.debug("node %d worker %d: %s", self.node, self.local_rank, exc)
+        if not self._welcomed.done():
+            self._welcomed.set_exception(ConnectionError("the worker closed its pipe before the handshake"))
+        self.closed.set()
+
+    def _broken(self, reason: str) -> None:
+        log.error("node %d worker %d: %s", self.node, self.local_rank, reason)
+        if not self._welcomed.done():
+            self._welcomed.set_exception(ProtocolError(reason))
+        self.lost_reason = self.lost_reason or reason
+        self.closed.set()
+
+    def _dispatch(self, msg: Message) -> None:
+        if isinstance(msg, Result):
+            call = self.calls.pop(msg.task_id, None)
+            if call is None:
+                return
+            self.tasks_done += 1
+            if msg.ok:
+                outcome = "ok"
+            else:
+                outcome = "cancelled" if msg.cancelled else "error"
+            self._log.emit(TaskFinished, task=msg.task_id, node=self.node, local_rank=self.local_rank,
+                           outcome=outcome, error=msg.error_type if not msg.ok else "")
+            if call.future is not None and not call.future.done():
+                call.future.set_result(msg)
+        elif isinstance(msg, Output):
+            self._on_output(self, self.calls.get(msg.task_id), msg.stream, msg.data)
+        elif isinstance(msg, Started):
+            self._log.emit(TaskStarted, task=msg.task_id, node=self.node, local_rank=self.local_rank)
+        elif isinstance(msg, Ping):
+            self._write(self.conn.send(Pong(nonce=msg.nonce)))
+        elif isinstance(msg, Welcome):
+            self.welcome = msg
+            self.pid = msg.pid
+            if not self._welcomed.done():
+                self._welcomed.set_result(msg)
+
+    # ---- sending -----------------------------------------------------------------------------------
+
+    def attach(self, link: Link) -> None:
+        self.link = link
+
+    def _write(self, data: bytes) -> None:
+        if self.link is not None:
+            self.link.write(data)
+
+    async def handshake(self, *, skyhive_version: str, python_version: str) -> Welcome:
+        self._write(self.conn.hello(skyhive_version, python_version))
+        return await self._welcomed
+
+    def submit(self, task_id: int, msg: Submit, buffers: Sequence[Any], call: Call) -> None:
+        """Send a task (its buffers follow via `send_buffers`). Registers `call` first."""
+        self.calls[task_id] = call
+        self._write(self.conn.send(msg))
+
+    async def send_buffers(self, task_id: int, buffers: Sequence[Any]) -> None:
+        assert self.link is not None
+        for header, piece in self.conn.send_buffers(task_id, buffers):
+            if self.lost_reason:
+                return
+            self.link.writelines([header, piece])
+            await self.link.drain()
+
+    def cancel(self, task_id: int) -> None:
+        """Ask the worker to stop a task; the caller stops waiting now, the slot frees on its Result."""
+        call = self.calls.get(task_id)
+        if call is None:
+            return
+        call.abandoned = True
+        call.future = None
+        if self.usable:
+            try:
+                self._write(self.conn.send(Cancel(task_id=task_id)))
+            except ProtocolError:
+                pass
+
+    def ping(self) -> None:
+        if self.usable:
+            self._write(self.conn.send(Ping(nonce=next(self._nonces))))
+
+    def shutdown(self) -> None:
+        """Send `Shutdown`; the worker finishes its plugin teardown and exits."""
+        if self.welcome is not None and not self.shutting_down and self.lost_reason is None:
+            self.shutting_down = True
+            try:
+                self._write(self.conn.send(Shutdown(reason="pool closing")))
+            except ProtocolError:
+                pass
+
+    def fail_all(self, reason: str) -> None:
+        """The worker is gone: fail every task in flight with `WorkerLost`."""
+        self.lost_reason = self.lost_reason or reason
+        calls, self.calls = self.calls, {}
+        for call in calls.values():
+            self._log.emit(TaskFinished, task=call.task_id, node=self.node, local_rank=self.local_rank,
+                           outcome="lost", error=reason)
+            if call.future is not None and not call.future.done():
+                call.future.set_exception(
+                    WorkerLost(
+                        f"worker {self.local_rank} of node {self.node} was lost while running "
+                        f"{call.fn_name} (task {call.task_id}): {reason}",
+                        node=self.node, local_rank=self.local_rank,
+                    )
+                )
+        self.closed.set()

@@ -1,0 +1,144 @@
+"""The pool's event log: in memory, in a JSONL file, and to live subscribers.
+
+`emit` is the one door every event goes through: it redacts secrets, numbers and timestamps the
+event, folds it into the pool's state, appends it to the file and hands it to `events()` iterators.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import fields
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+
+from .events import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
+from .state import PoolState, apply, fold
+
+__all__ = ["EventLog", "state_dir", "pool_log_path", "read_log", "REDACTED"]
+
+log = logging.getLogger("skyhive.events")
+E = TypeVar("E", bound=Event)
+REDACTED = "***"
+#: Events kept in memory for late `events(replay=True)` subscribers; the file keeps everything.
+MEMORY_EVENTS = 10_000
+# Events after which the file is flushed at once (so a crashed client's pool can be found and cleaned).
+_FLUSH_NOW = (PoolStarted, PoolStopped, NodeStateChanged, WorkerStateChanged)
+
+
+def state_dir() -> Path:
+    """skyhive's state directory: `$SKYHIVE_HOME`, else `$XDG_STATE_HOME/skyhive`, else `~/.skyhive`."""
+    if env := os.environ.get("SKYHIVE_HOME"):
+        return Path(env)
+    if xdg := os.environ.get("XDG_STATE_HOME"):
+        return Path(xdg) / "skyhive"
+    return Path.home() / ".skyhive"
+
+
+def pool_log_path(pool_id: str) -> Path:
+    return state_dir() / "pools" / f"{pool_id}.jsonl"
+
+
+def read_log(path: str | os.PathLike[str]) -> Iterator[Event]:
+    """The events in a JSONL log file, in order (a torn last line, from a crash, is skipped)."""
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.endswith("\n"):
+                yield from_json(line)
+
+
+class EventLog:
+    """One pool's log. Not thread-safe: used from the pool's event loop only."""
+
+    def __init__(self, pool_id: str, *, path: Path | None, secrets: frozenset[str] = frozenset()) -> None:
+        self.pool_id = pool_id
+        self.path = path
+        self.state = PoolState()
+        self.recent: deque[Event] = deque(maxlen=MEMORY_EVENTS)
+        self._secrets = tuple(sorted((s for s in secrets if s), key=len, reverse=True))
+        self._seq = 0
+        self._subscribers: list[MemoryObjectSendStream[Event]] = []
+        self._file: IO[str] | None = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            self._file = os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 16)
+
+    def __repr__(self) -> str:
+        return f"<EventLog {self.pool_id} events={self._seq} subscribers={len(self._subscribers)}>"
+
+    def add_secrets(self, secrets: frozenset[str]) -> None:
+        self._secrets = tuple(sorted(set(self._secrets) | {s for s in secrets if s}, key=len, reverse=True))
+
+    def redact(self, text: str) -> str:
+        """`text` with every secret value replaced by `***`."""
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
+
+    def emit(self, cls: type[E], **fields_: Any) -> E:
+        """Build, record and publish one event."""
+        if self._secrets:
+            fields_ = {k: self.redact(v) if isinstance(v, str) else v for k, v in fields_.items()}
+        event = cls(pool_id=self.pool_id, seq=self._seq, ts=time.time(), **fields_)
+        self._seq += 1
+        self.state = apply(self.state, event)
+        self.recent.append(event)
+        if self._file is not None:
+            self._file.write(to_json(event) + "\n")
+            if isinstance(event, _FLUSH_NOW):
+                self._file.flush()
+        for sub in self._subscribers:
+            try:
+                sub.send_nowait(event)
+            except anyio.BrokenResourceError:
+                pass
+        return event
+
+    async def subscribe(self, *, replay: bool = False) -> AsyncIterator[Event]:
+        """Events from now on (with `replay`, first those still in memory), until the log closes."""
+        send, receive = anyio.create_memory_object_stream[Event](math.inf)
+        if replay:
+            for event in self.recent:
+                send.send_nowait(event)
+        self._subscribers.append(send)
+        try:
+            async with receive:
+                async for event in receive:
+                    yield event
+        finally:
+            if send in self._subscribers:
+                self._subscribers.remove(send)
+            send.close()
+
+    def flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self) -> None:
+        """Flush and close the file; end every subscriber's iteration."""
+        for sub in self._subscribers:
+            sub.close()
+        self._subscribers.clear()
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._file = None
+
+    @staticmethod
+    def replay(path: str | os.PathLike[str]) -> PoolState:
+        """The state rebuilt from a log file."""
+        return fold(read_log(path))
+
+
+def event_fields(event: Event) -> dict[str, Any]:
+    return {f.name: getattr(event, f.name) for f in fields(event)}

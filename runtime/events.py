@@ -1,0 +1,156 @@
+"""Events: every change of state in a pool, as small frozen records.
+
+Each event carries the pool id, its sequence number in the pool's log and a wall-clock timestamp;
+`to_json`/`from_json` give the JSONL form the log file holds. Secrets never get here: the log redacts
+them before an event is built (see `eventlog.EventLog.emit`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+__all__ = [
+    "Event",
+    "PoolStarted",
+    "PoolStopped",
+    "NodeStateChanged",
+    "WorkerStateChanged",
+    "TaskSubmitted",
+    "TaskStarted",
+    "TaskFinished",
+    "OutputChunk",
+    "EVENT_TYPES",
+    "to_json",
+    "from_json",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    kind: ClassVar[str] = "event"
+    pool_id: str
+    seq: int
+    ts: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolStarted(Event):
+    """A pool was opened with this provider and shape."""
+
+    kind: ClassVar[str] = "pool_started"
+    provider: str
+    nodes: int
+    processes_per_node: int
+    pid: int
+    host: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolStopped(Event):
+    """The pool finished tearing down; `error` is set when it closed because of one."""
+
+    kind: ClassVar[str] = "pool_stopped"
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeStateChanged(Event):
+    """Node `node` moved to lifecycle state `state` (see `lifecycle.NodeState`)."""
+
+    kind: ClassVar[str] = "node_state"
+    node: int
+    state: str
+    addr: str = ""
+    provider_id: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerStateChanged(Event):
+    """Worker process `local_rank` of `node`: "starting", "ready", "lost" (with why), "stopped"."""
+
+    kind: ClassVar[str] = "worker_state"
+    node: int
+    local_rank: int
+    state: str
+    pid: int = 0
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskSubmitted(Event):
+    """Task `task` (`items` calls: 1, or a map batch) was sent to a worker."""
+
+    kind: ClassVar[str] = "task_submitted"
+    task: int
+    node: int
+    local_rank: int
+    fn: str
+    items: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskStarted(Event):
+    """The worker began running task `task`."""
+
+    kind: ClassVar[str] = "task_started"
+    task: int
+    node: int
+    local_rank: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskFinished(Event):
+    """Task `task` ended: "ok", "error" (with `error`), "cancelled" or "lost"."""
+
+    kind: ClassVar[str] = "task_finished"
+    task: int
+    node: int
+    local_rank: int
+    outcome: str
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputChunk(Event):
+    """Text task `task` wrote on `node` to `stream` ("stdout" / "stderr")."""
+
+    kind: ClassVar[str] = "output"
+    task: int
+    node: int
+    local_rank: int
+    stream: str
+    text: str
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (
+        PoolStarted, PoolStopped, NodeStateChanged, WorkerStateChanged,
+        TaskSubmitted, TaskStarted, TaskFinished, OutputChunk,
+    )
+}
+
+
+_FIELDS: dict[type[Event], tuple[str, ...]] = {cls: tuple(f.name for f in fields(cls)) for cls in EVENT_TYPES.values()}
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def to_json(event: Event) -> str:
+    """One line of the JSONL log (event fields are plain values: no deep copy needed)."""
+    data = {name: getattr(event, name) for name in _FIELDS[type(event)]}
+    data["type"] = event.kind
+    return _encode(data)
+
+
+def from_json(line: str) -> Event:
+    """Parse a log line; raises `ValueError` naming the problem."""
+    try:
+        data: dict[str, Any] = json.loads(line)
+        cls = EVENT_TYPES[data.pop("type")]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"not a skyhive event: {exc}: {line[:120]!r}") from None
+    known = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in known})

@@ -1,0 +1,388 @@
+"""`PoolRuntime`: the pool actor. It owns the event log, the node actors and the scheduling of calls.
+
+The public `Pool` (pool.py) is a thin face over it. A call is not a spawned task: it runs in the
+caller's own task (its "task actor"), so cancelling the caller cancels the call — which sends `Cancel`
+to the worker and, if the worker does not stop within `cancel_grace`, has the worker killed and
+restarted by its supervisor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+
+from ..protocol.info import InstanceInfo, Peer
+from ..protocol.messages import Result, Submit
+from ..providers.base import ClusterSpec, LocalReach, NodeHandle, Provider, ProvisionError
+from .channel import Call, WorkerChannel
+from .errors import PoolClosed, TaskTimeout, WorkerLost
+from .eventlog import EventLog, pool_log_path
+from .events import NodeStateChanged, PoolStarted, PoolStopped, TaskSubmitted
+from .lifecycle import NodeState
+from .node import NodeActor
+from .output import OutputRouter
+from .selection import OutputSpec
+from .serialize import dump_args, dump_function, load_value, rebuild_exception
+from .settings import Settings
+from .transport.base import Transport
+from .transport.local import LocalTransport
+from .worker.daemon import WorkerSetup
+
+log = logging.getLogger("skyhive.pool")
+
+__all__ = ["PoolRuntime", "Prepared"]
+
+_FN_CACHE_LIMIT = 4096
+
+
+class Prepared:
+    """A call pickled once, ready to be sent to any number of workers."""
+
+    __slots__ = ("fn_id", "fn_bytes", "args", "buffers", "fn_name", "batch", "kind", "items")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                 batch: bool = False, kind: str = "call", fn_name: str | None = None,
+                 packed_args: tuple[bytes, list[Any]] | None = None) -> None:
+        self.fn_id, self.fn_bytes = dump_function(fn)
+        self.args, self.buffers = packed_args if packed_args is not None else dump_args(fn, args, kwargs)
+        self.fn_name = fn_name or f"{getattr(fn, '__qualname__', None) or getattr(fn, '__name__', 'function')}()"
+        self.batch = batch
+        self.kind = kind
+        self.items = 1
+
+
+class PoolRuntime:
+    def __init__(self, *, provider: Provider, nodes: int, processes_per_node: int, plugins: Sequence[Any],
+                 image: Any, output: OutputSpec, settings: Settings, name: str | None,
+                 log_events: bool) -> None:
+        self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
+        self.provider = provider
+        self.settings = settings
+        self.plugins = list(plugins)
+        self.image = image
+        self.spec = ClusterSpec(pool_id=self.pool_id, nodes=nodes, processes_per_node=processes_per_node)
+        secrets = frozenset(image.secret_values()) if image is not None else frozenset()
+        self.log = EventLog(self.pool_id, path=pool_log_path(self.pool_id) if log_events else None, secrets=secrets)
+        self.infos: dict[tuple[int, int], InstanceInfo] = {}
+        self.router = OutputRouter(self.log, output, self.infos, multi_process=processes_per_node > 1)
+        self.nodes = [NodeActor(self, i) for i in range(nodes)]
+        self.handles: list[NodeHandle] = []
+        self.worker_env: dict[str, str] = dict(image.all_env()) if image is not None else {}
+        self.setup: WorkerSetup | None = None
+        self.tg: Any = None
+        self.open = False
+        self._ids = itertools.count(1)
+        self._slots_changed = asyncio.Event()
+        self._rr = 0
+
+    def __repr__(self) -> str:
+        return f"<PoolRuntime {self.pool_id} {self.log.state.status} nodes={len(self.nodes)}>"
+
+    # ---- start -------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.tg = anyio.create_task_group()
+        await self.tg.__aenter__()
+        try:
+            with anyio.fail_after(self.settings.start_timeout):
+                await self._start()
+        except BaseException as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            await self.close(error)
+            await self._exit_tg()
+            if isinstance(exc, TimeoutError):
+                raise ProvisionError(
+                    f"pool {self.pool_id} was not ready within start_timeout={self.settings.start_timeout} s"
+                ) from exc
+            raise
+
+    async def _start(self) -> None:
+        spec = self.spec
+        self.log.emit(PoolStarted, provider=self.provider.name, nodes=spec.nodes,
+                      processes_per_node=spec.processes_per_node, pid=os.getpid(), host=socket.gethostname())
+        for node in self.nodes:
+            self.log.emit(NodeStateChanged, node=node.index, state=NodeState.REQUESTED.value)
+        for node in self.nodes:
+            node.move(NodeState.PROVISIONING)
+        self.handles = await self.provider.create(spec)
+        if len(self.handles) != spec.nodes:
+            raise ProvisionError(f"provider {self.provider.name} returned {len(self.handles)} nodes, asked for {spec.nodes}")
+        for node, handle in zip(self.nodes, self.handles):
+            node.move(NodeState.RUNNING, addr=handle.private_addr, provider_id=handle.provider_id)
+        self._describe_nodes()
+        self._prepare_setup()
+        async with anyio.create_task_group() as starter:
+            for node, handle in zip(self.nodes, self.handles):
+                starter.start_soon(self._start_node, node, handle)
+        self.open = True
+
+    async def _start_node(self, node: NodeActor, handle: NodeHandle) -> None:
+        try:
+            await self.tg.start(node.run, handle)
+        except BaseException as exc:
+            if node.state not in (NodeState.FAILED, NodeState.TERMINATING, NodeState.TERMINATED):
+                node.move(NodeState.FAILED, detail=f"{type(exc).__name__}: {exc}")
+            raise
+
+    def _describe_nodes(self) -> None:
+        spec = self.spec
+        head = self.handles[0]
+        port = self.provider.head_port(spec)
+        peers = tuple(Peer(node=h.node, addr=h.private_addr, accelerators=h.accelerators) for h in self.handles)
+        for h in self.handles:
+            for rank in range(spec.processes_per_node):
+                self.infos[(h.node, rank)] = InstanceInfo(
+                    node=h.node, total_nodes=spec.nodes, head_addr=head.private_addr, head_port=port,
+                    pool_id=self.pool_id, accelerators=h.accelerators, peers=peers, local_rank=rank,
+                    processes_per_node=spec.processes_per_node,
+                )
+
+    def _prepare_setup(self) -> None:
+        hooks = [p for p in self.plugins if hasattr(p, "around_app") or hasattr(p, "around_task")]
+        if hooks:
+            self.setup = WorkerSetup(hooks, {})
+
+    def make_transport(self, handle: NodeHandle) -> Transport:
+        if isinstance(handle.reach, LocalReach):
+            return LocalTransport(cwd=handle.reach.cwd)
+        from .transport.ssh import SSHTransport  # imported only when a pool uses SSH
+
+        return SSHTransport(handle.reach, pool_id=self.pool_id, settings=self.settings)
+
+    def python_for(self, handle: NodeHandle | None) -> str:
+        if handle is None or isinstance(handle.reach, LocalReach):
+            return sys.executable
+        return handle.reach.python or "python3"
+
+    async def bootstrap(self, node: NodeActor, transport: Transport) -> None:
+        """Prepare the node's environment from the image (Local: check that it can run here)."""
+        if isinstance(transport, LocalTransport):
+            from .bootstrap_local import check_local_image
+
+            check_local_image(self.image, node=node.index)
+            return
+        from .bootstrap import bootstrap_node  # SSH and cloud nodes
+
+        await bootstrap_node(self, node, transport)
+
+    # ---- scheduling --------------------------------------------------------------------------------
+
+    def slots_changed(self) -> None:
+        self._slots_changed.set()
+        self._slots_changed = asyncio.Event()
+
+    def _check_open(self) -> None:
+        if not self.open:
+            raise PoolClosed(f"pool {self.pool_id} is not open (status: {self.log.state.status})")
+
+    def live_nodes(self) -> list[NodeActor]:
+        return [n for n in self.nodes if n.state is NodeState.READY]
+
+    async def pick(self) -> WorkerChannel:
+        """The least busy usable worker; waits (bounded) while workers restart."""
+        self._check_open()
+        with anyio.move_on_after(self.settings.wait_for_worker):
+            while True:
+                best: WorkerChannel | None = None
+                channels = [c for n in self.nodes for c in n.usable_channels()]
+                if channels:
+                    self._rr += 1
+                    k = self._rr % len(channels)
+                    for c in channels[k:] + channels[:k]:
+                        if best is None or c.load < best.load:
+                            best = c
+                    assert best is not None
+                    return best
+                if not self.live_nodes():
+                    break
+                await self._slots_changed.wait()
+                self._check_open()
+        raise WorkerLost(
+            f"no worker of pool {self.pool_id} is available "
+            f"({', '.join(f'node {n.index}: {n.state.value}' for n in self.nodes)})",
+            node=-1,
+        )
+
+    async def all_channels(self) -> list[WorkerChannel]:
+        """Every worker in rank order, waiting (bounded) for any that is restarting."""
+        self._check_open()
+        with anyio.move_on_after(self.settings.wait_for_worker):
+            while True:
+                failed = [n for n in self.nodes if n.state is not NodeState.READY]
+                if failed:
+                    n = failed[0]
+                    raise WorkerLost(f"node {n.index} of pool {self.pool_id} is {n.state.value}", node=n.index)
+                channels = [c for n in self.nodes for c in n.channels]
+                if all(c is not None and c.usable for c in channels):
+                    return channels  # type: ignore[return-value]
+                await self._slots_changed.wait()
+                self._check_open()
+        raise WorkerLost(f"workers of pool {self.pool_id} did not come back within "
+                         f"{self.settings.wait_for_worker} s", node=-1)
+
+    # ---- calls -------------------------------------------------------------------------------------
+
+    def send(self, channel: WorkerChannel, prep: Prepared, options: dict[str, Any] | None,
+             future: asyncio.Future[Result]) -> Call:
+        """Send one task to `channel` (its buffers, if any, still have to follow)."""
+        task_id = next(self._ids)
+        known = channel.known_fns
+        if prep.fn_id in known:
+            fn_bytes = b""
+        else:
+            if len(known) >= _FN_CACHE_LIMIT:
+                known.clear()  # the worker clears its cache at the same count
+            known.add(prep.fn_id)
+            fn_bytes = prep.fn_bytes
+        sub_options: dict[str, Any] = {"kind": prep.kind} if prep.kind != "call" else {}
+        msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args,
+                     buffer_sizes=tuple(memoryview(b).nbytes for b in prep.buffers), batch=prep.batch,
+                     options=sub_options)
+        call = Call(task_id, future, options, prep.fn_name)
+        if options and options.get("capture"):
+            call.outputs = []
+        channel.submit(task_id, msg, prep.buffers, call)
+        self.log.emit(TaskSubmitted, task=task_id, node=channel.node, local_rank=channel.local_rank,
+                      fn=prep.fn_name, items=prep.items)
+        return call
+
+    async def call_on(self, channel: WorkerChannel, fn: Callable[..., Any], args: tuple[Any, ...],
+                      kwargs: dict[str, Any], *, kind: str = "call", fn_name: str | None = None,
+                      timeout: float | None = None, options: dict[str, Any] | None = None) -> Any:
+        prep = Prepared(fn, args, kwargs, kind=kind, fn_name=fn_name)
+        return await self.run_prepared([channel], prep, timeout=timeout, options=options, single=True)
+
+    async def run_prepared(self, channels: Sequence[WorkerChannel], prep: Prepared, *, timeout: float | None,
+                           options: dict[str, Any] | None, single: bool = False) -> Any:
+        """Send `prep` to every channel, wait for all results (in order), and unpack them.
+
+        The first failure cancels the other tasks and is raised. Timeout or cancellation cancels
+        them all on their workers.
+        """
+        loop = asyncio.get_running_loop()
+        sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]] = []
+        try:
+            for channel in channels:
+                fut: asyncio.Future[Result] = loop.create_future()
+                sent.append((channel, self.send(channel, prep, options, fut), fut))
+            with anyio.fail_after(timeout) if timeout is not None else _nullcontext():
+                if prep.buffers:
+                    await self._send_buffers([(c, call.task_id) for c, call, _ in sent], prep.buffers)
+                values = []
+                for channel, call, fut in sent:
+                    result = await fut
+                    self.router.flush(channel.node, channel.local_rank)
+                    values.append(self._unpack(channel, call, result))
+        except TimeoutError:
+            self._cancel(sent)
+            raise TaskTimeout(
+                f"{prep.fn_name} did not finish within timeout={timeout} s "
+                f"on {', '.join(f'node {c.node}' for c, _, _ in sent)}; it was cancelled"
+            ) from None
+        except BaseException:
+            self._cancel(sent)
+            raise
+        return values[0] if single else values
+
+    async def _send_buffers(self, targets: list[tuple[WorkerChannel, int]], buffers: list[Any]) -> None:
+        # interleave chunk by chunk across workers, so every pipe is busy at once
+        iters = [(c, c.conn.send_buffers(task_id, buffers)) for c, task_id in targets]
+        while iters:
+            alive = []
+            for channel, it in iters:
+                piece = next(it, None)
+                if piece is None or channel.lost_reason or channel.link is None:
+                    continue
+                channel.link.writelines(piece)
+                alive.append((channel, it))
+            for channel, _ in alive:
+                assert channel.link is not None
+                await channel.link.drain()
+            iters = alive
+
+    def _cancel(self, sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]]) -> None:
+        loop = asyncio.get_running_loop()
+        for channel, call, fut in sent:
+            if call.task_id in channel.calls:
+                channel.cancel(call.task_id)
+                loop.call_later(self.settings.cancel_grace, self._enforce_cancel, channel, call.task_id)
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled():
+                fut.exception()  # retrieved: no "exception was never retrieved" noise
+
+    def _enforce_cancel(self, channel: WorkerChannel, task_id: int) -> None:
+        if task_id in channel.calls and channel.kill is not None and channel.lost_reason is None:
+            log.warning("node %d worker %d: task %d ignored Cancel for %.1f s; killing the worker",
+                        channel.node, channel.local_rank, task_id, self.settings.cancel_grace)
+            channel.lost_reason = f"task {task_id} did not stop within cancel_grace"
+            channel.kill()
+
+    def _unpack(self, channel: WorkerChannel, call: Call, result: Result) -> Any:
+        if result.ok:
+            value = load_value(result.value, result.buffers)
+            if call.outputs is not None:
+                from .capture import Captured
+
+                return Captured.from_outputs(value, call.outputs, node=channel.node, local_rank=channel.local_rank)
+            return value
+        raise rebuild_exception(result.value, result.error_type, result.error_message, result.traceback,
+                                channel.node)
+
+    # ---- close -------------------------------------------------------------------------------------
+
+    async def close(self, error: str = "") -> None:
+        """Drain and tear down: shielded from cancellation, bounded in time. Idempotent."""
+        if self.log.state.status == "stopped":
+            return
+        self.open = False
+        self.slots_changed()
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(self.settings.stop_timeout + 10) as scope:
+                async with anyio.create_task_group() as tg:
+                    for node in self.nodes:
+                        tg.start_soon(node.stop, self.settings.stop_timeout)
+                for node in self.nodes:
+                    if node.state not in (NodeState.TERMINATED, NodeState.TERMINATING, NodeState.REQUESTED):
+                        node.move(NodeState.TERMINATING)
+                if self.handles:
+                    try:
+                        await self.provider.destroy(self.handles)
+                    except Exception as exc:
+                        log.error("pool %s: destroying nodes failed: %s", self.pool_id, exc)
+                        error = error or f"destroy failed: {exc}"
+                for node in self.nodes:
+                    if node.state is NodeState.REQUESTED:
+                        node.move(NodeState.TERMINATING)
+                    if node.state is NodeState.TERMINATING:
+                        node.move(NodeState.TERMINATED)
+            if scope.cancelled_caught:
+                log.error("pool %s: teardown did not finish in time", self.pool_id)
+            self.log.emit(PoolStopped, error=error)
+            self.router.close()
+            self.log.close()
+            if self.tg is not None:
+                self.tg.cancel_scope.cancel()
+
+    async def _exit_tg(self) -> None:
+        tg, self.tg = self.tg, None
+        if tg is not None:
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None

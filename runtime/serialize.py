@@ -1,0 +1,147 @@
+"""Turning calls into bytes and results back into values or exceptions.
+
+Functions are pickled with cloudpickle, by value when they come from the user's own code (a script,
+a test module, a project folder) so that the node does not need that code installed, and by reference
+when they come from an installed package. Arguments and results use pickle protocol 5 so large
+buffers (numpy arrays, bytes) travel out of band, without being copied into the pickle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import sys
+import sysconfig
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+
+from .errors import RemoteError, SerializationError
+
+__all__ = ["dump_function", "dump_args", "dump_value", "load_value", "dump_exception", "rebuild_exception"]
+
+_installed_roots = tuple(
+    os.path.realpath(p)
+    for p in {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+)
+_by_value_checked: dict[str, bool] = {}
+
+
+def _register_user_module(fn: Any) -> None:
+    """Pickle `fn`'s module by value if it is the user's own code, not an installed package."""
+    name = getattr(fn, "__module__", None)
+    if not name or name == "__main__" or name in _by_value_checked:
+        return
+    module = sys.modules.get(name)
+    path = getattr(module, "__file__", None)
+    user = bool(path) and not os.path.realpath(path).startswith(_installed_roots)
+    top = name.partition(".")[0]
+    user = user and top != "skyhive"
+    _by_value_checked[name] = user
+    if user and module is not None:
+        cloudpickle.register_pickle_by_value(module)
+
+
+def dump_function(fn: Callable[..., Any]) -> tuple[bytes, bytes]:
+    """(fn_id, payload): the cloudpickled function and a digest that names it on a worker."""
+    _register_user_module(fn)
+    try:
+        payload = cloudpickle.dumps(fn, protocol=5)
+    except Exception as exc:
+        raise SerializationError(f"function {_name(fn)} cannot be pickled: {type(exc).__name__}: {exc}") from exc
+    return hashlib.blake2b(payload, digest_size=16).digest(), payload
+
+
+def dump_args(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bytes, list[Any]]:
+    """Pickle `(args, kwargs)`; on failure name the argument that cannot be pickled."""
+    buffers: list[Any] = []
+    try:
+        data = cloudpickle.dumps((args, kwargs), protocol=5, buffer_callback=buffers.append)
+    except Exception as exc:
+        raise _name_bad_argument(fn, args, kwargs, exc) from exc
+    return data, [b.raw() for b in buffers]
+
+
+def dump_value(value: Any, what: str = "value") -> tuple[bytes, list[Any]]:
+    """Pickle a value with out-of-band buffers; raises `SerializationError` naming `what` it was."""
+    buffers: list[Any] = []
+    try:
+        data = cloudpickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    except Exception as exc:
+        raise SerializationError(f"{what} of type {type(value).__name__} cannot be pickled: {type(exc).__name__}: {exc}") from exc
+    return data, [b.raw() for b in buffers]
+
+
+def load_value(data: bytes, buffers: tuple[Any, ...] = ()) -> Any:
+    """Unpickle what `dump_value` / `dump_args` made."""
+    return cloudpickle.loads(data, buffers=buffers)
+
+
+def dump_exception(exc: BaseException) -> tuple[bytes, str, str, str]:
+    """(pickled exception or b"", qualified type name, message, formatted traceback)."""
+    tb = "".join(traceback.format_exception(exc))
+    cls = type(exc)
+    type_name = f"{cls.__module__}.{cls.__qualname__}" if cls.__module__ != "builtins" else cls.__qualname__
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<str() failed>"
+    try:
+        exc.__traceback__ = None
+        data = cloudpickle.dumps(exc, protocol=5)
+        cloudpickle.loads(data)  # an exception that pickles but cannot be rebuilt is sent as text only
+    except Exception:
+        data = b""
+    return data, type_name, message, tb
+
+
+def rebuild_exception(data: bytes, type_name: str, message: str, tb: str, node: int | None) -> BaseException:
+    """The exception to raise in the caller: the original type when possible, else `RemoteError`."""
+    where = f"node {node}" if node is not None else "the node"
+    if data:
+        try:
+            exc = cloudpickle.loads(data)
+        except Exception:
+            exc = None
+        if isinstance(exc, BaseException):
+            exc.remote_traceback = tb  # type: ignore[attr-defined]
+            exc.add_note(f"\nRemote traceback (from {where}):\n{tb.rstrip()}")
+            return exc
+    err = RemoteError(type_name, message, tb, node=node)
+    err.add_note(f"\nRemote traceback (from {where}):\n{tb.rstrip()}")
+    return err
+
+
+def _name(fn: Any) -> str:
+    return f"{getattr(fn, '__qualname__', None) or getattr(fn, '__name__', None) or repr(fn)}()"
+
+
+def _name_bad_argument(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], exc: Exception) -> SerializationError:
+    names: list[str] = []
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    for i, value in enumerate(args):
+        label = f"argument {positional[i]!r} (position {i})" if i < len(positional) else f"positional argument {i}"
+        if not _picklable(value):
+            names.append(label)
+    for key, value in kwargs.items():
+        if not _picklable(value):
+            names.append(f"argument {key!r}")
+    what = ", ".join(names) if names else "the arguments"
+    return SerializationError(
+        f"{what} of {_name(fn)} cannot be pickled ({type(exc).__name__}: {exc}); nothing was sent"
+    )
+
+
+def _picklable(value: Any) -> bool:
+    try:
+        cloudpickle.dumps(value, protocol=5, buffer_callback=lambda b: None)
+    except Exception:
+        return False
+    return True

@@ -1,0 +1,144 @@
+"""A pool's state as a pure fold over its events: `state = fold(events)`.
+
+The actors never keep a second copy of what is in here: the event log applies each event as it is
+emitted, so the state a live pool reports and the state rebuilt from its JSONL file by `fold` are the
+same by construction (and a test checks it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, replace
+from functools import reduce
+
+from .events import (
+    Event,
+    NodeStateChanged,
+    OutputChunk,
+    PoolStarted,
+    PoolStopped,
+    TaskFinished,
+    TaskStarted,
+    TaskSubmitted,
+    WorkerStateChanged,
+)
+
+__all__ = ["WorkerRecord", "NodeRecord", "PoolState", "apply", "fold"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    local_rank: int
+    state: str = "starting"
+    pid: int = 0
+    restarts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    node: int
+    state: str = "requested"
+    addr: str = ""
+    provider_id: str = ""
+    detail: str = ""
+    workers: tuple[WorkerRecord, ...] = ()
+    tasks_done: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    pool_id: str = ""
+    provider: str = ""
+    status: str = "new"  # new -> running -> stopped
+    started: float = 0.0
+    stopped: float = 0.0
+    error: str = ""
+    pid: int = 0
+    host: str = ""
+    nodes: tuple[NodeRecord, ...] = ()
+    tasks_submitted: int = 0
+    tasks_ok: int = 0
+    tasks_failed: int = 0
+    tasks_cancelled: int = 0
+    tasks_lost: int = 0
+    output_chunks: int = 0
+    last_seq: int = -1
+
+    @property
+    def tasks_in_flight(self) -> int:
+        return self.tasks_submitted - self.tasks_ok - self.tasks_failed - self.tasks_cancelled - self.tasks_lost
+
+    def node(self, index: int) -> NodeRecord:
+        return self.nodes[index]
+
+
+def _set_node(pool: PoolState, index: int, **changes: object) -> PoolState:
+    nodes = list(pool.nodes)
+    while len(nodes) <= index:
+        nodes.append(NodeRecord(node=len(nodes)))
+    nodes[index] = replace(nodes[index], **changes)  # type: ignore[arg-type]
+    return replace(pool, nodes=tuple(nodes))
+
+
+def _set_worker(node: NodeRecord, ev: WorkerStateChanged) -> tuple[WorkerRecord, ...]:
+    workers = {w.local_rank: w for w in node.workers}
+    old = workers.get(ev.local_rank, WorkerRecord(ev.local_rank))
+    restarts = old.restarts + (1 if ev.state == "starting" and old.state == "lost" else 0)
+    workers[ev.local_rank] = replace(old, state=ev.state, pid=ev.pid or old.pid, restarts=restarts)
+    return tuple(workers[k] for k in sorted(workers))
+
+
+_POOL_FIELDS = tuple(f.name for f in fields(PoolState))
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _evolve(state: PoolState, **changes: object) -> PoolState:
+    """`dataclasses.replace` without its validation overhead (this runs for every task event)."""
+    new = _new(PoolState)
+    for name in _POOL_FIELDS:
+        _set(new, name, changes[name] if name in changes else getattr(state, name))
+    return new
+
+
+def apply(state: PoolState, ev: Event) -> PoolState:
+    """The state after `ev`. Pure: never mutates `state`."""
+    if isinstance(ev, TaskSubmitted):
+        return _evolve(state, last_seq=ev.seq, tasks_submitted=state.tasks_submitted + 1)
+    if isinstance(ev, TaskStarted):
+        return _evolve(state, last_seq=ev.seq)
+    state = _evolve(state, last_seq=ev.seq)
+    if isinstance(ev, TaskFinished):
+        counter = {"ok": "tasks_ok", "error": "tasks_failed", "cancelled": "tasks_cancelled"}.get(
+            ev.outcome, "tasks_lost"
+        )
+        state = replace(state, **{counter: getattr(state, counter) + 1})
+        if ev.node < len(state.nodes):
+            state = _set_node(state, ev.node, tasks_done=state.nodes[ev.node].tasks_done + 1)
+        return state
+    if isinstance(ev, OutputChunk):
+        return replace(state, output_chunks=state.output_chunks + 1)
+    if isinstance(ev, NodeStateChanged):
+        changes: dict[str, object] = {"state": ev.state, "detail": ev.detail}
+        if ev.addr:
+            changes["addr"] = ev.addr
+        if ev.provider_id:
+            changes["provider_id"] = ev.provider_id
+        return _set_node(state, ev.node, **changes)
+    if isinstance(ev, WorkerStateChanged):
+        state = _set_node(state, ev.node)
+        return _set_node(state, ev.node, workers=_set_worker(state.nodes[ev.node], ev))
+    if isinstance(ev, PoolStarted):
+        return replace(
+            state, pool_id=ev.pool_id, provider=ev.provider, status="running", started=ev.ts,
+            pid=ev.pid, host=ev.host,
+            nodes=tuple(NodeRecord(node=i) for i in range(ev.nodes)),
+        )
+    if isinstance(ev, PoolStopped):
+        return replace(state, status="stopped", stopped=ev.ts, error=ev.error)
+    raise TypeError(f"no reducer for event type {type(ev).__name__}")
+
+
+def fold(events: Iterable[Event], initial: PoolState | None = None) -> PoolState:
+    """Replay `events` from `initial` (an empty state by default)."""
+    return reduce(apply, events, initial or PoolState())

@@ -1,0 +1,79 @@
+"""What a transport gives a node actor: a way to start a worker process and a byte pipe to it.
+
+Bytes flow in by callback (`Receiver.data_received`), straight into the protocol `Connection`: no
+task sits between the pipe and the waiting caller. Flow control is explicit: `pause_reading` when
+our consumers fall behind (the worker then blocks on its writes), `drain` when the worker does.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["Receiver", "Link", "WorkerProcess", "CommandResult", "Transport"]
+
+
+class Receiver(Protocol):
+    def data_received(self, data: bytes) -> None: ...
+    def eof_received(self) -> None: ...
+
+
+class Link(Protocol):
+    """A connected byte pipe to one worker process."""
+
+    def write(self, data: bytes | memoryview) -> None: ...
+    def writelines(self, pieces: Sequence[bytes | memoryview]) -> None: ...
+    async def drain(self) -> None: ...
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class WorkerProcess(abc.ABC):
+    """A started worker: its pipe, and how to wait for or end it."""
+
+    link: Link
+    pid: int
+
+    @abc.abstractmethod
+    async def wait(self) -> int | None:
+        """Wait for the worker to exit; its exit status (negative: killed by that signal)."""
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """Kill the worker and every process it started. Idempotent."""
+
+    @property
+    @abc.abstractmethod
+    def returncode(self) -> int | None:
+        """The exit status once it exited, else None."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    command: str
+    exit_status: int
+    stdout: str
+    stderr: str
+
+
+class Transport(abc.ABC):
+    """How a node actor reaches one node."""
+
+    @abc.abstractmethod
+    async def start_worker(
+        self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *, label: str
+    ) -> WorkerProcess:
+        """Start `argv` on the node with `env` added, its stdin/stdout as the protocol pipe."""
+
+    @abc.abstractmethod
+    async def run(self, command: str, *, env: Mapping[str, str] | None = None, timeout: float | None = None) -> CommandResult:
+        """Run a shell command on the node (bootstrap); cancelling it ends the command."""
+
+    async def close(self) -> None:
+        """Release the transport (connections); workers must have been stopped first."""
+
+    def describe(self) -> dict[str, Any]:
+        return {}

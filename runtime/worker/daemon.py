@@ -1,0 +1,369 @@
+"""The worker daemon: one process, one task at a time, talking the protocol over two file descriptors.
+
+Threads: the main thread runs tasks (so a `Cancel` can interrupt it with a signal, which also wakes a
+blocking sleep or read); a reader thread decodes frames and answers `Ping` at once, so heartbeats flow
+while a task computes; output threads (see `capture`) stream what the task writes. Frames are written
+under one lock; a large result's chunks release it between chunks so heartbeats and output interleave.
+
+The daemon keeps no state the client does not know: if the client goes away (its end of the stream
+closes) it stops, killing whatever its tasks started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+
+from ...protocol import (
+    Cancel,
+    Connection,
+    Hello,
+    Message,
+    Output,
+    Ping,
+    Pong,
+    ProtocolError,
+    Result,
+    Role,
+    Shutdown,
+    Started,
+    Submit,
+    Welcome,
+)
+from ...protocol.messages import PROTOCOL_VERSION, STDERR, STDOUT
+from ..context import set_instance_info
+from ..serialize import dump_exception, dump_value
+from .capture import FdPump, Flusher, TaskStream
+
+log = logging.getLogger("skyhive.worker")
+
+__all__ = ["Worker", "TaskCancelled", "WorkerSetup", "python_version", "skyhive_version"]
+
+_CANCEL_SIGNAL = signal.SIGUSR1
+_FN_CACHE_LIMIT = 4096
+
+
+class TaskCancelled(BaseException):
+    """Raised inside a task's thread when the client cancels it (a BaseException, like KeyboardInterrupt)."""
+
+
+class WorkerSetup:
+    """Sent once, before any task: plugin hooks to enter for the worker's lifetime."""
+
+    def __init__(self, plugins: list[Any], env: dict[str, str]) -> None:
+        self.plugins = plugins
+        self.env = env
+
+
+def python_version() -> str:
+    return "%d.%d.%d" % sys.version_info[:3]
+
+
+def skyhive_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("skyhive")
+    except Exception:
+        return "0+unknown"
+
+
+class Worker:
+    """The daemon's state. `run()` returns the process exit code."""
+
+    def __init__(self, fd_in: int, fd_out: int) -> None:
+        self.fd_in = fd_in
+        self.fd_out = fd_out
+        self.conn = Connection(Role.WORKER)
+        self.tasks: queue.SimpleQueue[Submit | None] = queue.SimpleQueue()
+        self.write_lock = threading.Lock()
+        self.fns: dict[bytes, Callable[..., Any]] = {}
+        self.current: int | None = None
+        self.in_user_code = False
+        self.cancel_requested: int | None = None
+        self.cancelled_queued: set[int] = set()
+        self.main_ident = threading.get_ident()
+        self.stdout = TaskStream(STDOUT, self._output, "<skyhive stdout>")
+        self.stderr = TaskStream(STDERR, self._output, "<skyhive stderr>")
+        self.app_stack = contextlib.ExitStack()
+        self.task_hooks: list[Any] = []
+        self.setup_info: Any = None
+        self.lazy: list[bytes] = []
+
+    # ---- writing -----------------------------------------------------------------------------------
+
+    def _write(self, data: bytes | list[Any]) -> None:
+        views = [memoryview(d) for d in (data if isinstance(data, list) else [data])]
+        while views:
+            n = os.writev(self.fd_out, views)
+            while views and n >= len(views[0]):
+                n -= len(views[0])
+                views.pop(0)
+            if views and n:
+                views[0] = views[0][n:]
+
+    def send(self, msg: Message, *, lazy: bool = False) -> None:
+        """Write a frame. A `lazy` one (Started) waits for the next urgent frame or flusher tick,
+        so a short task's Started and Result reach the client in one write, one wake-up."""
+        with self.write_lock:
+            frame = self.conn.send(msg)
+            if lazy:
+                self.lazy.append(frame)
+                return
+            if self.lazy:
+                self.lazy.append(frame)
+                frames, self.lazy = self.lazy, []
+                self._write(frames)
+            else:
+                self._write(frame)
+
+    def flush_lazy(self) -> None:
+        with self.write_lock:
+            if self.lazy:
+                frames, self.lazy = self.lazy, []
+                self._write(frames)
+
+    def _output(self, stream: int, text: str) -> None:
+        task = self.current or 0
+        try:
+            self.send(Output(task_id=task, stream=stream, data=text))
+        except (OSError, ProtocolError):
+            pass  # the client is gone; the reader thread ends the process
+
+    def send_result(self, msg: Result, buffers: list[Any]) -> None:
+        self.send(msg)
+        for header, piece in self.conn.send_buffers(msg.task_id, buffers):
+            with self.write_lock:
+                self._write([header, piece])
+
+    # ---- reading -----------------------------------------------------------------------------------
+
+    def reader(self) -> None:
+        try:
+            while True:
+                data = os.read(self.fd_in, 1 << 20)
+                for msg in self.conn.receive_data(data):
+                    self.dispatch(msg)
+                if not data:
+                    break
+        except ProtocolError as exc:
+            log.error("protocol error from the client: %s", exc)
+        except OSError as exc:
+            log.error("reading from the client failed: %s", exc)
+        except Exception:
+            log.exception("worker reader crashed")
+        # the client is gone (or broke the protocol): nothing can reach us any more
+        self.abandon()
+
+    def dispatch(self, msg: Message) -> None:
+        if isinstance(msg, Submit):
+            self.tasks.put(msg)
+        elif isinstance(msg, Ping):
+            self.send(Pong(nonce=msg.nonce))
+        elif isinstance(msg, Cancel):
+            self.cancel(msg.task_id)
+        elif isinstance(msg, Hello):
+            self.handshake(msg)
+        elif isinstance(msg, Shutdown):
+            self.tasks.put(None)
+        elif isinstance(msg, Pong):
+            pass
+
+    def handshake(self, hello: Hello) -> None:
+        mine = python_version()
+        if hello.python_version.split(".")[:2] != mine.split(".")[:2]:
+            error = (
+                f"client runs Python {hello.python_version} and this worker runs Python {mine}: "
+                "functions travel as bytecode, so both must have the same major.minor version"
+            )
+            with self.write_lock:
+                self._write(self.conn.refusal(self._welcome(error)))
+            log.error("%s", error)
+            self.abandon(1)
+        self.send(self._welcome(""))
+
+    def _welcome(self, error: str) -> Welcome:
+        return Welcome(
+            protocol_version=PROTOCOL_VERSION,
+            python_version=python_version(),
+            skyhive_version=skyhive_version(),
+            max_frame=self.conn.max_frame,
+            pid=os.getpid(),
+            error=error,
+        )
+
+    def cancel(self, task_id: int) -> None:
+        if self.current == task_id:
+            self.cancel_requested = task_id
+            signal.pthread_kill(self.main_ident, _CANCEL_SIGNAL)
+        else:
+            self.cancelled_queued.add(task_id)
+
+    def _on_cancel_signal(self, signum: int, frame: Any) -> None:
+        if self.in_user_code and self.cancel_requested is not None and self.cancel_requested == self.current:
+            self.cancel_requested = None
+            raise TaskCancelled()
+
+    def abandon(self, code: int = 0) -> None:
+        """The client is gone: end this process and everything its tasks started."""
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            os.killpg(os.getpgid(0), signal.SIGTERM)
+        except OSError:
+            pass
+        os._exit(code)
+
+    # ---- running tasks -----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        signal.signal(_CANCEL_SIGNAL, self._on_cancel_signal)
+        threading.Thread(target=self.reader, name="skyhive-reader", daemon=True).start()
+        flusher = Flusher((self.stdout, self.stderr), self.flush_lazy)
+        flusher.start()
+        try:
+            while True:
+                sub = self.tasks.get()
+                if sub is None:
+                    break
+                self.execute(sub)
+        finally:
+            try:
+                self.app_stack.close()  # plugin teardown (around_app's finally)
+            except Exception:
+                log.exception("plugin teardown failed")
+            flusher.stop()
+            self.stdout.flush()
+            self.stderr.flush()
+        return 0
+
+    def execute(self, sub: Submit) -> None:
+        task_id = sub.task_id
+        if task_id in self.cancelled_queued:
+            self.cancelled_queued.discard(task_id)
+            self.send_result(Result(task_id=task_id, ok=False, value=b"", cancelled=True,
+                                    error_type="TaskCancelled", error_message="cancelled before it started"), [])
+            return
+        self.current = task_id
+        self.send(Started(task_id=task_id), lazy=True)
+        ok, cancelled = True, False
+        value: Any = None
+        try:
+            fn = self._function(sub)
+            args = cloudpickle.loads(sub.args, buffers=sub.buffers)
+            if sub.options.get("kind") == "setup":
+                self._setup(fn)
+            else:
+                value = self._call(fn, args, sub.batch)
+        except TaskCancelled:
+            ok, cancelled = False, True
+        except BaseException as exc:  # noqa: BLE001 - everything a task raises goes back to the caller
+            ok, value = False, exc
+        finally:
+            self.in_user_code = False
+            self.cancel_requested = None
+            self.stdout.flush()
+            self.stderr.flush()
+        self.current = None
+        self._reply(task_id, ok, cancelled, value)
+
+    def _call(self, fn: Callable[..., Any], args: Any, batch: bool) -> Any:
+        with contextlib.ExitStack() as stack:
+            for hook in self.task_hooks:
+                stack.enter_context(hook(self.setup_info))
+            self.in_user_code = True
+            if batch:
+                out = []
+                for i, item in enumerate(args):
+                    try:
+                        out.append(fn(item))
+                    except Exception as exc:
+                        exc.add_note(f"(map item {i} of this batch)")
+                        raise
+                return out
+            a, kw = args
+            return fn(*a, **kw)
+
+    def _function(self, sub: Submit) -> Callable[..., Any]:
+        fn = self.fns.get(sub.fn_id)
+        if fn is None:
+            if not sub.fn:
+                raise RuntimeError("worker does not hold the function this task refers to (client bug)")
+            fn = cloudpickle.loads(sub.fn)
+            if len(self.fns) >= _FN_CACHE_LIMIT:
+                self.fns.clear()
+            self.fns[sub.fn_id] = fn
+        return fn
+
+    def _setup(self, setup: Any) -> None:
+        from ..context import instance_info
+
+        os.environ.update(setup.env)
+        info = instance_info()
+        self.setup_info = info
+        for plugin in setup.plugins:
+            hook = getattr(plugin, "around_app", None)
+            if hook is not None:
+                self.app_stack.enter_context(hook(info))
+            task_hook = getattr(plugin, "around_task", None)
+            if task_hook is not None:
+                self.task_hooks.append(task_hook)
+
+    def _reply(self, task_id: int, ok: bool, cancelled: bool, value: Any) -> None:
+        if cancelled:
+            msg = Result(task_id=task_id, ok=False, value=b"", cancelled=True,
+                         error_type="TaskCancelled", error_message="cancelled while running")
+            self.send_result(msg, [])
+            return
+        if ok:
+            try:
+                data, buffers = dump_value(value, "result")
+                self.send_result(Result(task_id=task_id, ok=True, value=data,
+                                        buffer_sizes=tuple(memoryview(b).nbytes for b in buffers)), buffers)
+                return
+            except Exception as exc:  # the result could not be pickled: report that instead
+                value = exc
+        data, type_name, message, tb = dump_exception(value)
+        self.send_result(Result(task_id=task_id, ok=False, value=data, error_type=type_name,
+                                error_message=message, traceback=tb), [])
+
+
+def serve(fd_in: int = 0, fd_out: int = 1) -> int:
+    """Set up the process (fds, streams, instance info) and run the daemon until `Shutdown`."""
+    from ...protocol.info import ENV_VAR, InstanceInfo
+
+    proto_in, proto_out, diag = os.dup(fd_in), os.dup(fd_out), os.dup(2)
+    logging.basicConfig(
+        stream=os.fdopen(diag, "w", buffering=1), level=os.environ.get("SKYHIVE_WORKER_LOG", "WARNING"),
+        format="skyhive-worker[%(process)d] %(levelname)s %(message)s",
+    )
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    worker = Worker(proto_in, proto_out)
+    pumps = []
+    for fd, stream, pystream in ((1, STDOUT, worker.stdout), (2, STDERR, worker.stderr)):
+        r, w = os.pipe()
+        os.dup2(w, fd)
+        os.close(w)
+        pumps.append(FdPump(r, stream, pystream, worker._output))
+    for pump in pumps:
+        pump.start()
+    sys.stdout = worker.stdout  # type: ignore[assignment]
+    sys.stderr = worker.stderr  # type: ignore[assignment]
+    if text := os.environ.get(ENV_VAR):
+        set_instance_info(InstanceInfo.from_json(text))
+    try:
+        return worker.run()
+    except BaseException:
+        log.error("worker crashed:\n%s", traceback.format_exc())
+        return 1

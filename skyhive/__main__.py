@@ -1,0 +1,3 @@
+from skyhive.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,2 @@
+"""Test infrastructure: real OpenSSH servers (sshd.py), network-namespace hosts (netns.py),
+pytest fixtures (fixtures.py)."""

@@ -1,0 +1,198 @@
+"""Supervision, cancellation, teardown and the event log, on real worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+import skyhive as sky
+from skyhive.runtime.eventlog import read_log
+from skyhive.runtime.state import fold
+from tests.procs import alive, state_of, wait_gone, worker_pids
+
+pytestmark = pytest.mark.anyio
+
+
+def pid_then_sleep(path, seconds):
+    Path(path).write_text(str(os.getpid()))
+    time.sleep(seconds)
+    return "slept"
+
+
+def tick_forever(path, stubborn=False):
+    while True:
+        try:
+            with open(path, "a") as fh:
+                fh.write("x")
+            time.sleep(0.02)
+        except BaseException:
+            if not stubborn:
+                raise
+
+
+def getpid():
+    return os.getpid(), sky.instance_info().node
+
+
+async def wait_for_file(path: Path, timeout: float = 10.0) -> str:
+    with anyio.fail_after(timeout):
+        while not path.exists() or not path.read_text():
+            await anyio.sleep(0.02)
+    return path.read_text()
+
+
+async def test_killed_worker_fails_the_call_with_worker_lost_and_is_restarted(tmp_path):
+    flag = tmp_path / "pid"
+    async with sky.Pool(nodes=2) as pool:
+        before = dict(await pool.broadcast(getpid))
+        failure: list[BaseException] = []
+
+        async def call():
+            try:
+                await pool.run(pid_then_sleep, str(flag), 60)
+            except BaseException as exc:
+                failure.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            pid = int(await wait_for_file(flag))
+            victim_node = next(n for p, n in before.items() if p == pid)
+            t0 = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+        elapsed = time.monotonic() - t0
+        [exc] = failure
+        assert isinstance(exc, sky.WorkerLost)
+        assert exc.node == victim_node and f"node {victim_node}" in str(exc)
+        assert "SIGKILL" in str(exc)
+        assert elapsed < 3
+        # the supervisor restarted the worker; the pool serves the next calls on every node
+        after = dict(await pool.broadcast(getpid))
+        assert sorted(after.values()) == [0, 1]
+        assert pid not in after
+        workers = pool.state.nodes[victim_node].workers
+        assert workers[0].restarts == 1 and workers[0].state == "ready"
+        assert await pool.run(abs, -3) == 3
+
+
+@pytest.mark.parametrize("how", ["cancel_scope", "timeout"])
+async def test_cancelling_a_call_stops_the_function_on_the_node(tmp_path, how):
+    ticks = tmp_path / "ticks"
+    async with sky.Pool(nodes=1) as pool:
+        pid = (await pool.run(getpid))[0]
+        if how == "timeout":
+            with pytest.raises(sky.TaskTimeout, match="timeout=0.5"):
+                await pool.run(tick_forever, str(ticks), timeout=0.5)
+        else:
+            with anyio.move_on_after(0.5):
+                await pool.run(tick_forever, str(ticks))
+        await anyio.sleep(0.3)
+        size = ticks.stat().st_size
+        assert size > 0
+        await anyio.sleep(0.5)
+        assert ticks.stat().st_size == size  # it stopped writing
+        # same worker process, still usable
+        assert await pool.run(getpid) == (pid, 0)
+        assert pool.state.tasks_cancelled == 1
+
+
+async def test_a_function_that_ignores_cancel_gets_its_worker_killed(tmp_path):
+    ticks = tmp_path / "ticks"
+    async with sky.Pool(nodes=1, cancel_grace=0.5) as pool:
+        pid = (await pool.run(getpid))[0]
+        with pytest.raises(sky.TaskTimeout):
+            await pool.run(tick_forever, str(ticks), True, timeout=0.3)
+        await anyio.sleep(1.5)
+        size = ticks.stat().st_size
+        await anyio.sleep(0.4)
+        assert ticks.stat().st_size == size
+        assert not alive(pid) or state_of(pid) == "Z"
+        new_pid = (await pool.run(getpid))[0]
+        assert new_pid != pid
+
+
+def spawn_sleeper():
+    import subprocess
+
+    return subprocess.Popen(["sleep", "60"]).pid
+
+
+@pytest.mark.parametrize("how", ["normal", "exception", "cancel"])
+async def test_no_process_is_left_after_the_pool_exits(how):
+    pids: set[int] = set()
+    with pytest.raises(Exception) if how == "exception" else _nothing():
+        with anyio.move_on_after(1.5) if how == "cancel" else _nothing():
+            async with sky.Pool(nodes=2) as pool:
+                pids |= {p for p, _ in await pool.broadcast(getpid)}
+                pids |= set(await pool.broadcast(spawn_sleeper))  # grandchildren too
+                assert all(alive(p) for p in pids)
+                if how == "exception":
+                    raise RuntimeError("boom")
+                if how == "cancel":
+                    await anyio.sleep(30)
+    assert len(pids) == 4
+    assert wait_gone(pids, timeout=3) == set(), {p: state_of(p) for p in pids}
+    assert not (worker_pids() & pids)
+
+
+async def test_cancel_during_start_leaves_nothing():
+    before = worker_pids()
+    with anyio.move_on_after(0.05):
+        async with sky.Pool(nodes=2):
+            await anyio.sleep(30)
+    await anyio.sleep(0.2)
+    assert wait_gone(worker_pids() - before, timeout=3) == set()
+
+
+async def test_replaying_the_event_log_gives_the_final_state():
+    async with sky.Pool(nodes=2, name="replay-me") as pool:
+        await pool.broadcast(getpid)
+        await pool.map(abs, range(-50, 50))
+        with pytest.raises(ZeroDivisionError):
+            await pool.run(divmod, 1, 0)
+        live_mid = pool.state
+        assert fold(read_log(pool.log_path)) .tasks_submitted <= live_mid.tasks_submitted
+        path = pool.log_path
+    final = pool.state
+    replayed = fold(read_log(path))
+    assert replayed == final
+    assert final.status == "stopped" and final.tasks_failed == 1
+    assert [n.state for n in final.nodes] == ["terminated", "terminated"]
+    assert final.tasks_ok == final.tasks_submitted - 1
+    kinds = [e.kind for e in read_log(path)]
+    assert kinds[0] == "pool_started" and kinds[-1] == "pool_stopped"
+    states = [e.state for e in read_log(path) if e.kind == "node_state" and e.node == 0]
+    assert states == ["requested", "provisioning", "running", "connecting", "bootstrapping", "ready",
+                      "draining", "terminating", "terminated"]
+
+
+async def test_events_iterator_sees_the_lifecycle():
+    seen = []
+    async with sky.Pool(nodes=1) as pool:
+        async def watch():
+            async for ev in pool.events(replay=True):
+                seen.append(ev.kind)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            await pool.run(abs, 1)
+            await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+    assert seen[0] == "pool_started"
+    assert {"task_submitted", "task_started", "task_finished"} <= set(seen)
+
+
+def divmod(a, b):  # noqa: A001 - a module-level function the worker pickles by value
+    return a // b
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return None

@@ -1,0 +1,244 @@
+"""The sans-IO protocol: two Connections joined by handing bytes across, no sockets."""
+
+from __future__ import annotations
+
+import struct
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from skyhive.protocol import (
+    PROTOCOL_VERSION,
+    Cancel,
+    Connection,
+    Hello,
+    LocalProtocolError,
+    Output,
+    Ping,
+    Pong,
+    ProtocolError,
+    RemoteProtocolError,
+    Result,
+    Role,
+    Shutdown,
+    Started,
+    State,
+    Submit,
+    Welcome,
+)
+from skyhive.protocol.codec import HEADER, encode
+
+
+def welcome(**kw):
+    base = dict(protocol_version=PROTOCOL_VERSION, python_version="3.11.7", skyhive_version="0.1.0",
+                max_frame=1 << 20, pid=42)
+    base.update(kw)
+    return Welcome(**base)
+
+
+def pair():
+    client, worker = Connection(Role.CLIENT), Connection(Role.WORKER)
+    [hello] = worker.receive_data(client.hello("0.1.0", "3.11.7"))
+    assert isinstance(hello, Hello) and hello.protocol_version == PROTOCOL_VERSION
+    [w] = client.receive_data(worker.send(welcome()))
+    assert w.pid == 42
+    assert client.state is worker.state is State.READY
+    return client, worker
+
+
+def feed_bytewise(conn: Connection, data: bytes) -> list:
+    out = []
+    for i in range(len(data)):
+        out += conn.receive_data(data[i : i + 1])
+    return out
+
+
+def test_round_trip_every_message_and_bytewise():
+    client, worker = pair()
+    sub = Submit(task_id=7, fn_id=b"\x01" * 16, fn=b"fnbytes", args=b"args", options={"kind": "call"})
+    data = client.send(sub) + client.send(Cancel(task_id=7)) + client.send(Ping(nonce=3))
+    assert feed_bytewise(worker, data) == [sub, Cancel(task_id=7), Ping(nonce=3)]
+    replies = [Started(task_id=7), Output(task_id=7, stream=1, data="héllo\n"), Pong(nonce=3),
+               Result(task_id=7, ok=False, value=b"", error_type="ZeroDivisionError", traceback="tb")]
+    data = b"".join(worker.send(m) for m in replies)
+    assert client.receive_data(data) == replies
+
+
+def test_out_of_band_buffers_reassemble_in_chunks_and_interleave():
+    client, worker = pair()
+    big = bytes(range(256)) * 5000  # 1.28 MB
+    small = b"xyz"
+    sub = Submit(task_id=1, fn_id=b"f" * 16, fn=b"", args=b"a", buffer_sizes=(len(big), len(small)))
+    assert worker.receive_data(client.send(sub)) == []  # waits for its buffers
+    frames = list(client.send_buffers(1, [big, small], chunk_size=100_000))
+    assert len(frames) == 14
+    out = []
+    for i, (header, piece) in enumerate(frames):
+        out += worker.receive_data(header + bytes(piece))
+        if i == 3:  # a heartbeat between two chunks is delivered at once
+            assert worker.receive_data(client.send(Ping(nonce=1))) == [Ping(nonce=1)]
+    [done] = out
+    assert isinstance(done, Submit) and done.task_id == 1
+    assert bytes(done.buffers[0]) == big and bytes(done.buffers[1]) == small
+
+
+def test_zero_length_buffer_completes_at_once():
+    client, worker = pair()
+    [done] = worker.receive_data(client.send(Submit(task_id=2, fn_id=b"", fn=b"", args=b"", buffer_sizes=(0,))))
+    assert bytes(done.buffers[0]) == b""
+
+
+def test_version_mismatch_names_both_versions():
+    worker = Connection(Role.WORKER)
+    hello = Hello(protocol_version=PROTOCOL_VERSION + 1, python_version="3.11.7", skyhive_version="9", max_frame=10)
+    with pytest.raises(RemoteProtocolError) as err:
+        worker.receive_data(encode(hello))
+    assert f"version {PROTOCOL_VERSION + 1}" in str(err.value) and f"version {PROTOCOL_VERSION}" in str(err.value)
+    client = Connection(Role.CLIENT)
+    client.hello("0.1.0", "3.11.7")
+    with pytest.raises(RemoteProtocolError, match=f"worker speaks version {PROTOCOL_VERSION + 7}"):
+        client.receive_data(encode(welcome(protocol_version=PROTOCOL_VERSION + 7)))
+
+
+def test_refusal_reaches_the_client_as_an_error():
+    client, worker = Connection(Role.CLIENT), Connection(Role.WORKER)
+    worker.receive_data(client.hello("0.1.0", "3.12.1"))
+    with pytest.raises(RemoteProtocolError, match="Python 3.12.1"):
+        client.receive_data(worker.refusal(welcome(error="client runs Python 3.12.1 ...")))
+
+
+def test_illegal_moves_local_and_remote_and_sticky_error():
+    client = Connection(Role.CLIENT)
+    with pytest.raises(LocalProtocolError, match="cannot send Submit: client in state idle"):
+        client.send(Submit(task_id=1, fn_id=b"", fn=b"", args=b""))
+    with pytest.raises(LocalProtocolError, match="ERROR state"):
+        client.hello("0.1.0", "3.11.7")
+    worker = Connection(Role.WORKER)
+    with pytest.raises(RemoteProtocolError, match="peer sent Submit to worker in state idle"):
+        worker.receive_data(encode(Submit(task_id=1, fn_id=b"", fn=b"", args=b"")))
+    with pytest.raises(RemoteProtocolError, match="ERROR state"):
+        worker.receive_data(b"\x00")
+
+
+def test_worker_cannot_submit_and_client_cannot_send_results():
+    client, worker = pair()
+    with pytest.raises(LocalProtocolError):
+        worker.send(Submit(task_id=1, fn_id=b"", fn=b"", args=b""))
+    with pytest.raises(LocalProtocolError):
+        client.send(Result(task_id=1, ok=True, value=b""))
+
+
+def test_shutdown_closes_and_eof_mid_frame_is_an_error():
+    client, worker = pair()
+    assert worker.receive_data(client.send(Shutdown())) == [Shutdown()]
+    assert worker.state is State.CLOSED and client.state is State.CLOSED
+    with pytest.raises(LocalProtocolError):
+        client.send(Ping(nonce=1))
+    c2, w2 = pair()
+    frame = c2.send(Ping(nonce=1))
+    w2.receive_data(frame[:5])
+    with pytest.raises(RemoteProtocolError, match="in the middle of a frame"):
+        w2.receive_data(b"")
+
+
+def test_frame_over_limit_is_refused_before_buffering():
+    worker = Connection(Role.WORKER, max_frame=1000)
+    with pytest.raises(RemoteProtocolError, match="exceeds the 1000-byte limit"):
+        worker.receive_data(HEADER.pack(10_000))
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (b"\xc1", "not valid msgpack"),
+        (msgpack.packb({"a": 1}), "not a \\[tag"),
+        (msgpack.packb([99, 1]), "unknown message type tag 99"),
+        (msgpack.packb([Ping.tag]), "Ping frame has 0 fields, expected 1"),
+        (msgpack.packb([Ping.tag, "x"]), "Ping.nonce should be int, got str"),
+        (bytes([0x94, 11, 0, 0]), "shorter than its header"),
+    ],
+)
+def test_bad_bodies_are_named(body, message):
+    client, worker = pair()
+    with pytest.raises(RemoteProtocolError, match=message):
+        worker.receive_data(HEADER.pack(len(body)) + body)
+
+
+def test_chunk_for_unknown_task_and_overrun():
+    client, worker = pair()
+    header, piece = next(client.send_buffers(5, [b"abc"]))
+    with pytest.raises(RemoteProtocolError, match="announced no buffers"):
+        worker.receive_data(header + bytes(piece))
+    client, worker = pair()
+    worker.receive_data(client.send(Submit(task_id=5, fn_id=b"", fn=b"", args=b"", buffer_sizes=(2,))))
+    header, piece = next(client.send_buffers(5, [b"abc"]))
+    with pytest.raises(RemoteProtocolError, match="overruns buffer 0"):
+        worker.receive_data(header + bytes(piece))
+
+
+def test_junk_after_valid_frames_yields_frames_then_error():
+    client, worker = pair()
+    data = client.send(Ping(nonce=1)) + HEADER.pack(3) + b"\xc1\xc1\xc1"
+    with pytest.raises(RemoteProtocolError):
+        worker.receive_data(data)
+
+
+def _ready_worker() -> tuple[Connection, bytes]:
+    client, worker = pair()
+    valid = client.send(Submit(task_id=1, fn_id=b"f", fn=b"x", args=b"y", options={"a": [1, 2]}))
+    valid += client.send(Ping(nonce=5))
+    return worker, valid
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=600))
+def test_random_bytes_raise_only_protocol_error(data):
+    worker, _ = _ready_worker()
+    try:
+        worker.receive_data(data)
+        worker.receive_data(b"")
+    except ProtocolError:
+        pass
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_mutated_frames_raise_only_protocol_error(data):
+    worker, valid = _ready_worker()
+    buf = bytearray(valid)
+    for _ in range(data.draw(st.integers(1, 6))):
+        i = data.draw(st.integers(0, len(buf) - 1))
+        buf[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(buf)))
+    try:
+        worker.receive_data(bytes(buf[:cut]))
+        worker.receive_data(bytes(buf[cut:]))
+        worker.receive_data(b"")
+    except ProtocolError:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**31), st.binary(max_size=64)), max_size=5))
+def test_random_chunk_headers_raise_only_protocol_error(chunks):
+    worker, _ = _ready_worker()
+    for ref, payload in chunks:
+        body = struct.pack(">BBBQBQBQ", 0x94, 11, 0xCF, ref, 0xCF, ref % 3, 0xCF, ref) + payload
+        try:
+            worker.receive_data(HEADER.pack(len(body)) + body)
+        except ProtocolError:
+            return
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-(2**63), 2**64 - 1), min_size=0, max_size=4))
+def test_hostile_buffer_sizes_are_refused(sizes):
+    worker, _ = _ready_worker()
+    body = msgpack.packb([Submit.tag, 9, b"", b"", b"", sizes, False, {}])
+    try:
+        out = worker.receive_data(HEADER.pack(len(body)) + body)
+    except ProtocolError:
+        return
+    assert all(0 <= s for s in sizes) or out == []
