@@ -3,10 +3,11 @@
 Run as a script (``python bench/_floor_worker.py``); it imports nothing from the project.
 
 Wire format, both directions: a frame is a 4-byte big-endian length followed by that many bytes.
-  request:  frame(msgpack [req_id, fn_payload, args_payload, n_buffers]) then n_buffers raw frames,
+  request:  frame(msgpack [req_id, fn_payload, args_payload, n_buffers, batch]) then n_buffers raw frames,
             the pickle protocol-5 out-of-band buffers of the arguments, in order (no join, no copy
             on the sender). fn_payload is cloudpickle(fn); the worker keeps the functions it has
-            unpickled, keyed by those bytes. args_payload is cloudpickle((args, kwargs)).
+            unpickled, keyed by those bytes. args_payload is cloudpickle((args, kwargs)); if
+            batch is true, args is (items,) and the answer is [fn(x) for x in items].
   response: frame(msgpack [req_id, ok, cloudpickle(result or exception)])
 Calls are answered one at a time, in order, one write() per response. The worker exits on EOF.
 """
@@ -41,7 +42,7 @@ def main() -> None:
         frame = read_frame()
         if frame is None:
             return
-        req_id, fn_payload, payload, n_buffers = msgpack.unpackb(frame)
+        req_id, fn_payload, payload, n_buffers, batch = msgpack.unpackb(frame)
         buffers = []
         for _ in range(n_buffers):
             buf = read_frame()
@@ -54,7 +55,8 @@ def main() -> None:
                 fn = functions[fn_payload] = cloudpickle.loads(fn_payload)
             args, kwargs = cloudpickle.loads(payload, buffers=buffers)
             del buffers, payload
-            reply = [req_id, True, cloudpickle.dumps(fn(*args, **kwargs))]
+            result = [fn(x) for x in args[0]] if batch else fn(*args, **kwargs)
+            reply = [req_id, True, cloudpickle.dumps(result)]
         except BaseException as exc:  # report, keep serving
             try:
                 reply = [req_id, False, cloudpickle.dumps(exc)]

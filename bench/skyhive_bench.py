@@ -24,12 +24,18 @@ def load() -> Any:
     """Import skyhive, or raise ImportError saying why it cannot be benchmarked."""
     try:
         import skyhive as sky
-    except ImportError as exc:
-        raise ImportError(f"{type(exc).__name__}: {exc}; is it installed (pip install -e .)?") from exc
-    missing = [n for n in ("Pool", "Local") if not hasattr(sky, n)]
-    if missing:
-        where = getattr(sky, "__file__", None) or list(getattr(sky, "__path__", []))
-        raise ImportError(f"skyhive ({where}) has no {', '.join('sky.' + n for n in missing)} yet")
+    except Exception as exc:
+        raise ImportError(f"import skyhive: {type(exc).__name__}: {exc}"
+                          " — is it installed (pip install -e .)?") from exc
+    where = getattr(sky, "__file__", None) or list(getattr(sky, "__path__", []))
+    for name in ("Pool", "Local"):
+        try:
+            getattr(sky, name)
+        except AttributeError:
+            raise ImportError(f"skyhive ({where}) has no sky.{name} yet") from None
+        except Exception as exc:  # the public names are imported lazily
+            raise ImportError(f"sky.{name}: {type(exc).__name__}: {exc}"
+                              " — is it installed (pip install -e .)?") from exc
     return sky
 
 

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""The two commands of the README, with nothing but Python 3.11 installed:
+
+    python3 dev.py demo    # set up .venv and run a real 2-node job on this machine
+    python3 dev.py test    # set up .venv with the test extras and run the whole test suite
+
+Extra arguments after `test` go to pytest (`python3 dev.py test -k ssh -x`). Setup is skipped when
+pyproject.toml has not changed since the last install (a stamp in .venv).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+PY = VENV / "bin" / "python"
+# What each command installs. torch is pinned: this exact CPU build is what the tests are run against.
+EXTRAS = {"demo": "", "test": "[dev,torch,jax]"}
+
+
+def run(*cmd: str | os.PathLike[str], **kw) -> None:
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    subprocess.run([str(c) for c in cmd], check=True, cwd=ROOT, **kw)
+
+
+def setup(kind: str) -> None:
+    if sys.version_info[:2] < (3, 11):
+        sys.exit(f"skyhive needs Python 3.11 or newer; this is {sys.version.split()[0]}")
+    if not PY.exists():
+        run(sys.executable, "-m", "venv", VENV)
+    extras = EXTRAS[kind]
+    stamp = VENV / f".skyhive-{kind}.stamp"
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
+    if stamp.exists() and stamp.read_text() == digest:
+        return
+    run(PY, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    run(PY, "-m", "pip", "install", "--quiet", "-e", f".{extras}")
+    stamp.write_text(digest)
+
+
+def system_deps() -> None:
+    """sshd and ip for the SSH and network-namespace tests (root only; they skip elsewhere)."""
+    script = ROOT / ".ci" / "system-deps.sh"
+    if os.geteuid() == 0 and shutil.which("bash"):
+        subprocess.run(["bash", str(script)], cwd=ROOT, stdin=subprocess.DEVNULL, check=False)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in EXTRAS:
+        print(__doc__)
+        return 2
+    kind, rest = argv[0], argv[1:]
+    setup(kind)
+    if kind == "demo":
+        return subprocess.run([str(PY), "examples/demo.py", *rest], cwd=ROOT).returncode
+    system_deps()
+    return subprocess.run([str(PY), "-m", "pytest", "-p", "no:cacheprovider", *rest], cwd=ROOT).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

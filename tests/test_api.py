@@ -1,0 +1,100 @@
+"""The public API: names pinned, decorator sugar, the blocking pool, the demo example."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+import skyhive as sky
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PUBLIC = {
+    "Pool", "Local", "SSH", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
+    "stdout", "stderr", "silent", "OutputRecord", "Captured", "plugins",
+    "SkyhiveError", "WorkerLost", "ProvisionError", "ProtocolError", "TaskTimeout", "RemoteError",
+    "SerializationError", "PoolClosed", "NotOnNodeError",
+}
+
+
+def test_public_names_are_pinned():
+    assert set(sky.__all__) == PUBLIC
+    for name in sorted(PUBLIC - {"SSH"}):  # SSH arrives with the SSH provider
+        assert getattr(sky, name) is not None, name
+    for err in ("WorkerLost", "ProvisionError", "ProtocolError", "TaskTimeout", "RemoteError",
+                "SerializationError", "PoolClosed", "NotOnNodeError"):
+        assert issubclass(getattr(sky, err), sky.SkyhiveError), err
+    with pytest.raises(AttributeError):
+        sky.NoSuchThing  # noqa: B018
+
+
+def test_importing_skyhive_on_a_worker_stays_light():
+    code = "import sys, skyhive; skyhive.instance_info; skyhive.shard; print('anyio' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_package_layout_has_no_stray_top_level_modules():
+    import skyhive.protocol
+    import skyhive.runtime
+
+    assert skyhive.runtime.__name__ == "skyhive.runtime" and skyhive.protocol.__name__ == "skyhive.protocol"
+    assert (Path(sky.__file__).parent / "py.typed").exists()
+
+
+@sky.compute
+def square(x):
+    return x * x
+
+
+@sky.compute
+def where():
+    return sky.instance_info().node
+
+
+def test_blocking_pool_and_operators():
+    with sky.Pool(provider=sky.Local(), nodes=2) as pool:
+        assert where() @ pool == [0, 1]
+        assert square(7) >> pool == 49
+        assert sky.gather(square(1), square(2), square(3)) >> pool == [1, 4, 9]
+        assert pool.broadcast(square, 3) == [9, 9]
+        assert pool.map(square, range(5)) == [0, 1, 4, 9, 16]
+        assert pool.statistics()["tasks_failed"] == 0
+        with pytest.raises(ZeroDivisionError):
+            pool.run(lambda: 1 / 0)
+    assert pool.state.status == "stopped"
+    assert square.local(5) == 25 and square(6).local() == 36
+    with pytest.raises(TypeError, match="gather"):
+        sky.gather(1)
+
+
+@pytest.mark.anyio
+async def test_async_operators_are_awaitable():
+    async with sky.Pool(nodes=2) as pool:
+        assert await (where() @ pool) == [0, 1]
+        assert await (square(4) >> pool) == 16
+        assert await (sky.gather(square(2), square(5)) >> pool) == [4, 25]
+        assert "Pool" in repr(pool) and "running" in repr(pool)
+
+
+def test_demo_example_runs():
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py")], capture_output=True, text=True,
+                         timeout=120, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "[node 0] hello from node 0 of 2" in out.stdout and "[node 1] hello from node 1 of 2" in out.stdout
+    assert "node 1 (worker) answered" in out.stdout
+    assert "sum of squares = 333283335000" in out.stdout
+
+
+def test_run_on_anyio_from_a_thread_free_context():
+    async def main():
+        async with sky.Pool(nodes=1, log_events=False) as pool:
+            return await pool.run(square.__skyhive_fn__, 9)
+
+    assert anyio.run(main) == 81
