@@ -7,8 +7,8 @@ large buffer is never packed into, or unpacked out of, a msgpack `bin` (each of 
 
 from __future__ import annotations
 
+import operator
 import struct
-from typing import Any
 
 import msgpack
 
@@ -32,25 +32,39 @@ _CHUNK_PREFIX = bytes([0x94, Chunk.tag])
 #: peer reaches it; it caps what an incomplete frame may make us buffer.
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 
-_PY_TYPES: dict[str, tuple[type, ...]] = {
-    "int": (int,),
-    "str": (str,),
-    "bytes": (bytes,),
-    "bool": (bool,),
-    "tuple[int, ...]": (tuple,),
-    "dict[str, Any]": (dict,),
+# Wire types are checked exactly (`type(v) is ...`): msgpack gives back exactly these types, and an
+# exact check keeps a bool out of an int field.
+_PY_TYPES: dict[str, type] = {
+    "int": int,
+    "str": str,
+    "bytes": bytes,
+    "bool": bool,
+    "tuple[int, ...]": tuple,
+    "dict[str, Any]": dict,
 }
-_SCHEMA: dict[type[Message], tuple[tuple[str, tuple[type, ...]], ...]] = {
-    cls: tuple((name, _PY_TYPES[str(ann)]) for name, ann in wire_fields(cls)) for cls in TAGS.values()
-}
+
+
+class _Schema:
+    __slots__ = ("names", "types", "getter")
+
+    def __init__(self, cls: type[Message]) -> None:
+        pairs = wire_fields(cls)
+        self.names = tuple(name for name, _ in pairs)
+        self.types = tuple(_PY_TYPES[str(ann)] for _, ann in pairs)
+        get = operator.attrgetter(*self.names) if self.names else (lambda m: ())
+        self.getter = (lambda m: (get(m),)) if len(self.names) == 1 else get
+
+
+_SCHEMA: dict[type[Message], _Schema] = {cls: _Schema(cls) for cls in TAGS.values()}
 _packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+_pack_len = HEADER.pack
 
 
 def encode(msg: Message) -> bytes:
     """The frame (length prefix included) for `msg`. `Chunk` goes through `encode_chunk_header`."""
     cls = type(msg)
-    body = _packb([cls.tag, *[getattr(msg, name) for name, _ in _SCHEMA[cls]]])
-    return HEADER.pack(len(body)) + body
+    body = _packb((cls.tag, *_SCHEMA[cls].getter(msg)))
+    return _pack_len(len(body)) + body
 
 
 def encode_chunk_header(ref: int, index: int, offset: int, size: int) -> bytes:
@@ -78,19 +92,18 @@ def decode_body(body: memoryview) -> Message:
         raise RemoteProtocolError(f"unknown message type tag {tag}")
     schema = _SCHEMA[cls]
     values = obj[1:]
-    if len(values) != len(schema):
+    if len(values) != len(schema.names):
         raise RemoteProtocolError(
-            f"{cls.__name__} frame has {len(values)} fields, expected {len(schema)}"
+            f"{cls.__name__} frame has {len(values)} fields, expected {len(schema.names)}"
         )
-    kwargs: dict[str, Any] = {}
-    for (name, types), value in zip(schema, values):
-        if not isinstance(value, types) or (types[0] is int and type(value) is bool):
-            raise RemoteProtocolError(
-                f"{cls.__name__}.{name} should be {types[0].__name__}, got {type(value).__name__}"
-            )
-        kwargs[name] = value
+    if tuple(map(type, values)) != schema.types:
+        for name, want, value in zip(schema.names, schema.types, values):
+            if type(value) is not want:
+                raise RemoteProtocolError(
+                    f"{cls.__name__}.{name} should be {want.__name__}, got {type(value).__name__}"
+                )
     try:
-        return cls(**kwargs)
+        return cls(**dict(zip(schema.names, values)))
     except (TypeError, ValueError) as exc:
         raise RemoteProtocolError(f"invalid {cls.__name__}: {exc}") from None
 

@@ -16,7 +16,7 @@ from typing import Any
 from .codec import DEFAULT_MAX_FRAME, HEADER, decode_body, encode, encode_chunk_header
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .messages import PROTOCOL_VERSION, Chunk, Hello, Message, Result, Submit, Welcome
-from .states import RECV, SEND, TRANSITIONS, Role, State
+from .states import RECV, SEND, Role, State, table
 
 __all__ = ["Connection", "Role", "State", "CHUNK_SIZE", "MAX_PENDING_BUFFERS"]
 
@@ -44,6 +44,8 @@ class Connection:
 
     def __init__(self, role: Role, *, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.role = role
+        self._send_table = table(role, SEND)
+        self._recv_table = table(role, RECV)
         self.state = State.IDLE
         self.max_frame = max_frame
         self.frames_sent = 0
@@ -52,6 +54,17 @@ class Connection:
         self._buf = bytearray()
         self._pending: dict[int, _Pending] = {}
         self._pending_bytes = 0
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @state.setter
+    def state(self, value: State) -> None:
+        self._state = value
+        # the legal moves from here, looked up by message type alone on the hot path
+        self._can_send = self._send_table[value]
+        self._can_recv = self._recv_table[value]
 
     def __repr__(self) -> str:
         return (
@@ -62,7 +75,7 @@ class Connection:
     # ---- state -------------------------------------------------------------------------------------
 
     def _move(self, direction: str, msg: Message) -> None:
-        nxt = TRANSITIONS.get((self.role, self.state, direction, type(msg)))
+        nxt = (self._can_send if direction is SEND else self._can_recv).get(type(msg))
         if nxt is None:
             what = f"{self.role.value} in state {self.state.value}"
             if direction == SEND:
@@ -70,7 +83,8 @@ class Connection:
                 raise LocalProtocolError(f"cannot send {type(msg).__name__}: {what}")
             self.state = State.ERROR
             raise RemoteProtocolError(f"peer sent {type(msg).__name__} to {what}")
-        self.state = nxt
+        if nxt is not self._state:
+            self.state = nxt
 
     # ---- sending -----------------------------------------------------------------------------------
 
@@ -222,7 +236,10 @@ class Connection:
             raise RemoteProtocolError(
                 f"peer announced {total} bytes of buffers; the limit is {MAX_PENDING_BUFFERS}"
             )
-        buffers = [mmap.mmap(-1, s) if s >= _MMAP_FROM else bytearray(s) for s in sizes]
+        try:
+            buffers = [mmap.mmap(-1, s) if s >= _MMAP_FROM else bytearray(s) for s in sizes]
+        except (OSError, MemoryError, OverflowError, ValueError) as exc:
+            raise RemoteProtocolError(f"cannot allocate {total} bytes for the announced buffers: {exc}") from None
         self._pending[msg.task_id] = _Pending(msg, buffers, total)
         self._pending_bytes += total
         if total == 0:

@@ -27,6 +27,8 @@ __all__ = [
     "Shutdown",
     "Chunk",
     "Resume",
+    "Ack",
+    "Goodbye",
     "MESSAGE_TYPES",
     "TAGS",
     "STDOUT",
@@ -34,7 +36,8 @@ __all__ = [
 ]
 
 #: Bumped on any change to framing or to a message's wire fields.
-PROTOCOL_VERSION = 1
+#: 2: `Resume.received`, `Ack`, `Goodbye` (resumable links, see `resume`).
+PROTOCOL_VERSION = 2
 
 #: `Output.stream` values.
 STDOUT = 1
@@ -59,7 +62,9 @@ class Hello(Message):
     python_version: str
     skyhive_version: str
     max_frame: int
-    resume_from: int = -1  # >= 0: a reconnecting client asks for worker frames after this sequence number
+    # >= 0 only in the control Hello of a resumable link (see `resume`): the client holds the worker's
+    # frames up to this number and asks for the ones after it
+    resume_from: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,14 +190,36 @@ class Chunk(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Resume(Message):
-    """Worker → client after a reconnect `Hello`: frames from `from_seq` on will be sent again."""
+    """Relay → client, answer to a reconnect `Hello`: where both directions pick up again.
+
+    The worker's frames after number `from_seq` follow (again); the relay holds the client's frames
+    up to number `received`, so the client sends its own frames after that one again. Travels as a
+    control frame of a resumable link (see `resume`), never through a `Connection`.
+    """
 
     tag: ClassVar[int] = 12
     from_seq: int
+    received: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ack(Message):
+    """Either end of a resumable link: I hold your frames up to number `seq`; drop them from replay."""
+
+    tag: ClassVar[int] = 13
+    seq: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Goodbye(Message):
+    """Relay → client, last control frame: the worker exited with `exit_status` (negative: signal)."""
+
+    tag: ClassVar[int] = 14
+    exit_status: int
 
 
 MESSAGE_TYPES: tuple[type[Message], ...] = (
-    Hello, Welcome, Submit, Started, Output, Result, Cancel, Ping, Pong, Shutdown, Chunk, Resume,
+    Hello, Welcome, Submit, Started, Output, Result, Cancel, Ping, Pong, Shutdown, Chunk, Resume, Ack, Goodbye,
 )
 
 #: tag -> message class, the one table the codec uses.

@@ -25,7 +25,7 @@ from .messages import (
     Welcome,
 )
 
-__all__ = ["Role", "State", "SEND", "RECV", "TRANSITIONS"]
+__all__ = ["Role", "State", "SEND", "RECV", "TRANSITIONS", "table"]
 
 
 class Role(enum.Enum):
@@ -77,3 +77,12 @@ TRANSITIONS: dict[Row, State] = {
     **{(_W, State.CLOSED, SEND, m): State.CLOSED for m in (Output, Result, Chunk, Pong, Started)},
     **{(_C, State.CLOSED, RECV, m): State.CLOSED for m in (Output, Result, Chunk, Pong, Started)},
 }
+
+
+def table(role: Role, direction: str) -> dict[State, dict[type[Message], State]]:
+    """For one role and direction: state -> {message type: next state} (the hot-path form)."""
+    out: dict[State, dict[type[Message], State]] = {state: {} for state in State}
+    for (r, state, d, msg), nxt in TRANSITIONS.items():
+        if r is role and d == direction:
+            out[state][msg] = nxt
+    return out

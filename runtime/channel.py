@@ -44,7 +44,7 @@ OutputSink = Callable[["WorkerChannel", "Call | None", int, str], None]
 class Call:
     """One task in flight on a worker: the caller's future and what the router needs to know."""
 
-    __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs")
+    __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs", "started")
 
     def __init__(self, task_id: int, future: asyncio.Future[Result] | None, options: Any, fn_name: str) -> None:
         self.task_id = task_id
@@ -52,6 +52,7 @@ class Call:
         self.options = options
         self.fn_name = fn_name
         self.abandoned = False
+        self.started = False
         self.outputs: list[tuple[int, str]] | None = None
 
 
@@ -124,6 +125,8 @@ class WorkerChannel:
             if call is None:
                 return
             self.tasks_done += 1
+            if not call.started:  # a short task's Started is folded into its Result
+                self._log.emit(TaskStarted, task=msg.task_id, node=self.node, local_rank=self.local_rank)
             if msg.ok:
                 outcome = "ok"
             else:
@@ -135,7 +138,10 @@ class WorkerChannel:
         elif isinstance(msg, Output):
             self._on_output(self, self.calls.get(msg.task_id), msg.stream, msg.data)
         elif isinstance(msg, Started):
-            self._log.emit(TaskStarted, task=msg.task_id, node=self.node, local_rank=self.local_rank)
+            started = self.calls.get(msg.task_id)
+            if started is not None and not started.started:
+                started.started = True
+                self._log.emit(TaskStarted, task=msg.task_id, node=self.node, local_rank=self.local_rank)
         elif isinstance(msg, Ping):
             self._write(self.conn.send(Pong(nonce=msg.nonce)))
         elif isinstance(msg, Welcome):

@@ -6,6 +6,7 @@ event, folds it into the pool's state, appends it to the file and hands it to `e
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
@@ -20,13 +21,15 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
 from .events import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
-from .state import PoolState, apply, fold
+from .state import PoolState, fold
 
 __all__ = ["EventLog", "state_dir", "pool_log_path", "read_log", "REDACTED"]
 
 log = logging.getLogger("skyhive.events")
 E = TypeVar("E", bound=Event)
 REDACTED = "***"
+#: Longest a task or output event waits before it is written to the file.
+WRITE_DELAY = 0.1
 #: Events kept in memory for late `events(replay=True)` subscribers; the file keeps everything.
 MEMORY_EVENTS = 10_000
 # Events after which the file is flushed at once (so a crashed client's pool can be found and cleaned).
@@ -60,7 +63,10 @@ class EventLog:
     def __init__(self, pool_id: str, *, path: Path | None, secrets: frozenset[str] = frozenset()) -> None:
         self.pool_id = pool_id
         self.path = path
-        self.state = PoolState()
+        self._state = PoolState()
+        self._unfolded: list[Event] = []
+        self._unwritten: list[Event] = []
+        self._flush_scheduled = False
         self.recent: deque[Event] = deque(maxlen=MEMORY_EVENTS)
         self._secrets = tuple(sorted((s for s in secrets if s), key=len, reverse=True))
         self._seq = 0
@@ -84,24 +90,49 @@ class EventLog:
                 text = text.replace(secret, REDACTED)
         return text
 
+    @property
+    def state(self) -> PoolState:
+        """The pool's state: the fold of every event emitted so far."""
+        if self._unfolded:
+            self._state = fold(self._unfolded, self._state)
+            self._unfolded = []
+        return self._state
+
     def emit(self, cls: type[E], **fields_: Any) -> E:
-        """Build, record and publish one event."""
+        """Build, record and publish one event.
+
+        Folding into the state and writing to the file are deferred and batched (the state is
+        folded when read; the file is written on the next lifecycle event, at most `WRITE_DELAY`
+        later, or at close), so a task's events cost a few microseconds on the caller's path.
+        """
         if self._secrets:
             fields_ = {k: self.redact(v) if isinstance(v, str) else v for k, v in fields_.items()}
         event = cls(pool_id=self.pool_id, seq=self._seq, ts=time.time(), **fields_)
         self._seq += 1
-        self.state = apply(self.state, event)
+        self._unfolded.append(event)
         self.recent.append(event)
         if self._file is not None:
-            self._file.write(to_json(event) + "\n")
-            if isinstance(event, _FLUSH_NOW):
-                self._file.flush()
-        for sub in self._subscribers:
-            try:
-                sub.send_nowait(event)
-            except anyio.BrokenResourceError:
-                pass
+            self._unwritten.append(event)
+            if isinstance(event, _FLUSH_NOW) or len(self._unwritten) >= 4096:
+                self.flush()
+            elif not self._flush_scheduled:
+                self._schedule_flush()
+        if self._subscribers:
+            for sub in self._subscribers:
+                try:
+                    sub.send_nowait(event)
+                except anyio.BrokenResourceError:
+                    pass
         return event
+
+    def _schedule_flush(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        self._flush_scheduled = True
+        loop.call_later(WRITE_DELAY, self.flush)
 
     async def subscribe(self, *, replay: bool = False) -> AsyncIterator[Event]:
         """Events from now on (with `replay`, first those still in memory), until the log closes."""
@@ -120,8 +151,14 @@ class EventLog:
             send.close()
 
     def flush(self) -> None:
-        if self._file is not None:
-            self._file.flush()
+        """Write every pending event to the file, and flush it."""
+        self._flush_scheduled = False
+        if self._file is None:
+            return
+        if self._unwritten:
+            pending, self._unwritten = self._unwritten, []
+            self._file.write("".join([to_json(e) + "\n" for e in pending]))
+        self._file.flush()
 
     def close(self) -> None:
         """Flush and close the file; end every subscriber's iteration."""
@@ -129,7 +166,7 @@ class EventLog:
             sub.close()
         self._subscribers.clear()
         if self._file is not None:
-            self._file.flush()
+            self.flush()
             os.fsync(self._file.fileno())
             self._file.close()
             self._file = None

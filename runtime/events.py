@@ -8,7 +8,8 @@ them before an event is built (see `eventlog.EventLog.emit`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+import operator
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 __all__ = [
@@ -37,7 +38,11 @@ class Event:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PoolStarted(Event):
-    """A pool was opened with this provider and shape."""
+    """A pool was opened with this provider and shape.
+
+    `provider_config` is the provider's `describe()`: plain values from which `providers.registry`
+    rebuilds the provider, so `skyhive down` can destroy a crashed client's nodes.
+    """
 
     kind: ClassVar[str] = "pool_started"
     provider: str
@@ -45,6 +50,7 @@ class PoolStarted(Event):
     processes_per_node: int
     pid: int
     host: str
+    provider_config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,15 +140,47 @@ EVENT_TYPES: dict[str, type[Event]] = {
 }
 
 
-_FIELDS: dict[type[Event], tuple[str, ...]] = {cls: tuple(f.name for f in fields(cls)) for cls in EVENT_TYPES.values()}
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_str = json.encoder.encode_basestring  # the C implementation when available
+
+
+class _Writer:
+    """A precompiled JSON writer for one event class: a `%` template over its fields, strings escaped
+    by the C encoder (this runs for every task and output event, so it avoids building a dict)."""
+
+    def __init__(self, cls: type[Event]) -> None:
+        parts, self.strings, self.others = [], [], []
+        names = [f.name for f in fields(cls)]
+        for i, f in enumerate(fields(cls)):
+            kind = str(f.type)
+            if kind == "int":
+                parts.append(f'"{f.name}":%d')
+            elif kind == "float":
+                parts.append(f'"{f.name}":%r')
+            elif kind == "str":
+                parts.append(f'"{f.name}":%s')
+                self.strings.append(i)
+            else:  # rare, structured fields (e.g. a provider's description): plain json
+                parts.append(f'"{f.name}":%s')
+                self.others.append(i)
+        parts.append(f'"type":{_str(cls.kind)}')
+        self.template = "{" + ",".join(parts).replace("%%", "%%%%") + "}"
+        self.get = operator.attrgetter(*names)
+
+    def __call__(self, event: Event) -> str:
+        values = list(self.get(event))
+        for i in self.strings:
+            values[i] = _str(values[i])
+        for i in self.others:
+            values[i] = json.dumps(values[i], separators=(",", ":"), ensure_ascii=False, default=str)
+        return self.template % tuple(values)
+
+
+_WRITERS: dict[type[Event], _Writer] = {cls: _Writer(cls) for cls in EVENT_TYPES.values()}
 
 
 def to_json(event: Event) -> str:
-    """One line of the JSONL log (event fields are plain values: no deep copy needed)."""
-    data = {name: getattr(event, name) for name in _FIELDS[type(event)]}
-    data["type"] = event.kind
-    return _encode(data)
+    """One line of the JSONL log."""
+    return _WRITERS[type(event)](event)
 
 
 def from_json(line: str) -> Event:

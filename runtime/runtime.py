@@ -108,7 +108,8 @@ class PoolRuntime:
     async def _start(self) -> None:
         spec = self.spec
         self.log.emit(PoolStarted, provider=self.provider.name, nodes=spec.nodes,
-                      processes_per_node=spec.processes_per_node, pid=os.getpid(), host=socket.gethostname())
+                      processes_per_node=spec.processes_per_node, pid=os.getpid(), host=socket.gethostname(),
+                      provider_config=self.provider.describe())
         for node in self.nodes:
             self.log.emit(NodeStateChanged, node=node.index, state=NodeState.REQUESTED.value)
         for node in self.nodes:
@@ -187,20 +188,28 @@ class PoolRuntime:
     def live_nodes(self) -> list[NodeActor]:
         return [n for n in self.nodes if n.state is NodeState.READY]
 
+    def pick_nowait(self) -> WorkerChannel | None:
+        """The least busy usable worker (ties go round-robin), or None if none is usable now."""
+        best: WorkerChannel | None = None
+        self._rr += 1
+        for node in self.nodes:
+            for c in node.channels:
+                if c is not None and c.usable and (best is None or len(c.calls) < len(best.calls)):
+                    best = c
+                    if not c.calls and self._rr & 1:
+                        return c
+        return best
+
     async def pick(self) -> WorkerChannel:
         """The least busy usable worker; waits (bounded) while workers restart."""
         self._check_open()
+        best = self.pick_nowait()
+        if best is not None:
+            return best
         with anyio.move_on_after(self.settings.wait_for_worker):
             while True:
-                best: WorkerChannel | None = None
-                channels = [c for n in self.nodes for c in n.usable_channels()]
-                if channels:
-                    self._rr += 1
-                    k = self._rr % len(channels)
-                    for c in channels[k:] + channels[:k]:
-                        if best is None or c.load < best.load:
-                            best = c
-                    assert best is not None
+                best = self.pick_nowait()
+                if best is not None:
                     return best
                 if not self.live_nodes():
                     break

@@ -11,9 +11,11 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import pickle
 import sys
 import sysconfig
 import traceback
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +30,7 @@ _installed_roots = tuple(
     for p in {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
 )
 _by_value_checked: dict[str, bool] = {}
+_NO_ARGS = pickle.dumps(((), {}), protocol=5)
 
 
 def _register_user_module(fn: Any) -> None:
@@ -45,21 +48,86 @@ def _register_user_module(fn: Any) -> None:
         cloudpickle.register_pickle_by_value(module)
 
 
+_fn_cache: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], bytes, bytes]] = weakref.WeakKeyDictionary()
+_SIMPLE = frozenset({int, float, str, bytes, bool, type(None), complex})
+
+
+def _fingerprint(fn: Any) -> tuple[Any, ...]:
+    """What a by-value pickle of `fn` depends on that can be rebound: the globals it names and its
+    closure cells (by identity; immutable scalars by value). A cached pickle is reused only while
+    this is unchanged, so `LR = 0.2` after a first call is seen by the next one."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return ()
+    g = getattr(fn, "__globals__", {})
+    parts: list[Any] = []
+    for name in code.co_names:
+        if name in g:
+            v = g[name]
+            parts.append((name, v) if type(v) in _SIMPLE else (name, id(v)))
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            v = cell.cell_contents
+        except ValueError:
+            v = None
+        parts.append(v if type(v) in _SIMPLE else id(v))
+    parts.append(id(getattr(fn, "__defaults__", None)))
+    return tuple(parts)
+
+
 def dump_function(fn: Callable[..., Any]) -> tuple[bytes, bytes]:
-    """(fn_id, payload): the cloudpickled function and a digest that names it on a worker."""
+    """(fn_id, payload): the cloudpickled function and a digest that names it on a worker.
+
+    Pickles are cached per function object while its `_fingerprint` is unchanged: a warm call
+    does not pay for pickling its function again.
+    """
+    try:
+        cached = _fn_cache.get(fn)
+    except TypeError:  # not weak-referenceable (e.g. a builtin): cheap to pickle by reference anyway
+        cached = None
+    fp = _fingerprint(fn)
+    if cached is not None and cached[0] == fp:
+        return cached[1], cached[2]
     _register_user_module(fn)
     try:
         payload = cloudpickle.dumps(fn, protocol=5)
     except Exception as exc:
         raise SerializationError(f"function {_name(fn)} cannot be pickled: {type(exc).__name__}: {exc}") from exc
-    return hashlib.blake2b(payload, digest_size=16).digest(), payload
+    fn_id = hashlib.blake2b(payload, digest_size=16).digest()
+    try:
+        _fn_cache[fn] = (fp, fn_id, payload)
+    except TypeError:
+        pass
+    return fn_id, payload
+
+
+def _plain(obj: Any, depth: int = 0) -> bool:
+    """True when plain pickle gives the same bytes cloudpickle would (no code or user classes)."""
+    t = type(obj)
+    if t in _SIMPLE:
+        return True
+    if depth < 3 and (t is tuple or t is list) and len(obj) <= 256:
+        return all(_plain(x, depth + 1) for x in obj)
+    if depth < 3 and t is dict and len(obj) <= 256:
+        return all(type(k) is str and _plain(v, depth + 1) for k, v in obj.items())
+    if t.__name__ == "ndarray" and t.__module__ == "numpy":
+        return not obj.dtype.hasobject
+    return False
+
+
+def _dumps(obj: Any, buffers: list[Any]) -> bytes:
+    if _plain(obj):
+        return pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    return cloudpickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
 
 
 def dump_args(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bytes, list[Any]]:
     """Pickle `(args, kwargs)`; on failure name the argument that cannot be pickled."""
+    if not args and not kwargs:
+        return _NO_ARGS, []
     buffers: list[Any] = []
     try:
-        data = cloudpickle.dumps((args, kwargs), protocol=5, buffer_callback=buffers.append)
+        data = _dumps((args, kwargs), buffers)
     except Exception as exc:
         raise _name_bad_argument(fn, args, kwargs, exc) from exc
     return data, [b.raw() for b in buffers]
@@ -69,7 +137,7 @@ def dump_value(value: Any, what: str = "value") -> tuple[bytes, list[Any]]:
     """Pickle a value with out-of-band buffers; raises `SerializationError` naming `what` it was."""
     buffers: list[Any] = []
     try:
-        data = cloudpickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+        data = _dumps(value, buffers)
     except Exception as exc:
         raise SerializationError(f"{what} of type {type(value).__name__} cannot be pickled: {type(exc).__name__}: {exc}") from exc
     return data, [b.raw() for b in buffers]
@@ -77,7 +145,7 @@ def dump_value(value: Any, what: str = "value") -> tuple[bytes, list[Any]]:
 
 def load_value(data: bytes, buffers: tuple[Any, ...] = ()) -> Any:
     """Unpickle what `dump_value` / `dump_args` made."""
-    return cloudpickle.loads(data, buffers=buffers)
+    return pickle.loads(data, buffers=buffers)
 
 
 def dump_exception(exc: BaseException) -> tuple[bytes, str, str, str]:

@@ -1,4 +1,10 @@
-"""Local transport: worker processes on this machine, over subprocess pipes."""
+"""Local transport: worker processes on this machine, over pipes.
+
+The protocol pipes are our own (`os.pipe`), attached to the loop with `connect_read_pipe` /
+`connect_write_pipe`: bytes reach the channel in the same loop iteration that reads them (asyncio's
+subprocess transport would defer each read by one more iteration). The worker's stderr — its own
+diagnostics, never task output — is logged line by line.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import fcntl
 import logging
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
@@ -21,110 +28,126 @@ _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _HIGH_WATER = 4 << 20
 
 
-def _grow_pipe(transport: asyncio.BaseTransport | None) -> None:
-    pipe = transport.get_extra_info("pipe") if transport is not None else None
-    if pipe is None:
-        return
+def _pipe() -> tuple[int, int]:
+    r, w = os.pipe2(os.O_CLOEXEC)
     try:
-        fcntl.fcntl(pipe.fileno(), _F_SETPIPE_SZ, PIPE_SIZE)
+        fcntl.fcntl(w, _F_SETPIPE_SZ, PIPE_SIZE)
     except OSError:
         pass  # capped by /proc/sys/fs/pipe-max-size: the default still works, only slower
+    return r, w
 
 
-class _Protocol(asyncio.SubprocessProtocol):
-    def __init__(self, receiver: Receiver, label: str) -> None:
+class _Reader(asyncio.Protocol):
+    def __init__(self, receiver: Receiver) -> None:
         self.receiver = receiver
-        self.label = label
-        self.exited = asyncio.get_running_loop().create_future()
-        self._can_write = asyncio.Event()
-        self._can_write.set()
-        self._stderr = b""
+        self.closed = asyncio.get_running_loop().create_future()
 
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        if fd == 1:
-            self.receiver.data_received(data)
-        else:
-            self._stderr += data
-            *lines, self._stderr = self._stderr.split(b"\n")
-            for line in lines:
-                log.warning("%s: %s", self.label, line.decode(errors="replace"))
+    def data_received(self, data: bytes) -> None:
+        self.receiver.data_received(data)
 
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if fd == 1:
-            self.receiver.eof_received()
-        elif fd == 2 and self._stderr:
-            log.warning("%s: %s", self.label, self._stderr.decode(errors="replace"))
-            self._stderr = b""
+    def eof_received(self) -> bool:
+        self.receiver.eof_received()
+        return False
 
-    def process_exited(self) -> None:
-        if not self.exited.done():
-            self.exited.set_result(None)
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+class _Writer(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.can_write = asyncio.Event()
+        self.can_write.set()
 
     def pause_writing(self) -> None:
-        self._can_write.clear()
+        self.can_write.clear()
 
     def resume_writing(self) -> None:
-        self._can_write.set()
+        self.can_write.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.can_write.set()  # nobody waits forever on a closed pipe
+
+
+class _StderrLogger(asyncio.Protocol):
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.rest = b""
+
+    def data_received(self, data: bytes) -> None:
+        *lines, self.rest = (self.rest + data).split(b"\n")
+        for line in lines:
+            log.warning("%s: %s", self.label, line.decode(errors="replace"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.rest:
+            log.warning("%s: %s", self.label, self.rest.decode(errors="replace"))
 
 
 class _PipeLink:
-    def __init__(self, transport: asyncio.SubprocessTransport, protocol: _Protocol) -> None:
-        self._stdin = transport.get_pipe_transport(0)
-        self._stdout = transport.get_pipe_transport(1)
-        self._protocol = protocol
-        assert isinstance(self._stdin, asyncio.WriteTransport)
-        self._stdin.set_write_buffer_limits(high=_HIGH_WATER)
+    def __init__(self, writer: asyncio.WriteTransport, wproto: _Writer, reader: asyncio.ReadTransport) -> None:
+        self._w = writer
+        self._wproto = wproto
+        self._r = reader
+        writer.set_write_buffer_limits(high=_HIGH_WATER)
 
     def write(self, data: bytes | memoryview) -> None:
-        if not self._stdin.is_closing():
-            self._stdin.write(data)
+        if not self._w.is_closing():
+            self._w.write(data)
 
     def writelines(self, pieces: Sequence[bytes | memoryview]) -> None:
-        if not self._stdin.is_closing():
-            self._stdin.writelines(pieces)
+        if not self._w.is_closing():
+            self._w.writelines(pieces)
 
     async def drain(self) -> None:
-        if not self._protocol._can_write.is_set():
-            await self._protocol._can_write.wait()
+        if not self._wproto.can_write.is_set():
+            await self._wproto.can_write.wait()
 
     def pause_reading(self) -> None:
-        self._stdout.pause_reading()  # type: ignore[union-attr]
+        if self._r.is_reading():
+            self._r.pause_reading()
 
     def resume_reading(self) -> None:
-        self._stdout.resume_reading()  # type: ignore[union-attr]
+        if not self._r.is_closing() and not self._r.is_reading():
+            self._r.resume_reading()
 
     def close(self) -> None:
-        self._stdin.close()
+        self._w.close()
+
+    def close_all(self) -> None:
+        self._w.close()
+        self._r.close()
 
 
 class LocalWorker(WorkerProcess):
-    def __init__(self, transport: asyncio.SubprocessTransport, protocol: _Protocol) -> None:
-        self._transport = transport
-        self._protocol = protocol
-        self.link = _PipeLink(transport, protocol)
-        self.pid = transport.get_pid()
+    def __init__(self, proc: asyncio.subprocess.Process, link: _PipeLink, stderr: asyncio.ReadTransport | None) -> None:
+        self._proc = proc
+        self.link = link
+        self.pid = proc.pid
+        self._stderr = stderr
 
     async def wait(self) -> int | None:
-        await asyncio.shield(self._protocol.exited)
-        return self._transport.get_returncode()
+        return await asyncio.shield(self._proc.wait())
 
     @property
     def returncode(self) -> int | None:
-        return self._transport.get_returncode()
+        return self._proc.returncode
 
     def kill(self) -> None:
         try:
             os.killpg(self.pid, signal.SIGKILL)  # the worker leads its own process group
         except (ProcessLookupError, PermissionError):
             pass
-        if self._transport.get_returncode() is None:
+        if self._proc.returncode is None:
             try:
-                self._transport.kill()
+                self._proc.kill()
             except ProcessLookupError:
                 pass
 
     def close_transport(self) -> None:
-        self._transport.close()
+        self.link.close_all()
+        if self._stderr is not None:
+            self._stderr.close()
 
 
 class LocalTransport(Transport):
@@ -138,26 +161,31 @@ class LocalTransport(Transport):
         self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *, label: str
     ) -> LocalWorker:
         loop = asyncio.get_running_loop()
-        full_env = {**os.environ, **env}
-        transport, protocol = await loop.subprocess_exec(
-            lambda: _Protocol(receiver, label),
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=full_env,
-            cwd=self.cwd,
-            start_new_session=True,
-        )
-        _grow_pipe(transport.get_pipe_transport(0))
-        _grow_pipe(transport.get_pipe_transport(1))
-        return LocalWorker(transport, protocol)
+        to_child_r, to_child_w = _pipe()
+        from_child_r, from_child_w = _pipe()
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=to_child_r, stdout=from_child_w, stderr=err_w,
+                env={**os.environ, **env}, cwd=self.cwd, start_new_session=True,
+            )
+        except BaseException:
+            for fd in (to_child_r, to_child_w, from_child_r, from_child_w, err_r, err_w):
+                os.close(fd)
+            raise
+        for fd in (to_child_r, from_child_w, err_w):
+            os.close(fd)
+        reader, _ = await loop.connect_read_pipe(lambda: _Reader(receiver), open(from_child_r, "rb", 0))
+        wproto = _Writer()
+        writer, _ = await loop.connect_write_pipe(lambda: wproto, open(to_child_w, "wb", 0))
+        err, _ = await loop.connect_read_pipe(lambda: _StderrLogger(label), open(err_r, "rb", 0))
+        return LocalWorker(proc, _PipeLink(writer, wproto, reader), err)
 
     async def run(self, command: str, *, env: Mapping[str, str] | None = None, timeout: float | None = None) -> CommandResult:
         proc = await asyncio.create_subprocess_shell(
             command,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env={**os.environ, **(env or {})},
             cwd=self.cwd,
             start_new_session=True,

@@ -1,9 +1,11 @@
 """The worker daemon: one process, one task at a time, talking the protocol over two file descriptors.
 
-Threads: the main thread runs tasks (so a `Cancel` can interrupt it with a signal, which also wakes a
-blocking sleep or read); a reader thread decodes frames and answers `Ping` at once, so heartbeats flow
-while a task computes; output threads (see `capture`) stream what the task writes. Frames are written
-under one lock; a large result's chunks release it between chunks so heartbeats and output interleave.
+Threads: the main thread reads frames whenever it is idle and runs each task itself (no hand-off
+between threads on the way in, and a `Cancel` can interrupt it with a signal, which also wakes a
+blocking sleep or read); while a task runs, the flusher thread polls the input every tick, so
+heartbeats are answered and `Cancel` arrives while a task computes; output threads (see `capture`)
+stream what the task writes. Frames are written under one lock; a large result's chunks release it
+between chunks so heartbeats and output interleave.
 
 The daemon keeps no state the client does not know: if the client goes away (its end of the stream
 closes) it stops, killing whatever its tasks started.
@@ -11,13 +13,16 @@ closes) it stops, killing whatever its tasks started.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
-import queue
+import pickle
+import select
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -43,7 +48,7 @@ from ...protocol import (
 from ...protocol.messages import PROTOCOL_VERSION, STDERR, STDOUT
 from ..context import set_instance_info
 from ..serialize import dump_exception, dump_value
-from .capture import FdPump, Flusher, TaskStream
+from .capture import FLUSH_DELAY, FdPump, Flusher, TaskStream
 
 log = logging.getLogger("skyhive.worker")
 
@@ -85,7 +90,10 @@ class Worker:
         self.fd_in = fd_in
         self.fd_out = fd_out
         self.conn = Connection(Role.WORKER)
-        self.tasks: queue.SimpleQueue[Submit | None] = queue.SimpleQueue()
+        self.pending: collections.deque[Submit | None] = collections.deque()
+        self.read_lock = threading.Lock()
+        self.task_started = 0.0
+        self.started_sent: int | None = None
         self.write_lock = threading.Lock()
         self.fns: dict[bytes, Callable[..., Any]] = {}
         self.current: int | None = None
@@ -98,7 +106,6 @@ class Worker:
         self.app_stack = contextlib.ExitStack()
         self.task_hooks: list[Any] = []
         self.setup_info: Any = None
-        self.lazy: list[bytes] = []
 
     # ---- writing -----------------------------------------------------------------------------------
 
@@ -112,26 +119,13 @@ class Worker:
             if views and n:
                 views[0] = views[0][n:]
 
-    def send(self, msg: Message, *, lazy: bool = False) -> None:
-        """Write a frame. A `lazy` one (Started) waits for the next urgent frame or flusher tick,
-        so a short task's Started and Result reach the client in one write, one wake-up."""
+    def send(self, msg: Message) -> None:
+        """Write one frame (whole, under the write lock)."""
         with self.write_lock:
-            frame = self.conn.send(msg)
-            if lazy:
-                self.lazy.append(frame)
-                return
-            if self.lazy:
-                self.lazy.append(frame)
-                frames, self.lazy = self.lazy, []
-                self._write(frames)
-            else:
-                self._write(frame)
+            self._write(self.conn.send(msg))
 
-    def flush_lazy(self) -> None:
-        with self.write_lock:
-            if self.lazy:
-                frames, self.lazy = self.lazy, []
-                self._write(frames)
+    def _tick(self) -> None:
+        self.poll_during_task()
 
     def _output(self, stream: int, text: str) -> None:
         task = self.current or 0
@@ -148,26 +142,47 @@ class Worker:
 
     # ---- reading -----------------------------------------------------------------------------------
 
-    def reader(self) -> None:
+    def poll(self, block: bool) -> bool:
+        """Read what the client sent and act on it; False once the input has ended.
+
+        The main thread reads (blocking) whenever it is idle, so a task arrives with no thread
+        hand-off. While a task runs, the flusher thread polls (non-blocking) every tick: heartbeats
+        and `Cancel` are answered, new `Submit`s wait in `pending`. The lock keeps the two apart.
+        """
+        if not self.read_lock.acquire(blocking=block):
+            return True
         try:
-            while True:
-                data = os.read(self.fd_in, 1 << 20)
-                for msg in self.conn.receive_data(data):
-                    self.dispatch(msg)
-                if not data:
-                    break
+            if not block and not select.select([self.fd_in], [], [], 0)[0]:
+                return True
+            data = os.read(self.fd_in, 1 << 20)
+            for msg in self.conn.receive_data(data):
+                self.dispatch(msg)
+            return bool(data)
         except ProtocolError as exc:
             log.error("protocol error from the client: %s", exc)
         except OSError as exc:
             log.error("reading from the client failed: %s", exc)
-        except Exception:
-            log.exception("worker reader crashed")
-        # the client is gone (or broke the protocol): nothing can reach us any more
-        self.abandon()
+        finally:
+            self.read_lock.release()
+        return False
+
+    def poll_during_task(self) -> None:
+        """Called by the flusher thread each tick: serve the client while a long task runs.
+
+        A task still running at a tick is reported `Started` then; a shorter one is not (its
+        `Result` says it started), which saves a frame and a client wake-up per short task.
+        """
+        current = self.current
+        if current is not None and current != self.started_sent:
+            self.started_sent = current
+            self.send(Started(task_id=current))
+        if current is not None and time.monotonic() - self.task_started >= FLUSH_DELAY:
+            if not self.poll(block=False):
+                self.abandon()  # the client is gone: nothing can reach us any more
 
     def dispatch(self, msg: Message) -> None:
         if isinstance(msg, Submit):
-            self.tasks.put(msg)
+            self.pending.append(msg)
         elif isinstance(msg, Ping):
             self.send(Pong(nonce=msg.nonce))
         elif isinstance(msg, Cancel):
@@ -175,9 +190,7 @@ class Worker:
         elif isinstance(msg, Hello):
             self.handshake(msg)
         elif isinstance(msg, Shutdown):
-            self.tasks.put(None)
-        elif isinstance(msg, Pong):
-            pass
+            self.pending.append(None)
 
     def handshake(self, hello: Hello) -> None:
         mine = python_version()
@@ -227,12 +240,15 @@ class Worker:
 
     def run(self) -> int:
         signal.signal(_CANCEL_SIGNAL, self._on_cancel_signal)
-        threading.Thread(target=self.reader, name="skyhive-reader", daemon=True).start()
-        flusher = Flusher((self.stdout, self.stderr), self.flush_lazy)
+        flusher = Flusher((self.stdout, self.stderr), self._tick)
         flusher.start()
         try:
             while True:
-                sub = self.tasks.get()
+                if not self.pending:
+                    if not self.poll(block=True):
+                        self.abandon()  # the client is gone
+                    continue
+                sub = self.pending.popleft()
                 if sub is None:
                     break
                 self.execute(sub)
@@ -253,13 +269,13 @@ class Worker:
             self.send_result(Result(task_id=task_id, ok=False, value=b"", cancelled=True,
                                     error_type="TaskCancelled", error_message="cancelled before it started"), [])
             return
+        self.task_started = time.monotonic()
         self.current = task_id
-        self.send(Started(task_id=task_id), lazy=True)
         ok, cancelled = True, False
         value: Any = None
         try:
             fn = self._function(sub)
-            args = cloudpickle.loads(sub.args, buffers=sub.buffers)
+            args = pickle.loads(sub.args, buffers=sub.buffers)
             if sub.options.get("kind") == "setup":
                 self._setup(fn)
             else:
@@ -277,21 +293,28 @@ class Worker:
         self._reply(task_id, ok, cancelled, value)
 
     def _call(self, fn: Callable[..., Any], args: Any, batch: bool) -> Any:
+        if not self.task_hooks:
+            self.in_user_code = True
+            return self._invoke(fn, args, batch)
         with contextlib.ExitStack() as stack:
             for hook in self.task_hooks:
                 stack.enter_context(hook(self.setup_info))
             self.in_user_code = True
-            if batch:
-                out = []
-                for i, item in enumerate(args):
-                    try:
-                        out.append(fn(item))
-                    except Exception as exc:
-                        exc.add_note(f"(map item {i} of this batch)")
-                        raise
-                return out
-            a, kw = args
-            return fn(*a, **kw)
+            return self._invoke(fn, args, batch)
+
+    @staticmethod
+    def _invoke(fn: Callable[..., Any], args: Any, batch: bool) -> Any:
+        if batch:
+            out = []
+            for i, item in enumerate(args):
+                try:
+                    out.append(fn(item))
+                except Exception as exc:
+                    exc.add_note(f"(map item {i} of this batch)")
+                    raise
+            return out
+        a, kw = args
+        return fn(*a, **kw)
 
     def _function(self, sub: Submit) -> Callable[..., Any]:
         fn = self.fns.get(sub.fn_id)
