@@ -1,0 +1,88 @@
+"""The event model: fold is the plain left fold of apply; lifecycle table; JSON round trip."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from skyhive.runtime.events import (
+    NodeStateChanged,
+    OutputChunk,
+    PoolStarted,
+    PoolStopped,
+    TaskFinished,
+    TaskStarted,
+    TaskSubmitted,
+    WorkerStateChanged,
+    from_json,
+    to_json,
+)
+from skyhive.runtime.lifecycle import IllegalTransition, NodeState, check_transition
+from skyhive.runtime.state import PoolState, fold, reduce_apply
+
+text = st.text(max_size=20)
+node = st.integers(0, 2)
+
+
+def _event(kind, seq, data):
+    base = dict(pool_id="p", seq=seq, ts=float(seq))
+    if kind == "submitted":
+        return TaskSubmitted(**base, task=seq, node=data.draw(node), local_rank=0, fn=data.draw(text))
+    if kind == "started":
+        return TaskStarted(**base, task=seq, node=data.draw(node), local_rank=0)
+    if kind == "finished":
+        outcome = data.draw(st.sampled_from(["ok", "error", "cancelled", "lost"]))
+        return TaskFinished(**base, task=seq, node=data.draw(node), local_rank=0, outcome=outcome)
+    if kind == "output":
+        return OutputChunk(**base, task=seq, node=data.draw(node), local_rank=0, stream="stdout", text=data.draw(text))
+    if kind == "node":
+        state = data.draw(st.sampled_from([s.value for s in NodeState]))
+        return NodeStateChanged(**base, node=data.draw(node), state=state, addr=data.draw(text))
+    if kind == "worker":
+        state = data.draw(st.sampled_from(["starting", "ready", "lost", "stopped"]))
+        return WorkerStateChanged(**base, node=data.draw(node), local_rank=data.draw(st.integers(0, 1)), state=state)
+    return PoolStopped(**base, error=data.draw(text))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_fold_equals_the_plain_reduce_and_survives_json(data):
+    kinds = data.draw(st.lists(st.sampled_from(
+        ["submitted", "started", "finished", "output", "node", "worker", "stopped"]), max_size=40))
+    events = [PoolStarted(pool_id="p", seq=0, ts=0.0, provider="local", nodes=3, processes_per_node=1,
+                          pid=1, host="h")]
+    events += [_event(k, i + 1, data) for i, k in enumerate(kinds)]
+    expected = reduce_apply(events)
+    assert fold(events) == expected
+    # folding in pieces (as the live log does) gives the same state
+    cut = data.draw(st.integers(0, len(events)))
+    assert fold(events[cut:], fold(events[:cut])) == expected
+    assert fold([from_json(to_json(e)) for e in events]) == expected
+
+
+def test_counters():
+    ev = [PoolStarted(pool_id="p", seq=0, ts=0.0, provider="local", nodes=1, processes_per_node=1, pid=1, host="h"),
+          TaskSubmitted(pool_id="p", seq=1, ts=1.0, task=1, node=0, local_rank=0, fn="f()"),
+          TaskSubmitted(pool_id="p", seq=2, ts=1.0, task=2, node=0, local_rank=0, fn="f()"),
+          TaskFinished(pool_id="p", seq=3, ts=1.0, task=1, node=0, local_rank=0, outcome="ok")]
+    state = fold(ev)
+    assert (state.tasks_submitted, state.tasks_ok, state.tasks_in_flight, state.last_seq) == (2, 1, 1, 3)
+    assert fold([]) == PoolState()
+
+
+def test_lifecycle_table():
+    check_transition(0, NodeState.REQUESTED, NodeState.PROVISIONING)
+    check_transition(0, NodeState.READY, NodeState.FAILED)
+    check_transition(0, NodeState.FAILED, NodeState.TERMINATING)
+    with pytest.raises(IllegalTransition, match="node 3: illegal lifecycle transition ready -> provisioning"):
+        check_transition(3, NodeState.READY, NodeState.PROVISIONING)
+    with pytest.raises(IllegalTransition):
+        check_transition(0, NodeState.TERMINATED, NodeState.READY)
+
+
+def test_bad_log_lines_are_named():
+    with pytest.raises(ValueError, match="not a skyhive event"):
+        from_json('{"type": "nope"}')
+    with pytest.raises(ValueError, match="not a skyhive event"):
+        from_json("{truncated")
