@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .codec import DEFAULT_MAX_FRAME, HEADER, decode_body, encode, encode_chunk_header
+from .codec import _CHUNK_PREFIX, CHUNK_HEADER, DEFAULT_MAX_FRAME, HEADER, decode_body, encode, encode_chunk_header
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .messages import PROTOCOL_VERSION, Chunk, Hello, Message, Result, Submit, Welcome
 from .states import RECV, SEND, Role, State, table
@@ -54,6 +54,7 @@ class Connection:
         self._buf = bytearray()
         self._pending: dict[int, _Pending] = {}
         self._pending_bytes = 0
+        self._streaming: list[Any] | None = None  # a chunk whose bytes are still arriving
 
     @property
     def state(self) -> State:
@@ -157,7 +158,7 @@ class Connection:
             raise
 
     def _eof(self) -> list[Message]:
-        partial = len(self._buf)
+        partial = len(self._buf) + (self._streaming[3] if self._streaming is not None else 0)
         self.state = State.CLOSED
         if partial or self._pending:
             self.state = State.ERROR
@@ -170,6 +171,12 @@ class Connection:
     def _receive(self, data: bytes | bytearray | memoryview) -> list[Message]:
         self.bytes_received += len(data)
         out: list[Message] = []
+        if self._streaming is not None:
+            view = memoryview(data)
+            used = self._stream_chunk(view, out)
+            if used == len(view):
+                return out
+            data = view[used:]
         if self._buf:
             self._buf += data
             view = memoryview(self._buf)
@@ -196,6 +203,11 @@ class Connection:
                         f"frame of {length} bytes exceeds the {self.max_frame}-byte limit"
                     )
                 if end - pos - header < length:
+                    if (end - pos - header >= CHUNK_HEADER.size
+                            and view[pos + header : pos + header + 2] == _CHUNK_PREFIX):
+                        # a large chunk arriving in pieces: copy each piece straight to its buffer
+                        self._start_chunk(view, pos + header, length, end, out)
+                        return end
                     break
                 body = view[pos + header : pos + header + length]
                 pos += header + length
@@ -246,7 +258,31 @@ class Connection:
             return self._complete(msg.task_id, buffers)
         return None
 
-    def _chunk(self, chunk: Chunk, out: list[Message]) -> None:
+    def _start_chunk(self, view: memoryview, body: int, length: int, end: int, out: list[Message]) -> None:
+        head = decode_body(view[body : body + CHUNK_HEADER.size])
+        assert isinstance(head, Chunk)
+        self.frames_received += 1
+        size = length - CHUNK_HEADER.size
+        pending, target = self._chunk_target(head, size)
+        self._streaming = [pending, target, head.offset, size, head.ref]
+        self._stream_chunk(view[body + CHUNK_HEADER.size : end], out)
+
+    def _stream_chunk(self, view: memoryview, out: list[Message]) -> int:
+        """Copy the next piece of a chunk in progress into its buffer; returns the bytes used."""
+        pending, target, offset, remaining, ref = self._streaming  # type: ignore[misc]
+        n = min(remaining, len(view))
+        target[offset : offset + n] = view[:n]
+        pending.missing -= n
+        self._pending_bytes -= n
+        if n == remaining:
+            self._streaming = None
+            if pending.missing <= 0:
+                out.append(self._complete(ref, pending.buffers))
+        else:
+            self._streaming[2:4] = [offset + n, remaining - n]  # type: ignore[index]
+        return n
+
+    def _chunk_target(self, chunk: Chunk, n: int) -> tuple[_Pending, Any]:
         if self.state is not State.READY and self.state is not State.CLOSED:
             raise RemoteProtocolError(f"peer sent Chunk in state {self.state.value}")
         pending = self._pending.get(chunk.ref)
@@ -257,12 +293,16 @@ class Connection:
                 f"Chunk for buffer {chunk.index} of task {chunk.ref}, which has {len(pending.buffers)}"
             )
         target = pending.buffers[chunk.index]
-        n = len(chunk.data)
         if chunk.offset + n > len(target):
             raise RemoteProtocolError(
                 f"Chunk at {chunk.offset}+{n} overruns buffer {chunk.index} ({len(target)} bytes) "
                 f"of task {chunk.ref}"
             )
+        return pending, target
+
+    def _chunk(self, chunk: Chunk, out: list[Message]) -> None:
+        n = len(chunk.data)
+        pending, target = self._chunk_target(chunk, n)
         target[chunk.offset : chunk.offset + n] = chunk.data
         pending.missing -= n
         self._pending_bytes -= n

@@ -242,3 +242,34 @@ def test_hostile_buffer_sizes_are_refused(sizes):
     except ProtocolError:
         return
     assert all(0 <= s for s in sizes) or out == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_chunks_split_anywhere_reassemble_exactly(data):
+    client, worker = pair()
+    big = bytes(data.draw(st.binary(min_size=1, max_size=3000)))
+    other = data.draw(st.binary(max_size=50))
+    sub = Submit(task_id=3, fn_id=b"f", fn=b"", args=b"", buffer_sizes=(len(big), len(other)))
+    stream = client.send(sub)
+    for header, piece in client.send_buffers(3, [big, other], chunk_size=data.draw(st.integers(1, 700))):
+        stream += header + bytes(piece)
+    stream += client.send(Ping(nonce=9))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))
+    out, prev = [], 0
+    for cut in [*cuts, len(stream)]:
+        if cut > prev:  # (b"" would mean end of stream)
+            out += worker.receive_data(stream[prev:cut])
+        prev = cut
+    assert len(out) == 2 and out[1] == Ping(nonce=9)
+    assert bytes(out[0].buffers[0]) == big and bytes(out[0].buffers[1]) == other
+    assert worker.receive_data(b"") == []
+
+
+def test_eof_in_the_middle_of_a_streamed_chunk():
+    client, worker = pair()
+    worker.receive_data(client.send(Submit(task_id=4, fn_id=b"", fn=b"", args=b"", buffer_sizes=(100,))))
+    header, piece = next(client.send_buffers(4, [b"x" * 100]))
+    worker.receive_data(header + bytes(piece)[:40])
+    with pytest.raises(RemoteProtocolError, match="in the middle of a frame"):
+        worker.receive_data(b"")

@@ -96,8 +96,10 @@ class _PipeLink:
             self._w.write(data)
 
     def writelines(self, pieces: Sequence[bytes | memoryview]) -> None:
+        # one write() each: WriteTransport.writelines joins its pieces, copying a 1 MiB chunk
         if not self._w.is_closing():
-            self._w.writelines(pieces)
+            for piece in pieces:
+                self._w.write(piece)
 
     async def drain(self) -> None:
         if not self._wproto.can_write.is_set():
