@@ -20,8 +20,9 @@ def alive(pid: int) -> bool:
     return state_of(pid) is not None
 
 
-def worker_pids() -> set[int]:
-    """PIDs of every skyhive worker process on this machine (any state)."""
+def worker_pids(pool_id: str | None = None) -> set[int]:
+    """PIDs of skyhive worker processes on this machine (any state), of one pool if `pool_id` is given
+    (read from the worker's environment, so an orphaned worker is found too)."""
     pids = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -31,8 +32,16 @@ def worker_pids() -> set[int]:
                 cmd = fh.read()
         except OSError:
             continue
-        if b"skyhive.runtime.worker" in cmd:
-            pids.add(int(entry))
+        if b"skyhive.runtime.worker" not in cmd:
+            continue
+        if pool_id is not None:
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as fh:
+                    if f'"pool_id":"{pool_id}"'.encode() not in fh.read():
+                        continue
+            except OSError:
+                continue
+        pids.add(int(entry))
     return pids
 
 

@@ -172,15 +172,35 @@ class LocalTransport(Transport):
                 env={**os.environ, **env}, cwd=self.cwd, start_new_session=True,
             )
         except BaseException:
+            # (a cancellation here can leave a started child behind only if asyncio itself does;
+            # its own handling kills the child it could not hand over)
             for fd in (to_child_r, to_child_w, from_child_r, from_child_w, err_r, err_w):
                 os.close(fd)
             raise
         for fd in (to_child_r, from_child_w, err_w):
             os.close(fd)
-        reader, _ = await loop.connect_read_pipe(lambda: _Reader(receiver), open(from_child_r, "rb", 0))
-        wproto = _Writer()
-        writer, _ = await loop.connect_write_pipe(lambda: wproto, open(to_child_w, "wb", 0))
-        err, _ = await loop.connect_read_pipe(lambda: _StderrLogger(label), open(err_r, "rb", 0))
+        files = [open(from_child_r, "rb", 0), open(to_child_w, "wb", 0), open(err_r, "rb", 0)]
+        transports: list[asyncio.BaseTransport] = []
+        try:
+            reader, _ = await loop.connect_read_pipe(lambda: _Reader(receiver), files[0])
+            transports.append(reader)
+            wproto = _Writer()
+            writer, _ = await loop.connect_write_pipe(lambda: wproto, files[1])
+            transports.append(writer)
+            err, _ = await loop.connect_read_pipe(lambda: _StderrLogger(label), files[2])
+        except BaseException:
+            # cancelled (or failed) between spawning and handing the worker over: nobody else
+            # knows this process, so end it here
+            for t in transports:
+                t.close()
+            for f in files:
+                f.close()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            await asyncio.shield(proc.wait())
+            raise
         return LocalWorker(proc, _PipeLink(writer, wproto, reader), err)
 
     async def run(self, command: str, *, env: Mapping[str, str] | None = None, timeout: float | None = None) -> CommandResult:
