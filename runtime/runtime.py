@@ -96,13 +96,16 @@ class PoolRuntime:
             with anyio.fail_after(self.settings.start_timeout):
                 await self._start()
         except BaseException as exc:
-            error = f"{type(exc).__name__}: {exc}"
+            failure = _first_error(exc)  # a node's failure arrives wrapped in task groups
+            error = f"{type(failure).__name__}: {failure}"
             await self.close(error)
             await self._exit_tg()
-            if isinstance(exc, TimeoutError):
+            if isinstance(failure, TimeoutError):
                 raise ProvisionError(
                     f"pool {self.pool_id} was not ready within start_timeout={self.settings.start_timeout} s"
                 ) from exc
+            if failure is not exc:
+                raise failure from None
             raise
 
     async def _start(self) -> None:
@@ -221,20 +224,30 @@ class PoolRuntime:
             node=-1,
         )
 
+    def _all_channels_nowait(self) -> list[WorkerChannel] | None:
+        channels: list[WorkerChannel] = []
+        for n in self.nodes:
+            if n.state is not NodeState.READY:
+                raise WorkerLost(f"node {n.index} of pool {self.pool_id} is {n.state.value}", node=n.index)
+            for c in n.channels:
+                if c is None or not c.usable:
+                    return None
+                channels.append(c)
+        return channels
+
     async def all_channels(self) -> list[WorkerChannel]:
         """Every worker in rank order, waiting (bounded) for any that is restarting."""
         self._check_open()
+        channels = self._all_channels_nowait()
+        if channels is not None:
+            return channels
         with anyio.move_on_after(self.settings.wait_for_worker):
             while True:
-                failed = [n for n in self.nodes if n.state is not NodeState.READY]
-                if failed:
-                    n = failed[0]
-                    raise WorkerLost(f"node {n.index} of pool {self.pool_id} is {n.state.value}", node=n.index)
-                channels = [c for n in self.nodes for c in n.channels]
-                if all(c is not None and c.usable for c in channels):
-                    return channels  # type: ignore[return-value]
                 await self._slots_changed.wait()
                 self._check_open()
+                channels = self._all_channels_nowait()
+                if channels is not None:
+                    return channels
         raise WorkerLost(f"workers of pool {self.pool_id} did not come back within "
                          f"{self.settings.wait_for_worker} s", node=-1)
 
@@ -344,8 +357,18 @@ class PoolRuntime:
 
                 return Captured.from_outputs(value, call.outputs, node=channel.node, local_rank=channel.local_rank)
             return value
-        raise rebuild_exception(result.value, result.error_type, result.error_message, result.traceback,
-                                channel.node)
+        data, message, tb = result.value, result.error_message, result.traceback
+        if self.image is not None and self.image.secret_values():
+            # a secret value in the exception (message, traceback, any pickled attribute): keep only
+            # the redacted text (a RemoteError), so no exception the caller sees can hold it
+            redact = self.log.redact
+            pickled = data.decode("utf-8", "surrogateescape")
+            if redact(message) != message or redact(tb) != tb or redact(pickled) != pickled:
+                data, message, tb = b"", redact(message), redact(tb)
+                exc = rebuild_exception(data, result.error_type, message, tb, channel.node)
+                exc.add_note("(it held a secret value of the pool's image: redacted, and kept as text only)")
+                raise exc
+        raise rebuild_exception(data, result.error_type, message, tb, channel.node)
 
     # ---- close -------------------------------------------------------------------------------------
 
@@ -387,6 +410,16 @@ class PoolRuntime:
         if tg is not None:
             tg.cancel_scope.cancel()
             await tg.__aexit__(None, None, None)
+
+
+def _first_error(exc: BaseException) -> BaseException:
+    """The first `Exception` inside (nested) exception groups; `exc` itself if there is none."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _first_error(inner)
+            if isinstance(found, Exception) and not isinstance(found, BaseExceptionGroup):
+                return found
+    return exc
 
 
 class _nullcontext:
