@@ -1,19 +1,287 @@
-"""The `skyhive` command."""
+"""The `skyhive` command.
+
+    skyhive launch TASK.yaml [--nodes N] [--provider local|ssh|aws] [--hosts H ...] [--env K=V ...]
+    skyhive ls [-a] [--json]                 pools found in the event logs
+    skyhive down POOL ... | --all [--force]  clean up pools whose client is gone
+    skyhive logs POOL [--node N] [--follow]  the output the pool's tasks wrote
+    skyhive events POOL [--follow]           the raw JSONL event log, for tools
+    skyhive timeline POOL -o FILE.png|FILE.html
+
+The work is done in `skyhive.runtime` (taskfile, launch, inventory, timeline); this module parses
+arguments and prints. Exit codes: 0 success, 1 failure, 2 bad usage or a malformed task file;
+`launch` exits with the first failing node's code (130 after Ctrl-C).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+
+__all__ = ["main"]
+
+
+def _err(text: str) -> None:
+    print(f"skyhive: {text}", file=sys.stderr, flush=True)
+
+
+# ---- launch ------------------------------------------------------------------------------------------
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from skyhive.runtime.launch import run_launch
+    from skyhive.runtime.taskfile import load, parse_env_overrides
+
+    task = load(args.task)
+    hosts = tuple(h for item in args.hosts or () for h in item.split(",") if h)
+    task = task.with_overrides(nodes=args.nodes, provider=args.provider, hosts=hosts,
+                               env=parse_env_overrides(args.env or []), workdir=args.workdir)
+    for warning in task.warnings:
+        _err(f"warning: {warning}")
+    return run_launch(task)
+
+
+# ---- pools -------------------------------------------------------------------------------------------
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def _nodes(states: list[str]) -> str:
+    if not states:
+        return "0"
+    counts = Counter(states)
+    return f"{len(states)}: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from skyhive.runtime.inventory import scan
+
+    entries = scan(include_stopped=args.all)
+    now = time.time()
+    if args.json:
+        for e in entries:
+            print(json.dumps({
+                "pool": e.pool_id, "provider": e.state.provider, "status": e.status, "client_pid": e.state.pid,
+                "host": e.state.host, "started": e.state.started, "stopped": e.state.stopped or None,
+                "nodes": [n.state for n in e.state.nodes], "error": e.state.error, "log": str(e.path),
+            }))
+        return 0
+    if not entries:
+        print("no pools" + ("" if args.all else " running (`skyhive ls -a` shows stopped ones too)"))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("POOL", "PROVIDER", "NODES", "STATUS", "AGE"):
+        table.add_column(column, no_wrap=True)
+    for e in entries:
+        status = e.status
+        if e.status == "client gone":
+            status = f"[yellow]client gone[/] (skyhive down {e.pool_id})"
+        elif e.state.error and e.status == "stopped":
+            status = f"stopped: {e.state.error[:60]}"
+        age = _age(now - e.state.started) if e.state.started else "-"
+        table.add_row(e.pool_id, e.state.provider or "-", _nodes([n.state for n in e.state.nodes]), status, age)
+    Console(width=None if sys.stdout.isatty() else 400, highlight=False).print(table)
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from skyhive.runtime.inventory import PoolInUse, down, find, scan
+
+    if args.all == bool(args.pools):
+        _err("error: give pool ids, or --all")
+        return 2
+    entries = scan() if args.all else [find(p) for p in args.pools]
+    code = 0
+    for entry in entries:
+        try:
+            report = down(entry, force=args.force)
+        except PoolInUse as exc:
+            _err(str(exc))
+            code = 1
+            continue
+        if report.warning:
+            _err(f"warning: {report.pool_id}: {report.warning}")
+        if report.already_stopped:
+            print(f"{report.pool_id}: already stopped")
+        else:
+            print(f"{report.pool_id}: stopped ({report.killed} leftover processes killed, "
+                  f"{report.destroyed} provider nodes destroyed)")
+    if args.all and not entries:
+        print("no pools to clean up")
+    return code
+
+
+def _follow(args: argparse.Namespace, on_lines: Callable[[list[str]], bool]) -> int:
+    """Feed the pool log's complete lines to `on_lines` (True = the pool stopped); with --follow, keep at it."""
+    from skyhive.runtime.inventory import LogTail, client_of, find
+
+    entry = find(args.pool)
+    tail = LogTail(entry.path)
+    stopped = on_lines(tail.lines())
+    quiet = 0.0
+    try:
+        while args.follow and not stopped:
+            time.sleep(0.25)
+            lines = tail.lines()
+            stopped = on_lines(lines)
+            quiet = 0.0 if lines else quiet + 0.25
+            if quiet >= 2.0 and not stopped:  # nothing new for a while: is anyone still writing?
+                quiet = 0.0
+                entry = find(args.pool) if entry.started is None else entry
+                if entry.started is not None and client_of(entry.started) == "gone":
+                    _err(f"the client of pool {entry.pool_id} (pid {entry.started.pid}) is gone; "
+                         f"`skyhive down {entry.pool_id}` cleans up")
+                    return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    def show(lines: list[str]) -> bool:
+        for line in lines:
+            sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        return any('"type":"pool_stopped"' in line for line in lines)
+
+    return _follow(args, show)
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from skyhive.runtime.events import OutputChunk, PoolStopped, from_json
+
+    partial: dict[tuple[int, int, str], str] = {}
+    prefix = args.node is None
+
+    def emit(ev: OutputChunk, text: str) -> None:
+        out = sys.stderr if ev.stream == "stderr" else sys.stdout
+        if prefix:
+            text = "".join(f"[node {ev.node}] {line}" for line in text.splitlines(keepends=True))
+        out.write(text)
+
+    def show(lines: list[str]) -> bool:
+        stopped = False
+        for line in lines:
+            try:
+                ev = from_json(line)
+            except ValueError:
+                continue
+            if isinstance(ev, PoolStopped):
+                stopped = True
+            if not isinstance(ev, OutputChunk) or (args.node is not None and ev.node != args.node):
+                continue
+            key = (ev.node, ev.local_rank, ev.stream)
+            text = partial.pop(key, "") + ev.text
+            complete, sep, rest = text.rpartition("\n")
+            if rest:
+                partial[key] = rest
+            if sep:
+                emit(ev, complete + "\n")
+        if stopped:
+            for (node, rank, stream), rest in partial.items():
+                emit(OutputChunk(pool_id="", seq=0, ts=0, task=0, node=node, local_rank=rank, stream=stream,
+                                 text=""), rest + "\n")
+            partial.clear()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return stopped
+
+    return _follow(args, show)
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    from skyhive.runtime.inventory import LogTail, find
+    from skyhive.runtime.timeline import write
+
+    entry = find(args.pool)
+    lay = write(LogTail(entry.path).events(), args.output)
+    print(f"wrote {args.output} ({lay.width}x{lay.height})")
+    return 0
+
+
+# ---- main --------------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="skyhive",
+                                     description="Run Python functions and tasks on a pool of machines.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("launch", help="run a task file (SkyPilot-style YAML) on a new pool")
+    p.add_argument("task", metavar="TASK.yaml")
+    p.add_argument("--nodes", "--num-nodes", type=int, help="number of nodes (overrides num_nodes)")
+    p.add_argument("--provider", "--cloud", help="local, ssh, aws, ... (overrides resources.cloud)")
+    p.add_argument("--hosts", nargs="+", metavar="HOST", help="hosts for --provider ssh, head first")
+    p.add_argument("--env", action="append", metavar="K=V", help="set an environment variable (repeatable)")
+    p.add_argument("--workdir", help="directory to ship to every node (overrides workdir)")
+    p.set_defaults(func=cmd_launch)
+
+    p = sub.add_parser("ls", help="list pools from their event logs")
+    p.add_argument("-a", "--all", action="store_true", help="include stopped pools")
+    p.add_argument("--json", action="store_true", help="one JSON object per pool")
+    p.set_defaults(func=cmd_ls)
+
+    p = sub.add_parser("down", help="clean up pools whose client is gone")
+    p.add_argument("pools", nargs="*", metavar="POOL")
+    p.add_argument("--all", action="store_true", help="every pool that is not stopped")
+    p.add_argument("--force", action="store_true", help="also pools whose client still runs")
+    p.set_defaults(func=cmd_down)
+
+    p = sub.add_parser("logs", help="the output a pool's tasks wrote")
+    p.add_argument("pool", metavar="POOL")
+    p.add_argument("--node", type=int, help="only this node's output (without prefixes)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the pool stops")
+    p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("events", help="the raw JSONL event log of a pool")
+    p.add_argument("pool", metavar="POOL")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the pool stops")
+    p.set_defaults(func=cmd_events)
+
+    p = sub.add_parser("timeline", help="draw a pool's per-node Gantt chart")
+    p.add_argument("pool", metavar="POOL")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="FILE.png or FILE.html")
+    p.set_defaults(func=cmd_timeline)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="skyhive", description="Run Python functions on a pool of machines.")
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.version:
         from skyhive import __version__
 
         print(__version__)
         return 0
-    parser.print_help(sys.stderr)
-    return 2
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING, format="skyhive: %(message)s")
+    from skyhive.protocol.errors import SkyhiveError
+    from skyhive.runtime.taskfile import TaskFileError
+
+    try:
+        return int(args.func(args))
+    except TaskFileError as exc:
+        _err(f"error: {exc}")
+        return 2
+    except BrokenPipeError:
+        return 0
+    except (SkyhiveError, OSError, ValueError, RuntimeError) as exc:
+        _err(f"error: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        return 130

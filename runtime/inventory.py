@@ -1,0 +1,360 @@
+"""Pools found from their event logs: list them, follow them, and clean up after a crashed client.
+
+Everything here reads the JSONL logs under `state_dir()/pools/` and nothing else: a pool's state is
+`fold(events)`; whether its client still runs is a look at the recorded pid (with the process's start
+time checked against the log, so a recycled pid is not mistaken for the client).
+
+`down` on a pool whose client is gone rebuilds the provider from the log (`providers.registry`),
+destroys what it still owns, kills the Local worker processes (and anything left in their process
+groups) that the log recorded, and appends the closing events, so the log says the pool stopped.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import anyio
+
+from ..protocol.errors import SkyhiveError
+from ..protocol.info import ENV_VAR
+from ..providers.base import ProvisionError
+from ..providers.registry import from_description
+from .eventlog import state_dir
+from .events import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
+from .lifecycle import NodeState, check_transition
+from .state import PoolState, apply
+
+__all__ = ["PoolNotFound", "PoolInUse", "LogTail", "PoolEntry", "DownReport", "pools_dir", "read", "scan",
+           "find", "client_of", "down", "DOWN_REASON"]
+
+DOWN_REASON = "cleaned up by skyhive down"
+#: Slack when matching a process's start time with the log's timestamps (btime has 1 s resolution).
+_CLOCK_SLACK = 2.0
+_KILL_GRACE = 3.0
+#: A log without a PoolStarted event younger than this may belong to a pool that is starting.
+_YOUNG = 60.0
+
+
+class PoolNotFound(SkyhiveError):
+    """No pool log matches the given id (or a prefix matches several)."""
+
+
+class PoolInUse(SkyhiveError):
+    """`down` was asked to clean a pool whose client still runs (pass force to do it anyway)."""
+
+
+def pools_dir() -> Path:
+    return state_dir() / "pools"
+
+
+class LogTail:
+    """Reads a pool's log incrementally: complete lines only (a line being written waits for its end)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.bad_lines = 0
+        self._partial = b""
+
+    def lines(self) -> list[str]:
+        """The complete lines added since the last call."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        data = self._partial + data
+        *complete, self._partial = data.split(b"\n")
+        return [line.decode("utf-8", errors="replace") for line in complete if line.strip()]
+
+    def events(self) -> list[Event]:
+        """The events added since the last call; undecodable lines are counted in `bad_lines`."""
+        out = []
+        for line in self.lines():
+            try:
+                out.append(from_json(line))
+            except (ValueError, TypeError):
+                self.bad_lines += 1
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class PoolEntry:
+    """One pool log: its state, its `PoolStarted` record and whether its client still runs."""
+
+    pool_id: str
+    path: Path
+    state: PoolState
+    started: PoolStarted | None
+    client: str  # "alive", "gone", "remote" (started on another host: cannot tell), "" once stopped
+    bad_lines: int = 0
+
+    @property
+    def status(self) -> str:
+        if self.state.status == "stopped":
+            return "stopped"
+        if self.started is None:
+            return "empty"
+        return {"alive": "running", "gone": "client gone", "remote": f"running on {self.state.host}"}[self.client]
+
+    @property
+    def needs_down(self) -> bool:
+        return self.state.status != "stopped"
+
+
+def read(path: Path) -> PoolEntry:
+    tail = LogTail(path)
+    events = tail.events()
+    state = PoolState()
+    started = None
+    for ev in events:
+        state = apply(state, ev)
+        if isinstance(ev, PoolStarted):
+            started = ev
+    return PoolEntry(pool_id=path.stem, path=path, state=state, started=started,
+                     client=_client(state, started), bad_lines=tail.bad_lines)
+
+
+def scan(*, include_stopped: bool = False) -> list[PoolEntry]:
+    """Every pool with a log, oldest first (stopped ones only with `include_stopped`)."""
+    folder = pools_dir()
+    entries = [read(p) for p in folder.glob("*.jsonl")] if folder.is_dir() else []
+    entries = [e for e in entries if include_stopped or e.needs_down]
+    return sorted(entries, key=lambda e: (e.state.started or e.path.stat().st_mtime, e.pool_id))
+
+
+def find(pool: str) -> PoolEntry:
+    """The pool whose id is `pool`, or the only one whose id starts with it."""
+    path = pools_dir() / f"{pool}.jsonl"
+    if "/" not in pool and path.is_file():
+        return read(path)
+    folder = pools_dir()
+    matches = sorted(p for p in folder.glob("*.jsonl") if p.stem.startswith(pool)) if folder.is_dir() else []
+    if len(matches) == 1:
+        return read(matches[0])
+    if not matches:
+        raise PoolNotFound(f"no pool {pool!r} in {folder} (`skyhive ls -a` lists them)")
+    raise PoolNotFound(f"{pool!r} matches {len(matches)} pools: {', '.join(p.stem for p in matches[:5])}; "
+                       f"give more of the id")
+
+
+# ---- processes ---------------------------------------------------------------------------------------
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _boot_time() -> float:
+    with open("/proc/stat") as fh:
+        for line in fh:
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    return 0.0
+
+
+def _started_at(stat: list[str]) -> float:
+    return _boot_time() + int(stat[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def _is_live(pid: int, *, not_after: float) -> bool:
+    """`pid` runs (not a zombie) and started no later than `not_after` (so it is not a recycled pid)."""
+    stat = _stat(pid) if pid > 0 else None
+    return stat is not None and stat[0] != "Z" and _started_at(stat) <= not_after + _CLOCK_SLACK
+
+
+def _client(state: PoolState, started: PoolStarted | None) -> str:
+    if state.status == "stopped" or started is None:
+        return ""
+    return client_of(started)
+
+
+def client_of(started: PoolStarted) -> str:
+    """Whether the client that started a pool runs: "alive", "gone", or "remote" (another host: unknown)."""
+    if started.host != socket.gethostname():
+        return "remote"
+    return "alive" if _is_live(started.pid, not_after=started.ts) else "gone"
+
+
+def _pool_of(pid: int) -> str | None:
+    """The pool id in the `COMPUTE_POOL` variable a process was started with (workers and their children)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            environ = fh.read()
+    except OSError:
+        return None
+    prefix = ENV_VAR.encode() + b"="
+    for item in environ.split(b"\0"):
+        if item.startswith(prefix):
+            try:
+                return str(json.loads(item[len(prefix):])["pool_id"])
+            except (ValueError, KeyError, TypeError):
+                return None
+    return None
+
+
+def _leftovers(pool_id: str) -> list[int]:
+    """Live processes of this machine that belong to `pool_id`: its workers and what their tasks started.
+
+    They are recognised by the pool id in the environment they inherited from the worker (the
+    `COMPUTE_POOL` variable), which also finds a task's children that left the worker's process group.
+    """
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        stat = _stat(int(entry))
+        if stat is not None and stat[0] != "Z" and _pool_of(int(entry)) == pool_id:
+            found.append(int(entry))
+    return found
+
+
+def _kill(pids: list[int]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + _KILL_GRACE
+        while pids and time.monotonic() < deadline:
+            pids = [p for p in pids if (s := _stat(p)) is not None and s[0] != "Z"]
+            time.sleep(0.05)
+        if not pids:
+            return
+
+
+# ---- down --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DownReport:
+    pool_id: str
+    killed: int
+    destroyed: int
+    already_stopped: bool = False
+    warning: str = ""  # with force: what could not be done (the pool was recorded stopped anyway)
+
+
+def down(pool: PoolEntry, *, force: bool = False) -> DownReport:
+    """Clean up `pool`: kill what its log says still runs, destroy what its provider owns, record it stopped.
+
+    Raises `PoolInUse` if its client still runs (unless `force`), `ProvisionError` if its provider
+    cannot be rebuilt or fails to destroy its nodes (the log is then left as it was; with `force` the
+    pool is recorded stopped anyway and the report's `warning` says what may be left).
+    """
+    with open(pool.path, "r+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one `down` at a time per pool
+        pool = read(pool.path)
+        if not pool.needs_down:
+            return DownReport(pool.pool_id, 0, 0, already_stopped=True)
+        if pool.started is None and time.time() - pool.path.stat().st_mtime < _YOUNG and not force:
+            raise PoolInUse(f"pool {pool.pool_id} is just starting (its log has no events yet); "
+                            f"try again in a minute, or pass --force")
+        if pool.client == "alive" and not force:
+            raise PoolInUse(f"pool {pool.pool_id} is in use by process {pool.state.pid}: stop that program "
+                            f"(its pool closes itself), or pass --force to tear it down anyway")
+        if pool.client == "remote" and not force:
+            raise PoolInUse(f"pool {pool.pool_id} was started on host {pool.state.host}: run `skyhive down` "
+                            f"there, or pass --force to destroy its nodes from here")
+        warning = ""
+        try:
+            destroyed = _destroy(pool)
+        except ProvisionError as exc:
+            if not force:
+                raise
+            destroyed, warning = 0, f"{exc} (its nodes may still run)"
+        killed = 0
+        if pool.client != "remote":  # processes of this pool on this machine (Local workers)
+            leftovers = _leftovers(pool.pool_id)
+            _kill(leftovers)
+            killed = len(leftovers)
+            shutil.rmtree(state_dir() / "work" / pool.pool_id, ignore_errors=True)
+        _append_closing(lock, pool, why=_why(pool))
+    return DownReport(pool.pool_id, killed, destroyed, warning=warning)
+
+
+def _why(pool: PoolEntry) -> str:
+    if pool.client == "gone":
+        return f"{DOWN_REASON}: client process {pool.state.pid} was gone"
+    if pool.client == "alive":
+        return f"{DOWN_REASON} --force while client process {pool.state.pid} ran"
+    return DOWN_REASON
+
+
+def _destroy(pool: PoolEntry) -> int:
+    if pool.started is None:
+        return 0
+    provider = from_description(pool.started.provider_config or {"provider": pool.started.provider})
+
+    async def destroy() -> int:
+        with anyio.fail_after(300):
+            handles = await provider.list_owned(pool.pool_id)
+            if handles:
+                await provider.destroy(handles)
+            return len(handles)
+
+    try:
+        return anyio.run(destroy)
+    except ProvisionError:
+        raise
+    except TimeoutError:
+        raise ProvisionError(f"pool {pool.pool_id}: the {provider.name} provider did not destroy its nodes "
+                             f"within 300 s; run `skyhive down {pool.pool_id}` again") from None
+    except Exception as exc:  # a cloud SDK's own error: say who failed, keep the cause
+        raise ProvisionError(f"pool {pool.pool_id}: the {provider.name} provider failed to destroy its nodes: "
+                             f"{type(exc).__name__}: {exc}; run `skyhive down {pool.pool_id}` again") from exc
+
+
+def _append_closing(fh: IO[bytes], pool: PoolEntry, *, why: str) -> None:
+    """Append the events that close the pool: workers stopped, nodes terminated, pool stopped."""
+    # a client killed mid-write leaves a torn last line: drop it, so ours start on a line of their own
+    fh.seek(0, os.SEEK_END)
+    size = fh.tell()
+    if size:
+        fh.seek(max(0, size - 65536))
+        tail = fh.read()
+        cut = size - (len(tail) - (tail.rfind(b"\n") + 1)) if b"\n" in tail else size
+        if cut < size:
+            fh.truncate(cut)
+    state = pool.state
+    seq = state.last_seq + 1
+    now = time.time()
+    out: list[Event] = []
+
+    def add(cls: type[Event], **fields: object) -> None:
+        nonlocal seq
+        out.append(cls(pool_id=pool.pool_id, seq=seq, ts=now, **fields))  # type: ignore[arg-type]
+        seq += 1
+
+    for node in state.nodes:
+        for w in node.workers:
+            if w.state not in ("stopped", "lost"):
+                add(WorkerStateChanged, node=node.node, local_rank=w.local_rank, state="stopped", pid=w.pid,
+                    detail=DOWN_REASON)
+        current = NodeState(node.state)
+        for target in (NodeState.TERMINATING, NodeState.TERMINATED):
+            if current not in (target, NodeState.TERMINATED):
+                check_transition(node.node, current, target)
+                add(NodeStateChanged, node=node.node, state=target.value, detail=DOWN_REASON)
+                current = target
+    add(PoolStopped, error=why)
+    fh.seek(0, os.SEEK_END)
+    fh.write("".join(to_json(ev) + "\n" for ev in out).encode("utf-8"))
+    fh.flush()
+    os.fsync(fh.fileno())

@@ -1,0 +1,241 @@
+"""`skyhive launch`: run a task file's `setup` and `run` on a pool, SkyPilot style.
+
+One pool per launch, torn down at the end. On every node (one worker each): the workdir is unpacked
+into the node's own directory, `setup` runs once, then `run`; both are bash scripts run by a skyhive
+function (`nodecmd.run_script`), so their output streams back live through the pool, each line
+prefixed with its node. The first node whose script exits non-zero decides the exit code; the other
+nodes' scripts are then stopped (as SkyPilot does: a distributed job with a dead member would hang).
+SIGINT/SIGTERM stop every node's script and tear the pool down (exit 130/143).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import os
+import shutil
+import signal
+import sys
+import tarfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import anyio
+from anyio import CancelScope
+
+from ..providers.base import Provider
+from ..providers.local import Local
+from ..providers.registry import from_cli
+from . import nodecmd
+from .channel import WorkerChannel
+from .runtime import PoolRuntime
+from .taskfile import Task, TaskFileError
+
+__all__ = ["NodeExit", "LaunchError", "launch", "run_launch", "pack_workdir", "WORKDIR_LIMIT"]
+
+#: The largest workdir archive shipped to the nodes (compressed); past it, list what to skip in .skyignore.
+WORKDIR_LIMIT = 256 << 20
+_ALWAYS_SKIP = (".git", "__pycache__", "*.pyc")
+
+
+class LaunchError(TaskFileError):
+    """The task cannot be launched as given (its workdir is too large, its provider is unusable, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeExit:
+    """A node whose step ("workdir", "setup", "run") did not succeed: its exit code, and why if it did
+    not simply exit."""
+
+    node: int
+    phase: str
+    code: int
+    detail: str = ""
+
+
+def pack_workdir(path: str, *, limit: int = WORKDIR_LIMIT) -> bytes:
+    """A tar.gz of `path`, without .git, __pycache__ and what `.skyignore` lists (shell patterns)."""
+    patterns = list(_ALWAYS_SKIP)
+    ignore = os.path.join(path, ".skyignore")
+    if os.path.isfile(ignore):
+        with open(ignore, encoding="utf-8") as fh:
+            patterns += [ln.strip().strip("/") for ln in fh if ln.strip() and not ln.lstrip().startswith("#")]
+
+    def skipped(rel: str) -> bool:
+        name = os.path.basename(rel)
+        return any(fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(name, p) for p in patterns)
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
+        for root, dirs, files in os.walk(path):
+            rel_root = os.path.relpath(root, path)
+            rel = (lambda n: n) if rel_root == "." else (lambda n: os.path.join(rel_root, n))
+            dirs[:] = sorted(d for d in dirs if not skipped(rel(d)))
+            for name in dirs:
+                tar.add(os.path.join(root, name), arcname=rel(name), recursive=False)
+            for name in sorted(files):
+                if not skipped(rel(name)):
+                    tar.add(os.path.join(root, name), arcname=rel(name), recursive=False)
+            if buf.tell() > limit:
+                raise LaunchError(f"workdir {path} is larger than {limit >> 20} MiB compressed: list what "
+                                  f"the nodes do not need in {ignore}")
+    return buf.getvalue()
+
+
+def resource_warnings(task: Task, provider: Provider) -> list[str]:
+    """What the provider cannot honour of the task's resources (a warning each, not an error)."""
+    res = task.resources
+    out = []
+    if isinstance(provider, Local):
+        if res.accelerator:
+            out.append(f"the Local provider has no accelerators: {res.accelerator}:{res.accelerator_count} "
+                       f"is ignored (SKYHIVE_NUM_GPUS_PER_NODE is 0)")
+        cores = os.cpu_count() or 1
+        if res.cpus is not None and res.cpus > cores:
+            out.append(f"the task asks for {res.cpus:g}{'+' if res.cpus_or_more else ''} CPUs per node; "
+                       f"this machine has {cores}, shared by all {task.num_nodes} Local nodes")
+    elif res.accelerator or res.cpus is not None:
+        out.append(f"the {provider.name} provider does not choose machines by resources yet: "
+                   f"{res.describe()} is not checked")
+    return out
+
+
+class _Launch:
+    def __init__(self, task: Task, provider: Provider, err: TextIO) -> None:
+        self.task = task
+        self.provider = provider
+        self.err = err
+        stem = task.name or "launch"
+        self.pool_id = f"{stem}-{uuid.uuid4().hex[:6]}"
+        self.task_id = f"skyhive-{time.strftime('%Y-%m-%d-%H-%M-%S')}-{self.pool_id}"
+
+    def say(self, text: str) -> None:
+        print(f"skyhive: {text}", file=self.err, flush=True)
+
+    async def run(self) -> int:
+        from ..plugins.image import Image
+        from .pool import Pool
+
+        task = self.task
+        env, secrets = task.env(), task.secret_env()
+        archive = pack_workdir(task.workdir) if task.workdir else None
+        image = Image(env=env, secrets=secrets) if env or secrets else None
+        failed: NodeExit | None = None
+        self.say(f"launching {task.name or 'task'} on {task.num_nodes} {self.provider.name} node"
+                 f"{'s' if task.num_nodes != 1 else ''} as pool {self.pool_id}")
+        try:
+            async with Pool(provider=self.provider, nodes=task.num_nodes, name=self.pool_id, output="all",
+                            image=image) as pool:
+                rt: PoolRuntime = pool._runtime
+                channels = await rt.all_channels()
+                failed, dirs = await self.everywhere(rt, channels, "workdir", nodecmd.prepare,
+                                                     self.pool_id, archive)
+                for phase in ("setup", "run"):
+                    script = getattr(task, phase)
+                    if failed is None and script:
+                        failed, _ = await self.everywhere(rt, channels, phase, nodecmd.run_script,
+                                                          script, self.task_id, phase, per_node=dirs)
+                if failed is not None:
+                    self.report(failed)
+                if not isinstance(self.provider, Local):
+                    with anyio.move_on_after(30, shield=True):
+                        try:
+                            await pool.broadcast(nodecmd.remove, self.pool_id)
+                        except Exception as exc:  # a lost node keeps its copy; the run's outcome stands
+                            self.say(f"warning: could not remove the nodes' workdir copies: {exc}")
+        finally:
+            if isinstance(self.provider, Local):  # the nodes' directories are on this machine
+                shutil.rmtree(nodecmd.work_root(self.pool_id), ignore_errors=True)
+        if failed is None:
+            self.say(f"done: every node exited 0 (pool {self.pool_id}; `skyhive logs {self.pool_id}`)")
+            return 0
+        return failed.code if failed.code != 0 else 1
+
+    def report(self, failed: NodeExit) -> None:
+        why = failed.detail or f"exit code {failed.code}"
+        others = " (the other nodes' commands were stopped)" if self.task.num_nodes > 1 else ""
+        self.say(f"{failed.phase} failed on node {failed.node}: {why}{others}")
+
+    async def everywhere(self, rt: PoolRuntime, channels: list[WorkerChannel], phase: str,
+                         fn: Callable[..., Any], *args: Any,
+                         per_node: list[Any] | None = None) -> tuple[NodeExit | None, list[Any]]:
+        """Run `fn` on every node at once; the first failure (non-zero int or exception) stops the rest."""
+        results: list[Any] = [None] * len(channels)
+        first: list[NodeExit] = []
+
+        async def one(i: int, channel: WorkerChannel, scope: CancelScope) -> None:
+            call_args = (per_node[i], *args) if per_node is not None else args
+            try:
+                value = await rt.call_on(channel, fn, call_args, {}, fn_name=phase)
+            except Exception as exc:
+                failure = NodeExit(channel.node, phase, 1, f"{type(exc).__name__}: {exc}")
+            else:
+                results[i] = value
+                if not (isinstance(value, int) and value != 0):
+                    return
+                failure = NodeExit(channel.node, phase, value)
+            if not first:
+                first.append(failure)
+                scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            for i, channel in enumerate(channels):
+                tg.start_soon(one, i, channel, tg.cancel_scope)
+        return (first[0] if first else None), results
+
+
+async def launch(task: Task, *, provider: Provider | None = None, err: TextIO | None = None) -> int:
+    """Run `task` on a new pool; the exit code (0, or the first failing node's). Cancellation tears down."""
+    err = err or sys.stderr
+    if provider is None:
+        provider = from_cli(task.resources.provider or "local", hosts=task.resources.hosts)
+    for warning in resource_warnings(task, provider):
+        print(f"skyhive: warning: {warning}", file=err, flush=True)
+    return await _Launch(task, provider, err).run()
+
+
+def run_launch(task: Task, *, provider: Provider | None = None, err: TextIO | None = None) -> int:
+    """`launch` from synchronous code, with SIGINT/SIGTERM stopping every node and tearing down.
+
+    A first signal cancels the launch (teardown is bounded by the pool's stop_timeout); a second one
+    says teardown is in progress; a third exits at once (then `skyhive down POOL` cleans up).
+    """
+    err = err or sys.stderr
+    if provider is None:  # errors in the command line surface here, before anything starts
+        provider = from_cli(task.resources.provider or "local", hosts=task.resources.hosts)
+    received: list[int] = []
+    failure: list[BaseException] = []
+
+    async def watch(signals: Any, scope: CancelScope) -> None:
+        async for signum in signals:
+            received.append(signum)
+            if len(received) == 1:
+                print(f"\nskyhive: {signal.Signals(signum).name}: stopping every node's command and "
+                      f"tearing down", file=err, flush=True)
+                scope.cancel()
+            elif len(received) == 2:
+                print("skyhive: still tearing down; signal again to exit at once", file=err, flush=True)
+            else:
+                os._exit(128 + signum)
+
+    async def main() -> int:
+        code = 1
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with anyio.create_task_group() as tg:
+                scope = anyio.CancelScope()
+                tg.start_soon(watch, signals, scope)
+                with scope:
+                    try:
+                        code = await launch(task, provider=provider, err=err)
+                    except Exception as exc:  # raised as itself, not inside the task group's ExceptionGroup
+                        failure.append(exc)
+                tg.cancel_scope.cancel()
+        return 128 + received[0] if received else code
+
+    code = anyio.run(main)
+    if failure:
+        raise failure[0]
+    return code

@@ -1,0 +1,159 @@
+"""The node side of `skyhive launch`: functions the workers run (standard library only).
+
+`prepare` gives each node its own working directory with the task's workdir unpacked into it;
+`run_script` runs `setup` or `run` there as a bash subprocess with the SkyPilot-style environment and
+returns its exit code. The subprocess writes to the worker's file descriptors 1 and 2, which the
+worker forwards to the client as the task's output, live.
+
+A cancelled task (Ctrl-C on the client, or another node failed) stops the script and every process
+it started: SIGTERM, a grace period, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from .context import instance_info
+from .eventlog import state_dir
+
+__all__ = ["work_root", "prepare", "remove", "node_env", "run_script", "stop_descendants", "GRACE"]
+
+#: How long a stopped script's processes get between SIGTERM and SIGKILL (below the pool's cancel_grace).
+GRACE = 3.0
+
+
+def work_root(pool_id: str) -> Path:
+    """Where a pool's per-node working directories live on a node."""
+    return state_dir() / "work" / pool_id
+
+
+def prepare(pool_id: str, archive: bytes | None) -> str:
+    """Create this node's working directory, unpack `archive` (a tar.gz of the workdir) into it."""
+    path = work_root(pool_id) / f"node-{instance_info().node}"
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True, mode=0o700)
+    if archive:
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+            tar.extractall(path, filter="data")
+    return str(path)
+
+
+def remove(pool_id: str) -> None:
+    shutil.rmtree(work_root(pool_id), ignore_errors=True)
+
+
+def node_env(task_id: str, *, phase: str) -> dict[str, str]:
+    """The variables every `run` sees, under both the SKYHIVE_* and the SKYPILOT_* names."""
+    info = instance_info()
+    ips = "\n".join(p.addr for p in sorted(info.peers, key=lambda p: p.node))
+    values = {
+        "NODE_IPS": ips,
+        "NODE_RANK": str(info.node),
+        "NUM_NODES": str(info.total_nodes),
+        "NUM_GPUS_PER_NODE": str(info.accelerators),
+        "TASK_ID": task_id,
+    }
+    env = {f"{prefix}_{k}": v for prefix in ("SKYHIVE", "SKYPILOT") for k, v in values.items()}
+    if phase == "setup":  # SkyPilot's names during setup
+        env["SKYPILOT_SETUP_NODE_IPS"] = ips
+        env["SKYPILOT_SETUP_NODE_RANK"] = str(info.node)
+    env["SKYHIVE_HEAD_PORT"] = str(info.head_port)  # a free port on the head (Local nodes share an address)
+    return env
+
+
+def run_script(cwd: str, script: str, task_id: str, phase: str) -> int:
+    """Run `script` with bash in `cwd`; its exit code (128+N if killed by signal N)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"),
+           **node_env(task_id, phase=phase)}
+    # the node's Python environment comes first: `python`, `pip`, `torchrun` are the ones skyhive runs with
+    bindir = os.path.dirname(sys.executable)
+    path = env.get("PATH", os.defpath)
+    if bindir and bindir not in path.split(os.pathsep):
+        env["PATH"] = bindir + os.pathsep + path
+    shell = shutil.which("bash") or "/bin/sh"
+    proc = subprocess.Popen([shell, "-c", script], cwd=cwd, env=env, stdin=subprocess.DEVNULL)
+    try:
+        code = proc.wait()
+    except BaseException:  # cancelled (the worker raises TaskCancelled here), or anything else
+        stop_descendants(proc.pid, GRACE)
+        proc.wait()
+        raise
+    return 128 - code if code < 0 else code
+
+
+def stop_descendants(root: int, grace: float) -> None:
+    """SIGTERM `root` and every process it started; SIGKILL what is left after `grace` seconds.
+
+    Children that were orphaned (their parent died, they were re-parented to init) are found through
+    the process group when this worker leads one (Local workers do): they are in it, but no longer
+    below any process of this worker.
+    """
+    targets = _tree(root)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in targets:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if sig == signal.SIGKILL:
+            break
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            targets = [p for p in targets if _running(p)]
+            if not targets:
+                return
+            time.sleep(0.05)
+
+
+def _tree(root: int) -> list[int]:
+    """`root` and its descendants, deepest first, plus orphans of this worker's process group."""
+    me = os.getpid()
+    leader = os.getpgrp() == me
+    children: dict[int, list[int]] = {}
+    group: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        stat = _stat(int(entry))
+        if stat is None:
+            continue
+        pid, ppid, pgrp = int(entry), int(stat[1]), int(stat[2])
+        children.setdefault(ppid, []).append(pid)
+        if leader and pgrp == me and pid != me:
+            group.append(pid)
+
+    def below(pid: int) -> list[int]:
+        out, stack = [], [pid]
+        while stack:
+            p = stack.pop()
+            out.append(p)
+            stack.extend(children.get(p, ()))
+        return out
+
+    mine = set(below(me))
+    order = below(root)
+    order.reverse()  # children before their parents
+    return order + [p for p in group if p not in mine]
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name: state, ppid, pgrp, ..."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _running(pid: int) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z"
