@@ -7,6 +7,7 @@ event, folds it into the pool's state, appends it to the file and hands it to `e
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import os
@@ -98,6 +99,14 @@ class EventLog:
             self._unfolded = []
         return self._state
 
+    def _redact_value(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, (dict, list, tuple)):  # structured fields (a provider's description)
+            text = json.dumps(value, default=str)
+            return json.loads(self.redact(text)) if any(s in text for s in self._secrets) else value
+        return value
+
     def emit(self, cls: type[E], **fields_: Any) -> E:
         """Build, record and publish one event.
 
@@ -106,7 +115,7 @@ class EventLog:
         later, or at close), so a task's events cost a few microseconds on the caller's path.
         """
         if self._secrets:
-            fields_ = {k: self.redact(v) if isinstance(v, str) else v for k, v in fields_.items()}
+            fields_ = {k: self._redact_value(v) for k, v in fields_.items()}
         event = cls(pool_id=self.pool_id, seq=self._seq, ts=time.time(), **fields_)
         self._seq += 1
         self._unfolded.append(event)

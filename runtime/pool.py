@@ -124,8 +124,14 @@ class Pool:
         rt = self._rt
         if rt is None:
             return
+        if exc is None:
+            error = ""
+        elif isinstance(exc, anyio.get_cancelled_exc_class()):
+            error = "cancelled"
+        else:
+            error = f"{type(exc).__name__}: {exc}"
         try:
-            await rt.close(f"{type(exc).__name__}: {exc}" if exc is not None else "")
+            await rt.close(error)
         finally:
             await rt._exit_tg()
 
