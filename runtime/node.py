@@ -61,6 +61,7 @@ class NodeActor:
         ppn = pool.spec.processes_per_node
         self.channels: list[WorkerChannel | None] = [None] * ppn
         self.processes: list[WorkerProcess | None] = [None] * ppn
+        self.starts = [0] * ppn  # worker processes started per local rank (restarts = starts - 1)
         self.stopping = False
 
     def __repr__(self) -> str:
@@ -95,7 +96,7 @@ class NodeActor:
                     await event.wait()
             if failures:
                 raise failures[0]
-            self.move(NodeState.READY)
+            self.move(NodeState.READY, detail=getattr(self, "bootstrap_detail", ""))
             task_status.started()
 
     async def _supervise(self, rank: int, ready: anyio.Event, failures: list[BaseException]) -> None:
@@ -142,6 +143,9 @@ class NodeActor:
         pool.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="starting")
         channel = WorkerChannel(node=self.index, local_rank=rank, log_=pool.log, on_output=pool.router.deliver)
         env = {**pool.worker_env, ENV_VAR: info.to_json()}
+        # how often this worker was restarted: plugins that form process groups refuse to re-join one
+        env["SKYHIVE_WORKER_RESTARTS"] = str(self.starts[rank])
+        self.starts[rank] += 1
         python = pool.python_for(self.handle)
         proc = await self.transport.start_worker(
             [python, *WORKER_ARGV], env, channel, label=f"node {self.index} worker {rank}"
@@ -175,7 +179,8 @@ class NodeActor:
         return channel
 
     async def _setup(self, channel: WorkerChannel, setup: WorkerSetup) -> None:
-        result = await self.pool.call_on(channel, lambda s: s, (setup,), {}, kind="setup", fn_name="plugin setup")
+        # the setup object travels as the task's "function": the worker's `_setup` takes it as such
+        result = await self.pool.call_on(channel, setup, (), {}, kind="setup", fn_name="plugin setup")
         del result
 
     async def _watch(self, rank: int, channel: WorkerChannel) -> str | None:
@@ -189,7 +194,9 @@ class NodeActor:
             if channel.closed.is_set():
                 break
             silent = time.monotonic() - channel.last_seen
-            if silent > settings.heartbeat_timeout:
+            if getattr(proc, "reconnecting", False):
+                channel.last_seen = time.monotonic()  # a resumable link is reconnecting: not silence
+            elif silent > settings.heartbeat_timeout:
                 channel.lost_reason = f"no heartbeat for {silent:.1f} s"
                 proc.kill()
                 break

@@ -1,0 +1,324 @@
+"""Bootstrap an SSH (or cloud) node from the pool's `Image`, cached by content hash.
+
+Steps, each bounded and each failure a `ProvisionError` subclass naming the host and the cause:
+
+1. connect (the transport pins the host key);
+2. probe, in one command: the user's home, the Pythons there (`python=` if given, else `python3.X`
+   for this client's 3.X, then `python3`), whether the runtime and environment directories below
+   are complete. The worker's Python must match the client's major.minor (functions travel as
+   bytecode); with none, `uv python install` when uv is there, else `PythonMismatch`;
+3. runtime: skyhive, msgpack and cloudpickle as wheels of the client's exact versions
+   (`bootstrap_wheels`), uploaded by SFTP and unpacked into `~/.skyhive/rt/<hash of the wheels>`;
+4. environment: `~/.skyhive/envs/<hash>` where the hash covers the image's canonical form, the Python
+   major.minor and the content of `includes`. Unless complete (`.ready`), the includes are uploaded
+   by SFTP and the node-side script (`bootstrap_script`) builds it under a lock: venv + pip packages
+   (the image's indexes and find-links, given explicitly), apt (root or passwordless sudo), setup
+   commands in order. Env vars and secrets go as `env K=V` on the command line, never into a log.
+
+A second pool with the same image on the same host finds both directories complete and skips 3–4
+(`node.bootstrap_detail` says "cached"; it is the detail of the node's `ready` event).
+Progress per node is logged (logger `skyhive.bootstrap`) and, on a terminal, drawn with rich.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import secrets as _secrets
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..providers.base import ProvisionError
+from .bootstrap_wheels import runtime_wheels
+from .transport.ssh import NodeEnv, SSHTransport, register_secrets
+
+if TYPE_CHECKING:
+    from .node import NodeActor
+    from .pool import PoolRuntime
+
+log = logging.getLogger("skyhive.bootstrap")
+
+__all__ = ["bootstrap_node", "BootstrapError", "PythonMismatch", "SetupFailed", "env_key", "PROBE_TIMEOUT"]
+
+PROBE_TIMEOUT = 30.0
+_SCRIPT = (Path(__file__).parent / "bootstrap_script.py").read_text()
+
+
+class BootstrapError(ProvisionError):
+    """Preparing a node's environment failed; the message names the host, the step and the output."""
+
+
+class PythonMismatch(BootstrapError):
+    """The node has no Python of the client's major.minor version (both versions are named)."""
+
+
+class SetupFailed(BootstrapError):
+    """A pip/apt install or a setup command failed on the node; its output is in the message."""
+
+
+def _includes_digest(paths: tuple[str, ...]) -> str:
+    digest = hashlib.sha256()
+    for raw in paths:
+        root = Path(raw).expanduser()
+        if not root.exists():
+            raise BootstrapError(f"Image.includes entry {raw!r} does not exist on this machine")
+        entries = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for p in entries:
+            digest.update(str(p.relative_to(root.parent)).encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def env_key(image: Any, python_mm: str, python_hint: str | None) -> str:
+    """The environment directory's name: a hash of the image, the Python version and the includes."""
+    parts = {
+        "image": image.content_hash() if image is not None else "",
+        "python": python_mm,
+        "interpreter": python_hint or "",
+        "includes": _includes_digest(tuple(image.includes)) if image is not None and image.includes else "",
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
+
+
+# ---- progress ----------------------------------------------------------------------------------------
+
+
+class _Progress:
+    """Per-node bootstrap progress: log lines always, a rich display on a terminal."""
+
+    _by_pool: dict[str, _Progress] = {}
+
+    def __init__(self, pool_id: str) -> None:
+        self.pool_id = pool_id
+        self.active = 0
+        self.live: Any = None
+        self.tasks: dict[int, Any] = {}
+        if sys.stderr.isatty():
+            try:
+                from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+                self.live = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                     transient=False)
+            except ImportError:  # rich is a dependency; without it, logging only
+                self.live = None
+
+    @classmethod
+    def for_pool(cls, pool_id: str) -> _Progress:
+        progress = cls._by_pool.get(pool_id)
+        if progress is None:
+            progress = cls._by_pool[pool_id] = cls(pool_id)
+        return progress
+
+    def begin(self, node: int, where: str) -> None:
+        self.active += 1
+        if self.live is not None:
+            if self.active == 1:
+                self.live.start()
+            self.tasks[node] = self.live.add_task(f"node {node} {where}: connecting", total=None)
+
+    def step(self, node: int, where: str, text: str) -> None:
+        log.info("node %d (%s): %s", node, where, text)
+        if self.live is not None and node in self.tasks:
+            self.live.update(self.tasks[node], description=f"node {node} {where}: {text}")
+
+    def end(self, node: int, where: str, text: str) -> None:
+        self.step(node, where, text)
+        if self.live is not None and node in self.tasks:
+            self.live.update(self.tasks[node], total=1, completed=1)
+        self.active -= 1
+        if self.active <= 0:
+            if self.live is not None:
+                self.live.stop()
+            self._by_pool.pop(self.pool_id, None)
+
+
+# ---- the steps ---------------------------------------------------------------------------------------
+
+
+def _probe_command(candidates: list[str], rt_rel: str, env_rel: str) -> str:
+    lines = ['echo "home=$HOME"', 'echo "uid=$(id -u)"']
+    check = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
+    for c in candidates:
+        q = shlex.quote(c)
+        lines.append(f'p=$(command -v {q} 2>/dev/null) && v=$("$p" -c {shlex.quote(check)} 2>/dev/null) '
+                     f'&& echo "py={c}|$p|$v" || echo "nopy={c}"')
+    lines.append(f'[ -f "$HOME/{rt_rel}/.ready" ] && echo rt=ready')
+    lines.append(f'[ -f "$HOME/{env_rel}/.ready" ] && echo env=ready')
+    lines.append('command -v uv >/dev/null 2>&1 && echo "uv=$(command -v uv)"')
+    return "; ".join(lines) + "; true"
+
+
+def _parse(stdout: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for line in stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out.setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+async def _script(transport: SSHTransport, spec: dict[str, Any], *, python: str, env: dict[str, str],
+                  on_step: Any, timeout: float, redact: Any) -> tuple[bool, str]:
+    """Run the node-side script; (cached, output). Raises `SetupFailed` with its error and output."""
+    lines: list[str] = []
+    state = {"cached": False, "error": ""}
+
+    def on_line(stream: str, line: str) -> None:
+        if line.startswith("::step "):
+            on_step(line[7:])
+        elif line == "::cached":
+            state["cached"] = True
+        elif line.startswith("::error "):
+            state["error"] = line[8:]
+        elif not line.startswith("::done"):
+            lines.append(redact(line))
+            del lines[:-200]
+            log.debug("%s: %s", transport.where, redact(line))
+
+    command = f"exec {shlex.quote(python)} -c {shlex.quote(_SCRIPT)} {shlex.quote(json.dumps(spec))}"
+    result = await transport.run(command, env=env, timeout=timeout, on_line=on_line, lifeline=True)
+    if result.exit_status != 0:
+        detail = state["error"] or f"exit status {result.exit_status}"
+        # the error line already carries the failing command's last output; add ours only without it
+        tail = "" if state["error"] else "\n" + "\n".join(lines[-30:])
+        raise SetupFailed(f"host {transport.where}: bootstrap failed at {redact(detail)}{tail}",
+                          host=transport.reach.host)
+    return state["cached"], "\n".join(lines)
+
+
+def _choose_python(where: str, host: str, facts: dict[str, list[str]], want: str, explicit: str | None) -> str | None:
+    found = []
+    for entry in facts.get("py", []):
+        name, path, version = (entry.split("|") + ["", ""])[:3]
+        found.append(f"{name} = {version} ({path})")
+        if ".".join(version.split(".")[:2]) == want:
+            return path
+        if explicit:
+            raise PythonMismatch(
+                f"host {where}: python={explicit!r} is Python {version}, but the client runs Python "
+                f"{'.'.join(map(str, sys.version_info[:3]))}; functions travel as bytecode, so the node needs "
+                f"Python {want}. Point SSH(python=...) at a Python {want} on that host.", host=host)
+    return None
+
+
+async def bootstrap_node(pool: PoolRuntime, node: NodeActor, transport: Any) -> None:
+    """Prepare `node` (see the module docstring). Raises `ProvisionError` subclasses naming the host."""
+    if not isinstance(transport, SSHTransport):
+        raise ProvisionError(f"node {node.index}: no bootstrap for {type(transport).__name__}", node=node.index)
+    where, host = transport.where, transport.reach.host
+    progress = _Progress.for_pool(pool.pool_id)
+    progress.begin(node.index, where)
+    started = time.monotonic()
+    outcome = "failed"
+    try:
+        node.bootstrap_detail = await _bootstrap(pool, node, transport, progress)  # type: ignore[attr-defined]
+        outcome = node.bootstrap_detail  # type: ignore[attr-defined]
+    except ProvisionError as exc:
+        if exc.node is None:
+            exc.node = node.index
+        if exc.host is None:
+            exc.host = host
+        outcome = f"failed: {str(exc).splitlines()[0]}"
+        raise
+    finally:
+        progress.end(node.index, where, f"{outcome} ({time.monotonic() - started:.2f} s)")
+
+
+async def _bootstrap(pool: PoolRuntime, node: NodeActor, transport: SSHTransport, progress: _Progress) -> str:
+    where, host = transport.where, transport.reach.host
+    image = pool.image
+    timeout = pool.settings.start_timeout
+    redact = pool.log.redact
+    if image is not None:
+        register_secrets(image.secret_values())
+
+    def step(text: str) -> None:
+        progress.step(node.index, where, text)
+
+    want = "%d.%d" % sys.version_info[:2]
+    if image is not None and image.python and ".".join(image.python.split(".")[:2]) != want:
+        raise PythonMismatch(
+            f"host {where}: Image(python={image.python!r}) differs from the client's Python "
+            f"{'.'.join(map(str, sys.version_info[:3]))}; functions travel as bytecode, so client and nodes "
+            f"need the same major.minor", host=host)
+    step("connecting")
+    await transport.connect()
+    wheels = await anyio.to_thread.run_sync(runtime_wheels)
+    explicit = transport.reach.python
+    key = env_key(image, want, explicit)
+    rt_rel = f".skyhive/rt/{wheels.digest[:16]}"
+    env_rel = f".skyhive/envs/{key}"
+    candidates = [explicit] if explicit else [f"python{want}", "python3"]
+    step("probing")
+    probe = await transport.run(_probe_command(candidates, rt_rel, env_rel), timeout=PROBE_TIMEOUT)
+    facts = _parse(probe.stdout)
+    home = (facts.get("home") or [""])[0]
+    if not home:
+        raise BootstrapError(f"host {where}: the probe command failed: {(probe.stderr or probe.stdout).strip()}",
+                             host=host)
+    python = _choose_python(where, host, facts, want, explicit)
+    if python is None and facts.get("uv"):
+        step(f"installing Python {want} with uv")
+        uv = facts["uv"][0]
+        res = await transport.run(f"{shlex.quote(uv)} python install {want} >&2 && {shlex.quote(uv)} python find {want}",
+                                  timeout=timeout)
+        if res.exit_status == 0 and res.stdout.strip():
+            python = res.stdout.strip().splitlines()[-1]
+    if python is None:
+        seen = "; ".join(f"{c}: not found" for c in facts.get("nopy", [])) or "none"
+        versions = "; ".join(f"{e.split('|')[0]} is {e.split('|')[2]}" for e in facts.get("py", []))
+        raise PythonMismatch(
+            f"host {where}: no Python {want} found ({'; '.join(x for x in (versions, seen) if x)}); the client runs "
+            f"Python {'.'.join(map(str, sys.version_info[:3]))} and functions travel as bytecode, so the node needs "
+            f"Python {want}. Install python{want} there (or uv), or pass SSH(python='/path/to/python{want}').",
+            host=host)
+    rt_dir, env_dir = f"{home}/{rt_rel}", f"{home}/{env_rel}"
+    cached_rt = "ready" in facts.get("rt", [])
+    cached_env = "ready" in facts.get("env", [])
+    token = _secrets.token_hex(4)
+    if not cached_rt:
+        step("uploading skyhive runtime")
+        incoming = f"{home}/.skyhive/rt/incoming-{token}"
+        await transport.upload([str(p) for p in wheels.paths], incoming)
+        await _script(transport, {"action": "runtime", "dir": rt_dir, "src": incoming}, python=python, env={},
+                      on_step=lambda s: step(f"runtime: {s}"), timeout=timeout, redact=redact)
+    built = 0.0
+    if not cached_env:
+        t0 = time.monotonic()
+        incoming = ""
+        if image is not None and image.includes:
+            step("uploading includes")
+            incoming = f"{env_dir}.incoming-{token}"
+            await transport.upload([os.path.expanduser(p) for p in image.includes], incoming)
+        spec = {
+            "action": "env", "dir": env_dir, "incoming": incoming, "python": python,
+            "pip": list(image.pip) if image is not None else [],
+            "pip_indexes": list(image.pip_indexes) if image is not None else [],
+            "find_links": list(image.find_links) if image is not None else [],
+            "apt": list(image.apt) if image is not None else [],
+            "setup": list(image.setup) if image is not None else [],
+        }
+        env = image.all_env() if image is not None else {}
+        step("building environment")
+        cached_env, _ = await _script(transport, spec, python=python, env=env,
+                                      on_step=lambda s: step(f"environment: {s}"), timeout=timeout, redact=redact)
+        built = time.monotonic() - t0
+    has_venv = image is not None and bool(image.pip)
+    has_files = image is not None and bool(image.includes)
+    transport.node_env = NodeEnv(
+        python=f"{env_dir}/venv/bin/python" if has_venv else python,
+        home=home,
+        pythonpath=(rt_dir, *((f"{env_dir}/files",) if has_files else ())),
+        cwd=f"{env_dir}/files" if has_files else home,
+        run_dir=f"{home}/.skyhive/run",
+        env_dir=env_dir,
+    )
+    if cached_env:
+        return f"env {key} cached (runtime {'cached' if cached_rt else 'shipped'})"
+    return f"env {key} built in {built:.1f} s (runtime {'cached' if cached_rt else 'shipped'})"

@@ -1,0 +1,409 @@
+"""SSH transport: one asyncssh connection per node; commands, SFTP uploads and detached workers over it.
+
+- **Isolated client**: only the key given (else the default identity files), no agent, no
+  `~/.ssh/config`, no `~/.ssh/known_hosts` unless passed as `known_hosts=`. Fast ciphers first
+  (AES-GCM), keepalives on.
+- **Host keys pinned**: by `known_hosts=` or `host_key=` when given; otherwise the key seen on first
+  contact is pinned for this transport's (the pool's) lifetime, so a reconnect to a different key is
+  refused (`HostKeyChanged`, naming the host).
+- **Commands** (`run`): environment as `env K=V` on the command line (sshd rarely accepts env
+  requests); cancelling or timing out closes the channel, which ends the remote command. Commands run
+  with `lifeline=True` also watch their stdin and kill their process group when it closes.
+- **Workers** (`start_worker`): `python -m skyhive.runtime.worker.server` detaches on the node and
+  listens on a Unix socket (0600 in a 0700 directory); the client reaches it by stream-local
+  forwarding through this connection, over a `ResumableLink` that reconnects and resumes when the
+  connection drops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import itertools
+import json
+import logging
+import os
+import shlex
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import asyncssh
+
+from ...providers.base import SSHReach
+from ...providers.ssh import AuthenticationFailed, HostKeyChanged, HostUnreachable, SSHError
+from ..settings import Settings
+from ..worker.daemon import python_version, skyhive_version
+from .base import CommandResult, Receiver, Transport, WorkerProcess
+from .ssh_link import ResumableLink, WorkerGone
+
+log = logging.getLogger("skyhive.transport.ssh")
+
+__all__ = ["SSHTransport", "SSHWorker", "NodeEnv", "env_prefix", "register_secrets", "FAST_CIPHERS"]
+
+FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com",
+                "aes128-ctr", "aes256-ctr")
+_SOCKET_PATH_MAX = 100
+_WORKER_IDS = itertools.count(1)  # sun_path holds 108 bytes on Linux (104 on macOS); keep a margin
+
+
+class _RedactSecrets(logging.Filter):
+    """asyncssh logs every command line at INFO, `env K=V` included: mask the secret values in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.values:
+            text = record.getMessage()
+            masked = text
+            for value in sorted(self.values, key=len, reverse=True):
+                masked = masked.replace(shlex.quote(value), "***").replace(value, "***")
+            if masked != text:
+                record.msg, record.args = masked, ()
+        return True
+
+
+_redactor = _RedactSecrets()
+logging.getLogger("asyncssh").addFilter(_redactor)
+
+
+def register_secrets(values: frozenset[str] | set[str]) -> None:
+    """Values that must never appear in a log line (they travel on command lines as `env K=V`)."""
+    _redactor.values.update(v for v in values if v)
+
+
+def env_prefix(env: Mapping[str, str] | None) -> str:
+    """`env K=V ... ` for a shell command line (values quoted), or '' without variables."""
+    if not env:
+        return ""
+    return "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " "
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeEnv:
+    """What bootstrap prepared on the node: the interpreter and paths the worker runs with."""
+
+    python: str
+    home: str
+    pythonpath: tuple[str, ...] = ()
+    cwd: str | None = None
+    run_dir: str = ""
+    env_dir: str = ""
+
+
+class _Client(asyncssh.SSHClient):
+    """asyncssh client callbacks: note when the connection goes away."""
+
+    def __init__(self, transport: SSHTransport) -> None:
+        self.transport = transport
+        self.conn: Any = None
+
+    def connection_made(self, conn: Any) -> None:
+        self.conn = conn
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport._conn is self.conn:
+            self.transport._conn = None
+
+
+class SSHTransport(Transport):
+    """How a node actor reaches one SSH host. See the module docstring."""
+
+    can_resume = True
+
+    def __init__(self, reach: SSHReach, *, pool_id: str, settings: Settings | None = None) -> None:
+        self.reach = reach
+        self.pool_id = pool_id
+        self.settings = settings or Settings()
+        self.user = reach.user or getpass.getuser()
+        self.where = f"{self.user}@{reach.host}" + (f":{reach.port}" if reach.port != 22 else "")
+        self.connect_timeout = float(getattr(reach, "connect_timeout", 10.0))
+        self.idle_timeout = float(getattr(reach, "idle_timeout", 600.0))
+        self.reconnect_timeout = float(getattr(reach, "reconnect_timeout", 60.0))
+        self.use_agent = bool(getattr(reach, "use_agent", False))
+        self.node_env: NodeEnv | None = None
+        self._conn: Any = None
+        self._pinned: Any = None  # the host key seen first, when none was given
+        self._lock = asyncio.Lock()
+        self._workers = 0
+        self.connects = 0
+
+    def __repr__(self) -> str:
+        return f"<SSHTransport {self.where} {'connected' if self._conn is not None else 'idle'}>"
+
+    def describe(self) -> dict[str, Any]:
+        return {"transport": "ssh", "host": self.reach.host, "port": self.reach.port, "user": self.user}
+
+    # ---- the connection ----------------------------------------------------------------------------
+
+    def _known_hosts(self) -> Any:
+        reach = self.reach
+        if reach.known_hosts:
+            return os.path.expanduser(reach.known_hosts)
+        key = reach.host_key
+        if key is None and self._pinned is not None:
+            key = self._pinned.export_public_key().decode().strip()
+        if key is None:
+            return None  # first contact: pinned right after
+        name = reach.host if reach.port == 22 else f"[{reach.host}]:{reach.port}"
+        return asyncssh.import_known_hosts(f"{name} {key}\n")
+
+    async def connect(self) -> Any:
+        """The live connection, opened (again) if needed. Raises `SSHError` subclasses naming the host."""
+        conn = self._conn
+        if conn is not None:
+            return conn
+        async with self._lock:
+            if self._conn is not None:
+                return self._conn
+            self._conn = await self._open()
+            return self._conn
+
+    async def _open(self) -> Any:
+        reach = self.reach
+        client = _Client(self)
+        options: dict[str, Any] = dict(
+            host=reach.host, port=reach.port, username=self.user,
+            known_hosts=self._known_hosts(), config=None,
+            agent_path=() if self.use_agent else None,
+            encryption_algs=list(FAST_CIPHERS), keepalive_interval=5, keepalive_count_max=4,
+            connect_timeout=self.connect_timeout, login_timeout=self.connect_timeout,
+            client_factory=lambda: client,
+        )
+        if reach.key:
+            options["client_keys"] = [os.path.expanduser(reach.key)]
+        try:
+            with anyio.fail_after(self.connect_timeout + 1):
+                conn = await asyncssh.connect(**options)
+        except asyncssh.HostKeyNotVerifiable as exc:
+            source = (f"known_hosts {reach.known_hosts}" if reach.known_hosts else
+                      "the key given for it" if reach.host_key else "the key it showed on first contact in this pool")
+            raise HostKeyChanged(
+                f"host {self.where}: its host key does not match {source} ({exc}); refusing to connect. "
+                "If the host was reinstalled on purpose, update the pinned key.", host=reach.host,
+            ) from None
+        except asyncssh.PermissionDenied as exc:
+            raise AuthenticationFailed(
+                f"host {self.where}: authentication failed for user {self.user} "
+                f"with {'key ' + reach.key if reach.key else 'the default keys'} ({exc.reason or exc})",
+                host=reach.host,
+            ) from None
+        except (TimeoutError, asyncio.TimeoutError):
+            raise HostUnreachable(
+                f"host {self.where}: no SSH connection within {self.connect_timeout:g} s "
+                "(host down, wrong address, or a firewall drops the packets)", host=reach.host,
+            ) from None
+        except (OSError, asyncssh.Error) as exc:
+            raise HostUnreachable(f"host {self.where}: cannot connect: {exc}", host=reach.host) from None
+        if self._pinned is None and reach.host_key is None and not reach.known_hosts:
+            self._pinned = conn.get_server_host_key()
+        self.connects += 1
+        return conn
+
+    async def close(self) -> None:
+        """Close the connection; with `keep_env=False` first remove the environment bootstrap built."""
+        env = self.node_env
+        if self._conn is not None and env is not None and env.env_dir and not getattr(self.reach, "keep_env", True):
+            try:
+                await self.run(f"rm -rf {shlex.quote(env.env_dir)} {shlex.quote(env.env_dir + '.lock')}", timeout=30)
+            except Exception as exc:  # noqa: BLE001 - the pool is closing: report, go on
+                log.warning("host %s: could not remove %s: %s", self.where, env.env_dir, exc)
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+            with anyio.move_on_after(5, shield=True):
+                await conn.wait_closed()
+
+    def drop_connection(self) -> None:
+        """Abort the SSH connection (tests and fault injection): links reconnect."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.abort()
+
+    # ---- commands ----------------------------------------------------------------------------------
+
+    async def run(self, command: str, *, env: Mapping[str, str] | None = None, timeout: float | None = None,
+                  on_line: Callable[[str, str], None] | None = None, lifeline: bool = False,
+                  input: str | None = None) -> CommandResult:
+        """Run `command` in the user's shell on the node; its exit status and output.
+
+        `on_line(stream, line)` gets output lines as they come ("stdout"/"stderr"). With `lifeline`,
+        stdin stays open while the command runs (the command can watch it to die with us). Cancelling
+        or `timeout` (raises `TimeoutError`) closes the channel, which ends the remote command.
+        """
+        conn = await self.connect()
+        if env and command.startswith("exec "):
+            full = "exec " + env_prefix(env) + command[5:]
+        else:
+            full = env_prefix(env) + command
+        proc = await conn.create_process(full, encoding="utf-8", errors="replace")
+        out: list[str] = []
+        err: list[str] = []
+
+        async def pump(stream: Any, name: str, sink: list[str]) -> None:
+            async for line in stream:
+                sink.append(line)
+                if on_line is not None:
+                    on_line(name, line.rstrip("\n"))
+
+        try:
+            with anyio.fail_after(timeout) if timeout is not None else _nullcontext():
+                if input is not None:
+                    proc.stdin.write(input)
+                if not lifeline:
+                    proc.stdin.write_eof()
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(pump, proc.stdout, "stdout", out)
+                    tg.start_soon(pump, proc.stderr, "stderr", err)
+                result = await proc.wait()
+        except BaseException:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                proc.close()
+                await proc.wait_closed()
+            raise
+        finally:
+            if lifeline and not proc.stdin.is_closing():
+                proc.stdin.close()
+        status = result.exit_status if result.exit_status is not None else -1
+        return CommandResult(command, status, "".join(out), "".join(err))
+
+    async def upload(self, local: Sequence[str], remote_dir: str) -> None:
+        """Copy local files and directories (recursively) into `remote_dir` (created) by SFTP."""
+        conn = await self.connect()
+        async with conn.start_sftp_client() as sftp:
+            await sftp.makedirs(remote_dir, exist_ok=True)
+            if local:
+                await sftp.put(list(local), remote_dir, recurse=True, preserve=True)
+
+    # ---- workers -----------------------------------------------------------------------------------
+
+    def _socket_path(self, env: NodeEnv) -> str:
+        # unique among this client's workers: hosts may share one home (NFS), so the host is not enough
+        self._workers += 1
+        name = f"{self.pool_id}-{os.getpid() % 100000}-{next(_WORKER_IDS)}.sock"
+        path = f"{env.run_dir}/{name}"
+        if len(path.encode()) > _SOCKET_PATH_MAX:
+            path = f"/tmp/skyhive-{self.user}/{name}"
+        return path
+
+    async def start_worker(self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *,
+                           label: str) -> SSHWorker:
+        """Start a detached worker on the node and connect to it. `argv[0]` (the interpreter) is
+        replaced by the one bootstrap prepared; the worker is the socket-serving variant."""
+        node_env = self.node_env or NodeEnv(python=argv[0], home="~", run_dir="~/.skyhive/run")
+        sock = self._socket_path(node_env)
+        full_env = dict(env)
+        if node_env.pythonpath:
+            full_env["PYTHONPATH"] = ":".join(node_env.pythonpath)
+        cd = f"cd {shlex.quote(node_env.cwd)} && " if node_env.cwd else ""
+        command = (f"{cd}exec {env_prefix(full_env)}{shlex.quote(node_env.python)} -m skyhive.runtime.worker.server "
+                   f"--socket {shlex.quote(sock)} --idle-timeout {self.idle_timeout:g}")
+        with anyio.fail_after(self.settings.start_timeout):
+            result = await self.run(command, timeout=self.settings.start_timeout)
+        if result.exit_status != 0:
+            raise SSHError(f"host {self.where}: the worker did not start (exit {result.exit_status}): "
+                           f"{(result.stderr or result.stdout).strip()[-2000:]}", host=self.reach.host)
+        try:
+            info = json.loads(result.stdout.strip().splitlines()[-1])
+            pid = int(info["pid"])
+        except (ValueError, KeyError, IndexError):
+            raise SSHError(f"host {self.where}: the worker server printed {result.stdout!r}, not its pid",
+                           host=self.reach.host) from None
+
+        async def opener(factory: Callable[[], Any]) -> tuple[Any, Any]:
+            return await self._open_unix(factory, sock)
+
+        link = ResumableLink(receiver, opener, label=f"{label} ({self.where})", reconnect_timeout=self.reconnect_timeout,
+                             skyhive_version=skyhive_version(), python_version=python_version())
+        worker = SSHWorker(self, link, pid, sock)
+        try:
+            with anyio.fail_after(self.settings.start_timeout):
+                await link.connect()
+        except BaseException:
+            worker.kill()
+            with anyio.move_on_after(5, shield=True):
+                await worker.wait()
+            raise
+        return worker
+
+    async def _open_unix(self, factory: Callable[[], Any], sock: str) -> tuple[Any, Any]:
+        try:
+            conn = await self.connect()
+        except (HostKeyChanged, AuthenticationFailed) as exc:
+            raise WorkerGone(str(exc)) from None  # retrying cannot help
+        try:
+            return await conn.create_unix_connection(factory, sock)
+        except asyncssh.ChannelOpenError as exc:
+            probe = await self.run(f"test -S {shlex.quote(sock)} && echo alive || cat {shlex.quote(sock + '.exit')}",
+                                   timeout=10)
+            text = probe.stdout.strip()
+            if text != "alive":
+                code = int(text) if text.lstrip("-").isdigit() else None
+                raise WorkerGone(f"the worker on {self.where} is gone (its socket {sock} no longer exists)",
+                                 exit_status=code) from None
+            raise ConnectionError(f"cannot open {sock} on {self.where}: {exc}") from None
+
+    async def kill_group(self, pid: int, sock: str) -> None:
+        """SIGKILL the detached worker's process group (the relay leads it), if it is still ours."""
+        check = f"grep -q skyhive.runtime.worker.server /proc/{pid}/cmdline 2>/dev/null"
+        command = f"{check} && kill -KILL -- -{pid} 2>/dev/null; rm -f {shlex.quote(sock)}; true"
+        try:
+            with anyio.fail_after(10):
+                await self.run(command, timeout=10)
+        except Exception as exc:  # noqa: BLE001 - best effort: the daemon also exits when idle
+            log.warning("host %s: could not kill worker %d: %s (it exits by itself after %g s idle)",
+                        self.where, pid, exc, self.idle_timeout)
+
+
+class SSHWorker(WorkerProcess):
+    """A detached worker on an SSH node, reached through a `ResumableLink`."""
+
+    def __init__(self, transport: SSHTransport, link: ResumableLink, pid: int, sock: str) -> None:
+        self.transport = transport
+        self.link = link  # type: ignore[assignment]
+        self.pid = pid
+        self.socket = sock
+        self._kill_task: asyncio.Task[None] | None = None
+        self.started = time.monotonic()
+
+    def __repr__(self) -> str:
+        return f"<SSHWorker pid={self.pid} on {self.transport.where} {self.link!r}>"
+
+    @property
+    def reconnecting(self) -> bool:
+        """True while the link is reconnecting (the node actor does not count that as silence)."""
+        return self.link.reconnecting
+
+    async def wait(self) -> int | None:
+        await self.link.finished.wait()
+        if self._kill_task is not None:
+            await asyncio.shield(self._kill_task)
+        return self.returncode
+
+    @property
+    def returncode(self) -> int | None:
+        if self.link.exit_status is not None:
+            return self.link.exit_status
+        if self._kill_task is not None and self._kill_task.done():
+            return -9
+        return None
+
+    def kill(self) -> None:
+        """Kill the worker's process group on the node (in the background) and close the link."""
+        if self._kill_task is not None or self.link.exit_status is not None:
+            self.link.close()
+            return
+        self.link.close()
+        self._kill_task = asyncio.get_running_loop().create_task(self.transport.kill_group(self.pid, self.socket))
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
