@@ -210,9 +210,10 @@ class Pool:
         rt = self._runtime
         fn = _unwrap(fn)
         prep = Prepared(fn, args, kwargs)
-        channel = await rt.pick()
-        return await rt.run_prepared([channel], prep, timeout=timeout, options=self._options(output, capture),
-                                     single=True)
+        channel = rt.pick_nowait() if rt.open else None
+        if channel is None:
+            channel = await rt.pick()
+        return await rt.run_one(channel, prep, timeout=timeout, options=self._options(output, capture))
 
     async def broadcast(self, fn: Callable[..., T], *args: Any, timeout: float | None = None,
                         output: OutputSpec = _UNSET, capture: bool = False, **kwargs: Any) -> list[T]:
@@ -255,7 +256,7 @@ class Pool:
             for start, chunk in pending:
                 prep = _batch(template, chunk)
                 channel = await rt.pick()
-                values = await rt.run_prepared([channel], prep, timeout=None, options=options, single=True)
+                values = await rt.run_one(channel, prep, timeout=None, options=options)
                 results[start:start + len(values)] = values
 
         try:

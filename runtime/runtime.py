@@ -31,7 +31,7 @@ from .lifecycle import NodeState
 from .node import NodeActor
 from .output import OutputRouter
 from .selection import OutputSpec
-from .serialize import dump_args, dump_function, load_value, rebuild_exception
+from .serialize import dump_args, dump_function_cached, load_value, rebuild_exception
 from .settings import Settings
 from .transport.base import Transport
 from .transport.local import LocalTransport
@@ -52,9 +52,10 @@ class Prepared:
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                  batch: bool = False, kind: str = "call", fn_name: str | None = None,
                  packed_args: tuple[bytes, list[Any]] | None = None) -> None:
-        self.fn_id, self.fn_bytes = dump_function(fn)
+        pickled = dump_function_cached(fn)
+        self.fn_id, self.fn_bytes = pickled.fn_id, pickled.payload
         self.args, self.buffers = packed_args if packed_args is not None else dump_args(fn, args, kwargs)
-        self.fn_name = fn_name or f"{getattr(fn, '__qualname__', None) or getattr(fn, '__name__', 'function')}()"
+        self.fn_name = fn_name or pickled.name
         self.batch = batch
         self.kind = kind
         self.items = 1
@@ -282,6 +283,22 @@ class PoolRuntime:
                       timeout: float | None = None, options: dict[str, Any] | None = None) -> Any:
         prep = Prepared(fn, args, kwargs, kind=kind, fn_name=fn_name)
         return await self.run_prepared([channel], prep, timeout=timeout, options=options, single=True)
+
+    async def run_one(self, channel: WorkerChannel, prep: Prepared, *, timeout: float | None,
+                      options: dict[str, Any] | None) -> Any:
+        """One task on one worker: `run_prepared` without its generality when there is no timeout
+        and no out-of-band buffer (the common warm call)."""
+        if timeout is not None or prep.buffers:
+            return await self.run_prepared([channel], prep, timeout=timeout, options=options, single=True)
+        fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        call = self.send(channel, prep, options, fut)
+        try:
+            result = await fut
+        except BaseException:
+            self._cancel([(channel, call, fut)])
+            raise
+        self.router.flush(channel.node, channel.local_rank)
+        return self._unpack(channel, call, result)
 
     async def run_prepared(self, channels: Sequence[WorkerChannel], prep: Prepared, *, timeout: float | None,
                            options: dict[str, Any] | None, single: bool = False) -> Any:

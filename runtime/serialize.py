@@ -48,23 +48,44 @@ def _register_user_module(fn: Any) -> None:
         cloudpickle.register_pickle_by_value(module)
 
 
-_fn_cache: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], bytes, bytes]] = weakref.WeakKeyDictionary()
 _SIMPLE = frozenset({int, float, str, bytes, bool, type(None), complex})
 
 
-def _fingerprint(fn: Any) -> tuple[Any, ...]:
+class _Pickled:
+    """A function's pickle, and what it depended on when it was made."""
+
+    __slots__ = ("names", "fingerprint", "fn_id", "payload", "name")
+
+    def __init__(self, names: tuple[str, ...], fingerprint: tuple[Any, ...], fn_id: bytes, payload: bytes,
+                 name: str) -> None:
+        self.names = names
+        self.fingerprint = fingerprint
+        self.fn_id = fn_id
+        self.payload = payload
+        self.name = name
+
+
+_fn_cache: weakref.WeakKeyDictionary[Any, _Pickled] = weakref.WeakKeyDictionary()
+
+
+def _global_names(fn: Any) -> tuple[str, ...]:
+    code = getattr(fn, "__code__", None)
+    g = getattr(fn, "__globals__", None)
+    if code is None or g is None:
+        return ()
+    return tuple(name for name in code.co_names if name in g)
+
+
+def _fingerprint(fn: Any, names: tuple[str, ...]) -> tuple[Any, ...]:
     """What a by-value pickle of `fn` depends on that can be rebound: the globals it names and its
     closure cells (by identity; immutable scalars by value). A cached pickle is reused only while
     this is unchanged, so `LR = 0.2` after a first call is seen by the next one."""
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return ()
-    g = getattr(fn, "__globals__", {})
+    g = getattr(fn, "__globals__", None)
     parts: list[Any] = []
-    for name in code.co_names:
-        if name in g:
-            v = g[name]
-            parts.append((name, v) if type(v) in _SIMPLE else (name, id(v)))
+    if g is not None:
+        for name in names:
+            v = g.get(name)
+            parts.append(v if type(v) in _SIMPLE else id(v))
     for cell in getattr(fn, "__closure__", None) or ():
         try:
             v = cell.cell_contents
@@ -72,33 +93,45 @@ def _fingerprint(fn: Any) -> tuple[Any, ...]:
             v = None
         parts.append(v if type(v) in _SIMPLE else id(v))
     parts.append(id(getattr(fn, "__defaults__", None)))
+    parts.append(id(getattr(fn, "__code__", None)))
     return tuple(parts)
 
 
-def dump_function(fn: Callable[..., Any]) -> tuple[bytes, bytes]:
-    """(fn_id, payload): the cloudpickled function and a digest that names it on a worker.
+def function_name(fn: Any) -> str:
+    return f"{getattr(fn, '__qualname__', None) or getattr(fn, '__name__', None) or type(fn).__name__}()"
 
-    Pickles are cached per function object while its `_fingerprint` is unchanged: a warm call
-    does not pay for pickling its function again.
+
+def dump_function_cached(fn: Callable[..., Any]) -> _Pickled:
+    """The pickle of `fn` with its id and display name, reused while `fn` is unchanged.
+
+    Cached per function object while its `_fingerprint` is the same: a warm call does not pay for
+    pickling its function again.
     """
     try:
         cached = _fn_cache.get(fn)
     except TypeError:  # not weak-referenceable (e.g. a builtin): cheap to pickle by reference anyway
         cached = None
-    fp = _fingerprint(fn)
-    if cached is not None and cached[0] == fp:
-        return cached[1], cached[2]
+    if cached is not None and cached.fingerprint == _fingerprint(fn, cached.names):
+        return cached
     _register_user_module(fn)
     try:
         payload = cloudpickle.dumps(fn, protocol=5)
     except Exception as exc:
         raise SerializationError(f"function {_name(fn)} cannot be pickled: {type(exc).__name__}: {exc}") from exc
-    fn_id = hashlib.blake2b(payload, digest_size=16).digest()
+    names = _global_names(fn)
+    entry = _Pickled(names, _fingerprint(fn, names), hashlib.blake2b(payload, digest_size=16).digest(), payload,
+                     function_name(fn))
     try:
-        _fn_cache[fn] = (fp, fn_id, payload)
+        _fn_cache[fn] = entry
     except TypeError:
         pass
-    return fn_id, payload
+    return entry
+
+
+def dump_function(fn: Callable[..., Any]) -> tuple[bytes, bytes]:
+    """(fn_id, payload): the cloudpickled function and a digest that names it on a worker."""
+    entry = dump_function_cached(fn)
+    return entry.fn_id, entry.payload
 
 
 def _plain(obj: Any, depth: int = 0) -> bool:

@@ -180,11 +180,14 @@ async def test_events_iterator_sees_the_lifecycle():
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch)
-            await pool.run(abs, 1)
+            await pool.run(abs, 1)  # short: submitted -> finished
+            await pool.run(time.sleep, 0.2)  # still running at the worker's next tick: started too
             await anyio.sleep(0.05)
             tg.cancel_scope.cancel()
     assert seen[0] == "pool_started"
-    assert {"task_submitted", "task_started", "task_finished"} <= set(seen)
+    assert seen.count("task_submitted") == 2 and seen.count("task_finished") == 2
+    assert seen.count("task_started") == 1
+    assert seen.index("task_started") > seen.index("task_finished")  # (the second task's)
 
 
 def divmod(a, b):  # noqa: A001 - a module-level function the worker pickles by value
