@@ -1,39 +1,88 @@
 """Where task output goes: the event log, `pool.output()` subscribers, and the caller's terminal.
 
-Selection (`output=` on the pool or a call) takes the same forms as the worker-side decorators:
-"all", "head", a node index, a tuple of node indexes, a predicate on `InstanceInfo`, or None.
+Every `Output` frame becomes one `OutputChunk` event (always), one `OutputRecord` for each
+`pool.output()` subscriber, and — if the node is selected by the call's or the pool's `output=` —
+lines printed with a `[node N]` prefix. Selection (`output=`) takes the same forms as the
+worker-side decorators: "all", "head", a node index, a tuple of node indexes, a predicate on
+`InstanceInfo`, or None.
+
+Backpressure. Each subscriber has a queue measured in characters. When one holds more than its high
+water mark, the router pauses reading from every worker link that delivers output (the worker then
+blocks on its pipe writes, and so does the task that prints); when every subscriber is back under
+its low water mark, reading resumes. Nothing is dropped. While reading is paused, the silence is
+ours, so the paused workers' heartbeat clocks are kept fresh. A subscriber that takes nothing for
+`stall_timeout` seconds while over its mark is detached, and its next read raises `OutputStalled`
+(so a forgotten iterator cannot stall the pool forever, and the loss is never silent). Pools with
+no subscriber never pause.
 """
 
 from __future__ import annotations
 
-import math
+import asyncio
+import logging
 import sys
-
+import threading
+import time
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import anyio
-from anyio.streams.memory import MemoryObjectSendStream
-
+from ..protocol.errors import SkyhiveError
 from ..protocol.info import InstanceInfo
 from ..protocol.messages import STDERR
 from .eventlog import EventLog
-from .selection import OutputSpec, selector
 from .events import OutputChunk
+from .selection import OutputSpec, selector
 
 if TYPE_CHECKING:
     from .channel import Call, WorkerChannel
 
-__all__ = ["OutputRecord", "OutputSpec", "OutputRouter", "selector"]
+__all__ = [
+    "OutputRecord",
+    "OutputSpec",
+    "OutputRouter",
+    "OutputStream",
+    "OutputStalled",
+    "TerminalPrinter",
+    "selector",
+    "HIGH_WATER",
+    "LOW_WATER",
+    "STALL_TIMEOUT",
+    "PARTIAL_DELAY",
+]
 
+log = logging.getLogger("skyhive.output")
+
+#: Characters queued for one subscriber above which the workers are paused.
+HIGH_WATER = 4 * 1024 * 1024
+#: ... and below which (for every subscriber) they resume.
+LOW_WATER = 1024 * 1024
+#: A subscriber over its high water mark that takes nothing for this long is detached.
+STALL_TIMEOUT = 60.0
+#: A partial line (no newline yet) is printed once it has waited this long.
+PARTIAL_DELAY = 0.25
+#: Off a terminal, a line that rewrites itself with "\r" (a progress bar) is printed at most this often.
+PROGRESS_EVERY = 5.0
+#: A partial line longer than this is printed as a line of its own (bounds what is held back).
+MAX_PARTIAL = 64 * 1024
+_TICK = 0.25
 
 _COLORS = ("36", "33", "35", "32", "34", "31", "96", "93", "95", "92", "94", "91")
+_NAMES = {STDERR: "stderr"}
+
+
+class OutputStalled(SkyhiveError):
+    """A `pool.output()` iterator took nothing for too long while output waited; it was detached."""
 
 
 @dataclass(frozen=True, slots=True)
 class OutputRecord:
-    """Text a task wrote: which node and worker, which stream, when it arrived, which task."""
+    """Text a task wrote: which node and worker, which stream, when it arrived, which task.
+
+    `text` is a piece of the stream, not a line: it may hold many lines, or end mid-line (the next
+    record of the same node, worker and stream continues it). `ts` is the arrival time (`time.time()`).
+    """
 
     node: int
     local_rank: int
@@ -44,81 +93,529 @@ class OutputRecord:
 
 
 class OutputRouter:
-    """Delivers every `Output` frame to the log, the subscribers and (if selected) the terminal."""
+    """Delivers every `Output` frame to the log, the subscribers and (if selected) the terminal.
+
+    Used from the pool's event loop only; `deliver` never raises (it runs inside a transport callback).
+    """
 
     def __init__(self, log: EventLog, default: OutputSpec, infos: dict[tuple[int, int], InstanceInfo],
-                 *, multi_process: bool) -> None:
+                 *, multi_process: bool, printer: TerminalPrinter | None = None) -> None:
         self._log = log
         self._default = selector(default)
+        self._default_cache: dict[tuple[int, int], bool] = {}
         self._infos = infos
-        self._multi = multi_process
-        self._subscribers: list[MemoryObjectSendStream[OutputRecord]] = []
-        self._partial: dict[tuple[int, int, int], str] = {}
+        self._printer = printer if printer is not None else TerminalPrinter(multi_process=multi_process)
+        self._subscribers: list[_Queue] = []
+        self._paused: dict[WorkerChannel, None] = {}  # channels whose reading we paused, in order
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+        self._draining = False  # the pool is closing: no more pausing
         self.records = 0
+        self.pauses = 0
+        self.detached = 0
+
+    def __repr__(self) -> str:
+        return (f"<OutputRouter records={self.records} subscribers={len(self._subscribers)} "
+                f"paused={len(self._paused)}>")
+
+    def statistics(self) -> dict[str, Any]:
+        """Records delivered, subscribers and their queues, and how often backpressure engaged."""
+        return {
+            "records": self.records,
+            "subscribers": len(self._subscribers),
+            "queued": [s.queued for s in self._subscribers],
+            "paused_links": len(self._paused),
+            "pauses": self.pauses,
+            "detached": self.detached,
+        }
+
+    # ---- delivering --------------------------------------------------------------------------------
 
     def deliver(self, channel: WorkerChannel, call: Call | None, stream: int, text: str) -> None:
         node, rank = channel.node, channel.local_rank
-        name = "stderr" if stream == STDERR else "stdout"
+        name = _NAMES.get(stream, "stdout")
         task = call.task_id if call is not None else 0
         event = self._log.emit(OutputChunk, task=task, node=node, local_rank=rank, stream=name, text=text)
         text = event.text  # redacted
         self.records += 1
         if self._subscribers:
             record = OutputRecord(node, rank, name, text, event.ts, task)
+            over = False
             for sub in self._subscribers:
-                try:
-                    sub.send_nowait(record)
-                except anyio.BrokenResourceError:
-                    pass
+                over = sub.put(record) or over
+            if (over or self._paused) and not self._draining:
+                self._pause(channel)
         if call is not None and call.outputs is not None:
             call.outputs.append((stream, text))
-        show = call.options.get("show") if call is not None and call.options else None
-        info = self._infos.get((node, rank))
-        if info is not None and (show(info) if show is not None else self._default(info)):
-            self._print(node, rank, stream, text)
+        if self._shown(call, node, rank):
+            try:
+                self._printer.feed(node, rank, stream, text, time.monotonic())
+            except Exception as exc:  # e.g. the caller's stdout was closed: report once, go on
+                self._printer_failed(exc)
+            if self._printer.pending:
+                self._schedule()
 
-    def _print(self, node: int, rank: int, stream: int, text: str) -> None:
-        key = (node, rank, stream)
-        text = self._partial.pop(key, "") + text
-        complete, sep, rest = text.rpartition("\n")
-        if rest:
-            self._partial[key] = rest
-        if sep:
-            self._write(node, rank, stream, complete + "\n")
+    def _shown(self, call: Call | None, node: int, rank: int) -> bool:
+        show = call.options.get("show") if call is not None and call.options else None
+        if show is None:
+            key = (node, rank)
+            shown = self._default_cache.get(key)
+            if shown is None:
+                info = self._infos.get(key)
+                shown = self._default_cache[key] = info is not None and _select(self._default, info)
+            return shown
+        info = self._infos.get((node, rank))
+        return info is not None and _select(show, info)
+
+    def _printer_failed(self, exc: Exception) -> None:
+        log.error("printing task output failed (%s: %s); output is no longer printed here, "
+                  "pool.output() and the event log still receive it", type(exc).__name__, exc)
+        self._printer = TerminalPrinter(multi_process=False, enabled=False)
 
     def flush(self, node: int, rank: int) -> None:
         """Print what is left of a partial line (at the end of a task)."""
-        for stream in (1, 2):
-            rest = self._partial.pop((node, rank, stream), "")
-            if rest:
-                self._write(node, rank, stream, rest + "\n")
-
-    def _write(self, node: int, rank: int, stream: int, text: str) -> None:
-        out: TextIO = sys.stderr if stream == STDERR else sys.stdout
-        label = f"node {node}.{rank}" if self._multi else f"node {node}"
-        if getattr(out, "isatty", lambda: False)():
-            prefix = f"\x1b[{_COLORS[node % len(_COLORS)]}m[{label}]\x1b[0m "
-        else:
-            prefix = f"[{label}] "
-        lines = text.splitlines(keepends=True)
-        out.write("".join(prefix + line for line in lines))
-        out.flush()
-
-    async def subscribe(self) -> AsyncIterator[OutputRecord]:
-        send, receive = anyio.create_memory_object_stream[OutputRecord](math.inf)
-        self._subscribers.append(send)
         try:
-            async with receive:
-                async for record in receive:
-                    yield record
-        finally:
-            if send in self._subscribers:
-                self._subscribers.remove(send)
-            send.close()
+            self._printer.end(node, rank)
+        except Exception as exc:
+            self._printer_failed(exc)
+
+    # ---- subscribers and backpressure --------------------------------------------------------------
+
+    def subscribe(self, *, max_buffer: int = HIGH_WATER, stall_timeout: float = STALL_TIMEOUT) -> OutputStream:
+        """A new `OutputStream` receiving every record from now on (see `Pool.output`)."""
+        if max_buffer < 1 or stall_timeout <= 0:
+            raise ValueError(f"output(max_buffer={max_buffer!r}, stall_timeout={stall_timeout!r}): "
+                             "both must be positive")
+        queue = _Queue(high=max_buffer, low=max(1, max_buffer // 4), stall_timeout=stall_timeout)
+        if self._closed:
+            queue.end()
+        else:
+            self._subscribers.append(queue)
+        return OutputStream(self, queue)
+
+    def _pause(self, channel: WorkerChannel) -> None:
+        if channel in self._paused or channel.link is None:
+            return
+        if not self._paused:
+            self.pauses += 1
+        self._paused[channel] = None
+        try:
+            channel.link.pause_reading()
+        except Exception as exc:  # a closing link: nothing more will come from it anyway
+            log.debug("pausing node %d worker %d: %s", channel.node, channel.local_rank, exc)
+        self._schedule()
+
+    def _maybe_resume(self) -> None:
+        if not self._paused or any(s.queued > s.low for s in self._subscribers):
+            return
+        paused, self._paused = self._paused, {}
+        now = time.monotonic()
+        for channel in paused:
+            channel.last_seen = now  # the silence was ours, not the worker's
+            if channel.link is not None:
+                try:
+                    channel.link.resume_reading()
+                except Exception as exc:
+                    log.debug("resuming node %d worker %d: %s", channel.node, channel.local_rank, exc)
+
+    def _remove(self, sub: _Queue) -> None:
+        if sub in self._subscribers:
+            self._subscribers.remove(sub)
+        self._maybe_resume()
+
+    def _schedule(self) -> None:
+        if self._timer is not None or self._closed:
+            return
+        if self._loop is None:
+            try:
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError:  # driven by hand (tests): they call _tick themselves
+                return
+        self._timer = self._loop.call_later(_TICK, self._tick)
+
+    def _tick(self) -> None:
+        """Show partial lines that waited long enough; while paused, keep heartbeats fresh and
+        detach subscribers that stopped taking records."""
+        self._timer = None
+        now = time.monotonic()
+        if self._paused:
+            if any(channel.shutting_down for channel in self._paused):
+                self._closing()
+            for channel in self._paused:
+                channel.last_seen = now
+            for sub in list(self._subscribers):
+                if sub.queued > sub.high and now - sub.last_take > sub.stall_timeout:
+                    self._detach(sub, now)
+            self._maybe_resume()
+        try:
+            self._printer.tick(now)
+        except Exception as exc:
+            self._printer_failed(exc)
+        if self._paused or self._printer.pending:
+            self._schedule()
+
+    def _closing(self) -> None:
+        """The pool is closing: stop holding the workers back, so their tasks can finish and the
+        workers can exit; subscribers still get everything (their queues may grow past the mark)."""
+        self._draining = True
+        for sub in self._subscribers:
+            sub.low = sys.maxsize
+        self._maybe_resume()
+
+    def _detach(self, sub: _Queue, now: float) -> None:
+        self.detached += 1
+        idle = now - sub.last_take
+        message = (f"pool.output() iterator took no record for {idle:.0f} s while {sub.queued} characters "
+                   f"of output waited (stall_timeout={sub.stall_timeout:g} s); it was detached so the "
+                   "workers could go on, and output after this point did not reach it")
+        log.warning("%s", message)
+        sub.end(OutputStalled(message))
+        self._remove(sub)
 
     def close(self) -> None:
+        """The pool closed: print what is left, end every subscriber (after what it holds), resume links."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         for sub in self._subscribers:
-            sub.close()
+            sub.end()
         self._subscribers.clear()
+        self._maybe_resume()
+        try:
+            self._printer.end_all()
+        except Exception as exc:
+            self._printer_failed(exc)
 
 
+_reported: set[int] = set()
+
+
+def _select(predicate: Any, info: InstanceInfo) -> bool:
+    try:
+        return bool(predicate(info))
+    except Exception as exc:  # a user predicate must not break the connection: print, and say why
+        if id(predicate) not in _reported:
+            _reported.add(id(predicate))
+            log.error("output= predicate %r raised %s: %s (on node %d); the output it should select "
+                      "is printed", predicate, type(exc).__name__, exc, info.node)
+        return True
+
+
+class _Queue:
+    """One subscriber's queue, held by the router (the consumer holds the `OutputStream` around it,
+    so dropping the stream can release the queue)."""
+
+    __slots__ = ("records", "queued", "max_queued", "taken", "high", "low", "stall_timeout", "last_take",
+                 "waiter", "ended", "error")
+
+    def __init__(self, high: int, low: int, stall_timeout: float) -> None:
+        self.records: deque[OutputRecord] = deque()
+        self.queued = 0  # characters
+        self.max_queued = 0
+        self.taken = 0
+        self.high = high
+        self.low = low
+        self.stall_timeout = stall_timeout
+        self.last_take = time.monotonic()
+        self.waiter: asyncio.Future[None] | None = None
+        self.ended = False
+        self.error: BaseException | None = None
+
+    def put(self, record: OutputRecord) -> bool:
+        """Queue `record`; True if this queue is over its high water mark."""
+        if self.ended:
+            return False
+        if not self.records:
+            self.last_take = time.monotonic()  # idle time counts from when there is something to take
+        self.records.append(record)
+        self.queued += len(record.text)
+        if self.queued > self.max_queued:
+            self.max_queued = self.queued
+        self.wake()
+        return self.queued > self.high
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def end(self, error: BaseException | None = None) -> None:
+        if error is not None:
+            self.error = error
+        self.ended = True
+        self.wake()
+
+
+class OutputStream(AsyncIterator[OutputRecord]):
+    """What `pool.output()` returns: an async iterator of `OutputRecord`s, in arrival order.
+
+    It receives every record from the moment it was made until the pool closes (then it ends, after
+    the records it still holds), or until it is closed: `aclose()`, leaving `async with`, or
+    dropping the last reference to it (e.g. `break` out of `async for rec in pool.output()`). A
+    consumer slower than the workers slows them down (see this module's docstring). `__anext__`
+    raises `OutputStalled`, after the records it still holds, if the stream was detached for taking
+    nothing during `stall_timeout` seconds.
+    """
+
+    def __init__(self, router: OutputRouter, queue: _Queue) -> None:
+        self._router: OutputRouter | None = router
+        self._q = queue
+        self._loop_thread = threading.get_ident()
+        self._loop = _running_loop()
+
+    def __repr__(self) -> str:
+        q = self._q
+        state = "detached" if q.error else ("ended" if q.ended else "open")
+        return f"<OutputStream {state} pending={len(q.records)} queued={q.queued} taken={q.taken}>"
+
+    @property
+    def pending(self) -> int:
+        """Records received and not taken yet."""
+        return len(self._q.records)
+
+    @property
+    def queued(self) -> int:
+        """Characters received and not taken yet."""
+        return self._q.queued
+
+    @property
+    def max_queued(self) -> int:
+        """The most characters this stream ever held (bounded by its high water mark, plus what was
+        already read from the pipes when the workers were paused)."""
+        return self._q.max_queued
+
+    def __aiter__(self) -> OutputStream:
+        return self
+
+    async def __anext__(self) -> OutputRecord:
+        await asyncio.sleep(0)  # a checkpoint, even when records are waiting
+        q = self._q
+        while not q.records:
+            if q.error is not None:
+                raise q.error
+            if q.ended:
+                raise StopAsyncIteration
+            q.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await q.waiter
+            finally:
+                q.waiter = None
+        record = q.records.popleft()
+        q.queued -= len(record.text)
+        q.taken += 1
+        q.last_take = time.monotonic()
+        router = self._router
+        if router is not None and router._paused and q.queued <= q.low:
+            router._maybe_resume()
+        return record
+
+    async def aclose(self) -> None:
+        """Stop receiving records (what is queued is dropped: this consumer wants no more)."""
+        self._close()
+
+    async def __aenter__(self) -> OutputStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        router, self._router = self._router, None
+        q = self._q
+        q.end()
+        q.records.clear()
+        q.queued = 0
+        if router is not None:
+            router._remove(q)
+
+    def __del__(self) -> None:
+        if self._router is None:
+            return
+        try:
+            if threading.get_ident() == self._loop_thread:
+                self._close()
+            elif self._loop is not None and not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(self._close)
+        except Exception:  # interpreter shutdown, a closed loop: nothing left to release
+            pass
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+class _Partial:
+    __slots__ = ("text", "since", "shown_at")
+
+    def __init__(self, text: str, since: float, shown_at: float = -1.0) -> None:
+        self.text = text  # the line so far, from its last "\r" rewrite on
+        self.since = since  # when it changed and was not shown since; -1: shown as it is
+        self.shown_at = shown_at  # when it was last shown (rate-limits progress bars)
+
+
+class TerminalPrinter:
+    """Prints output lines as `[node N] text` (colored per node on a terminal).
+
+    A line that rewrites itself with carriage returns (a progress bar) is printed as its last
+    rewrite. A partial line is held until its newline comes, or for `PARTIAL_DELAY`: then a terminal
+    shows it in place and redraws it as it changes; a file or pipe gets it as a line of its own. A
+    progress bar is started on a new line at most every `PROGRESS_EVERY` seconds (several bars at
+    once take turns), so it never floods. `stdout`/`stderr` default to the caller's `sys.stdout` /
+    `sys.stderr` at the time of writing.
+    """
+
+    def __init__(self, *, multi_process: bool, stdout: TextIO | None = None, stderr: TextIO | None = None,
+                 enabled: bool = True) -> None:
+        self._multi = multi_process
+        self._stdout = stdout
+        self._stderr = stderr
+        self._enabled = enabled
+        self._partials: dict[tuple[int, int, int], _Partial] = {}
+        self._open: tuple[int, int, int] | None = None  # a terminal shows this key's partial line
+
+    @property
+    def pending(self) -> bool:
+        """Partial lines are held (the router then calls `tick` every so often)."""
+        return bool(self._partials)
+
+    def _out(self, stream: int) -> TextIO:
+        if stream == STDERR:
+            return self._stderr if self._stderr is not None else sys.stderr
+        return self._stdout if self._stdout is not None else sys.stdout
+
+    def _prefix(self, node: int, rank: int, tty: bool) -> str:
+        label = f"node {node}.{rank}" if self._multi else f"node {node}"
+        if tty:
+            return f"\x1b[{_COLORS[node % len(_COLORS)]}m[{label}]\x1b[0m "
+        return f"[{label}] "
+
+    def feed(self, node: int, rank: int, stream: int, text: str, now: float) -> None:
+        """Print the complete lines of `text` (after what was held for this stream); hold the rest."""
+        if not self._enabled:
+            return
+        key = (node, rank, stream)
+        partial = self._partials.pop(key, None)
+        if partial is not None:
+            text = partial.text + text
+        lines, newline, rest = text.rpartition("\n")
+        if newline:
+            self._lines(key, lines + "\n")
+            partial = None
+        if rest:
+            rest = _last_rewrite(rest)
+            if len(rest) > MAX_PARTIAL:
+                self._lines(key, _collapse(rest) + "\n")
+            elif partial is None:
+                self._partials[key] = _Partial(rest, now)
+            else:  # the same line goes on: it is due `PARTIAL_DELAY` after it first went unshown
+                since = partial.since if partial.since >= 0 else now
+                self._partials[key] = _Partial(rest, since, partial.shown_at)
+
+    def _lines(self, key: tuple[int, int, int], block: str) -> None:
+        """Print complete lines (`block` ends with a newline), rewriting the line on screen if it is
+        this key's."""
+        node, rank, stream = key
+        out = self._out(stream)
+        tty = _isatty(out)
+        if "\r" in block:
+            block = "\n".join([_collapse(line) for line in block[:-1].split("\n")]) + "\n"
+        prefix = self._prefix(node, rank, tty)
+        text = prefix + block[:-1].replace("\n", "\n" + prefix) + "\n"
+        if self._open == key:
+            self._open = None
+            text = "\r\x1b[K" + text
+        else:
+            self._close_open(out)
+        out.write(text)
+        out.flush()
+
+    def _close_open(self, out: TextIO) -> None:
+        """End the line a terminal shows without its newline, before printing anything else there."""
+        if self._open is None:
+            return
+        key, self._open = self._open, None
+        other = self._out(key[2])
+        other.write("\n")
+        if other is not out:
+            other.flush()
+        partial = self._partials.pop(key, None)
+        if partial is not None:  # shown: what follows is printed as a continuation
+            self._consumed(key, partial)
+
+    def _consumed(self, key: tuple[int, int, int], partial: _Partial) -> None:
+        if "\r" in partial.text:  # a progress bar: remember when it was shown, to rate-limit it
+            self._partials[key] = _Partial("\r", -1.0, partial.shown_at)
+
+    def tick(self, now: float) -> None:
+        """Show the partial lines that waited `PARTIAL_DELAY` unchanged-and-unshown."""
+        if not self._enabled:
+            self._partials.clear()
+            return
+        for key, partial in list(self._partials.items()):
+            if partial.since < 0 or now - partial.since < PARTIAL_DELAY:
+                continue
+            node, rank, stream = key
+            out = self._out(stream)
+            tty = _isatty(out)
+            line = _collapse(partial.text)
+            if tty and self._open == key:  # redraw in place
+                out.write("\r\x1b[K" + self._prefix(node, rank, True) + line)
+            else:
+                if "\r" in partial.text and partial.shown_at >= 0 and now - partial.shown_at < PROGRESS_EVERY:
+                    continue  # a progress bar that had its turn recently
+                self._close_open(out)
+                if key not in self._partials:
+                    continue
+                if tty:
+                    out.write(self._prefix(node, rank, True) + line)
+                    self._open = key
+                else:
+                    out.write(self._prefix(node, rank, False) + line + "\n")
+                    del self._partials[key]
+                    partial.shown_at = now
+                    self._consumed(key, partial)
+            partial.since = -1.0
+            partial.shown_at = now
+            out.flush()
+
+    def end(self, node: int, rank: int) -> None:
+        """A task of this worker ended: print its partial lines as lines."""
+        for stream in (1, STDERR):
+            key = (node, rank, stream)
+            partial = self._partials.get(key)
+            if partial is None:
+                continue
+            line = _collapse(partial.text)
+            if line or self._open == key:
+                self._lines(key, line + "\n")
+            self._partials.pop(key, None)
+
+    def end_all(self) -> None:
+        for node, rank, _ in list(self._partials):
+            self.end(node, rank)
+
+
+def _isatty(out: TextIO) -> bool:
+    try:
+        return bool(out.isatty())
+    except Exception:
+        return False
+
+
+def _collapse(line: str) -> str:
+    """What a terminal shows for `line`: the text after its last carriage return (CRLF is one end)."""
+    if "\r" not in line:
+        return line
+    line = line.rstrip("\r")
+    return line[line.rfind("\r") + 1 :]
+
+
+def _last_rewrite(text: str) -> str:
+    """`text` from its last carriage return that is followed by text (what is worth holding)."""
+    i = text.rstrip("\r").rfind("\r")
+    return text[i:] if i > 0 else text

@@ -6,6 +6,7 @@ free of the client's machinery so that workers can import it cheaply.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Union
 
@@ -15,25 +16,57 @@ __all__ = ["OutputSpec", "selector"]
 
 OutputSpec = Union[str, int, tuple[int, ...], Callable[[InstanceInfo], bool], None]
 
+_FORMS = ("'all', 'head', None, a node index, a tuple of node indexes, "
+          "or a predicate taking InstanceInfo (e.g. lambda info: info.node < 2)")
+
+
+def _everyone(info: InstanceInfo) -> bool:
+    return True
+
+
+def _nobody(info: InstanceInfo) -> bool:
+    return False
+
+
+def _head(info: InstanceInfo) -> bool:
+    return info.is_head
+
 
 def selector(spec: OutputSpec, *, where: str = "output") -> Callable[[InstanceInfo], bool]:
-    """A predicate on `InstanceInfo` for an output selection; `ValueError` for a bad one."""
+    """A predicate on `InstanceInfo` for an output selection.
+
+    "all" keeps every node, None none, "head" node 0, an int that node, a tuple those nodes, and a
+    callable is used as the predicate itself. Raises `ValueError` naming `where` for anything else
+    (a bool, a list, a negative index, another string).
+    """
     if spec is None:
-        return lambda info: False
-    if spec == "all":
-        return lambda info: True
-    if spec == "head":
-        return lambda info: info.is_head
+        return _nobody
+    if isinstance(spec, str):
+        if spec == "all":
+            return _everyone
+        if spec == "head":
+            return _head
+        raise ValueError(f"{where}={spec!r} is not an output selection: use {_FORMS}")
     if isinstance(spec, bool):
         raise ValueError(f"{where}={spec!r}: use 'all' or None, not a bool")
-    if isinstance(spec, int):
-        return lambda info: info.node == spec
-    if isinstance(spec, tuple) and all(isinstance(i, int) and not isinstance(i, bool) for i in spec):
-        nodes = frozenset(spec)
+    if isinstance(spec, tuple):
+        nodes = frozenset(_index(i, where, spec) for i in spec)
         return lambda info: info.node in nodes
     if callable(spec):
         return spec
-    raise ValueError(
-        f"{where}={spec!r} is not an output selection: use 'all', 'head', None, a node index, "
-        "a tuple of node indexes, or a predicate taking InstanceInfo"
-    )
+    if isinstance(spec, (list, set, frozenset, range)):
+        raise ValueError(f"{where}={spec!r}: pass the node indexes as a tuple, e.g. {where}=(0, 2)")
+    node = _index(spec, where, spec)
+    return lambda info: info.node == node
+
+
+def _index(value: object, where: str, spec: object) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{where}={spec!r}: node indexes are ints, not bools")
+    try:
+        node = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"{where}={spec!r} is not an output selection: use {_FORMS}") from None
+    if node < 0:
+        raise ValueError(f"{where}={spec!r}: node indexes count from 0, got {node}")
+    return node

@@ -145,6 +145,93 @@ def test_several_arrays_stay_aligned(n, total, shuffle, seed, drop_last):
         assert list(pz) == [1000 + x for x in px]
 
 
+def _kinds():
+    import importlib.util
+
+    kinds = ["list", "tuple", "range", "sequence"]
+    kinds += [k for k in ("numpy", "torch") if importlib.util.find_spec(k) is not None]
+    return kinds
+
+
+class _Seq(Sequence):
+    """A user-defined sequence (neither list nor tuple): its parts come back as lists."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return i
+
+
+def _make(kind, n):
+    """A container of `kind` holding 0..n-1."""
+    if kind == "list":
+        return list(range(n))
+    if kind == "tuple":
+        return tuple(range(n))
+    if kind == "range":
+        return range(n)
+    if kind == "sequence":
+        return _Seq(n)
+    if kind == "numpy":
+        import numpy as np
+
+        return np.arange(n, dtype=np.int32)
+    import torch
+
+    return torch.arange(n, dtype=torch.int64)
+
+
+def _expected_type(kind, shuffle):
+    if kind == "numpy":
+        import numpy as np
+
+        return np.ndarray
+    if kind == "torch":
+        import torch
+
+        return torch.Tensor
+    if kind == "range":
+        return list if shuffle else range
+    return {"list": list, "tuple": tuple, "sequence": list}[kind]
+
+
+@no_deadline
+@given(
+    n=lengths,
+    total=node_counts,
+    shuffle=st.booleans(),
+    seed=seeds,
+    drop_last=st.booleans(),
+    kinds=st.lists(st.sampled_from(_kinds()), min_size=1, max_size=4),
+)
+def test_any_mix_of_types_keeps_each_type_and_the_alignment(n, total, shuffle, seed, drop_last, kinds):
+    arrays = [_make(kind, n) for kind in kinds]
+    order = list(range(n))
+    if shuffle:
+        random.Random(seed).shuffle(order)
+    seen = []
+    for k in range(total):
+        parts = shard(*arrays, shuffle=shuffle, seed=seed, drop_last=drop_last, node=k, total_nodes=total)
+        parts = (parts,) if len(arrays) == 1 else parts
+        assert isinstance(parts, tuple) and len(parts) == len(arrays)
+        want = order[k::total][: n // total] if drop_last else order[k::total]
+        for kind, part in zip(kinds, parts):
+            assert type(part) is _expected_type(kind, shuffle)
+            if kind == "numpy":
+                assert str(part.dtype) == "int32"
+            values = part.tolist() if kind in ("numpy", "torch") else list(part)
+            assert values == want  # every array's part holds the same items: aligned
+        seen += want
+    assert len(seen) == len(set(seen))  # disjoint
+    assert len(seen) == (n - n % total if drop_last else n)  # covers (all but the dropped tail)
+
+
 def test_one_array_gives_the_part_several_give_a_tuple():
     assert shard([1, 2, 3], node=0, total_nodes=2) == [1, 3]
     assert shard([1, 2, 3], [4, 5, 6], node=1, total_nodes=2) == ([2], [5])
