@@ -21,7 +21,7 @@ from typing import IO, Any, TypeVar
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
-from .events import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
+from .events import Event, NodeStateChanged, OutputChunk, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
 from .state import PoolState, fold
 
 __all__ = ["EventLog", "state_dir", "pool_log_path", "read_log", "REDACTED"]
@@ -119,7 +119,8 @@ class EventLog:
         event = cls(pool_id=self.pool_id, seq=self._seq, ts=time.time(), **fields_)
         self._seq += 1
         self._unfolded.append(event)
-        self.recent.append(event)
+        if not isinstance(event, OutputChunk):  # output text is for pool.output() and the file, not memory
+            self.recent.append(event)
         if self._file is not None:
             self._unwritten.append(event)
             if isinstance(event, _FLUSH_NOW) or len(self._unwritten) >= 4096:

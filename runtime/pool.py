@@ -20,7 +20,7 @@ from ..providers.base import Provider
 from ..providers.local import Local
 from .errors import PoolClosed, TaskTimeout
 from .events import Event
-from .output import OutputRecord
+from .output import OutputRecord, OutputStream
 from .selection import OutputSpec, selector
 from .runtime import PoolRuntime, Prepared
 from .serialize import dump_value
@@ -182,6 +182,7 @@ class Pool:
             "tasks_cancelled": st.tasks_cancelled,
             "tasks_lost": st.tasks_lost,
             "output_records": rt.router.records,
+            "output": rt.router.statistics(),
         }
 
     # ---- calls -------------------------------------------------------------------------------------
@@ -295,9 +296,20 @@ class Pool:
         """
         return self._runtime.log.subscribe(replay=replay)
 
-    def output(self) -> AsyncIterator[OutputRecord]:
-        """Every piece of output the workers write, as `OutputRecord`s, whatever is printed."""
-        return self._runtime.router.subscribe()
+    def output(self, *, max_buffer: int | None = None, stall_timeout: float | None = None) -> OutputStream:
+        """Every piece of output the workers write, as `OutputRecord`s, whatever is printed.
+
+        An async iterator (and async context manager) registered when created. If it falls more than
+        `max_buffer` characters behind, the workers are slowed down (nothing is dropped); one that
+        takes nothing for `stall_timeout` seconds while workers wait is detached and raises
+        `OutputStalled` after the records it still holds. `break` or `aclose()` releases it.
+        """
+        kw: dict[str, Any] = {}
+        if max_buffer is not None:
+            kw["max_buffer"] = max_buffer
+        if stall_timeout is not None:
+            kw["stall_timeout"] = stall_timeout
+        return self._runtime.router.subscribe(**kw)
 
 
 def _batch(template: Prepared, chunk: list[Any]) -> Prepared:

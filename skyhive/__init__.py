@@ -34,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     "stderr": "skyhive.runtime.filters",
     "silent": "skyhive.runtime.filters",
     "OutputRecord": "skyhive.runtime.output",
+    "OutputStalled": "skyhive.runtime.output",
     "Captured": "skyhive.runtime.capture",
     "SkyhiveError": "skyhive.protocol.errors",
     "ProtocolError": "skyhive.protocol.errors",
@@ -89,5 +90,6 @@ if TYPE_CHECKING:
     from skyhive.runtime.filters import stderr as stderr
     from skyhive.runtime.filters import stdout as stdout
     from skyhive.runtime.output import OutputRecord as OutputRecord
+    from skyhive.runtime.output import OutputStalled as OutputStalled
     from skyhive.runtime.pool import Pool as Pool
     from skyhive.runtime.shard import shard as shard

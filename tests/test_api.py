@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PUBLIC = {
     "Pool", "Local", "SSH", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
-    "stdout", "stderr", "silent", "OutputRecord", "Captured", "plugins",
+    "stdout", "stderr", "silent", "OutputRecord", "OutputStalled", "Captured", "plugins",
     "SkyhiveError", "WorkerLost", "ProvisionError", "ProtocolError", "TaskTimeout", "RemoteError",
     "SerializationError", "PoolClosed", "NotOnNodeError",
 }
@@ -27,7 +27,7 @@ def test_public_names_are_pinned():
     for name in sorted(PUBLIC - {"SSH"}):  # SSH arrives with the SSH provider
         assert getattr(sky, name) is not None, name
     for err in ("WorkerLost", "ProvisionError", "ProtocolError", "TaskTimeout", "RemoteError",
-                "SerializationError", "PoolClosed", "NotOnNodeError"):
+                "SerializationError", "PoolClosed", "NotOnNodeError", "OutputStalled"):
         assert issubclass(getattr(sky, err), sky.SkyhiveError), err
     with pytest.raises(AttributeError):
         sky.NoSuchThing  # noqa: B018

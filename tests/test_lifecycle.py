@@ -200,3 +200,19 @@ class _nothing:
 
     def __exit__(self, *exc):
         return None
+
+
+def chatter():
+    while True:
+        print("x" * 200, flush=True)
+
+
+async def test_cancelling_a_task_in_the_middle_of_its_output_keeps_the_stream_whole():
+    # the cancel signal lands while the worker writes an Output frame: the frame must stay whole
+    async with sky.Pool(nodes=1, output=None) as pool:
+        pid = (await pool.run(getpid))[0]
+        for _ in range(8):
+            with pytest.raises(sky.TaskTimeout):
+                await pool.run(chatter, timeout=0.15)
+        assert await pool.run(getpid) == (pid, 0)  # same worker, no protocol error, no restart
+        assert pool.state.nodes[0].workers[0].restarts == 0

@@ -94,6 +94,8 @@ class Worker:
         self.read_lock = threading.Lock()
         self.task_started = 0.0
         self.started_sent: int | None = None
+        self._writing = 0
+        self._cancel_deferred = False
         self.write_lock = threading.Lock()
         self.fns: dict[bytes, Callable[..., Any]] = {}
         self.current: int | None = None
@@ -111,13 +113,20 @@ class Worker:
 
     def _write(self, data: bytes | list[Any]) -> None:
         views = [memoryview(d) for d in (data if isinstance(data, list) else [data])]
-        while views:
-            n = os.writev(self.fd_out, views)
-            while views and n >= len(views[0]):
-                n -= len(views[0])
-                views.pop(0)
-            if views and n:
-                views[0] = views[0][n:]
+        self._writing += 1  # a Cancel arriving now waits until the frame is whole (see _on_cancel_signal)
+        try:
+            while views:
+                n = os.writev(self.fd_out, views)
+                while views and n >= len(views[0]):
+                    n -= len(views[0])
+                    views.pop(0)
+                if views and n:
+                    views[0] = views[0][n:]
+        finally:
+            self._writing -= 1
+        if self._cancel_deferred and not self._writing:
+            self._cancel_deferred = False
+            self._on_cancel_signal(0, None)
 
     def send(self, msg: Message) -> None:
         """Write one frame (whole, under the write lock)."""
@@ -224,6 +233,11 @@ class Worker:
 
     def _on_cancel_signal(self, signum: int, frame: Any) -> None:
         if self.in_user_code and self.cancel_requested is not None and self.cancel_requested == self.current:
+            if self._writing:
+                # the task was interrupted in the middle of writing a frame (its print being
+                # flushed): raising here would tear the frame; raise once it is written
+                self._cancel_deferred = True
+                return
             self.cancel_requested = None
             raise TaskCancelled()
 
