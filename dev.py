@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PY = VENV / "bin" / "python"
 # What each command installs. torch is pinned: this exact CPU build is what the tests are run against.
-EXTRAS = {"demo": "", "test": "[dev,torch,jax]"}
+EXTRAS = {"demo": "", "test": "[dev,torch,jax,keras,huggingface]"}
 
 
 def run(*cmd: str | os.PathLike[str], **kw) -> None:

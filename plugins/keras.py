@@ -1,0 +1,109 @@
+"""`sky.plugins.keras()`: Keras 3 on the nodes, with its backend chosen before Keras is imported.
+
+Keras reads `KERAS_BACKEND` once, at import: `transform` puts it in the image's environment, so it is
+set when the worker process starts, before any task (or plugin) can import Keras.
+
+With the jax backend and the jax plugin on a pool of several processes, the first task also installs
+Keras' `DataParallel` distribution over every process's devices, with `auto_shard_dataset=False`:
+each process feeds `fit()` its own part of the data (`sky.shard()`), and the gradients are averaged
+across processes, so the replicas stay identical. Other backends delegate to their framework's own
+distributed set-up (for torch: the torch plugin's process group).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from .api import InstanceInfo, Plugin
+from .torch import requirement
+
+__all__ = ["KerasPlugin", "keras", "BACKENDS"]
+
+BACKENDS = ("jax", "torch", "tensorflow", "numpy", "openvino")
+# the package a backend needs, when the keras plugin is the one to add it (torch comes with its own
+# plugin, which knows the right wheel index)
+_BACKEND_PACKAGES = {"jax": "jax", "tensorflow": "tensorflow"}
+
+
+class KerasBackendMismatch(RuntimeError):
+    """Keras was already imported on the worker with another backend than the plugin's."""
+
+
+class KerasPlugin(Plugin):
+    """See `keras()`. A plain object: it is pickled to the workers and imports keras only there."""
+
+    name = "keras"
+
+    def __init__(self, backend: str = "jax", *, version: str = "latest", data_parallel: bool = True) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"keras(backend={backend!r}): use one of {', '.join(BACKENDS)}")
+        self.backend = backend
+        self.requirement = requirement("keras", version, where="keras(version=...)")
+        self.data_parallel = data_parallel
+        self._distributed = False  # worker side: the DataParallel distribution is installed
+
+    def __repr__(self) -> str:
+        return f"<plugin keras backend={self.backend}>"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_distributed": False}
+
+    def transform(self, image: Any, pool: Any) -> Any:
+        """Add keras (and jax or tensorflow for those backends) and `KERAS_BACKEND`."""
+        packages = [self.requirement, _BACKEND_PACKAGES.get(self.backend)]
+        return image.with_pip(*(p for p in packages if p)).with_env(KERAS_BACKEND=self.backend)
+
+    @contextlib.contextmanager
+    def around_app(self, info: InstanceInfo) -> Iterator[None]:
+        """Set `KERAS_BACKEND` (again, for images built without `transform`); refuse a Keras that
+        something already imported with another backend (raises `KerasBackendMismatch`)."""
+        os.environ["KERAS_BACKEND"] = self.backend
+        keras = sys.modules.get("keras")
+        if keras is not None:
+            current = keras.backend.backend()
+            if current != self.backend:
+                raise KerasBackendMismatch(
+                    f"keras plugin: Keras was imported with the {current!r} backend before the plugin "
+                    f"could select {self.backend!r} (list the keras plugin before plugins that import it)"
+                )
+        yield
+
+    @contextlib.contextmanager
+    def around_task(self, info: InstanceInfo) -> Iterator[None]:
+        """Before the first task: Keras data parallelism across the jax processes (see the module)."""
+        if not self._distributed:
+            self._distributed = True
+            if self.data_parallel and self.backend == "jax" and _jax_processes() > 1:
+                import jax
+                import keras
+
+                distribution = keras.distribution.DataParallel(devices=jax.devices())
+                distribution.auto_shard_dataset = False  # the data is already sharded per process
+                keras.distribution.set_distribution(distribution)
+        yield
+
+
+def _jax_processes() -> int:
+    """How many processes share the jax runtime, without initializing jax when no plugin did."""
+    if "jax" not in sys.modules or int(os.environ.get("JAX_NUM_PROCESSES", "1")) < 2:
+        return 1
+    import jax
+
+    return jax.process_count()
+
+
+def keras(backend: str = "jax", *, version: str = "latest", data_parallel: bool = True) -> KerasPlugin:
+    """Keras 3 with `backend` ("jax", "torch", "tensorflow", "numpy", "openvino") on every worker.
+
+    Combine with the backend's plugin for distributed training: `[sky.plugins.jax(),
+    sky.plugins.keras(backend="jax")]`. `version` follows the torch plugin's rules ("latest", a
+    version, a constraint). `data_parallel=False` leaves Keras' distribution alone (each process
+    then trains its own model).
+
+    Raises `ValueError` for an unknown backend or a bad version.
+    """
+    return KerasPlugin(backend, version=version, data_parallel=data_parallel)

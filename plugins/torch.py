@@ -1,0 +1,228 @@
+"""`sky.plugins.torch()`: PyTorch on the nodes, and its process group set up once per worker process.
+
+Client side, `transform` adds torch (and torchvision/torchaudio when asked) to the image, with the
+PyTorch wheel index that matches the pool: the CUDA one when the pool's accelerator is an NVIDIA GPU,
+the CPU one otherwise. On the worker, `around_app` exports the variables `torchrun` would
+(`MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `NODE_RANK`),
+calls `init_process_group(init_method="env://")` once and, at pool exit, `destroy_process_group()`.
+Unless `OMP_NUM_THREADS` is set, it also divides the host's cores among the worker processes that
+share it (torchrun sets one thread each): oversubscribed cores make every all-reduce wait.
+
+The pure parts (`requirement`, `wheel_index`, `distributed_env`) are module functions so they can be
+tested, and reused by other plugins, without torch installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+from .api import InstanceInfo, Plugin
+
+__all__ = ["TorchPlugin", "torch", "requirement", "wheel_index", "is_cuda", "distributed_env",
+           "threads_per_process", "WorkerRestarted", "RESTART_ENV"]
+
+INDEX = "https://download.pytorch.org/whl/{flavour}"
+BACKENDS = ("nccl", "gloo", "mpi", "ucc", "xccl")
+#: Set by the node actor on a worker process it restarted after a loss (absent on a first start).
+RESTART_ENV = "SKYHIVE_WORKER_RESTARTS"
+
+_CONSTRAINT = re.compile(r"\s*(===|==|!=|~=|<=|>=|<|>)")
+_VERSION = re.compile(r"[0-9][0-9A-Za-z.+!*-]*\Z")
+_CUDA_TAG = re.compile(r"cu\d{2,4}\Z")
+# GPU families sold by NVIDIA, as accelerator names spell them ("A100", "H100-80GB", "T4", "RTX4090").
+_NVIDIA = re.compile(r"(nvidia|tesla|geforce|quadro|rtx|gtx|titan|g[bh]\d{3}|v100|[abhltkp]\d{1,3}(?!\d))",
+                     re.IGNORECASE)
+
+
+class WorkerRestarted(RuntimeError):
+    """A worker process came back after a crash and cannot re-join the framework's process group."""
+
+
+def requirement(package: str, version: str | None, *, where: str = "") -> str | None:
+    """The pip requirement for `package` at `version`.
+
+    `None` -> None (do not install); `"latest"` -> `package` (no pin); a bare version `"2.3.0"` ->
+    `package==2.3.0`; a constraint (`">=2.3"`, `"~=2.3,<3"`, `"==2.3.0"`) is passed through.
+    Raises `ValueError` (naming `where`, e.g. "torch(vision=...)") for anything else.
+    """
+    where = where or f"{package} version"
+    if version is None:
+        return None
+    if not isinstance(version, str):
+        raise TypeError(f"{where} must be a str or None, got {type(version).__name__}")
+    text = version.strip()
+    if text == "latest":
+        return package
+    if _CONSTRAINT.match(text):
+        return package + text
+    if _VERSION.match(text):
+        return f"{package}=={text}"
+    raise ValueError(
+        f"{where} {version!r}: give \"latest\", a version (\"2.3.0\") or a constraint (\">=2.3\")"
+    )
+
+
+def is_cuda(accelerator: Any) -> bool:
+    """True when `accelerator` (a pool's accelerator: None, a name, or an object) is an NVIDIA GPU.
+
+    An object may say so itself with a truthy `cuda` attribute (or `cuda=False` to say it is not);
+    a name is matched against NVIDIA's GPU families ("A100", "H100", "T4", "L4", "RTX4090", ...).
+    """
+    if accelerator is None or accelerator is False:
+        return False
+    flag = getattr(accelerator, "cuda", None)
+    if flag is not None:
+        return bool(flag)
+    vendor = getattr(accelerator, "manufacturer", None) or getattr(accelerator, "vendor", None)
+    if isinstance(vendor, str):
+        return vendor.strip().lower() == "nvidia"
+    name = getattr(accelerator, "name", accelerator)
+    return isinstance(name, str) and bool(_NVIDIA.match(name.strip()))
+
+
+def wheel_index(cuda: str, accelerator: Any) -> str:
+    """PyTorch's wheel index for the pool: `whl/<cuda>` on an NVIDIA accelerator, else `whl/cpu`."""
+    return INDEX.format(flavour=cuda if is_cuda(accelerator) else "cpu")
+
+
+def distributed_env(info: InstanceInfo) -> dict[str, str]:
+    """The variables `torchrun` sets, for the worker process `info` describes."""
+    return {
+        "MASTER_ADDR": info.head_addr,
+        "MASTER_PORT": str(info.head_port),
+        "WORLD_SIZE": str(info.world_size),
+        "RANK": str(info.rank),
+        "LOCAL_RANK": str(info.local_rank),
+        "LOCAL_WORLD_SIZE": str(info.processes_per_node),
+        "NODE_RANK": str(info.node),
+    }
+
+
+def threads_per_process(info: InstanceInfo, cpus: int | None = None) -> int:
+    """CPU threads for each worker process, so that the processes sharing this host do not
+    oversubscribe its cores (torchrun sets 1; this divides the cores among the processes).
+
+    The processes sharing the host are this node's, times the nodes at the same address (the
+    Local provider's nodes all live on one machine).
+    """
+    if cpus is None:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+    here = info.peers[info.node].addr if info.node < len(info.peers) else None
+    nodes_here = sum(1 for p in info.peers if p.addr == here) or 1
+    return max(1, cpus // (nodes_here * info.processes_per_node))
+
+
+def restarted_message(framework: str, info: InstanceInfo, restarts: str) -> str:
+    return (
+        f"{framework}: the worker process of rank {info.rank} (node {info.node}, local rank "
+        f"{info.local_rank}) was restarted after a crash ({restarts} restart(s)), and a restarted "
+        f"process cannot re-join the {framework} process group the other ranks are still in. "
+        "Close the pool and open a new one (resume training from a checkpoint)."
+    )
+
+
+class TorchPlugin(Plugin):
+    """See `torch()`. A plain object: it is pickled to the workers and imports torch only there."""
+
+    name = "torch"
+
+    def __init__(self, backend: str | None = None, cuda: str = "cu128", version: str = "latest",
+                 vision: str | None = None, audio: str | None = None,
+                 timeout: float | None = None) -> None:
+        if backend is not None and backend not in BACKENDS:
+            raise ValueError(f"torch(backend={backend!r}): use one of {', '.join(BACKENDS)}, or None to pick")
+        if not isinstance(cuda, str) or not _CUDA_TAG.match(cuda):
+            raise ValueError(f"torch(cuda={cuda!r}): give a CUDA wheel tag such as \"cu128\"")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"torch(timeout={timeout!r}): need a positive number of seconds")
+        self.backend = backend
+        self.cuda = cuda
+        self.requirements = tuple(
+            r for r in (requirement("torch", version, where="torch(version=...)"),
+                        requirement("torchvision", vision, where="torch(vision=...)"),
+                        requirement("torchaudio", audio, where="torch(audio=...)"))
+            if r is not None
+        )
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"<plugin torch {' '.join(self.requirements)} backend={self.backend or 'auto'}>"
+
+    # -- client side ---------------------------------------------------------------------------
+
+    def transform(self, image: Any, pool: Any) -> Any:
+        """Add the torch packages and the wheel index for the pool's accelerator (CPU if none)."""
+        index = wheel_index(self.cuda, getattr(pool, "accelerator", None))
+        return image.with_pip(*self.requirements).with_pip_indexes(index)
+
+    # -- worker side ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def around_app(self, info: InstanceInfo) -> Iterator[None]:
+        """Once per worker process: export the distributed variables and join the process group.
+
+        A pool of one process in all gets the variables but no process group. If the group is
+        already initialized (by user code or another plugin) it is used and left alone at exit.
+        Raises `WorkerRestarted` in a process restarted after a crash (see docs/plugins.md).
+        """
+        os.environ.update(distributed_env(info))
+        if info.world_size < 2:
+            yield
+            return
+        restarts = os.environ.get(RESTART_ENV, "0")
+        if restarts != "0":
+            raise WorkerRestarted(restarted_message("torch", info, restarts))
+        threads = None
+        if "OMP_NUM_THREADS" not in os.environ:  # before torch loads OpenMP, like torchrun does
+            threads = threads_per_process(info)
+            os.environ["OMP_NUM_THREADS"] = str(threads)
+        import torch as _torch
+        import torch.distributed as dist
+
+        if threads is not None:
+            _torch.set_num_threads(threads)  # in case torch was imported already
+
+        if dist.is_initialized():
+            yield
+            return
+        backend = self.backend or ("nccl" if _torch.cuda.is_available() else "gloo")
+        kwargs: dict[str, Any] = {}
+        if self.timeout is not None:
+            kwargs["timeout"] = timedelta(seconds=self.timeout)
+        if backend == "nccl" and _torch.cuda.is_available():
+            _torch.cuda.set_device(info.local_rank % max(1, _torch.cuda.device_count()))
+        dist.init_process_group(backend=backend, init_method="env://", **kwargs)
+        try:
+            yield
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+
+def torch(backend: str | None = None, cuda: str = "cu128", version: str = "latest",
+          vision: str | None = None, audio: str | None = None, *,
+          timeout: float | None = None) -> TorchPlugin:
+    """PyTorch, with `torch.distributed` initialized on every worker process of the pool.
+
+    - `backend`: "nccl", "gloo" (or another torch backend); None picks nccl when CUDA is available
+      on the worker, gloo otherwise.
+    - `cuda`: the CUDA wheel tag ("cu128") used when the pool's accelerator is an NVIDIA GPU; other
+      pools get the CPU wheels (`https://download.pytorch.org/whl/cpu`).
+    - `version`, `vision`, `audio`: torch, torchvision, torchaudio versions: "latest" (no pin), a
+      bare version ("2.3.0" -> "==2.3.0") or a constraint (">=2.3", passed through). `vision` and
+      `audio` default to None: not installed.
+    - `timeout`: seconds for `init_process_group(timeout=...)` (rendezvous and collectives);
+      None keeps torch's default.
+
+    Raises `ValueError` for a bad backend, CUDA tag, version or timeout.
+    """
+    return TorchPlugin(backend=backend, cuda=cuda, version=version, vision=vision, audio=audio,
+                       timeout=timeout)
