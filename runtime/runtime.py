@@ -91,6 +91,7 @@ class PoolRuntime:
     # ---- start -------------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()  # (asyncio's lookup makes a getpid() syscall per call)
         self.tg = anyio.create_task_group()
         await self.tg.__aenter__()
         try:
@@ -290,7 +291,7 @@ class PoolRuntime:
         and no out-of-band buffer (the common warm call)."""
         if timeout is not None or prep.buffers:
             return await self.run_prepared([channel], prep, timeout=timeout, options=options, single=True)
-        fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Result] = self.loop.create_future()
         call = self.send(channel, prep, options, fut)
         try:
             result = await fut

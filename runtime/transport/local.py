@@ -26,6 +26,9 @@ log = logging.getLogger("skyhive.transport.local")
 PIPE_SIZE = 1 << 20
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _HIGH_WATER = 4 << 20
+#: Bytes asked of one pipe read. asyncio's default (256 KiB) is past glibc's mmap threshold, so
+#: every read, however small the frame, would mmap and unmap a fresh buffer.
+READ_SIZE = 64 * 1024
 
 
 def _pipe() -> tuple[int, int]:
@@ -184,6 +187,8 @@ class LocalTransport(Transport):
         try:
             reader, _ = await loop.connect_read_pipe(lambda: _Reader(receiver), files[0])
             transports.append(reader)
+            if hasattr(reader, "max_size"):
+                reader.max_size = READ_SIZE  # type: ignore[attr-defined]
             wproto = _Writer()
             writer, _ = await loop.connect_write_pipe(lambda: wproto, files[1])
             transports.append(writer)

@@ -95,6 +95,8 @@ class Worker:
         self.task_started = 0.0
         self.started_sent: int | None = None
         self._writing = 0
+        self._inbuf = bytearray(1 << 20)
+        self._inview = memoryview(self._inbuf)
         self._cancel_deferred = False
         self.write_lock = threading.Lock()
         self.fns: dict[bytes, Callable[..., Any]] = {}
@@ -163,10 +165,16 @@ class Worker:
         try:
             if not block and not select.select([self.fd_in], [], [], 0)[0]:
                 return True
-            data = os.read(self.fd_in, 1 << 20)
-            for msg in self.conn.receive_data(data):
-                self.dispatch(msg)
-            return bool(data)
+            # into one reused buffer: os.read(fd, 1 MiB) would mmap, mremap and munmap a fresh
+            # 1 MiB object for every frame (glibc serves allocations that large with mmap)
+            n = os.readv(self.fd_in, [self._inbuf])
+            if not n:
+                self.conn.receive_data(b"")
+                return False
+            with self._inview[:n] as data:
+                for msg in self.conn.receive_data(data):
+                    self.dispatch(msg)
+            return True
         except ProtocolError as exc:
             log.error("protocol error from the client: %s", exc)
         except OSError as exc:
