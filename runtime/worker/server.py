@@ -45,6 +45,10 @@ from ...protocol.resume import Inbox, Outbox, encode_control
 
 __all__ = ["main", "Relay", "prepare_socket"]
 
+# Reads stay under glibc's mmap threshold (128 KiB): a larger bytes object is mmapped and unmapped
+# for every read, which costs more than the read itself.
+_READ_SIZE = 64 * 1024
+
 #: Bytes queued towards one side before we stop reading from the other (flow control).
 HIGH_WATER = 4 << 20
 ACK_DELAY = 0.2
@@ -202,7 +206,7 @@ class Relay:
     def read_client(self) -> None:
         assert self.client is not None
         try:
-            data = self.client.recv(1 << 20)
+            data = self.client.recv(_READ_SIZE)
         except BlockingIOError:
             return
         except OSError:
@@ -271,7 +275,7 @@ class Relay:
 
     def read_worker(self) -> None:
         try:
-            data = os.read(self.w_out, 1 << 20)
+            data = os.read(self.w_out, _READ_SIZE)
         except BlockingIOError:
             return
         if not data:
