@@ -18,13 +18,8 @@ import skyhive as sky
 from skyhive.protocol.info import InstanceInfo
 from skyhive.runtime.eventlog import EventLog, read_log
 from skyhive.runtime.events import OutputChunk
-from skyhive.runtime.output import (
-    PARTIAL_DELAY,
-    PROGRESS_EVERY,
-    OutputRouter,
-    OutputStalled,
-    TerminalPrinter,
-)
+from skyhive.runtime.output import OutputRouter, OutputStalled
+from skyhive.runtime.printer import PARTIAL_DELAY, PROGRESS_EVERY, TerminalPrinter
 from skyhive.runtime.selection import selector
 from skyhive.runtime.worker.capture import MAX_PIECE, FdPump, TaskStream
 
