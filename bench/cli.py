@@ -156,6 +156,13 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
 def machine_facts() -> dict:
     cpu = platform.processor() or ""
     try:
@@ -184,6 +191,7 @@ def machine_facts() -> dict:
         "mem": mem,
         "os": f"{platform.system()} {platform.release()}",
         "python": f"Python {platform.python_version()} ({platform.python_implementation()})",
+        "load_start": _load(),
         "versions": {d: _version(d) for d in ("skyhive", "ray", "dask", "distributed",
                                               "cloudpickle", "msgpack", "numpy")},
     }
@@ -233,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict] = {}
     t_all = time.perf_counter()
     try:
+        ready = []
         for system in a.systems:
             missing = [m for m in PEER_MODULES.get(system, ()) if importlib.util.find_spec(m) is None]
             if missing:
@@ -240,28 +249,33 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{system}: {NOT_INSTALLED}", flush=True)
                 continue
             print(f"{system}: warm workloads …", flush=True)
+            load = _load()
             res = run("warm", system, a.quick, warm_timeout)
+            res["load_before"] = load
+            results[system] = res
             if res.get("status") == "unavailable":
-                results[system] = res
                 print(f"{system}: not available ({res.get('reason')})", flush=True)
                 continue
             if res.get("status") != "ok":
                 print(f"{system}: {res.get('reason')}", flush=True)
-            colds, errors = [], []
-            for i in range(cold_runs):
-                print(f"{system}: cold start {i + 1}/{cold_runs} …", flush=True)
+            res["colds"], res["cold_errors"] = [], []
+            ready.append(system)
+        # Cold starts in rounds (floor, skyhive, ray, dask, floor, …), so that a change in the
+        # machine's load during the run falls on every system alike.
+        for i in range(cold_runs if ready else 0):
+            print(f"cold starts, round {i + 1}/{cold_runs}: {', '.join(ready)} …", flush=True)
+            for system in ready:
                 c = run("cold", system, a.quick, cold_timeout)
+                res = results[system]
                 if c.get("status") == "ok":
-                    colds.append({**c["cold"], "import_s": c.get("import_s")})
+                    res["colds"].append({**c["cold"], "import_s": c.get("import_s")})
                 else:
-                    errors.append(c.get("reason", "failed"))
+                    res["cold_errors"].append(c.get("reason", "failed"))
                     print(f"{system}: cold start failed: {c.get('reason')}", flush=True)
-            res["colds"] = colds
-            res["cold_errors"] = errors
-            results[system] = res
     except KeyboardInterrupt:
         print("interrupted; reporting what was measured", flush=True)
     elapsed = time.perf_counter() - t_all
+    facts["load_end"] = _load()
 
     md = report.render(results, a.systems, facts, params, cold_runs, command, elapsed)
     out = Path(a.out)

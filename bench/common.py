@@ -9,6 +9,7 @@ about a microsecond more than calling it directly, nothing next to a round trip)
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 import statistics
@@ -49,7 +50,7 @@ class Params:
     map_reps: int = 3
     map_min_s: float = 1.0
     arg_mib: int = 100
-    arg_reps: int = 5
+    arg_reps: int = 7
     cold_runs: int = 5
     budget_s: float = 120.0  # per warm workload; a loop past it stops early and says so
 
@@ -92,7 +93,7 @@ async def measure_map(map_fn: Callable, p: Params) -> dict:
                 break
         m = median(ts)
         res = {"tasks_per_s": p.map_items / m, "median_s": m, "items": p.map_items,
-               "reps": len(ts), "all_s": ts}
+               "n": len(ts), "all_s": ts, "truncated": len(ts) < p.map_reps}
     except Exception as exc:  # noqa: BLE001 - reported in the table
         res = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     res["wall_s"] = time.perf_counter() - t_start
@@ -153,14 +154,18 @@ async def measure_warm(pool: Any, p: Params, record: Callable[[str, dict], None]
                 break
         m = median(ts)
         return {"gb_per_s": 2 * nb / m / 1e9, "median_s": m, "mib": p.arg_mib,
-                "reps": len(ts), "all_s": ts}
+                "n": len(ts), "all_s": ts, "truncated": len(ts) < p.arg_reps}
 
     for name, fn in (("rtt", rtt), ("broadcast2", broadcast2), ("map10k", map10k),
                      ("arg100m", arg100m)):
         log(f"  {name} …")
         t0 = time.perf_counter()
         try:
-            res = await fn()
+            # a hung call in an asyncio system is cut here; a blocking one (Ray, Dask) by the
+            # orchestrator's timeout on the whole process
+            res = await asyncio.wait_for(fn(), timeout=2 * p.budget_s + 30)
+        except asyncio.TimeoutError:
+            res = {"error": f"timed out after {2 * p.budget_s + 30:.0f} s"}
         except Exception as exc:  # noqa: BLE001 - reported in the table
             res = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         res["wall_s"] = time.perf_counter() - t0

@@ -158,7 +158,7 @@ def _dask_scatter(client: Any, workers: list, p: Params) -> dict:
         once()
         ts = [once() for _ in range(p.arg_reps)]
         m = median(ts)
-        res: dict = {"gb_per_s": 2 * nb / m / 1e9, "median_s": m, "reps": len(ts), "all_s": ts}
+        res: dict = {"gb_per_s": 2 * nb / m / 1e9, "median_s": m, "n": len(ts), "all_s": ts}
     except Exception as exc:  # noqa: BLE001
         res = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     res["wall_s"] = time.perf_counter() - t_start

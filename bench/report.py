@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import Any
 
 from bench.common import Params
 
@@ -125,8 +124,13 @@ def table(rows: list[list[str]]) -> str:
 def header_line(facts: dict) -> str:
     v = facts["versions"]
     vers = ", ".join(f"{k} {v[k]}" for k in v)
+    load = ""
+    if facts.get("load_start") is not None:
+        load = f"load avg {facts['load_start']:.2f} at start"
+        if facts.get("load_end") is not None:
+            load += f", {facts['load_end']:.2f} at end"
     return (f"{facts['date']} · {facts['cores']}, {facts['cpu']}, {facts['mem']} · {facts['os']}"
-            f" · {facts['python']} · {vers}")
+            f" · {facts['python']} · {vers}" + (f" · {load}" if load else ""))
 
 
 # --------------------------------------------------------------------------------- render
@@ -143,8 +147,10 @@ def render(results: dict, systems: list[str], facts: dict, p: Params, cold_runs:
     ms = metrics(p, cold_runs)
     shown = [s for s in ("floor", "skyhive", "ray", "dask") if s in systems]
     sky_others = [o for o in PEERS if o in systems] if "skyhive" in systems else []
+    measured = [s for s in systems
+                if results.get(s) and results[s].get("status") != "unavailable"]
     peer_pairs = [(a, b) for a, b in (("ray", "floor"), ("dask", "floor"), ("ray", "dask"))
-                  if a in systems and b in systems]
+                  if a in measured and b in measured]
 
     head = ["workload"] + shown + [f"skyhive vs {o}" for o in sky_others]
     rows = [head, ["status"] + [status_cell(results.get(s)) for s in shown] + [""] * len(sky_others)]
@@ -174,7 +180,8 @@ def render(results: dict, systems: list[str], facts: dict, p: Params, cold_runs:
             if "error" in w:
                 status_lines.append(f"{s} {k}: {w['error']}")
             elif w.get("truncated"):
-                status_lines.append(f"{s} {k}: stopped early at {w.get('n')} calls (time budget)")
+                status_lines.append(f"{s} {k}: stopped early after {w.get('n')} (time budget "
+                                    f"{p.budget_s:g} s), the median is of those")
         for e in r.get("cold_errors", []):
             status_lines.append(f"{s} cold: {e}")
 
@@ -195,8 +202,7 @@ def render(results: dict, systems: list[str], facts: dict, p: Params, cold_runs:
         "",
         main_table,
         "",
-        *[f"- {line}" for line in status_lines],
-        "" if status_lines else "",
+        *([f"- {line}" for line in status_lines] + [""] if status_lines else []),
         legend,
         *(["", "## Peers against each other and the floor", "", peer_table] if peer_table else []),
         "",
@@ -227,8 +233,8 @@ def _notes(results: dict, p: Params, cold_runs: int) -> list[str]:
         "batching the same way (`FloorPool.map_batched`: chunks of min(1000, ⌈n / (4 × "
         "workers)⌉) items, one request per chunk, two chunks in flight per worker).",
         f"- **cold**: in a fresh process, after the library is imported: pool/cluster start → "
-        f"first result of `nop`, 2 workers; median of {cold_runs} fresh processes. Import time "
-        "and shutdown time are listed below, not included.",
+        f"first result of `nop`, 2 workers; median of {cold_runs} fresh processes, run in "
+        "rounds over the systems. Import time and shutdown time are listed below, not included.",
         f"- **arg{mib}m**: a {mib} MiB numpy uint8 array passed as the argument of `nbytes` on "
         f"both workers; GB/s = 2 × {mib} MiB / time (GB = 10^9 bytes); one warm-up, median of "
         f"{p.arg_reps}.",
@@ -258,6 +264,10 @@ def _notes(results: dict, p: Params, cold_runs: int) -> list[str]:
         "pure=False)` + `gather`; arg = the broadcast with the array as argument (the same user "
         "code as `pool.broadcast(g, arr)`; Dask warns about large graphs here — the scatter "
         "variant is below).",
+        "",
+        "Ray passes large arguments through its shared-memory object store rather than a pipe, "
+        "so its arg figure can beat the pipe floor; its runs tend to be bimodal (tens of ms or "
+        "hundreds), so read the individual runs below.",
     ]
     extra = []
     for s in ("floor", "skyhive", "ray", "dask"):
@@ -265,6 +275,9 @@ def _notes(results: dict, p: Params, cold_runs: int) -> list[str]:
         if not r or r.get("status") == "unavailable":
             continue
         colds = r.get("colds", [])
+        if r.get("load_before") is not None:
+            extra.append(f"- {s}: 1-minute load average {r['load_before']:.2f} when its warm "
+                         "run started")
         if colds:
             runs = ", ".join(f"{c['cold_s']:.3f}" for c in colds)
             imp = [c["import_s"] for c in colds if c.get("import_s") is not None]
@@ -287,7 +300,7 @@ def _notes(results: dict, p: Params, cold_runs: int) -> list[str]:
             extra.append(
                 f"- dask arg{mib}m with `client.scatter(arr, broadcast=True)` then one submit "
                 f"per worker (timed together): "
-                + (f"{sc['gb_per_s']:.2f} GB/s (median of {sc['reps']})" if "gb_per_s" in sc
+                + (f"{sc['gb_per_s']:.2f} GB/s (median of {sc['n']})" if "gb_per_s" in sc
                    else sc.get("error", "error")))
     if extra:
         out += ["", "Details:", "", *extra]

@@ -1,0 +1,22 @@
+"""The benchmark harness runs end to end (a smoke test: speed itself is never asserted in tests)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bench_quick_run_writes_a_table(tmp_path):
+    out = tmp_path / "results.md"
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--only", "floor,skyhive", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = out.read_text()
+    for row in ("rtt", "broadcast2", "map10k", "cold", "arg100m"):
+        assert row in table
+    assert "× floor" in table
+    status = next(line for line in table.splitlines() if line.startswith("| status"))
+    assert status.count("ok") == 2, status  # floor and skyhive both measured
