@@ -31,7 +31,7 @@ from .lifecycle import NodeState
 from .node import NodeActor
 from .output import OutputRouter
 from .selection import OutputSpec
-from .serialize import dump_args, dump_function_cached, load_value, rebuild_exception
+from .serialize import dump_args, dump_function_cached, load_value, rebuild_exception, register_user_code
 from .settings import Settings
 from .transport.base import Transport
 from .transport.local import LocalTransport
@@ -154,12 +154,14 @@ class PoolRuntime:
 
     def _prepare_setup(self) -> None:
         hooks = [p for p in self.plugins if hasattr(p, "around_app") or hasattr(p, "around_task")]
+        for plugin in hooks:  # a plugin class from the user's own code travels by value, like functions
+            register_user_code(type(plugin))
         if hooks:
             self.setup = WorkerSetup(hooks, {})
 
     def make_transport(self, handle: NodeHandle) -> Transport:
         if isinstance(handle.reach, LocalReach):
-            return LocalTransport(cwd=handle.reach.cwd)
+            return LocalTransport(cwd=handle.reach.cwd, redact=self.log.redact)
         from .transport.ssh import SSHTransport  # imported only when a pool uses SSH
 
         return SSHTransport(handle.reach, pool_id=self.pool_id, settings=self.settings)
@@ -230,7 +232,9 @@ class PoolRuntime:
         channels: list[WorkerChannel] = []
         for n in self.nodes:
             if n.state is not NodeState.READY:
-                raise WorkerLost(f"node {n.index} of pool {self.pool_id} is {n.state.value}", node=n.index)
+                detail = self.log.state.nodes[n.index].detail
+                raise WorkerLost(f"node {n.index} of pool {self.pool_id} is {n.state.value}"
+                                 + (f" ({detail})" if detail else ""), node=n.index)
             for c in n.channels:
                 if c is None or not c.usable:
                     return None

@@ -33,6 +33,11 @@ _by_value_checked: dict[str, bool] = {}
 _NO_ARGS = pickle.dumps(((), {}), protocol=5)
 
 
+def register_user_code(obj: Any) -> None:
+    """Pickle `obj`'s module by value if it is the user's own code (see the module docstring)."""
+    _register_user_module(obj)
+
+
 def _register_user_module(fn: Any) -> None:
     """Pickle `fn`'s module by value if it is the user's own code, not an installed package."""
     name = getattr(fn, "__module__", None)

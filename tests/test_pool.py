@@ -161,3 +161,30 @@ async def test_large_numpy_argument_and_result_round_trip():
         back = await pool.run(lambda a: a * 2, arr)
     assert sums == [float(arr.sum())] * 2
     assert np.array_equal(back, arr * 2)
+
+
+def log_the_secret():
+    import logging
+
+    logging.getLogger("user.code").warning("the key is %s", os.environ["API_KEY"])
+    print("printed:", os.environ["API_KEY"])
+    return len(os.environ["API_KEY"])
+
+
+async def test_secrets_are_redacted_from_worker_logs_output_and_events(caplog):
+    secret = "s3cr3t-value-123"
+    caplog.set_level("WARNING")
+    async with sky.Pool(nodes=1, image=sky.Image(secrets={"API_KEY": secret}), output=None) as pool:
+        records = []
+        stream = pool.output()
+        assert await pool.run(log_the_secret) == len(secret)  # the worker has the real value
+        with anyio.fail_after(10):
+            async for rec in stream:
+                records.append(rec.text)
+                if "printed" in "".join(records):
+                    break
+        path = pool.log_path
+        await anyio.sleep(0.3)  # the worker's log line travels on its diagnostics pipe
+    assert secret not in "".join(records) and "printed: ***" in "".join(records)
+    assert secret not in caplog.text and "the key is ***" in caplog.text
+    assert secret not in open(path).read()

@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .base import CommandResult, Receiver, Transport, WorkerProcess
 
@@ -73,18 +73,21 @@ class _Writer(asyncio.Protocol):
 
 
 class _StderrLogger(asyncio.Protocol):
-    def __init__(self, label: str) -> None:
+    """The worker's own diagnostics (never task output), logged line by line, secrets redacted."""
+
+    def __init__(self, label: str, redact: Callable[[str], str]) -> None:
         self.label = label
+        self.redact = redact
         self.rest = b""
 
     def data_received(self, data: bytes) -> None:
         *lines, self.rest = (self.rest + data).split(b"\n")
         for line in lines:
-            log.warning("%s: %s", self.label, line.decode(errors="replace"))
+            log.warning("%s: %s", self.label, self.redact(line.decode(errors="replace")))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.rest:
-            log.warning("%s: %s", self.label, self.rest.decode(errors="replace"))
+            log.warning("%s: %s", self.label, self.redact(self.rest.decode(errors="replace")))
 
 
 class _PipeLink:
@@ -158,9 +161,11 @@ class LocalWorker(WorkerProcess):
 class LocalTransport(Transport):
     """Runs workers and commands on this machine with this interpreter."""
 
-    def __init__(self, python: str | None = None, cwd: str | None = None) -> None:
+    def __init__(self, python: str | None = None, cwd: str | None = None,
+                 redact: Callable[[str], str] | None = None) -> None:
         self.python = python or sys.executable
         self.cwd = cwd
+        self.redact = redact or (lambda text: text)
 
     async def start_worker(
         self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *, label: str
@@ -192,7 +197,7 @@ class LocalTransport(Transport):
             wproto = _Writer()
             writer, _ = await loop.connect_write_pipe(lambda: wproto, files[1])
             transports.append(writer)
-            err, _ = await loop.connect_read_pipe(lambda: _StderrLogger(label), files[2])
+            err, _ = await loop.connect_read_pipe(lambda: _StderrLogger(label, self.redact), files[2])
         except BaseException:
             # cancelled (or failed) between spawning and handing the worker over: nobody else
             # knows this process, so end it here
