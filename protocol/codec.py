@@ -28,6 +28,8 @@ HEADER = struct.Struct(">I")
 #: 0x94 = msgpack array of 4, 0x0b = Chunk's tag, then three msgpack uint64 (0xcf + 8 bytes).
 CHUNK_HEADER = struct.Struct(">BBBQBQBQ")
 _CHUNK_PREFIX = bytes([0x94, Chunk.tag])
+_CHUNK_TAG = Chunk.tag
+_unpackb = msgpack.unpackb
 #: Default bound on one frame. Chunks are much smaller (see `runtime`), so only a broken or hostile
 #: peer reaches it; it caps what an incomplete frame may make us buffer.
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
@@ -78,10 +80,10 @@ def decode_body(body: memoryview) -> Message:
 
     For a `Chunk`, `data` is a memoryview into `body`: copy it before `body`'s buffer changes.
     """
-    if body[:2] == _CHUNK_PREFIX:
+    if len(body) > 1 and body[1] == _CHUNK_TAG and body[0] == 0x94:
         return _decode_chunk(body)
     try:
-        obj = msgpack.unpackb(body, use_list=False, raw=False, strict_map_key=True)
+        obj = _unpackb(body, use_list=False, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises many types for garbage: all mean the same here
         raise RemoteProtocolError(f"frame body is not valid msgpack ({type(exc).__name__}: {exc})") from None
     if not isinstance(obj, tuple) or not obj or type(obj[0]) is not int:

@@ -28,6 +28,10 @@ CHUNK_SIZE = 1024 * 1024
 #: make us reserve unbounded address space.
 MAX_PENDING_BUFFERS = 64 * 1024**3
 _MMAP_FROM = 256 * 1024
+_HEADER_SIZE = HEADER.size
+_unpack_length = HEADER.unpack_from
+_HANDSHAKE = frozenset({Hello, Welcome})
+_WITH_BUFFERS = frozenset({Submit, Result})
 
 
 class _Pending:
@@ -194,37 +198,41 @@ class Connection:
 
     def _frames(self, view: memoryview, out: list[Message]) -> int:
         pos, end = 0, len(view)
-        header = HEADER.size
-        if True:
-            while end - pos >= header:
-                (length,) = HEADER.unpack_from(view, pos)
-                if length > self.max_frame:
-                    raise RemoteProtocolError(
-                        f"frame of {length} bytes exceeds the {self.max_frame}-byte limit"
-                    )
-                if end - pos - header < length:
-                    if (end - pos - header >= CHUNK_HEADER.size
-                            and view[pos + header : pos + header + 2] == _CHUNK_PREFIX):
-                        # a large chunk arriving in pieces: copy each piece straight to its buffer
-                        self._start_chunk(view, pos + header, length, end, out)
-                        return end
-                    break
-                body = view[pos + header : pos + header + length]
-                pos += header + length
-                self.frames_received += 1
-                msg = decode_body(body)
-                if isinstance(msg, Chunk):
-                    self._chunk(msg, out)
-                    continue
-                self._move(RECV, msg)
-                if isinstance(msg, (Hello, Welcome)):
-                    self._check_version(msg)
-                if isinstance(msg, (Submit, Result)) and msg.buffer_sizes:
-                    done = self._announce(msg)
-                    if done is not None:
-                        out.append(done)
-                else:
-                    out.append(msg)
+        header = _HEADER_SIZE
+        unpack_length = _unpack_length
+        while end - pos >= header:
+            (length,) = unpack_length(view, pos)
+            if length > self.max_frame:
+                raise RemoteProtocolError(
+                    f"frame of {length} bytes exceeds the {self.max_frame}-byte limit"
+                )
+            start = pos + header
+            if end - start < length:
+                if end - start >= CHUNK_HEADER.size and view[start : start + 2] == _CHUNK_PREFIX:
+                    # a large chunk arriving in pieces: copy each piece straight to its buffer
+                    self._start_chunk(view, start, length, end, out)
+                    return end
+                break
+            pos = start + length
+            self.frames_received += 1
+            msg = decode_body(view[start:pos])
+            cls = type(msg)
+            if cls is Chunk:
+                self._chunk(msg, out)  # type: ignore[arg-type]
+                continue
+            nxt = self._can_recv.get(cls)
+            if nxt is None:
+                self._move(RECV, msg)  # raises, naming the illegal move
+            elif nxt is not self._state:
+                self.state = nxt
+            if cls in _HANDSHAKE:
+                self._check_version(msg)  # type: ignore[arg-type]
+            if cls in _WITH_BUFFERS and msg.buffer_sizes:  # type: ignore[attr-defined]
+                done = self._announce(msg)  # type: ignore[arg-type]
+                if done is not None:
+                    out.append(done)
+            else:
+                out.append(msg)
         return pos
 
     def _check_version(self, msg: Hello | Welcome) -> None:
