@@ -1,15 +1,33 @@
 """`SSH`: hosts you already have, reached over SSH. Implements `providers.base.Provider`.
 
-Nothing is created or destroyed: `create` names the hosts (node 0, the head, first) and `destroy`
-has nothing to do — the node actors stop their detached workers, and `keep_env=False` also removes
-the environment bootstrap built on each host.
+Nothing is created or destroyed: `create` names the hosts (node 0, the head, first); when a pool
+closes, its node actors stop their detached workers (and `keep_env=False` also removes the environment
+bootstrap built on each host), so `destroy` of the handles `create` returned has nothing to do.
+
+After a client that died without closing its pool (`skyhive down`), `list_owned(pool_id)` logs in to
+each host the pool used and finds what of that pool still runs there — the detached workers keep
+running until their idle timeout, by design, so that a dropped connection can resume — and
+`destroy` of those handles stops it: the login user's processes whose environment (`COMPUTE_POOL`,
+which holds the pool id) or command line (the worker's socket path, named after the pool) says they
+belong to the pool get SIGTERM, then SIGKILL, and the pool's sockets (with their `.log`/`.exit`
+files) are removed. Other pools' workers are never touched. Both are one shell script per host
+(`_SWEEP`), run over SSH with the pool's settings (key, `known_hosts`, no agent, no `~/.ssh/config`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import getpass
+import json
+import logging
+import os
 import re
-from dataclasses import dataclass
+import shlex
+from dataclasses import dataclass, replace
 from typing import Any
+
+import anyio
 
 from .base import ClusterSpec, NodeHandle, Provider, ProvisionError, SSHReach
 
@@ -22,6 +40,8 @@ __all__ = [
     "AuthenticationFailed",
     "parse_host",
 ]
+
+log = logging.getLogger("skyhive.providers.ssh")
 
 
 class SSHError(ProvisionError):
@@ -67,6 +87,95 @@ def parse_host(spec: str, *, user: str | None = None, port: int = 22) -> tuple[s
     if not 0 < p < 65536:
         raise ValueError(f"SSH host {spec!r}: port {p} is out of range")
     return m["user"] or user, host, p
+
+
+# The sweep run on each host by `list_owned` (MODE=list) and `destroy` (MODE=kill), with `sh -s`: the
+# script travels on stdin, so no command line on the host holds the patterns it looks for. It finds
+# the login user's live processes (zombies are already dead) whose environment has the pool's
+# `COMPUTE_POOL` (the workers and what their tasks started) or whose command line names one of the
+# pool's sockets, and the pool's entries in the socket directories. Output lines: `P pid cmdline`,
+# `F path` (list); `K pid` signalled, `L pid` still there, `R path` removed (kill). Linux (/proc).
+_SWEEP = r"""
+set -u
+me=$$
+[ -d /proc/$$ ] || { echo "no /proc on this host" >&2; exit 3; }
+printf 'a\0' | grep -qaz a 2>/dev/null || { echo "this host's grep lacks -z" >&2; exit 3; }
+pids() {
+  { grep -lazE -e "$RE_ENV" /proc/[0-9]*/environ; grep -lazE -e "$RE_CMD" /proc/[0-9]*/cmdline; } 2>/dev/null |
+    sed -n 's#^/proc/\([0-9][0-9]*\)/.*#\1#p' | sort -un |
+    while read -r p; do
+      [ "$p" = "$me" ] && continue
+      [ -O "/proc/$p" ] || continue
+      echo "$p"
+    done | alive
+}
+alive() {
+  while read -r p; do
+    s=$(sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null) || continue
+    case $s in Z*|X*|x*|"") ;; *) echo "$p" ;; esac
+  done
+}
+files() {
+  for d in "$HOME/.skyhive/run" "/tmp/skyhive-$(id -un)"; do
+    [ -d "$d" ] && [ -O "$d" ] || continue
+    ls -A "$d" 2>/dev/null | grep -E -e "$RE_FILE" | while IFS= read -r f; do echo "$d/$f"; done
+  done
+}
+nap() { sleep 0.1 2>/dev/null || sleep 1; }
+wait_gone() {  # wait_gone TENTHS PIDS...: the PIDS still alive after at most TENTHS tenths of a second
+  n=$1; shift; left="$*"; i=0
+  while [ -n "$left" ] && [ "$i" -lt "$n" ]; do
+    nap; left=$(for p in $left; do echo "$p"; done | alive); i=$((i + 1))
+  done
+  echo $left
+}
+if [ "$MODE" = list ]; then
+  for p in $(pids); do
+    printf 'P %s %s\n' "$p" "$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-300)"
+  done
+  files | sed 's/^/F /'
+  exit 0
+fi
+found=$(pids)
+for p in $found; do echo "K $p"; done
+[ -n "$found" ] && kill -TERM $found 2>/dev/null
+found=$(wait_gone "$GRACE" $found)
+round=0
+while [ "$round" -lt 5 ]; do  # SIGKILL what is left, and whatever of the pool appeared meanwhile
+  found=$({ for p in $found; do echo "$p"; done | alive; pids; } | sort -un)
+  [ -z "$found" ] && break
+  for p in $found; do echo "K $p"; done
+  kill -KILL $found 2>/dev/null
+  found=$(wait_gone 30 $found)
+  round=$((round + 1))
+done
+found=$({ for p in $found; do echo "$p"; done | alive; pids; } | sort -un)
+for p in $found; do echo "L $p"; done
+files | while IFS= read -r f; do rm -rf -- "$f" && echo "R $f"; done
+[ -z "$found" ]
+"""
+
+
+def _ere(text: str) -> str:
+    """`text` as a POSIX extended regular expression matching it literally."""
+    return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", text)
+
+
+def _sweep_script(pool_id: str, mode: str, grace: float) -> str:
+    if not pool_id or "/" in pool_id or any(ord(c) < 32 for c in pool_id):
+        raise ProvisionError(f"cannot clean up pool {pool_id!r}: not a pool id")
+    pid_re = _ere(pool_id)
+    variables = {
+        "MODE": mode,
+        "GRACE": str(max(1, round(grace * 10))),
+        # COMPUTE_POOL is compact JSON (protocol.info.InstanceInfo.to_json), the id JSON-encoded
+        "RE_ENV": "^COMPUTE_POOL=.*" + _ere(f'"pool_id":{json.dumps(pool_id)}'),
+        # the worker's socket: <run dir>/<pool>-<client pid>-<n>.sock (runtime.transport.ssh)
+        "RE_CMD": f"(^|/){pid_re}-[0-9]+-[0-9]+\\.sock$",
+        # that socket, its .log and .exit files, and a directory named after the pool
+        "RE_FILE": f"^{pid_re}(-[0-9]+-[0-9]+\\.sock(\\..*)?)?$",
+    }
+    return "".join(f"{k}={shlex.quote(v)}\n" for k, v in variables.items()) + _SWEEP
 
 
 class SSH(Provider):
@@ -131,10 +240,166 @@ class SSH(Provider):
                                       private_addr=host, reach=reach))
         return handles
 
+    def for_nodes(self, nodes: int) -> SSH:
+        """This provider with only the hosts a pool of `nodes` nodes used (the first ones), for `skyhive
+        down`: hosts a pool never used hold nothing of it, and need not be reachable to clean it up."""
+        if not 0 < nodes < len(self.hosts):
+            return self
+        other = copy.copy(self)
+        other.hosts = self.hosts[:nodes]
+        return other
+
+    async def list_owned(self, pool_id: str) -> list[NodeHandle]:
+        """The hosts where something of `pool_id` is left (declared in `Provider.list_owned`).
+
+        Logs in to each host (at once, each within `connect_timeout`) and finds the pool's processes
+        and sockets; a handle per host that has any, with `extra` = {"pool_id", "pids", "files"}. A host
+        that cannot be reached or used gets a handle too, with `extra["error"]` saying why: what runs
+        there is unknown, and `destroy` tries it again (and raises if it still fails).
+        """
+        script = _sweep_script(pool_id, "list", 0)
+        handles: list[NodeHandle] = []
+
+        async def visit(index: int, host: tuple[str | None, str, int]) -> None:
+            handle = self._handle(index, host)
+            extra: dict[str, Any] = {"pool_id": pool_id}
+            try:
+                out = await self._sweep(host, script)
+            except SSHError as exc:
+                extra["error"] = str(exc)
+            else:
+                pids = [int(ln.split()[1]) for ln in out.splitlines() if ln.startswith("P ")]
+                files = [ln[2:] for ln in out.splitlines() if ln.startswith("F ")]
+                if not pids and not files:
+                    return
+                extra.update(pids=pids, files=files)
+                log.info("host %s: pool %s: processes %s, files %s", self._show(host), pool_id, pids, files)
+            handles.append(replace(handle, extra=extra))
+
+        async with anyio.create_task_group() as tg:
+            for index, host in self._distinct_hosts():
+                tg.start_soon(visit, index, host)
+        return sorted(handles, key=lambda h: h.node)
+
     async def destroy(self, handles: list[NodeHandle]) -> None:
-        """Nothing to destroy (declared in `Provider.destroy`): the hosts are yours."""
-        return None
+        """Stop what `list_owned` found (declared in `Provider.destroy`); idempotent.
+
+        Handles from `create` carry no pool id: the hosts are yours and the node actors stopped the
+        workers, so there is nothing to do. For each handle from `list_owned`, on its host: SIGTERM to
+        the pool's processes, SIGKILL to what is left 3 s later (and to any of the pool's processes
+        that appeared meanwhile), then the pool's sockets removed. Raises `SSHError` naming every host
+        where that failed (unreachable, or a process that would not die) and why.
+        """
+        todo = [h for h in handles if h.extra.get("pool_id")]
+        failures: list[str] = []
+
+        async def clean(handle: NodeHandle) -> None:
+            pool_id = str(handle.extra["pool_id"])
+            host = self._host_of(handle)
+            where = self._show(host)
+            try:
+                out = await self._sweep(host, _sweep_script(pool_id, "kill", 3.0))
+            except SSHError as exc:
+                failures.append(str(exc))
+                return
+            lines = out.splitlines()
+            killed = sorted({int(ln.split()[1]) for ln in lines if ln.startswith("K ")})
+            left = [ln.split()[1] for ln in lines if ln.startswith("L ")]
+            removed = [ln[2:] for ln in lines if ln.startswith("R ")]
+            log.info("host %s: pool %s: stopped processes %s, removed %s", where, pool_id, killed, removed)
+            if left:
+                failures.append(f"host {where}: processes {', '.join(left)} of pool {pool_id} are still there "
+                                f"after SIGKILL (stuck in the kernel?)")
+
+        async with anyio.create_task_group() as tg:
+            for handle in todo:
+                tg.start_soon(clean, handle)
+        if failures:
+            pool_ids = sorted({str(h.extra["pool_id"]) for h in todo})
+            again = (f"; run `skyhive down {pool_ids[0]}` again once that is fixed (`skyhive ls` "
+                     f"lists the pool until it is cleaned up)") if len(pool_ids) == 1 else ""
+            raise SSHError(
+                f"pool {', '.join(pool_ids)}: could not clean up on " + "; ".join(failures)
+                + f". A detached worker with no client exits by itself after its idle timeout "
+                f"({self.idle_timeout:g} s){again}.",
+                host=self._host_of(todo[0])[1] if todo else None,
+            )
+
+    # ---- cleanup over SSH ------------------------------------------------------------------------------
+
+    def _distinct_hosts(self) -> list[tuple[int, tuple[str | None, str, int]]]:
+        seen: dict[tuple[str, str, int], int] = {}
+        out = []
+        for index, (user, host, port) in enumerate(self.hosts):
+            key = (user or getpass.getuser(), host, port)
+            if key not in seen:
+                seen[key] = index
+                out.append((index, (user, host, port)))
+        return out
+
+    def _handle(self, index: int, host: tuple[str | None, str, int]) -> NodeHandle:
+        user, addr, port = host
+        reach = SSHHostReach(
+            host=addr, port=port, user=user, key=self.key, known_hosts=self.known_hosts, python=self.python,
+            connect_timeout=self.connect_timeout, idle_timeout=self.idle_timeout,
+            reconnect_timeout=self.reconnect_timeout, use_agent=self.use_agent, keep_env=self.keep_env,
+        )
+        return NodeHandle(node=index, provider_id=f"ssh:{self._show(host)}", private_addr=addr, reach=reach)
+
+    @staticmethod
+    def _host_of(handle: NodeHandle) -> tuple[str | None, str, int]:
+        reach = handle.reach
+        assert isinstance(reach, SSHReach)
+        return reach.user, reach.host, reach.port
+
+    async def _sweep(self, host: tuple[str | None, str, int], script: str) -> str:
+        """Run the sweep `script` on `host`; its stdout. Raises `SSHError` subclasses naming the host."""
+        import asyncssh
+
+        user, addr, port = host
+        user = user or getpass.getuser()
+        where = self._show((user, addr, port))
+        options: dict[str, Any] = dict(
+            host=addr, port=port, username=user, config=None,
+            # the pool's own check: its known_hosts file; without one the pool pinned each host's key on
+            # first contact and that key is not kept, so this login takes the key the host shows
+            known_hosts=os.path.expanduser(self.known_hosts) if self.known_hosts else None,
+            agent_path=() if self.use_agent else None,
+            connect_timeout=self.connect_timeout, login_timeout=self.connect_timeout,
+        )
+        if self.key:
+            options["client_keys"] = [os.path.expanduser(self.key)]
+        try:
+            with anyio.fail_after(self.connect_timeout + 1):
+                conn = await asyncssh.connect(**options)
+        except asyncssh.HostKeyNotVerifiable as exc:
+            raise HostKeyChanged(f"host {where}: its host key does not match known_hosts {self.known_hosts} "
+                                 f"({exc}); refusing to connect", host=addr) from None
+        except asyncssh.PermissionDenied as exc:
+            raise AuthenticationFailed(
+                f"host {where}: authentication failed for user {user} with "
+                f"{'key ' + self.key if self.key else 'the default keys'} ({exc.reason or exc})", host=addr,
+            ) from None
+        except (TimeoutError, asyncio.TimeoutError):
+            raise HostUnreachable(f"host {where}: no SSH connection within {self.connect_timeout:g} s "
+                                  "(host down, wrong address, or a firewall drops the packets)", host=addr) from None
+        except (OSError, asyncssh.Error) as exc:
+            raise HostUnreachable(f"host {where}: cannot connect: {exc}", host=addr) from None
+        try:
+            async with conn:
+                with anyio.fail_after(60):
+                    result = await conn.run("sh -s", input=script, check=False)
+        except (TimeoutError, asyncio.TimeoutError):
+            raise SSHError(f"host {where}: the cleanup did not finish within 60 s", host=addr) from None
+        except (OSError, asyncssh.Error) as exc:
+            raise SSHError(f"host {where}: the cleanup failed: {exc}", host=addr) from None
+        stdout = str(result.stdout or "")
+        if result.exit_status not in (0, 1) or (result.exit_status == 1 and "\nL " not in "\n" + stdout):
+            raise SSHError(f"host {where}: the cleanup script failed (exit {result.exit_status}): "
+                           f"{str(result.stderr or '').strip()[-1000:]}", host=addr)
+        return stdout
 
     def describe(self) -> dict[str, Any]:
         return {"provider": self.name, "hosts": [self._show(h) for h in self.hosts], "key": self.key,
-                "known_hosts": self.known_hosts, "python": self.python}
+                "known_hosts": self.known_hosts, "python": self.python, "use_agent": self.use_agent,
+                "connect_timeout": self.connect_timeout, "idle_timeout": self.idle_timeout}

@@ -209,14 +209,24 @@ def _pool_of(pid: int) -> str | None:
 
 
 def _leftovers(pool_id: str) -> list[int]:
-    """Live processes of this machine that belong to `pool_id`: its workers and what their tasks started.
+    """Live processes of this machine, of our user, that belong to `pool_id`: its workers and what their
+    tasks started.
 
     They are recognised by the pool id in the environment they inherited from the worker (the
     `COMPUTE_POOL` variable), which also finds a task's children that left the worker's process group.
+    Only our own user's: Local workers run as us, and a process of another user with that pool id is
+    a worker an SSH host runs here for its login user — the provider's `destroy` (over SSH, as that
+    user) is what stops it, not root on this machine.
     """
     found = []
+    uid = os.getuid()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+        except OSError:
             continue
         stat = _stat(int(entry))
         if stat is not None and stat[0] != "Z" and _pool_of(int(entry)) == pool_id:
@@ -301,6 +311,9 @@ def _destroy(pool: PoolEntry) -> int:
     if pool.started is None:
         return 0
     provider = from_description(pool.started.provider_config or {"provider": pool.started.provider})
+    for_nodes = getattr(provider, "for_nodes", None)  # a provider naming hosts: only those the pool used
+    if callable(for_nodes) and pool.started.nodes > 0:
+        provider = for_nodes(pool.started.nodes)
 
     async def destroy() -> int:
         with anyio.fail_after(300):
