@@ -6,8 +6,9 @@ Rows (medians; compare only within one run — the machine is shared and noisy):
 
 - ``rtt floor``: raw asyncssh → the same sshd → a bare Python worker (`bench/_floor_worker.py`:
   length-prefixed msgpack frames carrying a cloudpickled function), one call at a time;
-- ``rtt skyhive``: `await pool.run(nop)` on a warm 1-node `sky.SSH` pool on that sshd (detached
-  worker behind the relay, resumable link, stream-local forwarding); target ≤ 1.5× the floor;
+- ``rtt skyhive``: `await pool.run(nop)` on a warm 1-node `sky.SSH` pool on that sshd (the detached
+  worker serving its socket, resumable link, stream-local forwarding); target ≤ 1.5× the floor.
+  Both are timed in alternating blocks over the same minutes (medians of all calls);
 - ``broadcast 3 hosts``: `await pool.broadcast(nop)` over 3 network-namespace hosts;
 - ``cold start``: a 1-node pool on a host that has never seen skyhive (runtime shipped, environment
   built; a trivial `setup` command) until its first result;
@@ -36,35 +37,47 @@ def nop() -> int:
     return 1
 
 
-async def _floor_rtt(server: Any, python: str, pythonpath: str, n: int, warmup: int) -> list[float]:
-    import asyncssh
-    import cloudpickle
-    import msgpack
+class _Floor:
+    """Raw asyncssh → the same sshd → `bench/_floor_worker.py`, one call at a time."""
 
-    from skyhive.runtime.transport.ssh import FAST_CIPHERS
+    def __init__(self, server: Any, python: str, pythonpath: str) -> None:
+        self.server, self.python, self.pythonpath = server, python, pythonpath
+        self.conn: Any = None
+        self.proc: Any = None
+        self.i = 0
 
-    opts = server.connect_options(encryption_algs=list(FAST_CIPHERS))
-    async with asyncssh.connect(**opts) as conn:
-        remote = f"{server.home}/floor_worker.py"
-        async with conn.start_sftp_client() as sftp:
+    async def __aenter__(self) -> _Floor:
+        import asyncssh
+        import cloudpickle
+
+        from skyhive.runtime.transport.ssh import FAST_CIPHERS
+
+        opts = self.server.connect_options(encryption_algs=list(FAST_CIPHERS))
+        self.conn = await asyncssh.connect(**opts)
+        remote = f"{self.server.home}/floor_worker.py"
+        async with self.conn.start_sftp_client() as sftp:
             await sftp.put(str(REPO / "bench" / "_floor_worker.py"), remote)
-        proc = await conn.create_process(f"env PYTHONPATH={pythonpath} {python} {remote}", encoding=None)
-        fn = cloudpickle.dumps(nop)
-        args = cloudpickle.dumps(((), {}))
-        times = []
-        for i in range(warmup + n):
-            body = msgpack.packb([i, fn, args, 0, False])
-            t0 = time.perf_counter()
-            proc.stdin.write(len(body).to_bytes(4, "big") + body)
-            head = await proc.stdout.readexactly(4)
-            reply = msgpack.unpackb(await proc.stdout.readexactly(int.from_bytes(head, "big")))
-            t1 = time.perf_counter()
-            assert reply[0] == i and reply[1]
-            if i >= warmup:
-                times.append(t1 - t0)
-        proc.stdin.write_eof()
-        proc.close()
-        return times
+        self.proc = await self.conn.create_process(f"env PYTHONPATH={self.pythonpath} {self.python} {remote}",
+                                                   encoding=None)
+        self.fn = cloudpickle.dumps(nop)
+        self.args = cloudpickle.dumps(((), {}))
+        return self
+
+    async def call(self) -> None:
+        import msgpack
+
+        self.i += 1
+        body = msgpack.packb([self.i, self.fn, self.args, 0, False])
+        self.proc.stdin.write(len(body).to_bytes(4, "big") + body)
+        head = await self.proc.stdout.readexactly(4)
+        reply = msgpack.unpackb(await self.proc.stdout.readexactly(int.from_bytes(head, "big")))
+        assert reply[0] == self.i and reply[1]
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.proc.stdin.write_eof()
+        self.proc.close()
+        self.conn.close()
+        await self.conn.wait_closed()
 
 
 def _provider(hosts: list[Any], **kw: Any) -> Any:
@@ -91,17 +104,25 @@ async def run_bench(quick: bool = False) -> dict[str, Any]:
     from tests.infra.netns import NetnsHosts, check_netns_support
     from tests.infra.sshd import SshTestEnv, Sshd
 
-    n, warmup = (300, 50) if quick else (2000, 200)
+    n, warmup = (600, 50) if quick else (2000, 200)
+    rounds = 6 if quick else 10
     bn = 100 if quick else 500
     out: dict[str, Any] = {}
     env = SshTestEnv.create()
     try:
         with Sshd(env) as server:
-            # skyhive warm round trip, then the floor on the same sshd with the same Python and libraries
+            # skyhive's warm round trip and the floor's on the same sshd, with the same Python and
+            # libraries, in alternating blocks (so that a burst of load elsewhere hits both alike)
             async with sky.Pool(provider=_provider([server]), nodes=1, output=None) as pool:
                 node_env = pool._runtime.nodes[0].transport.node_env
-                sky_times = await _timed_calls(lambda: pool.run(nop), n, warmup)
-            floor_times = await _floor_rtt(server, node_env.python, node_env.pythonpath[0], n, warmup)
+                async with _Floor(server, node_env.python, node_env.pythonpath[0]) as floor:
+                    sky_times: list[float] = []
+                    floor_times: list[float] = []
+                    await _timed_calls(lambda: pool.run(nop), 0, warmup)
+                    await _timed_calls(floor.call, 0, warmup)
+                    for _ in range(rounds):
+                        floor_times += await _timed_calls(floor.call, n // rounds, 5)
+                        sky_times += await _timed_calls(lambda: pool.run(nop), n // rounds, 5)
             out["rtt_floor_us"] = statistics.median(floor_times) * 1e6
             out["rtt_skyhive_us"] = statistics.median(sky_times) * 1e6
             out["rtt_ratio"] = out["rtt_skyhive_us"] / out["rtt_floor_us"]

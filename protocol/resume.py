@@ -1,17 +1,17 @@
 """Resumable links: the layer under the protocol that lets a dropped byte stream pick up again (sans-IO).
 
-A resumable link (the SSH transport ↔ the detached worker's relay, see `runtime/worker/server.py`)
+A resumable link (the SSH transport ↔ the detached worker, see `runtime/worker/server.py`)
 carries the protocol's frames unchanged — *data frames* — and, between them, a few *control frames*
 of its own, marked by the top bit of the length prefix (no data frame can have it: frames are far
 smaller than 2 GiB). Control frames carry protocol messages too, but never reach a `Connection`:
 
-- client → relay, first frame of every stream: `Hello(resume_from=N)`, "I hold your data frames
+- client → worker, first frame of every stream: `Hello(resume_from=N)`, "I hold your data frames
   up to number N" (N = 0 on the first connection);
-- relay → client, the answer: `Resume(from_seq=N, received=M)`, "your frames up to number M
+- worker → client, the answer: `Resume(from_seq=N, received=M)`, "your frames up to number M
   arrived; mine from N + 1 on follow" — or `Welcome(error=...)` when it cannot resume;
 - either way, now and then: `Ack(seq)`, "I hold your frames up to `seq`", so the other side can drop
   them from its replay buffer;
-- relay → client, last: `Goodbye(exit_status)`, the worker exited and the stream ends on purpose.
+- worker → client, last: `Goodbye(exit_status)`, the worker is done and the stream ends on purpose.
 
 Each side numbers the data frames it sends from 1 (the position in the stream, like TCP's sequence
 numbers: nothing is added to the frames themselves) and keeps them in an `Outbox` until they are
@@ -200,6 +200,13 @@ class Outbox:
     def record(self, pieces: Sequence[bytes | bytearray | memoryview]) -> None:
         """Note bytes written to the stream. Raises `LocalProtocolError` if they are not frames."""
         for piece in pieces:
+            if piece.__class__ is bytes and not self._cur and len(piece) >= HEADER.size:
+                size = len(piece)
+                if _U32.unpack_from(piece)[0] + HEADER.size == size:  # one whole data frame: the usual case
+                    self.sent += 1
+                    self._frames.append((self.sent, size, [piece]))
+                    self.bytes += size
+                    continue
             view = memoryview(piece).cast("B") if not isinstance(piece, bytes) else memoryview(piece)
             pos, end = 0, len(view)
             while pos < end:

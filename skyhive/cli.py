@@ -111,6 +111,10 @@ def cmd_down(args: argparse.Namespace) -> int:
             _err(str(exc))
             code = 1
             continue
+        except Exception as exc:  # one pool's failure (an unreachable host) must not stop the others
+            _err(f"error: {getattr(entry, 'pool_id', entry)}: {exc}")
+            code = 1
+            continue
         if report.warning:
             _err(f"warning: {report.pool_id}: {report.warning}")
         if report.already_stopped:

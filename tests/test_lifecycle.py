@@ -216,3 +216,41 @@ async def test_cancelling_a_task_in_the_middle_of_its_output_keeps_the_stream_wh
                 await pool.run(chatter, timeout=0.15)
         assert await pool.run(getpid) == (pid, 0)  # same worker, no protocol error, no restart
         assert pool.state.nodes[0].workers[0].restarts == 0
+
+
+HOLDER = """
+import os, sys, time, anyio
+import skyhive as sky
+
+def long_task():
+    time.sleep(120)
+
+async def main():
+    async with sky.Pool(nodes=1, name=sys.argv[1]) as pool:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pool.run, long_task)
+            await anyio.sleep(0.5)
+            print("running", flush=True)
+            await anyio.sleep(120)
+
+anyio.run(main)
+"""
+
+
+async def test_a_killed_client_leaves_no_worker_even_mid_task(tmp_path):
+    import subprocess
+    import sys
+
+    name = f"orphan-{os.getpid()}"
+    script = tmp_path / "holder.py"
+    script.write_text(HOLDER)
+    proc = subprocess.Popen([sys.executable, str(script), name], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "running"
+        pids = worker_pids(name)
+        assert len(pids) == 1
+        proc.kill()  # the client dies while its worker runs a 120 s task
+        proc.wait()
+        assert wait_gone(pids, timeout=5) == set()
+    finally:
+        proc.kill()

@@ -84,6 +84,22 @@ def test_outbox_numbers_frames_however_they_are_written():
         Outbox().record([encode_control(Ack(seq=1))])
 
 
+def test_outbox_takes_whole_frames_and_pieces_alike():
+    # whole frames as bytes (the worker's and the client's usual writes), two frames in one piece,
+    # and a frame in two pieces (a chunk: header, then data) all count the same
+    f = frames(6)
+    out = Outbox()
+    out.record([f[0]])
+    out.record([f[1] + f[2]])
+    out.record([f[3][:5], memoryview(f[3])[5:]])
+    out.record([f[4]])
+    out.record([f[5][:4]])
+    assert out.sent == 5 and out.partial
+    out.record([f[5][4:]])
+    assert out.sent == 6 and out.bytes == sum(map(len, f))
+    assert b"".join(bytes(p) for p in out.replay(1)) == b"".join(f[1:])
+
+
 def test_replay_includes_a_frame_still_being_written():
     out = Outbox()
     f = frames(2)

@@ -10,9 +10,9 @@
   requests); cancelling or timing out closes the channel, which ends the remote command. Commands run
   with `lifeline=True` also watch their stdin and kill their process group when it closes.
 - **Workers** (`start_worker`): `python -m skyhive.runtime.worker.server` detaches on the node and
-  listens on a Unix socket (0600 in a 0700 directory); the client reaches it by stream-local
-  forwarding through this connection, over a `ResumableLink` that reconnects and resumes when the
-  connection drops.
+  serves a Unix socket (0600 in a 0700 directory) itself — one process, no relay; the client reaches
+  it by stream-local forwarding through this connection, over a `ResumableLink` that reconnects and
+  resumes when the connection drops.
 """
 
 from __future__ import annotations
@@ -348,7 +348,7 @@ class SSHTransport(Transport):
             raise ConnectionError(f"cannot open {sock} on {self.where}: {exc}") from None
 
     async def kill_group(self, pid: int, sock: str) -> None:
-        """SIGKILL the detached worker's process group (the relay leads it), if it is still ours."""
+        """SIGKILL the detached worker's process group (the worker leads it), if it is still ours."""
         check = f"grep -q skyhive.runtime.worker.server /proc/{pid}/cmdline 2>/dev/null"
         command = f"{check} && kill -KILL -- -{pid} 2>/dev/null; rm -f {shlex.quote(sock)}; true"
         try:

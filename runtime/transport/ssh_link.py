@@ -2,10 +2,10 @@
 
 To the `WorkerChannel` it is an ordinary `Link`, and it hands the channel's `Receiver` whole protocol
 frames; underneath, the byte stream is an SSH stream-local channel that may drop. Every frame the
-channel writes is numbered and kept (`Outbox`) until the relay acknowledges it; every frame that
+channel writes is numbered and kept (`Outbox`) until the worker acknowledges it; every frame that
 arrives is counted (`Inbox`). When the SSH channel drops, the link reconnects with backoff (a fresh
 SSH connection when needed, pinned to the same host key), sends `Hello(resume_from=N)`, and on the
-relay's `Resume(from_seq=N, received=M)` sends its own frames after M again. Meanwhile the channel
+worker's `Resume(from_seq=N, received=M)` sends its own frames after M again. Meanwhile the channel
 may go on writing: the frames are recorded and go out after the resume, in order. The channel sees
 the stream end only when the worker exited (`Goodbye`), the link was closed, or reconnecting failed
 for good (the worker is gone, or `reconnect_timeout` passed).
@@ -32,7 +32,7 @@ log = logging.getLogger("skyhive.transport.ssh")
 
 __all__ = ["ResumableLink", "WorkerGone", "StreamOpener"]
 
-#: Opens a new byte stream to the relay: given a session factory, returns (channel, session).
+#: Opens a new byte stream to the detached worker: given a session factory, returns (channel, session).
 StreamOpener = Callable[[Callable[[], Any]], Awaitable[tuple[Any, Any]]]
 ACK_DELAY = 0.2
 HANDSHAKE_TIMEOUT = 10.0
@@ -133,7 +133,7 @@ class ResumableLink:
             chan.write(encode_control(hello))
             resume = await asyncio.wait_for(asyncio.shield(self._resumed), HANDSHAKE_TIMEOUT)
             if resume.from_seq != asked:
-                raise ProtocolError(f"relay resumes from frame {resume.from_seq}, we asked for frames after {asked}")
+                raise ProtocolError(f"worker resumes from frame {resume.from_seq}, we asked for frames after {asked}")
             pieces = self.outbox.replay(resume.received)
         except BaseException:
             if self._session is session:
@@ -216,7 +216,7 @@ class ResumableLink:
         try:
             items = self.inbox.feed(data)
         except ProtocolError as exc:
-            self._broken(f"bad frame from the relay: {exc}")
+            self._broken(f"bad frame from the worker: {exc}")
             return
         for item in items:
             if isinstance(item, memoryview):
@@ -245,7 +245,7 @@ class ResumableLink:
         if chan is None:
             return
         if self._goodbye:
-            chan.write(self.inbox.ack())  # the relay exits once everything is acknowledged
+            chan.write(self.inbox.ack())  # the worker exits once everything is acknowledged
             chan.write_eof()
             return
         if self.inbox.ack_due():
