@@ -190,9 +190,9 @@ class Chunk(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Resume(Message):
-    """Relay → client, answer to a reconnect `Hello`: where both directions pick up again.
+    """Worker → client, answer to a reconnect `Hello`: where both directions pick up again.
 
-    The worker's frames after number `from_seq` follow (again); the relay holds the client's frames
+    The worker's frames after number `from_seq` follow (again); the worker holds the client's frames
     up to number `received`, so the client sends its own frames after that one again. Travels as a
     control frame of a resumable link (see `resume`), never through a `Connection`.
     """
@@ -212,7 +212,7 @@ class Ack(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Goodbye(Message):
-    """Relay → client, last control frame: the worker exited with `exit_status` (negative: signal)."""
+    """Worker → client, last control frame: the worker exited with `exit_status` (negative: signal)."""
 
     tag: ClassVar[int] = 14
     exit_status: int

@@ -6,7 +6,7 @@ It creates the socket's directory (0700, ours) and listens on the Unix socket `P
 into the background (its own session and process group, stdin from /dev/null, its diagnostics to
 `PATH.log`), prints one JSON line — `{"pid": ..., "worker_pid": ..., "socket": ...}` (one process:
 both are the worker's pid) — from the foreground process, which exits, and runs the worker daemon
-(`daemon.SocketWorker`) in the background process. The client reaches the socket through SSH
+(`socket_worker.SocketWorker`) in the background process. The client reaches the socket through SSH
 stream-local forwarding: no TCP port is opened, and no process sits between the socket and the
 worker.
 
@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         print(report, flush=True)
     code = 1
     try:
-        from .daemon import SocketWorker, serve
+        from .daemon import serve
+        from .socket_worker import SocketWorker
 
         worker: list[SocketWorker] = []
 
