@@ -28,6 +28,7 @@ from ..protocol.errors import SkyhiveError
 from ..protocol.info import ENV_VAR
 from ..providers.base import ProvisionError
 from ..providers.registry import from_description
+from .procfs import proc_stat
 from .eventlog import state_dir
 from .events import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
 from .lifecycle import NodeState, check_transition
@@ -152,12 +153,6 @@ def find(pool: str) -> PoolEntry:
 # ---- processes ---------------------------------------------------------------------------------------
 
 
-def _stat(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
 
 
 def _boot_time() -> float:
@@ -174,7 +169,7 @@ def _started_at(stat: list[str]) -> float:
 
 def _is_live(pid: int, *, not_after: float) -> bool:
     """`pid` runs (not a zombie) and started no later than `not_after` (so it is not a recycled pid)."""
-    stat = _stat(pid) if pid > 0 else None
+    stat = proc_stat(pid) if pid > 0 else None
     return stat is not None and stat[0] != "Z" and _started_at(stat) <= not_after + _CLOCK_SLACK
 
 
@@ -228,7 +223,7 @@ def _leftovers(pool_id: str) -> list[int]:
                 continue
         except OSError:
             continue
-        stat = _stat(int(entry))
+        stat = proc_stat(int(entry))
         if stat is not None and stat[0] != "Z" and _pool_of(int(entry)) == pool_id:
             found.append(int(entry))
     return found
@@ -243,7 +238,7 @@ def _kill(pids: list[int]) -> None:
                 pass
         deadline = time.monotonic() + _KILL_GRACE
         while pids and time.monotonic() < deadline:
-            pids = [p for p in pids if (s := _stat(p)) is not None and s[0] != "Z"]
+            pids = [p for p in pids if (s := proc_stat(p)) is not None and s[0] != "Z"]
             time.sleep(0.05)
         if not pids:
             return

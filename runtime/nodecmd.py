@@ -21,6 +21,7 @@ import tarfile
 import time
 from pathlib import Path
 
+from .procfs import proc_stat
 from .context import instance_info
 from .eventlog import state_dir
 
@@ -123,7 +124,7 @@ def _tree(root: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        stat = _stat(int(entry))
+        stat = proc_stat(int(entry))
         if stat is None:
             continue
         pid, ppid, pgrp = int(entry), int(stat[1]), int(stat[2])
@@ -145,15 +146,8 @@ def _tree(root: int) -> list[int]:
     return order + [p for p in group if p not in mine]
 
 
-def _stat(pid: int) -> list[str] | None:
-    """Fields of /proc/PID/stat after the command name: state, ppid, pgrp, ..."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
 
 
 def _running(pid: int) -> bool:
-    stat = _stat(pid)
+    stat = proc_stat(pid)
     return stat is not None and stat[0] != "Z"

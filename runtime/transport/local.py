@@ -158,6 +158,15 @@ class LocalWorker(WorkerProcess):
             self._stderr.close()
 
 
+async def _kill_and_reap(proc: asyncio.subprocess.Process) -> None:
+    """Kill a process we started and its process group, and wait for it (no zombie), shielded."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    await asyncio.shield(proc.wait())
+
+
 class LocalTransport(Transport):
     """Runs workers and commands on this machine with this interpreter."""
 
@@ -205,11 +214,7 @@ class LocalTransport(Transport):
                 t.close()
             for f in files:
                 f.close()
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            await asyncio.shield(proc.wait())
+            await _kill_and_reap(proc)
             raise
         return LocalWorker(proc, _PipeLink(writer, wproto, reader), err)
 
@@ -225,10 +230,6 @@ class LocalTransport(Transport):
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
         except BaseException:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            await asyncio.shield(proc.wait())
+            await _kill_and_reap(proc)
             raise
         return CommandResult(command, proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace"))

@@ -1,0 +1,18 @@
+"""Reading /proc: the one place that parses a process's stat line (Linux)."""
+
+from __future__ import annotations
+
+__all__ = ["proc_stat"]
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (state, ppid, pgrp, ...), or None if gone.
+
+    The command name is skipped by its closing parenthesis, so a name with spaces or parentheses
+    cannot shift the fields.
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
