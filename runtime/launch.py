@@ -113,7 +113,7 @@ class _Launch:
         self.task_id = f"skyhive-{time.strftime('%Y-%m-%d-%H-%M-%S')}-{self.pool_id}"
 
     def say(self, text: str) -> None:
-        print(f"skyhive: {text}", file=self.err, flush=True)
+        _tell(self.err, f"skyhive: {text}")
 
     async def run(self) -> int:
         from ..plugins.image import Image
@@ -193,7 +193,7 @@ async def launch(task: Task, *, provider: Provider | None = None, err: TextIO | 
     if provider is None:
         provider = from_cli(task.resources.provider or "local", hosts=task.resources.hosts)
     for warning in resource_warnings(task, provider):
-        print(f"skyhive: warning: {warning}", file=err, flush=True)
+        _tell(err, f"skyhive: warning: {warning}")
     return await _Launch(task, provider, err).run()
 
 
@@ -213,11 +213,11 @@ def run_launch(task: Task, *, provider: Provider | None = None, err: TextIO | No
         async for signum in signals:
             received.append(signum)
             if len(received) == 1:
-                print(f"\nskyhive: {signal.Signals(signum).name}: stopping every node's command and "
-                      f"tearing down", file=err, flush=True)
+                _tell(err, f"\nskyhive: {signal.Signals(signum).name}: stopping every node's command and "
+                           "tearing down")
                 scope.cancel()
             elif len(received) == 2:
-                print("skyhive: still tearing down; signal again to exit at once", file=err, flush=True)
+                _tell(err, "skyhive: still tearing down; signal again to exit at once")
             else:
                 os._exit(128 + signum)
 
@@ -239,3 +239,9 @@ def run_launch(task: Task, *, provider: Provider | None = None, err: TextIO | No
     if failure:
         raise failure[0]
     return code
+
+
+def _tell(stream: TextIO, line: str) -> None:
+    """A status line of the launch command for its user (the command's own output, not a log)."""
+    stream.write(line + "\n")
+    stream.flush()

@@ -20,7 +20,7 @@ from ..providers.base import Provider
 from ..providers.local import Local
 from .errors import PoolClosed, TaskTimeout
 from .events import Event
-from .output import OutputRecord, OutputStream
+from .output import OutputStream
 from .selection import OutputSpec, selector
 from .runtime import PoolRuntime, Prepared
 from .serialize import dump_value

@@ -6,7 +6,6 @@ Kept apart from the router (`output.py`), which decides where output goes; this 
 from __future__ import annotations
 
 import sys
-import time
 from typing import TextIO
 
 from ..protocol.messages import STDERR

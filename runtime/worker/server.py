@@ -32,6 +32,7 @@ import socket
 import stat
 import sys
 import time
+from typing import TextIO
 
 __all__ = ["main", "prepare_socket"]
 
@@ -92,9 +93,9 @@ def _daemonize(log_path: str) -> tuple[int, int]:
         report = b"".join(chunks).decode(errors="replace").strip()
         os.waitpid(pid, os.WNOHANG)
         if report.startswith("{"):
-            print(report, flush=True)
+            _emit(sys.stdout, report)
             os._exit(0)
-        print(report or f"the worker server exited before it was ready (see {log_path})", file=sys.stderr, flush=True)
+        _emit(sys.stderr, report or f"the worker server exited before it was ready (see {log_path})")
         os._exit(1)
     os.close(r)
     os.setsid()
@@ -108,6 +109,12 @@ def _daemonize(log_path: str) -> tuple[int, int]:
     return w, 0
 
 
+def _emit(stream: TextIO, line: str) -> None:
+    """The one line this command answers with (JSON on stdout, read by the SSH transport), or why not."""
+    stream.write(line + "\n")
+    stream.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m skyhive.runtime.worker.server")
     ap.add_argument("--socket", required=True, help="Unix socket path (its directory becomes 0700)")
@@ -119,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         listener = prepare_socket(path)
     except (OSError, RuntimeError) as exc:
-        print(f"cannot listen on {path}: {exc}", file=sys.stderr, flush=True)
+        _emit(sys.stderr, f"cannot listen on {path}: {exc}")
         return 1
     global _log_fd
     ready_fd = -1
@@ -136,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         os.write(ready_fd, report.encode())
         os.close(ready_fd)
     else:
-        print(report, flush=True)
+        _emit(sys.stdout, report)
     code = 1
     try:
         from .daemon import serve
