@@ -275,11 +275,36 @@ class Connection:
         self._streaming = [pending, target, head.offset, size, head.ref]
         self._stream_chunk(view[body + CHUNK_HEADER.size : end], out)
 
+    def receive_target(self) -> memoryview | None:
+        """Where the next bytes from the peer belong, when a large chunk is arriving: a writable view
+        of the rest of its destination buffer. The caller may read into it directly (saving a copy)
+        and then report how much it read with `received_into`. None when no chunk is in progress.
+        """
+        if self._streaming is None or self.state is State.ERROR:
+            return None
+        _, target, offset, remaining, _ = self._streaming
+        return memoryview(target)[offset : offset + remaining]
+
+    def received_into(self, n: int) -> list[Message]:
+        """`n` bytes were read into `receive_target()`; returns the messages that completes."""
+        out: list[Message] = []
+        if n:
+            self.bytes_received += n
+            self._advance(n, out)
+        return out
+
     def _stream_chunk(self, view: memoryview, out: list[Message]) -> int:
         """Copy the next piece of a chunk in progress into its buffer; returns the bytes used."""
-        pending, target, offset, remaining, ref = self._streaming  # type: ignore[misc]
+        _, target, offset, remaining, _ = self._streaming  # type: ignore[misc]
         n = min(remaining, len(view))
         target[offset : offset + n] = view[:n]
+        self._advance(n, out)
+        return n
+
+    def _advance(self, n: int, out: list[Message]) -> None:
+        pending, target, offset, remaining, ref = self._streaming  # type: ignore[misc]
+        if n > remaining:
+            raise LocalProtocolError(f"{n} bytes reported into a chunk that needed {remaining}")
         pending.missing -= n
         self._pending_bytes -= n
         if n == remaining:
@@ -288,7 +313,6 @@ class Connection:
                 out.append(self._complete(ref, pending.buffers))
         else:
             self._streaming[2:4] = [offset + n, remaining - n]  # type: ignore[index]
-        return n
 
     def _chunk_target(self, chunk: Chunk, n: int) -> tuple[_Pending, Any]:
         if self.state is not State.READY and self.state is not State.CLOSED:

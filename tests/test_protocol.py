@@ -273,3 +273,26 @@ def test_eof_in_the_middle_of_a_streamed_chunk():
     worker.receive_data(header + bytes(piece)[:40])
     with pytest.raises(RemoteProtocolError, match="in the middle of a frame"):
         worker.receive_data(b"")
+
+
+def test_reading_straight_into_the_chunk_target():
+    client, worker = pair()
+    big = bytes(range(256)) * 4000
+    worker.receive_data(client.send(Submit(task_id=8, fn_id=b"", fn=b"", args=b"", buffer_sizes=(len(big),))))
+    stream = b"".join(h + bytes(p) for h, p in client.send_buffers(8, [big], chunk_size=300_000))
+    pos, out = 0, []
+    while pos < len(stream):
+        target = worker.receive_target()
+        if target is None:  # a header (and maybe the start of the payload): the ordinary path
+            step = 100
+            out += worker.receive_data(stream[pos : pos + step])
+            pos += step
+            continue
+        n = min(len(target), 70_000)
+        target[:n] = stream[pos : pos + n]  # what readv would do
+        target.release()
+        out += worker.received_into(n)
+        pos += n
+    [done] = out
+    assert bytes(done.buffers[0]) == big
+    assert worker.receive_target() is None

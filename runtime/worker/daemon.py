@@ -169,14 +169,25 @@ class Worker:
             if not block and not select.select([self.fd_in], [], [], 0)[0]:
                 return True
             # into one reused buffer: os.read(fd, 1 MiB) would mmap, mremap and munmap a fresh
-            # 1 MiB object for every frame (glibc serves allocations that large with mmap)
-            n = os.readv(self.fd_in, [self._inbuf])
+            # 1 MiB object for every frame (glibc serves allocations that large with mmap); while a
+            # large chunk arrives, its bytes are read straight into their destination buffer
+            target = self.conn.receive_target()
+            if target is None:
+                n = os.readv(self.fd_in, [self._inbuf])
+                direct = 0
+            else:
+                with target:
+                    direct = len(target)
+                    n = os.readv(self.fd_in, [target, self._inbuf])
             if not n:
                 self.conn.receive_data(b"")
                 return False
-            with self._inview[:n] as data:
-                for msg in self.conn.receive_data(data):
-                    self.dispatch(msg)
+            messages = self.conn.received_into(min(n, direct)) if direct else []
+            if n > direct:
+                with self._inview[: n - direct] as data:
+                    messages += self.conn.receive_data(data)
+            for msg in messages:
+                self.dispatch(msg)
             return True
         except ProtocolError as exc:
             log.error("protocol error from the client: %s", exc)
