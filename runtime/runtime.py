@@ -338,20 +338,13 @@ class PoolRuntime:
         return values[0] if single else values
 
     async def _send_buffers(self, targets: list[tuple[WorkerChannel, int]], buffers: list[Any]) -> None:
-        # interleave chunk by chunk across workers, so every pipe is busy at once
-        iters = [(c, c.conn.send_buffers(task_id, buffers)) for c, task_id in targets]
-        while iters:
-            alive = []
-            for channel, it in iters:
-                piece = next(it, None)
-                if piece is None or channel.lost_reason or channel.link is None:
-                    continue
-                channel.link.writelines(piece)
-                alive.append((channel, it))
-            for channel, _ in alive:
-                assert channel.link is not None
-                await channel.link.drain()
-            iters = alive
+        if len(targets) == 1:
+            channel, task_id = targets[0]
+            await channel.send_buffers(task_id, buffers)
+            return
+        async with anyio.create_task_group() as tg:  # every worker's pipe busy at once
+            for channel, task_id in targets:
+                tg.start_soon(channel.send_buffers, task_id, buffers)
 
     def _cancel(self, sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]]) -> None:
         loop = asyncio.get_running_loop()

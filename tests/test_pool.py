@@ -188,3 +188,21 @@ async def test_secrets_are_redacted_from_worker_logs_output_and_events(caplog):
     assert secret not in "".join(records) and "printed: ***" in "".join(records)
     assert secret not in caplog.text and "the key is ***" in caplog.text
     assert secret not in open(path).read()
+
+
+async def test_small_calls_interleave_with_a_large_argument_and_every_frame_stays_whole():
+    np = pytest.importorskip("numpy")
+    arr = np.arange(8_000_000, dtype=np.int64)  # 64 MB: written straight to the pipes, chunk by chunk
+    async with sky.Pool(nodes=2) as pool:
+        small: list[int] = []
+
+        async def chatter():
+            for i in range(200):
+                small.append(await pool.run(abs, -i))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(chatter)
+            sums = await pool.broadcast(lambda a: int(a.sum()), arr)
+            again = await pool.broadcast(lambda a: int(a[-1]), arr)
+        assert sums == [int(arr.sum())] * 2 and again == [int(arr[-1])] * 2
+        assert small == list(range(200))
