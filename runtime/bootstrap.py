@@ -101,10 +101,12 @@ class _Progress:
         self.tasks: dict[int, Any] = {}
         if sys.stderr.isatty():
             try:
+                from rich.console import Console
                 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+                # on stderr, the stream whose terminal decided to show it (stdout may be a pipe)
                 self.live = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                                     transient=False)
+                                     transient=False, console=Console(stderr=True))
             except ImportError:  # rich is a dependency; without it, logging only
                 self.live = None
 
