@@ -321,6 +321,8 @@ class PoolRuntime:
             with anyio.fail_after(timeout) if timeout is not None else _nullcontext():
                 if prep.buffers:
                     await self._send_buffers([(c, call.task_id) for c, call, _ in sent], prep.buffers)
+                if len(sent) > 1:
+                    await self._wait_all_or_first_failure(sent)
                 values = []
                 for channel, call, fut in sent:
                     result = await fut
@@ -336,6 +338,19 @@ class PoolRuntime:
             self._cancel(sent)
             raise
         return values[0] if single else values
+
+    async def _wait_all_or_first_failure(self, sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]]) -> None:
+        """Wait until every task has ended, or one failed — whichever node it was on, so that a
+        failure on node 3 is raised at once even while node 0 still runs (a collective on node 0
+        waiting for the failed rank would otherwise hold the caller until it times out)."""
+        pending = {fut for _, _, fut in sent}
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for fut in done:
+                if fut.cancelled() or fut.exception() is not None or not fut.result().ok:
+                    failed = next(i for i, (_, _, f) in enumerate(sent) if f is fut)
+                    sent.insert(0, sent.pop(failed))  # raised first by the caller's loop
+                    return
 
     async def _send_buffers(self, targets: list[tuple[WorkerChannel, int]], buffers: list[Any]) -> None:
         if len(targets) == 1:

@@ -206,3 +206,23 @@ async def test_small_calls_interleave_with_a_large_argument_and_every_frame_stay
             again = await pool.broadcast(lambda a: int(a[-1]), arr)
         assert sums == [int(arr.sum())] * 2 and again == [int(arr[-1])] * 2
         assert small == list(range(200))
+
+
+def fail_on_node_1_else_wait(seconds):
+    import time as _time
+
+    if sky.instance_info().node == 1:
+        raise KeyError("node 1 broke")
+    _time.sleep(seconds)
+    return "slept"
+
+
+async def test_broadcast_raises_the_first_failure_at_once_and_cancels_the_others():
+    async with sky.Pool(nodes=3) as pool:
+        with anyio.fail_after(20):  # node 0 and 2 would sleep 60 s
+            with pytest.raises(KeyError, match="node 1 broke"):
+                await pool.broadcast(fail_on_node_1_else_wait, 60)
+        # the others were cancelled on their nodes: the pool is free again at once
+        with anyio.fail_after(20):
+            assert await pool.broadcast(abs, -2) == [2, 2, 2]
+        assert pool.state.tasks_cancelled == 2
