@@ -254,3 +254,29 @@ async def test_a_killed_client_leaves_no_worker_even_mid_task(tmp_path):
         assert wait_gone(pids, timeout=5) == set()
     finally:
         proc.kill()
+
+
+async def test_heartbeats_keep_a_busy_worker_and_catch_a_stopped_one(tmp_path):
+    flag = tmp_path / "pid"
+    async with sky.Pool(nodes=1, heartbeat_interval=0.2, heartbeat_timeout=1.0) as pool:
+        # busy for 3 s (> heartbeat_timeout): the worker still answers pings while the task runs
+        assert await pool.run(time.sleep, 3) is None
+        assert pool.state.nodes[0].workers[0].restarts == 0
+        # stopped (SIGSTOP): it cannot answer; it is declared lost, killed, and replaced
+        failure: list[BaseException] = []
+
+        async def call():
+            try:
+                await pool.run(pid_then_sleep, str(flag), 60)
+            except BaseException as exc:
+                failure.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            pid = int(await wait_for_file(flag))
+            os.kill(pid, signal.SIGSTOP)
+        [exc] = failure
+        assert isinstance(exc, sky.WorkerLost) and "no heartbeat" in str(exc)
+        assert wait_gone({pid}, timeout=5) == set()
+        new_pid, _ = await pool.run(getpid)
+        assert new_pid != pid
