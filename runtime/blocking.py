@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 if TYPE_CHECKING:
     from .compute import PendingCall
+    from .output import OutputRecord
     from .pool import Pool
     from .state import PoolState
 
@@ -19,7 +20,7 @@ T = TypeVar("T")
 
 
 class BlockingPool:
-    """What `with sky.Pool(...) as pool:` gives: `run`, `broadcast`, `map`, `gather`, blocking.
+    """What `with sky.Pool(...) as pool:` gives: `run`, `broadcast`, `map`, `gather`, `output`, blocking.
 
     Entering starts an event loop thread and the pool on it; exiting (also on Ctrl-C) closes the pool
     and the loop. Methods take the same arguments as `Pool`'s and may be called from any thread.
@@ -73,6 +74,15 @@ class BlockingPool:
         """See `Pool.gather`."""
         return self._call(self.pool.gather, calls, **kwargs)
 
+    def output(self, **kwargs: Any) -> Iterator[OutputRecord]:
+        """See `Pool.output`: the same records, as a blocking iterator (for another thread than the
+        one making calls). Registered when called, so nothing written after this call is missed;
+        leaving the loop (`break`) or closing the iterator releases it."""
+        stream = self._call(_open_output, self.pool, kwargs)
+        portal = self._portal
+        assert portal is not None
+        return _records(portal, stream)
+
     @property
     def id(self) -> str:
         return self.pool.id
@@ -87,3 +97,21 @@ class BlockingPool:
 
 async def _stats(pool: Pool) -> dict[str, Any]:
     return pool.statistics()
+
+
+async def _open_output(pool: Pool, kwargs: dict[str, Any]) -> Any:
+    return pool.output(**kwargs)
+
+
+def _records(portal: BlockingPortal, stream: Any) -> Iterator[OutputRecord]:
+    try:
+        while True:
+            try:
+                yield portal.call(stream.__anext__)
+            except StopAsyncIteration:
+                return
+    finally:
+        try:
+            portal.call(stream.aclose)
+        except RuntimeError:  # the pool (and its event loop) already closed
+            pass

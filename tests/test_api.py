@@ -98,3 +98,32 @@ def test_run_on_anyio_from_a_thread_free_context():
             return await pool.run(square.__skyhive_fn__, 9)
 
     assert anyio.run(main) == 81
+
+
+def shout(n):
+    for i in range(n):
+        print(f"line {i} from node {sky.instance_info().node}")
+    return n
+
+
+def test_blocking_pool_output_iterator():
+    import threading
+
+    with sky.Pool(nodes=2, output=None) as pool:
+        lines: list[str] = []
+        stream = pool.output()
+
+        def consume():
+            text = ""
+            for record in stream:
+                text += record.text
+                if text.count("\n") >= 20:
+                    break
+            lines.extend(text.splitlines())
+
+        reader = threading.Thread(target=consume)
+        reader.start()
+        assert pool.broadcast(shout, 10) == [10, 10]
+        reader.join(timeout=30)
+        assert not reader.is_alive()
+    assert sorted(lines) == sorted(f"line {i} from node {n}" for n in (0, 1) for i in range(10))
