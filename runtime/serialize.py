@@ -163,6 +163,9 @@ def dump_args(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
     """Pickle `(args, kwargs)`; on failure name the argument that cannot be pickled."""
     if not args and not kwargs:
         return _NO_ARGS, []
+    for value in (*args, *kwargs.values()):
+        if type(value) not in _SIMPLE:  # an instance of the user's own class travels by value too
+            _register_user_module(type(value))
     buffers: list[Any] = []
     try:
         data = _dumps((args, kwargs), buffers)

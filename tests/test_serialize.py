@@ -47,3 +47,24 @@ def test_plain_and_cloudpickle_paths_round_trip():
     data, _ = dump_value(Point(3))  # a user class: by value, via cloudpickle
     assert load_value(data).x == 3
     assert pickle.loads(dump_value(lambda: 5)[0])() == 5
+
+
+def test_an_argument_of_a_user_class_travels_by_value(tmp_path):
+    # a class from the user's own module that the node cannot import (as on an SSH host)
+    import importlib.util
+    import subprocess
+    import sys
+
+    src = tmp_path / "my_private_module.py"
+    src.write_text("class Box:\n    def __init__(self, v):\n        self.v = v\n")
+    spec = importlib.util.spec_from_file_location("my_private_module", src)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["my_private_module"] = module
+    spec.loader.exec_module(module)
+    try:
+        data, _ = dump_args(scaled, (module.Box(41),), {})
+    finally:
+        del sys.modules["my_private_module"]
+    code = "import pickle, sys; (a, kw) = pickle.loads(sys.stdin.buffer.read()); print(a[0].v + 1)"
+    out = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, cwd="/", check=True)
+    assert out.stdout.strip() == b"42"
