@@ -14,7 +14,6 @@ import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import fields
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -185,7 +184,3 @@ class EventLog:
     def replay(path: str | os.PathLike[str]) -> PoolState:
         """The state rebuilt from a log file."""
         return fold(read_log(path))
-
-
-def event_fields(event: Event) -> dict[str, Any]:
-    return {f.name: getattr(event, f.name) for f in fields(event)}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -20,7 +19,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from ..protocol.info import ENV_VAR
-from ..providers.base import LocalReach, NodeHandle, ProvisionError
+from ..providers.base import NodeHandle, ProvisionError
 from .channel import WorkerChannel
 
 from .events import NodeStateChanged, WorkerStateChanged
@@ -257,11 +256,3 @@ class NodeActor:
 
     def usable_channels(self) -> list[WorkerChannel]:
         return [c for c in self.channels if c is not None and c.usable]
-
-
-def local_python(handle: NodeHandle | None) -> str:
-    if handle is not None and isinstance(handle.reach, LocalReach):
-        return sys.executable
-    return "python3"
-
-
