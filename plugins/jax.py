@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .api import InstanceInfo, Plugin
-from .torch import RESTART_ENV, WorkerRestarted, restarted_message
+from .torch import refuse_if_restarted
 
 __all__ = ["JaxPlugin", "jax", "jax_env", "coordinator_port", "PORT_ENV", "CoordinatorPortInUse"]
 
@@ -116,9 +116,7 @@ class JaxPlugin(Plugin):
         if info.world_size < 2:
             yield
             return
-        restarts = os.environ.get(RESTART_ENV, "0")
-        if restarts != "0":
-            raise WorkerRestarted(restarted_message("jax", info, restarts))
+        refuse_if_restarted("jax", info)
         if info.rank == 0:
             check_port_free(port)
         import jax as _jax

@@ -120,6 +120,14 @@ def threads_per_process(info: InstanceInfo, cpus: int | None = None) -> int:
     return max(1, cpus // (nodes_here * info.processes_per_node))
 
 
+def refuse_if_restarted(framework: str, info: InstanceInfo) -> None:
+    """Raise `WorkerRestarted` in a worker process restarted after a crash: its peers still hold the
+    old process group / runtime, which a new process cannot rejoin (a clear error, not a hang)."""
+    restarts = os.environ.get(RESTART_ENV, "0")
+    if restarts != "0":
+        raise WorkerRestarted(restarted_message(framework, info, restarts))
+
+
 def restarted_message(framework: str, info: InstanceInfo, restarts: str) -> str:
     return (
         f"{framework}: the worker process of rank {info.rank} (node {info.node}, local rank "
@@ -177,9 +185,7 @@ class TorchPlugin(Plugin):
         if info.world_size < 2:
             yield
             return
-        restarts = os.environ.get(RESTART_ENV, "0")
-        if restarts != "0":
-            raise WorkerRestarted(restarted_message("torch", info, restarts))
+        refuse_if_restarted("torch", info)
         threads = None
         if "OMP_NUM_THREADS" not in os.environ:  # before torch loads OpenMP, like torchrun does
             threads = threads_per_process(info)

@@ -35,6 +35,14 @@ def tick_forever(path, stubborn=False):
                 raise
 
 
+async def long_call_collecting(pool, flag, failure):
+    """A 60 s call that writes its worker's pid to `flag`; whatever it raises goes to `failure`."""
+    try:
+        await pool.run(pid_then_sleep, str(flag), 60)
+    except BaseException as exc:
+        failure.append(exc)
+
+
 def getpid():
     return os.getpid(), sky.instance_info().node
 
@@ -51,15 +59,8 @@ async def test_killed_worker_fails_the_call_with_worker_lost_and_is_restarted(tm
     async with sky.Pool(nodes=2) as pool:
         before = dict(await pool.broadcast(getpid))
         failure: list[BaseException] = []
-
-        async def call():
-            try:
-                await pool.run(pid_then_sleep, str(flag), 60)
-            except BaseException as exc:
-                failure.append(exc)
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(call)
+            tg.start_soon(long_call_collecting, pool, flag, failure)
             pid = int(await wait_for_file(flag))
             victim_node = next(n for p, n in before.items() if p == pid)
             t0 = time.monotonic()
@@ -264,15 +265,8 @@ async def test_heartbeats_keep_a_busy_worker_and_catch_a_stopped_one(tmp_path):
         assert pool.state.nodes[0].workers[0].restarts == 0
         # stopped (SIGSTOP): it cannot answer; it is declared lost, killed, and replaced
         failure: list[BaseException] = []
-
-        async def call():
-            try:
-                await pool.run(pid_then_sleep, str(flag), 60)
-            except BaseException as exc:
-                failure.append(exc)
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(call)
+            tg.start_soon(long_call_collecting, pool, flag, failure)
             pid = int(await wait_for_file(flag))
             os.kill(pid, signal.SIGSTOP)
         [exc] = failure
