@@ -1,20 +1,52 @@
-"""The provider interface: where nodes come from.
+"""The provider interface: where nodes come from, one operation per phase of a node's life.
 
-Each operation is declared once here, with its contract; every provider (Local, SSH, the clouds,
-Simulated) implements the same operations in its own small module. Records crossing the boundary are
-frozen dataclasses: what to create (`ClusterSpec`), what was created and how to reach it (`NodeHandle`
-with a `LocalReach` or `SSHReach`).
+Each operation is declared once here, with its contract; every provider (Local, SSH, the clouds, Slurm,
+Simulated) implements the same operations in its own small module, and its docstrings point back here.
+The pool's node actors drive them per node:
+
+    prepare(spec)                      once per pool: shared resources (key pair, security group), found
+                                       again by tag so that re-running it is safe
+    launch(spec, nodes) -> handles     ask for these node indices (one request for all of them where the
+                                       provider can); handles carry ids, maybe no address yet
+    wait_running(handle, report)       per node: until it runs; returns the handle with its addresses,
+                                       calling `report(provider_state)` as the provider's state changes
+    terminate(handles)                 per node or many at once; idempotent; gone is fine
+    cleanup(pool_id)                   what `prepare` made; idempotent
+    list_owned(pool_id) -> handles     what this provider still holds for a pool (by tag): `skyhive down`
+
+Simple providers (Local, SSH) implement only `launch` (handles that already run) and `terminate`.
+`create`/`destroy` compose the phases for code that wants all nodes at once.
+
+Records crossing the boundary are frozen dataclasses: what to create (`ClusterSpec`), what was created
+and how to reach it (`NodeHandle` with a reach). A reach names its `kind`; the runtime keeps a registry
+from reach kind to transport, so a provider never imports the runtime and a new kind of node is a new
+reach class plus a registered transport, with no edit of the pool actor.
+
+Errors: a provider raises `ProvisionError` (or a subclass) naming the node/host and the cause. Only the
+exception types a provider lists in `transient_errors` (or accepts in `is_transient`) are retried, with
+the backoff of its `retry` policy; everything else fails the node at once.
 """
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ..protocol.errors import SkyhiveError
 
-__all__ = ["ProvisionError", "ClusterSpec", "LocalReach", "SSHReach", "NodeHandle", "Provider"]
+__all__ = [
+    "ProvisionError",
+    "ClusterSpec",
+    "Reach",
+    "LocalReach",
+    "SSHReach",
+    "NodeHandle",
+    "RetryPolicy",
+    "Provider",
+    "LIFECYCLE_STATES",
+]
 
 
 class ProvisionError(SkyhiveError):
@@ -33,21 +65,36 @@ class ClusterSpec:
     pool_id: str
     nodes: int
     processes_per_node: int = 1
-    accelerator: str | None = None
-    tags: tuple[tuple[str, str], ...] = ()
+    accelerator: str | None = None  # "A100", "A100:8": the provider picks a machine that has it
+    cpus: float | None = None  # at least this many vCPUs per node
+    memory_gb: float | None = None  # at least this much memory per node
+    spot: bool | None = None  # None: the provider's own setting
+    tags: tuple[tuple[str, str], ...] = ()  # extra tags/labels the user asked for
+
+
+class Reach:
+    """How the runtime reaches a node: a frozen dataclass whose class names its `kind`.
+
+    The runtime's transport registry maps `kind` to the transport that serves it ("local", "ssh", ...).
+    """
+
+    kind: ClassVar[str] = ""
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LocalReach:
+class LocalReach(Reach):
     """The node is this machine: workers are local subprocesses."""
 
+    kind: ClassVar[str] = "local"
     cwd: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SSHReach:
+class SSHReach(Reach):
     """The node is reached over SSH."""
 
+    kind: ClassVar[str] = "ssh"
     host: str
     port: int = 22
     user: str | None = None
@@ -59,42 +106,133 @@ class SSHReach:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeHandle:
-    """A created node: its index in the pool, the provider's id, its addresses and how to reach it."""
+    """A node the provider made (or named): its index in the pool, the provider's id, its addresses and
+    how to reach it. `private_addr` is what peers use (MASTER_ADDR, the peers list); it may be empty
+    between `launch` and `wait_running`."""
 
     node: int
     provider_id: str
-    private_addr: str  # what peers use (MASTER_ADDR, peers list)
-    reach: LocalReach | SSHReach
+    private_addr: str
+    reach: Reach
+    public_addr: str | None = None  # what the client uses when it differs from private_addr
     accelerators: int = 0
+    accelerator: str | None = None  # the accelerator model ("A100"), when the provider knows it
+    state: str = ""  # the provider's own state word when the handle was made ("pending", "RUNNING", ...)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """Backoff for a provider's transient errors: `attempts` tries in all, the delay doubling from
+    `initial_delay` up to `max_delay` seconds."""
+
+    attempts: int = 5
+    initial_delay: float = 1.0
+    max_delay: float = 30.0
+
+    def delays(self) -> list[float]:
+        """The waits between attempts (len = attempts - 1)."""
+        return [min(self.initial_delay * 2**i, self.max_delay) for i in range(max(self.attempts - 1, 0))]
+
+
+#: The lifecycle states a provider's own states may be mapped to (see `Provider.state_map`).
+LIFECYCLE_STATES = frozenset({"provisioning", "running", "terminating", "terminated", "failed"})
 
 
 class Provider(abc.ABC):
     """Where nodes come from. Blocking SDK calls run in worker threads, never on the event loop."""
 
-    #: Short name shown in events and `skyhive ls`.
-    name: str = "provider"
+    #: Short name shown in events and `skyhive ls`; the registry and `--provider` use it.
+    name: ClassVar[str] = "provider"
+
+    #: Exception types from this provider that are worth retrying (throttling, a brief API outage).
+    #: Only these (and what `is_transient` accepts) are retried; anything else fails at once.
+    transient_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+
+    #: Backoff for transient errors.
+    retry: ClassVar[RetryPolicy] = RetryPolicy()
+
+    #: The provider's own node states (lower-case) -> lifecycle state names (`LIFECYCLE_STATES`).
+    state_map: ClassVar[Mapping[str, str]] = {}
+
+    # ---- the phases, driven per node by the runtime -----------------------------------------------
+
+    async def prepare(self, spec: ClusterSpec) -> None:
+        """Create what the pool's nodes share (key pair, security group), found again by tag so that a
+        second call finds instead of duplicating. Default: nothing to prepare."""
+        return None
 
     @abc.abstractmethod
-    async def create(self, spec: ClusterSpec) -> list[NodeHandle]:
-        """Create (or claim) `spec.nodes` nodes and return them once running, node 0 (the head) first.
+    async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
+        """Ask for the nodes with these indices (node 0 is the head); one handle per index, same order.
 
-        Raises `ProvisionError` naming the node and the cause; whatever was created before the error
-        has been destroyed when it is raised.
+        Handles carry the provider's id; addresses may still be unknown (`wait_running` fills them).
+        Raises `ProvisionError` naming the cause; whatever this call created before raising has been
+        terminated (or is found by `list_owned`, so `skyhive down` removes it).
         """
 
+    async def wait_running(self, handle: NodeHandle, report: Callable[[str], None]) -> NodeHandle:
+        """Wait until the node runs and return its handle with addresses. Calls `report(state)` with the
+        provider's own state word each time it changes (shown in progress and recorded as events).
+        Raises `ProvisionError` if the node will never run. Default: the handle already runs."""
+        return handle
+
     @abc.abstractmethod
-    async def destroy(self, handles: list[NodeHandle]) -> None:
-        """Destroy what `create` made. Idempotent; never raises for a node that is already gone."""
+    async def terminate(self, handles: Sequence[NodeHandle]) -> None:
+        """Destroy these nodes. Idempotent: a node that is already gone (or never became visible) is not
+        an error. For clouds: returns once the nodes are confirmed gone (or shutting down for good)."""
+
+    async def cleanup(self, pool_id: str) -> None:
+        """Delete what `prepare` made for `pool_id`, retrying while dependencies linger. Idempotent."""
+        return None
 
     async def list_owned(self, pool_id: str) -> list[NodeHandle]:
-        """The nodes this provider holds for `pool_id` (found by tag), for cleaning up after a crash."""
+        """The nodes this provider still holds for `pool_id` (found by tag), for cleaning up after a crash."""
         return []
+
+    # ---- policy ---------------------------------------------------------------------------------------
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether `exc` is worth retrying (default: one of `transient_errors`)."""
+        return bool(self.transient_errors) and isinstance(exc, self.transient_errors)
+
+    def lifecycle_state(self, provider_state: str) -> str | None:
+        """The lifecycle state name for one of the provider's own states, or None if it has none."""
+        return self.state_map.get(provider_state.lower())
 
     def head_port(self, spec: ClusterSpec) -> int:
         """The coordination port on the head node (MASTER_PORT, the JAX coordinator)."""
         return 29500
 
     def describe(self) -> dict[str, Any]:
-        """Plain values that identify this provider's configuration (for the event log)."""
+        """Plain values that identify this provider's configuration (for the event log and `skyhive down`)."""
         return {"provider": self.name}
+
+    # ---- compositions ---------------------------------------------------------------------------------
+
+    async def create(self, spec: ClusterSpec) -> list[NodeHandle]:
+        """All nodes at once: prepare, launch every index, wait for each. On failure, terminates what
+        was launched (and cleans up) before raising."""
+        await self.prepare(spec)
+        handles: list[NodeHandle] = []
+        try:
+            handles = await self.launch(spec, range(spec.nodes))
+            return [await self.wait_running(h, lambda _state: None) for h in handles]
+        except BaseException:
+            if handles:
+                await self.terminate(handles)
+            await self.cleanup(spec.pool_id)
+            raise
+
+    async def destroy(self, handles: Sequence[NodeHandle]) -> None:
+        """Terminate these nodes. (Shared resources go with `cleanup`.)"""
+        await self.terminate(handles)
+
+    async def down(self, pool_id: str) -> list[NodeHandle]:
+        """Destroy everything this provider holds for `pool_id` — its nodes (by tag), then what `prepare`
+        made — and return the nodes that were found. What `skyhive down` calls."""
+        owned = await self.list_owned(pool_id)
+        if owned:
+            await self.terminate(owned)
+        await self.cleanup(pool_id)
+        return owned

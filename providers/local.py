@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 
 from .base import ClusterSpec, LocalReach, NodeHandle, Provider
 
@@ -25,16 +26,18 @@ class Local(Provider):
     def __repr__(self) -> str:
         return "Local()"
 
-    async def create(self, spec: ClusterSpec) -> list[NodeHandle]:
+    async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
+        """Handles for these node indices, already running (declared in `Provider.launch`)."""
         cwd = self.cwd or os.getcwd()
         return [
             NodeHandle(node=i, provider_id=f"local-{spec.pool_id}-{i}", private_addr="127.0.0.1",
                        reach=LocalReach(cwd=cwd))
-            for i in range(spec.nodes)
+            for i in nodes
         ]
 
-    async def destroy(self, handles: list[NodeHandle]) -> None:
-        return None  # the node actors stop the worker processes; there is nothing else to destroy
+    async def terminate(self, handles: Sequence[NodeHandle]) -> None:
+        """Nothing to do (declared in `Provider.terminate`): the node actors stop the worker processes."""
+        return None
 
     def head_port(self, spec: ClusterSpec) -> int:
         with socket.socket() as s:

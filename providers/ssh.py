@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -223,21 +224,14 @@ class SSH(Provider):
         user, host, port = h
         return (f"{user}@" if user else "") + host + (f":{port}" if port != 22 else "")
 
-    async def create(self, spec: ClusterSpec) -> list[NodeHandle]:
-        """Names the first `spec.nodes` hosts (declared in `Provider.create`); nothing is created."""
+    async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
+        """Names the hosts for these node indices, in list order (declared in `Provider.launch`);
+        nothing is created."""
         if spec.nodes > len(self.hosts):
             raise ProvisionError(
                 f"the pool asks for {spec.nodes} nodes but SSH(hosts=...) lists {len(self.hosts)}"
             )
-        handles = []
-        for i, (user, host, port) in enumerate(self.hosts[: spec.nodes]):
-            reach = SSHHostReach(
-                host=host, port=port, user=user, key=self.key, known_hosts=self.known_hosts, python=self.python,
-                connect_timeout=self.connect_timeout, idle_timeout=self.idle_timeout,
-                reconnect_timeout=self.reconnect_timeout, use_agent=self.use_agent, keep_env=self.keep_env,
-            )
-            handles.append(NodeHandle(node=i, provider_id=f"ssh:{self._show((user, host, port))}",
-                                      private_addr=host, reach=reach))
+        handles = [self._handle(i, self.hosts[i]) for i in nodes]
         return handles
 
     def for_nodes(self, nodes: int) -> SSH:
@@ -281,10 +275,10 @@ class SSH(Provider):
                 tg.start_soon(visit, index, host)
         return sorted(handles, key=lambda h: h.node)
 
-    async def destroy(self, handles: list[NodeHandle]) -> None:
-        """Stop what `list_owned` found (declared in `Provider.destroy`); idempotent.
+    async def terminate(self, handles: Sequence[NodeHandle]) -> None:
+        """Stop what `list_owned` found (declared in `Provider.terminate`); idempotent.
 
-        Handles from `create` carry no pool id: the hosts are yours and the node actors stopped the
+        Handles from `launch` carry no pool id: the hosts are yours and the node actors stopped the
         workers, so there is nothing to do. For each handle from `list_owned`, on its host: SIGTERM to
         the pool's processes, SIGKILL to what is left 3 s later (and to any of the pool's processes
         that appeared meanwhile), then the pool's sockets removed. Raises `SSHError` naming every host

@@ -189,14 +189,14 @@ class FakeCloud(Provider):
     def __init__(self, region):
         self.region = region
 
-    async def create(self, spec):
+    async def launch(self, spec, nodes):
         raise NotImplementedError
 
     async def list_owned(self, pool_id):
         return [NodeHandle(node=i, provider_id=f"{pool_id}-vm{i}", private_addr=f"10.0.0.{i + 2}",
                            reach=LocalReach()) for i in range(2)]
 
-    async def destroy(self, handles):
+    async def terminate(self, handles):
         FakeCloud.destroyed.append((self.region, [h.provider_id for h in handles]))
 
     def describe(self):

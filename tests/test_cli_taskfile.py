@@ -118,10 +118,10 @@ class FakeSSH(Provider):
     def __init__(self, hosts, key=None):
         self.hosts, self.key = list(hosts), key
 
-    async def create(self, spec):
+    async def launch(self, spec, nodes):
         raise NotImplementedError
 
-    async def destroy(self, handles):
+    async def terminate(self, handles):
         return None
 
     def describe(self):
