@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 __all__ = ["Pool"]
 
 T = TypeVar("T")
+#: Upper bound on one pickled `map` batch: large items make smaller batches, so a batch neither
+#: holds a worker's pipe for long nor makes one worker take a disproportionate share.
+BATCH_BYTES = 8 * 1024 * 1024
 _UNSET: Any = object()
 
 
@@ -234,8 +237,8 @@ class Pool:
         """`[fn(x) for x in iterable]`, spread over every worker; results in input order.
 
         Items travel in batches (`chunksize`, by default about a quarter of each worker's share, at
-        most 1,000) with two batches in flight per worker, so cheap functions run at pipe speed and a
-        slow worker takes fewer batches. The first error cancels the rest and is raised (its notes
+        most 1,000, and at most about `BATCH_BYTES` pickled) with two batches in flight per worker,
+        so cheap functions run at pipe speed and a slow worker takes fewer batches. The first error cancels the rest and is raised (its notes
         say which item). `timeout` bounds the whole map.
         """
         rt = self._runtime
@@ -248,14 +251,12 @@ class Pool:
         options = self._options(output, False)
         workers = max(1, len([c for n in rt.nodes for c in n.usable_channels()]))
         size = chunksize or max(1, min(1000, math.ceil(len(items) / (workers * 4))))
-        batches = [(start, items[start:start + size]) for start in range(0, len(items), size)]
         results: list[Any] = [None] * len(items)
         template = Prepared(fn, (), {}, batch=True, packed_args=(b"", []))
-        pending = iter(batches)
+        pending = _batches(template, items, size)
 
         async def lane() -> None:
-            for start, chunk in pending:
-                prep = _batch(template, chunk)
+            for start, prep in pending:
                 channel = await rt.pick()
                 values = await rt.run_one(channel, prep, timeout=None, options=options)
                 results[start:start + len(values)] = values
@@ -263,7 +264,7 @@ class Pool:
         try:
             with anyio.fail_after(timeout) if timeout is not None else _Null():
                 async with anyio.create_task_group() as tg:
-                    for _ in range(min(len(batches), workers * 2)):
+                    for _ in range(min(math.ceil(len(items) / size), workers * 2)):
                         tg.start_soon(lane)
         except TimeoutError:
             raise TaskTimeout(f"map of {template.fn_name} over {len(items)} items did not finish "
@@ -312,12 +313,20 @@ class Pool:
         return self._runtime.router.subscribe(**kw)
 
 
-def _batch(template: Prepared, chunk: list[Any]) -> Prepared:
-    prep = Prepared.__new__(Prepared)
-    prep.fn_id, prep.fn_bytes, prep.fn_name = template.fn_id, template.fn_bytes, template.fn_name
-    prep.args, prep.buffers = dump_value(chunk)
-    prep.batch, prep.kind, prep.items = True, "call", len(chunk)
-    return prep
+def _batches(template: Prepared, items: list[Any], size: int) -> Iterator[tuple[int, Prepared]]:
+    """(start, pickled batch) for `map`: at most `size` items, and at most about `BATCH_BYTES` once
+    pickled — a batch found larger is pickled again with fewer items, and later batches start from
+    that smaller count."""
+    start = 0
+    while start < len(items):
+        chunk = items[start:start + size]
+        args, buffers = dump_value(chunk, "map items")
+        nbytes = len(args) + sum(memoryview(b).nbytes for b in buffers)
+        if nbytes > BATCH_BYTES and len(chunk) > 1:
+            size = max(1, len(chunk) * BATCH_BYTES // nbytes)
+            continue
+        yield start, template.with_args(args, buffers, len(chunk))
+        start += len(chunk)
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:

@@ -113,11 +113,28 @@ class WorkerChannel:
         self.closed.set()
 
     def _broken(self, reason: str) -> None:
-        log.error("node %d worker %d: %s", self.node, self.local_rank, reason)
+        """The connection reached its ERROR state (either direction): the worker is lost. It is
+        killed now; its supervisor fails its calls with `WorkerLost` and starts a new one."""
+        log.error("node %d worker %d: %s; restarting it", self.node, self.local_rank, reason)
         if not self._welcomed.done():
             self._welcomed.set_exception(ProtocolError(reason))
+            self._welcomed.exception()  # retrieved: the handshake's waiter may be gone
         self.lost_reason = self.lost_reason or reason
         self.closed.set()
+        if self.kill is not None:
+            self.kill()
+
+    def _send(self, msg: Message) -> bool:
+        """Write `msg`; False (and the worker is lost) when the connection refuses it."""
+        if self.lost_reason is not None:
+            return False
+        try:
+            data = self.conn.send(msg)
+        except ProtocolError as exc:
+            self._broken(f"protocol error while sending {type(msg).__name__}: {exc}")
+            return False
+        self._write(data)
+        return True
 
     def _dispatch(self, msg: Message) -> None:
         if isinstance(msg, Result):
@@ -143,7 +160,7 @@ class WorkerChannel:
                 started.started = True
                 self._log.emit(TaskStarted, task=msg.task_id, node=self.node, local_rank=self.local_rank)
         elif isinstance(msg, Ping):
-            self._write(self.conn.send(Pong(nonce=msg.nonce)))
+            self._send(Pong(nonce=msg.nonce))
         elif isinstance(msg, Welcome):
             self.welcome = msg
             self.pid = msg.pid
@@ -164,22 +181,36 @@ class WorkerChannel:
         return await self._welcomed
 
     def submit(self, task_id: int, msg: Submit, buffers: Sequence[Any], call: Call) -> None:
-        """Send a task (its buffers follow via `send_buffers`). Registers `call` first."""
+        """Send a task (its buffers follow via `send_buffers`) and register `call`.
+
+        Raises `WorkerLost` (naming the node) when the worker is already lost or the connection
+        refuses the task; the worker is then restarted and the task was not registered.
+        """
+        if not self._send(msg):
+            raise WorkerLost(
+                f"worker {self.local_rank} of node {self.node} was lost before it could run {call.fn_name} "
+                f"(task {task_id}): {self.lost_reason}; it is being restarted",
+                node=self.node, local_rank=self.local_rank,
+            )
         self.calls[task_id] = call
-        self._write(self.conn.send(msg))
 
     async def send_buffers(self, task_id: int, buffers: Sequence[Any]) -> None:
         """Send a task's out-of-band buffers, chunk by chunk (other frames may go between chunks)."""
         assert self.link is not None
+        if self.lost_reason:
+            return
         direct = getattr(self.link, "write_direct", None)
-        for header, piece in self.conn.send_buffers(task_id, buffers):
-            if self.lost_reason:
-                return
-            if direct is not None:
-                await direct([header, piece])
-            else:
-                self.link.writelines([header, piece])
-                await self.link.drain()
+        try:
+            for header, piece in self.conn.send_buffers(task_id, buffers):
+                if self.lost_reason:
+                    return
+                if direct is not None:
+                    await direct([header, piece])
+                else:
+                    self.link.writelines([header, piece])
+                    await self.link.drain()
+        except ProtocolError as exc:
+            self._broken(f"protocol error while sending buffers: {exc}")
 
     def cancel(self, task_id: int) -> None:
         """Ask the worker to stop a task; the caller stops waiting now, the slot frees on its Result."""
@@ -189,23 +220,17 @@ class WorkerChannel:
         call.abandoned = True
         call.future = None
         if self.usable:
-            try:
-                self._write(self.conn.send(Cancel(task_id=task_id)))
-            except ProtocolError:
-                pass
+            self._send(Cancel(task_id=task_id))
 
     def ping(self) -> None:
         if self.usable:
-            self._write(self.conn.send(Ping(nonce=next(self._nonces))))
+            self._send(Ping(nonce=next(self._nonces)))
 
     def shutdown(self) -> None:
         """Send `Shutdown`; the worker finishes its plugin teardown and exits."""
         if self.welcome is not None and not self.shutting_down and self.lost_reason is None:
             self.shutting_down = True
-            try:
-                self._write(self.conn.send(Shutdown(reason="pool closing")))
-            except ProtocolError:
-                pass
+            self._send(Shutdown(reason="pool closing"))
 
     def fail_all(self, reason: str) -> None:
         """The worker is gone: fail every task in flight with `WorkerLost`."""

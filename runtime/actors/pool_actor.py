@@ -31,7 +31,14 @@ from .lifecycle import NodeState
 from .node import NodeActor
 from ..output.router import OutputRouter
 from ..output.selection import OutputSpec
-from ..serialize import dump_args, dump_function_cached, load_value, rebuild_exception, register_user_code
+from ..serialize import (
+    INBAND_MAX,
+    dump_args,
+    dump_function_cached,
+    load_value,
+    rebuild_exception,
+    register_user_code,
+)
 from ..settings import Settings
 from ..transport.base import Transport
 from ..transport.local import LocalTransport
@@ -47,18 +54,34 @@ _FN_CACHE_LIMIT = 4096
 class Prepared:
     """A call pickled once, ready to be sent to any number of workers."""
 
-    __slots__ = ("fn_id", "fn_bytes", "args", "buffers", "fn_name", "batch", "kind", "items")
+    __slots__ = ("fn_id", "fn_bytes", "args", "buffers", "fn_name", "batch", "kind", "items", "fn_in_buffer")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                  batch: bool = False, kind: str = "call", fn_name: str | None = None,
                  packed_args: tuple[bytes, list[Any]] | None = None) -> None:
         pickled = dump_function_cached(fn)
         self.fn_id, self.fn_bytes = pickled.fn_id, pickled.payload
-        self.args, self.buffers = packed_args if packed_args is not None else dump_args(fn, args, kwargs)
+        # a large function (a closure over much data) travels as buffer 0, with every call: it
+        # must not make a message frame large (see protocol.codec.MAX_MESSAGE)
+        self.fn_in_buffer = len(self.fn_bytes) > INBAND_MAX
         self.fn_name = fn_name or pickled.name
         self.batch = batch
         self.kind = kind
         self.items = 1
+        self.set_args(*(packed_args if packed_args is not None else dump_args(fn, args, kwargs)))
+
+    def set_args(self, args: bytes, buffers: list[Any]) -> None:
+        """The pickled arguments (`dump_args`/`dump_value`), after the function's buffer if any."""
+        self.args = args
+        self.buffers = [self.fn_bytes, *buffers] if self.fn_in_buffer else buffers
+
+    def with_args(self, args: bytes, buffers: list[Any], items: int) -> Prepared:
+        """A copy for other arguments (a `map` batch), the function pickled once."""
+        prep = Prepared.__new__(Prepared)
+        prep.fn_id, prep.fn_bytes, prep.fn_name = self.fn_id, self.fn_bytes, self.fn_name
+        prep.fn_in_buffer, prep.batch, prep.kind, prep.items = self.fn_in_buffer, self.batch, self.kind, items
+        prep.set_args(args, buffers)
+        return prep
 
 
 class PoolRuntime:
@@ -264,14 +287,16 @@ class PoolRuntime:
         """Send one task to `channel` (its buffers, if any, still have to follow)."""
         task_id = next(self._ids)
         known = channel.known_fns
-        if prep.fn_id in known:
+        sub_options: dict[str, Any] = {"kind": prep.kind} if prep.kind != "call" else {}
+        if prep.fn_id in known or prep.fn_in_buffer:
             fn_bytes = b""
+            if prep.fn_in_buffer:
+                sub_options["fn_buffer"] = True
         else:
             if len(known) >= _FN_CACHE_LIMIT:
                 known.clear()  # the worker clears its cache at the same count
             known.add(prep.fn_id)
             fn_bytes = prep.fn_bytes
-        sub_options: dict[str, Any] = {"kind": prep.kind} if prep.kind != "call" else {}
         msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args,
                      buffer_sizes=tuple(memoryview(b).nbytes for b in prep.buffers), batch=prep.batch,
                      options=sub_options)
