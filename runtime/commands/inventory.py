@@ -306,9 +306,8 @@ def _destroy(pool: PoolEntry) -> int:
     if pool.started is None:
         return 0
     provider = from_description(pool.started.provider_config or {"provider": pool.started.provider})
-    for_nodes = getattr(provider, "for_nodes", None)  # a provider naming hosts: only those the pool used
-    if callable(for_nodes) and pool.started.nodes > 0:
-        provider = for_nodes(pool.started.nodes)
+    if pool.started.nodes > 0:
+        provider = provider.for_nodes(pool.started.nodes)  # a provider naming hosts: only those the pool used
 
     async def destroy() -> int:
         with anyio.fail_after(300):
