@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skyhive.transport")
 
-__all__ = ["TransportKind", "TransportFactory", "Bootstrap", "register_transport", "transport_kind", "kinds",
+__all__ = ["TransportKind", "TransportFactory", "Bootstrap", "register_transport", "unregister_transport",
+           "transport_kind", "kinds",
            "ENTRY_POINT_GROUP"]
 
 TransportFactory = Callable[[NodeHandle, "NodeContext"], "Transport"]
@@ -78,6 +79,11 @@ def register_transport(kind: str, factory: TransportFactory | str, *,
     entry = TransportKind(kind, factory, bootstrap)
     _KINDS[kind] = entry
     return entry
+
+
+def unregister_transport(kind: str) -> None:
+    """Forget `kind` (a test or a plugin that registered it for a while). Unknown kinds are ignored."""
+    _KINDS.pop(kind, None)
 
 
 def kinds() -> list[str]:
