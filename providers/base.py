@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..protocol.errors import SkyhiveError
+from ..errors import NodeUnreachable, ProvisionError
 
 __all__ = [
     "ProvisionError",
@@ -48,20 +48,6 @@ __all__ = [
     "Provider",
     "LIFECYCLE_STATES",
 ]
-
-
-class ProvisionError(SkyhiveError):
-    """A node could not be created, reached or set up. The message names the node/host and the cause."""
-
-    def __init__(self, message: str, *, host: str | None = None, node: int | None = None) -> None:
-        super().__init__(message)
-        self.host = host
-        self.node = node
-
-
-class NodeUnreachable(ProvisionError):
-    """A node did not answer a connection (refused, timed out). While a fresh node starts this is
-    expected: the runtime retries it for the provider's `connect_retry` seconds."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

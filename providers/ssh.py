@@ -41,6 +41,7 @@ from .base import (
     ProvisionError,
     SSHReach,
 )
+from ..errors import AuthenticationFailed, HostKeyChanged, HostUnreachable, SSHError
 
 __all__ = [
     "SSH",
@@ -52,22 +53,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("skyhive.providers.ssh")
-
-
-class SSHError(ProvisionError):
-    """An SSH host could not be reached or used; the message names the host and the cause."""
-
-
-class HostUnreachable(SSHError, NodeUnreachable):
-    """No SSH connection to the host within the connect timeout (down, wrong address, filtered)."""
-
-
-class HostKeyChanged(SSHError):
-    """The host showed a key other than the pinned one (known_hosts, host_key, or first contact)."""
-
-
-class AuthenticationFailed(SSHError):
-    """The host refused our key for that user."""
 
 
 _HOST = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]]+\]|[^:@\s]+)(?::(?P<port>\d+))?$")

@@ -130,3 +130,11 @@ def test_the_node_actor_does_not_know_the_pool_actor():
     g = graph()
     assert "skyhive.runtime.actors.pool_actor" not in g["skyhive.runtime.actors.node"]
     assert not any(t.startswith("skyhive.runtime.actors.pool") for t in g["skyhive.runtime.bootstrap.remote"])
+
+
+def test_a_framework_plugin_does_not_import_another_plugin():
+    """Shared helpers live in plugins/api.py; plugins/torch.py is not a library for jax or keras."""
+    shared = {"skyhive.plugins", "skyhive.plugins.api", "skyhive.plugins.image"}
+    bad = {m: sorted(t for t in ts if t.startswith("skyhive.plugins") and t not in shared)
+           for m, ts in graph().items() if m.startswith("skyhive.plugins.") and m not in shared}
+    assert not {m: ts for m, ts in bad.items() if ts}

@@ -29,7 +29,7 @@ from ...protocol import (
     Welcome,
 )
 from ...protocol.messages import Cancel
-from ..errors import WorkerLost
+from ...errors import WorkerLost
 from ..events.log import EventLog
 from ..events.types import TaskFinished, TaskStarted
 from ..transport.base import Link

@@ -28,7 +28,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
-from ...protocol.info import ENV_VAR
+from ...protocol.info import ENV_VAR, RESTART_ENV
 from ...providers.base import NodeHandle, ProvisionError
 from ..events.types import NodeProgress, NodeStateChanged, WorkerStateChanged
 from ..onnode.setup import python_version, skyhive_version
@@ -209,7 +209,7 @@ class NodeActor:
         channel = WorkerChannel(node=self.index, local_rank=rank, log_=ctx.log, on_output=ctx.deliver_output)
         env = {**ctx.worker_env, ENV_VAR: info.to_json()}
         # how often this worker was restarted: plugins that form process groups refuse to re-join one
-        env["SKYHIVE_WORKER_RESTARTS"] = str(self.starts[rank])
+        env[RESTART_ENV] = str(self.starts[rank])
         self.starts[rank] += 1
         python = self.transport.worker_python()
         proc = await self.transport.start_worker(

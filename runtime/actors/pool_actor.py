@@ -23,7 +23,7 @@ import anyio
 from ...protocol.info import InstanceInfo, Peer
 from ...protocol.messages import Result, Submit
 from ...providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
-from ..errors import PoolClosed, TaskTimeout, WorkerLost
+from ...errors import PoolClosed, TaskTimeout, WorkerLost
 from ..events.log import EventLog, pool_log_path
 from ..events.types import NodeStateChanged, PoolStarted, PoolStopped, TaskSubmitted
 from ..onnode.setup import FN_CACHE_LIMIT, WorkerSetup

@@ -38,6 +38,7 @@ import anyio
 from ...providers.base import ProvisionError
 from .wheels import runtime_wheels
 from ..transport.ssh import NodeEnv, SSHTransport, register_secrets
+from ...errors import BootstrapError, PythonMismatch, SetupFailed
 
 if TYPE_CHECKING:
     from ..actors.context import NodeContext
@@ -49,18 +50,6 @@ __all__ = ["bootstrap_node", "BootstrapError", "PythonMismatch", "SetupFailed", 
 
 PROBE_TIMEOUT = 30.0
 _SCRIPT = (Path(__file__).parent / "script.py").read_text()
-
-
-class BootstrapError(ProvisionError):
-    """Preparing a node's environment failed; the message names the host, the step and the output."""
-
-
-class PythonMismatch(BootstrapError):
-    """The node has no Python of the client's major.minor version (both versions are named)."""
-
-
-class SetupFailed(BootstrapError):
-    """A pip/apt install or a setup command failed on the node; its output is in the message."""
 
 
 def _includes_digest(paths: tuple[str, ...]) -> str:
