@@ -30,8 +30,8 @@ from typing import Any
 
 import cloudpickle
 
+from ..errors import RemoteError, SerializationError
 from ..protocol.codec import MAX_BUFFERS
-from .errors import RemoteError, SerializationError
 
 __all__ = ["dump_function", "dump_args", "dump_value", "load_value", "dump_exception", "rebuild_exception"]
 

@@ -29,7 +29,7 @@ from ...protocol import (
     Welcome,
 )
 from ...protocol.messages import Cancel
-from ..errors import WorkerLost
+from ...errors import WorkerLost
 from ..events.log import EventLog
 from ..events.types import TaskFinished, TaskStarted
 from ..transport.base import Link
@@ -199,16 +199,11 @@ class WorkerChannel:
         assert self.link is not None
         if self.lost_reason:
             return
-        direct = getattr(self.link, "write_direct", None)
         try:
             for header, piece in self.conn.send_buffers(task_id, buffers):
                 if self.lost_reason:
                     return
-                if direct is not None:
-                    await direct([header, piece])
-                else:
-                    self.link.writelines([header, piece])
-                    await self.link.drain()
+                await self.link.write_direct([header, piece])
         except ProtocolError as exc:
             self._broken(f"protocol error while sending buffers: {exc}")
 
