@@ -117,11 +117,12 @@ class Connection:
             )
         self._move(SEND, msg)
         frame = encode(msg)
-        if len(frame) - HEADER.size > min(self.max_frame, MAX_MESSAGE):
+        limit, name = (MAX_MESSAGE, "MAX_MESSAGE") if MAX_MESSAGE <= self.max_frame else (self.max_frame, "max_frame")
+        if len(frame) - HEADER.size > limit:
             self.state = State.ERROR
             raise LocalProtocolError(
-                f"{type(msg).__name__} frame of {len(frame)} bytes exceeds the MAX_MESSAGE limit of "
-                f"{min(self.max_frame, MAX_MESSAGE)} bytes (large values travel as buffers)"
+                f"{type(msg).__name__} frame of {len(frame)} bytes exceeds the {name} limit of {limit} bytes "
+                "(large values travel as buffers)"
             )
         self.frames_sent += 1
         return frame

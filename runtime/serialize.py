@@ -35,9 +35,15 @@ from ..protocol.codec import MAX_BUFFERS
 
 __all__ = ["dump_function", "dump_args", "dump_value", "load_value", "dump_exception", "rebuild_exception"]
 
+# Where installed code lives: the interpreter's library folders, and the folder skyhive's own
+# dependencies were installed into (on a node, skyhive's runtime folder, outside site-packages: its
+# cloudpickle must never be taken for the user's code and pickled by value).
 _installed_roots = tuple(
     os.path.realpath(p)
-    for p in {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    for p in {
+        *(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
+        os.path.dirname(os.path.dirname(cloudpickle.__file__)),
+    }
 )
 _by_value_checked: dict[str, bool] = {}
 _NO_ARGS = pickle.dumps(((), {}), protocol=5)

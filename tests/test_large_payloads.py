@@ -176,3 +176,18 @@ async def test_client_only_class_instances_travel_by_value_at_any_depth(client_o
         listed, named = await pool.run(rebox, [Box(1), Box(2)])
     assert [type(b) for b in listed] == [Box, Box] and listed == [Box(2), Box(3)]
     assert type(named["one"]) is Box and named["one"].v == 100
+
+
+@pytest.mark.slow
+async def test_large_values_and_client_only_classes_over_ssh(sshd_host, client_only_module):
+    from .test_ssh_pool import ssh_for
+
+    Box = client_only_module.Box
+    blob = os.urandom(1000) * 100_000  # 100 MB over the resumable SSH link, both ways
+    async with sky.Pool(provider=ssh_for(sshd_host), nodes=1) as pool:
+        assert await pool.run(describe, blob) == ("bytes", len(blob), blob[:3], blob[-3:])
+        text = await pool.run(make_str, 100 * MB, "é")
+        assert len(text) == 100 * MB and text[-1] == "é"
+        assert await pool.run(total_of_dict, {"boxes": {"a": Box(3)}, "deep": [[Box(5)]]}) == 8
+        listed, _ = await pool.run(rebox, [Box(1)])
+    assert listed == [Box(2)] and type(listed[0]) is Box
