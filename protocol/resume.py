@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from .codec import DEFAULT_MAX_FRAME, HEADER, decode_body, encode
+from .codec import _CHUNK_PREFIX, DEFAULT_MAX_FRAME, HEADER, MAX_MESSAGE, decode_body, encode
 from .errors import LocalProtocolError, RemoteProtocolError
 from .messages import Ack, Message
 
@@ -128,7 +128,20 @@ class Inbox:
             self._partial += view[pos:]
             if len(self._partial) >= header:
                 self._need = self._size(_U32.unpack_from(self._partial)[0])
+                self._check_start()
         return out
+
+    def _check_start(self) -> None:
+        """Refuse a partial data frame over `MAX_MESSAGE` that is not a `Chunk` as soon as its body's
+        first two bytes are in, rather than buffer it whole for the `Connection` to refuse."""
+        buf = self._partial
+        if self._need - HEADER.size > MAX_MESSAGE and len(buf) >= HEADER.size + 2:
+            (raw,) = _U32.unpack_from(buf)
+            if not raw & CONTROL_FLAG and buf[HEADER.size : HEADER.size + 2] != _CHUNK_PREFIX:
+                raise RemoteProtocolError(
+                    f"message frame of {self._need - HEADER.size} bytes exceeds the MAX_MESSAGE limit of "
+                    f"{MAX_MESSAGE} bytes (only Chunk frames may be larger)"
+                )
 
     def _complete_partial(self, view: memoryview, out: list[memoryview | Message]) -> int:
         buf = self._partial
@@ -143,6 +156,7 @@ class Inbox:
         buf += view[pos : pos + take]
         pos += take
         if len(buf) < self._need:
+            self._check_start()
             return pos
         (raw,) = _U32.unpack_from(buf)
         self._partial, self._need = bytearray(), 0

@@ -135,3 +135,22 @@ def test_an_encoded_message_over_the_message_limit_is_refused_on_both_sides():
     with pytest.raises(RemoteProtocolError, match="MAX_MESSAGE"):
         decode_body(memoryview(encode(big)[4:]))
     del client
+
+
+def test_the_resumable_links_inbox_refuses_a_large_message_frame_before_buffering_it():
+    from skyhive.protocol.resume import Inbox
+
+    frame = nil_frame(64 * MiB)
+    inbox = Inbox()
+    inbox.feed(frame[:5])  # not yet known what the frame is
+    with pytest.raises(RemoteProtocolError, match="MAX_MESSAGE"):
+        inbox.feed(frame[5:1024])
+    with pytest.raises(RemoteProtocolError, match="MAX_MESSAGE"):
+        Inbox().feed(frame[:4096])
+    # a large Chunk frame still streams through in pieces
+    from skyhive.protocol.codec import encode_chunk_header
+
+    chunk = encode_chunk_header(1, 0, 0, 8 * MiB) + b"\0" * (8 * MiB)
+    inbox = Inbox()
+    out = inbox.feed(chunk[:4096]) + inbox.feed(chunk[4096:])
+    assert sum(len(v) for v in out) == len(chunk) and inbox.received == 1
