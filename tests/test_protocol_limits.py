@@ -145,8 +145,15 @@ def test_the_resumable_links_inbox_refuses_a_large_message_frame_before_bufferin
     inbox.feed(frame[:5])  # not yet known what the frame is
     with pytest.raises(RemoteProtocolError, match="MAX_MESSAGE"):
         inbox.feed(frame[5:1024])
-    with pytest.raises(RemoteProtocolError, match="MAX_MESSAGE"):
-        Inbox().feed(frame[:4096])
+    piece = memoryview(frame)[: 32 * MiB]  # half the frame in one read: refused, not copied
+    tracemalloc.start()
+    try:
+        with pytest.raises(RemoteProtocolError, match="MAX_MESSAGE"):
+            Inbox().feed(piece)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * MiB
     # a large Chunk frame still streams through in pieces
     from skyhive.protocol.codec import encode_chunk_header
 
