@@ -137,6 +137,11 @@ def rebox(boxes):
     return [type(b)(b.v + 1) for b in boxes], {"one": type(boxes[0])(100)}
 
 
+def call_first(things, x):
+    first = things[0]
+    return first(x) if callable(first) else first.Box(x)
+
+
 def importable(name):
     import importlib.util
 
@@ -157,6 +162,8 @@ def client_only_module(tmp_path, monkeypatch):
         "        self.v = v\n"
         "    def __eq__(self, other):\n"
         "        return type(other).__name__ == 'Box' and other.v == self.v\n"
+        "def double(x):\n"
+        "    return Box(2 * x)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     module = importlib.import_module(name)
@@ -174,6 +181,9 @@ async def test_client_only_class_instances_travel_by_value_at_any_depth(client_o
         assert await pool.run(total_of_dict, {"boxes": {"a": Box(3), "b": Box(4)}, "deep": [[Box(5)]]}) == 12
         assert await pool.map(unbox, [Box(i) for i in range(20)]) == [i * 10 for i in range(20)]
         listed, named = await pool.run(rebox, [Box(1), Box(2)])
+        # the module's functions, and the module itself, met inside an argument
+        assert await pool.run(call_first, [client_only_module.double], 4) == Box(8)
+        assert await pool.run(call_first, [client_only_module], 5) == Box(5)
     assert [type(b) for b in listed] == [Box, Box] and listed == [Box(2), Box(3)]
     assert type(named["one"]) is Box and named["one"].v == 100
 
