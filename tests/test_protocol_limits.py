@@ -161,3 +161,42 @@ def test_the_resumable_links_inbox_refuses_a_large_message_frame_before_bufferin
     inbox = Inbox()
     out = inbox.feed(chunk[:4096]) + inbox.feed(chunk[4096:])
     assert sum(len(v) for v in out) == len(chunk) and inbox.received == 1
+
+
+def send_hostile_frame():
+    """Run on a worker: write the start of a 64 MiB nil frame to the client, as a broken or hostile
+    worker would, then wait to be killed."""
+    import gc
+    import os
+    import struct
+    import time
+
+    [worker] = [o for o in gc.get_objects() if type(o).__name__ == "Worker" and hasattr(o, "fd_out")]
+    with worker.write_lock:
+        size = 64 * 1024 * 1024
+        os.write(worker.fd_out, struct.pack(">I", size) + b"\xdd" + struct.pack(">I", size - 5) + b"\xc0" * 4096)
+        time.sleep(60)
+
+
+@pytest.mark.anyio
+async def test_a_worker_that_sends_a_hostile_frame_is_lost_and_replaced():
+    import os
+
+    import anyio
+
+    import skyhive as sky
+
+    async with sky.Pool(nodes=1) as pool:
+        pid = await pool.run(os.getpid)
+        with anyio.fail_after(30):  # far less in practice: refused from the frame's first bytes
+            with pytest.raises(sky.WorkerLost, match=r"node 0.*MAX_MESSAGE"):
+                await pool.run(send_hostile_frame)
+            while True:
+                try:
+                    new_pid = await pool.run(os.getpid)
+                    break
+                except sky.WorkerLost:
+                    await anyio.sleep(0.1)
+        assert new_pid != pid and pool.state.nodes[0].state == "ready"
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
