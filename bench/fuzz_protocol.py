@@ -248,6 +248,15 @@ class Generator:
 # ---- the run -------------------------------------------------------------------------------------
 
 def _rss_mb() -> float:
+    """Peak resident memory of this process so far, in MB: VmHWM on Linux (getrusage's maxrss would
+    carry over the peak of the process that started us, across exec)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

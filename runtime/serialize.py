@@ -242,12 +242,13 @@ class _OutOfBand:
 
 
 _LIFTED = (bytes, bytearray, str)
+_WALKED = frozenset({bytes, bytearray, str, list, tuple, dict})
 
 
-def _lift(obj: Any, seen: dict[int, _OutOfBand], depth: int = 0) -> Any:
-    """`obj` with its large `bytes`/`bytearray`/`str` (itself, or in lists, tuples and dict values up
-    to a few levels deep) replaced by `_OutOfBand` stand-ins; `obj` itself when there are none. A
-    value that appears twice becomes one stand-in, so its data travels once."""
+def _lift(obj: Any, seen: dict[int, _OutOfBand], width: int | None, depth: int = 0) -> Any:
+    """`obj` with its large `bytes`/`bytearray`/`str` (itself, or in lists, tuples and dicts of at
+    most `width` items, up to a few levels deep) replaced by `_OutOfBand` stand-ins; `obj` itself
+    when there are none. A value that appears twice becomes one stand-in, so its data travels once."""
     t = type(obj)
     if t in _LIFTED:
         if len(obj) < OOB_MIN:
@@ -256,26 +257,52 @@ def _lift(obj: Any, seen: dict[int, _OutOfBand], depth: int = 0) -> Any:
         if lifted is None:
             lifted = seen[id(obj)] = _OutOfBand(obj)
         return lifted
-    if depth >= 4:
+    if t not in _WALKED or depth >= 4 or (width is not None and len(obj) > width):
         return obj
     if t is list or t is tuple:
-        items = [_lift(x, seen, depth + 1) for x in obj]
-        if any(a is not b for a, b in zip(items, obj)):
-            return items if t is list else tuple(items)
-        return obj
+        items: list[Any] | None = None
+        for i, x in enumerate(obj):
+            if type(x) in _WALKED:
+                y = _lift(x, seen, width, depth + 1)
+                if y is not x:
+                    if items is None:
+                        items = list(obj)
+                    items[i] = y
+        if items is None:
+            return obj
+        return items if t is list else tuple(items)
     if t is dict:
-        values = {k: _lift(v, seen, depth + 1) for k, v in obj.items()}
-        if any(values[k] is not v for k, v in obj.items()):
-            return values
+        changed: dict[Any, Any] | None = None
+        for k, v in obj.items():
+            if type(v) in _WALKED:
+                y = _lift(v, seen, width, depth + 1)
+                if y is not v:
+                    if changed is None:
+                        changed = dict(obj)
+                    changed[k] = y
+        if changed is not None:
+            return changed
     return obj
 
 
 def _dumps(obj: Any, buffers: list[Any]) -> bytes:
-    plain = _plain(obj)
-    obj = _lift(obj, {})
-    if plain:
-        return pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-    return _cloud_dumps(obj, buffers.append)
+    """Pickle `obj`, its large `bytes`/`bytearray`/`str` out of band: looked for first only where it
+    is cheap (the value itself, a call's few arguments); if the pickle still comes out large, in every
+    list, tuple and dict a few levels deep (a `map` batch of long strings)."""
+    dump = _plain_dumps if _plain(obj) else _cloud_dumps
+    seen: dict[int, _OutOfBand] = {}
+    data = dump(_lift(obj, seen, 16), buffers.append)
+    if len(data) > INBAND_MAX:
+        deeper: dict[int, _OutOfBand] = {}
+        lifted = _lift(obj, deeper, None)
+        if len(deeper) > len(seen):
+            buffers.clear()
+            data = dump(lifted, buffers.append)
+    return data
+
+
+def _plain_dumps(obj: Any, buffer_callback: Callable[[Any], None] | None = None) -> bytes:
+    return pickle.dumps(obj, protocol=5, buffer_callback=buffer_callback)
 
 
 def _pack(obj: Any) -> tuple[bytes, list[Any]]:
