@@ -22,8 +22,8 @@ from ..errors import PoolClosed, TaskTimeout
 from .events.types import Event
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
-from .actors.pool_actor import PoolRuntime, Prepared
-from .serialize import dump_value
+from .actors.pool_actor import PoolRuntime
+from .actors.prepared import Prepared
 from .settings import Settings
 from .events.state import PoolState
 
@@ -250,12 +250,12 @@ class Pool:
         size = chunksize or max(1, min(1000, math.ceil(len(items) / (workers * 4))))
         batches = [(start, items[start:start + size]) for start in range(0, len(items), size)]
         results: list[Any] = [None] * len(items)
-        template = Prepared(fn, (), {}, batch=True, packed_args=(b"", []))
+        template = Prepared.for_map(fn)
         pending = iter(batches)
 
         async def lane() -> None:
             for start, chunk in pending:
-                prep = _batch(template, chunk)
+                prep = template.with_chunk(chunk)
                 channel = await rt.pick()
                 values = await rt.run_one(channel, prep, timeout=None, options=options)
                 results[start:start + len(values)] = values
@@ -310,14 +310,6 @@ class Pool:
         if stall_timeout is not None:
             kw["stall_timeout"] = stall_timeout
         return self._runtime.router.subscribe(**kw)
-
-
-def _batch(template: Prepared, chunk: list[Any]) -> Prepared:
-    prep = Prepared.__new__(Prepared)
-    prep.fn_id, prep.fn_bytes, prep.fn_name = template.fn_id, template.fn_bytes, template.fn_name
-    prep.args, prep.buffers = dump_value(chunk)
-    prep.batch, prep.kind, prep.items = True, "call", len(chunk)
-    return prep
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:

@@ -80,9 +80,6 @@ class EventLog:
     def __repr__(self) -> str:
         return f"<EventLog {self.pool_id} events={self._seq} subscribers={len(self._subscribers)}>"
 
-    def add_secrets(self, secrets: frozenset[str]) -> None:
-        self._secrets = tuple(sorted(set(self._secrets) | {s for s in secrets if s}, key=len, reverse=True))
-
     def redact(self, text: str) -> str:
         """`text` with every secret value replaced by `***`."""
         for secret in self._secrets:

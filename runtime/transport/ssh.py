@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import shlex
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -132,7 +131,6 @@ class SSHTransport(Transport):
         self._conn: Any = None
         self._pinned: Any = None  # the host key seen first, when none was given
         self._lock = asyncio.Lock()
-        self._workers = 0
         self.connects = 0
 
     def __repr__(self) -> str:
@@ -225,12 +223,6 @@ class SSHTransport(Transport):
             with anyio.move_on_after(5, shield=True):
                 await conn.wait_closed()
 
-    def drop_connection(self) -> None:
-        """Abort the SSH connection (tests and fault injection): links reconnect."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.abort()
-
     # ---- commands ----------------------------------------------------------------------------------
 
     async def run(self, command: str, *, env: Mapping[str, str] | None = None, timeout: float | None = None,
@@ -290,7 +282,6 @@ class SSHTransport(Transport):
 
     def _socket_path(self, env: NodeEnv) -> str:
         # unique among this client's workers: hosts may share one home (NFS), so the host is not enough
-        self._workers += 1
         name = f"{self.pool_id}-{os.getpid() % 100000}-{next(_WORKER_IDS)}.sock"
         path = f"{env.run_dir}/{name}"
         if len(path.encode()) > _SOCKET_PATH_MAX:
@@ -375,7 +366,6 @@ class SSHWorker(WorkerProcess):
         self.pid = pid
         self.socket = sock
         self._kill_task: asyncio.Task[None] | None = None
-        self.started = time.monotonic()
 
     def __repr__(self) -> str:
         return f"<SSHWorker pid={self.pid} on {self.transport.where} {self.link!r}>"
