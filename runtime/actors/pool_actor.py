@@ -13,7 +13,6 @@ import itertools
 import logging
 import os
 import socket
-import sys
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any

@@ -32,7 +32,7 @@ from ...providers.registry import from_cli
 from ..onnode import nodecmd
 from ..actors.channel import WorkerChannel
 from ..actors.pool_actor import PoolRuntime
-from .taskfile import Task, TaskFileError
+from .taskfile import Task
 from ...errors import LaunchError
 
 __all__ = ["NodeExit", "LaunchError", "launch", "run_launch", "pack_workdir", "WORKDIR_LIMIT"]

@@ -32,7 +32,8 @@ import anyio
 import asyncssh
 
 from ...providers.base import NodeHandle, SSHReach
-from ...providers.ssh import AuthenticationFailed, HostKeyChanged, HostUnreachable, SSHError
+from ...errors import AuthenticationFailed, HostKeyChanged, SSHError
+from ...providers.ssh import connect_ssh
 from ..onnode.setup import python_version, skyhive_version
 from ..settings import Settings
 from .base import CommandResult, Receiver, Transport, WorkerProcess
@@ -171,39 +172,14 @@ class SSHTransport(Transport):
     async def _open(self) -> Any:
         reach = self.reach
         client = _Client(self)
-        options: dict[str, Any] = dict(
-            host=reach.host, port=reach.port, username=self.user,
-            known_hosts=self._known_hosts(), config=None,
-            agent_path=() if self.use_agent else None,
+        source = (f"known_hosts {reach.known_hosts}" if reach.known_hosts else
+                  "the key given for it" if reach.host_key else "the key it showed on first contact in this pool")
+        conn = await connect_ssh(
+            host=reach.host, port=reach.port, user=self.user, key=reach.key, known_hosts=self._known_hosts(),
+            use_agent=self.use_agent, connect_timeout=self.connect_timeout, key_source=source,
             encryption_algs=list(FAST_CIPHERS), keepalive_interval=5, keepalive_count_max=4,
-            connect_timeout=self.connect_timeout, login_timeout=self.connect_timeout,
             client_factory=lambda: client,
         )
-        if reach.key:
-            options["client_keys"] = [os.path.expanduser(reach.key)]
-        try:
-            with anyio.fail_after(self.connect_timeout + 1):
-                conn = await asyncssh.connect(**options)
-        except asyncssh.HostKeyNotVerifiable as exc:
-            source = (f"known_hosts {reach.known_hosts}" if reach.known_hosts else
-                      "the key given for it" if reach.host_key else "the key it showed on first contact in this pool")
-            raise HostKeyChanged(
-                f"host {self.where}: its host key does not match {source} ({exc}); refusing to connect. "
-                "If the host was reinstalled on purpose, update the pinned key.", host=reach.host,
-            ) from None
-        except asyncssh.PermissionDenied as exc:
-            raise AuthenticationFailed(
-                f"host {self.where}: authentication failed for user {self.user} "
-                f"with {'key ' + reach.key if reach.key else 'the default keys'} ({exc.reason or exc})",
-                host=reach.host,
-            ) from None
-        except (TimeoutError, asyncio.TimeoutError):
-            raise HostUnreachable(
-                f"host {self.where}: no SSH connection within {self.connect_timeout:g} s "
-                "(host down, wrong address, or a firewall drops the packets)", host=reach.host,
-            ) from None
-        except (OSError, asyncssh.Error) as exc:
-            raise HostUnreachable(f"host {self.where}: cannot connect: {exc}", host=reach.host) from None
         if self._pinned is None and reach.host_key is None and not reach.known_hosts:
             self._pinned = conn.get_server_host_key()
         self.connects += 1
