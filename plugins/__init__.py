@@ -17,10 +17,10 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 from typing import Any
 
+from ..errors import WorkerRestarted as WorkerRestarted
 from .api import InstanceInfo as InstanceInfo
 from .api import Plugin as Plugin
 from .api import apply_transforms as apply_transforms
-from ..errors import WorkerRestarted as WorkerRestarted
 from .huggingface import huggingface as huggingface
 from .jax import jax as jax
 from .keras import keras as keras

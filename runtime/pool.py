@@ -10,22 +10,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from ..errors import PoolClosed, TaskTimeout
 from ..providers.base import Provider
 from ..providers.local import Local
-from ..errors import PoolClosed, TaskTimeout
+from .actors.pool_actor import PoolRuntime
+from .actors.prepared import Prepared
+from .events.state import PoolState
 from .events.types import Event
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
-from .actors.pool_actor import PoolRuntime
-from .actors.prepared import Prepared
 from .settings import Settings
-from .events.state import PoolState
 
 if TYPE_CHECKING:
     from .blocking import BlockingPool
@@ -261,7 +262,7 @@ class Pool:
                 results[start:start + len(values)] = values
 
         try:
-            with anyio.fail_after(timeout) if timeout is not None else _Null():
+            with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 async with anyio.create_task_group() as tg:
                     for _ in range(min(len(batches), workers * 2)):
                         tg.start_soon(lane)
@@ -318,10 +319,3 @@ def _first(group: BaseExceptionGroup) -> BaseException:
         exc = exc.exceptions[0]
     return exc
 
-
-class _Null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None

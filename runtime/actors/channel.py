@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ...errors import WorkerLost
 from ...protocol import (
     Connection,
     Message,
@@ -31,7 +32,6 @@ from ...protocol import (
     Welcome,
 )
 from ...protocol.messages import Cancel
-from ...errors import WorkerLost
 from ..events.log import EventLog
 from ..events.types import TaskFinished, TaskStarted, TaskSubmitted
 from ..onnode.setup import FN_CACHE_LIMIT

@@ -9,6 +9,7 @@ restarted by its supervisor.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -19,10 +20,10 @@ from typing import Any
 
 import anyio
 
+from ...errors import PoolClosed, TaskTimeout, WorkerLost
 from ...protocol.info import InstanceInfo, Peer
 from ...protocol.messages import Result
 from ...providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
-from ...errors import PoolClosed, TaskTimeout, WorkerLost
 from ..events.log import EventLog, pool_log_path
 from ..events.types import NodeStateChanged, PoolStarted, PoolStopped
 from ..onnode.setup import WorkerSetup
@@ -282,7 +283,7 @@ class PoolRuntime:
             for channel in channels:
                 fut: asyncio.Future[Result] = loop.create_future()
                 sent.append((channel, self.send(channel, prep, options, fut), fut))
-            with anyio.fail_after(timeout) if timeout is not None else _nullcontext():
+            with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 if prep.buffers:
                     await self._send_buffers([(c, call.task_id) for c, call, _ in sent], prep.buffers)
                 if len(sent) > 1:
@@ -411,10 +412,3 @@ def _first_error(exc: BaseException) -> BaseException:
                 return found
     return exc
 
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None

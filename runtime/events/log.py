@@ -20,8 +20,8 @@ from typing import IO, Any, TypeVar
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
-from .types import Event, NodeStateChanged, OutputChunk, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
 from .state import PoolState, fold
+from .types import Event, NodeStateChanged, OutputChunk, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
 
 __all__ = ["EventLog", "state_dir", "pool_log_path", "read_log", "REDACTED"]
 

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import itertools
 import json
@@ -31,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import asyncssh
 
-from ...providers.base import NodeHandle, SSHReach
 from ...errors import AuthenticationFailed, HostKeyChanged, SSHError
+from ...providers.base import NodeHandle, SSHReach
 from ...providers.ssh import connect_ssh
 from ..onnode.setup import python_version, skyhive_version
 from ..settings import Settings
@@ -226,7 +227,7 @@ class SSHTransport(Transport):
                     on_line(name, line.rstrip("\n"))
 
         try:
-            with anyio.fail_after(timeout) if timeout is not None else _nullcontext():
+            with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 if input is not None:
                     proc.stdin.write(input)
                 if not lifeline:
@@ -373,13 +374,6 @@ class SSHWorker(WorkerProcess):
         self.link.close()
         self._kill_task = asyncio.get_running_loop().create_task(self.transport.kill_group(self.pid, self.socket))
 
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def ssh_transport(handle: NodeHandle, ctx: NodeContext) -> SSHTransport:
