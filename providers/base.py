@@ -50,12 +50,29 @@ __all__ = [
 
 
 class ProvisionError(SkyhiveError):
-    """A node could not be created, reached or set up. The message names the node/host and the cause."""
+    """A node could not be created, reached or set up. The message names the node/host and the cause.
 
-    def __init__(self, message: str, *, host: str | None = None, node: int | None = None) -> None:
+    A cloud's failure also carries the provider's error `code` and message, its `kind` ("capacity",
+    "quota", "transient", "fatal"), the `zones_tried` and what was `cleaned_up` before raising."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        host: str | None = None,
+        node: int | None = None,
+        code: str | None = None,
+        kind: str | None = None,
+        zones_tried: Sequence[str] = (),
+        cleaned_up: Sequence[str] = (),
+    ) -> None:
         super().__init__(message)
         self.host = host
         self.node = node
+        self.code = code
+        self.kind = kind
+        self.zones_tried = tuple(zones_tried)
+        self.cleaned_up = tuple(cleaned_up)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,7 +23,7 @@ __all__ = ["PROVIDERS", "names", "provider_class", "from_description", "from_cli
 PROVIDERS: dict[str, tuple[str, str]] = {
     "local": ("skyhive.providers.local", "Local"),
     "ssh": ("skyhive.providers.ssh", "SSH"),
-    "aws": ("skyhive.providers.aws", "AWS"),
+    "aws": ("skyhive.providers.cloud.aws", "AWS"),
     "gcp": ("skyhive.providers.gcp", "GCP"),
     "azure": ("skyhive.providers.azure", "Azure"),
     "digitalocean": ("skyhive.providers.digitalocean", "DigitalOcean"),

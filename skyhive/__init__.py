@@ -22,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "Pool": "skyhive.runtime.pool",
     "Local": "skyhive.providers.local",
     "SSH": "skyhive.providers.ssh",
+    "AWS": "skyhive.providers.cloud.aws",
     "Image": "skyhive.plugins.image",
     "compute": "skyhive.runtime.compute",
     "gather": "skyhive.runtime.compute",
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
     from skyhive.protocol.info import InstanceInfo as InstanceInfo
     from skyhive.protocol.info import Peer as Peer
     from skyhive.providers.base import ProvisionError as ProvisionError
+    from skyhive.providers.cloud.aws import AWS as AWS
     from skyhive.providers.local import Local as Local
     from skyhive.providers.ssh import SSH as SSH
     from skyhive.runtime.capture import Captured as Captured
