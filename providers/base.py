@@ -221,6 +221,13 @@ class Provider(abc.ABC):
         """The coordination port on the head node (MASTER_PORT, the JAX coordinator)."""
         return 29500
 
+    def plan(self, spec: ClusterSpec) -> Mapping[str, Any]:
+        """What `spec` will get and cost, in plain values, known before anything is created (a cloud: the
+        instance type, its hourly price, the pool's cost per hour, and a one-line "summary"); recorded in
+        the pool's log and shown before launch. Raises `ProvisionError` if nothing satisfies `spec`.
+        Default: nothing to say."""
+        return {}
+
     def describe(self) -> dict[str, Any]:
         """Plain values that identify this provider's configuration (for the event log and `skyhive down`)."""
         return {"provider": self.name}

@@ -148,7 +148,12 @@ class AWS(LibcloudProvider):
 
     # ---- choosing the machine --------------------------------------------------------------------------
 
-    def plan(self, spec: ClusterSpec) -> catalog.Choice:
+    def plan(self, spec: ClusterSpec) -> dict[str, Any]:
+        """See `Provider.plan`: the chosen instance type, its price and the pool's cost per hour."""
+        choice = self.choice(spec)
+        return {**choice.as_dict(), "summary": choice.summary()}
+
+    def choice(self, spec: ClusterSpec) -> catalog.Choice:
         """The instance type, its hourly price and the pool's cost per hour for `spec` (no API call)."""
         choice = self._plans.get(spec.pool_id)
         if choice is None:
@@ -164,7 +169,7 @@ class AWS(LibcloudProvider):
     def zones_sync(self, spec: ClusterSpec) -> list[str]:
         if self.zones:
             return list(self.zones)
-        choice = self.plan(spec)
+        choice = self.choice(spec)
         body = self.driver.request({
             "Action": "DescribeInstanceTypeOfferings", "LocationType": "availability-zone",
             "Filter.1.Name": "instance-type", "Filter.1.Value.1": choice.instance_type,
@@ -173,7 +178,7 @@ class AWS(LibcloudProvider):
         return offered
 
     def prepare_sync(self, spec: ClusterSpec) -> None:
-        choice = self.plan(spec)
+        choice = self.choice(spec)
         log.info("aws: pool %s: %s", spec.pool_id, choice.summary())
         key_name = self._key_pair(spec.pool_id)
         group_id = self._security_group(spec.pool_id)
@@ -249,7 +254,7 @@ class AWS(LibcloudProvider):
     def launch_sync(self, spec: ClusterSpec, nodes: Sequence[int], zone: str) -> list[NodeHandle]:
         from libcloud.compute.base import NodeImage, NodeSize
 
-        choice = self.plan(spec)
+        choice = self.choice(spec)
         key_name, group_id = self._shared.get(spec.pool_id) or (f"skyhive-{spec.pool_id}",
                                                                 self._owned_groups(spec.pool_id)[0])
         subnet = self._subnet(zone)

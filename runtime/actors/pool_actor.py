@@ -64,13 +64,15 @@ class Prepared:
 class PoolRuntime:
     def __init__(self, *, provider: Provider, nodes: int, processes_per_node: int, plugins: Sequence[Any],
                  image: Any, output: OutputSpec, settings: Settings, name: str | None,
-                 log_events: bool) -> None:
+                 log_events: bool, accelerator: str | None = None, cpus: float | None = None,
+                 memory_gb: float | None = None) -> None:
         self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
         self.provider = provider
         self.settings = settings
         self.plugins = list(plugins)
         self.image = image
-        self.spec = ClusterSpec(pool_id=self.pool_id, nodes=nodes, processes_per_node=processes_per_node)
+        self.spec = ClusterSpec(pool_id=self.pool_id, nodes=nodes, processes_per_node=processes_per_node,
+                                accelerator=accelerator, cpus=cpus, memory_gb=memory_gb)
         secrets = frozenset(image.secret_values()) if image is not None else frozenset()
         self.log = EventLog(self.pool_id, path=pool_log_path(self.pool_id) if log_events else None, secrets=secrets)
         self.infos: dict[tuple[int, int], InstanceInfo] = {}
@@ -112,7 +114,10 @@ class PoolRuntime:
 
     async def _start(self) -> None:
         spec = self.spec
-        self.log.emit(PoolStarted, provider=self.provider.name, nodes=spec.nodes,
+        plan = dict(self.provider.plan(spec))  # the machine and its price, shown before anything is made
+        if plan:
+            log.info("pool %s: %s", self.pool_id, plan.get("summary") or plan)
+        self.log.emit(PoolStarted, plan=plan, provider=self.provider.name, nodes=spec.nodes,
                       processes_per_node=spec.processes_per_node, pid=os.getpid(), host=socket.gethostname(),
                       provider_config=self.provider.describe())
         for node in self.nodes:
@@ -416,12 +421,13 @@ class PoolRuntime:
                 for node in self.nodes:
                     if node.state not in (NodeState.TERMINATED, NodeState.TERMINATING, NodeState.REQUESTED):
                         node.move(NodeState.TERMINATING)
-                if self.handles:
-                    try:
+                try:
+                    if self.handles:
                         await self.provider.destroy(self.handles)
-                    except Exception as exc:
-                        log.error("pool %s: destroying nodes failed: %s", self.pool_id, exc)
-                        error = error or f"destroy failed: {exc}"
+                    await self.provider.cleanup(self.pool_id)  # what the provider made for the whole pool
+                except Exception as exc:
+                    log.error("pool %s: destroying nodes failed: %s", self.pool_id, exc)
+                    error = error or f"destroy failed: {exc}"
                 for node in self.nodes:
                     if node.state is NodeState.REQUESTED:
                         node.move(NodeState.TERMINATING)

@@ -312,10 +312,7 @@ def _destroy(pool: PoolEntry) -> int:
 
     async def destroy() -> int:
         with anyio.fail_after(300):
-            handles = await provider.list_owned(pool.pool_id)
-            if handles:
-                await provider.destroy(handles)
-            return len(handles)
+            return len(await provider.down(pool.pool_id))  # its nodes by tag, then what `prepare` made
 
     try:
         return anyio.run(destroy)

@@ -1,0 +1,81 @@
+"""Test-only stand-ins around the real AWS provider (moto answers every call); each says what it fakes.
+
+- `LocalMappedAWS`: a real `sky.AWS` whose instances (in moto, with invented addresses) are each
+  mapped to a local worker process, so a pool runs end to end without connecting to any moto address.
+- `FaultInjectingFakeDriver`: wraps the real libcloud driver and raises chosen EC2 errors (capacity,
+  quota, throttling) that moto cannot produce.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+
+from skyhive.providers.base import ClusterSpec, LocalReach, NodeHandle
+from skyhive.providers.cloud.aws import AWS
+from skyhive.providers.cloud.ec2_driver import EC2APIError
+
+
+class LocalMappedAWS(AWS):
+    """FAKE reach: a real AWS provider (moto) whose running nodes are reached as local workers.
+
+    `on_stage(stage)` is awaited at "launch" (before any instance exists), "launched" (instances
+    exist, not yet running), "running" (a node runs) and "terminate" (teardown began)."""
+
+    def __init__(self, *args: Any, on_stage: Callable[[str], Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.on_stage = on_stage
+        self.stages: list[str] = []
+
+    async def _stage(self, stage: str) -> None:
+        self.stages.append(stage)
+        if self.on_stage is not None:
+            await self.on_stage(stage)
+
+    async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
+        await self._stage("launch")
+        handles = await super().launch(spec, nodes)
+        await self._stage("launched")
+        return handles
+
+    async def wait_running(self, handle: NodeHandle, report: Callable[[str], None]) -> NodeHandle:
+        running = await super().wait_running(handle, report)
+        await self._stage("running")
+        return dataclasses.replace(running, reach=LocalReach(), private_addr="127.0.0.1", public_addr=None)
+
+    async def terminate(self, handles: Sequence[NodeHandle]) -> None:
+        await self._stage("terminate")
+        await super().terminate(handles)
+
+
+class FaultInjectingFakeDriver:
+    """FAKE: the real libcloud EC2 driver (talking to moto) with injected errors on `create_node`.
+
+    `faults` maps a zone name (or "*") to a list of EC2 error codes raised, one per call, before
+    calls in that zone go through to moto."""
+
+    def __init__(self, driver: Any, faults: dict[str, list[str]]) -> None:
+        self._driver = driver
+        self.faults = {zone: list(codes) for zone, codes in faults.items()}
+        self.create_calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._driver, name)
+
+    def create_node(self, **kwargs: Any) -> Any:
+        zone = kwargs["ex_subnet"].extra["zone"]
+        self.create_calls.append(zone)
+        for key in (zone, "*"):
+            if self.faults.get(key):
+                code = self.faults[key].pop(0)
+                raise EC2APIError(code, f"injected by the test in {zone}", 500 if code == "InternalError" else 400)
+        return self._driver.create_node(**kwargs)
+
+
+async def cancel_now(scope: anyio.CancelScope) -> None:
+    """Cancel `scope` and reach a checkpoint, so the cancellation lands here."""
+    scope.cancel()
+    await anyio.sleep(0)
