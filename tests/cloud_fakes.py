@@ -54,10 +54,10 @@ class LocalMappedAWS(AWS):
 class FaultInjectingFakeDriver:
     """FAKE: the real libcloud EC2 driver (talking to moto) with injected errors on `create_node`.
 
-    `faults` maps a zone name (or "*") to a list of EC2 error codes raised, one per call, before
-    calls in that zone go through to moto."""
+    `faults` maps a zone name (or "*") to a list of EC2 error codes, one per call in that zone: a code
+    is raised instead of creating, None lets that call through to moto; past the list, all go through."""
 
-    def __init__(self, driver: Any, faults: dict[str, list[str]]) -> None:
+    def __init__(self, driver: Any, faults: dict[str, list[str | None]]) -> None:
         self._driver = driver
         self.faults = {zone: list(codes) for zone, codes in faults.items()}
         self.create_calls: list[str] = []
@@ -71,7 +71,9 @@ class FaultInjectingFakeDriver:
         for key in (zone, "*"):
             if self.faults.get(key):
                 code = self.faults[key].pop(0)
-                raise EC2APIError(code, f"injected by the test in {zone}", 500 if code == "InternalError" else 400)
+                if code is not None:
+                    raise EC2APIError(code, f"injected by the test in {zone}", 500 if code == "InternalError" else 400)
+                break
         return self._driver.create_node(**kwargs)
 
 

@@ -180,6 +180,7 @@ class LibcloudProvider(Provider):
             raise ProvisionError(f"{self.name}: no zone of this region offers the requested machine", kind="fatal")
         tried: list[str] = []
         failures: list[str] = []
+        cleaned: list[str] = []
         last: Exception | None = None
         try:
             for zone in zones:
@@ -197,12 +198,13 @@ class LibcloudProvider(Provider):
                     log.warning("%s: no capacity in %s (%s); trying the next zone", self.name, zone, exc)
                     failures.append(f"{zone}: {exc}")
                     last = exc
+                    # nodes this zone did create before it ran out must not stay behind (or be doubled)
+                    cleaned += await self._shielded_terminate_nodes(spec.pool_id, nodes)
         except BaseException:
             if not tried or last is None or len(failures) < len(tried):  # cancelled or failed mid-zone
                 await self._shielded_terminate_nodes(spec.pool_id, nodes)
             raise
         assert last is not None
-        cleaned = await self._shielded_terminate_nodes(spec.pool_id, nodes)
         raise self._error(f"no capacity for nodes {nodes} in any zone ({'; '.join(failures)})",
                           last, ErrorKind.CAPACITY, zones=tried, cleaned=cleaned) from last
 
@@ -288,12 +290,16 @@ class LibcloudProvider(Provider):
             await self.prepare(spec)
             handles = await self.launch(spec, range(spec.nodes))
             return [await self.wait_running(h, lambda _state: None) for h in handles]
-        except BaseException:
-            with anyio.CancelScope(shield=True):
+        except BaseException as failure:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.timeouts.terminate + self.timeouts.cleanup):
                 try:
-                    await self.down(spec.pool_id)
+                    cleaned = await self._down(spec.pool_id)
                 except Exception as exc:
                     log.error("%s: pool %s: cleaning up after a failed start failed: %s", self.name, spec.pool_id, exc)
+                    cleaned = [f"nothing: cleaning up failed ({exc}); run `skyhive down {spec.pool_id}`"]
+                if isinstance(failure, ProvisionError) and cleaned:
+                    failure.cleaned_up += tuple(cleaned)
+                    failure.add_note(f"cleaned up: {', '.join(cleaned)}")
             raise
 
     async def down(self, pool_id: str) -> list[NodeHandle]:
@@ -303,6 +309,13 @@ class LibcloudProvider(Provider):
             await self.terminate(owned)
         await self.cleanup(pool_id)
         return owned
+
+    async def _down(self, pool_id: str) -> list[str]:
+        """`down`, saying what it removed."""
+        owned = await self.list_owned(pool_id)
+        if owned:
+            await self.terminate(owned)
+        return [f"instance {h.provider_id}" for h in owned] + await self._cleanup(pool_id)
 
     # ---- helpers -------------------------------------------------------------------------------------
 
