@@ -95,7 +95,9 @@ class Pool:
         self.output_spec = output
         self.name = name
         self.log_events = log_events
-        # what each node must have; a cloud provider picks the cheapest machine that has it
+        # what each node must have: a cloud provider picks the cheapest machine that has it, and plugins
+        # read `accelerator` (torch: the CUDA wheel index for an NVIDIA GPU)
+        self.accelerator, self.cpus, self.memory_gb = accelerator, cpus, memory_gb
         self.resources = {"accelerator": accelerator, "cpus": cpus, "memory_gb": memory_gb}
         self.settings = Settings(**settings)
         self._rt: PoolRuntime | None = None

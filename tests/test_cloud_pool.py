@@ -79,3 +79,20 @@ async def test_accelerator_the_region_lacks_fails_before_anything_is_made(moto_e
             pass
     assert aws.stages == []
     assert count_pool("p-noacc") == {"instances": 0, "groups": 0, "keys": 0}
+
+
+def gpus() -> int:
+    return sky.instance_info().accelerators
+
+
+async def test_a_gpu_pool_gets_the_type_and_reports_its_gpu_count(moto_ec2, skyhive_home):
+    # moto accepts any instance type; no GPU exists here, the count comes from the machine table
+    aws = provider(moto_ec2)
+    async with sky.Pool(provider=aws, nodes=2, name="p-gpu", accelerator="T4",
+                        plugins=[sky.plugins.torch()]) as pool:
+        assert await pool.broadcast(gpus) == [1, 1]
+        assert pool.accelerator == "T4"
+    client_types = {e["plan"]["instance_type"] for e in map(json.loads, open(os.path.join(
+        skyhive_home, "pools", "p-gpu.jsonl"))) if e["type"] == "pool_started"}
+    assert client_types == {"g4dn.xlarge"}
+    assert count_pool("p-gpu") == {"instances": 0, "groups": 0, "keys": 0}
