@@ -119,6 +119,9 @@ class SSHReach(Reach):
     known_hosts: str | None = None
     host_key: str | None = None  # a pinned public key, when the provider knows it
     python: str | None = None
+    # how long the first connection is retried while the host is unreachable (a new cloud machine
+    # runs before its sshd listens); 0: one attempt
+    connect_retry: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

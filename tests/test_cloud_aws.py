@@ -57,3 +57,38 @@ async def test_create_tags_and_down_leaves_nothing(moto_ec2):
     assert not key.exists()
     assert await provider.down("p-aws1") == []  # idempotent
 
+
+
+async def test_spot_terminate_on_shutdown_user_data_and_disk_are_requested(moto_ec2):
+    provider = aws(moto_ec2, spot=True, disk_gb=40)
+    await provider.create(ClusterSpec(pool_id="p-spot", nodes=1))
+    try:
+        client = ec2_client()
+        tag = [{"Name": "tag:skyhive-pool", "Values": ["p-spot"]}]
+        (instance,) = [i for r in client.describe_instances(Filters=tag)["Reservations"] for i in r["Instances"]]
+        assert instance.get("InstanceLifecycle") == "spot"
+        behaviour = client.describe_instance_attribute(InstanceId=instance["InstanceId"],
+                                                       Attribute="instanceInitiatedShutdownBehavior")
+        assert behaviour["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+        volume_id = instance["BlockDeviceMappings"][0]["Ebs"]["VolumeId"]
+        assert client.describe_volumes(VolumeIds=[volume_id])["Volumes"][0]["Size"] == 40
+        assert instance["SubnetId"] in {s["SubnetId"] for s in client.describe_subnets(
+            Filters=[{"Name": "default-for-az", "Values": ["true"]}])["Subnets"]}
+    finally:
+        await provider.down("p-spot")
+    assert count_pool("p-spot") == {"instances": 0, "groups": 0, "keys": 0}
+
+
+async def test_an_unknown_image_fails_naming_it_and_leaves_nothing(moto_ec2):
+    provider = aws(moto_ec2)
+    provider.image = "ami-00000000000000000"
+    with pytest.raises(ProvisionError, match="ami-00000000000000000") as err:
+        await provider.create(ClusterSpec(pool_id="p-noimage", nodes=1))
+    assert err.value.kind == "fatal" and err.value.code
+    assert count_pool("p-noimage") == {"instances": 0, "groups": 0, "keys": 0}
+
+
+async def test_missing_credentials_are_a_clear_error(moto_ec2, monkeypatch):
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    with pytest.raises(ProvisionError, match="no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"):
+        await aws(moto_ec2).create(ClusterSpec(pool_id="p-nocreds", nodes=1))

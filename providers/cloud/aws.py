@@ -242,24 +242,26 @@ class AWS(LibcloudProvider):
             return subnet
         raise ProvisionError(f"aws: the default VPC has no subnet in {zone}", kind="fatal")
 
-    def _image_id(self, choice: catalog.Choice) -> str:
+    def _image(self, choice: catalog.Choice) -> Any:
+        """The AMI to boot (its root device name sizes the root volume)."""
         if self.image:
-            return self.image
+            return self.driver.get_image(self.image)
         owner, pattern = DEFAULT_GPU_IMAGE if choice.accelerators else DEFAULT_IMAGE
         images = self.driver.list_images(ex_owner=owner, ex_filters={"name": pattern, "architecture": "x86_64"})
         if not images:
             raise ProvisionError(f"aws: no image named {pattern!r} in {self.region}: pass image=", kind="fatal")
-        return max(images, key=lambda im: im.extra.get("creation_date") or "").id
+        return max(images, key=lambda im: im.extra.get("creation_date") or "")
 
     def launch_sync(self, spec: ClusterSpec, nodes: Sequence[int], zone: str) -> list[NodeHandle]:
-        from libcloud.compute.base import NodeImage, NodeSize
+        from libcloud.compute.base import NodeSize
 
         choice = self.choice(spec)
         key_name, group_id = self._shared.get(spec.pool_id) or (f"skyhive-{spec.pool_id}",
                                                                 self._owned_groups(spec.pool_id)[0])
         subnet = self._subnet(zone)
         size = NodeSize(choice.instance_type, choice.instance_type, 0, self.disk_gb, 0, 0, self.driver)
-        image = NodeImage(self._image_id(choice), "", self.driver)
+        image = self._image(choice)
+        root_device = image.extra.get("root_device_name") or "/dev/sda1"
         extra_tags = dict(spec.tags)
         handles = []
         for index in nodes:
@@ -268,7 +270,7 @@ class AWS(LibcloudProvider):
                 ex_security_group_ids=[group_id], ex_subnet=subnet, ex_assign_public_ip=True,
                 ex_metadata={**extra_tags, POOL_TAG: spec.pool_id, NODE_TAG: str(index)},
                 ex_userdata=USER_DATA, ex_terminate_on_shutdown=True, ex_spot=bool(choice.spot),
-                ex_blockdevicemappings=[{"DeviceName": "/dev/sda1", "Ebs": {
+                ex_blockdevicemappings=[{"DeviceName": root_device, "Ebs": {
                     "VolumeSize": self.disk_gb, "VolumeType": "gp3", "DeleteOnTermination": "true"}}],
             )
             handles.append(self._handle(node, spec.pool_id, launched_at=time.time()))
@@ -323,7 +325,8 @@ class AWS(LibcloudProvider):
             extra["launched_at"] = launched_at
         return NodeHandle(
             node=int(tags.get(NODE_TAG, -1)), provider_id=node.id, private_addr=private, public_addr=public,
-            reach=SSHReach(host=public or private or "", user=self.ssh_user, key=str(key_path)),
+            reach=SSHReach(host=public or private or "", user=self.ssh_user, key=str(key_path),
+                           connect_retry=self.timeouts.running),
             accelerators=info.accelerators if info else 0, accelerator=info.accelerator if info else None,
             state=state, extra=extra,
         )

@@ -152,6 +152,8 @@ class LibcloudProvider(Provider):
     def _error(self, what: str, exc: BaseException, kind: ErrorKind, *, zones: Sequence[str] = (),
                cleaned: Sequence[str] = ()) -> ProvisionError:
         code = self.error_code(exc)
+        if kind is ErrorKind.NOT_FOUND:  # something the request names does not exist: nothing to retry
+            kind = ErrorKind.FATAL
         text = f"{self.name}: {what}: {exc}"
         if zones:
             text += f" (zones tried: {', '.join(zones)})"

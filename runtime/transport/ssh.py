@@ -160,8 +160,23 @@ class SSHTransport(Transport):
         async with self._lock:
             if self._conn is not None:
                 return self._conn
-            self._conn = await self._open()
+            self._conn = await self._open_retrying()
             return self._conn
+
+    async def _open_retrying(self) -> Any:
+        """`_open`, retried with backoff while the host is unreachable, for `reach.connect_retry` seconds
+        after the first attempt (a fresh cloud machine runs before its sshd listens)."""
+        deadline = time.monotonic() + self.reach.connect_retry
+        delay = 1.0
+        while True:
+            try:
+                return await self._open()
+            except HostUnreachable as exc:
+                if self.connects or time.monotonic() + delay > deadline:
+                    raise
+                log.info("host %s: not reachable yet (%s); retrying in %.0f s", self.where, exc, delay)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 10.0)
 
     async def _open(self) -> Any:
         reach = self.reach
