@@ -4,6 +4,7 @@ the pool's log and destroys, by tag, everything of that pool — and nothing of 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import anyio
 import pytest
 
 from skyhive.providers.base import ClusterSpec
+from skyhive.providers.cloud import catalog
 from skyhive.providers.cloud.aws import AWS
 from skyhive.providers.cloud.base import CloudTimeouts
 from tests.infra.moto_ec2 import count_pool
@@ -48,7 +50,9 @@ def test_down_after_a_killed_client_leaves_nothing_of_that_pool_only(moto_server
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = client.stdout.readline()
-        assert line.strip() == "READY", client.stderr.read() if client.poll() is not None else line
+        if line.strip() != "READY":
+            client.wait(30)
+            pytest.fail(f"the client did not get its pool: {line}{client.stderr.read()[-3000:]}")
         assert count_pool("p-victim", endpoint) == {"instances": 2, "groups": 1, "keys": 1}
         client.send_signal(signal.SIGKILL)
         client.wait(30)
@@ -57,6 +61,17 @@ def test_down_after_a_killed_client_leaves_nothing_of_that_pool_only(moto_server
             client.kill()
             client.wait()
     assert count_pool("p-victim", endpoint) == {"instances": 2, "groups": 1, "keys": 1}  # the kill left them
+
+    ls = subprocess.run([sys.executable, "-m", "skyhive", "ls", "--json"], cwd=ROOT, env=env, capture_output=True,
+                        text=True, timeout=60)
+    (entry,) = [e for e in map(json.loads, ls.stdout.splitlines()) if e["pool"] == "p-victim"]
+    assert (entry["provider"], entry["machine"], entry["status"]) == ("aws", "t3.micro", "client gone")
+    per_hour, spent = entry["cost"]
+    assert per_hour == pytest.approx(2 * catalog.choose("aws", "us-east-1", instance_type="t3.micro").price_per_hour)
+    assert 0 < spent < per_hour  # it ran for seconds
+    table = subprocess.run([sys.executable, "-m", "skyhive", "ls"], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=60).stdout
+    assert "COST" in table and f"${per_hour:.4g}/h" in table
 
     down = subprocess.run([sys.executable, "-m", "skyhive", "down", "p-victim"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)

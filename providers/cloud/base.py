@@ -295,7 +295,7 @@ class LibcloudProvider(Provider):
         except BaseException as failure:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self.timeouts.terminate + self.timeouts.cleanup):
                 try:
-                    cleaned = await self._down(spec.pool_id)
+                    cleaned = (await self._down(spec.pool_id))[1]
                 except Exception as exc:
                     log.error("%s: pool %s: cleaning up after a failed start failed: %s", self.name, spec.pool_id, exc)
                     cleaned = [f"nothing: cleaning up failed ({exc}); run `skyhive down {spec.pool_id}`"]
@@ -306,18 +306,14 @@ class LibcloudProvider(Provider):
 
     async def down(self, pool_id: str) -> list[NodeHandle]:
         """See `Provider.down`: nodes by tag terminated and confirmed gone, then `prepare`'s resources."""
-        owned = await self.list_owned(pool_id)
-        if owned:
-            await self.terminate(owned)
-        await self.cleanup(pool_id)
-        return owned
+        return (await self._down(pool_id))[0]
 
-    async def _down(self, pool_id: str) -> list[str]:
-        """`down`, saying what it removed."""
+    async def _down(self, pool_id: str) -> tuple[list[NodeHandle], list[str]]:
+        """`down`, also saying what it removed."""
         owned = await self.list_owned(pool_id)
         if owned:
             await self.terminate(owned)
-        return [f"instance {h.provider_id}" for h in owned] + await self._cleanup(pool_id)
+        return owned, [f"instance {h.provider_id}" for h in owned] + await self._cleanup(pool_id)
 
     # ---- helpers -------------------------------------------------------------------------------------
 
