@@ -2,6 +2,7 @@
 
 - `LocalMappedAWS`: a real `sky.AWS` whose instances (in moto, with invented addresses) are each
   mapped to a local worker process, so a pool runs end to end without connecting to any moto address.
+- `HostMappedAWS`: the same, each instance mapped to one of the tests' own sshd hosts (namespaces).
 - `FaultInjectingFakeDriver`: wraps the real libcloud driver and raises chosen EC2 errors (capacity,
   quota, throttling) that moto cannot produce.
 """
@@ -14,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from skyhive.providers.base import ClusterSpec, LocalReach, NodeHandle
+from skyhive.providers.base import ClusterSpec, LocalReach, NodeHandle, SSHReach
 from skyhive.providers.cloud.aws import AWS
 from skyhive.providers.cloud.ec2_driver import EC2APIError
 
@@ -44,7 +45,27 @@ class LocalMappedAWS(AWS):
     async def wait_running(self, handle: NodeHandle, report: Callable[[str], None]) -> NodeHandle:
         running = await super().wait_running(handle, report)
         await self._stage("running")
-        return dataclasses.replace(running, reach=LocalReach(), private_addr="127.0.0.1", public_addr=None)
+        return self.map_node(running)
+
+    def map_node(self, handle: NodeHandle) -> NodeHandle:
+        """The handle as the runtime sees it: here, a local worker instead of moto's invented address."""
+        return dataclasses.replace(handle, reach=LocalReach(), private_addr="127.0.0.1", public_addr=None)
+
+
+class HostMappedAWS(LocalMappedAWS):
+    """FAKE reach: a real AWS provider (moto) whose node i is reached as the test's own SSH host i
+    (`hosts`: (address, user) pairs; `key`, `known_hosts`: the test client's) — moto's addresses are
+    replaced before anything connects."""
+
+    def __init__(self, *args: Any, hosts: Sequence[tuple[str, str]], key: str, known_hosts: str,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hosts, self.key, self.known_hosts = list(hosts), key, known_hosts
+
+    def map_node(self, handle: NodeHandle) -> NodeHandle:
+        address, user = self.hosts[handle.node]
+        reach = SSHReach(host=address, user=user, key=self.key, known_hosts=self.known_hosts, connect_retry=10)
+        return dataclasses.replace(handle, reach=reach, private_addr=address, public_addr=None)
 
     async def terminate(self, handles: Sequence[NodeHandle]) -> None:
         await self._stage("terminate")
