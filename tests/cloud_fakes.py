@@ -47,6 +47,10 @@ class LocalMappedAWS(AWS):
         await self._stage("running")
         return self.map_node(running)
 
+    async def terminate(self, handles: Sequence[NodeHandle]) -> None:
+        await self._stage("terminate")
+        await super().terminate(handles)
+
     def map_node(self, handle: NodeHandle) -> NodeHandle:
         """The handle as the runtime sees it: here, a local worker instead of moto's invented address."""
         return dataclasses.replace(handle, reach=LocalReach(), private_addr="127.0.0.1", public_addr=None)
@@ -66,10 +70,6 @@ class HostMappedAWS(LocalMappedAWS):
         address, user = self.hosts[handle.node]
         reach = SSHReach(host=address, user=user, key=self.key, known_hosts=self.known_hosts, connect_retry=10)
         return dataclasses.replace(handle, reach=reach, private_addr=address, public_addr=None)
-
-    async def terminate(self, handles: Sequence[NodeHandle]) -> None:
-        await self._stage("terminate")
-        await super().terminate(handles)
 
 
 class FaultInjectingFakeDriver:
