@@ -325,8 +325,7 @@ class AWS(LibcloudProvider):
             extra["launched_at"] = launched_at
         return NodeHandle(
             node=int(tags.get(NODE_TAG, -1)), provider_id=node.id, private_addr=private, public_addr=public,
-            reach=SSHReach(host=public or private or "", user=self.ssh_user, key=str(key_path),
-                           connect_retry=self.timeouts.running),
+            reach=SSHReach(host=public or private or "", user=self.ssh_user, key=str(key_path)),
             accelerators=info.accelerators if info else 0, accelerator=info.accelerator if info else None,
             state=state, extra=extra,
         )

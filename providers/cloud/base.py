@@ -77,6 +77,9 @@ class LibcloudProvider(Provider):
     #: exact provider error codes -> kind; codes ending in ".NotFound" are NOT_FOUND unless listed.
     error_kinds: ClassVar[Mapping[str, ErrorKind]] = {}
 
+    #: a fresh machine runs (for the cloud) a while before its sshd answers: retried this long
+    connect_retry: ClassVar[float] = 300.0
+
     def __init__(self, *, timeouts: CloudTimeouts | None = None) -> None:
         self.timeouts = timeouts or CloudTimeouts()
 
