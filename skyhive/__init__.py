@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "ProtocolError": "skyhive.errors",
     "ProvisionError": "skyhive.errors",
     "NodeUnreachable": "skyhive.errors",
+    "CloudAPIError": "skyhive.errors",
     "SSHError": "skyhive.errors",
     "HostUnreachable": "skyhive.errors",
     "HostKeyChanged": "skyhive.errors",
@@ -89,6 +90,7 @@ if TYPE_CHECKING:
     from skyhive import plugins as plugins
     from skyhive.errors import AuthenticationFailed as AuthenticationFailed
     from skyhive.errors import BootstrapError as BootstrapError
+    from skyhive.errors import CloudAPIError as CloudAPIError
     from skyhive.errors import CoordinatorPortInUse as CoordinatorPortInUse
     from skyhive.errors import HostKeyChanged as HostKeyChanged
     from skyhive.errors import HostUnreachable as HostUnreachable

@@ -11,7 +11,8 @@
     │   ├── BootstrapError             preparing the node's environment failed
     │   │   ├── PythonMismatch
     │   │   └── SetupFailed
-    │   └── ProviderNotAvailable       a provider name this install cannot use ("not built yet")
+    │   ├── ProviderNotAvailable       a provider name this install cannot use ("not built yet")
+    │   └── CloudAPIError              a cloud's API answered with an error (its code and message)
     ├── WorkerLost, TaskTimeout, RemoteError, SerializationError, PoolClosed    calls on a pool
     ├── OutputStalled, NotOnNodeError
     ├── TaskFileError (LaunchError)    `skyhive launch`
@@ -37,7 +38,7 @@ from .protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolEr
 __all__ = [
     "SkyhiveError", "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
     "ProvisionError", "NodeUnreachable", "SSHError", "HostUnreachable", "HostKeyChanged", "AuthenticationFailed",
-    "BootstrapError", "PythonMismatch", "SetupFailed", "ProviderNotAvailable",
+    "BootstrapError", "PythonMismatch", "SetupFailed", "ProviderNotAvailable", "CloudAPIError",
     "WorkerLost", "TaskTimeout", "RemoteError", "SerializationError", "PoolClosed",
     "OutputStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
     "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
@@ -62,6 +63,16 @@ class ProvisionError(SkyhiveError):
         self.kind = kind
         self.zones_tried = tuple(zones_tried)
         self.cleaned_up = tuple(cleaned_up)
+
+
+class CloudAPIError(ProvisionError):
+    """A cloud's API answered with an error: its `code` ("InsufficientInstanceCapacity", …), its message
+    and the HTTP `status`. Provisioning classifies it by code (retry, next zone, stop)."""
+
+    def __init__(self, code: str, message: str, status: int) -> None:
+        super().__init__(f"{code}: {message}" if code else message or f"HTTP {status}", code=code)
+        self.message = message
+        self.status = status
 
 
 class NodeUnreachable(ProvisionError):

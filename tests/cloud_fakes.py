@@ -17,7 +17,7 @@ import anyio
 
 from skyhive.providers.base import ClusterSpec, LocalReach, NodeHandle, SSHReach
 from skyhive.providers.cloud.aws import AWS
-from skyhive.providers.cloud.ec2_driver import EC2APIError
+from skyhive.errors import CloudAPIError
 
 
 class LocalMappedAWS(AWS):
@@ -93,7 +93,7 @@ class FaultInjectingFakeDriver:
             if self.faults.get(key):
                 code = self.faults[key].pop(0)
                 if code is not None:
-                    raise EC2APIError(code, f"injected by the test in {zone}", 500 if code == "InternalError" else 400)
+                    raise CloudAPIError(code, f"injected by the test in {zone}", 500 if code == "InternalError" else 400)
                 break
         return self._driver.create_node(**kwargs)
 

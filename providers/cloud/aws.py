@@ -141,11 +141,6 @@ class AWS(LibcloudProvider):
                                        token=os.environ.get("AWS_SESSION_TOKEN"), endpoint=self.endpoint)
         return self._driver
 
-    def error_code(self, exc: BaseException) -> str | None:
-        from .ec2_driver import EC2APIError
-
-        return exc.code if isinstance(exc, EC2APIError) else None
-
     # ---- choosing the machine --------------------------------------------------------------------------
 
     def plan(self, spec: ClusterSpec) -> dict[str, Any]:

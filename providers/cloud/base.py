@@ -33,6 +33,7 @@ from typing import Any, ClassVar, TypeVar
 import anyio
 import anyio.to_thread
 
+from ...errors import CloudAPIError
 from ..base import ClusterSpec, NodeHandle, Provider, ProvisionError
 
 __all__ = ["ErrorKind", "CloudTimeouts", "LibcloudProvider", "ACTIVE_STATES"]
@@ -85,9 +86,10 @@ class LibcloudProvider(Provider):
 
     # ---- what a cloud implements (blocking; called in worker threads) ------------------------------
 
-    @abc.abstractmethod
     def error_code(self, exc: BaseException) -> str | None:
-        """The provider's error code carried by `exc`, or None if it is not an API error."""
+        """The provider's error code carried by `exc`, or None if it is not an API error (a cloud whose
+        driver raises something else than `CloudAPIError` overrides this)."""
+        return exc.code if isinstance(exc, CloudAPIError) else None
 
     @abc.abstractmethod
     def zones_sync(self, spec: ClusterSpec) -> list[str]:

@@ -9,7 +9,7 @@ they live on a driver subclass that only skyhive uses.
    slashed form before parsing (a no-op for AWS).
 2. Error bodies. AWS sends ``<Response><Errors><Error><Code>…`` un-namespaced; moto namespaces them, and
    libcloud's parser (un-namespaced lookup only) then reports an empty error with no code. Errors are
-   parsed here with a namespace-agnostic lookup and raised as `EC2APIError` carrying the code.
+   parsed here with a namespace-agnostic lookup and raised as `skyhive.CloudAPIError` with the code.
 3. Tags and key pairs. libcloud's ``ex_create_tags`` sends a 0-based ``ResourceId.0`` (moto rejects it;
    AWS documents 1-based lists) and ``get_key_pair(name)`` returns the account's first key under moto.
    `create_tags` sends ``ResourceId.1``; `find_key_pair` filters the listing by name.
@@ -26,20 +26,11 @@ from typing import Any
 
 from libcloud.compute.drivers.ec2 import EC2Connection, EC2NodeDriver, EC2Response
 
-__all__ = ["EC2APIError", "SkyhiveEC2Driver", "make_driver"]
+from ...errors import CloudAPIError
+
+__all__ = ["SkyhiveEC2Driver", "make_driver", "parse_errors"]
 
 _NS_NO_SLASH = re.compile(r'xmlns="(http://ec2\.amazonaws\.com/doc/\d{4}-\d{2}-\d{2})"')
-
-
-class EC2APIError(Exception):
-    """An error answer of the EC2 API: the provider's `code` (``InsufficientInstanceCapacity``, …),
-    its `message` and the HTTP `status`."""
-
-    def __init__(self, code: str, message: str, status: int) -> None:
-        super().__init__(f"{code}: {message}" if code else message or f"HTTP {status}")
-        self.code = code
-        self.message = message
-        self.status = status
 
 
 def parse_errors(body: str) -> list[tuple[str, str]]:
@@ -69,7 +60,7 @@ class _Response(EC2Response):
         if not errors:
             return super().parse_error()
         code, message = errors[0]
-        raise EC2APIError(code, message, int(self.status))
+        raise CloudAPIError(code, message, int(self.status))
 
 
 class _Connection(EC2Connection):

@@ -62,13 +62,15 @@ class Prepared:
 class PoolRuntime:
     def __init__(self, *, provider: Provider, nodes: int, processes_per_node: int, plugins: Sequence[Any],
                  image: Any, output: OutputSpec, settings: Settings, name: str | None,
-                 log_events: bool) -> None:
+                 log_events: bool, accelerator: str | None = None, cpus: float | None = None,
+                 memory_gb: float | None = None) -> None:
         self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
         self.provider = provider
         self.settings = settings
         self.plugins = list(plugins)
         self.image = image
-        self.spec = ClusterSpec(pool_id=self.pool_id, nodes=nodes, processes_per_node=processes_per_node)
+        self.spec = ClusterSpec(pool_id=self.pool_id, nodes=nodes, processes_per_node=processes_per_node,
+                                accelerator=accelerator, cpus=cpus, memory_gb=memory_gb)
         secrets = frozenset(image.secret_values()) if image is not None else frozenset()
         self.log = EventLog(self.pool_id, path=pool_log_path(self.pool_id) if log_events else None, secrets=secrets)
         self.infos: dict[tuple[int, int], InstanceInfo] = {}
