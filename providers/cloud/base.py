@@ -83,6 +83,8 @@ class LibcloudProvider(Provider):
 
     def __init__(self, *, timeouts: CloudTimeouts | None = None) -> None:
         self.timeouts = timeouts or CloudTimeouts()
+        self._listings: dict[str, tuple[float, list[NodeHandle]]] = {}  # pool -> (when it began, nodes)
+        self._listing_locks: dict[str, anyio.Lock] = {}
 
     # ---- what a cloud implements (blocking; called in worker threads) ------------------------------
 
@@ -221,7 +223,7 @@ class LibcloudProvider(Provider):
         deadline = time.monotonic() + self.timeouts.running
         last_state = handle.state
         while True:
-            found = {h.provider_id: h for h in await self.call(self.list_sync, pool_id, None)}
+            found = {h.provider_id: h for h in await self._list_fresh(pool_id)}
             current = found.get(handle.provider_id)
             if current is not None:
                 if current.state != last_state:
@@ -257,7 +259,7 @@ class LibcloudProvider(Provider):
                         raise self._error(f"terminating {provider_id} failed", exc, self.classify(exc)) from exc
             states: dict[str, str] = {}
             for pool_id in {by_id[i].extra.get("pool_id", "") for i in pending}:
-                states.update((h.provider_id, h.state) for h in await self.call(self.list_sync, pool_id, None))
+                states.update((h.provider_id, h.state) for h in await self._list_fresh(pool_id))
             pending = {i for i in pending
                        if states.get(i) in ACTIVE_STATES or (i not in states and self._young(by_id[i]))}
             if not pending:
@@ -277,6 +279,8 @@ class LibcloudProvider(Provider):
         while True:
             try:
                 deleted += await self.call(self.cleanup_sync, pool_id)
+                self._listings.pop(pool_id, None)
+                self._listing_locks.pop(pool_id, None)
                 return deleted
             except Exception as exc:
                 kind = self.classify(exc)
@@ -321,6 +325,21 @@ class LibcloudProvider(Provider):
         return owned, [f"instance {h.provider_id}" for h in owned] + await self._cleanup(pool_id)
 
     # ---- helpers -------------------------------------------------------------------------------------
+
+    async def _list_fresh(self, pool_id: str) -> list[NodeHandle]:
+        """The pool's nodes in any state, from a listing that began after this call did. Concurrent
+        callers (every node of a pool waiting to run, or to be gone) share one listing instead of
+        making one API call each."""
+        asked = time.monotonic()
+        lock = self._listing_locks.setdefault(pool_id, anyio.Lock())
+        async with lock:
+            cached = self._listings.get(pool_id)
+            if cached is not None and cached[0] >= asked:
+                return cached[1]
+            began = time.monotonic()
+            nodes = await self.call(self.list_sync, pool_id, None)
+            self._listings[pool_id] = (began, nodes)
+            return nodes
 
     def _young(self, handle: NodeHandle) -> bool:
         launched = handle.extra.get("launched_at")
