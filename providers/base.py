@@ -105,6 +105,10 @@ class SSHReach(Reach):
     reconnect_timeout: float = SSH_RECONNECT_TIMEOUT  # a dropped link is retried this long
     use_agent: bool = False  # the ssh agent and ~/.ssh/config keys (never ~/.ssh/config itself)
     keep_env: bool = True  # keep the environment bootstrap built on the node (next pool starts warm)
+    # > 0: bootstrap starts the node's idle watchdog, which runs `shutdown_command` after this many
+    # seconds with no SSH client connected (cloud nodes: the last defence against a forgotten machine)
+    idle_shutdown: float = 0.0
+    shutdown_command: str = "sudo shutdown -h now"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -31,14 +31,40 @@ def where() -> tuple[str, int]:
     return socket.gethostname(), sky.instance_info().node
 
 
+def markers_after(seconds: float, marker_dir: str) -> list[str]:
+    """A long task: sleeps, then says which nodes' watchdogs fired meanwhile (none should have)."""
+    import time
+
+    time.sleep(seconds)
+    return sorted(os.listdir(marker_dir))
+
+
+def provider(config: dict, **kw) -> HostMappedAWS:
+    return HostMappedAWS(region="us-east-1", instance_type="t3.micro", image=register_image(),
+                         ssh_cidr="10.0.0.0/8", timeouts=CloudTimeouts(poll=0.05),
+                         hosts=[tuple(h) for h in config["hosts"]], key=config["key"],
+                         known_hosts=config["known_hosts"], **kw)
+
+
+async def watchdog(config: dict) -> None:
+    """A pool whose nodes' watchdogs run `touch MARKER_DIR/<hostname>` after `idle` s without a client:
+    a task three times as long as that runs with the client connected (no node may fire), then the
+    client waits to be killed."""
+    from moto import mock_aws
+
+    with mock_aws():
+        idle, marker_dir = config["idle"], config["marker_dir"]
+        aws = provider(config, idle_timeout=idle, shutdown_command=f'touch "{marker_dir}/$(hostname)"')
+        async with sky.Pool(provider=aws, nodes=2, name="p-watchdog", start_timeout=900) as pool:
+            print("FIRED DURING LONG TASK:", json.dumps(await pool.broadcast(markers_after, 3 * idle, marker_dir)), flush=True)
+            await anyio.sleep(3600)
+
+
 async def main(config: dict) -> dict:
     from moto import mock_aws
 
     with mock_aws():
-        aws = HostMappedAWS(region="us-east-1", instance_type="t3.micro", image=register_image(),
-                            ssh_cidr="10.0.0.0/8", timeouts=CloudTimeouts(poll=0.05),
-                            hosts=[tuple(h) for h in config["hosts"]], key=config["key"],
-                            known_hosts=config["known_hosts"])
+        aws = provider(config, idle_timeout=None)
         plugins = [sky.plugins.torch(version="2.13.0"), LocalPackages()]
         async with sky.Pool(provider=aws, nodes=2, name="p-e2e", plugins=plugins, start_timeout=900) as pool:
             inside = count_pool("p-e2e")
@@ -55,4 +81,8 @@ if __name__ == "__main__":
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}.items():
         os.environ[key] = value
-    print(json.dumps(anyio.run(main, json.loads(sys.argv[1]))))
+    config = json.loads(sys.argv[1])
+    if config.get("mode") == "watchdog":
+        anyio.run(watchdog, config)
+    else:
+        print(json.dumps(anyio.run(main, config)))

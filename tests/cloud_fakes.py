@@ -68,7 +68,7 @@ class HostMappedAWS(LocalMappedAWS):
 
     def map_node(self, handle: NodeHandle) -> NodeHandle:
         address, user = self.hosts[handle.node]
-        reach = SSHReach(host=address, user=user, key=self.key, known_hosts=self.known_hosts)
+        reach = dataclasses.replace(handle.reach, host=address, user=user, key=self.key, known_hosts=self.known_hosts)
         return dataclasses.replace(handle, reach=reach, private_addr=address, public_addr=None)
 
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -70,3 +73,44 @@ def _zombie(pid: str) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_idle_watchdog_keeps_a_connected_node_and_shuts_down_one_whose_client_was_killed(make_netns_hosts,
+                                                                                          skyhive_home, tmp_path):
+    hosts = make_netns_hosts(3, per_host_home=False)
+    client, nodes = hosts[0], [hosts[1], hosts[2]]
+    known = Path(nodes[0].dir).parent / "known_hosts_wd"
+    known.write_text("".join(h.known_hosts_line + "\n" for h in nodes))
+    marker_dir = Path(tempfile.mkdtemp(prefix="skyhive-watchdog-"))
+    marker_dir.chmod(0o777)  # the shutdown command runs as the nodes' login user
+    idle = 3.0
+    config = {"mode": "watchdog", "idle": idle, "marker_dir": str(marker_dir), "key": str(nodes[0].client_key),
+              "hosts": [[h.address, h.user] for h in nodes], "known_hosts": str(known)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SKYHIVE_HOME": skyhive_home}
+    proc = subprocess.Popen(client.exec_argv([sys.executable, "-m", "tests.cloud_e2e_client", json.dumps(config)]),
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        if not line.startswith("FIRED DURING LONG TASK:"):
+            proc.kill()
+            pytest.fail(f"the client did not run its long task: {line}{proc.stderr.read()[-4000:]}")
+        assert json.loads(line.split(":", 1)[1]) == [[], []]  # connected for 3x idle: no watchdog fired
+        assert sorted(os.listdir(marker_dir)) == []
+        proc.kill()  # SIGKILL: its SSH connections drop, nothing of skyhive runs on the client any more
+        proc.wait(30)
+        deadline = time.monotonic() + idle + 5 + 20  # idle, one check interval, slack
+        while sorted(os.listdir(marker_dir)) != sorted(h.hostname for h in nodes) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert sorted(os.listdir(marker_dir)) == sorted(h.hostname for h in nodes)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for host in nodes:  # the detached workers (they would idle out only after 10 min)
+            for pid in subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True,
+                                      text=True).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        shutil.rmtree(marker_dir, ignore_errors=True)

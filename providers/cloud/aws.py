@@ -88,6 +88,9 @@ class AWS(LibcloudProvider):
       for GPU types); `disk_gb`: the root volume; `ssh_user`: the image's login user.
     - `ssh_cidr`: who may open SSH to the nodes (default: this client's address; "127.0.0.1/32" against
       a test `endpoint`); nodes of the pool reach each other on every port.
+    - `idle_timeout`: seconds with no client connected after which a node shuts itself down (its idle
+      watchdog, started by bootstrap, runs `shutdown_command`; instances terminate on shutdown); None: no
+      watchdog. A connected client keeps its nodes however long a job runs.
     - `endpoint`: an EC2-compatible endpoint (``http://127.0.0.1:5000`` for moto_server) instead of AWS.
     Credentials come from the standard ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
     ``AWS_SESSION_TOKEN`` variables and are never recorded.
@@ -99,7 +102,8 @@ class AWS(LibcloudProvider):
 
     def __init__(self, region: str = "us-east-1", zones: Sequence[str] | None = None, instance_type: str | None = None,
                  spot: bool = False, image: str | None = None, disk_gb: int = 100, ssh_user: str = "ubuntu",
-                 ssh_cidr: str | None = None, endpoint: str | None = None, timeouts: CloudTimeouts | None = None) -> None:
+                 ssh_cidr: str | None = None, endpoint: str | None = None, idle_timeout: float | None = 1800.0,
+                 shutdown_command: str = "sudo shutdown -h now", timeouts: CloudTimeouts | None = None) -> None:
         super().__init__(timeouts=timeouts)
         if disk_gb < 8:
             raise ValueError(f"disk_gb must be at least 8, not {disk_gb}")
@@ -112,6 +116,10 @@ class AWS(LibcloudProvider):
         self.ssh_user = ssh_user
         self.ssh_cidr = ssh_cidr
         self.endpoint = endpoint
+        if idle_timeout is not None and idle_timeout <= 0:
+            raise ValueError(f"idle_timeout must be positive seconds or None (no watchdog), not {idle_timeout}")
+        self.idle_timeout = idle_timeout
+        self.shutdown_command = shutdown_command
         self._driver: Any = None
         self._plans: dict[str, catalog.Choice] = {}
         self._shared: dict[str, tuple[str, str]] = {}  # pool id -> (key pair name, security group id)
@@ -123,7 +131,8 @@ class AWS(LibcloudProvider):
         """Plain values that rebuild this provider (never credentials)."""
         return {"provider": self.name, "region": self.region, "zones": self.zones, "instance_type": self.instance_type,
                 "spot": self.spot, "image": self.image, "disk_gb": self.disk_gb, "ssh_user": self.ssh_user,
-                "ssh_cidr": self.ssh_cidr, "endpoint": self.endpoint}
+                "ssh_cidr": self.ssh_cidr, "endpoint": self.endpoint, "idle_timeout": self.idle_timeout,
+                "shutdown_command": self.shutdown_command}
 
     # ---- the driver and errors -------------------------------------------------------------------------
 
@@ -320,7 +329,8 @@ class AWS(LibcloudProvider):
             extra["launched_at"] = launched_at
         return NodeHandle(
             node=int(tags.get(NODE_TAG, -1)), provider_id=node.id, private_addr=private, public_addr=public,
-            reach=SSHReach(host=public or private or "", user=self.ssh_user, key=str(key_path)),
+            reach=SSHReach(host=public or private or "", user=self.ssh_user, key=str(key_path),
+                           idle_shutdown=self.idle_timeout or 0.0, shutdown_command=self.shutdown_command),
             accelerators=info.accelerators if info else 0, accelerator=info.accelerator if info else None,
             state=state, extra=extra,
         )
