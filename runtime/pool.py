@@ -10,22 +10,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from ..errors import PoolClosed, TaskTimeout
 from ..providers.base import Provider
 from ..providers.local import Local
-from ..errors import PoolClosed, TaskTimeout
+from .actors.pool_actor import PoolRuntime
+from .actors.prepared import Prepared
+from .events.state import PoolState
 from .events.types import Event
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
-from .actors.pool_actor import PoolRuntime, Prepared
-from .serialize import dump_value
 from .settings import Settings
-from .events.state import PoolState
 
 if TYPE_CHECKING:
     from .blocking import BlockingPool
@@ -75,6 +76,9 @@ class Pool:
         output: OutputSpec = "all",
         name: str | None = None,
         log_events: bool = True,
+        accelerator: str | None = None,
+        cpus: float | None = None,
+        memory_gb: float | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
@@ -95,6 +99,10 @@ class Pool:
         self.output_spec = output
         self.name = name
         self.log_events = log_events
+        # what each node must have: a cloud provider picks the cheapest machine that has it, and plugins
+        # read `accelerator` (torch: the CUDA wheel index for an NVIDIA GPU)
+        self.accelerator, self.cpus, self.memory_gb = accelerator, cpus, memory_gb
+        self.resources = {"accelerator": accelerator, "cpus": cpus, "memory_gb": memory_gb}
         self.settings = Settings(**settings)
         self._rt: PoolRuntime | None = None
         self._blocking: BlockingPool | None = None
@@ -118,7 +126,7 @@ class Pool:
         self._rt = PoolRuntime(
             provider=self.provider, nodes=self.nodes, processes_per_node=self.processes_per_node,
             plugins=spec_plugins, image=image, output=self.output_spec, settings=self.settings,
-            name=self.name, log_events=self.log_events,
+            name=self.name, log_events=self.log_events, **self.resources,
         )
         await self._rt.start()
         return self
@@ -252,7 +260,7 @@ class Pool:
         workers = max(1, len([c for n in rt.nodes for c in n.usable_channels()]))
         size = chunksize or max(1, min(1000, math.ceil(len(items) / (workers * 4))))
         results: list[Any] = [None] * len(items)
-        template = Prepared(fn, (), {}, batch=True, packed_args=(b"", []))
+        template = Prepared.for_map(fn)
         pending = _batches(template, items, size)
 
         async def lane() -> None:
@@ -262,7 +270,7 @@ class Pool:
                 results[start:start + len(values)] = values
 
         try:
-            with anyio.fail_after(timeout) if timeout is not None else _Null():
+            with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 async with anyio.create_task_group() as tg:
                     for _ in range(min(math.ceil(len(items) / size), workers * 2)):
                         tg.start_soon(lane)
@@ -319,14 +327,13 @@ def _batches(template: Prepared, items: list[Any], size: int) -> Iterator[tuple[
     that smaller count."""
     start = 0
     while start < len(items):
-        chunk = items[start:start + size]
-        args, buffers = dump_value(chunk, "map items")
-        nbytes = len(args) + sum(memoryview(b).nbytes for b in buffers)
-        if nbytes > BATCH_BYTES and len(chunk) > 1:
-            size = max(1, len(chunk) * BATCH_BYTES // nbytes)
+        prep = template.with_chunk(items[start:start + size])
+        nbytes = prep.args_nbytes
+        if nbytes > BATCH_BYTES and prep.items > 1:
+            size = max(1, prep.items * BATCH_BYTES // nbytes)
             continue
-        yield start, template.with_args(args, buffers, len(chunk))
-        start += len(chunk)
+        yield start, prep
+        start += prep.items
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:
@@ -335,10 +342,3 @@ def _first(group: BaseExceptionGroup) -> BaseException:
         exc = exc.exceptions[0]
     return exc
 
-
-class _Null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
