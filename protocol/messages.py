@@ -29,6 +29,7 @@ __all__ = [
     "Resume",
     "Ack",
     "Goodbye",
+    "Missing",
     "MESSAGE_TYPES",
     "TAGS",
     "STDOUT",
@@ -37,7 +38,8 @@ __all__ = [
 
 #: Bumped on any change to framing or to a message's wire fields.
 #: 2: `Resume.received`, `Ack`, `Goodbye` (resumable links, see `resume`).
-PROTOCOL_VERSION = 2
+#: 3: the content cache (see `cache`): `Hello.cache_bytes`, `Submit.buffer_keys`/`cached`, `Missing`.
+PROTOCOL_VERSION = 3
 
 #: `Output.stream` values.
 STDOUT = 1
@@ -65,6 +67,8 @@ class Hello(Message):
     # >= 0 only in the control Hello of a resumable link (see `resume`): the client holds the worker's
     # frames up to this number and asks for the ones after it
     resume_from: int = -1
+    # the worker keeps up to this many bytes of large keyed buffers in its content cache (see `cache`)
+    cache_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,6 +92,9 @@ class Submit(Message):
     `Submit` on this connection. `args` is the pickled `(args, kwargs)` (or, with `batch`, the list of
     single arguments for `map`), pickled with protocol 5: its out-of-band buffers follow as `Chunk`
     frames whose sizes are `buffer_sizes`. `options` are plain msgpack values (output filters, capture).
+    `buffer_keys` is empty or one `cache.KEY_SIZE`-byte content key per buffer (zeros: not cached);
+    the buffers listed in `cached` are not sent: the worker takes them from its content cache (or
+    asks for them with `Missing`).
     """
 
     tag: ClassVar[int] = 3
@@ -98,6 +105,8 @@ class Submit(Message):
     buffer_sizes: tuple[int, ...] = ()
     batch: bool = False
     options: dict[str, Any] = field(default_factory=dict)
+    buffer_keys: bytes = b""
+    cached: tuple[int, ...] = ()
     buffers: tuple[Any, ...] = field(default=(), metadata=_NOWIRE)
 
 
@@ -218,8 +227,19 @@ class Goodbye(Message):
     exit_status: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Missing(Message):
+    """Worker → client: buffers `indices` of task `task_id` were sent by reference (`Submit.cached`)
+    and are not in the content cache (evicted, or this is a new worker): send them as `Chunk`s."""
+
+    tag: ClassVar[int] = 15
+    task_id: int
+    indices: tuple[int, ...]
+
+
 MESSAGE_TYPES: tuple[type[Message], ...] = (
     Hello, Welcome, Submit, Started, Output, Result, Cancel, Ping, Pong, Shutdown, Chunk, Resume, Ack, Goodbye,
+    Missing,
 )
 
 #: tag -> message class, the one table the codec uses.

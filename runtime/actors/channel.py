@@ -31,7 +31,8 @@ from ...protocol import (
     Submit,
     Welcome,
 )
-from ...protocol.messages import Cancel
+from ...protocol.cache import KEY_SIZE, NO_KEY, ContentIndex
+from ...protocol.messages import Cancel, Missing
 from ..events.log import EventLog
 from ..events.types import TaskFinished, TaskStarted, TaskSubmitted
 from ..onnode.setup import FN_CACHE_LIMIT
@@ -48,7 +49,7 @@ OutputSink = Callable[["WorkerChannel", "Call | None", int, str], None]
 class Call:
     """One task in flight on a worker: the caller's future and what the router needs to know."""
 
-    __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs", "started")
+    __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs", "started", "cached", "buffers")
 
     def __init__(self, task_id: int, future: asyncio.Future[Result] | None, options: Any, fn_name: str) -> None:
         self.task_id = task_id
@@ -58,18 +59,24 @@ class Call:
         self.abandoned = False
         self.started = False
         self.outputs: list[tuple[int, str]] | None = None
+        self.cached: tuple[int, ...] = ()  # buffers sent by reference (the worker's content cache)
+        self.buffers: Sequence[Any] = ()  # kept while some are by reference, for a `Missing`
 
 
 class WorkerChannel:
     """Client side of one worker process (node `node`, process `local_rank`)."""
 
-    def __init__(self, *, node: int, local_rank: int, log_: EventLog, on_output: OutputSink) -> None:
+    def __init__(self, *, node: int, local_rank: int, log_: EventLog, on_output: OutputSink,
+                 cache_bytes: int = 0, cache_min: int = 1 << 20) -> None:
         self.node = node
         self.local_rank = local_rank
         self.conn = Connection(Role.CLIENT)
         self.link: Link | None = None
         self.calls: dict[int, Call] = {}
         self.known_fns: set[bytes] = set()
+        # what this worker process holds in its content cache (a new process starts a new channel)
+        self.cache = ContentIndex(cache_bytes) if cache_bytes > 0 else None
+        self.cache_min = max(1, cache_min)
         self.welcome: Welcome | None = None
         self.pid = 0
         self.last_seen = time.monotonic()
@@ -154,6 +161,8 @@ class WorkerChannel:
                            outcome=outcome, error=msg.error_type if not msg.ok else "")
             if call.future is not None and not call.future.done():
                 call.future.set_result(msg)
+        elif isinstance(msg, Missing):
+            self._resend(msg)
         elif isinstance(msg, Output):
             self._on_output(self, self.calls.get(msg.task_id), msg.stream, msg.data)
         elif isinstance(msg, Started):
@@ -179,7 +188,8 @@ class WorkerChannel:
             self.link.write(data)
 
     async def handshake(self, *, skyhive_version: str, python_version: str) -> Welcome:
-        self._write(self.conn.hello(skyhive_version, python_version))
+        self._write(self.conn.hello(skyhive_version, python_version,
+                                    cache_bytes=self.cache.capacity if self.cache is not None else 0))
         return await self._welcomed
 
     def send(self, task_id: int, prep: Prepared, options: dict[str, Any] | None,
@@ -203,10 +213,15 @@ class WorkerChannel:
                 known.clear()  # the worker clears its cache at the same count
             known.add(prep.fn_id)
             fn_bytes = prep.fn_bytes
-        msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args,
-                     buffer_sizes=tuple(memoryview(b).nbytes for b in prep.buffers), batch=prep.batch,
-                     options=options_)
+        sizes = tuple(memoryview(b).nbytes for b in prep.buffers)
+        keys, cached = b"", ()
+        if self.cache is not None and sizes and max(sizes) >= self.cache_min:
+            keys, cached = self._by_reference(prep.content_keys(self.cache_min), sizes)
+        msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args, buffer_sizes=sizes,
+                     batch=prep.batch, options=options_, buffer_keys=keys, cached=cached)
         call = Call(task_id, future, options, prep.fn_name)
+        if cached:
+            call.cached, call.buffers = cached, prep.buffers
         if options and options.get("capture"):
             call.outputs = []
         if not self._send(msg):
@@ -220,13 +235,53 @@ class WorkerChannel:
                        fn=prep.fn_name, items=prep.items)
         return call
 
+    def _by_reference(self, keys: bytes, sizes: tuple[int, ...]) -> tuple[bytes, tuple[int, ...]]:
+        """The Submit's `buffer_keys` and `cached`: keyed buffers this worker holds go by reference;
+        the others will be held once sent (the index mirrors the worker's LRU, see `protocol.cache`)."""
+        index = self.cache
+        assert index is not None
+        cached = []
+        for i, size in enumerate(sizes):
+            key = keys[i * KEY_SIZE : (i + 1) * KEY_SIZE]
+            if key == NO_KEY:
+                continue
+            if index.touch(key):
+                cached.append(i)
+        for i, size in enumerate(sizes):
+            key = keys[i * KEY_SIZE : (i + 1) * KEY_SIZE]
+            if key != NO_KEY and i not in cached:
+                index.add(key, size)
+        return keys, tuple(cached)
+
+    def _resend(self, msg: Missing) -> None:
+        """The worker does not hold buffers we sent by reference: send them now (a miss costs a round
+        trip, never an error). Written through the link's buffer: this path is rare."""
+        call = self.calls.get(msg.task_id)
+        if call is None or self.lost_reason is not None or self.link is None:
+            return
+        if not set(msg.indices) <= set(call.cached):
+            self._broken(f"worker asked again for buffers {msg.indices} of task {msg.task_id}, "
+                         f"which were not sent by reference")
+            return
+        log.debug("node %d worker %d: content cache miss for task %d, buffers %s",
+                  self.node, self.local_rank, msg.task_id, msg.indices)
+        try:
+            for header, piece in self.conn.send_buffers(msg.task_id, call.buffers, only=msg.indices):
+                self.link.writelines([header, piece])
+        except ProtocolError as exc:
+            self._broken(f"protocol error while sending buffers: {exc}")
+        call.buffers = ()
+
     async def send_buffers(self, task_id: int, buffers: Sequence[Any]) -> None:
-        """Send a task's out-of-band buffers, chunk by chunk (other frames may go between chunks)."""
+        """Send a task's out-of-band buffers, chunk by chunk (other frames may go between chunks);
+        those the worker holds in its content cache are not sent."""
         assert self.link is not None
         if self.lost_reason:
             return
+        call = self.calls.get(task_id)
+        skip = call.cached if call is not None else ()
         try:
-            for header, piece in self.conn.send_buffers(task_id, buffers):
+            for header, piece in self.conn.send_buffers(task_id, buffers, skip=skip):
                 if self.lost_reason:
                     return
                 await self.link.write_direct([header, piece])

@@ -206,7 +206,8 @@ class NodeActor:
         assert self.transport is not None
         info = ctx.infos[(self.index, rank)]
         ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="starting")
-        channel = WorkerChannel(node=self.index, local_rank=rank, log_=ctx.log, on_output=ctx.deliver_output)
+        channel = WorkerChannel(node=self.index, local_rank=rank, log_=ctx.log, on_output=ctx.deliver_output,
+                                cache_bytes=ctx.settings.cache_bytes, cache_min=ctx.settings.cache_min)
         env = {**ctx.worker_env, ENV_VAR: info.to_json()}
         # how often this worker was restarted: plugins that form process groups refuse to re-join one
         env[RESTART_ENV] = str(self.starts[rank])

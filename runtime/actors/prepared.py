@@ -6,7 +6,9 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from ...protocol.cache import NO_KEY
 from ..serialize import INBAND_MAX, dump_args, dump_function_cached, dump_value
+from .keys import content_key
 
 __all__ = ["Prepared"]
 
@@ -20,7 +22,8 @@ class Prepared:
     (`fn_in_buffer`), with every call, so that it never makes a message frame large (see
     `protocol.codec.MAX_MESSAGE`); `buffers` then starts with it."""
 
-    __slots__ = ("fn_id", "fn_bytes", "args", "buffers", "fn_name", "batch", "kind", "items", "fn_in_buffer")
+    __slots__ = ("fn_id", "fn_bytes", "args", "buffers", "fn_name", "batch", "kind", "items", "fn_in_buffer",
+                 "_keys")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                  kind: str = "call", fn_name: str | None = None) -> None:
@@ -36,6 +39,18 @@ class Prepared:
     def _set_args(self, args: bytes, buffers: list[Any]) -> None:
         self.args = args
         self.buffers = [self.fn_bytes, *buffers] if self.fn_in_buffer else buffers
+        self._keys: tuple[int, bytes] | None = None
+
+    def content_keys(self, min_size: int) -> bytes:
+        """One content key per buffer (`protocol.cache.NO_KEY` for those under `min_size` bytes),
+        concatenated; b"" when no buffer is that large. Computed once, whatever the number of workers."""
+        if self._keys is None or self._keys[0] != min_size:
+            sizes = [memoryview(b).nbytes for b in self.buffers]
+            keys = b""
+            if any(size >= min_size for size in sizes):
+                keys = b"".join(content_key(b) if size >= min_size else NO_KEY for b, size in zip(self.buffers, sizes))
+            self._keys = (min_size, keys)
+        return self._keys[1]
 
     @property
     def args_nbytes(self) -> int:

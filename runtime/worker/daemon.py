@@ -33,6 +33,7 @@ from ...protocol import (
     Connection,
     Hello,
     Message,
+    Missing,
     Output,
     Ping,
     Pong,
@@ -48,6 +49,7 @@ from ...protocol.messages import PROTOCOL_VERSION, STDERR, STDOUT
 from ..onnode.context import set_instance_info
 from ..onnode.setup import FN_CACHE_LIMIT, python_version, skyhive_version
 from ..serialize import dump_exception, dump_value, load_value
+from .bufcache import MemfdStore
 from .capture import FLUSH_DELAY, FdPump, Flusher, TaskStream
 
 log = logging.getLogger("skyhive.worker")
@@ -196,6 +198,8 @@ class Worker:
             self.send(Pong(nonce=msg.nonce))
         elif isinstance(msg, Cancel):
             self.cancel(msg.task_id)
+        elif isinstance(msg, Missing):  # the content cache lacks a buffer a Submit sent by reference
+            self.send(msg)
         elif isinstance(msg, Hello):
             self.handshake(msg)
         elif isinstance(msg, Shutdown):
@@ -212,6 +216,8 @@ class Worker:
                 self._write(self.conn.refusal(self._welcome(error)))
             log.error("%s", error)
             self.abandon(1)
+        if hello.cache_bytes > 0 and self.conn.store is None:
+            self.conn.store = MemfdStore(hello.cache_bytes)
         self.send(self._welcome(""))
 
     def _welcome(self, error: str) -> Welcome:
