@@ -16,11 +16,12 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from ...errors import PoolClosed, TaskTimeout, WorkerLost
+from ...plugins.api import AppHook, TaskHook
 from ...protocol.info import InstanceInfo, Peer
 from ...protocol.messages import Result
 from ...providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
@@ -38,6 +39,9 @@ from .node import NodeActor
 from .prepared import Prepared
 from .provisioning import with_retries
 
+if TYPE_CHECKING:
+    from ...plugins.image import Image
+
 log = logging.getLogger("skyhive.pool")
 
 __all__ = ["PoolRuntime"]
@@ -45,7 +49,7 @@ __all__ = ["PoolRuntime"]
 
 class PoolRuntime:
     def __init__(self, *, provider: Provider, nodes: int, processes_per_node: int, plugins: Sequence[Any],
-                 image: Any, output: OutputSpec, settings: Settings, name: str | None,
+                 image: Image | None, output: OutputSpec, settings: Settings, name: str | None,
                  log_events: bool) -> None:
         self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
         self.provider = provider
@@ -157,7 +161,7 @@ class PoolRuntime:
                 )
 
     def _worker_setup(self) -> WorkerSetup | None:
-        hooks = [p for p in self.plugins if hasattr(p, "around_app") or hasattr(p, "around_task")]
+        hooks = [p for p in self.plugins if isinstance(p, (AppHook, TaskHook))]
         for plugin in hooks:  # a plugin class from the user's own code travels by value, like functions
             register_user_code(type(plugin))
         return WorkerSetup(hooks, {}) if hooks else None
