@@ -105,6 +105,10 @@ class SSHReach(Reach):
     reconnect_timeout: float = SSH_RECONNECT_TIMEOUT  # a dropped link is retried this long
     use_agent: bool = False  # the ssh agent and ~/.ssh/config keys (never ~/.ssh/config itself)
     keep_env: bool = True  # keep the environment bootstrap built on the node (next pool starts warm)
+    # > 0: bootstrap starts the node's idle watchdog, which runs `shutdown_command` after this many
+    # seconds with no SSH client connected (cloud nodes: the last defence against a forgotten machine)
+    idle_shutdown: float = 0.0
+    shutdown_command: str = "sudo shutdown -h now"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,6 +214,13 @@ class Provider(abc.ABC):
     def head_port(self, spec: ClusterSpec) -> int:
         """The coordination port on the head node (MASTER_PORT, the JAX coordinator)."""
         return 29500
+
+    def plan(self, spec: ClusterSpec) -> Mapping[str, Any]:
+        """What `spec` will get and cost, in plain values, known before anything is created (a cloud: the
+        instance type, its hourly price, the pool's cost per hour, and a one-line "summary"); recorded in
+        the pool's log and shown before launch. Raises `ProvisionError` if nothing satisfies `spec`.
+        Default: nothing to say."""
+        return {}
 
     def describe(self) -> dict[str, Any]:
         """Plain values that identify this provider's configuration (for the event log and `skyhive down`)."""

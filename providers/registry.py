@@ -37,7 +37,7 @@ __all__ = ["PROVIDERS", "ENTRY_POINT_GROUP", "names", "planned", "canonical", "p
 PROVIDERS: dict[str, tuple[str, str]] = {
     "local": ("skyhive.providers.local", "Local"),
     "ssh": ("skyhive.providers.ssh", "SSH"),
-    "aws": ("skyhive.providers.aws", "AWS"),
+    "aws": ("skyhive.providers.cloud.aws", "AWS"),
     "gcp": ("skyhive.providers.gcp", "GCP"),
     "azure": ("skyhive.providers.azure", "Azure"),
     "digitalocean": ("skyhive.providers.digitalocean", "DigitalOcean"),

@@ -74,6 +74,9 @@ class Pool:
         output: OutputSpec = "all",
         name: str | None = None,
         log_events: bool = True,
+        accelerator: str | None = None,
+        cpus: float | None = None,
+        memory_gb: float | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
@@ -94,6 +97,10 @@ class Pool:
         self.output_spec = output
         self.name = name
         self.log_events = log_events
+        # what each node must have: a cloud provider picks the cheapest machine that has it, and plugins
+        # read `accelerator` (torch: the CUDA wheel index for an NVIDIA GPU)
+        self.accelerator, self.cpus, self.memory_gb = accelerator, cpus, memory_gb
+        self.resources = {"accelerator": accelerator, "cpus": cpus, "memory_gb": memory_gb}
         self.settings = Settings(**settings)
         self._rt: PoolRuntime | None = None
         self._blocking: BlockingPool | None = None
@@ -117,7 +124,7 @@ class Pool:
         self._rt = PoolRuntime(
             provider=self.provider, nodes=self.nodes, processes_per_node=self.processes_per_node,
             plugins=spec_plugins, image=image, output=self.output_spec, settings=self.settings,
-            name=self.name, log_events=self.log_events,
+            name=self.name, log_events=self.log_events, **self.resources,
         )
         await self._rt.start()
         return self

@@ -50,13 +50,15 @@ __all__ = ["PoolRuntime"]
 class PoolRuntime:
     def __init__(self, *, provider: Provider, nodes: int, processes_per_node: int, plugins: Sequence[Any],
                  image: Image | None, output: OutputSpec, settings: Settings, name: str | None,
-                 log_events: bool) -> None:
+                 log_events: bool, accelerator: str | None = None, cpus: float | None = None,
+                 memory_gb: float | None = None) -> None:
         self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
         self.provider = provider
         self.settings = settings
         self.plugins = list(plugins)
         self.image = image
-        self.spec = ClusterSpec(pool_id=self.pool_id, nodes=nodes, processes_per_node=processes_per_node)
+        self.spec = ClusterSpec(pool_id=self.pool_id, nodes=nodes, processes_per_node=processes_per_node,
+                                accelerator=accelerator, cpus=cpus, memory_gb=memory_gb)
         secrets = frozenset(image.secret_values()) if image is not None else frozenset()
         self.log = EventLog(self.pool_id, path=pool_log_path(self.pool_id) if log_events else None, secrets=secrets)
         self.infos: dict[tuple[int, int], InstanceInfo] = {}
@@ -109,7 +111,10 @@ class PoolRuntime:
         """requested -> provisioning for every node (one `launch` request, after `prepare`), then each
         node actor goes on by itself: running, connecting, bootstrapping, ready."""
         spec, provider = self.spec, self.provider
-        self.log.emit(PoolStarted, provider=provider.name, nodes=spec.nodes,
+        plan = dict(provider.plan(spec))  # the machine and its price, shown before anything is made
+        if plan:
+            log.info("pool %s: %s", self.pool_id, plan.get("summary") or plan)
+        self.log.emit(PoolStarted, plan=plan, provider=provider.name, nodes=spec.nodes,
                       processes_per_node=spec.processes_per_node, pid=os.getpid(), host=socket.gethostname(),
                       provider_config=provider.describe())
         for node in self.nodes:

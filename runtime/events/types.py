@@ -52,6 +52,7 @@ class PoolStarted(Event):
     pid: int
     host: str
     provider_config: dict[str, Any] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)  # the provider's `plan(spec)`: machine type, price
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
