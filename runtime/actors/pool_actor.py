@@ -67,7 +67,7 @@ class PoolRuntime:
         self.worker_env: dict[str, str] = dict(image.all_env()) if image is not None else {}
         self.setup: WorkerSetup | None = self._worker_setup()
         self._addresses_known = anyio.Event()
-        self._launching = False  # a `launch` request is (or was left) in flight: `close` asks list_owned
+        self._launching = False  # a `launch` in flight, or one that answered wrongly: `close` asks list_owned
         self.context = NodeContext(
             pool_id=self.pool_id, spec=self.spec, provider=provider, settings=settings, log=self.log,
             image=image, worker_env=self.worker_env, infos=self.infos, deliver_output=self.router.deliver,
@@ -124,12 +124,13 @@ class PoolRuntime:
             node.move(NodeState.PROVISIONING)
         self._launching = True
         handles = await with_retries(provider, "launch", lambda: provider.launch(spec, range(spec.nodes)))
-        self._launching = False
         if sorted(h.node for h in handles) != list(range(spec.nodes)):
-            for node, handle in zip(self.nodes, handles):
-                node.handle = handle  # terminated by close
+            # what it returned goes back at once; `_launching` stays set, so close also asks list_owned
+            with anyio.CancelScope(shield=True):
+                await with_retries(provider, "terminate", lambda: provider.terminate(handles))
             raise ProvisionError(f"provider {provider.name} launched nodes {[h.node for h in handles]}, "
                                  f"asked for {spec.nodes} (0..{spec.nodes - 1})")
+        self._launching = False
         async with anyio.create_task_group() as starter:
             for handle in handles:
                 starter.start_soon(self._start_node, self.nodes[handle.node], handle)
@@ -389,7 +390,7 @@ class PoolRuntime:
                         tg.start_soon(terminate, node)
                 error = error or "; ".join(errors)
                 try:
-                    if self._launching:  # a launch request never answered: what did it create?
+                    if self._launching:  # a launch never answered (or wrongly): what did it create?
                         leftover = await self.provider.list_owned(self.pool_id)
                         if leftover:
                             await self.provider.terminate(leftover)
