@@ -226,6 +226,16 @@ class Provider(abc.ABC):
         """Plain values that identify this provider's configuration (for the event log and `skyhive down`)."""
         return {"provider": self.name}
 
+    @classmethod
+    def from_description(cls, desc: Mapping[str, Any]) -> Provider:
+        """Rebuild the provider from its `describe()` (what `skyhive down` does with a pool's log).
+        Default: `cls(**desc_without_"provider")`. Raises `ProvisionError` if that does not fit."""
+        kwargs = {k: v for k, v in desc.items() if k != "provider"}
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise ProvisionError(f"cannot rebuild provider {cls.name!r} from the pool's log ({kwargs!r}): {exc}") from None
+
     def for_nodes(self, nodes: int) -> Provider:
         """This provider narrowed to what a pool of `nodes` nodes used, for `skyhive down` (a provider
         naming hosts keeps only the first `nodes`). Default: itself."""

@@ -10,22 +10,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from ..errors import PoolClosed, TaskTimeout
 from ..providers.base import Provider
 from ..providers.local import Local
-from ..errors import PoolClosed, TaskTimeout
+from .actors.pool_actor import PoolRuntime
+from .actors.prepared import Prepared
+from .events.state import PoolState
 from .events.types import Event
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
-from .actors.pool_actor import PoolRuntime, Prepared
-from .serialize import dump_value
 from .settings import Settings
-from .events.state import PoolState
 
 if TYPE_CHECKING:
     from .blocking import BlockingPool
@@ -257,18 +258,18 @@ class Pool:
         size = chunksize or max(1, min(1000, math.ceil(len(items) / (workers * 4))))
         batches = [(start, items[start:start + size]) for start in range(0, len(items), size)]
         results: list[Any] = [None] * len(items)
-        template = Prepared(fn, (), {}, batch=True, packed_args=(b"", []))
+        template = Prepared.for_map(fn)
         pending = iter(batches)
 
         async def lane() -> None:
             for start, chunk in pending:
-                prep = _batch(template, chunk)
+                prep = template.with_chunk(chunk)
                 channel = await rt.pick()
                 values = await rt.run_one(channel, prep, timeout=None, options=options)
                 results[start:start + len(values)] = values
 
         try:
-            with anyio.fail_after(timeout) if timeout is not None else _Null():
+            with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 async with anyio.create_task_group() as tg:
                     for _ in range(min(len(batches), workers * 2)):
                         tg.start_soon(lane)
@@ -319,24 +320,9 @@ class Pool:
         return self._runtime.router.subscribe(**kw)
 
 
-def _batch(template: Prepared, chunk: list[Any]) -> Prepared:
-    prep = Prepared.__new__(Prepared)
-    prep.fn_id, prep.fn_bytes, prep.fn_name = template.fn_id, template.fn_bytes, template.fn_name
-    prep.args, prep.buffers = dump_value(chunk)
-    prep.batch, prep.kind, prep.items = True, "call", len(chunk)
-    return prep
-
-
 def _first(group: BaseExceptionGroup) -> BaseException:
     exc: BaseException = group
     while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
     return exc
 
-
-class _Null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None

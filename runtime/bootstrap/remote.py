@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ...providers.base import ProvisionError
-from .wheels import runtime_wheels
-from ..transport.ssh import NodeEnv, SSHTransport, register_secrets
 from ...errors import BootstrapError, PythonMismatch, SetupFailed
+from ...providers.base import ProvisionError
+from ..transport.ssh import NodeEnv, SSHTransport, register_secrets
+from .wheels import runtime_wheels
 
 if TYPE_CHECKING:
     from ..actors.context import NodeContext
