@@ -43,6 +43,7 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "digitalocean": ("skyhive.providers.digitalocean", "DigitalOcean"),
     "slurm": ("skyhive.providers.slurm", "Slurm"),
     "simulated": ("skyhive.providers.simulated", "Simulated"),
+    "fallback": ("skyhive.providers.fallback", "Fallback"),
 }
 # the spellings SkyPilot task files use for the same clouds
 _ALIASES = {"do": "digitalocean", "ec2": "aws", "gce": "gcp", "google": "gcp", "amazon": "aws"}
