@@ -38,7 +38,7 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "local": ("skyhive.providers.local", "Local"),
     "ssh": ("skyhive.providers.ssh", "SSH"),
     "aws": ("skyhive.providers.cloud.aws", "AWS"),
-    "gcp": ("skyhive.providers.gcp", "GCP"),
+    "gcp": ("skyhive.providers.cloud.gcp", "GCP"),
     "azure": ("skyhive.providers.azure", "Azure"),
     "digitalocean": ("skyhive.providers.digitalocean", "DigitalOcean"),
     "slurm": ("skyhive.providers.slurm", "Slurm"),
