@@ -40,7 +40,7 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "aws": ("skyhive.providers.cloud.aws", "AWS"),
     "gcp": ("skyhive.providers.cloud.gcp", "GCP"),
     "azure": ("skyhive.providers.azure", "Azure"),
-    "digitalocean": ("skyhive.providers.digitalocean", "DigitalOcean"),
+    "digitalocean": ("skyhive.providers.cloud.digitalocean", "DigitalOcean"),
     "slurm": ("skyhive.providers.slurm", "Slurm"),
     "simulated": ("skyhive.providers.simulated", "Simulated"),
     "fallback": ("skyhive.providers.fallback", "Fallback"),
