@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from ...errors import CloudAPIError
@@ -195,7 +196,11 @@ class LibcloudProvider(Provider):
             for zone in zones:
                 tried.append(zone)
                 try:
-                    return await self.call(self.launch_sync, spec, nodes, zone)
+                    handles = await self.call(self.launch_sync, spec, nodes, zone)
+                    # a cancellation that arrived while the create call ran in its thread lands here, so
+                    # that the nodes it made are terminated below instead of returned to nobody
+                    await anyio.lowlevel.checkpoint()
+                    return handles
                 except Exception as exc:
                     kind = self.classify(exc)
                     if kind is not ErrorKind.CAPACITY:
