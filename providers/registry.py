@@ -27,6 +27,7 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "gcp": ("skyhive.providers.gcp", "GCP"),
     "azure": ("skyhive.providers.azure", "Azure"),
     "digitalocean": ("skyhive.providers.digitalocean", "DigitalOcean"),
+    "slurm": ("skyhive.providers.slurm", "Slurm"),
     "simulated": ("skyhive.providers.simulated", "Simulated"),
 }
 # the spellings SkyPilot task files use for the same clouds

@@ -40,6 +40,8 @@ __all__ = [
     "HostKeyChanged",
     "AuthenticationFailed",
     "parse_host",
+    "ssh_connect",
+    "known_hosts_for",
 ]
 
 log = logging.getLogger("skyhive.providers.ssh")
@@ -177,6 +179,57 @@ def _sweep_script(pool_id: str, mode: str, grace: float) -> str:
         "RE_FILE": f"^{pid_re}(-[0-9]+-[0-9]+\\.sock(\\..*)?)?$",
     }
     return "".join(f"{k}={shlex.quote(v)}\n" for k, v in variables.items()) + _SWEEP
+
+
+def known_hosts_for(host: str, port: int, *, known_hosts: str | None = None, host_key: str | None = None) -> Any:
+    """What `asyncssh.connect(known_hosts=...)` takes to check `host`: the `known_hosts` file when given,
+    else the one pinned `host_key` ("ssh-ed25519 AAAA..."), else None (first contact: accept, then pin
+    the key the host showed, `conn.get_server_host_key()`)."""
+    if known_hosts:
+        return os.path.expanduser(known_hosts)
+    if host_key is None:
+        return None
+    import asyncssh
+
+    name = host if port == 22 else f"[{host}]:{port}"
+    return asyncssh.import_known_hosts(f"{name} {host_key}\n")
+
+
+async def ssh_connect(user: str, host: str, port: int = 22, *, key: str | None = None,
+                      known_hosts: str | None = None, host_key: str | None = None, use_agent: bool = False,
+                      connect_timeout: float = 10.0, **options: Any) -> Any:
+    """An isolated asyncssh connection (no `~/.ssh/config`, no agent unless `use_agent`, only `key` or
+    the default identity files), the host key checked as `known_hosts_for` says. Extra `options` go to
+    `asyncssh.connect`. Raises `HostKeyChanged`, `AuthenticationFailed` or `HostUnreachable`, each
+    naming `user@host[:port]` and the cause."""
+    import asyncssh
+
+    where = f"{user}@{host}" + (f":{port}" if port != 22 else "")
+    opts: dict[str, Any] = dict(
+        host=host, port=port, username=user, config=None,
+        known_hosts=known_hosts_for(host, port, known_hosts=known_hosts, host_key=host_key),
+        agent_path=() if use_agent else None,
+        connect_timeout=connect_timeout, login_timeout=connect_timeout, **options,
+    )
+    if key:
+        opts["client_keys"] = [os.path.expanduser(key)]
+    try:
+        with anyio.fail_after(connect_timeout + 1):
+            return await asyncssh.connect(**opts)
+    except asyncssh.HostKeyNotVerifiable as exc:
+        source = f"known_hosts {known_hosts}" if known_hosts else "the key pinned for it"
+        raise HostKeyChanged(f"host {where}: its host key does not match {source} ({exc}); refusing to "
+                             "connect", host=host) from None
+    except asyncssh.PermissionDenied as exc:
+        raise AuthenticationFailed(
+            f"host {where}: authentication failed for user {user} with "
+            f"{'key ' + key if key else 'the default keys'} ({exc.reason or exc})", host=host,
+        ) from None
+    except (TimeoutError, asyncio.TimeoutError):
+        raise HostUnreachable(f"host {where}: no SSH connection within {connect_timeout:g} s "
+                              "(host down, wrong address, or a firewall drops the packets)", host=host) from None
+    except (OSError, asyncssh.Error) as exc:
+        raise HostUnreachable(f"host {where}: cannot connect: {exc}", host=host) from None
 
 
 class SSH(Provider):
@@ -353,32 +406,10 @@ class SSH(Provider):
         user, addr, port = host
         user = user or getpass.getuser()
         where = self._show((user, addr, port))
-        options: dict[str, Any] = dict(
-            host=addr, port=port, username=user, config=None,
-            # the pool's own check: its known_hosts file; without one the pool pinned each host's key on
-            # first contact and that key is not kept, so this login takes the key the host shows
-            known_hosts=os.path.expanduser(self.known_hosts) if self.known_hosts else None,
-            agent_path=() if self.use_agent else None,
-            connect_timeout=self.connect_timeout, login_timeout=self.connect_timeout,
-        )
-        if self.key:
-            options["client_keys"] = [os.path.expanduser(self.key)]
-        try:
-            with anyio.fail_after(self.connect_timeout + 1):
-                conn = await asyncssh.connect(**options)
-        except asyncssh.HostKeyNotVerifiable as exc:
-            raise HostKeyChanged(f"host {where}: its host key does not match known_hosts {self.known_hosts} "
-                                 f"({exc}); refusing to connect", host=addr) from None
-        except asyncssh.PermissionDenied as exc:
-            raise AuthenticationFailed(
-                f"host {where}: authentication failed for user {user} with "
-                f"{'key ' + self.key if self.key else 'the default keys'} ({exc.reason or exc})", host=addr,
-            ) from None
-        except (TimeoutError, asyncio.TimeoutError):
-            raise HostUnreachable(f"host {where}: no SSH connection within {self.connect_timeout:g} s "
-                                  "(host down, wrong address, or a firewall drops the packets)", host=addr) from None
-        except (OSError, asyncssh.Error) as exc:
-            raise HostUnreachable(f"host {where}: cannot connect: {exc}", host=addr) from None
+        # the pool's own check: its known_hosts file; without one the pool pinned each host's key on
+        # first contact and that key is not kept, so this login takes the key the host shows
+        conn = await ssh_connect(user, addr, port, key=self.key, known_hosts=self.known_hosts,
+                                 use_agent=self.use_agent, connect_timeout=self.connect_timeout)
         try:
             async with conn:
                 with anyio.fail_after(60):

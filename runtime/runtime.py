@@ -162,6 +162,11 @@ class PoolRuntime:
     def make_transport(self, handle: NodeHandle) -> Transport:
         if isinstance(handle.reach, LocalReach):
             return LocalTransport(cwd=handle.reach.cwd, redact=self.log.redact)
+        if handle.reach.kind == "slurm":  # (until the transport registry lands: reach kind -> transport)
+            from .transport.srun import make_srun_transport
+
+            return make_srun_transport(handle.reach, pool_id=self.pool_id, settings=self.settings,  # type: ignore[arg-type]
+                                       redact=self.log.redact)
         from .transport.ssh import SSHTransport  # imported only when a pool uses SSH
 
         return SSHTransport(handle.reach, pool_id=self.pool_id, settings=self.settings)

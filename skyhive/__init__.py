@@ -22,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "Pool": "skyhive.runtime.pool",
     "Local": "skyhive.providers.local",
     "SSH": "skyhive.providers.ssh",
+    "Slurm": "skyhive.providers.slurm",
     "Image": "skyhive.plugins.image",
     "compute": "skyhive.runtime.compute",
     "gather": "skyhive.runtime.compute",
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     from skyhive.protocol.info import Peer as Peer
     from skyhive.providers.base import ProvisionError as ProvisionError
     from skyhive.providers.local import Local as Local
+    from skyhive.providers.slurm import Slurm as Slurm
     from skyhive.providers.ssh import SSH as SSH
     from skyhive.runtime.capture import Captured as Captured
     from skyhive.runtime.compute import compute as compute

@@ -15,7 +15,7 @@ import skyhive as sky
 ROOT = Path(__file__).resolve().parent.parent
 
 PUBLIC = {
-    "Pool", "Local", "SSH", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
+    "Pool", "Local", "SSH", "Slurm", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
     "stdout", "stderr", "silent", "OutputRecord", "OutputStalled", "Captured", "plugins",
     "SkyhiveError", "WorkerLost", "ProvisionError", "ProtocolError", "TaskTimeout", "RemoteError",
     "SerializationError", "PoolClosed", "NotOnNodeError",

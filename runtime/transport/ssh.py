@@ -33,7 +33,7 @@ import anyio
 import asyncssh
 
 from ...providers.base import SSHReach
-from ...providers.ssh import AuthenticationFailed, HostKeyChanged, HostUnreachable, SSHError
+from ...providers.ssh import AuthenticationFailed, HostKeyChanged, HostUnreachable, SSHError, known_hosts_for
 from ..settings import Settings
 from ..worker.daemon import python_version, skyhive_version
 from .base import CommandResult, Receiver, Transport, WorkerProcess
@@ -142,15 +142,11 @@ class SSHTransport(Transport):
 
     def _known_hosts(self) -> Any:
         reach = self.reach
-        if reach.known_hosts:
-            return os.path.expanduser(reach.known_hosts)
         key = reach.host_key
         if key is None and self._pinned is not None:
             key = self._pinned.export_public_key().decode().strip()
-        if key is None:
-            return None  # first contact: pinned right after
-        name = reach.host if reach.port == 22 else f"[{reach.host}]:{reach.port}"
-        return asyncssh.import_known_hosts(f"{name} {key}\n")
+        # None on first contact: pinned right after
+        return known_hosts_for(reach.host, reach.port, known_hosts=reach.known_hosts, host_key=key)
 
     async def connect(self) -> Any:
         """The live connection, opened (again) if needed. Raises `SSHError` subclasses naming the host."""
