@@ -258,6 +258,31 @@ class SlurmCluster:
         daemons = {n.proc.pid for n in self.nodes if n.proc is not None}
         return {n.name: [p for p in n.pids() if p not in daemons] for n in self.nodes}
 
+    def worker_processes(self) -> dict[str, list[int]]:
+        """skyhive worker processes in the node namespaces, by node name."""
+        found: dict[str, list[int]] = {}
+        for node, pids in self.node_processes().items():
+            for pid in pids:
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                except OSError:
+                    continue
+                if b"skyhive.runtime.worker" in cmd and process_alive(pid):
+                    found.setdefault(node, []).append(pid)
+        return found
+
+    def wait_clean(self, timeout: float = 15.0) -> tuple[list, dict]:
+        """Wait until no job is listed and no process but slurmd runs in any node namespace; returns
+        what is still there at the timeout ((jobs, {node: pids})): both empty when clean."""
+        deadline = time.monotonic() + timeout
+        while True:
+            jobs = self.jobs()
+            procs = {k: [p for p in v if process_alive(p)] for k, v in self.node_processes().items()}
+            procs = {k: v for k, v in procs.items() if v}
+            if (not jobs and not procs) or time.monotonic() > deadline:
+                return jobs, procs
+            time.sleep(0.1)
+
     def log(self, name: str) -> str:
         path = self.dir / "log" / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
