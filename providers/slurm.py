@@ -202,10 +202,18 @@ class Slurm(Provider):
         """Submit one holding job for these node indices (declared in `Provider.launch`). Raises
         `ProvisionError` quoting `sbatch` when Slurm refuses the request."""
         nodes = list(nodes)
-        try:
-            out = (await self._run(*self.sbatch_argv(spec, len(nodes)))).stdout
-        except SlurmCommandError as exc:
-            raise type(exc)(f"Slurm refused the allocation for pool {spec.pool_id} ({len(nodes)} nodes): {exc}") from None
+        argv = self.sbatch_argv(spec, len(nodes))
+        # shielded (and bounded by command_timeout): a cancellation must not lose the id of a job that
+        # sbatch created; it is delivered right after, and the caller terminates the handles
+        with anyio.CancelScope(shield=True):
+            try:
+                out = (await self._run(*argv)).stdout
+            except ControllerUnreachable:
+                await self._cancel_by_name(spec.pool_id)  # the job may exist although sbatch did not say
+                raise
+            except SlurmCommandError as exc:
+                raise type(exc)(f"Slurm refused the allocation for pool {spec.pool_id} ({len(nodes)} nodes): "
+                                f"{exc}") from None
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
             raise SlurmCommandError(f"sbatch printed {out.strip()!r}, not a job id")
@@ -334,9 +342,18 @@ class Slurm(Provider):
         finally:
             await self.runner.close()
 
-    async def job_states(self, pool_id: str) -> list[tuple[str, str]]:
-        """(job id, Slurm state) of the pool's jobs that Slurm still lists (for `skyhive ls`)."""
-        return [(str(h.extra["job_id"]), h.state) for h in await self.list_owned(pool_id)]
+    async def _cancel_by_name(self, pool_id: str) -> None:
+        try:
+            await self._run("scancel", "--me", f"--name={job_name(pool_id)}", check=False)
+        except SlurmCommandError as exc:
+            log.error("pool %s: could not cancel its Slurm job by name (%s); `skyhive down %s` will",
+                      pool_id, exc, pool_id)
+
+    async def owned_summary(self, pool_id: str) -> str | None:
+        """"job 12 RUNNING" for each of the pool's jobs Slurm still lists, or "no job" (declared in
+        `Provider.owned_summary`; one `squeue`)."""
+        handles = await self.list_owned(pool_id)
+        return ", ".join(f"job {h.extra['job_id']} {h.state}" for h in handles) or "no job"
 
     def describe(self) -> dict[str, Any]:
         return {"provider": self.name, "partition": self.partition, "account": self.account, "qos": self.qos,
