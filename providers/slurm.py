@@ -128,7 +128,8 @@ class Slurm(Provider):
       pinned on first contact). Default: this machine is the login node.
     - `python`: the interpreter on the nodes; default this one's path in Mode 1 (a shared file system),
       the environment bootstrap builds in the login user's (shared) home in Mode 2.
-    - `pending_timeout`: how long the job may stay pending before the pool fails (default 600 s).
+    - `pending_timeout`: how long the job may stay pending before the pool fails (default 600 s);
+      `poll_interval`: the longest wait between two `squeue` while it is pending (from 20 ms, doubling).
     - `sbatch_args`: more `sbatch` options, verbatim.
     """
 
@@ -147,7 +148,7 @@ class Slurm(Provider):
                  time_limit: int | str = 60, gres: str | None = None, constraint: str | None = None,
                  login: str | None = None, key: str | None = None, known_hosts: str | None = None,
                  python: str | None = None, cwd: str | None = None, pending_timeout: float = 600.0,
-                 poll_interval: float = 0.2, sbatch_args: Sequence[str] = (), connect_timeout: float = 10.0) -> None:
+                 poll_interval: float = 1.0, sbatch_args: Sequence[str] = (), connect_timeout: float = 10.0) -> None:
         if isinstance(time_limit, bool) or not isinstance(time_limit, (int, str)):
             raise ValueError(f"Slurm(time_limit={time_limit!r}): minutes (int) or '[D-]HH:MM:SS'")
         if isinstance(time_limit, int) and time_limit < 1:
@@ -246,6 +247,7 @@ class Slurm(Provider):
         seen = ""
         async with job.lock:  # one poller per job: the other nodes' handles wait for its answer
             deadline = time.monotonic() + self.pending_timeout
+            delay = 0.02  # most jobs on an idle cluster run within a second: look often at first
             while job.nodes is None:
                 await self._poll(job_id, job)
                 shown = "running" if job.state == "RUNNING" else (
@@ -265,7 +267,8 @@ class Slurm(Provider):
                 if time.monotonic() > deadline:
                     raise ProvisionError(f"Slurm job {job_id} was still {shown} after pending_timeout="
                                          f"{self.pending_timeout:g} s")
-                await anyio.sleep(self.poll_interval)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, self.poll_interval)
         if seen != "running":
             report("running")
         pos = int(handle.extra["position"])
