@@ -17,7 +17,7 @@ from .api import apply_transforms as apply_transforms
 from .huggingface import huggingface as huggingface
 from .jax import jax as jax
 from .keras import keras as keras
-from .torch import WorkerRestarted as WorkerRestarted
+from ..errors import WorkerRestarted as WorkerRestarted
 from .torch import torch as torch
 
 __all__ = ["Plugin", "InstanceInfo", "apply_transforms", "torch", "jax", "keras", "huggingface",

@@ -3,10 +3,10 @@
 
 - `launch` submits one holding job for all the pool's nodes (`sbatch --wrap` of a script that only
   sleeps; job name `skyhive-<pool id>`, always with a time limit) and returns at once; an impossible
-  request that `sbatch` refuses is a `ProvisionError` quoting Slurm.
+  request that `sbatch` refuses is a `SlurmError` (a `ProvisionError`) quoting Slurm.
 - `wait_running` polls `squeue` until the job runs, reporting "pending (<Slurm's reason>)" each time the
   reason changes; a reason that can never be satisfied (`PartitionConfig`, ...) is an immediate
-  `ProvisionError`, and so is still pending after `pending_timeout`. The nodes are the job's node list in
+  `SlurmError`, and so is still pending after `pending_timeout`. The nodes are the job's node list in
   Slurm's order (node 0, the head, first); their addresses are Slurm's `NodeAddr`.
 - Workers are not this module's business: the handles carry a `SlurmReach` (job id, node name) and the
   runtime's `srun` transport starts each worker with `srun --jobid J -w NODE --overlap`, its
@@ -31,9 +31,9 @@ from typing import Any, ClassVar
 import anyio
 
 from .base import ClusterSpec, NodeHandle, Provider, ProvisionError, Reach, SSHReach
-from .slurm_cmd import CommandRunner, Completed, ControllerUnreachable, LocalRunner, SlurmCommandError, SSHRunner
+from .slurm_cmd import CommandRunner, Completed, SlurmUnreachable, LocalRunner, SlurmError, SSHRunner
 
-__all__ = ["Slurm", "SlurmReach", "SlurmCommandError", "ControllerUnreachable", "job_name", "gres_for"]
+__all__ = ["Slurm", "SlurmReach", "job_name", "gres_for", "UNSATISFIABLE"]
 
 log = logging.getLogger("skyhive.providers.slurm")
 
@@ -134,7 +134,7 @@ class Slurm(Provider):
     """
 
     name = "slurm"
-    transient_errors: ClassVar[tuple[type[BaseException], ...]] = (ControllerUnreachable,)
+    transient_errors: ClassVar[tuple[type[BaseException], ...]] = (SlurmUnreachable,)
     state_map: ClassVar[dict[str, str]] = {
         "pending": "provisioning", "configuring": "provisioning", "running": "running",
         "completing": "terminating", "suspended": "failed",
@@ -182,7 +182,7 @@ class Slurm(Provider):
         try:
             done = await self.runner.run(argv, timeout=self.command_timeout)
         except TimeoutError:
-            raise ControllerUnreachable(f"{self.runner.where}: `{' '.join(argv)}` did not finish within "
+            raise SlurmUnreachable(f"{self.runner.where}: `{' '.join(argv)}` did not finish within "
                                         f"{self.command_timeout:g} s") from None
         return done.check(self.runner.where) if check else done
 
@@ -201,7 +201,8 @@ class Slurm(Provider):
 
     async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
         """Submit one holding job for these node indices (declared in `Provider.launch`). Raises
-        `ProvisionError` quoting `sbatch` when Slurm refuses the request."""
+        `SlurmError` quoting `sbatch` when Slurm refuses the request (`SlurmUnreachable` when its
+        controller does not answer: then a job sbatch may have made is cancelled by name)."""
         nodes = list(nodes)
         argv = self.sbatch_argv(spec, len(nodes))
         # shielded (and bounded by command_timeout): a cancellation must not lose the id of a job that
@@ -209,15 +210,15 @@ class Slurm(Provider):
         with anyio.CancelScope(shield=True):
             try:
                 out = (await self._run(*argv)).stdout
-            except ControllerUnreachable:
+            except SlurmUnreachable:
                 await self._cancel_by_name(spec.pool_id)  # the job may exist although sbatch did not say
                 raise
-            except SlurmCommandError as exc:
+            except SlurmError as exc:
                 raise type(exc)(f"Slurm refused the allocation for pool {spec.pool_id} ({len(nodes)} nodes): "
                                 f"{exc}") from None
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
-            raise SlurmCommandError(f"sbatch printed {out.strip()!r}, not a job id")
+            raise SlurmError(f"sbatch printed {out.strip()!r}, not a job id")
         log.info("pool %s: Slurm job %s submitted for %d nodes", spec.pool_id, job_id, len(nodes))
         self._jobs[job_id] = _Job(lock=anyio.Lock())
         kind, per_node = _gpus_in(gres_for(spec.accelerator, self.gres))
@@ -259,13 +260,13 @@ class Slurm(Provider):
                 if job.nodes is not None:
                     break
                 if job.state == "PENDING" and job.reason in UNSATISFIABLE:
-                    raise ProvisionError(f"Slurm will never start job {job_id}: it is pending with reason "
+                    raise SlurmError(f"Slurm will never start job {job_id}: it is pending with reason "
                                          f"{job.reason!r} ({UNSATISFIABLE[job.reason]})")
                 if job.state in _ENDED or job.state == "GONE":
-                    raise ProvisionError(f"Slurm job {job_id} ended before it ran ({job.state}"
+                    raise SlurmError(f"Slurm job {job_id} ended before it ran ({job.state}"
                                          + (f", reason {job.reason}" if job.reason else "") + ")")
                 if time.monotonic() > deadline:
-                    raise ProvisionError(f"Slurm job {job_id} was still {shown} after pending_timeout="
+                    raise SlurmError(f"Slurm job {job_id} was still {shown} after pending_timeout="
                                          f"{self.pending_timeout:g} s")
                 await anyio.sleep(delay)
                 delay = min(delay * 2, self.poll_interval)
@@ -280,7 +281,7 @@ class Slurm(Provider):
     async def _poll(self, job_id: str, job: _Job) -> None:
         try:
             done = await self._run("squeue", "-h", "-j", job_id, "-o", "%T|%r|%N", check=False)
-        except ControllerUnreachable as exc:
+        except SlurmUnreachable as exc:
             log.warning("Slurm job %s: %s (polling again)", job_id, exc)
             return
         line = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
@@ -307,7 +308,7 @@ class Slurm(Provider):
     async def terminate(self, handles: Sequence[NodeHandle]) -> None:
         """Cancel the handles' jobs (declared in `Provider.terminate`) and wait, at most
         `terminate_timeout` s, until Slurm no longer lists them; a job already gone is fine. Raises
-        `ProvisionError` naming a job Slurm still lists after that."""
+        `SlurmError` naming a job Slurm still lists after that."""
         jobs = sorted({str(h.extra.get("job_id") or h.provider_id.split(":")[1]) for h in handles})
         if not jobs:
             return
@@ -321,7 +322,7 @@ class Slurm(Provider):
                 if not left:
                     break
                 if time.monotonic() > deadline:
-                    raise ProvisionError(f"Slurm still lists job(s) {', '.join(left)} {self.terminate_timeout:g} s "
+                    raise SlurmError(f"Slurm still lists job(s) {', '.join(left)} {self.terminate_timeout:g} s "
                                          "after scancel")
                 await anyio.sleep(0.1)
             for job in jobs:
@@ -348,7 +349,7 @@ class Slurm(Provider):
     async def _cancel_by_name(self, pool_id: str) -> None:
         try:
             await self._run("scancel", "--me", f"--name={job_name(pool_id)}", check=False)
-        except SlurmCommandError as exc:
+        except SlurmError as exc:
             log.error("pool %s: could not cancel its Slurm job by name (%s); `skyhive down %s` will",
                       pool_id, exc, pool_id)
 

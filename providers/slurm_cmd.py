@@ -25,19 +25,11 @@ from typing import Any
 
 import anyio
 
-from .base import ProvisionError
+from ..errors import SlurmError, SlurmUnreachable
 
-__all__ = ["Completed", "CommandRunner", "LocalRunner", "SSHRunner", "SlurmCommandError", "ControllerUnreachable"]
+__all__ = ["Completed", "CommandRunner", "LocalRunner", "SSHRunner", "SlurmError", "SlurmUnreachable"]
 
 log = logging.getLogger("skyhive.providers.slurm")
-
-
-class SlurmCommandError(ProvisionError):
-    """A Slurm command failed; the message quotes the command and what Slurm said."""
-
-
-class ControllerUnreachable(SlurmCommandError):
-    """Slurm's controller did not answer (down, restarting, overloaded): worth retrying."""
 
 
 #: What Slurm's commands print when the controller cannot be reached right now.
@@ -53,12 +45,12 @@ class Completed:
     stderr: str
 
     def check(self, where: str) -> Completed:
-        """Self if the command succeeded; else a `SlurmCommandError` (or `ControllerUnreachable`)
+        """Self if the command succeeded; else a `SlurmError` (or `SlurmUnreachable`)
         quoting it and Slurm's message."""
         if self.status == 0:
             return self
         said = (self.stderr.strip() or self.stdout.strip())[-2000:] or "(no message)"
-        cls = ControllerUnreachable if any(m in said for m in _UNREACHABLE) else SlurmCommandError
+        cls = SlurmUnreachable if any(m in said for m in _UNREACHABLE) else SlurmError
         raise cls(f"{where}: `{shlex.join(self.argv)}` failed (exit {self.status}): {said}")
 
 
@@ -71,7 +63,7 @@ class CommandRunner(abc.ABC):
     @abc.abstractmethod
     async def run(self, argv: Sequence[str], *, timeout: float) -> Completed:
         """Run `argv`; its status and output. Raises `TimeoutError` after `timeout` s (the command is
-        ended), `SlurmCommandError` if it cannot be started at all."""
+        ended), `SlurmError` if it cannot be started at all."""
 
     async def close(self) -> None:
         """Release connections (idempotent)."""
@@ -89,7 +81,7 @@ class LocalRunner(CommandRunner):
                 stderr=asyncio.subprocess.PIPE, start_new_session=True,
             )
         except FileNotFoundError:
-            raise SlurmCommandError(f"{argv[0]} not found on this machine: is the Slurm client installed "
+            raise SlurmError(f"{argv[0]} not found on this machine: is the Slurm client installed "
                                     "(or use Slurm(login='user@login-node'))?") from None
         try:
             with anyio.fail_after(timeout):
@@ -148,7 +140,7 @@ class SSHRunner(CommandRunner):
                 proc = await conn.create_process(shlex.join(argv), encoding="utf-8", errors="replace")
             except (OSError, asyncssh.Error) as exc:
                 self._conn = None
-                raise SlurmCommandError(f"{self.where}: cannot run {argv[0]} over SSH: {exc}") from None
+                raise SlurmError(f"{self.where}: cannot run {argv[0]} over SSH: {exc}") from None
             try:
                 proc.stdin.write_eof()
                 result = await proc.wait()
@@ -159,7 +151,7 @@ class SSHRunner(CommandRunner):
                 raise
         status = result.exit_status if result.exit_status is not None else -1
         if status == 127:
-            raise SlurmCommandError(f"{self.where}: {argv[0]} not found on the login node "
+            raise SlurmError(f"{self.where}: {argv[0]} not found on the login node "
                                     f"({str(result.stderr or '').strip()[-300:]})")
         return Completed(tuple(argv), status, str(result.stdout or ""), str(result.stderr or ""))
 

@@ -4,19 +4,36 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 if TYPE_CHECKING:
     from .compute import PendingCall
     from .output.router import OutputRecord
-    from .pool import Pool
     from .events.state import PoolState
 
-__all__ = ["BlockingPool"]
+__all__ = ["BlockingPool", "AsyncPool"]
 
 T = TypeVar("T")
+
+
+class AsyncPool(Protocol):
+    """What `BlockingPool` drives: the async `Pool` (declared here so that this module does not import
+    `pool`, which imports this one)."""
+
+    async def __aenter__(self) -> Any: ...
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None: ...
+    async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
+    async def broadcast(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]: ...
+    async def map(self, fn: Callable[[Any], Any], iterable: Iterable[Any], **kwargs: Any) -> list[Any]: ...
+    async def gather(self, calls: Sequence[PendingCall], **kwargs: Any) -> list[Any]: ...
+    def output(self, **kwargs: Any) -> Any: ...
+    def statistics(self) -> dict[str, Any]: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def state(self) -> PoolState: ...
 
 
 class BlockingPool:
@@ -26,7 +43,7 @@ class BlockingPool:
     and the loop. Methods take the same arguments as `Pool`'s and may be called from any thread.
     """
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: AsyncPool) -> None:
         self.pool = pool
         self._portal: BlockingPortal | None = None
         self._portal_cm: Any = None
@@ -95,11 +112,11 @@ class BlockingPool:
         return self._call(_stats, self.pool)
 
 
-async def _stats(pool: Pool) -> dict[str, Any]:
+async def _stats(pool: AsyncPool) -> dict[str, Any]:
     return pool.statistics()
 
 
-async def _open_output(pool: Pool, kwargs: dict[str, Any]) -> Any:
+async def _open_output(pool: AsyncPool, kwargs: dict[str, Any]) -> Any:
     return pool.output(**kwargs)
 
 

@@ -18,7 +18,7 @@ import anyio
 
 from ..providers.base import Provider
 from ..providers.local import Local
-from .errors import PoolClosed, TaskTimeout
+from ..errors import PoolClosed, TaskTimeout
 from .events.types import Event
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...providers.base import ProvisionError
 
-__all__ = ["check_local_image", "import_name"]
+if TYPE_CHECKING:
+    from ..actors.context import NodeContext
+    from ..transport.base import Transport
+
+__all__ = ["bootstrap_local", "check_local_image", "import_name"]
 
 # distributions whose import name differs from the project name
 _IMPORT_NAMES = {
@@ -35,3 +39,9 @@ def check_local_image(image: Any, *, node: int) -> None:
             f"(pip install {' '.join(missing)}) or use a provider that bootstraps nodes (SSH, a cloud).",
             node=node,
         )
+
+
+async def bootstrap_local(ctx: NodeContext, node: int, transport: Transport) -> str:
+    """The bootstrap registered for reach kind "local": check the image can run here; no detail."""
+    check_local_image(ctx.image, node=node)
+    return ""

@@ -27,11 +27,10 @@ from typing import Any
 
 from ...protocol.info import ENV_VAR
 from ...providers.slurm import SlurmReach
-from ..settings import Settings
-from .base import CommandResult, Receiver, Transport
+from .base import CommandResult, Receiver
 from .local import LocalTransport, LocalWorker
 
-__all__ = ["SrunTransport", "srun_argv", "make_srun_transport"]
+__all__ = ["SrunTransport", "srun_argv"]
 
 # Keep worker LOCAL_RANK's share of the GPUs Slurm set for the step: $1 = local rank, $2 = workers on
 # the node, then the command. POSIX sh; the list is split on commas without touching "$@".
@@ -86,12 +85,3 @@ class SrunTransport(LocalTransport):
         wrapped = shlex.join(srun_argv(self.reach, ["sh", "-c", command]))
         result = await super().run(wrapped, env=env, timeout=timeout)
         return CommandResult(command, result.exit_status, result.stdout, result.stderr)
-
-
-def make_srun_transport(reach: SlurmReach, *, pool_id: str, settings: Settings, redact: Any) -> Transport:
-    """The transport for a Slurm node: Mode 1 (srun here) or Mode 2 (srun on the login node)."""
-    if reach.login is None:
-        return SrunTransport(reach, redact=redact)
-    from .srun_ssh import SrunSSHTransport
-
-    return SrunSSHTransport(reach, pool_id=pool_id, settings=settings)

@@ -97,6 +97,11 @@ class _ChannelLink:
         if not self._session.closed.is_set():
             self._chan.resume_reading()
 
+    async def write_direct(self, pieces: Sequence[bytes | memoryview]) -> None:
+        for piece in pieces:
+            self.write(piece)
+        await self.drain()
+
     def close(self) -> None:
         """End the worker's input (it exits when its stdin closes)."""
         if not self._session.closed.is_set():

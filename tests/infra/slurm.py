@@ -72,9 +72,21 @@ def check_slurm_support() -> None:
         raise InfraUnavailable("no 'munge' user (the munge package creates it)") from None
 
 
+_held = 0  # how many clusters of this process hold the lock (a second one in the same run may start)
+
+
 @contextlib.contextmanager
 def slurm_lock(timeout: float = 900.0):
-    """One Slurm test cluster at a time on this machine (waits up to `timeout` s for another run)."""
+    """One test run with Slurm clusters at a time on this machine (waits up to `timeout` s for another
+    run; re-entrant within a process: each cluster has its own subnet, ports, munged and files)."""
+    global _held
+    if _held:
+        _held += 1
+        try:
+            yield
+        finally:
+            _held -= 1
+        return
     fd = os.open(LOCK_PATH, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         deadline = time.monotonic() + timeout
@@ -87,7 +99,11 @@ def slurm_lock(timeout: float = 900.0):
                     raise RuntimeError(f"another test run held {LOCK_PATH} (a Slurm test cluster) for "
                                        f"{timeout:g} s") from None
                 time.sleep(0.2)
-        yield
+        _held = 1
+        try:
+            yield
+        finally:
+            _held = 0
     finally:
         with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -270,6 +286,16 @@ class SlurmCluster:
                 if b"skyhive.runtime.worker" in cmd and process_alive(pid):
                     found.setdefault(node, []).append(pid)
         return found
+
+    @staticmethod
+    def describe_processes(procs: dict[str, list[int]]) -> dict[str, list[str]]:
+        """{node: ["pid: command line"]} for a report."""
+        def cmd(pid: int) -> str:
+            try:
+                return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:300]
+            except OSError:
+                return "(gone)"
+        return {node: [f"{p}: {cmd(p)}" for p in pids] for node, pids in procs.items()}
 
     def wait_clean(self, timeout: float = 15.0) -> tuple[list, dict]:
         """Wait until no job is listed and no process but slurmd runs in any node namespace; returns
