@@ -113,6 +113,9 @@ class _Job:
     reason: str = ""
     nodes: list[tuple[str, str]] | None = None  # (Slurm node name, NodeAddr), in Slurm's order
     lock: anyio.Lock | None = None
+    count: int = 0  # nodes asked for (0: a job this provider did not launch)
+    released: set[int] | None = None  # positions terminated so far
+    polled: float = 0.0  # when squeue was last asked (time.monotonic)
 
 
 class Slurm(Provider):
@@ -220,7 +223,7 @@ class Slurm(Provider):
         if not job_id.isdigit():
             raise SlurmError(f"sbatch printed {out.strip()!r}, not a job id")
         log.info("pool %s: Slurm job %s submitted for %d nodes", spec.pool_id, job_id, len(nodes))
-        self._jobs[job_id] = _Job(lock=anyio.Lock())
+        self._jobs[job_id] = _Job(lock=anyio.Lock(), count=len(nodes), released=set())
         kind, per_node = _gpus_in(gres_for(spec.accelerator, self.gres))
         model = spec.accelerator.partition(":")[0] if spec.accelerator else (kind.upper() if kind else None)
         return [
@@ -246,32 +249,32 @@ class Slurm(Provider):
         job = self._jobs.setdefault(job_id, _Job(lock=anyio.Lock()))
         assert job.lock is not None
         seen = ""
-        async with job.lock:  # one poller per job: the other nodes' handles wait for its answer
-            deadline = time.monotonic() + self.pending_timeout
-            delay = 0.02  # most jobs on an idle cluster run within a second: look often at first
-            while job.nodes is None:
-                await self._poll(job_id, job)
-                shown = "running" if job.state == "RUNNING" else (
-                    f"{job.state.lower()} ({job.reason})" if job.reason and job.reason != "None" else job.state.lower())
-                if shown != seen:
-                    seen = shown
-                    log.info("Slurm job %s: %s", job_id, shown)
-                    report(shown)
-                if job.nodes is not None:
-                    break
-                if job.state == "PENDING" and job.reason in UNSATISFIABLE:
-                    raise SlurmError(f"Slurm will never start job {job_id}: it is pending with reason "
-                                         f"{job.reason!r} ({UNSATISFIABLE[job.reason]})")
-                if job.state in _ENDED or job.state == "GONE":
-                    raise SlurmError(f"Slurm job {job_id} ended before it ran ({job.state}"
-                                         + (f", reason {job.reason}" if job.reason else "") + ")")
-                if time.monotonic() > deadline:
-                    raise SlurmError(f"Slurm job {job_id} was still {shown} after pending_timeout="
-                                         f"{self.pending_timeout:g} s")
-                await anyio.sleep(delay)
-                delay = min(delay * 2, self.poll_interval)
-        if seen != "running":
-            report("running")
+        deadline = time.monotonic() + self.pending_timeout
+        delay = 0.02  # most jobs on an idle cluster run within a second: look often at first
+        while True:
+            async with job.lock:  # the job's nodes share one squeue: whoever comes first asks
+                if job.nodes is None and time.monotonic() - job.polled >= delay / 2:
+                    await self._poll(job_id, job)
+                    job.polled = time.monotonic()
+            shown = "running" if job.nodes is not None else (
+                f"{job.state.lower()} ({job.reason})" if job.reason and job.reason != "None" else job.state.lower())
+            if shown != seen:
+                seen = shown
+                log.info("Slurm job %s, node %d: %s", job_id, handle.node, shown)
+                report(shown)
+            if job.nodes is not None:
+                break
+            if job.state == "PENDING" and job.reason in UNSATISFIABLE:
+                raise SlurmError(f"Slurm will never start job {job_id}: it is pending with reason "
+                                 f"{job.reason!r} ({UNSATISFIABLE[job.reason]})", node=handle.node)
+            if job.state in _ENDED or job.state == "GONE":
+                raise SlurmError(f"Slurm job {job_id} ended before it ran ({job.state}"
+                                 + (f", reason {job.reason}" if job.reason else "") + ")", node=handle.node)
+            if time.monotonic() > deadline:
+                raise SlurmError(f"Slurm job {job_id} was still {shown} after pending_timeout="
+                                 f"{self.pending_timeout:g} s", node=handle.node)
+            await anyio.sleep(delay)
+            delay = min(delay * 2, self.poll_interval)
         pos = int(handle.extra["position"])
         if pos >= len(job.nodes):
             raise ProvisionError(f"Slurm job {job_id} has {len(job.nodes)} nodes, not {pos + 1}")
@@ -306,10 +309,26 @@ class Slurm(Provider):
         return [(n, addrs.get(n, n)) for n in names]
 
     async def terminate(self, handles: Sequence[NodeHandle]) -> None:
-        """Cancel the handles' jobs (declared in `Provider.terminate`) and wait, at most
-        `terminate_timeout` s, until Slurm no longer lists them; a job already gone is fine. Raises
-        `SlurmError` naming a job Slurm still lists after that."""
-        jobs = sorted({str(h.extra.get("job_id") or h.provider_id.split(":")[1]) for h in handles})
+        """Give these nodes back (declared in `Provider.terminate`). The allocation is one job: it is
+        cancelled (`scancel`) once every node this provider launched in it has been terminated (at
+        once or one by one, as the pool's node actors do), or at once for handles of a job it did not
+        launch (`list_owned`, `skyhive down`); then this waits, at most `terminate_timeout` s, until
+        Slurm no longer lists it. A job already gone is fine. Raises `SlurmError` naming a job Slurm
+        still lists after that."""
+        by_job: dict[str, set[int]] = {}
+        for h in handles:
+            job_id = str(h.extra.get("job_id") or h.provider_id.split(":")[1])
+            by_job.setdefault(job_id, set()).add(int(h.extra.get("position", 0)))
+        jobs = []
+        for job_id, positions in sorted(by_job.items()):
+            job = self._jobs.get(job_id)
+            if job is not None and job.count and job.released is not None:
+                job.released |= positions
+                if len(job.released) < job.count:
+                    log.info("Slurm job %s: node(s) %s released; the allocation stays until all %d are",
+                             job_id, sorted(positions), job.count)
+                    continue
+            jobs.append(job_id)
         if not jobs:
             return
         with anyio.CancelScope(shield=True):
@@ -323,7 +342,7 @@ class Slurm(Provider):
                     break
                 if time.monotonic() > deadline:
                     raise SlurmError(f"Slurm still lists job(s) {', '.join(left)} {self.terminate_timeout:g} s "
-                                         "after scancel")
+                                     "after scancel")
                 await anyio.sleep(0.1)
             for job in jobs:
                 self._jobs.pop(job, None)
@@ -340,11 +359,10 @@ class Slurm(Provider):
                                       extra={"job_id": job_id, "position": 0, "job_name": job_name(pool_id)}))
         return handles
 
-    async def destroy(self, handles: Sequence[NodeHandle]) -> None:
-        try:
-            await self.terminate(handles)
-        finally:
-            await self.runner.close()
+    async def cleanup(self, pool_id: str) -> None:
+        """Close the SSH connection to the login node, if any (declared in `Provider.cleanup`): the
+        allocation itself goes with `terminate`. (A later pool reconnects.)"""
+        await self.runner.close()
 
     async def _cancel_by_name(self, pool_id: str) -> None:
         try:

@@ -12,6 +12,8 @@ import pytest
 
 import skyhive as sky
 from skyhive.providers.base import ClusterSpec
+from skyhive.runtime.events.log import pool_log_path, read_log
+from skyhive.runtime.events.types import NodeProgress
 from skyhive.providers.slurm import Slurm, SlurmError, gres_for
 from tests.infra.slurm import SlurmCluster
 
@@ -103,10 +105,13 @@ async def test_a_busy_cluster_reports_pending_resources_then_runs(slurm_cluster:
 async def test_a_busy_cluster_times_out_with_the_pending_reason_and_cancels_the_job(slurm_cluster: SlurmCluster) -> None:
     blocker = _occupy(slurm_cluster)
     try:
-        with pytest.raises(sky.ProvisionError, match=r"still pending \(Resources\) after pending_timeout=1"):
+        with pytest.raises(sky.SlurmError, match=r"still pending \(Resources\) after pending_timeout=1"):
             async with sky.Pool(provider=sky.Slurm(pending_timeout=1), nodes=2, name="slurm-wait"):
                 pass
         assert [j for j in slurm_cluster.jobs() if j[1] == "skyhive-slurm-wait"] == []
+        # each node showed Slurm's reason as its provider state while it waited
+        progress = [e for e in read_log(pool_log_path("slurm-wait")) if isinstance(e, NodeProgress)]
+        assert {(e.node, e.provider_state) for e in progress} >= {(0, "pending (Resources)"), (1, "pending (Resources)")}
     finally:
         slurm_cluster.run("scancel", blocker, check=False)
     assert_clean(slurm_cluster)
@@ -122,6 +127,21 @@ async def test_the_allocation_has_a_time_limit_and_the_accelerator_becomes_a_gre
         assert "TimeLimit=00:07:00" in job
         assert "gres:gpu:a100:2" in job or "gres/gpu:a100=2" in job
         assert handles[0].accelerators == 2 and handles[0].accelerator == "A100"
+    finally:
+        await provider.terminate(handles)
+    assert_clean(slurm_cluster)
+
+
+async def test_the_allocation_is_cancelled_once_all_its_nodes_are_given_back(slurm_cluster: SlurmCluster) -> None:
+    provider = Slurm()
+    handles = await provider.launch(ClusterSpec(pool_id="slurm-halves", nodes=2), range(2))
+    try:
+        with anyio.fail_after(30):
+            running = [await provider.wait_running(h, lambda _s: None) for h in handles]
+        await provider.terminate(running[:1])  # one node: the other still runs in the allocation
+        assert [j[1:] for j in slurm_cluster.jobs()] == [("skyhive-slurm-halves", "RUNNING")]
+        await provider.terminate(running[1:])
+        assert slurm_cluster.jobs() == []
     finally:
         await provider.terminate(handles)
     assert_clean(slurm_cluster)
