@@ -2,7 +2,7 @@
 
 Mode 1 (`LocalRunner`): this machine is a login node; the commands run here as subprocesses.
 Mode 2 (`SSHRunner`): `login="user@host"`; the commands run on that login node over one SSH connection
-opened with the SSH provider's code (`providers.ssh.ssh_connect`: isolated client, host key checked
+opened with the SSH provider's code (`providers.ssh.connect_ssh`: isolated client, host key checked
 against `known_hosts` or pinned on first contact for the provider's lifetime).
 
 Either way a command is an argv (quoted for the remote shell), bounded by a timeout; cancelling or
@@ -121,15 +121,33 @@ class SSHRunner(CommandRunner):
             conn = self._conn
             if conn is not None and not conn.is_closed():
                 return conn
-            from .ssh import ssh_connect
+            from .ssh import connect_ssh
 
-            conn = await ssh_connect(self.user, self.host, self.port, key=self.key, known_hosts=self.known_hosts,
-                                     host_key=self.host_key, connect_timeout=self.connect_timeout,
+            conn = await connect_ssh(host=self.host, port=self.port, user=self.user, key=self.key,
+                                     known_hosts=self._known_hosts(), use_agent=False,
+                                     connect_timeout=self.connect_timeout, key_source=self._key_source(),
                                      keepalive_interval=5, keepalive_count_max=4)
             if self.host_key is None and not self.known_hosts:
                 self.host_key = conn.get_server_host_key().export_public_key().decode().strip()
             self._conn = conn
             return conn
+
+    def _known_hosts(self) -> Any:
+        """What asyncssh checks the login node's key against: the `known_hosts` file, else the key
+        pinned on first contact, else nothing yet (first contact: accepted, then pinned)."""
+        if self.known_hosts:
+            return os.path.expanduser(self.known_hosts)
+        if self.host_key is None:
+            return None
+        import asyncssh
+
+        name = self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+        return asyncssh.import_known_hosts(f"{name} {self.host_key}\n")
+
+    def _key_source(self) -> str:
+        if self.known_hosts:
+            return f"known_hosts {self.known_hosts}"
+        return "the key it showed on first contact"
 
     async def run(self, argv: Sequence[str], *, timeout: float) -> Completed:
         import asyncssh

@@ -10,22 +10,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from ..errors import PoolClosed, TaskTimeout
 from ..providers.base import Provider
 from ..providers.local import Local
-from ..errors import PoolClosed, TaskTimeout
+from .actors.pool_actor import PoolRuntime
+from .actors.prepared import Prepared
+from .events.state import PoolState
 from .events.types import Event
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
-from .actors.pool_actor import PoolRuntime, Prepared
-from .serialize import dump_value
 from .settings import Settings
-from .events.state import PoolState
 
 if TYPE_CHECKING:
     from .blocking import BlockingPool
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
 __all__ = ["Pool"]
 
 T = TypeVar("T")
+#: Upper bound on one pickled `map` batch: large items make smaller batches, so a batch neither
+#: holds a worker's pipe for long nor makes one worker take a disproportionate share.
+BATCH_BYTES = 8 * 1024 * 1024
 _UNSET: Any = object()
 
 
@@ -72,6 +76,9 @@ class Pool:
         output: OutputSpec = "all",
         name: str | None = None,
         log_events: bool = True,
+        accelerator: str | None = None,
+        cpus: float | None = None,
+        memory_gb: float | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
@@ -92,6 +99,10 @@ class Pool:
         self.output_spec = output
         self.name = name
         self.log_events = log_events
+        # what each node must have: a cloud provider picks the cheapest machine that has it, and plugins
+        # read `accelerator` (torch: the CUDA wheel index for an NVIDIA GPU)
+        self.accelerator, self.cpus, self.memory_gb = accelerator, cpus, memory_gb
+        self.resources = {"accelerator": accelerator, "cpus": cpus, "memory_gb": memory_gb}
         self.settings = Settings(**settings)
         self._rt: PoolRuntime | None = None
         self._blocking: BlockingPool | None = None
@@ -115,7 +126,7 @@ class Pool:
         self._rt = PoolRuntime(
             provider=self.provider, nodes=self.nodes, processes_per_node=self.processes_per_node,
             plugins=spec_plugins, image=image, output=self.output_spec, settings=self.settings,
-            name=self.name, log_events=self.log_events,
+            name=self.name, log_events=self.log_events, **self.resources,
         )
         await self._rt.start()
         return self
@@ -234,8 +245,8 @@ class Pool:
         """`[fn(x) for x in iterable]`, spread over every worker; results in input order.
 
         Items travel in batches (`chunksize`, by default about a quarter of each worker's share, at
-        most 1,000) with two batches in flight per worker, so cheap functions run at pipe speed and a
-        slow worker takes fewer batches. The first error cancels the rest and is raised (its notes
+        most 1,000, and at most about `BATCH_BYTES` pickled) with two batches in flight per worker,
+        so cheap functions run at pipe speed and a slow worker takes fewer batches. The first error cancels the rest and is raised (its notes
         say which item). `timeout` bounds the whole map.
         """
         rt = self._runtime
@@ -248,22 +259,20 @@ class Pool:
         options = self._options(output, False)
         workers = max(1, len([c for n in rt.nodes for c in n.usable_channels()]))
         size = chunksize or max(1, min(1000, math.ceil(len(items) / (workers * 4))))
-        batches = [(start, items[start:start + size]) for start in range(0, len(items), size)]
         results: list[Any] = [None] * len(items)
-        template = Prepared(fn, (), {}, batch=True, packed_args=(b"", []))
-        pending = iter(batches)
+        template = Prepared.for_map(fn)
+        pending = _batches(template, items, size)
 
         async def lane() -> None:
-            for start, chunk in pending:
-                prep = _batch(template, chunk)
+            for start, prep in pending:
                 channel = await rt.pick()
                 values = await rt.run_one(channel, prep, timeout=None, options=options)
                 results[start:start + len(values)] = values
 
         try:
-            with anyio.fail_after(timeout) if timeout is not None else _Null():
+            with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 async with anyio.create_task_group() as tg:
-                    for _ in range(min(len(batches), workers * 2)):
+                    for _ in range(min(math.ceil(len(items) / size), workers * 2)):
                         tg.start_soon(lane)
         except TimeoutError:
             raise TaskTimeout(f"map of {template.fn_name} over {len(items)} items did not finish "
@@ -312,12 +321,19 @@ class Pool:
         return self._runtime.router.subscribe(**kw)
 
 
-def _batch(template: Prepared, chunk: list[Any]) -> Prepared:
-    prep = Prepared.__new__(Prepared)
-    prep.fn_id, prep.fn_bytes, prep.fn_name = template.fn_id, template.fn_bytes, template.fn_name
-    prep.args, prep.buffers = dump_value(chunk)
-    prep.batch, prep.kind, prep.items = True, "call", len(chunk)
-    return prep
+def _batches(template: Prepared, items: list[Any], size: int) -> Iterator[tuple[int, Prepared]]:
+    """(start, pickled batch) for `map`: at most `size` items, and at most about `BATCH_BYTES` once
+    pickled — a batch found larger is pickled again with fewer items, and later batches start from
+    that smaller count."""
+    start = 0
+    while start < len(items):
+        prep = template.with_chunk(items[start:start + size])
+        nbytes = prep.args_nbytes
+        if nbytes > BATCH_BYTES and prep.items > 1:
+            size = max(1, prep.items * BATCH_BYTES // nbytes)
+            continue
+        yield start, prep
+        start += prep.items
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:
@@ -326,10 +342,3 @@ def _first(group: BaseExceptionGroup) -> BaseException:
         exc = exc.exceptions[0]
     return exc
 
-
-class _Null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None

@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "Local": "skyhive.providers.local",
     "SSH": "skyhive.providers.ssh",
     "Slurm": "skyhive.providers.slurm",
+    "AWS": "skyhive.providers.cloud.aws",
     "Image": "skyhive.plugins.image",
     "compute": "skyhive.runtime.compute",
     "gather": "skyhive.runtime.compute",
@@ -40,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "ProtocolError": "skyhive.errors",
     "ProvisionError": "skyhive.errors",
     "NodeUnreachable": "skyhive.errors",
+    "CloudAPIError": "skyhive.errors",
     "SSHError": "skyhive.errors",
     "SlurmError": "skyhive.errors",
     "SlurmUnreachable": "skyhive.errors",
@@ -91,6 +93,7 @@ if TYPE_CHECKING:
     from skyhive import plugins as plugins
     from skyhive.errors import AuthenticationFailed as AuthenticationFailed
     from skyhive.errors import BootstrapError as BootstrapError
+    from skyhive.errors import CloudAPIError as CloudAPIError
     from skyhive.errors import CoordinatorPortInUse as CoordinatorPortInUse
     from skyhive.errors import HostKeyChanged as HostKeyChanged
     from skyhive.errors import HostUnreachable as HostUnreachable
@@ -121,6 +124,7 @@ if TYPE_CHECKING:
     from skyhive.plugins.image import Image as Image
     from skyhive.protocol.info import InstanceInfo as InstanceInfo
     from skyhive.protocol.info import Peer as Peer
+    from skyhive.providers.cloud.aws import AWS as AWS
     from skyhive.providers.local import Local as Local
     from skyhive.providers.slurm import Slurm as Slurm
     from skyhive.providers.ssh import SSH as SSH

@@ -18,12 +18,12 @@ ERRORS = {
     "SkyhiveError", "ProtocolError", "ProvisionError", "NodeUnreachable", "SSHError", "HostUnreachable",
     "HostKeyChanged", "AuthenticationFailed", "BootstrapError", "PythonMismatch", "SetupFailed",
     "SlurmError", "SlurmUnreachable",
-    "ProviderNotAvailable", "WorkerLost", "TaskTimeout", "RemoteError", "SerializationError", "PoolClosed",
+    "ProviderNotAvailable", "CloudAPIError", "WorkerLost", "TaskTimeout", "RemoteError", "SerializationError", "PoolClosed",
     "OutputStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
     "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
 }
 PUBLIC = {
-    "Pool", "Local", "SSH", "Slurm", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
+    "Pool", "Local", "SSH", "Slurm", "AWS", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
     "stdout", "stderr", "silent", "OutputRecord", "Captured", "plugins", *ERRORS,
 }
 

@@ -25,15 +25,15 @@ from typing import IO
 
 import anyio
 
+from ...errors import PoolInUse, PoolNotFound
 from ...protocol.info import ENV_VAR
 from ...providers.base import ProvisionError
 from ...providers.registry import from_description
-from ..onnode.procfs import proc_stat
-from ..events.log import state_dir
-from ..events.types import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
 from ..actors.lifecycle import NodeState, check_transition
+from ..events.log import state_dir
 from ..events.state import PoolState, apply
-from ...errors import PoolInUse, PoolNotFound
+from ..events.types import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
+from ..onnode.procfs import proc_stat
 
 __all__ = ["PoolNotFound", "PoolInUse", "LogTail", "PoolEntry", "DownReport", "pools_dir", "read", "scan",
            "find", "client_of", "down", "owned_summary", "DOWN_REASON"]
@@ -102,6 +102,22 @@ class PoolEntry:
         if self.started is None:
             return "empty"
         return {"alive": "running", "gone": "client gone", "remote": f"running on {self.state.host}"}[self.client]
+
+    @property
+    def machine(self) -> str:
+        """The instance type its provider chose ("" when the provider does not choose machines)."""
+        plan = self.started.plan if self.started is not None else {}
+        return str(plan.get("instance_type") or "")
+
+    def cost(self, now: float) -> tuple[float, float] | None:
+        """(estimated cost per hour, spent so far) in USD from the provider's plan, or None if unpriced.
+        The pool is counted from its start to its stop (or `now`)."""
+        plan = self.started.plan if self.started is not None else {}
+        per_hour = plan.get("cost_per_hour")
+        if not isinstance(per_hour, (int, float)) or not self.state.started:
+            return None
+        end = self.state.stopped or now
+        return float(per_hour), float(per_hour) * max(0.0, end - self.state.started) / 3600
 
     @property
     def needs_down(self) -> bool:
@@ -323,10 +339,7 @@ def _destroy(pool: PoolEntry) -> int:
 
     async def destroy() -> int:
         with anyio.fail_after(300):
-            handles = await provider.list_owned(pool.pool_id)
-            if handles:
-                await provider.destroy(handles)
-            return len(handles)
+            return len(await provider.down(pool.pool_id))  # its nodes (by tag), then what prepare made
 
     try:
         return anyio.run(destroy)
