@@ -22,7 +22,10 @@ _EXPORTS: dict[str, str] = {
     "Pool": "skyhive.runtime.pool",
     "Local": "skyhive.providers.local",
     "SSH": "skyhive.providers.ssh",
+    "Slurm": "skyhive.providers.slurm",
     "AWS": "skyhive.providers.cloud.aws",
+    "GCP": "skyhive.providers.cloud.gcp",
+    "DigitalOcean": "skyhive.providers.cloud.digitalocean",
     "Image": "skyhive.plugins.image",
     "compute": "skyhive.runtime.compute",
     "gather": "skyhive.runtime.compute",
@@ -42,6 +45,8 @@ _EXPORTS: dict[str, str] = {
     "NodeUnreachable": "skyhive.errors",
     "CloudAPIError": "skyhive.errors",
     "SSHError": "skyhive.errors",
+    "SlurmError": "skyhive.errors",
+    "SlurmUnreachable": "skyhive.errors",
     "HostUnreachable": "skyhive.errors",
     "HostKeyChanged": "skyhive.errors",
     "AuthenticationFailed": "skyhive.errors",
@@ -108,6 +113,8 @@ if TYPE_CHECKING:
     from skyhive.errors import ProvisionError as ProvisionError
     from skyhive.errors import PythonMismatch as PythonMismatch
     from skyhive.errors import RemoteError as RemoteError
+    from skyhive.errors import SlurmError as SlurmError
+    from skyhive.errors import SlurmUnreachable as SlurmUnreachable
     from skyhive.errors import SSHError as SSHError
     from skyhive.errors import SerializationError as SerializationError
     from skyhive.errors import SetupFailed as SetupFailed
@@ -120,7 +127,10 @@ if TYPE_CHECKING:
     from skyhive.protocol.info import InstanceInfo as InstanceInfo
     from skyhive.protocol.info import Peer as Peer
     from skyhive.providers.cloud.aws import AWS as AWS
+    from skyhive.providers.cloud.digitalocean import DigitalOcean as DigitalOcean
+    from skyhive.providers.cloud.gcp import GCP as GCP
     from skyhive.providers.local import Local as Local
+    from skyhive.providers.slurm import Slurm as Slurm
     from skyhive.providers.ssh import SSH as SSH
     from skyhive.runtime.compute import compute as compute
     from skyhive.runtime.compute import gather as gather
