@@ -226,7 +226,7 @@ async def test_a_worker_that_lacks_a_referenced_buffer_gets_it_sent_and_the_call
     arr = np.arange(1 << 20, dtype=np.int64)
     async with sky.Pool(nodes=1, cache_min=MiB, **QUIET) as pool:
         [channel] = channels_of(pool)
-        from skyhive.runtime.actors.keys import content_key
+        from skyhive.runtime.keys import content_key
         from skyhive.runtime.serialize import dump_args
         _, buffers = dump_args(total, (arr,), {})
         channel.cache.add(content_key(buffers[0]), len(memoryview(buffers[0]).cast("B")))  # a wrong belief
@@ -266,7 +266,7 @@ async def test_over_ssh_the_second_send_is_a_reference_and_a_wrong_belief_falls_
         assert chunk_frames(pool) - before == 1  # the Submit alone
         [channel] = channels_of(pool)
         other = bytearray(os.urandom(4 * MiB))
-        from skyhive.runtime.actors.keys import content_key
+        from skyhive.runtime.keys import content_key
         channel.cache.add(content_key(other), len(other))  # believed held, which the worker is not
         before = chunk_frames(pool)
         assert await pool.run(sha1, other) == hashlib.sha1(other).hexdigest()

@@ -8,7 +8,7 @@ from typing import Any
 
 from ...protocol.cache import NO_KEY
 from ..serialize import INBAND_MAX, dump_args, dump_function_cached, dump_value
-from .keys import content_key
+from ..keys import content_key
 
 __all__ = ["Prepared"]
 
