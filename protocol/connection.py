@@ -85,6 +85,10 @@ class Connection:
         # Submits that sent the same key by reference meanwhile, waiting for it: key -> [(task id, index)]
         self._arriving: dict[bytes, tuple[int, int]] = {}
         self._waiting: dict[bytes, list[tuple[int, int]]] = {}
+        # keys of buffers that came beside the connection (`shared`) for the caller to keep: a later
+        # reference to one is left None, for the caller to take from its store (it keeps the earlier
+        # Submit's copy before it handles this one)
+        self._shared_keys: set[bytes] = set()
         self._streaming: list[Any] | None = None  # a chunk whose bytes are still arriving
 
     @property
@@ -132,7 +136,7 @@ class Connection:
             raise LocalProtocolError(
                 f"{type(msg).__name__} announces {len(sizes)} buffers; the MAX_BUFFERS limit is {MAX_BUFFERS}"
             )
-        if msg.__class__ is Submit and (msg.buffer_keys or msg.cached):  # type: ignore[attr-defined]
+        if sizes and (msg.shared or (msg.__class__ is Submit and (msg.buffer_keys or msg.cached))):  # type: ignore[attr-defined]
             problem = _cache_problem(msg)  # type: ignore[arg-type]
             if problem:
                 self.state = State.ERROR
@@ -306,7 +310,7 @@ class Connection:
             raise RemoteProtocolError(f"task {msg.task_id} announced buffers twice")
         if any(type(s) is not int or s < 0 for s in sizes):
             raise RemoteProtocolError(f"buffer sizes must be non-negative integers, got {sizes!r}")
-        if msg.__class__ is Submit and (msg.buffer_keys or msg.cached):  # type: ignore[union-attr]
+        if msg.shared or (msg.__class__ is Submit and (msg.buffer_keys or msg.cached)):  # type: ignore[union-attr]
             problem = _cache_problem(msg)  # type: ignore[arg-type]
             if problem:
                 raise RemoteProtocolError(problem)
@@ -328,27 +332,41 @@ class Connection:
             out.append(self._complete(msg.task_id, buffers))
 
     def _announce_cached(self, msg: Submit, out: list[Message]) -> None:
-        """`_announce` for a `Submit` with content keys: buffers sent by reference come from the
-        store (or are asked for with `Missing`), keyed buffers that arrive go into it."""
-        sizes, keys, store = msg.buffer_sizes, msg.buffer_keys, self.store
+        """`_announce` for a `Submit` with content keys or shared buffers (or a `Result` with shared
+        buffers): buffers sent by reference come from the store (or are asked for with `Missing`),
+        keyed buffers that arrive go into it, shared ones are left None for the caller."""
+        sizes, store = msg.buffer_sizes, self.store
+        keys = msg.buffer_keys if msg.__class__ is Submit else b""  # type: ignore[union-attr]
+        cached = msg.cached if msg.__class__ is Submit else ()  # type: ignore[union-attr]
         buffers: list[Any] = [None] * len(sizes)
+        shared = frozenset(msg.shared)
         need: list[int] = []
         keep: list[int] = []
         waits: list[tuple[bytes, int]] = []
+        deferred: set[int] = set()
         total = 0
         try:
-            for i in msg.cached:
+            for i in cached:
                 key = keys[i * KEY_SIZE : (i + 1) * KEY_SIZE]
                 held = store.lookup(key, sizes[i]) if store else None
                 if held is not None:
                     buffers[i] = held
+                    self._shared_keys.discard(key)
+                elif key in self._shared_keys:
+                    deferred.add(i)  # left None: the caller resolves it (see _shared_keys)
                 elif key in self._arriving:  # an earlier Submit's copy is on its way: wait for it
                     buffers[i] = _WAIT
                     waits.append((key, i))
                 else:
                     need.append(i)
+            if store is not None and keys:
+                if len(self._shared_keys) > 4 * MAX_BUFFERS:
+                    self._shared_keys.clear()
+                self._shared_keys.update(
+                    k for i in shared if (k := keys[i * KEY_SIZE : (i + 1) * KEY_SIZE]) != NO_KEY
+                )
             for i, size in enumerate(sizes):
-                if buffers[i] is not None:
+                if buffers[i] is not None or i in shared or i in deferred:
                     continue
                 total += size
                 if total + self._pending_bytes > MAX_PENDING_BUFFERS:
@@ -483,9 +501,17 @@ class Connection:
                     self._complete_into(other, out)
 
 
-def _cache_problem(msg: Submit) -> str:
-    """What is wrong with a `Submit`'s content-cache fields, or "" if nothing."""
+def _cache_problem(msg: Submit | Result) -> str:
+    """What is wrong with a message's content-cache and shared-buffer fields, or "" if nothing."""
     n = len(msg.buffer_sizes)
+    what = f"{type(msg).__name__} for task {msg.task_id}"
+    if msg.shared:
+        if any(not 0 <= i < n for i in msg.shared) or len(set(msg.shared)) != len(msg.shared):
+            return f"{what} lists shared buffers {msg.shared!r} that are not distinct buffers of its {n}"
+        if msg.__class__ is Submit and set(msg.shared) & set(msg.cached):  # type: ignore[union-attr]
+            return f"{what} sends a buffer both shared and by reference"
+    if msg.__class__ is not Submit:
+        return ""
     if msg.buffer_keys and len(msg.buffer_keys) != n * KEY_SIZE:
         return (f"Submit for task {msg.task_id} has {len(msg.buffer_keys)} bytes of buffer_keys for {n} buffers "
                 f"(expected {n * KEY_SIZE})")

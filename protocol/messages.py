@@ -38,7 +38,8 @@ __all__ = [
 
 #: Bumped on any change to framing or to a message's wire fields.
 #: 2: `Resume.received`, `Ack`, `Goodbye` (resumable links, see `resume`).
-#: 3: the content cache (see `cache`): `Hello.cache_bytes`, `Submit.buffer_keys`/`cached`, `Missing`.
+#: 3: the content cache (see `cache`): `Hello.cache_bytes`, `Submit.buffer_keys`/`cached`, `Missing`;
+#:    buffers passed beside the connection: `Submit.shared`, `Result.shared`.
 PROTOCOL_VERSION = 3
 
 #: `Output.stream` values.
@@ -94,7 +95,9 @@ class Submit(Message):
     frames whose sizes are `buffer_sizes`. `options` are plain msgpack values (output filters, capture).
     `buffer_keys` is empty or one `cache.KEY_SIZE`-byte content key per buffer (zeros: not cached);
     the buffers listed in `cached` are not sent: the worker takes them from its content cache (or
-    asks for them with `Missing`).
+    asks for them with `Missing`). The buffers listed in `shared` are not sent either: they travel
+    beside the connection (shared memory with a worker on the same machine); the `Connection` leaves
+    None in their place for the caller to fill in.
     """
 
     tag: ClassVar[int] = 3
@@ -107,6 +110,7 @@ class Submit(Message):
     options: dict[str, Any] = field(default_factory=dict)
     buffer_keys: bytes = b""
     cached: tuple[int, ...] = ()
+    shared: tuple[int, ...] = ()
     buffers: tuple[Any, ...] = field(default=(), metadata=_NOWIRE)
 
 
@@ -135,7 +139,7 @@ class Result(Message):
     On success `ok` is true and `value` the pickled return value (out-of-band buffers as `Chunk`
     frames). On failure `value` is the pickled exception when it could be pickled (else empty), and
     `error_type`, `error_message`, `traceback` describe it in plain text. `cancelled` marks a task
-    ended by `Cancel`.
+    ended by `Cancel`. `shared` as in `Submit`.
     """
 
     tag: ClassVar[int] = 6
@@ -147,6 +151,7 @@ class Result(Message):
     error_message: str = ""
     traceback: str = ""
     cancelled: bool = False
+    shared: tuple[int, ...] = ()
     buffers: tuple[Any, ...] = field(default=(), metadata=_NOWIRE)
 
 

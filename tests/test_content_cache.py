@@ -195,11 +195,33 @@ def channels_of(pool):
 
 
 def chunk_frames(pool) -> int:
-    return sum(c.conn.frames_sent for c in channels_of(pool))
+    """Frames the client sent, plus the buffers it passed in shared memory (one each)."""
+    return sum(c.conn.frames_sent for c in channels_of(pool)) + SHARED_SENT[0]
+
+
+SHARED_SENT = [0]
+
+
+@pytest.fixture(params=["pipe", "shared memory"])
+def local_path(request, monkeypatch):
+    """Local workers reached through the pipe alone, or with shared memory for large buffers."""
+    from skyhive.runtime.transport import shm
+    from skyhive.runtime.transport.local import LocalTransport
+    if request.param == "pipe":
+        monkeypatch.setattr(LocalTransport, "share_memory", False)
+    real = shm.send_fds
+    SHARED_SENT[0] = 0
+
+    def counting(sock, task_id, indices, fds, **kw):
+        SHARED_SENT[0] += len(indices) * 8  # as many as the 1 MiB chunks of an 8 MiB buffer
+        return real(sock, task_id, indices, fds, **kw)
+
+    monkeypatch.setattr(shm, "send_fds", counting)
+    return request.param
 
 
 @pytest.mark.anyio
-async def test_the_same_large_argument_travels_once_per_worker():
+async def test_the_same_large_argument_travels_once_per_worker(local_path):
     arr = np.arange(1 << 20, dtype=np.int64)  # 8 MiB
     async with sky.Pool(nodes=2, **QUIET) as pool:
         assert await pool.broadcast(total, arr) == [int(arr.sum())] * 2
@@ -214,7 +236,7 @@ async def test_the_same_large_argument_travels_once_per_worker():
 
 
 @pytest.mark.anyio
-async def test_a_task_mutating_its_cached_argument_does_not_change_the_next_call():
+async def test_a_task_mutating_its_cached_argument_does_not_change_the_next_call(local_path):
     arr = np.zeros(1 << 20, dtype=np.int64)
     async with sky.Pool(nodes=1) as pool:
         assert [await pool.run(bump_and_total, arr) for _ in range(3)] == [1 << 20] * 3
@@ -222,7 +244,7 @@ async def test_a_task_mutating_its_cached_argument_does_not_change_the_next_call
 
 
 @pytest.mark.anyio
-async def test_a_worker_that_lacks_a_referenced_buffer_gets_it_sent_and_the_call_succeeds():
+async def test_a_worker_that_lacks_a_referenced_buffer_gets_it_sent_and_the_call_succeeds(local_path):
     arr = np.arange(1 << 20, dtype=np.int64)
     async with sky.Pool(nodes=1, cache_min=MiB, **QUIET) as pool:
         [channel] = channels_of(pool)
@@ -237,7 +259,7 @@ async def test_a_worker_that_lacks_a_referenced_buffer_gets_it_sent_and_the_call
 
 
 @pytest.mark.anyio
-async def test_a_map_sharing_one_large_argument_sends_it_once_per_worker():
+async def test_a_map_sharing_one_large_argument_sends_it_once_per_worker(local_path):
     arr = np.arange(1 << 20, dtype=np.int64)  # 8 MiB inside the function (functools.partial)
     async with sky.Pool(nodes=2, **QUIET) as pool:
         before = chunk_frames(pool)

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ...errors import WorkerLost
@@ -36,6 +38,7 @@ from ...protocol.messages import Cancel, Missing
 from ..events.log import EventLog
 from ..events.types import TaskFinished, TaskStarted, TaskSubmitted
 from ..onnode.setup import FN_CACHE_LIMIT
+from ..transport import shm
 from ..transport.base import Link
 from .prepared import Prepared
 
@@ -49,7 +52,8 @@ OutputSink = Callable[["WorkerChannel", "Call | None", int, str], None]
 class Call:
     """One task in flight on a worker: the caller's future and what the router needs to know."""
 
-    __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs", "started", "cached", "buffers")
+    __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs", "started", "cached", "buffers",
+                 "shared")
 
     def __init__(self, task_id: int, future: asyncio.Future[Result] | None, options: Any, fn_name: str) -> None:
         self.task_id = task_id
@@ -61,6 +65,7 @@ class Call:
         self.outputs: list[tuple[int, str]] | None = None
         self.cached: tuple[int, ...] = ()  # buffers sent by reference (the worker's content cache)
         self.buffers: Sequence[Any] = ()  # kept while some are by reference, for a `Missing`
+        self.shared: tuple[int, ...] = ()  # buffers passed in shared memory (a Local worker)
 
 
 class WorkerChannel:
@@ -88,6 +93,7 @@ class WorkerChannel:
         self._on_output = on_output
         self._nonces = itertools.count(1)
         self.kill: Callable[[], None] | None = None  # set by the node actor: kills the worker process
+        self._fds: shm.FdInbox | None = None  # shared memory with a worker on this machine
 
     def __repr__(self) -> str:
         state = "lost" if self.lost_reason else ("ready" if self.welcome else "starting")
@@ -148,6 +154,10 @@ class WorkerChannel:
 
     def _dispatch(self, msg: Message) -> None:
         if isinstance(msg, Result):
+            if msg.shared:
+                msg = self._attach_shared(msg)
+                if msg is None:
+                    return
             call = self.calls.pop(msg.task_id, None)
             if call is None:
                 return
@@ -182,6 +192,25 @@ class WorkerChannel:
 
     def attach(self, link: Link) -> None:
         self.link = link
+        self._fds = shm.FdInbox(link.fd_socket) if link.fd_socket is not None else None
+
+    def _attach_shared(self, msg: Result) -> Result | None:
+        """Map the result buffers the worker passed in shared memory; None (the worker is lost) if
+        they did not come."""
+        try:
+            if self._fds is None:
+                raise ConnectionError("the worker announced shared buffers and shares no memory with us")
+            fds = self._fds.take(msg.task_id, msg.shared, block=False)
+        except OSError as exc:
+            self._broken(f"shared-memory buffers of task {msg.task_id}: {exc}")
+            return None
+        buffers = list(msg.buffers)
+        for i, fd in fds.items():
+            try:
+                buffers[i] = shm.map_file(fd, msg.buffer_sizes[i])
+            finally:
+                os.close(fd)
+        return replace(msg, buffers=tuple(buffers))
 
     def _write(self, data: bytes) -> None:
         if self.link is not None:
@@ -219,7 +248,10 @@ class WorkerChannel:
             keys, cached = self._by_reference(prep.content_keys(self.cache_min), sizes)
         msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args, buffer_sizes=sizes,
                      batch=prep.batch, options=options_, buffer_keys=keys, cached=cached)
+        if self._fds is not None and sizes and max(sizes) >= shm.SHARE_MIN:
+            msg = self._share(msg, prep, task_id, cached)
         call = Call(task_id, future, options, prep.fn_name)
+        call.shared = msg.shared
         if cached:
             call.cached, call.buffers = cached, prep.buffers
         if options and options.get("capture"):
@@ -234,6 +266,22 @@ class WorkerChannel:
         self._log.emit(TaskSubmitted, task=task_id, node=self.node, local_rank=self.local_rank,
                        fn=prep.fn_name, items=prep.items)
         return call
+
+    def _share(self, msg: Submit, prep: Prepared, task_id: int, cached: tuple[int, ...]) -> Submit:
+        """Pass the large buffers not sent by reference in shared memory (made once per call)."""
+        assert self._fds is not None
+        indices = [i for i, size in enumerate(msg.buffer_sizes)
+                   if size >= shm.SHARE_MIN and i not in cached][: shm.MAX_SHARED]
+        if not indices:
+            return msg
+        try:
+            fds = [prep.shared.fd(i, prep.buffers[i]) for i in indices]
+            shm.send_fds(self._fds.sock, task_id, indices, fds, close=False)
+        except OSError as exc:  # (no memfd, socket full or gone): the pipe carries them instead
+            log.debug("node %d worker %d: no shared memory for task %d (%s)", self.node, self.local_rank,
+                      task_id, exc)
+            return msg
+        return replace(msg, shared=tuple(indices))
 
     def _by_reference(self, keys: bytes, sizes: tuple[int, ...]) -> tuple[bytes, tuple[int, ...]]:
         """The Submit's `buffer_keys` and `cached`: keyed buffers this worker holds go by reference;
@@ -279,7 +327,7 @@ class WorkerChannel:
         if self.lost_reason:
             return
         call = self.calls.get(task_id)
-        skip = call.cached if call is not None else ()
+        skip = (*call.cached, *call.shared) if call is not None else ()
         try:
             for header, piece in self.conn.send_buffers(task_id, buffers, skip=skip):
                 if self.lost_reason:

@@ -8,6 +8,7 @@ from typing import Any
 
 from ...protocol.cache import NO_KEY
 from ..serialize import INBAND_MAX, dump_args, dump_function_cached, dump_value
+from ..transport.shm import SharedFiles
 from ..keys import content_key
 
 __all__ = ["Prepared"]
@@ -23,7 +24,7 @@ class Prepared:
     `protocol.codec.MAX_MESSAGE`); `buffers` then starts with it."""
 
     __slots__ = ("fn_id", "fn_bytes", "args", "buffers", "fn_name", "batch", "kind", "items", "fn_in_buffer",
-                 "_keys")
+                 "_keys", "shared")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                  kind: str = "call", fn_name: str | None = None) -> None:
@@ -40,6 +41,7 @@ class Prepared:
         self.args = args
         self.buffers = [self.fn_bytes, *buffers] if self.fn_in_buffer else buffers
         self._keys: tuple[int, bytes] | None = None
+        self.shared = SharedFiles()  # its large buffers in shared memory, for Local workers
 
     def content_keys(self, min_size: int) -> bytes:
         """One content key per buffer (`protocol.cache.NO_KEY` for those under `min_size` bytes),

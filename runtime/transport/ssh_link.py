@@ -78,6 +78,8 @@ class _Session:
 class ResumableLink:
     """A `Link` that survives dropped streams. See the module docstring."""
 
+    fd_socket = None  # a remote worker: no shared memory
+
     def __init__(self, receiver: Receiver, opener: StreamOpener, *, label: str, reconnect_timeout: float,
                  skyhive_version: str = "", python_version: str = "") -> None:
         self.receiver = receiver

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from typing import Any
 
 from ...protocol.cache import BufferStore
+from ..transport.shm import map_file
 
 log = logging.getLogger("skyhive.worker.cache")
 
@@ -75,11 +76,29 @@ class MemfdStore(BufferStore):
             pass
         self._held[key] = (fd, size)
         self.used += size
+        self._evict()
+        return _private(fd, size)
+
+    def keep_file(self, key: bytes, fd: int, size: int) -> Any:
+        """`keep` for a buffer that arrived as a whole memory file (shared memory from a client on
+        this machine): the store takes `fd` over, no copy."""
+        if size > self.capacity or key in self._held or size == 0:
+            if key in self._held:
+                self._held.move_to_end(key)
+            try:
+                return _private(fd, size) if size else bytearray()
+            finally:
+                os.close(fd)
+        self._held[key] = (fd, size)
+        self.used += size
+        self._evict()
+        return _private(fd, size)
+
+    def _evict(self) -> None:
         while self.used > self.capacity:
             _, (old_fd, old_size) = self._held.popitem(last=False)
             os.close(old_fd)  # pages go once no task maps them any more
             self.used -= old_size
-        return _private(fd, size)
 
     def close(self) -> None:
         """Drop everything held."""
@@ -89,6 +108,6 @@ class MemfdStore(BufferStore):
         self.used = 0
 
 
-def _private(fd: int, size: int) -> mmap.mmap:
+def _private(fd: int, size: int) -> Any:
     """A copy-on-write mapping of the file: reads share its pages, writes stay in this mapping."""
-    return mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    return map_file(fd, size)
