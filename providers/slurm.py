@@ -57,8 +57,10 @@ _ENDED = {"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED
           "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"}
 _TIME = re.compile(r"^(\d+-)?\d+(:\d+){0,2}$")
 _POOL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,120}$")
-#: The holding job's script: it only keeps the allocation (its time limit ends it at the latest).
-_HOLD = "while :; do sleep 3600; done"
+#: The holding job's script: it only keeps the allocation (its time limit ends it at the latest). One
+#: process, no child: a `while sleep` loop's sleep can outlive a cancelled job where Slurm tracks
+#: processes by parentage (proctrack/linuxproc) and the shell dies first (seen in the tests).
+_HOLD = "exec sleep 2147483647"
 
 
 def job_name(pool_id: str) -> str:
@@ -186,7 +188,7 @@ class Slurm(Provider):
             done = await self.runner.run(argv, timeout=self.command_timeout)
         except TimeoutError:
             raise SlurmUnreachable(f"{self.runner.where}: `{' '.join(argv)}` did not finish within "
-                                        f"{self.command_timeout:g} s") from None
+                                   f"{self.command_timeout:g} s") from None
         return done.check(self.runner.where) if check else done
 
     def sbatch_argv(self, spec: ClusterSpec, count: int) -> list[str]:
