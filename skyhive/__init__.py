@@ -24,6 +24,8 @@ _EXPORTS: dict[str, str] = {
     "SSH": "skyhive.providers.ssh",
     "Slurm": "skyhive.providers.slurm",
     "AWS": "skyhive.providers.cloud.aws",
+    "GCP": "skyhive.providers.cloud.gcp",
+    "DigitalOcean": "skyhive.providers.cloud.digitalocean",
     "Image": "skyhive.plugins.image",
     "compute": "skyhive.runtime.compute",
     "gather": "skyhive.runtime.compute",
@@ -125,6 +127,8 @@ if TYPE_CHECKING:
     from skyhive.protocol.info import InstanceInfo as InstanceInfo
     from skyhive.protocol.info import Peer as Peer
     from skyhive.providers.cloud.aws import AWS as AWS
+    from skyhive.providers.cloud.digitalocean import DigitalOcean as DigitalOcean
+    from skyhive.providers.cloud.gcp import GCP as GCP
     from skyhive.providers.local import Local as Local
     from skyhive.providers.slurm import Slurm as Slurm
     from skyhive.providers.ssh import SSH as SSH

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ...providers.base import NodeHandle
 from ...providers.slurm import SlurmReach
 from .base import Transport
+from .registry import register_transport
 from .srun import SrunTransport
 
 if TYPE_CHECKING:
@@ -40,3 +41,6 @@ async def bootstrap_srun(ctx: NodeContext, node: int, transport: Transport) -> s
     from ..bootstrap.remote import bootstrap_node
 
     return await bootstrap_node(ctx, node, transport)
+
+
+register_transport("slurm", srun_transport, bootstrap=bootstrap_srun)
