@@ -202,6 +202,21 @@ class Slurm(Provider):
                 argv.append(f"{flag}={value}")
         return [*argv, *self.sbatch_args, f"--wrap={_HOLD}"]
 
+    def plan(self, spec: ClusterSpec) -> dict[str, Any]:
+        """What the pool asks Slurm for, before submitting (declared in `Provider.plan`): one
+        allocation of `spec.nodes` nodes with its time limit, partition and per-node gres. Slurm sets
+        no price; `cpus`/`memory_gb` are not requested (`sbatch_args` can: `--cpus-per-task`, `--mem`).
+        Raises `ValueError` for an accelerator that is not `MODEL[:COUNT]`."""
+        gres = gres_for(spec.accelerator, self.gres)
+        parts = [f"{spec.nodes} node{'s' if spec.nodes != 1 else ''}",
+                 f"partition {self.partition}" if self.partition else "the default partition",
+                 f"time limit {self.time_limit}" + (" min" if isinstance(self.time_limit, int) else "")]
+        if gres:
+            parts.append(f"gres {gres} per node")
+        where = f" via {self.login}" if self.login else ""
+        return {"summary": f"one Slurm allocation{where}: " + ", ".join(parts), "nodes": spec.nodes,
+                "partition": self.partition, "time_limit": self.time_limit, "gres": gres}
+
     # ---- the phases -----------------------------------------------------------------------------
 
     async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
