@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from skyhive.providers.base import ClusterSpec, LocalReach, NodeHandle, SSHReach
+from skyhive.providers.base import ClusterSpec, LocalReach, NodeHandle
 from skyhive.providers.cloud.aws import AWS
 from skyhive.errors import CloudAPIError
 
