@@ -29,6 +29,7 @@ from .output.selection import OutputSpec, selector
 from .settings import Settings
 
 if TYPE_CHECKING:
+    from ..plugins.image import Image
     from .blocking import BlockingPool
     from .compute import PendingCall
 
@@ -71,7 +72,7 @@ class Pool:
         nodes: int = 1,
         *,
         plugins: Sequence[Any] = (),
-        image: Any = None,
+        image: Image | None = None,
         processes_per_node: int = 1,
         output: OutputSpec = "all",
         name: str | None = None,

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...providers.base import ProvisionError
 
 if TYPE_CHECKING:
+    from ...plugins.image import Image
     from ..actors.context import NodeContext
     from ..transport.base import Transport
 
@@ -27,7 +28,7 @@ def import_name(requirement: str) -> str:
     return _IMPORT_NAMES.get(name, name.replace("-", "_"))
 
 
-def check_local_image(image: Any, *, node: int) -> None:
+def check_local_image(image: Image | None, *, node: int) -> None:
     """Local workers run this Python: every pip package of the image must already be importable."""
     if image is None:
         return
