@@ -22,7 +22,7 @@ ERRORS = {
     "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
 }
 PUBLIC = {
-    "Pool", "Local", "SSH", "AWS", "GCP", "DigitalOcean", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
+    "Pool", "Local", "SSH", "AWS", "GCP", "DigitalOcean", "Azure", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
     "stdout", "stderr", "silent", "OutputRecord", "Captured", "plugins", *ERRORS,
 }
 
