@@ -109,6 +109,9 @@ class SSHReach(Reach):
     # seconds with no SSH client connected (cloud nodes: the last defence against a forgotten machine)
     idle_shutdown: float = 0.0
     shutdown_command: str = "sudo shutdown -h now"
+    # run before bootstrap looks at the node, until it exits (a fresh cloud machine: wait for its first-boot
+    # setup, e.g. `cloud-init status --wait`); "" for none
+    ready_command: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

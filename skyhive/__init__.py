@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "AWS": "skyhive.providers.cloud.aws",
     "GCP": "skyhive.providers.cloud.gcp",
     "DigitalOcean": "skyhive.providers.cloud.digitalocean",
+    "Azure": "skyhive.providers.cloud.azure",
     "Image": "skyhive.plugins.image",
     "compute": "skyhive.runtime.compute",
     "gather": "skyhive.runtime.compute",
@@ -127,6 +128,7 @@ if TYPE_CHECKING:
     from skyhive.protocol.info import InstanceInfo as InstanceInfo
     from skyhive.protocol.info import Peer as Peer
     from skyhive.providers.cloud.aws import AWS as AWS
+    from skyhive.providers.cloud.azure import Azure as Azure
     from skyhive.providers.cloud.digitalocean import DigitalOcean as DigitalOcean
     from skyhive.providers.cloud.gcp import GCP as GCP
     from skyhive.providers.local import Local as Local

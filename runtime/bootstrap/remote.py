@@ -261,6 +261,9 @@ async def _bootstrap(ctx: NodeContext, node: int, transport: SSHTransport, progr
     rt_rel = f".skyhive/rt/{wheels.digest[:16]}"
     env_rel = f".skyhive/envs/{key}"
     candidates = [explicit] if explicit else [f"python{want}", "python3"]
+    if transport.reach.ready_command:  # a fresh cloud machine finishing its first boot (cloud-init)
+        step("waiting for the node's first-boot setup")
+        await transport.run(transport.reach.ready_command, timeout=timeout)
     step("probing")
     probe = await transport.run(_probe_command(candidates, rt_rel, env_rel), timeout=PROBE_TIMEOUT)
     facts = _parse(probe.stdout)
