@@ -130,8 +130,18 @@ class Worker:
         finally:
             self._writing -= 1
         if self._cancel_deferred and not self._writing:
-            self._cancel_deferred = False
+            self.resume_deferred_cancel()
+
+    def resume_deferred_cancel(self) -> None:
+        """Deliver a `Cancel` that waited for a frame to be whole — in the main thread, which runs
+        the task. The frame may have been written by an output thread (what a subprocess wrote to
+        fd 2): raising `TaskCancelled` there killed that thread ("Exception in thread skyhive-fd2")
+        and left the task running, so another thread signals the main thread again instead."""
+        self._cancel_deferred = False
+        if threading.get_ident() == self.main_ident:
             self._on_cancel_signal(0, None)
+        else:
+            signal.pthread_kill(self.main_ident, _CANCEL_SIGNAL)
 
     def send(self, msg: Message) -> None:
         """Write one frame (whole, under the write lock)."""
