@@ -6,6 +6,7 @@ import os
 import socket
 from collections.abc import Sequence
 
+from .accelerators import local_devices, warn_missing
 from .base import ClusterSpec, LocalReach, NodeHandle, Provider
 
 __all__ = ["Local"]
@@ -29,9 +30,14 @@ class Local(Provider):
     async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
         """Handles for these node indices, already running (declared in `Provider.launch`)."""
         cwd = self.cwd or os.getcwd()
+        devices: tuple[str, ...] = ()
+        if spec.accelerator:  # this machine is what it is: say so when it lacks what was asked
+            devices = local_devices()
+            warn_missing(spec.accelerator, devices, where="Local (this machine)")
         return [
             NodeHandle(node=i, provider_id=f"local-{spec.pool_id}-{i}", private_addr="127.0.0.1",
-                       reach=LocalReach(cwd=cwd))
+                       reach=LocalReach(cwd=cwd), accelerators=len(devices),
+                       accelerator=devices[0] if devices else None)
             for i in nodes
         ]
 

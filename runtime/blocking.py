@@ -74,6 +74,26 @@ class BlockingPool:
         """See `Pool.gather`."""
         return self._call(self.pool.gather, calls, **kwargs)
 
+    def gather_stream(self, calls: Sequence[PendingCall], **kwargs: Any) -> Iterator[Any]:
+        """See `Pool.gather_stream`: the same results, as a blocking iterator."""
+        stream = self._call(_open_gather_stream, self.pool, calls, kwargs)
+        portal = self._portal
+        assert portal is not None
+        return _records(portal, stream)
+
+    _gather_stream = gather_stream
+
+    # `fn(x) >> pool`, `fn(x) @ pool`, `gather(...) >> pool`: the user's arguments as they are
+    def _run_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], **options: Any) -> T:
+        return self._call(self.pool._run_call, fn, args, kwargs, **options)
+
+    def _broadcast_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any],
+                        **options: Any) -> list[T]:
+        return self._call(self.pool._broadcast_call, fn, args, kwargs, **options)
+
+    def _gather_calls(self, calls: Sequence[PendingCall], **options: Any) -> tuple[Any, ...]:
+        return self._call(self.pool._gather_calls, calls, **options)
+
     def output(self, **kwargs: Any) -> Iterator[OutputRecord]:
         """See `Pool.output`: the same records, as a blocking iterator (for another thread than the
         one making calls). Registered when called, so nothing written after this call is missed;
@@ -99,11 +119,15 @@ async def _stats(pool: Pool) -> dict[str, Any]:
     return pool.statistics()
 
 
+async def _open_gather_stream(pool: Pool, calls: Sequence[PendingCall], kwargs: dict[str, Any]) -> Any:
+    return pool.gather_stream(calls, **kwargs)
+
+
 async def _open_output(pool: Pool, kwargs: dict[str, Any]) -> Any:
     return pool.output(**kwargs)
 
 
-def _records(portal: BlockingPortal, stream: Any) -> Iterator[OutputRecord]:
+def _records(portal: BlockingPortal, stream: Any) -> Iterator[Any]:
     try:
         while True:
             try:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from ..providers import accelerators
+from ..providers.accelerators import Accelerator
 from ..providers.base import Provider
 from ..providers.local import Local
 from .errors import PoolClosed, TaskTimeout
@@ -26,12 +28,16 @@ from .runtime import PoolRuntime, Prepared
 from .serialize import dump_value
 from .settings import Settings
 from .state import PoolState
+from .streams import ResultStream
 
 if TYPE_CHECKING:
     from .blocking import BlockingPool
     from .compute import PendingCall
 
-__all__ = ["Pool"]
+__all__ = ["Pool", "ComputePool", "Compute", "ALLOCATIONS"]
+
+#: `Pool(allocation=...)`: spot only, on-demand only, spot falling back to on-demand, the cheaper one.
+ALLOCATIONS = ("spot", "on-demand", "spot-if-available", "cheapest")
 
 T = TypeVar("T")
 _UNSET: Any = object()
@@ -50,7 +56,10 @@ class Pool:
 
     Parameters: `provider` (default `Local()`), `nodes`, `plugins` (hooks that set up distributed
     frameworks, see `skyhive.plugins`), `image` (the nodes' environment, `sky.Image`),
-    `processes_per_node`, `output` (which nodes' output is printed here: "all", "head", a node
+    `processes_per_node`, `accelerator` (`"A100"`, `"A100:8"` or `sky.accelerators.A100()`), `vcpus`,
+    `memory_gb` and `allocation` (`"spot"`, `"on-demand"`, `"spot-if-available"`, `"cheapest"`) —
+    providers that create machines choose them by these; Local and SSH warn (`AcceleratorWarning`)
+    when a node lacks the accelerator —, `output` (which nodes' output is printed here: "all", "head", a node
     index, a tuple of them, a predicate on `InstanceInfo`, or None), `name` (the pool id; default a
     random one), `log_events` (write the JSONL event log under the state directory), and any
     `Settings` field as a keyword (timeouts, heartbeats, restart limits).
@@ -72,6 +81,10 @@ class Pool:
         output: OutputSpec = "all",
         name: str | None = None,
         log_events: bool = True,
+        accelerator: str | Accelerator | None = None,
+        vcpus: float | None = None,
+        memory_gb: float | None = None,
+        allocation: str | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
@@ -93,6 +106,12 @@ class Pool:
         self.name = name
         self.log_events = log_events
         self.settings = Settings(**settings)
+        self.accelerator = accelerators.parse(accelerator, where="Pool(accelerator)")
+        self.vcpus = _positive("vcpus", vcpus)
+        self.memory_gb = _positive("memory_gb", memory_gb)
+        if allocation is not None and allocation not in ALLOCATIONS:
+            raise ValueError(f"Pool(allocation={allocation!r}): use one of {', '.join(ALLOCATIONS)}")
+        self.allocation = allocation
         self._rt: PoolRuntime | None = None
         self._blocking: BlockingPool | None = None
 
@@ -115,7 +134,7 @@ class Pool:
         self._rt = PoolRuntime(
             provider=self.provider, nodes=self.nodes, processes_per_node=self.processes_per_node,
             plugins=spec_plugins, image=image, output=self.output_spec, settings=self.settings,
-            name=self.name, log_events=self.log_events,
+            name=self.name, log_events=self.log_events, resources=self._resources(),
         )
         await self._rt.start()
         return self
@@ -144,6 +163,14 @@ class Pool:
     def __exit__(self, *exc: Any) -> None:
         assert self._blocking is not None
         self._blocking.__exit__(*exc)
+
+    def _resources(self) -> dict[str, Any]:
+        """The `ClusterSpec` fields that choose machines (providers that create them use these)."""
+        return {
+            "accelerator": str(self.accelerator) if self.accelerator is not None else None,
+            "cpus": self.vcpus, "memory_gb": self.memory_gb, "allocation": self.allocation,
+            "spot": {"spot": True, "on-demand": False}.get(self.allocation or ""),
+        }
 
     @property
     def _runtime(self) -> PoolRuntime:
@@ -208,13 +235,18 @@ class Pool:
         worker died. `output` overrides the pool's output selection for this call; with `capture`
         the result is a `Captured` holding the value and the task's output.
         """
+        return await self._run_call(fn, args, kwargs, timeout=timeout, options=self._options(output, capture))
+
+    async def _run_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                        timeout: float | None = None, options: dict[str, Any] | None = None) -> T:
+        """`run` with the user's arguments as they are (`fn(x) >> pool`: none of them is an option)."""
         rt = self._runtime
         fn = _unwrap(fn)
         prep = Prepared(fn, args, kwargs)
         channel = rt.pick_nowait() if rt.open else None
         if channel is None:
             channel = await rt.pick()
-        return await rt.run_one(channel, prep, timeout=timeout, options=self._options(output, capture))
+        return await rt.run_one(channel, prep, timeout=timeout, options=options)
 
     async def broadcast(self, fn: Callable[..., T], *args: Any, timeout: float | None = None,
                         output: OutputSpec = _UNSET, capture: bool = False, **kwargs: Any) -> list[T]:
@@ -223,11 +255,16 @@ class Pool:
         The call is pickled once. If any worker raises, the others are cancelled and the first error
         is raised. Raises as `run` does.
         """
+        return await self._broadcast_call(fn, args, kwargs, timeout=timeout, options=self._options(output, capture))
+
+    async def _broadcast_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                              timeout: float | None = None, options: dict[str, Any] | None = None) -> list[T]:
+        """`broadcast` with the user's arguments as they are (`fn(x) @ pool`)."""
         rt = self._runtime
         fn = _unwrap(fn)
         prep = Prepared(fn, args, kwargs)
         channels = await rt.all_channels()
-        return await rt.run_prepared(channels, prep, timeout=timeout, options=self._options(output, capture))
+        return await rt.run_prepared(channels, prep, timeout=timeout, options=options)
 
     async def map(self, fn: Callable[[Any], T], iterable: Iterable[Any], *, timeout: float | None = None,
                   chunksize: int | None = None, output: OutputSpec = _UNSET) -> list[T]:
@@ -273,11 +310,29 @@ class Pool:
         return results
 
     async def gather(self, calls: Sequence[PendingCall], *, timeout: float | None = None) -> list[Any]:
-        """Run several pending calls (`f(x)` of `@sky.compute` functions), spread over the workers."""
+        """Run several pending calls (`f(x)` of `@sky.compute` functions), spread over the workers;
+        their results in call order. `timeout` bounds each call that has none of its own."""
+        return list(await self._gather_calls(calls, timeout=timeout))
+
+    def gather_stream(self, calls: Sequence[PendingCall], *, ordered: bool = True,
+                      timeout: float | None = None) -> ResultStream:
+        """The results of `calls` as they are ready: an async iterator (`async for r in ...`), in
+        call order or, with `ordered=False`, in completion order. The first error is raised at its
+        turn and cancels the rest; leaving the loop early (`aclose()`) cancels what still runs."""
+        rt = self._runtime
+
+        def bound(call: PendingCall) -> Callable[[], Any]:
+            return lambda: self._run_call(call.fn, call.args, call.kwargs, timeout=call.timeout or timeout)
+
+        return ResultStream([bound(c) for c in calls], ordered=ordered, tg=rt.tg)
+
+    _gather_stream = gather_stream
+
+    async def _gather_calls(self, calls: Sequence[PendingCall], *, timeout: float | None = None) -> tuple[Any, ...]:
         results: list[Any] = [None] * len(calls)
 
         async def one(i: int, call: PendingCall) -> None:
-            results[i] = await self.run(call.fn, *call.args, timeout=timeout, **call.kwargs)
+            results[i] = await self._run_call(call.fn, call.args, call.kwargs, timeout=call.timeout or timeout)
 
         try:
             async with anyio.create_task_group() as tg:
@@ -285,7 +340,7 @@ class Pool:
                     tg.start_soon(one, i, call)
         except BaseExceptionGroup as group:
             raise _first(group) from None
-        return results
+        return tuple(results)
 
     # ---- observing ---------------------------------------------------------------------------------
 
@@ -310,6 +365,19 @@ class Pool:
         if stall_timeout is not None:
             kw["stall_timeout"] = stall_timeout
         return self._runtime.router.subscribe(**kw)
+
+
+#: The seeds' names for `Pool` (`sky.ComputePool(...)`, `sky.Compute(...)`): the same class.
+ComputePool = Pool
+Compute = Pool
+
+
+def _positive(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"Pool({name}={value!r}): need a positive number")
+    return float(value)
 
 
 def _batch(template: Prepared, chunk: list[Any]) -> Prepared:

@@ -64,13 +64,14 @@ class Prepared:
 class PoolRuntime:
     def __init__(self, *, provider: Provider, nodes: int, processes_per_node: int, plugins: Sequence[Any],
                  image: Any, output: OutputSpec, settings: Settings, name: str | None,
-                 log_events: bool) -> None:
+                 log_events: bool, resources: dict[str, Any] | None = None) -> None:
         self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
         self.provider = provider
         self.settings = settings
         self.plugins = list(plugins)
         self.image = image
-        self.spec = ClusterSpec(pool_id=self.pool_id, nodes=nodes, processes_per_node=processes_per_node)
+        self.spec = ClusterSpec(pool_id=self.pool_id, nodes=nodes, processes_per_node=processes_per_node,
+                                **(resources or {}))
         secrets = frozenset(image.secret_values()) if image is not None else frozenset()
         self.log = EventLog(self.pool_id, path=pool_log_path(self.pool_id) if log_events else None, secrets=secrets)
         self.infos: dict[tuple[int, int], InstanceInfo] = {}
@@ -149,7 +150,7 @@ class PoolRuntime:
                 self.infos[(h.node, rank)] = InstanceInfo(
                     node=h.node, total_nodes=spec.nodes, head_addr=head.private_addr, head_port=port,
                     pool_id=self.pool_id, accelerators=h.accelerators, peers=peers, local_rank=rank,
-                    processes_per_node=spec.processes_per_node,
+                    processes_per_node=spec.processes_per_node, accelerator=h.accelerator,
                 )
 
     def _prepare_setup(self) -> None:

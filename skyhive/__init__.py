@@ -20,6 +20,11 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     "Pool": "skyhive.runtime.pool",
+    "ComputePool": "skyhive.runtime.pool",
+    "Compute": "skyhive.runtime.pool",
+    "AcceleratorWarning": "skyhive.providers.accelerators",
+    "PipIndex": "skyhive.plugins.image",
+    "function": "skyhive.runtime.compute",
     "Local": "skyhive.providers.local",
     "SSH": "skyhive.providers.ssh",
     "Image": "skyhive.plugins.image",
@@ -45,7 +50,8 @@ _EXPORTS: dict[str, str] = {
     "SerializationError": "skyhive.runtime.errors",
     "PoolClosed": "skyhive.runtime.errors",
 }
-_SUBMODULES = {"plugins": "skyhive.plugins"}
+_SUBMODULES = {"plugins": "skyhive.plugins", "accelerators": "skyhive.providers.accelerators",
+               "integrations": "skyhive.plugins.integrations"}
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES])
 
@@ -68,6 +74,13 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from skyhive import plugins as plugins
+    from skyhive.plugins import integrations as integrations
+    from skyhive.plugins.image import PipIndex as PipIndex
+    from skyhive.providers import accelerators as accelerators
+    from skyhive.providers.accelerators import AcceleratorWarning as AcceleratorWarning
+    from skyhive.runtime.compute import function as function
+    from skyhive.runtime.pool import Compute as Compute
+    from skyhive.runtime.pool import ComputePool as ComputePool
     from skyhive.plugins.image import Image as Image
     from skyhive.protocol.errors import ProtocolError as ProtocolError
     from skyhive.protocol.errors import SkyhiveError as SkyhiveError

@@ -19,6 +19,8 @@ PUBLIC = {
     "stdout", "stderr", "silent", "OutputRecord", "OutputStalled", "Captured", "plugins",
     "SkyhiveError", "WorkerLost", "ProvisionError", "ProtocolError", "TaskTimeout", "RemoteError",
     "SerializationError", "PoolClosed", "NotOnNodeError",
+    # the seeds' spellings (docs/seeds.md)
+    "ComputePool", "Compute", "function", "accelerators", "integrations", "PipIndex", "AcceleratorWarning",
 }
 
 
@@ -61,7 +63,7 @@ def test_blocking_pool_and_operators():
     with sky.Pool(provider=sky.Local(), nodes=2) as pool:
         assert where() @ pool == [0, 1]
         assert square(7) >> pool == 49
-        assert sky.gather(square(1), square(2), square(3)) >> pool == [1, 4, 9]
+        assert sky.gather(square(1), square(2), square(3)) >> pool == (1, 4, 9)
         assert pool.broadcast(square, 3) == [9, 9]
         assert pool.map(square, range(5)) == [0, 1, 4, 9, 16]
         assert pool.statistics()["tasks_failed"] == 0
@@ -78,7 +80,7 @@ async def test_async_operators_are_awaitable():
     async with sky.Pool(nodes=2) as pool:
         assert await (where() @ pool) == [0, 1]
         assert await (square(4) >> pool) == 16
-        assert await (sky.gather(square(2), square(5)) >> pool) == [4, 25]
+        assert await (sky.gather(square(2), square(5)) >> pool) == (4, 25)
         assert "Pool" in repr(pool) and "running" in repr(pool)
 
 

@@ -1,0 +1,81 @@
+"""`sky.integrations`: the decorator form of the plugins, the oldest seeds' spelling.
+
+    @sky.compute
+    @sky.integrations.torch                # or @sky.integrations.torch(backend="gloo")
+    def train(): ...                       # the process group is ready when the body runs
+
+The decorator goes below `@sky.compute`. On a node it enters the plugin's `around_app` hook the
+first time a decorated function runs in that worker process, and keeps it for the process's life
+(as `plugins=[sky.plugins.torch()]` on the pool does); if the pool already set the framework up
+(the plugin on the pool too, or the user's own `init_process_group`), the hook sees that and leaves
+it alone. Off a node (`fn.local()`, a plain call) the function just runs. The pool-level spelling
+(`plugins=[...]`) is the primary one: it also adds the framework to the nodes' Image.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..protocol.info import ENV_VAR, InstanceInfo
+from .huggingface import huggingface as _huggingface
+from .jax import jax as _jax
+from .keras import keras as _keras
+from .torch import torch as _torch
+
+__all__ = ["torch", "jax", "keras", "huggingface", "with_plugin"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_entered: dict[str, contextlib.ExitStack] = {}  # per worker process: plugin name -> its open hook
+_lock = threading.Lock()
+
+
+def _enter_once(plugin: Any) -> None:
+    text = os.environ.get(ENV_VAR)
+    hook = getattr(plugin, "around_app", None)
+    if not text or hook is None:
+        return  # not on a node: nothing to set up
+    key = getattr(plugin, "name", type(plugin).__name__)
+    with _lock:
+        if key in _entered:
+            return
+        stack = contextlib.ExitStack()
+        stack.enter_context(hook(InstanceInfo.from_json(text)))
+        _entered[key] = stack  # kept open for the worker process's life, like around_app on the pool
+
+
+def with_plugin(plugin: Any, fn: F) -> F:
+    """`fn`, with `plugin`'s worker-side setup entered (once per process) before it runs on a node."""
+    if not callable(fn):
+        raise TypeError(f"@integrations.{getattr(plugin, 'name', 'plugin')} decorates a function, got {type(fn).__name__}")
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        _enter_once(plugin)
+        return fn(*args, **kwargs)
+
+    return run  # type: ignore[return-value]
+
+
+def _decorator(factory: Callable[..., Any], name: str) -> Callable[..., Any]:
+    def decorate(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+        plugin = factory(**options)
+        if fn is None:
+            return lambda f: with_plugin(plugin, f)
+        return with_plugin(plugin, fn)
+
+    decorate.__name__ = decorate.__qualname__ = name
+    decorate.__doc__ = (f"`@sky.integrations.{name}` or `@sky.integrations.{name}(**options)`: the "
+                        f"options of `sky.plugins.{name}()`, set up on the node before the function runs.")
+    return decorate
+
+
+torch = _decorator(_torch, "torch")
+jax = _decorator(_jax, "jax")
+keras = _decorator(_keras, "keras")
+huggingface = _decorator(_huggingface, "huggingface")
