@@ -10,9 +10,9 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 if TYPE_CHECKING:
     from .compute import PendingCall
-    from .output import OutputRecord
+    from .output.router import OutputRecord
     from .pool import Pool
-    from .state import PoolState
+    from .events.state import PoolState
 
 __all__ = ["BlockingPool"]
 

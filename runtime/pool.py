@@ -21,13 +21,13 @@ from ..providers.accelerators import Accelerator
 from ..providers.base import Provider
 from ..providers.local import Local
 from .errors import PoolClosed, TaskTimeout
-from .events import Event
-from .output import OutputStream
-from .selection import OutputSpec, selector
-from .runtime import PoolRuntime, Prepared
+from .events.types import Event
+from .output.router import OutputStream
+from .output.selection import OutputSpec, selector
+from .actors.pool_actor import PoolRuntime, Prepared
 from .serialize import dump_value
 from .settings import Settings
-from .state import PoolState
+from .events.state import PoolState
 from .streams import ResultStream
 
 if TYPE_CHECKING:

@@ -30,17 +30,17 @@ _EXPORTS: dict[str, str] = {
     "Image": "skyhive.plugins.image",
     "compute": "skyhive.runtime.compute",
     "gather": "skyhive.runtime.compute",
-    "instance_info": "skyhive.runtime.context",
-    "NotOnNodeError": "skyhive.runtime.context",
+    "instance_info": "skyhive.runtime.onnode.context",
+    "NotOnNodeError": "skyhive.runtime.onnode.context",
     "InstanceInfo": "skyhive.protocol.info",
     "Peer": "skyhive.protocol.info",
-    "shard": "skyhive.runtime.shard",
-    "stdout": "skyhive.runtime.filters",
-    "stderr": "skyhive.runtime.filters",
-    "silent": "skyhive.runtime.filters",
-    "OutputRecord": "skyhive.runtime.output",
-    "OutputStalled": "skyhive.runtime.output",
-    "Captured": "skyhive.runtime.capture",
+    "shard": "skyhive.runtime.onnode.shard",
+    "stdout": "skyhive.runtime.onnode.filters",
+    "stderr": "skyhive.runtime.onnode.filters",
+    "silent": "skyhive.runtime.onnode.filters",
+    "OutputRecord": "skyhive.runtime.output.router",
+    "OutputStalled": "skyhive.runtime.output.router",
+    "Captured": "skyhive.runtime.output.captured",
     "SkyhiveError": "skyhive.protocol.errors",
     "ProtocolError": "skyhive.protocol.errors",
     "ProvisionError": "skyhive.providers.base",
@@ -89,20 +89,20 @@ if TYPE_CHECKING:
     from skyhive.providers.base import ProvisionError as ProvisionError
     from skyhive.providers.local import Local as Local
     from skyhive.providers.ssh import SSH as SSH
-    from skyhive.runtime.capture import Captured as Captured
+    from skyhive.runtime.output.captured import Captured as Captured
     from skyhive.runtime.compute import compute as compute
     from skyhive.runtime.compute import gather as gather
-    from skyhive.runtime.context import NotOnNodeError as NotOnNodeError
-    from skyhive.runtime.context import instance_info as instance_info
+    from skyhive.runtime.onnode.context import NotOnNodeError as NotOnNodeError
+    from skyhive.runtime.onnode.context import instance_info as instance_info
     from skyhive.runtime.errors import PoolClosed as PoolClosed
     from skyhive.runtime.errors import RemoteError as RemoteError
     from skyhive.runtime.errors import SerializationError as SerializationError
     from skyhive.runtime.errors import TaskTimeout as TaskTimeout
     from skyhive.runtime.errors import WorkerLost as WorkerLost
-    from skyhive.runtime.filters import silent as silent
-    from skyhive.runtime.filters import stderr as stderr
-    from skyhive.runtime.filters import stdout as stdout
-    from skyhive.runtime.output import OutputRecord as OutputRecord
-    from skyhive.runtime.output import OutputStalled as OutputStalled
+    from skyhive.runtime.onnode.filters import silent as silent
+    from skyhive.runtime.onnode.filters import stderr as stderr
+    from skyhive.runtime.onnode.filters import stdout as stdout
+    from skyhive.runtime.output.router import OutputRecord as OutputRecord
+    from skyhive.runtime.output.router import OutputStalled as OutputStalled
     from skyhive.runtime.pool import Pool as Pool
-    from skyhive.runtime.shard import shard as shard
+    from skyhive.runtime.onnode.shard import shard as shard

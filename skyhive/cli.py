@@ -33,8 +33,8 @@ def _err(text: str) -> None:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from skyhive.runtime.launch import run_launch
-    from skyhive.runtime.taskfile import load, parse_env_overrides
+    from skyhive.runtime.commands.launch import run_launch
+    from skyhive.runtime.commands.taskfile import load, parse_env_overrides
 
     task = load(args.task)
     hosts = tuple(h for item in args.hosts or () for h in item.split(",") if h)
@@ -63,7 +63,7 @@ def _nodes(states: list[str]) -> str:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from skyhive.runtime.inventory import scan
+    from skyhive.runtime.commands.inventory import scan
 
     entries = scan(include_stopped=args.all)
     now = time.time()
@@ -97,7 +97,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from skyhive.runtime.inventory import PoolInUse, down, find, scan
+    from skyhive.runtime.commands.inventory import PoolInUse, down, find, scan
 
     if args.all == bool(args.pools):
         _err("error: give pool ids, or --all")
@@ -129,7 +129,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def _follow(args: argparse.Namespace, on_lines: Callable[[list[str]], bool]) -> int:
     """Feed the pool log's complete lines to `on_lines` (True = the pool stopped); with --follow, keep at it."""
-    from skyhive.runtime.inventory import LogTail, client_of, find
+    from skyhive.runtime.commands.inventory import LogTail, client_of, find
 
     entry = find(args.pool)
     tail = LogTail(entry.path)
@@ -164,7 +164,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from skyhive.runtime.events import OutputChunk, PoolStopped, from_json
+    from skyhive.runtime.events.types import OutputChunk, PoolStopped, from_json
 
     partial: dict[tuple[int, int, str], str] = {}
     prefix = args.node is None
@@ -206,8 +206,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_timeline(args: argparse.Namespace) -> int:
-    from skyhive.runtime.inventory import LogTail, find
-    from skyhive.runtime.timeline import write
+    from skyhive.runtime.commands.inventory import LogTail, find
+    from skyhive.runtime.events.timeline import write
 
     entry = find(args.pool)
     lay = write(LogTail(entry.path).events(), args.output)
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.WARNING, format="skyhive: %(message)s")
     from skyhive.protocol.errors import SkyhiveError
-    from skyhive.runtime.taskfile import TaskFileError
+    from skyhive.runtime.commands.taskfile import TaskFileError
 
     try:
         return int(args.func(args))

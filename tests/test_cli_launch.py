@@ -12,8 +12,8 @@ import threading
 import time
 from pathlib import Path
 
-from skyhive.runtime.eventlog import read_log
-from skyhive.runtime.state import fold
+from skyhive.runtime.events.log import read_log
+from skyhive.runtime.events.state import fold
 from tests.procs import wait_gone
 
 SKYHIVE = [sys.executable, "-m", "skyhive"]

@@ -19,10 +19,10 @@ import skyhive as sky
 from skyhive.cli import main
 from skyhive.providers import registry
 from skyhive.providers.base import LocalReach, NodeHandle, Provider
-from skyhive.runtime import timeline
-from skyhive.runtime.eventlog import pool_log_path, read_log
-from skyhive.runtime.events import NodeStateChanged, PoolStarted, to_json
-from skyhive.runtime.state import fold
+from skyhive.runtime.events import timeline
+from skyhive.runtime.events.log import pool_log_path, read_log
+from skyhive.runtime.events.types import NodeStateChanged, PoolStarted, to_json
+from skyhive.runtime.events.state import fold
 from tests.procs import state_of
 
 SKYHIVE = [sys.executable, "-m", "skyhive"]

@@ -14,8 +14,8 @@ from skyhive.cli import main
 from skyhive.providers import registry
 from skyhive.providers.base import Provider, ProvisionError
 from skyhive.providers.local import Local
-from skyhive.runtime.events import PoolStarted, from_json, to_json
-from skyhive.runtime.taskfile import TaskFileError, load, loads, parse_env_overrides
+from skyhive.runtime.events.types import PoolStarted, from_json, to_json
+from skyhive.runtime.commands.taskfile import TaskFileError, load, loads, parse_env_overrides
 
 FULL = textwrap.dedent("""\
     name: train

@@ -11,8 +11,8 @@ import anyio
 import pytest
 
 import skyhive as sky
-from skyhive.runtime.eventlog import read_log
-from skyhive.runtime.state import fold
+from skyhive.runtime.events.log import read_log
+from skyhive.runtime.events.state import fold
 from tests.procs import alive, state_of, wait_gone, worker_pids
 
 pytestmark = pytest.mark.anyio

@@ -16,11 +16,11 @@ import pytest
 
 import skyhive as sky
 from skyhive.protocol.info import InstanceInfo
-from skyhive.runtime.eventlog import EventLog, read_log
-from skyhive.runtime.events import OutputChunk
-from skyhive.runtime.output import OutputRouter, OutputStalled
-from skyhive.runtime.printer import PARTIAL_DELAY, PROGRESS_EVERY, TerminalPrinter
-from skyhive.runtime.selection import selector
+from skyhive.runtime.events.log import EventLog, read_log
+from skyhive.runtime.events.types import OutputChunk
+from skyhive.runtime.output.router import OutputRouter, OutputStalled
+from skyhive.runtime.output.printer import PARTIAL_DELAY, PROGRESS_EVERY, TerminalPrinter
+from skyhive.runtime.output.selection import selector
 from skyhive.runtime.worker.capture import MAX_PIECE, FdPump, TaskStream
 
 pytestmark = pytest.mark.anyio

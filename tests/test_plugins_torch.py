@@ -28,7 +28,7 @@ from skyhive.plugins.torch import (
     threads_per_process,
     wheel_index,
 )
-from skyhive.runtime.eventlog import read_log
+from skyhive.runtime.events.log import read_log
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skyhive.protocol.info import ENV_VAR, InstanceInfo
-from skyhive.runtime.context import NotOnNodeError, set_instance_info
-from skyhive.runtime.shard import shard
+from skyhive.runtime.onnode.context import NotOnNodeError, set_instance_info
+from skyhive.runtime.onnode.shard import shard
 
 # Speed is measured in bench/, never asserted in a test: no Hypothesis deadline.
 no_deadline = settings(deadline=None)
@@ -106,7 +106,7 @@ def test_different_seeds_shuffle_differently():
 def test_same_permutation_in_another_process(seed):
     """Nodes are separate processes (with their own hash seeds): they must agree."""
     code = (
-        "import sys; from skyhive.runtime.shard import shard; "
+        "import sys; from skyhive.runtime.onnode.shard import shard; "
         f"print(shard(list(range(50)), shuffle=True, seed={seed!r}, node=1, total_nodes=3))"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PYTHONHASHSEED": "12345"}
@@ -298,7 +298,7 @@ def test_torch_tensors():
 
 def test_numpy_and_torch_are_not_imported_by_the_module():
     code = (
-        "import sys; import skyhive.runtime.shard as s; "
+        "import sys; import skyhive.runtime.onnode.shard as s; "
         "print(s.shard([1, 2, 3], node=0, total_nodes=1)); "
         "assert 'numpy' not in sys.modules and 'torch' not in sys.modules, "
         "sorted(m for m in ('numpy', 'torch') if m in sys.modules)"

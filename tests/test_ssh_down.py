@@ -25,9 +25,9 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from skyhive.runtime.eventlog import pool_log_path, read_log
-from skyhive.runtime.events import NodeStateChanged, PoolStarted, to_json
-from skyhive.runtime.state import fold
+from skyhive.runtime.events.log import pool_log_path, read_log
+from skyhive.runtime.events.types import NodeStateChanged, PoolStarted, to_json
+from skyhive.runtime.events.state import fold
 from tests.infra.sshd import find_free_port
 from tests.procs import state_of
 

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 import skyhive as sky
-from skyhive.runtime.events import NodeStateChanged
+from skyhive.runtime.events.types import NodeStateChanged
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 import skyhive as sky
-from skyhive.runtime.events import WorkerStateChanged
+from skyhive.runtime.events.types import WorkerStateChanged
 from tests.infra.sshd import process_alive
 from tests.test_ssh_pool import ssh_for
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skyhive.runtime.events import (
+from skyhive.runtime.events.types import (
     NodeStateChanged,
     OutputChunk,
     PoolStarted,
@@ -18,8 +18,8 @@ from skyhive.runtime.events import (
     from_json,
     to_json,
 )
-from skyhive.runtime.lifecycle import IllegalTransition, NodeState, check_transition
-from skyhive.runtime.state import PoolState, fold, reduce_apply
+from skyhive.runtime.actors.lifecycle import IllegalTransition, NodeState, check_transition
+from skyhive.runtime.events.state import PoolState, fold, reduce_apply
 
 text = st.text(max_size=20)
 node = st.integers(0, 2)

@@ -46,7 +46,7 @@ from ...protocol import (
     Welcome,
 )
 from ...protocol.messages import PROTOCOL_VERSION, STDERR, STDOUT
-from ..context import set_instance_info
+from ..onnode.context import set_instance_info
 from ..serialize import dump_exception, dump_value
 from .capture import FLUSH_DELAY, FdPump, Flusher, TaskStream
 
@@ -380,7 +380,7 @@ class Worker:
         return fn
 
     def _setup(self, setup: Any) -> None:
-        from ..context import instance_info
+        from ..onnode.context import instance_info
 
         os.environ.update(setup.env)
         info = instance_info()

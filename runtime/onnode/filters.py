@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .context import NotOnNodeError, instance_info
-from .selection import OutputSpec, selector
+from ..output.selection import OutputSpec, selector
 
 __all__ = ["stdout", "stderr", "silent"]
 

@@ -26,9 +26,9 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from ..protocol.errors import SkyhiveError
-from ..providers.base import ProvisionError
-from ..providers.registry import canonical
+from ...protocol.errors import SkyhiveError
+from ...providers.base import ProvisionError
+from ...providers.registry import canonical
 
 __all__ = ["TaskFileError", "Resources", "Task", "load", "loads", "parse_env_overrides"]
 

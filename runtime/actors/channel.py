@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..protocol import (
+from ...protocol import (
     Connection,
     Message,
     Output,
@@ -28,11 +28,11 @@ from ..protocol import (
     Submit,
     Welcome,
 )
-from ..protocol.messages import Cancel
-from .errors import WorkerLost
-from .eventlog import EventLog
-from .events import TaskFinished, TaskStarted
-from .transport.base import Link
+from ...protocol.messages import Cancel
+from ..errors import WorkerLost
+from ..events.log import EventLog
+from ..events.types import TaskFinished, TaskStarted
+from ..transport.base import Link
 
 log = logging.getLogger("skyhive.channel")
 

@@ -26,12 +26,12 @@ from typing import Any, TextIO
 import anyio
 from anyio import CancelScope
 
-from ..providers.base import Provider
-from ..providers.local import Local
-from ..providers.registry import from_cli
-from . import nodecmd
-from .channel import WorkerChannel
-from .runtime import PoolRuntime
+from ...providers.base import Provider
+from ...providers.local import Local
+from ...providers.registry import from_cli
+from ..onnode import nodecmd
+from ..actors.channel import WorkerChannel
+from ..actors.pool_actor import PoolRuntime
 from .taskfile import Task, TaskFileError
 
 __all__ = ["NodeExit", "LaunchError", "launch", "run_launch", "pack_workdir", "WORKDIR_LIMIT"]
@@ -116,8 +116,8 @@ class _Launch:
         _tell(self.err, f"skyhive: {text}")
 
     async def run(self) -> int:
-        from ..plugins.image import Image
-        from .pool import Pool
+        from ...plugins.image import Image
+        from ..pool import Pool
 
         task = self.task
         env, secrets = task.env(), task.secret_env()

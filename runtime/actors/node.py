@@ -18,17 +18,17 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
-from ..protocol.info import ENV_VAR
-from ..providers.base import NodeHandle, ProvisionError
+from ...protocol.info import ENV_VAR
+from ...providers.base import NodeHandle, ProvisionError
 from .channel import WorkerChannel
 
-from .events import NodeStateChanged, WorkerStateChanged
+from ..events.types import NodeStateChanged, WorkerStateChanged
 from .lifecycle import NodeState, check_transition
-from .transport.base import Transport, WorkerProcess
-from .worker.daemon import WorkerSetup, python_version, skyhive_version
+from ..transport.base import Transport, WorkerProcess
+from ..worker.daemon import WorkerSetup, python_version, skyhive_version
 
 if TYPE_CHECKING:
-    from .pool import PoolRuntime
+    from ..pool import PoolRuntime
 
 log = logging.getLogger("skyhive.node")
 

@@ -23,7 +23,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .eventlog import state_dir
+from ..events.log import state_dir
 
 __all__ = ["RuntimeWheels", "runtime_wheels", "RUNTIME_DISTS"]
 

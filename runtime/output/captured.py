@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ..protocol.messages import STDERR
+from ...protocol.messages import STDERR
 
 __all__ = ["Captured"]
 

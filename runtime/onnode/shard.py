@@ -97,7 +97,7 @@ def shard(
         ValueError: arrays of different lengths (the lengths are named); only one of ``node`` and
             ``total_nodes`` given; ``total_nodes < 1`` or ``node`` outside ``0..total_nodes-1``;
             ``shuffle=True`` without a seed on more than one node.
-        skyhive.runtime.context.NotOnNodeError: ``node``/``total_nodes`` not given and not running
+        skyhive.runtime.onnode.context.NotOnNodeError: ``node``/``total_nodes`` not given and not running
             on a skyhive node.
     """
     if not arrays:

@@ -10,7 +10,7 @@ import operator
 from collections.abc import Callable
 from typing import Union
 
-from ..protocol.info import InstanceInfo
+from ...protocol.info import InstanceInfo
 
 __all__ = ["OutputSpec", "selector"]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .procfs import proc_stat
 from .context import instance_info
-from .eventlog import state_dir
+from ..events.log import state_dir
 
 __all__ = ["work_root", "prepare", "remove", "node_env", "run_script", "stop_descendants", "GRACE"]
 

@@ -1,6 +1,6 @@
 """`TerminalPrinter`: task output on the caller's terminal, as `[node N] text` lines.
 
-Kept apart from the router (`output.py`), which decides where output goes; this decides how it looks.
+Kept apart from the router (`router.py`), which decides where output goes; this decides how it looks.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from ..protocol.messages import STDERR
+from ...protocol.messages import STDERR
 
 __all__ = ["TerminalPrinter", "PARTIAL_DELAY", "PROGRESS_EVERY", "MAX_PARTIAL"]
 

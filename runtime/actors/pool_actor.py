@@ -20,22 +20,22 @@ from typing import Any
 
 import anyio
 
-from ..protocol.info import InstanceInfo, Peer
-from ..protocol.messages import Result, Submit
-from ..providers.base import ClusterSpec, LocalReach, NodeHandle, Provider, ProvisionError
+from ...protocol.info import InstanceInfo, Peer
+from ...protocol.messages import Result, Submit
+from ...providers.base import ClusterSpec, LocalReach, NodeHandle, Provider, ProvisionError
 from .channel import Call, WorkerChannel
-from .errors import PoolClosed, TaskTimeout, WorkerLost
-from .eventlog import EventLog, pool_log_path
-from .events import NodeStateChanged, PoolStarted, PoolStopped, TaskSubmitted
+from ..errors import PoolClosed, TaskTimeout, WorkerLost
+from ..events.log import EventLog, pool_log_path
+from ..events.types import NodeStateChanged, PoolStarted, PoolStopped, TaskSubmitted
 from .lifecycle import NodeState
 from .node import NodeActor
-from .output import OutputRouter
-from .selection import OutputSpec
-from .serialize import dump_args, dump_function_cached, load_value, rebuild_exception, register_user_code
-from .settings import Settings
-from .transport.base import Transport
-from .transport.local import LocalTransport
-from .worker.daemon import WorkerSetup
+from ..output.router import OutputRouter
+from ..output.selection import OutputSpec
+from ..serialize import dump_args, dump_function_cached, load_value, rebuild_exception, register_user_code
+from ..settings import Settings
+from ..transport.base import Transport
+from ..transport.local import LocalTransport
+from ..worker.daemon import WorkerSetup
 
 log = logging.getLogger("skyhive.pool")
 
@@ -163,7 +163,7 @@ class PoolRuntime:
     def make_transport(self, handle: NodeHandle) -> Transport:
         if isinstance(handle.reach, LocalReach):
             return LocalTransport(cwd=handle.reach.cwd, redact=self.log.redact)
-        from .transport.ssh import SSHTransport  # imported only when a pool uses SSH
+        from ..transport.ssh import SSHTransport  # imported only when a pool uses SSH
 
         return SSHTransport(handle.reach, pool_id=self.pool_id, settings=self.settings)
 
@@ -175,11 +175,11 @@ class PoolRuntime:
     async def bootstrap(self, node: NodeActor, transport: Transport) -> None:
         """Prepare the node's environment from the image (Local: check that it can run here)."""
         if isinstance(transport, LocalTransport):
-            from .bootstrap_local import check_local_image
+            from ..bootstrap.local import check_local_image
 
             check_local_image(self.image, node=node.index)
             return
-        from .bootstrap import bootstrap_node  # SSH and cloud nodes
+        from ..bootstrap.remote import bootstrap_node  # SSH and cloud nodes
 
         await bootstrap_node(self, node, transport)
 
@@ -384,7 +384,7 @@ class PoolRuntime:
         if result.ok:
             value = load_value(result.value, result.buffers)
             if call.outputs is not None:
-                from .capture import Captured
+                from ..output.captured import Captured
 
                 return Captured.from_outputs(value, call.outputs, node=channel.node, local_rank=channel.local_rank)
             return value

@@ -20,7 +20,7 @@ from typing import IO, Any, TypeVar
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
-from .events import Event, NodeStateChanged, OutputChunk, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
+from .types import Event, NodeStateChanged, OutputChunk, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
 from .state import PoolState, fold
 
 __all__ = ["EventLog", "state_dir", "pool_log_path", "read_log", "REDACTED"]

@@ -8,10 +8,10 @@ Steps, each bounded and each failure a `ProvisionError` subclass naming the host
    are complete. The worker's Python must match the client's major.minor (functions travel as
    bytecode); with none, `uv python install` when uv is there, else `PythonMismatch`;
 3. runtime: skyhive, msgpack and cloudpickle as wheels of the client's exact versions
-   (`bootstrap_wheels`), uploaded by SFTP and unpacked into `~/.skyhive/rt/<hash of the wheels>`;
+   (`bootstrap/wheels.py`), uploaded by SFTP and unpacked into `~/.skyhive/rt/<hash of the wheels>`;
 4. environment: `~/.skyhive/envs/<hash>` where the hash covers the image's canonical form, the Python
    major.minor and the content of `includes`. Unless complete (`.ready`), the includes are uploaded
-   by SFTP and the node-side script (`bootstrap_script`) builds it under a lock: venv + pip packages
+   by SFTP and the node-side script (`bootstrap/script.py`) builds it under a lock: venv + pip packages
    (the image's indexes and find-links, given explicitly), apt (root or passwordless sudo), setup
    commands in order. Env vars and secrets go as `env K=V` on the command line, never into a log.
 
@@ -35,21 +35,21 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..providers.accelerators import devices_from_smi, warn_missing
-from ..providers.base import ProvisionError
-from .bootstrap_wheels import runtime_wheels
-from .transport.ssh import NodeEnv, SSHTransport, register_secrets
+from ...providers.accelerators import devices_from_smi, warn_missing
+from ...providers.base import ProvisionError
+from .wheels import runtime_wheels
+from ..transport.ssh import NodeEnv, SSHTransport, register_secrets
 
 if TYPE_CHECKING:
-    from .node import NodeActor
-    from .pool import PoolRuntime
+    from ..actors.node import NodeActor
+    from ..pool import PoolRuntime
 
 log = logging.getLogger("skyhive.bootstrap")
 
 __all__ = ["bootstrap_node", "BootstrapError", "PythonMismatch", "SetupFailed", "env_key", "PROBE_TIMEOUT"]
 
 PROBE_TIMEOUT = 30.0
-_SCRIPT = (Path(__file__).parent / "bootstrap_script.py").read_text()
+_SCRIPT = (Path(__file__).parent / "script.py").read_text()
 
 
 class BootstrapError(ProvisionError):

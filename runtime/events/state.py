@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from functools import reduce
 
-from .events import (
+from .types import (
     Event,
     NodeStateChanged,
     OutputChunk,

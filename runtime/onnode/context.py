@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from ..protocol.errors import SkyhiveError
-from ..protocol.info import ENV_VAR, InstanceInfo
+from ...protocol.errors import SkyhiveError
+from ...protocol.info import ENV_VAR, InstanceInfo
 
 __all__ = ["instance_info", "set_instance_info", "NotOnNodeError"]
 

@@ -28,16 +28,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..protocol.errors import SkyhiveError
-from ..protocol.info import InstanceInfo
-from ..protocol.messages import STDERR
-from .eventlog import EventLog
-from .events import OutputChunk
+from ...protocol.errors import SkyhiveError
+from ...protocol.info import InstanceInfo
+from ...protocol.messages import STDERR
+from ..events.log import EventLog
+from ..events.types import OutputChunk
 from .printer import PARTIAL_DELAY, TerminalPrinter
 from .selection import OutputSpec, selector
 
 if TYPE_CHECKING:
-    from .channel import Call, WorkerChannel
+    from ..actors.channel import Call, WorkerChannel
 
 __all__ = [
     "OutputRecord",

@@ -24,15 +24,15 @@ from typing import IO
 
 import anyio
 
-from ..protocol.errors import SkyhiveError
-from ..protocol.info import ENV_VAR
-from ..providers.base import ProvisionError
-from ..providers.registry import from_description
-from .procfs import proc_stat
-from .eventlog import state_dir
-from .events import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
-from .lifecycle import NodeState, check_transition
-from .state import PoolState, apply
+from ...protocol.errors import SkyhiveError
+from ...protocol.info import ENV_VAR
+from ...providers.base import ProvisionError
+from ...providers.registry import from_description
+from ..onnode.procfs import proc_stat
+from ..events.log import state_dir
+from ..events.types import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
+from ..actors.lifecycle import NodeState, check_transition
+from ..events.state import PoolState, apply
 
 __all__ = ["PoolNotFound", "PoolInUse", "LogTail", "PoolEntry", "DownReport", "pools_dir", "read", "scan",
            "find", "client_of", "down", "DOWN_REASON"]

@@ -6,7 +6,7 @@ import importlib.util
 import re
 from typing import Any
 
-from ..providers.base import ProvisionError
+from ...providers.base import ProvisionError
 
 __all__ = ["check_local_image", "import_name"]
 
