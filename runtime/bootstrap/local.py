@@ -1,10 +1,15 @@
-"""The Local provider's "bootstrap": workers use this interpreter, so check the image can run here."""
+"""The Local provider's "bootstrap": workers use this interpreter, so check the image can run here:
+every package installed, at a version the image allows (a pin is honoured or refused, never ignored)."""
 
 from __future__ import annotations
 
 import importlib.util
 import re
+import sys
+from importlib import metadata
 from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
 
 from ...providers.base import ProvisionError
 
@@ -24,14 +29,42 @@ def import_name(requirement: str) -> str:
 
 
 def check_local_image(image: Any, *, node: int) -> None:
-    """Local workers run this Python: every pip package of the image must already be importable."""
+    """Local workers run this Python: every pip package of the image must be installed here, at a
+    version the image allows (`torch==2.3.0` with torch 2.13 installed is refused, never run).
+
+    Raises `ProvisionError` naming each package that is missing or at another version, with the
+    version found here.
+    """
     if image is None:
         return
-    missing = [req for req in image.pip if importlib.util.find_spec(import_name(req).split(".")[0]) is None]
-    if missing:
+    problems = [p for p in (_problem(req) for req in image.pip) if p is not None]
+    if problems:
         raise ProvisionError(
-            f"node {node}: the Local provider runs workers with this machine's Python, which lacks "
-            f"{', '.join(missing)} (from the pool's Image/plugins). Install them here "
-            f"(pip install {' '.join(missing)}) or use a provider that bootstraps nodes (SSH, a cloud).",
+            f"node {node}: the Local provider runs workers with this machine's Python ({sys.executable}), "
+            f"which does not satisfy the pool's Image/plugins: {'; '.join(problems)}. Install them here "
+            f"(pip install {' '.join(repr(p.split(' ')[0]) for p in problems)}), drop the pins, or use a "
+            "provider that bootstraps nodes (SSH, a cloud).",
             node=node,
         )
+
+
+def _problem(req: str) -> str | None:
+    """Why `req` is not satisfied by this Python, or None when it is."""
+    try:
+        parsed = Requirement(req)
+    except InvalidRequirement:
+        parsed = None
+    if parsed is not None and parsed.marker is not None and not parsed.marker.evaluate():
+        return None  # not meant for this platform
+    if parsed is None or parsed.url:
+        found = importlib.util.find_spec(import_name(req).split(".")[0]) is not None
+        return None if found else f"{req} (not installed)"
+    try:
+        have = metadata.version(parsed.name)
+    except metadata.PackageNotFoundError:
+        if importlib.util.find_spec(import_name(req).split(".")[0]) is not None and not parsed.specifier:
+            return None  # importable though not installed as a distribution (e.g. on sys.path)
+        return f"{req} (not installed)"
+    if parsed.specifier and not parsed.specifier.contains(have, prereleases=True):
+        return f"{req} (this Python has {parsed.name} {have})"
+    return None
