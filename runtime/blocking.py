@@ -83,6 +83,17 @@ class BlockingPool:
 
     _gather_stream = gather_stream
 
+    def stream(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        """See `Pool.stream`: the items as a blocking iterator (`for item in pool.stream(fn, x)`)."""
+        return self._stream_call(fn, args, kwargs)
+
+    def _stream_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                     **options: Any) -> Iterator[Any]:
+        stream = self._call(_open_stream, self.pool, fn, args, kwargs)
+        portal = self._portal
+        assert portal is not None
+        return _records(portal, stream)
+
     # `fn(x) >> pool`, `fn(x) @ pool`, `gather(...) >> pool`: the user's arguments as they are
     def _run_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], **options: Any) -> T:
         return self._call(self.pool._run_call, fn, args, kwargs, **options)
@@ -103,6 +114,14 @@ class BlockingPool:
         assert portal is not None
         return _records(portal, stream)
 
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Any:
+        """See `Pool.submit`: a `concurrent.futures.Future`, from any thread."""
+        return self.pool.submit(fn, *args, **kwargs)
+
+    @property
+    def workers(self) -> int:
+        return self.pool.workers
+
     @property
     def id(self) -> str:
         return self.pool.id
@@ -117,6 +136,10 @@ class BlockingPool:
 
 async def _stats(pool: Pool) -> dict[str, Any]:
     return pool.statistics()
+
+
+async def _open_stream(pool: Pool, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return pool._stream_call(fn, args, kwargs)
 
 
 async def _open_gather_stream(pool: Pool, calls: Sequence[PendingCall], kwargs: dict[str, Any]) -> Any:

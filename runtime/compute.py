@@ -21,6 +21,7 @@ spelling (`@sky.compute(timeout=...)`, `.with_timeout()`), never a keyword of th
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
@@ -62,7 +63,10 @@ class PendingCall(Generic[T]):
         return pool._broadcast_call(self.fn, self.args, self.kwargs, timeout=self.timeout)
 
     def __rshift__(self, pool: Any) -> Any:
-        """`call >> pool`: run on one worker (a generator function: an iterator of its items)."""
+        """`call >> pool`: run on one worker. A generator function gives its items as they are
+        yielded there: an iterator (an async iterator on an async pool)."""
+        if inspect.isgeneratorfunction(self.fn):
+            return pool._stream_call(self.fn, self.args, self.kwargs, timeout=self.timeout)
         return pool._run_call(self.fn, self.args, self.kwargs, timeout=self.timeout)
 
     def __and__(self, other: PendingCall[Any] | Gathered) -> Gathered:

@@ -10,6 +10,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,16 +29,18 @@ from .events.types import Event
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
 from .actors.pool_actor import PoolRuntime, Prepared
-from .serialize import dump_value
+from .serialize import dump_value, load_value
 from .settings import Settings
 from .events.state import PoolState
-from .streams import ResultStream
+from .streams import ItemStream, ResultStream
 
 if TYPE_CHECKING:
     from .blocking import BlockingPool
     from .compute import PendingCall
 
 __all__ = ["Pool", "ComputePool", "Compute", "ALLOCATIONS"]
+
+log = logging.getLogger("skyhive.pool")
 
 #: `Pool(allocation=...)`: spot only, on-demand only, spot falling back to on-demand, the cheaper one.
 ALLOCATIONS = ("spot", "on-demand", "spot-if-available", "cheapest")
@@ -114,6 +120,7 @@ class Pool:
         self.allocation = allocation
         self._rt: PoolRuntime | None = None
         self._blocking: BlockingPool | None = None
+        self._client_hooks = contextlib.ExitStack()
 
     def __repr__(self) -> str:
         status = self._rt.log.state.status if self._rt is not None else "new"
@@ -137,6 +144,15 @@ class Pool:
             name=self.name, log_events=self.log_events, resources=self._resources(),
         )
         await self._rt.start()
+        try:
+            for plugin in spec_plugins:  # client-side hooks, for the pool's lifetime
+                hook = getattr(plugin, "around_client", None)
+                if hook is not None:
+                    self._client_hooks.enter_context(hook(self))
+        except BaseException as exc:
+            self._client_hooks.close()
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -149,6 +165,10 @@ class Pool:
             error = "cancelled"
         else:
             error = f"{type(exc).__name__}: {exc}"
+        try:
+            self._client_hooks.close()
+        except Exception:  # noqa: BLE001 - a plugin's teardown must not keep the nodes running
+            log.exception("a plugin's around_client teardown failed")
         try:
             await rt.close(error)
         finally:
@@ -237,6 +257,32 @@ class Pool:
         """
         return await self._run_call(fn, args, kwargs, timeout=timeout, options=self._options(output, capture))
 
+    def stream(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> ItemStream:
+        """Run the generator function `fn(*args, **kwargs)` on the least busy worker and give its
+        items as they are yielded there: `async for item in pool.stream(fn, x): ...`.
+
+        Every argument goes to `fn`. The task's error is raised after the items before it; leaving
+        the loop early cancels the task. Each item is one frame, so it must fit the frame limit
+        (large arrays: return them, or yield smaller pieces).
+        """
+        return self._stream_call(fn, args, kwargs)
+
+    def _stream_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                     timeout: float | None = None) -> ItemStream:
+        rt = self._runtime
+        fn = _unwrap(fn)
+        prep = Prepared(fn, args, kwargs)
+        del timeout  # a stream is bounded by its consumer: leave the loop to cancel it
+
+        async def open_(on_item: Callable[[int, bytes], None]) -> tuple[Any, Any, Any]:
+            channel = rt.pick_nowait() if rt.open else None
+            if channel is None:
+                channel = await rt.pick()
+            call, fut = await rt.open_stream(channel, prep, on_item)
+            return channel, call, fut
+
+        return ItemStream(open_, rt, load_value)
+
     async def _run_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                         timeout: float | None = None, options: dict[str, Any] | None = None) -> T:
         """`run` with the user's arguments as they are (`fn(x) >> pool`: none of them is an option)."""
@@ -265,6 +311,28 @@ class Pool:
         prep = Prepared(fn, args, kwargs)
         channels = await rt.all_channels()
         return await rt.run_prepared(channels, prep, timeout=timeout, options=options)
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
+        """Start `fn(*args, **kwargs)` on the least busy worker, from any thread (joblib's backend, a
+        thread pool of your own); a `concurrent.futures.Future`. Every argument goes to `fn`.
+
+        Cancelling the future cancels the task. Waiting on the future (`.result()`) on the pool's
+        own event loop would block that loop: there, `await pool.run(...)` instead (see
+        `in_event_loop`).
+        """
+        return asyncio.run_coroutine_threadsafe(self._run_call(fn, args, kwargs), self._runtime.loop)
+
+    def in_event_loop(self) -> bool:
+        """True when called on the thread that runs the pool's event loop (blocking there hangs)."""
+        try:
+            return asyncio.get_running_loop() is self._runtime.loop
+        except RuntimeError:
+            return False
+
+    @property
+    def workers(self) -> int:
+        """How many worker processes can take a task now (over all nodes)."""
+        return sum(len(n.usable_channels()) for n in self._runtime.nodes)
 
     async def map(self, fn: Callable[[Any], T], iterable: Iterable[Any], *, timeout: float | None = None,
                   chunksize: int | None = None, output: OutputSpec = _UNSET) -> list[T]:

@@ -12,6 +12,7 @@ import hashlib
 import inspect
 import os
 import pickle
+import types
 import sys
 import sysconfig
 import traceback
@@ -163,6 +164,7 @@ def dump_args(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
     """Pickle `(args, kwargs)`; on failure name the argument that cannot be pickled."""
     if not args and not kwargs:
         return _NO_ARGS, []
+    args, kwargs = items_of_generators(args, kwargs)
     for value in (*args, *kwargs.values()):
         if type(value) not in _SIMPLE:  # an instance of the user's own class travels by value too
             _register_user_module(type(value))
@@ -182,6 +184,26 @@ def dump_value(value: Any, what: str = "value") -> tuple[bytes, list[Any]]:
     except Exception as exc:
         raise SerializationError(f"{what} of type {type(value).__name__} cannot be pickled: {type(exc).__name__}: {exc}") from exc
     return data, [b.raw() for b in buffers]
+
+
+def dump_inline(value: Any, what: str = "value") -> bytes:
+    """Pickle a value with every buffer in-band (a streamed item travels in one `Item` frame)."""
+    try:
+        return pickle.dumps(value, protocol=5) if _plain(value) else cloudpickle.dumps(value, protocol=5)
+    except Exception as exc:
+        raise SerializationError(f"{what} of type {type(value).__name__} cannot be pickled: {type(exc).__name__}: {exc}") from exc
+
+
+def items_of_generators(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A generator argument travels as its items: an iterator over them on the node (a generator
+    object itself cannot be pickled). It is run to its end here first, so it must be finite."""
+    if not any(isinstance(v, types.GeneratorType) for v in (*args, *kwargs.values())):
+        return args, kwargs
+
+    def items(v: Any) -> Any:
+        return iter(list(v)) if isinstance(v, types.GeneratorType) else v
+
+    return tuple(items(a) for a in args), {k: items(v) for k, v in kwargs.items()}
 
 
 def load_value(data: bytes, buffers: tuple[Any, ...] = ()) -> Any:

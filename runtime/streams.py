@@ -1,4 +1,8 @@
-"""`ResultStream`: results of several calls as they become ready (`sky.gather(..., stream=True)`).
+"""Streams of results: `ResultStream`, the results of several calls as they become ready
+(`sky.gather(..., stream=True)`), and `ItemStream`, the items one generator task yields, as it yields
+them (`pool.stream(fn, ...)`, `gen(x) >> pool`).
+
+ResultStream:
 
 The calls run in one producer task in the pool's task group (started by the first `__anext__`),
 which hands `(index, outcome)` pairs to the iterator through a memory stream; so `__anext__` only
@@ -13,10 +17,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import asyncio
+
 import anyio
 from anyio.abc import ObjectReceiveStream, TaskGroup
 
-__all__ = ["ResultStream"]
+__all__ = ["ResultStream", "ItemStream"]
 
 
 class ResultStream:
@@ -96,3 +102,52 @@ class ResultStream:
         self._cancel()
         if self._receive is not None:
             await self._receive.aclose()
+
+
+class ItemStream:
+    """Async iterator over the items a generator task yields on its node, in order, as they come.
+
+    Opened on the first `__anext__` (so `pool.stream(...)` itself does not block). Items are
+    buffered here as they arrive (no backpressure: a producer faster than the consumer fills
+    memory). The task's error, if it raised, is raised after the items it yielded before it;
+    `aclose()` (leaving an `async for` early) cancels the task on its node.
+    """
+
+    def __init__(self, open_: Callable[[Callable[[int, bytes], None]], Awaitable[tuple[Any, Any, Any]]],
+                 rt: Any, load: Callable[[bytes], Any]) -> None:
+        self._open = open_
+        self._rt = rt
+        self._load = load
+        self._queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue()
+        self._task: tuple[Any, Any, Any] | None = None  # (channel, call, future)
+        self._done = False
+        self.count = 0
+
+    def __repr__(self) -> str:
+        return f"<ItemStream {self.count} items given done={self._done}>"
+
+    def __aiter__(self) -> ItemStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._done:
+            raise StopAsyncIteration
+        if self._task is None:
+            self._task = await self._open(lambda index, value: self._queue.put_nowait((index, value)))
+            self._task[2].add_done_callback(lambda _: self._queue.put_nowait(None))
+        got = await self._queue.get()
+        if got is None:
+            self._done = True
+            channel, call, fut = self._task
+            self._rt.finish_stream(channel, call, fut)  # raises the task's error, if any
+            raise StopAsyncIteration
+        self.count += 1
+        return self._load(got[1])
+
+    async def aclose(self) -> None:
+        """Stop early: the task is cancelled on its node."""
+        if not self._done and self._task is not None:
+            channel, call, fut = self._task
+            if not fut.done():
+                self._rt.cancel_stream(channel, call, fut)
+        self._done = True

@@ -17,6 +17,7 @@ from typing import Any
 from ...protocol import (
     Connection,
     Message,
+    Item,
     Output,
     Ping,
     Pong,
@@ -44,7 +45,7 @@ OutputSink = Callable[["WorkerChannel", "Call | None", int, str], None]
 class Call:
     """One task in flight on a worker: the caller's future and what the router needs to know."""
 
-    __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs", "started")
+    __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs", "started", "on_item")
 
     def __init__(self, task_id: int, future: asyncio.Future[Result] | None, options: Any, fn_name: str) -> None:
         self.task_id = task_id
@@ -54,6 +55,7 @@ class Call:
         self.abandoned = False
         self.started = False
         self.outputs: list[tuple[int, str]] | None = None
+        self.on_item: Callable[[int, bytes], None] | None = None  # a streamed task's items go here
 
 
 class WorkerChannel:
@@ -137,6 +139,10 @@ class WorkerChannel:
                 call.future.set_result(msg)
         elif isinstance(msg, Output):
             self._on_output(self, self.calls.get(msg.task_id), msg.stream, msg.data)
+        elif isinstance(msg, Item):
+            streamed = self.calls.get(msg.task_id)
+            if streamed is not None and streamed.on_item is not None:
+                streamed.on_item(msg.index, msg.value)
         elif isinstance(msg, Started):
             started = self.calls.get(msg.task_id)
             if started is not None and not started.started:

@@ -261,7 +261,7 @@ class PoolRuntime:
     # ---- calls -------------------------------------------------------------------------------------
 
     def send(self, channel: WorkerChannel, prep: Prepared, options: dict[str, Any] | None,
-             future: asyncio.Future[Result]) -> Call:
+             future: asyncio.Future[Result], *, stream: bool = False) -> Call:
         """Send one task to `channel` (its buffers, if any, still have to follow)."""
         task_id = next(self._ids)
         known = channel.known_fns
@@ -273,6 +273,8 @@ class PoolRuntime:
             known.add(prep.fn_id)
             fn_bytes = prep.fn_bytes
         sub_options: dict[str, Any] = {"kind": prep.kind} if prep.kind != "call" else {}
+        if stream:
+            sub_options["stream"] = True
         msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args,
                      buffer_sizes=tuple(memoryview(b).nbytes for b in prep.buffers), batch=prep.batch,
                      options=sub_options)
@@ -283,6 +285,29 @@ class PoolRuntime:
         self.log.emit(TaskSubmitted, task=task_id, node=channel.node, local_rank=channel.local_rank,
                       fn=prep.fn_name, items=prep.items)
         return call
+
+    async def open_stream(self, channel: WorkerChannel, prep: Prepared,
+                          on_item: Callable[[int, bytes], None]) -> tuple[Call, asyncio.Future[Result]]:
+        """Send a task whose generator's items come back as they are yielded (to `on_item`, on the
+        event loop); the future gets its `Result` after the last item."""
+        fut: asyncio.Future[Result] = self.loop.create_future()
+        call = self.send(channel, prep, None, fut, stream=True)
+        call.on_item = on_item
+        try:
+            if prep.buffers:
+                await self._send_buffers([(channel, call.task_id)], prep.buffers)
+        except BaseException:
+            self._cancel([(channel, call, fut)])
+            raise
+        return call, fut
+
+    def finish_stream(self, channel: WorkerChannel, call: Call, fut: asyncio.Future[Result]) -> Any:
+        """After a streamed task's `Result`: the item count, or its error raised."""
+        self.router.flush(channel.node, channel.local_rank)
+        return self._unpack(channel, call, fut.result())
+
+    def cancel_stream(self, channel: WorkerChannel, call: Call, fut: asyncio.Future[Result]) -> None:
+        self._cancel([(channel, call, fut)])
 
     async def call_on(self, channel: WorkerChannel, fn: Callable[..., Any], args: tuple[Any, ...],
                       kwargs: dict[str, Any], *, kind: str = "call", fn_name: str | None = None,

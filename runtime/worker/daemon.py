@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import inspect
 import logging
 import os
 import pickle
@@ -33,6 +34,7 @@ from ...protocol import (
     Cancel,
     Connection,
     Hello,
+    Item,
     Message,
     Output,
     Ping,
@@ -47,7 +49,7 @@ from ...protocol import (
 )
 from ...protocol.messages import PROTOCOL_VERSION, STDERR, STDOUT
 from ..onnode.context import set_instance_info
-from ..serialize import dump_exception, dump_value
+from ..serialize import dump_exception, dump_inline, dump_value
 from .capture import FLUSH_DELAY, FdPump, Flusher, TaskStream
 
 log = logging.getLogger("skyhive.worker")
@@ -331,7 +333,7 @@ class Worker:
             if sub.options.get("kind") == "setup":
                 self._setup(fn)
             else:
-                value = self._call(fn, args, sub.batch)
+                value = self._call(fn, args, sub.batch, task_id if sub.options.get("stream") else None)
         except TaskCancelled:
             ok, cancelled = False, True
         except BaseException as exc:  # noqa: BLE001 - everything a task raises goes back to the caller
@@ -344,18 +346,17 @@ class Worker:
         self.current = None
         self._reply(task_id, ok, cancelled, value)
 
-    def _call(self, fn: Callable[..., Any], args: Any, batch: bool) -> Any:
+    def _call(self, fn: Callable[..., Any], args: Any, batch: bool, stream: int | None = None) -> Any:
         if not self.task_hooks:
             self.in_user_code = True
-            return self._invoke(fn, args, batch)
+            return self._invoke(fn, args, batch, stream)
         with contextlib.ExitStack() as stack:
             for hook in self.task_hooks:
                 stack.enter_context(hook(self.setup_info))
             self.in_user_code = True
-            return self._invoke(fn, args, batch)
+            return self._invoke(fn, args, batch, stream)
 
-    @staticmethod
-    def _invoke(fn: Callable[..., Any], args: Any, batch: bool) -> Any:
+    def _invoke(self, fn: Callable[..., Any], args: Any, batch: bool, stream: int | None = None) -> Any:
         if batch:
             out = []
             for i, item in enumerate(args):
@@ -366,7 +367,20 @@ class Worker:
                     raise
             return out
         a, kw = args
-        return fn(*a, **kw)
+        value = fn(*a, **kw)
+        if inspect.isgenerator(value):
+            if stream is None:  # not asked to stream (`pool.run`): the items, as a list
+                return list(value)
+            return self._stream(stream, value)
+        return value
+
+    def _stream(self, task_id: int, items: Any) -> int:
+        """Send each item the generator yields as an `Item` frame, as it is yielded; the count."""
+        count = 0
+        for item in items:
+            self.send(Item(task_id=task_id, index=count, value=dump_inline(item, f"item {count}")))
+            count += 1
+        return count
 
     def _function(self, sub: Submit) -> Callable[..., Any]:
         fn = self.fns.get(sub.fn_id)
