@@ -20,7 +20,7 @@ from .jax import jax as jax
 from .joblib import joblib as joblib
 from .joblib import sklearn as sklearn
 from .keras import keras as keras
-from .torch import WorkerRestarted as WorkerRestarted
+from ..errors import WorkerRestarted as WorkerRestarted
 from .torch import torch as torch
 
 __all__ = ["Plugin", "InstanceInfo", "apply_transforms", "torch", "jax", "keras", "huggingface",

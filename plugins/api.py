@@ -2,7 +2,6 @@
 
 - `transform(image, pool) -> image` — client side, before the nodes are set up: add pip packages,
   indexes, environment variables (use the `Image.with_*` helpers so plugins do not clobber each other).
-- `around_client(pool)` — client side, a context manager for the pool's lifetime.
 - `around_app(info)` — on the worker, a context manager entered once per worker process before its
   first task and exited at shutdown (set up a process group in it, tear it down in its `finally`).
 - `around_task(info)` — on the worker, a context manager around each task.
@@ -13,12 +12,25 @@ object and import heavy frameworks (torch, jax) inside the worker-side hooks onl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import contextlib
+import functools
+import os
+import re
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
+from ..errors import WorkerRestarted
+from ..protocol.info import ENV_VAR, RESTART_ENV
 from ..protocol.info import InstanceInfo as InstanceInfo
 
-__all__ = ["Plugin", "InstanceInfo", "apply_transforms"]
+__all__ = ["Plugin", "InstanceInfo", "apply_transforms", "requirement", "refuse_if_restarted", "restarted_message",
+           "with_plugin"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_CONSTRAINT = re.compile(r"\s*(===|==|!=|~=|<=|>=|<|>)")
+_VERSION = re.compile(r"[0-9][0-9A-Za-z.+!*-]*\Z")
 
 
 class Plugin:
@@ -42,3 +54,79 @@ def apply_transforms(plugins: Sequence[Any], image: Any, pool: Any) -> Any:
             if not isinstance(image, Image):
                 raise TypeError(f"{plugin!r}.transform() must return an Image, got {type(image).__name__}")
     return image
+
+
+# ---- helpers every framework plugin uses ------------------------------------------------------------
+
+def requirement(package: str, version: str | None, *, where: str = "") -> str | None:
+    """The pip requirement for `package` at `version`.
+
+    `None` -> None (do not install); `"latest"` -> `package` (no pin); a bare version `"2.3.0"` ->
+    `package==2.3.0`; a constraint (`">=2.3"`, `"~=2.3,<3"`, `"==2.3.0"`) is passed through.
+    Raises `ValueError` (naming `where`, e.g. "torch(vision=...)") for anything else.
+    """
+    where = where or f"{package} version"
+    if version is None:
+        return None
+    if not isinstance(version, str):
+        raise TypeError(f"{where} must be a str or None, got {type(version).__name__}")
+    text = version.strip()
+    if text == "latest":
+        return package
+    if _CONSTRAINT.match(text):
+        return package + text
+    if _VERSION.match(text):
+        return f"{package}=={text}"
+    raise ValueError(
+        f"{where} {version!r}: give \"latest\", a version (\"2.3.0\") or a constraint (\">=2.3\")"
+    )
+
+
+def refuse_if_restarted(framework: str, info: InstanceInfo) -> None:
+    """Raise `WorkerRestarted` in a worker process restarted after a crash: its peers still hold the
+    old process group / runtime, which a new process cannot rejoin (a clear error, not a hang)."""
+    restarts = os.environ.get(RESTART_ENV, "0")
+    if restarts != "0":
+        raise WorkerRestarted(restarted_message(framework, info, restarts))
+
+
+def restarted_message(framework: str, info: InstanceInfo, restarts: str) -> str:
+    return (
+        f"{framework}: the worker process of rank {info.rank} (node {info.node}, local rank "
+        f"{info.local_rank}) was restarted after a crash ({restarts} restart(s)), and a restarted "
+        f"process cannot re-join the {framework} process group the other ranks are still in. "
+        "Close the pool and open a new one (resume training from a checkpoint)."
+    )
+
+
+# ---- the decorator form (`@sky.integrations.torch`) ------------------------------------------------
+
+_entered: dict[str, contextlib.ExitStack] = {}  # per worker process: plugin name -> its open hook
+_lock = threading.Lock()
+
+
+def _enter_once(plugin: Any) -> None:
+    text = os.environ.get(ENV_VAR)
+    hook = getattr(plugin, "around_app", None)
+    if not text or hook is None:
+        return  # not on a node: nothing to set up
+    key = getattr(plugin, "name", type(plugin).__name__)
+    with _lock:
+        if key in _entered:
+            return
+        stack = contextlib.ExitStack()
+        stack.enter_context(hook(InstanceInfo.from_json(text)))
+        _entered[key] = stack  # kept open for the worker process's life, like around_app on the pool
+
+
+def with_plugin(plugin: Any, fn: F) -> F:
+    """`fn`, with `plugin`'s worker-side setup entered (once per process) before it runs on a node."""
+    if not callable(fn):
+        raise TypeError(f"@integrations.{getattr(plugin, 'name', 'plugin')} decorates a function, got {type(fn).__name__}")
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        _enter_once(plugin)
+        return fn(*args, **kwargs)
+
+    return run  # type: ignore[return-value]

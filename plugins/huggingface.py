@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .api import InstanceInfo, Plugin
+from ..errors import HuggingFaceLoginError
 
 __all__ = ["HuggingFacePlugin", "huggingface", "HuggingFaceLoginError", "PACKAGES", "TOKEN_ENV"]
 
@@ -27,10 +28,6 @@ PACKAGES = ("transformers", "datasets", "tokenizers", "huggingface_hub")
 TOKEN_ENV = "HF_TOKEN"
 _LEGACY_ENV = "HUGGING_FACE_HUB_TOKEN"
 REDACTED = "***"
-
-
-class HuggingFaceLoginError(RuntimeError):
-    """The worker could not log in to the HuggingFace Hub (the message never holds the token)."""
 
 
 class HuggingFacePlugin(Plugin):

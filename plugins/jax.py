@@ -23,17 +23,13 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from .api import InstanceInfo, Plugin
-from .torch import refuse_if_restarted
+from .api import InstanceInfo, Plugin, refuse_if_restarted
+from ..errors import CoordinatorPortInUse
 
 __all__ = ["JaxPlugin", "jax", "jax_env", "coordinator_port", "PORT_ENV", "CoordinatorPortInUse"]
 
 #: The image variable that carries the coordinator's port, when `transform` chose it.
 PORT_ENV = "SKYHIVE_JAX_PORT"
-
-
-class CoordinatorPortInUse(RuntimeError):
-    """The port for the JAX coordinator is already taken on the head node."""
 
 
 def coordinator_port(info: InstanceInfo, env: Any = os.environ) -> int:

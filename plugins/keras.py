@@ -18,8 +18,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from .api import InstanceInfo, Plugin
-from .torch import requirement
+from .api import InstanceInfo, Plugin, requirement
+from ..errors import KerasBackendMismatch
 
 __all__ = ["KerasPlugin", "keras", "BACKENDS"]
 
@@ -27,10 +27,6 @@ BACKENDS = ("jax", "torch", "tensorflow", "numpy", "openvino")
 # the package a backend needs, when the keras plugin is the one to add it (torch comes with its own
 # plugin, which knows the right wheel index)
 _BACKEND_PACKAGES = {"jax": "jax", "tensorflow": "tensorflow"}
-
-
-class KerasBackendMismatch(RuntimeError):
-    """Keras was already imported on the worker with another backend than the plugin's."""
 
 
 class KerasPlugin(Plugin):

@@ -21,50 +21,20 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-from .api import InstanceInfo, Plugin
+from ..errors import WorkerRestarted
+from ..protocol.info import RESTART_ENV
+from .api import InstanceInfo, Plugin, refuse_if_restarted, requirement
 
 __all__ = ["TorchPlugin", "torch", "requirement", "wheel_index", "is_cuda", "distributed_env",
            "threads_per_process", "WorkerRestarted", "RESTART_ENV"]
 
 INDEX = "https://download.pytorch.org/whl/{flavour}"
 BACKENDS = ("nccl", "gloo", "mpi", "ucc", "xccl")
-#: Set by the node actor on a worker process it restarted after a loss (absent on a first start).
-RESTART_ENV = "SKYHIVE_WORKER_RESTARTS"
 
-_CONSTRAINT = re.compile(r"\s*(===|==|!=|~=|<=|>=|<|>)")
-_VERSION = re.compile(r"[0-9][0-9A-Za-z.+!*-]*\Z")
 _CUDA_TAG = re.compile(r"cu\d{2,4}\Z")
 # GPU families sold by NVIDIA, as accelerator names spell them ("A100", "H100-80GB", "T4", "RTX4090").
 _NVIDIA = re.compile(r"(nvidia|tesla|geforce|quadro|rtx|gtx|titan|g[bh]\d{3}|v100|[abhltkp]\d{1,3}(?!\d))",
                      re.IGNORECASE)
-
-
-class WorkerRestarted(RuntimeError):
-    """A worker process came back after a crash and cannot re-join the framework's process group."""
-
-
-def requirement(package: str, version: str | None, *, where: str = "") -> str | None:
-    """The pip requirement for `package` at `version`.
-
-    `None` -> None (do not install); `"latest"` -> `package` (no pin); a bare version `"2.3.0"` ->
-    `package==2.3.0`; a constraint (`">=2.3"`, `"~=2.3,<3"`, `"==2.3.0"`) is passed through.
-    Raises `ValueError` (naming `where`, e.g. "torch(vision=...)") for anything else.
-    """
-    where = where or f"{package} version"
-    if version is None:
-        return None
-    if not isinstance(version, str):
-        raise TypeError(f"{where} must be a str or None, got {type(version).__name__}")
-    text = version.strip()
-    if text == "latest":
-        return package
-    if _CONSTRAINT.match(text):
-        return package + text
-    if _VERSION.match(text):
-        return f"{package}=={text}"
-    raise ValueError(
-        f"{where} {version!r}: give \"latest\", a version (\"2.3.0\") or a constraint (\">=2.3\")"
-    )
 
 
 def is_cuda(accelerator: Any) -> bool:
@@ -118,23 +88,6 @@ def threads_per_process(info: InstanceInfo, cpus: int | None = None) -> int:
     here = info.peers[info.node].addr if info.node < len(info.peers) else None
     nodes_here = sum(1 for p in info.peers if p.addr == here) or 1
     return max(1, cpus // (nodes_here * info.processes_per_node))
-
-
-def refuse_if_restarted(framework: str, info: InstanceInfo) -> None:
-    """Raise `WorkerRestarted` in a worker process restarted after a crash: its peers still hold the
-    old process group / runtime, which a new process cannot rejoin (a clear error, not a hang)."""
-    restarts = os.environ.get(RESTART_ENV, "0")
-    if restarts != "0":
-        raise WorkerRestarted(restarted_message(framework, info, restarts))
-
-
-def restarted_message(framework: str, info: InstanceInfo, restarts: str) -> str:
-    return (
-        f"{framework}: the worker process of rank {info.rank} (node {info.node}, local rank "
-        f"{info.local_rank}) was restarted after a crash ({restarts} restart(s)), and a restarted "
-        f"process cannot re-join the {framework} process group the other ranks are still in. "
-        "Close the pool and open a new one (resume training from a checkpoint)."
-    )
 
 
 class TorchPlugin(Plugin):

@@ -10,10 +10,12 @@ import json
 import socket
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["Peer", "InstanceInfo", "ENV_VAR"]
+__all__ = ["Peer", "InstanceInfo", "ENV_VAR", "RESTART_ENV"]
 
 #: The environment variable that carries the JSON form of `InstanceInfo` on a worker.
 ENV_VAR = "COMPUTE_POOL"
+#: Set on a worker process restarted after a loss: how many times it was (absent on a first start).
+RESTART_ENV = "SKYHIVE_WORKER_RESTARTS"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,10 +34,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..protocol.errors import SkyhiveError
+from ..errors import NodeUnreachable, ProvisionError
 
 __all__ = [
     "ProvisionError",
+    "NodeUnreachable",
     "ClusterSpec",
     "Reach",
     "LocalReach",
@@ -47,15 +48,6 @@ __all__ = [
     "Provider",
     "LIFECYCLE_STATES",
 ]
-
-
-class ProvisionError(SkyhiveError):
-    """A node could not be created, reached or set up. The message names the node/host and the cause."""
-
-    def __init__(self, message: str, *, host: str | None = None, node: int | None = None) -> None:
-        super().__init__(message)
-        self.host = host
-        self.node = node
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +65,12 @@ class ClusterSpec:
     # provider's default. `spot` agrees with it (True / False for the first two, else None).
     allocation: str | None = None
     tags: tuple[tuple[str, str], ...] = ()  # extra tags/labels the user asked for
+
+
+#: SSH connection defaults, defined once (the SSH provider's arguments and `SSHReach` use them).
+SSH_CONNECT_TIMEOUT = 10.0
+SSH_IDLE_TIMEOUT = 600.0
+SSH_RECONNECT_TIMEOUT = 60.0
 
 
 class Reach:
@@ -105,6 +103,11 @@ class SSHReach(Reach):
     known_hosts: str | None = None
     host_key: str | None = None  # a pinned public key, when the provider knows it
     python: str | None = None
+    connect_timeout: float = SSH_CONNECT_TIMEOUT  # one connection attempt
+    idle_timeout: float = SSH_IDLE_TIMEOUT  # a detached worker with no client exits after this
+    reconnect_timeout: float = SSH_RECONNECT_TIMEOUT  # a dropped link is retried this long
+    use_agent: bool = False  # the ssh agent and ~/.ssh/config keys (never ~/.ssh/config itself)
+    keep_env: bool = True  # keep the environment bootstrap built on the node (next pool starts warm)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,6 +161,10 @@ class Provider(abc.ABC):
     #: The provider's own node states (lower-case) -> lifecycle state names (`LIFECYCLE_STATES`).
     state_map: ClassVar[Mapping[str, str]] = {}
 
+    #: Seconds a node that runs but refuses connections (`NodeUnreachable`) is retried: a fresh VM's
+    #: sshd starts a while after the cloud says "running". 0 for hosts that already run (SSH, Local).
+    connect_retry: ClassVar[float] = 0.0
+
     # ---- the phases, driven per node by the runtime -----------------------------------------------
 
     async def prepare(self, spec: ClusterSpec) -> None:
@@ -210,6 +217,11 @@ class Provider(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """Plain values that identify this provider's configuration (for the event log and `skyhive down`)."""
         return {"provider": self.name}
+
+    def for_nodes(self, nodes: int) -> Provider:
+        """This provider narrowed to what a pool of `nodes` nodes used, for `skyhive down` (a provider
+        naming hosts keeps only the first `nodes`). Default: itself."""
+        return self
 
     # ---- compositions ---------------------------------------------------------------------------------
 

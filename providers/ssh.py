@@ -30,11 +30,21 @@ from typing import Any
 
 import anyio
 
-from .base import ClusterSpec, NodeHandle, Provider, ProvisionError, SSHReach
+from .base import (
+    SSH_CONNECT_TIMEOUT,
+    SSH_IDLE_TIMEOUT,
+    SSH_RECONNECT_TIMEOUT,
+    ClusterSpec,
+    NodeHandle,
+    NodeUnreachable,
+    Provider,
+    ProvisionError,
+    SSHReach,
+)
+from ..errors import AuthenticationFailed, HostKeyChanged, HostUnreachable, SSHError
 
 __all__ = [
     "SSH",
-    "SSHHostReach",
     "SSHError",
     "HostUnreachable",
     "HostKeyChanged",
@@ -43,33 +53,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("skyhive.providers.ssh")
-
-
-class SSHError(ProvisionError):
-    """An SSH host could not be reached or used; the message names the host and the cause."""
-
-
-class HostUnreachable(SSHError):
-    """No SSH connection to the host within the connect timeout (down, wrong address, filtered)."""
-
-
-class HostKeyChanged(SSHError):
-    """The host showed a key other than the pinned one (known_hosts, host_key, or first contact)."""
-
-
-class AuthenticationFailed(SSHError):
-    """The host refused our key for that user."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SSHHostReach(SSHReach):
-    """`SSHReach` with the SSH provider's connection settings."""
-
-    connect_timeout: float = 10.0
-    idle_timeout: float = 600.0
-    reconnect_timeout: float = 60.0
-    use_agent: bool = False
-    keep_env: bool = True
 
 
 _HOST = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]]+\]|[^:@\s]+)(?::(?P<port>\d+))?$")
@@ -198,7 +181,8 @@ class SSH(Provider):
 
     def __init__(self, hosts: list[str] | tuple[str, ...], *, user: str | None = None, key: str | None = None,
                  known_hosts: str | None = None, python: str | None = None, port: int = 22,
-                 connect_timeout: float = 10.0, reconnect_timeout: float = 60.0, idle_timeout: float = 600.0,
+                 connect_timeout: float = SSH_CONNECT_TIMEOUT, reconnect_timeout: float = SSH_RECONNECT_TIMEOUT,
+                 idle_timeout: float = SSH_IDLE_TIMEOUT,
                  use_agent: bool = False, keep_env: bool = True) -> None:
         if isinstance(hosts, str) or not hosts:
             raise ValueError("SSH(hosts=[...]) needs a non-empty list of hosts")
@@ -333,7 +317,7 @@ class SSH(Provider):
 
     def _handle(self, index: int, host: tuple[str | None, str, int]) -> NodeHandle:
         user, addr, port = host
-        reach = SSHHostReach(
+        reach = SSHReach(
             host=addr, port=port, user=user, key=self.key, known_hosts=self.known_hosts, python=self.python,
             connect_timeout=self.connect_timeout, idle_timeout=self.idle_timeout,
             reconnect_timeout=self.reconnect_timeout, use_agent=self.use_agent, keep_env=self.keep_env,

@@ -4,19 +4,46 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 if TYPE_CHECKING:
     from .compute import PendingCall
     from .output.router import OutputRecord
-    from .pool import Pool
     from .events.state import PoolState
 
-__all__ = ["BlockingPool"]
+__all__ = ["BlockingPool", "AsyncPool"]
 
 T = TypeVar("T")
+
+
+class AsyncPool(Protocol):
+    """What `BlockingPool` drives: the async `Pool` (declared here so that this module does not import
+    `pool`, which imports this one)."""
+
+    async def __aenter__(self) -> Any: ...
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None: ...
+    async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
+    async def broadcast(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]: ...
+    async def map(self, fn: Callable[[Any], Any], iterable: Iterable[Any], **kwargs: Any) -> list[Any]: ...
+    async def gather(self, calls: Sequence[PendingCall], **kwargs: Any) -> list[Any]: ...
+    def output(self, **kwargs: Any) -> Any: ...
+    def statistics(self) -> dict[str, Any]: ...
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any: ...
+    def gather_stream(self, calls: Sequence[PendingCall], **kwargs: Any) -> Any: ...
+    def _stream_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+    async def _run_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                        **options: Any) -> Any: ...
+    async def _broadcast_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                              **options: Any) -> list[Any]: ...
+    async def _gather_calls(self, calls: Sequence[PendingCall], **options: Any) -> tuple[Any, ...]: ...
+    @property
+    def workers(self) -> int: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def state(self) -> PoolState: ...
 
 
 class BlockingPool:
@@ -26,7 +53,7 @@ class BlockingPool:
     and the loop. Methods take the same arguments as `Pool`'s and may be called from any thread.
     """
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: AsyncPool) -> None:
         self.pool = pool
         self._portal: BlockingPortal | None = None
         self._portal_cm: Any = None
@@ -134,19 +161,19 @@ class BlockingPool:
         return self._call(_stats, self.pool)
 
 
-async def _stats(pool: Pool) -> dict[str, Any]:
+async def _stats(pool: AsyncPool) -> dict[str, Any]:
     return pool.statistics()
 
 
-async def _open_stream(pool: Pool, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def _open_stream(pool: AsyncPool, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return pool._stream_call(fn, args, kwargs)
 
 
-async def _open_gather_stream(pool: Pool, calls: Sequence[PendingCall], kwargs: dict[str, Any]) -> Any:
+async def _open_gather_stream(pool: AsyncPool, calls: Sequence[PendingCall], kwargs: dict[str, Any]) -> Any:
     return pool.gather_stream(calls, **kwargs)
 
 
-async def _open_output(pool: Pool, kwargs: dict[str, Any]) -> Any:
+async def _open_output(pool: AsyncPool, kwargs: dict[str, Any]) -> Any:
     return pool.output(**kwargs)
 
 

@@ -24,7 +24,7 @@ from ..providers import accelerators
 from ..providers.accelerators import Accelerator
 from ..providers.base import Provider
 from ..providers.local import Local
-from .errors import PoolClosed, TaskTimeout
+from ..errors import PoolClosed, TaskTimeout
 from .events.types import Event
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector

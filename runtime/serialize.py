@@ -22,7 +22,7 @@ from typing import Any
 
 import cloudpickle
 
-from .errors import RemoteError, SerializationError
+from ..errors import RemoteError, SerializationError
 
 __all__ = ["dump_function", "dump_args", "dump_value", "load_value", "dump_exception", "rebuild_exception"]
 

@@ -31,7 +31,6 @@ _EXPORTS: dict[str, str] = {
     "compute": "skyhive.runtime.compute",
     "gather": "skyhive.runtime.compute",
     "instance_info": "skyhive.runtime.onnode.context",
-    "NotOnNodeError": "skyhive.runtime.onnode.context",
     "InstanceInfo": "skyhive.protocol.info",
     "Peer": "skyhive.protocol.info",
     "shard": "skyhive.runtime.onnode.shard",
@@ -39,19 +38,38 @@ _EXPORTS: dict[str, str] = {
     "stderr": "skyhive.runtime.onnode.filters",
     "silent": "skyhive.runtime.onnode.filters",
     "OutputRecord": "skyhive.runtime.output.router",
-    "OutputStalled": "skyhive.runtime.output.router",
     "Captured": "skyhive.runtime.output.captured",
-    "SkyhiveError": "skyhive.protocol.errors",
-    "ProtocolError": "skyhive.protocol.errors",
-    "ProvisionError": "skyhive.providers.base",
-    "WorkerLost": "skyhive.runtime.errors",
-    "TaskTimeout": "skyhive.runtime.errors",
-    "RemoteError": "skyhive.runtime.errors",
-    "SerializationError": "skyhive.runtime.errors",
-    "PoolClosed": "skyhive.runtime.errors",
+    # every error a user can catch (the tree is drawn in skyhive/errors.py)
+    "SkyhiveError": "skyhive.errors",
+    "ProtocolError": "skyhive.errors",
+    "ProvisionError": "skyhive.errors",
+    "NodeUnreachable": "skyhive.errors",
+    "SSHError": "skyhive.errors",
+    "HostUnreachable": "skyhive.errors",
+    "HostKeyChanged": "skyhive.errors",
+    "AuthenticationFailed": "skyhive.errors",
+    "BootstrapError": "skyhive.errors",
+    "PythonMismatch": "skyhive.errors",
+    "SetupFailed": "skyhive.errors",
+    "ProviderNotAvailable": "skyhive.errors",
+    "WorkerLost": "skyhive.errors",
+    "TaskTimeout": "skyhive.errors",
+    "RemoteError": "skyhive.errors",
+    "SerializationError": "skyhive.errors",
+    "PoolClosed": "skyhive.errors",
+    "OutputStalled": "skyhive.errors",
+    "NotOnNodeError": "skyhive.errors",
+    "TaskFileError": "skyhive.errors",
+    "LaunchError": "skyhive.errors",
+    "PoolNotFound": "skyhive.errors",
+    "PoolInUse": "skyhive.errors",
+    "WorkerRestarted": "skyhive.errors",
+    "CoordinatorPortInUse": "skyhive.errors",
+    "KerasBackendMismatch": "skyhive.errors",
+    "HuggingFaceLoginError": "skyhive.errors",
 }
 _SUBMODULES = {"plugins": "skyhive.plugins", "accelerators": "skyhive.providers.accelerators",
-               "integrations": "skyhive.plugins.integrations"}
+               "integrations": "skyhive.integrations"}
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES])
 
@@ -74,35 +92,52 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from skyhive import plugins as plugins
-    from skyhive.plugins import integrations as integrations
+    from skyhive import integrations as integrations
     from skyhive.plugins.image import PipIndex as PipIndex
     from skyhive.providers import accelerators as accelerators
     from skyhive.providers.accelerators import AcceleratorWarning as AcceleratorWarning
     from skyhive.runtime.compute import function as function
     from skyhive.runtime.pool import Compute as Compute
     from skyhive.runtime.pool import ComputePool as ComputePool
+    from skyhive.errors import AuthenticationFailed as AuthenticationFailed
+    from skyhive.errors import BootstrapError as BootstrapError
+    from skyhive.errors import CoordinatorPortInUse as CoordinatorPortInUse
+    from skyhive.errors import HostKeyChanged as HostKeyChanged
+    from skyhive.errors import HostUnreachable as HostUnreachable
+    from skyhive.errors import HuggingFaceLoginError as HuggingFaceLoginError
+    from skyhive.errors import KerasBackendMismatch as KerasBackendMismatch
+    from skyhive.errors import LaunchError as LaunchError
+    from skyhive.errors import NodeUnreachable as NodeUnreachable
+    from skyhive.errors import NotOnNodeError as NotOnNodeError
+    from skyhive.errors import OutputStalled as OutputStalled
+    from skyhive.errors import PoolClosed as PoolClosed
+    from skyhive.errors import PoolInUse as PoolInUse
+    from skyhive.errors import PoolNotFound as PoolNotFound
+    from skyhive.errors import ProtocolError as ProtocolError
+    from skyhive.errors import ProviderNotAvailable as ProviderNotAvailable
+    from skyhive.errors import ProvisionError as ProvisionError
+    from skyhive.errors import PythonMismatch as PythonMismatch
+    from skyhive.errors import RemoteError as RemoteError
+    from skyhive.errors import SSHError as SSHError
+    from skyhive.errors import SerializationError as SerializationError
+    from skyhive.errors import SetupFailed as SetupFailed
+    from skyhive.errors import SkyhiveError as SkyhiveError
+    from skyhive.errors import TaskFileError as TaskFileError
+    from skyhive.errors import TaskTimeout as TaskTimeout
+    from skyhive.errors import WorkerLost as WorkerLost
+    from skyhive.errors import WorkerRestarted as WorkerRestarted
     from skyhive.plugins.image import Image as Image
-    from skyhive.protocol.errors import ProtocolError as ProtocolError
-    from skyhive.protocol.errors import SkyhiveError as SkyhiveError
     from skyhive.protocol.info import InstanceInfo as InstanceInfo
     from skyhive.protocol.info import Peer as Peer
-    from skyhive.providers.base import ProvisionError as ProvisionError
     from skyhive.providers.local import Local as Local
     from skyhive.providers.ssh import SSH as SSH
-    from skyhive.runtime.output.captured import Captured as Captured
     from skyhive.runtime.compute import compute as compute
     from skyhive.runtime.compute import gather as gather
-    from skyhive.runtime.onnode.context import NotOnNodeError as NotOnNodeError
     from skyhive.runtime.onnode.context import instance_info as instance_info
-    from skyhive.runtime.errors import PoolClosed as PoolClosed
-    from skyhive.runtime.errors import RemoteError as RemoteError
-    from skyhive.runtime.errors import SerializationError as SerializationError
-    from skyhive.runtime.errors import TaskTimeout as TaskTimeout
-    from skyhive.runtime.errors import WorkerLost as WorkerLost
     from skyhive.runtime.onnode.filters import silent as silent
     from skyhive.runtime.onnode.filters import stderr as stderr
     from skyhive.runtime.onnode.filters import stdout as stdout
-    from skyhive.runtime.output.router import OutputRecord as OutputRecord
-    from skyhive.runtime.output.router import OutputStalled as OutputStalled
-    from skyhive.runtime.pool import Pool as Pool
     from skyhive.runtime.onnode.shard import shard as shard
+    from skyhive.runtime.output.captured import Captured as Captured
+    from skyhive.runtime.output.router import OutputRecord as OutputRecord
+    from skyhive.runtime.pool import Pool as Pool

@@ -28,7 +28,7 @@ import pytest
 
 import skyhive as sky
 from skyhive.providers.ssh import HostKeyChanged
-from skyhive.runtime.errors import WorkerLost
+from skyhive.errors import WorkerLost
 from skyhive.runtime.events.types import NodeStateChanged, TaskStarted, WorkerStateChanged
 from tests.infra.sshd import make_home, process_alive
 

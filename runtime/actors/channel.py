@@ -30,7 +30,7 @@ from ...protocol import (
     Welcome,
 )
 from ...protocol.messages import Cancel
-from ..errors import WorkerLost
+from ...errors import WorkerLost
 from ..events.log import EventLog
 from ..events.types import TaskFinished, TaskStarted
 from ..transport.base import Link
@@ -177,15 +177,10 @@ class WorkerChannel:
     async def send_buffers(self, task_id: int, buffers: Sequence[Any]) -> None:
         """Send a task's out-of-band buffers, chunk by chunk (other frames may go between chunks)."""
         assert self.link is not None
-        direct = getattr(self.link, "write_direct", None)
         for header, piece in self.conn.send_buffers(task_id, buffers):
             if self.lost_reason:
                 return
-            if direct is not None:
-                await direct([header, piece])
-            else:
-                self.link.writelines([header, piece])
-                await self.link.drain()
+            await self.link.write_direct([header, piece])
 
     def cancel(self, task_id: int) -> None:
         """Ask the worker to stop a task; the caller stops waiting now, the slot frees on its Result."""

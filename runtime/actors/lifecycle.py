@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from ...errors import IllegalTransition
 
 __all__ = ["NodeState", "TRANSITIONS", "IllegalTransition", "check_transition"]
 
@@ -38,10 +39,6 @@ TRANSITIONS: dict[NodeState, frozenset[NodeState]] = {
 for _s in S:
     if _s not in (S.TERMINATED, S.FAILED):
         TRANSITIONS[_s] = TRANSITIONS[_s] | {S.FAILED}
-
-
-class IllegalTransition(RuntimeError):
-    """A node was asked to move between two states the lifecycle does not connect (a skyhive bug)."""
 
 
 def check_transition(node: int, old: NodeState, new: NodeState) -> None:

@@ -1,10 +1,20 @@
 """The node actor: walks one node through its lifecycle and supervises its worker processes.
 
+Lifecycle, per node, driven through the provider's phases (`providers.base.Provider`):
+requested -> provisioning (the pool's one `launch` request) -> running (`wait_running`; the provider's
+own states are recorded as `NodeProgress`) -> connecting (the transport that the registry gives this
+node's reach kind; `NodeUnreachable` retried for the provider's `connect_retry` seconds) ->
+bootstrapping (the kind's bootstrap) -> ready (workers started once every node's address is known).
+Provider calls that fail with a transient error are retried with the provider's backoff. On close
+each node drains its workers and is terminated on its own (`terminate([handle])`).
+
 Supervision, in the manner of an OTP supervisor with a one-for-one strategy: each worker process has a
 supervisor loop that starts it, watches it (pipe closed, process exited, heartbeats missed) and, when
 it is lost, fails the tasks that were on it with `WorkerLost` and starts a new one after a backoff.
 More than `max_restarts` losses within `restart_window` seconds and it gives up: the node is marked
 failed and the pool routes work to the nodes that are left.
+
+The node sees its pool only through a `NodeContext` (what it needs, nothing more).
 """
 
 from __future__ import annotations
@@ -13,22 +23,21 @@ import logging
 import signal
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from anyio.abc import TaskStatus
 
-from ...protocol.info import ENV_VAR
+from ...protocol.info import ENV_VAR, RESTART_ENV
 from ...providers.base import NodeHandle, ProvisionError
-from .channel import WorkerChannel
-
-from ..events.types import NodeStateChanged, WorkerStateChanged
-from .lifecycle import NodeState, check_transition
+from ..events.types import NodeProgress, NodeStateChanged, WorkerStateChanged
+from ..onnode.setup import python_version, skyhive_version
 from ..transport.base import Transport, WorkerProcess
-from ..worker.daemon import WorkerSetup, python_version, skyhive_version
-
-if TYPE_CHECKING:
-    from ..pool import PoolRuntime
+from ..transport.registry import transport_kind
+from .channel import WorkerChannel
+from .context import NodeContext
+from .lifecycle import NodeState, check_transition
+from .provisioning import connect_with_retry, with_retries
 
 log = logging.getLogger("skyhive.node")
 
@@ -50,14 +59,14 @@ def describe_exit(code: int | None) -> str:
 
 
 class NodeActor:
-    """One node of a pool. Its state lives in the pool's event log (`pool.log.state.nodes[i]`)."""
+    """One node of a pool. Its state lives in the pool's event log (`ctx.log.state.nodes[i]`)."""
 
-    def __init__(self, pool: PoolRuntime, index: int) -> None:
-        self.pool = pool
+    def __init__(self, ctx: NodeContext, index: int) -> None:
+        self.ctx = ctx
         self.index = index
-        self.handle: NodeHandle | None = None
+        self.handle: NodeHandle | None = None  # from `launch`; with addresses once running
         self.transport: Transport | None = None
-        ppn = pool.spec.processes_per_node
+        ppn = ctx.spec.processes_per_node
         self.channels: list[WorkerChannel | None] = [None] * ppn
         self.processes: list[WorkerProcess | None] = [None] * ppn
         self.starts = [0] * ppn  # worker processes started per local rank (restarts = starts - 1)
@@ -68,38 +77,95 @@ class NodeActor:
 
     @property
     def state(self) -> NodeState:
-        nodes = self.pool.log.state.nodes
+        nodes = self.ctx.log.state.nodes
         return NodeState(nodes[self.index].state) if self.index < len(nodes) else NodeState.REQUESTED
 
     def move(self, new: NodeState, **detail: Any) -> None:
         """Record a lifecycle transition (an illegal one raises: it is a bug)."""
         check_transition(self.index, self.state, new)
-        self.pool.log.emit(NodeStateChanged, node=self.index, state=new.value, **detail)
+        self.ctx.log.emit(NodeStateChanged, node=self.index, state=new.value, **detail)
+
+    def progress(self, detail: str = "", provider_state: str = "") -> None:
+        """Record progress within the current state (the provider's own state, a retry)."""
+        self.ctx.log.emit(NodeProgress, node=self.index, detail=detail, provider_state=provider_state)
 
     # ---- lifecycle ---------------------------------------------------------------------------------
 
     async def run(self, handle: NodeHandle, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Connect, bootstrap, start the workers; report started when ready; supervise until stopped."""
+        """From a launched node to ready: wait until it runs, connect, bootstrap, start the workers;
+        report started when ready; supervise until stopped. Raises `ProvisionError` naming the node."""
+        ctx = self.ctx
         self.handle = handle
+        handle = await self._wait_running(handle)
+        self.handle = handle
+        self.move(NodeState.RUNNING, addr=handle.private_addr, provider_id=handle.provider_id)
+        ctx.node_running(handle)
         self.move(NodeState.CONNECTING)
-        self.transport = self.pool.make_transport(handle)
+        kind = transport_kind(handle)
+        self.transport = transport = kind.make_transport(handle, ctx)
+        await connect_with_retry(transport.connect, bound=ctx.provider.connect_retry,
+                                 where=handle.public_addr or handle.private_addr or handle.provider_id,
+                                 on_retry=self.progress)
         self.move(NodeState.BOOTSTRAPPING)
-        await self.pool.bootstrap(self, self.transport)
+        detail = await kind.bootstrap_node(ctx, self.index, transport)
+        await ctx.wait_addresses()  # workers need every peer's address
         async with anyio.create_task_group() as tg:
             ready = [anyio.Event() for _ in self.channels]
             failures: list[BaseException] = []
             for rank in range(len(self.channels)):
                 tg.start_soon(self._supervise, rank, ready[rank], failures)
-            with anyio.fail_after(self.pool.settings.start_timeout):
+            with anyio.fail_after(ctx.settings.start_timeout):
                 for event in ready:
                     await event.wait()
             if failures:
                 raise failures[0]
-            self.move(NodeState.READY, detail=getattr(self, "bootstrap_detail", ""))
+            self.move(NodeState.READY, detail=detail)
             task_status.started()
 
+    async def _wait_running(self, handle: NodeHandle) -> NodeHandle:
+        """`provider.wait_running` with the provider's retry policy; its states recorded as progress.
+        A state the provider maps to "failed" or "terminated" fails the node."""
+        provider = self.ctx.provider
+        seen: list[str] = []
+
+        def report(state: str) -> None:
+            if seen and seen[-1] == state:
+                return
+            seen.append(state)
+            mapped = provider.lifecycle_state(state)
+            self.progress(provider_state=state, detail=f"{provider.name}: {state}" + (f" ({mapped})" if mapped else ""))
+            if mapped in ("failed", "terminated"):
+                raise ProvisionError(f"node {self.index}: the {provider.name} provider reports it {state!r} "
+                                     f"({handle.provider_id})", node=self.index)
+
+        running = await with_retries(provider, f"node {self.index}: waiting until it runs",
+                                     lambda: provider.wait_running(handle, report), on_retry=self.progress)
+        if running.node != self.index:
+            raise ProvisionError(f"node {self.index}: the {provider.name} provider's wait_running returned the "
+                                 f"handle of node {running.node}", node=self.index)
+        return running
+
+    async def terminate(self) -> str:
+        """Give the node back to the provider (after `stop`): terminating -> terminated. Returns an
+        error text ('' if none); never raises for the provider's failure (close goes on)."""
+        error = ""
+        if self.state not in (NodeState.TERMINATED, NodeState.TERMINATING):
+            self.move(NodeState.TERMINATING)
+        if self.handle is not None:
+            provider = self.ctx.provider
+            handle = self.handle
+            try:
+                await with_retries(provider, f"node {self.index}: terminate", lambda: provider.terminate([handle]))
+            except Exception as exc:
+                log.error("pool %s: terminating node %d (%s) failed: %s", self.ctx.pool_id, self.index,
+                          handle.provider_id, exc)
+                error = f"terminate node {self.index} failed: {exc}"
+        if self.state is NodeState.TERMINATING:
+            self.move(NodeState.TERMINATED, detail=error)
+        return error
+
     async def _supervise(self, rank: int, ready: anyio.Event, failures: list[BaseException]) -> None:
-        settings = self.pool.settings
+        settings = self.ctx.settings
         losses: deque[float] = deque()
         first = True
         while not self.stopping:
@@ -133,19 +199,19 @@ class NodeActor:
         log.error("node %d: giving up on worker %d (%s); the node is marked failed", self.index, rank, why)
         if self.state not in (NodeState.FAILED, NodeState.TERMINATING, NodeState.TERMINATED):
             self.move(NodeState.FAILED, detail=f"worker {rank}: {why}")
-        self.pool.slots_changed()
+        self.ctx.slots_changed()
 
     async def _start_worker(self, rank: int) -> WorkerChannel:
-        pool = self.pool
+        ctx = self.ctx
         assert self.transport is not None
-        info = pool.infos[(self.index, rank)]
-        pool.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="starting")
-        channel = WorkerChannel(node=self.index, local_rank=rank, log_=pool.log, on_output=pool.router.deliver)
-        env = {**pool.worker_env, ENV_VAR: info.to_json()}
+        info = ctx.infos[(self.index, rank)]
+        ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="starting")
+        channel = WorkerChannel(node=self.index, local_rank=rank, log_=ctx.log, on_output=ctx.deliver_output)
+        env = {**ctx.worker_env, ENV_VAR: info.to_json()}
         # how often this worker was restarted: plugins that form process groups refuse to re-join one
-        env["SKYHIVE_WORKER_RESTARTS"] = str(self.starts[rank])
+        env[RESTART_ENV] = str(self.starts[rank])
         self.starts[rank] += 1
-        python = pool.python_for(self.handle)
+        python = self.transport.worker_python()
         proc = await self.transport.start_worker(
             [python, *WORKER_ARGV], env, channel, label=f"node {self.index} worker {rank}"
         )
@@ -153,10 +219,10 @@ class NodeActor:
         channel.attach(proc.link)
         channel.kill = proc.kill
         try:
-            with anyio.fail_after(pool.settings.start_timeout):
+            with anyio.fail_after(ctx.settings.start_timeout):
                 await channel.handshake(skyhive_version=skyhive_version(), python_version=python_version())
-                if pool.setup is not None:
-                    await self._setup(channel, pool.setup)
+                if ctx.setup_worker is not None:
+                    await ctx.setup_worker(channel)
         except BaseException as exc:
             proc.kill()
             with anyio.move_on_after(2, shield=True):
@@ -164,8 +230,8 @@ class NodeActor:
             code = proc.returncode
             why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             if isinstance(exc, TimeoutError):
-                why = f"no handshake within {pool.settings.start_timeout} s"
-            pool.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="lost", detail=why)
+                why = f"no handshake within {ctx.settings.start_timeout} s"
+            ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="lost", detail=why)
             if isinstance(exc, Exception):
                 raise ProvisionError(
                     f"node {self.index}: worker {rank} did not start: {why} ({describe_exit(code)})",
@@ -173,18 +239,13 @@ class NodeActor:
                 ) from exc
             raise
         self.channels[rank] = channel
-        pool.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="ready", pid=channel.pid)
-        pool.slots_changed()
+        ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="ready", pid=channel.pid)
+        ctx.slots_changed()
         return channel
-
-    async def _setup(self, channel: WorkerChannel, setup: WorkerSetup) -> None:
-        # the setup object travels as the task's "function": the worker's `_setup` takes it as such
-        result = await self.pool.call_on(channel, setup, (), {}, kind="setup", fn_name="plugin setup")
-        del result
 
     async def _watch(self, rank: int, channel: WorkerChannel) -> str | None:
         """Wait until the worker is lost (returns why) or shut down cleanly (returns None)."""
-        settings = self.pool.settings
+        settings = self.ctx.settings
         proc = self.processes[rank]
         assert proc is not None
         while True:
@@ -193,7 +254,7 @@ class NodeActor:
             if channel.closed.is_set():
                 break
             silent = time.monotonic() - channel.last_seen
-            if getattr(proc, "reconnecting", False):
+            if proc.reconnecting:
                 channel.last_seen = time.monotonic()  # a resumable link is reconnecting: not silence
             elif silent > settings.heartbeat_timeout:
                 channel.lost_reason = f"no heartbeat for {silent:.1f} s"
@@ -209,15 +270,15 @@ class NodeActor:
             with anyio.move_on_after(1.0, shield=True):
                 await proc.wait()
         if channel.shutting_down and not channel.calls and (code == 0 or self.stopping):
-            self.pool.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="stopped",
+            self.ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="stopped",
                                pid=channel.pid)
             return None
         reason = channel.lost_reason or describe_exit(code)
         channel.fail_all(reason)
         self.channels[rank] = None
-        self.pool.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="lost", detail=reason)
-        self.pool.router.flush(self.index, rank)
-        self.pool.slots_changed()
+        self.ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="lost", detail=reason)
+        self.ctx.flush_output(self.index, rank)
+        self.ctx.slots_changed()
         if self.stopping:
             return None
         return reason
@@ -245,9 +306,7 @@ class NodeActor:
                     await proc.wait()
         for rank, proc in enumerate(self.processes):
             if proc is not None:
-                close = getattr(proc, "close_transport", None)
-                if close is not None:
-                    close()
+                proc.close_transport()
                 channel = self.channels[rank]
                 if channel is not None and channel.calls:
                     channel.fail_all("the pool closed")

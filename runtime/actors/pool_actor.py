@@ -22,26 +22,24 @@ import anyio
 
 from ...protocol.info import InstanceInfo, Peer
 from ...protocol.messages import Result, Submit
-from ...providers.base import ClusterSpec, LocalReach, NodeHandle, Provider, ProvisionError
-from .channel import Call, WorkerChannel
-from ..errors import PoolClosed, TaskTimeout, WorkerLost
+from ...providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
+from ...errors import PoolClosed, TaskTimeout, WorkerLost
 from ..events.log import EventLog, pool_log_path
 from ..events.types import NodeStateChanged, PoolStarted, PoolStopped, TaskSubmitted
-from .lifecycle import NodeState
-from .node import NodeActor
+from ..onnode.setup import FN_CACHE_LIMIT, WorkerSetup
 from ..output.router import OutputRouter
 from ..output.selection import OutputSpec
 from ..serialize import dump_args, dump_function_cached, load_value, rebuild_exception, register_user_code
 from ..settings import Settings
-from ..transport.base import Transport
-from ..transport.local import LocalTransport
-from ..worker.daemon import WorkerSetup
+from .channel import Call, WorkerChannel
+from .context import NodeContext
+from .lifecycle import NodeState
+from .node import NodeActor
+from .provisioning import with_retries
 
 log = logging.getLogger("skyhive.pool")
 
 __all__ = ["PoolRuntime", "Prepared"]
-
-_FN_CACHE_LIMIT = 4096
 
 
 class Prepared:
@@ -76,10 +74,19 @@ class PoolRuntime:
         self.log = EventLog(self.pool_id, path=pool_log_path(self.pool_id) if log_events else None, secrets=secrets)
         self.infos: dict[tuple[int, int], InstanceInfo] = {}
         self.router = OutputRouter(self.log, output, self.infos, multi_process=processes_per_node > 1)
-        self.nodes = [NodeActor(self, i) for i in range(nodes)]
-        self.handles: list[NodeHandle] = []
+        self.handles: dict[int, NodeHandle] = {}  # node -> handle, once the node runs
         self.worker_env: dict[str, str] = dict(image.all_env()) if image is not None else {}
-        self.setup: WorkerSetup | None = None
+        self.setup: WorkerSetup | None = self._worker_setup()
+        self._addresses_known = anyio.Event()
+        self._launching = False  # a `launch` request is (or was left) in flight: `close` asks list_owned
+        self.context = NodeContext(
+            pool_id=self.pool_id, spec=self.spec, provider=provider, settings=settings, log=self.log,
+            image=image, worker_env=self.worker_env, infos=self.infos, deliver_output=self.router.deliver,
+            flush_output=self.router.flush, slots_changed=self.slots_changed, node_running=self._node_running,
+            wait_addresses=self._addresses_known.wait,
+            setup_worker=self._setup_worker if self.setup is not None else None,
+        )
+        self.nodes = [NodeActor(self.context, i) for i in range(nodes)]
         self.tg: Any = None
         self.open = False
         self._ids = itertools.count(1)
@@ -112,27 +119,32 @@ class PoolRuntime:
             raise
 
     async def _start(self) -> None:
-        spec = self.spec
-        self.log.emit(PoolStarted, provider=self.provider.name, nodes=spec.nodes,
+        """requested -> provisioning for every node (one `launch` request, after `prepare`), then each
+        node actor goes on by itself: running, connecting, bootstrapping, ready."""
+        spec, provider = self.spec, self.provider
+        self.log.emit(PoolStarted, provider=provider.name, nodes=spec.nodes,
                       processes_per_node=spec.processes_per_node, pid=os.getpid(), host=socket.gethostname(),
-                      provider_config=self.provider.describe())
+                      provider_config=provider.describe())
         for node in self.nodes:
             self.log.emit(NodeStateChanged, node=node.index, state=NodeState.REQUESTED.value)
+        await with_retries(provider, "prepare", lambda: provider.prepare(spec))
         for node in self.nodes:
             node.move(NodeState.PROVISIONING)
-        self.handles = await self.provider.create(spec)
-        if len(self.handles) != spec.nodes:
-            raise ProvisionError(f"provider {self.provider.name} returned {len(self.handles)} nodes, asked for {spec.nodes}")
-        for node, handle in zip(self.nodes, self.handles):
-            node.move(NodeState.RUNNING, addr=handle.private_addr, provider_id=handle.provider_id)
-        self._describe_nodes()
-        self._prepare_setup()
+        self._launching = True
+        handles = await with_retries(provider, "launch", lambda: provider.launch(spec, range(spec.nodes)))
+        self._launching = False
+        if sorted(h.node for h in handles) != list(range(spec.nodes)):
+            for node, handle in zip(self.nodes, handles):
+                node.handle = handle  # terminated by close
+            raise ProvisionError(f"provider {provider.name} launched nodes {[h.node for h in handles]}, "
+                                 f"asked for {spec.nodes} (0..{spec.nodes - 1})")
         async with anyio.create_task_group() as starter:
-            for node, handle in zip(self.nodes, self.handles):
-                starter.start_soon(self._start_node, node, handle)
+            for handle in handles:
+                starter.start_soon(self._start_node, self.nodes[handle.node], handle)
         self.open = True
 
     async def _start_node(self, node: NodeActor, handle: NodeHandle) -> None:
+        node.handle = handle
         try:
             await self.tg.start(node.run, handle)
         except BaseException as exc:
@@ -140,12 +152,20 @@ class PoolRuntime:
                 node.move(NodeState.FAILED, detail=f"{type(exc).__name__}: {exc}")
             raise
 
+    def _node_running(self, handle: NodeHandle) -> None:
+        """A node runs and has its addresses; once all do, every worker's `InstanceInfo` is known."""
+        self.handles[handle.node] = handle
+        if len(self.handles) == self.spec.nodes:
+            self._describe_nodes()
+            self._addresses_known.set()
+
     def _describe_nodes(self) -> None:
         spec = self.spec
-        head = self.handles[0]
+        handles = [self.handles[i] for i in range(spec.nodes)]
+        head = handles[0]
         port = self.provider.head_port(spec)
-        peers = tuple(Peer(node=h.node, addr=h.private_addr, accelerators=h.accelerators) for h in self.handles)
-        for h in self.handles:
+        peers = tuple(Peer(node=h.node, addr=h.private_addr, accelerators=h.accelerators) for h in handles)
+        for h in handles:
             for rank in range(spec.processes_per_node):
                 self.infos[(h.node, rank)] = InstanceInfo(
                     node=h.node, total_nodes=spec.nodes, head_addr=head.private_addr, head_port=port,
@@ -153,35 +173,15 @@ class PoolRuntime:
                     processes_per_node=spec.processes_per_node, accelerator=h.accelerator,
                 )
 
-    def _prepare_setup(self) -> None:
+    def _worker_setup(self) -> WorkerSetup | None:
         hooks = [p for p in self.plugins if hasattr(p, "around_app") or hasattr(p, "around_task")]
         for plugin in hooks:  # a plugin class from the user's own code travels by value, like functions
             register_user_code(type(plugin))
-        if hooks:
-            self.setup = WorkerSetup(hooks, {})
+        return WorkerSetup(hooks, {}) if hooks else None
 
-    def make_transport(self, handle: NodeHandle) -> Transport:
-        if isinstance(handle.reach, LocalReach):
-            return LocalTransport(cwd=handle.reach.cwd, redact=self.log.redact)
-        from ..transport.ssh import SSHTransport  # imported only when a pool uses SSH
-
-        return SSHTransport(handle.reach, pool_id=self.pool_id, settings=self.settings)
-
-    def python_for(self, handle: NodeHandle | None) -> str:
-        if handle is None or isinstance(handle.reach, LocalReach):
-            return sys.executable
-        return handle.reach.python or "python3"
-
-    async def bootstrap(self, node: NodeActor, transport: Transport) -> None:
-        """Prepare the node's environment from the image (Local: check that it can run here)."""
-        if isinstance(transport, LocalTransport):
-            from ..bootstrap.local import check_local_image
-
-            check_local_image(self.image, node=node.index)
-            return
-        from ..bootstrap.remote import bootstrap_node  # SSH and cloud nodes
-
-        await bootstrap_node(self, node, transport)
+    async def _setup_worker(self, channel: WorkerChannel) -> None:
+        # the setup object travels as the task's "function": the worker's `_setup` takes it as such
+        await self.call_on(channel, self.setup, (), {}, kind="setup", fn_name="plugin setup")
 
     # ---- scheduling --------------------------------------------------------------------------------
 
@@ -268,7 +268,7 @@ class PoolRuntime:
         if prep.fn_id in known:
             fn_bytes = b""
         else:
-            if len(known) >= _FN_CACHE_LIMIT:
+            if len(known) >= FN_CACHE_LIMIT:
                 known.clear()  # the worker clears its cache at the same count
             known.add(prep.fn_id)
             fn_bytes = prep.fn_bytes
@@ -439,20 +439,26 @@ class PoolRuntime:
                 async with anyio.create_task_group() as tg:
                     for node in self.nodes:
                         tg.start_soon(node.stop, self.settings.stop_timeout)
-                for node in self.nodes:
-                    if node.state not in (NodeState.TERMINATED, NodeState.TERMINATING, NodeState.REQUESTED):
-                        node.move(NodeState.TERMINATING)
-                if self.handles:
-                    try:
-                        await self.provider.destroy(self.handles)
-                    except Exception as exc:
-                        log.error("pool %s: destroying nodes failed: %s", self.pool_id, exc)
-                        error = error or f"destroy failed: {exc}"
-                for node in self.nodes:
-                    if node.state is NodeState.REQUESTED:
-                        node.move(NodeState.TERMINATING)
-                    if node.state is NodeState.TERMINATING:
-                        node.move(NodeState.TERMINATED)
+                errors: list[str] = []
+
+                async def terminate(node: NodeActor) -> None:
+                    failed = await node.terminate()
+                    if failed:
+                        errors.append(failed)
+
+                async with anyio.create_task_group() as tg:
+                    for node in self.nodes:
+                        tg.start_soon(terminate, node)
+                error = error or "; ".join(errors)
+                try:
+                    if self._launching:  # a launch request never answered: what did it create?
+                        leftover = await self.provider.list_owned(self.pool_id)
+                        if leftover:
+                            await self.provider.terminate(leftover)
+                    await with_retries(self.provider, "cleanup", lambda: self.provider.cleanup(self.pool_id))
+                except Exception as exc:
+                    log.error("pool %s: cleaning up the provider's resources failed: %s", self.pool_id, exc)
+                    error = error or f"cleanup failed: {exc}"
             if scope.cancelled_caught:
                 log.error("pool %s: teardown did not finish in time", self.pool_id)
             self.log.emit(PoolStopped, error=error)

@@ -7,13 +7,17 @@ import importlib.util
 import re
 import sys
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
 from ...providers.base import ProvisionError
 
-__all__ = ["check_local_image", "import_name"]
+if TYPE_CHECKING:
+    from ..actors.context import NodeContext
+    from ..transport.base import Transport
+
+__all__ = ["bootstrap_local", "check_local_image", "import_name"]
 
 # distributions whose import name differs from the project name
 _IMPORT_NAMES = {
@@ -68,3 +72,9 @@ def _problem(req: str) -> str | None:
     if parsed.specifier and not parsed.specifier.contains(have, prereleases=True):
         return f"{req} (this Python has {parsed.name} {have})"
     return None
+
+
+async def bootstrap_local(ctx: NodeContext, node: int, transport: Transport) -> str:
+    """The bootstrap registered for reach kind "local": check the image can run here; no detail."""
+    check_local_image(ctx.image, node=node)
+    return ""

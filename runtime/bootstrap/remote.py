@@ -16,7 +16,7 @@ Steps, each bounded and each failure a `ProvisionError` subclass naming the host
    commands in order. Env vars and secrets go as `env K=V` on the command line, never into a log.
 
 A second pool with the same image on the same host finds both directories complete and skips 3–4
-(`node.bootstrap_detail` says "cached"; it is the detail of the node's `ready` event).
+(`bootstrap_node` returns "cached": the detail of the node's `ready` event).
 Progress per node is logged (logger `skyhive.bootstrap`) and, on a terminal, drawn with rich.
 """
 
@@ -39,10 +39,11 @@ from ...providers.accelerators import devices_from_smi, warn_missing
 from ...providers.base import ProvisionError
 from .wheels import runtime_wheels
 from ..transport.ssh import NodeEnv, SSHTransport, register_secrets
+from ...errors import BootstrapError, PythonMismatch, SetupFailed
 
 if TYPE_CHECKING:
-    from ..actors.node import NodeActor
-    from ..pool import PoolRuntime
+    from ..actors.context import NodeContext
+    from ..transport.base import Transport
 
 log = logging.getLogger("skyhive.bootstrap")
 
@@ -50,18 +51,6 @@ __all__ = ["bootstrap_node", "BootstrapError", "PythonMismatch", "SetupFailed", 
 
 PROBE_TIMEOUT = 30.0
 _SCRIPT = (Path(__file__).parent / "script.py").read_text()
-
-
-class BootstrapError(ProvisionError):
-    """Preparing a node's environment failed; the message names the host, the step and the output."""
-
-
-class PythonMismatch(BootstrapError):
-    """The node has no Python of the client's major.minor version (both versions are named)."""
-
-
-class SetupFailed(BootstrapError):
-    """A pip/apt install or a setup command failed on the node; its output is in the message."""
 
 
 def _includes_digest(paths: tuple[str, ...]) -> str:
@@ -211,39 +200,41 @@ def _choose_python(where: str, host: str, facts: dict[str, list[str]], want: str
     return None
 
 
-async def bootstrap_node(pool: PoolRuntime, node: NodeActor, transport: Any) -> None:
-    """Prepare `node` (see the module docstring). Raises `ProvisionError` subclasses naming the host."""
+async def bootstrap_node(ctx: NodeContext, node: int, transport: Transport) -> str:
+    """Prepare node `node` (see the module docstring); the detail for its `ready` event ("cached" or
+    what was built). The bootstrap registered for reach kind "ssh". Raises `ProvisionError`
+    subclasses naming the host."""
     if not isinstance(transport, SSHTransport):
-        raise ProvisionError(f"node {node.index}: no bootstrap for {type(transport).__name__}", node=node.index)
+        raise ProvisionError(f"node {node}: no SSH bootstrap for {type(transport).__name__}", node=node)
     where, host = transport.where, transport.reach.host
-    progress = _Progress.for_pool(pool.pool_id)
-    progress.begin(node.index, where)
+    progress = _Progress.for_pool(ctx.pool_id)
+    progress.begin(node, where)
     started = time.monotonic()
     outcome = "failed"
     try:
-        node.bootstrap_detail = await _bootstrap(pool, node, transport, progress)  # type: ignore[attr-defined]
-        outcome = node.bootstrap_detail  # type: ignore[attr-defined]
+        outcome = await _bootstrap(ctx, node, transport, progress)
+        return outcome
     except ProvisionError as exc:
         if exc.node is None:
-            exc.node = node.index
+            exc.node = node
         if exc.host is None:
             exc.host = host
         outcome = f"failed: {str(exc).splitlines()[0]}"
         raise
     finally:
-        progress.end(node.index, where, f"{outcome} ({time.monotonic() - started:.2f} s)")
+        progress.end(node, where, f"{outcome} ({time.monotonic() - started:.2f} s)")
 
 
-async def _bootstrap(pool: PoolRuntime, node: NodeActor, transport: SSHTransport, progress: _Progress) -> str:
+async def _bootstrap(ctx: NodeContext, node: int, transport: SSHTransport, progress: _Progress) -> str:
     where, host = transport.where, transport.reach.host
-    image = pool.image
-    timeout = pool.settings.start_timeout
-    redact = pool.log.redact
+    image = ctx.image
+    timeout = ctx.settings.start_timeout
+    redact = ctx.log.redact
     if image is not None:
         register_secrets(image.secret_values())
 
     def step(text: str) -> None:
-        progress.step(node.index, where, text)
+        progress.step(node, where, text)
 
     want = "%d.%d" % sys.version_info[:2]
     if image is not None and image.python and ".".join(image.python.split(".")[:2]) != want:

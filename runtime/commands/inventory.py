@@ -24,7 +24,6 @@ from typing import IO
 
 import anyio
 
-from ...protocol.errors import SkyhiveError
 from ...protocol.info import ENV_VAR
 from ...providers.base import ProvisionError
 from ...providers.registry import from_description
@@ -33,6 +32,7 @@ from ..events.log import state_dir
 from ..events.types import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
 from ..actors.lifecycle import NodeState, check_transition
 from ..events.state import PoolState, apply
+from ...errors import PoolInUse, PoolNotFound
 
 __all__ = ["PoolNotFound", "PoolInUse", "LogTail", "PoolEntry", "DownReport", "pools_dir", "read", "scan",
            "find", "client_of", "down", "DOWN_REASON"]
@@ -43,14 +43,6 @@ _CLOCK_SLACK = 2.0
 _KILL_GRACE = 3.0
 #: A log without a PoolStarted event younger than this may belong to a pool that is starting.
 _YOUNG = 60.0
-
-
-class PoolNotFound(SkyhiveError):
-    """No pool log matches the given id (or a prefix matches several)."""
-
-
-class PoolInUse(SkyhiveError):
-    """`down` was asked to clean a pool whose client still runs (pass force to do it anyway)."""
 
 
 def pools_dir() -> Path:
@@ -151,8 +143,6 @@ def find(pool: str) -> PoolEntry:
 
 
 # ---- processes ---------------------------------------------------------------------------------------
-
-
 
 
 def _boot_time() -> float:
@@ -306,9 +296,8 @@ def _destroy(pool: PoolEntry) -> int:
     if pool.started is None:
         return 0
     provider = from_description(pool.started.provider_config or {"provider": pool.started.provider})
-    for_nodes = getattr(provider, "for_nodes", None)  # a provider naming hosts: only those the pool used
-    if callable(for_nodes) and pool.started.nodes > 0:
-        provider = for_nodes(pool.started.nodes)
+    if pool.started.nodes > 0:
+        provider = provider.for_nodes(pool.started.nodes)  # a provider naming hosts: only those the pool used
 
     async def destroy() -> int:
         with anyio.fail_after(300):

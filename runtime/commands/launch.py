@@ -33,16 +33,13 @@ from ..onnode import nodecmd
 from ..actors.channel import WorkerChannel
 from ..actors.pool_actor import PoolRuntime
 from .taskfile import Task, TaskFileError
+from ...errors import LaunchError
 
 __all__ = ["NodeExit", "LaunchError", "launch", "run_launch", "pack_workdir", "WORKDIR_LIMIT"]
 
 #: The largest workdir archive shipped to the nodes (compressed); past it, list what to skip in .skyignore.
 WORKDIR_LIMIT = 256 << 20
 _ALWAYS_SKIP = (".git", "__pycache__", "*.pyc")
-
-
-class LaunchError(TaskFileError):
-    """The task cannot be launched as given (its workdir is too large, its provider is unusable, ...)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,9 +26,9 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from ...protocol.errors import SkyhiveError
 from ...providers.base import ProvisionError
 from ...providers.registry import canonical
+from ...errors import TaskFileError
 
 __all__ = ["TaskFileError", "Resources", "Task", "load", "loads", "parse_env_overrides"]
 
@@ -44,10 +44,6 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _ACCEL = re.compile(r"([A-Za-z][A-Za-z0-9_-]*)(?::(\d+))?\Z")
 _CPUS = re.compile(r"(\d+(?:\.\d+)?)(\+?)\Z")
-
-
-class TaskFileError(SkyhiveError, ValueError):
-    """A task file (or a command-line override of it) is malformed; the message names file, line and field."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

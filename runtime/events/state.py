@@ -13,6 +13,7 @@ from functools import reduce
 
 from .types import (
     Event,
+    NodeProgress,
     NodeStateChanged,
     OutputChunk,
     PoolStarted,
@@ -119,6 +120,8 @@ def apply(state: PoolState, ev: Event) -> PoolState:
         if ev.provider_id:
             changes["provider_id"] = ev.provider_id
         return _set_node(state, ev.node, **changes)
+    if isinstance(ev, NodeProgress):
+        return _set_node(state, ev.node, detail=ev.detail or ev.provider_state)
     if isinstance(ev, WorkerStateChanged):
         state = _set_node(state, ev.node)
         return _set_node(state, ev.node, workers=_set_worker(state.nodes[ev.node], ev))

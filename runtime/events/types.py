@@ -17,6 +17,7 @@ __all__ = [
     "PoolStarted",
     "PoolStopped",
     "NodeStateChanged",
+    "NodeProgress",
     "WorkerStateChanged",
     "TaskSubmitted",
     "TaskStarted",
@@ -71,6 +72,17 @@ class NodeStateChanged(Event):
     addr: str = ""
     provider_id: str = ""
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeProgress(Event):
+    """Node `node` made progress inside its current lifecycle state: the provider reported its own state
+    (`provider_state`, e.g. "pending" while provisioning), or a step is retried (`detail` says why)."""
+
+    kind: ClassVar[str] = "node_progress"
+    node: int
+    detail: str = ""
+    provider_state: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,7 +146,7 @@ class OutputChunk(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
-        PoolStarted, PoolStopped, NodeStateChanged, WorkerStateChanged,
+        PoolStarted, PoolStopped, NodeStateChanged, NodeProgress, WorkerStateChanged,
         TaskSubmitted, TaskStarted, TaskFinished, OutputChunk,
     )
 }

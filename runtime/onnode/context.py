@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import os
 
-from ...protocol.errors import SkyhiveError
 from ...protocol.info import ENV_VAR, InstanceInfo
+from ...errors import NotOnNodeError
 
 __all__ = ["instance_info", "set_instance_info", "NotOnNodeError"]
 
 _current: InstanceInfo | None = None
-
-
-class NotOnNodeError(SkyhiveError, RuntimeError):
-    """`instance_info()` was called outside a skyhive worker (and no `COMPUTE_POOL` is set)."""
 
 
 def set_instance_info(info: InstanceInfo | None) -> None:

@@ -28,13 +28,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...protocol.errors import SkyhiveError
 from ...protocol.info import InstanceInfo
 from ...protocol.messages import STDERR
 from ..events.log import EventLog
 from ..events.types import OutputChunk
 from .printer import PARTIAL_DELAY, TerminalPrinter
 from .selection import OutputSpec, selector
+from ...errors import OutputStalled
 
 if TYPE_CHECKING:
     from ..actors.channel import Call, WorkerChannel
@@ -64,10 +64,6 @@ STALL_TIMEOUT = 60.0
 _TICK = 0.25
 
 _NAMES = {STDERR: "stderr"}
-
-
-class OutputStalled(SkyhiveError):
-    """A `pool.output()` iterator took nothing for too long while output waited; it was detached."""
 
 
 @dataclass(frozen=True, slots=True)

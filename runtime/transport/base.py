@@ -3,6 +3,10 @@
 Bytes flow in by callback (`Receiver.data_received`), straight into the protocol `Connection`: no
 task sits between the pipe and the waiting caller. Flow control is explicit: `pause_reading` when
 our consumers fall behind (the worker then blocks on its writes), `drain` when the worker does.
+
+Every hook a transport, worker process or link may implement is declared here, with its default;
+the node actor and the channel call them directly (no probing with `getattr`). Which transport serves
+a node is decided by `registry` from the node's reach kind.
 """
 
 from __future__ import annotations
@@ -16,6 +20,11 @@ __all__ = ["Receiver", "Link", "WorkerProcess", "CommandResult", "Transport"]
 
 
 class Receiver(Protocol):
+    """What a link feeds (the worker channel)."""
+
+    #: Why the worker is gone, once known: a link that gives up sets it before `eof_received`.
+    lost_reason: str | None
+
     def data_received(self, data: bytes) -> None: ...
     def eof_received(self) -> None: ...
 
@@ -26,6 +35,10 @@ class Link(Protocol):
     def write(self, data: bytes | memoryview) -> None: ...
     def writelines(self, pieces: Sequence[bytes | memoryview]) -> None: ...
     async def drain(self) -> None: ...
+    async def write_direct(self, pieces: Sequence[bytes | memoryview]) -> None:
+        """Write `pieces` and return once the link can take more (large buffers: no extra copy where
+        the link can avoid one)."""
+        ...
     def pause_reading(self) -> None: ...
     def resume_reading(self) -> None: ...
     def close(self) -> None: ...
@@ -50,6 +63,15 @@ class WorkerProcess(abc.ABC):
     def returncode(self) -> int | None:
         """The exit status once it exited, else None."""
 
+    @property
+    def reconnecting(self) -> bool:
+        """True while the link to the worker is being re-established (the node actor does not count
+        that as silence). Default: links that cannot reconnect never are."""
+        return False
+
+    def close_transport(self) -> None:
+        """Release the pipe's OS resources once the worker has exited. Default: nothing to release."""
+
 
 @dataclass(frozen=True, slots=True)
 class CommandResult:
@@ -61,6 +83,15 @@ class CommandResult:
 
 class Transport(abc.ABC):
     """How a node actor reaches one node."""
+
+    async def connect(self) -> None:
+        """Open the connection to the node (idempotent). Raises `NodeUnreachable` while the node does
+        not answer (the node actor retries that for the provider's `connect_retry` seconds) and other
+        `ProvisionError`s for what retrying cannot fix. Default: nothing to open."""
+
+    def worker_python(self) -> str:
+        """The interpreter that runs workers on the node (bootstrap may still replace it)."""
+        return "python3"
 
     @abc.abstractmethod
     async def start_worker(
@@ -76,4 +107,5 @@ class Transport(abc.ABC):
         """Release the transport (connections); workers must have been stopped first."""
 
     def describe(self) -> dict[str, Any]:
+        """Plain values that say where this transport goes (for logs)."""
         return {}

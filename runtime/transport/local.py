@@ -16,10 +16,15 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
+from ...providers.base import LocalReach, NodeHandle
 from .base import CommandResult, Receiver, Transport, WorkerProcess
 
-__all__ = ["LocalTransport", "LocalWorker", "PIPE_SIZE"]
+if TYPE_CHECKING:
+    from ..actors.context import NodeContext
+
+__all__ = ["LocalTransport", "LocalWorker", "PIPE_SIZE", "local_transport"]
 
 log = logging.getLogger("skyhive.transport.local")
 #: Pipes are enlarged from the 64 KiB default: a 1 MiB chunk then moves in one write.
@@ -227,6 +232,9 @@ class LocalTransport(Transport):
         self.cwd = cwd
         self.redact = redact or (lambda text: text)
 
+    def worker_python(self) -> str:
+        return self.python
+
     async def start_worker(
         self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *, label: str
     ) -> LocalWorker:
@@ -284,3 +292,10 @@ class LocalTransport(Transport):
             await _kill_and_reap(proc)
             raise
         return CommandResult(command, proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace"))
+
+
+def local_transport(handle: NodeHandle, ctx: NodeContext) -> LocalTransport:
+    """The registered factory for reach kind "local" (see `registry`)."""
+    reach = handle.reach
+    assert isinstance(reach, LocalReach)
+    return LocalTransport(cwd=reach.cwd, redact=ctx.log.redact)

@@ -27,21 +27,24 @@ import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import asyncssh
 
-from ...providers.base import SSHReach
+from ...providers.base import NodeHandle, SSHReach
 from ...providers.ssh import AuthenticationFailed, HostKeyChanged, HostUnreachable, SSHError
+from ..onnode.setup import python_version, skyhive_version
 from ..settings import Settings
-from ..worker.daemon import python_version, skyhive_version
 from .base import CommandResult, Receiver, Transport, WorkerProcess
 from .ssh_link import ResumableLink, WorkerGone
 
+if TYPE_CHECKING:
+    from ..actors.context import NodeContext
+
 log = logging.getLogger("skyhive.transport.ssh")
 
-__all__ = ["SSHTransport", "SSHWorker", "NodeEnv", "env_prefix", "register_secrets", "FAST_CIPHERS"]
+__all__ = ["SSHTransport", "SSHWorker", "NodeEnv", "env_prefix", "register_secrets", "FAST_CIPHERS", "ssh_transport"]
 
 FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com",
                 "aes128-ctr", "aes256-ctr")
@@ -121,10 +124,10 @@ class SSHTransport(Transport):
         self.settings = settings or Settings()
         self.user = reach.user or getpass.getuser()
         self.where = f"{self.user}@{reach.host}" + (f":{reach.port}" if reach.port != 22 else "")
-        self.connect_timeout = float(getattr(reach, "connect_timeout", 10.0))
-        self.idle_timeout = float(getattr(reach, "idle_timeout", 600.0))
-        self.reconnect_timeout = float(getattr(reach, "reconnect_timeout", 60.0))
-        self.use_agent = bool(getattr(reach, "use_agent", False))
+        self.connect_timeout = reach.connect_timeout
+        self.idle_timeout = reach.idle_timeout
+        self.reconnect_timeout = reach.reconnect_timeout
+        self.use_agent = reach.use_agent
         self.node_env: NodeEnv | None = None
         self._conn: Any = None
         self._pinned: Any = None  # the host key seen first, when none was given
@@ -152,8 +155,12 @@ class SSHTransport(Transport):
         name = reach.host if reach.port == 22 else f"[{reach.host}]:{reach.port}"
         return asyncssh.import_known_hosts(f"{name} {key}\n")
 
+    def worker_python(self) -> str:
+        return self.reach.python or "python3"
+
     async def connect(self) -> Any:
-        """The live connection, opened (again) if needed. Raises `SSHError` subclasses naming the host."""
+        """The live connection, opened (again) if needed. Raises `SSHError` subclasses naming the host
+        (`HostUnreachable`, a `NodeUnreachable`, when it does not answer)."""
         conn = self._conn
         if conn is not None:
             return conn
@@ -207,7 +214,7 @@ class SSHTransport(Transport):
     async def close(self) -> None:
         """Close the connection; with `keep_env=False` first remove the environment bootstrap built."""
         env = self.node_env
-        if self._conn is not None and env is not None and env.env_dir and not getattr(self.reach, "keep_env", True):
+        if self._conn is not None and env is not None and env.env_dir and not self.reach.keep_env:
             try:
                 await self.run(f"rm -rf {shlex.quote(env.env_dir)} {shlex.quote(env.env_dir + '.lock')}", timeout=30)
             except Exception as exc:  # noqa: BLE001 - the pool is closing: report, go on
@@ -407,3 +414,10 @@ class _nullcontext:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def ssh_transport(handle: NodeHandle, ctx: NodeContext) -> SSHTransport:
+    """The registered factory for reach kind "ssh" (see `registry`)."""
+    reach = handle.reach
+    assert isinstance(reach, SSHReach)
+    return SSHTransport(reach, pool_id=ctx.pool_id, settings=ctx.settings)

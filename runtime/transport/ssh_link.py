@@ -202,8 +202,8 @@ class ResumableLink:
             return
         self.finished.set()
         self._update_writable()
-        if self.gone_reason and getattr(self.receiver, "lost_reason", "") is None:
-            self.receiver.lost_reason = self.gone_reason  # type: ignore[attr-defined]  # WorkerLost says why
+        if self.gone_reason and self.receiver.lost_reason is None:
+            self.receiver.lost_reason = self.gone_reason  # WorkerLost says why
         if self._ack_timer is not None:
             self._ack_timer.cancel()
         self.receiver.eof_received()
@@ -283,6 +283,11 @@ class ResumableLink:
         self.outbox.record(pieces)
         if self._live:
             self._chan.writelines(pieces)
+
+    async def write_direct(self, pieces: Sequence[bytes | memoryview]) -> None:
+        """`writelines` then `drain` (the outbox keeps its own copy for replay anyway)."""
+        self.writelines(pieces)
+        await self.drain()
 
     async def drain(self) -> None:
         """Wait while the SSH channel's buffer is full, or while reconnecting (until resumed or over)."""

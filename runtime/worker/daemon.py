@@ -49,15 +49,15 @@ from ...protocol import (
 )
 from ...protocol.messages import PROTOCOL_VERSION, STDERR, STDOUT
 from ..onnode.context import set_instance_info
+from ..onnode.setup import FN_CACHE_LIMIT, python_version, skyhive_version
 from ..serialize import dump_exception, dump_inline, dump_value
 from .capture import FLUSH_DELAY, FdPump, Flusher, TaskStream
 
 log = logging.getLogger("skyhive.worker")
 
-__all__ = ["Worker", "TaskCancelled", "WorkerSetup", "python_version", "skyhive_version"]
+__all__ = ["Worker", "TaskCancelled"]
 
 _CANCEL_SIGNAL = signal.SIGUSR1
-_FN_CACHE_LIMIT = 4096
 #: Socket mode: an `Ack` of the client's frames goes out at least this often while some are unacknowledged.
 ACK_DELAY = 0.2
 _IOV_MAX = 512  # pieces per writev (the kernel takes at most 1024)
@@ -65,27 +65,6 @@ _IOV_MAX = 512  # pieces per writev (the kernel takes at most 1024)
 
 class TaskCancelled(BaseException):
     """Raised inside a task's thread when the client cancels it (a BaseException, like KeyboardInterrupt)."""
-
-
-class WorkerSetup:
-    """Sent once, before any task: plugin hooks to enter for the worker's lifetime."""
-
-    def __init__(self, plugins: list[Any], env: dict[str, str]) -> None:
-        self.plugins = plugins
-        self.env = env
-
-
-def python_version() -> str:
-    return "%d.%d.%d" % sys.version_info[:3]
-
-
-def skyhive_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("skyhive")
-    except Exception:
-        return "0+unknown"
 
 
 class Worker:
@@ -388,7 +367,7 @@ class Worker:
             if not sub.fn:
                 raise RuntimeError("worker does not hold the function this task refers to (client bug)")
             fn = cloudpickle.loads(sub.fn)
-            if len(self.fns) >= _FN_CACHE_LIMIT:
+            if len(self.fns) >= FN_CACHE_LIMIT:
                 self.fns.clear()
             self.fns[sub.fn_id] = fn
         return fn

@@ -14,52 +14,16 @@ it alone. Off a node (`fn.local()`, a plain call) the function just runs. The po
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import os
-import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from ..protocol.info import ENV_VAR, InstanceInfo
-from .huggingface import huggingface as _huggingface
-from .jax import jax as _jax
-from .keras import keras as _keras
-from .torch import torch as _torch
+from .plugins.api import with_plugin
+from .plugins.huggingface import huggingface as _huggingface
+from .plugins.jax import jax as _jax
+from .plugins.keras import keras as _keras
+from .plugins.torch import torch as _torch
 
-__all__ = ["torch", "jax", "keras", "huggingface", "with_plugin"]
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-_entered: dict[str, contextlib.ExitStack] = {}  # per worker process: plugin name -> its open hook
-_lock = threading.Lock()
-
-
-def _enter_once(plugin: Any) -> None:
-    text = os.environ.get(ENV_VAR)
-    hook = getattr(plugin, "around_app", None)
-    if not text or hook is None:
-        return  # not on a node: nothing to set up
-    key = getattr(plugin, "name", type(plugin).__name__)
-    with _lock:
-        if key in _entered:
-            return
-        stack = contextlib.ExitStack()
-        stack.enter_context(hook(InstanceInfo.from_json(text)))
-        _entered[key] = stack  # kept open for the worker process's life, like around_app on the pool
-
-
-def with_plugin(plugin: Any, fn: F) -> F:
-    """`fn`, with `plugin`'s worker-side setup entered (once per process) before it runs on a node."""
-    if not callable(fn):
-        raise TypeError(f"@integrations.{getattr(plugin, 'name', 'plugin')} decorates a function, got {type(fn).__name__}")
-
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        _enter_once(plugin)
-        return fn(*args, **kwargs)
-
-    return run  # type: ignore[return-value]
+__all__ = ["torch", "jax", "keras", "huggingface"]
 
 
 def _decorator(factory: Callable[..., Any], name: str) -> Callable[..., Any]:

@@ -1,0 +1,52 @@
+"""`NodeContext`: what a node actor (and the transport and bootstrap serving its node) gets from its
+pool — and nothing more.
+
+The pool actor builds one and hands it to each `NodeActor`; the node never holds the pool, so the
+dependencies point one way (pool actor -> node actor -> context) and a transport or bootstrap that a
+third party registers sees the same narrow view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ...plugins.image import Image
+    from ...protocol.info import InstanceInfo
+    from ...providers.base import ClusterSpec, NodeHandle, Provider
+    from ..events.log import EventLog
+    from ..settings import Settings
+    from .channel import WorkerChannel
+
+__all__ = ["NodeContext"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeContext:
+    """The pool as one node sees it."""
+
+    pool_id: str
+    spec: ClusterSpec
+    provider: Provider
+    settings: Settings
+    #: the pool's event log: the node's state lives there (`log.state.nodes[i]`), and it redacts
+    log: EventLog
+    image: Image | None
+    #: environment every worker gets (the image's env and secrets)
+    worker_env: Mapping[str, str]
+    #: (node, local_rank) -> InstanceInfo; complete once `addresses_known` is set
+    infos: Mapping[tuple[int, int], InstanceInfo]
+    #: where a worker's output frames go: the pool's output router
+    deliver_output: Callable[[WorkerChannel, Any, int, str], None]
+    #: flush buffered output of (node, local_rank)
+    flush_output: Callable[[int, int], None]
+    #: tell the scheduler that usable workers changed
+    slots_changed: Callable[[], None]
+    #: record that this node runs (its handle has addresses); the pool fills `infos` when all do
+    node_running: Callable[[NodeHandle], None]
+    #: wait until every node's addresses are known (workers need their peers' addresses)
+    wait_addresses: Callable[[], Awaitable[None]]
+    #: run the plugins' worker setup on a freshly started worker (None: no plugin needs one)
+    setup_worker: Callable[[WorkerChannel], Awaitable[None]] | None

@@ -1,0 +1,40 @@
+"""What the client and a worker process agree on: versions in the handshake, the plugin setup sent
+before the first task, and the size of the function cache both sides keep.
+
+Small on purpose: the client imports it without importing the worker daemon, and the worker
+unpickles `WorkerSetup` from here.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+__all__ = ["WorkerSetup", "python_version", "skyhive_version", "FN_CACHE_LIMIT"]
+
+#: Functions a worker keeps by id. The client forgets what it sent at the same count, so both sides
+#: clear together and the client re-sends a function's bytes after that.
+FN_CACHE_LIMIT = 4096
+
+
+class WorkerSetup:
+    """Sent once, before any task: plugin hooks to enter for the worker's lifetime."""
+
+    def __init__(self, plugins: list[Any], env: dict[str, str]) -> None:
+        self.plugins = plugins
+        self.env = env
+
+
+def python_version() -> str:
+    """This interpreter's version, "3.11.7" (client and worker must share major.minor)."""
+    return "%d.%d.%d" % sys.version_info[:3]
+
+
+def skyhive_version() -> str:
+    """The installed skyhive version ("0+unknown" when it is not installed as a distribution)."""
+    try:
+        from importlib.metadata import version
+
+        return version("skyhive")
+    except Exception:
+        return "0+unknown"

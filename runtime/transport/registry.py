@@ -1,0 +1,145 @@
+"""Which transport serves a node: a registry keyed by the node's reach kind (`Reach.kind`).
+
+A provider says how a node is reached with a `Reach` (`LocalReach`, `SSHReach`, or its own); the node
+actor looks the reach's `kind` up here to make the node's `Transport` and to bootstrap the node. So a
+new kind of node (a Slurm allocation, a simulated node) is a reach class, a transport and one call —
+
+    from skyhive.runtime.transport.registry import register_transport
+
+    register_transport("slurm", make_slurm_transport, bootstrap=bootstrap_slurm_node)
+
+— with no edit of the pool or node actor. `factory(handle, ctx)` returns a `Transport` for the node
+(`ctx` is the node's `NodeContext`); `bootstrap(ctx, node, transport)` prepares the node's environment
+and returns the detail recorded with the node's `ready` event ("cached", "built in 3.1 s", or "").
+Without a bootstrap the node is taken as ready to run workers.
+
+Factories may be given as "module:attribute" strings, imported on first use (so registering "ssh"
+does not import asyncssh). Other installed packages register kinds through the entry-point group
+`skyhive.transports`: the entry point's name is the kind, its object a `TransportKind` (or a bare
+factory).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from importlib import import_module
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
+
+from ...providers.base import NodeHandle, ProvisionError
+
+if TYPE_CHECKING:
+    from ..actors.context import NodeContext
+    from .base import Transport
+
+log = logging.getLogger("skyhive.transport")
+
+__all__ = ["TransportKind", "TransportFactory", "Bootstrap", "register_transport", "unregister_transport",
+           "transport_kind", "kinds",
+           "ENTRY_POINT_GROUP"]
+
+TransportFactory = Callable[[NodeHandle, "NodeContext"], "Transport"]
+Bootstrap = Callable[["NodeContext", int, "Transport"], Awaitable[str]]
+
+#: Entry-point group through which other packages add reach kinds.
+ENTRY_POINT_GROUP = "skyhive.transports"
+
+
+@dataclass(frozen=True, slots=True)
+class TransportKind:
+    """How nodes of one reach kind are served: a transport factory and, optionally, a bootstrap."""
+
+    kind: str
+    factory: TransportFactory | str
+    bootstrap: Bootstrap | str | None = None
+
+    def make_transport(self, handle: NodeHandle, ctx: NodeContext) -> Transport:
+        """The transport for `handle`'s node."""
+        return _resolve(self.factory, self.kind)(handle, ctx)  # type: ignore[no-any-return]
+
+    async def bootstrap_node(self, ctx: NodeContext, node: int, transport: Transport) -> str:
+        """Prepare the node's environment; the detail for its `ready` event."""
+        if self.bootstrap is None:
+            return ""
+        return await _resolve(self.bootstrap, self.kind)(ctx, node, transport)  # type: ignore[no-any-return]
+
+
+_KINDS: dict[str, TransportKind] = {}
+_entry_points_loaded = False
+
+
+def register_transport(kind: str, factory: TransportFactory | str, *,
+                       bootstrap: Bootstrap | str | None = None) -> TransportKind:
+    """Serve nodes whose reach has `kind` with `factory` (and `bootstrap`). Registering a kind again
+    replaces it (the last registration wins). Returns the registered entry."""
+    if not kind or not isinstance(kind, str):
+        raise ValueError(f"register_transport: kind must be a non-empty string, not {kind!r}")
+    entry = TransportKind(kind, factory, bootstrap)
+    _KINDS[kind] = entry
+    return entry
+
+
+def unregister_transport(kind: str) -> None:
+    """Forget `kind` (a test or a plugin that registered it for a while). Unknown kinds are ignored."""
+    _KINDS.pop(kind, None)
+
+
+def kinds() -> list[str]:
+    """The reach kinds with a registered transport (entry points included)."""
+    _load_entry_points()
+    return sorted(_KINDS)
+
+
+def transport_kind(handle: NodeHandle) -> TransportKind:
+    """The registered entry for `handle.reach.kind`; raises `ProvisionError` naming the node if none."""
+    kind = type(handle.reach).kind
+    entry = _KINDS.get(kind)
+    if entry is None:
+        _load_entry_points()
+        entry = _KINDS.get(kind)
+    if entry is None:
+        raise ProvisionError(
+            f"node {handle.node}: no transport is registered for reach kind {kind!r} "
+            f"({type(handle.reach).__name__}); registered: {', '.join(kinds()) or 'none'}. "
+            "Call skyhive.runtime.transport.registry.register_transport(kind, factory).", node=handle.node)
+    return entry
+
+
+def _resolve(target: Any, kind: str) -> Any:
+    if not isinstance(target, str):
+        return target
+    module, _, attr = target.partition(":")
+    try:
+        return getattr(import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ProvisionError(f"the transport for reach kind {kind!r} ({target}) cannot be loaded: {exc}") from exc
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in _KINDS:
+            continue  # registered in code: that wins
+        try:
+            obj = ep.load()
+        except Exception as exc:  # noqa: BLE001 - a broken plugin package must not break other kinds
+            log.warning("entry point %s = %s (group %s) failed to load: %s", ep.name, ep.value, ENTRY_POINT_GROUP, exc)
+            continue
+        if isinstance(obj, TransportKind):
+            _KINDS[ep.name] = TransportKind(ep.name, obj.factory, obj.bootstrap)
+        elif callable(obj):
+            _KINDS[ep.name] = TransportKind(ep.name, obj)
+        else:
+            log.warning("entry point %s (group %s) is neither a TransportKind nor a factory", ep.name, ENTRY_POINT_GROUP)
+
+
+# The built-in kinds (imported when first used).
+register_transport("local", "skyhive.runtime.transport.local:local_transport",
+                   bootstrap="skyhive.runtime.bootstrap.local:bootstrap_local")
+register_transport("ssh", "skyhive.runtime.transport.ssh:ssh_transport",
+                   bootstrap="skyhive.runtime.bootstrap.remote:bootstrap_node")

@@ -1,0 +1,180 @@
+"""Every error a skyhive user can catch, in one tree under `SkyhiveError`.
+
+    SkyhiveError
+    ├── ProtocolError (LocalProtocolError, RemoteProtocolError)      the wire protocol (protocol/errors.py)
+    ├── ProvisionError                 a node could not be created, reached or set up
+    │   ├── NodeUnreachable            it did not answer (retried while a fresh node starts)
+    │   ├── SSHError                   an SSH host could not be used
+    │   │   ├── HostUnreachable        (also a NodeUnreachable)
+    │   │   ├── HostKeyChanged
+    │   │   └── AuthenticationFailed
+    │   ├── BootstrapError             preparing the node's environment failed
+    │   │   ├── PythonMismatch
+    │   │   └── SetupFailed
+    │   └── ProviderNotAvailable       a provider name this install cannot use ("not built yet")
+    ├── WorkerLost, TaskTimeout, RemoteError, SerializationError, PoolClosed    calls on a pool
+    ├── OutputStalled, NotOnNodeError
+    ├── TaskFileError (LaunchError)    `skyhive launch`
+    ├── PoolNotFound, PoolInUse        `skyhive logs/down`
+    ├── WorkerRestarted, CoordinatorPortInUse, KerasBackendMismatch, HuggingFaceLoginError    plugins
+    └── IllegalTransition              a lifecycle move the table forbids (a skyhive bug)
+
+Defined here, at the top of the package and importing only `protocol/errors.py` (the root, which the
+sans-IO protocol needs without importing anything else), so that the runtime, the providers and the
+plugins all raise the same classes without importing each other. Every message says what failed and
+where (node, host, file, line) and, when there is one, what to do.
+
+Not here, on purpose: control flow that never reaches a caller — `TaskCancelled` (a BaseException
+raised inside a worker's task thread) and `WorkerGone` (the SSH link's internal signal).
+"""
+
+from __future__ import annotations
+
+from .protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError, SkyhiveError
+
+__all__ = [
+    "SkyhiveError", "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
+    "ProvisionError", "NodeUnreachable", "SSHError", "HostUnreachable", "HostKeyChanged", "AuthenticationFailed",
+    "BootstrapError", "PythonMismatch", "SetupFailed", "ProviderNotAvailable",
+    "WorkerLost", "TaskTimeout", "RemoteError", "SerializationError", "PoolClosed",
+    "OutputStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
+    "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
+    "IllegalTransition",
+]
+
+
+# ---- nodes -----------------------------------------------------------------------------------------
+
+class ProvisionError(SkyhiveError):
+    """A node could not be created, reached or set up. The message names the node/host and the cause."""
+
+    def __init__(self, message: str, *, host: str | None = None, node: int | None = None) -> None:
+        super().__init__(message)
+        self.host = host
+        self.node = node
+
+
+class NodeUnreachable(ProvisionError):
+    """A node did not answer a connection (refused, timed out). While a fresh node starts this is
+    expected: the runtime retries it for the provider's `connect_retry` seconds."""
+
+
+class SSHError(ProvisionError):
+    """An SSH host could not be reached or used; the message names the host and the cause."""
+
+
+class HostUnreachable(SSHError, NodeUnreachable):
+    """No SSH connection to the host within the connect timeout (down, wrong address, filtered)."""
+
+
+class HostKeyChanged(SSHError):
+    """The host showed a key other than the pinned one (known_hosts, host_key, or first contact)."""
+
+
+class AuthenticationFailed(SSHError):
+    """The host refused our key for that user."""
+
+
+class BootstrapError(ProvisionError):
+    """Preparing a node's environment failed; the message names the host, the step and the output."""
+
+
+class PythonMismatch(BootstrapError):
+    """The node has no Python of the client's major.minor version (both versions are named)."""
+
+
+class SetupFailed(BootstrapError):
+    """A pip/apt install or a setup command failed on the node; its output is in the message."""
+
+
+class ProviderNotAvailable(ProvisionError):
+    """A provider name skyhive knows but this install cannot use (not built yet, or a missing package)."""
+
+
+# ---- calls on a pool -------------------------------------------------------------------------------
+
+class WorkerLost(SkyhiveError):
+    """The worker process running a task died or stopped answering before the task finished."""
+
+    def __init__(self, message: str, *, node: int, local_rank: int = 0) -> None:
+        super().__init__(message)
+        self.node = node
+        self.local_rank = local_rank
+
+
+class TaskTimeout(SkyhiveError, TimeoutError):
+    """A call did not finish within its `timeout=`; the task was cancelled on the node."""
+
+
+class RemoteError(SkyhiveError):
+    """A task raised an exception whose type could not be rebuilt here.
+
+    `type_name` is the remote exception's qualified type name, `remote_message` its `str()`, and
+    `remote_traceback` the formatted traceback from the node.
+    """
+
+    def __init__(self, type_name: str, message: str, traceback: str, *, node: int | None = None) -> None:
+        where = f" on node {node}" if node is not None else ""
+        super().__init__(f"{type_name}: {message} (raised{where}; its type could not be rebuilt here)")
+        self.type_name = type_name
+        self.remote_message = message
+        self.remote_traceback = traceback
+        self.node = node
+
+
+class SerializationError(SkyhiveError, TypeError):
+    """A function, argument or result could not be pickled (or unpickled)."""
+
+
+class PoolClosed(SkyhiveError, RuntimeError):
+    """The pool is not open (not entered yet, closing, or closed)."""
+
+
+class OutputStalled(SkyhiveError):
+    """A `pool.output()` iterator took nothing for too long while output waited; it was detached."""
+
+
+class NotOnNodeError(SkyhiveError, RuntimeError):
+    """`instance_info()` was called outside a skyhive worker (and no `COMPUTE_POOL` is set)."""
+
+
+# ---- the command line ------------------------------------------------------------------------------
+
+class TaskFileError(SkyhiveError, ValueError):
+    """A task file (or a command-line override of it) is malformed; the message names file, line and field."""
+
+
+class LaunchError(TaskFileError):
+    """The task cannot be launched as given (its workdir is too large, its provider is unusable, ...)."""
+
+
+class PoolNotFound(SkyhiveError):
+    """No pool log matches the given id (or a prefix matches several)."""
+
+
+class PoolInUse(SkyhiveError):
+    """`down` was asked to clean a pool whose client still runs (pass force to do it anyway)."""
+
+
+# ---- plugins ---------------------------------------------------------------------------------------
+
+class WorkerRestarted(SkyhiveError, RuntimeError):
+    """A worker process came back after a crash and cannot re-join the framework's process group."""
+
+
+class CoordinatorPortInUse(SkyhiveError, RuntimeError):
+    """The port for the JAX coordinator is already taken on the head node."""
+
+
+class KerasBackendMismatch(SkyhiveError, RuntimeError):
+    """Keras was already imported on the worker with another backend than the plugin's."""
+
+
+class HuggingFaceLoginError(SkyhiveError, RuntimeError):
+    """The worker could not log in to the Hugging Face Hub (the message never holds the token)."""
+
+
+# ---- bugs ------------------------------------------------------------------------------------------
+
+class IllegalTransition(SkyhiveError, RuntimeError):
+    """A node was asked to move between two states the lifecycle does not connect (a skyhive bug)."""

@@ -1,0 +1,1 @@
+"""Providers used by tests only."""
