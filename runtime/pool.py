@@ -25,6 +25,7 @@ from ..providers.accelerators import Accelerator
 from ..providers.base import Provider
 from ..providers.local import Local
 from ..errors import PoolClosed, TaskTimeout
+from .concurrency import Worker, check_plugins
 from .events.types import Event
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
@@ -63,6 +64,7 @@ class Pool:
     Parameters: `provider` (default `Local()`), `nodes`, `plugins` (hooks that set up distributed
     frameworks, see `skyhive.plugins`), `image` (the nodes' environment, `sky.Image`),
     `processes_per_node`, `accelerator` (`"A100"`, `"A100:8"` or `sky.accelerators.A100()`), `vcpus`,
+    `worker` (`sky.Worker(concurrency=N)`: N task slots per rank, see `concurrency`),
     `memory_gb` and `allocation` (`"spot"`, `"on-demand"`, `"spot-if-available"`, `"cheapest"`) —
     providers that create machines choose them by these; Local and SSH warn (`AcceleratorWarning`)
     when a node lacks the accelerator —, `output` (which nodes' output is printed here: "all", "head", a node
@@ -91,6 +93,7 @@ class Pool:
         vcpus: float | None = None,
         memory_gb: float | None = None,
         allocation: str | None = None,
+        worker: Worker | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
@@ -118,6 +121,10 @@ class Pool:
         if allocation is not None and allocation not in ALLOCATIONS:
             raise ValueError(f"Pool(allocation={allocation!r}): use one of {', '.join(ALLOCATIONS)}")
         self.allocation = allocation
+        if worker is not None and not isinstance(worker, Worker):
+            raise TypeError(f"Pool(worker=...) needs sky.Worker(concurrency=..., executor=...), got {type(worker).__name__}")
+        self.worker = worker if worker is not None else Worker()
+        check_plugins(self.worker, self.plugins)
         self._rt: PoolRuntime | None = None
         self._blocking: BlockingPool | None = None
         self._client_hooks = contextlib.ExitStack()
@@ -142,6 +149,7 @@ class Pool:
             provider=self.provider, nodes=self.nodes, processes_per_node=self.processes_per_node,
             plugins=spec_plugins, image=image, output=self.output_spec, settings=self.settings,
             name=self.name, log_events=self.log_events, resources=self._resources(),
+            concurrency=self.worker.concurrency,
         )
         await self._rt.start()
         try:
@@ -221,7 +229,7 @@ class Pool:
             "pool_id": rt.pool_id,
             "status": st.status,
             "nodes": {n.index: n.state.value for n in rt.nodes},
-            "workers": {(c.node, c.local_rank): c.load for n in rt.nodes for c in n.channels if c is not None},
+            "workers": {(n.index, i): c.load for n in rt.nodes for i, c in enumerate(n.channels) if c is not None},
             "tasks_submitted": st.tasks_submitted,
             "tasks_in_flight": st.tasks_in_flight,
             "tasks_ok": st.tasks_ok,

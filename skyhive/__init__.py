@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "AcceleratorWarning": "skyhive.providers.accelerators",
     "PipIndex": "skyhive.plugins.image",
     "function": "skyhive.runtime.compute",
+    "Worker": "skyhive.runtime.concurrency",
     "Local": "skyhive.providers.local",
     "SSH": "skyhive.providers.ssh",
     "Image": "skyhive.plugins.image",
@@ -97,6 +98,7 @@ if TYPE_CHECKING:
     from skyhive.providers import accelerators as accelerators
     from skyhive.providers.accelerators import AcceleratorWarning as AcceleratorWarning
     from skyhive.runtime.compute import function as function
+    from skyhive.runtime.concurrency import Worker as Worker
     from skyhive.runtime.pool import Compute as Compute
     from skyhive.runtime.pool import ComputePool as ComputePool
     from skyhive.errors import AuthenticationFailed as AuthenticationFailed

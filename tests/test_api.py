@@ -25,7 +25,7 @@ PUBLIC = {
     "Pool", "Local", "SSH", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
     "stdout", "stderr", "silent", "OutputRecord", "Captured", "plugins", *ERRORS,
     # the seeds' spellings (docs/seeds.md)
-    "ComputePool", "Compute", "function", "accelerators", "integrations", "PipIndex", "AcceleratorWarning",
+    "ComputePool", "Compute", "function", "accelerators", "integrations", "PipIndex", "AcceleratorWarning", "Worker",
 }
 
 

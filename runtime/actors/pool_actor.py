@@ -62,7 +62,7 @@ class Prepared:
 class PoolRuntime:
     def __init__(self, *, provider: Provider, nodes: int, processes_per_node: int, plugins: Sequence[Any],
                  image: Any, output: OutputSpec, settings: Settings, name: str | None,
-                 log_events: bool, resources: dict[str, Any] | None = None) -> None:
+                 log_events: bool, resources: dict[str, Any] | None = None, concurrency: int = 1) -> None:
         self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
         self.provider = provider
         self.settings = settings
@@ -85,6 +85,7 @@ class PoolRuntime:
             flush_output=self.router.flush, slots_changed=self.slots_changed, node_running=self._node_running,
             wait_addresses=self._addresses_known.wait,
             setup_worker=self._setup_worker if self.setup is not None else None,
+            concurrency=concurrency,
         )
         self.nodes = [NodeActor(self.context, i) for i in range(nodes)]
         self.tg: Any = None
@@ -236,7 +237,7 @@ class PoolRuntime:
                 detail = self.log.state.nodes[n.index].detail
                 raise WorkerLost(f"node {n.index} of pool {self.pool_id} is {n.state.value}"
                                  + (f" ({detail})" if detail else ""), node=n.index)
-            for c in n.channels:
+            for c in n.rank_channels():
                 if c is None or not c.usable:
                     return None
                 channels.append(c)
