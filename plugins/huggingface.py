@@ -19,8 +19,8 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .api import InstanceInfo, Plugin
 from ..errors import HuggingFaceLoginError
+from .api import InstanceInfo, Plugin
 
 __all__ = ["HuggingFacePlugin", "huggingface", "HuggingFaceLoginError", "PACKAGES", "TOKEN_ENV"]
 

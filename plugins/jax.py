@@ -23,8 +23,8 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from .api import InstanceInfo, Plugin, refuse_if_restarted
 from ..errors import CoordinatorPortInUse
+from .api import InstanceInfo, Plugin, refuse_if_restarted
 
 __all__ = ["JaxPlugin", "jax", "jax_env", "coordinator_port", "PORT_ENV", "CoordinatorPortInUse"]
 

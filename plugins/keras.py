@@ -20,8 +20,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from .api import InstanceInfo, Plugin, requirement
 from ..errors import KerasBackendMismatch
+from .api import InstanceInfo, Plugin, requirement
 
 __all__ = ["KerasPlugin", "keras", "BACKENDS"]
 

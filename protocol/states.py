@@ -19,7 +19,6 @@ from .messages import (
     Ping,
     Pong,
     Result,
-    Resume,
     Shutdown,
     Started,
     Submit,
@@ -55,9 +54,8 @@ TRANSITIONS: dict[Row, State] = {
     (_C, State.HELLO, RECV, Welcome): _READY,
     (_W, State.IDLE, RECV, Hello): State.HELLO,
     (_W, State.HELLO, SEND, Welcome): _READY,
-    # a reconnecting client is told where replay starts
-    (_W, _READY, SEND, Resume): _READY,
-    (_C, _READY, RECV, Resume): _READY,
+    # (Resume, Ack and Goodbye never pass through a Connection: they are control frames of the
+    # resumable link, encoded and read by protocol/resume.py)
     # work
     (_C, _READY, SEND, Submit): _READY,
     (_C, _READY, SEND, Cancel): _READY,

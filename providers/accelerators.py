@@ -53,6 +53,18 @@ class Accelerator:
     def __str__(self) -> str:
         return self.name if self.count == 1 else f"{self.name}:{self.count}"
 
+    def __eq__(self, other: object) -> bool:
+        """Equal to another `Accelerator` with the same fields, and to its string form ("A100:8")."""
+        if isinstance(other, str):
+            return str(self) == other
+        if isinstance(other, Accelerator):
+            return (self.name, self.count, self.memory_gb, self.manufacturer) == (
+                other.name, other.count, other.memory_gb, other.manufacturer)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*\Z")
 _SPEC = re.compile(r"\s*([A-Za-z][A-Za-z0-9_.-]*)\s*(?::\s*(\d+)\s*)?\Z")

@@ -108,6 +108,10 @@ class SSHReach(Reach):
     reconnect_timeout: float = SSH_RECONNECT_TIMEOUT  # a dropped link is retried this long
     use_agent: bool = False  # the ssh agent and ~/.ssh/config keys (never ~/.ssh/config itself)
     keep_env: bool = True  # keep the environment bootstrap built on the node (next pool starts warm)
+    # > 0: bootstrap starts the node's idle watchdog, which runs `shutdown_command` after this many
+    # seconds with no SSH client connected (cloud nodes: the last defence against a forgotten machine)
+    idle_shutdown: float = 0.0
+    shutdown_command: str = "sudo shutdown -h now"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,9 +218,26 @@ class Provider(abc.ABC):
         """The coordination port on the head node (MASTER_PORT, the JAX coordinator)."""
         return 29500
 
+    def plan(self, spec: ClusterSpec) -> Mapping[str, Any]:
+        """What `spec` will get and cost, in plain values, known before anything is created (a cloud: the
+        instance type, its hourly price, the pool's cost per hour, and a one-line "summary"); recorded in
+        the pool's log and shown before launch. Raises `ProvisionError` if nothing satisfies `spec`.
+        Default: nothing to say."""
+        return {}
+
     def describe(self) -> dict[str, Any]:
         """Plain values that identify this provider's configuration (for the event log and `skyhive down`)."""
         return {"provider": self.name}
+
+    @classmethod
+    def from_description(cls, desc: Mapping[str, Any]) -> Provider:
+        """Rebuild the provider from its `describe()` (what `skyhive down` does with a pool's log).
+        Default: `cls(**desc_without_"provider")`. Raises `ProvisionError` if that does not fit."""
+        kwargs = {k: v for k, v in desc.items() if k != "provider"}
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise ProvisionError(f"cannot rebuild provider {cls.name!r} from the pool's log ({kwargs!r}): {exc}") from None
 
     def for_nodes(self, nodes: int) -> Provider:
         """This provider narrowed to what a pool of `nodes` nodes used, for `skyhive down` (a provider

@@ -25,23 +25,22 @@ import os
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import anyio
 
+from ..errors import AuthenticationFailed, HostKeyChanged, HostUnreachable, SSHError
 from .base import (
     SSH_CONNECT_TIMEOUT,
     SSH_IDLE_TIMEOUT,
     SSH_RECONNECT_TIMEOUT,
     ClusterSpec,
     NodeHandle,
-    NodeUnreachable,
     Provider,
     ProvisionError,
     SSHReach,
 )
-from ..errors import AuthenticationFailed, HostKeyChanged, HostUnreachable, SSHError
 
 __all__ = [
     "SSH",
@@ -50,9 +49,52 @@ __all__ = [
     "HostKeyChanged",
     "AuthenticationFailed",
     "parse_host",
+    "connect_ssh",
 ]
 
 log = logging.getLogger("skyhive.providers.ssh")
+
+
+async def connect_ssh(*, host: str, port: int, user: str, key: str | None, known_hosts: Any, use_agent: bool,
+                      connect_timeout: float, key_source: str, **options: Any) -> Any:
+    """An isolated asyncssh connection, its failures mapped to `SSHError` subclasses naming the host.
+
+    Isolated: no `~/.ssh/config`; the agent only with `use_agent`; only `key` (else the default
+    identity files). `known_hosts` is what asyncssh takes (a path, imported keys, or None to accept
+    the first key); `key_source` says where the expected key came from, for `HostKeyChanged`.
+    `options` go to `asyncssh.connect` as they are (ciphers, keepalives, a client factory).
+    Used by the SSH provider (sweeps for `skyhive down`) and the SSH transport (the pool's connection).
+    """
+    import asyncssh
+
+    where = f"{user}@{host}" + (f":{port}" if port != 22 else "")
+    kwargs: dict[str, Any] = dict(
+        host=host, port=port, username=user, known_hosts=known_hosts, config=None,
+        agent_path=() if use_agent else None, connect_timeout=connect_timeout, login_timeout=connect_timeout,
+        **options,
+    )
+    if key:
+        kwargs["client_keys"] = [os.path.expanduser(key)]
+    try:
+        with anyio.fail_after(connect_timeout + 1):
+            return await asyncssh.connect(**kwargs)
+    except asyncssh.HostKeyNotVerifiable as exc:
+        raise HostKeyChanged(
+            f"host {where}: its host key does not match {key_source} ({exc}); refusing to connect. "
+            "If the host was reinstalled on purpose, update the pinned key.", host=host,
+        ) from None
+    except asyncssh.PermissionDenied as exc:
+        raise AuthenticationFailed(
+            f"host {where}: authentication failed for user {user} "
+            f"with {'key ' + key if key else 'the default keys'} ({exc.reason or exc})", host=host,
+        ) from None
+    except (TimeoutError, asyncio.TimeoutError):
+        raise HostUnreachable(
+            f"host {where}: no SSH connection within {connect_timeout:g} s "
+            "(host down, wrong address, or a firewall drops the packets)", host=host,
+        ) from None
+    except (OSError, asyncssh.Error) as exc:
+        raise HostUnreachable(f"host {where}: cannot connect: {exc}", host=host) from None
 
 
 _HOST = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]]+\]|[^:@\s]+)(?::(?P<port>\d+))?$")
@@ -337,32 +379,12 @@ class SSH(Provider):
         user, addr, port = host
         user = user or getpass.getuser()
         where = self._show((user, addr, port))
-        options: dict[str, Any] = dict(
-            host=addr, port=port, username=user, config=None,
-            # the pool's own check: its known_hosts file; without one the pool pinned each host's key on
-            # first contact and that key is not kept, so this login takes the key the host shows
+        # the pool's own check: its known_hosts file; without one the pool pinned each host's key on
+        # first contact and that key is not kept, so this login takes the key the host shows
+        conn = await connect_ssh(
+            host=addr, port=port, user=user, key=self.key, use_agent=self.use_agent,
             known_hosts=os.path.expanduser(self.known_hosts) if self.known_hosts else None,
-            agent_path=() if self.use_agent else None,
-            connect_timeout=self.connect_timeout, login_timeout=self.connect_timeout,
-        )
-        if self.key:
-            options["client_keys"] = [os.path.expanduser(self.key)]
-        try:
-            with anyio.fail_after(self.connect_timeout + 1):
-                conn = await asyncssh.connect(**options)
-        except asyncssh.HostKeyNotVerifiable as exc:
-            raise HostKeyChanged(f"host {where}: its host key does not match known_hosts {self.known_hosts} "
-                                 f"({exc}); refusing to connect", host=addr) from None
-        except asyncssh.PermissionDenied as exc:
-            raise AuthenticationFailed(
-                f"host {where}: authentication failed for user {user} with "
-                f"{'key ' + self.key if self.key else 'the default keys'} ({exc.reason or exc})", host=addr,
-            ) from None
-        except (TimeoutError, asyncio.TimeoutError):
-            raise HostUnreachable(f"host {where}: no SSH connection within {self.connect_timeout:g} s "
-                                  "(host down, wrong address, or a firewall drops the packets)", host=addr) from None
-        except (OSError, asyncssh.Error) as exc:
-            raise HostUnreachable(f"host {where}: cannot connect: {exc}", host=addr) from None
+            connect_timeout=self.connect_timeout, key_source=f"known_hosts {self.known_hosts}")
         try:
             async with conn:
                 with anyio.fail_after(60):

@@ -20,19 +20,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from ..errors import PoolClosed, TaskTimeout
 from ..providers import accelerators
 from ..providers.accelerators import Accelerator
 from ..providers.base import Provider
 from ..providers.local import Local
-from ..errors import PoolClosed, TaskTimeout
+from .actors.pool_actor import PoolRuntime
+from .actors.prepared import Prepared
 from .concurrency import Worker, check_plugins
+from .events.state import PoolState
 from .events.types import Event
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
-from .actors.pool_actor import PoolRuntime, Prepared
-from .serialize import dump_value, load_value
+from .serialize import load_value
 from .settings import Settings
-from .events.state import PoolState
 from .streams import ItemStream, ResultStream
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ class Pool:
         memory_gb: float | None = None,
         allocation: str | None = None,
         worker: Worker | None = None,
+        cpus: float | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
@@ -115,12 +117,21 @@ class Pool:
         self.name = name
         self.log_events = log_events
         self.settings = Settings(**settings)
+        # what each node must have: a cloud provider picks the cheapest machine that has it, and plugins
+        # read `accelerator` (torch: the CUDA wheel index for an NVIDIA GPU)
         self.accelerator = accelerators.parse(accelerator, where="Pool(accelerator)")
-        self.vcpus = _positive("vcpus", vcpus)
+        if vcpus is not None and cpus is not None:
+            raise TypeError("Pool() got both vcpus= and cpus= (the same thing): give one")
+        self.vcpus = self.cpus = _positive("vcpus" if cpus is None else "cpus", vcpus if cpus is None else cpus)
         self.memory_gb = _positive("memory_gb", memory_gb)
         if allocation is not None and allocation not in ALLOCATIONS:
             raise ValueError(f"Pool(allocation={allocation!r}): use one of {', '.join(ALLOCATIONS)}")
         self.allocation = allocation
+        self.resources: dict[str, Any] = {
+            "accelerator": str(self.accelerator) if self.accelerator is not None else None,
+            "cpus": self.cpus, "memory_gb": self.memory_gb, "allocation": allocation,
+            "spot": {"spot": True, "on-demand": False}.get(allocation or ""),
+        }
         if worker is not None and not isinstance(worker, Worker):
             raise TypeError(f"Pool(worker=...) needs sky.Worker(concurrency=..., executor=...), got {type(worker).__name__}")
         self.worker = worker if worker is not None else Worker()
@@ -148,7 +159,7 @@ class Pool:
         self._rt = PoolRuntime(
             provider=self.provider, nodes=self.nodes, processes_per_node=self.processes_per_node,
             plugins=spec_plugins, image=image, output=self.output_spec, settings=self.settings,
-            name=self.name, log_events=self.log_events, resources=self._resources(),
+            name=self.name, log_events=self.log_events, **self.resources,
             concurrency=self.worker.concurrency,
         )
         await self._rt.start()
@@ -191,14 +202,6 @@ class Pool:
     def __exit__(self, *exc: Any) -> None:
         assert self._blocking is not None
         self._blocking.__exit__(*exc)
-
-    def _resources(self) -> dict[str, Any]:
-        """The `ClusterSpec` fields that choose machines (providers that create them use these)."""
-        return {
-            "accelerator": str(self.accelerator) if self.accelerator is not None else None,
-            "cpus": self.vcpus, "memory_gb": self.memory_gb, "allocation": self.allocation,
-            "spot": {"spot": True, "on-demand": False}.get(self.allocation or ""),
-        }
 
     @property
     def _runtime(self) -> PoolRuntime:
@@ -363,18 +366,18 @@ class Pool:
         size = chunksize or max(1, min(1000, math.ceil(len(items) / (workers * 4))))
         batches = [(start, items[start:start + size]) for start in range(0, len(items), size)]
         results: list[Any] = [None] * len(items)
-        template = Prepared(fn, (), {}, batch=True, packed_args=(b"", []))
+        template = Prepared.for_map(fn)
         pending = iter(batches)
 
         async def lane() -> None:
             for start, chunk in pending:
-                prep = _batch(template, chunk)
+                prep = template.with_chunk(chunk)
                 channel = await rt.pick()
                 values = await rt.run_one(channel, prep, timeout=None, options=options)
                 results[start:start + len(values)] = values
 
         try:
-            with anyio.fail_after(timeout) if timeout is not None else _Null():
+            with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 async with anyio.create_task_group() as tg:
                     for _ in range(min(len(batches), workers * 2)):
                         tg.start_soon(lane)
@@ -456,24 +459,9 @@ def _positive(name: str, value: Any) -> float | None:
     return float(value)
 
 
-def _batch(template: Prepared, chunk: list[Any]) -> Prepared:
-    prep = Prepared.__new__(Prepared)
-    prep.fn_id, prep.fn_bytes, prep.fn_name = template.fn_id, template.fn_bytes, template.fn_name
-    prep.args, prep.buffers = dump_value(chunk)
-    prep.batch, prep.kind, prep.items = True, "call", len(chunk)
-    return prep
-
-
 def _first(group: BaseExceptionGroup) -> BaseException:
     exc: BaseException = group
     while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
     return exc
 
-
-class _Null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None

@@ -28,6 +28,7 @@ _EXPORTS: dict[str, str] = {
     "Worker": "skyhive.runtime.concurrency",
     "Local": "skyhive.providers.local",
     "SSH": "skyhive.providers.ssh",
+    "AWS": "skyhive.providers.cloud.aws",
     "Image": "skyhive.plugins.image",
     "compute": "skyhive.runtime.compute",
     "gather": "skyhive.runtime.compute",
@@ -45,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "ProtocolError": "skyhive.errors",
     "ProvisionError": "skyhive.errors",
     "NodeUnreachable": "skyhive.errors",
+    "CloudAPIError": "skyhive.errors",
     "SSHError": "skyhive.errors",
     "HostUnreachable": "skyhive.errors",
     "HostKeyChanged": "skyhive.errors",
@@ -103,6 +105,7 @@ if TYPE_CHECKING:
     from skyhive.runtime.pool import ComputePool as ComputePool
     from skyhive.errors import AuthenticationFailed as AuthenticationFailed
     from skyhive.errors import BootstrapError as BootstrapError
+    from skyhive.errors import CloudAPIError as CloudAPIError
     from skyhive.errors import CoordinatorPortInUse as CoordinatorPortInUse
     from skyhive.errors import HostKeyChanged as HostKeyChanged
     from skyhive.errors import HostUnreachable as HostUnreachable
@@ -131,6 +134,7 @@ if TYPE_CHECKING:
     from skyhive.plugins.image import Image as Image
     from skyhive.protocol.info import InstanceInfo as InstanceInfo
     from skyhive.protocol.info import Peer as Peer
+    from skyhive.providers.cloud.aws import AWS as AWS
     from skyhive.providers.local import Local as Local
     from skyhive.providers.ssh import SSH as SSH
     from skyhive.runtime.compute import compute as compute

@@ -73,6 +73,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 "pool": e.pool_id, "provider": e.state.provider, "status": e.status, "client_pid": e.state.pid,
                 "host": e.state.host, "started": e.state.started, "stopped": e.state.stopped or None,
                 "nodes": [n.state for n in e.state.nodes], "error": e.state.error, "log": str(e.path),
+                "machine": e.machine or None, "cost": e.cost(now),
             }))
         return 0
     if not entries:
@@ -82,7 +83,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("POOL", "PROVIDER", "NODES", "STATUS", "AGE"):
+    for column in ("POOL", "PROVIDER", "NODES", "STATUS", "AGE", "MACHINE", "COST"):
         table.add_column(column, no_wrap=True)
     for e in entries:
         status = e.status
@@ -91,7 +92,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
         elif e.state.error and e.status == "stopped":
             status = f"stopped: {e.state.error[:60]}"
         age = _age(now - e.state.started) if e.state.started else "-"
-        table.add_row(e.pool_id, e.state.provider or "-", _nodes([n.state for n in e.state.nodes]), status, age)
+        cost = e.cost(now)
+        spent = f"${cost[0]:.4g}/h, ${cost[1]:.2f} so far" if cost else "-"
+        table.add_row(e.pool_id, e.state.provider or "-", _nodes([n.state for n in e.state.nodes]), status, age,
+                      e.machine or "-", spent)
     Console(width=None if sys.stdout.isatty() else 400, highlight=False).print(table)
     return 0
 

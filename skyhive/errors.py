@@ -11,7 +11,8 @@
     │   ├── BootstrapError             preparing the node's environment failed
     │   │   ├── PythonMismatch
     │   │   └── SetupFailed
-    │   └── ProviderNotAvailable       a provider name this install cannot use ("not built yet")
+    │   ├── ProviderNotAvailable       a provider name this install cannot use ("not built yet")
+    │   └── CloudAPIError              a cloud's API answered with an error (its code and message)
     ├── WorkerLost, TaskTimeout, RemoteError, SerializationError, PoolClosed    calls on a pool
     ├── OutputStalled, NotOnNodeError
     ├── TaskFileError (LaunchError)    `skyhive launch`
@@ -30,12 +31,14 @@ raised inside a worker's task thread) and `WorkerGone` (the SSH link's internal 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError, SkyhiveError
 
 __all__ = [
     "SkyhiveError", "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
     "ProvisionError", "NodeUnreachable", "SSHError", "HostUnreachable", "HostKeyChanged", "AuthenticationFailed",
-    "BootstrapError", "PythonMismatch", "SetupFailed", "ProviderNotAvailable",
+    "BootstrapError", "PythonMismatch", "SetupFailed", "ProviderNotAvailable", "CloudAPIError",
     "WorkerLost", "TaskTimeout", "RemoteError", "SerializationError", "PoolClosed",
     "OutputStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
     "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
@@ -46,12 +49,30 @@ __all__ = [
 # ---- nodes -----------------------------------------------------------------------------------------
 
 class ProvisionError(SkyhiveError):
-    """A node could not be created, reached or set up. The message names the node/host and the cause."""
+    """A node could not be created, reached or set up. The message names the node/host and the cause.
 
-    def __init__(self, message: str, *, host: str | None = None, node: int | None = None) -> None:
+    A cloud's failure also carries the provider's error `code`, its `kind` ("capacity", "quota",
+    "transient", "fatal"), the `zones_tried` and what was `cleaned_up` before raising."""
+
+    def __init__(self, message: str, *, host: str | None = None, node: int | None = None, code: str | None = None,
+                 kind: str | None = None, zones_tried: Sequence[str] = (), cleaned_up: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.host = host
         self.node = node
+        self.code = code
+        self.kind = kind
+        self.zones_tried = tuple(zones_tried)
+        self.cleaned_up = tuple(cleaned_up)
+
+
+class CloudAPIError(ProvisionError):
+    """A cloud's API answered with an error: its `code` ("InsufficientInstanceCapacity", …), its message
+    and the HTTP `status`. Provisioning classifies it by code (retry, next zone, stop)."""
+
+    def __init__(self, code: str, message: str, status: int) -> None:
+        super().__init__(f"{code}: {message}" if code else message or f"HTTP {status}", code=code)
+        self.message = message
+        self.status = status
 
 
 class NodeUnreachable(ProvisionError):

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-pytest_plugins = ["tests.infra.fixtures"]
+pytest_plugins = ["tests.infra.fixtures", "tests.infra.loopback", "tests.infra.moto_ec2"]
 
 
 @pytest.fixture(autouse=True)

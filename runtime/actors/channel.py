@@ -1,8 +1,10 @@
 """`WorkerChannel`: the client's side of one worker process.
 
-It owns the protocol `Connection`, the tasks in flight on that worker, and the heartbeat clock. Bytes
-arrive by callback from the transport and complete the callers' futures directly; output frames go to
-the pool's output router. When the worker is lost, every task in flight fails with `WorkerLost`.
+It owns the protocol `Connection`, the tasks in flight on that worker, the functions that worker has
+already seen (so a function's bytes travel once), and the heartbeat clock. Bytes arrive by callback
+from the transport and complete the callers' futures directly; output frames go to the pool's output
+router. A cancelled task that does not stop within its grace gets the worker killed. When the worker
+is lost, every task in flight fails with `WorkerLost`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ...errors import WorkerLost
 from ...protocol import (
     Connection,
     Message,
@@ -30,10 +33,11 @@ from ...protocol import (
     Welcome,
 )
 from ...protocol.messages import Cancel
-from ...errors import WorkerLost
 from ..events.log import EventLog
-from ..events.types import TaskFinished, TaskStarted
+from ..events.types import TaskFinished, TaskStarted, TaskSubmitted
+from ..onnode.setup import FN_CACHE_LIMIT
 from ..transport.base import Link
+from .prepared import Prepared
 
 log = logging.getLogger("skyhive.channel")
 
@@ -78,7 +82,6 @@ class WorkerChannel:
         self._log = log_
         self._on_output = on_output
         self._nonces = itertools.count(1)
-        self.tasks_done = 0
         self.kill: Callable[[], None] | None = None  # set by the node actor: kills the worker process
 
     def __repr__(self) -> str:
@@ -126,7 +129,6 @@ class WorkerChannel:
             call = self.calls.pop(msg.task_id, None)
             if call is None:
                 return
-            self.tasks_done += 1
             # (a task that ended before the worker's next tick sent no Started: its span in the
             # log runs from TaskSubmitted to TaskFinished — one event fewer per short call)
             if msg.ok:
@@ -169,10 +171,31 @@ class WorkerChannel:
         self._write(self.conn.hello(skyhive_version, python_version))
         return await self._welcomed
 
-    def submit(self, task_id: int, msg: Submit, buffers: Sequence[Any], call: Call) -> None:
-        """Send a task (its buffers follow via `send_buffers`). Registers `call` first."""
+    def send(self, task_id: int, prep: Prepared, options: dict[str, Any] | None,
+             future: asyncio.Future[Result] | None, *, stream: bool = False) -> Call:
+        """Send `prep` as task `task_id` (its buffers follow via `send_buffers`); the function's bytes
+        go only if this worker has not seen it. Registers the call first; `future` gets the Result.
+        With `stream`, a generator's items come back as `Item` frames (to `call.on_item`)."""
+        known = self.known_fns
+        if prep.fn_id in known:
+            fn_bytes = b""
+        else:
+            if len(known) >= FN_CACHE_LIMIT:
+                known.clear()  # the worker clears its cache at the same count
+            known.add(prep.fn_id)
+            fn_bytes = prep.fn_bytes
+        msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args,
+                     buffer_sizes=tuple(memoryview(b).nbytes for b in prep.buffers), batch=prep.batch,
+                     options={**({"kind": prep.kind} if prep.kind != "call" else {}),
+                              **({"stream": True} if stream else {})})
+        call = Call(task_id, future, options, prep.fn_name)
+        if options and options.get("capture"):
+            call.outputs = []
         self.calls[task_id] = call
         self._write(self.conn.send(msg))
+        self._log.emit(TaskSubmitted, task=task_id, node=self.node, local_rank=self.local_rank,
+                       fn=prep.fn_name, items=prep.items)
+        return call
 
     async def send_buffers(self, task_id: int, buffers: Sequence[Any]) -> None:
         """Send a task's out-of-band buffers, chunk by chunk (other frames may go between chunks)."""
@@ -182,8 +205,10 @@ class WorkerChannel:
                 return
             await self.link.write_direct([header, piece])
 
-    def cancel(self, task_id: int) -> None:
-        """Ask the worker to stop a task; the caller stops waiting now, the slot frees on its Result."""
+    def cancel(self, task_id: int, *, grace: float) -> None:
+        """Ask the worker to stop a task; the caller stops waiting now, the slot frees on its Result.
+        If the task is still there `grace` seconds later, the worker is killed (its supervisor starts
+        a new one)."""
         call = self.calls.get(task_id)
         if call is None:
             return
@@ -194,6 +219,14 @@ class WorkerChannel:
                 self._write(self.conn.send(Cancel(task_id=task_id)))
             except ProtocolError:
                 pass
+        asyncio.get_running_loop().call_later(grace, self._enforce_cancel, task_id, grace)
+
+    def _enforce_cancel(self, task_id: int, grace: float) -> None:
+        if task_id in self.calls and self.kill is not None and self.lost_reason is None:
+            log.warning("node %d worker %d: task %d ignored Cancel for %.1f s; killing the worker",
+                        self.node, self.local_rank, task_id, grace)
+            self.lost_reason = f"task {task_id} did not stop within cancel_grace"
+            self.kill()
 
     def ping(self) -> None:
         if self.usable:

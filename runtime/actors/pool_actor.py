@@ -9,67 +9,54 @@ restarted by its supervisor.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
 import socket
-import sys
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
 
-from ...protocol.info import InstanceInfo, Peer
-from ...protocol.messages import Result, Submit
-from ...providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
 from ...errors import PoolClosed, TaskTimeout, WorkerLost
+from ...protocol.info import InstanceInfo, Peer
+from ...protocol.messages import Result
+from ...providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
 from ..events.log import EventLog, pool_log_path
-from ..events.types import NodeStateChanged, PoolStarted, PoolStopped, TaskSubmitted
-from ..onnode.setup import FN_CACHE_LIMIT, WorkerSetup
+from ..events.types import NodeStateChanged, PoolStarted, PoolStopped
+from ..onnode.setup import WorkerSetup
 from ..output.router import OutputRouter
 from ..output.selection import OutputSpec
-from ..serialize import dump_args, dump_function_cached, load_value, rebuild_exception, register_user_code
+from ..serialize import load_value, rebuild_exception, register_user_code
 from ..settings import Settings
 from .channel import Call, WorkerChannel
 from .context import NodeContext
 from .lifecycle import NodeState
 from .node import NodeActor
+from .prepared import Prepared
 from .provisioning import with_retries
 
 log = logging.getLogger("skyhive.pool")
 
-__all__ = ["PoolRuntime", "Prepared"]
-
-
-class Prepared:
-    """A call pickled once, ready to be sent to any number of workers."""
-
-    __slots__ = ("fn_id", "fn_bytes", "args", "buffers", "fn_name", "batch", "kind", "items")
-
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
-                 batch: bool = False, kind: str = "call", fn_name: str | None = None,
-                 packed_args: tuple[bytes, list[Any]] | None = None) -> None:
-        pickled = dump_function_cached(fn)
-        self.fn_id, self.fn_bytes = pickled.fn_id, pickled.payload
-        self.args, self.buffers = packed_args if packed_args is not None else dump_args(fn, args, kwargs)
-        self.fn_name = fn_name or pickled.name
-        self.batch = batch
-        self.kind = kind
-        self.items = 1
+__all__ = ["PoolRuntime"]
 
 
 class PoolRuntime:
     def __init__(self, *, provider: Provider, nodes: int, processes_per_node: int, plugins: Sequence[Any],
                  image: Any, output: OutputSpec, settings: Settings, name: str | None,
-                 log_events: bool, resources: dict[str, Any] | None = None, concurrency: int = 1) -> None:
+                 log_events: bool, accelerator: str | None = None, cpus: float | None = None,
+                 memory_gb: float | None = None, allocation: str | None = None, spot: bool | None = None,
+                 concurrency: int = 1) -> None:
         self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
         self.provider = provider
         self.settings = settings
         self.plugins = list(plugins)
         self.image = image
         self.spec = ClusterSpec(pool_id=self.pool_id, nodes=nodes, processes_per_node=processes_per_node,
-                                **(resources or {}))
+                                accelerator=accelerator, cpus=cpus, memory_gb=memory_gb, allocation=allocation,
+                                spot=spot)
         secrets = frozenset(image.secret_values()) if image is not None else frozenset()
         self.log = EventLog(self.pool_id, path=pool_log_path(self.pool_id) if log_events else None, secrets=secrets)
         self.infos: dict[tuple[int, int], InstanceInfo] = {}
@@ -123,7 +110,10 @@ class PoolRuntime:
         """requested -> provisioning for every node (one `launch` request, after `prepare`), then each
         node actor goes on by itself: running, connecting, bootstrapping, ready."""
         spec, provider = self.spec, self.provider
-        self.log.emit(PoolStarted, provider=provider.name, nodes=spec.nodes,
+        plan = dict(provider.plan(spec))  # the machine and its price, shown before anything is made
+        if plan:
+            log.info("pool %s: %s", self.pool_id, plan.get("summary") or plan)
+        self.log.emit(PoolStarted, plan=plan, provider=provider.name, nodes=spec.nodes,
                       processes_per_node=spec.processes_per_node, pid=os.getpid(), host=socket.gethostname(),
                       provider_config=provider.describe())
         for node in self.nodes:
@@ -264,28 +254,7 @@ class PoolRuntime:
     def send(self, channel: WorkerChannel, prep: Prepared, options: dict[str, Any] | None,
              future: asyncio.Future[Result], *, stream: bool = False) -> Call:
         """Send one task to `channel` (its buffers, if any, still have to follow)."""
-        task_id = next(self._ids)
-        known = channel.known_fns
-        if prep.fn_id in known:
-            fn_bytes = b""
-        else:
-            if len(known) >= FN_CACHE_LIMIT:
-                known.clear()  # the worker clears its cache at the same count
-            known.add(prep.fn_id)
-            fn_bytes = prep.fn_bytes
-        sub_options: dict[str, Any] = {"kind": prep.kind} if prep.kind != "call" else {}
-        if stream:
-            sub_options["stream"] = True
-        msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args,
-                     buffer_sizes=tuple(memoryview(b).nbytes for b in prep.buffers), batch=prep.batch,
-                     options=sub_options)
-        call = Call(task_id, future, options, prep.fn_name)
-        if options and options.get("capture"):
-            call.outputs = []
-        channel.submit(task_id, msg, prep.buffers, call)
-        self.log.emit(TaskSubmitted, task=task_id, node=channel.node, local_rank=channel.local_rank,
-                      fn=prep.fn_name, items=prep.items)
-        return call
+        return channel.send(next(self._ids), prep, options, future, stream=stream)
 
     async def open_stream(self, channel: WorkerChannel, prep: Prepared,
                           on_item: Callable[[int, bytes], None]) -> tuple[Call, asyncio.Future[Result]]:
@@ -345,7 +314,7 @@ class PoolRuntime:
             for channel in channels:
                 fut: asyncio.Future[Result] = loop.create_future()
                 sent.append((channel, self.send(channel, prep, options, fut), fut))
-            with anyio.fail_after(timeout) if timeout is not None else _nullcontext():
+            with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 if prep.buffers:
                     await self._send_buffers([(c, call.task_id) for c, call, _ in sent], prep.buffers)
                 if len(sent) > 1:
@@ -389,22 +358,12 @@ class PoolRuntime:
                 tg.start_soon(channel.send_buffers, task_id, buffers)
 
     def _cancel(self, sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]]) -> None:
-        loop = asyncio.get_running_loop()
         for channel, call, fut in sent:
-            if call.task_id in channel.calls:
-                channel.cancel(call.task_id)
-                loop.call_later(self.settings.cancel_grace, self._enforce_cancel, channel, call.task_id)
+            channel.cancel(call.task_id, grace=self.settings.cancel_grace)
             if not fut.done():
                 fut.cancel()
             elif not fut.cancelled():
                 fut.exception()  # retrieved: no "exception was never retrieved" noise
-
-    def _enforce_cancel(self, channel: WorkerChannel, task_id: int) -> None:
-        if task_id in channel.calls and channel.kill is not None and channel.lost_reason is None:
-            log.warning("node %d worker %d: task %d ignored Cancel for %.1f s; killing the worker",
-                        channel.node, channel.local_rank, task_id, self.settings.cancel_grace)
-            channel.lost_reason = f"task {task_id} did not stop within cancel_grace"
-            channel.kill()
 
     def _unpack(self, channel: WorkerChannel, call: Call, result: Result) -> Any:
         if result.ok:
@@ -484,10 +443,3 @@ def _first_error(exc: BaseException) -> BaseException:
                 return found
     return exc
 
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None

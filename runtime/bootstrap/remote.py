@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ...providers.accelerators import devices_from_smi, warn_missing
-from ...providers.base import ProvisionError
-from .wheels import runtime_wheels
-from ..transport.ssh import NodeEnv, SSHTransport, register_secrets
 from ...errors import BootstrapError, PythonMismatch, SetupFailed
+from ...providers.base import ProvisionError
+from ..transport.ssh import NodeEnv, SSHTransport, register_secrets
+from .wheels import runtime_wheels
 
 if TYPE_CHECKING:
     from ..actors.context import NodeContext
@@ -225,6 +225,18 @@ async def bootstrap_node(ctx: NodeContext, node: int, transport: Transport) -> s
         progress.end(node, where, f"{outcome} ({time.monotonic() - started:.2f} s)")
 
 
+async def _start_watchdog(transport: SSHTransport, *, python: str, rt_dir: str, state_dir: str) -> None:
+    """Start the node's idle watchdog (`runtime/worker/watchdog.py`), detached; one per node."""
+    reach = transport.reach
+    command = (f"PYTHONPATH={shlex.quote(rt_dir)} {shlex.quote(python)} -m skyhive.runtime.worker.watchdog "
+               f"--idle {reach.idle_shutdown:g} --command {shlex.quote(reach.shutdown_command)} "
+               f"--state-dir {shlex.quote(state_dir)}")
+    result = await transport.run(command, timeout=PROBE_TIMEOUT)
+    if result.exit_status != 0:
+        raise BootstrapError(f"host {transport.where}: the idle watchdog did not start (exit {result.exit_status}): "
+                             f"{(result.stderr or result.stdout).strip()[-2000:]}", host=reach.host)
+
+
 async def _bootstrap(ctx: NodeContext, node: int, transport: SSHTransport, progress: _Progress) -> str:
     where, host = transport.where, transport.reach.host
     image = ctx.image
@@ -257,7 +269,7 @@ async def _bootstrap(ctx: NodeContext, node: int, transport: SSHTransport, progr
     if not home:
         raise BootstrapError(f"host {where}: the probe command failed: {(probe.stderr or probe.stdout).strip()}",
                              host=host)
-    warn_missing(pool.spec.accelerator, devices_from_smi(facts.get("gpu", [])), where=f"SSH host {where}")
+    warn_missing(ctx.spec.accelerator, devices_from_smi(facts.get("gpu", [])), where=f"SSH host {where}")
     python = _choose_python(where, host, facts, want, explicit)
     if python is None and facts.get("uv"):
         step(f"installing Python {want} with uv")
@@ -315,6 +327,9 @@ async def _bootstrap(ctx: NodeContext, node: int, transport: SSHTransport, progr
         run_dir=f"{home}/.skyhive/run",
         env_dir=env_dir,
     )
+    if transport.reach.idle_shutdown > 0:
+        step("starting the idle watchdog")
+        await _start_watchdog(transport, python=python, rt_dir=rt_dir, state_dir=f"{home}/.skyhive/watchdog")
     if cached_env:
         return f"env {key} cached (runtime {'cached' if cached_rt else 'shipped'})"
     return f"env {key} built in {built:.1f} s (runtime {'cached' if cached_rt else 'shipped'})"

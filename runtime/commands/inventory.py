@@ -24,15 +24,15 @@ from typing import IO
 
 import anyio
 
+from ...errors import PoolInUse, PoolNotFound
 from ...protocol.info import ENV_VAR
 from ...providers.base import ProvisionError
 from ...providers.registry import from_description
-from ..onnode.procfs import proc_stat
-from ..events.log import state_dir
-from ..events.types import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
 from ..actors.lifecycle import NodeState, check_transition
+from ..events.log import state_dir
 from ..events.state import PoolState, apply
-from ...errors import PoolInUse, PoolNotFound
+from ..events.types import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
+from ..onnode.procfs import proc_stat
 
 __all__ = ["PoolNotFound", "PoolInUse", "LogTail", "PoolEntry", "DownReport", "pools_dir", "read", "scan",
            "find", "client_of", "down", "DOWN_REASON"]
@@ -301,10 +301,7 @@ def _destroy(pool: PoolEntry) -> int:
 
     async def destroy() -> int:
         with anyio.fail_after(300):
-            handles = await provider.list_owned(pool.pool_id)
-            if handles:
-                await provider.destroy(handles)
-            return len(handles)
+            return len(await provider.down(pool.pool_id))  # its nodes (by tag), then what prepare made
 
     try:
         return anyio.run(destroy)

@@ -26,14 +26,14 @@ from typing import Any, TextIO
 import anyio
 from anyio import CancelScope
 
+from ...errors import LaunchError
 from ...providers.base import Provider
 from ...providers.local import Local
 from ...providers.registry import from_cli
-from ..onnode import nodecmd
 from ..actors.channel import WorkerChannel
 from ..actors.pool_actor import PoolRuntime
-from .taskfile import Task, TaskFileError
-from ...errors import LaunchError
+from ..onnode import nodecmd
+from .taskfile import Task
 
 __all__ = ["NodeExit", "LaunchError", "launch", "run_launch", "pack_workdir", "WORKDIR_LIMIT"]
 

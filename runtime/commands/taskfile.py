@@ -26,9 +26,9 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from ...errors import TaskFileError
 from ...providers.base import ProvisionError
 from ...providers.registry import canonical
-from ...errors import TaskFileError
 
 __all__ = ["TaskFileError", "Resources", "Task", "load", "loads", "parse_env_overrides"]
 

@@ -20,8 +20,8 @@ from typing import IO, Any, TypeVar
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
-from .types import Event, NodeStateChanged, OutputChunk, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
 from .state import PoolState, fold
+from .types import Event, NodeStateChanged, OutputChunk, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
 
 __all__ = ["EventLog", "state_dir", "pool_log_path", "read_log", "REDACTED"]
 
@@ -79,9 +79,6 @@ class EventLog:
 
     def __repr__(self) -> str:
         return f"<EventLog {self.pool_id} events={self._seq} subscribers={len(self._subscribers)}>"
-
-    def add_secrets(self, secrets: frozenset[str]) -> None:
-        self._secrets = tuple(sorted(set(self._secrets) | {s for s in secrets if s}, key=len, reverse=True))
 
     def redact(self, text: str) -> str:
         """`text` with every secret value replaced by `***`."""

@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..actors.lifecycle import NodeState
 from .types import Event, NodeStateChanged, PoolStarted, PoolStopped, TaskFinished, TaskStarted, TaskSubmitted
 from .types import WorkerStateChanged
-from ..actors.lifecycle import NodeState
 
 __all__ = ["Span", "Lane", "Timeline", "Layout", "build", "layout", "render_png", "render_html", "write",
            "STATE_COLORS", "TASK_COLORS"]

@@ -2,7 +2,7 @@
 
 Each event carries the pool id, its sequence number in the pool's log and a wall-clock timestamp;
 `to_json`/`from_json` give the JSONL form the log file holds. Secrets never get here: the log redacts
-them before an event is built (see `eventlog.EventLog.emit`).
+them before an event is built (see `log.EventLog.emit`).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ class PoolStarted(Event):
     pid: int
     host: str
     provider_config: dict[str, Any] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)  # the provider's `plan(spec)`: machine type, price
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from ...protocol.info import ENV_VAR, InstanceInfo
 from ...errors import NotOnNodeError
+from ...protocol.info import ENV_VAR, InstanceInfo
 
 __all__ = ["instance_info", "set_instance_info", "NotOnNodeError"]
 

@@ -19,8 +19,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .context import NotOnNodeError, instance_info
 from ..output.selection import OutputSpec, selector
+from .context import NotOnNodeError, instance_info
 
 __all__ = ["stdout", "stderr", "silent"]
 

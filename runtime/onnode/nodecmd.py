@@ -21,9 +21,9 @@ import tarfile
 import time
 from pathlib import Path
 
-from .procfs import proc_stat
-from .context import instance_info
 from ..events.log import state_dir
+from .context import instance_info
+from .procfs import proc_stat
 
 __all__ = ["work_root", "prepare", "remove", "node_env", "run_script", "stop_descendants", "GRACE"]
 

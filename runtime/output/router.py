@@ -28,13 +28,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ...errors import OutputStalled
 from ...protocol.info import InstanceInfo
 from ...protocol.messages import STDERR
 from ..events.log import EventLog
 from ..events.types import OutputChunk
 from .printer import PARTIAL_DELAY, TerminalPrinter
 from .selection import OutputSpec, selector
-from ...errors import OutputStalled
 
 if TYPE_CHECKING:
     from ..actors.channel import Call, WorkerChannel

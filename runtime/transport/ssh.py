@@ -18,13 +18,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import itertools
 import json
 import logging
 import os
 import shlex
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import asyncssh
 
+from ...errors import AuthenticationFailed, HostKeyChanged, SSHError
 from ...providers.base import NodeHandle, SSHReach
-from ...providers.ssh import AuthenticationFailed, HostKeyChanged, HostUnreachable, SSHError
+from ...providers.ssh import connect_ssh
 from ..onnode.setup import python_version, skyhive_version
 from ..settings import Settings
 from .base import CommandResult, Receiver, Transport, WorkerProcess
@@ -132,7 +133,6 @@ class SSHTransport(Transport):
         self._conn: Any = None
         self._pinned: Any = None  # the host key seen first, when none was given
         self._lock = asyncio.Lock()
-        self._workers = 0
         self.connects = 0
 
     def __repr__(self) -> str:
@@ -173,39 +173,14 @@ class SSHTransport(Transport):
     async def _open(self) -> Any:
         reach = self.reach
         client = _Client(self)
-        options: dict[str, Any] = dict(
-            host=reach.host, port=reach.port, username=self.user,
-            known_hosts=self._known_hosts(), config=None,
-            agent_path=() if self.use_agent else None,
+        source = (f"known_hosts {reach.known_hosts}" if reach.known_hosts else
+                  "the key given for it" if reach.host_key else "the key it showed on first contact in this pool")
+        conn = await connect_ssh(
+            host=reach.host, port=reach.port, user=self.user, key=reach.key, known_hosts=self._known_hosts(),
+            use_agent=self.use_agent, connect_timeout=self.connect_timeout, key_source=source,
             encryption_algs=list(FAST_CIPHERS), keepalive_interval=5, keepalive_count_max=4,
-            connect_timeout=self.connect_timeout, login_timeout=self.connect_timeout,
             client_factory=lambda: client,
         )
-        if reach.key:
-            options["client_keys"] = [os.path.expanduser(reach.key)]
-        try:
-            with anyio.fail_after(self.connect_timeout + 1):
-                conn = await asyncssh.connect(**options)
-        except asyncssh.HostKeyNotVerifiable as exc:
-            source = (f"known_hosts {reach.known_hosts}" if reach.known_hosts else
-                      "the key given for it" if reach.host_key else "the key it showed on first contact in this pool")
-            raise HostKeyChanged(
-                f"host {self.where}: its host key does not match {source} ({exc}); refusing to connect. "
-                "If the host was reinstalled on purpose, update the pinned key.", host=reach.host,
-            ) from None
-        except asyncssh.PermissionDenied as exc:
-            raise AuthenticationFailed(
-                f"host {self.where}: authentication failed for user {self.user} "
-                f"with {'key ' + reach.key if reach.key else 'the default keys'} ({exc.reason or exc})",
-                host=reach.host,
-            ) from None
-        except (TimeoutError, asyncio.TimeoutError):
-            raise HostUnreachable(
-                f"host {self.where}: no SSH connection within {self.connect_timeout:g} s "
-                "(host down, wrong address, or a firewall drops the packets)", host=reach.host,
-            ) from None
-        except (OSError, asyncssh.Error) as exc:
-            raise HostUnreachable(f"host {self.where}: cannot connect: {exc}", host=reach.host) from None
         if self._pinned is None and reach.host_key is None and not reach.known_hosts:
             self._pinned = conn.get_server_host_key()
         self.connects += 1
@@ -224,12 +199,6 @@ class SSHTransport(Transport):
             conn.close()
             with anyio.move_on_after(5, shield=True):
                 await conn.wait_closed()
-
-    def drop_connection(self) -> None:
-        """Abort the SSH connection (tests and fault injection): links reconnect."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.abort()
 
     # ---- commands ----------------------------------------------------------------------------------
 
@@ -258,7 +227,7 @@ class SSHTransport(Transport):
                     on_line(name, line.rstrip("\n"))
 
         try:
-            with anyio.fail_after(timeout) if timeout is not None else _nullcontext():
+            with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 if input is not None:
                     proc.stdin.write(input)
                 if not lifeline:
@@ -290,7 +259,6 @@ class SSHTransport(Transport):
 
     def _socket_path(self, env: NodeEnv) -> str:
         # unique among this client's workers: hosts may share one home (NFS), so the host is not enough
-        self._workers += 1
         name = f"{self.pool_id}-{os.getpid() % 100000}-{next(_WORKER_IDS)}.sock"
         path = f"{env.run_dir}/{name}"
         if len(path.encode()) > _SOCKET_PATH_MAX:
@@ -375,7 +343,6 @@ class SSHWorker(WorkerProcess):
         self.pid = pid
         self.socket = sock
         self._kill_task: asyncio.Task[None] | None = None
-        self.started = time.monotonic()
 
     def __repr__(self) -> str:
         return f"<SSHWorker pid={self.pid} on {self.transport.where} {self.link!r}>"
@@ -407,13 +374,6 @@ class SSHWorker(WorkerProcess):
         self.link.close()
         self._kill_task = asyncio.get_running_loop().create_task(self.transport.kill_group(self.pid, self.socket))
 
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def ssh_transport(handle: NodeHandle, ctx: NodeContext) -> SSHTransport:

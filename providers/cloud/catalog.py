@@ -1,0 +1,188 @@
+"""Machines as data: choose the cheapest instance type that satisfies a pool's accelerator, cpus and memory.
+
+The tables are generated at development time (`providers/cloud/data/generate.py`) and shipped with the
+package; nothing here calls a cloud. Accelerators are spelled "A100" (any count, the cheapest wins) or
+"A100:8" (exactly 8 per node); names compare case-insensitively.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from ..base import ProvisionError
+
+__all__ = ["InstanceInfo", "Choice", "parse_accelerator", "instance", "choose", "offered"]
+
+#: Without any requirement a pool gets the cheapest machine with at least this much.
+DEFAULT_CPUS = 2.0
+DEFAULT_MEMORY_GB = 4.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceInfo:
+    """One instance type: vCPUs, memory, and its GPUs (model and count per node)."""
+
+    instance_type: str
+    vcpus: int
+    memory_gb: float
+    accelerator: str | None
+    accelerators: int
+    arch: str = "x86_64"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Choice:
+    """The machine chosen for a pool, what it costs, and what the pool costs per hour."""
+
+    cloud: str
+    region: str
+    instance_type: str
+    vcpus: int
+    memory_gb: float
+    accelerator: str | None
+    accelerators: int
+    price_per_hour: float | None  # on-demand USD; None when the table has no price (a fixed type)
+    nodes: int
+    spot: bool
+    zones: tuple[str, ...] = ()
+
+    @property
+    def cost_per_hour(self) -> float | None:
+        """The pool's estimated cost per hour (on-demand price × nodes; spot is usually less)."""
+        return None if self.price_per_hour is None else round(self.price_per_hour * self.nodes, 4)
+
+    def summary(self) -> str:
+        gpus = f", {self.accelerators}x {self.accelerator}" if self.accelerator else ""
+        price = "price unknown" if self.price_per_hour is None else (
+            f"${self.price_per_hour:.4g}/h on demand{' (spot: less)' if self.spot else ''}, "
+            f"pool of {self.nodes}: ${self.cost_per_hour:.4g}/h")
+        return (f"{self.instance_type} in {self.region} ({self.vcpus} vCPU, {self.memory_gb:g} GB{gpus}): {price}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"cloud": self.cloud, "region": self.region, "instance_type": self.instance_type,
+                "vcpus": self.vcpus, "memory_gb": self.memory_gb, "accelerator": self.accelerator,
+                "accelerators": self.accelerators, "price_per_hour": self.price_per_hour,
+                "cost_per_hour": self.cost_per_hour, "nodes": self.nodes, "spot": self.spot}
+
+
+@functools.cache
+def _table(cloud: str) -> dict[str, Any]:
+    try:
+        text = resources.files("skyhive.providers.cloud.data").joinpath(f"{cloud}.json").read_text()
+    except FileNotFoundError:
+        raise ProvisionError(f"no machine table for cloud {cloud!r} in this install of skyhive") from None
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+def parse_accelerator(spec: str) -> tuple[str, int | None]:
+    """"A100" -> ("A100", None); "A100:8" -> ("A100", 8). Raises ValueError naming the bad spelling."""
+    name, sep, count = spec.strip().partition(":")
+    if not name or (sep and not count.strip().isdigit()) or (sep and int(count) < 1):
+        raise ValueError(f"accelerator must look like 'A100' or 'A100:8', not {spec!r}")
+    return name.strip(), int(count) if sep else None
+
+
+def instance(cloud: str, instance_type: str) -> InstanceInfo | None:
+    """What the table knows about one instance type, or None."""
+    row = _table(cloud)["types"].get(instance_type)
+    if row is None:
+        return None
+    vcpus, memory, model, count, arch = row
+    return InstanceInfo(instance_type=instance_type, vcpus=vcpus, memory_gb=memory, accelerator=model,
+                        accelerators=count, arch=arch)
+
+
+def offered(cloud: str, accelerator: str) -> dict[str, list[int]]:
+    """Region -> the counts per node (sorted) in which its instance types offer this accelerator model."""
+    name = accelerator.lower()
+    table = _table(cloud)
+    found: dict[str, set[int]] = {}
+    for region, types in sorted(table["regions"].items()):
+        for itype in types:
+            info = instance(cloud, itype)
+            if info and info.accelerator and info.accelerator.lower() == name:
+                found.setdefault(region, set()).add(info.accelerators)
+    return {region: sorted(counts) for region, counts in found.items()}
+
+
+def choose(cloud: str, region: str, *, accelerator: str | None = None, cpus: float | None = None,
+           memory_gb: float | None = None, instance_type: str | None = None, nodes: int = 1,
+           spot: bool = False) -> Choice:
+    """The cheapest type in `region` with `accelerator` ("A100", "A100:8") and at least `cpus` vCPUs and
+    `memory_gb` GB; or `instance_type` as given (checked against the requirements when the table knows
+    it). Raises `ProvisionError` naming what is missing and where it is offered instead."""
+    table = _table(cloud)
+    regional = table["regions"].get(region)
+    if regional is None:
+        raise ProvisionError(f"{cloud}: unknown region {region!r}; known: {', '.join(sorted(table['regions']))}")
+    want_name, want_count = parse_accelerator(accelerator) if accelerator else (None, None)
+    if instance_type is not None:
+        info = instance(cloud, instance_type)
+        price = regional.get(instance_type, [None, ""])
+        if info is None:  # a type newer than the table: taken on trust
+            return Choice(cloud=cloud, region=region, instance_type=instance_type, vcpus=0, memory_gb=0.0,
+                          accelerator=None, accelerators=0, price_per_hour=None, nodes=nodes, spot=spot)
+        problem = _unmet(info, want_name, want_count, cpus, memory_gb)
+        if problem:
+            raise ProvisionError(f"{cloud}: instance_type {instance_type} does not satisfy the pool: {problem}")
+        return _choice(cloud, region, info, price, nodes, spot)
+    if want_name is None:
+        cpus = DEFAULT_CPUS if cpus is None else cpus
+        memory_gb = DEFAULT_MEMORY_GB if memory_gb is None else memory_gb
+    best: tuple[float, str] | None = None
+    for itype, (price, _zones) in regional.items():
+        info = instance(cloud, itype)
+        if info is None or _unmet(info, want_name, want_count, cpus, memory_gb):
+            continue
+        if want_name is None and info.accelerators:  # no GPU asked for: do not pay for one
+            continue
+        if info.arch != "x86_64":  # the default images (and most wheels users pin) are x86_64
+            continue
+        if best is None or (price, itype) < best:
+            best = (price, itype)
+    if best is None:
+        raise ProvisionError(_nothing_fits(cloud, region, accelerator, want_name, cpus, memory_gb))
+    info = instance(cloud, best[1])
+    assert info is not None
+    return _choice(cloud, region, info, regional[best[1]], nodes, spot)
+
+
+def _choice(cloud: str, region: str, info: InstanceInfo, price: list[Any], nodes: int, spot: bool) -> Choice:
+    zones = tuple(region + letter for letter in (price[1] or ""))
+    return Choice(cloud=cloud, region=region, instance_type=info.instance_type, vcpus=info.vcpus,
+                  memory_gb=info.memory_gb, accelerator=info.accelerator, accelerators=info.accelerators,
+                  price_per_hour=price[0], nodes=nodes, spot=spot, zones=zones)
+
+
+def _unmet(info: InstanceInfo, name: str | None, count: int | None, cpus: float | None,
+           memory_gb: float | None) -> str:
+    if name is not None:
+        if (info.accelerator or "").lower() != name.lower():
+            return f"it has {info.accelerator or 'no accelerator'}, not {name}"
+        if count is not None and info.accelerators != count:
+            return f"it has {info.accelerators} {info.accelerator}, not {count}"
+    if cpus is not None and info.vcpus < cpus:
+        return f"it has {info.vcpus} vCPUs, fewer than {cpus:g}"
+    if memory_gb is not None and info.memory_gb < memory_gb:
+        return f"it has {info.memory_gb:g} GB, less than {memory_gb:g}"
+    return ""
+
+
+def _nothing_fits(cloud: str, region: str, accelerator: str | None, name: str | None, cpus: float | None,
+                  memory_gb: float | None) -> str:
+    want = ", ".join(x for x in (accelerator and f"accelerator {accelerator}",
+                                 cpus is not None and f">= {cpus:g} vCPUs" or "",
+                                 memory_gb is not None and f">= {memory_gb:g} GB" or "") if x)
+    text = f"{cloud}: no instance type in {region} has {want}"
+    if name is None:
+        return text
+    where = offered(cloud, name)
+    if not where:
+        models = sorted({row[2] for row in _table(cloud)["types"].values() if row[2]})
+        return f"{text}; {cloud} offers no accelerator called {name!r} (known: {', '.join(models)})"
+    listing = ", ".join(f"{where_region} (x{'/'.join(map(str, counts))})" for where_region, counts in where.items())
+    return f"{text}; {name} is offered (per node) in: {listing}"

@@ -1,0 +1,1 @@
+"""Generated machine tables shipped with skyhive (regenerate with ``python -m skyhive.providers.cloud.data.generate``)."""

@@ -1,0 +1,95 @@
+"""Runs ON A CLOUD NODE: the idle watchdog, the last line of defence against a machine billed forever.
+
+    python -m skyhive.runtime.worker.watchdog --idle SECONDS --command 'sudo shutdown -h now' --state-dir DIR
+
+Started detached by bootstrap on nodes whose reach asks for it (`SSHReach.idle_shutdown`). Every
+`--interval` seconds it counts the ESTABLISHED TCP connections to the node's local port `--port` (22)
+in ``/proc/net/tcp`` and ``/proc/net/tcp6``. The client holds one SSH connection per node for the whole
+life of its pool, so a connected client keeps the node however long a job runs; when the client is gone
+(killed, crashed, its network lost) the connection goes too, and after `--idle` seconds with none the
+watchdog runs `--command` through ``/bin/sh`` and exits. Cloud instances are created to terminate on
+shutdown, so the default command ends the billing.
+
+One watchdog per node (its lock, pid and log are named by hostname in the state directory): a second
+one finds the lock held and reports the first.
+It prints one JSON line, ``{"pid": N}`` (``"already": true`` when one ran), then detaches. Only the
+standard library is used (and the runtime's daemonize helper).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+#: TCP state "established" in /proc/net/tcp
+_ESTABLISHED = "01"
+
+
+def established(port: int) -> int:
+    """How many ESTABLISHED TCP connections have `port` as their local port (IPv4 and IPv6)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fh:
+                lines = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == _ESTABLISHED and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                count += 1
+    return count
+
+
+def watch(idle: float, command: str, port: int, interval: float) -> int:
+    """Loop until no connection was seen for `idle` seconds; then run `command`; its exit status."""
+    last_seen = time.monotonic()
+    while True:
+        if established(port):
+            last_seen = time.monotonic()
+        elif time.monotonic() - last_seen >= idle:
+            print(f"watchdog: no client on port {port} for {idle:g} s: running {command!r}", flush=True)
+            return subprocess.call(["/bin/sh", "-c", command])
+        time.sleep(interval)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m skyhive.runtime.worker.watchdog")
+    ap.add_argument("--idle", type=float, required=True, help="seconds without a client before shutting down")
+    ap.add_argument("--command", default="sudo shutdown -h now", help="what shuts the node down")
+    ap.add_argument("--port", type=int, default=22, help="the SSH port whose connections mean 'a client'")
+    ap.add_argument("--interval", type=float, default=5.0, help="seconds between checks")
+    ap.add_argument("--state-dir", required=True, help="holds the lock, the pid and the log (0700)")
+    args = ap.parse_args(argv)
+    if args.idle <= 0 or args.interval <= 0:
+        print("watchdog: --idle and --interval must be positive", file=sys.stderr)
+        return 2
+    os.makedirs(args.state_dir, mode=0o700, exist_ok=True)
+    # named by host: a home shared between nodes (NFS) still gets one watchdog per node
+    name = f"watchdog-{socket.gethostname()}"
+    lock_path = os.path.join(args.state_dir, f"{name}.lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pid = os.read(fd, 64).decode().strip()
+        print(json.dumps({"pid": int(pid) if pid.isdigit() else None, "already": True}), flush=True)
+        return 0
+    from .server import _daemonize
+
+    ready_fd, _ = _daemonize(os.path.join(args.state_dir, f"{name}.log"))  # the lock fd is inherited
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    os.write(ready_fd, json.dumps({"pid": os.getpid()}).encode())
+    os.close(ready_fd)
+    return watch(args.idle, args.command, args.port, args.interval)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Test-only stand-ins around the real AWS provider (moto answers every call); each says what it fakes.
+
+- `LocalMappedAWS`: a real `sky.AWS` whose instances (in moto, with invented addresses) are each
+  mapped to a local worker process, so a pool runs end to end without connecting to any moto address.
+- `HostMappedAWS`: the same, each instance mapped to one of the tests' own sshd hosts (namespaces).
+- `FaultInjectingFakeDriver`: wraps the real libcloud driver and raises chosen EC2 errors (capacity,
+  quota, throttling) that moto cannot produce.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+
+from skyhive.providers.base import ClusterSpec, LocalReach, NodeHandle, SSHReach
+from skyhive.providers.cloud.aws import AWS
+from skyhive.errors import CloudAPIError
+
+
+class LocalMappedAWS(AWS):
+    """FAKE reach: a real AWS provider (moto) whose running nodes are reached as local workers.
+
+    `on_stage(stage)` is awaited at "launch" (before any instance exists), "launched" (instances
+    exist, not yet running), "running" (a node runs) and "terminate" (teardown began)."""
+
+    def __init__(self, *args: Any, on_stage: Callable[[str], Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.on_stage = on_stage
+        self.stages: list[str] = []
+
+    async def _stage(self, stage: str) -> None:
+        self.stages.append(stage)
+        if self.on_stage is not None:
+            await self.on_stage(stage)
+
+    async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
+        await self._stage("launch")
+        handles = await super().launch(spec, nodes)
+        await self._stage("launched")
+        return handles
+
+    async def wait_running(self, handle: NodeHandle, report: Callable[[str], None]) -> NodeHandle:
+        running = await super().wait_running(handle, report)
+        await self._stage("running")
+        return self.map_node(running)
+
+    async def terminate(self, handles: Sequence[NodeHandle]) -> None:
+        await self._stage("terminate")
+        await super().terminate(handles)
+
+    def map_node(self, handle: NodeHandle) -> NodeHandle:
+        """The handle as the runtime sees it: here, a local worker instead of moto's invented address."""
+        return dataclasses.replace(handle, reach=LocalReach(), private_addr="127.0.0.1", public_addr=None)
+
+
+class HostMappedAWS(LocalMappedAWS):
+    """FAKE reach: a real AWS provider (moto) whose node i is reached as the test's own SSH host i
+    (`hosts`: (address, user) pairs; `key`, `known_hosts`: the test client's) — moto's addresses are
+    replaced before anything connects."""
+
+    def __init__(self, *args: Any, hosts: Sequence[tuple[str, str]], key: str, known_hosts: str,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hosts, self.key, self.known_hosts = list(hosts), key, known_hosts
+
+    def map_node(self, handle: NodeHandle) -> NodeHandle:
+        address, user = self.hosts[handle.node]
+        reach = dataclasses.replace(handle.reach, host=address, user=user, key=self.key, known_hosts=self.known_hosts)
+        return dataclasses.replace(handle, reach=reach, private_addr=address, public_addr=None)
+
+
+class FaultInjectingFakeDriver:
+    """FAKE: the real libcloud EC2 driver (talking to moto) with injected errors on `create_node`.
+
+    `faults` maps a zone name (or "*") to a list of EC2 error codes, one per call in that zone: a code
+    is raised instead of creating, None lets that call through to moto; past the list, all go through."""
+
+    def __init__(self, driver: Any, faults: dict[str, list[str | None]]) -> None:
+        self._driver = driver
+        self.faults = {zone: list(codes) for zone, codes in faults.items()}
+        self.create_calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._driver, name)
+
+    def create_node(self, **kwargs: Any) -> Any:
+        zone = kwargs["ex_subnet"].extra["zone"]
+        self.create_calls.append(zone)
+        for key in (zone, "*"):
+            if self.faults.get(key):
+                code = self.faults[key].pop(0)
+                if code is not None:
+                    raise CloudAPIError(code, f"injected by the test in {zone}", 500 if code == "InternalError" else 400)
+                break
+        return self._driver.create_node(**kwargs)
+
+
+async def cancel_now(scope: anyio.CancelScope) -> None:
+    """Cancel `scope` and reach a checkpoint, so the cancellation lands here."""
+    scope.cancel()
+    await anyio.sleep(0)

@@ -1,0 +1,86 @@
+"""Accelerators and sizes as data: choosing the cheapest AWS instance type from the shipped table."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+
+from skyhive.providers.base import ProvisionError
+from skyhive.providers.cloud import catalog
+
+
+def price(region: str, itype: str) -> float:
+    return catalog._table("aws")["regions"][region][itype][0]
+
+
+def test_a100_is_the_cheapest_type_with_a100s_in_the_region():
+    choice = catalog.choose("aws", "us-east-1", accelerator="A100", nodes=4)
+    assert (choice.instance_type, choice.accelerator, choice.accelerators) == ("p4d.24xlarge", "A100", 8)
+    # both A100 types of us-east-1 were candidates; the cheaper one won
+    assert price("us-east-1", "p4d.24xlarge") < price("us-east-1", "p4de.24xlarge")
+    assert choice.price_per_hour == price("us-east-1", "p4d.24xlarge")
+    assert choice.cost_per_hour == pytest.approx(4 * choice.price_per_hour)
+    assert "us-east-1a" in choice.zones
+
+
+def test_a_count_and_a_lower_case_name_select_exactly_that_many():
+    assert catalog.choose("aws", "us-east-1", accelerator="a100:8").instance_type == "p4d.24xlarge"
+    l4 = catalog.choose("aws", "us-east-1", accelerator="L4:4")
+    assert (l4.accelerator, l4.accelerators) == ("L4", 4)
+    one = catalog.choose("aws", "us-east-1", accelerator="L4")
+    assert one.accelerators == 1 and one.price_per_hour < l4.price_per_hour
+
+
+def test_cpus_and_memory_choose_the_cheapest_machine_without_a_gpu():
+    choice = catalog.choose("aws", "us-east-1", cpus=16, memory_gb=64)
+    assert choice.vcpus >= 16 and choice.memory_gb >= 64 and choice.accelerators == 0
+    table = catalog._table("aws")
+    cheaper = [t for t, (p, _) in table["regions"]["us-east-1"].items()
+               if p < choice.price_per_hour and table["types"][t][0] >= 16 and table["types"][t][1] >= 64
+               and not table["types"][t][3] and table["types"][t][4] == "x86_64"]
+    assert cheaper == []
+
+
+def test_an_accelerator_the_region_lacks_lists_where_it_is_offered():
+    with pytest.raises(ProvisionError) as err:
+        catalog.choose("aws", "eu-north-1", accelerator="A100")
+    text = str(err.value)
+    assert "no instance type in eu-north-1 has accelerator A100" in text
+    assert "us-east-1 (x8)" in text and "us-west-2 (x8)" in text and "eu-north-1" not in text.split("in: ")[1]
+
+
+def test_a_count_no_machine_has_lists_the_counts_offered():
+    with pytest.raises(ProvisionError, match=r"L4:2.*us-east-1 \(x1/4/8\)"):
+        catalog.choose("aws", "us-east-1", accelerator="L4:2")
+
+
+def test_an_unknown_accelerator_names_the_known_ones():
+    with pytest.raises(ProvisionError, match=r"no accelerator called 'Z80'.*known: .*A100.*H100"):
+        catalog.choose("aws", "us-east-1", accelerator="Z80")
+
+
+@pytest.mark.parametrize("bad", ["", ":8", "A100:", "A100:x", "A100:0"])
+def test_a_malformed_accelerator_is_refused_naming_it(bad):
+    with pytest.raises(ValueError, match="accelerator must look like"):
+        catalog.parse_accelerator(bad)
+
+
+def test_a_fixed_type_is_checked_against_the_requirements():
+    assert catalog.choose("aws", "us-east-1", instance_type="g5.xlarge", accelerator="A10G").accelerators == 1
+    with pytest.raises(ProvisionError, match="g5.xlarge does not satisfy the pool: it has A10G, not A100"):
+        catalog.choose("aws", "us-east-1", instance_type="g5.xlarge", accelerator="A100")
+
+
+def test_an_unknown_region_is_refused_naming_the_known_ones():
+    with pytest.raises(ProvisionError, match="unknown region 'mars-1'.*us-east-1"):
+        catalog.choose("aws", "mars-1")
+
+
+def test_the_shipped_table_is_what_the_generator_makes():
+    pytest.importorskip("moto", reason="the generator reads moto's instance data (dev extra)")
+    from skyhive.providers.cloud.data import generate
+
+    shipped = json.loads(resources.files("skyhive.providers.cloud.data").joinpath("aws.json").read_text())
+    assert generate.build() == shipped

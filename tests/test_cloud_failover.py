@@ -1,0 +1,92 @@
+"""Errors moto cannot produce (capacity, quota, throttling), injected by a labelled fake driver wrapper
+around the real libcloud driver talking to moto: what the provider does, and that nothing is left."""
+
+from __future__ import annotations
+
+import pytest
+
+from skyhive.providers.base import ClusterSpec, ProvisionError, RetryPolicy
+from skyhive.providers.cloud.aws import AWS
+from skyhive.providers.cloud.base import CloudTimeouts
+from tests.cloud_fakes import FaultInjectingFakeDriver
+from tests.infra.moto_ec2 import count_pool, ec2_client
+
+pytestmark = [pytest.mark.loopback_only, pytest.mark.anyio]
+
+A, B = "us-east-1a", "us-east-1b"
+NOTHING = {"instances": 0, "groups": 0, "keys": 0}
+
+
+def faulty(moto, faults) -> tuple[AWS, FaultInjectingFakeDriver]:
+    aws = AWS(region="us-east-1", zones=[A, B], instance_type="t3.micro", image=moto.image, ssh_cidr="192.0.2.1/32",
+              timeouts=CloudTimeouts(poll=0.05, running=30, terminate=30, cleanup=30, visibility_grace=2))
+    aws.retry = RetryPolicy(attempts=4, initial_delay=0.01, max_delay=0.02)
+    fake = FaultInjectingFakeDriver(aws.driver, faults)
+    aws._driver = fake
+    return aws, fake
+
+
+def zones_of(pool_id: str) -> list[str]:
+    tag = [{"Name": "tag:skyhive-pool", "Values": [pool_id]}]
+    return sorted(i["Placement"]["AvailabilityZone"] for r in ec2_client().describe_instances(Filters=tag)["Reservations"]
+                  for i in r["Instances"] if i["State"]["Name"] == "running")
+
+
+async def test_capacity_in_zone_a_moves_to_zone_b(moto_ec2):
+    # zone a creates node 0, then has no room for node 1: node 0 there is terminated, both go to b
+    aws, fake = faulty(moto_ec2, {A: [None, "InsufficientInstanceCapacity"]})
+    handles = await aws.create(ClusterSpec(pool_id="p-cap", nodes=2))
+    assert fake.create_calls == [A, A, B, B]
+    assert [h.extra["zone"] for h in handles] == [B, B]
+    assert zones_of("p-cap") == [B, B]
+    await aws.down("p-cap")
+    assert count_pool("p-cap") == NOTHING
+
+
+async def test_quota_stops_at_once_naming_the_quota(moto_ec2):
+    aws, fake = faulty(moto_ec2, {A: ["VcpuLimitExceeded"]})
+    with pytest.raises(ProvisionError, match=r"quota VcpuLimitExceeded reached in us-east-1a \(no other zone tried\)") as err:
+        await aws.create(ClusterSpec(pool_id="p-quota", nodes=2))
+    assert fake.create_calls == [A]
+    assert (err.value.code, err.value.kind, err.value.zones_tried) == ("VcpuLimitExceeded", "quota", (A,))
+    assert count_pool("p-quota") == NOTHING
+
+
+async def test_transient_errors_are_retried_in_the_same_zone(moto_ec2):
+    aws, fake = faulty(moto_ec2, {A: ["RequestLimitExceeded", "InternalError"]})
+    handles = await aws.create(ClusterSpec(pool_id="p-retry", nodes=2))
+    assert fake.create_calls == [A, A, A, A]
+    assert [h.extra["zone"] for h in handles] == [A, A]
+    await aws.down("p-retry")
+    assert count_pool("p-retry") == NOTHING
+
+
+async def test_no_capacity_anywhere_names_every_zone_tried(moto_ec2):
+    aws, fake = faulty(moto_ec2, {A: ["InsufficientInstanceCapacity"], B: [None, "InsufficientInstanceCapacity"]})
+    with pytest.raises(ProvisionError, match=r"no capacity for nodes \[0, 1\] in any zone.*zones tried: us-east-1a, us-east-1b") as err:
+        await aws.create(ClusterSpec(pool_id="p-nocap", nodes=2))
+    assert fake.create_calls == [A, B, B]
+    assert (err.value.code, err.value.kind, err.value.zones_tried) == ("InsufficientInstanceCapacity", "capacity", (A, B))
+    cleaned = err.value.cleaned_up
+    assert sum(item.startswith("instance i-") for item in cleaned) == 1  # node 0, made in zone b
+    assert any(item.startswith("security group sg-") for item in cleaned)
+    assert "key pair skyhive-p-nocap" in cleaned
+    assert count_pool("p-nocap") == NOTHING
+
+
+async def test_fatal_error_stops_without_trying_other_zones(moto_ec2):
+    aws, fake = faulty(moto_ec2, {A: [None, "InvalidParameterValue"]})
+    with pytest.raises(ProvisionError, match="InvalidParameterValue") as err:
+        await aws.create(ClusterSpec(pool_id="p-fatal", nodes=2))
+    assert fake.create_calls == [A, A]
+    assert err.value.kind == "fatal" and err.value.cleaned_up
+    assert count_pool("p-fatal") == NOTHING
+
+
+async def test_transient_errors_that_never_stop_give_up_after_the_policy(moto_ec2):
+    aws, fake = faulty(moto_ec2, {"*": ["Throttling"] * 10})
+    with pytest.raises(ProvisionError, match="Throttling") as err:
+        await aws.create(ClusterSpec(pool_id="p-throttle", nodes=1))
+    assert fake.create_calls == [A] * 4  # attempts=4, then it is a failure, and no other zone is tried
+    assert err.value.kind == "transient"
+    assert count_pool("p-throttle") == NOTHING

@@ -1,0 +1,166 @@
+"""Providers and plugins from other installed packages, found by name through entry points.
+
+The test builds a tiny distribution on disk — a package and its `.dist-info` with `entry_points.txt`
+— and puts it on the path (as `pip install` would put it in site-packages). Its provider, "tinycloud",
+is a stand-in cloud (nothing real provisions here): its nodes run on this machine, and each "VM" is a
+marker file in a directory the test owns, so the test can see what `skyhive down` destroys.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import skyhive as sky
+from skyhive.runtime.events.log import pool_log_path, read_log
+from skyhive.runtime.events.state import fold
+from skyhive.runtime.events.types import NodeStateChanged, PoolStarted, to_json
+
+PACKAGE = '''\
+"""tinycloud: a third party's skyhive provider and plugin (a test stand-in)."""
+import os
+from pathlib import Path
+
+from skyhive.providers.base import LocalReach, NodeHandle, Provider
+
+
+def _vms() -> Path:
+    return Path(os.environ["TINYCLOUD_STATE"])
+
+
+class TinyCloud(Provider):
+    name = "tinycloud"
+
+    async def launch(self, spec, nodes):
+        handles = []
+        for i in nodes:
+            (_vms() / f"{spec.pool_id}.{i}").write_text("running")
+            handles.append(NodeHandle(node=i, provider_id=f"{spec.pool_id}.{i}", private_addr="127.0.0.1",
+                                      reach=LocalReach()))
+        return handles
+
+    async def terminate(self, handles):
+        for h in handles:
+            (_vms() / h.provider_id).unlink(missing_ok=True)
+
+    async def list_owned(self, pool_id):
+        return [NodeHandle(node=int(p.suffix[1:]), provider_id=p.name, private_addr="127.0.0.1", reach=LocalReach())
+                for p in sorted(_vms().glob(f"{pool_id}.*"))]
+
+
+class Stamp:
+    name = "stamp"
+
+    def transform(self, image, pool):
+        return image.with_env(TINY_STAMP="stamped")
+
+
+def stamp():
+    return Stamp()
+'''
+
+ENTRY_POINTS = '''\
+[skyhive.providers]
+tinycloud = tinycloud:TinyCloud
+
+[skyhive.plugins]
+stamp = tinycloud:stamp
+'''
+
+
+@pytest.fixture
+def tinycloud(tmp_path, monkeypatch):
+    """The distribution on sys.path (this process) and PYTHONPATH (the `skyhive` commands)."""
+    site = tmp_path / "site"
+    (site / "tinycloud").mkdir(parents=True)
+    (site / "tinycloud" / "__init__.py").write_text(PACKAGE)
+    info = site / "tinycloud-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinycloud\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(ENTRY_POINTS)
+    state = tmp_path / "vms"
+    state.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("TINYCLOUD_STATE", str(state))
+    try:
+        yield state
+    finally:
+        sys.modules.pop("tinycloud", None)
+        if "stamp" in vars(sky.plugins):
+            delattr(sky.plugins, "stamp")
+
+
+def skyhive(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "skyhive", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=180)
+
+
+def test_launch_uses_a_third_party_provider_by_name_and_terminates_its_nodes(tinycloud, tmp_path):
+    from skyhive.providers import registry
+
+    assert "tinycloud" in registry.names()
+    (tmp_path / "task.yaml").write_text(textwrap.dedent("""\
+        name: tiny
+        num_nodes: 2
+        run: echo "hello from node $SKYHIVE_NODE_RANK"
+    """))
+    done = skyhive("launch", "task.yaml", "--provider", "tinycloud", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "hello from node 0" in done.stdout and "hello from node 1" in done.stdout
+    assert "2 tinycloud nodes" in done.stderr
+    assert list(tinycloud.iterdir()) == []  # both "VMs" were terminated when the pool closed
+
+
+def test_down_finds_a_third_party_provider_by_name_from_the_pools_log(tinycloud, tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # the pool's client is gone, its two "VMs" are still there
+    for i in range(2):
+        (tinycloud / f"orphan.{i}").write_text("running")
+    path = pool_log_path("orphan")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    started = PoolStarted(pool_id="orphan", seq=0, ts=time.time(), provider="tinycloud", nodes=2,
+                          processes_per_node=1, pid=dead.pid, host=socket.gethostname(),
+                          provider_config={"provider": "tinycloud"})
+    nodes = [NodeStateChanged(pool_id="orphan", seq=1 + i, ts=time.time(), node=i, state="running")
+             for i in range(2)]
+    path.write_text("".join(to_json(e) + "\n" for e in [started, *nodes]))
+    done = skyhive("down", "orphan", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert list(tinycloud.iterdir()) == []
+    assert fold(read_log(path)).status == "stopped"
+
+
+def test_a_third_party_plugin_is_a_factory_under_sky_plugins(tinycloud):
+    assert "stamp" in sky.plugins.installed()
+
+    def stamp():
+        return os.environ["TINY_STAMP"]
+
+    with sky.Pool(nodes=1, plugins=[sky.plugins.stamp()]) as pool:
+        assert pool.run(stamp) == "stamped"
+
+
+def test_a_provider_that_is_not_built_yet_says_so(tmp_path, monkeypatch, capsys):
+    from skyhive.cli import main
+    from skyhive.providers import registry
+
+    # a name skyhive plans (in PROVIDERS) whose module this install does not have
+    monkeypatch.setitem(registry.PROVIDERS, "zzcloud", ("skyhive.providers.zzcloud", "ZZCloud"))
+    assert "zzcloud" not in registry.names() and "zzcloud" in registry.planned()
+    assert sorted(n for n in registry.PROVIDERS if n not in registry.names()) == registry.planned()
+    with pytest.raises(sky.ProviderNotAvailable, match="provider 'zzcloud' .*not built yet"):
+        registry.from_cli("zzcloud")
+    with pytest.raises(sky.ProvisionError, match="unknown provider 'k8s'.*not built yet: .*zzcloud"):
+        registry.canonical("k8s")
+    (tmp_path / "t.yaml").write_text("run: echo hi\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["launch", "t.yaml", "--provider", "zzcloud"]) == 1
+    assert "not built yet" in capsys.readouterr().err
