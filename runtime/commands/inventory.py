@@ -102,6 +102,22 @@ class PoolEntry:
         return {"alive": "running", "gone": "client gone", "remote": f"running on {self.state.host}"}[self.client]
 
     @property
+    def machine(self) -> str:
+        """The instance type its provider chose ("" when the provider does not choose machines)."""
+        plan = self.started.plan if self.started is not None else {}
+        return str(plan.get("instance_type") or "")
+
+    def cost(self, now: float) -> tuple[float, float] | None:
+        """(estimated cost per hour, spent so far) in USD from the provider's plan, or None if unpriced.
+        The pool is counted from its start to its stop (or `now`)."""
+        plan = self.started.plan if self.started is not None else {}
+        per_hour = plan.get("cost_per_hour")
+        if not isinstance(per_hour, (int, float)) or not self.state.started:
+            return None
+        end = self.state.stopped or now
+        return float(per_hour), float(per_hour) * max(0.0, end - self.state.started) / 3600
+
+    @property
     def needs_down(self) -> bool:
         return self.state.status != "stopped"
 
