@@ -89,6 +89,9 @@ class LocalReach(Reach):
 
     kind: ClassVar[str] = "local"
     cwd: str | None = None
+    # when this Python does not satisfy the pool's Image: build the Image's environment (cached by
+    # content hash, as SSH nodes do) instead of refusing
+    build_env: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,3 +34,47 @@ def test_a_pool_with_a_pin_it_cannot_honour_starts_nothing():
     with pytest.raises(sky.ProvisionError, match=r"pytest==1\.0\.0"):
         with sky.Pool(provider=sky.Local(), image=sky.Image(pip=["pytest==1.0.0"])):
             pass  # pragma: no cover - never reached
+
+
+def six_here():
+    import sys
+
+    import six
+
+    return sys.executable, six.__version__
+
+
+@pytest.mark.slow
+def test_build_env_builds_the_image_once_and_runs_the_workers_in_it(skyhive_home):
+    here = metadata.version("six")
+    pin = "six==1.16.0" if here != "1.16.0" else "six==1.15.0"
+    image = sky.Image(pip=[pin])
+    with sky.Pool(provider=sky.Local(build_env=True), nodes=2, image=image) as pool:
+        first = pool.broadcast(six_here)
+        details = {n.detail for n in pool.state.nodes}
+    with sky.Pool(provider=sky.Local(build_env=True), nodes=1, image=image) as pool:
+        again = pool.broadcast(six_here)
+        cached = {n.detail for n in pool.state.nodes}
+    version = pin.split("==")[1]
+    assert {v for _, v in first + again} == {version}  # not this Python's six
+    assert all(exe.startswith(skyhive_home) for exe, _ in first + again)
+    assert any("built" in d or "cached" in d for d in details)  # two nodes, one build (the other waits)
+    assert all("cached" in d for d in cached)
+
+
+def test_build_env_uses_this_python_when_it_already_satisfies_the_image():
+    import sys
+
+    with sky.Pool(provider=sky.Local(build_env=True), image=sky.Image(pip=[f"pytest=={PYTEST}"])) as pool:
+        assert pool.run(lambda: sys.executable) == sys.executable
+
+
+@pytest.mark.slow
+def test_a_failed_build_names_the_package_and_leaves_no_env(skyhive_home):
+    import os
+
+    with pytest.raises(sky.ProvisionError, match="no-such-package-xyz"):
+        with sky.Pool(provider=sky.Local(build_env=True), image=sky.Image(pip=["no-such-package-xyz==1.0"])):
+            pass  # pragma: no cover - never reached
+    envs = os.path.join(skyhive_home, "local-envs", "envs")
+    assert [n for n in os.listdir(envs) if not n.endswith(".lock")] == []
