@@ -32,7 +32,8 @@ class AsyncPool(Protocol):
     def statistics(self) -> dict[str, Any]: ...
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any: ...
     def gather_stream(self, calls: Sequence[PendingCall], **kwargs: Any) -> Any: ...
-    def _stream_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+    def _stream_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                     **options: Any) -> Any: ...
     async def _run_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                         **options: Any) -> Any: ...
     async def _broadcast_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -116,7 +117,7 @@ class BlockingPool:
 
     def _stream_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                      **options: Any) -> Iterator[Any]:
-        stream = self._call(_open_stream, self.pool, fn, args, kwargs)
+        stream = self._call(_open_stream, self.pool, fn, args, kwargs, options)
         portal = self._portal
         assert portal is not None
         return _records(portal, stream)
@@ -165,8 +166,9 @@ async def _stats(pool: AsyncPool) -> dict[str, Any]:
     return pool.statistics()
 
 
-async def _open_stream(pool: AsyncPool, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return pool._stream_call(fn, args, kwargs)
+async def _open_stream(pool: AsyncPool, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                       options: dict[str, Any]) -> Any:
+    return pool._stream_call(fn, args, kwargs, **options)
 
 
 async def _open_gather_stream(pool: AsyncPool, calls: Sequence[PendingCall], kwargs: dict[str, Any]) -> Any:

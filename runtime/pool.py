@@ -274,7 +274,8 @@ class Pool:
 
         Every argument goes to `fn`. The task's error is raised after the items before it; leaving
         the loop early cancels the task. Each item is one frame, so it must fit the frame limit
-        (large arrays: return them, or yield smaller pieces).
+        (large arrays: return them, or yield smaller pieces). A time bound has its own spelling:
+        `gen(x).with_timeout(s) >> pool` (`TaskTimeout` after the items that came in time).
         """
         return self._stream_call(fn, args, kwargs)
 
@@ -283,7 +284,6 @@ class Pool:
         rt = self._runtime
         fn = _unwrap(fn)
         prep = Prepared(fn, args, kwargs)
-        del timeout  # a stream is bounded by its consumer: leave the loop to cancel it
 
         async def open_(on_item: Callable[[int, bytes], None]) -> tuple[Any, Any, Any]:
             channel = rt.pick_nowait() if rt.open else None
@@ -292,7 +292,7 @@ class Pool:
             call, fut = await rt.open_stream(channel, prep, on_item)
             return channel, call, fut
 
-        return ItemStream(open_, rt, load_value)
+        return ItemStream(open_, rt, load_value, timeout=timeout, name=prep.fn_name)
 
     async def _run_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                         timeout: float | None = None, options: dict[str, Any] | None = None) -> T:

@@ -22,6 +22,8 @@ import asyncio
 import anyio
 from anyio.abc import ObjectReceiveStream, TaskGroup
 
+from ..errors import TaskTimeout
+
 __all__ = ["ResultStream", "ItemStream"]
 
 
@@ -110,14 +112,19 @@ class ItemStream:
     Opened on the first `__anext__` (so `pool.stream(...)` itself does not block). Items are
     buffered here as they arrive (no backpressure: a producer faster than the consumer fills
     memory). The task's error, if it raised, is raised after the items it yielded before it;
-    `aclose()` (leaving an `async for` early) cancels the task on its node.
+    `aclose()` (leaving an `async for` early) cancels the task on its node. With `timeout`, the
+    whole stream must end within that many seconds of its start, or `TaskTimeout` is raised (after
+    the items that came in time) and the task is cancelled.
     """
 
     def __init__(self, open_: Callable[[Callable[[int, bytes], None]], Awaitable[tuple[Any, Any, Any]]],
-                 rt: Any, load: Callable[[bytes], Any]) -> None:
+                 rt: Any, load: Callable[[bytes], Any], *, timeout: float | None = None, name: str = "") -> None:
         self._open = open_
         self._rt = rt
         self._load = load
+        self._timeout = timeout
+        self._deadline: float | None = None
+        self._name = name
         self._queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue()
         self._task: tuple[Any, Any, Any] | None = None  # (channel, call, future)
         self._done = False
@@ -133,9 +140,17 @@ class ItemStream:
         if self._done:
             raise StopAsyncIteration
         if self._task is None:
+            if self._timeout is not None:
+                self._deadline = anyio.current_time() + self._timeout
             self._task = await self._open(lambda index, value: self._queue.put_nowait((index, value)))
             self._task[2].add_done_callback(lambda _: self._queue.put_nowait(None))
-        got = await self._queue.get()
+        try:
+            with anyio.fail_after(None if self._deadline is None else self._deadline - anyio.current_time()):
+                got = await self._queue.get()
+        except TimeoutError:
+            await self.aclose()
+            raise TaskTimeout(f"{self._name} did not finish within timeout={self._timeout} s after "
+                              f"{self.count} item(s); it was cancelled") from None
         if got is None:
             self._done = True
             channel, call, fut = self._task

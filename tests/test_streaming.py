@@ -121,3 +121,17 @@ def test_item_is_legal_from_worker_to_client_only():
     _, other_worker = pair()
     with pytest.raises(RemoteProtocolError, match="Item"):  # a client may not send one
         other_worker.receive_data(encode(Item(task_id=1, index=0, value=b"")))
+
+
+def test_a_streams_timeout_cancels_it_after_the_items_that_came_in_time():
+    with sky.Compute(provider=sky.Local(), nodes=1) as compute:
+        items = sky.compute(forever)().with_timeout(1.0) >> compute
+        got = []
+        with pytest.raises(sky.TaskTimeout, match=r"forever\(\) did not finish within timeout=1.0 s after \d+ item"):
+            for x in items:
+                got.append(x)
+        assert got[:3] == [0, 1, 2]
+        deadline = time.monotonic() + LIMIT
+        while compute.statistics()["tasks_cancelled"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert compute.statistics()["tasks_cancelled"] == 1
