@@ -135,3 +135,15 @@ def test_a_streams_timeout_cancels_it_after_the_items_that_came_in_time():
         while compute.statistics()["tasks_cancelled"] < 1 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert compute.statistics()["tasks_cancelled"] == 1
+
+
+def big_then_small():
+    yield b"x" * (8 << 20)
+
+
+def test_an_item_too_large_for_a_frame_is_a_clear_error_and_the_worker_lives():
+    with sky.Compute(provider=sky.Local(), nodes=1) as compute:
+        with pytest.raises(sky.SerializationError, match=r"item 0 of type bytes is \d+ bytes pickled"):
+            list(compute.stream(big_then_small))
+        assert compute.run(len, b"x" * (8 << 20)) == 8 << 20  # same worker, and returning it works
+        assert compute.statistics()["tasks_lost"] == 0
