@@ -31,6 +31,8 @@ class AsyncPool(Protocol):
     def output(self, **kwargs: Any) -> Any: ...
     def statistics(self) -> dict[str, Any]: ...
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any: ...
+    def _submit_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                     **options: Any) -> Any: ...
     def gather_stream(self, calls: Sequence[PendingCall], **kwargs: Any) -> Any: ...
     def _stream_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                      **options: Any) -> Any: ...
@@ -145,6 +147,10 @@ class BlockingPool:
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Any:
         """See `Pool.submit`: a `concurrent.futures.Future`, from any thread."""
         return self.pool.submit(fn, *args, **kwargs)
+
+    def _submit_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any],
+                     **options: Any) -> Any:
+        return self.pool._submit_call(fn, args, kwargs, **options)
 
     @property
     def workers(self) -> int:

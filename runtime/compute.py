@@ -6,6 +6,7 @@
     train(1) @ pool               # broadcast: every worker, results in rank order
     train(1) >> pool              # one worker (the least busy)
     train(1).with_timeout(60) >> pool
+    future = train(1) > pool      # started now; future.result() later (a concurrent.futures.Future)
     sky.gather(train(1), train(2)) >> pool   # spread over the workers: a tuple, in order
     (train(1) & train(2)) >> pool            # the same gather (`>>` binds tighter than `&`)
     sky.gather(..., stream=True, ordered=False) >> pool   # results as they complete
@@ -68,6 +69,11 @@ class PendingCall(Generic[T]):
         if inspect.isgeneratorfunction(self.fn):
             return pool._stream_call(self.fn, self.args, self.kwargs, timeout=self.timeout)
         return pool._run_call(self.fn, self.args, self.kwargs, timeout=self.timeout)
+
+    def __gt__(self, pool: Any) -> Any:
+        """`call > pool`: start it on one worker now; a `concurrent.futures.Future` of its result
+        (`.result()` waits; on an async pool's own event loop, `await asyncio.wrap_future(...)`)."""
+        return pool._submit_call(self.fn, self.args, self.kwargs, timeout=self.timeout)
 
     def __and__(self, other: PendingCall[Any] | Gathered) -> Gathered:
         """`a & b`: a gather of both (`(a & b) >> pool` gives a tuple)."""

@@ -334,7 +334,12 @@ class Pool:
         own event loop would block that loop: there, `await pool.run(...)` instead (see
         `in_event_loop`).
         """
-        return asyncio.run_coroutine_threadsafe(self._run_call(fn, args, kwargs), self._runtime.loop)
+        return self._submit_call(fn, args, kwargs)
+
+    def _submit_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                     timeout: float | None = None) -> concurrent.futures.Future[T]:
+        """`submit` with the user's arguments as they are (`fn(x) > pool`)."""
+        return asyncio.run_coroutine_threadsafe(self._run_call(fn, args, kwargs, timeout=timeout), self._runtime.loop)
 
     def in_event_loop(self) -> bool:
         """True when called on the thread that runs the pool's event loop (blocking there hangs)."""

@@ -237,3 +237,14 @@ async def test_async_streamed_gather_is_an_async_iterator():
         with anyio.fail_after(LIMIT):
             got = [x async for x in (sky.gather(f(1, 1), f(2, 0), stream=True, ordered=False) >> pool)]
     assert sorted(got) == [1, 2] and got[0] == 2
+
+
+def test_greater_than_starts_a_call_and_gives_a_future():
+    f = sky.compute(slow)
+    with sky.Compute(provider=sky.Local(), nodes=2) as compute:
+        futures = [f(i, 0) > compute for i in range(4)]
+        assert [fut.result(timeout=LIMIT) for fut in futures] == [0, 1, 2, 3]
+        assert (fetch("u", timeout=3) > compute).result(timeout=LIMIT) == ("u", 3, "default", False)
+        late = f(9, 30).with_timeout(0.5) > compute
+        with pytest.raises(sky.TaskTimeout):
+            late.result(timeout=LIMIT)
