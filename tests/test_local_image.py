@@ -78,3 +78,33 @@ def test_a_failed_build_names_the_package_and_leaves_no_env(skyhive_home):
             pass  # pragma: no cover - never reached
     envs = os.path.join(skyhive_home, "local-envs", "envs")
     assert [n for n in os.listdir(envs) if not n.endswith(".lock")] == []
+
+
+@pytest.mark.parametrize("field, words", [
+    (dict(apt=["git"]), "Image.apt git (not installed by Local)"),
+    (dict(setup=["echo hi"]), "Image.setup (1 command(s), not run by Local)"),
+    (dict(python="3.9"), "Image(python='3.9') differs from this Python"),
+])
+def test_what_only_a_built_environment_does_is_refused_on_the_fast_path(field, words):
+    with pytest.raises(sky.ProvisionError) as err:
+        check_local_image(sky.Image(**field), node=0)
+    assert words in str(err.value)
+
+
+def import_included():
+    import included_helper  # shipped by Image.includes, importable on the worker
+
+    return included_helper.GREETING
+
+
+@pytest.mark.slow
+def test_build_env_runs_setup_and_ships_includes(tmp_path, skyhive_home):
+    import pathlib
+
+    (tmp_path / "included_helper.py").write_text("GREETING = 'hi from includes'\n")
+    image = sky.Image(setup=["echo built > marker.txt"], includes=[str(tmp_path / "included_helper.py")])
+    with sky.Pool(provider=sky.Local(build_env=True), image=image) as pool:
+        assert pool.run(import_included) == "hi from includes"
+        assert "local env" in pool.state.nodes[0].detail
+    markers = list(pathlib.Path(skyhive_home, "local-envs", "envs").glob("*/files/marker.txt"))
+    assert [m.read_text() for m in markers] == ["built\n"]  # the setup command ran, once

@@ -55,6 +55,7 @@ def check_local_image(image: Any, *, node: int) -> None:
     """
     if image is None:
         return
+    _check_python(image, node=node)
     problems = image_problems(image)
     if problems:
         raise ProvisionError(
@@ -97,14 +98,32 @@ async def bootstrap_local(ctx: NodeContext, node: int, transport: Transport) -> 
         check_local_image(ctx.image, node=node)
         return ""
     assert isinstance(transport, LocalTransport) and ctx.image is not None
+    _check_python(ctx.image, node=node)
     return await build_local_env(ctx.image, transport, node=node, timeout=ctx.settings.start_timeout)
 
 
+def _check_python(image: Any, *, node: int) -> None:
+    want = "%d.%d" % sys.version_info[:2]
+    if image.python and ".".join(image.python.split(".")[:2]) != want:
+        raise ProvisionError(
+            f"node {node}: Image(python={image.python!r}) differs from this Python {want}, which Local "
+            "workers run (functions travel as bytecode: client and workers need the same major.minor)",
+            node=node)
+
+
 def image_problems(image: Any) -> list[str]:
-    """What of `image` this Python does not satisfy (empty: the fast path)."""
+    """What of `image` this Python, as it is, does not satisfy (empty: the fast path): packages
+    missing or at other versions, and the steps only a built environment runs (apt, setup, includes)."""
     if image is None:
         return []
-    return [p for p in (_problem(req) for req in image.pip) if p is not None]
+    problems = [p for p in (_problem(req) for req in image.pip) if p is not None]
+    if image.apt:
+        problems.append(f"Image.apt {', '.join(image.apt)} (not installed by Local)")
+    if image.setup:
+        problems.append(f"Image.setup ({len(image.setup)} command(s), not run by Local)")
+    if image.includes:
+        problems.append(f"Image.includes {', '.join(map(str, image.includes))} (not copied by Local)")
+    return problems
 
 
 async def build_local_env(image: Any, transport: LocalTransport, *, node: int, timeout: float) -> str:
