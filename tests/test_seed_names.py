@@ -248,3 +248,15 @@ def test_greater_than_starts_a_call_and_gives_a_future():
         late = f(9, 30).with_timeout(0.5) > compute
         with pytest.raises(sky.TaskTimeout):
             late.result(timeout=LIMIT)
+
+
+def test_leaving_a_streamed_gather_early_cancels_what_still_runs():
+    f = sky.compute(slow)
+    with sky.Compute(provider=sky.Local(), nodes=2) as compute:
+        for first in sky.gather(f("quick", 0), f("long", 30), stream=True, ordered=False) >> compute:
+            break
+        assert first == "quick"
+        deadline = time.monotonic() + LIMIT
+        while compute.statistics()["tasks_cancelled"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert compute.statistics()["tasks_cancelled"] == 1
