@@ -1,4 +1,5 @@
-"""The plugin API: a plugin is a small object with optional hooks.
+"""The plugin API: a plugin is a small object with optional hooks, each declared below as a Protocol
+(`TransformHook`, `AppHook`, `TaskHook`) that the runtime checks with `isinstance`.
 
 - `transform(image, pool) -> image` — client side, before the nodes are set up: add pip packages,
   indexes, environment variables (use the `Image.with_*` helpers so plugins do not clobber each other).
@@ -18,19 +19,51 @@ import os
 import re
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ..errors import WorkerRestarted
 from ..protocol.info import ENV_VAR, RESTART_ENV
 from ..protocol.info import InstanceInfo as InstanceInfo
 
-__all__ = ["Plugin", "InstanceInfo", "apply_transforms", "requirement", "refuse_if_restarted", "restarted_message",
-           "with_plugin"]
+if TYPE_CHECKING:
+    from .image import Image
+
+__all__ = ["Plugin", "TransformHook", "AppHook", "TaskHook", "InstanceInfo", "apply_transforms", "requirement",
+           "refuse_if_restarted", "restarted_message", "with_plugin"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _CONSTRAINT = re.compile(r"\s*(===|==|!=|~=|<=|>=|<|>)")
 _VERSION = re.compile(r"[0-9][0-9A-Za-z.+!*-]*\Z")
+
+
+@runtime_checkable
+class TransformHook(Protocol):
+    """Client side, when the pool opens, before any node is set up."""
+
+    def transform(self, image: Image, pool: Any) -> Image:
+        """Return a new `Image` with what the plugin needs (use `Image.with_*`); never mutate `image`."""
+        ...
+
+
+@runtime_checkable
+class AppHook(Protocol):
+    """On each worker process, for its lifetime."""
+
+    def around_app(self, info: InstanceInfo) -> AbstractContextManager[Any]:
+        """A context manager entered before the worker's first task and exited at its shutdown (set
+        up a process group in it, tear it down in its `finally`). Raising fails the worker's start."""
+        ...
+
+
+@runtime_checkable
+class TaskHook(Protocol):
+    """On each worker process, around every task."""
+
+    def around_task(self, info: InstanceInfo) -> AbstractContextManager[Any]:
+        """A context manager around one task (its exception is the task's)."""
+        ...
 
 
 class Plugin:
@@ -42,15 +75,14 @@ class Plugin:
         return f"<plugin {self.name}>"
 
 
-def apply_transforms(plugins: Sequence[Any], image: Any, pool: Any) -> Any:
+def apply_transforms(plugins: Sequence[Any], image: Image | None, pool: Any) -> Image:
     """Run every plugin's `transform` in order, starting from `image` (an empty `Image` if None)."""
     from .image import Image
 
     image = image if image is not None else Image()
     for plugin in plugins:
-        transform = getattr(plugin, "transform", None)
-        if transform is not None:
-            image = transform(image, pool)
+        if isinstance(plugin, TransformHook):
+            image = plugin.transform(image, pool)
             if not isinstance(image, Image):
                 raise TypeError(f"{plugin!r}.transform() must return an Image, got {type(image).__name__}")
     return image

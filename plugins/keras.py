@@ -18,10 +18,13 @@ import hashlib
 import os
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import KerasBackendMismatch
 from .api import InstanceInfo, Plugin, requirement
+
+if TYPE_CHECKING:
+    from .image import Image
 
 __all__ = ["KerasPlugin", "keras", "BACKENDS"]
 
@@ -54,7 +57,7 @@ class KerasPlugin(Plugin):
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_distributed": False}
 
-    def transform(self, image: Any, pool: Any) -> Any:
+    def transform(self, image: Image, pool: Any) -> Image:
         """Add keras (and jax or tensorflow for those backends) and `KERAS_BACKEND`."""
         packages = [self.requirement, _BACKEND_PACKAGES.get(self.backend)]
         return image.with_pip(*(p for p in packages if p)).with_env(KERAS_BACKEND=self.backend)

@@ -207,6 +207,12 @@ class Provider(abc.ABC):
         """The nodes this provider still holds for `pool_id` (found by tag), for cleaning up after a crash."""
         return []
 
+    async def owned_summary(self, pool_id: str) -> str | None:
+        """One short line for `skyhive ls` about what this provider holds for `pool_id` now ("job 12
+        RUNNING"), when finding out is cheap (one scheduler query); None (the default) when it is not
+        (logging in to hosts, cloud API calls): `skyhive ls` then shows only the pool's log."""
+        return None
+
     # ---- policy ---------------------------------------------------------------------------------------
 
     def is_transient(self, exc: BaseException) -> bool:

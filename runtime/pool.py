@@ -37,6 +37,7 @@ from .settings import Settings
 from .streams import ItemStream, ResultStream
 
 if TYPE_CHECKING:
+    from ..plugins.image import Image
     from .blocking import BlockingPool
     from .compute import PendingCall
 
@@ -84,11 +85,11 @@ class Pool:
 
     def __init__(
         self,
-        provider: Provider | None = None,
+        provider: Provider | Sequence[Provider] | None = None,
         nodes: int = 1,
         *,
         plugins: Sequence[Any] = (),
-        image: Any = None,
+        image: Image | None = None,
         processes_per_node: int = 1,
         output: OutputSpec = "all",
         name: str | None = None,
@@ -109,6 +110,10 @@ class Pool:
         if unknown:
             raise TypeError(f"Pool() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
         selector(output, where="Pool(output)")
+        if isinstance(provider, (list, tuple)):  # tried in order: capacity and quota move on to the next
+            from ..providers.fallback import Fallback
+
+            provider = Fallback(provider)
         self.provider = provider if provider is not None else Local()
         if not isinstance(self.provider, Provider):
             raise TypeError(f"Pool(provider=...) needs a skyhive provider, got {type(self.provider).__name__}")

@@ -28,7 +28,10 @@ _EXPORTS: dict[str, str] = {
     "Worker": "skyhive.runtime.concurrency",
     "Local": "skyhive.providers.local",
     "SSH": "skyhive.providers.ssh",
+    "Slurm": "skyhive.providers.slurm",
     "AWS": "skyhive.providers.cloud.aws",
+    "GCP": "skyhive.providers.cloud.gcp",
+    "DigitalOcean": "skyhive.providers.cloud.digitalocean",
     "Image": "skyhive.plugins.image",
     "compute": "skyhive.runtime.compute",
     "gather": "skyhive.runtime.compute",
@@ -48,6 +51,8 @@ _EXPORTS: dict[str, str] = {
     "NodeUnreachable": "skyhive.errors",
     "CloudAPIError": "skyhive.errors",
     "SSHError": "skyhive.errors",
+    "SlurmError": "skyhive.errors",
+    "SlurmUnreachable": "skyhive.errors",
     "HostUnreachable": "skyhive.errors",
     "HostKeyChanged": "skyhive.errors",
     "AuthenticationFailed": "skyhive.errors",
@@ -123,6 +128,8 @@ if TYPE_CHECKING:
     from skyhive.errors import ProvisionError as ProvisionError
     from skyhive.errors import PythonMismatch as PythonMismatch
     from skyhive.errors import RemoteError as RemoteError
+    from skyhive.errors import SlurmError as SlurmError
+    from skyhive.errors import SlurmUnreachable as SlurmUnreachable
     from skyhive.errors import SSHError as SSHError
     from skyhive.errors import SerializationError as SerializationError
     from skyhive.errors import SetupFailed as SetupFailed
@@ -135,7 +142,10 @@ if TYPE_CHECKING:
     from skyhive.protocol.info import InstanceInfo as InstanceInfo
     from skyhive.protocol.info import Peer as Peer
     from skyhive.providers.cloud.aws import AWS as AWS
+    from skyhive.providers.cloud.digitalocean import DigitalOcean as DigitalOcean
+    from skyhive.providers.cloud.gcp import GCP as GCP
     from skyhive.providers.local import Local as Local
+    from skyhive.providers.slurm import Slurm as Slurm
     from skyhive.providers.ssh import SSH as SSH
     from skyhive.runtime.compute import compute as compute
     from skyhive.runtime.compute import gather as gather

@@ -78,10 +78,29 @@ class FaultInjectingFakeDriver:
     `faults` maps a zone name (or "*") to a list of EC2 error codes, one per call in that zone: a code
     is raised instead of creating, None lets that call through to moto; past the list, all go through."""
 
-    def __init__(self, driver: Any, faults: dict[str, list[str | None]]) -> None:
+    def __init__(self, driver: Any, faults: dict[str, list[str | None]] | None = None, *, invisible_for: int = 0,
+                 on_create: Callable[[], None] | None = None) -> None:
         self._driver = driver
-        self.faults = {zone: list(codes) for zone, codes in faults.items()}
+        self.faults = {zone: list(codes) for zone, codes in (faults or {}).items()}
         self.create_calls: list[str] = []
+        # eventual consistency, as EC2 has it: a new instance is missing from the next `invisible_for`
+        # listings, and terminating it meanwhile answers InvalidInstanceID.NotFound
+        self.invisible_for = invisible_for
+        self._hidden: dict[str, int] = {}
+        self.on_create = on_create  # called (in the worker thread) before each create goes through
+        self.terminate_calls: list[str] = []
+
+    def list_nodes(self, *args: Any, **kwargs: Any) -> Any:
+        nodes = [n for n in self._driver.list_nodes(*args, **kwargs) if self._hidden.get(n.id, 0) <= 0]
+        for node_id in self._hidden:
+            self._hidden[node_id] -= 1
+        return nodes
+
+    def destroy_node(self, node: Any) -> Any:
+        self.terminate_calls.append(node.id)
+        if self._hidden.get(node.id, 0) > 0:
+            raise CloudAPIError("InvalidInstanceID.NotFound", f"The instance ID '{node.id}' does not exist", 400)
+        return self._driver.destroy_node(node)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._driver, name)
@@ -95,7 +114,12 @@ class FaultInjectingFakeDriver:
                 if code is not None:
                     raise CloudAPIError(code, f"injected by the test in {zone}", 500 if code == "InternalError" else 400)
                 break
-        return self._driver.create_node(**kwargs)
+        if self.on_create is not None:
+            self.on_create()
+        node = self._driver.create_node(**kwargs)
+        if self.invisible_for:
+            self._hidden[node.id] = self.invisible_for
+        return node
 
 
 async def cancel_now(scope: anyio.CancelScope) -> None:

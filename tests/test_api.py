@@ -17,12 +17,13 @@ ROOT = Path(__file__).resolve().parent.parent
 ERRORS = {
     "SkyhiveError", "ProtocolError", "ProvisionError", "NodeUnreachable", "SSHError", "HostUnreachable",
     "HostKeyChanged", "AuthenticationFailed", "BootstrapError", "PythonMismatch", "SetupFailed",
+    "SlurmError", "SlurmUnreachable",
     "ProviderNotAvailable", "CloudAPIError", "WorkerLost", "TaskTimeout", "RemoteError", "SerializationError", "PoolClosed",
     "OutputStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
     "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
 }
 PUBLIC = {
-    "Pool", "Local", "SSH", "AWS", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
+    "Pool", "Local", "SSH", "Slurm", "AWS", "GCP", "DigitalOcean", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
     "stdout", "stderr", "silent", "OutputRecord", "Captured", "plugins", *ERRORS,
     # the seeds' spellings (docs/seeds.md)
     "ComputePool", "Compute", "function", "accelerators", "integrations", "PipIndex", "AcceleratorWarning", "Worker",

@@ -260,8 +260,14 @@ class AWS(LibcloudProvider):
         from libcloud.compute.base import NodeSize
 
         choice = self.choice(spec)
-        key_name, group_id = self._shared.get(spec.pool_id) or (f"skyhive-{spec.pool_id}",
-                                                                self._owned_groups(spec.pool_id)[0])
+        shared = self._shared.get(spec.pool_id)
+        if shared is None:  # prepared by another call (or process): found again by tag
+            groups = self._owned_groups(spec.pool_id)
+            if not groups:
+                raise ProvisionError(f"aws: pool {spec.pool_id} has no security group: prepare() must run first",
+                                     kind="fatal")
+            shared = self._shared[spec.pool_id] = (f"skyhive-{spec.pool_id}", groups[0])
+        key_name, group_id = shared
         subnet = self._subnet(zone)
         size = NodeSize(choice.instance_type, choice.instance_type, 0, self.disk_gb, 0, 0, self.driver)
         image = self._image(choice)

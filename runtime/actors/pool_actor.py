@@ -16,11 +16,12 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from ...errors import PoolClosed, TaskTimeout, WorkerLost
+from ...plugins.api import AppHook, TaskHook
 from ...protocol.info import InstanceInfo, Peer
 from ...protocol.messages import Result
 from ...providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
@@ -38,6 +39,9 @@ from .node import NodeActor
 from .prepared import Prepared
 from .provisioning import with_retries
 
+if TYPE_CHECKING:
+    from ...plugins.image import Image
+
 log = logging.getLogger("skyhive.pool")
 
 __all__ = ["PoolRuntime"]
@@ -45,7 +49,7 @@ __all__ = ["PoolRuntime"]
 
 class PoolRuntime:
     def __init__(self, *, provider: Provider, nodes: int, processes_per_node: int, plugins: Sequence[Any],
-                 image: Any, output: OutputSpec, settings: Settings, name: str | None,
+                 image: Image | None, output: OutputSpec, settings: Settings, name: str | None,
                  log_events: bool, accelerator: str | None = None, cpus: float | None = None,
                  memory_gb: float | None = None, allocation: str | None = None, spot: bool | None = None,
                  concurrency: int = 1) -> None:
@@ -65,7 +69,7 @@ class PoolRuntime:
         self.worker_env: dict[str, str] = dict(image.all_env()) if image is not None else {}
         self.setup: WorkerSetup | None = self._worker_setup()
         self._addresses_known = anyio.Event()
-        self._launching = False  # a `launch` request is (or was left) in flight: `close` asks list_owned
+        self._launching = False  # a `launch` in flight, or one that answered wrongly: `close` asks list_owned
         self.context = NodeContext(
             pool_id=self.pool_id, spec=self.spec, provider=provider, settings=settings, log=self.log,
             image=image, worker_env=self.worker_env, infos=self.infos, deliver_output=self.router.deliver,
@@ -123,12 +127,13 @@ class PoolRuntime:
             node.move(NodeState.PROVISIONING)
         self._launching = True
         handles = await with_retries(provider, "launch", lambda: provider.launch(spec, range(spec.nodes)))
-        self._launching = False
         if sorted(h.node for h in handles) != list(range(spec.nodes)):
-            for node, handle in zip(self.nodes, handles):
-                node.handle = handle  # terminated by close
+            # what it returned goes back at once; `_launching` stays set, so close also asks list_owned
+            with anyio.CancelScope(shield=True):
+                await with_retries(provider, "terminate", lambda: provider.terminate(handles))
             raise ProvisionError(f"provider {provider.name} launched nodes {[h.node for h in handles]}, "
                                  f"asked for {spec.nodes} (0..{spec.nodes - 1})")
+        self._launching = False
         async with anyio.create_task_group() as starter:
             for handle in handles:
                 starter.start_soon(self._start_node, self.nodes[handle.node], handle)
@@ -165,7 +170,7 @@ class PoolRuntime:
                 )
 
     def _worker_setup(self) -> WorkerSetup | None:
-        hooks = [p for p in self.plugins if hasattr(p, "around_app") or hasattr(p, "around_task")]
+        hooks = [p for p in self.plugins if isinstance(p, (AppHook, TaskHook))]
         for plugin in hooks:  # a plugin class from the user's own code travels by value, like functions
             register_user_code(type(plugin))
         return WorkerSetup(hooks, {}) if hooks else None
@@ -411,7 +416,7 @@ class PoolRuntime:
                         tg.start_soon(terminate, node)
                 error = error or "; ".join(errors)
                 try:
-                    if self._launching:  # a launch request never answered: what did it create?
+                    if self._launching:  # a launch never answered (or wrongly): what did it create?
                         leftover = await self.provider.list_owned(self.pool_id)
                         if leftover:
                             await self.provider.terminate(leftover)

@@ -28,6 +28,7 @@ from ..events.log import state_dir
 from ..transport.local import LocalTransport
 
 if TYPE_CHECKING:
+    from ...plugins.image import Image
     from ..actors.context import NodeContext
     from ..transport.base import Transport
 
@@ -46,7 +47,7 @@ def import_name(requirement: str) -> str:
     return _IMPORT_NAMES.get(name, name.replace("-", "_"))
 
 
-def check_local_image(image: Any, *, node: int) -> None:
+def check_local_image(image: Image | None, *, node: int) -> None:
     """Local workers run this Python: every pip package of the image must be installed here, at a
     version the image allows (`torch==2.3.0` with torch 2.13 installed is refused, never run).
 

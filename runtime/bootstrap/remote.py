@@ -42,6 +42,7 @@ from ..transport.ssh import NodeEnv, SSHTransport, register_secrets
 from .wheels import runtime_wheels
 
 if TYPE_CHECKING:
+    from ...plugins.image import Image
     from ..actors.context import NodeContext
     from ..transport.base import Transport
 
@@ -65,7 +66,7 @@ def _includes_digest(paths: tuple[str, ...]) -> str:
     return digest.hexdigest()
 
 
-def env_key(image: Any, python_mm: str, python_hint: str | None) -> str:
+def env_key(image: Image | None, python_mm: str, python_hint: str | None) -> str:
     """The environment directory's name: a hash of the image, the Python version and the includes."""
     parts = {
         "image": image.content_hash() if image is not None else "",

@@ -27,7 +27,7 @@ import anyio
 from anyio import CancelScope
 
 from ...errors import LaunchError
-from ...providers.base import Provider
+from ...providers.base import ClusterSpec, Provider
 from ...providers.local import Local
 from ...providers.registry import from_cli
 from ..actors.channel import WorkerChannel
@@ -94,10 +94,21 @@ def resource_warnings(task: Task, provider: Provider) -> list[str]:
         if res.cpus is not None and res.cpus > cores:
             out.append(f"the task asks for {res.cpus:g}{'+' if res.cpus_or_more else ''} CPUs per node; "
                        f"this machine has {cores}, shared by all {task.num_nodes} Local nodes")
-    elif res.accelerator or res.cpus is not None:
+    elif (res.accelerator or res.cpus is not None) and not provider.plan(plan_spec(task)):
         out.append(f"the {provider.name} provider does not choose machines by resources yet: "
                    f"{res.describe()} is not checked")
     return out
+
+
+def accelerator_of(task: Task) -> str | None:
+    """The task's accelerator as a Pool spells it ("A100:8"), or None."""
+    res = task.resources
+    return f"{res.accelerator}:{res.accelerator_count}" if res.accelerator else None
+
+
+def plan_spec(task: Task) -> ClusterSpec:
+    """What a pool for `task` asks its provider for (to ask the provider's `plan` before launching)."""
+    return ClusterSpec(pool_id="plan", nodes=task.num_nodes, accelerator=accelerator_of(task), cpus=task.resources.cpus)
 
 
 class _Launch:
@@ -123,9 +134,12 @@ class _Launch:
         failed: NodeExit | None = None
         self.say(f"launching {task.name or 'task'} on {task.num_nodes} {self.provider.name} node"
                  f"{'s' if task.num_nodes != 1 else ''} as pool {self.pool_id}")
+        summary = self.provider.plan(plan_spec(task)).get("summary")
+        if summary:  # the machine and what the pool costs, before anything is created
+            self.say(f"machines: {summary}")
         try:
             async with Pool(provider=self.provider, nodes=task.num_nodes, name=self.pool_id, output="all",
-                            image=image) as pool:
+                            image=image, accelerator=accelerator_of(task), cpus=task.resources.cpus) as pool:
                 rt: PoolRuntime = pool._runtime
                 channels = await rt.all_channels()
                 failed, dirs = await self.everywhere(rt, channels, "workdir", nodecmd.prepare,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ...providers.base import LocalReach, NodeHandle
 from .base import CommandResult, Receiver, Transport, WorkerProcess
+from .registry import register_transport
 
 if TYPE_CHECKING:
     from ..actors.context import NodeContext
@@ -303,3 +304,7 @@ def local_transport(handle: NodeHandle, ctx: NodeContext) -> LocalTransport:
     reach = handle.reach
     assert isinstance(reach, LocalReach)
     return LocalTransport(cwd=reach.cwd, redact=ctx.log.redact, build_env=reach.build_env)
+
+
+# the bootstrap by name: imported when a node of this kind is first bootstrapped
+register_transport("local", local_transport, bootstrap="skyhive.runtime.bootstrap.local:bootstrap_local")

@@ -29,6 +29,7 @@ from typing import Any
 
 import cloudpickle
 
+from ...plugins.api import AppHook, TaskHook
 from ...protocol import (
     Cancel,
     Connection,
@@ -386,12 +387,10 @@ class Worker:
         info = instance_info()
         self.setup_info = info
         for plugin in setup.plugins:
-            hook = getattr(plugin, "around_app", None)
-            if hook is not None:
-                self.app_stack.enter_context(hook(info))
-            task_hook = getattr(plugin, "around_task", None)
-            if task_hook is not None:
-                self.task_hooks.append(task_hook)
+            if isinstance(plugin, AppHook):
+                self.app_stack.enter_context(plugin.around_app(info))
+            if isinstance(plugin, TaskHook):
+                self.task_hooks.append(plugin.around_task)
 
     def _reply(self, task_id: int, ok: bool, cancelled: bool, value: Any) -> None:
         if cancelled:

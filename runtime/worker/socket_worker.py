@@ -28,6 +28,7 @@ from ...protocol.codec import DEFAULT_MAX_FRAME
 from ...protocol.messages import PROTOCOL_VERSION, Ack, Goodbye, Resume
 from ...protocol.resume import Inbox, Outbox, encode_control
 from .daemon import ACK_DELAY, _IOV_MAX, Worker
+from .leave import leave
 
 log = logging.getLogger("skyhive.worker")
 
@@ -388,21 +389,5 @@ class SocketWorker(Worker):
         self.abandon(code)
 
     def abandon(self, code: int = 0) -> None:
-        """End the process: leave the exit status next to the socket, remove the socket, and kill
-        the process group (ourselves included) when we lead it, as a detached worker does."""
-        try:
-            with open(self.path + ".exit", "w") as fh:
-                fh.write(f"{code}\n")
-        except OSError:
-            pass
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
-        log.info("exiting (%d)", code)
-        try:
-            if os.getpgid(0) == os.getpid():
-                os.killpg(0, signal.SIGKILL)
-        except OSError:
-            pass
-        os._exit(code)
+        """End the process as a detached worker does (see `leave`)."""
+        leave(self.path, code, log.info)
