@@ -29,7 +29,7 @@ from ..protocol.info import InstanceInfo as InstanceInfo
 if TYPE_CHECKING:
     from .image import Image
 
-__all__ = ["Plugin", "TransformHook", "AppHook", "TaskHook", "InstanceInfo", "apply_transforms", "requirement",
+__all__ = ["Plugin", "TransformHook", "AppHook", "TaskHook", "ClientHook", "InstanceInfo", "apply_transforms", "requirement",
            "refuse_if_restarted", "restarted_message", "with_plugin"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -63,6 +63,16 @@ class TaskHook(Protocol):
 
     def around_task(self, info: InstanceInfo) -> AbstractContextManager[Any]:
         """A context manager around one task (its exception is the task's)."""
+        ...
+
+
+@runtime_checkable
+class ClientHook(Protocol):
+    """Client side, for the pool's lifetime (the joblib plugin registers its backend here)."""
+
+    def around_client(self, pool: Any) -> AbstractContextManager[Any]:
+        """A context manager entered once the pool is open and exited before it closes (a raise
+        while entering closes the pool and propagates)."""
         ...
 
 
@@ -139,15 +149,14 @@ _lock = threading.Lock()
 
 def _enter_once(plugin: Any) -> None:
     text = os.environ.get(ENV_VAR)
-    hook = getattr(plugin, "around_app", None)
-    if not text or hook is None:
-        return  # not on a node: nothing to set up
+    if not text or not isinstance(plugin, AppHook):
+        return  # not on a node (or nothing to set up)
     key = getattr(plugin, "name", type(plugin).__name__)
     with _lock:
         if key in _entered:
             return
         stack = contextlib.ExitStack()
-        stack.enter_context(hook(InstanceInfo.from_json(text)))
+        stack.enter_context(plugin.around_app(InstanceInfo.from_json(text)))
         _entered[key] = stack  # kept open for the worker process's life, like around_app on the pool
 
 

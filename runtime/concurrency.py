@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 from typing import Any
 
+from ..plugins.api import AppHook
+
 __all__ = ["Worker", "EXECUTORS", "check_plugins"]
 
 EXECUTORS = ("auto", "process", "thread")
@@ -43,7 +45,7 @@ def check_plugins(worker: Worker, plugins: Sequence[Any]) -> None:
     """Raise `ValueError` when `worker` runs extra processes and a plugin forms a process group."""
     if worker.concurrency == 1:
         return
-    grouped = [getattr(p, "name", type(p).__name__) for p in plugins if hasattr(p, "around_app")]
+    grouped = [getattr(p, "name", type(p).__name__) for p in plugins if isinstance(p, AppHook)]
     if grouped:
         raise ValueError(
             f"Worker(concurrency={worker.concurrency}) runs extra worker processes per node, which cannot "

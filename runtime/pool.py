@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from ..errors import PoolClosed, TaskTimeout
+from ..plugins.api import ClientHook
 from ..providers import accelerators
 from ..providers.accelerators import Accelerator
 from ..providers.base import Provider
@@ -173,9 +174,8 @@ class Pool:
         await self._rt.start()
         try:
             for plugin in spec_plugins:  # client-side hooks, for the pool's lifetime
-                hook = getattr(plugin, "around_client", None)
-                if hook is not None:
-                    self._client_hooks.enter_context(hook(self))
+                if isinstance(plugin, ClientHook):
+                    self._client_hooks.enter_context(plugin.around_client(self))
         except BaseException as exc:
             self._client_hooks.close()
             await self.__aexit__(type(exc), exc, exc.__traceback__)
