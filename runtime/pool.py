@@ -69,14 +69,17 @@ class Pool:
 
     Parameters: `provider` (default `Local()`), `nodes`, `plugins` (hooks that set up distributed
     frameworks, see `skyhive.plugins`), `image` (the nodes' environment, `sky.Image`),
-    `processes_per_node`, `accelerator` (`"A100"`, `"A100:8"` or `sky.accelerators.A100()`), `vcpus`,
-    `worker` (`sky.Worker(concurrency=N)`: N task slots per rank, see `concurrency`),
-    `memory_gb` and `allocation` (`"spot"`, `"on-demand"`, `"spot-if-available"`, `"cheapest"`) —
-    providers that create machines choose them by these; Local and SSH warn (`AcceleratorWarning`)
-    when a node lacks the accelerator —, `output` (which nodes' output is printed here: "all", "head", a node
+    `processes_per_node`, `output` (which nodes' output is printed here: "all", "head", a node
     index, a tuple of them, a predicate on `InstanceInfo`, or None), `name` (the pool id; default a
-    random one), `log_events` (write the JSONL event log under the state directory), and any
-    `Settings` field as a keyword (timeouts, heartbeats, restart limits).
+    random one), `log_events` (write the JSONL event log under the state directory), `worker`
+    (`sky.Worker(concurrency=N)`: N task slots per rank, see `concurrency`), and any `Settings`
+    field as a keyword (timeouts, heartbeats, restart limits).
+
+    What each node must have: `accelerator` (`"A100"`, `"A100:8"` or `sky.accelerators.A100()`),
+    `vcpus` (or `cpus`), `memory_gb`, `allocation` (`"spot"`, `"on-demand"`, `"spot-if-available"`,
+    `"cheapest"`). Providers that create machines choose them by these; Local and SSH warn
+    (`AcceleratorWarning`) when a node lacks the accelerator. Raises `ValueError`/`TypeError` naming
+    the argument for a bad value.
 
     `async with` starts the nodes (raises `ProvisionError` if they cannot be started, after
     destroying what was created) and, on exit — normal, by exception or by cancellation — drains the
