@@ -260,3 +260,23 @@ def test_leaving_a_streamed_gather_early_cancels_what_still_runs():
         while compute.statistics()["tasks_cancelled"] < 1 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert compute.statistics()["tasks_cancelled"] == 1
+
+
+def test_integration_decorators_off_a_node_just_run_the_function(monkeypatch):
+    monkeypatch.delenv("COMPUTE_POOL", raising=False)
+
+    @sky.compute
+    @sky.integrations.torch
+    def plain(x):
+        return x + 1
+
+    @sky.integrations.torch(backend="gloo")
+    def with_options(x):
+        return x * 2
+
+    assert plain.local(1) == 2 and plain(2).local() == 3
+    assert with_options(4) == 8 and with_options.__name__ == "with_options"
+    with pytest.raises(ValueError, match="backend"):
+        sky.integrations.torch(backend="carrier-pigeon")
+    with pytest.raises(TypeError, match="decorates a function"):
+        sky.integrations.jax(42)
