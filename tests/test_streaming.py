@@ -147,3 +147,20 @@ def test_an_item_too_large_for_a_frame_is_a_clear_error_and_the_worker_lives():
             list(compute.stream(big_then_small))
         assert compute.run(len, b"x" * (8 << 20)) == 8 << 20  # same worker, and returning it works
         assert compute.statistics()["tasks_lost"] == 0
+
+
+def dies_after_two():
+    import os
+
+    yield 1
+    yield 2
+    os._exit(3)
+
+
+def test_a_worker_lost_mid_stream_raises_worker_lost_after_the_items():
+    with sky.Compute(provider=sky.Local(), nodes=1) as compute:
+        items = compute.stream(dies_after_two)
+        assert [next(items), next(items)] == [1, 2]
+        with pytest.raises(sky.WorkerLost, match="exited with status 3"):
+            next(items)
+        assert compute.run(sum, [2, 3]) == 5  # the worker was restarted
