@@ -29,6 +29,7 @@ __all__ = [
     "Resume",
     "Ack",
     "Goodbye",
+    "Item",
     "Missing",
     "MESSAGE_TYPES",
     "TAGS",
@@ -38,9 +39,10 @@ __all__ = [
 
 #: Bumped on any change to framing or to a message's wire fields.
 #: 2: `Resume.received`, `Ack`, `Goodbye` (resumable links, see `resume`).
-#: 3: the content cache (see `cache`): `Hello.cache_bytes`, `Submit.buffer_keys`/`cached`, `Missing`;
+#: 3: `Item` (a generator task streams its items).
+#: 4: the content cache (see `cache`): `Hello.cache_bytes`, `Submit.buffer_keys`/`cached`, `Missing`;
 #:    buffers passed beside the connection: `Submit.shared`, `Result.shared`.
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 
 #: `Output.stream` values.
 STDOUT = 1
@@ -233,18 +235,32 @@ class Goodbye(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Item(Message):
+    """Worker → client: the next item a generator task yielded, while it runs.
+
+    `index` counts a task's items from 0, in the order yielded; `value` is the pickled item. The
+    task's `Result` follows its last item (its value: how many items there were).
+    """
+
+    tag: ClassVar[int] = 15
+    task_id: int
+    index: int
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Missing(Message):
     """Worker → client: buffers `indices` of task `task_id` were sent by reference (`Submit.cached`)
     and are not in the content cache (evicted, or this is a new worker): send them as `Chunk`s."""
 
-    tag: ClassVar[int] = 15
+    tag: ClassVar[int] = 16
     task_id: int
     indices: tuple[int, ...]
 
 
 MESSAGE_TYPES: tuple[type[Message], ...] = (
     Hello, Welcome, Submit, Started, Output, Result, Cancel, Ping, Pong, Shutdown, Chunk, Resume, Ack, Goodbye,
-    Missing,
+    Item, Missing,
 )
 
 #: tag -> message class, the one table the codec uses.

@@ -39,7 +39,7 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "ssh": ("skyhive.providers.ssh", "SSH"),
     "aws": ("skyhive.providers.cloud.aws", "AWS"),
     "gcp": ("skyhive.providers.cloud.gcp", "GCP"),
-    "azure": ("skyhive.providers.azure", "Azure"),
+    "azure": ("skyhive.providers.cloud.azure", "Azure"),
     "digitalocean": ("skyhive.providers.cloud.digitalocean", "DigitalOcean"),
     "slurm": ("skyhive.providers.slurm", "Slurm"),
     "simulated": ("skyhive.providers.simulated", "Simulated"),

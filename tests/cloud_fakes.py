@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from skyhive.providers.base import ClusterSpec, LocalReach, NodeHandle, SSHReach
+from skyhive.providers.base import ClusterSpec, LocalReach, NodeHandle
 from skyhive.providers.cloud.aws import AWS
 from skyhive.errors import CloudAPIError
 
@@ -62,13 +62,16 @@ class HostMappedAWS(LocalMappedAWS):
     replaced before anything connects."""
 
     def __init__(self, *args: Any, hosts: Sequence[tuple[str, str]], key: str, known_hosts: str,
-                 **kwargs: Any) -> None:
+                 ready_command: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.hosts, self.key, self.known_hosts = list(hosts), key, known_hosts
+        self.ready_command = ready_command  # instead of AWS's (cloud-init is not on the test hosts)
 
     def map_node(self, handle: NodeHandle) -> NodeHandle:
         address, user = self.hosts[handle.node]
         reach = dataclasses.replace(handle.reach, host=address, user=user, key=self.key, known_hosts=self.known_hosts)
+        if self.ready_command is not None:
+            reach = dataclasses.replace(reach, ready_command=self.ready_command)
         return dataclasses.replace(handle, reach=reach, private_addr=address, public_addr=None)
 
 

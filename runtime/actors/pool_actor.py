@@ -51,14 +51,16 @@ class PoolRuntime:
     def __init__(self, *, provider: Provider, nodes: int, processes_per_node: int, plugins: Sequence[Any],
                  image: Image | None, output: OutputSpec, settings: Settings, name: str | None,
                  log_events: bool, accelerator: str | None = None, cpus: float | None = None,
-                 memory_gb: float | None = None) -> None:
+                 memory_gb: float | None = None, allocation: str | None = None, spot: bool | None = None,
+                 concurrency: int = 1) -> None:
         self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
         self.provider = provider
         self.settings = settings
         self.plugins = list(plugins)
         self.image = image
         self.spec = ClusterSpec(pool_id=self.pool_id, nodes=nodes, processes_per_node=processes_per_node,
-                                accelerator=accelerator, cpus=cpus, memory_gb=memory_gb)
+                                accelerator=accelerator, cpus=cpus, memory_gb=memory_gb, allocation=allocation,
+                                spot=spot)
         secrets = frozenset(image.secret_values()) if image is not None else frozenset()
         self.log = EventLog(self.pool_id, path=pool_log_path(self.pool_id) if log_events else None, secrets=secrets)
         self.infos: dict[tuple[int, int], InstanceInfo] = {}
@@ -74,6 +76,7 @@ class PoolRuntime:
             flush_output=self.router.flush, slots_changed=self.slots_changed, node_running=self._node_running,
             wait_addresses=self._addresses_known.wait,
             setup_worker=self._setup_worker if self.setup is not None else None,
+            concurrency=concurrency,
         )
         self.nodes = [NodeActor(self.context, i) for i in range(nodes)]
         self.tg: Any = None
@@ -163,7 +166,7 @@ class PoolRuntime:
                 self.infos[(h.node, rank)] = InstanceInfo(
                     node=h.node, total_nodes=spec.nodes, head_addr=head.private_addr, head_port=port,
                     pool_id=self.pool_id, accelerators=h.accelerators, peers=peers, local_rank=rank,
-                    processes_per_node=spec.processes_per_node,
+                    processes_per_node=spec.processes_per_node, accelerator=h.accelerator,
                 )
 
     def _worker_setup(self) -> WorkerSetup | None:
@@ -229,7 +232,7 @@ class PoolRuntime:
                 detail = self.log.state.nodes[n.index].detail
                 raise WorkerLost(f"node {n.index} of pool {self.pool_id} is {n.state.value}"
                                  + (f" ({detail})" if detail else ""), node=n.index)
-            for c in n.channels:
+            for c in n.rank_channels():
                 if c is None or not c.usable:
                     return None
                 channels.append(c)
@@ -254,9 +257,32 @@ class PoolRuntime:
     # ---- calls -------------------------------------------------------------------------------------
 
     def send(self, channel: WorkerChannel, prep: Prepared, options: dict[str, Any] | None,
-             future: asyncio.Future[Result]) -> Call:
+             future: asyncio.Future[Result], *, stream: bool = False) -> Call:
         """Send one task to `channel` (its buffers, if any, still have to follow)."""
-        return channel.send(next(self._ids), prep, options, future)
+        return channel.send(next(self._ids), prep, options, future, stream=stream)
+
+    async def open_stream(self, channel: WorkerChannel, prep: Prepared,
+                          on_item: Callable[[int, bytes], None]) -> tuple[Call, asyncio.Future[Result]]:
+        """Send a task whose generator's items come back as they are yielded (to `on_item`, on the
+        event loop); the future gets its `Result` after the last item."""
+        fut: asyncio.Future[Result] = self.loop.create_future()
+        call = self.send(channel, prep, None, fut, stream=True)
+        call.on_item = on_item
+        try:
+            if prep.buffers:
+                await self._send_buffers([(channel, call.task_id)], prep.buffers)
+        except BaseException:
+            self._cancel([(channel, call, fut)])
+            raise
+        return call, fut
+
+    def finish_stream(self, channel: WorkerChannel, call: Call, fut: asyncio.Future[Result]) -> Any:
+        """After a streamed task's `Result`: the item count, or its error raised."""
+        self.router.flush(channel.node, channel.local_rank)
+        return self._unpack(channel, call, fut.result())
+
+    def cancel_stream(self, channel: WorkerChannel, call: Call, fut: asyncio.Future[Result]) -> None:
+        self._cancel([(channel, call, fut)])
 
     async def call_on(self, channel: WorkerChannel, fn: Callable[..., Any], args: tuple[Any, ...],
                       kwargs: dict[str, Any], *, kind: str = "call", fn_name: str | None = None,

@@ -19,6 +19,7 @@ import sys
 import tarfile
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -27,6 +28,7 @@ import anyio
 from anyio import CancelScope
 
 from ...errors import LaunchError
+from ...providers.accelerators import AcceleratorWarning
 from ...providers.base import ClusterSpec, Provider
 from ...providers.local import Local
 from ...providers.registry import from_cli
@@ -138,25 +140,28 @@ class _Launch:
         if summary:  # the machine and what the pool costs, before anything is created
             self.say(f"machines: {summary}")
         try:
-            async with Pool(provider=self.provider, nodes=task.num_nodes, name=self.pool_id, output="all",
-                            image=image, accelerator=accelerator_of(task), cpus=task.resources.cpus) as pool:
-                rt: PoolRuntime = pool._runtime
-                channels = await rt.all_channels()
-                failed, dirs = await self.everywhere(rt, channels, "workdir", nodecmd.prepare,
-                                                     self.pool_id, archive)
-                for phase in ("setup", "run"):
-                    script = getattr(task, phase)
-                    if failed is None and script:
-                        failed, _ = await self.everywhere(rt, channels, phase, nodecmd.run_script,
-                                                          script, self.task_id, phase, per_node=dirs)
-                if failed is not None:
-                    self.report(failed)
-                if not isinstance(self.provider, Local):
-                    with anyio.move_on_after(30, shield=True):
-                        try:
-                            await pool.broadcast(nodecmd.remove, self.pool_id)
-                        except Exception as exc:  # a lost node keeps its copy; the run's outcome stands
-                            self.say(f"warning: could not remove the nodes' workdir copies: {exc}")
+            # the resource warnings above already said what Local lacks: not a second time from Local
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", AcceleratorWarning)
+                async with Pool(provider=self.provider, nodes=task.num_nodes, name=self.pool_id, output="all",
+                                image=image, accelerator=accelerator_of(task), cpus=task.resources.cpus) as pool:
+                    rt: PoolRuntime = pool._runtime
+                    channels = await rt.all_channels()
+                    failed, dirs = await self.everywhere(rt, channels, "workdir", nodecmd.prepare,
+                                                         self.pool_id, archive)
+                    for phase in ("setup", "run"):
+                        script = getattr(task, phase)
+                        if failed is None and script:
+                            failed, _ = await self.everywhere(rt, channels, phase, nodecmd.run_script,
+                                                              script, self.task_id, phase, per_node=dirs)
+                    if failed is not None:
+                        self.report(failed)
+                    if not isinstance(self.provider, Local):
+                        with anyio.move_on_after(30, shield=True):
+                            try:
+                                await pool.broadcast(nodecmd.remove, self.pool_id)
+                            except Exception as exc:  # a lost node keeps its copy; the run's outcome stands
+                                self.say(f"warning: could not remove the nodes' workdir copies: {exc}")
         finally:
             if isinstance(self.provider, Local):  # the nodes' directories are on this machine
                 shutil.rmtree(nodecmd.work_root(self.pool_id), ignore_errors=True)

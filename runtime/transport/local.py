@@ -238,10 +238,12 @@ class LocalTransport(Transport):
     share_memory = True
 
     def __init__(self, python: str | None = None, cwd: str | None = None,
-                 redact: Callable[[str], str] | None = None) -> None:
+                 redact: Callable[[str], str] | None = None, build_env: bool = False) -> None:
         self.python = python or sys.executable
         self.cwd = cwd
         self.redact = redact or (lambda text: text)
+        self.build_env = build_env
+        self.worker_env: dict[str, str] = {}  # set by the bootstrap when workers run in a built env
 
     def worker_python(self) -> str:
         return self.python
@@ -250,6 +252,8 @@ class LocalTransport(Transport):
         self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *, label: str
     ) -> LocalWorker:
         loop = asyncio.get_running_loop()
+        if self.worker_env:  # a built environment: its runtime first, not a `skyhive/` folder in cwd
+            argv = [argv[0], "-P", *argv[1:]]
         to_child_r, to_child_w = _pipe()
         from_child_r, from_child_w = _pipe()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
@@ -258,7 +262,7 @@ class LocalTransport(Transport):
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=to_child_r, stdout=from_child_w, stderr=err_w,
-                env={**os.environ, **env, **extra}, cwd=self.cwd, start_new_session=True,
+                env={**os.environ, **self.worker_env, **env, **extra}, cwd=self.cwd, start_new_session=True,
                 pass_fds=(theirs.fileno(),) if theirs is not None else (),
             )
         except BaseException:
@@ -319,7 +323,7 @@ def local_transport(handle: NodeHandle, ctx: NodeContext) -> LocalTransport:
     """The registered factory for reach kind "local" (see `registry`)."""
     reach = handle.reach
     assert isinstance(reach, LocalReach)
-    return LocalTransport(cwd=reach.cwd, redact=ctx.log.redact)
+    return LocalTransport(cwd=reach.cwd, redact=ctx.log.redact, build_env=reach.build_env)
 
 
 # the bootstrap by name: imported when a node of this kind is first bootstrapped

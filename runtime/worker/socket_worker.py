@@ -97,8 +97,7 @@ class SocketWorker(Worker):
         finally:
             self._writing -= 1
         if self._cancel_deferred and not self._writing:
-            self._cancel_deferred = False
-            self._on_cancel_signal(0, None)
+            self.resume_deferred_cancel()
 
     def _send_all(self, fd: int, pieces: list[Any]) -> bool:
         """Write `pieces` whole to the non-blocking socket `fd`; False if it broke, or if a new
