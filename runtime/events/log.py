@@ -20,6 +20,7 @@ from typing import IO, Any, TypeVar
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
+from ...paths import private_dir, state_dir
 from .state import PoolState, fold
 from .types import Event, NodeStateChanged, OutputChunk, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
 
@@ -36,16 +37,8 @@ MEMORY_EVENTS = 10_000
 _FLUSH_NOW = (PoolStarted, PoolStopped, NodeStateChanged, WorkerStateChanged)
 
 
-def state_dir() -> Path:
-    """skyhive's state directory: `$SKYHIVE_HOME`, else `$XDG_STATE_HOME/skyhive`, else `~/.skyhive`."""
-    if env := os.environ.get("SKYHIVE_HOME"):
-        return Path(env)
-    if xdg := os.environ.get("XDG_STATE_HOME"):
-        return Path(xdg) / "skyhive"
-    return Path.home() / ".skyhive"
-
-
 def pool_log_path(pool_id: str) -> Path:
+    """Where a pool's log lives (`state_dir()/pools/<pool>.jsonl`; the directory is not created)."""
     return state_dir() / "pools" / f"{pool_id}.jsonl"
 
 
@@ -73,7 +66,10 @@ class EventLog:
         self._subscribers: list[MemoryObjectSendStream[Event]] = []
         self._file: IO[str] | None = None
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if path.parent == state_dir() / "pools":
+                private_dir("pools")
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             self._file = os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 16)
 
