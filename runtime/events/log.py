@@ -43,11 +43,21 @@ def pool_log_path(pool_id: str) -> Path:
 
 
 def read_log(path: str | os.PathLike[str]) -> Iterator[Event]:
-    """The events in a JSONL log file, in order (a torn last line, from a crash, is skipped)."""
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.endswith("\n"):
-                yield from_json(line)
+    """The events in a JSONL log file, in order.
+
+    A torn last line (a client killed while appending: no newline, perhaps cut inside a multi-byte
+    character) is skipped. Any other line that is not an event raises `ValueError` naming the file
+    and the line.
+    """
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, 1):
+            if not raw.endswith(b"\n"):
+                return  # the torn last line
+            try:
+                event = from_json(raw.decode("utf-8"))
+            except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+                raise ValueError(f"{os.fspath(path)}:{number}: not an event ({type(exc).__name__}: {exc})") from exc
+            yield event
 
 
 class EventLog:
