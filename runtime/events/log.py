@@ -86,6 +86,11 @@ class EventLog:
     def __repr__(self) -> str:
         return f"<EventLog {self.pool_id} events={self._seq} subscribers={len(self._subscribers)}>"
 
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The secret values this log redacts, longest first."""
+        return self._secrets
+
     def redact(self, text: str) -> str:
         """`text` with every secret value replaced by `***`."""
         for secret in self._secrets:
