@@ -4,6 +4,8 @@ Nothing here does I/O or imports asyncio; nothing here imports the rest of skyhi
 """
 
 from .codec import DEFAULT_MAX_FRAME as DEFAULT_MAX_FRAME
+from .codec import MAX_BUFFERS as MAX_BUFFERS
+from .codec import MAX_MESSAGE as MAX_MESSAGE
 from .connection import CHUNK_SIZE as CHUNK_SIZE
 from .connection import Connection as Connection
 from .errors import LocalProtocolError as LocalProtocolError
@@ -16,7 +18,7 @@ from .states import Role as Role
 from .states import State as State
 
 __all__ = [
-    "DEFAULT_MAX_FRAME", "CHUNK_SIZE", "Connection", "Role", "State",
+    "DEFAULT_MAX_FRAME", "MAX_MESSAGE", "MAX_BUFFERS", "CHUNK_SIZE", "Connection", "Role", "State",
     "ProtocolError", "LocalProtocolError", "RemoteProtocolError", "SkyhiveError",
     *_messages_all,
 ]

@@ -19,6 +19,8 @@ __all__ = [
     "HEADER",
     "CHUNK_HEADER",
     "DEFAULT_MAX_FRAME",
+    "MAX_MESSAGE",
+    "MAX_BUFFERS",
     "encode",
     "encode_chunk_header",
     "decode_body",
@@ -33,6 +35,19 @@ _unpackb = msgpack.unpackb
 #: Default bound on one frame. Chunks are much smaller (see `runtime`), so only a broken or hostile
 #: peer reaches it; it caps what an incomplete frame may make us buffer.
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+#: Bound on the body of any frame other than a `Chunk`: what msgpack decodes into Python objects.
+#: Decoding costs memory per object, not per byte (a body of one-element arrays costs ~28 bytes per
+#: byte), so this, not the frame limit, bounds what one frame may cost to decode (~120 MB at worst).
+#: The largest legitimate message is an `Output` piece (at most 4 MiB of UTF-8); anything bigger
+#: (pickles, functions) travels as out-of-band buffers in `Chunk` frames.
+MAX_MESSAGE = 4 * 1024 * 1024 + 64 * 1024
+#: Bound on the out-of-band buffers one `Submit` or `Result` may announce: each costs an object
+#: (and a buffer) before any of its bytes arrive. A sender with more packs them in-band.
+MAX_BUFFERS = 4096
+#: msgpack decoding limits: the longest array a message has is `buffer_sizes`; maps (`options`) are
+#: small; no message uses ext types. Longer ones are refused before their elements are allocated.
+MAX_ARRAY = MAX_BUFFERS + 16
+MAX_MAP = 256
 
 # Wire types are checked exactly (`type(v) is ...`): msgpack gives back exactly these types, and an
 # exact check keeps a bool out of an int field.
@@ -82,8 +97,18 @@ def decode_body(body: memoryview) -> Message:
     """
     if len(body) > 1 and body[1] == _CHUNK_TAG and body[0] == 0x94:
         return _decode_chunk(body)
+    if len(body) > MAX_MESSAGE:
+        raise RemoteProtocolError(
+            f"message frame of {len(body)} bytes exceeds the MAX_MESSAGE limit of {MAX_MESSAGE} bytes "
+            "(only Chunk frames may be larger)"
+        )
     try:
-        obj = _unpackb(body, use_list=False, raw=False, strict_map_key=True)
+        obj = _unpackb(body, use_list=False, raw=False, strict_map_key=True, max_array_len=MAX_ARRAY,
+                       max_map_len=MAX_MAP, max_ext_len=0)
+    except ValueError as exc:
+        if "exceeds max_" in str(exc):  # msgpack names the limit: "N exceeds max_array_len(M)"
+            raise RemoteProtocolError(f"frame body refused by a decoding limit: {exc}") from None
+        raise RemoteProtocolError(f"frame body is not valid msgpack (ValueError: {exc})") from None
     except Exception as exc:  # msgpack raises many types for garbage: all mean the same here
         raise RemoteProtocolError(f"frame body is not valid msgpack ({type(exc).__name__}: {exc})") from None
     if not isinstance(obj, tuple) or not obj or type(obj[0]) is not int:

@@ -13,7 +13,17 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .codec import _CHUNK_PREFIX, CHUNK_HEADER, DEFAULT_MAX_FRAME, HEADER, decode_body, encode, encode_chunk_header
+from .codec import (
+    _CHUNK_PREFIX,
+    CHUNK_HEADER,
+    DEFAULT_MAX_FRAME,
+    HEADER,
+    MAX_BUFFERS,
+    MAX_MESSAGE,
+    decode_body,
+    encode,
+    encode_chunk_header,
+)
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .messages import PROTOCOL_VERSION, Chunk, Hello, Message, Result, Submit, Welcome
 from .states import RECV, SEND, Role, State, table
@@ -99,12 +109,20 @@ class Connection:
             raise LocalProtocolError("connection is in ERROR state after an earlier protocol error")
         if isinstance(msg, Chunk):
             raise LocalProtocolError("chunks are sent with send_buffers()")
-        self._move(SEND, msg)
-        frame = encode(msg)
-        if len(frame) - HEADER.size > self.max_frame:
+        sizes = getattr(msg, "buffer_sizes", ())
+        if len(sizes) > MAX_BUFFERS:
             self.state = State.ERROR
             raise LocalProtocolError(
-                f"{type(msg).__name__} frame of {len(frame)} bytes exceeds the {self.max_frame}-byte limit"
+                f"{type(msg).__name__} announces {len(sizes)} buffers; the MAX_BUFFERS limit is {MAX_BUFFERS}"
+            )
+        self._move(SEND, msg)
+        frame = encode(msg)
+        limit, name = (MAX_MESSAGE, "MAX_MESSAGE") if MAX_MESSAGE <= self.max_frame else (self.max_frame, "max_frame")
+        if len(frame) - HEADER.size > limit:
+            self.state = State.ERROR
+            raise LocalProtocolError(
+                f"{type(msg).__name__} frame of {len(frame)} bytes exceeds the {name} limit of {limit} bytes "
+                "(large values travel as buffers)"
             )
         self.frames_sent += 1
         return frame
@@ -207,6 +225,12 @@ class Connection:
                     f"frame of {length} bytes exceeds the {self.max_frame}-byte limit"
                 )
             start = pos + header
+            if length > MAX_MESSAGE and end - start >= 2 and view[start : start + 2] != _CHUNK_PREFIX:
+                # refused before its body is buffered: only Chunk frames may be this large
+                raise RemoteProtocolError(
+                    f"message frame of {length} bytes exceeds the MAX_MESSAGE limit of {MAX_MESSAGE} bytes "
+                    "(only Chunk frames may be larger)"
+                )
             if end - start < length:
                 if end - start >= CHUNK_HEADER.size and view[start : start + 2] == _CHUNK_PREFIX:
                     # a large chunk arriving in pieces: copy each piece straight to its buffer
@@ -247,6 +271,11 @@ class Connection:
 
     def _announce(self, msg: Submit | Result) -> Message | None:
         sizes = msg.buffer_sizes
+        if len(sizes) > MAX_BUFFERS:
+            raise RemoteProtocolError(
+                f"{type(msg).__name__} for task {msg.task_id} announces {len(sizes)} buffers; "
+                f"the MAX_BUFFERS limit is {MAX_BUFFERS}"
+            )
         if msg.task_id in self._pending:
             raise RemoteProtocolError(f"task {msg.task_id} announced buffers twice")
         if any(type(s) is not int or s < 0 for s in sizes):
@@ -254,7 +283,8 @@ class Connection:
         total = sum(sizes)
         if self._pending_bytes + total > MAX_PENDING_BUFFERS:
             raise RemoteProtocolError(
-                f"peer announced {total} bytes of buffers; the limit is {MAX_PENDING_BUFFERS}"
+                f"peer announced {total} bytes of buffers ({self._pending_bytes} already pending); "
+                f"the MAX_PENDING_BUFFERS limit is {MAX_PENDING_BUFFERS} bytes"
             )
         try:
             buffers = [mmap.mmap(-1, s) if s >= _MMAP_FROM else bytearray(s) for s in sizes]

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from .codec import DEFAULT_MAX_FRAME, HEADER, decode_body, encode
+from .codec import _CHUNK_PREFIX, DEFAULT_MAX_FRAME, HEADER, MAX_MESSAGE, decode_body, encode
 from .errors import LocalProtocolError, RemoteProtocolError
 from .messages import Ack, Message
 
@@ -125,6 +125,8 @@ class Inbox:
         if pos > start:
             out.append(view[start:pos])
         if pos < end:
+            if end - pos >= header:
+                _check_start(view[pos:], self._size(_U32.unpack_from(view, pos)[0]))
             self._partial += view[pos:]
             if len(self._partial) >= header:
                 self._need = self._size(_U32.unpack_from(self._partial)[0])
@@ -143,6 +145,7 @@ class Inbox:
         buf += view[pos : pos + take]
         pos += take
         if len(buf) < self._need:
+            _check_start(buf, self._need)
             return pos
         (raw,) = _U32.unpack_from(buf)
         self._partial, self._need = bytearray(), 0
@@ -173,6 +176,19 @@ class Inbox:
         self.acked = self.received
         self._bytes_since_ack = 0
         return encode_control(Ack(seq=self.received))
+
+
+def _check_start(start: bytes | bytearray | memoryview, need: int) -> None:
+    """Refuse a data frame of `need` bytes (prefix included) over `MAX_MESSAGE` that is not a `Chunk`
+    as soon as its body's first two bytes (in `start`, the frame's beginning) are in, rather than
+    buffer it whole for the `Connection` to refuse."""
+    if need - HEADER.size > MAX_MESSAGE and len(start) >= HEADER.size + 2:
+        (raw,) = _U32.unpack_from(start)
+        if not raw & CONTROL_FLAG and start[HEADER.size : HEADER.size + 2] != _CHUNK_PREFIX:
+            raise RemoteProtocolError(
+                f"message frame of {need - HEADER.size} bytes exceeds the MAX_MESSAGE limit of "
+                f"{MAX_MESSAGE} bytes (only Chunk frames may be larger)"
+            )
 
 
 class Outbox:

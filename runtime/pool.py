@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 __all__ = ["Pool"]
 
 T = TypeVar("T")
+#: Upper bound on one pickled `map` batch: large items make smaller batches, so a batch neither
+#: holds a worker's pipe for long nor makes one worker take a disproportionate share.
+BATCH_BYTES = 8 * 1024 * 1024
 _UNSET: Any = object()
 
 
@@ -242,8 +245,8 @@ class Pool:
         """`[fn(x) for x in iterable]`, spread over every worker; results in input order.
 
         Items travel in batches (`chunksize`, by default about a quarter of each worker's share, at
-        most 1,000) with two batches in flight per worker, so cheap functions run at pipe speed and a
-        slow worker takes fewer batches. The first error cancels the rest and is raised (its notes
+        most 1,000, and at most about `BATCH_BYTES` pickled) with two batches in flight per worker,
+        so cheap functions run at pipe speed and a slow worker takes fewer batches. The first error cancels the rest and is raised (its notes
         say which item). `timeout` bounds the whole map.
         """
         rt = self._runtime
@@ -256,14 +259,12 @@ class Pool:
         options = self._options(output, False)
         workers = max(1, len([c for n in rt.nodes for c in n.usable_channels()]))
         size = chunksize or max(1, min(1000, math.ceil(len(items) / (workers * 4))))
-        batches = [(start, items[start:start + size]) for start in range(0, len(items), size)]
         results: list[Any] = [None] * len(items)
         template = Prepared.for_map(fn)
-        pending = iter(batches)
+        pending = _batches(template, items, size)
 
         async def lane() -> None:
-            for start, chunk in pending:
-                prep = template.with_chunk(chunk)
+            for start, prep in pending:
                 channel = await rt.pick()
                 values = await rt.run_one(channel, prep, timeout=None, options=options)
                 results[start:start + len(values)] = values
@@ -271,7 +272,7 @@ class Pool:
         try:
             with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 async with anyio.create_task_group() as tg:
-                    for _ in range(min(len(batches), workers * 2)):
+                    for _ in range(min(math.ceil(len(items) / size), workers * 2)):
                         tg.start_soon(lane)
         except TimeoutError:
             raise TaskTimeout(f"map of {template.fn_name} over {len(items)} items did not finish "
@@ -318,6 +319,21 @@ class Pool:
         if stall_timeout is not None:
             kw["stall_timeout"] = stall_timeout
         return self._runtime.router.subscribe(**kw)
+
+
+def _batches(template: Prepared, items: list[Any], size: int) -> Iterator[tuple[int, Prepared]]:
+    """(start, pickled batch) for `map`: at most `size` items, and at most about `BATCH_BYTES` once
+    pickled — a batch found larger is pickled again with fewer items, and later batches start from
+    that smaller count."""
+    start = 0
+    while start < len(items):
+        prep = template.with_chunk(items[start:start + size])
+        nbytes = prep.args_nbytes
+        if nbytes > BATCH_BYTES and prep.items > 1:
+            size = max(1, prep.items * BATCH_BYTES // nbytes)
+            continue
+        yield start, prep
+        start += prep.items
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:

@@ -2,19 +2,28 @@
 
 Functions are pickled with cloudpickle, by value when they come from the user's own code (a script,
 a test module, a project folder) so that the node does not need that code installed, and by reference
-when they come from an installed package. Arguments and results use pickle protocol 5 so large
-buffers (numpy arrays, bytes) travel out of band, without being copied into the pickle.
+when they come from an installed package — at any depth: a class, function or module of the user's
+own code met anywhere in an argument or a result travels by value too (`_Pickler.reducer_override`).
+
+Arguments and results use pickle protocol 5 so large buffers travel out of band, without being
+copied into the pickle: numpy arrays, and `bytes`/`bytearray`/`str` of `OOB_MIN` or more found in the
+value or its containers (`_lift`); a `memoryview` anywhere. Whatever stays in band and still makes the
+pickle larger than `INBAND_MAX` (a large object inside a user class, a list of a million ints) travels
+as an out-of-band buffer itself: the in-band part is then empty and buffer 0 is the pickle
+(`load_value` knows). So no message frame grows with the value; the protocol's chunks carry it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
+import io
 import os
 import pickle
 import sys
 import sysconfig
 import traceback
+import types
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -22,15 +31,30 @@ from typing import Any
 import cloudpickle
 
 from ..errors import RemoteError, SerializationError
+from ..protocol.codec import MAX_BUFFERS
 
 __all__ = ["dump_function", "dump_args", "dump_value", "load_value", "dump_exception", "rebuild_exception"]
 
+# Where installed code lives: the interpreter's library folders, and the folder skyhive's own
+# dependencies were installed into (on a node, skyhive's runtime folder, outside site-packages: its
+# cloudpickle must never be taken for the user's code and pickled by value).
 _installed_roots = tuple(
     os.path.realpath(p)
-    for p in {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    for p in {
+        *(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
+        os.path.dirname(os.path.dirname(cloudpickle.__file__)),
+    }
 )
 _by_value_checked: dict[str, bool] = {}
 _NO_ARGS = pickle.dumps(((), {}), protocol=5)
+
+#: `bytes`, `bytearray` and `str` at least this large leave the pickle as out-of-band buffers.
+OOB_MIN = 64 * 1024
+#: An in-band pickle larger than this travels as an out-of-band buffer itself (far below the
+#: protocol's MAX_MESSAGE, which bounds what a message frame may cost to decode).
+INBAND_MAX = 256 * 1024
+#: Error text kept in a `Result` (message and traceback each): the rest is cut, saying so.
+MAX_ERROR_TEXT = 64 * 1024
 
 
 def register_user_code(obj: Any) -> None:
@@ -40,7 +64,10 @@ def register_user_code(obj: Any) -> None:
 
 def _register_user_module(fn: Any) -> None:
     """Pickle `fn`'s module by value if it is the user's own code, not an installed package."""
-    name = getattr(fn, "__module__", None)
+    _register_module_name(getattr(fn, "__module__", None))
+
+
+def _register_module_name(name: str | None) -> None:
     if not name or name == "__main__" or name in _by_value_checked:
         return
     module = sys.modules.get(name)
@@ -120,7 +147,7 @@ def dump_function_cached(fn: Callable[..., Any]) -> _Pickled:
         return cached
     _register_user_module(fn)
     try:
-        payload = cloudpickle.dumps(fn, protocol=5)
+        payload = _cloud_dumps(fn)
     except Exception as exc:
         raise SerializationError(f"function {_name(fn)} cannot be pickled: {type(exc).__name__}: {exc}") from exc
     names = _global_names(fn)
@@ -153,58 +180,203 @@ def _plain(obj: Any, depth: int = 0) -> bool:
     return False
 
 
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle's pickler, plus: the user's own classes, functions and modules met at any depth
+    travel by value; a `memoryview` travels (out of band) instead of failing."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, (type, types.FunctionType)):
+            _register_module_name(getattr(obj, "__module__", None))
+        elif isinstance(obj, types.ModuleType):
+            _register_module_name(obj.__name__)
+        elif type(obj) is memoryview:
+            return _reduce_memoryview(obj)
+        return super().reducer_override(obj)
+
+
+def _cloud_dumps(obj: Any, buffer_callback: Callable[[Any], None] | None = None) -> bytes:
+    file = io.BytesIO()
+    _Pickler(file, protocol=5, buffer_callback=buffer_callback).dump(obj)
+    return file.getvalue()
+
+
+def _reduce_memoryview(view: memoryview) -> Any:
+    if view.c_contiguous:
+        return _memoryview_from, (pickle.PickleBuffer(view), view.format, view.shape)
+    return _memoryview_from, (view.tobytes(), view.format, view.shape)
+
+
+def _memoryview_from(buf: Any, fmt: str, shape: tuple[int, ...]) -> memoryview:
+    view = memoryview(buf).cast("B")
+    return view.cast(fmt, shape) if (fmt, shape) != ("B", (view.nbytes,)) else view
+
+
+def _bytes_from(buf: Any) -> bytes:
+    return bytes(buf)
+
+
+def _bytearray_from(buf: Any) -> bytearray:
+    return bytearray(buf)
+
+
+def _str_from(buf: Any) -> str:
+    return str(buf, "utf-8", "surrogatepass")
+
+
+class _OutOfBand:
+    """Stands in for a large `bytes`/`bytearray`/`str` while pickling: its data leaves the pickle as
+    an out-of-band buffer (the pickler does not consult reducer_override for those built-in types)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        obj = self.obj
+        if type(obj) is str:
+            return _str_from, (pickle.PickleBuffer(obj.encode("utf-8", "surrogatepass")),)
+        if type(obj) is bytes:
+            return _bytes_from, (pickle.PickleBuffer(obj),)
+        return _bytearray_from, (pickle.PickleBuffer(obj),)
+
+
+_LIFTED = (bytes, bytearray, str)
+_WALKED = frozenset({bytes, bytearray, str, list, tuple, dict})
+
+
+def _lift(obj: Any, seen: dict[int, _OutOfBand], width: int | None, depth: int = 0) -> Any:
+    """`obj` with its large `bytes`/`bytearray`/`str` (itself, or in lists, tuples and dicts of at
+    most `width` items, up to a few levels deep) replaced by `_OutOfBand` stand-ins; `obj` itself
+    when there are none. A value that appears twice becomes one stand-in, so its data travels once."""
+    t = type(obj)
+    if t in _LIFTED:
+        if len(obj) < OOB_MIN:
+            return obj
+        lifted = seen.get(id(obj))
+        if lifted is None:
+            lifted = seen[id(obj)] = _OutOfBand(obj)
+        return lifted
+    if t not in _WALKED or depth >= 4 or (width is not None and len(obj) > width):
+        return obj
+    if t is list or t is tuple:
+        items: list[Any] | None = None
+        for i, x in enumerate(obj):
+            if type(x) in _WALKED:
+                y = _lift(x, seen, width, depth + 1)
+                if y is not x:
+                    if items is None:
+                        items = list(obj)
+                    items[i] = y
+        if items is None:
+            return obj
+        return items if t is list else tuple(items)
+    if t is dict:
+        changed: dict[Any, Any] | None = None
+        for k, v in obj.items():
+            if type(v) in _WALKED:
+                y = _lift(v, seen, width, depth + 1)
+                if y is not v:
+                    if changed is None:
+                        changed = dict(obj)
+                    changed[k] = y
+        if changed is not None:
+            return changed
+    return obj
+
+
 def _dumps(obj: Any, buffers: list[Any]) -> bytes:
-    if _plain(obj):
-        return pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-    return cloudpickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    """Pickle `obj`, its large `bytes`/`bytearray`/`str` out of band: looked for first only where it
+    is cheap (the value itself, a call's few arguments); if the pickle still comes out large, in every
+    list, tuple and dict a few levels deep (a `map` batch of long strings)."""
+    dump = _plain_dumps if _plain(obj) else _cloud_dumps
+    seen: dict[int, _OutOfBand] = {}
+    data = dump(_lift(obj, seen, 16), buffers.append)
+    if len(data) > INBAND_MAX:
+        deeper: dict[int, _OutOfBand] = {}
+        lifted = _lift(obj, deeper, None)
+        if len(deeper) > len(seen):
+            buffers.clear()
+            data = dump(lifted, buffers.append)
+    return data
+
+
+def _plain_dumps(obj: Any, buffer_callback: Callable[[Any], None] | None = None) -> bytes:
+    return pickle.dumps(obj, protocol=5, buffer_callback=buffer_callback)
+
+
+def _pack(obj: Any) -> tuple[bytes, list[Any]]:
+    """(in-band pickle, out-of-band buffers) of `obj`, keeping the in-band part small (see the
+    module docstring) and the buffers within what one message may announce."""
+    picked: list[pickle.PickleBuffer] = []
+    data = _dumps(obj, picked)
+    buffers = [b.raw() for b in picked]
+    if len(buffers) >= MAX_BUFFERS:  # too many to announce: everything in band, one buffer
+        data, buffers = _cloud_dumps(obj), []
+    if len(data) > INBAND_MAX:
+        return b"", [data, *buffers]
+    return data, buffers
 
 
 def dump_args(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bytes, list[Any]]:
     """Pickle `(args, kwargs)`; on failure name the argument that cannot be pickled."""
     if not args and not kwargs:
         return _NO_ARGS, []
-    for value in (*args, *kwargs.values()):
-        if type(value) not in _SIMPLE:  # an instance of the user's own class travels by value too
-            _register_user_module(type(value))
-    buffers: list[Any] = []
     try:
-        data = _dumps((args, kwargs), buffers)
+        return _pack((args, kwargs))
     except Exception as exc:
         raise _name_bad_argument(fn, args, kwargs, exc) from exc
-    return data, [b.raw() for b in buffers]
 
 
 def dump_value(value: Any, what: str = "value") -> tuple[bytes, list[Any]]:
     """Pickle a value with out-of-band buffers; raises `SerializationError` naming `what` it was."""
-    buffers: list[Any] = []
     try:
-        data = _dumps(value, buffers)
+        return _pack(value)
     except Exception as exc:
         raise SerializationError(f"{what} of type {type(value).__name__} cannot be pickled: {type(exc).__name__}: {exc}") from exc
-    return data, [b.raw() for b in buffers]
 
 
-def load_value(data: bytes, buffers: tuple[Any, ...] = ()) -> Any:
-    """Unpickle what `dump_value` / `dump_args` made."""
+def load_value(data: bytes, buffers: tuple[Any, ...] | list[Any] = ()) -> Any:
+    """Unpickle what `dump_value` / `dump_args` made (an empty `data`: buffer 0 is the pickle)."""
+    if not data and buffers:
+        data, buffers = buffers[0], buffers[1:]
     return pickle.loads(data, buffers=buffers)
 
 
 def dump_exception(exc: BaseException) -> tuple[bytes, str, str, str]:
-    """(pickled exception or b"", qualified type name, message, formatted traceback)."""
-    tb = "".join(traceback.format_exception(exc))
+    """(pickled exception or b"", qualified type name, message, formatted traceback).
+
+    Bounded, so that any error fits one message: message and traceback keep `MAX_ERROR_TEXT`
+    characters each (saying how much was cut), and an exception whose pickle is larger than
+    `INBAND_MAX` travels as text only.
+    """
+    tb = _cut("".join(traceback.format_exception(exc)), keep_end=True)
     cls = type(exc)
     type_name = f"{cls.__module__}.{cls.__qualname__}" if cls.__module__ != "builtins" else cls.__qualname__
     try:
         message = str(exc)
     except Exception:
         message = "<str() failed>"
+    cut = _cut(message)
     try:
         exc.__traceback__ = None
-        data = cloudpickle.dumps(exc, protocol=5)
+        if cut is not message:  # the pickle would carry the whole message: send the cut text only
+            raise ValueError("message too long")
+        data = _cloud_dumps(exc)
+        if len(data) > INBAND_MAX:
+            raise ValueError("pickle too large")
         cloudpickle.loads(data)  # an exception that pickles but cannot be rebuilt is sent as text only
     except Exception:
         data = b""
-    return data, type_name, message, tb
+    return data, type_name, cut, tb
+
+
+def _cut(text: str, keep_end: bool = False) -> str:
+    """`text` if it is at most `MAX_ERROR_TEXT` characters, else its start (or end) and a note."""
+    if len(text) <= MAX_ERROR_TEXT:
+        return text
+    note = f" [... {len(text) - MAX_ERROR_TEXT} characters cut ...] "
+    return note + text[-MAX_ERROR_TEXT:] if keep_end else text[:MAX_ERROR_TEXT] + note
 
 
 def rebuild_exception(data: bytes, type_name: str, message: str, tb: str, node: int | None) -> BaseException:
@@ -250,7 +422,7 @@ def _name_bad_argument(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], e
 
 def _picklable(value: Any) -> bool:
     try:
-        cloudpickle.dumps(value, protocol=5, buffer_callback=lambda b: None)
+        _cloud_dumps(value, lambda b: None)
     except Exception:
         return False
     return True

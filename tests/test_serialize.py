@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 
 import cloudpickle
+import pytest
 
 from skyhive.runtime.serialize import dump_args, dump_function, dump_value, load_value
 
@@ -68,3 +69,68 @@ def test_an_argument_of_a_user_class_travels_by_value(tmp_path):
     code = "import pickle, sys; (a, kw) = pickle.loads(sys.stdin.buffer.read()); print(a[0].v + 1)"
     out = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, cwd="/", check=True)
     assert out.stdout.strip() == b"42"
+
+
+def test_user_class_instances_nested_at_any_depth_travel_by_value(tmp_path):
+    # the same class inside a list, a dict and a map batch (a list of items), and a result
+    import importlib.util
+    import subprocess
+    import sys
+    import uuid
+
+    name = f"my_private_nested_{uuid.uuid4().hex[:8]}"
+    src = tmp_path / f"{name}.py"
+    src.write_text("class Box:\n    def __init__(self, v):\n        self.v = v\n")
+    spec = importlib.util.spec_from_file_location(name, src)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    try:
+        nested, _ = dump_args(scaled, ([module.Box(40)], {"k": (module.Box(2),)}), {})
+        batch, _ = dump_value([module.Box(1), [module.Box(2)]])
+    finally:
+        del sys.modules[name]
+    code = ("import pickle, sys; (a, kw) = pickle.loads(sys.stdin.buffer.read()); "
+            "print(a[0][0].v + a[1]['k'][0].v)")
+    out = subprocess.run([sys.executable, "-c", code], input=nested, capture_output=True, cwd="/", check=True)
+    assert out.stdout.strip() == b"42"
+    code = "import pickle, sys; b = pickle.loads(sys.stdin.buffer.read()); print(b[0].v + b[1][0].v)"
+    out = subprocess.run([sys.executable, "-c", code], input=batch, capture_output=True, cwd="/", check=True)
+    assert out.stdout.strip() == b"3"
+
+
+def test_large_values_leave_the_pickle_and_come_back_whole():
+    from skyhive.runtime.serialize import INBAND_MAX
+
+    blob = b"\x01\x02" * 1_000_000
+    text = "é" * 1_000_000 + "\udc80"  # a lone surrogate survives too
+    for value in (blob, bytearray(blob), text, [text, {"k": (blob,)}], [blob, blob]):
+        data, buffers = dump_value(value)
+        assert len(data) <= INBAND_MAX and buffers
+        assert load_value(data, tuple(memoryview(b) for b in buffers)) == value
+    data, buffers = dump_value([blob, blob])
+    assert sum(memoryview(b).nbytes for b in buffers) < 2 * len(blob) + INBAND_MAX  # once, not twice
+    mv = memoryview(blob)
+    data, buffers = dump_value(mv)
+    back = load_value(data, tuple(buffers))
+    assert isinstance(back, memoryview) and back.tobytes() == blob
+
+
+def test_a_large_in_band_pickle_travels_as_a_buffer():
+    from skyhive.runtime.serialize import INBAND_MAX
+
+    value = list(range(200_000))  # no single large object: the pickle itself is large
+    data, buffers = dump_value(value)
+    assert len(data) <= INBAND_MAX and len(buffers) == 1
+    assert load_value(data, tuple(buffers)) == value
+
+
+def test_more_buffers_than_a_message_may_announce_are_packed_together():
+    np = pytest.importorskip("numpy")
+    from skyhive.protocol.codec import MAX_BUFFERS
+
+    arrays = [np.full(4, i) for i in range(MAX_BUFFERS + 10)]
+    data, buffers = dump_value(arrays)
+    assert len(buffers) <= MAX_BUFFERS
+    back = load_value(data, tuple(buffers))
+    assert len(back) == len(arrays) and all((a == b).all() for a, b in zip(back, arrays))

@@ -116,11 +116,28 @@ class WorkerChannel:
         self.closed.set()
 
     def _broken(self, reason: str) -> None:
-        log.error("node %d worker %d: %s", self.node, self.local_rank, reason)
+        """The connection reached its ERROR state (either direction): the worker is lost. It is
+        killed now; its supervisor fails its calls with `WorkerLost` and starts a new one."""
+        log.error("node %d worker %d: %s; restarting it", self.node, self.local_rank, reason)
         if not self._welcomed.done():
             self._welcomed.set_exception(ProtocolError(reason))
+            self._welcomed.exception()  # retrieved: the handshake's waiter may be gone
         self.lost_reason = self.lost_reason or reason
         self.closed.set()
+        if self.kill is not None:
+            self.kill()
+
+    def _send(self, msg: Message) -> bool:
+        """Write `msg`; False (and the worker is lost) when the connection refuses it."""
+        if self.lost_reason is not None:
+            return False
+        try:
+            data = self.conn.send(msg)
+        except ProtocolError as exc:
+            self._broken(f"protocol error while sending {type(msg).__name__}: {exc}")
+            return False
+        self._write(data)
+        return True
 
     def _dispatch(self, msg: Message) -> None:
         if isinstance(msg, Result):
@@ -145,7 +162,7 @@ class WorkerChannel:
                 started.started = True
                 self._log.emit(TaskStarted, task=msg.task_id, node=self.node, local_rank=self.local_rank)
         elif isinstance(msg, Ping):
-            self._write(self.conn.send(Pong(nonce=msg.nonce)))
+            self._send(Pong(nonce=msg.nonce))
         elif isinstance(msg, Welcome):
             self.welcome = msg
             self.pid = msg.pid
@@ -168,9 +185,18 @@ class WorkerChannel:
     def send(self, task_id: int, prep: Prepared, options: dict[str, Any] | None,
              future: asyncio.Future[Result] | None) -> Call:
         """Send `prep` as task `task_id` (its buffers follow via `send_buffers`); the function's bytes
-        go only if this worker has not seen it. Registers the call first; `future` gets the Result."""
+        go only if this worker has not seen it (a large function goes as buffer 0, every time).
+        Registers the call; `future` gets the Result.
+
+        Raises `WorkerLost` (naming the node) when the worker is already lost or the connection
+        refuses the task; the worker is then restarted and the call was not registered.
+        """
         known = self.known_fns
-        if prep.fn_id in known:
+        options_: dict[str, Any] = {"kind": prep.kind} if prep.kind != "call" else {}
+        if prep.fn_in_buffer:
+            fn_bytes = b""
+            options_["fn_buffer"] = True
+        elif prep.fn_id in known:
             fn_bytes = b""
         else:
             if len(known) >= FN_CACHE_LIMIT:
@@ -179,12 +205,17 @@ class WorkerChannel:
             fn_bytes = prep.fn_bytes
         msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args,
                      buffer_sizes=tuple(memoryview(b).nbytes for b in prep.buffers), batch=prep.batch,
-                     options={"kind": prep.kind} if prep.kind != "call" else {})
+                     options=options_)
         call = Call(task_id, future, options, prep.fn_name)
         if options and options.get("capture"):
             call.outputs = []
+        if not self._send(msg):
+            raise WorkerLost(
+                f"worker {self.local_rank} of node {self.node} was lost before it could run {prep.fn_name} "
+                f"(task {task_id}): {self.lost_reason}; it is being restarted",
+                node=self.node, local_rank=self.local_rank,
+            )
         self.calls[task_id] = call
-        self._write(self.conn.send(msg))
         self._log.emit(TaskSubmitted, task=task_id, node=self.node, local_rank=self.local_rank,
                        fn=prep.fn_name, items=prep.items)
         return call
@@ -192,10 +223,15 @@ class WorkerChannel:
     async def send_buffers(self, task_id: int, buffers: Sequence[Any]) -> None:
         """Send a task's out-of-band buffers, chunk by chunk (other frames may go between chunks)."""
         assert self.link is not None
-        for header, piece in self.conn.send_buffers(task_id, buffers):
-            if self.lost_reason:
-                return
-            await self.link.write_direct([header, piece])
+        if self.lost_reason:
+            return
+        try:
+            for header, piece in self.conn.send_buffers(task_id, buffers):
+                if self.lost_reason:
+                    return
+                await self.link.write_direct([header, piece])
+        except ProtocolError as exc:
+            self._broken(f"protocol error while sending buffers: {exc}")
 
     def cancel(self, task_id: int, *, grace: float) -> None:
         """Ask the worker to stop a task; the caller stops waiting now, the slot frees on its Result.
@@ -207,10 +243,7 @@ class WorkerChannel:
         call.abandoned = True
         call.future = None
         if self.usable:
-            try:
-                self._write(self.conn.send(Cancel(task_id=task_id)))
-            except ProtocolError:
-                pass
+            self._send(Cancel(task_id=task_id))
         asyncio.get_running_loop().call_later(grace, self._enforce_cancel, task_id, grace)
 
     def _enforce_cancel(self, task_id: int, grace: float) -> None:
@@ -222,16 +255,13 @@ class WorkerChannel:
 
     def ping(self) -> None:
         if self.usable:
-            self._write(self.conn.send(Ping(nonce=next(self._nonces))))
+            self._send(Ping(nonce=next(self._nonces)))
 
     def shutdown(self) -> None:
         """Send `Shutdown`; the worker finishes its plugin teardown and exits."""
         if self.welcome is not None and not self.shutting_down and self.lost_reason is None:
             self.shutting_down = True
-            try:
-                self._write(self.conn.send(Shutdown(reason="pool closing")))
-            except ProtocolError:
-                pass
+            self._send(Shutdown(reason="pool closing"))
 
     def fail_all(self, reason: str) -> None:
         """The worker is gone: fail every task in flight with `WorkerLost`."""

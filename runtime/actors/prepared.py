@@ -6,7 +6,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from ..serialize import dump_args, dump_function_cached, dump_value
+from ..serialize import INBAND_MAX, dump_args, dump_function_cached, dump_value
 
 __all__ = ["Prepared"]
 
@@ -14,19 +14,34 @@ __all__ = ["Prepared"]
 class Prepared:
     """A function (by id, with its pickled bytes for a worker that has not seen it) and its pickled
     arguments. `kind` is "call" (or "setup" for the plugins' worker setup); `batch` marks a `map`
-    chunk of `items` calls."""
+    chunk of `items` calls.
 
-    __slots__ = ("fn_id", "fn_bytes", "args", "buffers", "fn_name", "batch", "kind", "items")
+    A large function (a closure over much data: its pickle over `INBAND_MAX`) travels as buffer 0
+    (`fn_in_buffer`), with every call, so that it never makes a message frame large (see
+    `protocol.codec.MAX_MESSAGE`); `buffers` then starts with it."""
+
+    __slots__ = ("fn_id", "fn_bytes", "args", "buffers", "fn_name", "batch", "kind", "items", "fn_in_buffer")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                  kind: str = "call", fn_name: str | None = None) -> None:
         pickled = dump_function_cached(fn)
         self.fn_id, self.fn_bytes = pickled.fn_id, pickled.payload
-        self.args, self.buffers = dump_args(fn, args, kwargs)
+        self.fn_in_buffer = len(self.fn_bytes) > INBAND_MAX
+        self._set_args(*dump_args(fn, args, kwargs))
         self.fn_name = fn_name or pickled.name
         self.batch = False
         self.kind = kind
         self.items = 1
+
+    def _set_args(self, args: bytes, buffers: list[Any]) -> None:
+        self.args = args
+        self.buffers = [self.fn_bytes, *buffers] if self.fn_in_buffer else buffers
+
+    @property
+    def args_nbytes(self) -> int:
+        """Bytes of the pickled arguments, in band and out of band (the function not counted)."""
+        buffers = self.buffers[1:] if self.fn_in_buffer else self.buffers
+        return len(self.args) + sum(memoryview(b).nbytes for b in buffers)
 
     def __repr__(self) -> str:
         return f"<Prepared {self.fn_name} kind={self.kind} items={self.items}>"
@@ -39,6 +54,6 @@ class Prepared:
     def with_chunk(self, chunk: list[Any]) -> Prepared:
         """This function applied to each item of `chunk` (a `map` batch; the items pickled here)."""
         prep = copy.copy(self)
-        prep.args, prep.buffers = dump_value(chunk)
+        prep._set_args(*dump_value(chunk, "map items"))
         prep.batch, prep.kind, prep.items = True, "call", len(chunk)
         return prep

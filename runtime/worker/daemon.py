@@ -17,7 +17,6 @@ import collections
 import contextlib
 import logging
 import os
-import pickle
 import select
 import signal
 import sys
@@ -48,7 +47,7 @@ from ...protocol import (
 from ...protocol.messages import PROTOCOL_VERSION, STDERR, STDOUT
 from ..onnode.context import set_instance_info
 from ..onnode.setup import FN_CACHE_LIMIT, python_version, skyhive_version
-from ..serialize import dump_exception, dump_value
+from ..serialize import dump_exception, dump_value, load_value
 from .capture import FLUSH_DELAY, FdPump, Flusher, TaskStream
 
 log = logging.getLogger("skyhive.worker")
@@ -304,8 +303,8 @@ class Worker:
         ok, cancelled = True, False
         value: Any = None
         try:
-            fn = self._function(sub)
-            args = pickle.loads(sub.args, buffers=sub.buffers)
+            fn, buffers = self._function(sub)
+            args = load_value(sub.args, buffers)
             if sub.options.get("kind") == "setup":
                 self._setup(fn)
             else:
@@ -346,16 +345,24 @@ class Worker:
         a, kw = args
         return fn(*a, **kw)
 
-    def _function(self, sub: Submit) -> Callable[..., Any]:
+    def _function(self, sub: Submit) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        """The task's function, and the out-of-band buffers of its arguments. A large function
+        travels as buffer 0 (option ``fn_buffer``), with every call."""
+        buffers = sub.buffers
+        payload: Any = sub.fn
+        if sub.options.get("fn_buffer"):
+            if not buffers:
+                raise RuntimeError("task announced its function as a buffer and sent none (client bug)")
+            payload, buffers = buffers[0], buffers[1:]
         fn = self.fns.get(sub.fn_id)
         if fn is None:
-            if not sub.fn:
+            if not payload:
                 raise RuntimeError("worker does not hold the function this task refers to (client bug)")
-            fn = cloudpickle.loads(sub.fn)
+            fn = cloudpickle.loads(payload)
             if len(self.fns) >= FN_CACHE_LIMIT:
                 self.fns.clear()
             self.fns[sub.fn_id] = fn
-        return fn
+        return fn, buffers
 
     def _setup(self, setup: Any) -> None:
         from ..onnode.context import instance_info
