@@ -285,3 +285,23 @@ async def test_a_worker_restarted_after_a_crash_fails_clearly_instead_of_hanging
     lost = [e.detail for e in read_log(path)
             if type(e).__name__ == "WorkerStateChanged" and e.state == "lost" and e.node == 1]
     assert any("WorkerRestarted" in d and "cannot re-join the torch process group" in d for d in lost), lost
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_after_a_rank_is_lost_the_next_call_carries_the_real_cause():
+    # default restart policy: the restarted rank's refusal is final, so it is not retried until
+    # the restart budget runs out, and the error says why the node failed
+    async with sky.Pool(provider=sky.Local(), nodes=2, plugins=[sky.plugins.torch()], restart_backoff=0.05) as pool:
+        assert await pool.broadcast(ranks) == [0, 1]
+        with pytest.raises(sky.WorkerLost):
+            await pool.broadcast(crash_on_rank_1)
+        with pytest.raises(sky.WorkerLost) as lost:
+            await pool.broadcast(ranks)
+        starts = pool._runtime.nodes[1].starts[0]
+    message = str(lost.value)
+    assert "node 1" in message and "WorkerRestarted" in message, message
+    assert "cannot re-join the torch process group" in message, message
+    assert "worker losses within" not in message, message
+    assert isinstance(lost.value.__cause__, WorkerRestarted), repr(lost.value.__cause__)
+    assert starts == 2  # started once, restarted once: the refusal was not retried

@@ -211,11 +211,14 @@ class PoolRuntime:
                     break
                 await self._slots_changed.wait()
                 self._check_open()
+        states = self.log.state.nodes
         raise WorkerLost(
-            f"no worker of pool {self.pool_id} is available "
-            f"({', '.join(f'node {n.index}: {n.state.value}' for n in self.nodes)})",
+            f"no worker of pool {self.pool_id} is available ("
+            + ", ".join(f"node {n.index}: {n.state.value}"
+                        + (f" ({states[n.index].detail})" if n.state is NodeState.FAILED and states[n.index].detail else "")
+                        for n in self.nodes) + ")",
             node=-1,
-        )
+        ) from next((n.failure for n in self.nodes if n.failure is not None), None)
 
     def _all_channels_nowait(self) -> list[WorkerChannel] | None:
         channels: list[WorkerChannel] = []
@@ -223,7 +226,7 @@ class PoolRuntime:
             if n.state is not NodeState.READY:
                 detail = self.log.state.nodes[n.index].detail
                 raise WorkerLost(f"node {n.index} of pool {self.pool_id} is {n.state.value}"
-                                 + (f" ({detail})" if detail else ""), node=n.index)
+                                 + (f" ({detail})" if detail else ""), node=n.index) from n.failure
             for c in n.channels:
                 if c is None or not c.usable:
                     return None
