@@ -18,7 +18,7 @@ ERRORS = {
     "SkyhiveError", "ProtocolError", "ProvisionError", "NodeUnreachable", "SSHError", "HostUnreachable",
     "HostKeyChanged", "AuthenticationFailed", "BootstrapError", "PythonMismatch", "SetupFailed",
     "ProviderNotAvailable", "CloudAPIError", "WorkerLost", "TaskTimeout", "RemoteError", "SerializationError", "PoolClosed",
-    "OutputStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
+    "OutputStalled", "EventsStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
     "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
 }
 PUBLIC = {

@@ -56,7 +56,8 @@ class PoolRuntime:
         self.spec = ClusterSpec(pool_id=self.pool_id, nodes=nodes, processes_per_node=processes_per_node,
                                 accelerator=accelerator, cpus=cpus, memory_gb=memory_gb)
         secrets = frozenset(image.secret_values()) if image is not None else frozenset()
-        self.log = EventLog(self.pool_id, path=pool_log_path(self.pool_id) if log_events else None, secrets=secrets)
+        self.log = EventLog(self.pool_id, path=pool_log_path(self.pool_id) if log_events else None, secrets=secrets,
+                            output_limit=settings.log_output_limit)
         self.infos: dict[tuple[int, int], InstanceInfo] = {}
         self.router = OutputRouter(self.log, output, self.infos, multi_process=processes_per_node > 1)
         self.handles: dict[int, NodeHandle] = {}  # node -> handle, once the node runs

@@ -1,6 +1,7 @@
 """Where task output goes: the event log, `pool.output()` subscribers, and the caller's terminal.
 
-Every `Output` frame becomes one `OutputChunk` event (always), one `OutputRecord` for each
+Every `Output` frame becomes one `OutputChunk` event (until the pool's `log_output_limit`: see
+`EventLog.log_output`), one `OutputRecord` for each
 `pool.output()` subscriber, and — if the node is selected by the call's or the pool's `output=` —
 lines printed with a `[node N]` prefix. Selection (`output=`) takes the same forms as the
 worker-side decorators: "all", "head", a node index, a tuple of node indexes, a predicate on
@@ -38,7 +39,6 @@ from ...errors import OutputStalled
 from ...protocol.info import InstanceInfo
 from ...protocol.messages import STDERR
 from ..events.log import EventLog
-from ..events.types import OutputChunk
 from .printer import PARTIAL_DELAY, TerminalPrinter
 from .redact import NOTHING_HELD, StreamRedactor
 from .selection import OutputSpec, selector
@@ -154,11 +154,11 @@ class OutputRouter:
                  text: str) -> None:
         name = _NAMES.get(stream, "stdout")
         task = call.task_id if call is not None else 0
-        event = self._log.emit(OutputChunk, task=task, node=node, local_rank=rank, stream=name, text=text)
-        text = event.text  # redacted
+        # (with secrets, `text` was redacted by the StreamRedactor; the log redacts what it logs again)
+        self._log.log_output(task=task, node=node, local_rank=rank, stream=name, text=text)
         self.records += 1
         if self._subscribers:
-            record = OutputRecord(node, rank, name, text, event.ts, task)
+            record = OutputRecord(node, rank, name, text, time.time(), task)
             over = False
             for sub in self._subscribers:
                 over = sub.put(record) or over
