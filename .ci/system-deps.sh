@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# System packages the real-host tests need: OpenSSH server (sshd, ssh-keygen) and iproute2 (ip).
+# System packages the real-host tests need: OpenSSH server (sshd, ssh-keygen), iproute2 (ip) and
+# Slurm (slurmctld, slurmd, the client commands, munge) for the Slurm provider's tests.
 # Installs only what is missing, with apt-get, non-interactively. Without root or apt-get it says
 # why and exits 0: the tests that need these then skip with a reason.
 set -euo pipefail
@@ -27,16 +28,29 @@ if ! have ip /usr/sbin/ip /sbin/ip; then
     missing+=(iproute2)
 fi
 
+if ! have slurmctld /usr/sbin/slurmctld; then
+    missing+=(slurmctld)
+fi
+if ! have slurmd /usr/sbin/slurmd; then
+    missing+=(slurmd)
+fi
+if ! have sbatch /usr/bin/sbatch; then
+    missing+=(slurm-client)
+fi
+if ! have munged /usr/sbin/munged; then
+    missing+=(munge)
+fi
+
 if [ "${#missing[@]}" -eq 0 ]; then
-    echo "system-deps: sshd, ssh-keygen and ip are present; nothing to install"
+    echo "system-deps: sshd, ssh-keygen, ip and Slurm are present; nothing to install"
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
-    echo "system-deps: not root, cannot install ${missing[*]}; the real-sshd/namespace tests will skip"
+    echo "system-deps: not root, cannot install ${missing[*]}; the real-sshd/namespace/Slurm tests will skip"
     exit 0
 fi
 if ! have apt-get; then
-    echo "system-deps: apt-get not found, cannot install ${missing[*]}; the real-sshd/namespace tests will skip"
+    echo "system-deps: apt-get not found, cannot install ${missing[*]}; the real-sshd/namespace/Slurm tests will skip"
     exit 0
 fi
 

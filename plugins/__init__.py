@@ -3,6 +3,7 @@
     sky.Pool(..., plugins=[sky.plugins.torch()])                          # DDP, process group ready
     sky.Pool(..., plugins=[sky.plugins.jax(), sky.plugins.keras("jax")])  # Keras across processes
     sky.Pool(..., plugins=[sky.plugins.huggingface(token=...)])           # libraries + secret token
+    sky.Pool(..., plugins=[sky.plugins.sklearn()])                        # n_jobs=-1 runs on the pool
 
 Each factory returns a small plain object with the hooks of `skyhive.plugins.api` (any object with
 those hooks is a plugin too). None of these modules imports torch, jax or keras: that happens on the
@@ -23,15 +24,17 @@ from .api import Plugin as Plugin
 from .api import apply_transforms as apply_transforms
 from .huggingface import huggingface as huggingface
 from .jax import jax as jax
+from .joblib import joblib as joblib
+from .joblib import sklearn as sklearn
 from .keras import keras as keras
 from .torch import torch as torch
 
 __all__ = ["Plugin", "InstanceInfo", "apply_transforms", "torch", "jax", "keras", "huggingface",
-           "WorkerRestarted", "installed", "ENTRY_POINT_GROUP"]
+           "joblib", "sklearn", "WorkerRestarted", "installed", "ENTRY_POINT_GROUP"]
 
 #: Entry-point group through which other packages add plugins (name = "module:factory").
 ENTRY_POINT_GROUP = "skyhive.plugins"
-_BUILT_IN = ("torch", "jax", "keras", "huggingface")
+_BUILT_IN = ("torch", "jax", "keras", "huggingface", "joblib", "sklearn")
 
 
 def installed() -> list[str]:

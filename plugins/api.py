@@ -1,4 +1,5 @@
-"""The plugin API: a plugin is a small object with optional hooks.
+"""The plugin API: a plugin is a small object with optional hooks, each declared below as a Protocol
+(`TransformHook`, `AppHook`, `TaskHook`) that the runtime checks with `isinstance`.
 
 - `transform(image, pool) -> image` — client side, before the nodes are set up: add pip packages,
   indexes, environment variables (use the `Image.with_*` helpers so plugins do not clobber each other).
@@ -12,19 +13,67 @@ object and import heavy frameworks (torch, jax) inside the worker-side hooks onl
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import re
-from collections.abc import Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ..errors import WorkerRestarted
-from ..protocol.info import RESTART_ENV
+from ..protocol.info import ENV_VAR, RESTART_ENV
 from ..protocol.info import InstanceInfo as InstanceInfo
 
-__all__ = ["Plugin", "InstanceInfo", "apply_transforms", "requirement", "refuse_if_restarted", "restarted_message"]
+if TYPE_CHECKING:
+    from .image import Image
+
+__all__ = ["Plugin", "TransformHook", "AppHook", "TaskHook", "ClientHook", "InstanceInfo", "apply_transforms", "requirement",
+           "refuse_if_restarted", "restarted_message", "with_plugin"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _CONSTRAINT = re.compile(r"\s*(===|==|!=|~=|<=|>=|<|>)")
 _VERSION = re.compile(r"[0-9][0-9A-Za-z.+!*-]*\Z")
+
+
+@runtime_checkable
+class TransformHook(Protocol):
+    """Client side, when the pool opens, before any node is set up."""
+
+    def transform(self, image: Image, pool: Any) -> Image:
+        """Return a new `Image` with what the plugin needs (use `Image.with_*`); never mutate `image`."""
+        ...
+
+
+@runtime_checkable
+class AppHook(Protocol):
+    """On each worker process, for its lifetime."""
+
+    def around_app(self, info: InstanceInfo) -> AbstractContextManager[Any]:
+        """A context manager entered before the worker's first task and exited at its shutdown (set
+        up a process group in it, tear it down in its `finally`). Raising fails the worker's start."""
+        ...
+
+
+@runtime_checkable
+class TaskHook(Protocol):
+    """On each worker process, around every task."""
+
+    def around_task(self, info: InstanceInfo) -> AbstractContextManager[Any]:
+        """A context manager around one task (its exception is the task's)."""
+        ...
+
+
+@runtime_checkable
+class ClientHook(Protocol):
+    """Client side, for the pool's lifetime (the joblib plugin registers its backend here)."""
+
+    def around_client(self, pool: Any) -> AbstractContextManager[Any]:
+        """A context manager entered once the pool is open and exited before it closes (a raise
+        while entering closes the pool and propagates)."""
+        ...
 
 
 class Plugin:
@@ -36,15 +85,14 @@ class Plugin:
         return f"<plugin {self.name}>"
 
 
-def apply_transforms(plugins: Sequence[Any], image: Any, pool: Any) -> Any:
+def apply_transforms(plugins: Sequence[Any], image: Image | None, pool: Any) -> Image:
     """Run every plugin's `transform` in order, starting from `image` (an empty `Image` if None)."""
     from .image import Image
 
     image = image if image is not None else Image()
     for plugin in plugins:
-        transform = getattr(plugin, "transform", None)
-        if transform is not None:
-            image = transform(image, pool)
+        if isinstance(plugin, TransformHook):
+            image = plugin.transform(image, pool)
             if not isinstance(image, Image):
                 raise TypeError(f"{plugin!r}.transform() must return an Image, got {type(image).__name__}")
     return image
@@ -91,3 +139,35 @@ def restarted_message(framework: str, info: InstanceInfo, restarts: str) -> str:
         f"process cannot re-join the {framework} process group the other ranks are still in. "
         "Close the pool and open a new one (resume training from a checkpoint)."
     )
+
+
+# ---- the decorator form (`@sky.integrations.torch`) ------------------------------------------------
+
+_entered: dict[str, contextlib.ExitStack] = {}  # per worker process: plugin name -> its open hook
+_lock = threading.Lock()
+
+
+def _enter_once(plugin: Any) -> None:
+    text = os.environ.get(ENV_VAR)
+    if not text or not isinstance(plugin, AppHook):
+        return  # not on a node (or nothing to set up)
+    key = getattr(plugin, "name", type(plugin).__name__)
+    with _lock:
+        if key in _entered:
+            return
+        stack = contextlib.ExitStack()
+        stack.enter_context(plugin.around_app(InstanceInfo.from_json(text)))
+        _entered[key] = stack  # kept open for the worker process's life, like around_app on the pool
+
+
+def with_plugin(plugin: Any, fn: F) -> F:
+    """`fn`, with `plugin`'s worker-side setup entered (once per process) before it runs on a node."""
+    if not callable(fn):
+        raise TypeError(f"@integrations.{getattr(plugin, 'name', 'plugin')} decorates a function, got {type(fn).__name__}")
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        _enter_once(plugin)
+        return fn(*args, **kwargs)
+
+    return run  # type: ignore[return-value]

@@ -17,10 +17,13 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import HuggingFaceLoginError
 from .api import InstanceInfo, Plugin
+
+if TYPE_CHECKING:
+    from .image import Image
 
 __all__ = ["HuggingFacePlugin", "huggingface", "HuggingFaceLoginError", "PACKAGES", "TOKEN_ENV"]
 
@@ -56,7 +59,7 @@ class HuggingFacePlugin(Plugin):
         # the workers get the token from their environment, never from the pickled plugin
         return {**self.__dict__, "_token": None}
 
-    def transform(self, image: Any, pool: Any) -> Any:
+    def transform(self, image: Image, pool: Any) -> Image:
         """Add the HuggingFace packages and, when there is a token, `HF_TOKEN` as a secret."""
         image = image.with_pip(*self.packages)
         if self._token is not None:

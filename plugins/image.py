@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-__all__ = ["Image", "FrozenMap", "SecretMap"]
+__all__ = ["Image", "PipIndex", "FrozenMap", "SecretMap"]
 
 #: Bump when the canonical form changes, so old cache entries are not mistaken for new ones.
 _CANONICAL_VERSION = 1
@@ -66,6 +66,24 @@ class SecretMap(FrozenMap):
         return f"{type(self).__name__}({_masked(self)!r})"
 
 
+@dataclass(frozen=True, slots=True)
+class PipIndex:
+    """A package index for `Image(pip_indexes=[...])`, the seeds' spelling: `PipIndex(url=...)`.
+
+    `packages` names what the index is meant for; skyhive adds the index for every package (pip's
+    `--extra-index-url` has no per-package scope), so list packages whose names the index does not
+    shadow — see docs/seeds.md.
+    """
+
+    url: str
+    packages: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not _URL.match(self.url):
+            raise ValueError(f"PipIndex(url={self.url!r}) is not a URL (https://…, file://…)")
+        object.__setattr__(self, "packages", _strings("PipIndex.packages", self.packages))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True, repr=False)
 class Image:
     """The environment of a node.
@@ -95,7 +113,7 @@ class Image:
     # and a `SecretMap` (secrets).
     python: str | None = None
     pip: Sequence[str] = ()
-    pip_indexes: Sequence[str] = ()
+    pip_indexes: Sequence[str | PipIndex] = ()
     find_links: Sequence[str] = ()
     apt: Sequence[str] = ()
     env: Mapping[str, str] = field(default_factory=FrozenMap)
@@ -111,6 +129,9 @@ class Image:
                 raise ValueError(
                     f"Image.python must look like '3.11' or '3.11.7', got {self.python!r}"
                 )
+        if not isinstance(self.pip_indexes, str):  # a `PipIndex` entry stands for its URL
+            object.__setattr__(self, "pip_indexes", tuple(
+                i.url if isinstance(i, PipIndex) else i for i in self.pip_indexes))
         for name in _SEQUENCE_FIELDS:
             object.__setattr__(self, name, _strings(name, getattr(self, name)))
         for url in self.pip_indexes:

@@ -21,10 +21,13 @@ import errno
 import os
 import socket
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CoordinatorPortInUse
 from .api import InstanceInfo, Plugin, refuse_if_restarted
+
+if TYPE_CHECKING:
+    from .image import Image
 
 __all__ = ["JaxPlugin", "jax", "jax_env", "coordinator_port", "PORT_ENV", "CoordinatorPortInUse"]
 
@@ -90,7 +93,7 @@ class JaxPlugin(Plugin):
     def __repr__(self) -> str:
         return f"<plugin jax {self.package}>"
 
-    def transform(self, image: Any, pool: Any) -> Any:
+    def transform(self, image: Image, pool: Any) -> Image:
         """Add the jax package; on a Local pool, pick the coordinator's port (see the module)."""
         image = image.with_pip(self.package)
         provider = getattr(pool, "provider", None)

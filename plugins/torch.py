@@ -23,11 +23,14 @@ import re
 import socket
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import WorkerRestarted
 from ..protocol.info import RESTART_ENV
 from .api import InstanceInfo, Plugin, refuse_if_restarted, requirement
+
+if TYPE_CHECKING:
+    from .image import Image
 
 __all__ = ["TorchPlugin", "torch", "requirement", "wheel_index", "is_cuda", "distributed_env", "rendezvous_listener",
            "threads_per_process", "WorkerRestarted", "RESTART_ENV"]
@@ -145,7 +148,7 @@ class TorchPlugin(Plugin):
 
     # -- client side ---------------------------------------------------------------------------
 
-    def transform(self, image: Any, pool: Any) -> Any:
+    def transform(self, image: Image, pool: Any) -> Image:
         """Add the torch packages and the wheel index for the pool's accelerator (CPU if none)."""
         index = wheel_index(self.cuda, getattr(pool, "accelerator", None))
         return image.with_pip(*self.requirements).with_pip_indexes(index)

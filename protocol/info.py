@@ -7,6 +7,7 @@ of a task can read it too) and is what `skyhive.instance_info()` returns on a no
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import asdict, dataclass, field
 
 __all__ = ["Peer", "InstanceInfo", "ENV_VAR", "RESTART_ENV"]
@@ -24,6 +25,30 @@ class Peer:
     node: int
     addr: str
     accelerators: int = 0
+
+    # Read as a mapping too, as the seeds' examples do: peer["private_ip"], peer["node"], peer.get(...)
+    _KEYS = ("node", "private_ip", "public_ip", "accelerators")
+
+    @property
+    def private_ip(self) -> str:
+        """The address peers use (`addr`)."""
+        return self.addr
+
+    @property
+    def public_ip(self) -> None:
+        """Not known to the node (the client reaches nodes its own way); always None."""
+        return None
+
+    def __getitem__(self, key: str) -> object:
+        if key not in self._KEYS:
+            raise KeyError(f"{key!r} (a peer has {', '.join(self._KEYS)})")
+        return getattr(self, key)
+
+    def get(self, key: str, default: object = None) -> object:
+        return self[key] if key in self._KEYS else default
+
+    def keys(self) -> tuple[str, ...]:
+        return self._KEYS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +69,7 @@ class InstanceInfo:
     peers: tuple[Peer, ...] = field(default_factory=tuple)
     local_rank: int = 0
     processes_per_node: int = 1
+    accelerator: str | None = None  # the accelerator model on this node ("A100"), None without one
 
     def __post_init__(self) -> None:
         if not 0 <= self.node < self.total_nodes:
@@ -67,6 +93,49 @@ class InstanceInfo:
     def world_size(self) -> int:
         """Number of worker processes in the pool: `total_nodes * processes_per_node`."""
         return self.total_nodes * self.processes_per_node
+
+    # ---- the names the seeds' and Skyward's examples read -----------------------------------------
+
+    @property
+    def job_id(self) -> str:
+        """The pool id (one pool = one job)."""
+        return self.pool_id
+
+    @property
+    def hostname(self) -> str:
+        """This machine's host name."""
+        return socket.gethostname()
+
+    @property
+    def worker(self) -> int:
+        """This worker process's index on its node (`local_rank`)."""
+        return self.local_rank
+
+    @property
+    def workers_per_node(self) -> int:
+        """Worker processes per node (`processes_per_node`)."""
+        return self.processes_per_node
+
+    @property
+    def global_worker_index(self) -> int:
+        """This worker process's index in the pool (`rank`)."""
+        return self.rank
+
+    @property
+    def total_workers(self) -> int:
+        """Worker processes in the pool (`world_size`)."""
+        return self.world_size
+
+    @property
+    def total_accelerators(self) -> int:
+        """Accelerators in the whole pool (the sum over the peers)."""
+        return sum(p.accelerators for p in self.peers) if self.peers else self.accelerators
+
+    @property
+    def network(self) -> dict[str, str]:
+        """What this node's network looks like to its peers: `{"private_ip": ...}`."""
+        mine = next((p.addr for p in self.peers if p.node == self.node), self.head_addr if self.is_head else "")
+        return {"private_ip": mine}
 
     def to_json(self) -> str:
         """The JSON text exported as `COMPUTE_POOL`."""

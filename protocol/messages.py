@@ -29,6 +29,7 @@ __all__ = [
     "Resume",
     "Ack",
     "Goodbye",
+    "Item",
     "MESSAGE_TYPES",
     "TAGS",
     "STDOUT",
@@ -37,7 +38,8 @@ __all__ = [
 
 #: Bumped on any change to framing or to a message's wire fields.
 #: 2: `Resume.received`, `Ack`, `Goodbye` (resumable links, see `resume`).
-PROTOCOL_VERSION = 2
+#: 3: `Item` (a generator task streams its items).
+PROTOCOL_VERSION = 3
 
 #: `Output.stream` values.
 STDOUT = 1
@@ -218,8 +220,23 @@ class Goodbye(Message):
     exit_status: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Item(Message):
+    """Worker → client: the next item a generator task yielded, while it runs.
+
+    `index` counts a task's items from 0, in the order yielded; `value` is the pickled item. The
+    task's `Result` follows its last item (its value: how many items there were).
+    """
+
+    tag: ClassVar[int] = 15
+    task_id: int
+    index: int
+    value: bytes
+
+
 MESSAGE_TYPES: tuple[type[Message], ...] = (
     Hello, Welcome, Submit, Started, Output, Result, Cancel, Ping, Pong, Shutdown, Chunk, Resume, Ack, Goodbye,
+    Item,
 )
 
 #: tag -> message class, the one table the codec uses.

@@ -13,6 +13,7 @@ from .messages import (
     Cancel,
     Chunk,
     Hello,
+    Item,
     Message,
     Output,
     Ping,
@@ -62,9 +63,11 @@ TRANSITIONS: dict[Row, State] = {
     (_W, _READY, RECV, Cancel): _READY,
     (_W, _READY, SEND, Started): _READY,
     (_W, _READY, SEND, Output): _READY,
+    (_W, _READY, SEND, Item): _READY,
     (_W, _READY, SEND, Result): _READY,
     (_C, _READY, RECV, Started): _READY,
     (_C, _READY, RECV, Output): _READY,
+    (_C, _READY, RECV, Item): _READY,
     (_C, _READY, RECV, Result): _READY,
     # out-of-band buffers and heartbeats, both ways
     **{(r, _READY, d, m): _READY for r in Role for d in (SEND, RECV) for m in (Chunk, Ping, Pong)},
@@ -72,8 +75,8 @@ TRANSITIONS: dict[Row, State] = {
     (_C, _READY, SEND, Shutdown): State.CLOSED,
     (_W, _READY, RECV, Shutdown): State.CLOSED,
     # a worker still finishing (plugin teardown) may go on reporting after Shutdown
-    **{(_W, State.CLOSED, SEND, m): State.CLOSED for m in (Output, Result, Chunk, Pong, Started)},
-    **{(_C, State.CLOSED, RECV, m): State.CLOSED for m in (Output, Result, Chunk, Pong, Started)},
+    **{(_W, State.CLOSED, SEND, m): State.CLOSED for m in (Output, Item, Result, Chunk, Pong, Started)},
+    **{(_C, State.CLOSED, RECV, m): State.CLOSED for m in (Output, Item, Result, Chunk, Pong, Started)},
 }
 
 

@@ -61,6 +61,9 @@ class ClusterSpec:
     cpus: float | None = None  # at least this many vCPUs per node
     memory_gb: float | None = None  # at least this much memory per node
     spot: bool | None = None  # None: the provider's own setting
+    # "spot" | "on-demand" | "spot-if-available" (try spot, fall back) | "cheapest"; None: the
+    # provider's default. `spot` agrees with it (True / False for the first two, else None).
+    allocation: str | None = None
     tags: tuple[tuple[str, str], ...] = ()  # extra tags/labels the user asked for
 
 
@@ -86,6 +89,9 @@ class LocalReach(Reach):
 
     kind: ClassVar[str] = "local"
     cwd: str | None = None
+    # when this Python does not satisfy the pool's Image: build the Image's environment (cached by
+    # content hash, as SSH nodes do) instead of refusing
+    build_env: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,6 +115,9 @@ class SSHReach(Reach):
     # seconds with no SSH client connected (cloud nodes: the last defence against a forgotten machine)
     idle_shutdown: float = 0.0
     shutdown_command: str = "sudo shutdown -h now"
+    # run before bootstrap looks at the node, until it exits (a fresh cloud machine: wait for its first-boot
+    # setup, e.g. `cloud-init status --wait`); "" for none
+    ready_command: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,6 +209,12 @@ class Provider(abc.ABC):
     async def list_owned(self, pool_id: str) -> list[NodeHandle]:
         """The nodes this provider still holds for `pool_id` (found by tag), for cleaning up after a crash."""
         return []
+
+    async def owned_summary(self, pool_id: str) -> str | None:
+        """One short line for `skyhive ls` about what this provider holds for `pool_id` now ("job 12
+        RUNNING"), when finding out is cheap (one scheduler query); None (the default) when it is not
+        (logging in to hosts, cloud API calls): `skyhive ls` then shows only the pool's log."""
+        return None
 
     # ---- policy ---------------------------------------------------------------------------------------
 

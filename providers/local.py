@@ -6,6 +6,7 @@ import os
 import socket
 from collections.abc import Sequence
 
+from .accelerators import local_devices, warn_missing
 from .base import ClusterSpec, LocalReach, NodeHandle, Provider
 
 __all__ = ["Local"]
@@ -14,24 +15,35 @@ __all__ = ["Local"]
 class Local(Provider):
     """Nodes are worker processes on this machine, using this Python (the embedded default).
 
+    When this Python does not satisfy the pool's Image (a package missing, a pin not met), the pool is
+    refused naming what differs — or, with `build_env=True`, the Image's environment is built once
+    under the state directory (a venv, cached by the Image's content hash, exactly as on SSH nodes)
+    and the workers run in it.
+
     Each node gets its own `instance_info()`; `head_addr` is 127.0.0.1 and `head_port` a free port
     picked for the pool. Nothing outlives the pool: workers exit when the client's pipe closes.
     """
 
     name = "local"
 
-    def __init__(self, *, cwd: str | None = None) -> None:
+    def __init__(self, *, cwd: str | None = None, build_env: bool = False) -> None:
         self.cwd = cwd
+        self.build_env = bool(build_env)
 
     def __repr__(self) -> str:
-        return "Local()"
+        return "Local(build_env=True)" if self.build_env else "Local()"
 
     async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
         """Handles for these node indices, already running (declared in `Provider.launch`)."""
         cwd = self.cwd or os.getcwd()
+        devices: tuple[str, ...] = ()
+        if spec.accelerator:  # this machine is what it is: say so when it lacks what was asked
+            devices = local_devices()
+            warn_missing(spec.accelerator, devices, where="Local (this machine)")
         return [
             NodeHandle(node=i, provider_id=f"local-{spec.pool_id}-{i}", private_addr="127.0.0.1",
-                       reach=LocalReach(cwd=cwd))
+                       reach=LocalReach(cwd=cwd, build_env=self.build_env), accelerators=len(devices),
+                       accelerator=devices[0] if devices else None)
             for i in nodes
         ]
 

@@ -38,11 +38,12 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "local": ("skyhive.providers.local", "Local"),
     "ssh": ("skyhive.providers.ssh", "SSH"),
     "aws": ("skyhive.providers.cloud.aws", "AWS"),
-    "gcp": ("skyhive.providers.gcp", "GCP"),
-    "azure": ("skyhive.providers.azure", "Azure"),
-    "digitalocean": ("skyhive.providers.digitalocean", "DigitalOcean"),
+    "gcp": ("skyhive.providers.cloud.gcp", "GCP"),
+    "azure": ("skyhive.providers.cloud.azure", "Azure"),
+    "digitalocean": ("skyhive.providers.cloud.digitalocean", "DigitalOcean"),
     "slurm": ("skyhive.providers.slurm", "Slurm"),
     "simulated": ("skyhive.providers.simulated", "Simulated"),
+    "fallback": ("skyhive.providers.fallback", "Fallback"),
 }
 # the spellings SkyPilot task files use for the same clouds
 _ALIASES = {"do": "digitalocean", "ec2": "aws", "gce": "gcp", "google": "gcp", "amazon": "aws"}

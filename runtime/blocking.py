@@ -30,6 +30,19 @@ class AsyncPool(Protocol):
     async def gather(self, calls: Sequence[PendingCall], **kwargs: Any) -> list[Any]: ...
     def output(self, **kwargs: Any) -> Any: ...
     def statistics(self) -> dict[str, Any]: ...
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any: ...
+    def _submit_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                     **options: Any) -> Any: ...
+    def gather_stream(self, calls: Sequence[PendingCall], **kwargs: Any) -> Any: ...
+    def _stream_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                     **options: Any) -> Any: ...
+    async def _run_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                        **options: Any) -> Any: ...
+    async def _broadcast_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                              **options: Any) -> list[Any]: ...
+    async def _gather_calls(self, calls: Sequence[PendingCall], **options: Any) -> tuple[Any, ...]: ...
+    @property
+    def workers(self) -> int: ...
     @property
     def id(self) -> str: ...
     @property
@@ -91,6 +104,37 @@ class BlockingPool:
         """See `Pool.gather`."""
         return self._call(self.pool.gather, calls, **kwargs)
 
+    def gather_stream(self, calls: Sequence[PendingCall], **kwargs: Any) -> Iterator[Any]:
+        """See `Pool.gather_stream`: the same results, as a blocking iterator."""
+        stream = self._call(_open_gather_stream, self.pool, calls, kwargs)
+        portal = self._portal
+        assert portal is not None
+        return _records(portal, stream)
+
+    _gather_stream = gather_stream
+
+    def stream(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        """See `Pool.stream`: the items as a blocking iterator (`for item in pool.stream(fn, x)`)."""
+        return self._stream_call(fn, args, kwargs)
+
+    def _stream_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                     **options: Any) -> Iterator[Any]:
+        stream = self._call(_open_stream, self.pool, fn, args, kwargs, options)
+        portal = self._portal
+        assert portal is not None
+        return _records(portal, stream)
+
+    # `fn(x) >> pool`, `fn(x) @ pool`, `gather(...) >> pool`: the user's arguments as they are
+    def _run_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], **options: Any) -> T:
+        return self._call(self.pool._run_call, fn, args, kwargs, **options)
+
+    def _broadcast_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any],
+                        **options: Any) -> list[T]:
+        return self._call(self.pool._broadcast_call, fn, args, kwargs, **options)
+
+    def _gather_calls(self, calls: Sequence[PendingCall], **options: Any) -> tuple[Any, ...]:
+        return self._call(self.pool._gather_calls, calls, **options)
+
     def output(self, **kwargs: Any) -> Iterator[OutputRecord]:
         """See `Pool.output`: the same records, as a blocking iterator (for another thread than the
         one making calls). Registered when called, so nothing written after this call is missed;
@@ -99,6 +143,18 @@ class BlockingPool:
         portal = self._portal
         assert portal is not None
         return _records(portal, stream)
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Any:
+        """See `Pool.submit`: a `concurrent.futures.Future`, from any thread."""
+        return self.pool.submit(fn, *args, **kwargs)
+
+    def _submit_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any],
+                     **options: Any) -> Any:
+        return self.pool._submit_call(fn, args, kwargs, **options)
+
+    @property
+    def workers(self) -> int:
+        return self.pool.workers
 
     @property
     def id(self) -> str:
@@ -116,11 +172,20 @@ async def _stats(pool: AsyncPool) -> dict[str, Any]:
     return pool.statistics()
 
 
+async def _open_stream(pool: AsyncPool, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                       options: dict[str, Any]) -> Any:
+    return pool._stream_call(fn, args, kwargs, **options)
+
+
+async def _open_gather_stream(pool: AsyncPool, calls: Sequence[PendingCall], kwargs: dict[str, Any]) -> Any:
+    return pool.gather_stream(calls, **kwargs)
+
+
 async def _open_output(pool: AsyncPool, kwargs: dict[str, Any]) -> Any:
     return pool.output(**kwargs)
 
 
-def _records(portal: BlockingPortal, stream: Any) -> Iterator[OutputRecord]:
+def _records(portal: BlockingPortal, stream: Any) -> Iterator[Any]:
     try:
         while True:
             try:

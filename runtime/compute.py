@@ -1,93 +1,171 @@
-"""`@sky.compute` and the operators users of similar tools know.
+"""`@sky.compute` (alias `@sky.function`) and the operators users of similar tools know.
 
-    @sky.compute
+    @sky.compute                  # or @sky.compute(timeout=600), @sky.function
     def train(x): ...
 
-    train(1) @ pool             # broadcast: every worker, results in rank order
-    train(1) >> pool            # one worker (the least busy)
-    sky.gather(train(1), train(2)) >> pool   # spread over the workers, results in order
+    train(1) @ pool               # broadcast: every worker, results in rank order
+    train(1) >> pool              # one worker (the least busy)
+    train(1).with_timeout(60) >> pool
+    future = train(1) > pool      # started now; future.result() later (a concurrent.futures.Future)
+    sky.gather(train(1), train(2)) >> pool   # spread over the workers: a tuple, in order
+    (train(1) & train(2)) >> pool            # the same gather (`>>` binds tighter than `&`)
+    sky.gather(..., stream=True, ordered=False) >> pool   # results as they complete
 
-With an async pool these give awaitables; with `with sky.Pool(...)` they give results.
+With an async pool these give awaitables (a streamed gather gives an async iterator); with
+`with sky.Pool(...)` they give results (a streamed gather gives an iterator).
+
+The user's arguments reach the function untouched, whatever their names: a call option has its own
+spelling (`@sky.compute(timeout=...)`, `.with_timeout()`), never a keyword of the call, so
+`fetch(url, timeout=30) >> pool` passes `timeout=30` to `fetch`.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
-__all__ = ["compute", "Compute", "PendingCall", "Gathered", "gather"]
+__all__ = ["compute", "function", "ComputeFunction", "PendingCall", "Gathered", "gather"]
 
 T = TypeVar("T")
 
 
+def _check_timeout(timeout: float | None, where: str) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"{where}(timeout={timeout!r}): need a positive number of seconds")
+    return float(timeout)
+
+
 class PendingCall(Generic[T]):
-    """A call of a `@compute` function, not yet sent anywhere."""
+    """A call of a `@compute` function, not yet sent anywhere: `@ pool`, `>> pool`, `& other`."""
 
-    __slots__ = ("fn", "args", "kwargs")
+    __slots__ = ("fn", "args", "kwargs", "timeout")
 
-    def __init__(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def __init__(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any],
+                 timeout: float | None = None) -> None:
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
+        self.timeout = timeout
 
     def __repr__(self) -> str:
-        return f"<PendingCall {getattr(self.fn, '__qualname__', self.fn)!r} args={len(self.args)} kwargs={sorted(self.kwargs)}>"
+        name = getattr(self.fn, "__qualname__", self.fn)
+        return f"<PendingCall {name!r} args={len(self.args)} kwargs={sorted(self.kwargs)} timeout={self.timeout}>"
+
+    def with_timeout(self, timeout: float) -> PendingCall[T]:
+        """The same call, cancelled on the node (and `TaskTimeout` raised) after `timeout` seconds."""
+        return PendingCall(self.fn, self.args, self.kwargs, _check_timeout(timeout, "with_timeout"))
 
     def __matmul__(self, pool: Any) -> Any:
         """`call @ pool`: broadcast to every worker."""
-        return pool.broadcast(self.fn, *self.args, **self.kwargs)
+        return pool._broadcast_call(self.fn, self.args, self.kwargs, timeout=self.timeout)
 
     def __rshift__(self, pool: Any) -> Any:
-        """`call >> pool`: run on one worker."""
-        return pool.run(self.fn, *self.args, **self.kwargs)
+        """`call >> pool`: run on one worker. A generator function gives its items as they are
+        yielded there: an iterator (an async iterator on an async pool)."""
+        if inspect.isgeneratorfunction(self.fn):
+            return pool._stream_call(self.fn, self.args, self.kwargs, timeout=self.timeout)
+        return pool._run_call(self.fn, self.args, self.kwargs, timeout=self.timeout)
+
+    def __gt__(self, pool: Any) -> Any:
+        """`call > pool`: start it on one worker now; a `concurrent.futures.Future` of its result
+        (`.result()` waits; on an async pool's own event loop, `await asyncio.wrap_future(...)`)."""
+        return pool._submit_call(self.fn, self.args, self.kwargs, timeout=self.timeout)
+
+    def __and__(self, other: PendingCall[Any] | Gathered) -> Gathered:
+        """`a & b`: a gather of both (`(a & b) >> pool` gives a tuple)."""
+        return Gathered((self,)) & other
 
     def local(self) -> T:
         """Run the call here, in this process."""
         return self.fn(*self.args, **self.kwargs)
 
 
-class Compute(Generic[T]):
+class ComputeFunction(Generic[T]):
     """A function marked to run on a pool: calling it makes a `PendingCall`."""
 
-    def __init__(self, fn: Callable[..., T]) -> None:
+    def __init__(self, fn: Callable[..., T], *, timeout: float | None = None) -> None:
         if not callable(fn):
             raise TypeError(f"@compute needs a function, got {type(fn).__name__}")
         self.__skyhive_fn__ = fn
+        self.timeout = _check_timeout(timeout, "compute")
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
         return f"<compute {getattr(self.__skyhive_fn__, '__qualname__', self.__skyhive_fn__)!r}>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> PendingCall[T]:
-        return PendingCall(self.__skyhive_fn__, args, kwargs)
+        return PendingCall(self.__skyhive_fn__, args, kwargs, self.timeout)
 
     def local(self, *args: Any, **kwargs: Any) -> T:
         """Call the function here, in this process."""
         return self.__skyhive_fn__(*args, **kwargs)
 
 
-def compute(fn: Callable[..., T]) -> Compute[T]:
-    """Mark `fn` to run on a pool: `fn(x) @ pool`, `fn(x) >> pool`, `gather(...) >> pool`."""
-    return Compute(fn)
+@overload
+def compute(fn: Callable[..., T], /) -> ComputeFunction[T]: ...
+@overload
+def compute(*, timeout: float | None = None) -> Callable[[Callable[..., T]], ComputeFunction[T]]: ...
+
+
+def compute(fn: Callable[..., T] | None = None, /, *, timeout: float | None = None) -> Any:
+    """Mark `fn` to run on a pool: `fn(x) @ pool`, `fn(x) >> pool`, `gather(...) >> pool`.
+
+    Bare (`@sky.compute`) or with a default timeout for its calls (`@sky.compute(timeout=600)`;
+    `.with_timeout()` overrides it per call). Raises `ValueError` for a bad timeout, `TypeError` if
+    what it decorates is not callable.
+    """
+    if fn is None:
+        _check_timeout(timeout, "compute")
+        return lambda f: ComputeFunction(f, timeout=timeout)
+    return ComputeFunction(fn, timeout=timeout)
+
+
+#: The newer seeds' spelling of `compute` (`@sky.function`, `@sky.function(timeout=...)`).
+function = compute
 
 
 class Gathered:
-    """Several pending calls to spread over a pool's workers (`gather(...) >> pool`)."""
+    """Several pending calls to spread over a pool's workers (`gather(...) >> pool`, `a & b`)."""
 
-    def __init__(self, calls: tuple[PendingCall[Any], ...]) -> None:
+    def __init__(self, calls: tuple[PendingCall[Any], ...], *, stream: bool = False, ordered: bool = True,
+                 timeout: float | None = None) -> None:
         for c in calls:
             if not isinstance(c, PendingCall):
                 raise TypeError(f"gather() takes calls of @compute functions, got {type(c).__name__}")
         self.calls = calls
+        self.stream = bool(stream)
+        self.ordered = bool(ordered)
+        self.timeout = _check_timeout(timeout, "gather")
 
     def __repr__(self) -> str:
-        return f"<Gathered {len(self.calls)} calls>"
+        return f"<Gathered {len(self.calls)} calls stream={self.stream} ordered={self.ordered}>"
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    def __and__(self, other: PendingCall[Any] | Gathered) -> Gathered:
+        more = other.calls if isinstance(other, Gathered) else (other,)
+        return Gathered(self.calls + tuple(more), stream=self.stream, ordered=self.ordered, timeout=self.timeout)
+
+    def with_timeout(self, timeout: float) -> Gathered:
+        """The same gather, each call bounded by `timeout` seconds."""
+        return Gathered(self.calls, stream=self.stream, ordered=self.ordered, timeout=timeout)
 
     def __rshift__(self, pool: Any) -> Any:
-        return pool.gather(list(self.calls))
+        """A tuple of results in call order; with `stream=True` an iterator (async iterator on an
+        async pool) of results, in call order or, with `ordered=False`, as they complete."""
+        if self.stream:
+            return pool._gather_stream(list(self.calls), ordered=self.ordered, timeout=self.timeout)
+        return pool._gather_calls(list(self.calls), timeout=self.timeout)
 
 
-def gather(*calls: PendingCall[Any]) -> Gathered:
-    """Group calls: `sky.gather(f(1), g(2)) >> pool` runs them spread over the workers, in order."""
-    return Gathered(calls)
+def gather(*calls: PendingCall[Any], stream: bool = False, ordered: bool = True,
+           timeout: float | None = None) -> Gathered:
+    """Group calls: `sky.gather(f(1), g(2)) >> pool` runs them spread over the workers and gives a
+    tuple in call order. With `stream=True` the results come as they are ready (`ordered=False`:
+    in completion order). `timeout` bounds each call that has none of its own."""
+    return Gathered(calls, stream=stream, ordered=ordered, timeout=timeout)

@@ -10,7 +10,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
+import logging
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -18,21 +21,33 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from ..errors import PoolClosed, TaskTimeout
+from ..plugins.api import ClientHook
+from ..providers import accelerators
+from ..providers.accelerators import Accelerator
 from ..providers.base import Provider
 from ..providers.local import Local
 from .actors.pool_actor import PoolRuntime
 from .actors.prepared import Prepared
+from .concurrency import Worker, check_plugins
 from .events.state import PoolState
 from .events.stream import EventStream
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
+from .serialize import load_value
 from .settings import Settings
+from .streams import ItemStream, ResultStream
 
 if TYPE_CHECKING:
+    from ..plugins.image import Image
     from .blocking import BlockingPool
     from .compute import PendingCall
 
-__all__ = ["Pool"]
+__all__ = ["Pool", "ComputePool", "Compute", "ALLOCATIONS"]
+
+log = logging.getLogger("skyhive.pool")
+
+#: `Pool(allocation=...)`: spot only, on-demand only, spot falling back to on-demand, the cheaper one.
+ALLOCATIONS = ("spot", "on-demand", "spot-if-available", "cheapest")
 
 T = TypeVar("T")
 #: Upper bound on one pickled `map` batch: large items make smaller batches, so a batch neither
@@ -56,8 +71,15 @@ class Pool:
     frameworks, see `skyhive.plugins`), `image` (the nodes' environment, `sky.Image`),
     `processes_per_node`, `output` (which nodes' output is printed here: "all", "head", a node
     index, a tuple of them, a predicate on `InstanceInfo`, or None), `name` (the pool id; default a
-    random one), `log_events` (write the JSONL event log under the state directory), and any
-    `Settings` field as a keyword (timeouts, heartbeats, restart limits).
+    random one), `log_events` (write the JSONL event log under the state directory), `worker`
+    (`sky.Worker(concurrency=N)`: N task slots per rank, see `concurrency`), and any `Settings`
+    field as a keyword (timeouts, heartbeats, restart limits).
+
+    What each node must have: `accelerator` (`"A100"`, `"A100:8"` or `sky.accelerators.A100()`),
+    `vcpus` (or `cpus`), `memory_gb`, `allocation` (`"spot"`, `"on-demand"`, `"spot-if-available"`,
+    `"cheapest"`). Providers that create machines choose them by these; Local and SSH warn
+    (`AcceleratorWarning`) when a node lacks the accelerator. Raises `ValueError`/`TypeError` naming
+    the argument for a bad value.
 
     `async with` starts the nodes (raises `ProvisionError` if they cannot be started, after
     destroying what was created) and, on exit — normal, by exception or by cancellation — drains the
@@ -67,18 +89,21 @@ class Pool:
 
     def __init__(
         self,
-        provider: Provider | None = None,
+        provider: Provider | Sequence[Provider] | None = None,
         nodes: int = 1,
         *,
         plugins: Sequence[Any] = (),
-        image: Any = None,
+        image: Image | None = None,
         processes_per_node: int = 1,
         output: OutputSpec = "all",
         name: str | None = None,
         log_events: bool = True,
-        accelerator: str | None = None,
-        cpus: float | None = None,
+        accelerator: str | Accelerator | None = None,
+        vcpus: float | None = None,
         memory_gb: float | None = None,
+        allocation: str | None = None,
+        worker: Worker | None = None,
+        cpus: float | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
@@ -89,6 +114,10 @@ class Pool:
         if unknown:
             raise TypeError(f"Pool() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
         selector(output, where="Pool(output)")
+        if isinstance(provider, (list, tuple)):  # tried in order: capacity and quota move on to the next
+            from ..providers.fallback import Fallback
+
+            provider = Fallback(provider)
         self.provider = provider if provider is not None else Local()
         if not isinstance(self.provider, Provider):
             raise TypeError(f"Pool(provider=...) needs a skyhive provider, got {type(self.provider).__name__}")
@@ -99,13 +128,29 @@ class Pool:
         self.output_spec = output
         self.name = name
         self.log_events = log_events
+        self.settings = Settings(**settings)
         # what each node must have: a cloud provider picks the cheapest machine that has it, and plugins
         # read `accelerator` (torch: the CUDA wheel index for an NVIDIA GPU)
-        self.accelerator, self.cpus, self.memory_gb = accelerator, cpus, memory_gb
-        self.resources = {"accelerator": accelerator, "cpus": cpus, "memory_gb": memory_gb}
-        self.settings = Settings(**settings)
+        self.accelerator = accelerators.parse(accelerator, where="Pool(accelerator)")
+        if vcpus is not None and cpus is not None:
+            raise TypeError("Pool() got both vcpus= and cpus= (the same thing): give one")
+        self.vcpus = self.cpus = _positive("vcpus" if cpus is None else "cpus", vcpus if cpus is None else cpus)
+        self.memory_gb = _positive("memory_gb", memory_gb)
+        if allocation is not None and allocation not in ALLOCATIONS:
+            raise ValueError(f"Pool(allocation={allocation!r}): use one of {', '.join(ALLOCATIONS)}")
+        self.allocation = allocation
+        self.resources: dict[str, Any] = {
+            "accelerator": str(self.accelerator) if self.accelerator is not None else None,
+            "cpus": self.cpus, "memory_gb": self.memory_gb, "allocation": allocation,
+            "spot": {"spot": True, "on-demand": False}.get(allocation or ""),
+        }
+        if worker is not None and not isinstance(worker, Worker):
+            raise TypeError(f"Pool(worker=...) needs sky.Worker(concurrency=..., executor=...), got {type(worker).__name__}")
+        self.worker = worker if worker is not None else Worker()
+        check_plugins(self.worker, self.plugins)
         self._rt: PoolRuntime | None = None
         self._blocking: BlockingPool | None = None
+        self._client_hooks = contextlib.ExitStack()
 
     def __repr__(self) -> str:
         status = self._rt.log.state.status if self._rt is not None else "new"
@@ -127,8 +172,17 @@ class Pool:
             provider=self.provider, nodes=self.nodes, processes_per_node=self.processes_per_node,
             plugins=spec_plugins, image=image, output=self.output_spec, settings=self.settings,
             name=self.name, log_events=self.log_events, **self.resources,
+            concurrency=self.worker.concurrency,
         )
         await self._rt.start()
+        try:
+            for plugin in spec_plugins:  # client-side hooks, for the pool's lifetime
+                if isinstance(plugin, ClientHook):
+                    self._client_hooks.enter_context(plugin.around_client(self))
+        except BaseException as exc:
+            self._client_hooks.close()
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -141,6 +195,10 @@ class Pool:
             error = "cancelled"
         else:
             error = f"{type(exc).__name__}: {exc}"
+        try:
+            self._client_hooks.close()
+        except Exception:  # noqa: BLE001 - a plugin's teardown must not keep the nodes running
+            log.exception("a plugin's around_client teardown failed")
         try:
             await rt.close(error)
         finally:
@@ -185,7 +243,7 @@ class Pool:
             "pool_id": rt.pool_id,
             "status": st.status,
             "nodes": {n.index: n.state.value for n in rt.nodes},
-            "workers": {(c.node, c.local_rank): c.load for n in rt.nodes for c in n.channels if c is not None},
+            "workers": {(n.index, i): c.load for n in rt.nodes for i, c in enumerate(n.channels) if c is not None},
             "tasks_submitted": st.tasks_submitted,
             "tasks_in_flight": st.tasks_in_flight,
             "tasks_ok": st.tasks_ok,
@@ -219,13 +277,44 @@ class Pool:
         worker died. `output` overrides the pool's output selection for this call; with `capture`
         the result is a `Captured` holding the value and the task's output.
         """
+        return await self._run_call(fn, args, kwargs, timeout=timeout, options=self._options(output, capture))
+
+    def stream(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> ItemStream:
+        """Run the generator function `fn(*args, **kwargs)` on the least busy worker and give its
+        items as they are yielded there: `async for item in pool.stream(fn, x): ...`.
+
+        Every argument goes to `fn`. The task's error is raised after the items before it; leaving
+        the loop early cancels the task. Each item is one frame, so it must fit the frame limit
+        (large arrays: return them, or yield smaller pieces). A time bound has its own spelling:
+        `gen(x).with_timeout(s) >> pool` (`TaskTimeout` after the items that came in time).
+        """
+        return self._stream_call(fn, args, kwargs)
+
+    def _stream_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                     timeout: float | None = None) -> ItemStream:
+        rt = self._runtime
+        fn = _unwrap(fn)
+        prep = Prepared(fn, args, kwargs)
+
+        async def open_(on_item: Callable[[int, bytes], None]) -> tuple[Any, Any, Any]:
+            channel = rt.pick_nowait() if rt.open else None
+            if channel is None:
+                channel = await rt.pick()
+            call, fut = await rt.open_stream(channel, prep, on_item)
+            return channel, call, fut
+
+        return ItemStream(open_, rt, load_value, timeout=timeout, name=prep.fn_name)
+
+    async def _run_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                        timeout: float | None = None, options: dict[str, Any] | None = None) -> T:
+        """`run` with the user's arguments as they are (`fn(x) >> pool`: none of them is an option)."""
         rt = self._runtime
         fn = _unwrap(fn)
         prep = Prepared(fn, args, kwargs)
         channel = rt.pick_nowait() if rt.open else None
         if channel is None:
             channel = await rt.pick()
-        return await rt.run_one(channel, prep, timeout=timeout, options=self._options(output, capture))
+        return await rt.run_one(channel, prep, timeout=timeout, options=options)
 
     async def broadcast(self, fn: Callable[..., T], *args: Any, timeout: float | None = None,
                         output: OutputSpec = _UNSET, capture: bool = False, **kwargs: Any) -> list[T]:
@@ -234,11 +323,43 @@ class Pool:
         The call is pickled once. If any worker raises, the others are cancelled and the first error
         is raised. Raises as `run` does.
         """
+        return await self._broadcast_call(fn, args, kwargs, timeout=timeout, options=self._options(output, capture))
+
+    async def _broadcast_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                              timeout: float | None = None, options: dict[str, Any] | None = None) -> list[T]:
+        """`broadcast` with the user's arguments as they are (`fn(x) @ pool`)."""
         rt = self._runtime
         fn = _unwrap(fn)
         prep = Prepared(fn, args, kwargs)
         channels = await rt.all_channels()
-        return await rt.run_prepared(channels, prep, timeout=timeout, options=self._options(output, capture))
+        return await rt.run_prepared(channels, prep, timeout=timeout, options=options)
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
+        """Start `fn(*args, **kwargs)` on the least busy worker, from any thread (joblib's backend, a
+        thread pool of your own); a `concurrent.futures.Future`. Every argument goes to `fn`.
+
+        Cancelling the future cancels the task. Waiting on the future (`.result()`) on the pool's
+        own event loop would block that loop: there, `await pool.run(...)` instead (see
+        `in_event_loop`).
+        """
+        return self._submit_call(fn, args, kwargs)
+
+    def _submit_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                     timeout: float | None = None) -> concurrent.futures.Future[T]:
+        """`submit` with the user's arguments as they are (`fn(x) > pool`)."""
+        return asyncio.run_coroutine_threadsafe(self._run_call(fn, args, kwargs, timeout=timeout), self._runtime.loop)
+
+    def in_event_loop(self) -> bool:
+        """True when called on the thread that runs the pool's event loop (blocking there hangs)."""
+        try:
+            return asyncio.get_running_loop() is self._runtime.loop
+        except RuntimeError:
+            return False
+
+    @property
+    def workers(self) -> int:
+        """How many worker processes can take a task now (over all nodes)."""
+        return sum(len(n.usable_channels()) for n in self._runtime.nodes)
 
     async def map(self, fn: Callable[[Any], T], iterable: Iterable[Any], *, timeout: float | None = None,
                   chunksize: int | None = None, output: OutputSpec = _UNSET) -> list[T]:
@@ -282,11 +403,29 @@ class Pool:
         return results
 
     async def gather(self, calls: Sequence[PendingCall], *, timeout: float | None = None) -> list[Any]:
-        """Run several pending calls (`f(x)` of `@sky.compute` functions), spread over the workers."""
+        """Run several pending calls (`f(x)` of `@sky.compute` functions), spread over the workers;
+        their results in call order. `timeout` bounds each call that has none of its own."""
+        return list(await self._gather_calls(calls, timeout=timeout))
+
+    def gather_stream(self, calls: Sequence[PendingCall], *, ordered: bool = True,
+                      timeout: float | None = None) -> ResultStream:
+        """The results of `calls` as they are ready: an async iterator (`async for r in ...`), in
+        call order or, with `ordered=False`, in completion order. The first error is raised at its
+        turn and cancels the rest; leaving the loop early (`aclose()`) cancels what still runs."""
+        rt = self._runtime
+
+        def bound(call: PendingCall) -> Callable[[], Any]:
+            return lambda: self._run_call(call.fn, call.args, call.kwargs, timeout=call.timeout or timeout)
+
+        return ResultStream([bound(c) for c in calls], ordered=ordered, tg=rt.tg)
+
+    _gather_stream = gather_stream
+
+    async def _gather_calls(self, calls: Sequence[PendingCall], *, timeout: float | None = None) -> tuple[Any, ...]:
         results: list[Any] = [None] * len(calls)
 
         async def one(i: int, call: PendingCall) -> None:
-            results[i] = await self.run(call.fn, *call.args, timeout=timeout, **call.kwargs)
+            results[i] = await self._run_call(call.fn, call.args, call.kwargs, timeout=call.timeout or timeout)
 
         try:
             async with anyio.create_task_group() as tg:
@@ -294,7 +433,7 @@ class Pool:
                     tg.start_soon(one, i, call)
         except BaseExceptionGroup as group:
             raise _first(group) from None
-        return results
+        return tuple(results)
 
     # ---- observing ---------------------------------------------------------------------------------
 
@@ -325,6 +464,19 @@ class Pool:
         if stall_timeout is not None:
             kw["stall_timeout"] = stall_timeout
         return self._runtime.router.subscribe(**kw)
+
+
+#: The seeds' names for `Pool` (`sky.ComputePool(...)`, `sky.Compute(...)`): the same class.
+ComputePool = Pool
+Compute = Pool
+
+
+def _positive(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"Pool({name}={value!r}): need a positive number")
+    return float(value)
 
 
 def _batches(template: Prepared, items: list[Any], size: int) -> Iterator[tuple[int, Prepared]]:

@@ -31,7 +31,7 @@ from typing import Any
 import cloudpickle
 
 from ..errors import RemoteError, SerializationError
-from ..protocol.codec import MAX_BUFFERS
+from ..protocol.codec import MAX_BUFFERS, MAX_MESSAGE
 
 __all__ = ["dump_function", "dump_args", "dump_value", "load_value", "dump_exception", "rebuild_exception"]
 
@@ -322,6 +322,7 @@ def dump_args(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
     """Pickle `(args, kwargs)`; on failure name the argument that cannot be pickled."""
     if not args and not kwargs:
         return _NO_ARGS, []
+    args, kwargs = items_of_generators(args, kwargs)
     try:
         return _pack((args, kwargs))
     except Exception as exc:
@@ -334,6 +335,39 @@ def dump_value(value: Any, what: str = "value") -> tuple[bytes, list[Any]]:
         return _pack(value)
     except Exception as exc:
         raise SerializationError(f"{what} of type {type(value).__name__} cannot be pickled: {type(exc).__name__}: {exc}") from exc
+
+
+#: The largest pickled item a generator task may stream: an `Item` is a message frame, bounded by
+#: `MAX_MESSAGE` (what a peer refuses beyond), less room for the frame's other fields.
+MAX_ITEM = MAX_MESSAGE - (64 << 10)
+
+
+def dump_inline(value: Any, what: str = "value") -> bytes:
+    """Pickle a value with every buffer in-band (a streamed item travels in one `Item` frame).
+
+    Raises `SerializationError` if it cannot be pickled, or if its pickle is over `MAX_ITEM` bytes
+    (naming the size: yield smaller pieces, or return the large value instead)."""
+    try:
+        data = pickle.dumps(value, protocol=5) if _plain(value) else cloudpickle.dumps(value, protocol=5)
+    except Exception as exc:
+        raise SerializationError(f"{what} of type {type(value).__name__} cannot be pickled: {type(exc).__name__}: {exc}") from exc
+    if len(data) > MAX_ITEM:
+        raise SerializationError(
+            f"{what} of type {type(value).__name__} is {len(data)} bytes pickled; a streamed item may be at "
+            f"most {MAX_ITEM} bytes: yield smaller pieces, or return the large value")
+    return data
+
+
+def items_of_generators(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A generator argument travels as its items: an iterator over them on the node (a generator
+    object itself cannot be pickled). It is run to its end here first, so it must be finite."""
+    if not any(isinstance(v, types.GeneratorType) for v in (*args, *kwargs.values())):
+        return args, kwargs
+
+    def items(v: Any) -> Any:
+        return iter(list(v)) if isinstance(v, types.GeneratorType) else v
+
+    return tuple(items(a) for a in args), {k: items(v) for k, v in kwargs.items()}
 
 
 def load_value(data: bytes, buffers: tuple[Any, ...] | list[Any] = ()) -> Any:

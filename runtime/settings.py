@@ -11,7 +11,7 @@ __all__ = ["Settings"]
 class Settings:
     """Every wait a pool makes is bounded by one of these (seconds unless said otherwise)."""
 
-    start_timeout: float = 120.0  # provider create, bootstrap, worker handshake
+    start_timeout: float = 120.0  # the provider's prepare/launch/wait_running, bootstrap, worker handshake
     heartbeat_interval: float = 2.0  # a Ping this often to an otherwise silent worker
     heartbeat_timeout: float = 20.0  # silent this long: the worker is declared lost and killed
     max_restarts: int = 3  # worker losses tolerated within restart_window before the node fails

@@ -20,9 +20,19 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     "Pool": "skyhive.runtime.pool",
+    "ComputePool": "skyhive.runtime.pool",
+    "Compute": "skyhive.runtime.pool",
+    "AcceleratorWarning": "skyhive.providers.accelerators",
+    "PipIndex": "skyhive.plugins.image",
+    "function": "skyhive.runtime.compute",
+    "Worker": "skyhive.runtime.concurrency",
     "Local": "skyhive.providers.local",
     "SSH": "skyhive.providers.ssh",
+    "Slurm": "skyhive.providers.slurm",
     "AWS": "skyhive.providers.cloud.aws",
+    "GCP": "skyhive.providers.cloud.gcp",
+    "DigitalOcean": "skyhive.providers.cloud.digitalocean",
+    "Azure": "skyhive.providers.cloud.azure",
     "Image": "skyhive.plugins.image",
     "compute": "skyhive.runtime.compute",
     "gather": "skyhive.runtime.compute",
@@ -42,6 +52,8 @@ _EXPORTS: dict[str, str] = {
     "NodeUnreachable": "skyhive.errors",
     "CloudAPIError": "skyhive.errors",
     "SSHError": "skyhive.errors",
+    "SlurmError": "skyhive.errors",
+    "SlurmUnreachable": "skyhive.errors",
     "HostUnreachable": "skyhive.errors",
     "HostKeyChanged": "skyhive.errors",
     "AuthenticationFailed": "skyhive.errors",
@@ -66,7 +78,8 @@ _EXPORTS: dict[str, str] = {
     "KerasBackendMismatch": "skyhive.errors",
     "HuggingFaceLoginError": "skyhive.errors",
 }
-_SUBMODULES = {"plugins": "skyhive.plugins"}
+_SUBMODULES = {"plugins": "skyhive.plugins", "accelerators": "skyhive.providers.accelerators",
+               "integrations": "skyhive.integrations"}
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES])
 
@@ -89,6 +102,14 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from skyhive import plugins as plugins
+    from skyhive import integrations as integrations
+    from skyhive.plugins.image import PipIndex as PipIndex
+    from skyhive.providers import accelerators as accelerators
+    from skyhive.providers.accelerators import AcceleratorWarning as AcceleratorWarning
+    from skyhive.runtime.compute import function as function
+    from skyhive.runtime.concurrency import Worker as Worker
+    from skyhive.runtime.pool import Compute as Compute
+    from skyhive.runtime.pool import ComputePool as ComputePool
     from skyhive.errors import AuthenticationFailed as AuthenticationFailed
     from skyhive.errors import BootstrapError as BootstrapError
     from skyhive.errors import CloudAPIError as CloudAPIError
@@ -110,6 +131,8 @@ if TYPE_CHECKING:
     from skyhive.errors import ProvisionError as ProvisionError
     from skyhive.errors import PythonMismatch as PythonMismatch
     from skyhive.errors import RemoteError as RemoteError
+    from skyhive.errors import SlurmError as SlurmError
+    from skyhive.errors import SlurmUnreachable as SlurmUnreachable
     from skyhive.errors import SSHError as SSHError
     from skyhive.errors import SerializationError as SerializationError
     from skyhive.errors import SetupFailed as SetupFailed
@@ -122,7 +145,11 @@ if TYPE_CHECKING:
     from skyhive.protocol.info import InstanceInfo as InstanceInfo
     from skyhive.protocol.info import Peer as Peer
     from skyhive.providers.cloud.aws import AWS as AWS
+    from skyhive.providers.cloud.azure import Azure as Azure
+    from skyhive.providers.cloud.digitalocean import DigitalOcean as DigitalOcean
+    from skyhive.providers.cloud.gcp import GCP as GCP
     from skyhive.providers.local import Local as Local
+    from skyhive.providers.slurm import Slurm as Slurm
     from skyhive.providers.ssh import SSH as SSH
     from skyhive.runtime.compute import compute as compute
     from skyhive.runtime.compute import gather as gather

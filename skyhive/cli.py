@@ -63,9 +63,10 @@ def _nodes(states: list[str]) -> str:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from skyhive.runtime.commands.inventory import scan
+    from skyhive.runtime.commands.inventory import owned_summary, scan
 
     entries = scan(include_stopped=args.all)
+    owned = {e.pool_id: owned_summary(e) for e in entries}
     now = time.time()
     if args.json:
         for e in entries:
@@ -73,6 +74,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 "pool": e.pool_id, "provider": e.state.provider, "status": e.status, "client_pid": e.state.pid,
                 "host": e.state.host, "started": e.state.started, "stopped": e.state.stopped or None,
                 "nodes": [n.state for n in e.state.nodes], "error": e.state.error, "log": str(e.path),
+                "provider_holds": owned[e.pool_id] or None,
                 "machine": e.machine or None, "cost": e.cost(now),
             }))
         return 0
@@ -94,7 +96,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
         age = _age(now - e.state.started) if e.state.started else "-"
         cost = e.cost(now)
         spent = f"${cost[0]:.4g}/h, ${cost[1]:.2f} so far" if cost else "-"
-        table.add_row(e.pool_id, e.state.provider or "-", _nodes([n.state for n in e.state.nodes]), status, age,
+        provider = e.state.provider or "-"
+        if owned[e.pool_id]:
+            provider += f" ({owned[e.pool_id]})"
+        table.add_row(e.pool_id, provider, _nodes([n.state for n in e.state.nodes]), status, age,
                       e.machine or "-", spent)
     Console(width=None if sys.stdout.isatty() else 400, highlight=False).print(table)
     return 0

@@ -11,6 +11,8 @@
     │   ├── BootstrapError             preparing the node's environment failed
     │   │   ├── PythonMismatch
     │   │   └── SetupFailed
+    │   ├── SlurmError                 a Slurm command failed, or Slurm will not run the pool's job
+    │   │   └── SlurmUnreachable       Slurm's controller did not answer (retried)
     │   ├── ProviderNotAvailable       a provider name this install cannot use ("not built yet")
     │   └── CloudAPIError              a cloud's API answered with an error (its code and message)
     ├── WorkerLost, TaskTimeout, RemoteError, SerializationError, PoolClosed    calls on a pool
@@ -38,7 +40,7 @@ from .protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolEr
 __all__ = [
     "SkyhiveError", "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
     "ProvisionError", "NodeUnreachable", "SSHError", "HostUnreachable", "HostKeyChanged", "AuthenticationFailed",
-    "BootstrapError", "PythonMismatch", "SetupFailed", "ProviderNotAvailable", "CloudAPIError",
+    "BootstrapError", "PythonMismatch", "SetupFailed", "SlurmError", "SlurmUnreachable", "ProviderNotAvailable", "CloudAPIError",
     "WorkerLost", "TaskTimeout", "RemoteError", "SerializationError", "PoolClosed",
     "OutputStalled", "EventsStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
     "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
@@ -94,6 +96,15 @@ class HostKeyChanged(SSHError):
 
 class AuthenticationFailed(SSHError):
     """The host refused our key for that user."""
+
+
+class SlurmError(ProvisionError):
+    """A Slurm command failed, or Slurm will never run (or stopped) the pool's job; the message quotes
+    the command and what Slurm said (its pending reason)."""
+
+
+class SlurmUnreachable(SlurmError):
+    """Slurm's controller did not answer a command (down, restarting, overloaded): worth retrying."""
 
 
 class BootstrapError(ProvisionError):

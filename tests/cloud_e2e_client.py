@@ -64,7 +64,7 @@ async def main(config: dict) -> dict:
     from moto import mock_aws
 
     with mock_aws():
-        aws = provider(config, idle_timeout=None)
+        aws = provider(config, idle_timeout=None, ready_command=f'touch "{config["marker_dir"]}/ready-$(hostname)"')
         plugins = [sky.plugins.torch(version="2.13.0"), LocalPackages()]
         async with sky.Pool(provider=aws, nodes=2, name="p-e2e", plugins=plugins, start_timeout=900) as pool:
             inside = count_pool("p-e2e")

@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from skyhive.providers.base import ClusterSpec, LocalReach, NodeHandle, SSHReach
+from skyhive.providers.base import ClusterSpec, LocalReach, NodeHandle
 from skyhive.providers.cloud.aws import AWS
 from skyhive.errors import CloudAPIError
 
@@ -62,13 +62,16 @@ class HostMappedAWS(LocalMappedAWS):
     replaced before anything connects."""
 
     def __init__(self, *args: Any, hosts: Sequence[tuple[str, str]], key: str, known_hosts: str,
-                 **kwargs: Any) -> None:
+                 ready_command: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.hosts, self.key, self.known_hosts = list(hosts), key, known_hosts
+        self.ready_command = ready_command  # instead of AWS's (cloud-init is not on the test hosts)
 
     def map_node(self, handle: NodeHandle) -> NodeHandle:
         address, user = self.hosts[handle.node]
         reach = dataclasses.replace(handle.reach, host=address, user=user, key=self.key, known_hosts=self.known_hosts)
+        if self.ready_command is not None:
+            reach = dataclasses.replace(reach, ready_command=self.ready_command)
         return dataclasses.replace(handle, reach=reach, private_addr=address, public_addr=None)
 
 
@@ -78,10 +81,29 @@ class FaultInjectingFakeDriver:
     `faults` maps a zone name (or "*") to a list of EC2 error codes, one per call in that zone: a code
     is raised instead of creating, None lets that call through to moto; past the list, all go through."""
 
-    def __init__(self, driver: Any, faults: dict[str, list[str | None]]) -> None:
+    def __init__(self, driver: Any, faults: dict[str, list[str | None]] | None = None, *, invisible_for: int = 0,
+                 on_create: Callable[[], None] | None = None) -> None:
         self._driver = driver
-        self.faults = {zone: list(codes) for zone, codes in faults.items()}
+        self.faults = {zone: list(codes) for zone, codes in (faults or {}).items()}
         self.create_calls: list[str] = []
+        # eventual consistency, as EC2 has it: a new instance is missing from the next `invisible_for`
+        # listings, and terminating it meanwhile answers InvalidInstanceID.NotFound
+        self.invisible_for = invisible_for
+        self._hidden: dict[str, int] = {}
+        self.on_create = on_create  # called (in the worker thread) before each create goes through
+        self.terminate_calls: list[str] = []
+
+    def list_nodes(self, *args: Any, **kwargs: Any) -> Any:
+        nodes = [n for n in self._driver.list_nodes(*args, **kwargs) if self._hidden.get(n.id, 0) <= 0]
+        for node_id in self._hidden:
+            self._hidden[node_id] -= 1
+        return nodes
+
+    def destroy_node(self, node: Any) -> Any:
+        self.terminate_calls.append(node.id)
+        if self._hidden.get(node.id, 0) > 0:
+            raise CloudAPIError("InvalidInstanceID.NotFound", f"The instance ID '{node.id}' does not exist", 400)
+        return self._driver.destroy_node(node)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._driver, name)
@@ -95,7 +117,12 @@ class FaultInjectingFakeDriver:
                 if code is not None:
                     raise CloudAPIError(code, f"injected by the test in {zone}", 500 if code == "InternalError" else 400)
                 break
-        return self._driver.create_node(**kwargs)
+        if self.on_create is not None:
+            self.on_create()
+        node = self._driver.create_node(**kwargs)
+        if self.invisible_for:
+            self._hidden[node.id] = self.invisible_for
+        return node
 
 
 async def cancel_now(scope: anyio.CancelScope) -> None:

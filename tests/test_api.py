@@ -17,13 +17,16 @@ ROOT = Path(__file__).resolve().parent.parent
 ERRORS = {
     "SkyhiveError", "ProtocolError", "ProvisionError", "NodeUnreachable", "SSHError", "HostUnreachable",
     "HostKeyChanged", "AuthenticationFailed", "BootstrapError", "PythonMismatch", "SetupFailed",
+    "SlurmError", "SlurmUnreachable",
     "ProviderNotAvailable", "CloudAPIError", "WorkerLost", "TaskTimeout", "RemoteError", "SerializationError", "PoolClosed",
     "OutputStalled", "EventsStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
     "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
 }
 PUBLIC = {
-    "Pool", "Local", "SSH", "AWS", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
+    "Pool", "Local", "SSH", "Slurm", "AWS", "GCP", "DigitalOcean", "Azure", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
     "stdout", "stderr", "silent", "OutputRecord", "Captured", "plugins", *ERRORS,
+    # the seeds' spellings (docs/seeds.md)
+    "ComputePool", "Compute", "function", "accelerators", "integrations", "PipIndex", "AcceleratorWarning", "Worker",
 }
 
 
@@ -86,7 +89,7 @@ def test_blocking_pool_and_operators():
     with sky.Pool(provider=sky.Local(), nodes=2) as pool:
         assert where() @ pool == [0, 1]
         assert square(7) >> pool == 49
-        assert sky.gather(square(1), square(2), square(3)) >> pool == [1, 4, 9]
+        assert sky.gather(square(1), square(2), square(3)) >> pool == (1, 4, 9)
         assert pool.broadcast(square, 3) == [9, 9]
         assert pool.map(square, range(5)) == [0, 1, 4, 9, 16]
         assert pool.statistics()["tasks_failed"] == 0
@@ -103,7 +106,7 @@ async def test_async_operators_are_awaitable():
     async with sky.Pool(nodes=2) as pool:
         assert await (where() @ pool) == [0, 1]
         assert await (square(4) >> pool) == 16
-        assert await (sky.gather(square(2), square(5)) >> pool) == [4, 25]
+        assert await (sky.gather(square(2), square(5)) >> pool) == (4, 25)
         assert "Pool" in repr(pool) and "running" in repr(pool)
 
 

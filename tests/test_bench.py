@@ -20,3 +20,15 @@ def test_bench_quick_run_writes_a_table(tmp_path):
     assert "× floor" in table
     status = next(line for line in table.splitlines() if line.startswith("| status"))
     assert status.count("ok") == 2, status  # floor and skyhive both measured
+
+
+def test_seeds_bench_quick_run_reports_its_figures(tmp_path):
+    out = tmp_path / "seeds.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.seeds_bench", "--quick", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    import json
+
+    figures = json.loads(out.read_text())
+    assert set(figures) == {"tasks", "seconds_each", "concurrency_1", "concurrency_10", "stream"}
+    assert figures["stream"]["items"] == 20

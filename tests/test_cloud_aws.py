@@ -6,6 +6,7 @@ the pool test maps each instance to a local worker through a test-only subclass.
 
 from __future__ import annotations
 
+import base64
 import os
 import stat
 
@@ -70,6 +71,8 @@ async def test_spot_terminate_on_shutdown_user_data_and_disk_are_requested(moto_
         behaviour = client.describe_instance_attribute(InstanceId=instance["InstanceId"],
                                                        Attribute="instanceInitiatedShutdownBehavior")
         assert behaviour["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+        user_data = client.describe_instance_attribute(InstanceId=instance["InstanceId"], Attribute="userData")
+        assert "UV_INSTALL_DIR=/usr/local/bin" in base64.b64decode(user_data["UserData"]["Value"]).decode()
         volume_id = instance["BlockDeviceMappings"][0]["Ebs"]["VolumeId"]
         assert client.describe_volumes(VolumeIds=[volume_id])["Volumes"][0]["Size"] == 40
         assert instance["SubnetId"] in {s["SubnetId"] for s in client.describe_subnets(

@@ -84,3 +84,19 @@ def test_the_shipped_table_is_what_the_generator_makes():
 
     shipped = json.loads(resources.files("skyhive.providers.cloud.data").joinpath("aws.json").read_text())
     assert generate.build() == shipped
+
+
+def test_skyhive_launch_shows_the_aws_machine_and_does_not_warn_about_resources(tmp_path):
+    from skyhive.providers.cloud.aws import AWS
+    from skyhive.providers.ssh import SSH
+    from skyhive.runtime.commands.launch import plan_spec, resource_warnings
+    from skyhive.runtime.commands.taskfile import loads
+
+    task = loads("num_nodes: 2\nresources: {accelerators: A100:8}\nrun: echo\n", cwd=str(tmp_path))
+    assert plan_spec(task).accelerator == "A100:8"
+    aws = AWS(region="us-east-1")
+    assert resource_warnings(task, aws) == []  # it chooses the machine: nothing to warn about
+    summary = aws.plan(plan_spec(task))["summary"]
+    assert summary.startswith("p4d.24xlarge in us-east-1") and "pool of 2" in summary
+    ssh_warning = resource_warnings(task, SSH(hosts=["h1", "h2"]))
+    assert ssh_warning and "does not choose machines by resources yet" in ssh_warning[0]

@@ -35,8 +35,10 @@ def test_aws_pool_on_namespace_hosts_bootstraps_trains_and_leaves_nothing(make_n
     client, nodes = hosts[0], [hosts[1], hosts[2]]
     known = Path(nodes[0].dir).parent / "known_hosts_e2e"
     known.write_text("".join(h.known_hosts_line + "\n" for h in nodes))
+    marker_dir = Path(tempfile.mkdtemp(prefix="skyhive-ready-"))
+    marker_dir.chmod(0o777)  # the ready command runs as the nodes' login user
     config = {"hosts": [[h.address, h.user] for h in nodes], "key": str(nodes[0].client_key),
-              "known_hosts": str(known)}
+              "known_hosts": str(known), "marker_dir": str(marker_dir)}
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SKYHIVE_HOME": skyhive_home}
     done = client.run([sys.executable, "-m", "tests.cloud_e2e_client", json.dumps(config)], check=False,
                       timeout=1200, cwd=ROOT, env=env)
@@ -48,6 +50,9 @@ def test_aws_pool_on_namespace_hosts_bootstraps_trains_and_leaves_nothing(make_n
     assert seen["world"] == [2, 2] and seen["heads"] == [nodes[0].address] * 2 and seen["same_params"]
     for host in nodes:  # the workers are gone on the hosts (processes in that host's network namespace)
         assert workers_in(host.netns) == [], f"{host.hostname}: workers left"
+    # bootstrap ran each node's ready command (a cloud node's wait for cloud-init) before looking at it
+    assert sorted(os.listdir(marker_dir)) == sorted(f"ready-{h.hostname}" for h in nodes)
+    shutil.rmtree(marker_dir, ignore_errors=True)
 
 
 def workers_in(netns: str, wait: float = 10.0) -> list[str]:

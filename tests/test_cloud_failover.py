@@ -90,3 +90,57 @@ async def test_transient_errors_that_never_stop_give_up_after_the_policy(moto_ec
     assert fake.create_calls == [A] * 4  # attempts=4, then it is a failure, and no other zone is tried
     assert err.value.kind == "transient"
     assert count_pool("p-throttle") == NOTHING
+
+
+async def test_an_instance_not_yet_listed_is_still_terminated(moto_ec2):
+    # EC2 lists a new instance late, and refuses to terminate it as NotFound until it does: a fresh
+    # instance must not be taken for gone (the "created a moment ago, forgotten" leak)
+    aws, fake = faulty(moto_ec2, {})
+    fake.invisible_for = 3
+    spec = ClusterSpec(pool_id="p-late", nodes=1)
+    await aws.prepare(spec)
+    (handle,) = await aws.launch(spec, [0])
+    await aws.terminate([handle])
+    assert fake.terminate_calls.count(handle.provider_id) >= 2  # NotFound at first, retried once visible
+    tag = [{"Name": "tag:skyhive-pool", "Values": ["p-late"]}]
+    states = [i["State"]["Name"] for r in ec2_client().describe_instances(Filters=tag)["Reservations"]
+              for i in r["Instances"]]
+    assert states == ["terminated"]
+    await aws.cleanup("p-late")
+    assert count_pool("p-late") == NOTHING
+
+
+async def test_cancelled_while_the_create_call_runs_leaves_nothing(moto_ec2):
+    # the cancellation lands while RunInstances is in flight: the instance it makes has no handle
+    # anywhere, and must be found by tag and terminated
+    import threading
+
+    import anyio
+    from anyio.from_thread import run_sync as from_thread
+
+    aws, fake = faulty(moto_ec2, {})
+    in_create = anyio.Event()
+    created_after_cancel = threading.Event()
+
+    def on_create() -> None:
+        from_thread(in_create.set)
+        created_after_cancel.wait(5)
+
+    fake.on_create = on_create
+    spec = ClusterSpec(pool_id="p-midcreate", nodes=1)
+    await aws.prepare(spec)
+    async with anyio.create_task_group() as tg:
+        scope = anyio.CancelScope()
+
+        async def launch() -> None:
+            with scope:
+                await aws.launch(spec, [0])
+
+        tg.start_soon(launch)
+        await in_create.wait()
+        scope.cancel()
+        created_after_cancel.set()
+    assert scope.cancelled_caught
+    assert count_pool("p-midcreate")["instances"] == 0
+    await aws.cleanup("p-midcreate")
+    assert count_pool("p-midcreate") == NOTHING

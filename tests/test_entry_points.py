@@ -24,11 +24,27 @@ from skyhive.runtime.events.state import fold
 from skyhive.runtime.events.types import NodeStateChanged, PoolStarted, to_json
 
 PACKAGE = '''\
-"""tinycloud: a third party's skyhive provider and plugin (a test stand-in)."""
+"""tinycloud: a third party's skyhive provider, reach kind and plugin (a test stand-in)."""
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from skyhive.providers.base import LocalReach, NodeHandle, Provider
+from skyhive.providers.base import NodeHandle, Provider, Reach
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TinyReach(Reach):
+    """A node of tinycloud: served by the transport this package registers for kind "tinykind"."""
+
+    kind: ClassVar[str] = "tinykind"
+
+
+def tiny_transport(handle, ctx):
+    """The transport for kind "tinykind": a tinycloud "VM" is this machine."""
+    from skyhive.runtime.transport.local import LocalTransport
+
+    return LocalTransport(redact=ctx.log.redact)
 
 
 def _vms() -> Path:
@@ -43,7 +59,7 @@ class TinyCloud(Provider):
         for i in nodes:
             (_vms() / f"{spec.pool_id}.{i}").write_text("running")
             handles.append(NodeHandle(node=i, provider_id=f"{spec.pool_id}.{i}", private_addr="127.0.0.1",
-                                      reach=LocalReach()))
+                                      reach=TinyReach()))
         return handles
 
     async def terminate(self, handles):
@@ -51,7 +67,7 @@ class TinyCloud(Provider):
             (_vms() / h.provider_id).unlink(missing_ok=True)
 
     async def list_owned(self, pool_id):
-        return [NodeHandle(node=int(p.suffix[1:]), provider_id=p.name, private_addr="127.0.0.1", reach=LocalReach())
+        return [NodeHandle(node=int(p.suffix[1:]), provider_id=p.name, private_addr="127.0.0.1", reach=TinyReach())
                 for p in sorted(_vms().glob(f"{pool_id}.*"))]
 
 
@@ -72,6 +88,9 @@ tinycloud = tinycloud:TinyCloud
 
 [skyhive.plugins]
 stamp = tinycloud:stamp
+
+[skyhive.transports]
+tinykind = tinycloud:tiny_transport
 '''
 
 
@@ -104,6 +123,7 @@ def skyhive(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_launch_uses_a_third_party_provider_by_name_and_terminates_its_nodes(tinycloud, tmp_path):
+    """Its provider by name, and its nodes (reach kind "tinykind") served by the transport it registers."""
     from skyhive.providers import registry
 
     assert "tinycloud" in registry.names()

@@ -55,3 +55,33 @@ async def test_tiny_model_trains_data_parallel_on_two_nodes_from_sharded_data():
     assert first["weights"] == second["weights"]  # ...and the gradients were averaged across nodes
     assert first["losses"][-1] < first["losses"][0]
     assert results[0].stdout.count("Epoch ") == 3 and results[1].stdout == ""
+
+
+def train_with_dropout(x_full, y_full):
+    """A model with Dropout and no seed of the user's: its random state must agree across processes."""
+    import hashlib
+
+    import keras
+    import numpy as np
+
+    x, y = sky.shard(x_full, y_full, shuffle=True, seed=42)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(16, activation="relu"),
+                              keras.layers.Dropout(0.3), keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="binary_crossentropy")
+    model.fit(x, y, epochs=2, batch_size=32, verbose=0)
+    return hashlib.sha256(b"".join(np.asarray(w).tobytes() for w in model.get_weights())).hexdigest()
+
+
+@pytest.mark.slow
+def test_dropout_under_data_parallel_needs_no_seed_from_the_user():
+    x, y = keras_training.dataset(256)
+    plugins = [sky.plugins.jax(), sky.plugins.keras(backend="jax")]
+    with sky.Pool(provider=sky.Local(), nodes=2, plugins=plugins, output=None) as pool:
+        weights = pool.broadcast(train_with_dropout, x, y)  # was: "not the same on each process"
+    assert weights[0] == weights[1]
+
+
+def test_keras_seed_is_checked():
+    with pytest.raises(ValueError, match="seed"):
+        sky.plugins.keras(seed=-1)
+    assert sky.plugins.keras(seed=7).seed == 7

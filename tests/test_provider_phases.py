@@ -141,3 +141,31 @@ async def test_a_reach_kind_without_a_transport_fails_naming_the_kind():
         async with sky.Pool(provider=provider, nodes=1, name="nokind"):
             pass
     assert provider.live == set()
+
+
+async def test_a_launch_that_returns_the_wrong_nodes_is_refused_and_what_it_made_terminated():
+    class Miscounting(Staged):
+        async def launch(self, spec, nodes):
+            return (await super().launch(spec, nodes))[:1]  # one node for two asked
+
+    provider = Miscounting()
+    with pytest.raises(sky.ProvisionError, match=r"launched nodes \[0\], asked for 2"):
+        async with sky.Pool(provider=provider, nodes=2, name="miscount"):
+            pass
+    # the node it returned is terminated at once; the one it kept quiet about is found by list_owned
+    assert ("terminate", 0) in provider.calls and ("list_owned", -1) in provider.calls
+    assert provider.live == set()
+
+
+def test_a_kinds_transport_module_registers_itself_when_first_needed():
+    """By convention runtime/transport/<kind>.py registers its kind on import; the registry looks there
+    for a kind it does not know yet (how "local" and "ssh" are found)."""
+    import subprocess
+    import sys
+
+    code = ("from skyhive.runtime.transport import registry as r; from skyhive.providers.base import *; "
+            "before = r.kinds(); "
+            "h = NodeHandle(node=0, provider_id='x', private_addr='h', reach=SSHReach(host='h')); "
+            "print(before, r.transport_kind(h).kind, r.kinds())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["[]", "ssh", "['ssh']"]

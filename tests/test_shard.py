@@ -9,6 +9,8 @@ import sys
 from collections.abc import Sequence
 
 import pytest
+
+import skyhive as sky
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -72,13 +74,14 @@ def test_follows_the_documented_rule(n, total, seed, drop_last):
     order = list(range(n))
     random.Random(seed).shuffle(order)
     for k in range(total):
-        expected = order[k::total][: n // total] if drop_last else order[k::total]
+        q = n // total  # drop_last: contiguous equal blocks (Skyward's rule)
+        expected = order[k * q:(k + 1) * q] if drop_last else order[k::total]
         got = shard(
             list(range(n)), shuffle=True, seed=seed, drop_last=drop_last, node=k, total_nodes=total
         )
         assert got == expected
         plain = shard(list(range(n)), drop_last=drop_last, node=k, total_nodes=total)
-        assert plain == list(range(n))[k::total][: n // total if drop_last else None]
+        assert plain == (list(range(n))[k * q:(k + 1) * q] if drop_last else list(range(n))[k::total])
 
 
 @no_deadline
@@ -220,7 +223,8 @@ def test_any_mix_of_types_keeps_each_type_and_the_alignment(n, total, shuffle, s
         parts = shard(*arrays, shuffle=shuffle, seed=seed, drop_last=drop_last, node=k, total_nodes=total)
         parts = (parts,) if len(arrays) == 1 else parts
         assert isinstance(parts, tuple) and len(parts) == len(arrays)
-        want = order[k::total][: n // total] if drop_last else order[k::total]
+        q = n // total
+        want = order[k * q:(k + 1) * q] if drop_last else order[k::total]
         for kind, part in zip(kinds, parts):
             assert type(part) is _expected_type(kind, shuffle)
             if kind == "numpy":
@@ -247,7 +251,7 @@ def test_types_are_preserved(shuffle):
         assert type(part) is list  # a permutation of a range is not a range
     else:
         assert part == range(1, 10, 3)
-        assert shard(range(10), drop_last=True, node=0, total_nodes=3) == range(0, 9, 3)
+        assert shard(range(10), drop_last=True, node=1, total_nodes=3) == range(3, 6)
 
 
 def test_generic_sequence_gives_a_list():
@@ -332,15 +336,42 @@ def test_explicit_node_overrides_instance_info():
     assert shard(list(range(4)), node=0, total_nodes=2) == [0, 2]
 
 
-def test_off_a_node_without_node_arguments():
-    with pytest.raises(NotOnNodeError, match="instance_info"):
-        shard([1, 2, 3])
+def test_off_a_node_shard_returns_all_the_data():
+    """A @compute function run here to debug it sees node 0 of 1 (as in Skyward)."""
+    with pytest.raises(NotOnNodeError):
+        sky.instance_info()
+    assert shard([1, 2, 3]) == [1, 2, 3]
+    assert shard([1, 2, 3], [4, 5, 6]) == ([1, 2, 3], [4, 5, 6])
+    assert sorted(shard(list(range(10)), shuffle=True)) == list(range(10))
 
 
-def test_shuffle_needs_a_seed_on_several_nodes_from_instance_info():
+def test_shuffle_without_a_seed_uses_seed_0_on_every_node():
     set_instance_info(_info(0, 2))
-    with pytest.raises(ValueError, match="needs a seed"):
-        shard([1, 2, 3], shuffle=True)
+    assert shard(list(range(10)), shuffle=True) == shard(list(range(10)), shuffle=True, seed=0)
+    parts = [shard(list(range(10)), shuffle=True, node=k, total_nodes=2) for k in range(2)]
+    assert sorted(parts[0] + parts[1]) == list(range(10))  # the nodes agree: disjoint, complete
+
+
+def test_one_of_node_and_total_nodes_takes_the_other_from_instance_info():
+    set_instance_info(_info(1, 3))
+    assert shard(list(range(6)), node=0) == [0, 3]  # total_nodes=3 from instance_info
+    assert shard(list(range(6)), total_nodes=2) == [1, 3, 5]  # node=1 from instance_info
+
+
+def test_pairs_of_different_lengths_are_split_each_by_its_own_length():
+    x_train, y_train = list(range(10)), [f"y{i}" for i in range(10)]
+    x_test, y_test = list(range(100, 104)), [f"t{i}" for i in range(100, 104)]
+    for k in range(3):
+        xa, ya, xt, yt = shard(x_train, y_train, x_test, y_test, shuffle=True, seed=5, node=k, total_nodes=3)
+        assert ya == [f"y{i}" for i in xa] and yt == [f"t{i}" for i in xt]
+        assert xa == shard(x_train, shuffle=True, seed=5, node=k, total_nodes=3)
+        assert xt == shard(x_test, shuffle=True, seed=5, node=k, total_nodes=3)
+
+
+@pytest.mark.parametrize("lengths", [(10, 9), (10, 10, 4), (4, 10, 10), (3, 3, 5, 3)])
+def test_lengths_that_cannot_stay_aligned_are_refused(lengths):
+    with pytest.raises(ValueError, match="equal-length groups"):
+        shard(*(list(range(n)) for n in lengths), node=0, total_nodes=2)
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -351,16 +382,9 @@ def test_different_lengths_are_named():
         shard(list(range(10)), tuple(range(9)), node=0, total_nodes=2)
 
 
-def test_shuffle_without_seed_on_several_nodes():
-    with pytest.raises(ValueError, match="across 2 nodes needs a seed"):
-        shard([1, 2, 3], shuffle=True, node=0, total_nodes=2)
-
-
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
-        (dict(node=0), "got node but not total_nodes"),
-        (dict(total_nodes=2), "got total_nodes but not node"),
         (dict(node=0, total_nodes=0), "total_nodes must be at least 1, got 0"),
         (dict(node=2, total_nodes=2), r"node must be in 0\.\.1 for total_nodes=2, got 2"),
         (dict(node=-1, total_nodes=2), r"node must be in 0\.\.1 for total_nodes=2, got -1"),

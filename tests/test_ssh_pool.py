@@ -98,3 +98,26 @@ async def test_example_ssh_hosts_runs(sshd_host, capsys):
                                    str(sshd_host.client_key), "--known-hosts", str(sshd_host.known_hosts_path)])
     assert [p[1] for p in places] == [0]
     assert "squares: [0, 1, 4, 9, 16, 25, 36, 49, 64, 81]" in capsys.readouterr().out
+
+
+def count_up(n):
+    for i in range(n):
+        yield i * i
+
+
+def pid_after(seconds):
+    import time
+
+    time.sleep(seconds)
+    return os.getpid()
+
+
+async def test_streaming_and_concurrency_over_ssh(sshd_host):
+    """A generator's items (protocol `Item` frames) cross the resumable SSH link; task slots of
+    `sky.Worker(concurrency=3)` are three detached workers on the host."""
+    async with sky.Pool(provider=ssh_for(sshd_host), nodes=1, worker=sky.Worker(concurrency=3)) as pool:
+        got = [x async for x in pool.stream(count_up, 5)]
+        pids = await (sky.gather(*(sky.compute(pid_after)(0.5) for _ in range(3))) >> pool)
+        assert len(await pool.broadcast(os.getpid)) == 1
+    assert got == [0, 1, 4, 9, 16]
+    assert len(set(pids)) == 3

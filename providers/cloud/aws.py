@@ -68,8 +68,15 @@ EC2_STATES: Mapping[str, str] = {
     "terminated": "terminated",
 }
 
-#: What a node's user data does: nothing heavy (bootstrap does the rest over SSH).
-USER_DATA = "#!/bin/sh\n# skyhive: nodes are set up over SSH by the client's bootstrap\ntrue\n"
+#: What a node's user data does: installs uv (one static binary) so that bootstrap can install the client's
+#: Python version when the image has another; everything else is done over SSH by the client's bootstrap.
+USER_DATA = """#!/bin/sh
+command -v uv >/dev/null 2>&1 || (curl -LsSf https://astral.sh/uv/install.sh |
+    env UV_INSTALL_DIR=/usr/local/bin INSTALLER_NO_MODIFY_PATH=1 sh) || true
+"""
+
+#: Bootstrap waits for this before it looks at a node (cloud-init runs the user data after sshd starts).
+READY_COMMAND = "cloud-init status --wait >/dev/null 2>&1 || true"
 
 #: Default images, by owner and name pattern (the newest match is used): Ubuntu 22.04, and for GPU
 #: machines AWS's Deep Learning base image with the NVIDIA driver.
@@ -260,8 +267,14 @@ class AWS(LibcloudProvider):
         from libcloud.compute.base import NodeSize
 
         choice = self.choice(spec)
-        key_name, group_id = self._shared.get(spec.pool_id) or (f"skyhive-{spec.pool_id}",
-                                                                self._owned_groups(spec.pool_id)[0])
+        shared = self._shared.get(spec.pool_id)
+        if shared is None:  # prepared by another call (or process): found again by tag
+            groups = self._owned_groups(spec.pool_id)
+            if not groups:
+                raise ProvisionError(f"aws: pool {spec.pool_id} has no security group: prepare() must run first",
+                                     kind="fatal")
+            shared = self._shared[spec.pool_id] = (f"skyhive-{spec.pool_id}", groups[0])
+        key_name, group_id = shared
         subnet = self._subnet(zone)
         size = NodeSize(choice.instance_type, choice.instance_type, 0, self.disk_gb, 0, 0, self.driver)
         image = self._image(choice)
@@ -330,7 +343,8 @@ class AWS(LibcloudProvider):
         return NodeHandle(
             node=int(tags.get(NODE_TAG, -1)), provider_id=node.id, private_addr=private, public_addr=public,
             reach=SSHReach(host=public or private or "", user=self.ssh_user, key=str(key_path),
-                           idle_shutdown=self.idle_timeout or 0.0, shutdown_command=self.shutdown_command),
+                           idle_shutdown=self.idle_timeout or 0.0, shutdown_command=self.shutdown_command,
+                           ready_command=READY_COMMAND),
             accelerators=info.accelerators if info else 0, accelerator=info.accelerator if info else None,
             state=state, extra=extra,
         )

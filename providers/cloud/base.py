@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from ...errors import CloudAPIError
@@ -191,15 +192,21 @@ class LibcloudProvider(Provider):
         failures: list[str] = []
         cleaned: list[str] = []
         last: Exception | None = None
+        settled = False  # the nodes of a failed zone were already terminated
         try:
             for zone in zones:
                 tried.append(zone)
                 try:
-                    return await self.call(self.launch_sync, spec, nodes, zone)
+                    handles = await self.call(self.launch_sync, spec, nodes, zone)
+                    # a cancellation that arrived while the create call ran in its thread lands here, so
+                    # that the nodes it made are terminated below instead of returned to nobody
+                    await anyio.lowlevel.checkpoint()
+                    return handles
                 except Exception as exc:
                     kind = self.classify(exc)
                     if kind is not ErrorKind.CAPACITY:
                         cleaned = await self._shielded_terminate_nodes(spec.pool_id, nodes)
+                        settled = True
                         what = f"launching nodes {nodes} in {zone} failed"
                         if kind is ErrorKind.QUOTA:
                             what = f"quota {self.error_code(exc)} reached in {zone} (no other zone tried)"
@@ -210,7 +217,7 @@ class LibcloudProvider(Provider):
                     # nodes this zone did create before it ran out must not stay behind (or be doubled)
                     cleaned += await self._shielded_terminate_nodes(spec.pool_id, nodes)
         except BaseException:
-            if not tried or last is None or len(failures) < len(tried):  # cancelled or failed mid-zone
+            if not settled:  # cancelled, or failed outside the classified path: by tag, shielded
                 await self._shielded_terminate_nodes(spec.pool_id, nodes)
             raise
         assert last is not None

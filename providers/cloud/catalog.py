@@ -118,7 +118,8 @@ def choose(cloud: str, region: str, *, accelerator: str | None = None, cpus: flo
     table = _table(cloud)
     regional = table["regions"].get(region)
     if regional is None:
-        raise ProvisionError(f"{cloud}: unknown region {region!r}; known: {', '.join(sorted(table['regions']))}")
+        raise ProvisionError(f"{cloud}: unknown region {region!r}; known: {', '.join(sorted(table['regions']))}",
+                             kind="unavailable")
     want_name, want_count = parse_accelerator(accelerator) if accelerator else (None, None)
     if instance_type is not None:
         info = instance(cloud, instance_type)
@@ -128,7 +129,8 @@ def choose(cloud: str, region: str, *, accelerator: str | None = None, cpus: flo
                           accelerator=None, accelerators=0, price_per_hour=None, nodes=nodes, spot=spot)
         problem = _unmet(info, want_name, want_count, cpus, memory_gb)
         if problem:
-            raise ProvisionError(f"{cloud}: instance_type {instance_type} does not satisfy the pool: {problem}")
+            raise ProvisionError(f"{cloud}: instance_type {instance_type} does not satisfy the pool: {problem}",
+                                 kind="unavailable")
         return _choice(cloud, region, info, price, nodes, spot)
     if want_name is None:
         cpus = DEFAULT_CPUS if cpus is None else cpus
@@ -145,7 +147,7 @@ def choose(cloud: str, region: str, *, accelerator: str | None = None, cpus: flo
         if best is None or (price, itype) < best:
             best = (price, itype)
     if best is None:
-        raise ProvisionError(_nothing_fits(cloud, region, accelerator, want_name, cpus, memory_gb))
+        raise ProvisionError(_nothing_fits(cloud, region, accelerator, want_name, cpus, memory_gb), kind="unavailable")
     info = instance(cloud, best[1])
     assert info is not None
     return _choice(cloud, region, info, regional[best[1]], nodes, spot)

@@ -28,9 +28,14 @@ from libcloud.compute.drivers.ec2 import EC2Connection, EC2NodeDriver, EC2Respon
 
 from ...errors import CloudAPIError
 
-__all__ = ["SkyhiveEC2Driver", "make_driver", "parse_errors"]
+__all__ = ["SkyhiveEC2Driver", "make_driver", "parse_errors", "normalise_namespace"]
 
 _NS_NO_SLASH = re.compile(r'xmlns="(http://ec2\.amazonaws\.com/doc/\d{4}-\d{2}-\d{2})"')
+
+
+def normalise_namespace(body: str) -> str:
+    """The body with its EC2 XML namespace in the slashed form libcloud looks elements up in."""
+    return _NS_NO_SLASH.sub(r'xmlns="\1/"', body, count=1)
 
 
 def parse_errors(body: str) -> list[tuple[str, str]]:
@@ -52,7 +57,7 @@ def parse_errors(body: str) -> list[tuple[str, str]]:
 class _Response(EC2Response):
     def parse_body(self) -> Any:
         if isinstance(self.body, str) and self.body:
-            self.body = _NS_NO_SLASH.sub(r'xmlns="\1/"', self.body, count=1)
+            self.body = normalise_namespace(self.body)
         return super().parse_body()
 
     def parse_error(self) -> Any:

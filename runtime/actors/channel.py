@@ -20,6 +20,7 @@ from ...errors import WorkerLost
 from ...protocol import (
     Connection,
     Message,
+    Item,
     Output,
     Ping,
     Pong,
@@ -48,7 +49,7 @@ OutputSink = Callable[["WorkerChannel", "Call | None", int, str], None]
 class Call:
     """One task in flight on a worker: the caller's future and what the router needs to know."""
 
-    __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs", "started")
+    __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs", "started", "on_item")
 
     def __init__(self, task_id: int, future: asyncio.Future[Result] | None, options: Any, fn_name: str) -> None:
         self.task_id = task_id
@@ -58,6 +59,7 @@ class Call:
         self.abandoned = False
         self.started = False
         self.outputs: list[tuple[int, str]] | None = None
+        self.on_item: Callable[[int, bytes], None] | None = None  # a streamed task's items go here
 
 
 class WorkerChannel:
@@ -156,6 +158,10 @@ class WorkerChannel:
                 call.future.set_result(msg)
         elif isinstance(msg, Output):
             self._on_output(self, self.calls.get(msg.task_id), msg.stream, msg.data)
+        elif isinstance(msg, Item):
+            streamed = self.calls.get(msg.task_id)
+            if streamed is not None and streamed.on_item is not None:
+                streamed.on_item(msg.index, msg.value)
         elif isinstance(msg, Started):
             started = self.calls.get(msg.task_id)
             if started is not None and not started.started:
@@ -183,16 +189,20 @@ class WorkerChannel:
         return await self._welcomed
 
     def send(self, task_id: int, prep: Prepared, options: dict[str, Any] | None,
-             future: asyncio.Future[Result] | None) -> Call:
+             future: asyncio.Future[Result] | None, *, stream: bool = False) -> Call:
         """Send `prep` as task `task_id` (its buffers follow via `send_buffers`); the function's bytes
         go only if this worker has not seen it (a large function goes as buffer 0, every time).
         Registers the call; `future` gets the Result.
 
         Raises `WorkerLost` (naming the node) when the worker is already lost or the connection
         refuses the task; the worker is then restarted and the call was not registered.
+
+        With `stream`, a generator's items come back as `Item` frames (to `call.on_item`).
         """
         known = self.known_fns
         options_: dict[str, Any] = {"kind": prep.kind} if prep.kind != "call" else {}
+        if stream:
+            options_["stream"] = True
         if prep.fn_in_buffer:
             fn_bytes = b""
             options_["fn_buffer"] = True

@@ -50,3 +50,6 @@ class NodeContext:
     wait_addresses: Callable[[], Awaitable[None]]
     #: run the plugins' worker setup on a freshly started worker (None: no plugin needs one)
     setup_worker: Callable[[WorkerChannel], Awaitable[None]] | None
+    #: worker processes per local rank (`sky.Worker(concurrency=N)`); the extra ones take tasks but
+    #: no broadcast and no plugin setup
+    concurrency: int = 1

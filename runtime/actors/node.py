@@ -82,10 +82,13 @@ class NodeActor:
         self.index = index
         self.handle: NodeHandle | None = None  # from `launch`; with addresses once running
         self.transport: Transport | None = None
-        ppn = ctx.spec.processes_per_node
-        self.channels: list[WorkerChannel | None] = [None] * ppn
-        self.processes: list[WorkerProcess | None] = [None] * ppn
-        self.starts = [0] * ppn  # worker processes started per local rank (restarts = starts - 1)
+        self.ranks = ppn = ctx.spec.processes_per_node
+        # worker i serves local rank i % ppn; the first ppn are the ranks themselves, the others
+        # extra task slots (`sky.Worker(concurrency=N)`): tasks, but no broadcast, no plugin setup
+        total = ppn * ctx.concurrency
+        self.channels: list[WorkerChannel | None] = [None] * total
+        self.processes: list[WorkerProcess | None] = [None] * total
+        self.starts = [0] * total  # worker processes started per index (restarts = starts - 1)
         self.stopping = False
         self.failure: BaseException | None = None  # why the node was given up (raised from by callers)
 
@@ -228,9 +231,10 @@ class NodeActor:
     async def _start_worker(self, rank: int) -> WorkerChannel:
         ctx = self.ctx
         assert self.transport is not None
-        info = ctx.infos[(self.index, rank)]
+        info = ctx.infos[(self.index, rank % self.ranks)]
         ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="starting")
-        channel = WorkerChannel(node=self.index, local_rank=rank, log_=ctx.log, on_output=ctx.deliver_output)
+        channel = WorkerChannel(node=self.index, local_rank=rank % self.ranks, log_=ctx.log,
+                                on_output=ctx.deliver_output)
         env = {**ctx.worker_env, ENV_VAR: info.to_json()}
         # how often this worker was restarted: plugins that form process groups refuse to re-join one
         env[RESTART_ENV] = str(self.starts[rank])
@@ -245,7 +249,7 @@ class NodeActor:
         try:
             with anyio.fail_after(ctx.settings.start_timeout):
                 await channel.handshake(skyhive_version=skyhive_version(), python_version=python_version())
-                if ctx.setup_worker is not None:
+                if ctx.setup_worker is not None and rank < self.ranks:
                     await ctx.setup_worker(channel)
         except BaseException as exc:
             proc.kill()
@@ -336,6 +340,10 @@ class NodeActor:
                     channel.fail_all("the pool closed")
         if self.transport is not None:
             await self.transport.close()
+
+    def rank_channels(self) -> list[WorkerChannel | None]:
+        """The workers of the node's local ranks (what a broadcast reaches), in rank order."""
+        return self.channels[: self.ranks]
 
     def usable_channels(self) -> list[WorkerChannel]:
         return [c for c in self.channels if c is not None and c.usable]

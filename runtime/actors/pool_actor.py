@@ -16,11 +16,12 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from ...errors import PoolClosed, TaskTimeout, WorkerLost
+from ...plugins.api import AppHook, TaskHook
 from ...protocol.info import InstanceInfo, Peer
 from ...protocol.messages import Result
 from ...providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
@@ -38,6 +39,9 @@ from .node import NodeActor
 from .prepared import Prepared
 from .provisioning import with_retries
 
+if TYPE_CHECKING:
+    from ...plugins.image import Image
+
 log = logging.getLogger("skyhive.pool")
 
 __all__ = ["PoolRuntime"]
@@ -45,16 +49,18 @@ __all__ = ["PoolRuntime"]
 
 class PoolRuntime:
     def __init__(self, *, provider: Provider, nodes: int, processes_per_node: int, plugins: Sequence[Any],
-                 image: Any, output: OutputSpec, settings: Settings, name: str | None,
+                 image: Image | None, output: OutputSpec, settings: Settings, name: str | None,
                  log_events: bool, accelerator: str | None = None, cpus: float | None = None,
-                 memory_gb: float | None = None) -> None:
+                 memory_gb: float | None = None, allocation: str | None = None, spot: bool | None = None,
+                 concurrency: int = 1) -> None:
         self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
         self.provider = provider
         self.settings = settings
         self.plugins = list(plugins)
         self.image = image
         self.spec = ClusterSpec(pool_id=self.pool_id, nodes=nodes, processes_per_node=processes_per_node,
-                                accelerator=accelerator, cpus=cpus, memory_gb=memory_gb)
+                                accelerator=accelerator, cpus=cpus, memory_gb=memory_gb, allocation=allocation,
+                                spot=spot)
         secrets = frozenset(image.secret_values()) if image is not None else frozenset()
         self.log = EventLog(self.pool_id, path=pool_log_path(self.pool_id) if log_events else None, secrets=secrets,
                             output_limit=settings.log_output_limit)
@@ -64,13 +70,14 @@ class PoolRuntime:
         self.worker_env: dict[str, str] = dict(image.all_env()) if image is not None else {}
         self.setup: WorkerSetup | None = self._worker_setup()
         self._addresses_known = anyio.Event()
-        self._launching = False  # a `launch` request is (or was left) in flight: `close` asks list_owned
+        self._launching = False  # a `launch` in flight, or one that answered wrongly: `close` asks list_owned
         self.context = NodeContext(
             pool_id=self.pool_id, spec=self.spec, provider=provider, settings=settings, log=self.log,
             image=image, worker_env=self.worker_env, infos=self.infos, deliver_output=self.router.deliver,
             flush_output=self.router.flush, slots_changed=self.slots_changed, node_running=self._node_running,
             wait_addresses=self._addresses_known.wait,
             setup_worker=self._setup_worker if self.setup is not None else None,
+            concurrency=concurrency,
         )
         self.nodes = [NodeActor(self.context, i) for i in range(nodes)]
         self.tg: Any = None
@@ -121,12 +128,13 @@ class PoolRuntime:
             node.move(NodeState.PROVISIONING)
         self._launching = True
         handles = await with_retries(provider, "launch", lambda: provider.launch(spec, range(spec.nodes)))
-        self._launching = False
         if sorted(h.node for h in handles) != list(range(spec.nodes)):
-            for node, handle in zip(self.nodes, handles):
-                node.handle = handle  # terminated by close
+            # what it returned goes back at once; `_launching` stays set, so close also asks list_owned
+            with anyio.CancelScope(shield=True):
+                await with_retries(provider, "terminate", lambda: provider.terminate(handles))
             raise ProvisionError(f"provider {provider.name} launched nodes {[h.node for h in handles]}, "
                                  f"asked for {spec.nodes} (0..{spec.nodes - 1})")
+        self._launching = False
         async with anyio.create_task_group() as starter:
             for handle in handles:
                 starter.start_soon(self._start_node, self.nodes[handle.node], handle)
@@ -159,11 +167,11 @@ class PoolRuntime:
                 self.infos[(h.node, rank)] = InstanceInfo(
                     node=h.node, total_nodes=spec.nodes, head_addr=head.private_addr, head_port=port,
                     pool_id=self.pool_id, accelerators=h.accelerators, peers=peers, local_rank=rank,
-                    processes_per_node=spec.processes_per_node,
+                    processes_per_node=spec.processes_per_node, accelerator=h.accelerator,
                 )
 
     def _worker_setup(self) -> WorkerSetup | None:
-        hooks = [p for p in self.plugins if hasattr(p, "around_app") or hasattr(p, "around_task")]
+        hooks = [p for p in self.plugins if isinstance(p, (AppHook, TaskHook))]
         for plugin in hooks:  # a plugin class from the user's own code travels by value, like functions
             register_user_code(type(plugin))
         return WorkerSetup(hooks, {}) if hooks else None
@@ -228,7 +236,7 @@ class PoolRuntime:
                 detail = self.log.state.nodes[n.index].detail
                 raise WorkerLost(f"node {n.index} of pool {self.pool_id} is {n.state.value}"
                                  + (f" ({detail})" if detail else ""), node=n.index) from n.failure
-            for c in n.channels:
+            for c in n.rank_channels():
                 if c is None or not c.usable:
                     return None
                 channels.append(c)
@@ -253,9 +261,32 @@ class PoolRuntime:
     # ---- calls -------------------------------------------------------------------------------------
 
     def send(self, channel: WorkerChannel, prep: Prepared, options: dict[str, Any] | None,
-             future: asyncio.Future[Result]) -> Call:
+             future: asyncio.Future[Result], *, stream: bool = False) -> Call:
         """Send one task to `channel` (its buffers, if any, still have to follow)."""
-        return channel.send(next(self._ids), prep, options, future)
+        return channel.send(next(self._ids), prep, options, future, stream=stream)
+
+    async def open_stream(self, channel: WorkerChannel, prep: Prepared,
+                          on_item: Callable[[int, bytes], None]) -> tuple[Call, asyncio.Future[Result]]:
+        """Send a task whose generator's items come back as they are yielded (to `on_item`, on the
+        event loop); the future gets its `Result` after the last item."""
+        fut: asyncio.Future[Result] = self.loop.create_future()
+        call = self.send(channel, prep, None, fut, stream=True)
+        call.on_item = on_item
+        try:
+            if prep.buffers:
+                await self._send_buffers([(channel, call.task_id)], prep.buffers)
+        except BaseException:
+            self._cancel([(channel, call, fut)])
+            raise
+        return call, fut
+
+    def finish_stream(self, channel: WorkerChannel, call: Call, fut: asyncio.Future[Result]) -> Any:
+        """After a streamed task's `Result`: the item count, or its error raised."""
+        self.router.flush(channel.node, channel.local_rank)
+        return self._unpack(channel, call, fut.result())
+
+    def cancel_stream(self, channel: WorkerChannel, call: Call, fut: asyncio.Future[Result]) -> None:
+        self._cancel([(channel, call, fut)])
 
     async def call_on(self, channel: WorkerChannel, fn: Callable[..., Any], args: tuple[Any, ...],
                       kwargs: dict[str, Any], *, kind: str = "call", fn_name: str | None = None,
@@ -389,7 +420,7 @@ class PoolRuntime:
                         tg.start_soon(terminate, node)
                 error = error or "; ".join(errors)
                 try:
-                    if self._launching:  # a launch request never answered: what did it create?
+                    if self._launching:  # a launch never answered (or wrongly): what did it create?
                         leftover = await self.provider.list_owned(self.pool_id)
                         if leftover:
                             await self.provider.terminate(leftover)

@@ -1,18 +1,38 @@
-"""The Local provider's "bootstrap": workers use this interpreter, so check the image can run here."""
+"""The Local provider's "bootstrap": workers use this interpreter, so check the image can run here:
+every package installed, at a version the image allows (a pin is honoured or refused, never ignored)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib.util
+import json
+import os
 import re
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from ...errors import SetupFailed
 from ...providers.base import ProvisionError
+from ..events.log import state_dir
+from ..transport.local import LocalTransport
 
 if TYPE_CHECKING:
+    from ...plugins.image import Image
     from ..actors.context import NodeContext
     from ..transport.base import Transport
 
-__all__ = ["bootstrap_local", "check_local_image", "import_name"]
+__all__ = ["bootstrap_local", "check_local_image", "image_problems", "build_local_env", "import_name"]
 
 # distributions whose import name differs from the project name
 _IMPORT_NAMES = {
@@ -27,21 +47,152 @@ def import_name(requirement: str) -> str:
     return _IMPORT_NAMES.get(name, name.replace("-", "_"))
 
 
-def check_local_image(image: Any, *, node: int) -> None:
-    """Local workers run this Python: every pip package of the image must already be importable."""
+def check_local_image(image: Image | None, *, node: int) -> None:
+    """Local workers run this Python: every pip package of the image must be installed here, at a
+    version the image allows (`torch==2.3.0` with torch 2.13 installed is refused, never run).
+
+    Raises `ProvisionError` naming each package that is missing or at another version, with the
+    version found here.
+    """
     if image is None:
         return
-    missing = [req for req in image.pip if importlib.util.find_spec(import_name(req).split(".")[0]) is None]
-    if missing:
+    _check_python(image, node=node)
+    problems = image_problems(image)
+    if problems:
         raise ProvisionError(
-            f"node {node}: the Local provider runs workers with this machine's Python, which lacks "
-            f"{', '.join(missing)} (from the pool's Image/plugins). Install them here "
-            f"(pip install {' '.join(missing)}) or use a provider that bootstraps nodes (SSH, a cloud).",
+            f"node {node}: the Local provider runs workers with this machine's Python ({sys.executable}), "
+            f"which does not satisfy the pool's Image/plugins: {'; '.join(problems)}. Install them here "
+            f"(pip install {' '.join(repr(p.split(' ')[0]) for p in problems)}), drop the pins, let Local "
+            "build the Image's environment (sky.Local(build_env=True)), or use SSH or a cloud.",
             node=node,
         )
 
 
+def _problem(req: str) -> str | None:
+    """Why `req` is not satisfied by this Python, or None when it is."""
+    try:
+        parsed = Requirement(req)
+    except InvalidRequirement:
+        parsed = None
+    if parsed is not None and parsed.marker is not None and not parsed.marker.evaluate():
+        return None  # not meant for this platform
+    if parsed is None or parsed.url:
+        found = importlib.util.find_spec(import_name(req).split(".")[0]) is not None
+        return None if found else f"{req} (not installed)"
+    try:
+        have = metadata.version(parsed.name)
+    except metadata.PackageNotFoundError:
+        if importlib.util.find_spec(import_name(req).split(".")[0]) is not None and not parsed.specifier:
+            return None  # importable though not installed as a distribution (e.g. on sys.path)
+        return f"{req} (not installed)"
+    if parsed.specifier and not parsed.specifier.contains(have, prereleases=True):
+        return f"{req} (this Python has {parsed.name} {have})"
+    return None
+
+
 async def bootstrap_local(ctx: NodeContext, node: int, transport: Transport) -> str:
-    """The bootstrap registered for reach kind "local": check the image can run here; no detail."""
-    check_local_image(ctx.image, node=node)
-    return ""
+    """The bootstrap registered for reach kind "local": this Python when it satisfies the Image (the
+    fast path, no detail); else, with `Local(build_env=True)`, the Image's environment built once
+    (cached by content hash); else `ProvisionError` naming what differs."""
+    build = isinstance(transport, LocalTransport) and transport.build_env
+    if not build or not image_problems(ctx.image):
+        check_local_image(ctx.image, node=node)
+        return ""
+    assert isinstance(transport, LocalTransport) and ctx.image is not None
+    _check_python(ctx.image, node=node)
+    return await build_local_env(ctx.image, transport, node=node, timeout=ctx.settings.start_timeout)
+
+
+def _check_python(image: Any, *, node: int) -> None:
+    want = "%d.%d" % sys.version_info[:2]
+    if image.python and ".".join(image.python.split(".")[:2]) != want:
+        raise ProvisionError(
+            f"node {node}: Image(python={image.python!r}) differs from this Python {want}, which Local "
+            "workers run (functions travel as bytecode: client and workers need the same major.minor)",
+            node=node)
+
+
+def image_problems(image: Any) -> list[str]:
+    """What of `image` this Python, as it is, does not satisfy (empty: the fast path): packages
+    missing or at other versions, and the steps only a built environment runs (apt, setup, includes)."""
+    if image is None:
+        return []
+    problems = [p for p in (_problem(req) for req in image.pip) if p is not None]
+    if image.apt:
+        problems.append(f"Image.apt {', '.join(image.apt)} (not installed by Local)")
+    if image.setup:
+        problems.append(f"Image.setup ({len(image.setup)} command(s), not run by Local)")
+    if image.includes:
+        problems.append(f"Image.includes {', '.join(map(str, image.includes))} (not copied by Local)")
+    return problems
+
+
+async def build_local_env(image: Any, transport: LocalTransport, *, node: int, timeout: float) -> str:
+    """Build `image`'s environment under the state directory with the node-side bootstrap script (the
+    one SSH nodes run), once per content hash, and point `transport`'s workers at it."""
+    from .remote import env_key  # the SSH bootstrap's cache key (imported here: it loads asyncssh)
+    from .wheels import runtime_wheels
+
+    want = "%d.%d" % sys.version_info[:2]
+    root = state_dir() / "local-envs"
+    wheels = await anyio.to_thread.run_sync(runtime_wheels)
+    rt_dir = root / "rt" / wheels.digest[:16]
+    env_dir = root / "envs" / env_key(image, want, sys.executable)
+    if not (rt_dir / ".ready").exists():
+        src = Path(tempfile.mkdtemp(prefix="incoming-", dir=_mkdir(root / "rt")))
+        for path in wheels.paths:  # the script consumes (removes) its source directory
+            shutil.copy(path, src / path.name)
+        await _run_script(transport, {"action": "runtime", "dir": str(rt_dir), "src": str(src)}, {},
+                          node=node, timeout=timeout)
+    incoming = ""
+    if image.includes and not (env_dir / ".ready").exists():
+        incoming = tempfile.mkdtemp(prefix="incoming-", dir=_mkdir(root / "envs"))
+        for raw in image.includes:
+            item = Path(raw).expanduser()
+            copy = shutil.copytree if item.is_dir() else shutil.copy
+            copy(item, Path(incoming) / item.name)
+    spec = {"action": "env", "dir": str(env_dir), "incoming": incoming, "python": sys.executable,
+            "pip": list(image.pip), "pip_indexes": list(image.pip_indexes),
+            "find_links": list(image.find_links), "apt": list(image.apt), "setup": list(image.setup)}
+    cached = await _run_script(transport, spec, image.all_env(), node=node, timeout=timeout)
+    if image.pip:
+        transport.python = str(env_dir / "venv" / "bin" / "python")
+    # the runtime first; then the Image's files and the working directory (where the user's own
+    # modules are), which `python -P` no longer puts in front
+    paths = [str(rt_dir), *([str(env_dir / "files")] if image.includes else []), transport.cwd or os.getcwd()]
+    transport.worker_env = {"PYTHONPATH": os.pathsep.join(paths)}
+    return f"local env {env_dir.name} {'cached' if cached else 'built'}"
+
+
+async def _run_script(transport: LocalTransport, spec: dict[str, Any], env: Mapping[str, str], *,
+                      node: int, timeout: float) -> bool:
+    """Run the bootstrap script here; True when its directory was already complete (cached)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _script_text(), json.dumps(spec), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, **env},
+        start_new_session=True)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout)  # stdin stays open: the lifeline
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await asyncio.shield(proc.wait())
+        raise
+    text = transport.redact(out.decode(errors="replace"))
+    if proc.returncode != 0:
+        error = next((ln[8:] for ln in text.splitlines() if ln.startswith("::error ")), "")
+        tail = "\n".join(text.splitlines()[-30:])
+        raise SetupFailed(f"node {node}: building the Image's environment here failed: "
+                          f"{error or f'exit status {proc.returncode}'}\n{tail}")
+    return "::cached" in text.splitlines()
+
+
+def _script_text() -> str:
+    from .remote import _SCRIPT
+
+    return _SCRIPT
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path

@@ -35,12 +35,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ...providers.accelerators import devices_from_smi, warn_missing
 from ...errors import BootstrapError, PythonMismatch, SetupFailed
 from ...providers.base import ProvisionError
 from ..transport.ssh import NodeEnv, SSHTransport, register_secrets
 from .wheels import runtime_wheels
 
 if TYPE_CHECKING:
+    from ...plugins.image import Image
     from ..actors.context import NodeContext
     from ..transport.base import Transport
 
@@ -64,7 +66,7 @@ def _includes_digest(paths: tuple[str, ...]) -> str:
     return digest.hexdigest()
 
 
-def env_key(image: Any, python_mm: str, python_hint: str | None) -> str:
+def env_key(image: Image | None, python_mm: str, python_hint: str | None) -> str:
     """The environment directory's name: a hash of the image, the Python version and the includes."""
     parts = {
         "image": image.content_hash() if image is not None else "",
@@ -142,6 +144,7 @@ def _probe_command(candidates: list[str], rt_rel: str, env_rel: str) -> str:
     lines.append(f'[ -f "$HOME/{rt_rel}/.ready" ] && echo rt=ready')
     lines.append(f'[ -f "$HOME/{env_rel}/.ready" ] && echo env=ready')
     lines.append('command -v uv >/dev/null 2>&1 && echo "uv=$(command -v uv)"')
+    lines.append("command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | sed 's/^/gpu=/'")
     return "; ".join(lines) + "; true"
 
 
@@ -260,6 +263,9 @@ async def _bootstrap(ctx: NodeContext, node: int, transport: SSHTransport, progr
     rt_rel = f".skyhive/rt/{wheels.digest[:16]}"
     env_rel = f".skyhive/envs/{key}"
     candidates = [explicit] if explicit else [f"python{want}", "python3"]
+    if transport.reach.ready_command:  # a fresh cloud machine finishing its first boot (cloud-init)
+        step("waiting for the node's first-boot setup")
+        await transport.run(transport.reach.ready_command, timeout=timeout)
     step("probing")
     probe = await transport.run(_probe_command(candidates, rt_rel, env_rel), timeout=PROBE_TIMEOUT)
     facts = _parse(probe.stdout)
@@ -267,6 +273,7 @@ async def _bootstrap(ctx: NodeContext, node: int, transport: SSHTransport, progr
     if not home:
         raise BootstrapError(f"host {where}: the probe command failed: {(probe.stderr or probe.stdout).strip()}",
                              host=host)
+    warn_missing(ctx.spec.accelerator, devices_from_smi(facts.get("gpu", [])), where=f"SSH host {where}")
     python = _choose_python(where, host, facts, want, explicit)
     if python is None and facts.get("uv"):
         step(f"installing Python {want} with uv")

@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import socket
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,9 +36,10 @@ from ..events.types import Event, NodeStateChanged, PoolStarted, PoolStopped, Wo
 from ..onnode.procfs import proc_stat
 
 __all__ = ["PoolNotFound", "PoolInUse", "LogTail", "PoolEntry", "DownReport", "pools_dir", "read", "scan",
-           "find", "client_of", "down", "DOWN_REASON"]
+           "find", "client_of", "down", "owned_summary", "DOWN_REASON"]
 
 DOWN_REASON = "cleaned up by skyhive down"
+log = logging.getLogger("skyhive.inventory")
 #: Slack when matching a process's start time with the log's timestamps (btime has 1 s resolution).
 _CLOCK_SLACK = 2.0
 _KILL_GRACE = 3.0
@@ -306,6 +308,26 @@ def _why(pool: PoolEntry) -> str:
     if pool.client == "alive":
         return f"{DOWN_REASON} --force while client process {pool.state.pid} ran"
     return DOWN_REASON
+
+
+def owned_summary(pool: PoolEntry, timeout: float = 10.0) -> str:
+    """What the pool's provider says it still holds ("job 12 RUNNING"), for `skyhive ls`; "" when the
+    provider cannot tell cheaply (`Provider.owned_summary`), or the query failed (logged)."""
+    if pool.started is None or not pool.needs_down:
+        return ""
+    try:
+        provider = from_description(pool.started.provider_config or {"provider": pool.started.provider})
+    except ProvisionError:
+        return ""
+    async def ask() -> str | None:
+        with anyio.fail_after(timeout):
+            return await provider.owned_summary(pool.pool_id)
+
+    try:
+        return anyio.run(ask) or ""
+    except Exception as exc:  # noqa: BLE001 - ls must list the other pools
+        log.warning("pool %s: could not ask the %s provider what it holds: %s", pool.pool_id, provider.name, exc)
+        return "?"
 
 
 def _destroy(pool: PoolEntry) -> int:

@@ -19,6 +19,7 @@ import sys
 import tarfile
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -27,7 +28,8 @@ import anyio
 from anyio import CancelScope
 
 from ...errors import LaunchError
-from ...providers.base import Provider
+from ...providers.accelerators import AcceleratorWarning
+from ...providers.base import ClusterSpec, Provider
 from ...providers.local import Local
 from ...providers.registry import from_cli
 from ..actors.channel import WorkerChannel
@@ -94,10 +96,21 @@ def resource_warnings(task: Task, provider: Provider) -> list[str]:
         if res.cpus is not None and res.cpus > cores:
             out.append(f"the task asks for {res.cpus:g}{'+' if res.cpus_or_more else ''} CPUs per node; "
                        f"this machine has {cores}, shared by all {task.num_nodes} Local nodes")
-    elif res.accelerator or res.cpus is not None:
+    elif (res.accelerator or res.cpus is not None) and not provider.plan(plan_spec(task)):
         out.append(f"the {provider.name} provider does not choose machines by resources yet: "
                    f"{res.describe()} is not checked")
     return out
+
+
+def accelerator_of(task: Task) -> str | None:
+    """The task's accelerator as a Pool spells it ("A100:8"), or None."""
+    res = task.resources
+    return f"{res.accelerator}:{res.accelerator_count}" if res.accelerator else None
+
+
+def plan_spec(task: Task) -> ClusterSpec:
+    """What a pool for `task` asks its provider for (to ask the provider's `plan` before launching)."""
+    return ClusterSpec(pool_id="plan", nodes=task.num_nodes, accelerator=accelerator_of(task), cpus=task.resources.cpus)
 
 
 class _Launch:
@@ -123,26 +136,32 @@ class _Launch:
         failed: NodeExit | None = None
         self.say(f"launching {task.name or 'task'} on {task.num_nodes} {self.provider.name} node"
                  f"{'s' if task.num_nodes != 1 else ''} as pool {self.pool_id}")
+        summary = self.provider.plan(plan_spec(task)).get("summary")
+        if summary:  # the machine and what the pool costs, before anything is created
+            self.say(f"machines: {summary}")
         try:
-            async with Pool(provider=self.provider, nodes=task.num_nodes, name=self.pool_id, output="all",
-                            image=image) as pool:
-                rt: PoolRuntime = pool._runtime
-                channels = await rt.all_channels()
-                failed, dirs = await self.everywhere(rt, channels, "workdir", nodecmd.prepare,
-                                                     self.pool_id, archive)
-                for phase in ("setup", "run"):
-                    script = getattr(task, phase)
-                    if failed is None and script:
-                        failed, _ = await self.everywhere(rt, channels, phase, nodecmd.run_script,
-                                                          script, self.task_id, phase, per_node=dirs)
-                if failed is not None:
-                    self.report(failed)
-                if not isinstance(self.provider, Local):
-                    with anyio.move_on_after(30, shield=True):
-                        try:
-                            await pool.broadcast(nodecmd.remove, self.pool_id)
-                        except Exception as exc:  # a lost node keeps its copy; the run's outcome stands
-                            self.say(f"warning: could not remove the nodes' workdir copies: {exc}")
+            # the resource warnings above already said what Local lacks: not a second time from Local
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", AcceleratorWarning)
+                async with Pool(provider=self.provider, nodes=task.num_nodes, name=self.pool_id, output="all",
+                                image=image, accelerator=accelerator_of(task), cpus=task.resources.cpus) as pool:
+                    rt: PoolRuntime = pool._runtime
+                    channels = await rt.all_channels()
+                    failed, dirs = await self.everywhere(rt, channels, "workdir", nodecmd.prepare,
+                                                         self.pool_id, archive)
+                    for phase in ("setup", "run"):
+                        script = getattr(task, phase)
+                        if failed is None and script:
+                            failed, _ = await self.everywhere(rt, channels, phase, nodecmd.run_script,
+                                                              script, self.task_id, phase, per_node=dirs)
+                    if failed is not None:
+                        self.report(failed)
+                    if not isinstance(self.provider, Local):
+                        with anyio.move_on_after(30, shield=True):
+                            try:
+                                await pool.broadcast(nodecmd.remove, self.pool_id)
+                            except Exception as exc:  # a lost node keeps its copy; the run's outcome stands
+                                self.say(f"warning: could not remove the nodes' workdir copies: {exc}")
         finally:
             if isinstance(self.provider, Local):  # the nodes' directories are on this machine
                 shutil.rmtree(nodecmd.work_root(self.pool_id), ignore_errors=True)

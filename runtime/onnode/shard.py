@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TypeVar, overload
 
-from .context import instance_info
+from .context import NotOnNodeError, instance_info
 
 __all__ = ["shard"]
 
@@ -54,7 +54,7 @@ def shard(
 def shard(
     *arrays: Any,
     shuffle: bool = False,
-    seed: int | str | bytes | None = None,
+    seed: int | str | bytes | None = 0,
     drop_last: bool = False,
     node: int | None = None,
     total_nodes: int | None = None,
@@ -65,68 +65,69 @@ def shard(
     belongs with ``ys[i]``::
 
         x_train, y_train = sky.shard(x_train, y_train, shuffle=True, seed=epoch)
+        x_train, y_train, x_test, y_test = sky.shard(x_train, y_train, x_test, y_test)
 
-    **The split rule.** Let ``n`` be the (common) length and ``order`` be ``[0, 1, …, n-1]``, or,
+    The rule is Skyward's, so a program ported from it gets the same parts for the same inputs.
+
+    **The split rule.** Let ``n`` be an array's length and ``order`` be ``[0, 1, …, n-1]``, or,
     with ``shuffle=True``, that list permuted by ``random.Random(seed).shuffle`` — the same
-    permutation on every node and in every Python process for the same seed. Node ``node`` gets
-    the items ``order[j]`` for the positions ``j`` with ``j % total_nodes == node``, in that order.
-    So the parts of all nodes are disjoint and together cover the data, and their lengths differ by
-    at most one (a node may get nothing if ``n < total_nodes``). With ``drop_last=True`` every part
-    is cut to ``n // total_nodes`` items, so all nodes get the same number (what a collective that
-    expects equal batch counts needs); the up to ``total_nodes - 1`` items at the end of ``order``
-    are then left out.
+    permutation on every node and in every Python process for the same seed (default ``0``, so
+    the nodes agree without being told). Node ``node`` gets the items ``order[j]`` for the
+    positions ``j`` with ``j % total_nodes == node``, in that order: the parts of all nodes are
+    disjoint, cover the data, and differ in length by at most one (a node may get nothing if
+    ``n < total_nodes``). With ``drop_last=True`` each node instead gets the contiguous block
+    ``order[node*k:(node+1)*k]`` with ``k = n // total_nodes``: equal parts (what a collective that
+    expects equal batch counts needs), the last ``n % total_nodes`` items of ``order`` left out.
 
-    **Seeds.** With more than one node, ``shuffle=True`` requires a ``seed``: nodes do not talk to
-    each other here, so only a shared seed gives them the same permutation (without one the parts
-    would overlap and miss items). Pass e.g. the epoch number to reshuffle per epoch. With a single
-    node a missing seed means a fresh random permutation.
+    **Several arrays.** Arrays of equal length are split with the same positions, so they stay
+    aligned. Arrays of different lengths are accepted when they come in equal-length groups of
+    consecutive arguments (``x_train, y_train, x_test, y_test``): each group is split by its own
+    length. Anything else — ``shard(x, y)`` with ``len(x) != len(y)`` — is a `ValueError`, since
+    no split could keep such arrays aligned (Skyward splits them silently, misaligned).
 
     **Types.** A ``list`` gives a list, a ``tuple`` a tuple, a numpy ``ndarray`` an ndarray and a
     torch ``Tensor`` a tensor (split along the first axis, on the same device; both are new
-    arrays, not views). A ``range`` gives a ``range`` (a list when shuffled, as a permutation is
-    not a range). Any other ``collections.abc.Sequence`` gives a list of its items. ``str`` and
-    ``bytes`` are refused, since splitting a text into characters is almost always a mistake.
+    arrays, not views). A ``range`` gives a ``range`` (a list when shuffled; its items
+    equal Skyward's list). Any other ``collections.abc.Sequence`` gives a
+    list of its items. ``str`` and ``bytes`` are refused (Skyward splits them into characters,
+    which is almost always a mistake).
 
     **Which node.** ``node`` and ``total_nodes`` default to this worker's
-    ``instance_info().node`` and ``.total_nodes``; pass both to override. With several worker
-    processes per node, split per process with ``node=info.rank, total_nodes=info.world_size``.
+    ``instance_info().node`` and ``.total_nodes``; either may be given alone (the other comes
+    from ``instance_info()``). Off a node — the function run here to debug it — the defaults are
+    node 0 of 1: ``shard()`` returns all the data. With several worker processes per node, split
+    per process with ``node=info.rank, total_nodes=info.world_size``.
 
     Raises:
         TypeError: no array given; an argument of an unsupported type (named in the message);
             ``node``, ``total_nodes`` or ``seed`` of the wrong type.
-        ValueError: arrays of different lengths (the lengths are named); only one of ``node`` and
-            ``total_nodes`` given; ``total_nodes < 1`` or ``node`` outside ``0..total_nodes-1``;
-            ``shuffle=True`` without a seed on more than one node.
-        skyhive.runtime.onnode.context.NotOnNodeError: ``node``/``total_nodes`` not given and not running
-            on a skyhive node.
+        ValueError: arrays whose lengths cannot be aligned (the lengths are named);
+            ``total_nodes < 1`` or ``node`` outside ``0..total_nodes-1``.
     """
     if not arrays:
         raise TypeError("shard() needs at least one array to split")
-    n = _common_length(arrays)
+    lengths = _lengths(arrays)
     node, total_nodes = _resolve_node(node, total_nodes)
-    if shuffle and seed is None and total_nodes > 1:
-        raise ValueError(
-            f"shard(shuffle=True) across {total_nodes} nodes needs a seed: every node must draw "
-            "the same permutation, or the parts overlap and miss items. Pass seed=<int> "
-            "(e.g. the epoch number)."
-        )
-    if seed is not None:
-        seed = _as_seed(seed)
+    seed = _as_seed(0 if seed is None else seed)
 
-    order: list[int] | range = range(n)
-    if shuffle:
-        order = list(order)
-        random.Random(seed).shuffle(order)
-    mine = order[node::total_nodes]
-    if drop_last:
-        mine = mine[: n // total_nodes]
+    positions: dict[int, list[int] | range] = {}
+    for n in set(lengths):
+        order: list[int] | range = range(n)
+        if shuffle:
+            order = list(order)
+            random.Random(seed).shuffle(order)
+        if drop_last:
+            k = n // total_nodes
+            positions[n] = order[node * k:(node + 1) * k]
+        else:
+            positions[n] = order[node::total_nodes]
 
-    parts = tuple(_take(a, mine) for a in arrays)
+    parts = tuple(_take(a, positions[n]) for a, n in zip(arrays, lengths, strict=True))
     return parts[0] if len(parts) == 1 else parts
 
 
-def _common_length(arrays: tuple[Any, ...]) -> int:
-    """The shared length of `arrays`; raises `TypeError`/`ValueError` as `shard()` documents."""
+def _lengths(arrays: tuple[Any, ...]) -> list[int]:
+    """Each array's length; raises `TypeError`/`ValueError` as `shard()` documents."""
     lengths = []
     for i, a in enumerate(arrays):
         _check_supported(a, i)
@@ -137,27 +138,39 @@ def _common_length(arrays: tuple[Any, ...]) -> int:
                 f"shard() argument {i} ({_type_name(a)}) has no length (a 0-d array?); "
                 "it needs a first axis to split along"
             ) from None
-    if len(set(lengths)) > 1:
-        pairs = zip(arrays, lengths, strict=True)
-        described = ", ".join(f"{_type_name(a)} of {n}" for a, n in pairs)
+    if len(set(lengths)) > 1 and not _in_equal_groups(lengths):
+        described = ", ".join(f"{_type_name(a)} of {n}" for a, n in zip(arrays, lengths, strict=True))
         raise ValueError(
             f"shard() needs arrays of the same length to keep them aligned, got lengths "
-            f"{', '.join(map(str, lengths))} ({described})"
+            f"{', '.join(map(str, lengths))} ({described}); arrays of different lengths must come in "
+            "equal-length groups of at least two (x_train, y_train, x_test, y_test)"
         )
-    return lengths[0]
+    return lengths
+
+
+def _in_equal_groups(lengths: list[int]) -> bool:
+    """True when `lengths` is runs of at least two equal values (x_train, y_train, x_test, y_test)."""
+    run = 1
+    for prev, cur in zip(lengths, lengths[1:]):
+        if cur == prev:
+            run += 1
+        elif run < 2:
+            return False
+        else:
+            run = 1
+    return run >= 2
 
 
 def _resolve_node(node: int | None, total_nodes: int | None) -> tuple[int, int]:
-    """Fill in and validate `node`/`total_nodes` (both given, or both from `instance_info()`)."""
-    if (node is None) != (total_nodes is None):
-        given, missing = ("node", "total_nodes") if total_nodes is None else ("total_nodes", "node")
-        raise ValueError(
-            f"shard() got {given} but not {missing}: pass both, or neither to use this "
-            "worker's instance_info()"
-        )
+    """Fill in (from `instance_info()`, or node 0 of 1 off a node) and validate `node`/`total_nodes`."""
     if node is None or total_nodes is None:
-        info = instance_info()
-        return info.node, info.total_nodes
+        try:
+            info = instance_info()
+            here = (info.node, info.total_nodes)
+        except NotOnNodeError:
+            here = (0, 1)  # run here to debug it: all the data
+        node = here[0] if node is None else node
+        total_nodes = here[1] if total_nodes is None else total_nodes
     node = _as_int("node", node)
     total_nodes = _as_int("total_nodes", total_nodes)
     if total_nodes < 1:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ...providers.base import LocalReach, NodeHandle
 from .base import CommandResult, Receiver, Transport, WorkerProcess
+from .registry import register_transport
 
 if TYPE_CHECKING:
     from ..actors.context import NodeContext
@@ -227,10 +228,12 @@ class LocalTransport(Transport):
     """Runs workers and commands on this machine with this interpreter."""
 
     def __init__(self, python: str | None = None, cwd: str | None = None,
-                 redact: Callable[[str], str] | None = None) -> None:
+                 redact: Callable[[str], str] | None = None, build_env: bool = False) -> None:
         self.python = python or sys.executable
         self.cwd = cwd
         self.redact = redact or (lambda text: text)
+        self.build_env = build_env
+        self.worker_env: dict[str, str] = {}  # set by the bootstrap when workers run in a built env
 
     def worker_python(self) -> str:
         return self.python
@@ -239,13 +242,15 @@ class LocalTransport(Transport):
         self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *, label: str
     ) -> LocalWorker:
         loop = asyncio.get_running_loop()
+        if self.worker_env:  # a built environment: its runtime first, not a `skyhive/` folder in cwd
+            argv = [argv[0], "-P", *argv[1:]]
         to_child_r, to_child_w = _pipe()
         from_child_r, from_child_w = _pipe()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=to_child_r, stdout=from_child_w, stderr=err_w,
-                env={**os.environ, **env}, cwd=self.cwd, start_new_session=True,
+                env={**os.environ, **self.worker_env, **env}, cwd=self.cwd, start_new_session=True,
             )
         except BaseException:
             # (a cancellation here can leave a started child behind only if asyncio itself does;
@@ -298,4 +303,8 @@ def local_transport(handle: NodeHandle, ctx: NodeContext) -> LocalTransport:
     """The registered factory for reach kind "local" (see `registry`)."""
     reach = handle.reach
     assert isinstance(reach, LocalReach)
-    return LocalTransport(cwd=reach.cwd, redact=ctx.log.redact)
+    return LocalTransport(cwd=reach.cwd, redact=ctx.log.redact, build_env=reach.build_env)
+
+
+# the bootstrap by name: imported when a node of this kind is first bootstrapped
+register_transport("local", local_transport, bootstrap="skyhive.runtime.bootstrap.local:bootstrap_local")

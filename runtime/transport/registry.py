@@ -8,7 +8,10 @@ new kind of node (a Slurm allocation, a simulated node) is a reach class, a tran
 
     register_transport("slurm", make_slurm_transport, bootstrap=bootstrap_slurm_node)
 
-— with no edit of the pool or node actor. `factory(handle, ctx)` returns a `Transport` for the node
+— with no edit of the pool or node actor. By convention a kind's transport lives in
+`runtime/transport/<kind>.py` and registers itself when imported: a kind not registered yet is looked
+for there first (that is how "local" and "ssh" are found), then among entry points.
+`factory(handle, ctx)` returns a `Transport` for the node
 (`ctx` is the node's `NodeContext`); `bootstrap(ctx, node, transport)` prepares the node's environment
 and returns the detail recorded with the node's `ready` event ("cached", "built in 3.1 s", or "").
 Without a bootstrap the node is taken as ready to run workers.
@@ -21,6 +24,7 @@ factory).
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -87,7 +91,8 @@ def unregister_transport(kind: str) -> None:
 
 
 def kinds() -> list[str]:
-    """The reach kinds with a registered transport (entry points included)."""
+    """The reach kinds registered so far (entry points included; a built-in kind registers when its
+    module is first imported)."""
     _load_entry_points()
     return sorted(_KINDS)
 
@@ -96,6 +101,9 @@ def transport_kind(handle: NodeHandle) -> TransportKind:
     """The registered entry for `handle.reach.kind`; raises `ProvisionError` naming the node if none."""
     kind = type(handle.reach).kind
     entry = _KINDS.get(kind)
+    if entry is None and kind.isidentifier() and _exists(f"{__package__}.{kind}"):
+        import_module(f"{__package__}.{kind}")  # runtime/transport/<kind>.py registers itself
+        entry = _KINDS.get(kind)
     if entry is None:
         _load_entry_points()
         entry = _KINDS.get(kind)
@@ -105,6 +113,13 @@ def transport_kind(handle: NodeHandle) -> TransportKind:
             f"({type(handle.reach).__name__}); registered: {', '.join(kinds()) or 'none'}. "
             "Call skyhive.runtime.transport.registry.register_transport(kind, factory).", node=handle.node)
     return entry
+
+
+def _exists(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def _resolve(target: Any, kind: str) -> Any:
@@ -137,9 +152,3 @@ def _load_entry_points() -> None:
         else:
             log.warning("entry point %s (group %s) is neither a TransportKind nor a factory", ep.name, ENTRY_POINT_GROUP)
 
-
-# The built-in kinds (imported when first used).
-register_transport("local", "skyhive.runtime.transport.local:local_transport",
-                   bootstrap="skyhive.runtime.bootstrap.local:bootstrap_local")
-register_transport("ssh", "skyhive.runtime.transport.ssh:ssh_transport",
-                   bootstrap="skyhive.runtime.bootstrap.remote:bootstrap_node")

@@ -38,6 +38,7 @@ from ...providers.ssh import connect_ssh
 from ..onnode.setup import python_version, skyhive_version
 from ..settings import Settings
 from .base import CommandResult, Receiver, Transport, WorkerProcess
+from .registry import register_transport
 from .ssh_link import ResumableLink, WorkerGone
 
 if TYPE_CHECKING:
@@ -381,3 +382,7 @@ def ssh_transport(handle: NodeHandle, ctx: NodeContext) -> SSHTransport:
     reach = handle.reach
     assert isinstance(reach, SSHReach)
     return SSHTransport(reach, pool_id=ctx.pool_id, settings=ctx.settings)
+
+
+# the bootstrap by name: imported when a node of this kind is first bootstrapped
+register_transport("ssh", ssh_transport, bootstrap="skyhive.runtime.bootstrap.remote:bootstrap_node")

@@ -257,10 +257,12 @@ class Flusher(threading.Thread):
         super().__init__(name="skyhive-flusher", daemon=True)
         self._streams = streams
         self._also = also
-        self._stop = threading.Event()
+        # not `_stop`: threading.Thread has a `_stop()` method that CPython calls in every child
+        # after fork() (an attribute of that name made each DataLoader worker print a TypeError)
+        self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(FLUSH_DELAY):
+        while not self._halt.wait(FLUSH_DELAY):
             try:
                 for stream in self._streams:
                     stream.flush()
@@ -269,4 +271,4 @@ class Flusher(threading.Thread):
                 return
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import inspect
 import logging
 import os
 import select
@@ -28,10 +29,12 @@ from typing import Any
 
 import cloudpickle
 
+from ...plugins.api import AppHook, TaskHook
 from ...protocol import (
     Cancel,
     Connection,
     Hello,
+    Item,
     Message,
     Output,
     Ping,
@@ -47,7 +50,7 @@ from ...protocol import (
 from ...protocol.messages import PROTOCOL_VERSION, STDERR, STDOUT
 from ..onnode.context import set_instance_info
 from ..onnode.setup import FN_CACHE_LIMIT, python_version, skyhive_version
-from ..serialize import dump_exception, dump_value, load_value
+from ..serialize import dump_exception, dump_inline, dump_value, load_value
 from .capture import FLUSH_DELAY, FdPump, Flusher, TaskStream
 
 log = logging.getLogger("skyhive.worker")
@@ -109,8 +112,18 @@ class Worker:
         finally:
             self._writing -= 1
         if self._cancel_deferred and not self._writing:
-            self._cancel_deferred = False
+            self.resume_deferred_cancel()
+
+    def resume_deferred_cancel(self) -> None:
+        """Deliver a `Cancel` that waited for a frame to be whole — in the main thread, which runs
+        the task. The frame may have been written by an output thread (what a subprocess wrote to
+        fd 2): raising `TaskCancelled` there killed that thread ("Exception in thread skyhive-fd2")
+        and left the task running, so another thread signals the main thread again instead."""
+        self._cancel_deferred = False
+        if threading.get_ident() == self.main_ident:
             self._on_cancel_signal(0, None)
+        else:
+            signal.pthread_kill(self.main_ident, _CANCEL_SIGNAL)
 
     def send(self, msg: Message) -> None:
         """Write one frame (whole, under the write lock)."""
@@ -308,7 +321,7 @@ class Worker:
             if sub.options.get("kind") == "setup":
                 self._setup(fn)
             else:
-                value = self._call(fn, args, sub.batch)
+                value = self._call(fn, args, sub.batch, task_id if sub.options.get("stream") else None)
         except TaskCancelled:
             ok, cancelled = False, True
         except BaseException as exc:  # noqa: BLE001 - everything a task raises goes back to the caller
@@ -321,18 +334,17 @@ class Worker:
         self.current = None
         self._reply(task_id, ok, cancelled, value)
 
-    def _call(self, fn: Callable[..., Any], args: Any, batch: bool) -> Any:
+    def _call(self, fn: Callable[..., Any], args: Any, batch: bool, stream: int | None = None) -> Any:
         if not self.task_hooks:
             self.in_user_code = True
-            return self._invoke(fn, args, batch)
+            return self._invoke(fn, args, batch, stream)
         with contextlib.ExitStack() as stack:
             for hook in self.task_hooks:
                 stack.enter_context(hook(self.setup_info))
             self.in_user_code = True
-            return self._invoke(fn, args, batch)
+            return self._invoke(fn, args, batch, stream)
 
-    @staticmethod
-    def _invoke(fn: Callable[..., Any], args: Any, batch: bool) -> Any:
+    def _invoke(self, fn: Callable[..., Any], args: Any, batch: bool, stream: int | None = None) -> Any:
         if batch:
             out = []
             for i, item in enumerate(args):
@@ -343,7 +355,20 @@ class Worker:
                     raise
             return out
         a, kw = args
-        return fn(*a, **kw)
+        value = fn(*a, **kw)
+        if inspect.isgenerator(value):
+            if stream is None:  # not asked to stream (`pool.run`): the items, as a list
+                return list(value)
+            return self._stream(stream, value)
+        return value
+
+    def _stream(self, task_id: int, items: Any) -> int:
+        """Send each item the generator yields as an `Item` frame, as it is yielded; the count."""
+        count = 0
+        for item in items:
+            self.send(Item(task_id=task_id, index=count, value=dump_inline(item, f"item {count}")))
+            count += 1
+        return count
 
     def _function(self, sub: Submit) -> tuple[Callable[..., Any], tuple[Any, ...]]:
         """The task's function, and the out-of-band buffers of its arguments. A large function
@@ -371,12 +396,10 @@ class Worker:
         info = instance_info()
         self.setup_info = info
         for plugin in setup.plugins:
-            hook = getattr(plugin, "around_app", None)
-            if hook is not None:
-                self.app_stack.enter_context(hook(info))
-            task_hook = getattr(plugin, "around_task", None)
-            if task_hook is not None:
-                self.task_hooks.append(task_hook)
+            if isinstance(plugin, AppHook):
+                self.app_stack.enter_context(plugin.around_app(info))
+            if isinstance(plugin, TaskHook):
+                self.task_hooks.append(plugin.around_task)
 
     def _reply(self, task_id: int, ok: bool, cancelled: bool, value: Any) -> None:
         if cancelled:

@@ -34,6 +34,8 @@ import sys
 import time
 from typing import TextIO
 
+from .leave import leave
+
 __all__ = ["main", "prepare_socket"]
 
 _log_fd = 2  # a copy of the log file's descriptor once detached (the worker captures fd 2 for tasks)
@@ -164,24 +166,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _leave(path: str, code: int) -> None:
-    """Exit without the worker: its exit status next to the socket, the socket removed, its
-    process group killed when we lead it."""
-    try:
-        with open(path + ".exit", "w") as fh:
-            fh.write(f"{code}\n")
-    except OSError:
-        pass
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-    _log(f"exiting ({code})")
-    try:
-        if os.getpgid(0) == os.getpid():
-            os.killpg(0, signal.SIGKILL)
-    except OSError:
-        pass
-    os._exit(code)
+    """Exit without the worker (see `leave`)."""
+    leave(path, code, _log)
 
 
 if __name__ == "__main__":

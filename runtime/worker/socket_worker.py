@@ -28,6 +28,7 @@ from ...protocol.codec import DEFAULT_MAX_FRAME
 from ...protocol.messages import PROTOCOL_VERSION, Ack, Goodbye, Resume
 from ...protocol.resume import Inbox, Outbox, encode_control
 from .daemon import ACK_DELAY, _IOV_MAX, Worker
+from .leave import leave
 
 log = logging.getLogger("skyhive.worker")
 
@@ -96,8 +97,7 @@ class SocketWorker(Worker):
         finally:
             self._writing -= 1
         if self._cancel_deferred and not self._writing:
-            self._cancel_deferred = False
-            self._on_cancel_signal(0, None)
+            self.resume_deferred_cancel()
 
     def _send_all(self, fd: int, pieces: list[Any]) -> bool:
         """Write `pieces` whole to the non-blocking socket `fd`; False if it broke, or if a new
@@ -391,23 +391,7 @@ class SocketWorker(Worker):
         self.abandon(code)
 
     def abandon(self, code: int | None = None) -> None:
-        """End the process: leave the exit status next to the socket, remove the socket, and kill
-        the process group (ourselves included) when we lead it, as a detached worker does."""
+        """End the process as a detached worker does (see `leave`): status 1 after a protocol error."""
         if code is None:
             code = 1 if self.failure else 0
-        try:
-            with open(self.path + ".exit", "w") as fh:
-                fh.write(f"{code}\n")
-        except OSError:
-            pass
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
-        log.info("exiting (%d)", code)
-        try:
-            if os.getpgid(0) == os.getpid():
-                os.killpg(0, signal.SIGKILL)
-        except OSError:
-            pass
-        os._exit(code)
+        leave(self.path, code, log.info)

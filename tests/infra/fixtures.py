@@ -16,16 +16,21 @@ ssh-keygen / ip, no namespace privileges; any other failure is a test error, nev
 - ``netns_hosts`` (session): :class:`~tests.infra.netns.NetnsHosts` with 3 namespace hosts.
 - ``make_netns_hosts`` (function): ``make_netns_hosts(count=2, **kwargs) -> NetnsHosts``, created;
   torn down after the test (for tests that partition, kill or rotate hosts).
+- ``slurm_cluster`` (session): :class:`~tests.infra.slurm.SlurmCluster`, a controller and 2 slurmd nodes
+  with 2 fake GPUs each; ``SLURM_CONF`` points at it for the session.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from .netns import NetnsHosts, check_netns_support
+from .slurm import SlurmCluster, check_slurm_support
 from .sshd import InfraUnavailable, SshTestEnv, Sshd
 
-__all__ = ["ssh_test_env", "sshd_host", "make_sshd", "netns_hosts", "make_netns_hosts"]
+__all__ = ["ssh_test_env", "sshd_host", "make_sshd", "netns_hosts", "make_netns_hosts", "slurm_cluster"]
 
 
 @pytest.fixture(scope="session")
@@ -127,3 +132,27 @@ def make_netns_hosts(ssh_test_env):
                 errors.append(e)
         if errors:
             raise errors[0]
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    try:
+        check_slurm_support()
+    except InfraUnavailable as e:
+        pytest.skip(f"Slurm test cluster unavailable: {e}")
+    cluster = SlurmCluster(2, gpus=2)
+    try:
+        cluster.create()
+    except BaseException:
+        cluster.close()
+        raise
+    before = os.environ.get("SLURM_CONF")
+    os.environ.update(cluster.env)
+    try:
+        yield cluster
+    finally:
+        if before is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = before
+        cluster.close()

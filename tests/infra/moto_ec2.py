@@ -44,23 +44,23 @@ def _env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AWS_PROFILE", raising=False)
 
 
-def ec2_client(endpoint: str | None = None):  # type: ignore[no-untyped-def]
+def ec2_client(endpoint: str | None = None, region: str = REGION):  # type: ignore[no-untyped-def]
     """A boto3 EC2 client on the same moto (to check what exists independently of skyhive's code)."""
     import boto3
 
-    return boto3.client("ec2", region_name=REGION, endpoint_url=endpoint)
+    return boto3.client("ec2", region_name=region, endpoint_url=endpoint)
 
 
-def register_image(endpoint: str | None = None) -> str:
-    """An AMI id that moto knows (default AMIs are not loaded: it saves seconds per test)."""
-    client = ec2_client(endpoint)
+def register_image(endpoint: str | None = None, region: str = REGION) -> str:
+    """An AMI id that moto knows in `region` (default AMIs are not loaded: it saves seconds per test)."""
+    client = ec2_client(endpoint, region)
     return client.register_image(Name="skyhive-test-image", RootDeviceName="/dev/sda1", Architecture="x86_64",
                                  VirtualizationType="hvm")["ImageId"]
 
 
-def count_pool(pool_id: str, endpoint: str | None = None) -> dict[str, int]:
+def count_pool(pool_id: str, endpoint: str | None = None, region: str = REGION) -> dict[str, int]:
     """What moto holds for a pool, listed with boto3: instances not terminated, groups and key pairs."""
-    client = ec2_client(endpoint)
+    client = ec2_client(endpoint, region)
     tag = [{"Name": "tag:skyhive-pool", "Values": [pool_id]}]
     live = [i for r in client.describe_instances(Filters=tag)["Reservations"] for i in r["Instances"]
             if i["State"]["Name"] not in ("terminated", "shutting-down")]

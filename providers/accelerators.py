@@ -1,0 +1,190 @@
+"""Accelerators a pool asks for: `sky.accelerators.A100()`, or the plain strings `"A100"` / `"A100:8"`.
+
+    sky.Pool(provider=..., accelerator=sky.accelerators.H100(count=8))
+    sky.Pool(provider=..., accelerator="A100:8")                     # the same kind of request
+
+Every spelling becomes one `Accelerator` record, and `ClusterSpec.accelerator` carries its string
+form (`"A100:8"`), which the cloud providers turn into a machine type. Local and SSH nodes cannot
+be chosen by accelerator: `mismatch()` gives the warning they log when the node lacks what was asked,
+naming the request and the node's real devices (`local_devices()`).
+
+This module knows names, counts and memory only; which cloud machine carries which accelerator is
+each cloud provider's business.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import subprocess
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["Accelerator", "AcceleratorWarning", "parse", "mismatch", "warn_missing", "local_devices",
+           "devices_from_smi", "Custom", "NAMES"]
+
+log = logging.getLogger("skyhive.providers")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Accelerator:
+    """An accelerator model and how many of it one node needs."""
+
+    name: str
+    count: int = 1
+    memory_gb: float | None = None  # per device, when the model comes in several sizes
+    manufacturer: str = "NVIDIA"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise ValueError(f"accelerator name {self.name!r}: give a model name such as \"A100\"")
+        if not isinstance(self.count, int) or isinstance(self.count, bool) or self.count < 1:
+            raise ValueError(f"accelerator {self.name} count={self.count!r}: need a positive integer")
+        if self.memory_gb is not None and not self.memory_gb > 0:
+            raise ValueError(f"accelerator {self.name} memory_gb={self.memory_gb!r}: need a positive number")
+
+    @property
+    def cuda(self) -> bool:
+        """True for NVIDIA GPUs (the torch plugin then installs the CUDA wheels)."""
+        return self.manufacturer == "NVIDIA"
+
+    def __str__(self) -> str:
+        return self.name if self.count == 1 else f"{self.name}:{self.count}"
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to another `Accelerator` with the same fields, and to its string form ("A100:8")."""
+        if isinstance(other, str):
+            return str(self) == other
+        if isinstance(other, Accelerator):
+            return (self.name, self.count, self.memory_gb, self.manufacturer) == (
+                other.name, other.count, other.memory_gb, other.manufacturer)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*\Z")
+_SPEC = re.compile(r"\s*([A-Za-z][A-Za-z0-9_.-]*)\s*(?::\s*(\d+)\s*)?\Z")
+
+# model -> (manufacturer, default memory per device in GB); the factories below are made from it
+_CATALOG: dict[str, tuple[str, float | None]] = {
+    "H100": ("NVIDIA", 80), "H200": ("NVIDIA", 141), "GH200": ("NVIDIA", 96), "B100": ("NVIDIA", 192),
+    "B200": ("NVIDIA", 192), "GB200": ("NVIDIA", 192), "A100": ("NVIDIA", 80), "A800": ("NVIDIA", 80),
+    "A40": ("NVIDIA", 48), "A10": ("NVIDIA", 24), "A10G": ("NVIDIA", 24), "A16": ("NVIDIA", 16),
+    "A2": ("NVIDIA", 16), "L4": ("NVIDIA", 24), "L40": ("NVIDIA", 48), "L40S": ("NVIDIA", 48),
+    "T4": ("NVIDIA", 16), "T4G": ("NVIDIA", 16), "V100": ("NVIDIA", 32), "P100": ("NVIDIA", 16),
+    "P40": ("NVIDIA", 24), "P4": ("NVIDIA", 8), "K80": ("NVIDIA", 12),
+    "RTX_4090": ("NVIDIA", 24), "RTX_3090": ("NVIDIA", 24), "RTX_A6000": ("NVIDIA", 48),
+    "MI300X": ("AMD", 192), "MI250X": ("AMD", 128), "MI250": ("AMD", 128), "MI210": ("AMD", 64),
+    "MI100": ("AMD", 32), "Trainium1": ("AWS", 32), "Trainium2": ("AWS", 96),
+    "Inferentia2": ("AWS", 32), "Gaudi2": ("Habana", 96), "Gaudi3": ("Habana", 128),
+}
+#: The models `sky.accelerators` has a factory for (any other name works through `Custom` or a string).
+NAMES = tuple(_CATALOG)
+
+
+def _memory(name: str, memory: str | float | None) -> float | None:
+    if memory is None:
+        return _CATALOG.get(name, ("", None))[1]
+    if isinstance(memory, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(?:GB|G|GiB)?\s*", memory, re.IGNORECASE)
+        if m is None:
+            raise ValueError(f"{name}(memory={memory!r}): give it as \"80GB\"")
+        return float(m.group(1))
+    return float(memory)
+
+
+def Custom(name: str, *, count: int = 1, memory: str | float | None = None,  # noqa: N802 - a factory
+           manufacturer: str = "NVIDIA") -> Accelerator:
+    """An accelerator the catalog does not list: `Custom("MyGPU", memory="48GB", count=2)`."""
+    return Accelerator(name=name, count=count, memory_gb=_memory(name, memory), manufacturer=manufacturer)
+
+
+def _factory(name: str) -> Callable[..., Accelerator]:
+    manufacturer = _CATALOG[name][0]
+
+    def make(*, count: int = 1, memory: str | float | None = None) -> Accelerator:
+        return Accelerator(name=name, count=count, memory_gb=_memory(name, memory), manufacturer=manufacturer)
+
+    make.__name__ = make.__qualname__ = name
+    make.__doc__ = f"{name} ({manufacturer}), `count` per node; `memory=\"80GB\"` picks a size."
+    return make
+
+
+globals().update({name: _factory(name) for name in NAMES})
+__all__ += list(NAMES)
+
+
+def parse(value: object, *, where: str = "accelerator") -> Accelerator | None:
+    """`None`, `"A100"`, `"A100:8"` or an `Accelerator` -> an `Accelerator` (or None).
+
+    Raises `ValueError` for a malformed string and `TypeError` for anything else, naming `where`.
+    """
+    if value is None or isinstance(value, Accelerator):
+        return value
+    if isinstance(value, str):
+        m = _SPEC.match(value)
+        if m is None:
+            raise ValueError(f"{where}={value!r}: give a model name and an optional count, e.g. \"A100\" or \"A100:8\"")
+        name, count = m.group(1), int(m.group(2) or 1)
+        known = {n.upper(): n for n in NAMES}.get(name.upper(), name)
+        manufacturer = _CATALOG.get(known, ("NVIDIA", None))[0]
+        return Accelerator(name=known, count=count, manufacturer=manufacturer)
+    raise TypeError(
+        f"{where} must be a name such as \"A100\" / \"A100:8\" or sky.accelerators.A100(), "
+        f"got {type(value).__name__}"
+    )
+
+
+class AcceleratorWarning(UserWarning):
+    """A node runs without the accelerator the pool asked for (Local and SSH cannot pick one)."""
+
+
+def devices_from_smi(lines: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """GPU model names from `nvidia-smi -L` lines ("GPU 0: NVIDIA A100-SXM4-80GB (UUID: ...)")."""
+    out = []
+    for line in lines:
+        m = re.match(r"\s*GPU \d+: (.*?)\s*(?:\(UUID.*)?$", line)
+        if m and m.group(1):
+            out.append(m.group(1))
+    return tuple(out)
+
+
+def local_devices() -> tuple[str, ...]:
+    """The GPUs this machine has, by model name (`nvidia-smi -L`); empty if none is found."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return ()
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return devices_from_smi(out.splitlines())
+
+
+def warn_missing(requested: str | Accelerator | None, devices: tuple[str, ...], *, where: str) -> str | None:
+    """Log and `warnings.warn` (as `AcceleratorWarning`) when the node `where` lacks the requested
+    accelerator; returns the message, or None when nothing is missing."""
+    message = mismatch(parse(requested), devices, where=where)
+    if message is not None:
+        log.info("%s", message)  # shown by warnings.warn; logged for the event/diagnostic logs
+        warnings.warn(message, AcceleratorWarning, stacklevel=2)
+    return message
+
+
+def mismatch(requested: Accelerator | None, devices: tuple[str, ...], *, where: str) -> str | None:
+    """The warning for a node (`where`, e.g. "Local node 0") that lacks the requested accelerator, or
+    None when it has at least `requested.count` devices whose name contains the model name."""
+    if requested is None:
+        return None
+    matching = [d for d in devices if requested.name.replace("_", " ").upper() in d.upper().replace("-", " ")]
+    if len(matching) >= requested.count:
+        return None
+    have = ", ".join(devices) if devices else "no GPU (nvidia-smi found none)"
+    return (
+        f"{where}: accelerator={str(requested)!r} was asked for, but this node has {have}; "
+        "a provider that creates machines would pick one with it, Local and SSH run on what is there"
+    )

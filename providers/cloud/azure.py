@@ -1,0 +1,249 @@
+"""Azure virtual machines through apache-libcloud's ARM connection: `sky.Azure(region=..., vm_size=...)`.
+
+The phases are implemented once in `providers.cloud.base.LibcloudProvider` (see `providers.base.Provider`
+for each contract); this module holds what is Azure's own. libcloud's ARM driver cannot create resource
+groups, security rules or spot VMs, so this module sends those ARM requests itself over the driver's
+authenticated connection (`_arm`). Layout, per pool: one resource group ``skyhive-<pool>`` (tagged
+``skyhive-pool``) holding a network security group (SSH from `ssh_cidr`; Azure's default rules already
+admit all traffic within the virtual network), a virtual network with one subnet, and one VM per node
+tagged ``skyhive-pool``/``skyhive-node`` at creation, whose NIC, public address and OS disk are deleted
+with it (``deleteOption: Delete``). `cleanup` deletes the resource group and re-reads it until it is
+gone. Spot is Azure's ``priority: Spot`` with eviction by deletion.
+
+Not here yet: choosing a VM size by accelerator (no offline table for Azure).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from ...errors import CloudAPIError
+from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
+from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
+from .keys import pool_key, remove_pool_key
+
+__all__ = ["Azure", "AZURE_ERRORS"]
+
+RESOURCES_API, NETWORK_API, COMPUTE_API = "2021-04-01", "2023-05-01", "2023-03-01"
+POOL_TAG, NODE_TAG = "skyhive-pool", "skyhive-node"
+
+#: ARM error codes -> kinds
+AZURE_ERRORS: Mapping[str, ErrorKind] = {
+    "SkuNotAvailable": ErrorKind.CAPACITY,
+    "AllocationFailed": ErrorKind.CAPACITY,
+    "ZonalAllocationFailed": ErrorKind.CAPACITY,
+    "OverconstrainedAllocationRequest": ErrorKind.CAPACITY,
+    "QuotaExceeded": ErrorKind.QUOTA,
+    "OperationNotAllowed": ErrorKind.QUOTA,  # how ARM words "exceeds the regional cores quota"
+    "TooManyRequests": ErrorKind.TRANSIENT,
+    "RetryableError": ErrorKind.TRANSIENT,
+    "InternalServerError": ErrorKind.TRANSIENT,
+    "ResourceNotFound": ErrorKind.NOT_FOUND,
+    "ResourceGroupNotFound": ErrorKind.NOT_FOUND,
+    "NotFound": ErrorKind.NOT_FOUND,
+    "InUseSubnetCannotBeDeleted": ErrorKind.DEPENDENCY,
+    "ResourceGroupBeingDeleted": ErrorKind.DEPENDENCY,
+}
+
+#: an Azure VM's power state (or provisioning state) -> the base's state words
+_STATES = {"starting": "pending", "creating": "pending", "running": "running", "stopping": "stopping",
+           "deallocating": "stopping", "stopped": "stopped", "deallocated": "stopped", "deleting": "terminated"}
+
+
+class Azure(LibcloudProvider):
+    """Virtual machines on Azure, created per pool (in a resource group of their own) and destroyed with it.
+
+    - `region` ("eastus"), `vm_size` ("Standard_D2s_v5"), `spot`, `image` (publisher, offer, sku,
+      version), `disk_gb`, `ssh_user`, `ssh_cidr` (who may open SSH; default anywhere — key-only SSH).
+    Credentials: a service principal in ``AZURE_TENANT_ID``, ``AZURE_SUBSCRIPTION_ID``, ``AZURE_CLIENT_ID``,
+    ``AZURE_CLIENT_SECRET``.
+    """
+
+    name: ClassVar[str] = "azure"
+    error_kinds = AZURE_ERRORS
+    state_map = {"pending": "provisioning", "running": "running", "stopping": "terminating",
+                 "stopped": "terminating", "terminated": "terminated"}
+
+    def __init__(self, region: str = "eastus", vm_size: str = "Standard_D2s_v5", spot: bool = False,
+                 image: Sequence[str] = ("Canonical", "0001-com-ubuntu-server-jammy", "22_04-lts-gen2", "latest"),
+                 disk_gb: int = 100, ssh_user: str = "skyhive", ssh_cidr: str = "0.0.0.0/0",
+                 timeouts: CloudTimeouts | None = None) -> None:
+        super().__init__(timeouts=timeouts)
+        if len(image) != 4:
+            raise ValueError(f"image must be (publisher, offer, sku, version), not {image!r}")
+        self.region, self.vm_size, self.spot, self.image = region, vm_size, spot, tuple(image)
+        self.disk_gb, self.ssh_user, self.ssh_cidr = disk_gb, ssh_user, ssh_cidr
+        self._driver: Any = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"provider": self.name, "region": self.region, "vm_size": self.vm_size, "spot": self.spot,
+                "image": list(self.image), "disk_gb": self.disk_gb, "ssh_user": self.ssh_user,
+                "ssh_cidr": self.ssh_cidr}
+
+    @property
+    def driver(self) -> Any:
+        if self._driver is None:
+            from libcloud.compute.drivers.azure_arm import AzureNodeDriver
+
+            names = ("AZURE_TENANT_ID", "AZURE_SUBSCRIPTION_ID", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET")
+            values = [os.environ.get(n) for n in names]
+            if not all(values):
+                missing = [n for n, v in zip(names, values) if not v]
+                raise ProvisionError(f"azure: set {', '.join(missing)} (a service principal)", kind="fatal")
+            self._driver = AzureNodeDriver(*values, region=self.region)
+        return self._driver
+
+    def error_code(self, exc: BaseException) -> str | None:
+        from libcloud.common.exceptions import BaseHTTPError
+
+        if isinstance(exc, BaseHTTPError):  # libcloud words ARM errors "[Code] message"
+            match = re.match(r"\[([^\]]+)\]", str(exc.message))
+            return match.group(1) if match else f"http{exc.code}"
+        return super().error_code(exc)
+
+    # ---- ARM requests ----------------------------------------------------------------------------------
+
+    def group(self, pool_id: str) -> str:
+        return f"skyhive-{pool_id}"
+
+    def _path(self, pool_id: str, resource: str = "") -> str:
+        base = f"/subscriptions/{self.driver.subscription_id}/resourceGroups/{self.group(pool_id)}"
+        return base + resource
+
+    def _arm(self, path: str, api: str, method: str = "GET", body: dict[str, Any] | None = None,
+             params: dict[str, str] | None = None) -> Any:
+        from libcloud.common.exceptions import BaseHTTPError
+
+        try:
+            return self.driver.connection.request(path, params={"api-version": api, **(params or {})}, data=body,
+                                                  method=method).object
+        except BaseHTTPError as exc:
+            if exc.code == 204:  # ARM's "nothing to delete"; libcloud counts only 200-202 as success
+                return {}
+            raise
+
+    # ---- the blocking primitives -----------------------------------------------------------------------
+
+    def zones_sync(self, spec: ClusterSpec) -> list[str]:
+        return [self.region]
+
+    def prepare_sync(self, spec: ClusterSpec) -> None:
+        pool_key(spec.pool_id)
+        for path, api, body in self.prepare_requests(spec.pool_id):
+            self._arm(path, api, "PUT", body)
+
+    def prepare_requests(self, pool_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """(path, api version, body) of each PUT that `prepare` sends, in order."""
+        tags = {POOL_TAG: pool_id}
+        nsg = self._path(pool_id, "/providers/Microsoft.Network/networkSecurityGroups/skyhive")
+        return [
+            (self._path(pool_id), RESOURCES_API, {"location": self.region, "tags": tags}),
+            (nsg, NETWORK_API, {"location": self.region, "tags": tags, "properties": {"securityRules": [{
+                "name": "ssh-from-client", "properties": {
+                    "priority": 100, "direction": "Inbound", "access": "Allow", "protocol": "Tcp",
+                    "sourceAddressPrefix": self.ssh_cidr, "sourcePortRange": "*",
+                    "destinationAddressPrefix": "*", "destinationPortRange": "22"}}]}}),
+            (self._path(pool_id, "/providers/Microsoft.Network/virtualNetworks/skyhive"), NETWORK_API, {
+                "location": self.region, "tags": tags, "properties": {
+                    "addressSpace": {"addressPrefixes": ["10.42.0.0/16"]},
+                    "subnets": [{"name": "nodes", "properties": {"addressPrefix": "10.42.0.0/24",
+                                                                 "networkSecurityGroup": {"id": nsg}}}]}}),
+        ]
+
+    def vm_request(self, spec: ClusterSpec, index: int) -> tuple[str, dict[str, Any]]:
+        """(path, body) of the PUT that creates node `index`."""
+        _, public = pool_key(spec.pool_id)
+        name = f"node-{index}"
+        spot = self.spot if spec.spot is None else spec.spot
+        subnet = self._path(spec.pool_id, "/providers/Microsoft.Network/virtualNetworks/skyhive/subnets/nodes")
+        publisher, offer, sku, version = self.image
+        properties: dict[str, Any] = {
+            "hardwareProfile": {"vmSize": self.vm_size},
+            "storageProfile": {
+                "imageReference": {"publisher": publisher, "offer": offer, "sku": sku, "version": version},
+                "osDisk": {"createOption": "FromImage", "diskSizeGB": self.disk_gb, "deleteOption": "Delete"}},
+            "osProfile": {"computerName": f"skyhive-{index}", "adminUsername": self.ssh_user, "linuxConfiguration": {
+                "disablePasswordAuthentication": True,
+                "ssh": {"publicKeys": [{"path": f"/home/{self.ssh_user}/.ssh/authorized_keys", "keyData": public}]}}},
+            "networkProfile": {"networkApiVersion": "2020-11-01", "networkInterfaceConfigurations": [{
+                "name": f"{name}-nic", "properties": {"primary": True, "deleteOption": "Delete", "ipConfigurations": [{
+                    "name": "ip", "properties": {"subnet": {"id": subnet}, "publicIPAddressConfiguration": {
+                        "name": f"{name}-ip", "properties": {"deleteOption": "Delete"}}}}]}}]},
+        }
+        if spot:
+            properties.update(priority="Spot", evictionPolicy="Delete", billingProfile={"maxPrice": -1})
+        body = {"location": self.region, "tags": {**dict(spec.tags), POOL_TAG: spec.pool_id, NODE_TAG: str(index)},
+                "properties": properties}
+        return self._path(spec.pool_id, f"/providers/Microsoft.Compute/virtualMachines/{name}"), body
+
+    def launch_sync(self, spec: ClusterSpec, nodes: Sequence[int], zone: str) -> list[NodeHandle]:
+        handles = []
+        for index in nodes:
+            path, body = self.vm_request(spec, index)
+            vm = self._arm(path, COMPUTE_API, "PUT", body)
+            handles.append(self._handle(vm, spec.pool_id, {}, launched_at=time.time()))
+        return handles
+
+    def list_sync(self, pool_id: str, states: Sequence[str] | None = ACTIVE_STATES) -> list[NodeHandle]:
+        try:
+            vms = self._arm(self._path(pool_id, "/providers/Microsoft.Compute/virtualMachines"), COMPUTE_API,
+                            params={"statusOnly": "true"}).get("value", [])
+        except Exception as exc:
+            if self.classify(exc) is ErrorKind.NOT_FOUND:  # no resource group: nothing of the pool left
+                return []
+            raise
+        addresses = self._addresses(pool_id) if vms else {}
+        found = [self._handle(vm, pool_id, addresses) for vm in vms if (vm.get("tags") or {}).get(POOL_TAG) == pool_id]
+        return sorted((h for h in found if states is None or h.state in states), key=lambda h: h.node)
+
+    def _addresses(self, pool_id: str) -> dict[str, tuple[str, str | None]]:
+        """VM name -> (private address, public address), from the group's NICs and public addresses."""
+        nics = self._arm(self._path(pool_id, "/providers/Microsoft.Network/networkInterfaces"), NETWORK_API)
+        ips = self._arm(self._path(pool_id, "/providers/Microsoft.Network/publicIPAddresses"), NETWORK_API)
+        public = {ip["id"].lower(): ip.get("properties", {}).get("ipAddress") for ip in ips.get("value", [])}
+        out: dict[str, tuple[str, str | None]] = {}
+        for nic in nics.get("value", []):
+            vm_id = ((nic.get("properties") or {}).get("virtualMachine") or {}).get("id", "")
+            for conf in nic.get("properties", {}).get("ipConfigurations", []):
+                props = conf.get("properties", {})
+                pub_id = (props.get("publicIPAddress") or {}).get("id", "").lower()
+                out[vm_id.rsplit("/", 1)[-1]] = (props.get("privateIPAddress", ""), public.get(pub_id))
+        return out
+
+    def terminate_sync(self, provider_id: str) -> None:
+        pool_id, _, name = provider_id.partition("/")
+        self._arm(self._path(pool_id, f"/providers/Microsoft.Compute/virtualMachines/{name}"), COMPUTE_API, "DELETE")
+
+    def cleanup_sync(self, pool_id: str) -> list[str]:
+        try:
+            self._arm(self._path(pool_id), RESOURCES_API, "DELETE")
+            self._arm(self._path(pool_id), RESOURCES_API)
+        except Exception as exc:
+            if self.classify(exc) is not ErrorKind.NOT_FOUND:
+                raise
+            deleted = [f"resource group {self.group(pool_id)}"]
+            if remove_pool_key(pool_id):
+                deleted.append("the pool's private key")
+            return deleted
+        # still there (ARM deletes a group asynchronously): the base retries while this says "dependency"
+        raise CloudAPIError("ResourceGroupBeingDeleted", f"resource group {self.group(pool_id)} is being deleted", 409)
+
+    def _handle(self, vm: dict[str, Any], pool_id: str, addresses: Mapping[str, tuple[str, str | None]],
+                launched_at: float | None = None) -> NodeHandle:
+        props = vm.get("properties") or {}
+        statuses = [s.get("code", "") for s in (props.get("instanceView") or {}).get("statuses", [])]
+        power = next((c.split("/", 1)[1] for c in statuses if c.startswith("PowerState/")), "")
+        provisioning = str(props.get("provisioningState") or "").lower()
+        state = _STATES.get(power) or _STATES.get(provisioning, "pending")
+        private, public = addresses.get(vm.get("name", ""), ("", None))
+        key_path, _ = pool_key(pool_id, create=False)
+        extra: dict[str, Any] = {"pool_id": pool_id, "zone": vm.get("location")}
+        if launched_at is not None:
+            extra["launched_at"] = launched_at
+        return NodeHandle(node=int((vm.get("tags") or {}).get(NODE_TAG, -1)), provider_id=f"{pool_id}/{vm.get('name')}",
+                          private_addr=private, public_addr=public, state=state, extra=extra,
+                          reach=SSHReach(host=public or private, user=self.ssh_user, key=str(key_path)))

@@ -1,0 +1,185 @@
+"""DigitalOcean droplets through apache-libcloud: `sky.DigitalOcean(region="nyc3", size="s-2vcpu-4gb")`.
+
+The phases are implemented once in `providers.cloud.base.LibcloudProvider` (see `providers.base.Provider`
+for each contract); this module holds what is DigitalOcean's own: tags set at creation
+(``skyhive-pool:<pool>``, ``skyhive-node:<index>``) and used to find droplets again, the pool's SSH key
+registered on the account, a cloud firewall per pool (SSH from the client to the pool's tag, all traffic
+between droplets with the tag; libcloud has no firewall call, so it is sent as a raw API request), and
+error classification by HTTP status and message (DigitalOcean's errors carry no finer code in libcloud).
+
+DigitalOcean has no spot machines; its GPU droplets are not chosen by accelerator here (no offline table).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
+from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
+from .keys import pool_key, remove_pool_key
+
+__all__ = ["DigitalOcean", "DO_ERRORS"]
+
+#: codes made from the HTTP status (and, for 422, the message) -> kinds
+DO_ERRORS: Mapping[str, ErrorKind] = {
+    "http429": ErrorKind.TRANSIENT,
+    "http500": ErrorKind.TRANSIENT,
+    "http502": ErrorKind.TRANSIENT,
+    "http503": ErrorKind.TRANSIENT,
+    "http404": ErrorKind.NOT_FOUND,
+    "droplet_limit": ErrorKind.QUOTA,
+    "region_unavailable": ErrorKind.CAPACITY,
+    "http409": ErrorKind.DEPENDENCY,
+}
+
+#: libcloud's node states (from DigitalOcean's new/active/off/archive) -> the base's state words
+_STATES = {"pending": "pending", "starting": "pending", "running": "running", "rebooting": "running",
+           "stopping": "stopping", "stopped": "stopped", "terminated": "terminated"}
+
+
+class DigitalOcean(LibcloudProvider):
+    """Droplets on DigitalOcean, created per pool and destroyed with it.
+
+    - `region` ("nyc3"; `regions` to try several in order), `size` (a droplet size slug), `image` (an
+      image slug), `ssh_user` ("root" on DigitalOcean images), `ssh_cidr` (who may open SSH).
+    Credentials: an API token in ``DIGITALOCEAN_ACCESS_TOKEN``.
+    """
+
+    name: ClassVar[str] = "digitalocean"
+    error_kinds = DO_ERRORS
+    state_map = {"pending": "provisioning", "running": "running", "stopped": "terminating"}
+
+    def __init__(self, region: str = "nyc3", regions: Sequence[str] | None = None, size: str = "s-2vcpu-4gb",
+                 image: str = "ubuntu-22-04-x64", ssh_user: str = "root", ssh_cidr: str = "0.0.0.0/0",
+                 timeouts: CloudTimeouts | None = None) -> None:
+        super().__init__(timeouts=timeouts)
+        self.region = region
+        self.regions = list(regions) if regions else [region]
+        self.size = size
+        self.image = image
+        self.ssh_user = ssh_user
+        self.ssh_cidr = ssh_cidr
+        self._driver: Any = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"provider": self.name, "region": self.region, "regions": self.regions, "size": self.size,
+                "image": self.image, "ssh_user": self.ssh_user, "ssh_cidr": self.ssh_cidr}
+
+    @property
+    def driver(self) -> Any:
+        if self._driver is None:
+            from libcloud.compute.drivers.digitalocean import DigitalOceanNodeDriver
+
+            token = os.environ.get("DIGITALOCEAN_ACCESS_TOKEN")
+            if not token:
+                raise ProvisionError("digitalocean: set DIGITALOCEAN_ACCESS_TOKEN", kind="fatal")
+            self._driver = DigitalOceanNodeDriver(token, api_version="v2")
+        return self._driver
+
+    def error_code(self, exc: BaseException) -> str | None:
+        from libcloud.common.exceptions import BaseHTTPError
+
+        if not isinstance(exc, BaseHTTPError):
+            return super().error_code(exc)
+        text = str(exc).lower()
+        if exc.code == 422 and "droplet limit" in text:
+            return "droplet_limit"
+        if exc.code == 422 and ("region" in text and "unavailable" in text or "not available" in text):
+            return "region_unavailable"
+        return f"http{exc.code}"
+
+    @staticmethod
+    def tags(pool_id: str, index: int | None = None) -> list[str]:
+        """The droplet tags that say a droplet belongs to the pool (and which node it is)."""
+        tags = [f"skyhive-pool:{pool_id}"]
+        return tags if index is None else [*tags, f"skyhive-node:{index}"]
+
+    # ---- the blocking primitives -----------------------------------------------------------------------
+
+    def zones_sync(self, spec: ClusterSpec) -> list[str]:
+        return list(self.regions)
+
+    def prepare_sync(self, spec: ClusterSpec) -> None:
+        _, public = pool_key(spec.pool_id)
+        name = f"skyhive-{spec.pool_id}"
+        if not any(k.name == name for k in self.driver.list_key_pairs()):
+            self.driver.create_key_pair(name, public)
+        if not self._firewall_ids(spec.pool_id):
+            self.driver.connection.request("/v2/firewalls", method="POST", data=json.dumps(self.firewall_request(spec.pool_id)))
+
+    def firewall_request(self, pool_id: str) -> dict[str, Any]:
+        """The body of the pool's firewall: SSH from the client, everything between its droplets."""
+        tag = self.tags(pool_id)[0]
+        inside = {"tags": [tag]}
+        return {
+            "name": f"skyhive-{pool_id}", "tags": [tag],
+            "inbound_rules": [
+                {"protocol": "tcp", "ports": "22", "sources": {"addresses": [self.ssh_cidr]}},
+                {"protocol": "tcp", "ports": "all", "sources": inside},
+                {"protocol": "udp", "ports": "all", "sources": inside},
+                {"protocol": "icmp", "sources": inside},
+            ],
+            "outbound_rules": [{"protocol": p, "ports": "all", "destinations": {"addresses": ["0.0.0.0/0", "::/0"]}}
+                               for p in ("tcp", "udp")],
+        }
+
+    def _firewall_ids(self, pool_id: str) -> list[str]:
+        body = self.driver.connection.request("/v2/firewalls").object or {}
+        return [fw["id"] for fw in body.get("firewalls", []) if fw.get("name") == f"skyhive-{pool_id}"]
+
+    def create_request(self, spec: ClusterSpec, index: int) -> dict[str, Any]:
+        """`create_node`'s `ex_create_attr` for node `index` (what is sent besides name/size/image/region)."""
+        key = next((k for k in self.driver.list_key_pairs() if k.name == f"skyhive-{spec.pool_id}"), None)
+        if key is None:
+            raise ProvisionError(f"digitalocean: the pool's SSH key skyhive-{spec.pool_id} is missing", kind="fatal")
+        return {"tags": self.tags(spec.pool_id, index), "ssh_keys": [key.fingerprint], "private_networking": True}
+
+    def launch_sync(self, spec: ClusterSpec, nodes: Sequence[int], zone: str) -> list[NodeHandle]:
+        from libcloud.compute.base import NodeImage, NodeLocation, NodeSize
+
+        size = NodeSize(self.size, self.size, 0, 0, 0, 0, self.driver)
+        image = NodeImage(self.image, self.image, self.driver)
+        region = NodeLocation(zone, zone, "", self.driver)
+        return [self._handle(self.driver.create_node(f"skyhive-{spec.pool_id}-{i}", size, image, region,
+                                                     ex_create_attr=self.create_request(spec, i)),
+                             spec.pool_id, launched_at=time.time()) for i in nodes]
+
+    def list_sync(self, pool_id: str, states: Sequence[str] | None = ACTIVE_STATES) -> list[NodeHandle]:
+        tag = self.tags(pool_id)[0]
+        found = [self._handle(n, pool_id) for n in self.driver.list_nodes() if tag in (n.extra.get("tags") or [])]
+        return sorted((h for h in found if states is None or h.state in states), key=lambda h: h.node)
+
+    def terminate_sync(self, provider_id: str) -> None:
+        from libcloud.compute.base import Node
+
+        self.driver.destroy_node(Node(provider_id, "", None, [], [], self.driver))
+
+    def cleanup_sync(self, pool_id: str) -> list[str]:
+        deleted = []
+        for firewall_id in self._firewall_ids(pool_id):
+            self.driver.connection.request(f"/v2/firewalls/{firewall_id}", method="DELETE")
+            deleted.append(f"firewall {firewall_id}")
+        for key in self.driver.list_key_pairs():
+            if key.name == f"skyhive-{pool_id}":
+                self.driver.delete_key_pair(key)
+                deleted.append(f"SSH key {key.name}")
+        if remove_pool_key(pool_id):
+            deleted.append("the pool's private key")
+        return deleted
+
+    def _handle(self, node: Any, pool_id: str, launched_at: float | None = None) -> NodeHandle:
+        tags = node.extra.get("tags") or []
+        index = next((int(t.split(":", 1)[1]) for t in tags if t.startswith("skyhive-node:")), -1)
+        state = _STATES.get(str(getattr(node.state, "value", node.state)), "pending")
+        key_path, _ = pool_key(pool_id, create=False)
+        public = (node.public_ips or [None])[0]
+        private = (node.private_ips or [""])[0] or public or ""
+        extra: dict[str, Any] = {"pool_id": pool_id, "zone": node.extra.get("region")}
+        if launched_at is not None:
+            extra["launched_at"] = launched_at
+        return NodeHandle(node=index, provider_id=str(node.id), private_addr=private, public_addr=public, state=state,
+                          extra=extra, reach=SSHReach(host=public or private, user=self.ssh_user, key=str(key_path)))

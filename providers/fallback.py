@@ -1,0 +1,158 @@
+"""Fallback across providers and regions: `Pool(provider=[sky.AWS(region="us-east-1"), sky.AWS(region="us-west-2")])`.
+
+The phases are declared in `providers.base.Provider`. `Fallback` tries its providers in order: each
+one's `plan`, `prepare` and `launch`; a failure whose kind is "capacity" or "quota" (every zone full,
+an account limit, an accelerator the region lacks) cleans up what that provider prepared and moves on;
+any other failure stops. The provider that launched the nodes serves them from then on. Which one was
+used and why each earlier one was skipped is logged, reported as the first node state of every node
+(so it lands in the pool's event log), and kept in `skipped`.
+
+`skyhive down` rebuilds every candidate from the log and asks each for what it holds by tag, so a
+client killed in the middle of a fallback leaves nothing behind in any region.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import anyio
+
+from .base import ClusterSpec, NodeHandle, Provider, ProvisionError
+
+__all__ = ["Fallback"]
+
+log = logging.getLogger(__name__)
+
+#: ProvisionError kinds after which the next provider is tried ("unavailable": nothing in that region
+#: satisfies the pool, e.g. an accelerator it does not offer).
+MOVE_ON = frozenset({"capacity", "quota", "unavailable"})
+
+
+class Fallback(Provider):
+    """Several providers tried in order (see the module docstring)."""
+
+    name: ClassVar[str] = "fallback"
+
+    def __init__(self, providers: Sequence[Provider]) -> None:
+        providers = list(providers)
+        if not providers or not all(isinstance(p, Provider) for p in providers):
+            raise TypeError(f"Fallback needs a non-empty list of skyhive providers, got {providers!r}")
+        self.providers = providers
+        self.chosen: Provider | None = None
+        self.skipped: list[str] = []  # "aws us-east-1: capacity: ..." for each provider passed over
+        self.connect_retry = max(p.connect_retry for p in providers)  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"<Fallback {self.providers!r} chosen={self.chosen!r}>"
+
+    # ---- describing ------------------------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        return {"provider": self.name, "providers": [p.describe() for p in self.providers]}
+
+    @classmethod
+    def from_description(cls, desc: Mapping[str, Any]) -> Provider:
+        from .registry import from_description
+
+        return cls([from_description(d) for d in desc.get("providers") or []])
+
+    def plan(self, spec: ClusterSpec) -> Mapping[str, Any]:
+        """The first candidate's plan that can be made, with every candidate's plan or why not."""
+        plans: list[dict[str, Any]] = []
+        for p in self.providers:
+            try:
+                plans.append(dict(p.plan(spec)))
+            except ProvisionError as exc:
+                plans.append({"error": str(exc)})
+        first = next((p for p in plans if "error" not in p), plans[0])
+        return {**first, "candidates": plans}
+
+    def _label(self, provider: Provider) -> str:
+        desc = provider.describe()
+        return " ".join(str(x) for x in (provider.name, desc.get("region") or "") if x)
+
+    # ---- the phases ------------------------------------------------------------------------------------
+
+    async def prepare(self, spec: ClusterSpec) -> None:
+        """Nothing yet: each candidate prepares when its turn to launch comes (see `launch`)."""
+
+    async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
+        """See `Provider.launch`: the chosen provider if there is one, else each candidate in order."""
+        if self.chosen is not None:
+            return await self.chosen.launch(spec, nodes)
+        errors: list[ProvisionError] = []
+        for provider in self.providers:
+            try:
+                provider.plan(spec)
+                await provider.prepare(spec)
+                handles = await provider.launch(spec, nodes)
+            except ProvisionError as exc:
+                if exc.kind not in MOVE_ON:
+                    await self._shielded_cleanup(provider, spec.pool_id)
+                    raise
+                reason = f"{self._label(provider)}: {exc.kind or 'unavailable'}: {str(exc).splitlines()[0]}"
+                log.warning("pool %s: skipping %s", spec.pool_id, reason)
+                self.skipped.append(reason)
+                errors.append(exc)
+                await self._shielded_cleanup(provider, spec.pool_id)
+                continue
+            self.chosen = provider
+            log.info("pool %s: using %s", spec.pool_id, self._label(provider))
+            return handles
+        raise ProvisionError(f"no provider could launch nodes {list(nodes)}: " + "; ".join(self.skipped),
+                             kind=errors[-1].kind if errors else None, code=errors[-1].code if errors else None)
+
+    async def wait_running(self, handle: NodeHandle, report: Callable[[str], None]) -> NodeHandle:
+        chosen = self._require()
+        if self.skipped:  # recorded in the pool's log as the node's first provider state
+            report(f"using {self._label(chosen)} (skipped {'; '.join(self.skipped)})")
+        return await chosen.wait_running(handle, report)
+
+    async def terminate(self, handles: Sequence[NodeHandle]) -> None:
+        for provider in [self.chosen] if self.chosen else self.providers:  # unknown owner: ask each
+            await provider.terminate(handles)  # (a node another provider does not know is gone for it)
+
+    async def cleanup(self, pool_id: str) -> None:
+        for provider in self.providers:
+            await provider.cleanup(pool_id)
+
+    async def list_owned(self, pool_id: str) -> list[NodeHandle]:
+        owned: list[NodeHandle] = []
+        for provider in self.providers:
+            owned += await provider.list_owned(pool_id)
+        return owned
+
+    async def down(self, pool_id: str) -> list[NodeHandle]:
+        """Every candidate's `down`: each finds its own nodes by tag."""
+        found: list[NodeHandle] = []
+        for provider in self.providers:
+            found += await provider.down(pool_id)
+        return found
+
+    # ---- policy ----------------------------------------------------------------------------------------
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return any(p.is_transient(exc) for p in ([self.chosen] if self.chosen else self.providers))
+
+    def lifecycle_state(self, provider_state: str) -> str | None:
+        return (self.chosen or self.providers[0]).lifecycle_state(provider_state)
+
+    def head_port(self, spec: ClusterSpec) -> int:
+        return (self.chosen or self.providers[0]).head_port(spec)
+
+    # ---- helpers ---------------------------------------------------------------------------------------
+
+    def _require(self) -> Provider:
+        if self.chosen is None:
+            raise ProvisionError("fallback: no provider has launched nodes yet")
+        return self.chosen
+
+    async def _shielded_cleanup(self, provider: Provider, pool_id: str) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                await provider.down(pool_id)
+            except Exception as exc:
+                log.error("pool %s: cleaning up %s failed: %s", pool_id, self._label(provider), exc)
+

@@ -1,0 +1,87 @@
+"""srun transport: worker processes on the nodes of a Slurm allocation, over `srun`'s pipes.
+
+Each worker is one job step, `srun --jobid J -w NODE -N1 -n1 --overlap -u python -m
+skyhive.runtime.worker`: srun carries its stdin/stdout byte for byte, so they are the protocol pipe, as
+with the Local transport (whose pipe machinery this reuses). `--overlap` lets the steps share the
+allocation (the holding job keeps it) and each other's CPUs and GPUs. The environment (`COMPUTE_POOL`,
+the image's variables) travels with srun (`--export=ALL`, its default).
+
+GPUs: every step on a node sees all the GPUs Slurm gave the job there (`CUDA_VISIBLE_DEVICES` as Slurm
+sets it). With several workers per node, worker `local_rank` keeps its share of that list, in Slurm's
+order: with 2 GPUs and 2 workers, "0" and "1".
+
+Ending a worker: when its pipe closes, the worker exits; killing srun (SIGKILL) ends the remote task
+within seconds; cancelling the job (the provider's `terminate`) ends every step at once.
+
+Mode 1 (`SrunTransport`): srun runs on this machine. Mode 2 (`SrunSSHTransport`): srun runs on the
+login node over the SSH transport's connection (an exec channel whose stdin/stdout are the pipe), and
+bootstrap prepares the environment there, in the login user's home, which the nodes share.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ...protocol.info import ENV_VAR
+from ...providers.slurm import SlurmReach
+from .base import CommandResult, Receiver
+from .local import LocalTransport, LocalWorker
+
+__all__ = ["SrunTransport", "srun_argv"]
+
+# Keep worker LOCAL_RANK's share of the GPUs Slurm set for the step: $1 = local rank, $2 = workers on
+# the node, then the command. POSIX sh; the list is split on commas without touching "$@".
+_NARROW = r'''r=$1 n=$2; shift 2
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+  old=$IFS; IFS=,; c=0
+  for d in $CUDA_VISIBLE_DEVICES; do c=$((c + 1)); done
+  k=$((c / n))
+  if [ "$k" -ge 1 ]; then
+    i=0; keep=
+    for d in $CUDA_VISIBLE_DEVICES; do
+      if [ "$i" -ge $((r * k)) ] && [ "$i" -lt $((r * k + k)) ]; then keep=${keep:+$keep,}$d; fi
+      i=$((i + 1))
+    done
+    CUDA_VISIBLE_DEVICES=$keep; export CUDA_VISIBLE_DEVICES
+  fi
+  IFS=$old
+fi
+exec "$@"'''
+
+
+def srun_argv(reach: SlurmReach, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+    """`argv` as one job step on the reach's node; with several workers per node (read from the
+    worker's `COMPUTE_POOL` in `env`), wrapped to keep this worker's share of the GPUs."""
+    step = ["srun", f"--jobid={reach.job_id}", f"--nodelist={reach.node_name}", "--nodes=1", "--ntasks=1",
+            "--overlap", "--unbuffered", "--quiet", "--kill-on-bad-exit=1"]
+    info = json.loads(env[ENV_VAR]) if env and ENV_VAR in env else {}
+    per_node = int(info.get("processes_per_node", 1))
+    if per_node > 1:
+        return [*step, "sh", "-c", _NARROW, "sh", str(int(info.get("local_rank", 0))), str(per_node), *argv]
+    return [*step, *argv]
+
+
+class SrunTransport(LocalTransport):
+    """Mode 1: srun runs on this machine; the worker's pipes are srun's (see the module docstring)."""
+
+    def __init__(self, reach: SlurmReach, *, redact: Any = None) -> None:
+        super().__init__(python=reach.python, cwd=reach.cwd, redact=redact)
+        self.reach = reach
+
+    def describe(self) -> dict[str, Any]:
+        return {"transport": "srun", "job_id": self.reach.job_id, "node": self.reach.node_name}
+
+    async def start_worker(self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *,
+                           label: str) -> LocalWorker:
+        return await super().start_worker(srun_argv(self.reach, argv, env), env, receiver,
+                                          label=f"{label} ({self.reach.node_name})")
+
+    async def run(self, command: str, *, env: Mapping[str, str] | None = None,
+                  timeout: float | None = None) -> CommandResult:
+        """Run a shell command on the node, as one more step of the job."""
+        wrapped = shlex.join(srun_argv(self.reach, ["sh", "-c", command]))
+        result = await super().run(wrapped, env=env, timeout=timeout)
+        return CommandResult(command, result.exit_status, result.stdout, result.stderr)

@@ -1,0 +1,46 @@
+"""Mode 2: the client drives Slurm through a login node over SSH (a namespace host on the cluster's
+bridge running a real sshd, with the cluster's configuration as its /etc/slurm): sbatch/squeue/scancel
+and the workers' srun all run there, as the test user."""
+
+from __future__ import annotations
+
+import pytest
+
+import skyhive as sky
+from skyhive.providers.ssh import HostKeyChanged
+from tests.infra.slurm import LoginHost, SlurmCluster
+from tests.test_slurm_pool import assert_clean, where
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+@pytest.fixture
+def login(slurm_cluster: SlurmCluster, ssh_test_env) -> LoginHost:
+    return slurm_cluster.login or slurm_cluster.add_login_host(ssh_test_env)
+
+
+async def test_a_pool_through_a_login_node_runs_on_each_slurm_node(slurm_cluster: SlurmCluster, login: LoginHost) -> None:
+    provider = sky.Slurm(login=f"{login.sshd.user}@{login.address}", key=str(login.sshd.client_key))
+    async with sky.Pool(provider=provider, nodes=2, name="slurm-login", start_timeout=600) as pool:
+        results = await pool.broadcast(where)
+        user = slurm_cluster.run("squeue", "-h", "-n", "skyhive-slurm-login", "-o", "%u|%T").stdout.strip()
+    assert user == f"{login.sshd.user}|RUNNING"  # submitted on the login node, as its user
+    nodes = slurm_cluster.nodes
+    assert [(r["host"], r["addrs"]) for r in results] == [(n.name, [n.address]) for n in nodes]
+    assert {r["head"] for r in results} == {nodes[0].address}
+    # the login node's key was pinned on first contact and carried to the workers' connection
+    assert provider.runner.host_key == login.sshd.host_public_key
+    assert_clean(slurm_cluster)
+
+
+async def test_a_login_node_with_another_host_key_is_refused(slurm_cluster: SlurmCluster, login: LoginHost,
+                                                             tmp_path) -> None:
+    other = tmp_path / "known_hosts"
+    key_type, _ = login.sshd.host_public_key.split(maxsplit=1)
+    other.write_text(f"{login.address} {key_type} AAAAC3NzaC1lZDI1NTE5AAAAIGw8z5U3QqN2b8yxq6H4l5T1sYy0fW0wYv2oI7m9kP1b\n")
+    provider = sky.Slurm(login=f"{login.sshd.user}@{login.address}", key=str(login.sshd.client_key),
+                         known_hosts=str(other))
+    with pytest.raises(HostKeyChanged, match=login.address):
+        async with sky.Pool(provider=provider, nodes=1, name="slurm-badkey"):
+            pass
+    assert_clean(slurm_cluster)
