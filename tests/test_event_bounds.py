@@ -119,12 +119,14 @@ def test_the_limit_is_a_pool_setting():
         sky.Pool(nodes=1, log_output_limit=-1)
 
 
-async def test_a_pool_with_a_small_limit_still_gives_everything_to_capture_and_output():
-    async with sky.Pool(nodes=1, output=None, log_output_limit=5000) as pool:
+async def test_a_pool_with_a_small_limit_still_gives_everything_to_terminal_capture_and_output(capsys):
+    async with sky.Pool(nodes=1, output="all", log_output_limit=5000) as pool:
         stream = pool.output()
         captured = await pool.run(spew, 20_000, 100, capture=True)
         assert pool.state.output_capped
         path = pool.log_path
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[node 0] ")]
+    assert printed == ["[node 0] " + "y" * 99] * 200  # every line on the terminal
     assert len(captured.stdout) == 20_000
     assert sum([len(r.text) async for r in stream]) == 20_000
     assert sum(len(e.text) for e in read_log(path) if isinstance(e, OutputChunk)) == 5000
