@@ -20,6 +20,9 @@ class Settings:
     stop_timeout: float = 10.0  # plugin teardown and worker exit at pool close
     cancel_grace: float = 5.0  # a cancelled task must end this soon, or its worker is killed
     wait_for_worker: float = 30.0  # a call waits this long for a worker to (re)start
+    # characters of task output the pool's event log keeps (then an OutputCapped marker; the terminal,
+    # pool.output() and capture=True still get everything)
+    log_output_limit: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for f in fields(self):
