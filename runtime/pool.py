@@ -15,7 +15,7 @@ import concurrent.futures
 import contextlib
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -30,7 +30,7 @@ from .actors.pool_actor import PoolRuntime
 from .actors.prepared import Prepared
 from .concurrency import Worker, check_plugins
 from .events.state import PoolState
-from .events.types import Event
+from .events.stream import EventStream
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
 from .serialize import load_value
@@ -437,12 +437,18 @@ class Pool:
 
     # ---- observing ---------------------------------------------------------------------------------
 
-    def events(self, *, replay: bool = False) -> AsyncIterator[Event]:
+    def events(self, *, replay: bool = False, max_buffer: int | None = None) -> EventStream:
         """The pool's events as they happen (with `replay`, first the recent ones kept in memory).
 
-        The iteration ends when the pool closes.
+        An async iterator (and async context manager) registered when created, so no event after
+        this call is missed. It ends when the pool closes, after the events it holds. One that falls
+        more than `max_buffer` characters behind (about 200 per event plus the text of output events;
+        default 16 MiB) is detached and raises `EventsStalled` after the events it still holds.
+        `break` or `aclose()` releases it.
         """
-        return self._runtime.log.subscribe(replay=replay)
+        if max_buffer is None:
+            return self._runtime.log.subscribe(replay=replay)
+        return self._runtime.log.subscribe(replay=replay, max_buffer=max_buffer)
 
     def output(self, *, max_buffer: int | None = None, stall_timeout: float | None = None) -> OutputStream:
         """Every piece of output the workers write, as `OutputRecord`s, whatever is printed.

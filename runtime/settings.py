@@ -21,6 +21,9 @@ class Settings:
     stop_timeout: float = 10.0  # plugin teardown and worker exit at pool close
     cancel_grace: float = 5.0  # a cancelled task must end this soon, or its worker is killed
     wait_for_worker: float = 30.0  # a call waits this long for a worker to (re)start
+    # characters of task output the pool's event log keeps (then an OutputCapped marker; the terminal,
+    # pool.output() and capture=True still get everything)
+    log_output_limit: int = 64 * 1024 * 1024
     # content cache: each worker process keeps up to cache_bytes of the out-of-band buffers of at least
     # cache_min bytes it received (memfd pages, LRU), so the same big argument travels once (0: off)
     cache_bytes: int = 1 << 30

@@ -100,6 +100,7 @@ class Worker:
         self.app_stack = contextlib.ExitStack()
         self.task_hooks: list[Any] = []
         self.setup_info: Any = None
+        self.failure: str | None = None  # why reading from the client failed (a protocol error)
         # shared memory with a client on this machine (the Local transport): memfds pass over this
         self.fds: shm.FdInbox | None = None
         if (shm_fd := os.environ.pop(shm.ENV_VAR, None)) is not None:
@@ -194,9 +195,11 @@ class Worker:
                 self.dispatch(msg)
             return True
         except ProtocolError as exc:
-            log.error("protocol error from the client: %s", exc)
+            self.failure = f"protocol error from the client: {exc}"
+            log.error("%s", self.failure)
         except OSError as exc:
-            log.error("reading from the client failed: %s", exc)
+            self.failure = f"reading from the client failed: {exc}"
+            log.error("%s", self.failure)
         finally:
             self.read_lock.release()
         return False
@@ -310,17 +313,23 @@ class Worker:
             self.cancel_requested = None
             raise TaskCancelled()
 
-    def abandon(self, code: int = 0) -> None:
-        """The client is gone: end this process and everything its tasks started.
+    def abandon(self, code: int | None = None) -> None:
+        """The client is gone (or spoke garbage): end this process and everything its tasks started.
 
-        Also called by the flusher thread (the client went away while a task runs). Only the main
-        thread may change a signal's handler; from another thread our own SIGTERM may end this
-        process before `_exit` does, which is just as good.
+        The exit status is `code`, else 1 after a protocol or read error, else 0 (the client closed
+        its pipe). Only a process group this worker leads is killed — the one its transport made
+        for it (`start_new_session`, `setsid`); started inside someone else's group (a shell
+        script's), it kills nothing but itself. Also called by the flusher thread (the client went
+        away while a task runs). Only the main thread may change a signal's handler; from another
+        thread our own SIGTERM may end this process before `_exit` does, which is just as good.
         """
+        if code is None:
+            code = 1 if self.failure else 0
         try:
-            if threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            os.killpg(os.getpgid(0), signal.SIGTERM)
+            if os.getpgid(0) == os.getpid():
+                if threading.current_thread() is threading.main_thread():
+                    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                os.killpg(os.getpid(), signal.SIGTERM)
         except OSError:
             pass
         os._exit(code)
