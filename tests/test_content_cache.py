@@ -293,3 +293,17 @@ async def test_over_ssh_the_second_send_is_a_reference_and_a_wrong_belief_falls_
         before = chunk_frames(pool)
         assert await pool.run(sha1, other) == hashlib.sha1(other).hexdigest()
         assert chunk_frames(pool) - before > 4  # sent after all, on the worker's Missing
+
+
+@pytest.mark.anyio
+async def test_with_the_cache_off_every_call_sends_the_bytes(local_path):
+    arr = np.arange(1 << 20, dtype=np.int64)
+    async with sky.Pool(nodes=1, cache_bytes=0, **QUIET) as pool:
+        [channel] = channels_of(pool)
+        assert channel.cache is None
+        for _ in range(2):
+            before = chunk_frames(pool)
+            assert await pool.run(total, arr) == int(arr.sum())
+            assert chunk_frames(pool) - before > 8  # the whole 8 MiB, each time
+    with pytest.raises(ValueError, match="cache_bytes"):
+        sky.Pool(nodes=1, cache_bytes=-1)
