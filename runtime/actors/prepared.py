@@ -50,7 +50,12 @@ class Prepared:
             sizes = [memoryview(b).nbytes for b in self.buffers]
             keys = b""
             if any(size >= min_size for size in sizes):
-                keys = b"".join(content_key(b) if size >= min_size else NO_KEY for b, size in zip(self.buffers, sizes))
+                keys = b"".join(
+                    NO_KEY if size < min_size
+                    else self.fn_id if i == 0 and self.fn_in_buffer  # the function's content key
+                    else content_key(b)
+                    for i, (b, size) in enumerate(zip(self.buffers, sizes))
+                )
             self._keys = (min_size, keys)
         return self._keys[1]
 

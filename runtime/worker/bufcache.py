@@ -105,7 +105,12 @@ class MemfdStore(BufferStore):
         while self._held:
             _, (fd, _size) = self._held.popitem()
             os.close(fd)
+        while self._arriving:
+            os.close(self._arriving.popitem()[1])
         self.used = 0
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def _private(fd: int, size: int) -> Any:
