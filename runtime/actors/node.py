@@ -234,7 +234,8 @@ class NodeActor:
         info = ctx.infos[(self.index, rank % self.ranks)]
         ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="starting")
         channel = WorkerChannel(node=self.index, local_rank=rank % self.ranks, log_=ctx.log,
-                                on_output=ctx.deliver_output)
+                                on_output=ctx.deliver_output, cache_bytes=ctx.settings.cache_bytes,
+                                cache_min=ctx.settings.cache_min)
         env = {**ctx.worker_env, ENV_VAR: info.to_json()}
         # how often this worker was restarted: plugins that form process groups refuse to re-join one
         env[RESTART_ENV] = str(self.starts[rank])

@@ -320,9 +320,12 @@ class PoolRuntime:
         loop = asyncio.get_running_loop()
         sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]] = []
         try:
-            for channel in channels:
-                fut: asyncio.Future[Result] = loop.create_future()
-                sent.append((channel, self.send(channel, prep, options, fut), fut))
+            try:
+                for channel in channels:
+                    fut: asyncio.Future[Result] = loop.create_future()
+                    sent.append((channel, self.send(channel, prep, options, fut), fut))
+            finally:
+                prep.shared.close()  # passed to every worker (each holds its own reference now)
             with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 if prep.buffers:
                     await self._send_buffers([(c, call.task_id) for c, call, _ in sent], prep.buffers)
