@@ -197,6 +197,8 @@ class NodeActor:
                     failures.append(exc)
                     ready.set()
                     return
+                if self.stopping:  # the pool closed while this worker restarted: stop() ended it
+                    return
                 reason = f"restart failed: {exc}"
                 log.error("node %d worker %d: %s", self.index, rank, reason)
                 channel, cause = None, exc
@@ -319,9 +321,13 @@ class NodeActor:
         self.stopping = True
         if self.state is NodeState.READY:
             self.move(NodeState.DRAINING)
-        for channel in self.channels:
+        for rank, channel in enumerate(self.channels):
             if channel is not None:
                 channel.shutdown()
+            elif self.processes[rank] is not None and self.processes[rank].returncode is None:
+                # a worker still starting (a restart under way) has no task and would not hear a
+                # Shutdown: end it now rather than wait `timeout` for it
+                self.processes[rank].kill()
         with anyio.move_on_after(timeout):
             for proc in self.processes:
                 if proc is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...protocol.cache import NO_KEY
@@ -11,7 +11,7 @@ from ..serialize import INBAND_MAX, dump_args, dump_function_cached, dump_value
 from ..transport.shm import SharedFiles
 from ..keys import content_key
 
-__all__ = ["Prepared"]
+__all__ = ["Prepared", "map_batches", "BATCH_BYTES"]
 
 
 class Prepared:
@@ -79,3 +79,23 @@ class Prepared:
         prep._set_args(*dump_value(chunk, "map items"))
         prep.batch, prep.kind, prep.items = True, "call", len(chunk)
         return prep
+
+
+#: Upper bound on one pickled `map` batch: large items make smaller batches, so a batch neither
+#: holds a worker's pipe for long nor makes one worker take a disproportionate share.
+BATCH_BYTES = 8 * 1024 * 1024
+
+
+def map_batches(template: Prepared, items: list[Any], size: int) -> Iterator[tuple[int, Prepared]]:
+    """(start, pickled batch) for `map`: at most `size` items, and at most about `BATCH_BYTES` once
+    pickled — a batch found larger is pickled again with fewer items, and later batches start from
+    that smaller count."""
+    start = 0
+    while start < len(items):
+        prep = template.with_chunk(items[start:start + size])
+        nbytes = prep.args_nbytes
+        if nbytes > BATCH_BYTES and prep.items > 1:
+            size = max(1, prep.items * BATCH_BYTES // nbytes)
+            continue
+        yield start, prep
+        start += prep.items
