@@ -14,7 +14,7 @@ import pytest
 import skyhive as sky
 from skyhive.providers.ssh import AuthenticationFailed, HostKeyChanged, HostUnreachable
 from skyhive.runtime.bootstrap.remote import PythonMismatch, SetupFailed
-from tests.infra.sshd import DEFAULT_USER, find_free_port, process_alive
+from tests.infra.sshd import find_free_port, process_alive
 from tests.test_ssh_pool import ssh_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -50,7 +50,7 @@ async def test_wrong_key_is_refused_naming_host_and_user(sshd_host, tmp_path):
     asyncssh.generate_private_key("ssh-ed25519").write_private_key(str(stranger))
     provider = sky.SSH(hosts=[f"{sshd_host.user}@{sshd_host.host}:{sshd_host.port}"], key=str(stranger),
                        known_hosts=str(sshd_host.known_hosts_path), connect_timeout=5)
-    with pytest.raises(AuthenticationFailed, match=f"127.0.0.1:{sshd_host.port}.*{DEFAULT_USER}.*{stranger.name}"):
+    with pytest.raises(AuthenticationFailed, match=f"127.0.0.1:{sshd_host.port}.*{sshd_host.user}.*{stranger.name}"):
         await start_pool(provider, bound=15)
 
 
@@ -109,17 +109,21 @@ async def test_cancelling_during_bootstrap_leaves_no_process(make_netns_hosts):
     token = secrets.token_hex(4)
     marker = f"skyhive-marker-{token}"
     image = sky.Image(setup=[f"python3 -c 'import time; time.sleep(120)' {marker}"])
-    uid = pwd.getpwnam(hosts[0].user).pw_uid
+    uids = {pwd.getpwnam(h.user).pw_uid for h in hosts}  # each namespace host has its own account
+
+    def processes(needles):
+        return [p for uid in uids for p in _processes_of(uid, needles)]
+
     needles = (marker, *(str(h.home) for h in hosts))
     with anyio.move_on_after(60) as scope:
         async with anyio.create_task_group() as tg:
             tg.start_soon(functools.partial(start_pool, ssh_for(hosts), image=image, nodes=2, bound=60))
             with anyio.fail_after(40):  # wait until both hosts run the slow setup command
-                while len([p for p in _processes_of(uid, (marker,)) if p[1].startswith("python3 -c")]) < 2:
+                while len([p for p in processes((marker,)) if p[1].startswith("python3 -c")]) < 2:
                     await anyio.sleep(0.1)
             tg.cancel_scope.cancel()
     assert not scope.cancelled_caught
     with anyio.fail_after(15):
-        while left := _processes_of(uid, needles):
+        while left := processes(needles):
             await anyio.sleep(0.1)
     assert not left

@@ -26,6 +26,7 @@ import os
 import pwd
 import shlex
 import shutil
+import secrets
 import signal
 import socket
 import subprocess
@@ -44,6 +45,10 @@ __all__ = [
     "Sshd",
     "check_sshd_support",
     "ensure_user",
+    "create_run_user",
+    "remove_user",
+    "cleanup_stale_users",
+    "run_user_name",
     "generate_client_key",
     "generate_host_key",
     "cleanup_stale_dirs",
@@ -58,7 +63,8 @@ __all__ = [
     "infra_lock",
 ]
 
-DEFAULT_USER = "skyhive-test"
+DEFAULT_USER = "skyhive-test"  # legacy shared account; runs now make their own (see run_user_name)
+RUN_USER_PREFIX = "skyhive-t"  # + "<pid>-<hex>": one account per test run, removed by SshTestEnv.close
 LOCK_PATH = "/run/lock/skyhive-test-infra.lock" if os.path.isdir("/run/lock") else "/tmp/skyhive-test-infra.lock"
 # Process names of OpenSSH per-connection processes (9.8+ splits them into sshd-session/sshd-auth).
 _SESSION_COMMS = frozenset({"sshd", "sshd-session", "sshd-auth"})
@@ -365,6 +371,87 @@ def generate_host_key(directory: str | os.PathLike, name: str = "ssh_host_ed2551
     return path, " ".join(public.split()[:2])
 
 
+def run_user_name() -> str:
+    """A fresh login-account name for this run: ``skyhive-t<pid>-<hex>`` (pid = the owning process, so a
+    sweep can tell a killed run's account from a live one)."""
+    return f"{RUN_USER_PREFIX}{os.getpid()}-{secrets.token_hex(2)}"
+
+
+def _run_user_pid(name: str) -> int | None:
+    rest = name[len(RUN_USER_PREFIX):] if name.startswith(RUN_USER_PREFIX) else ""
+    pid = rest.split("-", 1)[0]
+    return int(pid) if pid.isdigit() and "-" in rest else None
+
+
+def _kill_user_processes(uid: int, timeout: float = 5.0) -> list[int]:
+    """SIGKILL every process running as ``uid`` (a test account's worker daemons, shells) and wait until
+    each is gone or reaped."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    pids.append(int(entry))
+            except OSError:
+                pass
+    _kill(pids)
+    _wait_reaped(pids, timeout)
+    return pids
+
+
+def remove_user(name: str) -> None:
+    """Remove a test account: its processes (killed), the account and its group. Its home is not
+    touched (it lives in the run's directory, removed with it). Call under :func:`infra_lock`."""
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        return
+    if pw.pw_uid == 0:
+        raise RuntimeError(f"refusing to remove {name!r}: uid 0")
+    _kill_user_processes(pw.pw_uid)
+    userdel = _which("userdel", "/usr/sbin/userdel") or "userdel"
+    _run([userdel, "-f", name], what=f"userdel {name}", check=False)
+    groupdel = _which("groupdel", "/usr/sbin/groupdel") or "groupdel"
+    _run([groupdel, name], what=f"groupdel {name}", check=False)
+
+
+def cleanup_stale_users() -> list[str]:
+    """Remove the ``skyhive-t<pid>-*`` accounts of test runs whose process no longer exists (killed runs).
+    Call under :func:`infra_lock`."""
+    removed = []
+    for pw in pwd.getpwall():
+        pid = _run_user_pid(pw.pw_name)
+        if pid is not None and pid != os.getpid() and _proc_stat(pid) is None:
+            remove_user(pw.pw_name)
+            removed.append(pw.pw_name)
+    return removed
+
+
+def create_run_user(home: Path, shell: str = "/bin/bash", *, lock: bool = True) -> TestUser:
+    """A new, unlocked, non-root login account of this run whose home *in /etc/passwd* is ``home`` (a
+    fresh 0755 directory made here). Nothing replaces /etc/passwd for a test any more: a bind mount over
+    it is silently dropped in every namespace when another run's useradd/userdel renames the file, and
+    sessions then saw the account's default home. Stale accounts of killed runs are swept first.
+    ``lock=False`` when the caller already holds :func:`infra_lock` (flock does not nest)."""
+    if os.geteuid() != 0:
+        raise InfraUnavailable("creating the test login user needs root")
+    if not os.access(shell, os.X_OK):
+        shell = "/bin/sh"
+    name = run_user_name()
+    with infra_lock() if lock else contextlib.nullcontext():
+        cleanup_stale_users()
+        useradd = _which("useradd", "/usr/sbin/useradd") or "useradd"
+        _run([useradd, "--no-create-home", "--home-dir", str(home), "--user-group", "--shell", shell, name],
+             what=f"useradd {name}")
+        usermod = _which("usermod", "/usr/sbin/usermod") or "usermod"
+        # useradd leaves the account locked ('!'), which sshd (UsePAM no) treats as PermissionDenied
+        _run([usermod, "-p", "*", name], what=f"usermod -p '*' {name}")
+    pw = pwd.getpwnam(name)
+    user = TestUser(name=name, uid=pw.pw_uid, gid=pw.pw_gid, home=Path(pw.pw_dir), shell=pw.pw_shell)
+    make_home(home, user)
+    return user
+
+
 def cleanup_stale_dirs(base_dir: str | os.PathLike | None = None) -> list[Path]:
     """Remove ``skyhive-ssh-<pid>-*`` directories of test processes that no longer exist."""
     removed = []
@@ -431,23 +518,41 @@ class SshTestEnv:
     dir: Path  # 0755, holds the client key; removed by close()
     base_dir: Path  # where servers make their own directories (``dir`` itself by default)
     home: Path  # the test user's home for this run's loopback servers (owned by the user)
+    own_user: bool = False  # the account was made for this run (and is removed by close)
 
     @classmethod
-    def create(cls, user: str = DEFAULT_USER, base_dir: str | os.PathLike | None = None) -> SshTestEnv:
+    def create(cls, user: str | None = None, base_dir: str | os.PathLike | None = None) -> SshTestEnv:
+        """A run's environment. By default a login account of its own (``skyhive-t<pid>-<hex>``, home in
+        the run's directory), so concurrent runs on one machine never share an account, home or passwd
+        entry; pass ``user`` to use (and keep) a named shared account instead."""
         check_sshd_support()
-        test_user = ensure_user(user)
         cleanup_stale_dirs(base_dir)
         directory = _make_public_dir(f"skyhive-ssh-{os.getpid()}-", base_dir)
+        own_user = user is None
+        test_user = None
         try:
             key = generate_client_key(directory)
-            home = make_home(directory / "home", test_user)
+            if own_user:
+                test_user = create_run_user(directory / "home")
+                home = test_user.home
+            else:
+                test_user = ensure_user(user)
+                home = make_home(directory / "home", test_user)
         except BaseException:
+            if own_user and test_user is not None:
+                with infra_lock():
+                    remove_user(test_user.name)
             shutil.rmtree(directory, ignore_errors=True)
             raise
-        return cls(user=test_user, client_key=key, dir=directory, base_dir=directory, home=home)
+        return cls(user=test_user, client_key=key, dir=directory, base_dir=directory, home=home, own_user=own_user)
 
     def close(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            if self.own_user:
+                with infra_lock():
+                    remove_user(self.user.name)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -495,12 +600,14 @@ class Sshd:
         extra_config: list[str] | tuple[str, ...] = (),
         home: str | os.PathLike | None = None,
         start_timeout: float = 10.0,
+        user: TestUser | None = None,
     ) -> None:
         self.env = env
+        self.login = user or env.user  # the account sessions log in as (a namespace host has its own)
         self.host = host
         self._fixed_port = port
         self.port: int = port or 0
-        self.user: str = env.user.name
+        self.user: str = self.login.name
         self.client_key: Path = env.client_key.path
         self.netns = netns
         self.hostname = hostname
@@ -519,10 +626,10 @@ class Sshd:
         # The login user's home as its sessions see it. Outside a namespace host, a home other than the
         # system one is given by bind-mounting a copy of /etc/passwd in sshd's own mount namespace;
         # where mount namespaces are not allowed, the system home is used.
-        self.home = Path(home) if home is not None else env.home
-        self._override_passwd = netns is None and self.home != env.user.home
+        self.home = Path(home) if home is not None else self.login.home
+        self._override_passwd = netns is None and self.home != self.login.home
         if self._override_passwd and not mount_namespaces_supported():
-            self.home, self._override_passwd = env.user.home, False
+            self.home, self._override_passwd = self.login.home, False
         self.host_key_path: Path | None = None
         self.host_public_key: str = ""
         self._proc: subprocess.Popen | None = None
