@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import anyio
@@ -14,9 +12,7 @@ import pytest
 
 from tests.infra.netns import STATE_DIR, NetnsHosts, cleanup_stale, leftovers
 from tests.infra.sshd import (
-    RUN_USER_PREFIX,
-    create_run_user,
-    remove_user,
+    DEFAULT_USER,
     InfraUnavailable,
     Sshd,
     check_sshd_support,
@@ -49,10 +45,10 @@ async def run(server, command: str, **connect_overrides) -> str:
 # one sshd on loopback
 
 
-async def test_login_as_test_user(sshd_host, ssh_test_env):
+async def test_login_as_test_user(sshd_host):
     assert sshd_host.host == "127.0.0.1" and sshd_host.port > 0
-    assert sshd_host.user == ssh_test_env.user.name and sshd_host.user.startswith(RUN_USER_PREFIX)
-    assert (await run(sshd_host, "id -un")).strip() == sshd_host.user
+    assert sshd_host.user == DEFAULT_USER
+    assert (await run(sshd_host, "id -un")).strip() == DEFAULT_USER
     assert (await run(sshd_host, "id -u")).strip() != "0"
     # a home of this run's own (the system one only where mount namespaces are not allowed), writable
     probe = 'echo $HOME; f="$HOME/.skyhive-infra-probe"; touch "$f" && rm "$f" && echo writable'
@@ -87,7 +83,7 @@ async def test_kill_sessions_drops_connections_but_keeps_listening(make_sshd):
         finally:
             conn.close()
     assert server.running
-    assert (await run(server, "id -un")).strip() == server.user  # and it still accepts new ones
+    assert (await run(server, "id -un")).strip() == DEFAULT_USER  # and it still accepts new ones
 
 
 async def test_rotate_host_key_on_same_port(make_sshd):
@@ -97,7 +93,7 @@ async def test_rotate_host_key_on_same_port(make_sshd):
     assert server.port == port and new_key != old_line.split(" ", 1)[1]
     with anyio.fail_after(15), pytest.raises(asyncssh.HostKeyNotVerifiable):
         await asyncssh.connect(**server.connect_options(known_hosts=asyncssh.import_known_hosts(old_line + "\n")))
-    assert (await run(server, "id -un")).strip() == server.user  # known_hosts_path now pins the new key
+    assert (await run(server, "id -un")).strip() == DEFAULT_USER  # known_hosts_path now pins the new key
 
 
 def test_not_root_is_reported_as_unavailable(monkeypatch):
@@ -148,23 +144,6 @@ async def test_netns_hosts_have_their_own_identity(netns_hosts):
         assert routes.split() == [netns_hosts.subnet, *"dev eth0 proto kernel scope link src".split(), h.address]
         # its own hostname resolves to its own address (gloo needs this)
         assert resolve.split() == [h.address, h.hostname]
-
-
-async def test_another_runs_account_changes_do_not_move_a_hosts_home(netns_hosts, tmp_path_factory):
-    """Issue 9.11: another run's useradd/userdel renames /etc/passwd, which dropped the bind-mounted
-    per-host passwd in every namespace (sessions then saw the account's default home). Each host now
-    has its own account whose home is in /etc/passwd itself; what a session sees is read back."""
-    other_home = Path(tempfile.mkdtemp(prefix="skyhive-other-run-")) / "home"
-    other = create_run_user(other_home)  # what a second test run on this machine does
-    try:
-        with infra_lock():
-            remove_user(other.name)
-    finally:
-        shutil.rmtree(other_home.parent, ignore_errors=True)
-    assert len({h.user for h in netns_hosts}) == len(netns_hosts)
-    for h in netns_hosts:
-        assert (await run(h, "echo $HOME")).strip() == str(h.home)
-        assert (await run(h, "id -un")).strip() == h.user
 
 
 async def test_netns_hosts_reach_each_other_on_port_22(netns_hosts):
@@ -246,3 +225,17 @@ def test_stale_leftovers_of_a_dead_run_are_cleaned(ssh_test_env):
         assert not hosts.dir.exists()
     finally:
         hosts.close()  # after the cleanup: nothing left to do, no error
+
+
+async def test_another_runs_account_changes_do_not_move_this_runs_homes(sshd_host, netns_hosts):
+    """Another suite on the machine adds and removes its accounts (rewriting /etc/passwd) while this
+    run's servers are up: every session still sees this run's own home. (With homes given by a
+    bind-mounted copy of /etc/passwd, the rewrite dropped the mount and sessions fell back to the
+    account's system home.)"""
+    other = f"skyt{os.getpid()}s{900 + os.getpid() % 99}"  # the name pattern the stale sweep removes
+    # what another run's start and end do: useradd, userdel — each writes a new /etc/passwd
+    subprocess.run(["useradd", "--no-create-home", other], check=True, capture_output=True)
+    subprocess.run(["userdel", other], check=True, capture_output=True)
+    for server, home in [(sshd_host, sshd_host.home), *((h, h.home) for h in netns_hosts)]:
+        assert (await run(server, "echo $HOME")).strip() == str(home)
+        assert (await run(server, "id -un")).strip() == server.user

@@ -7,8 +7,8 @@ Needs root. Layout of one :class:`NetnsHosts` (``TOKEN`` is random, recorded wit
 - host ``i`` (1-based): namespace ``skyhive-<TOKEN>-<i>`` with ``lo`` up and ``eth0`` = ``10.213.X.(i+1)/24``,
   the peer of ``skyv<TOKEN>-<i>`` in the bridge; hostname ``skyhive-node-<i>`` (own UTS namespace for its sshd);
   ``/etc/netns/<ns>/hosts`` maps every node's hostname to its address (gloo resolves its own hostname),
-  ``/etc/netns/<ns>/resolv.conf`` has no nameserver, each host has a login account of its own (``skyhive-t<pid>-<hex>``) whose home in /etc/passwd is
-  that host's directory (``per_host_home=False``: the run's account and home); an sshd on
+  ``/etc/netns/<ns>/resolv.conf`` has no nameserver; each host's sshd logs in an account of its own whose
+  home is that host's directory (no bind-mounted /etc/passwd: see ``sshd.ensure_user``); an sshd on
   ``<address>:22``, the same client key as everywhere.
 
 No default route, no NAT, IPv4 forwarding untouched: the hosts reach only each other and the bridge
@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .sshd import (
-    TestUser,
     InfraUnavailable,
     SshTestEnv,
     Sshd,
@@ -40,8 +39,7 @@ from .sshd import (
     _wait_gone,
     _which,
     infra_lock,
-    create_run_user,
-    remove_user,
+    make_home,
 )
 
 __all__ = [
@@ -286,7 +284,6 @@ class NetnsHosts:
         self.subnet: str | None = None
         self.dir: Path | None = None
         self.hosts: list[NetnsHost] = []
-        self.users: list[TestUser] = []  # per-host accounts made by create (removed by close)
         self._record: dict | None = None
 
     # -- sequence ---------------------------------------------------------------------------
@@ -384,14 +381,11 @@ class NetnsHosts:
         ):
             host_dir = self.dir / f"h{i}"
             host_dir.mkdir(mode=0o755)
+            home = host_dir / "home"
             if self.per_host_home:
-                # an account of its own per host, its home in /etc/passwd: no passwd replaced, so
-                # another run's useradd/userdel cannot change the home this host's sessions see
-                login = create_run_user(host_dir / "home", lock=False)
-                self.users.append(login)
+                make_home(home, None)  # the host's sshd makes an account whose home it is
             else:
-                login = self.env.user
-            home = login.home
+                home = self.env.user.home
             self._write_etc(ns, hostname, address, home, list(zip(hostnames, addresses, strict=True)))
             sshd = Sshd(
                 self.env,
@@ -402,7 +396,6 @@ class NetnsHosts:
                 hostname=hostname,
                 home=home,
                 start_timeout=self.start_timeout,
-                user=login,
             )
             self.hosts.append(NetnsHost(i, ns, hostname, address, veth, host_dir, home, sshd))
         for h in self.hosts:  # start all, then wait for all
@@ -436,6 +429,7 @@ class NetnsHosts:
         for h in self.hosts:
             try:
                 h.sshd.stop(timeout)
+                h.sshd.release_account()
             except Exception as e:  # keep tearing down; report at the end
                 errors.append(f"{h.netns}: {e}")
         if self._record is not None:
@@ -457,14 +451,6 @@ class NetnsHosts:
                         STATE_DIR.rmdir()
                     self._record = None
         self.hosts = []
-        if self.users:  # after the namespaces; remove_user also kills what still runs as them
-            with infra_lock():
-                for user in self.users:
-                    try:
-                        remove_user(user.name)
-                    except Exception as e:
-                        errors.append(f"account {user.name}: {e}")
-            self.users = []
         if errors:
             raise RuntimeError(f"tear-down of namespace hosts {self.token} incomplete: " + "; ".join(errors))
 
