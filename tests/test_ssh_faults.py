@@ -1,4 +1,4 @@
-"""Issue 9.12 (part; the vanished host and the replacement policy are not built yet): a real sshd restarted on the host in the middle of a pool. The worker daemon runs
+"""Issue 9.12 (part; the replacement policy is not built yet): a real sshd restarted on the host in the middle of a pool. The worker daemon runs
 detached from sshd's sessions, so the pool reconnects to the restarted sshd and resumes: the running
 call completes and later calls reach the same worker process."""
 
@@ -35,3 +35,24 @@ async def test_sshd_restarted_mid_pool_the_pool_resumes(make_sshd):
         assert await pool.run(quick, 20, timeout=60) == 21
         assert rt.nodes[0].channels[0].pid == worker_pid  # resumed, not restarted
 
+
+
+async def test_a_host_that_vanishes_fails_its_node_naming_it(make_netns_hosts):
+    """Everything in the host's namespace is killed and the namespace deleted (a machine gone): the next
+    call on it raises WorkerLost naming that host."""
+    import os
+    import signal
+    import subprocess
+
+    hosts = make_netns_hosts(2)
+    async with sky.Pool(provider=ssh_for(hosts, connect_timeout=3, reconnect_timeout=5), nodes=2,
+                        output=None) as pool:
+        assert await pool.broadcast(quick, 1) == [2, 2]
+        gone = hosts[1]
+        pids = subprocess.run(["ip", "netns", "pids", gone.netns], capture_output=True, text=True).stdout.split()
+        assert pids, f"nothing runs in {gone.netns}?"
+        for pid in pids:
+            os.kill(int(pid), signal.SIGKILL)
+        subprocess.run(["ip", "netns", "del", gone.netns], check=True)
+        with anyio.fail_after(60), pytest.raises(sky.WorkerLost, match=gone.host):
+            await pool.broadcast(quick, 2, timeout=30)
