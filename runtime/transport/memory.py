@@ -29,7 +29,14 @@ from ..onnode.taskcore import cancelled_result, invoke, load_function, result_me
 from ..serialize import load_value
 from .base import CommandResult, Receiver, Transport, WorkerProcess
 
-__all__ = ["MemoryTransport", "InProcessWorker"]
+__all__ = ["MemoryTransport", "InProcessWorker", "live_workers"]
+
+_LIVE: set[InProcessWorker] = set()
+
+
+def live_workers() -> int:
+    """How many in-process workers have started and not exited (tests: nothing left after a pool)."""
+    return len(_LIVE)
 
 
 class _Stream(io.TextIOBase):
@@ -66,6 +73,7 @@ class InProcessWorker(WorkerProcess):
         self._code: int | None = None
         self._exited = asyncio.Event()
         self.link = _MemoryLink(self)
+        _LIVE.add(self)
 
     # ---- WorkerProcess -----------------------------------------------------------------------------
     async def wait(self) -> int | None:
@@ -82,6 +90,7 @@ class InProcessWorker(WorkerProcess):
     def _exit(self, code: int) -> None:
         if self._code is None:
             self._code = code
+            _LIVE.discard(self)
             self._exited.set()
             self.loop.call_soon(self.receiver.eof_received)
 
