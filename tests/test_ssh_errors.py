@@ -87,13 +87,13 @@ async def test_changed_host_key_between_pools_is_refused(make_sshd):
         await start_pool(ssh_for(server, known_hosts=pinned), bound=15)
 
 
-def _processes_of(uid: int, needles: tuple[str, ...]) -> list[tuple[int, str]]:
+def _processes_of(uids: set[int], needles: tuple[str, ...]) -> list[tuple[int, str]]:
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            if os.stat(f"/proc/{entry}").st_uid != uid:
+            if os.stat(f"/proc/{entry}").st_uid not in uids:
                 continue
             with open(f"/proc/{entry}/cmdline", "rb") as fh:
                 cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
@@ -109,7 +109,7 @@ async def test_cancelling_during_bootstrap_leaves_no_process(make_netns_hosts):
     token = secrets.token_hex(4)
     marker = f"skyhive-marker-{token}"
     image = sky.Image(setup=[f"python3 -c 'import time; time.sleep(120)' {marker}"])
-    uid = pwd.getpwnam(hosts[0].user).pw_uid
+    uid = {pwd.getpwnam(h.user).pw_uid for h in hosts}  # each host logs in an account of its own
     needles = (marker, *(str(h.home) for h in hosts))
     with anyio.move_on_after(60) as scope:
         async with anyio.create_task_group() as tg:
