@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import io
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ...errors import BootstrapError
@@ -37,6 +39,29 @@ _LIVE: set[InProcessWorker] = set()
 def live_workers() -> int:
     """How many in-process workers have started and not exited (tests: nothing left after a pool)."""
     return len(_LIVE)
+
+
+@functools.cache
+def _versions() -> tuple[str, str]:
+    """This process's Python and skyhive versions (read once: the metadata lookup is slow)."""
+    return python_version(), skyhive_version()
+
+
+_peers_cache: tuple[str, tuple[Any, ...]] = ("", ())
+
+
+def _parse_info(text: str) -> InstanceInfo:
+    """`InstanceInfo.from_json`, with the peers list (the same text for every node of a pool)
+    parsed once: parsing it per node made a pool's start-up O(n^2)."""
+    global _peers_cache
+    cut = text.rfind(',"peers":')
+    if cut < 0:
+        return InstanceInfo.from_json(text)
+    peers_text = text[cut + 9 : -1]
+    if _peers_cache[0] != peers_text:
+        _peers_cache = (peers_text, InstanceInfo.from_json('{"node":0,"total_nodes":1,"head_addr":"","head_port":0,'
+                                                           '"pool_id":"","peers":' + peers_text + "}").peers)
+    return replace(InstanceInfo.from_json(text[:cut] + "}"), peers=_peers_cache[1])
 
 
 class _Stream(io.TextIOBase):
@@ -113,8 +138,8 @@ class InProcessWorker(WorkerProcess):
 
     def dispatch(self, msg: Message) -> None:
         if isinstance(msg, Hello):
-            self.send(Welcome(protocol_version=PROTOCOL_VERSION, python_version=python_version(),
-                              skyhive_version=skyhive_version(), max_frame=self.conn.max_frame, pid=os.getpid()))
+            self.send(Welcome(protocol_version=PROTOCOL_VERSION, python_version=_versions()[0],
+                              skyhive_version=_versions()[1], max_frame=self.conn.max_frame, pid=os.getpid()))
         elif isinstance(msg, Ping):
             self.send(Pong(nonce=msg.nonce))
         elif isinstance(msg, Submit):
@@ -204,7 +229,7 @@ class MemoryTransport(Transport):
     async def start_worker(self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *,
                            label: str) -> InProcessWorker:
         text = env.get(ENV_VAR)
-        return InProcessWorker(receiver, InstanceInfo.from_json(text) if text else None, self.reach)
+        return InProcessWorker(receiver, _parse_info(text) if text else None, self.reach)
 
     async def run(self, command: str, *, env: Mapping[str, str] | None = None,
                   timeout: float | None = None) -> CommandResult:
