@@ -20,7 +20,9 @@ import abc
 from collections import OrderedDict
 from typing import Any
 
-__all__ = ["KEY_SIZE", "NO_KEY", "BufferStore", "ContentIndex"]
+from .messages import Result, Submit
+
+__all__ = ["KEY_SIZE", "NO_KEY", "BufferStore", "ContentIndex", "cache_fields_problem"]
 
 #: Bytes of one content key in `Submit.buffer_keys`.
 KEY_SIZE = 16
@@ -95,3 +97,25 @@ class ContentIndex:
         size = self._sizes.pop(key, None)
         if size is not None:
             self.used -= size
+
+
+def cache_fields_problem(msg: Submit | Result) -> str:
+    """What is wrong with a message's content-cache and shared-buffer fields, or "" if nothing."""
+    n = len(msg.buffer_sizes)
+    what = f"{type(msg).__name__} for task {msg.task_id}"
+    if msg.shared:
+        if any(not 0 <= i < n for i in msg.shared) or len(set(msg.shared)) != len(msg.shared):
+            return f"{what} lists shared buffers {msg.shared!r} that are not distinct buffers of its {n}"
+        if msg.__class__ is Submit and set(msg.shared) & set(msg.cached):  # type: ignore[union-attr]
+            return f"{what} sends a buffer both shared and by reference"
+    if msg.__class__ is not Submit:
+        return ""
+    if msg.buffer_keys and len(msg.buffer_keys) != n * KEY_SIZE:
+        return (f"Submit for task {msg.task_id} has {len(msg.buffer_keys)} bytes of buffer_keys for {n} buffers "
+                f"(expected {n * KEY_SIZE})")
+    for i in msg.cached:
+        if not 0 <= i < n or not msg.buffer_keys or msg.buffer_keys[i * KEY_SIZE : (i + 1) * KEY_SIZE] == NO_KEY:
+            return f"Submit for task {msg.task_id} sends buffer {i} by reference without a key for it"
+    if len(set(msg.cached)) != len(msg.cached):
+        return f"Submit for task {msg.task_id} lists a cached buffer twice"
+    return ""

@@ -24,7 +24,7 @@ from .codec import (
     encode,
     encode_chunk_header,
 )
-from .cache import KEY_SIZE, NO_KEY, BufferStore
+from .cache import KEY_SIZE, NO_KEY, BufferStore, cache_fields_problem
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .messages import PROTOCOL_VERSION, Chunk, Hello, Message, Missing, Result, Submit, Welcome
 from .states import RECV, SEND, Role, State, table
@@ -137,7 +137,7 @@ class Connection:
                 f"{type(msg).__name__} announces {len(sizes)} buffers; the MAX_BUFFERS limit is {MAX_BUFFERS}"
             )
         if sizes and (msg.shared or (msg.__class__ is Submit and (msg.buffer_keys or msg.cached))):  # type: ignore[attr-defined]
-            problem = _cache_problem(msg)  # type: ignore[arg-type]
+            problem = cache_fields_problem(msg)  # type: ignore[arg-type]
             if problem:
                 self.state = State.ERROR
                 raise LocalProtocolError(problem)
@@ -311,7 +311,7 @@ class Connection:
         if any(type(s) is not int or s < 0 for s in sizes):
             raise RemoteProtocolError(f"buffer sizes must be non-negative integers, got {sizes!r}")
         if msg.shared or (msg.__class__ is Submit and (msg.buffer_keys or msg.cached)):  # type: ignore[union-attr]
-            problem = _cache_problem(msg)  # type: ignore[arg-type]
+            problem = cache_fields_problem(msg)  # type: ignore[arg-type]
             if problem:
                 raise RemoteProtocolError(problem)
             self._announce_cached(msg, out)  # type: ignore[arg-type]
@@ -500,24 +500,3 @@ class Connection:
                 if waiter.waiting == 0 and waiter.missing <= 0:
                     self._complete_into(other, out)
 
-
-def _cache_problem(msg: Submit | Result) -> str:
-    """What is wrong with a message's content-cache and shared-buffer fields, or "" if nothing."""
-    n = len(msg.buffer_sizes)
-    what = f"{type(msg).__name__} for task {msg.task_id}"
-    if msg.shared:
-        if any(not 0 <= i < n for i in msg.shared) or len(set(msg.shared)) != len(msg.shared):
-            return f"{what} lists shared buffers {msg.shared!r} that are not distinct buffers of its {n}"
-        if msg.__class__ is Submit and set(msg.shared) & set(msg.cached):  # type: ignore[union-attr]
-            return f"{what} sends a buffer both shared and by reference"
-    if msg.__class__ is not Submit:
-        return ""
-    if msg.buffer_keys and len(msg.buffer_keys) != n * KEY_SIZE:
-        return (f"Submit for task {msg.task_id} has {len(msg.buffer_keys)} bytes of buffer_keys for {n} buffers "
-                f"(expected {n * KEY_SIZE})")
-    for i in msg.cached:
-        if not 0 <= i < n or not msg.buffer_keys or msg.buffer_keys[i * KEY_SIZE : (i + 1) * KEY_SIZE] == NO_KEY:
-            return f"Submit for task {msg.task_id} sends buffer {i} by reference without a key for it"
-    if len(set(msg.cached)) != len(msg.cached):
-        return f"Submit for task {msg.task_id} lists a cached buffer twice"
-    return ""
