@@ -7,9 +7,8 @@ of a task can read it too) and is what `skyhive.instance_info()` returns on a no
 from __future__ import annotations
 
 import json
-from typing import Any
 import socket
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 
 __all__ = ["Peer", "InstanceInfo", "ENV_VAR", "RESTART_ENV"]
 
@@ -51,10 +50,6 @@ class Peer:
     def keys(self) -> tuple[str, ...]:
         return self._KEYS
 
-
-
-#: The last peers tuple encoded by `InstanceInfo.to_json`, and its JSON text.
-_peers_json: tuple[Any, str] = (None, "[]")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceInfo:
@@ -144,14 +139,9 @@ class InstanceInfo:
 
     def to_json(self) -> str:
         """The JSON text exported as `COMPUTE_POOL`."""
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "peers"}
-        # every node of a pool carries the same peers tuple: encode it once (a pool of n nodes made
-        # n*n dict copies through asdict, 9 s of a 1,000-node start-up)
-        global _peers_json
-        if _peers_json[0] is not self.peers:
-            _peers_json = (self.peers, json.dumps([{f.name: getattr(p, f.name) for f in fields(p)} for p in self.peers],
-                                                  separators=(",", ":")))
-        return json.dumps(data, separators=(",", ":"))[:-1] + ',"peers":' + _peers_json[1] + "}"
+        data = asdict(self)
+        data["peers"] = [asdict(p) for p in self.peers]
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> InstanceInfo:

@@ -27,7 +27,6 @@ _EXPORTS: dict[str, str] = {
     "function": "skyhive.runtime.compute",
     "Worker": "skyhive.runtime.concurrency",
     "Local": "skyhive.providers.local",
-    "Simulated": "skyhive.providers.simulated",
     "SSH": "skyhive.providers.ssh",
     "Slurm": "skyhive.providers.slurm",
     "AWS": "skyhive.providers.cloud.aws",

@@ -7,7 +7,6 @@ unpickles `WorkerSetup` from here.
 
 from __future__ import annotations
 
-import functools
 import sys
 from typing import Any
 
@@ -31,10 +30,8 @@ def python_version() -> str:
     return "%d.%d.%d" % sys.version_info[:3]
 
 
-@functools.cache
 def skyhive_version() -> str:
-    """The installed skyhive version ("0+unknown" when it is not installed as a distribution); read
-    once per process (the metadata lookup parses files: it was a per-node cost at 10,000 nodes)."""
+    """The installed skyhive version ("0+unknown" when it is not installed as a distribution)."""
     try:
         from importlib.metadata import version
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import inspect
 import logging
 import os
 import select
@@ -28,11 +29,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import cloudpickle
+
 from ...plugins.api import AppHook, TaskHook
 from ...protocol import (
     Cancel,
     Connection,
     Hello,
+    Item,
     Message,
     Missing,
     Output,
@@ -49,9 +53,8 @@ from ...protocol import (
 from ...protocol.cache import KEY_SIZE, NO_KEY
 from ...protocol.messages import PROTOCOL_VERSION, STDERR, STDOUT
 from ..onnode.context import set_instance_info
-from ..onnode.setup import python_version, skyhive_version
-from ..onnode.taskcore import cancelled_result, invoke, load_function, result_message
-from ..serialize import load_value
+from ..onnode.setup import FN_CACHE_LIMIT, python_version, skyhive_version
+from ..serialize import dump_exception, dump_inline, dump_value, load_value
 from ..transport import shm
 from .bufcache import MemfdStore
 from .capture import FLUSH_DELAY, FdPump, Flusher, TaskStream
@@ -361,7 +364,8 @@ class Worker:
         task_id = sub.task_id
         if task_id in self.cancelled_queued:
             self.cancelled_queued.discard(task_id)
-            self.send_result(cancelled_result(task_id, "cancelled before it started"), [])
+            self.send_result(Result(task_id=task_id, ok=False, value=b"", cancelled=True,
+                                    error_type="TaskCancelled", error_message="cancelled before it started"), [])
             return
         self.task_started = time.monotonic()
         self.current = task_id
@@ -397,10 +401,49 @@ class Worker:
             return self._invoke(fn, args, batch, stream)
 
     def _invoke(self, fn: Callable[..., Any], args: Any, batch: bool, stream: int | None = None) -> Any:
-        return invoke(fn, args, batch, stream, self.send)
+        if batch:
+            out = []
+            for i, item in enumerate(args):
+                try:
+                    out.append(fn(item))
+                except Exception as exc:
+                    exc.add_note(f"(map item {i} of this batch)")
+                    raise
+            return out
+        a, kw = args
+        value = fn(*a, **kw)
+        if inspect.isgenerator(value):
+            if stream is None:  # not asked to stream (`pool.run`): the items, as a list
+                return list(value)
+            return self._stream(stream, value)
+        return value
+
+    def _stream(self, task_id: int, items: Any) -> int:
+        """Send each item the generator yields as an `Item` frame, as it is yielded; the count."""
+        count = 0
+        for item in items:
+            self.send(Item(task_id=task_id, index=count, value=dump_inline(item, f"item {count}")))
+            count += 1
+        return count
 
     def _function(self, sub: Submit) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-        return load_function(self.fns, sub)
+        """The task's function, and the out-of-band buffers of its arguments. A large function
+        travels as buffer 0 (option ``fn_buffer``), with every call."""
+        buffers = sub.buffers
+        payload: Any = sub.fn
+        if sub.options.get("fn_buffer"):
+            if not buffers:
+                raise RuntimeError("task announced its function as a buffer and sent none (client bug)")
+            payload, buffers = buffers[0], buffers[1:]
+        fn = self.fns.get(sub.fn_id)
+        if fn is None:
+            if not payload:
+                raise RuntimeError("worker does not hold the function this task refers to (client bug)")
+            fn = cloudpickle.loads(payload)
+            if len(self.fns) >= FN_CACHE_LIMIT:
+                self.fns.clear()
+            self.fns[sub.fn_id] = fn
+        return fn, buffers
 
     def _setup(self, setup: Any) -> None:
         from ..onnode.context import instance_info
@@ -416,9 +459,22 @@ class Worker:
 
     def _reply(self, task_id: int, ok: bool, cancelled: bool, value: Any) -> None:
         if cancelled:
-            self.send_result(cancelled_result(task_id, "cancelled while running"), [])
+            msg = Result(task_id=task_id, ok=False, value=b"", cancelled=True,
+                         error_type="TaskCancelled", error_message="cancelled while running")
+            self.send_result(msg, [])
             return
-        self.send_result(*result_message(task_id, ok, value))
+        if ok:
+            try:
+                data, buffers = dump_value(value, "result")
+                self.send_result(Result(task_id=task_id, ok=True, value=data,
+                                        buffer_sizes=tuple(memoryview(b).nbytes for b in buffers)), buffers)
+                return
+            except Exception as exc:  # the result could not be pickled: report that instead
+                value = exc
+        data, type_name, message, tb = dump_exception(value)
+        self.send_result(Result(task_id=task_id, ok=False, value=data, error_type=type_name,
+                                error_message=message, traceback=tb), [])
+
 
 def serve(fd_in: int = 0, fd_out: int = 1, *, make_worker: Callable[[], Worker] | None = None) -> int:
     """Set up the process (fds, streams, instance info) and run the daemon until `Shutdown`.
