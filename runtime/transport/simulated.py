@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["SimulatedTransport", "SimulatedWorker", "simulated_transport", "bootstrap_simulated"]
 
 log = logging.getLogger("skyhive.transport.simulated")
+_LOCAL_RANK = re.compile(r'"local_rank":(\d+)')
 
 
 class _SimLink:
@@ -217,8 +219,9 @@ class SimulatedWorker(Worker, WorkerProcess):
 class SimulatedTransport(Transport):
     """Reaches a simulated node: workers are `SimulatedWorker`s in this process."""
 
-    def __init__(self, handle: NodeHandle) -> None:
+    def __init__(self, handle: NodeHandle, ctx: NodeContext | None = None) -> None:
         assert isinstance(handle.reach, SimulatedReach)
+        self.ctx = ctx
         self.node = handle.node
         self.reach = handle.reach
 
@@ -233,7 +236,14 @@ class SimulatedTransport(Transport):
     async def start_worker(self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *,
                            label: str) -> WorkerProcess:
         text = env.get(ENV_VAR)
-        info = InstanceInfo.from_json(text) if text else None
+        info: InstanceInfo | None = None
+        rank = _LOCAL_RANK.search(text[:512]) if text else None
+        if rank is not None and self.ctx is not None:
+            # the pool's own InstanceInfo object (its peers tuple shared by every worker): parsing
+            # the JSON per worker would hold one copy of every peer per node
+            info = self.ctx.infos.get((self.node, int(rank.group(1))))
+        if info is None and text:
+            info = InstanceInfo.from_json(text)
         return SimulatedWorker(_SimLink(receiver), info, self.reach)
 
     async def run(self, command: str, *, env: Mapping[str, str] | None = None,
@@ -246,7 +256,7 @@ class SimulatedTransport(Transport):
 
 def simulated_transport(handle: NodeHandle, ctx: NodeContext) -> SimulatedTransport:
     """The registry's factory for reach kind "simulated"."""
-    return SimulatedTransport(handle)
+    return SimulatedTransport(handle, ctx)
 
 
 async def bootstrap_simulated(ctx: NodeContext, node: int, transport: Transport) -> str:

@@ -1,0 +1,54 @@
+"""`sky.Simulated` at scale: 1,000 in-process nodes through the real pool, node actors and worker core."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+import skyhive as sky
+from skyhive.errors import ProvisionError
+
+
+def _where() -> tuple[int, int]:
+    info = sky.instance_info()
+    return info.node, info.total_nodes
+
+
+def test_thousand_nodes_up_broadcast_map_teardown() -> None:
+    provider = sky.Simulated()
+
+    async def main() -> None:
+        async with sky.Pool(provider=provider, nodes=1000) as pool:
+            results = await pool.broadcast(_where)
+            assert results == [(i, 1000) for i in range(1000)]  # node order, each its own instance_info
+            doubled = await pool.map(lambda x: 2 * x, range(100_000))
+            assert doubled == [2 * x for x in range(100_000)]
+            assert len(provider.live[next(iter(provider.live))]) == 1000
+        assert all(not nodes for nodes in provider.live.values())  # nothing left
+
+    anyio.run(main)
+
+
+def test_bad_fault_stage_names_the_node_and_the_stages() -> None:
+    with pytest.raises(ValueError, match=r"fail=\{3: 'boot'\}.*launch, wait_running, connecting, bootstrapping"):
+        sky.Simulated(fail={3: "boot"})
+
+
+@pytest.mark.parametrize("stage", ["wait_running", "connecting", "bootstrapping"])
+def test_node_failing_at_a_stage_fails_the_pool_naming_it(stage: str) -> None:
+    provider = sky.Simulated(fail={7: stage})
+
+    async def main() -> None:
+        with pytest.raises(ProvisionError, match="node 7"):
+            async with sky.Pool(provider=provider, nodes=20):
+                pass
+        assert all(not nodes for nodes in provider.live.values())
+
+    anyio.run(main)
+
+
+def test_seeded_delays_repeat() -> None:
+    a = sky.Simulated(nodes_latency=(0.0, 0.01), seed=4).delays(50)
+    assert a == sky.Simulated(nodes_latency=(0.0, 0.01), seed=4).delays(50)
+    assert a != sky.Simulated(nodes_latency=(0.0, 0.01), seed=5).delays(50)
+    assert all(0.0 <= d <= 0.01 for d in a)
