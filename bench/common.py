@@ -29,15 +29,21 @@ def inc(x):
 
 def nbytes(a):
     return a.nbytes
+
+def shared_inc(a, x):
+    return x + 1
 '''
 _user_ns: dict[str, Any] = {"__name__": "bench_user_functions"}
 exec(compile(_USER_SRC, "<bench user functions>", "exec"), _user_ns)
 nop: Callable[[], int] = _user_ns["nop"]
 inc: Callable[[int], int] = _user_ns["inc"]
 nbytes: Callable[[Any], int] = _user_ns["nbytes"]
+shared_inc: Callable[[Any, int], int] = _user_ns["shared_inc"]
 
 MIB = 1024 * 1024
-WORKLOADS = ("rtt", "broadcast2", "map10k", "cold", "arg100m")
+WORKLOADS = ("rtt", "broadcast2", "map10k", "cold", "arg100m", "arg1g", "arg_again", "map_shared")
+#: the workloads about sending the same large data again (a content cache): not every system runs them
+AGAIN = ("arg_again", "map_shared")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,13 +57,16 @@ class Params:
     map_min_s: float = 1.0
     arg_mib: int = 100
     arg_reps: int = 7
+    arg1g_mib: int = 1024
+    arg1g_reps: int = 3
+    shared_items: int = 1000
     cold_runs: int = 5
     budget_s: float = 120.0  # per warm workload; a loop past it stops early and says so
 
     @classmethod
     def quick(cls) -> "Params":
         return cls(rtt_warmup=50, rtt_n=300, bcast_warmup=20, bcast_n=100, map_reps=1,
-                   map_min_s=0.3, arg_reps=2, cold_runs=2, budget_s=30.0)
+                   map_min_s=0.3, arg_reps=2, arg1g_reps=1, cold_runs=2, budget_s=30.0)
 
 
 def median(xs: list[float]) -> float:
@@ -101,10 +110,10 @@ async def measure_map(map_fn: Callable, p: Params) -> dict:
 
 
 async def measure_warm(pool: Any, p: Params, record: Callable[[str, dict], None],
-                       log: Callable[[str], None] = lambda s: None) -> None:
-    """Run the warm workloads against `pool`; `record(name, result)` is called after each one
-    (a result is a dict of figures, or {"error": "..."}). One workload failing does not stop the
-    others."""
+                       log: Callable[[str], None] = lambda s: None, skip: tuple[str, ...] = ()) -> None:
+    """Run the warm workloads (but those in `skip`) against `pool`; `record(name, result)` is called
+    after each one (a result is a dict of figures, or {"error": "..."}). One workload failing does not
+    stop the others."""
 
     async def rtt() -> dict:
         for _ in range(p.rtt_warmup):
@@ -137,14 +146,16 @@ async def measure_warm(pool: Any, p: Params, record: Callable[[str, dict], None]
     async def map10k() -> dict:
         return await measure_map(pool.map, p)
 
-    async def arg100m() -> dict:
+    async def arg_new(mib: int, reps: int) -> dict:
+        """The array to both workers, its content different each time (a first send: no cache helps)."""
         import numpy as np
 
-        nb = p.arg_mib * MIB
+        nb = mib * MIB
         arr = np.ones(nb, dtype=np.uint8)  # pages touched: no first-touch cost inside the timing
         _check("broadcast(nbytes, arr) warm-up", await pool.broadcast(nbytes, arr), [nb, nb])
         ts, deadline = [], time.perf_counter() + p.budget_s
-        for _ in range(p.arg_reps):
+        for rep in range(reps):
+            arr[rep * 4099 % nb] ^= 0xFF  # new content: a new array to every system
             t0 = time.perf_counter()
             got = await pool.broadcast(nbytes, arr)
             t1 = time.perf_counter()
@@ -153,11 +164,69 @@ async def measure_warm(pool: Any, p: Params, record: Callable[[str, dict], None]
             if t1 > deadline:
                 break
         m = median(ts)
-        return {"gb_per_s": 2 * nb / m / 1e9, "median_s": m, "mib": p.arg_mib,
-                "n": len(ts), "all_s": ts, "truncated": len(ts) < p.arg_reps}
+        return {"gb_per_s": 2 * nb / m / 1e9, "median_s": m, "mib": mib,
+                "n": len(ts), "all_s": ts, "truncated": len(ts) < reps}
+
+    async def arg100m() -> dict:
+        return await arg_new(p.arg_mib, p.arg_reps)
+
+    async def arg1g() -> dict:
+        return await arg_new(p.arg1g_mib, p.arg1g_reps)
+
+    async def arg_again() -> dict:
+        """The same array to both workers again (after a first send): what the second call costs."""
+        import numpy as np
+
+        nb = p.arg_mib * MIB
+        arr = np.full(nb, 7, dtype=np.uint8)
+        t0 = time.perf_counter()
+        _check("broadcast(nbytes, arr) first", await pool.broadcast(nbytes, arr), [nb, nb])
+        first = time.perf_counter() - t0
+        ts, deadline = [], time.perf_counter() + p.budget_s
+        for _ in range(p.arg_reps):
+            t0 = time.perf_counter()
+            got = await pool.broadcast(nbytes, arr)
+            t1 = time.perf_counter()
+            _check("broadcast(nbytes, arr) again", got, [nb, nb])
+            ts.append(t1 - t0)
+            if t1 > deadline:
+                break
+        return {"median_s": median(ts), "first_s": first, "mib": p.arg_mib, "n": len(ts), "all_s": ts}
+
+    async def map_shared() -> dict:
+        """map over `shared_items` items of functools.partial(f, the 100 MiB array) — the partial made
+        once, as a training loop would — against the same map of a plain function."""
+        import functools
+
+        import numpy as np
+
+        items = list(range(p.shared_items))
+        want = [x + 1 for x in items]
+        arr = np.full(p.arg_mib * MIB, 3, dtype=np.uint8)
+        fn = functools.partial(shared_inc, arr)
+        t0 = time.perf_counter()
+        _check("map(partial) first", await pool.map(fn, items), want)
+        first = time.perf_counter() - t0
+        _check("map(inc) warm-up", await pool.map(inc, items), want)
+        shared, plain = [], []
+        for _ in range(max(3, p.map_reps)):
+            t0 = time.perf_counter()
+            _check("map(partial)", await pool.map(fn, items), want)
+            t1 = time.perf_counter()
+            _check("map(inc)", await pool.map(inc, items), want)
+            t2 = time.perf_counter()
+            shared.append(t1 - t0)
+            plain.append(t2 - t1)
+        m, mp = median(shared), median(plain)
+        return {"median_s": m, "plain_s": mp, "ratio": m / mp, "first_s": first, "items": p.shared_items,
+                "n": len(shared), "all_s": shared, "plain_all_s": plain}
 
     for name, fn in (("rtt", rtt), ("broadcast2", broadcast2), ("map10k", map10k),
-                     ("arg100m", arg100m)):
+                     ("arg100m", arg100m), ("arg1g", arg1g), ("arg_again", arg_again),
+                     ("map_shared", map_shared)):
+        if name in skip:
+            record(name, {"skipped": True})
+            continue
         log(f"  {name} …")
         t0 = time.perf_counter()
         try:

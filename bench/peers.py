@@ -6,7 +6,11 @@ Ray (local, ``ray.init(num_cpus=2)``; each function wrapped once with ``ray.remo
              worker process, so the two may or may not land on different workers
   map        ``ray.get([f.remote(x) for x in items])`` - 10,000 tasks submitted, then one get
   arg100m    ``ray.get([g.remote(arr), g.remote(arr)])`` - the array passed directly to both
-             (Ray puts each large argument in its object store; no ray.put by hand)
+             (Ray puts each large argument in its object store; no ray.put by hand); arg1g and
+             arg_again (the same array again) alike
+  map of a functools.partial(f, arr): ``ref = ray.put(arr)`` once per map, then
+             ``ray.get([f.remote(ref, x) for x in items])`` - as Ray's docs advise for a shared
+             large argument (passing the partial itself would put the array once per task)
   cold       ``ray.init(num_cpus=2)`` -> first ``ray.get(f.remote())``, in a fresh process
 
 Dask (``LocalCluster(n_workers=2, threads_per_worker=1, processes=True)`` + ``Client``):
@@ -17,16 +21,18 @@ Dask (``LocalCluster(n_workers=2, threads_per_worker=1, processes=True)`` + ``Cl
   arg100m    the broadcast above with the array as the argument (``client.submit(g, arr, ...)``
              on each worker): the same user code as ``pool.broadcast(g, arr)``. Dask's docs would
              have you ``scatter`` first; that variant is measured too and shown in the notes.
+             arg1g, arg_again and map_shared are not run on Dask (machine time: 2 shared cores).
   cold       ``LocalCluster(...)`` + ``Client(cluster)`` -> first result, in a fresh process
 """
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from typing import Any, Iterable
 
-from bench.common import Params, measure_warm, nop
+from bench.common import AGAIN, Params, measure_warm, nop
 
 # ---------------------------------------------------------------------------------------- Ray
 
@@ -59,6 +65,10 @@ class RayPool:
         return self.ray.get([r.remote(*args), r.remote(*args)])
 
     async def map(self, fn: Any, items: Iterable) -> list:
+        if isinstance(fn, functools.partial):  # a shared large argument: in the object store once
+            refs = [self.ray.put(a) for a in fn.args]
+            r = self._r(fn.func)
+            return self.ray.get([r.remote(*refs, x) for x in items])
         r = self._r(fn)
         return self.ray.get([r.remote(x) for x in items])
 
@@ -126,7 +136,7 @@ async def dask_warm(params: Params, record: Any, log: Any) -> None:
     cluster, client = _dask_cluster()
     try:
         pool = DaskPool(client)
-        await measure_warm(pool, params, record, log)
+        await measure_warm(pool, params, record, log, skip=("arg1g", *AGAIN))
         log("  arg100m_scatter …")
         record("arg100m_scatter", _dask_scatter(client, pool.workers, params))
     finally:

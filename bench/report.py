@@ -39,6 +39,13 @@ def metrics(p: Params, cold_runs: int) -> list[Metric]:
                "start time"),
         Metric(f"arg{p.arg_mib}m, GB/s (median of {p.arg_reps})", "arg100m", "gb_per_s", "gbs",
                "throughput"),
+        Metric(f"arg1g ({p.arg1g_mib} MiB), GB/s (median of {p.arg1g_reps})", "arg1g", "gb_per_s", "gbs",
+               "throughput"),
+        Metric(f"arg{p.arg_mib}m sent again to both, median of {p.arg_reps}", "arg_again", "median_s", "time",
+               "latency"),
+        Metric(f"map of {p.shared_items} sharing a {p.arg_mib} MiB partial, median", "map_shared", "median_s",
+               "time", "latency"),
+        Metric(f"map of {p.shared_items}, plain (same run)", "map_shared", "plain_s", "time", "latency"),
     ]
 
 
@@ -88,6 +95,8 @@ def cell(results: dict, system: str, m: Metric) -> str:
         return "n/a"
     if m.source(system) is None:
         return ""
+    if res.get("workloads", {}).get(m.source(system), {}).get("skipped"):
+        return "not run"
     v = value(results, system, m)
     return "error" if v is None else fmt_value(m, v)
 

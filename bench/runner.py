@@ -32,6 +32,12 @@ def _summary(res: dict) -> str:
         return f"{res['tasks_per_s']:,.0f} tasks/s"
     if "gb_per_s" in res:
         return f"{res['gb_per_s']:.2f} GB/s"
+    if "ratio" in res:
+        return f"median {res['median_s'] * 1e3:.2f} ms, {res['ratio']:.2f}x the plain map (first {res['first_s']:.2f} s)"
+    if "first_s" in res:
+        return f"median {res['median_s'] * 1e3:.2f} ms (first {res['first_s'] * 1e3:.0f} ms)"
+    if res.get("skipped"):
+        return "not run"
     return "done"
 
 

@@ -91,7 +91,7 @@ async def run_bench(quick: bool = False) -> dict[str, Any]:
         ups = [await _pool_up(sky) for _ in range(3 if quick else 7)]
         out["pool_up_s"], out["pool_up_min_s"] = statistics.median(ups), min(ups)
         async with sky.Pool(provider=sky.Slurm(), nodes=2, output=None) as pool:
-            handles = pool._runtime.handles
+            handles = [pool._runtime.handles[i] for i in sorted(pool._runtime.handles)]
             names = [h.reach.node_name for h in handles]
             async with SrunFloor(str(handles[0].extra["job_id"]), names) as floor:
                 sky_times: list[float] = []

@@ -4,7 +4,8 @@ Client side, `transform` adds torch (and torchvision/torchaudio when asked) to t
 PyTorch wheel index that matches the pool: the CUDA one when the pool's accelerator is an NVIDIA GPU,
 the CPU one otherwise. On the worker, `around_app` exports the variables `torchrun` would
 (`MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `NODE_RANK`),
-calls `init_process_group(init_method="env://")` once and, at pool exit, `destroy_process_group()`.
+joins the process group once (what `init_process_group(init_method="env://")` does, but with rank
+0's rendezvous store bound to `MASTER_ADDR` only) and, at pool exit, calls `destroy_process_group()`.
 Unless `OMP_NUM_THREADS` is set, it also divides the host's cores among the worker processes that
 share it (torchrun sets one thread each): oversubscribed cores make every all-reduce wait.
 
@@ -15,8 +16,11 @@ tested, and reused by other plugins, without torch installed.
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
 import os
 import re
+import socket
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -28,8 +32,10 @@ from .api import InstanceInfo, Plugin, refuse_if_restarted, requirement
 if TYPE_CHECKING:
     from .image import Image
 
-__all__ = ["TorchPlugin", "torch", "requirement", "wheel_index", "is_cuda", "distributed_env",
+__all__ = ["TorchPlugin", "torch", "requirement", "wheel_index", "is_cuda", "distributed_env", "rendezvous_listener",
            "threads_per_process", "WorkerRestarted", "RESTART_ENV"]
+
+log = logging.getLogger("skyhive.plugins.torch")
 
 INDEX = "https://download.pytorch.org/whl/{flavour}"
 BACKENDS = ("nccl", "gloo", "mpi", "ucc", "xccl")
@@ -74,6 +80,26 @@ def distributed_env(info: InstanceInfo) -> dict[str, str]:
         "LOCAL_WORLD_SIZE": str(info.processes_per_node),
         "NODE_RANK": str(info.node),
     }
+
+
+def rendezvous_listener(addr: str, port: int) -> socket.socket | None:
+    """A TCP socket bound to `addr:port` (not listening yet) for rank 0's rendezvous store, so that
+    it serves the pool's own address only; None when `addr` is not an address of this host (behind
+    NAT, say): torch then binds the store to all interfaces, as it does by default."""
+    infos = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)
+    family, type_, proto, _, sockaddr = infos[0]
+    sock = socket.socket(family, type_, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(sockaddr)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRNOTAVAIL:
+            log.warning("torch rendezvous: %s is not an address of this host; the store on port %d "
+                        "listens on all interfaces", addr, port)
+            return None
+        raise
+    return sock
 
 
 def threads_per_process(info: InstanceInfo, cpus: int | None = None) -> int:
@@ -161,12 +187,31 @@ class TorchPlugin(Plugin):
             kwargs["timeout"] = timedelta(seconds=self.timeout)
         if backend == "nccl" and _torch.cuda.is_available():
             _torch.cuda.set_device(info.local_rank % max(1, _torch.cuda.device_count()))
-        dist.init_process_group(backend=backend, init_method="env://", **kwargs)
+        # the rendezvous store torch's env:// would make, but rank 0's bound to MASTER_ADDR only
+        # (torch binds it to every interface); the other ranks connect to it as env:// would
+        listener = rendezvous_listener(info.head_addr, info.head_port) if info.rank == 0 else None
         try:
-            yield
+            store = dist.TCPStore(
+                info.head_addr, info.head_port, info.world_size, is_master=info.rank == 0,
+                timeout=kwargs.get("timeout", _default_timeout()),
+                **({"master_listen_fd": listener.fileno()} if listener is not None else {}),
+            )
+            dist.init_process_group(backend=backend, store=store, rank=info.rank, world_size=info.world_size,
+                                    **kwargs)
+            try:
+                yield
+            finally:
+                if dist.is_initialized():
+                    dist.destroy_process_group()
         finally:
-            if dist.is_initialized():
-                dist.destroy_process_group()
+            if listener is not None:
+                listener.close()
+
+
+def _default_timeout() -> timedelta:
+    from torch.distributed.constants import default_pg_timeout
+
+    return default_pg_timeout
 
 
 def torch(backend: str | None = None, cuda: str = "cu128", version: str = "latest",

@@ -9,7 +9,7 @@ heartbeat or an output line between two chunks of a large argument.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -24,8 +24,9 @@ from .codec import (
     encode,
     encode_chunk_header,
 )
+from .cache import KEY_SIZE, NO_KEY, BufferStore
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
-from .messages import PROTOCOL_VERSION, Chunk, Hello, Message, Result, Submit, Welcome
+from .messages import PROTOCOL_VERSION, Chunk, Hello, Message, Missing, Result, Submit, Welcome
 from .states import RECV, SEND, Role, State, table
 
 __all__ = ["Connection", "Role", "State", "CHUNK_SIZE", "MAX_PENDING_BUFFERS"]
@@ -41,23 +42,35 @@ _MMAP_FROM = 256 * 1024
 _HEADER_SIZE = HEADER.size
 _unpack_length = HEADER.unpack_from
 _HANDSHAKE = frozenset({Hello, Welcome})
+_WAIT = object()  # placeholder of a buffer sent by reference that is still arriving for another task
 _WITH_BUFFERS = frozenset({Submit, Result})
 
 
 class _Pending:
-    __slots__ = ("message", "buffers", "missing")
+    __slots__ = ("message", "buffers", "missing", "keep", "waiting")
 
-    def __init__(self, message: Submit | Result, buffers: list[Any], missing: int) -> None:
+    def __init__(self, message: Submit | Result, buffers: list[Any], missing: int,
+                 keep: list[int] | None = None) -> None:
         self.message = message
         self.buffers = buffers
         self.missing = missing
+        self.keep = keep  # indices of keyed buffers arriving now, for the content cache
+        self.waiting = 0  # buffers sent by reference that are still arriving for an earlier Submit
 
 
 class Connection:
-    """One side (`Role.CLIENT` or `Role.WORKER`) of the protocol, as a pure state machine."""
+    """One side (`Role.CLIENT` or `Role.WORKER`) of the protocol, as a pure state machine.
 
-    def __init__(self, role: Role, *, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    A worker's `store` (set once the `Hello` said how large it may be) is its content cache: buffers a
+    `Submit` sends by reference come from it, keyed buffers that arrive go into it. A reference it
+    cannot resolve makes `receive_data` hand back a `Missing` among the messages: the caller `send`s
+    it, and the `Submit` completes when the client's chunks for those buffers have arrived.
+    """
+
+    def __init__(self, role: Role, *, max_frame: int = DEFAULT_MAX_FRAME,
+                 store: BufferStore | None = None) -> None:
         self.role = role
+        self.store = store
         self._send_table = table(role, SEND)
         self._recv_table = table(role, RECV)
         self.state = State.IDLE
@@ -68,6 +81,14 @@ class Connection:
         self._buf = bytearray()
         self._pending: dict[int, _Pending] = {}
         self._pending_bytes = 0
+        # content cache: key -> (task id, index) of a keyed buffer still arriving, and the later
+        # Submits that sent the same key by reference meanwhile, waiting for it: key -> [(task id, index)]
+        self._arriving: dict[bytes, tuple[int, int]] = {}
+        self._waiting: dict[bytes, list[tuple[int, int]]] = {}
+        # keys of buffers that came beside the connection (`shared`) for the caller to keep: a later
+        # reference to one is left None, for the caller to take from its store (it keeps the earlier
+        # Submit's copy before it handles this one)
+        self._shared_keys: set[bytes] = set()
         self._streaming: list[Any] | None = None  # a chunk whose bytes are still arriving
 
     @property
@@ -115,6 +136,11 @@ class Connection:
             raise LocalProtocolError(
                 f"{type(msg).__name__} announces {len(sizes)} buffers; the MAX_BUFFERS limit is {MAX_BUFFERS}"
             )
+        if sizes and (msg.shared or (msg.__class__ is Submit and (msg.buffer_keys or msg.cached))):  # type: ignore[attr-defined]
+            problem = _cache_problem(msg)  # type: ignore[arg-type]
+            if problem:
+                self.state = State.ERROR
+                raise LocalProtocolError(problem)
         self._move(SEND, msg)
         frame = encode(msg)
         limit, name = (MAX_MESSAGE, "MAX_MESSAGE") if MAX_MESSAGE <= self.max_frame else (self.max_frame, "max_frame")
@@ -128,22 +154,27 @@ class Connection:
         return frame
 
     def send_buffers(
-        self, ref: int, buffers: Sequence[Any], chunk_size: int = CHUNK_SIZE
+        self, ref: int, buffers: Sequence[Any], chunk_size: int = CHUNK_SIZE, *,
+        skip: Collection[int] = (), only: Collection[int] | None = None,
     ) -> Iterator[tuple[bytes, memoryview]]:
-        """Frames carrying `buffers` (announced by the `Submit`/`Result` with id `ref`), chunk by chunk.
+        """Frames carrying `buffers` (announced by the `Submit`/`Result` with id `ref`), chunk by chunk:
+        all but those in `skip` (the `Submit`'s `cached`), or only those in `only` (a `Missing`).
 
         Each item is (header, data): write both, in order, before the next item. Nothing is copied.
         """
         if self.state not in (State.READY, State.CLOSED):
             raise LocalProtocolError(f"cannot send buffers in state {self.state.value}")
         for index, buf in enumerate(buffers):
+            if index in skip or (only is not None and index not in only):
+                continue
             view = memoryview(buf).cast("B")
             for offset in range(0, len(view), chunk_size):
                 piece = view[offset : offset + chunk_size]
                 self.frames_sent += 1
                 yield encode_chunk_header(ref, index, offset, len(piece)), piece
 
-    def hello(self, skyhive_version: str, python_version: str, resume_from: int = -1) -> bytes:
+    def hello(self, skyhive_version: str, python_version: str, resume_from: int = -1,
+              cache_bytes: int = 0) -> bytes:
         """Convenience: the client's first frame."""
         return self.send(
             Hello(
@@ -152,6 +183,7 @@ class Connection:
                 skyhive_version=skyhive_version,
                 max_frame=self.max_frame,
                 resume_from=resume_from,
+                cache_bytes=cache_bytes,
             )
         )
 
@@ -252,9 +284,7 @@ class Connection:
             if cls in _HANDSHAKE:
                 self._check_version(msg)  # type: ignore[arg-type]
             if cls in _WITH_BUFFERS and msg.buffer_sizes:  # type: ignore[attr-defined]
-                done = self._announce(msg)  # type: ignore[arg-type]
-                if done is not None:
-                    out.append(done)
+                self._announce(msg, out)  # type: ignore[arg-type]
             else:
                 out.append(msg)
         return pos
@@ -269,7 +299,7 @@ class Connection:
                 f"this side speaks version {PROTOCOL_VERSION} (install the same skyhive on both sides)"
             )
 
-    def _announce(self, msg: Submit | Result) -> Message | None:
+    def _announce(self, msg: Submit | Result, out: list[Message]) -> None:
         sizes = msg.buffer_sizes
         if len(sizes) > MAX_BUFFERS:
             raise RemoteProtocolError(
@@ -280,6 +310,12 @@ class Connection:
             raise RemoteProtocolError(f"task {msg.task_id} announced buffers twice")
         if any(type(s) is not int or s < 0 for s in sizes):
             raise RemoteProtocolError(f"buffer sizes must be non-negative integers, got {sizes!r}")
+        if msg.shared or (msg.__class__ is Submit and (msg.buffer_keys or msg.cached)):  # type: ignore[union-attr]
+            problem = _cache_problem(msg)  # type: ignore[arg-type]
+            if problem:
+                raise RemoteProtocolError(problem)
+            self._announce_cached(msg, out)  # type: ignore[arg-type]
+            return
         total = sum(sizes)
         if self._pending_bytes + total > MAX_PENDING_BUFFERS:
             raise RemoteProtocolError(
@@ -293,8 +329,69 @@ class Connection:
         self._pending[msg.task_id] = _Pending(msg, buffers, total)
         self._pending_bytes += total
         if total == 0:
-            return self._complete(msg.task_id, buffers)
-        return None
+            out.append(self._complete(msg.task_id, buffers))
+
+    def _announce_cached(self, msg: Submit, out: list[Message]) -> None:
+        """`_announce` for a `Submit` with content keys or shared buffers (or a `Result` with shared
+        buffers): buffers sent by reference come from the store (or are asked for with `Missing`),
+        keyed buffers that arrive go into it, shared ones are left None for the caller."""
+        sizes, store = msg.buffer_sizes, self.store
+        keys = msg.buffer_keys if msg.__class__ is Submit else b""  # type: ignore[union-attr]
+        cached = msg.cached if msg.__class__ is Submit else ()  # type: ignore[union-attr]
+        buffers: list[Any] = [None] * len(sizes)
+        shared = frozenset(msg.shared)
+        need: list[int] = []
+        keep: list[int] = []
+        waits: list[tuple[bytes, int]] = []
+        deferred: set[int] = set()
+        total = 0
+        try:
+            for i in cached:
+                key = keys[i * KEY_SIZE : (i + 1) * KEY_SIZE]
+                held = store.lookup(key, sizes[i]) if store else None
+                if held is not None:
+                    buffers[i] = held
+                    self._shared_keys.discard(key)
+                elif key in self._shared_keys:
+                    deferred.add(i)  # left None: the caller resolves it (see _shared_keys)
+                elif key in self._arriving:  # an earlier Submit's copy is on its way: wait for it
+                    buffers[i] = _WAIT
+                    waits.append((key, i))
+                else:
+                    need.append(i)
+            if store is not None and keys:
+                if len(self._shared_keys) > 4 * MAX_BUFFERS:
+                    self._shared_keys.clear()
+                self._shared_keys.update(
+                    k for i in shared if (k := keys[i * KEY_SIZE : (i + 1) * KEY_SIZE]) != NO_KEY
+                )
+            for i, size in enumerate(sizes):
+                if buffers[i] is not None or i in shared or i in deferred:
+                    continue
+                total += size
+                if total + self._pending_bytes > MAX_PENDING_BUFFERS:
+                    raise RemoteProtocolError(
+                        f"peer announced {total} bytes of buffers ({self._pending_bytes} already pending); "
+                        f"the MAX_PENDING_BUFFERS limit is {MAX_PENDING_BUFFERS} bytes"
+                    )
+                key = keys[i * KEY_SIZE : (i + 1) * KEY_SIZE] if keys else NO_KEY
+                if store is not None and key != NO_KEY:
+                    buffers[i] = store.allocate(size)
+                    keep.append(i)
+                    self._arriving.setdefault(key, (msg.task_id, i))
+                else:
+                    buffers[i] = mmap.mmap(-1, size) if size >= _MMAP_FROM else bytearray(size)
+        except (OSError, MemoryError, OverflowError, ValueError) as exc:
+            raise RemoteProtocolError(f"cannot allocate {total} bytes for the announced buffers: {exc}") from None
+        pending = self._pending[msg.task_id] = _Pending(msg, buffers, total, keep)
+        self._pending_bytes += total
+        for key, i in waits:
+            self._waiting.setdefault(key, []).append((msg.task_id, i))
+        pending.waiting = len(waits)
+        if need:
+            out.append(Missing(task_id=msg.task_id, indices=tuple(need)))
+        if total == 0 and not waits:
+            out.append(self._complete(msg.task_id, buffers))
 
     def _start_chunk(self, view: memoryview, body: int, length: int, end: int, out: list[Message]) -> None:
         head = decode_body(view[body : body + CHUNK_HEADER.size])
@@ -339,8 +436,8 @@ class Connection:
         self._pending_bytes -= n
         if n == remaining:
             self._streaming = None
-            if pending.missing <= 0:
-                out.append(self._complete(ref, pending.buffers))
+            if pending.missing <= 0 and not pending.waiting:
+                self._complete_into(ref, out)
         else:
             self._streaming[2:4] = [offset + n, remaining - n]  # type: ignore[index]
 
@@ -368,10 +465,59 @@ class Connection:
         target[chunk.offset : chunk.offset + n] = chunk.data
         pending.missing -= n
         self._pending_bytes -= n
-        if pending.missing <= 0:
-            out.append(self._complete(chunk.ref, pending.buffers))
+        if pending.missing <= 0 and not pending.waiting:
+            self._complete_into(chunk.ref, out)
 
     def _complete(self, ref: int, buffers: list[Any]) -> Message:
         pending = self._pending.pop(ref)
         self._pending_bytes -= max(pending.missing, 0)
+        if pending.keep and self.store is not None:
+            keys = pending.message.buffer_keys  # type: ignore[union-attr]
+            for i in pending.keep:
+                key = keys[i * KEY_SIZE : (i + 1) * KEY_SIZE]
+                buffers[i] = self.store.keep(key, buffers[i])
+                if self._arriving.get(key) == (ref, i):
+                    del self._arriving[key]
         return replace(pending.message, buffers=tuple(buffers))
+
+    def _complete_into(self, ref: int, out: list[Message]) -> None:
+        """Complete task `ref`, then the later Submits that were waiting for a buffer it brought."""
+        pending = self._pending[ref]
+        out.append(self._complete(ref, pending.buffers))
+        if not pending.keep:
+            return
+        keys, sizes = pending.message.buffer_keys, pending.message.buffer_sizes  # type: ignore[union-attr]
+        for i in pending.keep:
+            key = keys[i * KEY_SIZE : (i + 1) * KEY_SIZE]
+            for other, j in self._waiting.pop(key, ()):
+                waiter = self._pending.get(other)
+                if waiter is None:
+                    continue
+                held = self.store.lookup(key, sizes[i]) if self.store is not None else None
+                # not held (larger than the whole cache): the arrived copy itself, shared
+                waiter.buffers[j] = held if held is not None else out[-1].buffers[i]  # type: ignore[attr-defined]
+                waiter.waiting -= 1
+                if waiter.waiting == 0 and waiter.missing <= 0:
+                    self._complete_into(other, out)
+
+
+def _cache_problem(msg: Submit | Result) -> str:
+    """What is wrong with a message's content-cache and shared-buffer fields, or "" if nothing."""
+    n = len(msg.buffer_sizes)
+    what = f"{type(msg).__name__} for task {msg.task_id}"
+    if msg.shared:
+        if any(not 0 <= i < n for i in msg.shared) or len(set(msg.shared)) != len(msg.shared):
+            return f"{what} lists shared buffers {msg.shared!r} that are not distinct buffers of its {n}"
+        if msg.__class__ is Submit and set(msg.shared) & set(msg.cached):  # type: ignore[union-attr]
+            return f"{what} sends a buffer both shared and by reference"
+    if msg.__class__ is not Submit:
+        return ""
+    if msg.buffer_keys and len(msg.buffer_keys) != n * KEY_SIZE:
+        return (f"Submit for task {msg.task_id} has {len(msg.buffer_keys)} bytes of buffer_keys for {n} buffers "
+                f"(expected {n * KEY_SIZE})")
+    for i in msg.cached:
+        if not 0 <= i < n or not msg.buffer_keys or msg.buffer_keys[i * KEY_SIZE : (i + 1) * KEY_SIZE] == NO_KEY:
+            return f"Submit for task {msg.task_id} sends buffer {i} by reference without a key for it"
+    if len(set(msg.cached)) != len(msg.cached):
+        return f"Submit for task {msg.task_id} lists a cached buffer twice"
+    return ""

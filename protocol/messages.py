@@ -30,6 +30,7 @@ __all__ = [
     "Ack",
     "Goodbye",
     "Item",
+    "Missing",
     "MESSAGE_TYPES",
     "TAGS",
     "STDOUT",
@@ -39,7 +40,9 @@ __all__ = [
 #: Bumped on any change to framing or to a message's wire fields.
 #: 2: `Resume.received`, `Ack`, `Goodbye` (resumable links, see `resume`).
 #: 3: `Item` (a generator task streams its items).
-PROTOCOL_VERSION = 3
+#: 4: the content cache (see `cache`): `Hello.cache_bytes`, `Submit.buffer_keys`/`cached`, `Missing`;
+#:    buffers passed beside the connection: `Submit.shared`, `Result.shared`.
+PROTOCOL_VERSION = 4
 
 #: `Output.stream` values.
 STDOUT = 1
@@ -67,6 +70,8 @@ class Hello(Message):
     # >= 0 only in the control Hello of a resumable link (see `resume`): the client holds the worker's
     # frames up to this number and asks for the ones after it
     resume_from: int = -1
+    # the worker keeps up to this many bytes of large keyed buffers in its content cache (see `cache`)
+    cache_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +95,11 @@ class Submit(Message):
     `Submit` on this connection. `args` is the pickled `(args, kwargs)` (or, with `batch`, the list of
     single arguments for `map`), pickled with protocol 5: its out-of-band buffers follow as `Chunk`
     frames whose sizes are `buffer_sizes`. `options` are plain msgpack values (output filters, capture).
+    `buffer_keys` is empty or one `cache.KEY_SIZE`-byte content key per buffer (zeros: not cached);
+    the buffers listed in `cached` are not sent: the worker takes them from its content cache (or
+    asks for them with `Missing`). The buffers listed in `shared` are not sent either: they travel
+    beside the connection (shared memory with a worker on the same machine); the `Connection` leaves
+    None in their place for the caller to fill in.
     """
 
     tag: ClassVar[int] = 3
@@ -100,6 +110,9 @@ class Submit(Message):
     buffer_sizes: tuple[int, ...] = ()
     batch: bool = False
     options: dict[str, Any] = field(default_factory=dict)
+    buffer_keys: bytes = b""
+    cached: tuple[int, ...] = ()
+    shared: tuple[int, ...] = ()
     buffers: tuple[Any, ...] = field(default=(), metadata=_NOWIRE)
 
 
@@ -128,7 +141,7 @@ class Result(Message):
     On success `ok` is true and `value` the pickled return value (out-of-band buffers as `Chunk`
     frames). On failure `value` is the pickled exception when it could be pickled (else empty), and
     `error_type`, `error_message`, `traceback` describe it in plain text. `cancelled` marks a task
-    ended by `Cancel`.
+    ended by `Cancel`. `shared` as in `Submit`.
     """
 
     tag: ClassVar[int] = 6
@@ -140,6 +153,7 @@ class Result(Message):
     error_message: str = ""
     traceback: str = ""
     cancelled: bool = False
+    shared: tuple[int, ...] = ()
     buffers: tuple[Any, ...] = field(default=(), metadata=_NOWIRE)
 
 
@@ -234,9 +248,19 @@ class Item(Message):
     value: bytes
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Missing(Message):
+    """Worker → client: buffers `indices` of task `task_id` were sent by reference (`Submit.cached`)
+    and are not in the content cache (evicted, or this is a new worker): send them as `Chunk`s."""
+
+    tag: ClassVar[int] = 16
+    task_id: int
+    indices: tuple[int, ...]
+
+
 MESSAGE_TYPES: tuple[type[Message], ...] = (
     Hello, Welcome, Submit, Started, Output, Result, Cancel, Ping, Pong, Shutdown, Chunk, Resume, Ack, Goodbye,
-    Item,
+    Item, Missing,
 )
 
 #: tag -> message class, the one table the codec uses.

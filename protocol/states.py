@@ -15,6 +15,7 @@ from .messages import (
     Hello,
     Item,
     Message,
+    Missing,
     Output,
     Ping,
     Pong,
@@ -69,6 +70,9 @@ TRANSITIONS: dict[Row, State] = {
     (_C, _READY, RECV, Output): _READY,
     (_C, _READY, RECV, Item): _READY,
     (_C, _READY, RECV, Result): _READY,
+    # content cache: a Submit's buffer sent by reference that the worker does not hold
+    (_W, _READY, SEND, Missing): _READY,
+    (_C, _READY, RECV, Missing): _READY,
     # out-of-band buffers and heartbeats, both ways
     **{(r, _READY, d, m): _READY for r in Role for d in (SEND, RECV) for m in (Chunk, Ping, Pong)},
     # the end

@@ -57,8 +57,10 @@ _ENDED = {"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED
           "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"}
 _TIME = re.compile(r"^(\d+-)?\d+(:\d+){0,2}$")
 _POOL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,120}$")
-#: The holding job's script: it only keeps the allocation (its time limit ends it at the latest).
-_HOLD = "while :; do sleep 3600; done"
+#: The holding job's script: it only keeps the allocation (its time limit ends it at the latest). One
+#: process, no child: a `while sleep` loop's sleep can outlive a cancelled job where Slurm tracks
+#: processes by parentage (proctrack/linuxproc) and the shell dies first (seen in the tests).
+_HOLD = "exec sleep 2147483647"
 
 
 def job_name(pool_id: str) -> str:
@@ -186,7 +188,7 @@ class Slurm(Provider):
             done = await self.runner.run(argv, timeout=self.command_timeout)
         except TimeoutError:
             raise SlurmUnreachable(f"{self.runner.where}: `{' '.join(argv)}` did not finish within "
-                                        f"{self.command_timeout:g} s") from None
+                                   f"{self.command_timeout:g} s") from None
         return done.check(self.runner.where) if check else done
 
     def sbatch_argv(self, spec: ClusterSpec, count: int) -> list[str]:
@@ -199,6 +201,21 @@ class Slurm(Provider):
             if value:
                 argv.append(f"{flag}={value}")
         return [*argv, *self.sbatch_args, f"--wrap={_HOLD}"]
+
+    def plan(self, spec: ClusterSpec) -> dict[str, Any]:
+        """What the pool asks Slurm for, before submitting (declared in `Provider.plan`): one
+        allocation of `spec.nodes` nodes with its time limit, partition and per-node gres. Slurm sets
+        no price; `cpus`/`memory_gb` are not requested (`sbatch_args` can: `--cpus-per-task`, `--mem`).
+        Raises `ValueError` for an accelerator that is not `MODEL[:COUNT]`."""
+        gres = gres_for(spec.accelerator, self.gres)
+        parts = [f"{spec.nodes} node{'s' if spec.nodes != 1 else ''}",
+                 f"partition {self.partition}" if self.partition else "the default partition",
+                 f"time limit {self.time_limit}" + (" min" if isinstance(self.time_limit, int) else "")]
+        if gres:
+            parts.append(f"gres {gres} per node")
+        where = f" via {self.login}" if self.login else ""
+        return {"summary": f"one Slurm allocation{where}: " + ", ".join(parts), "nodes": spec.nodes,
+                "partition": self.partition, "time_limit": self.time_limit, "gres": gres}
 
     # ---- the phases -----------------------------------------------------------------------------
 

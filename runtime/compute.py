@@ -26,6 +26,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
+from .retry import NO_RETRIES, Retries, retries_of
+
 __all__ = ["compute", "function", "ComputeFunction", "PendingCall", "Gathered", "gather"]
 
 T = TypeVar("T")
@@ -42,14 +44,15 @@ def _check_timeout(timeout: float | None, where: str) -> float | None:
 class PendingCall(Generic[T]):
     """A call of a `@compute` function, not yet sent anywhere: `@ pool`, `>> pool`, `& other`."""
 
-    __slots__ = ("fn", "args", "kwargs", "timeout")
+    __slots__ = ("fn", "args", "kwargs", "timeout", "retries")
 
     def __init__(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any],
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None, retries: Retries = NO_RETRIES) -> None:
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
         self.timeout = timeout
+        self.retries = retries
 
     def __repr__(self) -> str:
         name = getattr(self.fn, "__qualname__", self.fn)
@@ -57,18 +60,22 @@ class PendingCall(Generic[T]):
 
     def with_timeout(self, timeout: float) -> PendingCall[T]:
         """The same call, cancelled on the node (and `TaskTimeout` raised) after `timeout` seconds."""
-        return PendingCall(self.fn, self.args, self.kwargs, _check_timeout(timeout, "with_timeout"))
+        return PendingCall(self.fn, self.args, self.kwargs, _check_timeout(timeout, "with_timeout"), self.retries)
+
+    def with_retries(self, retries: int, *, on: type[Exception] | tuple[type[Exception], ...] = ()) -> PendingCall[T]:
+        """The same call, re-run up to `retries` times after `WorkerLost` (or an exception in `on`)."""
+        return PendingCall(self.fn, self.args, self.kwargs, self.timeout, retries_of(retries, on))
 
     def __matmul__(self, pool: Any) -> Any:
         """`call @ pool`: broadcast to every worker."""
-        return pool._broadcast_call(self.fn, self.args, self.kwargs, timeout=self.timeout)
+        return pool._broadcast_call(self.fn, self.args, self.kwargs, timeout=self.timeout, retries=self.retries)
 
     def __rshift__(self, pool: Any) -> Any:
         """`call >> pool`: run on one worker. A generator function gives its items as they are
         yielded there: an iterator (an async iterator on an async pool)."""
         if inspect.isgeneratorfunction(self.fn):
             return pool._stream_call(self.fn, self.args, self.kwargs, timeout=self.timeout)
-        return pool._run_call(self.fn, self.args, self.kwargs, timeout=self.timeout)
+        return pool._run_call(self.fn, self.args, self.kwargs, timeout=self.timeout, retries=self.retries)
 
     def __gt__(self, pool: Any) -> Any:
         """`call > pool`: start it on one worker now; a `concurrent.futures.Future` of its result
@@ -87,18 +94,19 @@ class PendingCall(Generic[T]):
 class ComputeFunction(Generic[T]):
     """A function marked to run on a pool: calling it makes a `PendingCall`."""
 
-    def __init__(self, fn: Callable[..., T], *, timeout: float | None = None) -> None:
+    def __init__(self, fn: Callable[..., T], *, timeout: float | None = None, retries: int = 0) -> None:
         if not callable(fn):
             raise TypeError(f"@compute needs a function, got {type(fn).__name__}")
         self.__skyhive_fn__ = fn
         self.timeout = _check_timeout(timeout, "compute")
+        self.retries = retries_of(retries, ())
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
         return f"<compute {getattr(self.__skyhive_fn__, '__qualname__', self.__skyhive_fn__)!r}>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> PendingCall[T]:
-        return PendingCall(self.__skyhive_fn__, args, kwargs, self.timeout)
+        return PendingCall(self.__skyhive_fn__, args, kwargs, self.timeout, self.retries)
 
     def local(self, *args: Any, **kwargs: Any) -> T:
         """Call the function here, in this process."""
@@ -108,20 +116,22 @@ class ComputeFunction(Generic[T]):
 @overload
 def compute(fn: Callable[..., T], /) -> ComputeFunction[T]: ...
 @overload
-def compute(*, timeout: float | None = None) -> Callable[[Callable[..., T]], ComputeFunction[T]]: ...
+def compute(*, timeout: float | None = None, retries: int = 0) -> Callable[[Callable[..., T]], ComputeFunction[T]]: ...
 
 
-def compute(fn: Callable[..., T] | None = None, /, *, timeout: float | None = None) -> Any:
+def compute(fn: Callable[..., T] | None = None, /, *, timeout: float | None = None, retries: int = 0) -> Any:
     """Mark `fn` to run on a pool: `fn(x) @ pool`, `fn(x) >> pool`, `gather(...) >> pool`.
 
     Bare (`@sky.compute`) or with a default timeout for its calls (`@sky.compute(timeout=600)`;
-    `.with_timeout()` overrides it per call). Raises `ValueError` for a bad timeout, `TypeError` if
+    `.with_timeout()` overrides it per call), and retries after a lost worker (`@sky.compute(retries=2)`,
+    `.with_retries()` per call). Raises `ValueError` for a bad timeout or retry count, `TypeError` if
     what it decorates is not callable.
     """
     if fn is None:
         _check_timeout(timeout, "compute")
-        return lambda f: ComputeFunction(f, timeout=timeout)
-    return ComputeFunction(fn, timeout=timeout)
+        retries_of(retries, ())
+        return lambda f: ComputeFunction(f, timeout=timeout, retries=retries)
+    return ComputeFunction(fn, timeout=timeout, retries=retries)
 
 
 #: The newer seeds' spelling of `compute` (`@sky.function`, `@sky.function(timeout=...)`).

@@ -15,24 +15,25 @@ import concurrent.futures
 import contextlib
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
 from ..errors import PoolClosed, TaskTimeout
 from ..plugins.api import ClientHook
-from ..providers import accelerators
 from ..providers.accelerators import Accelerator
 from ..providers.base import Provider
 from ..providers.local import Local
 from .actors.pool_actor import PoolRuntime
-from .actors.prepared import Prepared
+from .actors.prepared import Prepared, map_batches
 from .concurrency import Worker, check_plugins
 from .events.state import PoolState
-from .events.types import Event
+from .events.stream import EventStream
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
+from .resources import ALLOCATIONS, Resources
+from .retry import NO_RETRIES, Retries, retries_of, with_retries
 from .serialize import load_value
 from .settings import Settings
 from .streams import ItemStream, ResultStream
@@ -46,13 +47,7 @@ __all__ = ["Pool", "ComputePool", "Compute", "ALLOCATIONS"]
 
 log = logging.getLogger("skyhive.pool")
 
-#: `Pool(allocation=...)`: spot only, on-demand only, spot falling back to on-demand, the cheaper one.
-ALLOCATIONS = ("spot", "on-demand", "spot-if-available", "cheapest")
-
 T = TypeVar("T")
-#: Upper bound on one pickled `map` batch: large items make smaller batches, so a batch neither
-#: holds a worker's pipe for long nor makes one worker take a disproportionate share.
-BATCH_BYTES = 8 * 1024 * 1024
 _UNSET: Any = object()
 
 
@@ -129,21 +124,11 @@ class Pool:
         self.name = name
         self.log_events = log_events
         self.settings = Settings(**settings)
-        # what each node must have: a cloud provider picks the cheapest machine that has it, and plugins
-        # read `accelerator` (torch: the CUDA wheel index for an NVIDIA GPU)
-        self.accelerator = accelerators.parse(accelerator, where="Pool(accelerator)")
-        if vcpus is not None and cpus is not None:
-            raise TypeError("Pool() got both vcpus= and cpus= (the same thing): give one")
-        self.vcpus = self.cpus = _positive("vcpus" if cpus is None else "cpus", vcpus if cpus is None else cpus)
-        self.memory_gb = _positive("memory_gb", memory_gb)
-        if allocation is not None and allocation not in ALLOCATIONS:
-            raise ValueError(f"Pool(allocation={allocation!r}): use one of {', '.join(ALLOCATIONS)}")
-        self.allocation = allocation
-        self.resources: dict[str, Any] = {
-            "accelerator": str(self.accelerator) if self.accelerator is not None else None,
-            "cpus": self.cpus, "memory_gb": self.memory_gb, "allocation": allocation,
-            "spot": {"spot": True, "on-demand": False}.get(allocation or ""),
-        }
+        need = Resources.of(accelerator=accelerator, vcpus=vcpus, cpus=cpus, memory_gb=memory_gb,
+                            allocation=allocation)  # see runtime/resources.py
+        self.accelerator, self.memory_gb, self.allocation = need.accelerator, need.memory_gb, need.allocation
+        self.vcpus = self.cpus = need.cpus
+        self.resources: dict[str, Any] = need.as_dict()
         if worker is not None and not isinstance(worker, Worker):
             raise TypeError(f"Pool(worker=...) needs sky.Worker(concurrency=..., executor=...), got {type(worker).__name__}")
         self.worker = worker if worker is not None else Worker()
@@ -151,6 +136,7 @@ class Pool:
         self._rt: PoolRuntime | None = None
         self._blocking: BlockingPool | None = None
         self._client_hooks = contextlib.ExitStack()
+        self._retries = 0  # calls re-run after a lost worker (`retries=`)
 
     def __repr__(self) -> str:
         status = self._rt.log.state.status if self._rt is not None else "new"
@@ -250,6 +236,7 @@ class Pool:
             "tasks_failed": st.tasks_failed,
             "tasks_cancelled": st.tasks_cancelled,
             "tasks_lost": st.tasks_lost,
+            "retries": self._retries,
             "output_records": rt.router.records,
             "output": rt.router.statistics(),
         }
@@ -268,16 +255,20 @@ class Pool:
         return options
 
     async def run(self, fn: Callable[..., T], *args: Any, timeout: float | None = None,
-                  output: OutputSpec = _UNSET, capture: bool = False, **kwargs: Any) -> T:
+                  output: OutputSpec = _UNSET, capture: bool = False, retries: int = 0,
+                  retry_on: type[Exception] | tuple[type[Exception], ...] = (), **kwargs: Any) -> T:
         """Run `fn(*args, **kwargs)` on the least busy worker and return its result.
 
         Raises what `fn` raised (same type, remote traceback in its notes; `RemoteError` if the type
         cannot be rebuilt here), `SerializationError` before sending if an argument cannot be pickled,
         `TaskTimeout` after `timeout` seconds (the task is cancelled on the node), `WorkerLost` if the
         worker died. `output` overrides the pool's output selection for this call; with `capture`
-        the result is a `Captured` holding the value and the task's output.
+        the result is a `Captured` holding the value and the task's output. `retries=N` re-runs the
+        call (on a worker picked anew) up to N times after `WorkerLost`, or after the exception types
+        in `retry_on`; the error that ends a retried call has `attempts` (see `runtime/retry.py`).
         """
-        return await self._run_call(fn, args, kwargs, timeout=timeout, options=self._options(output, capture))
+        return await self._run_call(fn, args, kwargs, timeout=timeout, options=self._options(output, capture),
+                                    retries=retries_of(retries, retry_on))
 
     def stream(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> ItemStream:
         """Run the generator function `fn(*args, **kwargs)` on the least busy worker and give its
@@ -306,33 +297,48 @@ class Pool:
         return ItemStream(open_, rt, load_value, timeout=timeout, name=prep.fn_name)
 
     async def _run_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], *,
-                        timeout: float | None = None, options: dict[str, Any] | None = None) -> T:
+                        timeout: float | None = None, options: dict[str, Any] | None = None,
+                        retries: Retries = NO_RETRIES) -> T:
         """`run` with the user's arguments as they are (`fn(x) >> pool`: none of them is an option)."""
         rt = self._runtime
         fn = _unwrap(fn)
         prep = Prepared(fn, args, kwargs)
-        channel = rt.pick_nowait() if rt.open else None
-        if channel is None:
-            channel = await rt.pick()
-        return await rt.run_one(channel, prep, timeout=timeout, options=options)
+
+        async def attempt() -> T:
+            channel = rt.pick_nowait() if rt.open else None
+            if channel is None:
+                channel = await rt.pick()
+            return await rt.run_one(channel, prep, timeout=timeout, options=options)  # type: ignore[no-any-return]
+
+        return await with_retries(attempt, retries, what=prep.fn_name, on_retry=self._count_retry)
+
+    def _count_retry(self) -> None:
+        self._retries += 1
 
     async def broadcast(self, fn: Callable[..., T], *args: Any, timeout: float | None = None,
-                        output: OutputSpec = _UNSET, capture: bool = False, **kwargs: Any) -> list[T]:
+                        output: OutputSpec = _UNSET, capture: bool = False, retries: int = 0,
+                        retry_on: type[Exception] | tuple[type[Exception], ...] = (), **kwargs: Any) -> list[T]:
         """Run `fn(*args, **kwargs)` on every worker; one result each, in rank (node) order.
 
         The call is pickled once. If any worker raises, the others are cancelled and the first error
-        is raised. Raises as `run` does.
+        is raised. Raises as `run` does; `retries` re-runs the whole broadcast (every worker).
         """
-        return await self._broadcast_call(fn, args, kwargs, timeout=timeout, options=self._options(output, capture))
+        return await self._broadcast_call(fn, args, kwargs, timeout=timeout, options=self._options(output, capture),
+                                          retries=retries_of(retries, retry_on))
 
     async def _broadcast_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], *,
-                              timeout: float | None = None, options: dict[str, Any] | None = None) -> list[T]:
+                              timeout: float | None = None, options: dict[str, Any] | None = None,
+                              retries: Retries = NO_RETRIES) -> list[T]:
         """`broadcast` with the user's arguments as they are (`fn(x) @ pool`)."""
         rt = self._runtime
         fn = _unwrap(fn)
         prep = Prepared(fn, args, kwargs)
-        channels = await rt.all_channels()
-        return await rt.run_prepared(channels, prep, timeout=timeout, options=options)
+
+        async def attempt() -> list[T]:
+            channels = await rt.all_channels()
+            return await rt.run_prepared(channels, prep, timeout=timeout, options=options)  # type: ignore[no-any-return]
+
+        return await with_retries(attempt, retries, what=prep.fn_name, on_retry=self._count_retry)
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
         """Start `fn(*args, **kwargs)` on the least busy worker, from any thread (joblib's backend, a
@@ -362,13 +368,14 @@ class Pool:
         return sum(len(n.usable_channels()) for n in self._runtime.nodes)
 
     async def map(self, fn: Callable[[Any], T], iterable: Iterable[Any], *, timeout: float | None = None,
-                  chunksize: int | None = None, output: OutputSpec = _UNSET) -> list[T]:
+                  chunksize: int | None = None, output: OutputSpec = _UNSET, retries: int = 0,
+                  retry_on: type[Exception] | tuple[type[Exception], ...] = ()) -> list[T]:
         """`[fn(x) for x in iterable]`, spread over every worker; results in input order.
 
         Items travel in batches (`chunksize`, by default about a quarter of each worker's share, at
-        most 1,000, and at most about `BATCH_BYTES` pickled) with two batches in flight per worker,
+        most 1,000, and at most about `prepared.BATCH_BYTES` pickled) with two batches in flight per worker,
         so cheap functions run at pipe speed and a slow worker takes fewer batches. The first error cancels the rest and is raised (its notes
-        say which item). `timeout` bounds the whole map.
+        say which item). `timeout` bounds the whole map; `retries` re-runs a batch whose worker was lost.
         """
         rt = self._runtime
         fn = _unwrap(fn)
@@ -382,12 +389,15 @@ class Pool:
         size = chunksize or max(1, min(1000, math.ceil(len(items) / (workers * 4))))
         results: list[Any] = [None] * len(items)
         template = Prepared.for_map(fn)
-        pending = _batches(template, items, size)
+        pending = map_batches(template, items, size)
+        policy = retries_of(retries, retry_on)
 
         async def lane() -> None:
             for start, prep in pending:
-                channel = await rt.pick()
-                values = await rt.run_one(channel, prep, timeout=None, options=options)
+                async def attempt(prep: Prepared = prep) -> Any:
+                    return await rt.run_one(await rt.pick(), prep, timeout=None, options=options)
+
+                values = await with_retries(attempt, policy, what=template.fn_name, on_retry=self._count_retry)
                 results[start:start + len(values)] = values
 
         try:
@@ -415,7 +425,8 @@ class Pool:
         rt = self._runtime
 
         def bound(call: PendingCall) -> Callable[[], Any]:
-            return lambda: self._run_call(call.fn, call.args, call.kwargs, timeout=call.timeout or timeout)
+            return lambda: self._run_call(call.fn, call.args, call.kwargs, timeout=call.timeout or timeout,
+                                          retries=call.retries)
 
         return ResultStream([bound(c) for c in calls], ordered=ordered, tg=rt.tg)
 
@@ -425,7 +436,8 @@ class Pool:
         results: list[Any] = [None] * len(calls)
 
         async def one(i: int, call: PendingCall) -> None:
-            results[i] = await self._run_call(call.fn, call.args, call.kwargs, timeout=call.timeout or timeout)
+            results[i] = await self._run_call(call.fn, call.args, call.kwargs, timeout=call.timeout or timeout,
+                                              retries=call.retries)
 
         try:
             async with anyio.create_task_group() as tg:
@@ -437,12 +449,18 @@ class Pool:
 
     # ---- observing ---------------------------------------------------------------------------------
 
-    def events(self, *, replay: bool = False) -> AsyncIterator[Event]:
+    def events(self, *, replay: bool = False, max_buffer: int | None = None) -> EventStream:
         """The pool's events as they happen (with `replay`, first the recent ones kept in memory).
 
-        The iteration ends when the pool closes.
+        An async iterator (and async context manager) registered when created, so no event after
+        this call is missed. It ends when the pool closes, after the events it holds. One that falls
+        more than `max_buffer` characters behind (about 200 per event plus the text of output events;
+        default 16 MiB) is detached and raises `EventsStalled` after the events it still holds.
+        `break` or `aclose()` releases it.
         """
-        return self._runtime.log.subscribe(replay=replay)
+        if max_buffer is None:
+            return self._runtime.log.subscribe(replay=replay)
+        return self._runtime.log.subscribe(replay=replay, max_buffer=max_buffer)
 
     def output(self, *, max_buffer: int | None = None, stall_timeout: float | None = None) -> OutputStream:
         """Every piece of output the workers write, as `OutputRecord`s, whatever is printed.
@@ -463,29 +481,6 @@ class Pool:
 #: The seeds' names for `Pool` (`sky.ComputePool(...)`, `sky.Compute(...)`): the same class.
 ComputePool = Pool
 Compute = Pool
-
-
-def _positive(name: str, value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"Pool({name}={value!r}): need a positive number")
-    return float(value)
-
-
-def _batches(template: Prepared, items: list[Any], size: int) -> Iterator[tuple[int, Prepared]]:
-    """(start, pickled batch) for `map`: at most `size` items, and at most about `BATCH_BYTES` once
-    pickled — a batch found larger is pickled again with fewer items, and later batches start from
-    that smaller count."""
-    start = 0
-    while start < len(items):
-        prep = template.with_chunk(items[start:start + size])
-        nbytes = prep.args_nbytes
-        if nbytes > BATCH_BYTES and prep.items > 1:
-            size = max(1, prep.items * BATCH_BYTES // nbytes)
-            continue
-        yield start, prep
-        start += prep.items
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:

@@ -15,7 +15,6 @@ as an out-of-band buffer itself: the in-band part is then empty and buffer 0 is 
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import io
 import os
@@ -32,6 +31,7 @@ import cloudpickle
 
 from ..errors import RemoteError, SerializationError
 from ..protocol.codec import MAX_BUFFERS, MAX_MESSAGE
+from .keys import content_key
 
 __all__ = ["dump_function", "dump_args", "dump_value", "load_value", "dump_exception", "rebuild_exception"]
 
@@ -151,8 +151,8 @@ def dump_function_cached(fn: Callable[..., Any]) -> _Pickled:
     except Exception as exc:
         raise SerializationError(f"function {_name(fn)} cannot be pickled: {type(exc).__name__}: {exc}") from exc
     names = _global_names(fn)
-    entry = _Pickled(names, _fingerprint(fn, names), hashlib.blake2b(payload, digest_size=16).digest(), payload,
-                     function_name(fn))
+    # the content key names it (a large function's pickle is then also its buffer's cache key, hashed once)
+    entry = _Pickled(names, _fingerprint(fn, names), content_key(payload), payload, function_name(fn))
     try:
         _fn_cache[fn] = entry
     except TypeError:

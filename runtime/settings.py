@@ -9,7 +9,8 @@ __all__ = ["Settings"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
-    """Every wait a pool makes is bounded by one of these (seconds unless said otherwise)."""
+    """Every wait a pool makes is bounded by one of these (seconds unless said otherwise), and the
+    content cache's budget (bytes)."""
 
     start_timeout: float = 120.0  # the provider's prepare/launch/wait_running, bootstrap, worker handshake
     heartbeat_interval: float = 2.0  # a Ping this often to an otherwise silent worker
@@ -20,6 +21,13 @@ class Settings:
     stop_timeout: float = 10.0  # plugin teardown and worker exit at pool close
     cancel_grace: float = 5.0  # a cancelled task must end this soon, or its worker is killed
     wait_for_worker: float = 30.0  # a call waits this long for a worker to (re)start
+    # characters of task output the pool's event log keeps (then an OutputCapped marker; the terminal,
+    # pool.output() and capture=True still get everything)
+    log_output_limit: int = 64 * 1024 * 1024
+    # content cache: each worker process keeps up to cache_bytes of the out-of-band buffers of at least
+    # cache_min bytes it received (memfd pages, LRU), so the same big argument travels once (0: off)
+    cache_bytes: int = 1 << 30
+    cache_min: int = 1 << 20
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -68,6 +68,7 @@ _EXPORTS: dict[str, str] = {
     "SerializationError": "skyhive.errors",
     "PoolClosed": "skyhive.errors",
     "OutputStalled": "skyhive.errors",
+    "EventsStalled": "skyhive.errors",
     "NotOnNodeError": "skyhive.errors",
     "TaskFileError": "skyhive.errors",
     "LaunchError": "skyhive.errors",
@@ -123,6 +124,7 @@ if TYPE_CHECKING:
     from skyhive.errors import NodeUnreachable as NodeUnreachable
     from skyhive.errors import NotOnNodeError as NotOnNodeError
     from skyhive.errors import OutputStalled as OutputStalled
+    from skyhive.errors import EventsStalled as EventsStalled
     from skyhive.errors import PoolClosed as PoolClosed
     from skyhive.errors import PoolInUse as PoolInUse
     from skyhive.errors import PoolNotFound as PoolNotFound

@@ -173,7 +173,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from skyhive.runtime.events.types import OutputChunk, PoolStopped, from_json
+    from skyhive.runtime.events.types import OutputCapped, OutputChunk, PoolStopped, from_json
 
     partial: dict[tuple[int, int, str], str] = {}
     prefix = args.node is None
@@ -193,6 +193,14 @@ def cmd_logs(args: argparse.Namespace) -> int:
                 continue
             if isinstance(ev, PoolStopped):
                 stopped = True
+            if isinstance(ev, OutputCapped):
+                for (node, _, stream), rest in sorted(partial.items()):
+                    out = sys.stderr if stream == "stderr" else sys.stdout
+                    out.write(f"[node {node}] {rest}\n" if prefix else rest + "\n")
+                partial.clear()
+                sys.stderr.write(f"[skyhive] the log holds only the first {ev.limit} characters of this pool's "
+                                 "output (log_output_limit); the rest went to the terminal and pool.output()\n")
+                continue
             if not isinstance(ev, OutputChunk) or (args.node is not None and ev.node != args.node):
                 continue
             key = (ev.node, ev.local_rank, ev.stream)

@@ -16,7 +16,7 @@
     │   ├── ProviderNotAvailable       a provider name this install cannot use ("not built yet")
     │   └── CloudAPIError              a cloud's API answered with an error (its code and message)
     ├── WorkerLost, TaskTimeout, RemoteError, SerializationError, PoolClosed    calls on a pool
-    ├── OutputStalled, NotOnNodeError
+    ├── OutputStalled, EventsStalled, NotOnNodeError
     ├── TaskFileError (LaunchError)    `skyhive launch`
     ├── PoolNotFound, PoolInUse        `skyhive logs/down`
     ├── WorkerRestarted, CoordinatorPortInUse, KerasBackendMismatch, HuggingFaceLoginError    plugins
@@ -42,7 +42,7 @@ __all__ = [
     "ProvisionError", "NodeUnreachable", "SSHError", "HostUnreachable", "HostKeyChanged", "AuthenticationFailed",
     "BootstrapError", "PythonMismatch", "SetupFailed", "SlurmError", "SlurmUnreachable", "ProviderNotAvailable", "CloudAPIError",
     "WorkerLost", "TaskTimeout", "RemoteError", "SerializationError", "PoolClosed",
-    "OutputStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
+    "OutputStalled", "EventsStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
     "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
     "IllegalTransition",
 ]
@@ -160,6 +160,10 @@ class SerializationError(SkyhiveError, TypeError):
 
 class PoolClosed(SkyhiveError, RuntimeError):
     """The pool is not open (not entered yet, closing, or closed)."""
+
+
+class EventsStalled(SkyhiveError):
+    """A `pool.events()` iterator fell further behind than its `max_buffer` and was detached."""
 
 
 class OutputStalled(SkyhiveError):

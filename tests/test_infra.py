@@ -137,7 +137,7 @@ async def test_netns_hosts_have_their_own_identity(netns_hosts):
         lines = head.splitlines()
         assert lines[0] == h.hostname
         assert lines[1] == str(h.home) and h.home.is_dir()
-        assert lines[2] == DEFAULT_USER
+        assert lines[2] == h.user
         addrs = sorted(line.split()[3] for line in lines[3:])
         assert addrs == sorted(["127.0.0.1/8", f"{h.address}/24"]), out
         # no route out: only the private subnet, no default route
@@ -225,3 +225,17 @@ def test_stale_leftovers_of_a_dead_run_are_cleaned(ssh_test_env):
         assert not hosts.dir.exists()
     finally:
         hosts.close()  # after the cleanup: nothing left to do, no error
+
+
+async def test_another_runs_account_changes_do_not_move_this_runs_homes(sshd_host, netns_hosts):
+    """Another suite on the machine adds and removes its accounts (rewriting /etc/passwd) while this
+    run's servers are up: every session still sees this run's own home. (With homes given by a
+    bind-mounted copy of /etc/passwd, the rewrite dropped the mount and sessions fell back to the
+    account's system home.)"""
+    other = f"skyt{os.getpid()}s{900 + os.getpid() % 99}"  # the name pattern the stale sweep removes
+    # what another run's start and end do: useradd, userdel — each writes a new /etc/passwd
+    subprocess.run(["useradd", "--no-create-home", other], check=True, capture_output=True)
+    subprocess.run(["userdel", other], check=True, capture_output=True)
+    for server, home in [(sshd_host, sshd_host.home), *((h, h.home) for h in netns_hosts)]:
+        assert (await run(server, "echo $HOME")).strip() == str(home)
+        assert (await run(server, "id -un")).strip() == server.user

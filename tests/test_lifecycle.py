@@ -274,3 +274,17 @@ async def test_heartbeats_keep_a_busy_worker_and_catch_a_stopped_one(tmp_path):
         assert wait_gone({pid}, timeout=5) == set()
         new_pid, _ = await pool.run(getpid)
         assert new_pid != pid
+
+
+def exit_with(code):
+    os._exit(code)
+
+
+async def test_a_node_given_up_says_what_its_last_loss_was():
+    async with sky.Pool(nodes=1, output=None, max_restarts=0, restart_backoff=0.05) as pool:
+        with pytest.raises(sky.WorkerLost, match="exited with status 7"):
+            await pool.run(exit_with, 7)
+        with anyio.fail_after(60), pytest.raises(sky.WorkerLost) as lost:
+            await pool.run(getpid)
+    message = str(lost.value)
+    assert "node 0: failed" in message and "the worker process exited with status 7" in message, message

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from skyhive.plugins.torch import (
     WorkerRestarted,
     distributed_env,
     is_cuda,
+    rendezvous_listener,
     requirement,
     threads_per_process,
     wheel_index,
@@ -145,9 +147,13 @@ def test_backend_choice(clean_env, cuda_available, backend, expected):
     clean_env.setattr(dist, "is_initialized", lambda: any(c[0] == "init" for c in calls))
     clean_env.setattr(dist, "init_process_group", lambda **kw: calls.append(("init", kw)))
     clean_env.setattr(dist, "destroy_process_group", lambda: calls.append(("destroy",)))
+    # (rank 3 is a store client: recorded, never connected — 10.0.0.1 is no host of this test)
+    clean_env.setattr(dist, "TCPStore", lambda *a, **kw: calls.append(("store", a, kw)) or "store")
     with TorchPlugin(backend=backend).around_app(info(node=1, local_rank=1, ppn=2)):
         assert [os.environ[v] for v in VARS] == ["10.0.0.1", "29555", "4", "3", "1", "2", "1"]
-    init = {"backend": expected, "init_method": "env://"}
+    store = [c for c in calls if c[0] == "store"]
+    assert [c[1] for c in store] == [("10.0.0.1", 29555, 4)] and store[0][2]["is_master"] is False
+    init = {"backend": expected, "store": "store", "rank": 3, "world_size": 4}
     assert calls[-2:] == [("init", init), ("destroy",)]
     assert (("set_device", 1) in calls) is (expected == "nccl")
 
@@ -168,6 +174,48 @@ def test_a_restarted_worker_refuses_to_rejoin_with_a_clear_error(clean_env):
 
 
 # -- real pools ----------------------------------------------------------------------------------
+
+
+def listeners_on_master_port():
+    """(address, port) of every listening TCP socket on MASTER_PORT, from /proc/net/tcp{,6}."""
+    port = int(os.environ["MASTER_PORT"])
+    found = []
+    for name in ("tcp", "tcp6"):
+        with open(f"/proc/net/{name}") as fh:
+            next(fh)
+            for line in fh:
+                local, _, st = line.split()[1:4]
+                addr, hexport = local.split(":")
+                if st == "0A" and int(hexport, 16) == port:  # 0A: LISTEN
+                    raw = bytes.fromhex(addr)
+                    if name == "tcp":
+                        found.append(socket.inet_ntop(socket.AF_INET, raw[::-1]))
+                    else:  # four little-endian 32-bit words
+                        words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+                        found.append(socket.inet_ntop(socket.AF_INET6, words))
+    return sky.instance_info().rank, os.environ["MASTER_ADDR"], port, found
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_the_rendezvous_store_listens_on_the_pools_address_only():
+    async with sky.Pool(provider=sky.Local(), nodes=2, plugins=[sky.plugins.torch()]) as pool:
+        seen = await pool.broadcast(listeners_on_master_port)
+    rank0 = seen[0]
+    assert rank0[0] == 0 and rank0[1] == "127.0.0.1"
+    assert rank0[3] == ["127.0.0.1"], f"port {rank0[2]} listens on {rank0[3]}: not only on the pool's address"
+
+
+def test_the_rendezvous_listener_falls_back_only_for_a_foreign_address():
+    sock = rendezvous_listener("127.0.0.1", 0)
+    try:
+        assert sock is not None and sock.getsockname()[0] == "127.0.0.1"
+        sock.listen()
+        with pytest.raises(OSError):  # the port is taken: torch would fail the same way
+            rendezvous_listener("127.0.0.1", sock.getsockname()[1])
+    finally:
+        sock.close()
+    assert rendezvous_listener("192.0.2.1", 0) is None  # TEST-NET-1: never an address of this host
 
 
 class GroupObserver:
@@ -285,3 +333,23 @@ async def test_a_worker_restarted_after_a_crash_fails_clearly_instead_of_hanging
     lost = [e.detail for e in read_log(path)
             if type(e).__name__ == "WorkerStateChanged" and e.state == "lost" and e.node == 1]
     assert any("WorkerRestarted" in d and "cannot re-join the torch process group" in d for d in lost), lost
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_after_a_rank_is_lost_the_next_call_carries_the_real_cause():
+    # default restart policy: the restarted rank's refusal is final, so it is not retried until
+    # the restart budget runs out, and the error says why the node failed
+    async with sky.Pool(provider=sky.Local(), nodes=2, plugins=[sky.plugins.torch()], restart_backoff=0.05) as pool:
+        assert await pool.broadcast(ranks) == [0, 1]
+        with pytest.raises(sky.WorkerLost):
+            await pool.broadcast(crash_on_rank_1)
+        with pytest.raises(sky.WorkerLost) as lost:
+            await pool.broadcast(ranks)
+        starts = pool._runtime.nodes[1].starts[0]
+    message = str(lost.value)
+    assert "node 1" in message and "WorkerRestarted" in message, message
+    assert "cannot re-join the torch process group" in message, message
+    assert "worker losses within" not in message, message
+    assert isinstance(lost.value.__cause__, WorkerRestarted), repr(lost.value.__cause__)
+    assert starts == 2  # started once, restarted once: the refusal was not retried

@@ -24,9 +24,9 @@ MiB = 1024 * 1024
 def result_frame_with_empty_buffers(count: int) -> bytes:
     """A `Result` frame announcing `count` empty out-of-band buffers, built by hand (a 64 MiB tuple
     of zeros would cost the test itself half a gigabyte)."""
-    head = b"\x99" + b"".join(msgpack.packb(v) for v in (Result.tag, 1, True, b"v"))
+    head = b"\x9a" + b"".join(msgpack.packb(v) for v in (Result.tag, 1, True, b"v"))
     sizes = b"\xdd" + struct.pack(">I", count) + b"\x00" * count
-    tail = b"".join(msgpack.packb(v) for v in ("", "", "", False))
+    tail = b"".join(msgpack.packb(v) for v in ("", "", "", False, ()))  # ... cancelled, shared
     body = head + sizes + tail
     return HEADER.pack(len(body)) + body
 

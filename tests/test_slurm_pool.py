@@ -156,4 +156,7 @@ def test_bad_settings_are_refused_naming_them() -> None:
     with pytest.raises(ValueError, match="accelerator 'A100:x'"):
         gres_for("A100:x", None)
     assert gres_for("H100", None) == "gpu:h100:1"
+    plan = Slurm(partition="gpu", time_limit="2:00:00").plan(ClusterSpec(pool_id="p", nodes=2, accelerator="A100:4"))
+    assert plan["summary"] == ("one Slurm allocation: 2 nodes, partition gpu, time limit 2:00:00, "
+                               "gres gpu:a100:4 per node")
     assert gres_for("A100:4", "gpu:2") == "gpu:2"

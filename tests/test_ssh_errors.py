@@ -87,13 +87,13 @@ async def test_changed_host_key_between_pools_is_refused(make_sshd):
         await start_pool(ssh_for(server, known_hosts=pinned), bound=15)
 
 
-def _processes_of(uid: int, needles: tuple[str, ...]) -> list[tuple[int, str]]:
+def _processes_of(uids: set[int], needles: tuple[str, ...]) -> list[tuple[int, str]]:
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            if os.stat(f"/proc/{entry}").st_uid != uid:
+            if os.stat(f"/proc/{entry}").st_uid not in uids:
                 continue
             with open(f"/proc/{entry}/cmdline", "rb") as fh:
                 cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
@@ -109,7 +109,7 @@ async def test_cancelling_during_bootstrap_leaves_no_process(make_netns_hosts):
     token = secrets.token_hex(4)
     marker = f"skyhive-marker-{token}"
     image = sky.Image(setup=[f"python3 -c 'import time; time.sleep(120)' {marker}"])
-    uid = pwd.getpwnam(hosts[0].user).pw_uid
+    uid = {pwd.getpwnam(h.user).pw_uid for h in hosts}  # each host logs in an account of its own
     needles = (marker, *(str(h.home) for h in hosts))
     with anyio.move_on_after(60) as scope:
         async with anyio.create_task_group() as tg:
@@ -123,3 +123,36 @@ async def test_cancelling_during_bootstrap_leaves_no_process(make_netns_hosts):
         while left := _processes_of(uid, needles):
             await anyio.sleep(0.1)
     assert not left
+    # nor a half-built environment: the directory being built is removed when the bootstrap is cancelled
+    for h in hosts:
+        envs = h.home / ".skyhive" / "envs"
+        assert not [p.name for p in envs.iterdir() if p.is_dir()] if envs.exists() else True, list(envs.iterdir())
+
+
+async def test_cancelling_during_teardown_is_bounded_and_leaves_nothing(make_netns_hosts):
+    """The pool's scope is cancelled while its tasks still run, so the teardown itself runs under that
+    cancellation: it is shielded and bounded, and leaves no worker and no socket of the pool on any host."""
+    import time
+
+    hosts = make_netns_hosts(2)
+    uids = {pwd.getpwnam(h.user).pw_uid for h in hosts}
+    name = f"teardown-{secrets.token_hex(4)}"
+    with anyio.CancelScope() as outer:
+        async with sky.Pool(provider=ssh_for(hosts), nodes=2, name=name, stop_timeout=5, cancel_grace=1) as pool:
+            assert len(set(await pool.broadcast(os.getpid))) == 2
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(pool.broadcast, time.sleep, 120))  # busy on both hosts
+                await anyio.sleep(0.5)
+                closing = time.monotonic()
+                outer.cancel()  # delivered inside the task group, then again inside the (shielded) close
+    assert outer.cancelled_caught
+    # not a speed figure: stop_timeout (5) + the pool's own teardown slack (10) is the promised bound
+    assert time.monotonic() - closing < 30
+    with anyio.fail_after(15):
+        while left := _processes_of(uids, (name,)):
+            await anyio.sleep(0.1)
+    assert not left
+    for h in hosts:
+        run_dir = h.home / ".skyhive" / "run"
+        # no socket of the pool (its `.exit` status and `.log` are kept on purpose: docs/ssh.md)
+        assert not [p.name for p in run_dir.iterdir() if name in p.name and p.is_socket()] if run_dir.exists() else True

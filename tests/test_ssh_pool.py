@@ -74,6 +74,15 @@ async def test_second_pool_reuses_the_environment(sshd_host):
     assert (sshd_host.home / ".skyhive" / "envs" / key / ".ready").exists()
 
 
+async def test_the_nodes_skyhive_directory_is_private(sshd_host):
+    state = sshd_host.home / ".skyhive"
+    if state.exists():
+        state.chmod(0o755)  # left open by an older bootstrap: made private again
+    async with sky.Pool(provider=ssh_for(sshd_host), nodes=1, output=None) as pool:
+        assert await pool.run(getenv, "HOME") == str(sshd_host.home)
+    assert oct(state.stat().st_mode & 0o777) == "0o700"
+
+
 async def test_env_and_secrets_reach_the_worker_and_secrets_are_never_logged(sshd_host, caplog, skyhive_home):
     caplog.set_level(logging.DEBUG)
     secret = f"s3cr3t-{secrets.token_hex(6)}"

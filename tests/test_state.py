@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skyhive.runtime.events.types import (
     NodeStateChanged,
+    OutputCapped,
     OutputChunk,
     PoolStarted,
     PoolStopped,
@@ -19,6 +22,7 @@ from skyhive.runtime.events.types import (
     to_json,
 )
 from skyhive.runtime.actors.lifecycle import IllegalTransition, NodeState, check_transition
+from skyhive.runtime.events.log import EventLog
 from skyhive.runtime.events.state import PoolState, fold, reduce_apply
 
 text = st.text(max_size=20)
@@ -36,6 +40,8 @@ def _event(kind, seq, data):
         return TaskFinished(**base, task=seq, node=data.draw(node), local_rank=0, outcome=outcome)
     if kind == "output":
         return OutputChunk(**base, task=seq, node=data.draw(node), local_rank=0, stream="stdout", text=data.draw(text))
+    if kind == "capped":
+        return OutputCapped(**base, limit=seq, task=seq, node=data.draw(node), local_rank=0, stream="stderr")
     if kind == "node":
         state = data.draw(st.sampled_from([s.value for s in NodeState]))
         return NodeStateChanged(**base, node=data.draw(node), state=state, addr=data.draw(text))
@@ -49,7 +55,7 @@ def _event(kind, seq, data):
 @given(st.data())
 def test_fold_equals_the_plain_reduce_and_survives_json(data):
     kinds = data.draw(st.lists(st.sampled_from(
-        ["submitted", "started", "finished", "output", "node", "worker", "stopped"]), max_size=40))
+        ["submitted", "started", "finished", "output", "capped", "node", "worker", "stopped"]), max_size=40))
     events = [PoolStarted(pool_id="p", seq=0, ts=0.0, provider="local", nodes=3, processes_per_node=1,
                           pid=1, host="h")]
     events += [_event(k, i + 1, data) for i, k in enumerate(kinds)]
@@ -59,6 +65,27 @@ def test_fold_equals_the_plain_reduce_and_survives_json(data):
     cut = data.draw(st.integers(0, len(events)))
     assert fold(events[cut:], fold(events[:cut])) == expected
     assert fold([from_json(to_json(e)) for e in events]) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_the_live_log_counts_output_without_keeping_it_and_equals_its_replay(tmp_path_factory, data):
+    """The EventLog folds output events as a count (it does not keep them): reading its state at any
+    points in between gives what the plain reduce of everything it emitted gives."""
+    path = tmp_path_factory.mktemp("live") / "pool.jsonl"
+    log = EventLog("p", path=path)
+    emitted = [log.emit(PoolStarted, provider="local", nodes=3, processes_per_node=1, pid=1, host="h")]
+    for kind in data.draw(st.lists(st.sampled_from(["submitted", "output", "node", "capped", "read"]), max_size=30)):
+        if kind == "read":
+            assert log.state == reduce_apply(emitted)
+            continue
+        ev = _event(kind, 0, data)
+        fields_ = {f.name: getattr(ev, f.name) for f in dataclasses.fields(ev) if f.name not in ("pool_id", "seq", "ts")}
+        emitted.append(log.emit(type(ev), **fields_))
+    live = log.state
+    log.close()
+    assert live == reduce_apply(emitted)
+    assert EventLog.replay(path) == live
 
 
 def test_counters():

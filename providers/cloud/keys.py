@@ -1,7 +1,6 @@
 """A pool's SSH key: generated on this machine, private half 0600 in a 0700 directory of the pool.
 
-The directory follows the state-directory rule of the runtime (`$SKYHIVE_HOME`, else
-`$XDG_STATE_HOME/skyhive`, else `~/.skyhive`): ``<state>/cloud/<pool id>/``.
+The directory is ``<state>/cloud/<pool id>/`` under skyhive's state directory (`skyhive.paths`).
 """
 
 from __future__ import annotations
@@ -10,22 +9,16 @@ import os
 import shutil
 from pathlib import Path
 
+from ...paths import private_dir, state_dir
+
 __all__ = ["pool_key_dir", "pool_key", "remove_pool_key"]
-
-
-def _state_root() -> Path:
-    if env := os.environ.get("SKYHIVE_HOME"):
-        return Path(env)
-    if xdg := os.environ.get("XDG_STATE_HOME"):
-        return Path(xdg) / "skyhive"
-    return Path.home() / ".skyhive"
 
 
 def pool_key_dir(pool_id: str) -> Path:
     """Where the pool's key lives (not created)."""
     if not pool_id or "/" in pool_id or pool_id.startswith("."):
         raise ValueError(f"not a pool id: {pool_id!r}")
-    return _state_root() / "cloud" / pool_id
+    return state_dir() / "cloud" / pool_id
 
 
 def pool_key(pool_id: str, *, create: bool = True) -> tuple[Path, str]:
@@ -40,8 +33,7 @@ def pool_key(pool_id: str, *, create: bool = True) -> tuple[Path, str]:
         return private, ""
     import asyncssh
 
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(directory, 0o700)
+    directory = private_dir("cloud", pool_id)
     key = asyncssh.generate_private_key("ssh-ed25519", comment=f"skyhive-{pool_id}")
     fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as fh:

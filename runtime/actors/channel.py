@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ...errors import WorkerLost
@@ -32,10 +34,12 @@ from ...protocol import (
     Submit,
     Welcome,
 )
-from ...protocol.messages import Cancel
+from ...protocol.cache import KEY_SIZE, NO_KEY, ContentIndex
+from ...protocol.messages import Cancel, Missing
 from ..events.log import EventLog
 from ..events.types import TaskFinished, TaskStarted, TaskSubmitted
 from ..onnode.setup import FN_CACHE_LIMIT
+from ..transport import shm
 from ..transport.base import Link
 from .prepared import Prepared
 
@@ -49,7 +53,8 @@ OutputSink = Callable[["WorkerChannel", "Call | None", int, str], None]
 class Call:
     """One task in flight on a worker: the caller's future and what the router needs to know."""
 
-    __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs", "started", "on_item")
+    __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs", "started", "on_item",
+                 "cached", "buffers", "shared")
 
     def __init__(self, task_id: int, future: asyncio.Future[Result] | None, options: Any, fn_name: str) -> None:
         self.task_id = task_id
@@ -60,18 +65,25 @@ class Call:
         self.started = False
         self.outputs: list[tuple[int, str]] | None = None
         self.on_item: Callable[[int, bytes], None] | None = None  # a streamed task's items go here
+        self.cached: tuple[int, ...] = ()  # buffers sent by reference (the worker's content cache)
+        self.buffers: Sequence[Any] = ()  # kept while some are by reference, for a `Missing`
+        self.shared: tuple[int, ...] = ()  # buffers passed in shared memory (a Local worker)
 
 
 class WorkerChannel:
     """Client side of one worker process (node `node`, process `local_rank`)."""
 
-    def __init__(self, *, node: int, local_rank: int, log_: EventLog, on_output: OutputSink) -> None:
+    def __init__(self, *, node: int, local_rank: int, log_: EventLog, on_output: OutputSink,
+                 cache_bytes: int = 0, cache_min: int = 1 << 20) -> None:
         self.node = node
         self.local_rank = local_rank
         self.conn = Connection(Role.CLIENT)
         self.link: Link | None = None
         self.calls: dict[int, Call] = {}
         self.known_fns: set[bytes] = set()
+        # what this worker process holds in its content cache (a new process starts a new channel)
+        self.cache = ContentIndex(cache_bytes) if cache_bytes > 0 else None
+        self.cache_min = max(1, cache_min)
         self.welcome: Welcome | None = None
         self.pid = 0
         self.last_seen = time.monotonic()
@@ -83,6 +95,7 @@ class WorkerChannel:
         self._on_output = on_output
         self._nonces = itertools.count(1)
         self.kill: Callable[[], None] | None = None  # set by the node actor: kills the worker process
+        self._fds: shm.FdInbox | None = None  # shared memory with a worker on this machine
 
     def __repr__(self) -> str:
         state = "lost" if self.lost_reason else ("ready" if self.welcome else "starting")
@@ -143,6 +156,10 @@ class WorkerChannel:
 
     def _dispatch(self, msg: Message) -> None:
         if isinstance(msg, Result):
+            if msg.shared:
+                msg = self._attach_shared(msg)
+                if msg is None:
+                    return
             call = self.calls.pop(msg.task_id, None)
             if call is None:
                 return
@@ -156,6 +173,8 @@ class WorkerChannel:
                            outcome=outcome, error=msg.error_type if not msg.ok else "")
             if call.future is not None and not call.future.done():
                 call.future.set_result(msg)
+        elif isinstance(msg, Missing):
+            self._resend(msg)
         elif isinstance(msg, Output):
             self._on_output(self, self.calls.get(msg.task_id), msg.stream, msg.data)
         elif isinstance(msg, Item):
@@ -179,13 +198,33 @@ class WorkerChannel:
 
     def attach(self, link: Link) -> None:
         self.link = link
+        self._fds = shm.FdInbox(link.fd_socket) if link.fd_socket is not None else None
+
+    def _attach_shared(self, msg: Result) -> Result | None:
+        """Map the result buffers the worker passed in shared memory; None (the worker is lost) if
+        they did not come."""
+        try:
+            if self._fds is None:
+                raise ConnectionError("the worker announced shared buffers and shares no memory with us")
+            fds = self._fds.take(msg.task_id, msg.shared, block=False)
+        except OSError as exc:
+            self._broken(f"shared-memory buffers of task {msg.task_id}: {exc}")
+            return None
+        buffers = list(msg.buffers)
+        for i, fd in fds.items():
+            try:
+                buffers[i] = shm.map_file(fd, msg.buffer_sizes[i])
+            finally:
+                os.close(fd)
+        return replace(msg, buffers=tuple(buffers))
 
     def _write(self, data: bytes) -> None:
         if self.link is not None:
             self.link.write(data)
 
     async def handshake(self, *, skyhive_version: str, python_version: str) -> Welcome:
-        self._write(self.conn.hello(skyhive_version, python_version))
+        self._write(self.conn.hello(skyhive_version, python_version,
+                                    cache_bytes=self.cache.capacity if self.cache is not None else 0))
         return await self._welcomed
 
     def send(self, task_id: int, prep: Prepared, options: dict[str, Any] | None,
@@ -213,10 +252,18 @@ class WorkerChannel:
                 known.clear()  # the worker clears its cache at the same count
             known.add(prep.fn_id)
             fn_bytes = prep.fn_bytes
-        msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args,
-                     buffer_sizes=tuple(memoryview(b).nbytes for b in prep.buffers), batch=prep.batch,
-                     options=options_)
+        sizes = tuple(memoryview(b).nbytes for b in prep.buffers)
+        keys, cached = b"", ()
+        if self.cache is not None and sizes and max(sizes) >= self.cache_min:
+            keys, cached = self._by_reference(prep.content_keys(self.cache_min), sizes)
+        msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args, buffer_sizes=sizes,
+                     batch=prep.batch, options=options_, buffer_keys=keys, cached=cached)
+        if self._fds is not None and sizes and max(sizes) >= shm.SHARE_MIN:
+            msg = self._share(msg, prep, task_id, cached)
         call = Call(task_id, future, options, prep.fn_name)
+        call.shared = msg.shared
+        if cached:
+            call.cached, call.buffers = cached, prep.buffers
         if options and options.get("capture"):
             call.outputs = []
         if not self._send(msg):
@@ -230,13 +277,69 @@ class WorkerChannel:
                        fn=prep.fn_name, items=prep.items)
         return call
 
+    def _share(self, msg: Submit, prep: Prepared, task_id: int, cached: tuple[int, ...]) -> Submit:
+        """Pass the large buffers not sent by reference in shared memory (made once per call)."""
+        assert self._fds is not None
+        indices = [i for i, size in enumerate(msg.buffer_sizes)
+                   if size >= shm.SHARE_MIN and i not in cached][: shm.MAX_SHARED]
+        if not indices:
+            return msg
+        try:
+            fds = [prep.shared.fd(i, prep.buffers[i]) for i in indices]
+            shm.send_fds(self._fds.sock, task_id, indices, fds, close=False)
+        except OSError as exc:  # (no memfd, socket full or gone): the pipe carries them instead
+            log.debug("node %d worker %d: no shared memory for task %d (%s)", self.node, self.local_rank,
+                      task_id, exc)
+            return msg
+        return replace(msg, shared=tuple(indices))
+
+    def _by_reference(self, keys: bytes, sizes: tuple[int, ...]) -> tuple[bytes, tuple[int, ...]]:
+        """The Submit's `buffer_keys` and `cached`: keyed buffers this worker holds go by reference;
+        the others will be held once sent (the index mirrors the worker's LRU, see `protocol.cache`)."""
+        index = self.cache
+        assert index is not None
+        cached = []
+        for i, size in enumerate(sizes):
+            key = keys[i * KEY_SIZE : (i + 1) * KEY_SIZE]
+            if key == NO_KEY:
+                continue
+            if index.touch(key):
+                cached.append(i)
+        for i, size in enumerate(sizes):
+            key = keys[i * KEY_SIZE : (i + 1) * KEY_SIZE]
+            if key != NO_KEY and i not in cached:
+                index.add(key, size)
+        return keys, tuple(cached)
+
+    def _resend(self, msg: Missing) -> None:
+        """The worker does not hold buffers we sent by reference: send them now (a miss costs a round
+        trip, never an error). Written through the link's buffer: this path is rare."""
+        call = self.calls.get(msg.task_id)
+        if call is None or self.lost_reason is not None or self.link is None:
+            return
+        if not set(msg.indices) <= set(call.cached):
+            self._broken(f"worker asked again for buffers {msg.indices} of task {msg.task_id}, "
+                         f"which were not sent by reference")
+            return
+        log.debug("node %d worker %d: content cache miss for task %d, buffers %s",
+                  self.node, self.local_rank, msg.task_id, msg.indices)
+        try:
+            for header, piece in self.conn.send_buffers(msg.task_id, call.buffers, only=msg.indices):
+                self.link.writelines([header, piece])
+        except ProtocolError as exc:
+            self._broken(f"protocol error while sending buffers: {exc}")
+        call.buffers = ()
+
     async def send_buffers(self, task_id: int, buffers: Sequence[Any]) -> None:
-        """Send a task's out-of-band buffers, chunk by chunk (other frames may go between chunks)."""
+        """Send a task's out-of-band buffers, chunk by chunk (other frames may go between chunks);
+        those the worker holds in its content cache are not sent."""
         assert self.link is not None
         if self.lost_reason:
             return
+        call = self.calls.get(task_id)
+        skip = (*call.cached, *call.shared) if call is not None else ()
         try:
-            for header, piece in self.conn.send_buffers(task_id, buffers):
+            for header, piece in self.conn.send_buffers(task_id, buffers, skip=skip):
                 if self.lost_reason:
                     return
                 await self.link.write_direct([header, piece])

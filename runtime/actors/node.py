@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
+from ...errors import WorkerRestarted
 from ...protocol.info import ENV_VAR, RESTART_ENV
 from ...providers.base import NodeHandle, ProvisionError
 from ..events.types import NodeProgress, NodeStateChanged, WorkerStateChanged
@@ -44,6 +45,21 @@ log = logging.getLogger("skyhive.node")
 __all__ = ["NodeActor", "describe_exit"]
 
 WORKER_ARGV = ("-m", "skyhive.runtime.worker")
+
+
+#: Errors a worker's start-up raises that a restart cannot cure (a restarted rank is refused by its
+#: framework plugin every time): the node is given up at once, with this as the cause.
+FINAL_START_ERRORS: tuple[type[BaseException], ...] = (WorkerRestarted,)
+
+
+def _final_cause(exc: BaseException | None) -> BaseException | None:
+    """The error in `exc`'s chain of causes that no restart can cure, if any."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, FINAL_START_ERRORS):
+            return exc
+        exc, seen = exc.__cause__, seen + 1
+    return None
 
 
 def describe_exit(code: int | None) -> str:
@@ -74,6 +90,7 @@ class NodeActor:
         self.processes: list[WorkerProcess | None] = [None] * total
         self.starts = [0] * total  # worker processes started per index (restarts = starts - 1)
         self.stopping = False
+        self.failure: BaseException | None = None  # why the node was given up (raised from by callers)
 
     def __repr__(self) -> str:
         return f"<NodeActor {self.index} {self.state.value} workers={sum(c is not None and c.usable for c in self.channels)}>"
@@ -172,6 +189,7 @@ class NodeActor:
         losses: deque[float] = deque()
         first = True
         while not self.stopping:
+            cause: BaseException | None = None
             try:
                 channel = await self._start_worker(rank)
             except Exception as exc:
@@ -179,9 +197,15 @@ class NodeActor:
                     failures.append(exc)
                     ready.set()
                     return
+                if self.stopping:  # the pool closed while this worker restarted: stop() ended it
+                    return
                 reason = f"restart failed: {exc}"
                 log.error("node %d worker %d: %s", self.index, rank, reason)
-                channel = None
+                channel, cause = None, exc
+                final = _final_cause(exc)
+                if final is not None:  # the same refusal would come back at every restart
+                    self._give_up(rank, f"it cannot be restarted: {type(final).__name__}: {final}", final)
+                    return
             if first:
                 first = False
                 ready.set()
@@ -194,12 +218,14 @@ class NodeActor:
             while losses and losses[0] < now - settings.restart_window:
                 losses.popleft()
             if len(losses) > settings.max_restarts:
-                self._give_up(rank, f"{len(losses)} worker losses within {settings.restart_window:.0f} s")
+                self._give_up(rank, f"{reason} ({len(losses)} worker losses within {settings.restart_window:.0f} s)",
+                              _final_cause(cause) or cause)
                 return
             await anyio.sleep(min(settings.restart_backoff * 2 ** (len(losses) - 1), 5.0))
 
-    def _give_up(self, rank: int, why: str) -> None:
+    def _give_up(self, rank: int, why: str, cause: BaseException | None = None) -> None:
         log.error("node %d: giving up on worker %d (%s); the node is marked failed", self.index, rank, why)
+        self.failure = self.failure or cause
         if self.state not in (NodeState.FAILED, NodeState.TERMINATING, NodeState.TERMINATED):
             self.move(NodeState.FAILED, detail=f"worker {rank}: {why}")
         self.ctx.slots_changed()
@@ -210,7 +236,8 @@ class NodeActor:
         info = ctx.infos[(self.index, rank % self.ranks)]
         ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="starting")
         channel = WorkerChannel(node=self.index, local_rank=rank % self.ranks, log_=ctx.log,
-                                on_output=ctx.deliver_output)
+                                on_output=ctx.deliver_output, cache_bytes=ctx.settings.cache_bytes,
+                                cache_min=ctx.settings.cache_min)
         env = {**ctx.worker_env, ENV_VAR: info.to_json()}
         # how often this worker was restarted: plugins that form process groups refuse to re-join one
         env[RESTART_ENV] = str(self.starts[rank])
@@ -294,9 +321,13 @@ class NodeActor:
         self.stopping = True
         if self.state is NodeState.READY:
             self.move(NodeState.DRAINING)
-        for channel in self.channels:
+        for rank, channel in enumerate(self.channels):
             if channel is not None:
                 channel.shutdown()
+            elif self.processes[rank] is not None and self.processes[rank].returncode is None:
+                # a worker still starting (a restart under way) has no task and would not hear a
+                # Shutdown: end it now rather than wait `timeout` for it
+                self.processes[rank].kill()
         with anyio.move_on_after(timeout):
             for proc in self.processes:
                 if proc is not None:

@@ -62,7 +62,8 @@ class PoolRuntime:
                                 accelerator=accelerator, cpus=cpus, memory_gb=memory_gb, allocation=allocation,
                                 spot=spot)
         secrets = frozenset(image.secret_values()) if image is not None else frozenset()
-        self.log = EventLog(self.pool_id, path=pool_log_path(self.pool_id) if log_events else None, secrets=secrets)
+        self.log = EventLog(self.pool_id, path=pool_log_path(self.pool_id) if log_events else None, secrets=secrets,
+                            output_limit=settings.log_output_limit)
         self.infos: dict[tuple[int, int], InstanceInfo] = {}
         self.router = OutputRouter(self.log, output, self.infos, multi_process=processes_per_node > 1)
         self.handles: dict[int, NodeHandle] = {}  # node -> handle, once the node runs
@@ -219,11 +220,14 @@ class PoolRuntime:
                     break
                 await self._slots_changed.wait()
                 self._check_open()
+        states = self.log.state.nodes
         raise WorkerLost(
-            f"no worker of pool {self.pool_id} is available "
-            f"({', '.join(f'node {n.index}: {n.state.value}' for n in self.nodes)})",
+            f"no worker of pool {self.pool_id} is available ("
+            + ", ".join(f"node {n.index}: {n.state.value}"
+                        + (f" ({states[n.index].detail})" if n.state is NodeState.FAILED and states[n.index].detail else "")
+                        for n in self.nodes) + ")",
             node=-1,
-        )
+        ) from next((n.failure for n in self.nodes if n.failure is not None), None)
 
     def _all_channels_nowait(self) -> list[WorkerChannel] | None:
         channels: list[WorkerChannel] = []
@@ -231,7 +235,7 @@ class PoolRuntime:
             if n.state is not NodeState.READY:
                 detail = self.log.state.nodes[n.index].detail
                 raise WorkerLost(f"node {n.index} of pool {self.pool_id} is {n.state.value}"
-                                 + (f" ({detail})" if detail else ""), node=n.index)
+                                 + (f" ({detail})" if detail else ""), node=n.index) from n.failure
             for c in n.rank_channels():
                 if c is None or not c.usable:
                     return None
@@ -316,9 +320,12 @@ class PoolRuntime:
         loop = asyncio.get_running_loop()
         sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]] = []
         try:
-            for channel in channels:
-                fut: asyncio.Future[Result] = loop.create_future()
-                sent.append((channel, self.send(channel, prep, options, fut), fut))
+            try:
+                for channel in channels:
+                    fut: asyncio.Future[Result] = loop.create_future()
+                    sent.append((channel, self.send(channel, prep, options, fut), fut))
+            finally:
+                prep.shared.close()  # passed to every worker (each holds its own reference now)
             with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 if prep.buffers:
                     await self._send_buffers([(c, call.task_id) for c, call, _ in sent], prep.buffers)

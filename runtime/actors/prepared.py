@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from ...protocol.cache import NO_KEY
 from ..serialize import INBAND_MAX, dump_args, dump_function_cached, dump_value
+from ..transport.shm import SharedFiles
+from ..keys import content_key
 
-__all__ = ["Prepared"]
+__all__ = ["Prepared", "map_batches", "BATCH_BYTES"]
 
 
 class Prepared:
@@ -20,7 +23,8 @@ class Prepared:
     (`fn_in_buffer`), with every call, so that it never makes a message frame large (see
     `protocol.codec.MAX_MESSAGE`); `buffers` then starts with it."""
 
-    __slots__ = ("fn_id", "fn_bytes", "args", "buffers", "fn_name", "batch", "kind", "items", "fn_in_buffer")
+    __slots__ = ("fn_id", "fn_bytes", "args", "buffers", "fn_name", "batch", "kind", "items", "fn_in_buffer",
+                 "_keys", "shared")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                  kind: str = "call", fn_name: str | None = None) -> None:
@@ -36,6 +40,24 @@ class Prepared:
     def _set_args(self, args: bytes, buffers: list[Any]) -> None:
         self.args = args
         self.buffers = [self.fn_bytes, *buffers] if self.fn_in_buffer else buffers
+        self._keys: tuple[int, bytes] | None = None
+        self.shared = SharedFiles()  # its large buffers in shared memory, for Local workers
+
+    def content_keys(self, min_size: int) -> bytes:
+        """One content key per buffer (`protocol.cache.NO_KEY` for those under `min_size` bytes),
+        concatenated; b"" when no buffer is that large. Computed once, whatever the number of workers."""
+        if self._keys is None or self._keys[0] != min_size:
+            sizes = [memoryview(b).nbytes for b in self.buffers]
+            keys = b""
+            if any(size >= min_size for size in sizes):
+                keys = b"".join(
+                    NO_KEY if size < min_size
+                    else self.fn_id if i == 0 and self.fn_in_buffer  # the function's content key
+                    else content_key(b)
+                    for i, (b, size) in enumerate(zip(self.buffers, sizes))
+                )
+            self._keys = (min_size, keys)
+        return self._keys[1]
 
     @property
     def args_nbytes(self) -> int:
@@ -57,3 +79,23 @@ class Prepared:
         prep._set_args(*dump_value(chunk, "map items"))
         prep.batch, prep.kind, prep.items = True, "call", len(chunk)
         return prep
+
+
+#: Upper bound on one pickled `map` batch: large items make smaller batches, so a batch neither
+#: holds a worker's pipe for long nor makes one worker take a disproportionate share.
+BATCH_BYTES = 8 * 1024 * 1024
+
+
+def map_batches(template: Prepared, items: list[Any], size: int) -> Iterator[tuple[int, Prepared]]:
+    """(start, pickled batch) for `map`: at most `size` items, and at most about `BATCH_BYTES` once
+    pickled — a batch found larger is pickled again with fewer items, and later batches start from
+    that smaller count."""
+    start = 0
+    while start < len(items):
+        prep = template.with_chunk(items[start:start + size])
+        nbytes = prep.args_nbytes
+        if nbytes > BATCH_BYTES and prep.items > 1:
+            size = max(1, prep.items * BATCH_BYTES // nbytes)
+            continue
+        yield start, prep
+        start += prep.items

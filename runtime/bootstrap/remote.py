@@ -135,7 +135,9 @@ class _Progress:
 
 
 def _probe_command(candidates: list[str], rt_rel: str, env_rel: str) -> str:
-    lines = ['echo "home=$HOME"', 'echo "uid=$(id -u)"']
+    # skyhive's directory on the node (runtime, environments, sockets, logs) is private, like the client's
+    lines = ['(umask 077 && mkdir -p "$HOME/.skyhive") && chmod 700 "$HOME/.skyhive"',
+             'echo "home=$HOME"', 'echo "uid=$(id -u)"']
     check = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
     for c in candidates:
         q = shlex.quote(c)

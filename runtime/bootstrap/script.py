@@ -5,7 +5,9 @@
 Output protocol (stdout, line by line): `::step NAME` when a step starts, `::cached` when the
 directory was already complete, `::done JSON` at the end, `::error STEP: MESSAGE` before a non-zero
 exit; anything else is the output of the commands run. stdin is a lifeline: when it closes (the
-client went away or cancelled), the whole process group is killed.
+client went away or cancelled), the command being run is killed (each runs in a process group of its
+own), the directory being built is removed — a cancelled bootstrap leaves no half-built environment —
+and then the whole process group is killed.
 
 - action "runtime": unpack the wheels in `src` into `dir` (`.ready` written last; atomic rename).
 - action "env": under an exclusive lock on `dir.lock`, unless `dir/.ready` exists: move uploaded
@@ -36,6 +38,11 @@ def fail(step, message, code=3):
     sys.exit(code)
 
 
+#: What the lifeline undoes: the running command (its process group) and the directories being built.
+RUNNING = []
+BUILDING = []
+
+
 def lifeline():
     try:
         while os.read(0, 4096):
@@ -43,6 +50,14 @@ def lifeline():
     except OSError:
         pass
     try:
+        for proc in list(RUNNING):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        for path in list(BUILDING):
+            shutil.rmtree(path, ignore_errors=True)
         os.killpg(0, signal.SIGKILL)
     finally:
         os._exit(137)
@@ -52,15 +67,24 @@ def run(step, argv, *, cwd=None, env=None, shell=False):
     """Run a command, streaming its output; on failure stop with its last lines in the error."""
     tail = []
     proc = subprocess.Popen(argv, cwd=cwd, env=env, shell=shell, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    RUNNING.append(proc)
+    try:
+        tail = _stream(proc, tail)
+    finally:
+        RUNNING.remove(proc)
+    code = proc.wait()
+    if code != 0:
+        fail(step, f"exit status {code}; last output:\n" + "\n".join(tail))
+
+
+def _stream(proc, tail):
     for raw in proc.stdout:
         line = raw.decode(errors="replace").rstrip("\n")
         say(line)
         tail.append(line)
         del tail[:-40]
-    code = proc.wait()
-    if code != 0:
-        fail(step, f"exit status {code}; last output:\n" + "\n".join(tail))
+    return tail
 
 
 def runtime(spec):
@@ -103,6 +127,7 @@ def env(spec):
         say("::cached")
         return
     shutil.rmtree(final, ignore_errors=True)
+    BUILDING.extend(p for p in (final, incoming) if p)
     os.makedirs(final)
     ok = False
     try:
@@ -113,6 +138,7 @@ def env(spec):
             shutil.rmtree(final, ignore_errors=True)
         if incoming:
             shutil.rmtree(incoming, ignore_errors=True)
+        BUILDING.clear()
 
 
 def build(spec, final, incoming):

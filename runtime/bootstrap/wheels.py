@@ -23,7 +23,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..events.log import state_dir
+from ...paths import private_dir
 
 __all__ = ["RuntimeWheels", "runtime_wheels", "RUNTIME_DISTS"]
 
@@ -145,7 +145,7 @@ def _dist_wheel(name: str, cache: Path) -> Path:
 
 def runtime_wheels(cache: Path | None = None) -> RuntimeWheels:
     """The wheels to ship (built or repacked on first use, then cached). Blocking: call in a thread."""
-    cache = cache or state_dir() / "wheels"
+    cache = cache or private_dir("wheels")
     with _lock:  # the nodes of a pool ask at once: build once
         return _runtime_wheels(cache)
 

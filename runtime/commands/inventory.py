@@ -30,7 +30,7 @@ from ...protocol.info import ENV_VAR
 from ...providers.base import ProvisionError
 from ...providers.registry import from_description
 from ..actors.lifecycle import NodeState, check_transition
-from ..events.log import state_dir
+from ...paths import state_dir
 from ..events.state import PoolState, apply
 from ..events.types import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
 from ..onnode.procfs import proc_stat

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import os
 import time
 from collections import deque
@@ -17,11 +16,20 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-import anyio
-from anyio.streams.memory import MemoryObjectSendStream
-
-from .state import PoolState, fold
-from .types import Event, NodeStateChanged, OutputChunk, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
+from ...paths import private_dir, state_dir
+from .state import PoolState, count_output, fold
+from .stream import EVENTS_MAX_BUFFER, EventStream
+from .types import (
+    Event,
+    NodeStateChanged,
+    OutputCapped,
+    OutputChunk,
+    PoolStarted,
+    PoolStopped,
+    WorkerStateChanged,
+    from_json,
+    to_json,
+)
 
 __all__ = ["EventLog", "state_dir", "pool_log_path", "read_log", "REDACTED"]
 
@@ -32,53 +40,71 @@ REDACTED = "***"
 WRITE_DELAY = 0.1
 #: Events kept in memory for late `events(replay=True)` subscribers; the file keeps everything.
 MEMORY_EVENTS = 10_000
+#: Characters of output events waiting to be written after which the file is written at once.
+WRITE_CHARS = 4 * 1024 * 1024
 # Events after which the file is flushed at once (so a crashed client's pool can be found and cleaned).
 _FLUSH_NOW = (PoolStarted, PoolStopped, NodeStateChanged, WorkerStateChanged)
 
 
-def state_dir() -> Path:
-    """skyhive's state directory: `$SKYHIVE_HOME`, else `$XDG_STATE_HOME/skyhive`, else `~/.skyhive`."""
-    if env := os.environ.get("SKYHIVE_HOME"):
-        return Path(env)
-    if xdg := os.environ.get("XDG_STATE_HOME"):
-        return Path(xdg) / "skyhive"
-    return Path.home() / ".skyhive"
-
-
 def pool_log_path(pool_id: str) -> Path:
+    """Where a pool's log lives (`state_dir()/pools/<pool>.jsonl`; the directory is not created)."""
     return state_dir() / "pools" / f"{pool_id}.jsonl"
 
 
 def read_log(path: str | os.PathLike[str]) -> Iterator[Event]:
-    """The events in a JSONL log file, in order (a torn last line, from a crash, is skipped)."""
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.endswith("\n"):
-                yield from_json(line)
+    """The events in a JSONL log file, in order.
+
+    A torn last line (a client killed while appending: no newline, perhaps cut inside a multi-byte
+    character) is skipped. Any other line that is not an event raises `ValueError` naming the file
+    and the line.
+    """
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, 1):
+            if not raw.endswith(b"\n"):
+                return  # the torn last line
+            try:
+                event = from_json(raw.decode("utf-8"))
+            except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+                raise ValueError(f"{os.fspath(path)}:{number}: not an event ({type(exc).__name__}: {exc})") from exc
+            yield event
 
 
 class EventLog:
     """One pool's log. Not thread-safe: used from the pool's event loop only."""
 
-    def __init__(self, pool_id: str, *, path: Path | None, secrets: frozenset[str] = frozenset()) -> None:
+    def __init__(self, pool_id: str, *, path: Path | None, secrets: frozenset[str] = frozenset(),
+                 output_limit: int | None = None) -> None:
         self.pool_id = pool_id
         self.path = path
+        self.output_limit = output_limit  # characters of task output logged at most (None: no limit)
+        self.output_logged = 0
         self._state = PoolState()
         self._unfolded: list[Event] = []
+        self._chunks_unfolded = 0  # output events are only counted when folded: not kept for it
         self._unwritten: list[Event] = []
+        self._unwritten_chars = 0
         self._flush_scheduled = False
         self.recent: deque[Event] = deque(maxlen=MEMORY_EVENTS)
         self._secrets = tuple(sorted((s for s in secrets if s), key=len, reverse=True))
         self._seq = 0
-        self._subscribers: list[MemoryObjectSendStream[Event]] = []
+        self._closed = False
+        self._subscribers: list[EventStream] = []
         self._file: IO[str] | None = None
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if path.parent == state_dir() / "pools":
+                private_dir("pools")
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             self._file = os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 16)
 
     def __repr__(self) -> str:
         return f"<EventLog {self.pool_id} events={self._seq} subscribers={len(self._subscribers)}>"
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The secret values this log redacts, longest first."""
+        return self._secrets
 
     def redact(self, text: str) -> str:
         """`text` with every secret value replaced by `***`."""
@@ -93,6 +119,9 @@ class EventLog:
         if self._unfolded:
             self._state = fold(self._unfolded, self._state)
             self._unfolded = []
+        if self._chunks_unfolded:
+            self._state = count_output(self._state, self._chunks_unfolded, self._seq - 1)
+            self._chunks_unfolded = 0
         return self._state
 
     def _redact_value(self, value: Any) -> Any:
@@ -114,22 +143,50 @@ class EventLog:
             fields_ = {k: self._redact_value(v) for k, v in fields_.items()}
         event = cls(pool_id=self.pool_id, seq=self._seq, ts=time.time(), **fields_)
         self._seq += 1
-        self._unfolded.append(event)
-        if not isinstance(event, OutputChunk):  # output text is for pool.output() and the file, not memory
+        output = isinstance(event, OutputChunk)
+        if output:  # output text is for pool.output() and the file, not memory: only counted
+            self._chunks_unfolded += 1
+        else:
+            self._unfolded.append(event)
             self.recent.append(event)
         if self._file is not None:
             self._unwritten.append(event)
-            if isinstance(event, _FLUSH_NOW) or len(self._unwritten) >= 4096:
+            if output:
+                self._unwritten_chars += len(event.text)  # type: ignore[attr-defined]
+            if (isinstance(event, _FLUSH_NOW) or len(self._unwritten) >= 4096
+                    or self._unwritten_chars >= WRITE_CHARS):
                 self.flush()
             elif not self._flush_scheduled:
                 self._schedule_flush()
         if self._subscribers:
-            for sub in self._subscribers:
-                try:
-                    sub.send_nowait(event)
-                except anyio.BrokenResourceError:
-                    pass
+            for sub in list(self._subscribers):
+                if not sub.put(event):
+                    self._unsubscribe(sub)
         return event
+
+    def log_output(self, *, task: int, node: int, local_rank: int, stream: str, text: str) -> None:
+        """Record task output as an `OutputChunk`, up to the pool's `output_limit` characters in all.
+
+        The chunk that crosses the limit is logged up to it, followed by one `OutputCapped` marker;
+        later output is not logged (the caller still hands it to the terminal and `pool.output()`).
+        """
+        limit = self.output_limit
+        if limit is None:
+            self.emit(OutputChunk, task=task, node=node, local_rank=local_rank, stream=stream, text=text)
+            return
+        room = limit - self.output_logged
+        if room <= 0:
+            return
+        if len(text) > room:
+            self.output_logged = limit
+            if room:
+                self.emit(OutputChunk, task=task, node=node, local_rank=local_rank, stream=stream, text=text[:room])
+            self.emit(OutputCapped, limit=limit, task=task, node=node, local_rank=local_rank, stream=stream)
+            log.warning("pool %s: its log now holds %d characters of task output (log_output_limit); later "
+                        "output goes to the terminal and pool.output() only", self.pool_id, limit)
+            return
+        self.output_logged += len(text)
+        self.emit(OutputChunk, task=task, node=node, local_rank=local_rank, stream=stream, text=text)
 
     def _schedule_flush(self) -> None:
         try:
@@ -140,21 +197,22 @@ class EventLog:
         self._flush_scheduled = True
         loop.call_later(WRITE_DELAY, self.flush)
 
-    async def subscribe(self, *, replay: bool = False) -> AsyncIterator[Event]:
-        """Events from now on (with `replay`, first those still in memory), until the log closes."""
-        send, receive = anyio.create_memory_object_stream[Event](math.inf)
+    def subscribe(self, *, replay: bool = False, max_buffer: int = EVENTS_MAX_BUFFER) -> EventStream:
+        """An `EventStream` of the events from now on (with `replay`, first those still in memory),
+        registered at once, until the log closes (see `events/stream.py`)."""
+        stream = EventStream(max_buffer, self._unsubscribe)
         if replay:
             for event in self.recent:
-                send.send_nowait(event)
-        self._subscribers.append(send)
-        try:
-            async with receive:
-                async for event in receive:
-                    yield event
-        finally:
-            if send in self._subscribers:
-                self._subscribers.remove(send)
-            send.close()
+                stream.put(event)
+        if self._closed:
+            stream.end()
+        else:
+            self._subscribers.append(stream)
+        return stream
+
+    def _unsubscribe(self, stream: EventStream) -> None:
+        if stream in self._subscribers:
+            self._subscribers.remove(stream)
 
     def flush(self) -> None:
         """Write every pending event to the file, and flush it."""
@@ -163,13 +221,15 @@ class EventLog:
             return
         if self._unwritten:
             pending, self._unwritten = self._unwritten, []
+            self._unwritten_chars = 0
             self._file.write("".join([to_json(e) + "\n" for e in pending]))
         self._file.flush()
 
     def close(self) -> None:
-        """Flush and close the file; end every subscriber's iteration."""
+        """Flush and close the file; end every subscriber's iteration (after what it holds)."""
+        self._closed = True
         for sub in self._subscribers:
-            sub.close()
+            sub.end()
         self._subscribers.clear()
         if self._file is not None:
             self.flush()

@@ -15,6 +15,7 @@ from .types import (
     Event,
     NodeProgress,
     NodeStateChanged,
+    OutputCapped,
     OutputChunk,
     PoolStarted,
     PoolStopped,
@@ -24,7 +25,7 @@ from .types import (
     WorkerStateChanged,
 )
 
-__all__ = ["WorkerRecord", "NodeRecord", "PoolState", "apply", "fold", "reduce_apply"]
+__all__ = ["WorkerRecord", "NodeRecord", "PoolState", "apply", "fold", "reduce_apply", "count_output"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,7 @@ class PoolState:
     tasks_cancelled: int = 0
     tasks_lost: int = 0
     output_chunks: int = 0
+    output_capped: bool = False  # the log's output reached log_output_limit (an OutputCapped event)
     last_seq: int = -1
 
     @property
@@ -113,6 +115,8 @@ def apply(state: PoolState, ev: Event) -> PoolState:
         return _evolve(state, **{counter: getattr(state, counter) + 1})
     if isinstance(ev, OutputChunk):
         return _evolve(state, output_chunks=state.output_chunks + 1)
+    if isinstance(ev, OutputCapped):
+        return _evolve(state, output_capped=True)
     if isinstance(ev, NodeStateChanged):
         changes: dict[str, object] = {"state": ev.state, "detail": ev.detail}
         if ev.addr:
@@ -171,6 +175,12 @@ def fold(events: Iterable[Event], initial: PoolState | None = None) -> PoolState
     if last is not None and state.last_seq != last.seq:
         state = _evolve(state, last_seq=last.seq)
     return state
+
+
+def count_output(state: PoolState, chunks: int, last_seq: int) -> PoolState:
+    """`state` after `chunks` OutputChunk events, the last numbered `last_seq` (what folding them
+    gives: output events only count, so the log need not keep them to fold them later)."""
+    return _evolve(state, output_chunks=state.output_chunks + chunks, last_seq=max(state.last_seq, last_seq))
 
 
 def _bump(state: PoolState, counts: dict[str, int]) -> PoolState:

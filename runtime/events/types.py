@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "Event",
+    "OutputCapped",
     "PoolStarted",
     "PoolStopped",
     "NodeStateChanged",
@@ -144,11 +145,25 @@ class OutputChunk(Event):
     text: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputCapped(Event):
+    """The log holds no more task output: `limit` characters of it were logged (the pool's
+    `log_output_limit`); what came after (from task `task` on `node` onwards) went to the terminal,
+    `pool.output()` and `capture=True` only."""
+
+    kind: ClassVar[str] = "output_capped"
+    limit: int
+    task: int
+    node: int
+    local_rank: int
+    stream: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
         PoolStarted, PoolStopped, NodeStateChanged, NodeProgress, WorkerStateChanged,
-        TaskSubmitted, TaskStarted, TaskFinished, OutputChunk,
+        TaskSubmitted, TaskStarted, TaskFinished, OutputChunk, OutputCapped,
     )
 }
 

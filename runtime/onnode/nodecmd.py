@@ -21,7 +21,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from ..events.log import state_dir
+from ...paths import private_dir, state_dir
 from .context import instance_info
 from .procfs import proc_stat
 
@@ -38,10 +38,10 @@ def work_root(pool_id: str) -> Path:
 
 def prepare(pool_id: str, archive: bytes | None) -> str:
     """Create this node's working directory, unpack `archive` (a tar.gz of the workdir) into it."""
-    path = work_root(pool_id) / f"node-{instance_info().node}"
+    path = private_dir("work", pool_id) / f"node-{instance_info().node}"
     if path.exists():
         shutil.rmtree(path)
-    path.mkdir(parents=True, mode=0o700)
+    path.mkdir(mode=0o700)
     if archive:
         with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
             tar.extractall(path, filter="data")

@@ -1,6 +1,7 @@
 """Where task output goes: the event log, `pool.output()` subscribers, and the caller's terminal.
 
-Every `Output` frame becomes one `OutputChunk` event (always), one `OutputRecord` for each
+Every `Output` frame becomes one `OutputChunk` event (until the pool's `log_output_limit`: see
+`EventLog.log_output`), one `OutputRecord` for each
 `pool.output()` subscriber, and — if the node is selected by the call's or the pool's `output=` —
 lines printed with a `[node N]` prefix. Selection (`output=`) takes the same forms as the
 worker-side decorators: "all", "head", a node index, a tuple of node indexes, a predicate on
@@ -14,6 +15,12 @@ ours, so the paused workers' heartbeat clocks are kept fresh. A subscriber that 
 `stall_timeout` seconds while over its mark is detached, and its next read raises `OutputStalled`
 (so a forgotten iterator cannot stall the pool forever, and the loss is never silent). Pools with
 no subscriber never pause.
+
+Secrets. In a pool whose image has secrets, a secret split across `Output` frames (a partial write
+and a flush, one character per write, a write longer than one frame's piece) is redacted too: the
+end of each piece that could begin a secret is held back until the stream's next piece or the end of
+the task (`output/redact.py`), so the log, the subscribers, `capture=True` and the terminal only
+ever see text in which every secret is whole, and redacted.
 """
 
 from __future__ import annotations
@@ -32,8 +39,8 @@ from ...errors import OutputStalled
 from ...protocol.info import InstanceInfo
 from ...protocol.messages import STDERR
 from ..events.log import EventLog
-from ..events.types import OutputChunk
 from .printer import PARTIAL_DELAY, TerminalPrinter
+from .redact import NOTHING_HELD, StreamRedactor
 from .selection import OutputSpec, selector
 
 if TYPE_CHECKING:
@@ -95,6 +102,8 @@ class OutputRouter:
         self._default_cache: dict[tuple[int, int], bool] = {}
         self._infos = infos
         self._printer = printer if printer is not None else TerminalPrinter(multi_process=multi_process)
+        # with secrets, a secret split across Output frames must not pass: see output/redact.py
+        self._redactor = StreamRedactor(log.secrets) if log.secrets else None
         self._subscribers: list[_Queue] = []
         self._paused: dict[WorkerChannel, None] = {}  # channels whose reading we paused, in order
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -123,18 +132,37 @@ class OutputRouter:
     # ---- delivering --------------------------------------------------------------------------------
 
     def deliver(self, channel: WorkerChannel, call: Call | None, stream: int, text: str) -> None:
-        node, rank = channel.node, channel.local_rank
+        redactor = self._redactor
+        if redactor is not None:
+            key = (channel.node, channel.local_rank, stream)
+            owner = redactor.owner(key)
+            if owner is not NOTHING_HELD and owner is not call:  # the previous task's held tail goes first
+                self._release(key)
+            text = redactor.feed(key, call, text)
+            if not text:
+                return
+        self._deliver(channel, channel.node, channel.local_rank, call, stream, text)
+
+    def _release(self, key: tuple[int, int, int]) -> None:
+        assert self._redactor is not None
+        held = self._redactor.release(key)
+        if held is not None:
+            call, text = held
+            self._deliver(None, key[0], key[1], call, key[2], text)  # type: ignore[arg-type]
+
+    def _deliver(self, channel: WorkerChannel | None, node: int, rank: int, call: Call | None, stream: int,
+                 text: str) -> None:
         name = _NAMES.get(stream, "stdout")
         task = call.task_id if call is not None else 0
-        event = self._log.emit(OutputChunk, task=task, node=node, local_rank=rank, stream=name, text=text)
-        text = event.text  # redacted
+        # (with secrets, `text` was redacted by the StreamRedactor; the log redacts what it logs again)
+        self._log.log_output(task=task, node=node, local_rank=rank, stream=name, text=text)
         self.records += 1
         if self._subscribers:
-            record = OutputRecord(node, rank, name, text, event.ts, task)
+            record = OutputRecord(node, rank, name, text, time.time(), task)
             over = False
             for sub in self._subscribers:
                 over = sub.put(record) or over
-            if (over or self._paused) and not self._draining:
+            if (over or self._paused) and not self._draining and channel is not None:
                 self._pause(channel)
         if call is not None and call.outputs is not None:
             call.outputs.append((stream, text))
@@ -164,7 +192,11 @@ class OutputRouter:
         self._printer = TerminalPrinter(multi_process=False, enabled=False)
 
     def flush(self, node: int, rank: int) -> None:
-        """Print what is left of a partial line (at the end of a task)."""
+        """The end of a task: pass on what was held back for secrets, print what is left of a partial line."""
+        if self._redactor is not None:
+            for key in self._redactor.keys():
+                if key[0] == node and key[1] == rank:
+                    self._release(key)
         try:
             self._printer.end(node, rank)
         except Exception as exc:
@@ -265,6 +297,9 @@ class OutputRouter:
 
     def close(self) -> None:
         """The pool closed: print what is left, end every subscriber (after what it holds), resume links."""
+        if self._redactor is not None:
+            for key in self._redactor.keys():
+                self._release(key)
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+import socket
 from typing import Any, Protocol
 
 __all__ = ["Receiver", "Link", "WorkerProcess", "CommandResult", "Transport"]
@@ -31,6 +32,10 @@ class Receiver(Protocol):
 
 class Link(Protocol):
     """A connected byte pipe to one worker process."""
+
+    #: A Unix socket beside the pipe that passes memory files (large buffers in shared memory, see
+    #: `shm`), or None when the worker does not share this machine's memory.
+    fd_socket: socket.socket | None
 
     def write(self, data: bytes | memoryview) -> None: ...
     def writelines(self, pieces: Sequence[bytes | memoryview]) -> None: ...

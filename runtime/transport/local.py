@@ -13,6 +13,7 @@ import fcntl
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING
 from ...providers.base import LocalReach, NodeHandle
 from .base import CommandResult, Receiver, Transport, WorkerProcess
 from .registry import register_transport
+from .shm import ENV_VAR as SHM_ENV_VAR
+from .shm import socket_pair
 
 if TYPE_CHECKING:
     from ..actors.context import NodeContext
@@ -97,7 +100,9 @@ class _StderrLogger(asyncio.Protocol):
 
 
 class _PipeLink:
-    def __init__(self, writer: asyncio.WriteTransport, wproto: _Writer, reader: asyncio.ReadTransport) -> None:
+    def __init__(self, writer: asyncio.WriteTransport, wproto: _Writer, reader: asyncio.ReadTransport,
+                 fd_socket: socket.socket | None = None) -> None:
+        self.fd_socket = fd_socket
         self._w = writer
         self._wproto = wproto
         self._r = reader
@@ -182,6 +187,8 @@ class _PipeLink:
     def close_all(self) -> None:
         self._w.close()
         self._r.close()
+        if self.fd_socket is not None:
+            self.fd_socket.close()
 
 
 class LocalWorker(WorkerProcess):
@@ -225,7 +232,10 @@ async def _kill_and_reap(proc: asyncio.subprocess.Process) -> None:
 
 
 class LocalTransport(Transport):
-    """Runs workers and commands on this machine with this interpreter."""
+    """Runs workers and commands on this machine with this interpreter. Large buffers to and from
+    its workers travel in shared memory (`shm`), passed over a socket pair made with each worker."""
+
+    share_memory = True
 
     def __init__(self, python: str | None = None, cwd: str | None = None,
                  redact: Callable[[str], str] | None = None, build_env: bool = False) -> None:
@@ -247,19 +257,27 @@ class LocalTransport(Transport):
         to_child_r, to_child_w = _pipe()
         from_child_r, from_child_w = _pipe()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        mine, theirs = socket_pair() if self.share_memory else (None, None)
+        extra = {SHM_ENV_VAR: str(theirs.fileno())} if theirs is not None else {}
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=to_child_r, stdout=from_child_w, stderr=err_w,
-                env={**os.environ, **self.worker_env, **env}, cwd=self.cwd, start_new_session=True,
+                env={**os.environ, **self.worker_env, **env, **extra}, cwd=self.cwd, start_new_session=True,
+                pass_fds=(theirs.fileno(),) if theirs is not None else (),
             )
         except BaseException:
             # (a cancellation here can leave a started child behind only if asyncio itself does;
             # its own handling kills the child it could not hand over)
             for fd in (to_child_r, to_child_w, from_child_r, from_child_w, err_r, err_w):
                 os.close(fd)
+            for sock in (mine, theirs):
+                if sock is not None:
+                    sock.close()
             raise
         for fd in (to_child_r, from_child_w, err_w):
             os.close(fd)
+        if theirs is not None:
+            theirs.close()
         files = [open(from_child_r, "rb", 0), open(to_child_w, "wb", 0), open(err_r, "rb", 0)]
         transports: list[asyncio.BaseTransport] = []
         try:
@@ -278,9 +296,11 @@ class LocalTransport(Transport):
                 t.close()
             for f in files:
                 f.close()
+            if mine is not None:
+                mine.close()
             await _kill_and_reap(proc)
             raise
-        return LocalWorker(proc, _PipeLink(writer, wproto, reader), err)
+        return LocalWorker(proc, _PipeLink(writer, wproto, reader, mine), err)
 
     async def run(self, command: str, *, env: Mapping[str, str] | None = None, timeout: float | None = None) -> CommandResult:
         proc = await asyncio.create_subprocess_shell(

@@ -67,6 +67,8 @@ def srun_argv(reach: SlurmReach, argv: Sequence[str], env: Mapping[str, str] | N
 class SrunTransport(LocalTransport):
     """Mode 1: srun runs on this machine; the worker's pipes are srun's (see the module docstring)."""
 
+    share_memory = False  # the worker runs on a Slurm node, maybe another machine
+
     def __init__(self, reach: SlurmReach, *, redact: Any = None) -> None:
         super().__init__(python=reach.python, cwd=reach.cwd, redact=redact)
         self.reach = reach

@@ -73,6 +73,7 @@ class _PipeSession(asyncssh.SSHClientSession):  # type: ignore[misc]
 
 
 class _ChannelLink:
+    fd_socket = None  # a worker on another machine: no shared memory
     """A `Link` over one SSH exec channel."""
 
     def __init__(self, chan: Any, session: _PipeSession) -> None:

@@ -20,11 +20,13 @@ import logging
 import os
 import select
 import signal
+import socket
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import cloudpickle
@@ -36,6 +38,7 @@ from ...protocol import (
     Hello,
     Item,
     Message,
+    Missing,
     Output,
     Ping,
     Pong,
@@ -47,10 +50,13 @@ from ...protocol import (
     Submit,
     Welcome,
 )
+from ...protocol.cache import KEY_SIZE, NO_KEY
 from ...protocol.messages import PROTOCOL_VERSION, STDERR, STDOUT
 from ..onnode.context import set_instance_info
 from ..onnode.setup import FN_CACHE_LIMIT, python_version, skyhive_version
 from ..serialize import dump_exception, dump_inline, dump_value, load_value
+from ..transport import shm
+from .bufcache import MemfdStore
 from .capture import FLUSH_DELAY, FdPump, Flusher, TaskStream
 
 log = logging.getLogger("skyhive.worker")
@@ -102,6 +108,12 @@ class Worker:
         self.app_stack = contextlib.ExitStack()
         self.task_hooks: list[Any] = []
         self.setup_info: Any = None
+        self.failure: str | None = None  # why reading from the client failed (a protocol error)
+        # shared memory with a client on this machine (the Local transport): memfds pass over this
+        self.fds: shm.FdInbox | None = None
+        if (shm_fd := os.environ.pop(shm.ENV_VAR, None)) is not None:
+            os.set_inheritable(int(shm_fd), False)  # not for the processes tasks start
+            self.fds = shm.FdInbox(socket.socket(fileno=int(shm_fd)))
 
     # ---- writing -----------------------------------------------------------------------------------
 
@@ -148,8 +160,10 @@ class Worker:
             pass  # the client is gone; the reader thread ends the process
 
     def send_result(self, msg: Result, buffers: list[Any]) -> None:
+        if self.fds is not None and buffers:
+            msg = self._share(msg, buffers)
         self.send(msg)
-        for header, piece in self.conn.send_buffers(msg.task_id, buffers):
+        for header, piece in self.conn.send_buffers(msg.task_id, buffers, skip=msg.shared):
             with self.write_lock:
                 self._write([header, piece])
 
@@ -189,9 +203,11 @@ class Worker:
                 self.dispatch(msg)
             return True
         except ProtocolError as exc:
-            log.error("protocol error from the client: %s", exc)
+            self.failure = f"protocol error from the client: {exc}"
+            log.error("%s", self.failure)
         except OSError as exc:
-            log.error("reading from the client failed: %s", exc)
+            self.failure = f"reading from the client failed: {exc}"
+            log.error("%s", self.failure)
         finally:
             self.read_lock.release()
         return False
@@ -210,13 +226,54 @@ class Worker:
             if not self.poll(block=False):
                 self.abandon()  # the client is gone: nothing can reach us any more
 
+    def _share(self, msg: Result, buffers: list[Any]) -> Result:
+        """Large result buffers go to the client in shared memory (see `transport.shm`)."""
+        assert self.fds is not None
+        indices = [i for i, b in enumerate(buffers) if memoryview(b).nbytes >= shm.SHARE_MIN][: shm.MAX_SHARED]
+        if not indices:
+            return msg
+        fds = [shm.share(buffers[i]) for i in indices]
+        shm.send_fds(self.fds.sock, msg.task_id, indices, fds)
+        return replace(msg, shared=tuple(indices))
+
+    def _attach_shared(self, sub: Submit) -> Submit:
+        """Map the buffers of `sub` the client passed in shared memory (kept in the content cache
+        when keyed); raises ConnectionError if they were not passed."""
+        if self.fds is None and sub.shared:
+            raise ConnectionError(f"task {sub.task_id} announced shared buffers, and this worker has no "
+                                  "shared-memory socket")
+        buffers = list(sub.buffers)
+        store = self.conn.store
+        for i in sub.cached:
+            if buffers[i] is None:  # an earlier Submit brought it in shared memory (see Connection)
+                key = sub.buffer_keys[i * KEY_SIZE : (i + 1) * KEY_SIZE]
+                buffers[i] = store.lookup(key, sub.buffer_sizes[i]) if store is not None else None
+                if buffers[i] is None:
+                    raise ConnectionError(f"task {sub.task_id}: buffer {i}, passed in shared memory for an "
+                                          "earlier task, is no longer held")
+        for i, fd in (self.fds.take(sub.task_id, sub.shared) if sub.shared else {}).items():
+            size = sub.buffer_sizes[i]
+            key = sub.buffer_keys[i * KEY_SIZE : (i + 1) * KEY_SIZE] if sub.buffer_keys else NO_KEY
+            if store is not None and key != NO_KEY:
+                buffers[i] = store.keep_file(key, fd, size)
+            else:
+                try:
+                    buffers[i] = shm.map_file(fd, size)
+                finally:
+                    os.close(fd)
+        return replace(sub, buffers=tuple(buffers))
+
     def dispatch(self, msg: Message) -> None:
         if isinstance(msg, Submit):
+            if msg.shared or (msg.cached and None in msg.buffers):
+                msg = self._attach_shared(msg)
             self.pending.append(msg)
         elif isinstance(msg, Ping):
             self.send(Pong(nonce=msg.nonce))
         elif isinstance(msg, Cancel):
             self.cancel(msg.task_id)
+        elif isinstance(msg, Missing):  # the content cache lacks a buffer a Submit sent by reference
+            self.send(msg)
         elif isinstance(msg, Hello):
             self.handshake(msg)
         elif isinstance(msg, Shutdown):
@@ -233,6 +290,8 @@ class Worker:
                 self._write(self.conn.refusal(self._welcome(error)))
             log.error("%s", error)
             self.abandon(1)
+        if hello.cache_bytes > 0 and self.conn.store is None:
+            self.conn.store = MemfdStore(hello.cache_bytes)
         self.send(self._welcome(""))
 
     def _welcome(self, error: str) -> Welcome:
@@ -262,17 +321,23 @@ class Worker:
             self.cancel_requested = None
             raise TaskCancelled()
 
-    def abandon(self, code: int = 0) -> None:
-        """The client is gone: end this process and everything its tasks started.
+    def abandon(self, code: int | None = None) -> None:
+        """The client is gone (or spoke garbage): end this process and everything its tasks started.
 
-        Also called by the flusher thread (the client went away while a task runs). Only the main
-        thread may change a signal's handler; from another thread our own SIGTERM may end this
-        process before `_exit` does, which is just as good.
+        The exit status is `code`, else 1 after a protocol or read error, else 0 (the client closed
+        its pipe). Only a process group this worker leads is killed — the one its transport made
+        for it (`start_new_session`, `setsid`); started inside someone else's group (a shell
+        script's), it kills nothing but itself. Also called by the flusher thread (the client went
+        away while a task runs). Only the main thread may change a signal's handler; from another
+        thread our own SIGTERM may end this process before `_exit` does, which is just as good.
         """
+        if code is None:
+            code = 1 if self.failure else 0
         try:
-            if threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            os.killpg(os.getpgid(0), signal.SIGTERM)
+            if os.getpgid(0) == os.getpid():
+                if threading.current_thread() is threading.main_thread():
+                    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                os.killpg(os.getpid(), signal.SIGTERM)
         except OSError:
             pass
         os._exit(code)

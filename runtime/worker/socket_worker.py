@@ -199,9 +199,11 @@ class SocketWorker(Worker):
         try:
             return self._service(timeout)
         except ProtocolError as exc:
-            log.error("protocol error from the client: %s", exc)
+            self.failure = f"protocol error from the client: {exc}"
+            log.error("%s", self.failure)
         except OSError as exc:
-            log.error("serving %s failed: %s", self.path, exc)
+            self.failure = f"serving {self.path} failed: {exc}"
+            log.error("%s", self.failure)
         return False
 
     def _service(self, timeout: float | None) -> bool:
@@ -388,6 +390,8 @@ class SocketWorker(Worker):
                 pass
         self.abandon(code)
 
-    def abandon(self, code: int = 0) -> None:
-        """End the process as a detached worker does (see `leave`)."""
+    def abandon(self, code: int | None = None) -> None:
+        """End the process as a detached worker does (see `leave`): status 1 after a protocol error."""
+        if code is None:
+            code = 1 if self.failure else 0
         leave(self.path, code, log.info)

@@ -7,8 +7,9 @@ Needs root. Layout of one :class:`NetnsHosts` (``TOKEN`` is random, recorded wit
 - host ``i`` (1-based): namespace ``skyhive-<TOKEN>-<i>`` with ``lo`` up and ``eth0`` = ``10.213.X.(i+1)/24``,
   the peer of ``skyv<TOKEN>-<i>`` in the bridge; hostname ``skyhive-node-<i>`` (own UTS namespace for its sshd);
   ``/etc/netns/<ns>/hosts`` maps every node's hostname to its address (gloo resolves its own hostname),
-  ``/etc/netns/<ns>/resolv.conf`` has no nameserver, ``/etc/netns/<ns>/passwd`` gives the test user a home
-  of its own on that host; an sshd on ``<address>:22``, same login user and client key as everywhere.
+  ``/etc/netns/<ns>/resolv.conf`` has no nameserver; each host's sshd logs in an account of its own whose
+  home is that host's directory (no bind-mounted /etc/passwd: see ``sshd.ensure_user``); an sshd on
+  ``<address>:22``, the same client key as everywhere.
 
 No default route, no NAT, IPv4 forwarding untouched: the hosts reach only each other and the bridge
 address. Creation is serialised with a file lock (it races on bridges and subnets); a record under
@@ -39,7 +40,6 @@ from .sshd import (
     _which,
     infra_lock,
     make_home,
-    passwd_with_home,
 )
 
 __all__ = [
@@ -383,7 +383,7 @@ class NetnsHosts:
             host_dir.mkdir(mode=0o755)
             home = host_dir / "home"
             if self.per_host_home:
-                make_home(home, self.env.user)
+                make_home(home, None)  # the host's sshd makes an account whose home it is
             else:
                 home = self.env.user.home
             self._write_etc(ns, hostname, address, home, list(zip(hostnames, addresses, strict=True)))
@@ -417,8 +417,6 @@ class NetnsHosts:
         if os.path.exists("/etc/resolv.conf"):
             # no nameserver: a lookup never leaves the namespace (glibc falls back to its own loopback)
             (etc / "resolv.conf").write_text("# skyhive test host: no DNS\noptions timeout:1 attempts:1\n")
-        if self.per_host_home:
-            (etc / "passwd").write_text(passwd_with_home(self.env.user.name, home))
         for p in etc.iterdir():
             p.chmod(0o644)
 
@@ -431,6 +429,7 @@ class NetnsHosts:
         for h in self.hosts:
             try:
                 h.sshd.stop(timeout)
+                h.sshd.release_account()
             except Exception as e:  # keep tearing down; report at the end
                 errors.append(f"{h.netns}: {e}")
         if self._record is not None:

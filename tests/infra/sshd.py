@@ -22,8 +22,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import itertools
 import os
 import pwd
+import re
 import shlex
 import shutil
 import signal
@@ -44,12 +46,12 @@ __all__ = [
     "Sshd",
     "check_sshd_support",
     "ensure_user",
+    "drop_user",
+    "cleanup_stale_users",
     "generate_client_key",
     "generate_host_key",
     "cleanup_stale_dirs",
-    "passwd_with_home",
     "make_home",
-    "mount_namespaces_supported",
     "find_free_port",
     "known_hosts_line",
     "process_alive",
@@ -58,7 +60,11 @@ __all__ = [
     "infra_lock",
 ]
 
-DEFAULT_USER = "skyhive-test"
+# Each test run (process) logs in as an account of its own, made for it and removed at its end, so two
+# suites on one machine never share an account, a home, its processes or a replaced /etc/passwd entry.
+USER_PREFIX = "skyt"
+DEFAULT_USER = f"{USER_PREFIX}{os.getpid()}"
+_ACCOUNTS = itertools.count(1)  # servers with a home of their own: skyt<pid>s<n>
 LOCK_PATH = "/run/lock/skyhive-test-infra.lock" if os.path.isdir("/run/lock") else "/tmp/skyhive-test-infra.lock"
 # Process names of OpenSSH per-connection processes (9.8+ splits them into sshd-session/sshd-auth).
 _SESSION_COMMS = frozenset({"sshd", "sshd-session", "sshd-auth"})
@@ -304,20 +310,62 @@ def _shadow_field(name: str) -> str | None:
     return None
 
 
-def ensure_user(name: str = DEFAULT_USER, shell: str = "/bin/bash") -> TestUser:
-    """Create (if missing) and unlock a non-root login user with a home directory. Idempotent and
-    serialised with other test processes. The user is kept after the run (re-used next time)."""
+def _kill_user_processes(name: str) -> None:
+    pkill = _which("pkill", "/usr/bin/pkill")
+    if pkill:
+        subprocess.run([pkill, "-KILL", "-u", name], stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+
+
+def drop_user(name: str) -> None:
+    """Remove a test account made by `ensure_user`: its processes (SIGKILL), the account, its home."""
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        return
+    if pw.pw_uid == 0 or not name.startswith(USER_PREFIX):
+        raise RuntimeError(f"refusing to remove account {name!r}: not a test account")
+    _kill_user_processes(name)
+    userdel = _which("userdel", "/usr/sbin/userdel") or "userdel"
+    subprocess.run([userdel, "--force", "--remove", name], stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    shutil.rmtree(pw.pw_dir, ignore_errors=True)
+
+
+def cleanup_stale_users() -> list[str]:
+    """Remove the accounts of test runs that no longer exist (``skyt<pid>[s<n>]``, no such process)."""
+    removed = []
+    for pw in pwd.getpwall():
+        m = re.fullmatch(rf"{USER_PREFIX}(\d+)(?:s\d+)?", pw.pw_name)
+        if m and _proc_stat(int(m.group(1))) is None:
+            drop_user(pw.pw_name)
+            removed.append(pw.pw_name)
+    return removed
+
+
+def ensure_user(name: str = DEFAULT_USER, shell: str = "/bin/bash", home: str | os.PathLike | None = None) -> TestUser:
+    """Create (if missing) and unlock a non-root login user with a home directory (`home`, whose tree
+    is given to the user, or a new one under /home). Idempotent and serialised with other test
+    processes. `drop_user` (called by `SshTestEnv.close` and `Sshd.close`) removes it again.
+
+    The home is the account's own entry in /etc/passwd, not a bind-mounted copy of that file: another
+    run's useradd/userdel rewrites /etc/passwd, which silently drops such a mount in every mount
+    namespace (the kernel detaches mounts on a replaced file) — sessions then saw the wrong home."""
     if os.geteuid() != 0:
         raise InfraUnavailable("creating the test login user needs root")
     if not os.access(shell, os.X_OK):
         shell = "/bin/sh"
     with infra_lock():
+        cleanup_stale_users()
         try:
             pw = pwd.getpwnam(name)
         except KeyError:
             useradd = _which("useradd", "/usr/sbin/useradd") or "useradd"
-            _run([useradd, "--create-home", "--user-group", "--shell", shell, name], what=f"useradd {name}")
+            where = ["--home-dir", str(home), "--no-create-home"] if home is not None else ["--create-home"]
+            _run([useradd, *where, "--user-group", "--shell", shell, name], what=f"useradd {name}")
             pw = pwd.getpwnam(name)
+            if home is not None:
+                for root, dirs, files in os.walk(home):
+                    for entry in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                        os.lchown(entry, pw.pw_uid, pw.pw_gid)
         if pw.pw_uid == 0:
             raise RuntimeError(f"test user {name!r} has uid 0; refusing to use root as the test user")
         field = _shadow_field(name)
@@ -377,49 +425,20 @@ def cleanup_stale_dirs(base_dir: str | os.PathLike | None = None) -> list[Path]:
     return removed
 
 
-def make_home(path: str | os.PathLike, user: TestUser) -> Path:
-    """A fresh 0755 home directory owned by ``user``, with /etc/skel's files like a new account's."""
+def make_home(path: str | os.PathLike, user: TestUser | None) -> Path:
+    """A fresh 0755 home directory owned by ``user`` (None: by root until an account takes it, see
+    `ensure_user(home=...)`), with /etc/skel's files like a new account's."""
     home = Path(path)
     home.mkdir(mode=0o755)
     home.chmod(0o755)
     if os.path.isdir("/etc/skel"):
         shutil.copytree("/etc/skel", home, dirs_exist_ok=True, symlinks=True)
+    if user is None:
+        return home
     for root, dirs, files in os.walk(home):
         for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
             os.lchown(name, user.uid, user.gid)
     return home
-
-
-def passwd_with_home(user: str, home: str | os.PathLike) -> str:
-    """/etc/passwd with ``user``'s home directory replaced (to bind-mount over /etc/passwd)."""
-    lines = []
-    with open("/etc/passwd") as f:
-        for line in f:
-            parts = line.rstrip("\n").split(":")
-            if len(parts) == 7 and parts[0] == user:
-                parts[5] = str(home)
-                line = ":".join(parts) + "\n"
-            lines.append(line)
-    return "".join(lines)
-
-
-_mount_ns_supported: bool | None = None
-
-
-def mount_namespaces_supported() -> bool:
-    """Whether ``unshare --mount`` and a bind mount work here (not in a container without CAP_SYS_ADMIN)."""
-    global _mount_ns_supported
-    if _mount_ns_supported is None:
-        unshare = _which("unshare", "/usr/bin/unshare")
-        ok = False
-        if unshare:
-            proc = subprocess.run(
-                [unshare, "--mount", "--propagation", "private", "--", "mount", "--bind", "/etc/passwd", "/etc/passwd"],
-                stdin=subprocess.DEVNULL, capture_output=True, timeout=10,
-            )  # fmt: skip
-            ok = proc.returncode == 0
-        _mount_ns_supported = ok
-    return _mount_ns_supported
 
 
 @dataclass
@@ -435,19 +454,24 @@ class SshTestEnv:
     @classmethod
     def create(cls, user: str = DEFAULT_USER, base_dir: str | os.PathLike | None = None) -> SshTestEnv:
         check_sshd_support()
-        test_user = ensure_user(user)
         cleanup_stale_dirs(base_dir)
         directory = _make_public_dir(f"skyhive-ssh-{os.getpid()}-", base_dir)
         try:
             key = generate_client_key(directory)
-            home = make_home(directory / "home", test_user)
+            home = make_home(directory / "home", None)
+            test_user = ensure_user(user, home=home if user == DEFAULT_USER else None)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
-        return cls(user=test_user, client_key=key, dir=directory, base_dir=directory, home=home)
+        return cls(user=test_user, client_key=key, dir=directory, base_dir=directory, home=test_user.home)
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+        if self.user.name == DEFAULT_USER:  # this run's own accounts (not one a caller named)
+            with infra_lock():
+                for pw in pwd.getpwall():
+                    if re.fullmatch(rf"{DEFAULT_USER}(?:s\d+)?", pw.pw_name):
+                        drop_user(pw.pw_name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -515,14 +539,13 @@ class Sshd:
         self.pid_path = self.dir / "sshd.pid"
         self.authorized_keys_path = self.dir / "authorized_keys"
         self.known_hosts_path = self.dir / "known_hosts"
-        self.passwd_path = self.dir / "passwd"
-        # The login user's home as its sessions see it. Outside a namespace host, a home other than the
-        # system one is given by bind-mounting a copy of /etc/passwd in sshd's own mount namespace;
-        # where mount namespaces are not allowed, the system home is used.
+        # The login user's home as its sessions see it. A home other than the run's own gets a login
+        # account of its own whose home it is (see `ensure_user`: no bind-mounted /etc/passwd).
         self.home = Path(home) if home is not None else env.home
-        self._override_passwd = netns is None and self.home != env.user.home
-        if self._override_passwd and not mount_namespaces_supported():
-            self.home, self._override_passwd = env.user.home, False
+        self._own_user: str | None = None
+        if self.home != env.user.home:
+            self._own_user = f"{env.user.name}s{next(_ACCOUNTS)}"
+            self.user = ensure_user(self._own_user, home=self.home).name
         self.host_key_path: Path | None = None
         self.host_public_key: str = ""
         self._proc: subprocess.Popen | None = None
@@ -612,9 +635,6 @@ class Sshd:
             self.host_key_path, self.host_public_key = generate_host_key(self.dir)
         self.authorized_keys_path.write_text(self.env.client_key.public_line + "\n")
         self.authorized_keys_path.chmod(0o644)
-        if self._override_passwd:
-            self.passwd_path.write_text(passwd_with_home(self.user, self.home))
-            self.passwd_path.chmod(0o644)
         if not self._fixed_port and not self.port:
             self.port = find_free_port(self.host)
         self._write_config(sshd)
@@ -628,15 +648,11 @@ class Sshd:
 
     def _argv(self, sshd: str) -> list[str]:
         argv = [sshd, "-D", "-e", "-f", str(self.config_path)]
-        # sshd's own UTS namespace (its hostname) and/or mount namespace (its /etc/passwd, for the
-        # user's home); every step execs, so the pid stays sshd's
+        # sshd's own UTS namespace (its hostname); every step execs, so the pid stays sshd's
         flags, steps = [], []
         if self.hostname:
             flags.append("--uts")
             steps.append(f"echo {shlex.quote(self.hostname)} > /proc/sys/kernel/hostname")
-        if self._override_passwd:
-            flags += ["--mount", "--propagation", "private"]
-            steps.append(f"mount --bind {shlex.quote(str(self.passwd_path))} /etc/passwd")
         if steps:
             argv = ["unshare", *flags, "--", "sh", "-c", " && ".join(steps) + ' && exec "$@"', "sh", *argv]
         if self.netns:
@@ -776,8 +792,16 @@ class Sshd:
         try:
             self.stop()
         finally:
+            self.release_account()
             if self._own_dir:
                 shutil.rmtree(self.dir, ignore_errors=True)
+
+    def release_account(self) -> None:
+        """Remove the login account made for this server's own home, if any (after `stop`)."""
+        if self._own_user is not None:
+            with infra_lock():
+                drop_user(self._own_user)
+            self._own_user = None
 
     def _close_log(self) -> None:
         if self._log_file is not None:

@@ -1,0 +1,118 @@
+"""`MemfdStore`: the worker's content cache of large buffers, in anonymous memory files.
+
+Each keyed buffer arrives into its own memfd (no name anywhere: it lives as long as a descriptor or a
+mapping of it does, so nothing is left behind by a killed worker). Once complete it is held by its
+descriptor, least recently used first out when the byte budget is exceeded. A task never sees the
+held pages directly: it gets a private (copy-on-write) mapping of the file, so reading costs no copy,
+and a task that writes into its argument (`arr += 1`) changes its own pages only — the cached
+content, and the next task's argument, stay what the client sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from collections import OrderedDict
+from typing import Any
+
+from ...protocol.cache import BufferStore
+from ..transport.shm import map_file
+
+log = logging.getLogger("skyhive.worker.cache")
+
+__all__ = ["MemfdStore"]
+
+
+class MemfdStore(BufferStore):
+    """An LRU of memfd-backed buffers, at most `capacity` bytes held (see the module docstring)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self.hits = 0
+        self.misses = 0
+        self._held: OrderedDict[bytes, tuple[int, int]] = OrderedDict()  # key -> (fd, size)
+        self._arriving: dict[int, int] = {}  # id(mapping) -> fd of a buffer still being filled
+
+    def __repr__(self) -> str:
+        return f"<MemfdStore {len(self._held)} buffers, {self.used}/{self.capacity} bytes>"
+
+    def statistics(self) -> dict[str, int]:
+        return {"buffers": len(self._held), "bytes": self.used, "capacity": self.capacity,
+                "hits": self.hits, "misses": self.misses}
+
+    def lookup(self, key: bytes, size: int) -> Any | None:
+        entry = self._held.get(key)
+        if entry is None or entry[1] != size:
+            self.misses += 1
+            return None
+        self._held.move_to_end(key)
+        self.hits += 1
+        return _private(entry[0], size)
+
+    def allocate(self, size: int) -> Any:
+        fd = os.memfd_create("skyhive-buffer", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            mapping = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._arriving[id(mapping)] = fd
+        return mapping
+
+    def keep(self, key: bytes, buffer: Any) -> Any:
+        fd = self._arriving.pop(id(buffer))
+        size = len(buffer)
+        if size > self.capacity or key in self._held:
+            if key in self._held:
+                self._held.move_to_end(key)
+            os.close(fd)  # the mapping keeps the file alive for this task alone
+            return buffer
+        try:
+            buffer.close()  # the task gets a private mapping instead
+        except BufferError:  # still exported somewhere: harmless, it goes with its last view
+            pass
+        self._held[key] = (fd, size)
+        self.used += size
+        self._evict()
+        return _private(fd, size)
+
+    def keep_file(self, key: bytes, fd: int, size: int) -> Any:
+        """`keep` for a buffer that arrived as a whole memory file (shared memory from a client on
+        this machine): the store takes `fd` over, no copy."""
+        if size > self.capacity or key in self._held or size == 0:
+            if key in self._held:
+                self._held.move_to_end(key)
+            try:
+                return _private(fd, size) if size else bytearray()
+            finally:
+                os.close(fd)
+        self._held[key] = (fd, size)
+        self.used += size
+        self._evict()
+        return _private(fd, size)
+
+    def _evict(self) -> None:
+        while self.used > self.capacity:
+            _, (old_fd, old_size) = self._held.popitem(last=False)
+            os.close(old_fd)  # pages go once no task maps them any more
+            self.used -= old_size
+
+    def close(self) -> None:
+        """Drop everything held."""
+        while self._held:
+            _, (fd, _size) = self._held.popitem()
+            os.close(fd)
+        while self._arriving:
+            os.close(self._arriving.popitem()[1])
+        self.used = 0
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _private(fd: int, size: int) -> Any:
+    """A copy-on-write mapping of the file: reads share its pages, writes stay in this mapping."""
+    return map_file(fd, size)
