@@ -52,3 +52,31 @@ def test_seeded_delays_repeat() -> None:
     assert a == sky.Simulated(nodes_latency=(0.0, 0.01), seed=4).delays(50)
     assert a != sky.Simulated(nodes_latency=(0.0, 0.01), seed=5).delays(50)
     assert all(0.0 <= d <= 0.01 for d in a)
+
+
+def _one() -> int:
+    return 1
+
+
+def test_workers_dying_mid_broadcast_raise_worker_lost_naming_one_of_them() -> None:
+    dead = {n: 1 for n in range(5, 1000, 100)}  # 1% of 1,000 nodes die at their first task
+
+    async def main() -> None:
+        async with sky.Pool(provider=sky.Simulated(die_at=dead), nodes=1000) as pool:
+            with pytest.raises(sky.WorkerLost) as caught:
+                await pool.broadcast(_one)
+            assert caught.value.node in dead
+            assert "SIGKILL" in str(caught.value)
+
+    anyio.run(main)
+
+
+def test_hung_worker_is_caught_by_heartbeats() -> None:
+    async def main() -> None:
+        async with sky.Pool(provider=sky.Simulated(hang_at={3: 1}), nodes=10,
+                            heartbeat_interval=0.1, heartbeat_timeout=0.5) as pool:
+            with pytest.raises(sky.WorkerLost, match="node 3.*no heartbeat") as caught:
+                await pool.broadcast(_one)
+            assert caught.value.node == 3
+
+    anyio.run(main)

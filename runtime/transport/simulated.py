@@ -45,6 +45,7 @@ _LOCAL_RANK = re.compile(r'"local_rank":(\d+)')
 class _SimLink:
     """The client's end of the in-memory pipe to one simulated worker (`Link`)."""
 
+    fd_socket = None  # no shared memory: buffers travel in the frames
     __slots__ = ("worker", "receiver", "inbox", "outbox", "paused", "scheduled", "closed", "loop")
 
     def __init__(self, receiver: Receiver) -> None:
