@@ -80,3 +80,21 @@ def test_hung_worker_is_caught_by_heartbeats() -> None:
             assert caught.value.node == 3
 
     anyio.run(main)
+
+
+def test_event_log_of_thousand_nodes_replays_to_the_live_state(tmp_path, monkeypatch) -> None:
+    from skyhive.runtime.events.log import EventLog
+
+    monkeypatch.setenv("SKYHIVE_HOME", str(tmp_path))
+
+    async def main() -> None:
+        async with sky.Pool(provider=sky.Simulated(), nodes=1000) as pool:
+            await pool.broadcast(_one)
+            path = pool.log_path
+        assert path is not None
+        live = pool.state
+        replayed = EventLog.replay(path)
+        assert len(replayed.nodes) == 1000
+        assert replayed == live
+
+    anyio.run(main)
