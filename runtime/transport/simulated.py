@@ -231,6 +231,11 @@ class SimulatedTransport(Transport):
             raise NodeUnreachable(f"node {self.node}: simulated node refuses connections (injected failure)",
                                   node=self.node)
 
+    def worker_info_env(self, info: Any) -> str:
+        """Only which worker this is: the worker takes the pool's own `InstanceInfo` object from the
+        node context. The whole info's JSON (every peer) per worker was quadratic in time and memory."""
+        return f'{{"node":{info.node},"local_rank":{info.local_rank}}}'
+
     def worker_python(self) -> str:
         return sys.executable
 
