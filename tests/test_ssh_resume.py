@@ -81,3 +81,52 @@ async def test_daemon_socket_is_private_and_it_exits_when_idle(sshd_host):
                 await anyio.sleep(0.1)
         assert not os.path.exists(sock)
         assert await pool.run(quick, 1) == 2  # the pool's own worker has a client: it stays
+
+
+async def test_sshd_restarted_mid_task_the_pool_resumes(make_sshd):
+    """The host's sshd itself goes away mid-task (every session with it) and comes back a moment later
+    on the same address with the same host key: the detached worker ran on, the client reconnects and
+    the task's result and every output line arrive, from the same worker process."""
+    server = make_sshd()
+    async with sky.Pool(provider=ssh_for(server), nodes=1, output=None) as pool:
+        rt = pool._runtime
+        worker_pid = rt.nodes[0].channels[0].pid
+        results: dict[str, object] = {}
+
+        async def call() -> None:
+            results["a"] = await pool.run(chatty, 100, 0.02, capture=True, timeout=90)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            await anyio.sleep(0.4)
+            await anyio.to_thread.run_sync(server.stop)
+            assert process_alive(worker_pid)  # detached from sshd: it keeps working
+            await anyio.sleep(0.5)
+            await anyio.to_thread.run_sync(server.start)
+        captured = results["a"]
+        assert captured.value == "done after 100 lines"
+        assert captured.stdout == "".join(f"line {i}\n" for i in range(100))
+        assert rt.nodes[0].channels[0].pid == worker_pid
+        assert await pool.run(quick, 1) == 2
+
+
+async def test_a_host_that_stays_gone_fails_its_node_naming_it(make_sshd):
+    """sshd stops and does not come back: after `reconnect_timeout` the call fails with `WorkerLost`
+    naming the node and the host, the node is marked failed, and the pool's close still finishes."""
+    server = make_sshd()
+    provider = ssh_for(server)
+    provider.reconnect_timeout = 3.0
+    async with sky.Pool(provider=provider, nodes=1, output=None) as pool:
+        worker_pid = pool._runtime.nodes[0].channels[0].pid
+
+        async def stop_soon() -> None:
+            await anyio.sleep(0.4)
+            await anyio.to_thread.run_sync(server.stop)
+            os.kill(worker_pid, 9)  # the host is gone: nothing of it runs on
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop_soon)
+            with pytest.raises(sky.WorkerLost) as err:
+                await pool.run(chatty, 500, 0.02, timeout=90)
+        assert "node 0" in str(err.value)
+        assert server.host in str(err.value), str(err.value)

@@ -31,6 +31,12 @@ import time
 _ESTABLISHED = "01"
 
 
+def _say(stream, text: str) -> None:
+    """One line of this command's own output (it runs as a process on the node, not as a library)."""
+    stream.write(text + "\n")
+    stream.flush()
+
+
 def established(port: int) -> int:
     """How many ESTABLISHED TCP connections have `port` as their local port (IPv4 and IPv6)."""
     count = 0
@@ -54,7 +60,7 @@ def watch(idle: float, command: str, port: int, interval: float) -> int:
         if established(port):
             last_seen = time.monotonic()
         elif time.monotonic() - last_seen >= idle:
-            print(f"watchdog: no client on port {port} for {idle:g} s: running {command!r}", flush=True)
+            _say(sys.stdout, f"watchdog: no client on port {port} for {idle:g} s: running {command!r}")
             return subprocess.call(["/bin/sh", "-c", command])
         time.sleep(interval)
 
@@ -68,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--state-dir", required=True, help="holds the lock, the pid and the log (0700)")
     args = ap.parse_args(argv)
     if args.idle <= 0 or args.interval <= 0:
-        print("watchdog: --idle and --interval must be positive", file=sys.stderr)
+        _say(sys.stderr, "watchdog: --idle and --interval must be positive")
         return 2
     os.makedirs(args.state_dir, mode=0o700, exist_ok=True)
     # named by host: a home shared between nodes (NFS) still gets one watchdog per node
@@ -79,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         pid = os.read(fd, 64).decode().strip()
-        print(json.dumps({"pid": int(pid) if pid.isdigit() else None, "already": True}), flush=True)
+        _say(sys.stdout, json.dumps({"pid": int(pid) if pid.isdigit() else None, "already": True}))
         return 0
     from .server import _daemonize
 

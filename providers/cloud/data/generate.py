@@ -65,7 +65,7 @@ def build() -> dict:
 def main() -> int:
     data = build()
     OUT.write_text(json.dumps(data, separators=(",", ":"), sort_keys=True) + "\n")
-    print(f"wrote {OUT}: {len(data['types'])} types, {len(data['regions'])} regions", file=sys.stderr)
+    sys.stderr.write(f"wrote {OUT}: {len(data['types'])} types, {len(data['regions'])} regions\n")
     return 0
 
 
