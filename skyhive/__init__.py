@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "Local": "skyhive.providers.local",
     "SSH": "skyhive.providers.ssh",
     "Slurm": "skyhive.providers.slurm",
+    "Simulated": "skyhive.providers.simulated",
     "AWS": "skyhive.providers.cloud.aws",
     "GCP": "skyhive.providers.cloud.gcp",
     "DigitalOcean": "skyhive.providers.cloud.digitalocean",
@@ -110,6 +111,7 @@ if TYPE_CHECKING:
     from skyhive.runtime.concurrency import Worker as Worker
     from skyhive.runtime.pool import Compute as Compute
     from skyhive.runtime.pool import ComputePool as ComputePool
+    from skyhive.providers.simulated import Simulated as Simulated
     from skyhive.errors import AuthenticationFailed as AuthenticationFailed
     from skyhive.errors import BootstrapError as BootstrapError
     from skyhive.errors import CloudAPIError as CloudAPIError

@@ -238,7 +238,7 @@ class NodeActor:
         channel = WorkerChannel(node=self.index, local_rank=rank % self.ranks, log_=ctx.log,
                                 on_output=ctx.deliver_output, cache_bytes=ctx.settings.cache_bytes,
                                 cache_min=ctx.settings.cache_min)
-        env = {**ctx.worker_env, ENV_VAR: info.to_json()}
+        env = {**ctx.worker_env, ENV_VAR: self.transport.worker_info_env(info)}
         # how often this worker was restarted: plugins that form process groups refuse to re-join one
         env[RESTART_ENV] = str(self.starts[rank])
         self.starts[rank] += 1

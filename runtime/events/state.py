@@ -74,14 +74,6 @@ class PoolState:
         return self.nodes[index]
 
 
-def _set_node(pool: PoolState, index: int, **changes: object) -> PoolState:
-    nodes = list(pool.nodes)
-    while len(nodes) <= index:
-        nodes.append(NodeRecord(node=len(nodes)))
-    nodes[index] = replace(nodes[index], **changes)  # type: ignore[arg-type]
-    return replace(pool, nodes=tuple(nodes))
-
-
 def _set_worker(node: NodeRecord, ev: WorkerStateChanged) -> tuple[WorkerRecord, ...]:
     workers = {w.local_rank: w for w in node.workers}
     old = workers.get(ev.local_rank, WorkerRecord(ev.local_rank))
@@ -117,18 +109,10 @@ def apply(state: PoolState, ev: Event) -> PoolState:
         return _evolve(state, output_chunks=state.output_chunks + 1)
     if isinstance(ev, OutputCapped):
         return _evolve(state, output_capped=True)
-    if isinstance(ev, NodeStateChanged):
-        changes: dict[str, object] = {"state": ev.state, "detail": ev.detail}
-        if ev.addr:
-            changes["addr"] = ev.addr
-        if ev.provider_id:
-            changes["provider_id"] = ev.provider_id
-        return _set_node(state, ev.node, **changes)
-    if isinstance(ev, NodeProgress):
-        return _set_node(state, ev.node, detail=ev.detail or ev.provider_state)
-    if isinstance(ev, WorkerStateChanged):
-        state = _set_node(state, ev.node)
-        return _set_node(state, ev.node, workers=_set_worker(state.nodes[ev.node], ev))
+    if isinstance(ev, _NODE_EVENTS):
+        nodes = list(state.nodes)
+        _apply_node(nodes, ev)
+        return _evolve(state, nodes=tuple(nodes))
     if isinstance(ev, PoolStarted):
         return replace(
             state, pool_id=ev.pool_id, provider=ev.provider, status="running", started=ev.ts,
@@ -138,6 +122,28 @@ def apply(state: PoolState, ev: Event) -> PoolState:
     if isinstance(ev, PoolStopped):
         return replace(state, status="stopped", stopped=ev.ts, error=ev.error)
     raise TypeError(f"no reducer for event type {type(ev).__name__}")
+
+
+_NODE_EVENTS = (NodeStateChanged, NodeProgress, WorkerStateChanged)
+
+
+def _apply_node(nodes: list[NodeRecord], ev: Event) -> None:
+    """Apply a node or worker event to `nodes` in place (the one place these events are reduced)."""
+    index = ev.node  # type: ignore[attr-defined]
+    while len(nodes) <= index:
+        nodes.append(NodeRecord(node=len(nodes)))
+    record = nodes[index]
+    if isinstance(ev, NodeStateChanged):
+        changes: dict[str, object] = {"state": ev.state, "detail": ev.detail}
+        if ev.addr:
+            changes["addr"] = ev.addr
+        if ev.provider_id:
+            changes["provider_id"] = ev.provider_id
+        nodes[index] = replace(record, **changes)  # type: ignore[arg-type]
+    elif isinstance(ev, NodeProgress):
+        nodes[index] = replace(record, detail=ev.detail or ev.provider_state)
+    elif isinstance(ev, WorkerStateChanged):
+        nodes[index] = replace(record, workers=_set_worker(record, ev))
 
 
 _OUTCOME_COUNTER = {"ok": "tasks_ok", "error": "tasks_failed", "cancelled": "tasks_cancelled"}
@@ -152,6 +158,7 @@ def fold(events: Iterable[Event], initial: PoolState | None = None) -> PoolState
     """
     state = initial or PoolState()
     counts: dict[str, int] = {}
+    pending: list[NodeRecord] | None = None
     last = None
     for ev in events:
         last = ev
@@ -166,10 +173,22 @@ def fold(events: Iterable[Event], initial: PoolState | None = None) -> PoolState
                 continue
             counts[key] = counts.get(key, 0) + 1
             continue
+        if isinstance(ev, _NODE_EVENTS):
+            # a run of node events edits one list: copying the node tuple per event was
+            # quadratic (a 10,000-node log replayed in 8.8 s)
+            if pending is None:
+                pending = list(state.nodes)
+            _apply_node(pending, ev)
+            continue
+        if pending is not None:
+            state = _evolve(state, nodes=tuple(pending))
+            pending = None
         if counts:
             state = _bump(state, counts)
             counts = {}
         state = apply(state, ev)
+    if pending is not None:
+        state = _evolve(state, nodes=tuple(pending))
     if counts:
         state = _bump(state, counts)
     if last is not None and state.last_seq != last.seq:

@@ -94,6 +94,11 @@ class Transport(abc.ABC):
         not answer (the node actor retries that for the provider's `connect_retry` seconds) and other
         `ProvisionError`s for what retrying cannot fix. Default: nothing to open."""
 
+    def worker_info_env(self, info: Any) -> str:
+        """The text of a worker's `COMPUTE_POOL` variable for its `InstanceInfo` `info`. Default: the
+        whole info as JSON (what `instance_info()` on the node parses)."""
+        return str(info.to_json())
+
     def worker_python(self) -> str:
         """The interpreter that runs workers on the node (bootstrap may still replace it)."""
         return "python3"

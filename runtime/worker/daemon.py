@@ -74,7 +74,15 @@ class TaskCancelled(BaseException):
 
 
 class Worker:
-    """The daemon's state. `run()` returns the process exit code."""
+    """The daemon's state. `run()` returns the process exit code.
+
+    The task-running core (`dispatch`, `execute`, `_reply`) is shared with the in-process worker of
+    simulated nodes (`skyhive.runtime.transport.simulated`), which overrides only how frames are
+    written (`_write`), how the process ends (`abandon`) and what touches the process (`_apply_env`).
+    """
+
+    #: Bytes of the reusable read buffer (0: this worker never reads a file descriptor).
+    READ_BUFFER = 1 << 20
 
     def __init__(self, fd_in: int, fd_out: int) -> None:
         self.fd_in = fd_in
@@ -85,7 +93,7 @@ class Worker:
         self.task_started = 0.0
         self.started_sent: int | None = None
         self._writing = 0
-        self._inbuf = bytearray(1 << 20)
+        self._inbuf = bytearray(self.READ_BUFFER)
         self._inview = memoryview(self._inbuf)
         self._cancel_deferred = False
         self.write_lock = threading.Lock()
@@ -448,7 +456,7 @@ class Worker:
     def _setup(self, setup: Any) -> None:
         from ..onnode.context import instance_info
 
-        os.environ.update(setup.env)
+        self._apply_env(setup.env)
         info = instance_info()
         self.setup_info = info
         for plugin in setup.plugins:
@@ -456,6 +464,10 @@ class Worker:
                 self.app_stack.enter_context(plugin.around_app(info))
             if isinstance(plugin, TaskHook):
                 self.task_hooks.append(plugin.around_task)
+
+    def _apply_env(self, env: dict[str, str]) -> None:
+        """The pool's worker environment: this process's from now on."""
+        os.environ.update(env)
 
     def _reply(self, task_id: int, ok: bool, cancelled: bool, value: Any) -> None:
         if cancelled:

@@ -1,0 +1,131 @@
+"""The control plane at the scale clusters reach: `sky.Simulated` pools of 1,000 and 10,000 nodes.
+
+    python -m bench.scale_bench --nodes 1000,10000 [--profile up]
+
+Per size, in a fresh child process (so memory is that pool's alone): pool up, one broadcast of a
+trivial function, teardown (wall time each), client memory per node (RSS growth from before the pool
+to when it is up, divided by the nodes), the event log's size and replay time, and `skyhive ls`
+(`inventory.scan`) over that log. Then time per node at each size, relative to the smallest.
+Targets (issue 14): 10k nodes up + broadcast + teardown <= 10 s; <= 20 KB per node; replay <= 2 s;
+per-node time at 10k within 1.3x of 1k. `--profile STAGE` prints a cProfile of that stage instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+
+def _rss() -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _nop() -> int:
+    return 1
+
+
+def measure(nodes: int, profile: str = "") -> dict[str, Any]:
+    """One pool of `nodes` simulated nodes, measured (run in a child process)."""
+    import cProfile
+    import pstats
+
+    import anyio
+
+    import skyhive as sky
+    from skyhive.runtime.commands.inventory import scan
+    from skyhive.runtime.events.log import EventLog
+
+    out: dict[str, Any] = {"nodes": nodes}
+    prof = cProfile.Profile()
+
+    async def main() -> None:
+        rss0 = _rss()
+        t0 = time.perf_counter()
+        if profile == "up":
+            prof.enable()
+        pool = sky.Pool(provider=sky.Simulated(), nodes=nodes)
+        await pool.__aenter__()
+        prof.disable()
+        t1 = time.perf_counter()
+        out["up_s"] = t1 - t0
+        out["bytes_per_node"] = (_rss() - rss0) / nodes
+        if profile == "broadcast":
+            prof.enable()
+        results = await pool.broadcast(_nop)
+        prof.disable()
+        assert len(results) == nodes
+        t2 = time.perf_counter()
+        out["broadcast_s"] = t2 - t1
+        out["log"] = pool.log_path
+        if profile == "down":
+            prof.enable()
+        await pool.__aexit__(None, None, None)
+        prof.disable()
+        out["down_s"] = time.perf_counter() - t2
+
+    anyio.run(main)
+    path = out.pop("log")
+    out["log_bytes"] = os.path.getsize(path) if path else 0
+    if profile == "replay":
+        prof.enable()
+    t = time.perf_counter()
+    if path:
+        EventLog.replay(path)
+    out["replay_s"] = time.perf_counter() - t
+    prof.disable()
+    if profile == "ls":
+        prof.enable()
+    t = time.perf_counter()
+    scan(include_stopped=True)
+    out["ls_s"] = time.perf_counter() - t
+    prof.disable()
+    out["total_s"] = out["up_s"] + out["broadcast_s"] + out["down_s"]
+    if profile:
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(20)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.scale_bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", default="1000,10000", help="comma-separated pool sizes")
+    ap.add_argument("--profile", default="", choices=["", "up", "broadcast", "down", "replay", "ls"])
+    ap.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(args.child, args.profile)))
+        return 0
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="skyhive-scale-") as home:
+        env = {**os.environ, "SKYHIVE_HOME": home}
+        for n in [int(x) for x in args.nodes.split(",") if x]:
+            proc = subprocess.run([sys.executable, "-m", "bench.scale_bench", "--child", str(n),
+                                   "--profile", args.profile], env=env, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                sys.stderr.write(proc.stderr)
+                return proc.returncode
+            if args.profile:
+                sys.stderr.write(proc.stderr)
+            rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    base = rows[0]["total_s"] / rows[0]["nodes"]
+    print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+    print("| nodes | up s | broadcast s | teardown s | total s | KB/node | log MB | replay s | ls s | per-node vs first |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['nodes']} | {r['up_s']:.2f} | {r['broadcast_s']:.2f} | {r['down_s']:.2f} | {r['total_s']:.2f} "
+              f"| {r['bytes_per_node'] / 1024:.1f} | {r['log_bytes'] / 1e6:.1f} | {r['replay_s']:.2f} | {r['ls_s']:.2f} "
+              f"| {r['total_s'] / r['nodes'] / base:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
