@@ -23,7 +23,7 @@ ERRORS = {
     "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
 }
 PUBLIC = {
-    "Pool", "Local", "SSH", "Slurm", "AWS", "GCP", "DigitalOcean", "Azure", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
+    "Pool", "Local", "SSH", "Slurm", "Simulated", "AWS", "GCP", "DigitalOcean", "Azure", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
     "stdout", "stderr", "silent", "OutputRecord", "Captured", "plugins", *ERRORS,
     # the seeds' spellings (docs/seeds.md)
     "ComputePool", "Compute", "function", "accelerators", "integrations", "PipIndex", "AcceleratorWarning", "Worker",
