@@ -3,7 +3,7 @@
 import os
 import sys
 
-from .daemon import serve
+from .serve import serve
 
 if __name__ == "__main__":
     code = serve()

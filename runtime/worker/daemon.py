@@ -21,10 +21,8 @@ import os
 import select
 import signal
 import socket
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -52,12 +50,11 @@ from ...protocol import (
 )
 from ...protocol.cache import KEY_SIZE, NO_KEY
 from ...protocol.messages import PROTOCOL_VERSION, STDERR, STDOUT
-from ..onnode.context import set_instance_info
 from ..onnode.setup import FN_CACHE_LIMIT, python_version, skyhive_version
 from ..serialize import dump_exception, dump_inline, dump_value, load_value
 from ..transport import shm
 from .bufcache import MemfdStore
-from .capture import FLUSH_DELAY, FdPump, Flusher, TaskStream
+from .capture import FLUSH_DELAY, Flusher, TaskStream
 
 log = logging.getLogger("skyhive.worker")
 
@@ -487,40 +484,3 @@ class Worker:
         self.send_result(Result(task_id=task_id, ok=False, value=data, error_type=type_name,
                                 error_message=message, traceback=tb), [])
 
-
-def serve(fd_in: int = 0, fd_out: int = 1, *, make_worker: Callable[[], Worker] | None = None) -> int:
-    """Set up the process (fds, streams, instance info) and run the daemon until `Shutdown`.
-
-    The protocol travels on `fd_in`/`fd_out` (pipes: the Local transport), or, with `make_worker`,
-    however the worker it makes talks (`SocketWorker`: the detached worker's Unix socket).
-    """
-    from ...protocol.info import ENV_VAR, InstanceInfo
-
-    diag = os.dup(2)
-    if make_worker is None:
-        proto_in, proto_out = os.dup(fd_in), os.dup(fd_out)
-    logging.basicConfig(
-        stream=os.fdopen(diag, "w", buffering=1), level=os.environ.get("SKYHIVE_WORKER_LOG", "WARNING"),
-        format="skyhive-worker[%(process)d] %(levelname)s %(message)s",
-    )
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    worker = Worker(proto_in, proto_out) if make_worker is None else make_worker()
-    pumps = []
-    for fd, stream, pystream in ((1, STDOUT, worker.stdout), (2, STDERR, worker.stderr)):
-        r, w = os.pipe()
-        os.dup2(w, fd)
-        os.close(w)
-        pumps.append(FdPump(r, stream, pystream, worker._output))
-    for pump in pumps:
-        pump.start()
-    sys.stdout = worker.stdout  # type: ignore[assignment]
-    sys.stderr = worker.stderr  # type: ignore[assignment]
-    if text := os.environ.get(ENV_VAR):
-        set_instance_info(InstanceInfo.from_json(text))
-    try:
-        return worker.run()
-    except BaseException:
-        log.error("worker crashed:\n%s", traceback.format_exc())
-        return 1

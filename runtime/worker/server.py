@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         _emit(sys.stdout, report)
     code = 1
     try:
-        from .daemon import serve
+        from .serve import serve
         from .socket_worker import SocketWorker
 
         worker: list[SocketWorker] = []
