@@ -7,7 +7,7 @@ of a task can read it too) and is what `skyhive.instance_info()` returns on a no
 from __future__ import annotations
 
 import json
-import socket
+import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -105,7 +105,7 @@ class InstanceInfo:
     @property
     def hostname(self) -> str:
         """This machine's host name."""
-        return socket.gethostname()
+        return os.uname().nodename  # what socket.gethostname() returns, without the socket module
 
     @property
     def worker(self) -> int:
