@@ -40,6 +40,10 @@ def main() -> None:
     assert loss.item() < first / 10, f"the loss did not go down: {first:.4f} -> {loss.item():.4f}"
     print(f"rank {rank} of {world} (node {os.environ.get('GROUP_RANK', '?')}): training complete, "
           f"loss {first:.4f} -> {loss.item():.4f}", flush=True)
+    # free DDP's reducer (and the gloo work it still holds) and wait for every rank before tearing the
+    # group down: gloo threads holding Python objects at interpreter exit can abort the process (SIGABRT)
+    del model, opt
+    dist.barrier()
     dist.destroy_process_group()
 
 
