@@ -153,25 +153,31 @@ def _teardown_record(rec: dict, *, timeout: float = 5.0) -> list[str]:
     return problems
 
 
-def cleanup_stale() -> list[str]:
-    """Remove namespaces, links and files recorded by test runs whose process is gone (e.g. killed).
-    Returns the tokens cleaned. Call under :func:`infra_lock`."""
-    cleaned = []
-    if not STATE_DIR.is_dir():
+def sweep_records(state_dir: Path, owner_alive, teardown) -> list[str]:
+    """Tear down every run recorded under `state_dir` whose owner is gone (`teardown(record)`), remove its
+    record, and `state_dir` itself once empty; the tokens cleaned. Shared by the netns and Slurm fixtures."""
+    cleaned: list[str] = []
+    if not state_dir.is_dir():
         return cleaned
-    for path in sorted(STATE_DIR.glob("*.json")):
+    for path in sorted(state_dir.glob("*.json")):
         try:
             rec = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if _record_owner_alive(rec):
+        if owner_alive(rec):
             continue
-        _teardown_record(rec)
+        teardown(rec)
         path.unlink(missing_ok=True)
         cleaned.append(rec.get("token", path.stem))
     with contextlib.suppress(OSError):
-        STATE_DIR.rmdir()  # only when empty
+        state_dir.rmdir()  # only when empty
     return cleaned
+
+
+def cleanup_stale() -> list[str]:
+    """Remove namespaces, links and files recorded by test runs whose process is gone (e.g. killed).
+    Returns the tokens cleaned. Call under :func:`infra_lock`."""
+    return sweep_records(STATE_DIR, _record_owner_alive, _teardown_record)
 
 
 def leftovers(token: str | None = None) -> list[str]:

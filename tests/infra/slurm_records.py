@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import pwd
 import signal
 import time
 from pathlib import Path
 
-from .netns import ETC_NETNS, _ip, _link_names, _netns_names, _starttime, _teardown_record
+from .netns import ETC_NETNS, _ip, _link_names, _netns_names, _starttime, _teardown_record, sweep_records
 from .sshd import InfraUnavailable, _kill, _wait_gone, _which, process_alive
 
 __all__ = ["PREFIX", "BRIDGE_PREFIX", "VETH_PREFIX", "SUBNET_PREFIX", "STATE_DIR", "LOCK_PATH",
@@ -103,22 +102,7 @@ def teardown(rec: dict, timeout: float = 5.0) -> list[str]:
 
 def cleanup_stale() -> list[str]:
     """Remove what Slurm test runs whose process is gone left behind; the tokens cleaned."""
-    cleaned: list[str] = []
-    if not STATE_DIR.is_dir():
-        return cleaned
-    for path in sorted(STATE_DIR.glob("*.json")):
-        try:
-            rec = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if _owner_alive(rec):
-            continue
-        teardown(rec)
-        path.unlink(missing_ok=True)
-        cleaned.append(rec.get("token", path.stem))
-    with contextlib.suppress(OSError):
-        STATE_DIR.rmdir()
-    return cleaned
+    return sweep_records(STATE_DIR, _owner_alive, teardown)
 
 
 def leftovers(token: str | None = None) -> list[str]:
