@@ -34,6 +34,7 @@ from ..serialize import load_value, rebuild_exception, register_user_code
 from ..settings import Settings
 from .channel import Call, WorkerChannel
 from .context import NodeContext
+from .gather import gather_or_first_failure, lost_together
 from .lifecycle import NodeState
 from .node import NodeActor
 from .prepared import Prepared
@@ -330,7 +331,9 @@ class PoolRuntime:
                 if prep.buffers:
                     await self._send_buffers([(c, call.task_id) for c, call, _ in sent], prep.buffers)
                 if len(sent) > 1:
-                    await self._wait_all_or_first_failure(sent)
+                    failed = await gather_or_first_failure([fut for _, _, fut in sent])
+                    if failed:
+                        self._raise_first_failure(sent, failed, prep.fn_name)
                 values = []
                 for channel, call, fut in sent:
                     result = await fut
@@ -347,18 +350,21 @@ class PoolRuntime:
             raise
         return values[0] if single else values
 
-    async def _wait_all_or_first_failure(self, sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]]) -> None:
-        """Wait until every task has ended, or one failed — whichever node it was on, so that a
-        failure on node 3 is raised at once even while node 0 still runs (a collective on node 0
-        waiting for the failed rank would otherwise hold the caller until it times out)."""
-        pending = {fut for _, _, fut in sent}
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for fut in done:
-                if fut.cancelled() or fut.exception() is not None or not fut.result().ok:
-                    failed = next(i for i, (_, _, f) in enumerate(sent) if f is fut)
-                    sent.insert(0, sent.pop(failed))  # raised first by the caller's loop
-                    return
+    def _raise_first_failure(self, sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]],
+                             failed: list[int], fn_name: str) -> None:
+        """Raise the failure of `sent[failed[0]]` — whichever node it was on, so that a failure on
+        node 3 is raised at once even while node 0 still runs (a collective on node 0 waiting for
+        the failed rank would otherwise hold the caller until it times out). Workers lost with it
+        are named together in one `WorkerLost` (`actors/gather.py`)."""
+        channel, call, fut = sent[failed[0]]
+        error = None if fut.cancelled() else fut.exception()
+        if isinstance(error, WorkerLost):
+            lost = [e for e in (sent[i][2].exception() for i in failed if not sent[i][2].cancelled())
+                    if isinstance(e, WorkerLost)]
+            raise lost_together(self.pool_id, fn_name, lost)
+        result = fut.result()  # a cancelled future raises CancelledError here, as awaiting it would
+        self.router.flush(channel.node, channel.local_rank)
+        self._unpack(channel, call, result)  # raises the task's error
 
     async def _send_buffers(self, targets: list[tuple[WorkerChannel, int]], buffers: list[Any]) -> None:
         if len(targets) == 1:
