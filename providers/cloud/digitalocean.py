@@ -50,6 +50,7 @@ class DigitalOcean(LibcloudProvider):
     """
 
     name: ClassVar[str] = "digitalocean"
+    resource_options = {"region": "region", "instance_type": "size", "image_id": "image"}
     error_kinds = DO_ERRORS
     state_map = {"pending": "provisioning", "running": "running", "stopped": "terminating"}
 

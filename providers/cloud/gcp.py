@@ -66,6 +66,9 @@ class GCP(LibcloudProvider):
     """
 
     name: ClassVar[str] = "gcp"
+    chooses = frozenset({"spot"})
+    resource_options = {"region": "region", "zone": "zones", "instance_type": "machine_type", "image_id": "image",
+                        "disk_size": "disk_gb"}
     error_kinds = GCE_ERRORS
     state_map = GCE_STATES
 
