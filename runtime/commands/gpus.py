@@ -13,7 +13,8 @@ from importlib import resources
 
 from ...providers.cloud import catalog
 from ...providers.registry import provider_class
-from .taskfile import TaskFileError, parse_accelerators
+from .taskfile import TaskFileError
+from .values import parse_accelerators
 
 __all__ = ["gpu_rows", "clouds"]
 

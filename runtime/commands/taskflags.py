@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from .taskfile import Task, TaskFileError, load, parse_accelerators, parse_amount, parse_env_overrides
+from .taskfile import Task, TaskFileError, load
+from .values import ENV_NAME, parse_accelerators, parse_amount, parse_env_overrides
 
 __all__ = ["add_task_flags", "task_from_args", "read_env_file", "resource_overrides"]
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NONE = "none"  # SkyPilot: "Passing "none" resets the config"
 
 
@@ -129,7 +128,7 @@ def read_env_file(path: str) -> dict[str, str]:
             text = text[len("export "):].lstrip()
         key, sep, value = text.partition("=")
         key = key.strip()
-        if not sep or not _ENV_NAME.match(key):
+        if not sep or not ENV_NAME.match(key):
             raise TaskFileError(f"--env-file {path}:{number}: expected KEY=VALUE with a valid variable name")
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
