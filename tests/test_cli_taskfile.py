@@ -172,3 +172,20 @@ def test_cli_provider_errors_are_one_clear_line(tmp_path, capsys, monkeypatch, s
     assert main(["launch", "t.yaml", "--provider", "aws"]) == 1
     assert "provider 'aws' is not available in this install" in capsys.readouterr().err
     assert not (Path(skyhive_home) / "pools").exists()  # no pool was started
+
+
+def test_file_mounts_take_the_tasks_envs_and_follow_env_overrides(tmp_path):
+    (tmp_path / "small").mkdir()
+    (tmp_path / "large").mkdir()
+    text = "envs: {SIZE: small}\nsecrets: {TOKEN: t0k}\nfile_mounts:\n  /data/$SIZE: ./${SIZE}\nrun: echo\n"
+    task = loads(text, source="t.yaml", cwd=str(tmp_path))
+    assert [(m.target, m.source) for m in task.file_mounts] == [("/data/small", str(tmp_path / "small"))]
+    bigger = task.with_overrides(env={"SIZE": "large"})  # `--env SIZE=large` moves the mount with it
+    assert [(m.target, m.source) for m in bigger.file_mounts] == [("/data/large", str(tmp_path / "large"))]
+    with pytest.raises(TaskFileError, match=r"t.yaml:4: file_mounts./data/\$SIZE: the source './\$\{SIZE\}' does not "
+                                            r"exist \(.*/huge;"):
+        task.with_overrides(env={"SIZE": "huge"})
+    # secrets are not file_mounts variables (as in SkyPilot): ${TOKEN} stays as written
+    with pytest.raises(TaskFileError, match=r"does not exist \(.*/\$\{TOKEN\};"):
+        loads("secrets: {TOKEN: t0k}\nfile_mounts:\n  /d: ./${TOKEN}\nrun: echo\n", source="t.yaml",
+              cwd=str(tmp_path))

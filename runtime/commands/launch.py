@@ -142,7 +142,7 @@ class _Launch:
         if summary:  # the machine and what the pool costs, before anything is created
             self.say(f"machines: {summary}")
         try:
-            # the resource warnings above already said what Local lacks: not a second time from Local
+            # Local warns when a pool asks for accelerators it lacks; launch checks them on the node instead
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", AcceleratorWarning)
                 async with Pool(provider=self.provider, nodes=task.num_nodes, name=self.pool_id, output="all",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -94,10 +95,29 @@ class Resources:
 @dataclass(frozen=True, slots=True)
 class FileMount:
     """One `file_mounts` entry: a local file or directory (absolute `source`) copied to `target` on every
-    node (absolute, or relative to the node user's home, as in SkyPilot)."""
+    node (absolute, or relative to the node user's home, as in SkyPilot). `raw_*` are the file's spellings
+    (`$VAR`/`${VAR}` are the task's `envs`, filled in again when `--env` changes them); `base` is the
+    directory relative sources are taken from."""
 
     target: str
     source: str
+    raw_target: str = field(default="", compare=False, repr=False)
+    raw_source: str = field(default="", compare=False, repr=False)
+    base: str = field(default="", compare=False, repr=False)
+
+    @staticmethod
+    def resolve(raw_target: str, raw_source: str, envs: Mapping[str, str], base: str, where: str) -> FileMount:
+        """The mount with `envs` filled in and the source made absolute; raises `TaskFileError` (prefixed
+        with `where`) when the source does not exist."""
+        target = string.Template(raw_target).safe_substitute(envs)
+        raw = string.Template(raw_source).safe_substitute(envs)
+        source = os.path.abspath(os.path.join(base, os.path.expanduser(raw)))
+        if not target.strip() or "\0" in target:
+            raise TaskFileError(f"{where}: the destination path is empty")
+        if not os.path.exists(source):
+            raise TaskFileError(f"{where}: the source {raw_source!r} does not exist ({source}; relative paths are "
+                                f"taken from the directory you run skyhive in, as in SkyPilot)")
+        return FileMount(target=target, source=source, raw_target=raw_target, raw_source=raw_source, base=base)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,6 +192,11 @@ class Task:
                 else:
                     envs[k] = v
             task = replace(task, envs=tuple(envs.items()), secrets=tuple(values.items()))
+            known = {k: v for k, v in task.envs if v is not None}  # file_mounts see envs, not secrets
+            task = replace(task, file_mounts=tuple(
+                FileMount.resolve(m.raw_target, m.raw_source, known, m.base,
+                                  f"{task.line_of(f'file_mounts.{m.raw_target}')}: file_mounts.{m.raw_target}")
+                if "$" in m.raw_target + m.raw_source else m for m in task.file_mounts))
         if workdir is not None:
             task = replace(task, workdir=_workdir(workdir, "--workdir", os.getcwd(), None))
         return task
@@ -268,7 +293,7 @@ class _Parser:
                     raise self.error(node, "workdir", f"expected a directory path, got {_kind(node)}")
                 workdir = _workdir(raw, f"{self.source}:{node.start_mark.line + 1}: workdir", self.cwd,
                                    os.path.dirname(os.path.abspath(self.source)))
-        file_mounts = self._file_mounts(top.get("file_mounts"))
+        file_mounts = self._file_mounts(top.get("file_mounts"), {k: v for k, v in envs if v is not None})
         setup = self._script(top.get("setup"), "setup")
         run = self._script(top.get("run"), "run")
         if run is None:
@@ -395,7 +420,7 @@ class _Parser:
         except ValueError as exc:
             raise self.error(node, path, str(exc)) from None
 
-    def _file_mounts(self, node: Node | None) -> tuple[FileMount, ...]:
+    def _file_mounts(self, node: Node | None, envs: Mapping[str, str]) -> tuple[FileMount, ...]:
         if node is None or self.value(node) is None:
             return ()
         entries = self._mapping(node, "file_mounts", _Any(), ())
@@ -409,13 +434,8 @@ class _Parser:
                                  f"local files and directories (`{target}: LOCAL_PATH`)")
             if not isinstance(raw, str) or not raw.strip():
                 raise self.error(vnode, path, f"expected a local file or directory, got {_kind(vnode)}")
-            if not target.strip() or "\0" in target:
-                raise self.error(vnode, path, "the destination path is empty")
-            source = os.path.abspath(os.path.join(self.cwd, os.path.expanduser(raw)))
-            if not os.path.exists(source):
-                raise self.error(vnode, path, f"the source {raw!r} does not exist ({source}; relative paths are "
-                                 f"taken from the directory you run skyhive in, as in SkyPilot)")
-            out.append(FileMount(target=target, source=source))
+            where = f"{self.source}:{vnode.start_mark.line + 1}: {path}"
+            out.append(FileMount.resolve(target, raw, envs, self.cwd, where))
         return tuple(out)
 
 
