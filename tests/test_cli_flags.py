@@ -213,8 +213,11 @@ def test_dryrun_on_aws_shows_machine_and_hourly_cost_and_creates_nothing(moto_ec
     assert main(["launch", "t.yaml", "--dryrun", "--gpus", "none", "--cpus", "8+", "--memory", "64+"]) == 0
     out = capsys.readouterr().out
     assert "(8 vCPU, 64 GB)" in out or "(16 vCPU, 64 GB)" in out
-    assert main(["launch", "t.yaml", "--dryrun", "-t", "m5.large", "--gpus", "none"]) == 0
-    assert "machines: 2 x m5.large in us-east-1" in capsys.readouterr().out
+    assert main(["launch", "t.yaml", "--dryrun", "-t", "m5.large", "--gpus", "none", "--zone", "us-east-1b",
+                 "--disk-size", "512", "--image-id", moto_ec2.image]) == 0
+    out = capsys.readouterr().out
+    assert "machines: 2 x m5.large in us-east-1" in out
+    assert f"aws options: zone us-east-1b, instance_type m5.large, disk_size 512, image_id {moto_ec2.image}" in out
     # and a request nothing satisfies is an error before anything exists
     assert main(["launch", "t.yaml", "--dryrun", "--gpus", "A100:3"]) == 1
     assert "no instance type in us-east-1 has accelerator A100:3" in capsys.readouterr().err

@@ -102,6 +102,13 @@ def test_skyhive_launch_plans_the_aws_machine_and_refuses_what_a_provider_cannot
     at_least = plan_launch(loads("resources: {cloud: aws, cpus: 8+, memory: 16+}\nrun: echo\n", cwd=str(tmp_path)))
     assert (exact.plan["vcpus"], exact.plan["memory_gb"]) == (8, 16)
     assert at_least.plan["vcpus"] >= 8 and at_least.plan["memory_gb"] >= 16
+    # the provider options: each one reaches the provider it is built with
+    options = plan_launch(loads("resources: {cloud: aws, region: eu-west-1, zone: eu-west-1b, disk_size: 512, "
+                                "image_id: ami-0abc, instance_type: m5.large}\nrun: echo\n", cwd=str(tmp_path)))
+    described = options.provider.describe()
+    assert {k: described[k] for k in ("region", "zones", "disk_gb", "image", "instance_type")} == \
+        {"region": "eu-west-1", "zones": ["eu-west-1b"], "disk_gb": 512, "image": "ami-0abc", "instance_type": "m5.large"}
+    assert options.plan["region"] == "eu-west-1"
     ssh = loads("resources: {cloud: ssh, hosts: [h1], use_spot: true, region: eu-west-1}\nrun: echo\n",
                 cwd=str(tmp_path))
     with pytest.raises(TaskFileError) as info:

@@ -8,7 +8,6 @@ the cloud's default region.
 
 from __future__ import annotations
 
-import inspect
 from importlib import resources
 
 from ...providers.cloud import catalog
@@ -26,8 +25,9 @@ def clouds() -> list[str]:
 
 
 def _default_region(cloud: str) -> str | None:
-    param = inspect.signature(provider_class(cloud).__init__).parameters.get("region")
-    return param.default if param is not None and isinstance(param.default, str) else None
+    """The region a provider built with no arguments uses (building one calls no API)."""
+    region = provider_class(cloud)().describe().get("region")
+    return region if isinstance(region, str) else None
 
 
 def gpu_rows(accelerator: str | None = None, *, cloud: str | None = None, region: str | None = None,

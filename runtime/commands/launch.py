@@ -105,8 +105,10 @@ def plan_spec(task: Task, provider: Provider | None = None) -> ClusterSpec:
 
 def cluster_info(pool_id: str, task: Task, provider: Provider) -> str:
     """SKYPILOT_CLUSTER_INFO: a JSON object with the cluster's name, cloud, region and zone."""
-    region = task.resources.region or getattr(provider, "region", None)
-    zone = task.resources.zone
+    described = provider.describe()
+    region = task.resources.region or described.get("region")
+    zones = described.get("zones")
+    zone = task.resources.zone or (zones[0] if isinstance(zones, list) and len(zones) == 1 else None)
     return json.dumps({"cluster_name": pool_id, "cloud": provider.name, "region": region, "zone": zone})
 
 

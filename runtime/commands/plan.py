@@ -60,6 +60,11 @@ def _describe(task: Task, provider: Provider, plan: dict[str, Any]) -> list[str]
     cost = plan.get("cost_per_hour")
     if isinstance(cost, (int, float)):
         lines.append(f"  hourly cost: ${cost:.4g}/h for the pool (on-demand prices{', spot is less' if plan.get('spot') else ''})")
+    res = task.resources
+    chosen = [f"{name} {getattr(res, name)}" for name in ("region", "zone", "instance_type", "disk_size", "image_id")
+              if getattr(res, name) is not None]
+    if chosen:
+        lines.append(f"  {provider.name} options: {', '.join(chosen)}")
     needs = node_requirements(task, provider)
     if needs:
         shown = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in needs.items())
