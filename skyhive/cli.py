@@ -49,7 +49,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if not args.yes and sys.stdin.isatty():
         sys.stderr.write("\n".join(plan.lines) + "\nProceed? [Y/n] ")
         sys.stderr.flush()
-        if sys.stdin.readline().strip().lower() not in ("", "y", "yes"):
+        answer = sys.stdin.readline()  # "" is end of input (Ctrl-D): no; an empty line is the default, yes
+        if not answer or answer.strip().lower() not in ("", "y", "yes"):
             _err("aborted: nothing was created")
             return 1
     return run_launch(plan.task, provider=plan.provider)

@@ -183,9 +183,14 @@ def test_an_interactive_launch_asks_first_and_yes_skips_the_question(tmp_path, s
     code, text = _launch_on_a_terminal([name], tmp_path, b"n\n")
     assert code == 1 and "Proceed? [Y/n]" in text and "aborted: nothing was created" in text
     assert not marker.exists() and pool_logs(skyhive_home) == []
+    code, text = _launch_on_a_terminal([name], tmp_path, b"\x04")  # Ctrl-D (end of input) is no, not the default
+    assert code == 1 and "aborted: nothing was created" in text and not marker.exists()
     code, text = _launch_on_a_terminal([name, "-y"], tmp_path, None)  # nobody answers: -y must not ask
     assert code == 0, text
     assert "Proceed?" not in text and marker.exists()
+    marker.unlink()
+    code, text = _launch_on_a_terminal([name], tmp_path, b"\n")  # Enter takes the default: yes
+    assert code == 0 and "Proceed? [Y/n]" in text and marker.exists()
 
 
 # ---- the cloud: what is chosen, what it costs, and nothing created -----------------------------------------

@@ -93,7 +93,7 @@ def pack_workdir(path: str, *, limit: int = WORKDIR_LIMIT) -> bytes:
                 if not skipped(rel(name)):
                     tar.add(os.path.join(root, name), arcname=rel(name), recursive=False)
             if buf.tell() > limit:
-                raise LaunchError(f"workdir {path} is larger than {limit >> 20} MiB compressed: list what "
+                raise LaunchError(f"{path} is larger than {limit >> 20} MiB compressed: list what "
                                   f"the nodes do not need in {ignore}")
     return buf.getvalue()
 
