@@ -19,10 +19,11 @@ SETUP = """\
     set -e
     echo "setup on $(hostname): $(cat {dir}/inner/a.txt) $(cat {file}) $(stat -c %a {file})"
     echo "$SKYPILOT_SETUP_NODE_RANK" >> {marks}
+    echo "made-by-setup" > made.txt
     """
 RUN = """\
     set -e
-    echo "run $SKYPILOT_NODE_RANK: $(cat {dir}/inner/a.txt) $(cat {file}) $(ls {dir} | sort | paste -sd,)"
+    echo "run $SKYPILOT_NODE_RANK: $(cat {dir}/inner/a.txt) $(cat {file}) $(ls {dir} | sort | paste -sd,) $(cat made.txt)"
     """
 
 
@@ -57,7 +58,7 @@ def test_a_directory_and_a_file_reach_every_local_node_before_setup(tmp_path, sk
     assert marks.read_text().split() == ["0"]  # one machine: mounts copied and setup run once
     assert any(line.endswith("payload-A config-C 640") for line in nodes[0])
     for n in range(3):
-        assert f"run {n}: payload-A config-C b.bin,inner" in nodes[n]
+        assert f"run {n}: payload-A config-C b.bin,inner made-by-setup" in nodes[n]  # setup's work is everyone's
     assert (target / "dir" / "b.bin").read_bytes() == (tmp_path / "data" / "b.bin").read_bytes()
 
 
@@ -95,7 +96,7 @@ def test_a_directory_and_a_file_reach_every_ssh_host_before_setup(netns_hosts, t
         nodes = by_node(out)
         for n, host in enumerate(hosts):
             assert f"setup on {host.hostname}: payload-A config-C 640" in nodes[n]  # two machines: setup on each
-            assert f"run {n}: payload-A config-C b.bin,inner" in nodes[n]
+            assert f"run {n}: payload-A config-C b.bin,inner made-by-setup" in nodes[n]  # setup's work is everyone's
             assert (host.home / marks).read_text().split() == [str(n)]
             assert (host.home / "mounted" / "dir" / "b.bin").read_bytes() == (tmp_path / "data" / "b.bin").read_bytes()
     finally:

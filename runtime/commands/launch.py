@@ -1,9 +1,9 @@
 """`skyhive launch`: run a task file's `setup` and `run` on a pool, SkyPilot style.
 
 One pool per launch, torn down at the end. On every node (one worker each): what the task's resources
-ask is checked (machines that exist already), the workdir is unpacked into the node's own directory;
-then once per *machine* (nodes on one machine share its files and Python environment: Local nodes)
-the `file_mounts` are copied and `setup` runs; then `run` on every node. Setup and run are bash scripts run by a skyhive
+ask is checked (machines that exist already). Then once per *machine* (nodes on one machine share its
+files and Python environment: Local nodes) the workdir is unpacked into a directory of its own, the
+`file_mounts` are copied and `setup` runs there; then `run` on every node, in its machine's directory. Setup and run are bash scripts run by a skyhive
 function (`nodecmd.run_script`), so their output streams back live through the pool, each line
 prefixed with its node. The first node whose script exits non-zero decides the exit code; the other
 nodes' scripts are then stopped (as SkyPilot does: a distributed job with a dead member would hang).
@@ -156,12 +156,15 @@ class _Launch:
                     failed, keys = await self.everywhere(rt, channels, "machine", nodeprep.machine_key)
                     if failed is None and requirements:
                         failed, _ = await self.everywhere(rt, channels, "resources", nodeprep.require, requirements)
-                    if failed is None:
-                        failed, dirs = await self.everywhere(rt, channels, "workdir", nodecmd.prepare,
-                                                             self.pool_id, archive)
-                    # one node per machine copies the file mounts and runs setup: the others share them
+                    # one node per machine unpacks the workdir, copies the file mounts and runs setup: the
+                    # nodes on that machine share them (what setup made in the workdir is there for all)
                     firsts = {key: i for i, key in reversed(list(enumerate(keys)))}
                     leaders = sorted(firsts.values())
+                    if failed is None:
+                        failed, made = await self.everywhere(rt, [channels[i] for i in leaders], "workdir",
+                                                             nodecmd.prepare, self.pool_id, archive)
+                        by_leader = dict(zip(leaders, made))
+                        dirs = [by_leader[firsts[key]] for key in keys]
                     if failed is None and mounts:
                         failed, _ = await self.everywhere(rt, [channels[i] for i in leaders], "file_mounts",
                                                           nodeprep.install_mounts, mounts)
