@@ -3,9 +3,9 @@
 One pool per launch, torn down at the end. On every node (one worker each): what the task's resources
 ask is checked (machines that exist already). Then once per *machine* (nodes on one machine share its
 files and Python environment: Local nodes) the workdir is unpacked into a directory of its own, the
-`file_mounts` are copied and `setup` runs there; then `run` on every node, in its machine's directory. Setup and run are bash scripts run by a skyhive
-function (`nodecmd.run_script`), so their output streams back live through the pool, each line
-prefixed with its node. The first node whose script exits non-zero decides the exit code; the other
+`file_mounts` are copied and `setup` runs there; then `run` on every node, in its machine's directory.
+Setup and run are bash scripts run by a skyhive function (`nodecmd.run_script`), so their output
+streams back live through the pool, each line prefixed with its node. The first node whose script exits non-zero decides the exit code; the other
 nodes' scripts are then stopped (as SkyPilot does: a distributed job with a dead member would hang).
 SIGINT/SIGTERM stop every node's script and tear the pool down (exit 130/143).
 """

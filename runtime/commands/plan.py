@@ -55,11 +55,13 @@ def _describe(task: Task, provider: Provider, plan: dict[str, Any]) -> list[str]
     if plan.get("summary"):
         lines.append(f"  machines: {nodes} x {plan['summary']}")
     elif provider.fixed_machines:
-        where = {"local": "this machine", "ssh": ", ".join(task.resources.hosts)}.get(provider.name, "existing machines")
+        where = {"local": "this machine", "ssh": ", ".join(task.resources.hosts)}.get(provider.name,
+                                                                                     "existing machines")
         lines.append(f"  machines: {where} (nothing is created; no cloud cost)")
     cost = plan.get("cost_per_hour")
     if isinstance(cost, (int, float)):
-        lines.append(f"  hourly cost: ${cost:.4g}/h for the pool (on-demand prices{', spot is less' if plan.get('spot') else ''})")
+        spot = ", spot is less" if plan.get("spot") else ""
+        lines.append(f"  hourly cost: ${cost:.4g}/h for the pool (on-demand prices{spot})")
     res = task.resources
     chosen = [f"{name} {getattr(res, name)}" for name in ("region", "zone", "instance_type", "disk_size", "image_id")
               if getattr(res, name) is not None]
@@ -77,7 +79,8 @@ def _describe(task: Task, provider: Provider, plan: dict[str, Any]) -> list[str]
     env_names = [k for k, _ in task.envs]
     secret_names = [k for k, _ in task.secrets]
     if env_names or secret_names:
-        lines.append(f"  environment: {', '.join(env_names) or '-'}; secrets (redacted): {', '.join(secret_names) or '-'}")
+        lines.append(f"  environment: {', '.join(env_names) or '-'}; "
+                     f"secrets (redacted): {', '.join(secret_names) or '-'}")
     for phase in ("setup", "run"):
         script = getattr(task, phase)
         if script:
