@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,8 @@ import pytest
 
 from skyhive.cli import main
 from skyhive.runtime.events.log import read_log
+from skyhive.runtime.events.state import fold
+from tests.procs import wait_gone
 from tests.test_cli_launch import SKYHIVE, by_node, pool_logs, skyhive
 
 
@@ -54,6 +57,11 @@ def test_cpus_and_memory_are_requirements_each_local_node_must_meet(tmp_path, sk
     assert short.returncode != 0
     assert f"resources.cpus {cores * 64}: node 0 (" in short.stderr and f"has {cores} CPUs" in short.stderr
     assert "SETUP-RAN" not in short.stdout and "RUN-RAN" not in short.stdout  # checked before setup
+    pool_id = re.search(r"as pool (\S+)", short.stderr).group(1)
+    events = list(read_log(Path(skyhive_home) / "pools" / f"{pool_id}.jsonl"))
+    state = fold(events)
+    assert state.status == "stopped" and {n.state for n in state.nodes} == {"terminated"}  # torn down
+    assert wait_gone({e.pid for e in events if e.kind == "worker_state" and e.pid}, timeout=10) == set()
     big = skyhive("launch", "s.yaml", "--memory", "100000", cwd=tmp_path)
     assert big.returncode != 0 and "resources.memory 100000 GB: node 0" in big.stderr
 
