@@ -39,6 +39,7 @@ from ...providers.accelerators import devices_from_smi, warn_missing
 from ...errors import BootstrapError, PythonMismatch, SetupFailed
 from ...providers.base import ProvisionError
 from ..transport.ssh import NodeEnv, SSHTransport, register_secrets
+from .output import ScriptOutput
 from .wheels import runtime_wheels
 
 if TYPE_CHECKING:
@@ -162,32 +163,14 @@ def _parse(stdout: str) -> dict[str, list[str]]:
 async def _script(transport: SSHTransport, spec: dict[str, Any], *, python: str, env: dict[str, str],
                   on_step: Any, timeout: float, redact: Any) -> tuple[bool, str]:
     """Run the node-side script; (cached, output). Raises `SetupFailed` with its error and output."""
-    lines: list[str] = []
-    state = {"cached": False, "error": ""}
-
-    def on_line(stream: str, line: str) -> None:
-        if line.startswith("::step "):
-            on_step(line[7:])
-        elif line == "::cached":
-            state["cached"] = True
-        elif line.startswith("::error "):  # then the failing command's last lines
-            state["error"] = line[8:]
-        elif state["error"]:
-            state["error"] += "\n" + redact(line)
-        elif not line.startswith("::done"):
-            lines.append(redact(line))
-            del lines[:-200]
-            log.debug("%s: %s", transport.where, redact(line))
-
+    out = ScriptOutput(on_step, where=transport.where)
     command = f"exec {shlex.quote(python)} -c {shlex.quote(_SCRIPT)} {shlex.quote(json.dumps(spec))}"
-    result = await transport.run(command, env=env, timeout=timeout, on_line=on_line, lifeline=True)
+    result = await transport.run(command, env=env, timeout=timeout, on_line=lambda _, line: out.feed(redact(line)),
+                                 lifeline=True)
     if result.exit_status != 0:
-        detail = state["error"] or f"exit status {result.exit_status}"
-        # the error line already carries the failing command's last output; add ours only without it
-        tail = "" if state["error"] else "\n" + "\n".join(lines[-30:])
-        raise SetupFailed(f"host {transport.where}: bootstrap failed at {redact(detail)}{tail}",
+        raise SetupFailed(f"host {transport.where}: bootstrap failed at {out.failure(result.exit_status)}",
                           host=transport.reach.host)
-    return state["cached"], "\n".join(lines)
+    return out.cached, "\n".join(out.lines)
 
 
 def _choose_python(where: str, host: str, facts: dict[str, list[str]], want: str, explicit: str | None) -> str | None:
