@@ -206,3 +206,33 @@ async def test_simulated_a_node_that_keeps_dying_is_not_replaced_forever():
         assert rt.log.state.nodes[2].replacements == 0
         with pytest.raises(sky.WorkerLost, match=r"node 2.*not replaced again.*max_restarts=0"):
             await pool.broadcast(_node)
+
+
+# ---- rank-dependent jobs: torch DDP ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_torch_the_broadcast_in_flight_fails_and_the_replacement_is_refused_clearly():
+    """The replacement gets the same rank, but the surviving ranks' process group cannot take a new
+    member: the torch plugin refuses it (WorkerRestarted), the node stays failed saying so, and no
+    further replacement is tried for it."""
+    from skyhive.errors import WorkerRestarted
+    from tests.test_plugins_torch import crash_on_rank_1, ranks
+
+    async with sky.Pool(provider=sky.Local(), nodes=2, plugins=[sky.plugins.torch()], replace_failed=True,
+                        output=None) as pool:
+        rt = pool._runtime
+        assert await pool.broadcast(ranks) == [0, 1]
+        with pytest.raises(sky.WorkerLost, match=r"node 1.*being replaced"):
+            await pool.broadcast(crash_on_rank_1)
+        with anyio.fail_after(120):
+            while rt.loss_policy.replacing() or rt.log.state.nodes[1].state != "failed":
+                await anyio.sleep(0.05)
+        with pytest.raises(sky.WorkerLost) as lost:
+            await pool.broadcast(ranks)
+        record = rt.log.state.nodes[1]
+    message = str(lost.value)
+    assert "node 1" in message and "its replacement failed" in message, message
+    assert "cannot re-join the torch process group" in message, message
+    assert isinstance(lost.value.__cause__, WorkerRestarted), repr(lost.value.__cause__)
+    assert record.replacements == 1  # one replacement, at the same index (rank 1), refused; not retried

@@ -42,7 +42,7 @@ from .provisioning import connect_with_retry, with_retries
 
 log = logging.getLogger("skyhive.node")
 
-__all__ = ["NodeActor", "describe_exit", "final_cause"]
+__all__ = ["NodeActor", "describe_exit", "final_cause", "first_error"]
 
 WORKER_ARGV = ("-m", "skyhive.runtime.worker")
 
@@ -60,6 +60,16 @@ def final_cause(exc: BaseException | None) -> BaseException | None:
             return exc
         exc, seen = exc.__cause__, seen + 1
     return None
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """The first `Exception` inside (nested) exception groups; `exc` itself if there is none."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = first_error(inner)
+            if isinstance(found, Exception) and not isinstance(found, BaseExceptionGroup):
+                return found
+    return exc
 
 
 def describe_exit(code: int | None) -> str:

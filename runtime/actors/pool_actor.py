@@ -36,6 +36,7 @@ from .channel import Call, WorkerChannel
 from .context import NodeContext
 from .lifecycle import NodeState
 from .node import NodeActor
+from .node import first_error as _first_error
 from .prepared import Prepared
 from .loss import LossPolicy, RestartInPlace
 from .replace import ReplaceFailed
@@ -454,14 +455,3 @@ class PoolRuntime:
         if tg is not None:
             tg.cancel_scope.cancel()
             await tg.__aexit__(None, None, None)
-
-
-def _first_error(exc: BaseException) -> BaseException:
-    """The first `Exception` inside (nested) exception groups; `exc` itself if there is none."""
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _first_error(inner)
-            if isinstance(found, Exception) and not isinstance(found, BaseExceptionGroup):
-                return found
-    return exc
-

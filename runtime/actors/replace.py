@@ -40,7 +40,7 @@ import anyio
 from ..events.types import NodeReplaced
 from .lifecycle import NodeState
 from .loss import LossPolicy, LostNode
-from .node import NodeActor, final_cause
+from .node import NodeActor, final_cause, first_error
 from .provisioning import with_retries
 
 if TYPE_CHECKING:
@@ -202,14 +202,15 @@ class ReplaceFailed(LossPolicy):
         try:
             with anyio.fail_after(rt.settings.start_timeout):
                 await rt.tg.start(new.run, handles[0])
-        except Exception as exc:
+        except Exception as group:
+            exc = first_error(group)  # a node's failure arrives wrapped in task groups
             why = f"{type(exc).__name__}: {exc}"
             if isinstance(exc, TimeoutError):
                 why = f"not ready within start_timeout={rt.settings.start_timeout} s"
-            new.failure = new.failure or exc
+            final = final_cause(exc)
+            new.failure = new.failure or final or exc
             if new.state not in (NodeState.FAILED, NodeState.TERMINATING, NodeState.TERMINATED):
                 new.move(NodeState.FAILED, detail=f"{lost}; its replacement failed: {why}")
-            final = final_cause(exc)
             if final is not None:  # it would be refused again, whatever node comes next
                 log.error("pool %s: node %d: its replacement cannot join the pool: %s", rt.pool_id, index, final)
                 with anyio.CancelScope(shield=True):
