@@ -236,3 +236,41 @@ async def test_torch_the_broadcast_in_flight_fails_and_the_replacement_is_refuse
     assert "cannot re-join the torch process group" in message, message
     assert isinstance(lost.value.__cause__, WorkerRestarted), repr(lost.value.__cause__)
     assert record.replacements == 1  # one replacement, at the same index (rank 1), refused; not retried
+
+
+async def test_simulated_a_one_node_pool_retries_the_lost_call_on_the_replacement():
+    provider = sky.Simulated(die_at={0: 2})
+    async with sky.Pool(provider=provider, nodes=1, replace_failed=True, output=None) as pool:
+        assert await pool.run(_node) == 0
+        with pytest.raises(sky.WorkerLost, match="node 0.*being replaced"):  # no retries: the error as today
+            await pool.run(_node)
+        assert await pool.run(_node, retries=1) == 0  # waits for the replacement (no other node)
+        assert pool._runtime.log.state.nodes[0].replacements == 1
+        # the retried call's first attempt may have met the lost node or the replacement already
+        assert pool.statistics()["retries"] <= 1
+
+
+async def test_simulated_a_silent_worker_is_replaced_after_its_heartbeats_stop():
+    provider = sky.Simulated(hang_at={4: 1})
+    async with sky.Pool(provider=provider, nodes=8, replace_failed=True, output=None,
+                        heartbeat_interval=0.1, heartbeat_timeout=0.5) as pool:
+        with anyio.fail_after(60), pytest.raises(sky.WorkerLost, match=r"node 4.*no heartbeat.*being replaced"):
+            await pool.broadcast(_node)
+        assert await pool.broadcast(_node) == list(range(8))
+        assert pool._runtime.log.state.nodes[4].replacements == 1
+
+
+async def test_simulated_closing_while_a_replacement_starts_leaves_nothing():
+    provider = sky.Simulated(die_at={2: 1}, nodes_latency=1.0)
+    async with sky.Pool(provider=provider, nodes=4, replace_failed=True, output=None, name="repl-close") as pool:
+        rt = pool._runtime
+        with pytest.raises(sky.WorkerLost):
+            await pool.broadcast(_node)
+        with anyio.fail_after(30):
+            while rt.log.state.nodes[2].replacements == 0:  # its replacement is waiting to run (1 s)
+                await anyio.sleep(0.01)
+        assert rt.loss_policy.replacing(2)
+    assert not provider.live["repl-close"]
+    state = EventLog.replay(pool_log_path("repl-close"))
+    assert state.status == "stopped" and [n.state for n in state.nodes] == ["terminated"] * 4
+    assert state.nodes[2].replacements == 1
