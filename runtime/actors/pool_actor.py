@@ -28,6 +28,7 @@ from ...providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
 from ..events.log import EventLog, pool_log_path
 from ..events.types import NodeStateChanged, PoolStarted, PoolStopped
 from ..onnode.setup import WorkerSetup
+from ..output.progress import ProvisioningDisplay
 from ..output.router import OutputRouter
 from ..output.selection import OutputSpec
 from ..serialize import load_value, rebuild_exception, register_user_code
@@ -37,7 +38,10 @@ from .context import NodeContext
 from .gather import gather_or_first_failure, lost_together
 from .lifecycle import NodeState
 from .node import NodeActor
+from .node import first_error as _first_error
 from .prepared import Prepared
+from .loss import LossPolicy, RestartInPlace
+from .replace import ReplaceFailed
 from .provisioning import with_retries
 
 if TYPE_CHECKING:
@@ -53,7 +57,7 @@ class PoolRuntime:
                  image: Image | None, output: OutputSpec, settings: Settings, name: str | None,
                  log_events: bool, accelerator: str | None = None, cpus: float | None = None,
                  memory_gb: float | None = None, allocation: str | None = None, spot: bool | None = None,
-                 concurrency: int = 1) -> None:
+                 concurrency: int = 1, replace_failed: bool = False, progress: bool = False) -> None:
         self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
         self.provider = provider
         self.settings = settings
@@ -72,17 +76,20 @@ class PoolRuntime:
         self.setup: WorkerSetup | None = self._worker_setup()
         self._addresses_known = anyio.Event()
         self._launching = False  # a `launch` in flight, or one that answered wrongly: `close` asks list_owned
+        self.launching = 0  # replacements' launches in flight (`actors/replace.py`): the same, for them
+        self.loss_policy: LossPolicy = ReplaceFailed(self) if replace_failed else RestartInPlace()
         self.context = NodeContext(
             pool_id=self.pool_id, spec=self.spec, provider=provider, settings=settings, log=self.log,
             image=image, worker_env=self.worker_env, infos=self.infos, deliver_output=self.router.deliver,
             flush_output=self.router.flush, slots_changed=self.slots_changed, node_running=self._node_running,
             wait_addresses=self._addresses_known.wait,
             setup_worker=self._setup_worker if self.setup is not None else None,
-            concurrency=concurrency,
+            concurrency=concurrency, loss_policy=self.loss_policy,
         )
         self.nodes = [NodeActor(self.context, i) for i in range(nodes)]
         self.tg: Any = None
         self.open = False
+        self.progress = progress  # draw the provisioning display (output/progress.py) while starting
         self._ids = itertools.count(1)
         self._slots_changed = asyncio.Event()
         self._rr = 0
@@ -96,10 +103,18 @@ class PoolRuntime:
         self.loop = asyncio.get_running_loop()  # (asyncio's lookup makes a getpid() syscall per call)
         self.tg = anyio.create_task_group()
         await self.tg.__aenter__()
+        display = None
+        if self.progress:
+            display = ProvisioningDisplay(self.pool_id, len(self.nodes))
+            self.tg.start_soon(display.run, self.log.subscribe(replay=True))
         try:
             with anyio.fail_after(self.settings.start_timeout):
                 await self._start()
+            if display is not None:
+                await display.stop()
         except BaseException as exc:
+            if display is not None:
+                await display.stop()
             failure = _first_error(exc)  # a node's failure arrives wrapped in task groups
             error = f"{type(failure).__name__}: {failure}"
             await self.close(error)
@@ -217,7 +232,7 @@ class PoolRuntime:
                 best = self.pick_nowait()
                 if best is not None:
                     return best
-                if not self.live_nodes():
+                if not self.live_nodes() and not self.loss_policy.replacing():
                     break
                 await self._slots_changed.wait()
                 self._check_open()
@@ -233,6 +248,8 @@ class PoolRuntime:
     def _all_channels_nowait(self) -> list[WorkerChannel] | None:
         channels: list[WorkerChannel] = []
         for n in self.nodes:
+            if n.state is not NodeState.READY and self.loss_policy.replacing(n.index):
+                return None  # a node is being replaced: wait for it
             if n.state is not NodeState.READY:
                 detail = self.log.state.nodes[n.index].detail
                 raise WorkerLost(f"node {n.index} of pool {self.pool_id} is {n.state.value}"
@@ -249,7 +266,10 @@ class PoolRuntime:
         channels = self._all_channels_nowait()
         if channels is not None:
             return channels
-        with anyio.move_on_after(self.settings.wait_for_worker):
+        bound = self.settings.wait_for_worker
+        if self.loss_policy.replacing():  # a fresh node takes as long as a pool's start
+            bound = max(bound, self.settings.start_timeout)
+        with anyio.move_on_after(bound):
             while True:
                 await self._slots_changed.wait()
                 self._check_open()
@@ -413,6 +433,7 @@ class PoolRuntime:
         self.open = False
         self.slots_changed()
         with anyio.CancelScope(shield=True):
+            await self.loss_policy.aclose()  # a replacement under way stops; its node is in self.nodes
             with anyio.move_on_after(self.settings.stop_timeout + 10) as scope:
                 async with anyio.create_task_group() as tg:
                     for node in self.nodes:
@@ -429,7 +450,7 @@ class PoolRuntime:
                         tg.start_soon(terminate, node)
                 error = error or "; ".join(errors)
                 try:
-                    if self._launching:  # a launch never answered (or wrongly): what did it create?
+                    if self._launching or self.launching:  # a launch never answered (or wrongly): what did it make?
                         leftover = await self.provider.list_owned(self.pool_id)
                         if leftover:
                             await self.provider.terminate(leftover)
@@ -450,14 +471,3 @@ class PoolRuntime:
         if tg is not None:
             tg.cancel_scope.cancel()
             await tg.__aexit__(None, None, None)
-
-
-def _first_error(exc: BaseException) -> BaseException:
-    """The first `Exception` inside (nested) exception groups; `exc` itself if there is none."""
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _first_error(inner)
-            if isinstance(found, Exception) and not isinstance(found, BaseExceptionGroup):
-                return found
-    return exc
-
