@@ -138,7 +138,7 @@ class NodeActor:
                                  on_retry=self.progress)
         self.move(NodeState.BOOTSTRAPPING)
         detail = await kind.bootstrap_node(ctx, self.index, transport)
-        await ctx.wait_addresses()  # workers need every peer's address
+        await ctx.wait_addresses(self.index)  # workers need every peer's address
         async with anyio.create_task_group() as tg:
             ready = [anyio.Event() for _ in self.channels]
             failures: list[BaseException] = []

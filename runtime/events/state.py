@@ -14,6 +14,7 @@ from functools import reduce
 from .nodes import EMPTY, NodeTable, NodeTableBuilder
 from .types import (
     Event,
+    NodeDropped,
     NodeProgress,
     NodeReplaced,
     NodeStateChanged,
@@ -50,6 +51,8 @@ class NodeRecord:
     #: nodes it replaced, oldest first (each terminated before its replacement was asked for)
     replacements: int = 0
     replaced_ids: tuple[str, ...] = ()
+    #: why the node was left out when the pool started (`Pool(min_nodes=...)`); "" if it was not
+    dropped: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +139,7 @@ def apply(state: PoolState, ev: Event) -> PoolState:
     raise TypeError(f"no reducer for event type {type(ev).__name__}")
 
 
-_NODE_EVENTS = (NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced)
+_NODE_EVENTS = (NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced, NodeDropped)
 
 
 def _apply_node(nodes: NodeTableBuilder, ev: Event) -> None:
@@ -156,6 +159,8 @@ def _apply_node(nodes: NodeTableBuilder, ev: Event) -> None:
         nodes[index] = replace(record, detail=ev.detail or ev.provider_state)
     elif isinstance(ev, WorkerStateChanged):
         nodes[index] = replace(record, workers=_set_worker(record, ev))
+    elif isinstance(ev, NodeDropped):
+        nodes[index] = replace(record, dropped=ev.reason or "dropped")
     elif isinstance(ev, NodeReplaced):  # the index starts over with a fresh node
         nodes[index] = NodeRecord(node=index, replacements=ev.replacement,
                                   replaced_ids=(*record.replaced_ids, ev.old_provider_id or record.provider_id),

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..actors.lifecycle import NodeState
 from .types import (
     Event,
+    NodeDropped,
     NodeReplaced,
     NodeStateChanged,
     PoolStarted,
@@ -125,6 +126,8 @@ def build(events: Iterable[Event]) -> Timeline:
             tasks.setdefault((node, rank), []).append(Span(start, t, ev.outcome, label))
         elif isinstance(ev, WorkerStateChanged) and ev.state == "lost":
             marks.setdefault(ev.node, []).append((t, f"worker {ev.local_rank} lost: {ev.detail}"))
+        elif isinstance(ev, NodeDropped):
+            marks.setdefault(ev.node, []).append((t, f"left out at start (min_nodes={ev.min_nodes}): {ev.reason}"))
         elif isinstance(ev, NodeReplaced):
             marks.setdefault(ev.node, []).append(
                 (t, f"replaced ({ev.old_provider_id}" + (f": {ev.reason}" if ev.reason else "") + ")"))

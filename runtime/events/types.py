@@ -20,6 +20,7 @@ __all__ = [
     "NodeStateChanged",
     "NodeProgress",
     "WorkerStateChanged",
+    "NodeDropped",
     "NodeReplaced",
     "TaskSubmitted",
     "TaskStarted",
@@ -75,6 +76,17 @@ class NodeStateChanged(Event):
     addr: str = ""
     provider_id: str = ""
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeDropped(Event):
+    """Node `node` failed while the pool started and was left out (`Pool(min_nodes=...)`, see
+    `runtime/actors/membership.py`): the pool goes on without it; `reason` says why it failed."""
+
+    kind: ClassVar[str] = "node_dropped"
+    node: int
+    reason: str = ""
+    min_nodes: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,7 +189,7 @@ class OutputCapped(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
-        PoolStarted, PoolStopped, NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced,
+        PoolStarted, PoolStopped, NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced, NodeDropped,
         TaskSubmitted, TaskStarted, TaskFinished, OutputChunk, OutputCapped,
     )
 }
