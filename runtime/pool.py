@@ -40,6 +40,7 @@ from .streams import ItemStream, ResultStream
 
 if TYPE_CHECKING:
     from ..plugins.image import Image
+    from .clusters.named import NamedPool
     from .blocking import BlockingPool
     from .compute import PendingCall
 
@@ -76,6 +77,11 @@ class Pool:
     (`AcceleratorWarning`) when a node lacks the accelerator. Raises `ValueError`/`TypeError` naming
     the argument for a bad value.
 
+    A named pool can outlive this client: with `keep=True` (and `name=`; Local nodes only for now)
+    leaving the block detaches and leaves the workers running, `Pool.attach(name)` takes them over
+    from another process, and `autostop=MINUTES` ends the workers once they have had no client that
+    long. See docs/clusters.md.
+
     `async with` starts the nodes (raises `ProvisionError` if they cannot be started, after
     destroying what was created) and, on exit — normal, by exception or by cancellation — drains the
     workers, runs plugin teardown and destroys the nodes; exit is shielded from cancellation and
@@ -99,6 +105,8 @@ class Pool:
         allocation: str | None = None,
         worker: Worker | None = None,
         cpus: float | None = None,
+        keep: bool = False,
+        autostop: float | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
@@ -133,6 +141,19 @@ class Pool:
             raise TypeError(f"Pool(worker=...) needs sky.Worker(concurrency=..., executor=...), got {type(worker).__name__}")
         self.worker = worker if worker is not None else Worker()
         check_plugins(self.worker, self.plugins)
+        self.keep = bool(keep)
+        self._named: NamedPool | None = None
+        if keep:  # a named pool whose nodes outlive this client (see runtime/clusters/)
+            from .clusters.named import NamedPool, kept_provider
+
+            if not name:
+                raise ValueError("Pool(keep=True) needs a name= to find the pool again (Pool.attach(name))")
+            if autostop is not None and not autostop > 0:
+                raise ValueError(f"Pool(autostop={autostop!r}): need a positive number of minutes, or None")
+            self.provider = kept_provider(name, self.provider, idle_minutes=autostop)
+            self._named = NamedPool(name, attach=False, keep=True, autostop_minutes=autostop)
+        elif autostop is not None:
+            raise ValueError("Pool(autostop=...) applies to a kept pool: pass keep=True and a name")
         self._rt: PoolRuntime | None = None
         self._blocking: BlockingPool | None = None
         self._client_hooks = contextlib.ExitStack()
@@ -143,11 +164,54 @@ class Pool:
         pid = f" {self._rt.pool_id}" if self._rt is not None else ""
         return f"<Pool{pid} {status} provider={self.provider!r} nodes={self.nodes} processes_per_node={self.processes_per_node}>"
 
+    @classmethod
+    def attach(cls, name: str, *, keep: bool = True, output: OutputSpec = "all", wait: float | None = 0.0,
+               image: Image | None = None, **settings: Any) -> Pool:
+        """The named pool `name` (kept by `Pool(name=..., keep=True)` or `skyhive launch -c`), to enter
+        from this process: `with sky.Pool.attach("train") as pool: pool.broadcast(fn)`.
+
+        Entering takes the workers over (the same processes, plugins already set up); leaving detaches
+        and leaves them running, or with `keep=False` shuts them down and forgets the pool. One client
+        at a time: `wait` seconds (None: for ever) for another one to leave. An `image` adds its
+        variables (and secrets, redacted from the log) to the workers' environment; its packages must
+        already be there. Raises `PoolNotFound`
+        for an unknown name, `PoolGone` when its workers died, `PoolInUse` when another client stays
+        attached (all naming the pool).
+        """
+        from .clusters import record as records
+        from .clusters.named import NamedPool, attach_provider
+
+        rec = records.load(name)
+        pool = cls(provider=attach_provider(rec), nodes=rec.nodes, processes_per_node=rec.processes_per_node,
+                   output=output, name=name, image=image, **settings)
+        pool.keep = keep
+        pool._named = NamedPool(name, attach=True, keep=keep, lock_timeout=wait)
+        return pool
+
     # ---- lifetime ----------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Pool:
         if self._rt is not None:
             raise RuntimeError("a Pool can be entered once; make a new Pool for a new pool")
+        named = self._named
+        if named is None:
+            return await self._enter()
+        named.enter()
+        try:
+            if named.attach:  # workers may have died since attach() looked
+                from .clusters import record as records
+                from .clusters.named import attach_provider
+
+                self.provider = attach_provider(records.load(named.name))
+            await self._enter()
+            assert self._rt is not None
+            named.started(self._rt, self.provider, self.processes_per_node)  # type: ignore[arg-type]
+        except BaseException:
+            named.leave(kept=named.attach)  # a pool that failed to start was torn down: forget it
+            raise
+        return self
+
+    async def _enter(self) -> Pool:
         image = self.image
         spec_plugins = self.plugins
         if image is not None or spec_plugins:
@@ -160,6 +224,7 @@ class Pool:
             name=self.name, log_events=self.log_events, **self.resources,
             concurrency=self.worker.concurrency,
         )
+        self._rt.detach_on_failure = self._named is not None and self._named.attach
         await self._rt.start()
         try:
             for plugin in spec_plugins:  # client-side hooks, for the pool's lifetime
@@ -185,10 +250,18 @@ class Pool:
             self._client_hooks.close()
         except Exception:  # noqa: BLE001 - a plugin's teardown must not keep the nodes running
             log.exception("a plugin's around_client teardown failed")
+        named = self._named
         try:
-            await rt.close(error)
+            if named is not None and self.keep:
+                await rt.detach()
+            else:
+                await rt.close(error)
         finally:
-            await rt._exit_tg()
+            try:
+                await rt._exit_tg()
+            finally:
+                if named is not None:
+                    named.leave(kept=self.keep)
 
     def __enter__(self) -> BlockingPool:
         from .blocking import BlockingPool

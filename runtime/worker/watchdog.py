@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         pid = os.read(fd, 64).decode().strip()
         _say(sys.stdout, json.dumps({"pid": int(pid) if pid.isdigit() else None, "already": True}))
         return 0
-    from .server import _daemonize
+    from ..onnode.daemonize import daemonize as _daemonize
 
     ready_fd, _ = _daemonize(os.path.join(args.state_dir, f"{name}.log"))  # the lock fd is inherited
     os.ftruncate(fd, 0)

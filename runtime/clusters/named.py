@@ -1,0 +1,137 @@
+"""What a `Pool` does differently when it is named and kept (`Pool(name=..., keep=True)`) or attached
+(`Pool.attach(name)`): one attached client at a time (the record's lock), the record written once
+the workers run, and on leaving either detach (the workers stay) or tear down and forget the record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from ...errors import PoolExists, PoolGone
+from ...providers.base import Provider
+from ...providers.local import Local, LocalCluster
+from ..transport.local_detached import server_pid, socket_path
+from . import record as records
+from .record import ClusterRecord, WorkerEntry
+
+if TYPE_CHECKING:
+    from ..actors.pool_actor import PoolRuntime
+
+log = logging.getLogger("skyhive.clusters")
+
+__all__ = ["NamedPool", "kept_provider", "attach_provider", "live_workers", "dead_workers", "AUTOSTOP_UNIT_ENV",
+           "minute"]
+
+#: Seconds in an autostop "minute" (tests shorten it; the default is 60).
+AUTOSTOP_UNIT_ENV = "SKYHIVE_AUTOSTOP_MINUTE"
+
+
+def minute() -> float:
+    """How many seconds `-i 1` means (60 unless `SKYHIVE_AUTOSTOP_MINUTE` says otherwise, for tests)."""
+    try:
+        return float(os.environ.get(AUTOSTOP_UNIT_ENV, "60"))
+    except ValueError:
+        raise ValueError(f"{AUTOSTOP_UNIT_ENV}={os.environ[AUTOSTOP_UNIT_ENV]!r} is not a number of seconds") from None
+
+
+def kept_provider(name: str, provider: Provider, *, idle_minutes: float | None = None) -> LocalCluster:
+    """The provider of a new kept pool: `provider`'s Local nodes as detached workers.
+
+    Raises `ValueError` for a provider whose nodes cannot outlive the client yet, and `PoolExists`
+    when a pool by that name still runs."""
+    records.check_name(name)
+    if type(provider) is not Local:
+        raise ValueError(f"Pool(name={name!r}, keep=True): only Local pools can be kept after the client leaves "
+                         f"yet, not {provider.name!r}")
+    try:
+        old = records.load(name)
+    except Exception:  # noqa: BLE001 - no record (or an unreadable one): a new pool
+        old = None
+    if old is not None:
+        if live_workers(old):
+            raise PoolExists(f"pool {name!r} already runs ({len(old.workers)} workers): attach to it with "
+                             f"sky.Pool.attach({name!r}), or `skyhive down {name}` first")
+        records.remove(name)  # what is left of a pool whose workers all died
+    idle = float("inf") if idle_minutes is None else idle_minutes * minute()
+    return LocalCluster(socket_dir=records.socket_dir(name), cwd=provider.cwd, build_env=provider.build_env,
+                        idle_timeout=idle)
+
+
+def attach_provider(rec: ClusterRecord) -> LocalCluster:
+    """The provider that takes the workers of `rec` over. Raises `PoolGone` naming the pool and the
+    workers that died."""
+    dead = dead_workers(rec)
+    if dead:
+        which = ", ".join(f"node {w.node} worker {w.rank} (pid {w.pid})" for w in dead)
+        raise PoolGone(f"pool {rec.name!r}: its workers died ({which}); `skyhive down {rec.name}` cleans up, "
+                       f"`skyhive launch -c {rec.name} TASK.yaml` starts it again")
+    return LocalCluster(socket_dir=rec.socket_dir, attach=True, cwd=rec.cwd)
+
+
+def live_workers(rec: ClusterRecord) -> list[WorkerEntry]:
+    """The record's workers that still listen on their sockets, as the same processes."""
+    return [w for w in rec.workers if server_pid(w.socket) == w.pid]
+
+
+def dead_workers(rec: ClusterRecord) -> list[WorkerEntry]:
+    live = {(w.node, w.rank) for w in live_workers(rec)}
+    return [w for w in rec.workers if (w.node, w.rank) not in live] if rec.workers else []
+
+
+class NamedPool:
+    """The named-pool half of one `Pool`: entered around the pool's start, left around its close."""
+
+    def __init__(self, name: str, *, attach: bool, keep: bool, spec: dict[str, Any] | None = None,
+                 autostop_minutes: float | None = None, autostop_down: bool = False, who: str = "",
+                 lock_timeout: float | None = 0.0) -> None:
+        self.name = name
+        self.attach = attach
+        self.keep = keep
+        self.spec = dict(spec or {})
+        self.autostop_minutes = autostop_minutes
+        self.autostop_down = autostop_down
+        self.who = who
+        self.lock_timeout = lock_timeout
+        self._stack = contextlib.ExitStack()
+
+    def __repr__(self) -> str:
+        return f"<NamedPool {self.name} {'attached' if self.attach else 'new'} keep={self.keep}>"
+
+    def enter(self) -> None:
+        """Take the pool's lock (raises `PoolInUse` naming the holder when another client has it)."""
+        self._stack.enter_context(records.attach_lock(self.name, timeout=self.lock_timeout, who=self.who))
+
+    def started(self, rt: PoolRuntime, provider: LocalCluster, processes_per_node: int) -> None:
+        """The workers run: write the record (a new pool) or check it still says the same (attached)."""
+        workers = []
+        for node in rt.nodes:
+            for rank, proc in enumerate(node.processes):
+                if proc is not None:
+                    path = socket_path(provider.socket_dir, node.index, rank)
+                    workers.append(WorkerEntry(node=node.index, rank=rank, pid=proc.pid, socket=path))
+        if self.attach:
+            old = records.load(self.name)
+            rec = ClusterRecord(**{**_fields(old), "workers": tuple(workers)})
+        else:
+            rec = ClusterRecord(name=self.name, provider="local", nodes=len(rt.nodes),
+                                processes_per_node=processes_per_node, cwd=provider.cwd or os.getcwd(),
+                                socket_dir=provider.socket_dir, created=time.time(), workers=tuple(workers),
+                                spec=self.spec, autostop_minutes=self.autostop_minutes,
+                                autostop_down=self.autostop_down)
+        records.save(rec)
+
+    def leave(self, *, kept: bool) -> None:
+        """Release the lock; a pool not kept is forgotten (its record removed)."""
+        try:
+            if not kept:
+                records.remove(self.name)
+        finally:
+            self._stack.close()
+
+
+def _fields(rec: ClusterRecord) -> dict[str, Any]:
+    return {name: getattr(rec, name) for name in rec.__dataclass_fields__}
