@@ -24,6 +24,7 @@ import fcntl
 import json
 import logging
 import os
+import pickle
 import subprocess
 import sys
 import time
@@ -31,7 +32,7 @@ from typing import IO, Any
 
 import anyio
 
-from ..onnode import nodecmd
+from ..commands.steps import run_steps
 from . import jobs as jobq
 from . import record as records
 
@@ -116,7 +117,7 @@ async def run_job(name: str, job: jobq.Job) -> jobq.Job:
                     with anyio.CancelScope() as scope:
                         async with anyio.create_task_group() as tg:
                             tg.start_soon(_watch_cancel, name, job.id, scope)
-                            code, detail = await _steps(rt, name, job)
+                            code, detail = await _run(rt, name, job)
                             tg.cancel_scope.cancel()
                     cancelled = scope.cancelled_caught
                 # leaving detached the pool: the output stream ends after what it holds
@@ -133,6 +134,15 @@ async def run_job(name: str, job: jobq.Job) -> jobq.Job:
                                detail=detail, secrets={})
 
 
+async def _run(rt: Any, name: str, job: jobq.Job) -> tuple[int, str]:
+    """The job's steps on every node: (0, "") or (exit code, what failed where)."""
+    steps = pickle.loads(jobq.steps_path(name, job.id).read_bytes())  # noqa: S301 - our own 0600 file
+    failed = await run_steps(rt, steps)
+    if failed is None:
+        return 0, ""
+    return failed.code or 1, f"{failed.phase} failed on node {failed.node}: {failed.detail or f'exit code {failed.code}'}"
+
+
 async def _copy_output(stream: Any, out: _JobLog) -> None:
     async with stream:
         async for rec in stream:
@@ -143,49 +153,6 @@ async def _watch_cancel(name: str, job_id: int, scope: anyio.CancelScope) -> Non
     while not jobq.cancel_requested(name, job_id):
         await anyio.sleep(_POLL)
     scope.cancel()
-
-
-async def _steps(rt: Any, name: str, job: jobq.Job) -> tuple[int, str]:
-    """workdir, then setup (if any), then run, on every node; (0, "") or the first failure."""
-    channels = await rt.all_channels()
-    archive = jobq.archive_path(name, job.id).read_bytes() if job.has_workdir else None
-    code, detail, dirs = await _everywhere(rt, channels, "workdir", nodecmd.prepare, (name, archive))
-    task_id = f"skyhive-{name}-{job.id}"
-    for phase in ("setup", "run"):
-        script = getattr(job, phase)
-        if code == 0 and script:
-            code, detail, _ = await _everywhere(rt, channels, phase, nodecmd.run_script, (script, task_id, phase),
-                                                per_node=dirs)
-    return code, detail
-
-
-async def _everywhere(rt: Any, channels: list[Any], phase: str, fn: Any, args: tuple[Any, ...], *,
-                      per_node: list[Any] | None = None) -> tuple[int, str, list[Any]]:
-    """`fn` on every node at once; the first failure (a non-zero exit or an exception) stops the
-    others. Returns (exit code, what failed, each node's result)."""
-    results: list[Any] = [None] * len(channels)
-    first: list[tuple[int, str]] = []
-
-    async def one(i: int, channel: Any, scope: anyio.CancelScope) -> None:
-        call_args = (per_node[i], *args) if per_node is not None else args
-        try:
-            value = await rt.call_on(channel, fn, call_args, {}, fn_name=phase)
-        except Exception as exc:  # noqa: BLE001 - reported as the job's failure
-            failure = (1, f"{phase} failed on node {channel.node}: {type(exc).__name__}: {exc}")
-        else:
-            results[i] = value
-            if not (isinstance(value, int) and value != 0):
-                return
-            failure = (value, f"{phase} failed on node {channel.node}: exit code {value}")
-        if not first:
-            first.append(failure)
-            scope.cancel()
-
-    async with anyio.create_task_group() as tg:
-        for i, channel in enumerate(channels):
-            tg.start_soon(one, i, channel, tg.cancel_scope)
-    code, detail = first[0] if first else (0, "")
-    return code, detail, results
 
 
 def _claim(name: str) -> jobq.Job | None:
@@ -239,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             ended = dataclasses.replace(job, state=jobq.FAILED, ended=time.time(), exit_code=1,
                                         detail=f"{type(exc).__name__}: {exc}", secrets={})
         jobq.save_job(name, ended)
-        for leftover in (jobq.archive_path(name, job.id), jobq.log_path(name, job.id).with_suffix(".cancel")):
+        for leftover in (jobq.steps_path(name, job.id), jobq.log_path(name, job.id).with_suffix(".cancel")):
             leftover.unlink(missing_ok=True)
         log.warning("pool %s: job %d %s", name, job.id, ended.state)
 

@@ -2,7 +2,8 @@
 
     jobs/<id>.json     `Job`: what to run and how it went (0600; the job's secret values are dropped
                        from it once the job ends)
-    jobs/<id>.tar.gz   the workdir the job ships to the nodes, if any
+    jobs/<id>.steps    what runs on the nodes (`commands.steps.TaskSteps`, pickled: the scripts and
+                       the packed workdir and file mounts; written and read by this user only)
     jobs/<id>.log      what the job's nodes wrote ("[node N] " before each line when N > 1)
     jobs/<id>.cancel   present once `skyhive cancel` asked for the job to stop
 
@@ -29,7 +30,7 @@ from . import record as records
 
 __all__ = ["Job", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "FINISHED", "jobs_dir", "submit",
            "load_job", "save_job", "list_jobs", "next_pending", "request_cancel", "cancel_requested", "log_path",
-           "archive_path", "queue_lock"]
+           "steps_path", "queue_lock"]
 
 PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED = "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"
 FINISHED = (SUCCEEDED, FAILED, CANCELLED)
@@ -37,8 +38,9 @@ FINISHED = (SUCCEEDED, FAILED, CANCELLED)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Job:
-    """One job of a named pool. `setup` runs before `run` on every node when set (`launch -c`);
-    `exec` jobs have none. Times are `time.time()`; `exit_code` is the first failing node's."""
+    """One job of a named pool (`with_setup`: `launch -c` runs the task's setup first; `exec` does
+    not). Times are `time.time()`; `exit_code` is the first failing node's. `env` and `secrets` reach
+    the workers as the pool's Image for this job (secret values redacted from its log)."""
 
     id: int
     name: str
@@ -48,11 +50,9 @@ class Job:
     ended: float | None = None
     exit_code: int | None = None
     detail: str = ""
-    setup: str | None = None
-    run: str | None = None
+    with_setup: bool = False
     env: dict[str, str] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict)
-    has_workdir: bool = False
     agent_pid: int = 0
 
     def __repr__(self) -> str:  # never the secret values
@@ -79,8 +79,8 @@ def log_path(name: str, job_id: int) -> Path:
     return _path(name, job_id, ".log")
 
 
-def archive_path(name: str, job_id: int) -> Path:
-    return _path(name, job_id, ".tar.gz")
+def steps_path(name: str, job_id: int) -> Path:
+    return _path(name, job_id, ".steps")
 
 
 @contextlib.contextmanager
@@ -126,15 +126,14 @@ def list_jobs(name: str) -> list[Job]:
     return out
 
 
-def submit(name: str, *, job_name: str, setup: str | None, run: str | None, env: dict[str, str],
-           secrets: dict[str, str], workdir_archive: bytes | None) -> Job:
-    """Queue a job; it runs after the jobs before it. Returns it (with its id)."""
+def submit(name: str, *, job_name: str, steps: bytes, with_setup: bool, env: dict[str, str],
+           secrets: dict[str, str]) -> Job:
+    """Queue a job (`steps`: its pickled `TaskSteps`); it runs after the jobs before it. Returns it."""
     with queue_lock(name):
         ids = [int(p.stem) for p in jobs_dir(name).glob("*.json") if p.stem.isdigit()]
-        job = Job(id=max(ids, default=0) + 1, name=job_name, submitted=time.time(), setup=setup, run=run,
-                  env=dict(env), secrets=dict(secrets), has_workdir=workdir_archive is not None)
-        if workdir_archive is not None:
-            _write_private(archive_path(name, job.id), workdir_archive)
+        job = Job(id=max(ids, default=0) + 1, name=job_name, submitted=time.time(), with_setup=with_setup,
+                  env=dict(env), secrets=dict(secrets))
+        _write_private(steps_path(name, job.id), steps)
         save_job(name, job)
     return job
 

@@ -26,7 +26,7 @@ from ..clusters import record as records
 from ..clusters.agent import agent_pid, ensure_agent
 from ..clusters.named import dead_workers, live_workers
 from ..transport.local_detached import is_worker_server
-from .launch import pack_workdir
+from .launch import task_steps
 from .taskfile import Task
 
 __all__ = ["task_spec", "launch_cluster", "exec_task", "down_cluster", "status_rows", "print_status", "follow_job",
@@ -108,9 +108,12 @@ def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float 
 
 
 def _queue(task: Task, name: str, *, setup: bool) -> jobq.Job:
-    archive = pack_workdir(task.workdir) if task.workdir else None
-    return jobq.submit(name, job_name=task.name or "task", setup=task.setup if setup else None, run=task.run,
-                       env=task.env(), secrets=task.secret_env(), workdir_archive=archive)
+    import pickle
+
+    steps = task_steps(task, Local(), work_id=name, task_id=f"skyhive-{name}-{time.strftime('%Y-%m-%d-%H-%M-%S')}",
+                       setup=setup)
+    return jobq.submit(name, job_name=task.name or "task", steps=pickle.dumps(steps), with_setup=setup,
+                       env=task.env(), secrets=task.secret_env())
 
 
 def _after_submit(name: str, job: jobq.Job, detach_run: bool, out: TextIO, err: TextIO) -> int:
