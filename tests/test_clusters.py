@@ -7,6 +7,7 @@ directory is left running, and that no socket or record is left behind.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -225,3 +226,159 @@ def test_attach_errors_name_the_pool(tmp_path, clean):
     lines = bad.stdout.splitlines()
     assert len(lines) == 3, bad.stderr
     assert "needs a name=" in lines[0] and "'no/slash' cannot name a pool" in lines[1] and "keep=True" in lines[2]
+
+
+# ---- (b) launch -c / exec / status / down: seed 004's commands ---------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="torch is not installed in this environment (pip install -e '.[torch]')")
+def test_seed_004_launch_c_exec_status_down(clean):
+    """`sky launch -c train train.yaml`, `sky exec train train.yaml`, `sky status`, `sky down train`."""
+    home = clean
+    launched = skyhive("launch", "-y", "-c", "train", "train.yaml", cwd=TASKS, timeout=600)
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    assert "ready on node" in launched.stdout  # setup ran
+    assert sum("training complete" in ln for ln in launched.stdout.splitlines()) == 2
+    pids = _worker_pids(home, "train")
+
+    again = skyhive("exec", "train", "train.yaml", cwd=TASKS, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "ready on node" not in again.stdout  # no setup rerun
+    assert sum("training complete" in ln for ln in again.stdout.splitlines()) == 2
+    assert _worker_pids(home, "train") == pids and all(state_of(p) not in (None, "Z") for p in pids)
+
+    status = skyhive("status", cwd=TASKS)
+    row = next(ln for ln in status.stdout.splitlines() if ln.startswith("train "))
+    assert " UP " in row and " 2 " in row
+
+    down = skyhive("down", "train", cwd=TASKS)
+    assert down.returncode == 0, down.stderr
+    assert all(state_of(p) in (None, "Z") for p in pids)
+    assert running_under(home) == []
+    assert "no named pools" in skyhive("status", cwd=TASKS).stdout
+
+
+def test_launch_c_reuses_a_matching_pool_and_exec_skips_setup(tmp_path, clean):
+    home = clean
+    task = write(tmp_path / "t.yaml", SIMPLE)
+    first = skyhive("launch", "-y", "-c", "dev", str(task), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "creating pool dev" in first.stderr
+    assert sorted(ln for ln in first.stdout.splitlines() if "setup on node" in ln) == [
+        "[node 0] setup on node 0"]  # two Local nodes share one machine: setup once
+    pids = _worker_pids(home, "dev")
+    workers = {int(ln.rsplit(" ", 1)[1]) for ln in first.stdout.splitlines() if "hello from" in ln}
+    assert workers == set(pids)  # the run's parent process is the detached worker itself
+
+    second = skyhive("launch", "-y", "-c", "dev", str(task), cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "reusing pool dev" in second.stderr and _worker_pids(home, "dev") == pids
+
+    ex = skyhive("exec", "dev", str(task), cwd=tmp_path)
+    assert ex.returncode == 0, ex.stderr
+    assert "setup on node" not in ex.stdout and "hello from node 1 of 2" in ex.stdout
+    queue = skyhive("queue", "dev", cwd=tmp_path).stdout.splitlines()
+    assert [ln.split()[:3] for ln in queue[1:]] == [["1", "hello", "SUCCEEDED"], ["2", "hello", "SUCCEEDED"],
+                                                   ["3", "hello", "SUCCEEDED"]]
+
+
+def test_named_pool_errors_name_the_pool(tmp_path, clean):
+    task = write(tmp_path / "t.yaml", SIMPLE)
+    unknown = skyhive("exec", "nosuch", str(task), cwd=tmp_path)
+    assert unknown.returncode == 1 and "no named pool 'nosuch'" in unknown.stderr
+    assert skyhive("queue", "nosuch", cwd=tmp_path).returncode == 1
+    gone = skyhive("down", "nosuch", cwd=tmp_path)
+    assert gone.returncode == 1 and "no pool 'nosuch'" in gone.stderr
+    assert skyhive("launch", "-y", "-c", "shape", str(task), cwd=tmp_path).returncode == 0
+    other = skyhive("launch", "-y", "-c", "shape", "--num-nodes", "3", str(task), cwd=tmp_path)
+    assert other.returncode != 0
+    assert "pool 'shape' exists with another shape (num_nodes: pool has 2, task asks 3" in other.stderr
+    bigger = write(tmp_path / "big.yaml", SIMPLE.replace("num_nodes: 2", "num_nodes: 4"))
+    assert "asks for 4 nodes; pool 'shape' has 2" in skyhive("exec", "shape", str(bigger), cwd=tmp_path).stderr
+    assert "add -c NAME" in skyhive("launch", "-y", "-d", str(task), cwd=tmp_path).stderr
+    assert skyhive("logs", "shape", "99", cwd=tmp_path).stderr.count("pool 'shape' has no job 99") == 1
+    bad = skyhive("launch", "-y", "-c", "bad/name", str(task), cwd=tmp_path)
+    assert bad.returncode != 0 and "'bad/name' cannot name a pool" in bad.stderr
+
+
+# ---- (c) the job queue: exec -d, queue, cancel, logs --follow ----------------------------------------
+
+
+SLOW = """\
+    name: slow
+    num_nodes: 2
+    resources:
+      cloud: local
+    run: |
+      echo "start $SKYPILOT_TASK_ID"
+      for i in $(seq 1 {n}); do echo "tick $i"; sleep 0.2; done
+      echo "end"
+    """
+
+
+def test_queued_jobs_run_in_order_cancel_starts_the_next_and_logs_follow(tmp_path, clean):
+    home = clean
+    assert skyhive("launch", "-y", "-c", "q", str(write(tmp_path / "t.yaml", SIMPLE)), cwd=tmp_path).returncode == 0
+    long = write(tmp_path / "long.yaml", SLOW.format(n=600))
+    short = write(tmp_path / "short.yaml", SLOW.format(n=5))
+    submitted = [skyhive("exec", "-d", "q", str(path), cwd=tmp_path) for path in (long, short, short)]
+    assert all(s.returncode == 0 for s in submitted), [s.stderr for s in submitted]
+    assert [int(s.stderr.split("job ")[1].split()[0]) for s in submitted] == [2, 3, 4]
+
+    def states() -> dict[int, str]:
+        return {int(ln.split()[0]): ln.split()[2] for ln in skyhive("queue", "q", cwd=tmp_path).stdout.splitlines()[1:]}
+
+    wait_for(lambda: states()[2] == "RUNNING", what="job 2 to run")
+    assert states()[3] == states()[4] == "PENDING"  # they wait their turn
+    assert "tick" in wait_for(lambda: skyhive("logs", "q", "2", cwd=tmp_path).stdout, what="job 2 output")
+
+    follower = subprocess.Popen([*SKYHIVE, "logs", "q", "3", "--follow"], cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    cancelled = skyhive("cancel", "q", cwd=tmp_path)  # the running one
+    assert cancelled.returncode == 0 and "job 2: cancelling" in cancelled.stderr
+    out, err = follower.communicate(timeout=120)
+    assert follower.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[-1] == "[skyhive] job 3 succeeded (exit code 0)"  # followed to the job's end, then stopped
+    assert sum(ln.endswith("tick 5") for ln in lines) == 2 and sum(ln.endswith("] end") for ln in lines) == 2
+    wait_for(lambda: states()[4] == "SUCCEEDED", what="job 4")
+    final = states()
+    assert final[2] == "CANCELLED" and final[3] == "SUCCEEDED"
+    from skyhive.runtime.clusters import jobs as jobq
+
+    got = {j.id: j for j in jobq.list_jobs("q")}
+    assert got[2].ended <= got[3].started and got[3].ended <= got[4].started  # one after another
+    assert "tick 600" not in skyhive("logs", "q", "2", cwd=tmp_path).stdout
+    # the cancelled job's commands are gone: only the two workers run under this state directory
+    wait_for(lambda: sorted(running_under(home)) == _worker_pids(home, "q"), timeout=30, what="only the workers")
+    pending = skyhive("exec", "-d", "q", str(long), cwd=tmp_path)
+    assert pending.returncode == 0
+    assert skyhive("cancel", "q", "--all", cwd=tmp_path).returncode == 0
+    wait_for(lambda: states()[5] == "CANCELLED", what="job 5 cancelled")
+
+
+# ---- (d) autostop ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("down", [False, True])
+def test_autostop_ends_an_idle_pool_and_status_says_so(tmp_path, clean, monkeypatch, down):
+    home = clean
+    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "1")  # a test "minute" is one second
+    args = ["launch", "-y", "-c", "idle", "-i", "2", *(["--down"] if down else []),
+            str(write(tmp_path / "t.yaml", SIMPLE))]
+    assert skyhive(*args, cwd=tmp_path).returncode == 0
+    pids = _worker_pids(home, "idle")
+    row = next(ln for ln in skyhive("status", cwd=tmp_path).stdout.splitlines() if ln.startswith("idle "))
+    assert "2 min" in row and (" (down)" in row) == down
+    wait_for(lambda: all(state_of(p) in (None, "Z") for p in pids), timeout=60, what="the idle workers to exit")
+    status = skyhive("status", cwd=tmp_path).stdout
+    row = next(ln for ln in status.splitlines() if ln.startswith("idle "))
+    assert ("AUTODOWN" in row) if down else ("STOPPED (autostop)" in row)
+    later = skyhive("status", cwd=tmp_path).stdout
+    assert ("idle " in later) != down  # an autodown pool is gone once status has shown it
+    assert running_under(home) == []
+    if not down:  # a stopped pool starts again with the next launch -c
+        again = skyhive(*args, cwd=tmp_path)
+        assert again.returncode == 0 and "starting it again" in again.stderr
