@@ -101,6 +101,8 @@ class PoolEntry:
             return "stopped"
         if self.started is None:
             return "empty"
+        if self.state.status == "detached":  # a named pool between clients (`skyhive status`)
+            return "kept (named pool)"
         return {"alive": "running", "gone": "client gone", "remote": f"running on {self.state.host}"}[self.client]
 
     @property
