@@ -382,3 +382,26 @@ def test_autostop_ends_an_idle_pool_and_status_says_so(tmp_path, clean, monkeypa
     if not down:  # a stopped pool starts again with the next launch -c
         again = skyhive(*args, cwd=tmp_path)
         assert again.returncode == 0 and "starting it again" in again.stderr
+
+
+def test_a_jobs_env_and_secrets_are_its_own_and_redacted(tmp_path, clean):
+    home = clean
+    task = write(tmp_path / "sec.yaml", """\
+        name: sec
+        envs:
+          PLAIN: from-file
+        secrets:
+          TOKEN: null
+        run: |
+          echo "token=${TOKEN:-unset} plain=${PLAIN:-unset}"
+        """)
+    first = skyhive("launch", "-y", "-c", "sec", "--secret", "TOKEN=hunter2secret", str(task), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "token=*** plain=from-file" in first.stdout and "hunter2secret" not in first.stdout
+    bare = write(tmp_path / "bare.yaml", "run: echo \"token=${TOKEN:-unset} plain=${PLAIN:-unset}\"\n")
+    second = skyhive("exec", "sec", str(bare), cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "token=unset plain=unset" in second.stdout  # nothing of job 1 stayed in the workers
+    for path in Path(home).rglob("*"):
+        if path.is_file():
+            assert b"hunter2secret" not in path.read_bytes(), f"the secret is in {path}"

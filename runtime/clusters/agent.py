@@ -103,7 +103,9 @@ async def run_job(name: str, job: jobq.Job) -> jobq.Job:
     from ...plugins.image import Image
     from ..pool import Pool
 
-    image = Image(env=job.env, secrets=job.secrets) if job.env or job.secrets else None
+    # the secrets only to redact them from what this client logs; the scripts get the job's variables
+    # with each call (`run_steps`), so nothing of one job stays in the workers for the next
+    image = Image(secrets=job.secrets) if job.secrets else None
     code, detail, cancelled = 1, "", False
     with open(jobq.log_path(name, job.id), "a", encoding="utf-8") as fh:
         out = _JobLog(fh, prefix=False)
@@ -137,7 +139,7 @@ async def run_job(name: str, job: jobq.Job) -> jobq.Job:
 async def _run(rt: Any, name: str, job: jobq.Job) -> tuple[int, str]:
     """The job's steps on every node: (0, "") or (exit code, what failed where)."""
     steps = pickle.loads(jobq.steps_path(name, job.id).read_bytes())  # noqa: S301 - our own 0600 file
-    failed = await run_steps(rt, steps)
+    failed = await run_steps(rt, steps, task_env={**job.env, **job.secrets})
     if failed is None:
         return 0, ""
     return failed.code or 1, f"{failed.phase} failed on node {failed.node}: {failed.detail or f'exit code {failed.code}'}"

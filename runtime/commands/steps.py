@@ -63,8 +63,10 @@ def pack_mounts(task: Task, pack: Callable[[str], bytes]) -> list[tuple[str, str
     return [(m.target, m.source, pack(m.source), os.path.isdir(m.source)) for m in task.file_mounts]
 
 
-async def run_steps(rt: PoolRuntime, steps: TaskSteps) -> NodeExit | None:
-    """Run `steps` on every node of `rt` (see the module docstring); the first failure, or None."""
+async def run_steps(rt: PoolRuntime, steps: TaskSteps, *, task_env: dict[str, str] | None = None) -> NodeExit | None:
+    """Run `steps` on every node of `rt` (see the module docstring); the first failure, or None.
+    `task_env` (variables and secret values) goes to the scripts only, not to the workers (a named
+    pool's job; `skyhive launch` gives them to its pool's workers as the Image instead)."""
     channels = await rt.all_channels()
     dirs: list[Any] = []
     failed, keys = await everywhere(rt, channels, "machine", nodeprep.machine_key)
@@ -85,8 +87,10 @@ async def run_steps(rt: PoolRuntime, steps: TaskSteps) -> NodeExit | None:
     for phase, on in (("setup", leaders), ("run", list(range(len(channels))))):
         script = getattr(steps, phase)
         if failed is None and script:
+            extra = (task_env,) if task_env else ()
             failed, _ = await everywhere(rt, [channels[i] for i in on], phase, nodecmd.run_script, script,
-                                         steps.task_id, phase, steps.cluster_info, per_node=[dirs[i] for i in on])
+                                         steps.task_id, phase, steps.cluster_info, *extra,
+                                         per_node=[dirs[i] for i in on])
     return failed
 
 
