@@ -155,17 +155,10 @@ class Pool:
         check_plugins(self.worker, self.plugins)
         self.keep = bool(keep)
         self._named: NamedPool | None = None
-        if keep:  # a named pool whose nodes outlive this client (see runtime/clusters/)
-            from .clusters.named import NamedPool, kept_provider
+        if keep or autostop is not None:  # a named pool whose nodes outlive this client (runtime/clusters/)
+            from .clusters.named import keep_named
 
-            if not name:
-                raise ValueError("Pool(keep=True) needs a name= to find the pool again (Pool.attach(name))")
-            if autostop is not None and not autostop > 0:
-                raise ValueError(f"Pool(autostop={autostop!r}): need a positive number of minutes, or None")
-            self.provider = kept_provider(name, self.provider, idle_minutes=autostop)
-            self._named = NamedPool(name, attach=False, keep=True, autostop_minutes=autostop)
-        elif autostop is not None:
-            raise ValueError("Pool(autostop=...) applies to a kept pool: pass keep=True and a name")
+            self.provider, self._named = keep_named(name, self.provider, keep=keep, autostop=autostop)
         self._rt: PoolRuntime | None = None
         self._blocking: BlockingPool | None = None
         self._client_hooks = contextlib.ExitStack()
@@ -184,11 +177,10 @@ class Pool:
 
         Entering takes the workers over (the same processes, plugins already set up); leaving detaches
         and leaves them running, or with `keep=False` shuts them down and forgets the pool. One client
-        at a time: `wait` seconds (None: for ever) for another one to leave. An `image` adds its
-        variables (and secrets, redacted from the log) to the workers' environment; its packages must
-        already be there. Raises `PoolNotFound`
-        for an unknown name, `PoolGone` when its workers died, `PoolInUse` when another client stays
-        attached (all naming the pool).
+        at a time: `wait` seconds (None: for ever) for another one to leave. An `image`'s secrets are
+        redacted from this client's log (the workers keep the environment they were started with).
+        Raises `PoolNotFound` for an unknown name, `PoolGone` when its workers died, `PoolInUse` when
+        another client stays attached (all naming the pool).
         """
         from .clusters import record as records
         from .clusters.named import NamedPool, attach_provider
@@ -205,23 +197,9 @@ class Pool:
     async def __aenter__(self) -> Pool:
         if self._rt is not None:
             raise RuntimeError("a Pool can be entered once; make a new Pool for a new pool")
-        named = self._named
-        if named is None:
+        if self._named is None:
             return await self._enter()
-        named.enter()
-        try:
-            if named.attach:  # workers may have died since attach() looked
-                from .clusters import record as records
-                from .clusters.named import attach_provider
-
-                self.provider = attach_provider(records.load(named.name))
-            await self._enter()
-            assert self._rt is not None
-            named.started(self._rt, self.provider, self.processes_per_node)  # type: ignore[arg-type]
-        except BaseException:
-            named.leave(kept=named.attach)  # a pool that failed to start was torn down: forget it
-            raise
-        return self
+        return await self._named.open(self, self._enter)
 
     async def _enter(self) -> Pool:
         image = self.image

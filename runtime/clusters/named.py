@@ -6,6 +6,7 @@ the workers run, and on leaving either detach (the workers stay) or tear down an
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable, Callable
 import logging
 import os
 import time
@@ -20,10 +21,11 @@ from .record import ClusterRecord, WorkerEntry
 
 if TYPE_CHECKING:
     from ..actors.pool_actor import PoolRuntime
+    from ..pool import Pool
 
 log = logging.getLogger("skyhive.clusters")
 
-__all__ = ["NamedPool", "kept_provider", "attach_provider", "live_workers", "dead_workers", "AUTOSTOP_UNIT_ENV",
+__all__ = ["NamedPool", "keep_named", "kept_provider", "attach_provider", "live_workers", "dead_workers", "AUTOSTOP_UNIT_ENV",
            "minute"]
 
 #: Seconds in an autostop "minute" (tests shorten it; the default is 60).
@@ -82,6 +84,19 @@ def dead_workers(rec: ClusterRecord) -> list[WorkerEntry]:
     return [w for w in rec.workers if (w.node, w.rank) not in live] if rec.workers else []
 
 
+def keep_named(name: str | None, provider: Provider, *, keep: bool, autostop: float | None) -> tuple[LocalCluster, NamedPool]:
+    """`Pool(name=..., keep=True, autostop=...)`: the provider of the new kept pool and its named half.
+    Raises `ValueError` naming the argument, `PoolExists` when a pool by that name runs."""
+    if not keep:
+        raise ValueError("Pool(autostop=...) applies to a kept pool: pass keep=True and a name")
+    if not name:
+        raise ValueError("Pool(keep=True) needs a name= to find the pool again (Pool.attach(name))")
+    if autostop is not None and not autostop > 0:
+        raise ValueError(f"Pool(autostop={autostop!r}): need a positive number of minutes, or None")
+    kept = kept_provider(name, provider, idle_minutes=autostop)
+    return kept, NamedPool(name, attach=False, keep=True, autostop_minutes=autostop)
+
+
 class NamedPool:
     """The named-pool half of one `Pool`: entered around the pool's start, left around its close."""
 
@@ -104,6 +119,21 @@ class NamedPool:
     def enter(self) -> None:
         """Take the pool's lock (raises `PoolInUse` naming the holder when another client has it)."""
         self._stack.enter_context(records.attach_lock(self.name, timeout=self.lock_timeout, who=self.who))
+
+    async def open(self, pool: Pool, enter: Callable[[], Awaitable[Pool]]) -> Pool:
+        """Enter `pool` (`enter` starts it) as this named pool: lock, (re)check the workers when
+        attaching, start, write the record. A pool that fails to start is forgotten unless attached."""
+        self.enter()
+        try:
+            if self.attach:  # workers may have died since Pool.attach() looked
+                pool.provider = attach_provider(records.load(self.name))
+            await enter()
+            assert pool._rt is not None and isinstance(pool.provider, LocalCluster)
+            self.started(pool._rt, pool.provider, pool.processes_per_node)
+        except BaseException:
+            self.leave(kept=self.attach)
+            raise
+        return pool
 
     def started(self, rt: PoolRuntime, provider: LocalCluster, processes_per_node: int) -> None:
         """The workers run: write the record (a new pool) or check it still says the same (attached)."""
