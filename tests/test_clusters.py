@@ -370,18 +370,35 @@ def test_autostop_ends_an_idle_pool_and_status_says_so(tmp_path, clean, monkeypa
             str(write(tmp_path / "t.yaml", SIMPLE))]
     assert skyhive(*args, cwd=tmp_path).returncode == 0
     pids = _worker_pids(home, "idle")
+    watchdog = record(home, "idle")["watchdog_pid"]
+    assert "skyhive.runtime.worker.watchdog" in Path(f"/proc/{watchdog}/cmdline").read_text()
     row = next(ln for ln in skyhive("status", cwd=tmp_path).stdout.splitlines() if ln.startswith("idle "))
     assert "2 min" in row and (" (down)" in row) == down
-    wait_for(lambda: all(state_of(p) in (None, "Z") for p in pids), timeout=60, what="the idle workers to exit")
+    # an attached client is not idle: the pool stays up while it is attached (3 s, past the 2 s limit)
+    held = python("""
+        import os, time, skyhive as sky
+        with sky.Pool.attach("idle", output=None) as pool:
+            time.sleep(3)
+            print(sorted(pool.broadcast(os.getpid)))
+        """, cwd=tmp_path)
+    assert held.returncode == 0, held.stderr
+    assert json.loads(held.stdout.strip().splitlines()[-1]) == pids
+    wait_for(lambda: all(state_of(p) in (None, "Z") for p in pids + [watchdog]), timeout=60,
+             what="the idle workers and the watchdog to exit")
     status = skyhive("status", cwd=tmp_path).stdout
-    row = next(ln for ln in status.splitlines() if ln.startswith("idle "))
-    assert ("AUTODOWN" in row) if down else ("STOPPED (autostop)" in row)
-    later = skyhive("status", cwd=tmp_path).stdout
-    assert ("idle " in later) != down  # an autodown pool is gone once status has shown it
-    assert running_under(home) == []
-    if not down:  # a stopped pool starts again with the next launch -c
-        again = skyhive(*args, cwd=tmp_path)
+    from skyhive.runtime.events.log import read_log
+
+    last = list(read_log(Path(home) / "pools" / "idle.jsonl"))[-1]
+    assert last.kind == "pool_stopped" and last.error.startswith("autodown" if down else "autostop")
+    if down:  # autodown: the pool is gone
+        assert "idle " not in status
+    else:
+        row = next(ln for ln in status.splitlines() if ln.startswith("idle "))
+        assert "STOPPED (autostop)" in row
+        again = skyhive(*args, cwd=tmp_path)  # a stopped pool starts again with the next launch -c
         assert again.returncode == 0 and "starting it again" in again.stderr
+        assert _worker_pids(home, "idle") != pids
+    assert running_under(home) == [] or not down
 
 
 def test_a_jobs_env_and_secrets_are_its_own_and_redacted(tmp_path, clean):

@@ -6,6 +6,11 @@ the workers run, and on leaving either detach (the workers stay) or tear down an
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
+import shlex
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 import logging
 import os
@@ -25,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skyhive.clusters")
 
-__all__ = ["NamedPool", "keep_named", "kept_provider", "attach_provider", "live_workers", "dead_workers", "AUTOSTOP_UNIT_ENV",
+__all__ = ["NamedPool", "keep_named", "kept_provider", "start_watchdog", "attach_provider", "live_workers", "dead_workers", "AUTOSTOP_UNIT_ENV",
            "minute"]
 
 #: Seconds in an autostop "minute" (tests shorten it; the default is 60).
@@ -40,7 +45,7 @@ def minute() -> float:
         raise ValueError(f"{AUTOSTOP_UNIT_ENV}={os.environ[AUTOSTOP_UNIT_ENV]!r} is not a number of seconds") from None
 
 
-def kept_provider(name: str, provider: Provider, *, idle_minutes: float | None = None) -> LocalCluster:
+def kept_provider(name: str, provider: Provider) -> LocalCluster:
     """The provider of a new kept pool: `provider`'s Local nodes as detached workers.
 
     Raises `ValueError` for a provider whose nodes cannot outlive the client yet, and `PoolExists`
@@ -58,9 +63,8 @@ def kept_provider(name: str, provider: Provider, *, idle_minutes: float | None =
             raise PoolExists(f"pool {name!r} already runs ({len(old.workers)} workers): attach to it with "
                              f"sky.Pool.attach({name!r}), or `skyhive down {name}` first")
         records.remove(name)  # what is left of a pool whose workers all died
-    idle = float("inf") if idle_minutes is None else idle_minutes * minute()
-    return LocalCluster(socket_dir=records.socket_dir(name), cwd=provider.cwd, build_env=provider.build_env,
-                        idle_timeout=idle)
+    # the workers never leave by themselves: autostop is the pool's watchdog (`start_watchdog`)
+    return LocalCluster(socket_dir=records.socket_dir(name), cwd=provider.cwd, build_env=provider.build_env)
 
 
 def attach_provider(rec: ClusterRecord) -> LocalCluster:
@@ -93,7 +97,7 @@ def keep_named(name: str | None, provider: Provider, *, keep: bool, autostop: fl
         raise ValueError("Pool(keep=True) needs a name= to find the pool again (Pool.attach(name))")
     if autostop is not None and not autostop > 0:
         raise ValueError(f"Pool(autostop={autostop!r}): need a positive number of minutes, or None")
-    kept = kept_provider(name, provider, idle_minutes=autostop)
+    kept = kept_provider(name, provider)
     return kept, NamedPool(name, attach=False, keep=True, autostop_minutes=autostop)
 
 
@@ -152,6 +156,8 @@ class NamedPool:
                                 socket_dir=provider.socket_dir, created=time.time(), workers=tuple(workers),
                                 spec=self.spec, autostop_minutes=self.autostop_minutes,
                                 autostop_down=self.autostop_down)
+        if not self.attach and self.autostop_minutes is not None:
+            rec = dataclasses.replace(rec, watchdog_pid=start_watchdog(rec))
         records.save(rec)
 
     def leave(self, *, kept: bool) -> None:
@@ -161,6 +167,23 @@ class NamedPool:
                 records.remove(self.name)
         finally:
             self._stack.close()
+
+
+def start_watchdog(rec: ClusterRecord) -> int:
+    """Start the pool's autostop watchdog (`runtime/worker/watchdog.py`, watching the connections to
+    the workers' sockets); its pid. It runs `clusters.autostop NAME` after `autostop_minutes` idle."""
+    assert rec.autostop_minutes is not None
+    idle = rec.autostop_minutes * minute()
+    command = f"{shlex.quote(sys.executable)} -m skyhive.runtime.clusters.autostop {shlex.quote(rec.name)}"
+    argv = [sys.executable, "-m", "skyhive.runtime.worker.watchdog", "--idle", f"{idle:g}", "--unix-dir",
+            rec.socket_dir, "--interval", f"{max(0.2, min(5.0, idle / 4)):g}",
+            "--state-dir", str(records.cluster_dir(rec.name)), "--command", command]
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    try:
+        return int(json.loads(done.stdout.strip().splitlines()[-1])["pid"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise RuntimeError(f"pool {rec.name!r}: the autostop watchdog did not start: "
+                           f"{(done.stderr or done.stdout).strip()[-2000:]}") from None
 
 
 def _fields(rec: ClusterRecord) -> dict[str, Any]:

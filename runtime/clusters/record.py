@@ -4,7 +4,8 @@
         record.json                       0600: `ClusterRecord` (name, provider, shape, workers, autostop)
         attach.lock                       held (flock) by the one client attached to the pool
         jobs/<id>.json, jobs/<id>.log     the job queue (see `jobs.py`)
-        agent.pid                         the queue agent, while it runs
+        agent.lock, agent.log              the queue agent (the lock holds its pid while it runs)
+        watchdog-<host>.lock/.log          the autostop watchdog
     sockets: <record dir>/sock/ (0700), or /tmp/skyhive-<uid>/<name>-<hash>/ when that path is too long
              for a Unix socket
 
@@ -63,6 +64,8 @@ class ClusterRecord:
     spec: dict[str, Any] = field(default_factory=dict)
     autostop_minutes: float | None = None
     autostop_down: bool = False
+    watchdog_pid: int = 0  # the autostop watchdog (`worker/watchdog.py --unix-dir`), while it runs
+    stopped: str = ""  # "autostop" once the watchdog stopped the pool's workers
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)

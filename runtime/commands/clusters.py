@@ -10,8 +10,6 @@ with its exit code. Ctrl-C while following stops following only: the job goes on
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -23,9 +21,9 @@ from ...errors import LaunchError, PoolGone, PoolNotFound
 from ...providers.local import Local
 from ..clusters import jobs as jobq
 from ..clusters import record as records
-from ..clusters.agent import agent_pid, ensure_agent
+from ..clusters.agent import ensure_agent
 from ..clusters.named import dead_workers, live_workers
-from ..transport.local_detached import is_worker_server
+from ..clusters.stop import alive, stop_pool
 from .launch import task_steps
 from .taskfile import Task
 
@@ -163,80 +161,32 @@ def follow_job(name: str, job_id: int, out: TextIO, *, follow: bool = True,
             return 1 if job.state == jobq.CANCELLED else int(job.exit_code or 0)
         if not follow:
             return 0
-        if job.state == jobq.RUNNING and job.agent_pid and not _alive(job.agent_pid):
+        if job.state == jobq.RUNNING and job.agent_pid and not alive(job.agent_pid):
             out.flush()
             raise RuntimeError(f"pool {name!r}: the agent running job {job_id} (pid {job.agent_pid}) is gone")
         sleep(FOLLOW_POLL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
 
 
 # ---- down ------------------------------------------------------------------------------------------
 
 
 def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False) -> int:
-    """`skyhive down NAME`: stop the pool's agent and workers (and everything their jobs started), record
-    the pool stopped in its log, forget it. Returns how many processes were ended. Raises
-    `PoolNotFound` naming the pool when there is no such named pool."""
+    """`skyhive down NAME`: stop the pool's agent, watchdog and workers (and everything their jobs
+    started), record the pool stopped in its log, forget it. Returns how many processes were ended.
+    Raises `PoolNotFound` naming the pool when there is no such named pool."""
     err = err or sys.stderr
-    rec = records.load(name)
-    pids = [w.pid for w in rec.workers if is_worker_server(w.pid)]
-    agent = agent_pid(name)
-    if agent and agent > 0 and _is_agent(agent):
-        pids.append(agent)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, sig)  # workers and agent lead their own process groups
-        deadline = time.monotonic() + 3.0
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
-            time.sleep(0.05)
-    ended = len(pids)
-    from .inventory import down as down_log
-    from .inventory import find
-
-    with contextlib.suppress(PoolNotFound):
-        entry = find(name)
-        if entry.pool_id == name:  # what the workers' jobs left (found by their pool id), and the log closed
-            ended += down_log(entry, force=True).killed
+    ended = stop_pool(name, why=f"skyhive down {name}")
     records.remove(name)
     if not quiet:
         _say(err, f"pool {name}: down ({ended} processes ended)")
     return ended
 
 
-def _is_agent(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return b"skyhive.runtime.clusters.agent" in fh.read()
-    except OSError:
-        return False
-
-
 # ---- status ----------------------------------------------------------------------------------------
 
 
-def _idle_exit(rec: records.ClusterRecord) -> bool:
-    """True when every worker of `rec` left because it had no client for its idle timeout (autostop)."""
-    for w in rec.workers:
-        try:
-            with open(w.socket + ".log", encoding="utf-8", errors="replace") as fh:
-                if "no client for" not in fh.read():
-                    return False
-        except OSError:
-            return False
-    return bool(rec.workers)
-
-
 def status_rows(now: float | None = None) -> list[dict[str, object]]:
-    """One row per named pool: name, nodes, resources, state, idle time, autostop, jobs. A pool whose
-    workers all left by autostop with `--down` is taken down here (and shown once as such)."""
+    """One row per named pool: name, nodes, resources, state, idle time, autostop, jobs."""
     now = now or time.time()
     rows = []
     for name in records.names():
@@ -250,8 +200,8 @@ def status_rows(now: float | None = None) -> list[dict[str, object]]:
         pending = [j for j in all_jobs if j.state == jobq.PENDING]
         if len(live) == len(rec.workers) and rec.workers:
             state = "UP"
-        elif not live and _idle_exit(rec):
-            state = "AUTODOWN" if rec.autostop_down else "STOPPED (autostop)"
+        elif rec.stopped:
+            state = f"STOPPED ({rec.stopped})"
         elif not live:
             state = "STOPPED (workers gone)"
         else:
@@ -264,8 +214,6 @@ def status_rows(now: float | None = None) -> list[dict[str, object]]:
                      "state": state, "idle": idle, "autostop": autostop,
                      "jobs": f"{len(running)} running, {len(pending)} pending",
                      "workers": [{"node": w.node, "rank": w.rank, "pid": w.pid} for w in rec.workers]})
-        if state == "AUTODOWN":
-            down_cluster(name, quiet=True)
     return rows
 
 
