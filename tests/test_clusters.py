@@ -90,6 +90,8 @@ def clean(skyhive_home):
     assert records.names() == []
     for d in socket_dirs:
         assert not os.path.exists(d), f"socket directory {d} left behind"
+    work = Path(skyhive_home) / "work"
+    assert not work.exists() or list(work.iterdir()) == [], "job working directories left behind"
 
 
 SIMPLE = """\
