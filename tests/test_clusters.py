@@ -424,3 +424,24 @@ def test_a_jobs_env_and_secrets_are_its_own_and_redacted(tmp_path, clean):
     for path in Path(home).rglob("*"):
         if path.is_file():
             assert b"hunter2secret" not in path.read_bytes(), f"the secret is in {path}"
+
+
+def test_a_job_whose_agent_was_killed_fails_and_the_next_job_runs(tmp_path, clean):
+    home = clean
+    assert skyhive("launch", "-y", "-c", "orphan", str(write(tmp_path / "t.yaml", SIMPLE)), cwd=tmp_path).returncode == 0
+    long = write(tmp_path / "long.yaml", SLOW.format(n=600))
+    assert skyhive("exec", "-d", "orphan", str(long), cwd=tmp_path).returncode == 0
+    from skyhive.runtime.clusters import jobs as jobq
+
+    job = wait_for(lambda: next((j for j in jobq.list_jobs("orphan") if j.id == 2 and j.state == "RUNNING"), None),
+                   what="job 2 to run")
+    wait_for(lambda: "tick 2" in skyhive("logs", "orphan", "2", cwd=tmp_path).stdout, what="job 2 output")
+    os.kill(job.agent_pid, signal.SIGKILL)
+    short = write(tmp_path / "short.yaml", SLOW.format(n=2))
+    after = skyhive("exec", "orphan", str(short), cwd=tmp_path)
+    assert after.returncode == 0, after.stdout + after.stderr  # took the workers over from the dead agent's job
+    states = {j.id: j for j in jobq.list_jobs("orphan")}
+    assert states[2].state == "FAILED" and f"its agent (pid {job.agent_pid}) died" in states[2].detail
+    assert states[3].state == "SUCCEEDED"
+    wait_for(lambda: sorted(running_under(home)) == _worker_pids(home, "orphan"), timeout=30,
+             what="the dead agent's job's commands to be gone")
