@@ -27,7 +27,6 @@ from .record import ClusterRecord, WorkerEntry
 
 if TYPE_CHECKING:
     from ..actors.pool_actor import PoolRuntime
-    from ..pool import Pool
 
 log = logging.getLogger("skyhive.clusters")
 
@@ -130,8 +129,8 @@ class NamedPool:
                 raise self._lock.busy()
             await anyio.sleep(0.1)
 
-    async def open(self, pool: Pool, enter: Callable[[], Awaitable[Pool]]) -> Pool:
-        """Enter `pool` (`enter` starts it) as this named pool: lock, (re)check the workers when
+    async def open(self, pool: Any, enter: Callable[[], Awaitable[Any]]) -> Any:
+        """Enter `pool` (the `Pool`; `enter` starts it) as this named pool: lock, (re)check the workers when
         attaching, start, write the record. A pool that fails to start is forgotten unless attached."""
         await self.enter()
         try:
