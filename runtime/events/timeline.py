@@ -89,6 +89,8 @@ class Timeline:
     stopped: bool
     error: str
     lanes: tuple[Lane, ...]
+    group_size: int = 1  # nodes per lane (> 1: a big pool's lanes are groups, see timeline_groups.py)
+    nodes: int = 0  # the pool's nodes (0: count the lanes' nodes)
 
 
 def build(events: Iterable[Event]) -> Timeline:
@@ -260,8 +262,9 @@ def layout(tl: Timeline) -> Layout:
     status = "stopped" if tl.stopped else "still running at the last event"
     if tl.error:
         status += f" ({tl.error})"
-    subtitle = f"{tl.provider} provider, {len({ln.node for ln in tl.lanes})} nodes, " \
-               f"{_fmt_duration(tl.duration)}, {status}"
+    nodes = tl.nodes or len({ln.node for ln in tl.lanes})
+    grouped = f" (lanes of {tl.group_size} nodes: the most common state, tasks merged)" if tl.group_size > 1 else ""
+    subtitle = f"{tl.provider} provider, {nodes} nodes{grouped}, {_fmt_duration(tl.duration)}, {status}"
     return Layout(width=width, height=height, title=f"skyhive pool {tl.pool_id}", subtitle=subtitle,
                   labels=tuple(labels), boxes=tuple(boxes), marks=tuple(marks), ticks=ticks, axis_y=axis_y,
                   plot=(x0, TOP - 6, x1, y), legend=tuple(legend))
@@ -357,6 +360,8 @@ def write(events: Iterable[Event], path: str | Path) -> Layout:
     suffix = Path(path).suffix.lower()
     if suffix not in (".png", ".html", ".htm"):
         raise ValueError(f"timeline output {path}: use a .png or .html file name")
-    lay = layout(build(events))
+    from .timeline_groups import group
+
+    lay = layout(group(build(events)))
     (render_png if suffix == ".png" else render_html)(lay, path)
     return lay
