@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -307,8 +308,12 @@ def test_named_pool_errors_name_the_pool(tmp_path, clean):
     assert "asks for 4 nodes; pool 'shape' has 2" in skyhive("exec", "shape", str(bigger), cwd=tmp_path).stderr
     assert "add -c NAME" in skyhive("launch", "-y", "-d", str(task), cwd=tmp_path).stderr
     assert skyhive("logs", "shape", "99", cwd=tmp_path).stderr.count("pool 'shape' has no job 99") == 1
+    failing = write(tmp_path / "fail.yaml", "name: fails\nrun: |\n  echo before\n  exit 3\n")
+    failed = skyhive("exec", "shape", str(failing), cwd=tmp_path)
+    assert failed.returncode == 3 and re.search(r"run failed on node [01]: exit code 3", failed.stdout)
+    assert skyhive("queue", "shape", cwd=tmp_path).stdout.splitlines()[-1].split()[:3] == ["2", "fails", "FAILED"]
     latest = skyhive("logs", "shape", cwd=tmp_path)
-    assert latest.returncode == 0 and "[skyhive] job 1 succeeded" in latest.stdout
+    assert latest.returncode == 0 and "[skyhive] job 2 failed" in latest.stdout
     assert "not a named pool" in skyhive("logs", "plain-pool", "1", cwd=tmp_path).stderr
     bad = skyhive("launch", "-y", "-c", "bad/name", str(task), cwd=tmp_path)
     assert bad.returncode != 0 and "'bad/name' cannot name a pool" in bad.stderr
