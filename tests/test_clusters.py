@@ -459,3 +459,20 @@ def test_a_job_whose_agent_was_killed_fails_and_the_next_job_runs(tmp_path, clea
     assert states[3].state == "SUCCEEDED"
     wait_for(lambda: sorted(running_under(home)) == _worker_pids(home, "orphan"), timeout=30,
              what="the dead agent's job's commands to be gone")
+
+
+def test_a_kept_pool_that_cannot_be_recorded_is_torn_down(tmp_path, clean, monkeypatch):
+    home = clean
+    # the watchdog cannot start (a bad "minute"): the pool that just started must not stay behind
+    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "soon")
+    done = python("""
+        import skyhive as sky
+        try:
+            with sky.Pool(provider=sky.Local(), nodes=2, name="unrec", keep=True, autostop=1, output=None):
+                print("entered")
+        except ValueError as exc:
+            print("ValueError:", exc)
+        """, cwd=tmp_path)
+    assert "entered" not in done.stdout and "SKYHIVE_AUTOSTOP_MINUTE='soon' is not a number" in done.stdout, done.stderr
+    assert running_under(home) == []
+    assert not (Path(home) / "clusters" / "unrec" / "record.json").exists()
