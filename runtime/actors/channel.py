@@ -169,8 +169,8 @@ class WorkerChannel:
                 outcome = "ok"
             else:
                 outcome = "cancelled" if msg.cancelled else "error"
-            self._log.emit(TaskFinished, task=msg.task_id, node=self.node, local_rank=self.local_rank,
-                           outcome=outcome, error=msg.error_type if not msg.ok else "")
+            self._log.record_task(TaskFinished, msg.task_id, self.node, self.local_rank, outcome,
+                                  msg.error_type if not msg.ok else "")
             if call.future is not None and not call.future.done():
                 call.future.set_result(msg)
         elif isinstance(msg, Missing):
@@ -273,8 +273,7 @@ class WorkerChannel:
                 node=self.node, local_rank=self.local_rank,
             )
         self.calls[task_id] = call
-        self._log.emit(TaskSubmitted, task=task_id, node=self.node, local_rank=self.local_rank,
-                       fn=prep.fn_name, items=prep.items)
+        self._log.record_task(TaskSubmitted, task_id, self.node, self.local_rank, prep.fn_name, prep.items)
         return call
 
     def _share(self, msg: Submit, prep: Prepared, task_id: int, cached: tuple[int, ...]) -> Submit:
