@@ -15,10 +15,13 @@ __all__ = ["Local"]
 class Local(Provider):
     """Nodes are worker processes on this machine, using this Python (the embedded default).
 
-    When this Python does not satisfy the pool's Image (a package missing, a pin not met), the pool is
-    refused naming what differs — or, with `build_env=True`, the Image's environment is built once
-    under the state directory (a venv, cached by the Image's content hash, exactly as on SSH nodes)
-    and the workers run in it.
+    When this Python satisfies the pool's Image, the workers run in it (the fast path). Otherwise (a
+    package missing, a pin not met, apt/setup/includes) the Image's environment is built once under the
+    state directory — a venv, cached by the Image's content hash and shared by every node and pool of
+    this machine, exactly as on SSH nodes (one build at a time per environment: the others wait and
+    reuse it) — and the workers run in it; its steps are logged and recorded as `NodeProgress` events,
+    bounded by `Settings.build_timeout`. `build_env=False` refuses such a pool instead, naming each
+    difference (for machines where nothing may be installed).
 
     Each node gets its own `instance_info()`; `head_addr` is 127.0.0.1 and `head_port` a free port
     picked for the pool. Nothing outlives the pool: workers exit when the client's pipe closes.
@@ -26,12 +29,12 @@ class Local(Provider):
 
     name = "local"
 
-    def __init__(self, *, cwd: str | None = None, build_env: bool = False) -> None:
+    def __init__(self, *, cwd: str | None = None, build_env: bool = True) -> None:
         self.cwd = cwd
         self.build_env = bool(build_env)
 
     def __repr__(self) -> str:
-        return "Local(build_env=True)" if self.build_env else "Local()"
+        return "Local()" if self.build_env else "Local(build_env=False)"
 
     async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
         """Handles for these node indices, already running (declared in `Provider.launch`)."""

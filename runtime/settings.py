@@ -13,6 +13,7 @@ class Settings:
     content cache's budget (bytes)."""
 
     start_timeout: float = 120.0  # the provider's prepare/launch/wait_running, bootstrap, worker handshake
+    build_timeout: float = 1800.0  # building an Image's environment on a node (venv, pip, apt, setup)
     heartbeat_interval: float = 2.0  # a Ping this often to an otherwise silent worker
     heartbeat_timeout: float = 20.0  # silent this long: the worker is declared lost and killed
     max_restarts: int = 3  # worker losses tolerated within restart_window before the node fails

@@ -165,3 +165,29 @@ def test_arm_errors_are_classified_by_code(azure):
     assert provider.classify(BaseHTTPError(429, "[TooManyRequests] slow down")) is ErrorKind.TRANSIENT
     assert provider.classify(BaseHTTPError(404, "[ResourceGroupNotFound] gone")) is ErrorKind.NOT_FOUND
     assert provider.classify(BaseHTTPError(400, "[InvalidParameter] no")) is ErrorKind.FATAL
+
+
+def test_an_accelerator_chooses_the_gpu_size_and_the_plan_prices_it(azure):
+    provider = Azure(region="westus2")  # the region whose prices list the T4 sizes
+    provider._driver = azure[0]._driver
+    spec = ClusterSpec(pool_id="p-gpu", nodes=3, accelerator="T4")
+    plan = provider.plan(spec)
+    assert (plan["instance_type"], plan["accelerator"], plan["accelerators"]) == ("Standard_NC4as_T4_v3", "T4", 1)
+    assert plan["price_per_hour"] > 0 and plan["cost_per_hour"] == pytest.approx(3 * plan["price_per_hour"])
+    _, body = provider.vm_request(spec, 0)
+    assert body["properties"]["hardwareProfile"]["vmSize"] == "Standard_NC4as_T4_v3"
+    # without an accelerator: the configured (default) size, price unknown
+    _, body = provider.vm_request(ClusterSpec(pool_id="p-cpu", nodes=1), 0)
+    assert body["properties"]["hardwareProfile"]["vmSize"] == "Standard_D2s_v5"
+
+
+def test_a_vm_size_that_lacks_the_accelerator_is_refused_before_anything_is_created(azure):
+    from skyhive.providers.base import ProvisionError
+
+    _, arm = azure
+    provider = Azure(region="eastus", vm_size="Standard_NC6s_v3")
+    provider._driver = azure[0]._driver
+    spec = ClusterSpec(pool_id="p-bad", nodes=1, accelerator="T4")
+    with pytest.raises(ProvisionError, match="Standard_NC6s_v3 does not satisfy the pool: it has V100, not T4"):
+        provider.prepare_sync(spec)
+    assert arm.requests == []

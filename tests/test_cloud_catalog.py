@@ -100,3 +100,33 @@ def test_skyhive_launch_shows_the_aws_machine_and_does_not_warn_about_resources(
     assert summary.startswith("p4d.24xlarge in us-east-1") and "pool of 2" in summary
     ssh_warning = resource_warnings(task, SSH(hosts=["h1", "h2"]))
     assert ssh_warning and "does not choose machines by resources yet" in ssh_warning[0]
+
+
+# ---- Azure: GPU sizes from libcloud's prices and Azure's size tables ------------------------------------
+
+
+def test_azure_shipped_table_is_what_the_generator_makes():
+    from skyhive.providers.cloud.data import generate
+
+    shipped = json.loads(resources.files("skyhive.providers.cloud.data").joinpath("azure.json").read_text())
+    assert generate.build_azure() == shipped
+    # every size of the size table reached the shipped table (libcloud prices each one somewhere)
+    assert set(shipped["types"]) == set(generate.AZURE_GPU_SIZES)
+
+
+def test_azure_v100_is_the_cheapest_v100_size_of_the_region():
+    table = catalog._table("azure")["regions"]["eastus"]
+    choice = catalog.choose("azure", "eastus", accelerator="V100", nodes=2)
+    v100s = [t for t in table if catalog.instance("azure", t).accelerator == "V100"]
+    assert len(v100s) > 1 and choice.instance_type == min(v100s, key=lambda t: (table[t][0], t))
+    assert choice.accelerator == "V100" and choice.price_per_hour == table[choice.instance_type][0]
+    four = catalog.choose("azure", "westus2", accelerator="T4:4")
+    assert (four.instance_type, four.accelerators, four.vcpus) == ("Standard_NC64as_T4_v3", 4, 64)
+
+
+def test_azure_names_where_an_accelerator_is_offered_and_the_ones_it_knows():
+    with pytest.raises(ProvisionError, match=r"no instance type in brazilsouth has accelerator V100:8; "
+                                             r"V100 is offered \(per node\) in: .*eastus"):
+        catalog.choose("azure", "brazilsouth", accelerator="V100:8")
+    with pytest.raises(ProvisionError, match="offers no accelerator called 'A100' .*known: .*K80.*T4.*V100"):
+        catalog.choose("azure", "eastus", accelerator="A100")

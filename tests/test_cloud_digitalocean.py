@@ -114,3 +114,17 @@ def test_errors_are_classified_by_status_and_message(do):
     assert provider.classify(limit) is ErrorKind.QUOTA
     assert provider.classify(BaseHTTPError(422, "Region is not available (code: 422)")) is ErrorKind.CAPACITY
     assert provider.classify(BaseHTTPError(400, "bad size")) is ErrorKind.FATAL
+
+
+def test_an_accelerator_needs_a_named_gpu_size_and_is_refused_before_anything_is_sent(do):
+    from skyhive.providers.base import ProvisionError
+
+    provider, sent = do[0], do[1]
+    spec = ClusterSpec(pool_id="p-gpu", nodes=1, accelerator="H100")
+    with pytest.raises(ProvisionError, match=r"digitalocean: cannot choose a machine for accelerator 'H100'.*"
+                                             r"size='gpu-h100x1-80gb'"):
+        provider.prepare_sync(spec)
+    assert sent == []
+    provider.size = "gpu-h100x1-80gb"
+    assert provider.plan(spec)["instance_type"] == "gpu-h100x1-80gb"
+    assert provider.plan(ClusterSpec(pool_id="p", nodes=1, accelerator=None))["instance_type"] == "gpu-h100x1-80gb"

@@ -123,3 +123,28 @@ def test_describe_rebuilds_the_same_provider():
     rebuilt = from_description(json.loads(json.dumps(provider.describe())))
     assert isinstance(rebuilt, GCP) and rebuilt.describe() == provider.describe()
     assert rebuilt.zones == ["europe-west4-a", "europe-west4-b", "europe-west4-c", "europe-west4-f"]
+
+
+def test_an_accelerator_without_a_machine_type_is_refused_before_anything_is_created(gce):
+    from skyhive.providers.base import ProvisionError
+
+    provider, posted = gce
+    provider.machine_type = None  # what GCP() has when no machine_type is given
+    spec = ClusterSpec(pool_id="p-gpu", nodes=1, accelerator="A100")
+    with pytest.raises(ProvisionError, match=r"gcp: cannot choose a machine for accelerator 'A100'.*a2-highgpu-1g"):
+        provider.plan(spec)
+    with pytest.raises(ProvisionError, match="no gcp machine table"):
+        provider.prepare_sync(spec)
+    assert posted == []
+    # no accelerator: the default machine
+    assert provider.create_request(ClusterSpec(pool_id="p-cpu", nodes=1), 0, "us-central1-a")["size"] == "e2-standard-2"
+
+
+def test_an_accelerator_with_a_named_machine_type_uses_that_machine(gce, caplog):
+    provider, _ = gce
+    provider.machine_type = "a2-highgpu-1g"
+    spec = ClusterSpec(pool_id="p-gpu", nodes=2, accelerator="A100")
+    with caplog.at_level("INFO", logger="skyhive.providers.cloud.base"):
+        assert provider.create_request(spec, 0, "us-central1-a")["size"] == "a2-highgpu-1g"
+    assert "accelerator A100 taken as given by machine a2-highgpu-1g" in caplog.text
+    assert provider.plan(spec)["instance_type"] == "a2-highgpu-1g"

@@ -1,6 +1,7 @@
-"""The Local provider honours the Image: it runs only when this Python satisfies every package and
-pin (the fast path), and otherwise refuses naming each package and the version found here — never
-runs with other versions than asked."""
+"""The Local provider honours the Image: this Python when it satisfies every package and pin (the fast
+path); otherwise the Image's environment is built once and shared (the default), or, with
+`Local(build_env=False)`, the pool is refused naming each package and the version found here — never
+run with other versions than asked."""
 
 from __future__ import annotations
 
@@ -30,9 +31,9 @@ def test_unsatisfied_packages_are_refused_naming_them(req, words):
     assert words in str(err.value)
 
 
-def test_a_pool_with_a_pin_it_cannot_honour_starts_nothing():
-    with pytest.raises(sky.ProvisionError, match=r"pytest==1\.0\.0"):
-        with sky.Pool(provider=sky.Local(), image=sky.Image(pip=["pytest==1.0.0"])):
+def test_a_pool_with_a_pin_it_cannot_honour_starts_nothing_when_building_is_off():
+    with pytest.raises(sky.ProvisionError, match=r"pytest==1\.0\.0 \(this Python has pytest .*build_env=False"):
+        with sky.Pool(provider=sky.Local(build_env=False), image=sky.Image(pip=["pytest==1.0.0"])):
             pass  # pragma: no cover - never reached
 
 
@@ -45,14 +46,14 @@ def six_here():
 
 
 @pytest.mark.slow
-def test_build_env_builds_the_image_once_and_runs_the_workers_in_it(skyhive_home):
+def test_local_builds_the_image_once_and_runs_the_workers_in_it(skyhive_home):
     here = metadata.version("six")
     pin = "six==1.16.0" if here != "1.16.0" else "six==1.15.0"
     image = sky.Image(pip=[pin])
-    with sky.Pool(provider=sky.Local(build_env=True), nodes=2, image=image) as pool:
+    with sky.Pool(provider=sky.Local(), nodes=2, image=image) as pool:
         first = pool.broadcast(six_here)
         details = {n.detail for n in pool.state.nodes}
-    with sky.Pool(provider=sky.Local(build_env=True), nodes=1, image=image) as pool:
+    with sky.Pool(provider=sky.Local(), nodes=1, image=image) as pool:
         again = pool.broadcast(six_here)
         cached = {n.detail for n in pool.state.nodes}
     version = pin.split("==")[1]
@@ -62,10 +63,10 @@ def test_build_env_builds_the_image_once_and_runs_the_workers_in_it(skyhive_home
     assert all("cached" in d for d in cached)
 
 
-def test_build_env_uses_this_python_when_it_already_satisfies_the_image():
+def test_local_uses_this_python_when_it_already_satisfies_the_image():
     import sys
 
-    with sky.Pool(provider=sky.Local(build_env=True), image=sky.Image(pip=[f"pytest=={PYTEST}"])) as pool:
+    with sky.Pool(provider=sky.Local(), image=sky.Image(pip=[f"pytest=={PYTEST}"])) as pool:
         assert pool.run(lambda: sys.executable) == sys.executable
 
 
@@ -74,7 +75,7 @@ def test_a_failed_build_names_the_package_and_leaves_no_env(skyhive_home):
     import os
 
     with pytest.raises(sky.ProvisionError, match="no-such-package-xyz"):
-        with sky.Pool(provider=sky.Local(build_env=True), image=sky.Image(pip=["no-such-package-xyz==1.0"])):
+        with sky.Pool(provider=sky.Local(), image=sky.Image(pip=["no-such-package-xyz==1.0"])):
             pass  # pragma: no cover - never reached
     envs = os.path.join(skyhive_home, "local-envs", "envs")
     assert [n for n in os.listdir(envs) if not n.endswith(".lock")] == []
@@ -98,13 +99,144 @@ def import_included():
 
 
 @pytest.mark.slow
-def test_build_env_runs_setup_and_ships_includes(tmp_path, skyhive_home):
+def test_local_build_runs_setup_and_ships_includes(tmp_path, skyhive_home):
     import pathlib
 
     (tmp_path / "included_helper.py").write_text("GREETING = 'hi from includes'\n")
     image = sky.Image(setup=["echo built > marker.txt"], includes=[str(tmp_path / "included_helper.py")])
-    with sky.Pool(provider=sky.Local(build_env=True), image=image) as pool:
+    with sky.Pool(provider=sky.Local(), image=image) as pool:
         assert pool.run(import_included) == "hi from includes"
         assert "local env" in pool.state.nodes[0].detail
     markers = list(pathlib.Path(skyhive_home, "local-envs", "envs").glob("*/files/marker.txt"))
     assert [m.read_text() for m in markers] == ["built\n"]  # the setup command ran, once
+
+
+# ---- building offline: a wheel made here, an index with nothing in it ------------------------------
+
+
+def _wheel(where, name: str, version: str) -> None:
+    """Write a minimal pure-Python wheel of `name` `version` (a module saying its version) into `where`."""
+    import base64
+    import hashlib
+    import zipfile
+
+    module = name.replace("-", "_")
+    dist = f"{module}-{version}.dist-info"
+    files = {
+        f"{module}.py": f"VERSION = {version!r}\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: skyhive-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+
+    def record(path: str, text: str) -> str:
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        return f"{path},sha256={digest},{len(text.encode())}"
+
+    files[f"{dist}/RECORD"] = "\n".join([*(record(p, t) for p, t in files.items()), f"{dist}/RECORD,,"]) + "\n"
+    with zipfile.ZipFile(where / f"{module}-{version}-py3-none-any.whl", "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+
+
+@pytest.fixture
+def offline_index(tmp_path):
+    """(find_links dir holding skyhive-probe-pkg 1.2.3 and 2.0.0, an empty simple index URL): pip needs
+    no network to build an Image from them."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for version in ("1.2.3", "2.0.0"):
+        _wheel(wheels, "skyhive-probe-pkg", version)
+    empty = tmp_path / "empty-index"
+    empty.mkdir()
+    return str(wheels), empty.as_uri()
+
+
+def probe_version():
+    import sys
+
+    import skyhive_probe_pkg
+
+    return sys.executable, skyhive_probe_pkg.VERSION
+
+
+def progress_of(pool_id: str) -> list[str]:
+    from skyhive.runtime.events.log import pool_log_path, read_log
+    from skyhive.runtime.events.types import NodeProgress
+
+    return [e.detail for e in read_log(pool_log_path(pool_id)) if isinstance(e, NodeProgress)]
+
+
+def test_local_builds_a_pinned_package_offline_by_default_and_reuses_it(offline_index, skyhive_home):
+    wheels, index = offline_index
+    image = sky.Image(pip=["skyhive-probe-pkg==1.2.3"], find_links=[wheels], pip_indexes=[index])
+    with sky.Pool(provider=sky.Local(), nodes=2, image=image) as pool:
+        first = pool.broadcast(probe_version)
+        details = [n.detail for n in pool.state.nodes]
+    steps = progress_of(pool.id)
+    assert {v for _, v in first} == {"1.2.3"}  # the pin, not the newer 2.0.0 beside it
+    assert all(exe.startswith(skyhive_home) for exe, _ in first)  # the built venv, not this Python
+    # one build for both nodes: one "built", the other waited on the lock and found it "cached"
+    assert sorted(d.rsplit(" ", 1)[-1] for d in details) == ["built", "cached"], details
+    assert "building environment: pip" in steps and "building environment: venv" in steps, steps
+    with sky.Pool(provider=sky.Local(), nodes=1, image=image) as pool:
+        again = pool.broadcast(probe_version)
+        assert pool.state.nodes[0].detail.endswith("cached")
+    steps = progress_of(pool.id)
+    assert again == [first[0]]  # the same environment, reused
+    assert "building environment: pip" not in steps  # nothing rebuilt
+
+
+def test_a_pin_nothing_offers_fails_naming_the_package_and_leaves_no_env(offline_index, skyhive_home):
+    import os
+
+    wheels, index = offline_index
+    image = sky.Image(pip=["skyhive-probe-pkg==9.9.9"], find_links=[wheels], pip_indexes=[index])
+    with pytest.raises(sky.SetupFailed, match=r"(?s)node 0: building the Image's environment here failed: pip.*"
+                                              r"skyhive-probe-pkg==9\.9\.9"):
+        with sky.Pool(provider=sky.Local(), image=image):
+            pass  # pragma: no cover - never reached
+    envs = os.path.join(skyhive_home, "local-envs", "envs")
+    assert [n for n in os.listdir(envs) if not n.endswith(".lock")] == []
+
+
+def test_a_build_past_build_timeout_is_stopped_naming_the_step_and_kept_nowhere(skyhive_home, tmp_path):
+    import os
+
+    marker = tmp_path / "still-running"
+    image = sky.Image(setup=[f"sleep 30 && touch {marker}"])
+    with pytest.raises(sky.SetupFailed, match=r"longer than 2 s \(Settings.build_timeout\).*step 'setup 1/1'"):
+        with sky.Pool(provider=sky.Local(), image=image, build_timeout=2):
+            pass  # pragma: no cover - never reached
+    envs = os.path.join(skyhive_home, "local-envs", "envs")
+    assert [n for n in os.listdir(envs) if not n.endswith(".lock")] == []
+    assert not [p for p in _processes() if f"touch {marker}" in p]  # the setup command was killed too
+
+
+def _processes() -> list[str]:
+    import os
+
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                found.append(fh.read().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_build_leaves_no_env_and_no_process(skyhive_home, tmp_path):
+    import os
+
+    import anyio
+
+    marker = tmp_path / "cancelled-build"
+    image = sky.Image(setup=[f"sleep 30 && touch {marker}"])
+    with anyio.move_on_after(3) as scope:
+        async with sky.Pool(provider=sky.Local(), image=image):
+            pass  # pragma: no cover - never reached
+    assert scope.cancelled_caught
+    envs = os.path.join(skyhive_home, "local-envs", "envs")
+    assert [n for n in os.listdir(envs) if not n.endswith(".lock")] == []
+    assert not [p for p in _processes() if f"touch {marker}" in p]

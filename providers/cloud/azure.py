@@ -10,11 +10,15 @@ tagged ``skyhive-pool``/``skyhive-node`` at creation, whose NIC, public address 
 with it (``deleteOption: Delete``). `cleanup` deletes the resource group and re-reads it until it is
 gone. Spot is Azure's ``priority: Spot`` with eviction by deletion.
 
-Not here yet: choosing a VM size by accelerator (no offline table for Azure).
+Sizes: without an accelerator the pool gets `vm_size` (default ``Standard_D2s_v5``). With one
+(``Pool(accelerator="V100:2")``) the cheapest GPU size of the region that has it is chosen from the shipped
+table ``data/azure.json`` (see `providers.cloud.data.generate`); a `vm_size` given as well is checked
+against the request instead. The choice and its price are the pool's `plan`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -23,10 +27,16 @@ from typing import Any, ClassVar
 
 from ...errors import CloudAPIError
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
+from . import catalog
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
 from .keys import pool_key, remove_pool_key
 
 __all__ = ["Azure", "AZURE_ERRORS"]
+
+log = logging.getLogger(__name__)
+
+#: The size of a pool that asks for no accelerator and names no `vm_size`.
+DEFAULT_VM_SIZE = "Standard_D2s_v5"
 
 RESOURCES_API, NETWORK_API, COMPUTE_API = "2021-04-01", "2023-05-01", "2023-03-01"
 POOL_TAG, NODE_TAG = "skyhive-pool", "skyhive-node"
@@ -57,7 +67,8 @@ _STATES = {"starting": "pending", "creating": "pending", "running": "running", "
 class Azure(LibcloudProvider):
     """Virtual machines on Azure, created per pool (in a resource group of their own) and destroyed with it.
 
-    - `region` ("eastus"), `vm_size` ("Standard_D2s_v5"), `spot`, `image` (publisher, offer, sku,
+    - `region` ("eastus"), `vm_size` (default ``Standard_D2s_v5``, or by the pool's accelerator), `spot`,
+      `image` (publisher, offer, sku,
       version), `disk_gb`, `ssh_user`, `ssh_cidr` (who may open SSH; default anywhere — key-only SSH).
     Credentials: a service principal in ``AZURE_TENANT_ID``, ``AZURE_SUBSCRIPTION_ID``, ``AZURE_CLIENT_ID``,
     ``AZURE_CLIENT_SECRET``.
@@ -68,7 +79,7 @@ class Azure(LibcloudProvider):
     state_map = {"pending": "provisioning", "running": "running", "stopping": "terminating",
                  "stopped": "terminating", "terminated": "terminated"}
 
-    def __init__(self, region: str = "eastus", vm_size: str = "Standard_D2s_v5", spot: bool = False,
+    def __init__(self, region: str = "eastus", vm_size: str | None = None, spot: bool = False,
                  image: Sequence[str] = ("Canonical", "0001-com-ubuntu-server-jammy", "22_04-lts-gen2", "latest"),
                  disk_gb: int = 100, ssh_user: str = "skyhive", ssh_cidr: str = "0.0.0.0/0",
                  timeouts: CloudTimeouts | None = None) -> None:
@@ -78,6 +89,32 @@ class Azure(LibcloudProvider):
         self.region, self.vm_size, self.spot, self.image = region, vm_size, spot, tuple(image)
         self.disk_gb, self.ssh_user, self.ssh_cidr = disk_gb, ssh_user, ssh_cidr
         self._driver: Any = None
+        self._plans: dict[str, catalog.Choice] = {}
+
+    # ---- choosing the size -----------------------------------------------------------------------------
+
+    def choice(self, spec: ClusterSpec) -> catalog.Choice:
+        """The VM size for `spec` and its price (no API call): by accelerator from the shipped table, else
+        `vm_size` or the default. Raises `ProvisionError` naming the request when no size satisfies it."""
+        choice = self._plans.get(spec.pool_id)
+        if choice is None:
+            spot = self.spot if spec.spot is None else spec.spot
+            if spec.accelerator:
+                choice = catalog.choose("azure", self.region, accelerator=spec.accelerator, cpus=spec.cpus,
+                                        memory_gb=spec.memory_gb, instance_type=self.vm_size, nodes=spec.nodes,
+                                        spot=spot)
+            else:
+                size = self.vm_size or DEFAULT_VM_SIZE
+                choice = catalog.Choice(cloud="azure", region=self.region, instance_type=size, vcpus=0,
+                                        memory_gb=0.0, accelerator=None, accelerators=0, price_per_hour=None,
+                                        nodes=spec.nodes, spot=spot)
+            self._plans[spec.pool_id] = choice
+        return choice
+
+    def plan(self, spec: ClusterSpec) -> dict[str, Any]:
+        """See `Provider.plan`: the chosen size, its price (when the table has it) and the pool's cost."""
+        choice = self.choice(spec)
+        return {**choice.as_dict(), "summary": choice.summary()}
 
     def describe(self) -> dict[str, Any]:
         return {"provider": self.name, "region": self.region, "vm_size": self.vm_size, "spot": self.spot,
@@ -132,6 +169,7 @@ class Azure(LibcloudProvider):
         return [self.region]
 
     def prepare_sync(self, spec: ClusterSpec) -> None:
+        log.info("azure: pool %s: %s", spec.pool_id, self.choice(spec).summary())
         pool_key(spec.pool_id)
         for path, api, body in self.prepare_requests(spec.pool_id):
             self._arm(path, api, "PUT", body)
@@ -162,7 +200,7 @@ class Azure(LibcloudProvider):
         subnet = self._path(spec.pool_id, "/providers/Microsoft.Network/virtualNetworks/skyhive/subnets/nodes")
         publisher, offer, sku, version = self.image
         properties: dict[str, Any] = {
-            "hardwareProfile": {"vmSize": self.vm_size},
+            "hardwareProfile": {"vmSize": self.choice(spec).instance_type},
             "storageProfile": {
                 "imageReference": {"publisher": publisher, "offer": offer, "sku": sku, "version": version},
                 "osDisk": {"createOption": "FromImage", "diskSizeGB": self.disk_gb, "deleteOption": "Delete"}},

@@ -71,6 +71,21 @@ class CloudTimeouts:
     visibility_grace: float = 60.0
 
 
+def named_machine(cloud: str, spec: ClusterSpec, given: str | None, default: str, examples: str) -> str:
+    """The machine of a cloud with no accelerator table: `given`, else `default`. A pool that asks for an
+    accelerator must name its machine (`given`): refused otherwise, naming the request and `examples`
+    of machines that carry one; with a named machine the accelerator is taken on trust, and logged."""
+    if spec.accelerator and given is None:
+        raise ProvisionError(
+            f"{cloud}: cannot choose a machine for accelerator {spec.accelerator!r}: skyhive has no {cloud} "
+            f"machine table (no offline source prices its GPUs or lists where they are). Name one that carries "
+            f"it: {examples}", kind="unavailable")
+    if spec.accelerator:
+        log.info("%s: pool %s: accelerator %s taken as given by machine %s (not checked: no table)",
+                 cloud, spec.pool_id, spec.accelerator, given)
+    return given or default
+
+
 class LibcloudProvider(Provider):
     """A cloud reached through an apache-libcloud driver. Subclasses implement the blocking primitives
     (``*_sync`` methods, run in worker threads) and `error_code`; the phases are declared in

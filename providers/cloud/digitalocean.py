@@ -7,7 +7,8 @@ registered on the account, a cloud firewall per pool (SSH from the client to the
 between droplets with the tag; libcloud has no firewall call, so it is sent as a raw API request), and
 error classification by HTTP status and message (DigitalOcean's errors carry no finer code in libcloud).
 
-DigitalOcean has no spot machines; its GPU droplets are not chosen by accelerator here (no offline table).
+DigitalOcean has no spot machines. Its GPU droplets are not chosen by accelerator (no offline table): a
+pool that asks for one must name a GPU `size`; with the default size it is refused, never ignored.
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
-from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
+from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider, named_machine
 from .keys import pool_key, remove_pool_key
 
 __all__ = ["DigitalOcean", "DO_ERRORS"]
 
 #: codes made from the HTTP status (and, for 422, the message) -> kinds
+#: The droplet size of a pool that names no `size`.
+DEFAULT_SIZE = "s-2vcpu-4gb"
+
 DO_ERRORS: Mapping[str, ErrorKind] = {
     "http429": ErrorKind.TRANSIENT,
     "http500": ErrorKind.TRANSIENT,
@@ -44,7 +48,8 @@ _STATES = {"pending": "pending", "starting": "pending", "running": "running", "r
 class DigitalOcean(LibcloudProvider):
     """Droplets on DigitalOcean, created per pool and destroyed with it.
 
-    - `region` ("nyc3"; `regions` to try several in order), `size` (a droplet size slug), `image` (an
+    - `region` ("nyc3"; `regions` to try several in order), `size` (a droplet size slug, default
+      ``s-2vcpu-4gb``; required with an accelerator), `image` (an
       image slug), `ssh_user` ("root" on DigitalOcean images), `ssh_cidr` (who may open SSH).
     Credentials: an API token in ``DIGITALOCEAN_ACCESS_TOKEN``.
     """
@@ -53,7 +58,7 @@ class DigitalOcean(LibcloudProvider):
     error_kinds = DO_ERRORS
     state_map = {"pending": "provisioning", "running": "running", "stopped": "terminating"}
 
-    def __init__(self, region: str = "nyc3", regions: Sequence[str] | None = None, size: str = "s-2vcpu-4gb",
+    def __init__(self, region: str = "nyc3", regions: Sequence[str] | None = None, size: str | None = None,
                  image: str = "ubuntu-22-04-x64", ssh_user: str = "root", ssh_cidr: str = "0.0.0.0/0",
                  timeouts: CloudTimeouts | None = None) -> None:
         super().__init__(timeouts=timeouts)
@@ -103,7 +108,20 @@ class DigitalOcean(LibcloudProvider):
     def zones_sync(self, spec: ClusterSpec) -> list[str]:
         return list(self.regions)
 
+    def droplet_size(self, spec: ClusterSpec) -> str:
+        """The size slug of `spec`'s droplets (see `named_machine`)."""
+        return named_machine("digitalocean", spec, self.size, DEFAULT_SIZE,
+                             "DigitalOcean(size='gpu-h100x1-80gb') for one H100")
+
+    def plan(self, spec: ClusterSpec) -> dict[str, Any]:
+        """See `Provider.plan`: the droplet size (no price: no table here)."""
+        size = self.droplet_size(spec)
+        return {"cloud": "digitalocean", "region": self.region, "instance_type": size, "price_per_hour": None,
+                "cost_per_hour": None, "nodes": spec.nodes, "spot": False,
+                "summary": f"{size} in {self.region}: price unknown"}
+
     def prepare_sync(self, spec: ClusterSpec) -> None:
+        self.droplet_size(spec)  # an accelerator request it cannot meet fails before anything is created
         _, public = pool_key(spec.pool_id)
         name = f"skyhive-{spec.pool_id}"
         if not any(k.name == name for k in self.driver.list_key_pairs()):
@@ -141,7 +159,8 @@ class DigitalOcean(LibcloudProvider):
     def launch_sync(self, spec: ClusterSpec, nodes: Sequence[int], zone: str) -> list[NodeHandle]:
         from libcloud.compute.base import NodeImage, NodeLocation, NodeSize
 
-        size = NodeSize(self.size, self.size, 0, 0, 0, 0, self.driver)
+        slug = self.droplet_size(spec)
+        size = NodeSize(slug, slug, 0, 0, 0, 0, self.driver)
         image = NodeImage(self.image, self.image, self.driver)
         region = NodeLocation(zone, zone, "", self.driver)
         return [self._handle(self.driver.create_node(f"skyhive-{spec.pool_id}-{i}", size, image, region,

@@ -6,8 +6,11 @@ from the client to the pool's network tag, all traffic between nodes carrying th
 key in instance metadata (``ssh-keys``), labels ``skyhive-pool``/``skyhive-node`` set at creation and
 used to find nodes again, spot as GCE's preemptible scheduling.
 
-Not here yet: choosing a machine by accelerator (GCE ties GPUs to machine families; no offline table is
-generated for it), so `machine_type` is given or defaults to a small CPU machine.
+Machines are named, not chosen: `machine_type` (default ``e2-standard-2``). Nothing that can be read
+offline prices GCE's GPUs or says which zone offers which (libcloud's price list has only the CPU
+families), so there is no table to choose from. A pool that asks for an accelerator must name a machine
+type that carries it (A2: A100, A3: H100, G2: L4); with the default type it is refused, never ignored.
+GPUs attached to N1 machines (T4, V100, P100) are not supported yet.
 """
 
 from __future__ import annotations
@@ -18,10 +21,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
-from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
+from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider, named_machine
 from .keys import pool_key, remove_pool_key
 
 __all__ = ["GCP", "GCE_ERRORS", "GCE_STATES"]
+
+#: The machine of a pool that names no `machine_type`.
+DEFAULT_MACHINE_TYPE = "e2-standard-2"
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +65,7 @@ class GCP(LibcloudProvider):
     """Machines on Google Compute Engine, created per pool and destroyed with it.
 
     - `project`, `region` (zones tried in order: `zones`, default the region's ``-a``, ``-b``, ``-c``,
-      ``-f``), `machine_type` (default ``e2-standard-2``), `spot` (preemptible), `image` (a family or
+      ``-f``), `machine_type` (default ``e2-standard-2``; required with an accelerator), `spot` (preemptible), `image` (a family or
       image name, default ``ubuntu-2204-lts``), `disk_gb`, `ssh_user`, `ssh_cidr` (default: anywhere —
       key-only SSH), `network`.
     Credentials: a service account's JSON key file in ``GOOGLE_APPLICATION_CREDENTIALS``.
@@ -70,7 +76,7 @@ class GCP(LibcloudProvider):
     state_map = GCE_STATES
 
     def __init__(self, project: str | None = None, region: str = "us-central1", zones: Sequence[str] | None = None,
-                 machine_type: str = "e2-standard-2", spot: bool = False, image: str = "ubuntu-2204-lts",
+                 machine_type: str | None = None, spot: bool = False, image: str = "ubuntu-2204-lts",
                  disk_gb: int = 100, ssh_user: str = "skyhive", ssh_cidr: str = "0.0.0.0/0",
                  network: str = "default", timeouts: CloudTimeouts | None = None) -> None:
         super().__init__(timeouts=timeouts)
@@ -130,12 +136,29 @@ class GCP(LibcloudProvider):
         """The pool's network tag and firewall rule name (GCE names: lower case, digits, dashes)."""
         return "skyhive-" + "".join(c if c.isalnum() else "-" for c in pool_id.lower())
 
+    # ---- the machine ------------------------------------------------------------------------------------
+
+    def size(self, spec: ClusterSpec) -> str:
+        """The machine type of `spec`'s nodes (see `named_machine`: GCE has no table to choose from)."""
+        return named_machine("gcp", spec, self.machine_type, DEFAULT_MACHINE_TYPE,
+                             "GCP(machine_type='a2-highgpu-1g') for one A100, 'a3-highgpu-8g' for 8 H100, "
+                             "'g2-standard-8' for one L4; GPUs attached to N1 machines are not supported yet")
+
+    def plan(self, spec: ClusterSpec) -> dict[str, Any]:
+        """See `Provider.plan`: the machine type (no price: GCE has no table here)."""
+        size = self.size(spec)
+        spot = self.spot if spec.spot is None else spec.spot
+        return {"cloud": "gcp", "region": self.region, "instance_type": size, "price_per_hour": None,
+                "cost_per_hour": None, "nodes": spec.nodes, "spot": spot,
+                "summary": f"{size} in {self.region}{' (preemptible)' if spot else ''}: price unknown"}
+
     # ---- the blocking primitives -----------------------------------------------------------------------
 
     def zones_sync(self, spec: ClusterSpec) -> list[str]:
         return list(self.zones)
 
     def prepare_sync(self, spec: ClusterSpec) -> None:
+        self.size(spec)  # an accelerator request it cannot meet fails before anything is created
         pool_key(spec.pool_id)
         tag = self.tag(spec.pool_id)
         if any(fw.name == tag for fw in self.driver.ex_list_firewalls()):
@@ -152,7 +175,7 @@ class GCP(LibcloudProvider):
         _, public = pool_key(spec.pool_id)
         spot = self.spot if spec.spot is None else spec.spot
         return {
-            "name": f"{self.tag(spec.pool_id)}-{index}", "size": self.machine_type, "image": self.image,
+            "name": f"{self.tag(spec.pool_id)}-{index}", "size": self.size(spec), "image": self.image,
             "location": zone, "ex_network": self.network, "ex_tags": [self.tag(spec.pool_id)],
             "ex_metadata": {"ssh-keys": f"{self.ssh_user}:{public} {self.ssh_user}"},
             "ex_labels": {**dict(spec.tags), POOL_LABEL: self.tag(spec.pool_id).removeprefix("skyhive-"),

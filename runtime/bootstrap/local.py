@@ -7,13 +7,14 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import logging
 import os
 import re
 import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,12 +26,15 @@ from packaging.requirements import InvalidRequirement, Requirement
 from ...errors import SetupFailed
 from ...providers.base import ProvisionError
 from ..events.log import state_dir
+from ..events.types import NodeProgress
 from ..transport.local import LocalTransport
 
 if TYPE_CHECKING:
     from ...plugins.image import Image
     from ..actors.context import NodeContext
     from ..transport.base import Transport
+
+log = logging.getLogger(__name__)
 
 __all__ = ["bootstrap_local", "check_local_image", "image_problems", "build_local_env", "import_name"]
 
@@ -63,7 +67,8 @@ def check_local_image(image: Image | None, *, node: int) -> None:
             f"node {node}: the Local provider runs workers with this machine's Python ({sys.executable}), "
             f"which does not satisfy the pool's Image/plugins: {'; '.join(problems)}. Install them here "
             f"(pip install {' '.join(repr(p.split(' ')[0]) for p in problems)}), drop the pins, let Local "
-            "build the Image's environment (sky.Local(build_env=True)), or use SSH or a cloud.",
+            "build the Image's environment (what sky.Local() does unless built with build_env=False), "
+            "or use SSH or a cloud.",
             node=node,
         )
 
@@ -92,15 +97,26 @@ def _problem(req: str) -> str | None:
 
 async def bootstrap_local(ctx: NodeContext, node: int, transport: Transport) -> str:
     """The bootstrap registered for reach kind "local": this Python when it satisfies the Image (the
-    fast path, no detail); else, with `Local(build_env=True)`, the Image's environment built once
-    (cached by content hash); else `ProvisionError` naming what differs."""
+    fast path, no detail); else the Image's environment built once (cached by content hash; the
+    default, `Local(build_env=False)` turns it off); else `ProvisionError` naming what differs."""
     build = isinstance(transport, LocalTransport) and transport.build_env
     if not build or not image_problems(ctx.image):
         check_local_image(ctx.image, node=node)
         return ""
     assert isinstance(transport, LocalTransport) and ctx.image is not None
     _check_python(ctx.image, node=node)
-    return await build_local_env(ctx.image, transport, node=node, timeout=ctx.settings.start_timeout)
+
+    def on_step(text: str) -> None:
+        log.info("node %d: building the Image's environment: %s", node, text)
+        ctx.log.emit(NodeProgress, node=node, detail=f"building environment: {text}")
+
+    try:
+        return await build_local_env(ctx.image, transport, node=node, timeout=ctx.settings.build_timeout,
+                                     on_step=on_step)
+    except SetupFailed as exc:  # say why there was a build at all: what this Python lacks
+        raise SetupFailed(f"{exc}\n(Local builds an environment for this pool because this Python does not "
+                          f"satisfy its Image: {'; '.join(image_problems(ctx.image))}; Local(build_env=False) "
+                          f"refuses such a pool instead)", node=node) from None
 
 
 def _check_python(image: Any, *, node: int) -> None:
@@ -127,9 +143,12 @@ def image_problems(image: Any) -> list[str]:
     return problems
 
 
-async def build_local_env(image: Any, transport: LocalTransport, *, node: int, timeout: float) -> str:
+async def build_local_env(image: Any, transport: LocalTransport, *, node: int, timeout: float,
+                          on_step: Callable[[str], None] | None = None) -> str:
     """Build `image`'s environment under the state directory with the node-side bootstrap script (the
-    one SSH nodes run), once per content hash, and point `transport`'s workers at it."""
+    one SSH nodes run), once per content hash, and point `transport`'s workers at it. `on_step` hears
+    each step as it starts ("venv", "pip", "setup 1/2"); `timeout` bounds each run of the script."""
+    on_step = on_step or (lambda text: None)
     from .remote import env_key  # the SSH bootstrap's cache key (imported here: it loads asyncssh)
     from .wheels import runtime_wheels
 
@@ -143,7 +162,7 @@ async def build_local_env(image: Any, transport: LocalTransport, *, node: int, t
         for path in wheels.paths:  # the script consumes (removes) its source directory
             shutil.copy(path, src / path.name)
         await _run_script(transport, {"action": "runtime", "dir": str(rt_dir), "src": str(src)}, {},
-                          node=node, timeout=timeout)
+                          node=node, timeout=timeout, on_step=lambda text: on_step(f"runtime: {text}"))
     incoming = ""
     if image.includes and not (env_dir / ".ready").exists():
         incoming = tempfile.mkdtemp(prefix="incoming-", dir=_mkdir(root / "envs"))
@@ -154,7 +173,7 @@ async def build_local_env(image: Any, transport: LocalTransport, *, node: int, t
     spec = {"action": "env", "dir": str(env_dir), "incoming": incoming, "python": sys.executable,
             "pip": list(image.pip), "pip_indexes": list(image.pip_indexes),
             "find_links": list(image.find_links), "apt": list(image.apt), "setup": list(image.setup)}
-    cached = await _run_script(transport, spec, image.all_env(), node=node, timeout=timeout)
+    cached = await _run_script(transport, spec, image.all_env(), node=node, timeout=timeout, on_step=on_step)
     if image.pip:
         transport.python = str(env_dir / "venv" / "bin" / "python")
     # the runtime first; then the Image's files and the working directory (where the user's own
@@ -165,26 +184,69 @@ async def build_local_env(image: Any, transport: LocalTransport, *, node: int, t
 
 
 async def _run_script(transport: LocalTransport, spec: dict[str, Any], env: Mapping[str, str], *,
-                      node: int, timeout: float) -> bool:
-    """Run the bootstrap script here; True when its directory was already complete (cached)."""
+                      node: int, timeout: float, on_step: Callable[[str], None]) -> bool:
+    """Run the bootstrap script here, its steps reported as they start; True when its directory was
+    already complete (cached). Raises `SetupFailed` naming the step that failed or ran out of time."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", _script_text(), json.dumps(spec), stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, **env},
-        start_new_session=True)
+        start_new_session=True)  # stdin stays open: the lifeline (the script cleans up when it closes)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    state = {"step": "start", "cached": False, "error": ""}
+
+    async def read() -> None:
+        assert proc.stdout is not None
+        async for raw in proc.stdout:
+            line = transport.redact(raw.decode(errors="replace").rstrip("\n"))
+            if line.startswith("::step "):
+                state["step"] = line[7:]
+                on_step(line[7:])
+            elif line == "::cached":
+                state["cached"] = True
+            elif line.startswith("::error "):  # then the failing command's last lines
+                state["error"] = line[8:]
+            elif state["error"]:
+                state["error"] += "\n" + line
+            elif not line.startswith("::done"):
+                lines.append(line)
+                del lines[:-200]
+                log.debug("node %d: %s", node, line)
+        await proc.wait()
+
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)  # stdin stays open: the lifeline
+        with anyio.fail_after(timeout):
+            await read()
+    except TimeoutError:
+        await asyncio.shield(_stop(proc))
+        tail = "\n".join(lines[-30:])
+        raise SetupFailed(f"node {node}: building the Image's environment here took longer than {timeout:g} s "
+                          f"(Settings.build_timeout) and was stopped at step {state['step']!r}; nothing half-built "
+                          f"is kept. Last output:\n{tail}", node=node) from None
     except BaseException:
+        await asyncio.shield(_stop(proc))
+        raise
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()  # the script has exited: its lifeline is no longer needed
+    if proc.returncode != 0:
+        tail = "" if state["error"] else "\n" + "\n".join(lines[-30:])
+        raise SetupFailed(f"node {node}: building the Image's environment here failed: "
+                          f"{state['error'] or f'exit status {proc.returncode}'}{tail}", node=node)
+    return bool(state["cached"])
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    """Stop the script the way a lost client does: close its stdin (its lifeline kills the running
+    command and removes what it was building), then, if it has not exited in 5 s, SIGKILL its group."""
+    if proc.stdin is not None:
+        proc.stdin.close()
+    try:
+        await asyncio.wait_for(proc.wait(), 5)
+    except asyncio.TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        await asyncio.shield(proc.wait())
-        raise
-    text = transport.redact(out.decode(errors="replace"))
-    if proc.returncode != 0:
-        error = next((ln[8:] for ln in text.splitlines() if ln.startswith("::error ")), "")
-        tail = "\n".join(text.splitlines()[-30:])
-        raise SetupFailed(f"node {node}: building the Image's environment here failed: "
-                          f"{error or f'exit status {proc.returncode}'}\n{tail}")
-    return "::cached" in text.splitlines()
+        await proc.wait()
 
 
 def _script_text() -> str:

@@ -170,8 +170,10 @@ async def _script(transport: SSHTransport, spec: dict[str, Any], *, python: str,
             on_step(line[7:])
         elif line == "::cached":
             state["cached"] = True
-        elif line.startswith("::error "):
+        elif line.startswith("::error "):  # then the failing command's last lines
             state["error"] = line[8:]
+        elif state["error"]:
+            state["error"] += "\n" + redact(line)
         elif not line.startswith("::done"):
             lines.append(redact(line))
             del lines[:-200]
@@ -321,7 +323,8 @@ async def _bootstrap(ctx: NodeContext, node: int, transport: SSHTransport, progr
         env = image.all_env() if image is not None else {}
         step("building environment")
         cached_env, _ = await _script(transport, spec, python=python, env=env,
-                                      on_step=lambda s: step(f"environment: {s}"), timeout=timeout, redact=redact)
+                                      on_step=lambda s: step(f"environment: {s}"),
+                                      timeout=ctx.settings.build_timeout, redact=redact)
         built = time.monotonic() - t0
     has_venv = image is not None and bool(image.pip)
     has_files = image is not None and bool(image.includes)

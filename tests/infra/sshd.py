@@ -752,19 +752,23 @@ class Sshd:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the daemon and everything it started (sessions and the commands they run; not what
-        detached from them): SIGKILL the descendants leaves first, then SIGTERM the daemon, wait,
-        SIGKILL, wait (reaped: no zombie). Idempotent."""
+        detached from them): SIGSTOP the listening daemon so it accepts no new connection, SIGKILL
+        its descendants leaves first, then SIGKILL the daemon and reap it. Idempotent.
+
+        The listener is frozen first because a client whose session was just killed reconnects at
+        once: a listener still running would accept it (with the old host key) and fork a session
+        that outlives the listener's own exit, so a "restart" would leave a live connection to the
+        old daemon behind. The frozen listener cannot reap its direct children; they are orphaned to
+        init as zombies when it dies, which reaps them."""
         proc = self._proc
         if proc is not None:
             try:
                 if proc.poll() is None:
-                    kill_tree_bottom_up(proc.pid, timeout=timeout)  # the daemon reaps its own children
-                    proc.terminate()
-                    try:
-                        proc.wait(timeout)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait(timeout)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc.pid, signal.SIGSTOP)
+                    kill_tree_bottom_up(proc.pid, timeout=timeout)
+                    proc.kill()
+                    proc.wait(timeout)
                 else:
                     proc.wait()
             finally:
