@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import operator
 import struct
+from dataclasses import MISSING, fields
+from typing import Any
 
 import msgpack
 
@@ -62,14 +64,35 @@ _PY_TYPES: dict[str, type] = {
 
 
 class _Schema:
-    __slots__ = ("names", "types", "getter")
+    __slots__ = ("cls", "names", "types", "getter", "setters", "defaults", "post_init")
 
     def __init__(self, cls: type[Message]) -> None:
         pairs = wire_fields(cls)
+        self.cls = cls
         self.names = tuple(name for name, _ in pairs)
         self.types = tuple(_PY_TYPES[str(ann)] for _, ann in pairs)
         get = operator.attrgetter(*self.names) if self.names else (lambda m: ())
         self.getter = (lambda m: (get(m),)) if len(self.names) == 1 else get
+        # building a decoded message: every wire field is set through its slot (what the frozen
+        # dataclass's __init__ does via object.__setattr__, without matching keywords), then the
+        # fields that do not travel get their defaults
+        self.setters = tuple(getattr(cls, name).__set__ for name in self.names)
+        self.defaults = tuple(
+            (getattr(cls, f.name).__set__, f.default_factory if f.default is MISSING else (lambda d=f.default: d))
+            for f in fields(cls) if f.name not in self.names
+        )
+        self.post_init = getattr(cls, "__post_init__", None)  # (no message has one today)
+
+    def build(self, values: tuple[Any, ...]) -> Message:
+        """The message whose wire fields are `values` (already checked: count and types)."""
+        msg = object.__new__(self.cls)
+        for setter, value in zip(self.setters, values):
+            setter(msg, value)
+        for setter, default in self.defaults:
+            setter(msg, default())
+        if self.post_init is not None:
+            self.post_init(msg)
+        return msg
 
 
 _SCHEMA: dict[type[Message], _Schema] = {cls: _Schema(cls) for cls in TAGS.values()}
@@ -130,7 +153,7 @@ def decode_body(body: memoryview) -> Message:
                     f"{cls.__name__}.{name} should be {want.__name__}, got {type(value).__name__}"
                 )
     try:
-        return cls(**dict(zip(schema.names, values)))
+        return schema.build(values)
     except (TypeError, ValueError) as exc:
         raise RemoteProtocolError(f"invalid {cls.__name__}: {exc}") from None
 

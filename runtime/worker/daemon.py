@@ -54,7 +54,7 @@ from ..onnode.setup import FN_CACHE_LIMIT, python_version, skyhive_version
 from ..serialize import dump_exception, dump_inline, dump_value, load_value
 from ..transport import shm
 from .bufcache import MemfdStore
-from .capture import FLUSH_DELAY, Flusher, TaskStream
+from .capture import FLUSH_DELAY, Flusher, TaskStream, flush_streams
 
 log = logging.getLogger("skyhive.worker")
 
@@ -102,6 +102,7 @@ class Worker:
         self.main_ident = threading.get_ident()
         self.stdout = TaskStream(STDOUT, self._output, "<skyhive stdout>")
         self.stderr = TaskStream(STDERR, self._output, "<skyhive stderr>")
+        self._streams = (self.stdout, self.stderr)
         self.app_stack = contextlib.ExitStack()
         self.task_hooks: list[Any] = []
         self.setup_info: Any = None
@@ -157,7 +158,10 @@ class Worker:
             pass  # the client is gone; the reader thread ends the process
 
     def send_result(self, msg: Result, buffers: list[Any]) -> None:
-        if self.fds is not None and buffers:
+        if not buffers:
+            self.send(msg)
+            return
+        if self.fds is not None:
             msg = self._share(msg, buffers)
         self.send(msg)
         for header, piece in self.conn.send_buffers(msg.task_id, buffers, skip=msg.shared):
@@ -390,8 +394,7 @@ class Worker:
         finally:
             self.in_user_code = False
             self.cancel_requested = None
-            self.stdout.flush()
-            self.stderr.flush()
+            flush_streams(self._streams)
         self.current = None
         self._reply(task_id, ok, cancelled, value)
 
@@ -475,8 +478,8 @@ class Worker:
         if ok:
             try:
                 data, buffers = dump_value(value, "result")
-                self.send_result(Result(task_id=task_id, ok=True, value=data,
-                                        buffer_sizes=tuple(memoryview(b).nbytes for b in buffers)), buffers)
+                sizes = tuple(memoryview(b).nbytes for b in buffers) if buffers else ()
+                self.send_result(Result(task_id=task_id, ok=True, value=data, buffer_sizes=sizes), buffers)
                 return
             except Exception as exc:  # the result could not be pickled: report that instead
                 value = exc
