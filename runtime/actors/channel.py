@@ -44,6 +44,7 @@ from ..transport.base import Link
 from .prepared import Prepared
 
 log = logging.getLogger("skyhive.channel")
+_NO_OPTIONS: dict[str, Any] = {}
 
 __all__ = ["WorkerChannel", "Call"]
 
@@ -239,27 +240,34 @@ class WorkerChannel:
         With `stream`, a generator's items come back as `Item` frames (to `call.on_item`).
         """
         known = self.known_fns
-        options_: dict[str, Any] = {"kind": prep.kind} if prep.kind != "call" else {}
-        if stream:
-            options_["stream"] = True
-        if prep.fn_in_buffer:
-            fn_bytes = b""
-            options_["fn_buffer"] = True
-        elif prep.fn_id in known:
+        if prep.kind == "call" and not stream and not prep.fn_in_buffer:
+            options_: dict[str, Any] = _NO_OPTIONS  # (read-only: only encoded)
+        else:
+            options_ = {"kind": prep.kind} if prep.kind != "call" else {}
+            if stream:
+                options_["stream"] = True
+            if prep.fn_in_buffer:
+                options_["fn_buffer"] = True
+        if prep.fn_in_buffer or prep.fn_id in known:
             fn_bytes = b""
         else:
             if len(known) >= FN_CACHE_LIMIT:
                 known.clear()  # the worker clears its cache at the same count
             known.add(prep.fn_id)
             fn_bytes = prep.fn_bytes
-        sizes = tuple(memoryview(b).nbytes for b in prep.buffers)
-        keys, cached = b"", ()
-        if self.cache is not None and sizes and max(sizes) >= self.cache_min:
-            keys, cached = self._by_reference(prep.content_keys(self.cache_min), sizes)
-        msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args, buffer_sizes=sizes,
-                     batch=prep.batch, options=options_, buffer_keys=keys, cached=cached)
-        if self._fds is not None and sizes and max(sizes) >= shm.SHARE_MIN:
-            msg = self._share(msg, prep, task_id, cached)
+        if not prep.buffers:  # the common small call
+            msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args, batch=prep.batch,
+                         options=options_)
+            cached: tuple[int, ...] = ()
+        else:
+            sizes = prep.sizes
+            keys, cached = b"", ()
+            if self.cache is not None and max(sizes) >= self.cache_min:
+                keys, cached = self._by_reference(prep.content_keys(self.cache_min), sizes)
+            msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args, buffer_sizes=sizes,
+                         batch=prep.batch, options=options_, buffer_keys=keys, cached=cached)
+            if self._fds is not None and max(sizes) >= shm.SHARE_MIN:
+                msg = self._share(msg, prep, task_id, cached)
         call = Call(task_id, future, options, prep.fn_name)
         call.shared = msg.shared
         if cached:

@@ -24,7 +24,7 @@ class Prepared:
     `protocol.codec.MAX_MESSAGE`); `buffers` then starts with it."""
 
     __slots__ = ("fn_id", "fn_bytes", "args", "buffers", "fn_name", "batch", "kind", "items", "fn_in_buffer",
-                 "_keys", "shared")
+                 "_keys", "_sizes", "shared")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                  kind: str = "call", fn_name: str | None = None) -> None:
@@ -41,7 +41,15 @@ class Prepared:
         self.args = args
         self.buffers = [self.fn_bytes, *buffers] if self.fn_in_buffer else buffers
         self._keys: tuple[int, bytes] | None = None
+        self._sizes: tuple[int, ...] | None = None
         self.shared = SharedFiles()  # its large buffers in shared memory, for Local workers
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The byte size of each buffer (computed once, whatever the number of workers)."""
+        if self._sizes is None:
+            self._sizes = tuple(memoryview(b).nbytes for b in self.buffers)
+        return self._sizes
 
     def content_keys(self, min_size: int) -> bytes:
         """One content key per buffer (`protocol.cache.NO_KEY` for those under `min_size` bytes),
