@@ -58,8 +58,10 @@ class ClusterSpec:
     nodes: int
     processes_per_node: int = 1
     accelerator: str | None = None  # "A100", "A100:8": the provider picks a machine that has it
-    cpus: float | None = None  # at least this many vCPUs per node
-    memory_gb: float | None = None  # at least this much memory per node
+    cpus: float | None = None  # at least this many vCPUs per node (exactly, with cpus_exact)
+    memory_gb: float | None = None  # at least this much memory per node (exactly, with memory_exact)
+    cpus_exact: bool = False  # SkyPilot's `cpus: 8` (exactly) as opposed to `8+`
+    memory_exact: bool = False
     spot: bool | None = None  # None: the provider's own setting
     # "spot" | "on-demand" | "spot-if-available" (try spot, fall back) | "cheapest"; None: the
     # provider's default. `spot` agrees with it (True / False for the first two, else None).
@@ -170,6 +172,20 @@ class Provider(abc.ABC):
 
     #: The provider's own node states (lower-case) -> lifecycle state names (`LIFECYCLE_STATES`).
     state_map: ClassVar[Mapping[str, str]] = {}
+
+    #: The `ClusterSpec` requirements this provider chooses machines by: a subset of {"accelerator",
+    #: "cpus", "memory_gb", "spot"}. `skyhive launch` refuses a requirement outside it — or, for a
+    #: provider of `fixed_machines`, checks it on each node before setup (the machine is what it is).
+    chooses: ClassVar[frozenset[str]] = frozenset()
+
+    #: True for providers that run on machines that exist already (this machine, your hosts, a Slurm
+    #: cluster); False for those that create machines to order (clouds).
+    fixed_machines: ClassVar[bool] = True
+
+    #: Task-file `resources` fields (SkyPilot's names: "region", "zone", "instance_type", "image_id",
+    #: "disk_size") that this provider takes as constructor options -> the keyword argument. A field
+    #: that no provider option takes is refused by `skyhive launch`, naming the field and the provider.
+    resource_options: ClassVar[Mapping[str, str]] = {}
 
     #: Seconds a node that runs but refuses connections (`NodeUnreachable`) is retried: a fresh VM's
     #: sshd starts a while after the cloud says "running". 0 for hosts that already run (SSH, Local).

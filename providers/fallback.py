@@ -43,6 +43,9 @@ class Fallback(Provider):
         self.chosen: Provider | None = None
         self.skipped: list[str] = []  # "aws us-east-1: capacity: ..." for each provider passed over
         self.connect_retry = max(p.connect_retry for p in providers)  # type: ignore[misc]
+        # what every member chooses by (a member that cannot would otherwise be asked in vain)
+        self.chooses = frozenset.intersection(*(p.chooses for p in providers))  # type: ignore[misc]
+        self.fixed_machines = all(p.fixed_machines for p in providers)  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"<Fallback {self.providers!r} chosen={self.chosen!r}>"

@@ -122,13 +122,18 @@ def from_description(desc: Mapping[str, Any]) -> Provider:
     return provider_class(name).from_description(dict(desc))
 
 
-def from_cli(name: str, *, hosts: Sequence[str] = ()) -> Provider:
-    """The provider `skyhive launch --provider NAME [--hosts ...]` asks for."""
+def from_cli(name: str, *, hosts: Sequence[str] = (), options: Mapping[str, Any] | None = None) -> Provider:
+    """The provider `skyhive launch --provider NAME [--hosts ...]` asks for, built with `options` (keyword
+    arguments from the task's resources: see `Provider.resource_options`)."""
     key = canonical(name)
+    options = dict(options or {})
     if key == "ssh":
         if not hosts:
             raise ProvisionError("the ssh provider needs hosts: pass --hosts HOST [HOST ...] (head first)")
-        return provider_class(key)(hosts=list(hosts))  # type: ignore[call-arg]
+        return provider_class(key)(hosts=list(hosts), **options)  # type: ignore[call-arg]
     if hosts:
         raise ProvisionError(f"--hosts is for the ssh provider; provider {key!r} does not take hosts")
-    return provider_class(key)()
+    try:
+        return provider_class(key)(**options)
+    except ValueError as exc:  # a bad option value, e.g. a disk too small
+        raise ProvisionError(f"provider {key!r}: {exc}") from None

@@ -139,6 +139,7 @@ class Slurm(Provider):
     """
 
     name = "slurm"
+    chooses = frozenset({"accelerator"})  # as a gres request (see `gres_for`)
     transient_errors: ClassVar[tuple[type[BaseException], ...]] = (SlurmUnreachable,)
     state_map: ClassVar[dict[str, str]] = {
         "pending": "provisioning", "configuring": "provisioning", "running": "running",

@@ -30,6 +30,7 @@ from .actors.prepared import Prepared, map_batches
 from .concurrency import Worker, check_plugins
 from .events.state import PoolState
 from .events.stream import EventStream
+from .output.progress import wants_display
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
 from .resources import ALLOCATIONS, Resources
@@ -67,8 +68,10 @@ class Pool:
     `processes_per_node`, `output` (which nodes' output is printed here: "all", "head", a node
     index, a tuple of them, a predicate on `InstanceInfo`, or None), `name` (the pool id; default a
     random one), `log_events` (write the JSONL event log under the state directory), `worker`
-    (`sky.Worker(concurrency=N)`: N task slots per rank, see `concurrency`), and any `Settings`
-    field as a keyword (timeouts, heartbeats, restart limits).
+    (`sky.Worker(concurrency=N)`: N task slots per rank, see `concurrency`), `progress` (draw the
+    per-node provisioning display on stderr while the pool starts: None, the default, draws it only
+    when stderr is a terminal), and any `Settings` field as a keyword (timeouts, heartbeats, restart
+    limits).
 
     What each node must have: `accelerator` (`"A100"`, `"A100:8"` or `sky.accelerators.A100()`),
     `vcpus` (or `cpus`), `memory_gb`, `allocation` (`"spot"`, `"on-demand"`, `"spot-if-available"`,
@@ -99,6 +102,7 @@ class Pool:
         allocation: str | None = None,
         worker: Worker | None = None,
         cpus: float | None = None,
+        progress: bool | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
@@ -121,6 +125,7 @@ class Pool:
         self.plugins = tuple(plugins)
         self.image = image
         self.output_spec = output
+        self.progress = progress
         self.name = name
         self.log_events = log_events
         self.settings = Settings(**settings)
@@ -158,7 +163,7 @@ class Pool:
             provider=self.provider, nodes=self.nodes, processes_per_node=self.processes_per_node,
             plugins=spec_plugins, image=image, output=self.output_spec, settings=self.settings,
             name=self.name, log_events=self.log_events, **self.resources,
-            concurrency=self.worker.concurrency,
+            concurrency=self.worker.concurrency, progress=wants_display(self.progress),
         )
         await self._rt.start()
         try:

@@ -1,6 +1,7 @@
 """The `skyhive` command.
 
-    skyhive launch TASK.yaml [--nodes N] [--provider local|ssh|aws] [--hosts H ...] [--env K=V ...]
+    skyhive launch TASK.yaml [--nodes N] [--provider local|ssh|aws] [--gpus L4:2] [--cpus 8+] ... (docs/cli.md)
+    skyhive show-gpus [NAME[:COUNT]] [--cloud aws]  accelerators, instance types and hourly prices
     skyhive ls [-a] [--json]                 pools found in the event logs
     skyhive down POOL ... | --all [--force]  clean up pools whose client is gone
     skyhive logs POOL [--node N] [--follow]  the output the pool's tasks wrote
@@ -34,15 +35,42 @@ def _err(text: str) -> None:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from skyhive.runtime.commands.launch import run_launch
-    from skyhive.runtime.commands.taskfile import load, parse_env_overrides
+    from skyhive.runtime.commands.plan import plan_launch
+    from skyhive.runtime.commands.taskflags import task_from_args
 
-    task = load(args.task)
-    hosts = tuple(h for item in args.hosts or () for h in item.split(",") if h)
-    task = task.with_overrides(nodes=args.nodes, provider=args.provider, hosts=hosts,
-                               env=parse_env_overrides(args.env or []), workdir=args.workdir)
+    task = task_from_args(args)
     for warning in task.warnings:
         _err(f"warning: {warning}")
-    return run_launch(task)
+    plan = plan_launch(task)  # resources the provider cannot honour, or no machine that fits: an error here
+    if args.dryrun:
+        print("\n".join(plan.lines))
+        print("dry run: nothing was created")
+        return 0
+    if not args.yes and sys.stdin.isatty():
+        sys.stderr.write("\n".join(plan.lines) + "\nProceed? [Y/n] ")
+        sys.stderr.flush()
+        answer = sys.stdin.readline()  # "" is end of input (Ctrl-D): no; an empty line is the default, yes
+        if not answer or answer.strip().lower() not in ("", "y", "yes"):
+            _err("aborted: nothing was created")
+            return 1
+    return run_launch(plan.task, provider=plan.provider)
+
+
+def cmd_show_gpus(args: argparse.Namespace) -> int:
+    from skyhive.runtime.commands.gpus import gpu_rows
+
+    rows = gpu_rows(args.accelerator, cloud=args.cloud, region=args.region, all_regions=args.all_regions)
+    if not rows:
+        print(f"no accelerator matches {args.accelerator!r}" if args.accelerator else "no accelerators known")
+        return 1
+    for line in _table(("GPU", "QTY", "CLOUD", "INSTANCE_TYPE", "vCPUs", "MEMORY", "$/h", "REGION"), rows):
+        print(line)
+    return 0
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in (header, *rows)]
 
 
 # ---- pools -------------------------------------------------------------------------------------------
@@ -241,14 +269,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
+    from skyhive.runtime.commands.taskflags import add_task_flags
+
     p = sub.add_parser("launch", help="run a task file (SkyPilot-style YAML) on a new pool")
-    p.add_argument("task", metavar="TASK.yaml")
-    p.add_argument("--nodes", "--num-nodes", type=int, help="number of nodes (overrides num_nodes)")
-    p.add_argument("--provider", "--cloud", help="local, ssh, aws, ... (overrides resources.cloud)")
-    p.add_argument("--hosts", nargs="+", metavar="HOST", help="hosts for --provider ssh, head first")
-    p.add_argument("--env", action="append", metavar="K=V", help="set an environment variable (repeatable)")
-    p.add_argument("--workdir", help="directory to ship to every node (overrides workdir)")
+    add_task_flags(p)  # the task options SkyPilot users type (runtime/commands/taskflags.py)
     p.set_defaults(func=cmd_launch)
+
+    p = sub.add_parser("show-gpus", help="accelerators the clouds offer: count, instance type, hourly price")
+    p.add_argument("accelerator", nargs="?", metavar="NAME[:COUNT]", help="only this accelerator (e.g. A100, A100:8)")
+    p.add_argument("--cloud", help="only this cloud")
+    p.add_argument("--region", help="prices in this region (default: each cloud's default region)")
+    p.add_argument("--all-regions", action="store_true", help="one row per region that offers it")
+    p.set_defaults(func=cmd_show_gpus)
 
     p = sub.add_parser("ls", help="list pools from their event logs")
     p.add_argument("-a", "--all", action="store_true", help="include stopped pools")

@@ -3,6 +3,9 @@
 - `LocalMappedAWS`: a real `sky.AWS` whose instances (in moto, with invented addresses) are each
   mapped to a local worker process, so a pool runs end to end without connecting to any moto address.
 - `HostMappedAWS`: the same, each instance mapped to one of the tests' own sshd hosts (namespaces).
+- `StagedLocalAWS`: `LocalMappedAWS` whose nodes are reached through a test-only reach kind
+  ("staged-local": the local transport and bootstrap) that also awaits its `on_stage` hook at
+  "connecting" and "bootstrapping", so a test can act exactly as a node enters those stages.
 - `FaultInjectingFakeDriver`: wraps the real libcloud driver and raises chosen EC2 errors (capacity,
   quota, throttling) that moto cannot produce.
 """
@@ -15,9 +18,13 @@ from typing import Any
 
 import anyio
 
-from skyhive.providers.base import ClusterSpec, LocalReach, NodeHandle
-from skyhive.providers.cloud.aws import AWS
+from typing import ClassVar
+
 from skyhive.errors import CloudAPIError
+from skyhive.providers.base import ClusterSpec, LocalReach, NodeHandle, Reach
+from skyhive.providers.cloud.aws import AWS
+from skyhive.runtime.transport.local import LocalTransport
+from skyhive.runtime.transport.registry import register_transport
 
 
 class LocalMappedAWS(AWS):
@@ -73,6 +80,54 @@ class HostMappedAWS(LocalMappedAWS):
         if self.ready_command is not None:
             reach = dataclasses.replace(reach, ready_command=self.ready_command)
         return dataclasses.replace(handle, reach=reach, private_addr=address, public_addr=None)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StagedReach(Reach):
+    """FAKE reach kind "staged-local": a local node whose connect and bootstrap first await the stage
+    hook of the `StagedLocalAWS` that made it (found by pool id)."""
+
+    kind: ClassVar[str] = "staged-local"
+    pool_id: str
+
+
+_STAGED: dict[str, StagedLocalAWS] = {}
+
+
+class StagedLocalAWS(LocalMappedAWS):
+    """FAKE reach: `LocalMappedAWS` whose nodes also report "connecting" and "bootstrapping" to `on_stage`."""
+
+    async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
+        _STAGED[spec.pool_id] = self
+        return await super().launch(spec, nodes)
+
+    def map_node(self, handle: NodeHandle) -> NodeHandle:
+        return dataclasses.replace(handle, reach=StagedReach(pool_id=handle.extra["pool_id"]),
+                                   private_addr="127.0.0.1", public_addr=None)
+
+
+class _StagedTransport(LocalTransport):
+    def __init__(self, provider: StagedLocalAWS, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.provider = provider
+
+    async def connect(self) -> None:
+        await self.provider._stage("connecting")
+        await super().connect()
+
+
+def _staged_transport(handle: NodeHandle, ctx: Any) -> _StagedTransport:
+    return _StagedTransport(_STAGED[handle.reach.pool_id], redact=ctx.log.redact)
+
+
+async def _staged_bootstrap(ctx: Any, node: int, transport: _StagedTransport) -> str:
+    from skyhive.runtime.bootstrap.local import bootstrap_local
+
+    await transport.provider._stage("bootstrapping")
+    return await bootstrap_local(ctx, node, transport)
+
+
+register_transport("staged-local", _staged_transport, bootstrap=_staged_bootstrap)
 
 
 class FaultInjectingFakeDriver:

@@ -29,7 +29,7 @@ FULL = textwrap.dedent("""\
       EPOCHS: 3
       TOKEN:
     file_mounts:
-      /data: s3://bucket
+      /data: .
     setup: pip list
     run: |
       echo one
@@ -38,18 +38,15 @@ FULL = textwrap.dedent("""\
 """)
 
 
-def test_full_task_file_parses_with_warnings_for_what_it_ignores(tmp_path):
+def test_full_task_file_parses_with_warnings_for_what_it_does_not_know(tmp_path):
     task = loads(FULL, source="t.yaml", cwd=str(tmp_path))
     assert (task.name, task.num_nodes, task.setup, task.run) == ("train", 2, "pip list", "echo one\necho two\n")
     res = task.resources
-    assert (res.provider, res.accelerator, res.accelerator_count, res.cpus, res.cpus_or_more) == \
-        ("local", "L4", 2, 8.0, True)
+    assert (res.provider, res.accelerator, res.accelerator_count, res.cpus, res.cpus_or_more, res.disk_size) == \
+        ("local", "L4", 2, 8.0, True, 100)
     assert dict(task.envs) == {"EPOCHS": "3", "TOKEN": None}
-    assert task.warnings == (
-        "t.yaml:7: resources.disk_size is not supported by skyhive yet; ignored",
-        "t.yaml:11: file_mounts is not supported by skyhive yet; ignored",
-        "t.yaml:17: unknown key colour; ignored",
-    )
+    assert [(m.target, m.source) for m in task.file_mounts] == [("/data", str(tmp_path))]
+    assert task.warnings == ("t.yaml:17: unknown key colour; ignored",)
     # an env var left empty must come from the command line
     with pytest.raises(TaskFileError, match=r"t.yaml:10: envs.TOKEN has no value: pass it with --env TOKEN="):
         task.env()
@@ -61,6 +58,17 @@ def test_full_task_file_parses_with_warnings_for_what_it_ignores(tmp_path):
     ("run: echo\nnum_nodes: 0\n", r"t.yaml:2: num_nodes: expected a positive whole number"),
     ("resources:\n  accelerators: L4:x\nrun: echo\n", r"t.yaml:2: resources.accelerators: expected NAME or NAME:COUNT"),
     ("resources:\n  cpus: lots\nrun: echo\n", r"t.yaml:2: resources.cpus: expected a CPU count like 8 or 8\+"),
+    ("resources:\n  cpus: 4GB\nrun: echo\n", r"t.yaml:2: resources.cpus: expected a CPU count like 8 or 8\+"),
+    ("resources:\n  memory: -3\nrun: echo\n", r"t.yaml:2: resources.memory: expected a memory size in GB like 32"),
+    ("resources:\n  use_spot: maybe\nrun: echo\n", r"t.yaml:2: resources.use_spot: expected true or false"),
+    ("resources:\n  disk_size: big\nrun: echo\n", r"t.yaml:2: resources.disk_size: expected a positive whole"),
+    ("resources:\n  accelerators: A100:0.5\nrun: echo\n", r"fractional counts are not supported"),
+    ("file_mounts:\n  /data: s3://bucket/x\nrun: echo\n",
+     r"t.yaml:2: file_mounts./data: s3://bucket/x: cloud-bucket mounts are not supported yet"),
+    ("file_mounts:\n  /ckpt:\n    source: gs://b\n    mode: MOUNT\nrun: echo\n",
+     r"t.yaml:3: file_mounts./ckpt: a storage mapping .*not supported yet"),
+    ("file_mounts:\n  /data: ./no-such-dir\nrun: echo\n",
+     r"t.yaml:2: file_mounts./data: the source './no-such-dir' does not exist"),
     ("resources:\n  cloud: mainframe\nrun: echo\n", r"t.yaml:2: resources.cloud: unknown provider 'mainframe'"),
     ("run:\n  - echo a\n  - echo b\n", r"t.yaml:2: run: expected a shell script"),
     ("envs:\n  9LIVES: x\nrun: echo\n", r"t.yaml:2: envs.9LIVES: not a valid environment variable name"),
@@ -164,3 +172,20 @@ def test_cli_provider_errors_are_one_clear_line(tmp_path, capsys, monkeypatch, s
     assert main(["launch", "t.yaml", "--provider", "aws"]) == 1
     assert "provider 'aws' is not available in this install" in capsys.readouterr().err
     assert not (Path(skyhive_home) / "pools").exists()  # no pool was started
+
+
+def test_file_mounts_take_the_tasks_envs_and_follow_env_overrides(tmp_path):
+    (tmp_path / "small").mkdir()
+    (tmp_path / "large").mkdir()
+    text = "envs: {SIZE: small}\nsecrets: {TOKEN: t0k}\nfile_mounts:\n  /data/$SIZE: ./${SIZE}\nrun: echo\n"
+    task = loads(text, source="t.yaml", cwd=str(tmp_path))
+    assert [(m.target, m.source) for m in task.file_mounts] == [("/data/small", str(tmp_path / "small"))]
+    bigger = task.with_overrides(env={"SIZE": "large"})  # `--env SIZE=large` moves the mount with it
+    assert [(m.target, m.source) for m in bigger.file_mounts] == [("/data/large", str(tmp_path / "large"))]
+    with pytest.raises(TaskFileError, match=r"t.yaml:4: file_mounts./data/\$SIZE: the source './\$\{SIZE\}' does not "
+                                            r"exist \(.*/huge;"):
+        task.with_overrides(env={"SIZE": "huge"})
+    # secrets are not file_mounts variables (as in SkyPilot): ${TOKEN} stays as written
+    with pytest.raises(TaskFileError, match=r"does not exist \(.*/\$\{TOKEN\};"):
+        loads("secrets: {TOKEN: t0k}\nfile_mounts:\n  /d: ./${TOKEN}\nrun: echo\n", source="t.yaml",
+              cwd=str(tmp_path))

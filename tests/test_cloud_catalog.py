@@ -86,20 +86,35 @@ def test_the_shipped_table_is_what_the_generator_makes():
     assert generate.build() == shipped
 
 
-def test_skyhive_launch_shows_the_aws_machine_and_does_not_warn_about_resources(tmp_path):
-    from skyhive.providers.cloud.aws import AWS
-    from skyhive.providers.ssh import SSH
-    from skyhive.runtime.commands.launch import plan_spec, resource_warnings
-    from skyhive.runtime.commands.taskfile import loads
+def test_skyhive_launch_plans_the_aws_machine_and_refuses_what_a_provider_cannot_honour(tmp_path):
+    from skyhive.runtime.commands.plan import plan_launch
+    from skyhive.runtime.commands.taskfile import TaskFileError, loads
 
-    task = loads("num_nodes: 2\nresources: {accelerators: A100:8}\nrun: echo\n", cwd=str(tmp_path))
-    assert plan_spec(task).accelerator == "A100:8"
-    aws = AWS(region="us-east-1")
-    assert resource_warnings(task, aws) == []  # it chooses the machine: nothing to warn about
-    summary = aws.plan(plan_spec(task))["summary"]
-    assert summary.startswith("p4d.24xlarge in us-east-1") and "pool of 2" in summary
-    ssh_warning = resource_warnings(task, SSH(hosts=["h1", "h2"]))
-    assert ssh_warning and "does not choose machines by resources yet" in ssh_warning[0]
+    task = loads("num_nodes: 2\nresources: {cloud: aws, accelerators: A100:8}\nrun: echo\n", cwd=str(tmp_path))
+    plan = plan_launch(task)
+    assert plan.plan["instance_type"] == "p4d.24xlarge" and plan.plan["nodes"] == 2
+    assert plan.task.resources.instance_type == "p4d.24xlarge"  # pinned: the pool gets what was shown
+    assert plan.provider.instance_type == "p4d.24xlarge"
+    assert plan.cost_per_hour == pytest.approx(2 * plan.plan["price_per_hour"])
+    assert any(line.startswith("  machines: 2 x p4d.24xlarge in us-east-1") for line in plan.lines)
+    # `cpus: 8` is exactly 8 vCPUs (SkyPilot), `8+` at least 8
+    exact = plan_launch(loads("resources: {cloud: aws, cpus: 8, memory: 16}\nrun: echo\n", cwd=str(tmp_path)))
+    at_least = plan_launch(loads("resources: {cloud: aws, cpus: 8+, memory: 16+}\nrun: echo\n", cwd=str(tmp_path)))
+    assert (exact.plan["vcpus"], exact.plan["memory_gb"]) == (8, 16)
+    assert at_least.plan["vcpus"] >= 8 and at_least.plan["memory_gb"] >= 16
+    # the provider options: each one reaches the provider it is built with
+    options = plan_launch(loads("resources: {cloud: aws, region: eu-west-1, zone: eu-west-1b, disk_size: 512, "
+                                "image_id: ami-0abc, instance_type: m5.large}\nrun: echo\n", cwd=str(tmp_path)))
+    described = options.provider.describe()
+    assert {k: described[k] for k in ("region", "zones", "disk_gb", "image", "instance_type")} == \
+        {"region": "eu-west-1", "zones": ["eu-west-1b"], "disk_gb": 512, "image": "ami-0abc", "instance_type": "m5.large"}
+    assert options.plan["region"] == "eu-west-1"
+    ssh = loads("resources: {cloud: ssh, hosts: [h1], use_spot: true, region: eu-west-1}\nrun: echo\n",
+                cwd=str(tmp_path))
+    with pytest.raises(TaskFileError) as info:
+        plan_launch(ssh)
+    assert "resources.use_spot (--use-spot): the ssh provider cannot honour it" in str(info.value)
+    assert "resources.region (--region eu-west-1): the ssh provider has no such option" in str(info.value)
 
 
 # ---- Azure: GPU sizes from libcloud's prices and Azure's size tables ------------------------------------

@@ -15,7 +15,7 @@ import pytest
 
 import skyhive as sky
 from skyhive.providers.cloud.base import CloudTimeouts
-from tests.cloud_fakes import LocalMappedAWS, cancel_now
+from tests.cloud_fakes import LocalMappedAWS, StagedLocalAWS, cancel_now
 from tests.infra.moto_ec2 import count_pool
 
 pytestmark = [pytest.mark.loopback_only, pytest.mark.anyio]
@@ -70,6 +70,26 @@ async def test_cancellation_at_each_stage_leaves_nothing(moto_ec2, stage):
     assert scope.cancelled_caught or stage == "terminate"
     assert stage in aws.stages
     assert count_pool(pool_id) == {"instances": 0, "groups": 0, "keys": 0}
+
+
+@pytest.mark.parametrize("stage", ["connecting", "bootstrapping"])
+async def test_cancellation_as_a_node_connects_or_bootstraps_leaves_nothing(moto_ec2, stage):
+    pool_id = f"p-cancel-{stage}"
+    seen: dict[str, int] = {}
+    with anyio.CancelScope() as scope:
+
+        async def on_stage(now: str) -> None:
+            if now == stage:
+                seen[stage] = count_pool(pool_id)["instances"]  # what runs as the cancellation lands
+                await cancel_now(scope)
+
+        aws = StagedLocalAWS(region="us-east-1", image=moto_ec2.image, ssh_cidr="192.0.2.1/32", timeouts=FAST,
+                             on_stage=on_stage)
+        async with sky.Pool(provider=aws, nodes=2, name=pool_id):
+            await anyio.sleep_forever()  # pragma: no cover - never reached: cancelled while starting
+    assert scope.cancelled_caught
+    assert seen[stage] == 2  # the instances existed when it was cancelled...
+    assert count_pool(pool_id) == {"instances": 0, "groups": 0, "keys": 0}  # ...and none is left
 
 
 async def test_accelerator_the_region_lacks_fails_before_anything_is_made(moto_ec2):

@@ -106,6 +106,9 @@ class AWS(LibcloudProvider):
     name: ClassVar[str] = "aws"
     error_kinds = EC2_ERRORS
     state_map = EC2_STATES
+    chooses = frozenset({"accelerator", "cpus", "memory_gb", "spot"})
+    resource_options = {"region": "region", "zone": "zones", "instance_type": "instance_type", "image_id": "image",
+                        "disk_size": "disk_gb"}
 
     def __init__(self, region: str = "us-east-1", zones: Sequence[str] | None = None, instance_type: str | None = None,
                  spot: bool = False, image: str | None = None, disk_gb: int = 100, ssh_user: str = "ubuntu",
@@ -171,7 +174,8 @@ class AWS(LibcloudProvider):
             spot = self.spot if spec.spot is None else spec.spot
             choice = catalog.choose("aws", self.region, accelerator=spec.accelerator, cpus=spec.cpus,
                                     memory_gb=spec.memory_gb, instance_type=self.instance_type,
-                                    nodes=spec.nodes, spot=spot)
+                                    nodes=spec.nodes, spot=spot, cpus_exact=spec.cpus_exact,
+                                    memory_exact=spec.memory_exact)
             self._plans[spec.pool_id] = choice
         return choice
 

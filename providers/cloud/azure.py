@@ -75,6 +75,8 @@ class Azure(LibcloudProvider):
     """
 
     name: ClassVar[str] = "azure"
+    chooses = frozenset({"accelerator", "spot"})  # cpus/memory only narrow an accelerator's sizes: refused alone
+    resource_options = {"region": "region", "instance_type": "vm_size", "disk_size": "disk_gb"}
     error_kinds = AZURE_ERRORS
     state_map = {"pending": "provisioning", "running": "running", "stopping": "terminating",
                  "stopped": "terminating", "terminated": "terminated"}

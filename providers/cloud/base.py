@@ -94,6 +94,8 @@ class LibcloudProvider(Provider):
     #: exact provider error codes -> kind; codes ending in ".NotFound" are NOT_FOUND unless listed.
     error_kinds: ClassVar[Mapping[str, ErrorKind]] = {}
 
+    fixed_machines: ClassVar[bool] = False
+
     #: a fresh machine runs (for the cloud) a while before its sshd answers: retried this long
     connect_retry: ClassVar[float] = 300.0
 

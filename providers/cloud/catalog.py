@@ -111,10 +111,12 @@ def offered(cloud: str, accelerator: str) -> dict[str, list[int]]:
 
 def choose(cloud: str, region: str, *, accelerator: str | None = None, cpus: float | None = None,
            memory_gb: float | None = None, instance_type: str | None = None, nodes: int = 1,
-           spot: bool = False) -> Choice:
+           spot: bool = False, cpus_exact: bool = False, memory_exact: bool = False) -> Choice:
     """The cheapest type in `region` with `accelerator` ("A100", "A100:8") and at least `cpus` vCPUs and
-    `memory_gb` GB; or `instance_type` as given (checked against the requirements when the table knows
-    it). Raises `ProvisionError` naming what is missing and where it is offered instead."""
+    `memory_gb` GB (exactly, with `cpus_exact`/`memory_exact`: SkyPilot's `8` as opposed to `8+`); or
+    `instance_type` as given (checked against the requirements when the table knows it). Raises
+    `ProvisionError` naming what is missing and where it is offered instead."""
+    exact = (cpus_exact, memory_exact)
     table = _table(cloud)
     regional = table["regions"].get(region)
     if regional is None:
@@ -127,7 +129,7 @@ def choose(cloud: str, region: str, *, accelerator: str | None = None, cpus: flo
         if info is None:  # a type newer than the table: taken on trust
             return Choice(cloud=cloud, region=region, instance_type=instance_type, vcpus=0, memory_gb=0.0,
                           accelerator=None, accelerators=0, price_per_hour=None, nodes=nodes, spot=spot)
-        problem = _unmet(info, want_name, want_count, cpus, memory_gb)
+        problem = _unmet(info, want_name, want_count, cpus, memory_gb, exact)
         if problem:
             raise ProvisionError(f"{cloud}: instance_type {instance_type} does not satisfy the pool: {problem}",
                                  kind="unavailable")
@@ -138,7 +140,7 @@ def choose(cloud: str, region: str, *, accelerator: str | None = None, cpus: flo
     best: tuple[float, str] | None = None
     for itype, (price, _zones) in regional.items():
         info = instance(cloud, itype)
-        if info is None or _unmet(info, want_name, want_count, cpus, memory_gb):
+        if info is None or _unmet(info, want_name, want_count, cpus, memory_gb, exact):
             continue
         if want_name is None and info.accelerators:  # no GPU asked for: do not pay for one
             continue
@@ -147,7 +149,8 @@ def choose(cloud: str, region: str, *, accelerator: str | None = None, cpus: flo
         if best is None or (price, itype) < best:
             best = (price, itype)
     if best is None:
-        raise ProvisionError(_nothing_fits(cloud, region, accelerator, want_name, cpus, memory_gb), kind="unavailable")
+        raise ProvisionError(_nothing_fits(cloud, region, accelerator, want_name, cpus, memory_gb, exact),
+                             kind="unavailable")
     info = instance(cloud, best[1])
     assert info is not None
     return _choice(cloud, region, info, regional[best[1]], nodes, spot)
@@ -161,24 +164,25 @@ def _choice(cloud: str, region: str, info: InstanceInfo, price: list[Any], nodes
 
 
 def _unmet(info: InstanceInfo, name: str | None, count: int | None, cpus: float | None,
-           memory_gb: float | None) -> str:
+           memory_gb: float | None, exact: tuple[bool, bool] = (False, False)) -> str:
     if name is not None:
         if (info.accelerator or "").lower() != name.lower():
             return f"it has {info.accelerator or 'no accelerator'}, not {name}"
         if count is not None and info.accelerators != count:
             return f"it has {info.accelerators} {info.accelerator}, not {count}"
-    if cpus is not None and info.vcpus < cpus:
-        return f"it has {info.vcpus} vCPUs, fewer than {cpus:g}"
-    if memory_gb is not None and info.memory_gb < memory_gb:
-        return f"it has {info.memory_gb:g} GB, less than {memory_gb:g}"
+    if cpus is not None and (info.vcpus != cpus if exact[0] else info.vcpus < cpus):
+        return f"it has {info.vcpus} vCPUs, {'not exactly' if exact[0] else 'fewer than'} {cpus:g}"
+    if memory_gb is not None and (info.memory_gb != memory_gb if exact[1] else info.memory_gb < memory_gb):
+        return f"it has {info.memory_gb:g} GB, {'not exactly' if exact[1] else 'less than'} {memory_gb:g}"
     return ""
 
 
 def _nothing_fits(cloud: str, region: str, accelerator: str | None, name: str | None, cpus: float | None,
-                  memory_gb: float | None) -> str:
+                  memory_gb: float | None, exact: tuple[bool, bool] = (False, False)) -> str:
+    cmp_cpus, cmp_mem = ("exactly" if e else ">=" for e in exact)
     want = ", ".join(x for x in (accelerator and f"accelerator {accelerator}",
-                                 cpus is not None and f">= {cpus:g} vCPUs" or "",
-                                 memory_gb is not None and f">= {memory_gb:g} GB" or "") if x)
+                                 cpus is not None and f"{cmp_cpus} {cpus:g} vCPUs" or "",
+                                 memory_gb is not None and f"{cmp_mem} {memory_gb:g} GB" or "") if x)
     text = f"{cloud}: no instance type in {region} has {want}"
     if name is None:
         return text

@@ -55,6 +55,8 @@ class DigitalOcean(LibcloudProvider):
     """
 
     name: ClassVar[str] = "digitalocean"
+    chooses = frozenset({"accelerator"})  # with a named size (`named_machine`)
+    resource_options = {"region": "region", "instance_type": "size", "image_id": "image"}
     error_kinds = DO_ERRORS
     state_map = {"pending": "provisioning", "running": "running", "stopped": "terminating"}
 

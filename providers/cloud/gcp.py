@@ -72,6 +72,9 @@ class GCP(LibcloudProvider):
     """
 
     name: ClassVar[str] = "gcp"
+    chooses = frozenset({"accelerator", "spot"})  # an accelerator needs a named machine type (`named_machine`)
+    resource_options = {"region": "region", "zone": "zones", "instance_type": "machine_type", "image_id": "image",
+                        "disk_size": "disk_gb"}
     error_kinds = GCE_ERRORS
     state_map = GCE_STATES
 

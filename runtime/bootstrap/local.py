@@ -28,6 +28,7 @@ from ...providers.base import ProvisionError
 from ..events.log import state_dir
 from ..events.types import NodeProgress
 from ..transport.local import LocalTransport
+from .output import ScriptOutput
 
 if TYPE_CHECKING:
     from ...plugins.image import Image
@@ -192,26 +193,12 @@ async def _run_script(transport: LocalTransport, spec: dict[str, Any], env: Mapp
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, **env},
         start_new_session=True)  # stdin stays open: the lifeline (the script cleans up when it closes)
     assert proc.stdout is not None
-    lines: list[str] = []
-    state = {"step": "start", "cached": False, "error": ""}
+    out = ScriptOutput(on_step, where=f"node {node}")
 
     async def read() -> None:
         assert proc.stdout is not None
         async for raw in proc.stdout:
-            line = transport.redact(raw.decode(errors="replace").rstrip("\n"))
-            if line.startswith("::step "):
-                state["step"] = line[7:]
-                on_step(line[7:])
-            elif line == "::cached":
-                state["cached"] = True
-            elif line.startswith("::error "):  # then the failing command's last lines
-                state["error"] = line[8:]
-            elif state["error"]:
-                state["error"] += "\n" + line
-            elif not line.startswith("::done"):
-                lines.append(line)
-                del lines[:-200]
-                log.debug("node %d: %s", node, line)
+            out.feed(transport.redact(raw.decode(errors="replace").rstrip("\n")))
         await proc.wait()
 
     try:
@@ -219,9 +206,9 @@ async def _run_script(transport: LocalTransport, spec: dict[str, Any], env: Mapp
             await read()
     except TimeoutError:
         await asyncio.shield(_stop(proc))
-        tail = "\n".join(lines[-30:])
+        tail = "\n".join(out.lines[-30:])
         raise SetupFailed(f"node {node}: building the Image's environment here took longer than {timeout:g} s "
-                          f"(Settings.build_timeout) and was stopped at step {state['step']!r}; nothing half-built "
+                          f"(Settings.build_timeout) and was stopped at step {out.step!r}; nothing half-built "
                           f"is kept. Last output:\n{tail}", node=node) from None
     except BaseException:
         await asyncio.shield(_stop(proc))
@@ -230,10 +217,9 @@ async def _run_script(transport: LocalTransport, spec: dict[str, Any], env: Mapp
         if proc.stdin is not None:
             proc.stdin.close()  # the script has exited: its lifeline is no longer needed
     if proc.returncode != 0:
-        tail = "" if state["error"] else "\n" + "\n".join(lines[-30:])
         raise SetupFailed(f"node {node}: building the Image's environment here failed: "
-                          f"{state['error'] or f'exit status {proc.returncode}'}{tail}", node=node)
-    return bool(state["cached"])
+                          f"{out.failure(proc.returncode)}", node=node)
+    return out.cached
 
 
 async def _stop(proc: asyncio.subprocess.Process) -> None:

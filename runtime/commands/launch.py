@@ -1,9 +1,11 @@
 """`skyhive launch`: run a task file's `setup` and `run` on a pool, SkyPilot style.
 
-One pool per launch, torn down at the end. On every node (one worker each): the workdir is unpacked
-into the node's own directory, `setup` runs once, then `run`; both are bash scripts run by a skyhive
-function (`nodecmd.run_script`), so their output streams back live through the pool, each line
-prefixed with its node. The first node whose script exits non-zero decides the exit code; the other
+One pool per launch, torn down at the end. On every node (one worker each): what the task's resources
+ask is checked (machines that exist already). Then once per *machine* (nodes on one machine share its
+files and Python environment: Local nodes) the workdir is unpacked into a directory of its own, the
+`file_mounts` are copied and `setup` runs there; then `run` on every node, in its machine's directory.
+Setup and run are bash scripts run by a skyhive function (`nodecmd.run_script`), so their output
+streams back live through the pool, each line prefixed with its node. The first node whose script exits non-zero decides the exit code; the other
 nodes' scripts are then stopped (as SkyPilot does: a distributed job with a dead member would hang).
 SIGINT/SIGTERM stop every node's script and tear the pool down (exit 130/143).
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import io
+import json
 import os
 import shutil
 import signal
@@ -31,13 +34,15 @@ from ...errors import LaunchError
 from ...providers.accelerators import AcceleratorWarning
 from ...providers.base import ClusterSpec, Provider
 from ...providers.local import Local
-from ...providers.registry import from_cli
 from ..actors.channel import WorkerChannel
 from ..actors.pool_actor import PoolRuntime
-from ..onnode import nodecmd
+from ..onnode import nodecmd, nodeprep
+from .plan import plan_launch
+from .resources import cluster_spec, node_requirements
 from .taskfile import Task
 
-__all__ = ["NodeExit", "LaunchError", "launch", "run_launch", "pack_workdir", "WORKDIR_LIMIT"]
+__all__ = ["NodeExit", "LaunchError", "launch", "run_launch", "pack_workdir", "WORKDIR_LIMIT", "plan_spec",
+           "cluster_info"]
 
 #: The largest workdir archive shipped to the nodes (compressed); past it, list what to skip in .skyignore.
 WORKDIR_LIMIT = 256 << 20
@@ -56,7 +61,16 @@ class NodeExit:
 
 
 def pack_workdir(path: str, *, limit: int = WORKDIR_LIMIT) -> bytes:
-    """A tar.gz of `path`, without .git, __pycache__ and what `.skyignore` lists (shell patterns)."""
+    """A tar.gz of `path`, without .git, __pycache__ and what `.skyignore` lists (shell patterns). A file
+    (a `file_mounts` source) is packed alone. Both the workdir and the file mounts travel this way: as
+    an argument of the node function that unpacks them, over the pool's own connection (pipes or SSH)."""
+    if os.path.isfile(path):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
+            tar.add(path, arcname=os.path.basename(path), recursive=False)
+        if buf.tell() > limit:
+            raise LaunchError(f"{path} is larger than {limit >> 20} MiB compressed")
+        return buf.getvalue()
     patterns = list(_ALWAYS_SKIP)
     ignore = os.path.join(path, ".skyignore")
     if os.path.isfile(ignore):
@@ -79,38 +93,23 @@ def pack_workdir(path: str, *, limit: int = WORKDIR_LIMIT) -> bytes:
                 if not skipped(rel(name)):
                     tar.add(os.path.join(root, name), arcname=rel(name), recursive=False)
             if buf.tell() > limit:
-                raise LaunchError(f"workdir {path} is larger than {limit >> 20} MiB compressed: list what "
+                raise LaunchError(f"{path} is larger than {limit >> 20} MiB compressed: list what "
                                   f"the nodes do not need in {ignore}")
     return buf.getvalue()
 
 
-def resource_warnings(task: Task, provider: Provider) -> list[str]:
-    """What the provider cannot honour of the task's resources (a warning each, not an error)."""
-    res = task.resources
-    out = []
-    if isinstance(provider, Local):
-        if res.accelerator:
-            out.append(f"the Local provider has no accelerators: {res.accelerator}:{res.accelerator_count} "
-                       f"is ignored (SKYHIVE_NUM_GPUS_PER_NODE is 0)")
-        cores = os.cpu_count() or 1
-        if res.cpus is not None and res.cpus > cores:
-            out.append(f"the task asks for {res.cpus:g}{'+' if res.cpus_or_more else ''} CPUs per node; "
-                       f"this machine has {cores}, shared by all {task.num_nodes} Local nodes")
-    elif (res.accelerator or res.cpus is not None) and not provider.plan(plan_spec(task)):
-        out.append(f"the {provider.name} provider does not choose machines by resources yet: "
-                   f"{res.describe()} is not checked")
-    return out
-
-
-def accelerator_of(task: Task) -> str | None:
-    """The task's accelerator as a Pool spells it ("A100:8"), or None."""
-    res = task.resources
-    return f"{res.accelerator}:{res.accelerator_count}" if res.accelerator else None
-
-
-def plan_spec(task: Task) -> ClusterSpec:
+def plan_spec(task: Task, provider: Provider | None = None) -> ClusterSpec:
     """What a pool for `task` asks its provider for (to ask the provider's `plan` before launching)."""
-    return ClusterSpec(pool_id="plan", nodes=task.num_nodes, accelerator=accelerator_of(task), cpus=task.resources.cpus)
+    return cluster_spec(task, provider if provider is not None else plan_launch(task).provider)
+
+
+def cluster_info(pool_id: str, task: Task, provider: Provider) -> str:
+    """SKYPILOT_CLUSTER_INFO: a JSON object with the cluster's name, cloud, region and zone."""
+    described = provider.describe()
+    region = task.resources.region or described.get("region")
+    zones = described.get("zones")
+    zone = task.resources.zone or (zones[0] if isinstance(zones, list) and len(zones) == 1 else None)
+    return json.dumps({"cluster_name": pool_id, "cloud": provider.name, "region": region, "zone": zone})
 
 
 class _Launch:
@@ -132,28 +131,49 @@ class _Launch:
         task = self.task
         env, secrets = task.env(), task.secret_env()
         archive = pack_workdir(task.workdir) if task.workdir else None
+        mounts = [(m.target, m.source, pack_workdir(m.source), os.path.isdir(m.source)) for m in task.file_mounts]
         image = Image(env=env, secrets=secrets) if env or secrets else None
+        spec = cluster_spec(task, self.provider)
+        allocation = None if spec.spot is None else ("spot" if spec.spot else "on-demand")
+        requirements = node_requirements(task, self.provider)
+        info = cluster_info(self.pool_id, task, self.provider)
         failed: NodeExit | None = None
         self.say(f"launching {task.name or 'task'} on {task.num_nodes} {self.provider.name} node"
                  f"{'s' if task.num_nodes != 1 else ''} as pool {self.pool_id}")
-        summary = self.provider.plan(plan_spec(task)).get("summary")
+        summary = self.provider.plan(spec).get("summary")
         if summary:  # the machine and what the pool costs, before anything is created
             self.say(f"machines: {summary}")
         try:
-            # the resource warnings above already said what Local lacks: not a second time from Local
+            # Local warns when a pool asks for accelerators it lacks; launch checks them on the node instead
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", AcceleratorWarning)
                 async with Pool(provider=self.provider, nodes=task.num_nodes, name=self.pool_id, output="all",
-                                image=image, accelerator=accelerator_of(task), cpus=task.resources.cpus) as pool:
+                                image=image, accelerator=spec.accelerator, cpus=spec.cpus, memory_gb=spec.memory_gb,
+                                allocation=allocation) as pool:
                     rt: PoolRuntime = pool._runtime
                     channels = await rt.all_channels()
-                    failed, dirs = await self.everywhere(rt, channels, "workdir", nodecmd.prepare,
-                                                         self.pool_id, archive)
-                    for phase in ("setup", "run"):
+                    dirs: list[Any] = []
+                    failed, keys = await self.everywhere(rt, channels, "machine", nodeprep.machine_key)
+                    if failed is None and requirements:
+                        failed, _ = await self.everywhere(rt, channels, "resources", nodeprep.require, requirements)
+                    # one node per machine unpacks the workdir, copies the file mounts and runs setup: the
+                    # nodes on that machine share them (what setup made in the workdir is there for all)
+                    firsts = {key: i for i, key in reversed(list(enumerate(keys)))}
+                    leaders = sorted(firsts.values())
+                    if failed is None:
+                        failed, made = await self.everywhere(rt, [channels[i] for i in leaders], "workdir",
+                                                             nodecmd.prepare, self.pool_id, archive)
+                        by_leader = dict(zip(leaders, made))
+                        dirs = [by_leader[firsts[key]] for key in keys]
+                    if failed is None and mounts:
+                        failed, _ = await self.everywhere(rt, [channels[i] for i in leaders], "file_mounts",
+                                                          nodeprep.install_mounts, mounts)
+                    for phase, on in (("setup", leaders), ("run", list(range(len(channels))))):
                         script = getattr(task, phase)
                         if failed is None and script:
-                            failed, _ = await self.everywhere(rt, channels, phase, nodecmd.run_script,
-                                                              script, self.task_id, phase, per_node=dirs)
+                            failed, _ = await self.everywhere(rt, [channels[i] for i in on], phase,
+                                                              nodecmd.run_script, script, self.task_id, phase, info,
+                                                              per_node=[dirs[i] for i in on])
                     if failed is not None:
                         self.report(failed)
                     if not isinstance(self.provider, Local):
@@ -204,12 +224,12 @@ class _Launch:
 
 
 async def launch(task: Task, *, provider: Provider | None = None, err: TextIO | None = None) -> int:
-    """Run `task` on a new pool; the exit code (0, or the first failing node's). Cancellation tears down."""
+    """Run `task` on a new pool; the exit code (0, or the first failing node's). Cancellation tears down.
+    Without `provider`, the task's own (`plan.plan_launch`: resources it cannot honour are an error)."""
     err = err or sys.stderr
     if provider is None:
-        provider = from_cli(task.resources.provider or "local", hosts=task.resources.hosts)
-    for warning in resource_warnings(task, provider):
-        _tell(err, f"skyhive: warning: {warning}")
+        planned = plan_launch(task)
+        task, provider = planned.task, planned.provider
     return await _Launch(task, provider, err).run()
 
 
@@ -221,7 +241,8 @@ def run_launch(task: Task, *, provider: Provider | None = None, err: TextIO | No
     """
     err = err or sys.stderr
     if provider is None:  # errors in the command line surface here, before anything starts
-        provider = from_cli(task.resources.provider or "local", hosts=task.resources.hosts)
+        planned = plan_launch(task)
+        task, provider = planned.task, planned.provider
     received: list[int] = []
     failure: list[BaseException] = []
 

@@ -2,10 +2,11 @@
 
     name: train
     num_nodes: 2
-    resources: {cloud: local, accelerators: L4:2, cpus: 8+}
+    resources: {cloud: local, accelerators: L4:2, cpus: 8+, memory: 32+, use_spot: false}
     envs: {EPOCHS: 3}
     workdir: .
-    setup: pip install -r requirements.txt     # once per node
+    file_mounts: {/data: ./data}               # local files and directories
+    setup: pip install -r requirements.txt     # once per machine
     run: torchrun ... main.py                  # on every node
 
 `load(path)` returns a frozen `Task`. A malformed file raises `TaskFileError` naming the file, the line
@@ -18,6 +19,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,32 +31,48 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ...errors import TaskFileError
 from ...providers.base import ProvisionError
 from ...providers.registry import canonical
+from .values import ENV_NAME as _ENV_NAME
+from .values import parse_accelerators, parse_amount, parse_env_overrides
 
-__all__ = ["TaskFileError", "Resources", "Task", "load", "loads", "parse_env_overrides"]
+__all__ = ["TaskFileError", "Resources", "FileMount", "Task", "load", "loads", "parse_env_overrides", "parse_amount",
+           "parse_accelerators", "BUCKET_SCHEMES"]
 
-_TOP = ("name", "num_nodes", "resources", "envs", "secrets", "workdir", "setup", "run")
+#: Sources of `file_mounts` that name cloud storage (not supported yet: an error says so).
+BUCKET_SCHEMES = ("s3://", "gs://", "gcs://", "r2://", "az://", "https://", "http://", "cos://", "oci://", "nebius://")
+
+_TOP = ("name", "num_nodes", "resources", "envs", "secrets", "workdir", "file_mounts", "setup", "run")
 # SkyPilot keys that skyhive reads past (with a warning saying it ignores them)
-_TOP_SKYPILOT = ("file_mounts", "config", "service", "inputs", "outputs", "event_callback", "volumes",
+_TOP_SKYPILOT = ("config", "service", "inputs", "outputs", "event_callback", "volumes",
                  "experimental", "storage_mounts", "pool", "docker")
-_RES = ("cloud", "provider", "infra", "accelerators", "cpus", "hosts")
-_RES_SKYPILOT = ("memory", "disk_size", "disk_tier", "instance_type", "use_spot", "spot_recovery",
-                 "job_recovery", "region", "zone", "image_id", "ports", "labels", "accelerator_args",
+_RES = ("cloud", "provider", "infra", "accelerators", "cpus", "memory", "use_spot", "disk_size", "region", "zone",
+        "instance_type", "image_id", "hosts")
+_RES_SKYPILOT = ("disk_tier", "spot_recovery", "job_recovery", "ports", "labels", "accelerator_args",
                  "network_tier", "any_of", "ordered", "autostop", "priority", "volumes")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_ACCEL = re.compile(r"([A-Za-z][A-Za-z0-9_-]*)(?::(\d+))?\Z")
-_CPUS = re.compile(r"(\d+(?:\.\d+)?)(\+?)\Z")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Resources:
-    """What each node needs. `provider` None means Local; `cpus_or_more` is the `+` of `8+`."""
+    """What each node needs, in SkyPilot's terms. `provider` None means Local.
+
+    `cpus`/`memory` (GB) are exact unless `cpus_or_more`/`memory_or_more` (the `+` of `8+`), as in
+    SkyPilot; `use_spot` None means the provider's default. Where each field is honoured (or refused)
+    is `runtime.commands.resources`.
+    """
 
     provider: str | None = None
     accelerator: str | None = None
     accelerator_count: int = 0
     cpus: float | None = None
     cpus_or_more: bool = False
+    memory: float | None = None
+    memory_or_more: bool = False
+    use_spot: bool | None = None
+    disk_size: int | None = None
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+    image_id: str | None = None
     hosts: tuple[str, ...] = ()
 
     def describe(self) -> str:
@@ -63,7 +81,43 @@ class Resources:
             parts.append(f"{self.accelerator}:{self.accelerator_count}")
         if self.cpus is not None:
             parts.append(f"cpus {self.cpus:g}{'+' if self.cpus_or_more else ''}")
+        if self.memory is not None:
+            parts.append(f"memory {self.memory:g}{'+' if self.memory_or_more else ''} GB")
+        if self.use_spot:
+            parts.append("spot")
+        for name in ("instance_type", "region", "zone", "disk_size", "image_id"):
+            value = getattr(self, name)
+            if value is not None:
+                parts.append(f"{name} {value}")
         return ", ".join(parts) or "any"
+
+
+@dataclass(frozen=True, slots=True)
+class FileMount:
+    """One `file_mounts` entry: a local file or directory (absolute `source`) copied to `target` on every
+    node (absolute, or relative to the node user's home, as in SkyPilot). `raw_*` are the file's spellings
+    (`$VAR`/`${VAR}` are the task's `envs`, filled in again when `--env` changes them); `base` is the
+    directory relative sources are taken from."""
+
+    target: str
+    source: str
+    raw_target: str = field(default="", compare=False, repr=False)
+    raw_source: str = field(default="", compare=False, repr=False)
+    base: str = field(default="", compare=False, repr=False)
+
+    @staticmethod
+    def resolve(raw_target: str, raw_source: str, envs: Mapping[str, str], base: str, where: str) -> FileMount:
+        """The mount with `envs` filled in and the source made absolute; raises `TaskFileError` (prefixed
+        with `where`) when the source does not exist."""
+        target = string.Template(raw_target).safe_substitute(envs)
+        raw = string.Template(raw_source).safe_substitute(envs)
+        source = os.path.abspath(os.path.join(base, os.path.expanduser(raw)))
+        if not target.strip() or "\0" in target:
+            raise TaskFileError(f"{where}: the destination path is empty")
+        if not os.path.exists(source):
+            raise TaskFileError(f"{where}: the source {raw_source!r} does not exist ({source}; relative paths are "
+                                f"taken from the directory you run skyhive in, as in SkyPilot)")
+        return FileMount(target=target, source=source, raw_target=raw_target, raw_source=raw_source, base=base)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,8 +128,10 @@ class Task:
     num_nodes: int = 1
     resources: Resources = field(default_factory=Resources)
     envs: tuple[tuple[str, str | None], ...] = ()
-    secrets: tuple[tuple[str, str | None], ...] = ()
+    # the values never appear in repr() (nor in any message): only their names
+    secrets: tuple[tuple[str, str | None], ...] = field(default=(), repr=False)
     workdir: str | None = None  # absolute
+    file_mounts: tuple[FileMount, ...] = ()
     setup: str | None = None
     run: str | None = None
     source: str = "<task>"
@@ -100,14 +156,18 @@ class Task:
         missing = [k for k, v in pairs if v is None]
         if missing:
             key = missing[0]
+            flag = "--secret" if where == "secrets" else "--env"
             raise TaskFileError(f"{self.line_of(f'{where}.{key}')}: {where}.{key} has no value: "
-                                f"pass it with --env {key}=VALUE")
+                                f"pass it with {flag} {key}=VALUE (or {flag} {key} to take it from your environment)")
         return {k: v for k, v in pairs if v is not None}
 
     def with_overrides(self, *, nodes: int | None = None, provider: str | None = None,
                        hosts: tuple[str, ...] = (), env: Mapping[str, str] | None = None,
-                       workdir: str | None = None) -> Task:
-        """The task with command-line options applied (they win over the file)."""
+                       workdir: str | None = None, secrets: Mapping[str, str] | None = None,
+                       resources: Mapping[str, Any] | None = None) -> Task:
+        """The task with command-line options applied (they win over the file). `env` values of names
+        the file declares as secrets stay secrets; `secrets` are secrets whatever the file says;
+        `resources` replaces `Resources` fields (already checked, e.g. by `taskflags`)."""
         task = self
         if nodes is not None:
             if nodes < 1:
@@ -118,33 +178,28 @@ class Task:
             res = replace(res, provider=_provider_name(provider, "--provider"))
         if hosts:
             res = replace(res, hosts=tuple(hosts))
+        if resources:
+            res = replace(res, **resources)
         task = replace(task, resources=res)
-        if env:
-            secret_names = {k for k, _ in task.secrets}
+        if env or secrets:
+            secret_names = {k for k, _ in task.secrets} | set(secrets or ())
             envs = dict(task.envs)
-            secrets = dict(task.secrets)
-            for k, v in env.items():
-                (secrets if k in secret_names else envs)[k] = v
-            task = replace(task, envs=tuple(envs.items()), secrets=tuple(secrets.items()))
+            values = dict(task.secrets)
+            for k, v in {**(env or {}), **(secrets or {})}.items():
+                if k in secret_names:
+                    envs.pop(k, None)
+                    values[k] = v
+                else:
+                    envs[k] = v
+            task = replace(task, envs=tuple(envs.items()), secrets=tuple(values.items()))
+            known = {k: v for k, v in task.envs if v is not None}  # file_mounts see envs, not secrets
+            task = replace(task, file_mounts=tuple(
+                FileMount.resolve(m.raw_target, m.raw_source, known, m.base,
+                                  f"{task.line_of(f'file_mounts.{m.raw_target}')}: file_mounts.{m.raw_target}")
+                if "$" in m.raw_target + m.raw_source else m for m in task.file_mounts))
         if workdir is not None:
             task = replace(task, workdir=_workdir(workdir, "--workdir", os.getcwd(), None))
         return task
-
-
-def parse_env_overrides(items: list[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """`--env K=V` options (a bare `--env K` takes K from this environment), as a dict."""
-    environ = os.environ if environ is None else environ
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not _ENV_NAME.match(key):
-            raise TaskFileError(f"--env {item}: {key!r} is not a valid environment variable name")
-        if not sep:
-            if key not in environ:
-                raise TaskFileError(f"--env {key}: no value given and {key} is not set here")
-            value = environ[key]
-        out[key] = value
-    return out
 
 
 def load(path: str | os.PathLike[str], *, cwd: str | None = None) -> Task:
@@ -238,13 +293,14 @@ class _Parser:
                     raise self.error(node, "workdir", f"expected a directory path, got {_kind(node)}")
                 workdir = _workdir(raw, f"{self.source}:{node.start_mark.line + 1}: workdir", self.cwd,
                                    os.path.dirname(os.path.abspath(self.source)))
+        file_mounts = self._file_mounts(top.get("file_mounts"), {k: v for k, v in envs if v is not None})
         setup = self._script(top.get("setup"), "setup")
         run = self._script(top.get("run"), "run")
         if run is None:
             self.warnings.append((0, f"{self.source}: the task has no `run` command: only setup will run"))
         warnings = tuple(text for _, text in sorted(self.warnings, key=lambda w: w[0]))  # in file order
         return Task(name=name, num_nodes=num_nodes, resources=resources, envs=envs, secrets=secrets,
-                    workdir=workdir, setup=setup, run=run, source=self.source, warnings=warnings,
+                    workdir=workdir, file_mounts=file_mounts, setup=setup, run=run, source=self.source, warnings=warnings,
                     lines=tuple(self.lines.items()))
 
     def _name(self, node: Node | None) -> str | None:
@@ -299,7 +355,7 @@ class _Parser:
         if node is None or self.value(node) is None:
             return Resources()
         res = self._mapping(node, "resources", _RES, _RES_SKYPILOT)
-        provider = None
+        out: dict[str, Any] = {}
         for key in ("cloud", "provider", "infra"):
             if key in res:
                 raw = self.value(res[key])
@@ -307,23 +363,38 @@ class _Parser:
                     continue
                 if not isinstance(raw, str):
                     raise self.error(res[key], f"resources.{key}", f"expected a provider name, got {raw!r}")
+                cloud, _, rest = raw.partition("/")  # SkyPilot's infra: aws/us-east-1/us-east-1a
                 try:
-                    provider = canonical(raw.split("/")[0])  # SkyPilot's infra: aws/us-east-1
+                    out["provider"] = canonical(cloud)
                 except ProvisionError as exc:
                     raise self.error(res[key], f"resources.{key}", str(exc)) from None
-        accel, count = None, 0
+                region, _, zone = rest.partition("/")
+                if region and region != "*":
+                    out["region"] = region
+                if zone:
+                    out["zone"] = zone
         if "accelerators" in res:
-            accel, count = self._accelerators(res["accelerators"])
-        cpus, more = None, False
-        if "cpus" in res:
-            cnode = res["cpus"]
-            raw = self.value(cnode)
+            out["accelerator"], out["accelerator_count"] = self._accelerators(res["accelerators"])
+        for key in ("cpus", "memory"):
+            raw = self.value(res[key]) if key in res else None
             if raw is not None:
-                m = _CPUS.match(str(raw).strip()) if not isinstance(raw, bool) else None
-                if m is None or float(m.group(1)) <= 0:
-                    raise self.error(cnode, "resources.cpus", f"expected a CPU count like 8 or 8+, got {raw!r}")
-                cpus, more = float(m.group(1)), bool(m.group(2))
-        hosts: tuple[str, ...] = ()
+                try:
+                    out[key], out[f"{key}_or_more"] = parse_amount(raw, memory=key == "memory")
+                except ValueError as exc:
+                    raise self.error(res[key], f"resources.{key}", str(exc)) from None
+        if "use_spot" in res and self.value(res["use_spot"]) is not None:
+            raw = self.value(res["use_spot"])
+            if not isinstance(raw, bool):
+                raise self.error(res["use_spot"], "resources.use_spot", f"expected true or false, got {raw!r}")
+            out["use_spot"] = raw
+        if "disk_size" in res and self.value(res["disk_size"]) is not None:
+            out["disk_size"] = self._int(res["disk_size"], "resources.disk_size", default=0)
+        for key in ("region", "zone", "instance_type", "image_id"):
+            raw = self.value(res[key]) if key in res else None
+            if raw is not None:
+                if not isinstance(raw, str) or not raw.strip():
+                    raise self.error(res[key], f"resources.{key}", f"expected a name, got {raw!r}")
+                out[key] = raw.strip()
         if "hosts" in res:
             hnode = res["hosts"]
             raw = self.value(hnode)
@@ -331,9 +402,8 @@ class _Parser:
                 raw = raw.split()
             if raw is not None and (not isinstance(raw, list) or not all(isinstance(h, str) and h for h in raw)):
                 raise self.error(hnode, "resources.hosts", f"expected a list of host names, got {raw!r}")
-            hosts = tuple(raw or ())
-        return Resources(provider=provider, accelerator=accel, accelerator_count=count, cpus=cpus,
-                         cpus_or_more=more, hosts=hosts)
+            out["hosts"] = tuple(raw or ())
+        return Resources(**out)
 
     def _accelerators(self, node: Node) -> tuple[str | None, int]:
         raw = self.value(node)
@@ -345,16 +415,28 @@ class _Parser:
                 self.warn(node, f"{path}: skyhive takes the first of several candidates ({sorted(map(str, raw))[0]!r} "
                           f"of {len(raw)})")
             raw = sorted(map(str, raw))[0] if isinstance(raw, set) else raw[0]
-        if isinstance(raw, dict) and len(raw) == 1:
-            ((name, count),) = raw.items()
-            raw = f"{name}:{count}" if count is not None else str(name)
-        m = _ACCEL.match(raw.strip()) if isinstance(raw, str) else None
-        if m is None:
-            raise self.error(node, path, f"expected NAME or NAME:COUNT like L4:2, got {raw!r}")
-        count = int(m.group(2)) if m.group(2) is not None else 1
-        if count < 1:
-            raise self.error(node, path, f"the accelerator count must be at least 1, got {count}")
-        return m.group(1), count
+        try:
+            return parse_accelerators(raw)
+        except ValueError as exc:
+            raise self.error(node, path, str(exc)) from None
+
+    def _file_mounts(self, node: Node | None, envs: Mapping[str, str]) -> tuple[FileMount, ...]:
+        if node is None or self.value(node) is None:
+            return ()
+        entries = self._mapping(node, "file_mounts", _Any(), ())
+        out = []
+        for target, vnode in entries.items():
+            path = f"file_mounts.{target}"
+            raw = self.value(vnode)
+            if isinstance(raw, dict) or (isinstance(raw, str) and raw.startswith(BUCKET_SCHEMES)):
+                what = raw if isinstance(raw, str) else "a storage mapping (source/name/store/mode)"
+                raise self.error(vnode, path, f"{what}: cloud-bucket mounts are not supported yet; skyhive copies "
+                                 f"local files and directories (`{target}: LOCAL_PATH`)")
+            if not isinstance(raw, str) or not raw.strip():
+                raise self.error(vnode, path, f"expected a local file or directory, got {_kind(vnode)}")
+            where = f"{self.source}:{vnode.start_mark.line + 1}: {path}"
+            out.append(FileMount.resolve(target, raw, envs, self.cwd, where))
+        return tuple(out)
 
 
 class _Any(tuple):  # type: ignore[type-arg]

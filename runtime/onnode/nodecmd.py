@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ...paths import private_dir, state_dir
 from .context import instance_info
+from .nodeprep import extract
 from .procfs import proc_stat
 
 __all__ = ["work_root", "prepare", "remove", "node_env", "run_script", "stop_descendants", "GRACE"]
@@ -44,7 +45,7 @@ def prepare(pool_id: str, archive: bytes | None) -> str:
     path.mkdir(mode=0o700)
     if archive:
         with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
-            tar.extractall(path, filter="data")
+            extract(tar, str(path))
     return str(path)
 
 
@@ -52,8 +53,11 @@ def remove(pool_id: str) -> None:
     shutil.rmtree(work_root(pool_id), ignore_errors=True)
 
 
-def node_env(task_id: str, *, phase: str) -> dict[str, str]:
-    """The variables every `run` sees, under both the SKYHIVE_* and the SKYPILOT_* names."""
+def node_env(task_id: str, *, phase: str, cluster_info: str = "") -> dict[str, str]:
+    """The variables SkyPilot documents for `setup` and `run`, under both the SKYPILOT_* and the SKYHIVE_*
+    names: NODE_RANK, NODE_IPS (one per line, head first), NUM_NODES, NUM_GPUS_PER_NODE, TASK_ID,
+    CLUSTER_INFO (JSON: cluster_name, cloud, region, zone) and, during setup, SETUP_NODE_RANK and
+    SETUP_NODE_IPS."""
     info = instance_info()
     ips = "\n".join(p.addr for p in sorted(info.peers, key=lambda p: p.node))
     values = {
@@ -63,18 +67,20 @@ def node_env(task_id: str, *, phase: str) -> dict[str, str]:
         "NUM_GPUS_PER_NODE": str(info.accelerators),
         "TASK_ID": task_id,
     }
-    env = {f"{prefix}_{k}": v for prefix in ("SKYHIVE", "SKYPILOT") for k, v in values.items()}
+    if cluster_info:
+        values["CLUSTER_INFO"] = cluster_info
     if phase == "setup":  # SkyPilot's names during setup
-        env["SKYPILOT_SETUP_NODE_IPS"] = ips
-        env["SKYPILOT_SETUP_NODE_RANK"] = str(info.node)
+        values["SETUP_NODE_IPS"] = ips
+        values["SETUP_NODE_RANK"] = str(info.node)
+    env = {f"{prefix}_{k}": v for prefix in ("SKYHIVE", "SKYPILOT") for k, v in values.items()}
     env["SKYHIVE_HEAD_PORT"] = str(info.head_port)  # a free port on the head (Local nodes share an address)
     return env
 
 
-def run_script(cwd: str, script: str, task_id: str, phase: str) -> int:
+def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: str = "") -> int:
     """Run `script` with bash in `cwd`; its exit code (128+N if killed by signal N)."""
     env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"),
-           **node_env(task_id, phase=phase)}
+           **node_env(task_id, phase=phase, cluster_info=cluster_info)}
     # the node's Python environment comes first: `python`, `pip`, `torchrun` are the ones skyhive runs with
     bindir = os.path.dirname(sys.executable)
     path = env.get("PATH", os.defpath)
@@ -89,6 +95,7 @@ def run_script(cwd: str, script: str, task_id: str, phase: str) -> int:
         proc.wait()
         raise
     return 128 - code if code < 0 else code
+
 
 
 def stop_descendants(root: int, grace: float) -> None:

@@ -1,0 +1,126 @@
+"""Where a task's `resources` go: chosen by the provider, checked on each node, or refused by name.
+
+Each field of `Resources` ends in exactly one of three places, decided by what the provider declares
+(`Provider.chooses`, `Provider.fixed_machines`, `Provider.resource_options`):
+
+- **chosen**: accelerators / cpus / memory / use_spot go into the pool's `ClusterSpec` for a provider
+  that picks machines by them (AWS picks the cheapest instance type that has them). When the provider
+  can take a fixed instance type, the type it plans is pinned, so what `--dryrun` and the confirmation
+  show is what gets created (and `cpus: 8` — exactly 8 — is honoured as SkyPilot means it);
+- **checked**: on machines that exist already (Local, SSH, Slurm), accelerators / cpus / memory are
+  requirements each node must meet before setup runs (`onnode.nodeprep.unmet`); the machine is what it
+  is, so "exactly 8" and "8+" both mean "at least 8" there;
+- **options**: region / zone / instance_type / image_id / disk_size become the provider's constructor
+  arguments where it has them.
+
+Anything else is a `TaskFileError` that names the field, the option that sets it, and the provider —
+never a silent ignore.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ...providers.base import ClusterSpec, Provider
+from ...providers.registry import from_cli, provider_class
+from .taskfile import Task, TaskFileError
+
+__all__ = ["provider_for", "cluster_spec", "node_requirements", "refused", "pin_machine"]
+
+# the ClusterSpec requirement -> (the task file field, the command-line option)
+_CHOSEN = {"accelerator": ("resources.accelerators", "--gpus"), "cpus": ("resources.cpus", "--cpus"),
+           "memory_gb": ("resources.memory", "--memory"), "spot": ("resources.use_spot", "--use-spot")}
+_OPTIONS = {"region": "--region", "zone": "--zone", "instance_type": "--instance-type", "image_id": "--image-id",
+            "disk_size": "--disk-size"}
+
+
+def _wanted(task: Task) -> dict[str, Any]:
+    """The ClusterSpec requirements the task asks for (only those it sets)."""
+    res = task.resources
+    out: dict[str, Any] = {}
+    if res.accelerator:
+        out["accelerator"] = f"{res.accelerator}:{res.accelerator_count}"
+    if res.cpus is not None:
+        out["cpus"] = res.cpus
+    if res.memory is not None:
+        out["memory_gb"] = res.memory
+    if res.use_spot:
+        out["spot"] = True
+    return out
+
+
+def refused(task: Task, cls: type[Provider]) -> list[str]:
+    """What of the task's resources the provider class `cls` can neither choose, check nor take (one
+    message each, naming the field, its option and the provider)."""
+    problems = []
+    for key, value in _wanted(task).items():
+        if key in cls.chooses or (cls.fixed_machines and key != "spot"):
+            continue
+        field, flag = _CHOSEN[key]
+        flag = flag if key == "spot" else f"{flag} {value}"
+        if key == "spot":
+            why = "it runs on machines that exist already, none of them spot" if cls.fixed_machines else \
+                "it has no spot instances"
+        else:
+            why = f"it does not choose machines by {field.rpartition('.')[2]} yet"
+        problems.append(f"{field} ({flag}): the {cls.name} provider cannot honour it: {why}")
+    for field, flag in _OPTIONS.items():
+        value = getattr(task.resources, field)
+        if value is not None and field not in cls.resource_options:
+            takes = ", ".join(f"resources.{f}" for f in cls.resource_options) or "none of these"
+            problems.append(f"resources.{field} ({flag} {value}): the {cls.name} provider has no such option "
+                            f"(it takes {takes})")
+    return problems
+
+
+def provider_for(task: Task) -> Provider:
+    """The task's provider built with its resource options; raises `TaskFileError` listing every field the
+    provider cannot honour."""
+    name = task.resources.provider or "local"
+    cls = provider_class(name)
+    problems = refused(task, cls)
+    if problems:
+        raise TaskFileError("; ".join(problems))
+    options: dict[str, Any] = {}
+    for field, keyword in cls.resource_options.items():
+        value = getattr(task.resources, field)
+        if value is not None:
+            options[keyword] = [value] if keyword == "zones" else value  # a zone: the one zone to try
+    return from_cli(name, hosts=task.resources.hosts, options=options)
+
+
+def cluster_spec(task: Task, provider: Provider, pool_id: str = "plan") -> ClusterSpec:
+    """What a pool for `task` asks `provider` for: only the requirements the provider chooses by."""
+    wanted = {k: v for k, v in _wanted(task).items() if k in provider.chooses}
+    if task.resources.use_spot is False and "spot" in provider.chooses:
+        wanted["spot"] = False
+    res = task.resources
+    return ClusterSpec(pool_id=pool_id, nodes=task.num_nodes, **wanted,
+                       cpus_exact="cpus" in wanted and not res.cpus_or_more,
+                       memory_exact="memory_gb" in wanted and not res.memory_or_more)
+
+
+def pin_machine(task: Task, provider: Provider) -> tuple[Task, dict[str, Any]]:
+    """The provider's plan for `task` (`Provider.plan`, no API call), and the task with the planned
+    instance type pinned when the provider takes one — so that the pool gets exactly what was shown."""
+    plan = dict(provider.plan(cluster_spec(task, provider)))
+    planned = plan.get("instance_type")
+    if planned and task.resources.instance_type is None and "instance_type" in provider.resource_options:
+        task = replace(task, resources=replace(task.resources, instance_type=str(planned)))
+    return task, plan
+
+
+def node_requirements(task: Task, provider: Provider) -> dict[str, Any]:
+    """What each node must have, checked on the node before setup (providers of fixed machines only)."""
+    if not provider.fixed_machines:
+        return {}
+    res = task.resources
+    out: dict[str, Any] = {}
+    if res.accelerator and "accelerator" not in provider.chooses:
+        out["accelerator"], out["accelerators"] = res.accelerator, res.accelerator_count
+    if res.cpus is not None:
+        out["cpus"] = res.cpus
+    if res.memory is not None:
+        out["memory_gb"] = res.memory
+    return out

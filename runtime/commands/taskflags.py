@@ -1,0 +1,139 @@
+"""The task options of `skyhive launch` (and of any command that runs a task file), as SkyPilot spells them.
+
+    --num-nodes N  --gpus L4:2  --cpus 8+  --memory 32+  --use-spot  --instance-type T  --region R
+    --zone Z  --disk-size GB  --image-id ID  --env K=V  --env-file FILE  --secret K  --workdir DIR
+    -y/--yes  --dryrun
+
+`add_task_flags(parser)` declares them on an argparse parser; `task_from_args(args)` loads the task file
+and applies them (the command line wins over `--env-file`, which wins over the file). SkyPilot's
+meanings: `--cpus 8` is exactly 8 vCPUs, `8+` at least 8 (the same for `--memory`, in GB); `--gpus`
+overrides `resources.accelerators`; "none" resets a resource the file sets. `--secret K` takes K's value
+from this environment (or `--secret K=V`): the value is a secret — redacted in the pool's events, log
+and output, and never shown in a message or a repr.
+
+A bad value is a `TaskFileError` naming the option and the value (exit code 2, nothing started).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .taskfile import Task, TaskFileError, load
+from .values import ENV_NAME, parse_accelerators, parse_amount, parse_env_overrides
+
+__all__ = ["add_task_flags", "task_from_args", "read_env_file", "resource_overrides"]
+
+_NONE = "none"  # SkyPilot: "Passing "none" resets the config"
+
+
+def add_task_flags(parser: argparse.ArgumentParser, *, launch: bool = True) -> None:
+    """Declare the task options on `parser` (with `launch`, also -y/--yes and --dryrun)."""
+    parser.add_argument("task", metavar="TASK.yaml")
+    parser.add_argument("--nodes", "--num-nodes", type=int, help="number of nodes (overrides num_nodes)")
+    parser.add_argument("--provider", "--cloud", help="local, ssh, aws, ... (overrides resources.cloud)")
+    parser.add_argument("--hosts", nargs="+", metavar="HOST", help="hosts for --provider ssh, head first")
+    res = parser.add_argument_group("resources (per node; they override the task file's `resources`)")
+    res.add_argument("--gpus", metavar="NAME[:COUNT]", help='accelerators per node, e.g. L4:2 ("none" resets)')
+    res.add_argument("--cpus", metavar="N[+]", help="vCPUs per node: 8 = exactly 8, 8+ = at least 8")
+    res.add_argument("--memory", metavar="GB[+]", help="memory per node in GB: 32 = exactly, 32+ = at least")
+    res.add_argument("--use-spot", dest="use_spot", action="store_true", default=None, help="spot instances")
+    res.add_argument("--no-use-spot", dest="use_spot", action="store_false", help="on-demand instances")
+    res.add_argument("--instance-type", "-t", metavar="TYPE", help="a fixed instance type")
+    res.add_argument("--region", help="the cloud region")
+    res.add_argument("--zone", help="the cloud zone")
+    res.add_argument("--disk-size", metavar="GB", help="the boot disk size in GB")
+    res.add_argument("--image-id", metavar="ID", help="the machine image")
+    env = parser.add_argument_group("environment")
+    env.add_argument("--env", action="append", metavar="K[=V]",
+                     help="set an environment variable; a bare K takes K from here (repeatable)")
+    env.add_argument("--env-file", metavar="FILE", help="a dotenv file of variables (--env wins over it)")
+    env.add_argument("--secret", action="append", metavar="K[=V]",
+                     help="a secret variable, redacted in logs, events and output; a bare K takes K from here")
+    parser.add_argument("--workdir", help="directory to ship to every node (overrides workdir)")
+    if launch:
+        parser.add_argument("-y", "--yes", action="store_true", help="do not ask before creating the pool")
+        parser.add_argument("--dryrun", action="store_true",
+                            help="print what would be created and its hourly cost; create nothing")
+
+
+def task_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Task:
+    """The task file named by `args.task` with the options of `add_task_flags` applied."""
+    environ = os.environ if environ is None else environ
+    task = load(args.task)
+    hosts = tuple(h for item in args.hosts or () for h in item.split(",") if h)
+    env: dict[str, str] = {}
+    if args.env_file:
+        env.update(read_env_file(args.env_file))
+    env.update(parse_env_overrides(args.env or [], environ))
+    secrets = parse_env_overrides(args.secret or [], environ, flag="--secret")
+    return task.with_overrides(nodes=args.nodes, provider=args.provider, hosts=hosts, env=env, secrets=secrets,
+                               workdir=args.workdir, resources=resource_overrides(args))
+
+
+def resource_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The `Resources` fields the resource options set ("none" resets one to its default)."""
+    out: dict[str, Any] = {}
+    if args.gpus is not None:
+        if args.gpus.strip().lower() == _NONE:
+            out.update(accelerator=None, accelerator_count=0)
+        else:
+            try:
+                out["accelerator"], out["accelerator_count"] = parse_accelerators(args.gpus)
+            except ValueError as exc:
+                raise TaskFileError(f"--gpus {args.gpus}: {exc}") from None
+    for name in ("cpus", "memory"):
+        raw = getattr(args, name)
+        if raw is None:
+            continue
+        if raw.strip().lower() == _NONE:
+            out.update({name: None, f"{name}_or_more": False})
+            continue
+        try:
+            out[name], out[f"{name}_or_more"] = parse_amount(raw, memory=name == "memory")
+        except ValueError as exc:
+            raise TaskFileError(f"--{name} {raw}: {exc}") from None
+    if args.use_spot is not None:
+        out["use_spot"] = args.use_spot
+    if args.disk_size is not None:
+        if not args.disk_size.isdigit() or int(args.disk_size) < 1:
+            raise TaskFileError(f"--disk-size {args.disk_size}: expected a whole number of GB, like 256")
+        out["disk_size"] = int(args.disk_size)
+    for name in ("instance_type", "region", "zone", "image_id"):
+        raw = getattr(args, name)
+        if raw is None:
+            continue
+        if not raw.strip():
+            raise TaskFileError(f"--{name.replace('_', '-')}: the value is empty")
+        out[name] = None if raw.strip().lower() == _NONE else raw.strip()
+    return out
+
+
+def read_env_file(path: str) -> dict[str, str]:
+    """A dotenv file: `KEY=VALUE` lines (an optional `export `, quotes, `#` comments). A malformed line
+    is a `TaskFileError` naming the file and line (never the value: the file may hold secrets)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError as exc:
+        raise TaskFileError(f"--env-file {path}: cannot read it: {exc.strerror or exc}") from None
+    out: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        if text.startswith("export "):
+            text = text[len("export "):].lstrip()
+        key, sep, value = text.partition("=")
+        key = key.strip()
+        if not sep or not ENV_NAME.match(key):
+            raise TaskFileError(f"--env-file {path}:{number}: expected KEY=VALUE with a valid variable name")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        out[key] = value
+    return out

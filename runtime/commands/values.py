@@ -1,0 +1,67 @@
+"""The spellings of values shared by task files and command-line options: environment overrides
+(`K=V`, a bare `K` from this environment), SkyPilot's `8`/`8+` amounts, and `NAME[:COUNT]` accelerators."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+
+from ...errors import TaskFileError
+
+__all__ = ["ENV_NAME", "parse_env_overrides", "parse_amount", "parse_accelerators"]
+
+#: A valid environment variable name.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_ACCEL = re.compile(r"([A-Za-z][A-Za-z0-9_-]*)(?::(\d+))?\Z")
+
+
+def parse_env_overrides(items: list[str], environ: Mapping[str, str] | None = None, *,
+                        flag: str = "--env") -> dict[str, str]:
+    """`--env K=V` options (a bare `--env K` takes K from this environment), as a dict. With
+    `flag="--secret"`, messages never show a value and an empty value is refused (it could not be redacted)."""
+    environ = os.environ if environ is None else environ
+    secret = flag == "--secret"
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not ENV_NAME.match(key):
+            shown = f"{key}=***" if secret and sep else item
+            raise TaskFileError(f"{flag} {shown}: {key!r} is not a valid environment variable name")
+        if not sep:
+            if key not in environ:
+                raise TaskFileError(f"{flag} {key}: no value given and {key} is not set here")
+            value = environ[key]
+        if secret and not value:
+            raise TaskFileError(f"{flag} {key}: the value is empty (an empty secret cannot be redacted)")
+        out[key] = value
+    return out
+
+
+_AMOUNT = re.compile(r"(\d+(?:\.\d+)?)\s*(GB|G|GiB)?\s*(\+?)\Z", re.IGNORECASE)
+
+
+def parse_amount(raw: object, *, memory: bool = False) -> tuple[float, bool]:
+    """SkyPilot's `8` (exactly 8) / `8+` (at least 8) for cpus, and for memory in GB (an optional "GB"
+    suffix): (value, or_more). Raises `ValueError` saying what is expected."""
+    text = str(raw).strip() if isinstance(raw, (str, int, float)) and not isinstance(raw, bool) else None
+    m = _AMOUNT.match(text) if text is not None else None
+    if m is None or float(m.group(1)) <= 0 or (m.group(2) and not memory):
+        expected = "a memory size in GB like 32 or 32+" if memory else "a CPU count like 8 or 8+"
+        raise ValueError(f"expected {expected}, got {raw!r}")
+    return float(m.group(1)), bool(m.group(3))
+
+
+def parse_accelerators(raw: object) -> tuple[str, int]:
+    """`L4`, `L4:2` (or SkyPilot's `{L4: 2}`) -> ("L4", 2). Raises `ValueError` saying what is expected."""
+    if isinstance(raw, dict) and len(raw) == 1:
+        ((name, count),) = raw.items()
+        raw = f"{name}:{count}" if count is not None else str(name)
+    m = _ACCEL.match(raw.strip()) if isinstance(raw, str) else None
+    if m is None:
+        hint = " (fractional counts are not supported by skyhive)" if isinstance(raw, str) and "." in raw else ""
+        raise ValueError(f"expected NAME or NAME:COUNT like L4:2, got {raw!r}{hint}")
+    count = int(m.group(2)) if m.group(2) is not None else 1
+    if count < 1:
+        raise ValueError(f"the accelerator count must be at least 1, got {count}")
+    return m.group(1), count
