@@ -75,7 +75,7 @@ class WorkerChannel:
     """Client side of one worker process (node `node`, process `local_rank`)."""
 
     def __init__(self, *, node: int, local_rank: int, log_: EventLog, on_output: OutputSink,
-                 cache_bytes: int = 0, cache_min: int = 1 << 20) -> None:
+                 cache_bytes: int = 0, cache_min: int = 1 << 20, memfds: shm.MemfdPool | None = None) -> None:
         self.node = node
         self.local_rank = local_rank
         self.conn = Connection(Role.CLIENT)
@@ -97,6 +97,7 @@ class WorkerChannel:
         self._nonces = itertools.count(1)
         self.kill: Callable[[], None] | None = None  # set by the node actor: kills the worker process
         self._fds: shm.FdInbox | None = None  # shared memory with a worker on this machine
+        self._memfds = memfds  # the pool's reusable memfds (None: a fresh one per call)
 
     def __repr__(self) -> str:
         state = "lost" if self.lost_reason else ("ready" if self.welcome else "starting")
@@ -292,7 +293,7 @@ class WorkerChannel:
         if not indices:
             return msg
         try:
-            fds = [prep.shared.fd(i, prep.buffers[i]) for i in indices]
+            fds = [prep.shared.fd(i, prep.buffers[i], self._memfds) for i in indices]
             shm.send_fds(self._fds.sock, task_id, indices, fds, close=False)
         except OSError as exc:  # (no memfd, socket full or gone): the pipe carries them instead
             log.debug("node %d worker %d: no shared memory for task %d (%s)", self.node, self.local_rank,

@@ -252,7 +252,17 @@ class Worker:
                 if buffers[i] is None:
                     raise ConnectionError(f"task {sub.task_id}: buffer {i}, passed in shared memory for an "
                                           "earlier task, is no longer held")
-        for i, fd in (self.fds.take(sub.task_id, sub.shared) if sub.shared else {}).items():
+        passed = self.fds.take(sub.task_id, sub.shared) if sub.shared else {}
+        for i, fd in list(passed.items()):
+            del passed[i]
+            try:
+                # our own descriptor, under a shared lock while we use the file: the client reuses
+                # its memfds, and refills one only once no worker holds it (see shm.MemfdPool)
+                fd = shm.hold(fd)
+            except BaseException:
+                for other in passed.values():
+                    os.close(other)
+                raise
             size = sub.buffer_sizes[i]
             key = sub.buffer_keys[i * KEY_SIZE : (i + 1) * KEY_SIZE] if sub.buffer_keys else NO_KEY
             if store is not None and key != NO_KEY:
@@ -355,10 +365,9 @@ class Worker:
                     if not self.poll(block=True):
                         self.abandon()  # the client is gone
                     continue
-                sub = self.pending.popleft()
-                if sub is None:
+                if self.pending[0] is None:
                     break
-                self.execute(sub)
+                self.execute(self.pending.popleft())  # (holding no reference to it here: see execute)
         finally:
             try:
                 self.app_stack.close()  # plugin teardown (around_app's finally)
@@ -383,10 +392,15 @@ class Worker:
         try:
             fn, buffers = self._function(sub)
             args = load_value(sub.args, buffers)
-            if sub.options.get("kind") == "setup":
+            options, batch = sub.options, sub.batch
+            # from here on the task's arguments live only as long as the task needs them: the Result
+            # goes out after they are dropped, so a memfd the client passed is no longer held by
+            # us when the client learns the call ended (its `MemfdPool` can refill it at once)
+            del sub, buffers
+            if options.get("kind") == "setup":
                 self._setup(fn)
             else:
-                value = self._call(fn, args, sub.batch, task_id if sub.options.get("stream") else None)
+                value = self._call(fn, args, batch, task_id if options.get("stream") else None)
         except TaskCancelled:
             ok, cancelled = False, True
         except BaseException as exc:  # noqa: BLE001 - everything a task raises goes back to the caller
@@ -396,6 +410,7 @@ class Worker:
             self.cancel_requested = None
             flush_streams(self._streams)
         self.current = None
+        args = fn = None  # noqa: F841 - dropped before the Result (see above)
         self._reply(task_id, ok, cancelled, value)
 
     def _call(self, fn: Callable[..., Any], args: Any, batch: bool, stream: int | None = None) -> Any:
