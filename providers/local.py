@@ -32,6 +32,7 @@ class Local(Provider):
     def __init__(self, *, cwd: str | None = None, build_env: bool = True) -> None:
         self.cwd = cwd
         self.build_env = bool(build_env)
+        self._launched: dict[tuple[str, int], int] = {}  # (pool, node) -> launches (a replacement: > 1)
 
     def __repr__(self) -> str:
         return "Local()" if self.build_env else "Local(build_env=False)"
@@ -43,12 +44,15 @@ class Local(Provider):
         if spec.accelerator:  # this machine is what it is: say so when it lacks what was asked
             devices = local_devices()
             warn_missing(spec.accelerator, devices, where="Local (this machine)")
-        return [
-            NodeHandle(node=i, provider_id=f"local-{spec.pool_id}-{i}", private_addr="127.0.0.1",
-                       reach=LocalReach(cwd=cwd, build_env=self.build_env), accelerators=len(devices),
-                       accelerator=devices[0] if devices else None)
-            for i in nodes
-        ]
+        handles = []
+        for i in nodes:
+            # a node launched again for the same index (a replacement) gets an id of its own
+            n = self._launched[(spec.pool_id, i)] = self._launched.get((spec.pool_id, i), 0) + 1
+            handles.append(NodeHandle(
+                node=i, provider_id=f"local-{spec.pool_id}-{i}" + (f".{n - 1}" if n > 1 else ""),
+                private_addr="127.0.0.1", reach=LocalReach(cwd=cwd, build_env=self.build_env),
+                accelerators=len(devices), accelerator=devices[0] if devices else None))
+        return handles
 
     async def terminate(self, handles: Sequence[NodeHandle]) -> None:
         """Nothing to do (declared in `Provider.terminate`): the node actors stop the worker processes."""

@@ -15,6 +15,10 @@ and exercising the supervision and provider policies with failures injected per 
 - `die_at`: {node: n} — that node's worker dies (its pipe closes, exit -9) when its n-th task arrives.
 - `hang_at`: {node: n} — that node's worker stops answering anything (tasks, heartbeats) from its n-th
   task on: only the heartbeat watchdog can tell.
+- `spares`: how many replacement nodes (`Pool(replace_failed=True)`) it gives a pool; None (the
+  default): any number. One more is refused with `ProvisionError(kind="capacity")`.
+
+Faults are injected into the first node launched for an index; a replacement is a fresh machine.
 
 Simulated nodes live as long as the client process: `list_owned` after a crash finds nothing.
 """
@@ -55,7 +59,7 @@ class Simulated(Provider):
 
     def __init__(self, *, nodes_latency: float | tuple[float, float] = 0.0, seed: int = 0,
                  fail: Mapping[int, str] | None = None, die_at: Mapping[int, int] | None = None,
-                 hang_at: Mapping[int, int] | None = None) -> None:
+                 hang_at: Mapping[int, int] | None = None, spares: int | None = None) -> None:
         fail = dict(fail or {})
         for node, stage in fail.items():
             if stage not in STAGES:
@@ -76,7 +80,11 @@ class Simulated(Provider):
         self.fail = fail
         self.die_at = dict(die_at or {})
         self.hang_at = dict(hang_at or {})
+        if spares is not None and (isinstance(spares, bool) or not isinstance(spares, int) or spares < 0):
+            raise ValueError(f"Simulated(spares={spares!r}): need a whole number >= 0, or None")
+        self.spares = spares
         self.live: dict[str, set[int]] = {}  # pool id -> nodes launched and not terminated
+        self.launched: dict[str, dict[int, int]] = {}  # pool id -> node -> launches (> 1: replaced)
 
     def __repr__(self) -> str:
         return f"Simulated(nodes_latency={self.nodes_latency!r}, seed={self.seed})"
@@ -90,7 +98,13 @@ class Simulated(Provider):
         return [rng.uniform(low, high) for _ in range(nodes)]
 
     async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
-        refused = [i for i in nodes if self.fail.get(i) == "launch"]
+        launched = self.launched.setdefault(spec.pool_id, {})
+        again = [i for i in nodes if launched.get(i)]  # replacements: fresh machines, no faults
+        used = sum(n - 1 for n in launched.values())
+        if again and self.spares is not None and used + len(again) > self.spares:
+            raise ProvisionError(f"simulated provider: no spare node left for node(s) {again} "
+                                 f"(spares={self.spares}, {used} used)", node=again[0], kind="capacity")
+        refused = [i for i in nodes if self.fail.get(i) == "launch" and i not in again]
         if refused:
             raise ProvisionError(f"simulated provider: launch refused for node(s) {refused} (injected failure)",
                                  node=refused[0])
@@ -98,11 +112,15 @@ class Simulated(Provider):
         live = self.live.setdefault(spec.pool_id, set())
         handles = []
         for i in nodes:
-            stage = self.fail.get(i, "")
+            fresh = i in again
+            stage = "" if fresh else self.fail.get(i, "")
             reach = SimulatedReach(fail_stage=stage if stage in ("connecting", "bootstrapping") else "",
-                                   die_at=self.die_at.get(i, 0), hang_at=self.hang_at.get(i, 0))
-            handles.append(NodeHandle(node=i, provider_id=f"sim-{spec.pool_id}-{i}", private_addr="",
-                                      reach=reach, state="pending", extra={"delay": delays[i]}))
+                                   die_at=0 if fresh else self.die_at.get(i, 0),
+                                   hang_at=0 if fresh else self.hang_at.get(i, 0))
+            n = launched[i] = launched.get(i, 0) + 1
+            handles.append(NodeHandle(node=i, provider_id=f"sim-{spec.pool_id}-{i}" + (f".{n - 1}" if n > 1 else ""),
+                                      private_addr="", reach=reach, state="pending",
+                                      extra={"delay": delays[i], "fail": stage}))
             live.add(i)
         return handles
 
@@ -110,7 +128,7 @@ class Simulated(Provider):
         delay = handle.extra.get("delay", 0.0)
         if delay:
             await anyio.sleep(delay)
-        if self.fail.get(handle.node) == "wait_running":
+        if handle.extra.get("fail") == "wait_running":
             report("failed")
             raise ProvisionError(f"node {handle.node}: simulated node failed while starting (injected failure)",
                                  node=handle.node)

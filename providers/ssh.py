@@ -217,6 +217,10 @@ class SSH(Provider):
     - `connect_timeout`, `reconnect_timeout` (how long a dropped connection is retried before the
       worker counts as lost), `idle_timeout` (a detached worker with no client exits after this).
     - `keep_env`: keep the environment bootstrap built (so the next pool starts warm). Default True.
+
+    Hosts listed beyond the pool's `nodes` are spares: with `Pool(replace_failed=True)` a node lost for
+    good is replaced by the next spare not used yet (each host serves a pool once: a lost host is not
+    taken again). `sky.SSH(hosts=[a, b, c])` with `nodes=2`: c is the spare.
     """
 
     name = "ssh"
@@ -238,6 +242,7 @@ class SSH(Provider):
         self.idle_timeout = idle_timeout
         self.use_agent = use_agent
         self.keep_env = keep_env
+        self._given: dict[str, set[int]] = {}  # pool id -> indices of the hosts handed out to it
         for name in ("connect_timeout", "reconnect_timeout", "idle_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"SSH({name}=...) must be > 0")
@@ -257,12 +262,30 @@ class SSH(Provider):
             raise ProvisionError(
                 f"the pool asks for {spec.nodes} nodes but SSH(hosts=...) lists {len(self.hosts)}"
             )
-        handles = [self._handle(i, self.hosts[i]) for i in nodes]
+        given = self._given.setdefault(spec.pool_id, set())
+        handles = []
+        for i in nodes:
+            host = i if i not in given else self._spare(spec, i, given)
+            given.add(host)
+            handles.append(self._handle(i, self.hosts[host]))
         return handles
+
+    def _spare(self, spec: ClusterSpec, node: int, given: set[int]) -> int:
+        """The first spare host (listed beyond `spec.nodes`) not handed out yet, for node `node`."""
+        for j in range(spec.nodes, len(self.hosts)):
+            if j not in given:
+                return j
+        spares = [self._show(h) for h in self.hosts[spec.nodes:]]
+        raise ProvisionError(
+            f"node {node}: no spare host left to replace it: SSH(hosts=...) lists {len(self.hosts)} hosts for "
+            f"{spec.nodes} nodes" + (f", and its spares ({', '.join(spares)}) are all used" if spares
+                                    else " and no spare (list more hosts than nodes to have spares)"),
+            node=node, kind="capacity")
 
     def for_nodes(self, nodes: int) -> SSH:
         """This provider with only the hosts a pool of `nodes` nodes used (the first ones), for `skyhive
-        down`: hosts a pool never used hold nothing of it, and need not be reachable to clean it up."""
+        down`: hosts a pool never used hold nothing of it, and need not be reachable to clean it up.
+        (A pool that replaced nodes used spares too, in list order: `skyhive down` counts them in.)"""
         if not 0 < nodes < len(self.hosts):
             return self
         other = copy.copy(self)

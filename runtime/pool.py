@@ -68,9 +68,12 @@ class Pool:
     `processes_per_node`, `output` (which nodes' output is printed here: "all", "head", a node
     index, a tuple of them, a predicate on `InstanceInfo`, or None), `name` (the pool id; default a
     random one), `log_events` (write the JSONL event log under the state directory), `worker`
-    (`sky.Worker(concurrency=N)`: N task slots per rank, see `concurrency`), `progress` (draw the
-    per-node provisioning display on stderr while the pool starts: None, the default, draws it only
-    when stderr is a terminal), and any `Settings` field as a keyword (timeouts, heartbeats, restart
+    (`sky.Worker(concurrency=N)`: N task slots per rank, see `concurrency`), `replace_failed`
+    (True: a node whose worker is lost for good is destroyed and a fresh one asked of the provider
+    for the same index — SSH: a spare host listed beyond `nodes`; see `runtime/actors/replace.py`
+    and docs/replacement.md), `progress` (draw the per-node provisioning display on stderr while the
+    pool starts: None, the default, draws it only when stderr is a terminal), and any `Settings`
+    field as a keyword (timeouts, heartbeats, restart
     limits).
 
     What each node must have: `accelerator` (`"A100"`, `"A100:8"` or `sky.accelerators.A100()`),
@@ -102,6 +105,7 @@ class Pool:
         allocation: str | None = None,
         worker: Worker | None = None,
         cpus: float | None = None,
+        replace_failed: bool = False,
         progress: bool | None = None,
         **settings: Any,
     ) -> None:
@@ -109,6 +113,9 @@ class Pool:
             raise ValueError(f"Pool(nodes={nodes!r}): need a positive number of nodes")
         if not isinstance(processes_per_node, int) or processes_per_node < 1:
             raise ValueError(f"Pool(processes_per_node={processes_per_node!r}): need a positive integer")
+        if not isinstance(replace_failed, bool):
+            raise TypeError(f"Pool(replace_failed={replace_failed!r}): need True or False")
+        self.replace_failed = replace_failed
         unknown = set(settings) - Settings.names()
         if unknown:
             raise TypeError(f"Pool() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
@@ -163,7 +170,8 @@ class Pool:
             provider=self.provider, nodes=self.nodes, processes_per_node=self.processes_per_node,
             plugins=spec_plugins, image=image, output=self.output_spec, settings=self.settings,
             name=self.name, log_events=self.log_events, **self.resources,
-            concurrency=self.worker.concurrency, progress=wants_display(self.progress),
+            concurrency=self.worker.concurrency, replace_failed=self.replace_failed,
+            progress=wants_display(self.progress),
         )
         await self._rt.start()
         try:

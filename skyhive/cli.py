@@ -83,11 +83,12 @@ def _age(seconds: float) -> str:
     return f"{int(seconds)}s"
 
 
-def _nodes(states: list[str]) -> str:
+def _nodes(states: list[str], replaced: int = 0) -> str:
     if not states:
         return "0"
     counts = Counter(states)
-    return f"{len(states)}: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
+    return (f"{len(states)}: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
+            + (f" ({replaced} replaced)" if replaced else ""))
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -102,6 +103,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 "pool": e.pool_id, "provider": e.state.provider, "status": e.status, "client_pid": e.state.pid,
                 "host": e.state.host, "started": e.state.started, "stopped": e.state.stopped or None,
                 "nodes": [n.state for n in e.state.nodes], "error": e.state.error, "log": str(e.path),
+                "replaced": {str(n.node): list(n.replaced_ids) for n in e.state.nodes if n.replaced_ids} or None,
                 "provider_holds": owned[e.pool_id] or None,
                 "machine": e.machine or None, "cost": e.cost(now),
             }))
@@ -127,7 +129,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         provider = e.state.provider or "-"
         if owned[e.pool_id]:
             provider += f" ({owned[e.pool_id]})"
-        table.add_row(e.pool_id, provider, _nodes([n.state for n in e.state.nodes]), status, age,
+        table.add_row(e.pool_id, provider, _nodes([n.state for n in e.state.nodes], e.state.replacements), status, age,
                       e.machine or "-", spent)
     Console(width=None if sys.stdout.isatty() else 400, highlight=False).print(table)
     return 0

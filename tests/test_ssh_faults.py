@@ -1,6 +1,6 @@
 """A host that vanishes mid-pool (everything in its namespace killed, the namespace deleted) fails its node
 with an error naming the host. (An sshd restarted mid-task, which the pool survives, is in
-test_ssh_resume.py; replacing a failed node is not built yet.)"""
+test_ssh_resume.py; a vanished host replaced by a spare with `replace_failed=True` in test_ssh_replace.py.)"""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skyhive.runtime.events.types import (
+    NodeReplaced,
     NodeStateChanged,
     OutputCapped,
     OutputChunk,
@@ -48,6 +49,9 @@ def _event(kind, seq, data):
     if kind == "worker":
         state = data.draw(st.sampled_from(["starting", "ready", "lost", "stopped"]))
         return WorkerStateChanged(**base, node=data.draw(node), local_rank=data.draw(st.integers(0, 1)), state=state)
+    if kind == "replaced":
+        return NodeReplaced(**base, node=data.draw(node), replacement=data.draw(st.integers(1, 3)),
+                            old_provider_id=data.draw(text), reason=data.draw(text))
     return PoolStopped(**base, error=data.draw(text))
 
 
@@ -55,7 +59,7 @@ def _event(kind, seq, data):
 @given(st.data())
 def test_fold_equals_the_plain_reduce_and_survives_json(data):
     kinds = data.draw(st.lists(st.sampled_from(
-        ["submitted", "started", "finished", "output", "capped", "node", "worker", "stopped"]), max_size=40))
+        ["submitted", "started", "finished", "output", "capped", "node", "worker", "replaced", "stopped"]), max_size=40))
     events = [PoolStarted(pool_id="p", seq=0, ts=0.0, provider="local", nodes=3, processes_per_node=1,
                           pid=1, host="h")]
     events += [_event(k, i + 1, data) for i, k in enumerate(kinds)]
@@ -75,7 +79,7 @@ def test_the_live_log_counts_output_without_keeping_it_and_equals_its_replay(tmp
     path = tmp_path_factory.mktemp("live") / "pool.jsonl"
     log = EventLog("p", path=path)
     emitted = [log.emit(PoolStarted, provider="local", nodes=3, processes_per_node=1, pid=1, host="h")]
-    for kind in data.draw(st.lists(st.sampled_from(["submitted", "output", "node", "capped", "read"]), max_size=30)):
+    for kind in data.draw(st.lists(st.sampled_from(["submitted", "output", "node", "replaced", "capped", "read"]), max_size=30)):
         if kind == "read":
             assert log.state == reduce_apply(emitted)
             continue
@@ -113,3 +117,16 @@ def test_bad_log_lines_are_named():
         from_json('{"type": "nope"}')
     with pytest.raises(ValueError, match="not a skyhive event"):
         from_json("{truncated")
+
+
+def test_a_replaced_node_starts_over_and_remembers_what_it_replaced():
+    base = dict(pool_id="p", ts=0.0)
+    events = [PoolStarted(**base, seq=0, provider="ssh", nodes=2, processes_per_node=1, pid=1, host="h"),
+              NodeStateChanged(**base, seq=1, node=1, state="ready", addr="10.0.0.2", provider_id="ssh:b"),
+              NodeStateChanged(**base, seq=2, node=1, state="terminated"),
+              NodeReplaced(**base, seq=3, node=1, replacement=1, old_provider_id="ssh:b", reason="host gone"),
+              NodeStateChanged(**base, seq=4, node=1, state="provisioning")]
+    state = fold(events)
+    assert state.nodes[1].state == "provisioning" and state.nodes[1].addr == ""
+    assert (state.nodes[1].replacements, state.nodes[1].replaced_ids, state.replacements) == (1, ("ssh:b",), 1)
+    assert fold([from_json(to_json(e)) for e in events]) == state == reduce_apply(events)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ..settings import Settings
     from ..transport.shm import MemfdPool
     from .channel import WorkerChannel
+    from .loss import LossPolicy
 
 __all__ = ["NodeContext"]
 
@@ -51,6 +52,8 @@ class NodeContext:
     wait_addresses: Callable[[], Awaitable[None]]
     #: run the plugins' worker setup on a freshly started worker (None: no plugin needs one)
     setup_worker: Callable[[WorkerChannel], Awaitable[None]] | None
+    #: what a lost worker means: restarted in place, or its node replaced (`actors/replace.py`)
+    loss_policy: LossPolicy
     #: worker processes per local rank (`sky.Worker(concurrency=N)`); the extra ones take tasks but
     #: no broadcast and no plugin setup
     concurrency: int = 1

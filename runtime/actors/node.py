@@ -42,7 +42,7 @@ from .provisioning import connect_with_retry, with_retries
 
 log = logging.getLogger("skyhive.node")
 
-__all__ = ["NodeActor", "describe_exit"]
+__all__ = ["NodeActor", "describe_exit", "final_cause", "first_error"]
 
 WORKER_ARGV = ("-m", "skyhive.runtime.worker")
 
@@ -52,7 +52,7 @@ WORKER_ARGV = ("-m", "skyhive.runtime.worker")
 FINAL_START_ERRORS: tuple[type[BaseException], ...] = (WorkerRestarted,)
 
 
-def _final_cause(exc: BaseException | None) -> BaseException | None:
+def final_cause(exc: BaseException | None) -> BaseException | None:
     """The error in `exc`'s chain of causes that no restart can cure, if any."""
     seen = 0
     while exc is not None and seen < 10:
@@ -60,6 +60,16 @@ def _final_cause(exc: BaseException | None) -> BaseException | None:
             return exc
         exc, seen = exc.__cause__, seen + 1
     return None
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """The first `Exception` inside (nested) exception groups; `exc` itself if there is none."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = first_error(inner)
+            if isinstance(found, Exception) and not isinstance(found, BaseExceptionGroup):
+                return found
+    return exc
 
 
 def describe_exit(code: int | None) -> str:
@@ -202,7 +212,7 @@ class NodeActor:
                 reason = f"restart failed: {exc}"
                 log.error("node %d worker %d: %s", self.index, rank, reason)
                 channel, cause = None, exc
-                final = _final_cause(exc)
+                final = final_cause(exc)
                 if final is not None:  # the same refusal would come back at every restart
                     self._give_up(rank, f"it cannot be restarted: {type(final).__name__}: {final}", final)
                     return
@@ -213,13 +223,15 @@ class NodeActor:
                 reason = await self._watch(rank, channel)
                 if reason is None:  # clean shutdown
                     return
+            if self.ctx.loss_policy.take_over(self, rank, reason, cause):  # e.g. the pool replaces the node
+                return
             now = time.monotonic()
             losses.append(now)
             while losses and losses[0] < now - settings.restart_window:
                 losses.popleft()
             if len(losses) > settings.max_restarts:
                 self._give_up(rank, f"{reason} ({len(losses)} worker losses within {settings.restart_window:.0f} s)",
-                              _final_cause(cause) or cause)
+                              final_cause(cause) or cause)
                 return
             await anyio.sleep(min(settings.restart_backoff * 2 ** (len(losses) - 1), 5.0))
 
@@ -305,7 +317,7 @@ class NodeActor:
                                pid=channel.pid)
             return None
         reason = channel.lost_reason or describe_exit(code)
-        channel.fail_all(reason)
+        channel.fail_all(reason + self.ctx.loss_policy.note(self))
         self.channels[rank] = None
         self.ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="lost", detail=reason)
         self.ctx.flush_output(self.index, rank)

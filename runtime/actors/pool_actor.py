@@ -38,7 +38,10 @@ from .channel import Call, WorkerChannel
 from .context import NodeContext
 from .lifecycle import NodeState
 from .node import NodeActor
+from .node import first_error as _first_error
 from .prepared import Prepared
+from .loss import LossPolicy, RestartInPlace
+from .replace import ReplaceFailed
 from .provisioning import with_retries
 
 if TYPE_CHECKING:
@@ -54,7 +57,7 @@ class PoolRuntime:
                  image: Image | None, output: OutputSpec, settings: Settings, name: str | None,
                  log_events: bool, accelerator: str | None = None, cpus: float | None = None,
                  memory_gb: float | None = None, allocation: str | None = None, spot: bool | None = None,
-                 concurrency: int = 1, progress: bool = False) -> None:
+                 concurrency: int = 1, replace_failed: bool = False, progress: bool = False) -> None:
         self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
         self.provider = provider
         self.settings = settings
@@ -74,13 +77,15 @@ class PoolRuntime:
         self.setup: WorkerSetup | None = self._worker_setup()
         self._addresses_known = anyio.Event()
         self._launching = False  # a `launch` in flight, or one that answered wrongly: `close` asks list_owned
+        self.launching = 0  # replacements' launches in flight (`actors/replace.py`): the same, for them
+        self.loss_policy: LossPolicy = ReplaceFailed(self) if replace_failed else RestartInPlace()
         self.context = NodeContext(
             pool_id=self.pool_id, spec=self.spec, provider=provider, settings=settings, log=self.log,
             image=image, worker_env=self.worker_env, infos=self.infos, deliver_output=self.router.deliver,
             flush_output=self.router.flush, slots_changed=self.slots_changed, node_running=self._node_running,
             wait_addresses=self._addresses_known.wait,
             setup_worker=self._setup_worker if self.setup is not None else None,
-            concurrency=concurrency, memfds=self.memfds,
+            concurrency=concurrency, loss_policy=self.loss_policy, memfds=self.memfds,
         )
         self.nodes = [NodeActor(self.context, i) for i in range(nodes)]
         self.tg: Any = None
@@ -228,7 +233,7 @@ class PoolRuntime:
                 best = self.pick_nowait()
                 if best is not None:
                     return best
-                if not self.live_nodes():
+                if not self.live_nodes() and not self.loss_policy.replacing():
                     break
                 await self._slots_changed.wait()
                 self._check_open()
@@ -244,6 +249,8 @@ class PoolRuntime:
     def _all_channels_nowait(self) -> list[WorkerChannel] | None:
         channels: list[WorkerChannel] = []
         for n in self.nodes:
+            if n.state is not NodeState.READY and self.loss_policy.replacing(n.index):
+                return None  # a node is being replaced: wait for it
             if n.state is not NodeState.READY:
                 detail = self.log.state.nodes[n.index].detail
                 raise WorkerLost(f"node {n.index} of pool {self.pool_id} is {n.state.value}"
@@ -260,7 +267,10 @@ class PoolRuntime:
         channels = self._all_channels_nowait()
         if channels is not None:
             return channels
-        with anyio.move_on_after(self.settings.wait_for_worker):
+        bound = self.settings.wait_for_worker
+        if self.loss_policy.replacing():  # a fresh node takes as long as a pool's start
+            bound = max(bound, self.settings.start_timeout)
+        with anyio.move_on_after(bound):
             while True:
                 await self._slots_changed.wait()
                 self._check_open()
@@ -423,6 +433,7 @@ class PoolRuntime:
         self.open = False
         self.slots_changed()
         with anyio.CancelScope(shield=True):
+            await self.loss_policy.aclose()  # a replacement under way stops; its node is in self.nodes
             with anyio.move_on_after(self.settings.stop_timeout + 10) as scope:
                 async with anyio.create_task_group() as tg:
                     for node in self.nodes:
@@ -439,7 +450,7 @@ class PoolRuntime:
                         tg.start_soon(terminate, node)
                 error = error or "; ".join(errors)
                 try:
-                    if self._launching:  # a launch never answered (or wrongly): what did it create?
+                    if self._launching or self.launching:  # a launch never answered (or wrongly): what did it make?
                         leftover = await self.provider.list_owned(self.pool_id)
                         if leftover:
                             await self.provider.terminate(leftover)
@@ -462,14 +473,3 @@ class PoolRuntime:
         if tg is not None:
             tg.cancel_scope.cancel()
             await tg.__aexit__(None, None, None)
-
-
-def _first_error(exc: BaseException) -> BaseException:
-    """The first `Exception` inside (nested) exception groups; `exc` itself if there is none."""
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _first_error(inner)
-            if isinstance(found, Exception) and not isinstance(found, BaseExceptionGroup):
-                return found
-    return exc
-

@@ -335,7 +335,8 @@ def _destroy(pool: PoolEntry) -> int:
         return 0
     provider = from_description(pool.started.provider_config or {"provider": pool.started.provider})
     if pool.started.nodes > 0:
-        provider = provider.for_nodes(pool.started.nodes)  # a provider naming hosts: only those the pool used
+        # a provider naming hosts: only those the pool used (replacements took spares, in list order)
+        provider = provider.for_nodes(pool.started.nodes + pool.state.replacements)
 
     async def destroy() -> int:
         with anyio.fail_after(300):

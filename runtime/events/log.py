@@ -22,6 +22,7 @@ from .state import PoolState, count_output, fold
 from .stream import EVENTS_MAX_BUFFER, EventStream
 from .types import (
     Event,
+    NodeReplaced,
     NodeStateChanged,
     OutputCapped,
     OutputChunk,
@@ -44,7 +45,7 @@ MEMORY_EVENTS = 10_000
 #: Characters of output events waiting to be written after which the file is written at once.
 WRITE_CHARS = 4 * 1024 * 1024
 # Events after which the file is flushed at once (so a crashed client's pool can be found and cleaned).
-_FLUSH_NOW = (PoolStarted, PoolStopped, NodeStateChanged, WorkerStateChanged)
+_FLUSH_NOW = (PoolStarted, PoolStopped, NodeStateChanged, WorkerStateChanged, NodeReplaced)
 
 
 def pool_log_path(pool_id: str) -> Path:

@@ -14,6 +14,7 @@ from functools import reduce
 from .types import (
     Event,
     NodeProgress,
+    NodeReplaced,
     NodeStateChanged,
     OutputCapped,
     OutputChunk,
@@ -44,6 +45,10 @@ class NodeRecord:
     provider_id: str = ""
     detail: str = ""
     workers: tuple[WorkerRecord, ...] = ()
+    #: how often this index was replaced (`Pool(replace_failed=True)`), and the provider ids of the
+    #: nodes it replaced, oldest first (each terminated before its replacement was asked for)
+    replacements: int = 0
+    replaced_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +77,11 @@ class PoolState:
 
     def node(self, index: int) -> NodeRecord:
         return self.nodes[index]
+
+    @property
+    def replacements(self) -> int:
+        """Nodes replaced over the pool's life (each index counted as often as it was replaced)."""
+        return sum(n.replacements for n in self.nodes)
 
 
 def _set_worker(node: NodeRecord, ev: WorkerStateChanged) -> tuple[WorkerRecord, ...]:
@@ -124,7 +134,7 @@ def apply(state: PoolState, ev: Event) -> PoolState:
     raise TypeError(f"no reducer for event type {type(ev).__name__}")
 
 
-_NODE_EVENTS = (NodeStateChanged, NodeProgress, WorkerStateChanged)
+_NODE_EVENTS = (NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced)
 
 
 def _apply_node(nodes: list[NodeRecord], ev: Event) -> None:
@@ -144,6 +154,10 @@ def _apply_node(nodes: list[NodeRecord], ev: Event) -> None:
         nodes[index] = replace(record, detail=ev.detail or ev.provider_state)
     elif isinstance(ev, WorkerStateChanged):
         nodes[index] = replace(record, workers=_set_worker(record, ev))
+    elif isinstance(ev, NodeReplaced):  # the index starts over with a fresh node
+        nodes[index] = NodeRecord(node=index, replacements=ev.replacement,
+                                  replaced_ids=(*record.replaced_ids, ev.old_provider_id or record.provider_id),
+                                  detail=f"replacing: {ev.reason}" if ev.reason else "replacing")
 
 
 _OUTCOME_COUNTER = {"ok": "tasks_ok", "error": "tasks_failed", "cancelled": "tasks_cancelled"}

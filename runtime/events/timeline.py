@@ -17,7 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..actors.lifecycle import NodeState
-from .types import Event, NodeStateChanged, PoolStarted, PoolStopped, TaskFinished, TaskStarted, TaskSubmitted
+from .types import (
+    Event,
+    NodeReplaced,
+    NodeStateChanged,
+    PoolStarted,
+    PoolStopped,
+    TaskFinished,
+    TaskStarted,
+    TaskSubmitted,
+)
 from .types import WorkerStateChanged
 
 __all__ = ["Span", "Lane", "Timeline", "Layout", "build", "layout", "render_png", "render_html", "write",
@@ -116,6 +125,9 @@ def build(events: Iterable[Event]) -> Timeline:
             tasks.setdefault((node, rank), []).append(Span(start, t, ev.outcome, label))
         elif isinstance(ev, WorkerStateChanged) and ev.state == "lost":
             marks.setdefault(ev.node, []).append((t, f"worker {ev.local_rank} lost: {ev.detail}"))
+        elif isinstance(ev, NodeReplaced):
+            marks.setdefault(ev.node, []).append(
+                (t, f"replaced ({ev.old_provider_id}" + (f": {ev.reason}" if ev.reason else "") + ")"))
     end = max(t_end - t0, 0.0)
     for task, (node, rank, start) in open_tasks.items():
         tasks.setdefault((node, rank), []).append(Span(start, end, "unfinished", names.get(task, f"task {task}")))

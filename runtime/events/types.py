@@ -20,6 +20,7 @@ __all__ = [
     "NodeStateChanged",
     "NodeProgress",
     "WorkerStateChanged",
+    "NodeReplaced",
     "TaskSubmitted",
     "TaskStarted",
     "TaskFinished",
@@ -100,6 +101,20 @@ class WorkerStateChanged(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NodeReplaced(Event):
+    """Node `node` was lost for good and its node (`old_provider_id`, already terminated) is being
+    replaced by a fresh one for the same index (`Pool(replace_failed=True)`, see
+    `runtime/actors/replace.py`): the node's record starts over at "requested"; `replacement` counts
+    the replacements of this index so far (1 for the first)."""
+
+    kind: ClassVar[str] = "node_replaced"
+    node: int
+    replacement: int
+    old_provider_id: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TaskSubmitted(Event):
     """Task `task` (`items` calls: 1, or a map batch) was sent to a worker."""
 
@@ -162,7 +177,7 @@ class OutputCapped(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
-        PoolStarted, PoolStopped, NodeStateChanged, NodeProgress, WorkerStateChanged,
+        PoolStarted, PoolStopped, NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced,
         TaskSubmitted, TaskStarted, TaskFinished, OutputChunk, OutputCapped,
     )
 }

@@ -1,0 +1,99 @@
+"""`Pool(replace_failed=True)` over SSH, with real sshd in network-namespace hosts: a node whose host stops
+answering (its sshd stopped, or the host vanished) is replaced by the spare host listed beyond `nodes`;
+with no spare left the node fails with an error naming it and saying so."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+
+import anyio
+import pytest
+
+import skyhive as sky
+from skyhive.runtime.events.log import EventLog, pool_log_path
+from tests.test_ssh_down import pool_files, pool_processes, still_running
+from tests.test_ssh_pool import ssh_for
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+IDLE = 3.0  # a detached worker whose client is gone exits after this
+
+
+def where() -> tuple[str, int, int, list[str]]:
+    info = sky.instance_info()
+    return socket.gethostname(), info.node, os.getpid(), [p.addr for p in info.peers]
+
+
+def provider(hosts) -> sky.SSH:
+    return ssh_for(hosts, connect_timeout=3, reconnect_timeout=4, idle_timeout=IDLE)
+
+
+def vanish(host) -> None:
+    """Everything in the host's namespace killed and the namespace deleted: a machine gone."""
+    pids = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split()
+    for pid in pids:
+        os.kill(int(pid), signal.SIGKILL)
+    subprocess.run(["ip", "netns", "del", host.netns], check=True)
+
+
+async def wait_replaced(rt, node: int) -> None:
+    with anyio.fail_after(120):
+        while not (rt.log.state.nodes[node].replacements and rt.log.state.nodes[node].state == "ready"):
+            await anyio.sleep(0.1)
+
+
+def ssh_id(host) -> str:
+    return f"ssh:{host.user}@{host.host}" + (f":{host.port}" if host.port != 22 else "")
+
+
+@pytest.mark.parametrize("fault", ["sshd stopped", "host vanished"])
+async def test_a_lost_host_is_replaced_by_the_spare(make_netns_hosts, fault):
+    hosts = make_netns_hosts(3)
+    a, b, c = hosts
+    name = f"repl-ssh-{fault.split()[1]}"
+    async with sky.Pool(provider=provider(hosts), nodes=2, replace_failed=True, output=None, name=name) as pool:
+        rt = pool._runtime
+        before = await pool.broadcast(where)
+        assert [(h, n) for h, n, _, _ in before] == [(a.hostname, 0), (b.hostname, 1)]
+        if fault == "sshd stopped":
+            b.sshd.stop()  # the detached worker on b lives on, but no client can reach it any more
+        else:
+            vanish(b)
+        await wait_replaced(rt, 1)
+        after = await pool.broadcast(where)
+        assert [(h, n) for h, n, _, _ in after] == [(a.hostname, 0), (c.hostname, 1)]  # c took rank 1
+        assert after[0][2] == before[0][2]  # node 0 untouched
+        assert after[1][3] == [a.address, c.address]  # the replacement knows its peers as they are now
+        record = rt.log.state.nodes[1]
+        assert (record.provider_id, record.replaced_ids, record.addr) == (ssh_id(c), (ssh_id(b),), c.address)
+    replayed = EventLog.replay(pool_log_path(name))
+    assert replayed.nodes[1].replaced_ids == (ssh_id(b),) and replayed.nodes[1].provider_id == ssh_id(c)
+    assert [n.state for n in replayed.nodes] == ["terminated", "terminated"]
+    # nothing of the pool left anywhere: a and c stopped by the pool, b's orphaned worker (sshd stopped)
+    # exits by its idle timeout; the vanished host has nothing left at all
+    assert not still_running(pool_processes(name), timeout=IDLE + 20)
+    for host in (a, c) if fault == "host vanished" else (a, b, c):  # no socket left (the worker's
+        assert not [p for p in pool_files(host, name) if p.name.endswith(".sock")]  # .log/.exit stay, as always
+
+
+async def test_no_spare_left_fails_the_node_naming_it(make_netns_hosts):
+    hosts = make_netns_hosts(2)
+    a, b = hosts
+    async with sky.Pool(provider=provider(hosts), nodes=2, replace_failed=True, output=None,
+                        name="repl-ssh-nospare") as pool:
+        rt = pool._runtime
+        await pool.broadcast(where)
+        vanish(b)
+        with anyio.fail_after(120):
+            while rt.log.state.nodes[1].state != "failed" or rt.loss_policy.replacing():
+                await anyio.sleep(0.1)
+        pattern = (rf"node 1 \({ssh_id(b)}\) was lost: .*{b.host}.*could not be replaced: node 1: "
+                   r"no spare host left to replace it: SSH\(hosts=...\) lists 2 hosts for 2 nodes")
+        with anyio.fail_after(60), pytest.raises(sky.WorkerLost, match=pattern):
+            await pool.broadcast(where)
+        host, node, _, _ = await pool.run(where)  # the pool goes on with the node it has
+        assert (host, node) == (a.hostname, 0)
+    assert not still_running(pool_processes("repl-ssh-nospare"), timeout=IDLE + 20)
