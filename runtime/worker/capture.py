@@ -224,16 +224,20 @@ def flush_streams(streams: tuple[TaskStream, ...]) -> None:
     and no send in progress (an FdPump or the Flusher may have taken text and still be sending it:
     its lock is held then, and `flush` waits for it). The pipes are checked before the locks, since
     text leaves a pipe only under its stream's lock."""
-    fds = [s._fd for s in streams if s._fd >= 0]
-    if fds and not any(s._parts for s in streams):
-        poller = _POLLERS.get(tuple(fds))
-        if poller is None:
-            if len(_POLLERS) > 8:
-                _POLLERS.clear()
-            poller = _POLLERS[tuple(fds)] = select.poll()
-            for fd in fds:
-                poller.register(fd, select.POLLIN)
-        if not poller.poll(0) and not any(s._lock.locked() or s._parts for s in streams):
+    if not any(s._parts for s in streams):
+        fds = tuple(s._fd for s in streams if s._fd >= 0)
+        if fds:
+            poller = _POLLERS.get(fds)
+            if poller is None:
+                if len(_POLLERS) > 8:
+                    _POLLERS.clear()
+                poller = _POLLERS[fds] = select.poll()
+                for fd in fds:
+                    poller.register(fd, select.POLLIN)
+            waiting = poller.poll(0)
+        else:
+            waiting = []
+        if not waiting and not any(s._lock.locked() or s._parts for s in streams):
             return
     for stream in streams:
         stream.flush()
