@@ -376,15 +376,34 @@ class PoolRuntime:
     async def _wait_all_or_first_failure(self, sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]]) -> None:
         """Wait until every task has ended, or one failed — whichever node it was on, so that a
         failure on node 3 is raised at once even while node 0 still runs (a collective on node 0
-        waiting for the failed rank would otherwise hold the caller until it times out)."""
-        pending = {fut for _, _, fut in sent}
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for fut in done:
-                if fut.cancelled() or fut.exception() is not None or not fut.result().ok:
-                    failed = next(i for i, (_, _, f) in enumerate(sent) if f is fut)
-                    sent.insert(0, sent.pop(failed))  # raised first by the caller's loop
-                    return
+        waiting for the failed rank would otherwise hold the caller until it times out).
+
+        One waiter and a done-callback per task (`asyncio.wait` costs a set, a waiter and its
+        bookkeeping per round: most of a broadcast's own CPU time)."""
+        waiter: asyncio.Future[asyncio.Future[Result] | None] = self.loop.create_future()
+        remaining = len(sent)
+
+        def ended(fut: asyncio.Future[Result]) -> None:
+            nonlocal remaining
+            remaining -= 1
+            if waiter.done():
+                return
+            if fut.cancelled() or fut.exception() is not None or not fut.result().ok:
+                waiter.set_result(fut)
+            elif remaining == 0:
+                waiter.set_result(None)
+
+        futures = [fut for _, _, fut in sent]
+        for fut in futures:
+            fut.add_done_callback(ended)
+        try:
+            failed = await waiter
+        finally:
+            for fut in futures:
+                fut.remove_done_callback(ended)
+        if failed is not None:
+            index = next(i for i, (_, _, f) in enumerate(sent) if f is failed)
+            sent.insert(0, sent.pop(index))  # raised first by the caller's loop
 
     async def _send_buffers(self, targets: list[tuple[WorkerChannel, int]], buffers: list[Any]) -> None:
         if len(targets) == 1:
