@@ -156,6 +156,18 @@ class WorkerChannel:
         self._write(data)
         return True
 
+    def _send_submit(self, task_id: int, tail: bytes) -> bool:
+        """`_send` for a Submit without buffers, packed but for its task id."""
+        if self.lost_reason is not None:
+            return False
+        try:
+            data = self.conn.send_submit(task_id, tail)
+        except ProtocolError as exc:
+            self._broken(f"protocol error while sending Submit: {exc}")
+            return False
+        self._write(data)
+        return True
+
     def _dispatch(self, msg: Message) -> None:
         if isinstance(msg, Result):
             if msg.shared:
@@ -256,10 +268,10 @@ class WorkerChannel:
                 known.clear()  # the worker clears its cache at the same count
             known.add(prep.fn_id)
             fn_bytes = prep.fn_bytes
-        if not prep.buffers:  # the common small call
-            msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args, batch=prep.batch,
-                         options=options_)
-            cached: tuple[int, ...] = ()
+        msg: Submit | None = None
+        cached: tuple[int, ...] = ()
+        if not prep.buffers:  # the common small call: packed once per call (see Prepared.submit_tail)
+            tail = prep.submit_tail(bool(fn_bytes), options_)
         else:
             sizes = prep.sizes
             keys, cached = b"", ()
@@ -270,12 +282,13 @@ class WorkerChannel:
             if self._fds is not None and max(sizes) >= shm.SHARE_MIN:
                 msg = self._share(msg, prep, task_id, cached)
         call = Call(task_id, future, options, prep.fn_name)
-        call.shared = msg.shared
+        if msg is not None:
+            call.shared = msg.shared
         if cached:
             call.cached, call.buffers = cached, prep.buffers
         if options and options.get("capture"):
             call.outputs = []
-        if not self._send(msg):
+        if not (self._send(msg) if msg is not None else self._send_submit(task_id, tail)):
             raise WorkerLost(
                 f"worker {self.local_rank} of node {self.node} was lost before it could run {prep.fn_name} "
                 f"(task {task_id}): {self.lost_reason}; it is being restarted",

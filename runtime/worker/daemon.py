@@ -147,6 +147,11 @@ class Worker:
         with self.write_lock:
             self._write(self.conn.send(msg))
 
+    def send_value(self, task_id: int, value: bytes) -> None:
+        """`send(Result(task_id=task_id, ok=True, value=value))`, packed from a template."""
+        with self.write_lock:
+            self._write(self.conn.send_value_result(task_id, value))
+
     def _tick(self) -> None:
         self.poll_during_task()
 
@@ -493,7 +498,10 @@ class Worker:
         if ok:
             try:
                 data, buffers = dump_value(value, "result")
-                sizes = tuple(memoryview(b).nbytes for b in buffers) if buffers else ()
+                if not buffers:  # most values: one frame, packed from a template
+                    self.send_value(task_id, data)
+                    return
+                sizes = tuple(memoryview(b).nbytes for b in buffers)
                 self.send_result(Result(task_id=task_id, ok=True, value=data, buffer_sizes=sizes), buffers)
                 return
             except Exception as exc:  # the result could not be pickled: report that instead
