@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import operator
 import struct
+from collections.abc import Callable
 from dataclasses import MISSING, fields
 from typing import Any
 
@@ -67,7 +68,7 @@ _PY_TYPES: dict[str, type] = {
 
 
 class _Schema:
-    __slots__ = ("cls", "names", "types", "getter", "setters", "defaults", "post_init")
+    __slots__ = ("cls", "names", "types", "getter", "build")
 
     def __init__(self, cls: type[Message]) -> None:
         pairs = wire_fields(cls)
@@ -76,26 +77,29 @@ class _Schema:
         self.types = tuple(_PY_TYPES[str(ann)] for _, ann in pairs)
         get = operator.attrgetter(*self.names) if self.names else (lambda m: ())
         self.getter = (lambda m: (get(m),)) if len(self.names) == 1 else get
-        # building a decoded message: every wire field is set through its slot (what the frozen
-        # dataclass's __init__ does via object.__setattr__, without matching keywords), then the
-        # fields that do not travel get their defaults
-        self.setters = tuple(getattr(cls, name).__set__ for name in self.names)
-        self.defaults = tuple(
-            (getattr(cls, f.name).__set__, f.default_factory if f.default is MISSING else (lambda d=f.default: d))
-            for f in fields(cls) if f.name not in self.names
-        )
-        self.post_init = getattr(cls, "__post_init__", None)  # (no message has one today)
+        self.build = _builder(cls, self.names)
 
-    def build(self, values: tuple[Any, ...]) -> Message:
-        """The message whose wire fields are `values` (already checked: count and types)."""
-        msg = object.__new__(self.cls)
-        for setter, value in zip(self.setters, values):
-            setter(msg, value)
-        for setter, default in self.defaults:
-            setter(msg, default())
-        if self.post_init is not None:
-            self.post_init(msg)
-        return msg
+
+def _builder(cls: type[Message], names: tuple[str, ...]) -> Callable[[tuple[Any, ...]], Message]:
+    """A function building a decoded `cls` from its wire values (already checked: count and types):
+    each field set through its slot — what the frozen dataclass's `__init__` does through
+    `object.__setattr__`, without matching keywords — then the fields that do not travel get their
+    defaults. Generated per class, unrolled, as `dataclasses` generates `__init__`."""
+    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    lines = ["def build(values):", "    msg = _new(_cls)"]
+    for i, name in enumerate(names):
+        env[f"_set{i}"] = getattr(cls, name).__set__
+        lines.append(f"    _set{i}(msg, values[{i}])")
+    for j, f in enumerate(f for f in fields(cls) if f.name not in names):
+        env[f"_dset{j}"] = getattr(cls, f.name).__set__
+        env[f"_default{j}"] = f.default_factory if f.default is MISSING else (lambda d=f.default: d)
+        lines.append(f"    _dset{j}(msg, _default{j}())")
+    if getattr(cls, "__post_init__", None) is not None:  # (no message has one today)
+        env["_post_init"] = cls.__post_init__  # type: ignore[attr-defined]
+        lines.append("    _post_init(msg)")
+    lines.append("    return msg")
+    exec("\n".join(lines), env)  # noqa: S102 - generated from the class's own field names
+    return env["build"]  # type: ignore[no-any-return]
 
 
 _SCHEMA: dict[type[Message], _Schema] = {cls: _Schema(cls) for cls in TAGS.values()}
@@ -127,11 +131,20 @@ assert _SCHEMA[Submit].names == ("task_id", "fn_id", "fn", "args", "buffer_sizes
 
 def submit_tail(*, fn_id: bytes, fn: bytes, args: bytes, batch: bool, options: dict[str, Any]) -> bytes:
     """A `Submit` without buffers, but for its task id, packed once (see `encode_submit`)."""
-    for name, value, want in (("fn_id", fn_id, bytes), ("fn", fn, bytes), ("args", args, bytes),
-                              ("batch", batch, bool), ("options", options, dict)):
-        if type(value) is not want:
-            raise TypeError(f"Submit.{name} should be {want.__name__}, got {type(value).__name__}")
-    return b"".join(_pack_one(v) for v in (fn_id, fn, args, (), batch, options, b"", (), ()))
+    if not (type(fn_id) is bytes and type(fn) is bytes and type(args) is bytes and type(batch) is bool
+            and type(options) is dict):
+        for name, value, want in (("fn_id", fn_id, bytes), ("fn", fn, bytes), ("args", args, bytes),
+                                  ("batch", batch, bool), ("options", options, dict)):
+            if type(value) is not want:
+                raise TypeError(f"Submit.{name} should be {want.__name__}, got {type(value).__name__}")
+    return b"".join((_pack_one(fn_id), _pack_one(fn) if fn else _EMPTY_BIN, _pack_one(args),
+                     _BATCH_NO_SIZES[batch], _pack_one(options) if options else _EMPTY_MAP, _NO_KEYS_TAIL))
+
+
+_EMPTY_BIN = _pack_one(b"")
+_EMPTY_MAP = _pack_one({})
+_BATCH_NO_SIZES = {flag: _pack_one(()) + _pack_one(flag) for flag in (False, True)}  # buffer_sizes=(), batch
+_NO_KEYS_TAIL = _pack_one(b"") + _pack_one(()) + _pack_one(())  # buffer_keys=b"", cached=(), shared=()
 
 
 def encode_submit(task_id: int, tail: bytes) -> bytes:
