@@ -16,13 +16,15 @@ from hypothesis import strategies as st
 
 from skyhive.runtime.events.log import EventLog, read_log
 from skyhive.runtime.events.state import reduce_apply
-from skyhive.runtime.events.types import NodeStateChanged, PoolStarted, TaskFinished, TaskSubmitted
+from skyhive.runtime.events.types import (NodeStateChanged, PoolStarted, TaskFinished, TaskSubmitted,
+                                          WorkerStateChanged)
 
 STEP = st.one_of(
     st.tuples(st.just("submitted"), st.text(max_size=12)),
     st.tuples(st.just("finished"), st.sampled_from(["ok", "error", "cancelled", "lost"])),
     st.tuples(st.just("node"), st.text(max_size=12)),
-    st.tuples(st.sampled_from(["read_state", "read_recent", "flush"]), st.none()),
+    st.tuples(st.just("worker"), st.sampled_from(["starting", "ready", "lost"])),
+    st.tuples(st.sampled_from(["read_state", "read_recent", "read_nodes", "flush"]), st.none()),
 )
 
 
@@ -46,6 +48,12 @@ def _drive(log: EventLog, steps: list, *, deferred: bool) -> list:
                 log.emit(TaskFinished, task=i, node=1, local_rank=0, outcome=value, error="E")
         elif step == "node":
             log.emit(NodeStateChanged, node=0, state="ready", addr=value)
+        elif step == "worker":
+            log.emit(WorkerStateChanged, node=1, local_rank=0, state=value)
+        elif step == "read_nodes":
+            nodes = log.nodes  # without folding the task events: the same records all the same
+            assert nodes == log.state.nodes
+            seen.append(nodes)
         elif step == "read_state":
             seen.append(dataclasses.replace(log.state, started=0.0))  # (the one timestamp a state holds)
         elif step == "read_recent":
@@ -128,3 +136,15 @@ def test_a_long_run_of_task_events_is_bounded_in_memory():
         log.record_task(TaskSubmitted, i, 0, 0, "f()", 1)
     assert len(log._deferred) < 4096  # built and folded in batches, as emit's events are
     assert log.state.tasks_submitted == 10_000
+
+
+def test_reading_the_nodes_does_not_build_the_deferred_task_events():
+    log = EventLog("p", path=None)
+    log.emit(PoolStarted, provider="local", nodes=1, processes_per_node=1, pid=1, host="h")
+    log.emit(NodeStateChanged, node=0, state="ready")
+    assert log.nodes[0].state == "ready"  # folds the lifecycle events
+    log.record_task(TaskSubmitted, 1, 0, 0, "f()", 1)
+    assert log.nodes[0].state == "ready" and len(log._deferred) == 1  # a call's events stay deferred
+    log.emit(NodeStateChanged, node=0, state="draining")
+    assert log.nodes[0].state == "draining"
+    assert log.state.tasks_submitted == 1

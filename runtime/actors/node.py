@@ -107,7 +107,7 @@ class NodeActor:
 
     @property
     def state(self) -> NodeState:
-        nodes = self.ctx.log.state.nodes
+        nodes = self.ctx.log.nodes
         return NodeState(nodes[self.index].state) if self.index < len(nodes) else NodeState.REQUESTED
 
     def move(self, new: NodeState, **detail: Any) -> None:

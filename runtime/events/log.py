@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from ...paths import private_dir, state_dir
-from .state import PoolState, count_output, fold
+from .state import _COUNTED, NodeRecord, PoolState, count_output, fold
 from .stream import EVENTS_MAX_BUFFER, EventStream
 from .types import (
     Event,
@@ -90,6 +90,7 @@ class EventLog:
         # task events recorded by `record_task` (numbered and timed, not built yet): built, in order,
         # before anything reads the log (state, recent, file) and before any other event is emitted
         self._deferred: list[tuple[type[Event], int, float, tuple[Any, ...]]] = []
+        self._lifecycle_unfolded = False  # an event that may change the nodes' records waits to be folded
         self._secrets = tuple(sorted((s for s in secrets if s), key=len, reverse=True))
         self._seq = 0
         self._closed = False
@@ -126,10 +127,20 @@ class EventLog:
         return self._recent
 
     @property
+    def nodes(self) -> tuple[NodeRecord, ...]:
+        """`state.nodes`, without folding what cannot change them: task and output events only
+        count. (Every broadcast asks each node's state; folding a call's task events then would
+        undo their deferral.)"""
+        if self._lifecycle_unfolded:
+            return self.state.nodes
+        return self._state.nodes
+
+    @property
     def state(self) -> PoolState:
         """The pool's state: the fold of every event emitted so far."""
         if self._deferred:
             self._settle()
+        self._lifecycle_unfolded = False
         if self._unfolded:
             self._state = fold(self._unfolded, self._state)
             self._unfolded = []
@@ -198,6 +209,8 @@ class EventLog:
         else:
             self._unfolded.append(event)
             self._recent.append(event)
+            if not isinstance(event, _COUNTED):
+                self._lifecycle_unfolded = True
         if self._file is not None:
             self._unwritten.append(event)
             if output:
