@@ -350,9 +350,10 @@ def _has_jobs(name: str) -> bool:
 def cmd_timeline(args: argparse.Namespace) -> int:
     from skyhive.runtime.commands.inventory import LogTail, find
     from skyhive.runtime.events.timeline import write
+    from skyhive.runtime.events.timeline_groups import group
 
     entry = find(args.pool)
-    lay = write(LogTail(entry.path).events(), args.output)
+    lay = write(LogTail(entry.path).events(), args.output, arrange=group)
     print(f"wrote {args.output} ({lay.width}x{lay.height})")
     return 0
 

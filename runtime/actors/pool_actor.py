@@ -33,6 +33,7 @@ from ..output.router import OutputRouter
 from ..output.selection import OutputSpec
 from ..serialize import load_value, rebuild_exception, register_user_code
 from ..settings import Settings
+from ..transport.shm import MemfdPool
 from .channel import Call, WorkerChannel
 from .context import NodeContext
 from .gather import gather_or_first_failure, lost_together
@@ -72,6 +73,7 @@ class PoolRuntime:
         self.log = EventLog(self.pool_id, path=pool_log_path(self.pool_id) if log_events else None, secrets=secrets,
                             output_limit=settings.log_output_limit)
         self.infos: dict[tuple[int, int], InstanceInfo] = {}
+        self.memfds = MemfdPool(settings.shm_pool_bytes) if settings.shm_pool_bytes > 0 else None
         self.router = OutputRouter(self.log, output, self.infos, multi_process=processes_per_node > 1)
         # which nodes the pool starts with (all, or with min_nodes those that could be provisioned)
         self.membership = Membership(pool_id=self.pool_id, spec=self.spec, provider=provider, infos=self.infos,
@@ -87,7 +89,7 @@ class PoolRuntime:
             flush_output=self.router.flush, slots_changed=self.slots_changed,
             node_running=self.membership.running, wait_addresses=self.membership.wait_addresses,
             setup_worker=self._setup_worker if self.setup is not None else None,
-            concurrency=concurrency, loss_policy=self.loss_policy,
+            concurrency=concurrency, loss_policy=self.loss_policy, memfds=self.memfds,
         )
         self.nodes = [NodeActor(self.context, i) for i in range(nodes)]
         self.detach_on_failure = False  # set for a client attaching to a named pool (`Pool.attach`)
@@ -357,12 +359,9 @@ class PoolRuntime:
         loop = asyncio.get_running_loop()
         sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]] = []
         try:
-            try:
-                for channel in channels:
-                    fut: asyncio.Future[Result] = loop.create_future()
-                    sent.append((channel, self.send(channel, prep, options, fut), fut))
-            finally:
-                prep.shared.close()  # passed to every worker (each holds its own reference now)
+            for channel in channels:
+                fut: asyncio.Future[Result] = loop.create_future()
+                sent.append((channel, self.send(channel, prep, options, fut), fut))
             with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 if prep.buffers:
                     await self._send_buffers([(c, call.task_id) for c, call, _ in sent], prep.buffers)
@@ -384,6 +383,13 @@ class PoolRuntime:
         except BaseException:
             self._cancel(sent)
             raise
+        finally:
+            if prep.shared.fds:
+                # the memfds passed to the workers: reusable once every worker answered (each took its
+                # lock on them before that); a call cut short closes them (see shm.MemfdPool)
+                answered = len(sent) == len(channels) and all(
+                    f.done() and not f.cancelled() and f.exception() is None for _, _, f in sent)
+                prep.shared.close(reusable=answered)
         return values[0] if single else values
 
     def _raise_first_failure(self, sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]],
@@ -496,6 +502,8 @@ class PoolRuntime:
             if scope.cancelled_caught:
                 log.error("pool %s: teardown did not finish in time", self.pool_id)
             self.log.emit(PoolStopped, error=error)
+            if self.memfds is not None:
+                self.memfds.close()
             self.router.close()
             self.log.close()
             if self.tg is not None:

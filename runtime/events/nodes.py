@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, Generic, TypeVar, overload
 
-if TYPE_CHECKING:
-    from .state import NodeRecord
+#: The record type (the state's `NodeRecord`; not imported here: state.py imports this module).
+NodeRecord = TypeVar("NodeRecord")
 
 __all__ = ["NodeTable", "NodeTableBuilder", "CHUNK"]
 
@@ -31,7 +31,7 @@ __all__ = ["NodeTable", "NodeTableBuilder", "CHUNK"]
 CHUNK = 64
 
 
-class NodeTable(Sequence["NodeRecord"]):
+class NodeTable(Sequence[NodeRecord]):
     """An immutable sequence of node records sharing structure with the tables it was made from."""
 
     __slots__ = ("_chunks", "_len")
@@ -98,7 +98,7 @@ class NodeTable(Sequence["NodeRecord"]):
 EMPTY = NodeTable()
 
 
-class NodeTableBuilder:
+class NodeTableBuilder(Generic[NodeRecord]):
     """Edits to a `NodeTable`, collected: `b[i]`, `b[i] = record`, `len(b)`, `b.append(record)`;
     then `finish()` makes the new table, copying only the chunks that changed."""
 

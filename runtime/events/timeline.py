@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -355,13 +355,13 @@ def render_html(lay: Layout, path: str | Path) -> None:
     Path(path).write_text(page, encoding="utf-8")
 
 
-def write(events: Iterable[Event], path: str | Path) -> Layout:
-    """Draw the timeline of `events` into `path`: .png (Pillow) or .html/.svg-in-html."""
+def write(events: Iterable[Event], path: str | Path,
+          arrange: Callable[[Timeline], Timeline] = lambda tl: tl) -> Layout:
+    """Draw the timeline of `events` into `path`: .png (Pillow) or .html/.svg-in-html. `arrange`
+    reshapes it first (`timeline_groups.group`: a big pool's nodes as groups of lanes)."""
     suffix = Path(path).suffix.lower()
     if suffix not in (".png", ".html", ".htm"):
         raise ValueError(f"timeline output {path}: use a .png or .html file name")
-    from .timeline_groups import group
-
-    lay = layout(group(build(events)))
+    lay = layout(arrange(build(events)))
     (render_png if suffix == ".png" else render_html)(lay, path)
     return lay
