@@ -274,3 +274,19 @@ async def test_simulated_closing_while_a_replacement_starts_leaves_nothing():
     state = EventLog.replay(pool_log_path("repl-close"))
     assert state.status == "stopped" and [n.state for n in state.nodes] == ["terminated"] * 4
     assert state.nodes[2].replacements == 1
+
+
+def _rank() -> tuple[int, int]:
+    info = sky.instance_info()
+    return info.node, info.rank
+
+
+async def test_simulated_a_node_of_several_processes_is_replaced_whole():
+    provider = sky.Simulated(die_at={1: 1})
+    async with sky.Pool(provider=provider, nodes=3, processes_per_node=2, replace_failed=True, output=None) as pool:
+        with pytest.raises(sky.WorkerLost, match="node 1"):
+            await pool.broadcast(_rank)
+        assert await pool.broadcast(_rank) == [(n, r) for n in range(3) for r in (2 * n, 2 * n + 1)]
+        record = pool._runtime.log.state.nodes[1]
+        assert record.replacements == 1 and [w.state for w in record.workers] == ["ready", "ready"]
+    assert not any(provider.live.values())

@@ -28,6 +28,7 @@ from ...providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
 from ..events.log import EventLog, pool_log_path
 from ..events.types import NodeStateChanged, PoolStarted, PoolStopped
 from ..onnode.setup import WorkerSetup
+from ..output.progress import ProvisioningDisplay
 from ..output.router import OutputRouter
 from ..output.selection import OutputSpec
 from ..serialize import load_value, rebuild_exception, register_user_code
@@ -55,7 +56,7 @@ class PoolRuntime:
                  image: Image | None, output: OutputSpec, settings: Settings, name: str | None,
                  log_events: bool, accelerator: str | None = None, cpus: float | None = None,
                  memory_gb: float | None = None, allocation: str | None = None, spot: bool | None = None,
-                 concurrency: int = 1, replace_failed: bool = False) -> None:
+                 concurrency: int = 1, progress: bool = False, replace_failed: bool = False) -> None:
         self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
         self.provider = provider
         self.settings = settings
@@ -87,6 +88,7 @@ class PoolRuntime:
         self.nodes = [NodeActor(self.context, i) for i in range(nodes)]
         self.tg: Any = None
         self.open = False
+        self.progress = progress  # draw the provisioning display (output/progress.py) while starting
         self._ids = itertools.count(1)
         self._slots_changed = asyncio.Event()
         self._rr = 0
@@ -100,10 +102,18 @@ class PoolRuntime:
         self.loop = asyncio.get_running_loop()  # (asyncio's lookup makes a getpid() syscall per call)
         self.tg = anyio.create_task_group()
         await self.tg.__aenter__()
+        display = None
+        if self.progress:
+            display = ProvisioningDisplay(self.pool_id, len(self.nodes))
+            self.tg.start_soon(display.run, self.log.subscribe(replay=True))
         try:
             with anyio.fail_after(self.settings.start_timeout):
                 await self._start()
+            if display is not None:
+                await display.stop()
         except BaseException as exc:
+            if display is not None:
+                await display.stop()
             failure = _first_error(exc)  # a node's failure arrives wrapped in task groups
             error = f"{type(failure).__name__}: {failure}"
             await self.close(error)

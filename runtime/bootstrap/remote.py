@@ -17,7 +17,8 @@ Steps, each bounded and each failure a `ProvisionError` subclass naming the host
 
 A second pool with the same image on the same host finds both directories complete and skips 3–4
 (`bootstrap_node` returns "cached": the detail of the node's `ready` event).
-Progress per node is logged (logger `skyhive.bootstrap`) and, on a terminal, drawn with rich.
+Each step is logged (logger `skyhive.bootstrap`) and recorded as a `NodeProgress` event, which the pool's
+provisioning display (`runtime/output/progress.py`) shows on a terminal.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import secrets as _secrets
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +40,7 @@ import anyio
 from ...providers.accelerators import devices_from_smi, warn_missing
 from ...errors import BootstrapError, PythonMismatch, SetupFailed
 from ...providers.base import ProvisionError
+from ..events.types import NodeProgress
 from ..transport.ssh import NodeEnv, SSHTransport, register_secrets
 from .output import ScriptOutput
 from .wheels import runtime_wheels
@@ -76,60 +79,6 @@ def env_key(image: Image | None, python_mm: str, python_hint: str | None) -> str
         "includes": _includes_digest(tuple(image.includes)) if image is not None and image.includes else "",
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
-
-
-# ---- progress ----------------------------------------------------------------------------------------
-
-
-class _Progress:
-    """Per-node bootstrap progress: log lines always, a rich display on a terminal."""
-
-    _by_pool: dict[str, _Progress] = {}
-
-    def __init__(self, pool_id: str) -> None:
-        self.pool_id = pool_id
-        self.active = 0
-        self.live: Any = None
-        self.tasks: dict[int, Any] = {}
-        if sys.stderr.isatty():
-            try:
-                from rich.console import Console
-                from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-                # on stderr, the stream whose terminal decided to show it (stdout may be a pipe)
-                self.live = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                                     transient=False, console=Console(stderr=True))
-            except ImportError:  # rich is a dependency; without it, logging only
-                self.live = None
-
-    @classmethod
-    def for_pool(cls, pool_id: str) -> _Progress:
-        progress = cls._by_pool.get(pool_id)
-        if progress is None:
-            progress = cls._by_pool[pool_id] = cls(pool_id)
-        return progress
-
-    def begin(self, node: int, where: str) -> None:
-        self.active += 1
-        if self.live is not None:
-            if self.active == 1:
-                self.live.start()
-            self.tasks[node] = self.live.add_task(f"node {node} {where}: connecting", total=None)
-
-    def step(self, node: int, where: str, text: str) -> None:
-        log.info("node %d (%s): %s", node, where, text)
-        if self.live is not None and node in self.tasks:
-            self.live.update(self.tasks[node], description=f"node {node} {where}: {text}")
-
-    def end(self, node: int, where: str, text: str) -> None:
-        self.step(node, where, text)
-        if self.live is not None and node in self.tasks:
-            self.live.update(self.tasks[node], total=1, completed=1)
-        self.active -= 1
-        if self.active <= 0:
-            if self.live is not None:
-                self.live.stop()
-            self._by_pool.pop(self.pool_id, None)
 
 
 # ---- the steps ---------------------------------------------------------------------------------------
@@ -195,12 +144,15 @@ async def bootstrap_node(ctx: NodeContext, node: int, transport: Transport) -> s
     if not isinstance(transport, SSHTransport):
         raise ProvisionError(f"node {node}: no SSH bootstrap for {type(transport).__name__}", node=node)
     where, host = transport.where, transport.reach.host
-    progress = _Progress.for_pool(ctx.pool_id)
-    progress.begin(node, where)
+
+    def step(text: str) -> None:  # logged, and shown by the pool's provisioning display
+        log.info("node %d (%s): %s", node, where, text)
+        ctx.log.emit(NodeProgress, node=node, detail=text)
+
     started = time.monotonic()
     outcome = "failed"
     try:
-        outcome = await _bootstrap(ctx, node, transport, progress)
+        outcome = await _bootstrap(ctx, node, transport, step)
         return outcome
     except ProvisionError as exc:
         if exc.node is None:
@@ -210,7 +162,7 @@ async def bootstrap_node(ctx: NodeContext, node: int, transport: Transport) -> s
         outcome = f"failed: {str(exc).splitlines()[0]}"
         raise
     finally:
-        progress.end(node, where, f"{outcome} ({time.monotonic() - started:.2f} s)")
+        log.info("node %d (%s): %s (%.2f s)", node, where, outcome, time.monotonic() - started)
 
 
 async def _start_watchdog(transport: SSHTransport, *, python: str, rt_dir: str, state_dir: str) -> None:
@@ -225,17 +177,13 @@ async def _start_watchdog(transport: SSHTransport, *, python: str, rt_dir: str, 
                              f"{(result.stderr or result.stdout).strip()[-2000:]}", host=reach.host)
 
 
-async def _bootstrap(ctx: NodeContext, node: int, transport: SSHTransport, progress: _Progress) -> str:
+async def _bootstrap(ctx: NodeContext, node: int, transport: SSHTransport, step: Callable[[str], None]) -> str:
     where, host = transport.where, transport.reach.host
     image = ctx.image
     timeout = ctx.settings.start_timeout
     redact = ctx.log.redact
     if image is not None:
         register_secrets(image.secret_values())
-
-    def step(text: str) -> None:
-        progress.step(node, where, text)
-
     want = "%d.%d" % sys.version_info[:2]
     if image is not None and image.python and ".".join(image.python.split(".")[:2]) != want:
         raise PythonMismatch(
