@@ -290,3 +290,13 @@ async def test_simulated_a_node_of_several_processes_is_replaced_whole():
         record = pool._runtime.log.state.nodes[1]
         assert record.replacements == 1 and [w.state for w in record.workers] == ["ready", "ready"]
     assert not any(provider.live.values())
+
+
+async def test_simulated_calls_wait_for_a_replacement_longer_than_wait_for_worker():
+    """A fresh node takes as long as a pool's start: calls wait for it up to `start_timeout`, not only
+    `wait_for_worker` (here 0.2 s, while each node takes 1 s to run)."""
+    provider = sky.Simulated(die_at={1: 1}, nodes_latency=1.0)
+    async with sky.Pool(provider=provider, nodes=2, replace_failed=True, output=None, wait_for_worker=0.2) as pool:
+        with pytest.raises(sky.WorkerLost, match="node 1"):
+            await pool.broadcast(_node)
+        assert await pool.broadcast(_node) == [0, 1]  # waited ~1 s for node 1's replacement
