@@ -68,12 +68,13 @@ class Pool:
     `processes_per_node`, `output` (which nodes' output is printed here: "all", "head", a node
     index, a tuple of them, a predicate on `InstanceInfo`, or None), `name` (the pool id; default a
     random one), `log_events` (write the JSONL event log under the state directory), `worker`
-    (`sky.Worker(concurrency=N)`: N task slots per rank, see `concurrency`), `progress` (draw the
-    per-node provisioning display on stderr while the pool starts: None, the default, draws it only
-    when stderr is a terminal), `replace_failed` (True: a node whose worker is lost for good is
-    destroyed and a fresh one asked of the provider for the same index — SSH: a spare host listed
-    beyond `nodes`; see `runtime/actors/replace.py` and docs/replacement.md), and any `Settings`
-    field as a keyword (timeouts, heartbeats, restart limits).
+    (`sky.Worker(concurrency=N)`: N task slots per rank, see `concurrency`), `replace_failed`
+    (True: a node whose worker is lost for good is destroyed and a fresh one asked of the provider
+    for the same index — SSH: a spare host listed beyond `nodes`; see `runtime/actors/replace.py`
+    and docs/replacement.md), `progress` (draw the per-node provisioning display on stderr while the
+    pool starts: None, the default, draws it only when stderr is a terminal), and any `Settings`
+    field as a keyword (timeouts, heartbeats, restart
+    limits).
 
     What each node must have: `accelerator` (`"A100"`, `"A100:8"` or `sky.accelerators.A100()`),
     `vcpus` (or `cpus`), `memory_gb`, `allocation` (`"spot"`, `"on-demand"`, `"spot-if-available"`,
@@ -104,8 +105,8 @@ class Pool:
         allocation: str | None = None,
         worker: Worker | None = None,
         cpus: float | None = None,
-        progress: bool | None = None,
         replace_failed: bool = False,
+        progress: bool | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
@@ -169,8 +170,8 @@ class Pool:
             provider=self.provider, nodes=self.nodes, processes_per_node=self.processes_per_node,
             plugins=spec_plugins, image=image, output=self.output_spec, settings=self.settings,
             name=self.name, log_events=self.log_events, **self.resources,
-            concurrency=self.worker.concurrency, progress=wants_display(self.progress),
-            replace_failed=self.replace_failed,
+            concurrency=self.worker.concurrency, replace_failed=self.replace_failed,
+            progress=wants_display(self.progress),
         )
         await self._rt.start()
         try:

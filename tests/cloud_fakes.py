@@ -30,8 +30,9 @@ from skyhive.runtime.transport.registry import register_transport
 class LocalMappedAWS(AWS):
     """FAKE reach: a real AWS provider (moto) whose running nodes are reached as local workers.
 
-    `on_stage(stage)` is awaited at "launch" (before any instance exists), "launched" (instances
-    exist, not yet running), "running" (a node runs) and "terminate" (teardown began)."""
+    `on_stage(stage)` is awaited at "requested" (before `prepare`), "prepared" (key pair and security
+    group made, no instance), "launch" (before any instance exists), "launched" (instances exist, not
+    yet running), "running" (a node runs) and "terminate" (teardown began)."""
 
     def __init__(self, *args: Any, on_stage: Callable[[str], Any] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -42,6 +43,11 @@ class LocalMappedAWS(AWS):
         self.stages.append(stage)
         if self.on_stage is not None:
             await self.on_stage(stage)
+
+    async def prepare(self, spec: ClusterSpec) -> None:
+        await self._stage("requested")
+        await super().prepare(spec)
+        await self._stage("prepared")
 
     async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
         await self._stage("launch")

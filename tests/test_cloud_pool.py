@@ -52,7 +52,7 @@ async def test_exception_in_the_pool_leaves_nothing(moto_ec2):
     assert count_pool("p-exc") == {"instances": 0, "groups": 0, "keys": 0}
 
 
-@pytest.mark.parametrize("stage", ["launch", "launched", "running", "ready", "terminate"])
+@pytest.mark.parametrize("stage", ["requested", "prepared", "launch", "launched", "running", "ready", "terminate"])
 async def test_cancellation_at_each_stage_leaves_nothing(moto_ec2, stage):
     pool_id = f"p-cancel-{stage}"
     with anyio.CancelScope() as scope:

@@ -56,7 +56,7 @@ class PoolRuntime:
                  image: Image | None, output: OutputSpec, settings: Settings, name: str | None,
                  log_events: bool, accelerator: str | None = None, cpus: float | None = None,
                  memory_gb: float | None = None, allocation: str | None = None, spot: bool | None = None,
-                 concurrency: int = 1, progress: bool = False, replace_failed: bool = False) -> None:
+                 concurrency: int = 1, replace_failed: bool = False, progress: bool = False) -> None:
         self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
         self.provider = provider
         self.settings = settings
