@@ -97,3 +97,43 @@ async def test_no_spare_left_fails_the_node_naming_it(make_netns_hosts):
         host, node, _, _ = await pool.run(where)  # the pool goes on with the node it has
         assert (host, node) == (a.hostname, 0)
     assert not still_running(pool_processes("repl-ssh-nospare"), timeout=IDLE + 20)
+
+
+def test_down_after_a_killed_client_also_sweeps_the_spare_a_replacement_used(make_netns_hosts):
+    """`skyhive down` visits the hosts the pool used: the first `nodes`, plus one spare per replacement
+    recorded in its log."""
+    import asyncio
+    import json
+    import secrets
+    import time
+
+    from skyhive.runtime.events.state import fold
+    from skyhive.runtime.events.log import read_log
+    from skyhive.runtime.events.types import NodeReplaced, to_json
+    from tests.test_ssh_down import fake_log, kill_pool_processes, run_on, skyhive
+
+    first, spare = make_netns_hosts(2)  # each host its own login account: a sweep sees only its own
+    pool_id = f"lost-repl-{secrets.token_hex(3)}"
+    info = json.dumps({"pool_id": pool_id, "node": 0}, separators=(",", ":"))
+    # what the killed client's replacement left on the spare: a worker-like process of the pool
+    start = (f"{{ env COMPUTE_POOL='{info}' setsid sh -c 'exec sleep 600'; }} </dev/null >/dev/null 2>&1 & echo $!")
+    assert asyncio.run(run_on(spare, start)).exit_status == 0
+    try:
+        deadline = time.monotonic() + 10
+        while not (left := pool_processes(pool_id)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert left
+        config = {"provider": "ssh", "hosts": [f"{s.user}@{s.host}:{s.port}" for s in (first, spare)],
+                  "key": str(first.client_key), "known_hosts": str(ssh_for([first, spare]).known_hosts),
+                  "python": None, "connect_timeout": 5}
+        path = fake_log(pool_id, config, nodes=1)
+        state = fold(read_log(path))
+        with open(path, "a") as fh:
+            fh.write(to_json(NodeReplaced(pool_id=pool_id, seq=state.last_seq + 1, ts=time.time(), node=0,
+                                          replacement=1, old_provider_id=f"ssh:{config['hosts'][0]}")) + "\n")
+        cleaned = skyhive("down", pool_id)
+        assert cleaned.returncode == 0, cleaned.stderr
+        assert still_running(left) == set()
+        assert fold(read_log(path)).status == "stopped"
+    finally:
+        kill_pool_processes(pool_id)
