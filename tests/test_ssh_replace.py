@@ -137,3 +137,25 @@ def test_down_after_a_killed_client_also_sweeps_the_spare_a_replacement_used(mak
         assert fold(read_log(path)).status == "stopped"
     finally:
         kill_pool_processes(pool_id)
+
+
+async def test_a_dropped_connection_that_resumes_replaces_nothing(make_netns_hosts):
+    """Only a loss the link could not resume counts: sessions cut mid-task, sshd still up, the task goes on."""
+    import time as _time
+
+    def slow(n: int) -> int:
+        _time.sleep(1.5)
+        return n
+
+    hosts = make_netns_hosts(3)
+    async with sky.Pool(provider=provider(hosts), nodes=2, replace_failed=True, output=None) as pool:
+        rt = pool._runtime
+        pids = [p for _, _, p, _ in await pool.broadcast(where)]
+        async with anyio.create_task_group() as tg:
+            async def cut() -> None:
+                await anyio.sleep(0.5)
+                assert await anyio.to_thread.run_sync(hosts[1].kill_sessions)
+            tg.start_soon(cut)
+            assert await pool.broadcast(slow, 7, timeout=60) == [7, 7]
+        assert [p for _, _, p, _ in await pool.broadcast(where)] == pids  # the same workers
+        assert [n.replacements for n in rt.log.state.nodes] == [0, 0] and not rt.loss_policy.replacing()
