@@ -160,6 +160,7 @@ async def test_simulated_100_nodes_lost_nodes_are_replaced_and_the_pool_goes_on(
         assert await pool.broadcast(_node) == list(range(100))  # waited for the three replacements
         nodes = rt.log.state.nodes
         assert [i for i, n in enumerate(nodes) if n.replacements] == [3, 50, 99]
+        assert pool.statistics()["replacements"] == 3 and pool.statistics()["replacing"] == []
         assert all(n.replaced_ids == (f"sim-repl-sim-{n.node}",) and n.provider_id == f"sim-repl-sim-{n.node}.1"
                    for n in (nodes[3], nodes[50], nodes[99]))
         assert len(provider.live["repl-sim"]) == 100
@@ -269,7 +270,7 @@ async def test_simulated_closing_while_a_replacement_starts_leaves_nothing():
         with anyio.fail_after(30):
             while rt.log.state.nodes[2].replacements == 0:  # its replacement is waiting to run (1 s)
                 await anyio.sleep(0.01)
-        assert rt.loss_policy.replacing(2)
+        assert rt.loss_policy.replacing(2) and pool.statistics()["replacing"] == [2]
     assert not provider.live["repl-close"]
     state = EventLog.replay(pool_log_path("repl-close"))
     assert state.status == "stopped" and [n.state for n in state.nodes] == ["terminated"] * 4
