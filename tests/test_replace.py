@@ -29,6 +29,10 @@ def where() -> tuple[int, int, int]:
     return info.node, info.rank, os.getpid()
 
 
+def head_port() -> int:
+    return sky.instance_info().head_port
+
+
 def node_events(rt, node: int) -> list[tuple[str, str]]:
     """The lifecycle of `node` as recorded: ("state", name) and ("replaced", old provider id)."""
     out = []
@@ -60,6 +64,7 @@ async def test_local_killed_worker_is_replaced_and_a_broadcast_reaches_every_nod
         await wait_replaced(rt, 1)
         after = await pool.broadcast(where)
         assert [a[:2] for a in after] == [(0, 0), (1, 1), (2, 2)]  # same ranks, node 1 included
+        assert set(await pool.broadcast(head_port)) == {rt.infos[(0, 0)].head_port}  # one port, as before
         assert after[1][2] != old_pid and after[0][2] == before[0][2] and after[2][2] == before[2][2]
         assert not process_alive(old_pid)
         record = rt.log.state.nodes[1]

@@ -175,7 +175,8 @@ class PoolRuntime:
         spec = self.spec
         handles = [self.handles[i] for i in range(spec.nodes)]
         head = handles[0]
-        port = self.provider.head_port(spec)
+        # picked once: a node replaced later (`actors/replace.py`) keeps the pool's coordination port
+        port = next(iter(self.infos.values())).head_port if self.infos else self.provider.head_port(spec)
         peers = tuple(Peer(node=h.node, addr=h.private_addr, accelerators=h.accelerators) for h in handles)
         for h in handles:
             for rank in range(spec.processes_per_node):
