@@ -205,13 +205,15 @@ async def _run_script(transport: LocalTransport, spec: dict[str, Any], env: Mapp
         with anyio.fail_after(timeout):
             await read()
     except TimeoutError:
-        await asyncio.shield(_stop(proc))
+        with anyio.CancelScope(shield=True):  # (asyncio.shield would not hold under anyio's cancellation)
+            await _stop(proc)
         tail = "\n".join(out.lines[-30:])
         raise SetupFailed(f"node {node}: building the Image's environment here took longer than {timeout:g} s "
                           f"(Settings.build_timeout) and was stopped at step {out.step!r}; nothing half-built "
                           f"is kept. Last output:\n{tail}", node=node) from None
     except BaseException:
-        await asyncio.shield(_stop(proc))
+        with anyio.CancelScope(shield=True):  # (asyncio.shield would not hold under anyio's cancellation)
+            await _stop(proc)
         raise
     finally:
         if proc.stdin is not None:
