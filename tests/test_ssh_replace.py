@@ -159,3 +159,29 @@ async def test_a_dropped_connection_that_resumes_replaces_nothing(make_netns_hos
             assert await pool.broadcast(slow, 7, timeout=60) == [7, 7]
         assert [p for _, _, p, _ in await pool.broadcast(where)] == pids  # the same workers
         assert [n.replacements for n in rt.log.state.nodes] == [0, 0] and not rt.loss_policy.replacing()
+
+
+async def test_a_spare_that_cannot_be_reached_is_passed_over_for_the_next(make_netns_hosts):
+    """The first spare refuses connections: that replacement fails and is itself replaced by the next
+    spare, all recorded (two NodeReplaced for node 1)."""
+    from skyhive.runtime.events.types import NodeReplaced
+    from tests.infra.sshd import find_free_port
+
+    hosts = make_netns_hosts(3)
+    a, b, c = hosts
+    dead = f"{a.user}@127.0.0.1:{find_free_port()}"  # nothing listens there
+    base = provider(hosts)
+    spec = [f"{h.user}@{h.host}:{h.port}" for h in (a, b)] + [dead, f"{c.user}@{c.host}:{c.port}"]
+    ssh = sky.SSH(hosts=spec, key=base.key, known_hosts=base.known_hosts, connect_timeout=3,
+                  reconnect_timeout=4, idle_timeout=IDLE)
+    async with sky.Pool(provider=ssh, nodes=2, replace_failed=True, output=None) as pool:
+        rt = pool._runtime
+        await pool.broadcast(where)
+        vanish(b)
+        with anyio.fail_after(120):
+            while not (rt.log.state.nodes[1].replacements == 2 and rt.log.state.nodes[1].state == "ready"):
+                await anyio.sleep(0.1)
+        assert [(h, n) for h, n, _, _ in await pool.broadcast(where)] == [(a.hostname, 0), (c.hostname, 1)]
+        replaced = [e for e in rt.log.recent if isinstance(e, NodeReplaced)]
+        assert [e.old_provider_id for e in replaced] == [ssh_id(b), f"ssh:{dead}"]
+        assert "its replacement failed" in replaced[1].reason and "127.0.0.1" in replaced[1].reason
