@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ...providers.base import ClusterSpec, NodeHandle, Provider
     from ..events.log import EventLog
     from ..settings import Settings
+    from ..transport.shm import MemfdPool
     from .channel import WorkerChannel
     from .loss import LossPolicy
 
@@ -56,3 +57,5 @@ class NodeContext:
     #: worker processes per local rank (`sky.Worker(concurrency=N)`); the extra ones take tasks but
     #: no broadcast and no plugin setup
     concurrency: int = 1
+    #: the pool's reusable memfds for large arguments to workers on this machine (None: none kept)
+    memfds: MemfdPool | None = None
