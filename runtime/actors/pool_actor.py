@@ -234,13 +234,17 @@ class PoolRuntime:
         best = self.pick_nowait()
         if best is not None:
             return best
-        with anyio.move_on_after(self.settings.wait_for_worker):
+        began = anyio.current_time()
+        with anyio.CancelScope(deadline=began + self.settings.wait_for_worker) as scope:
             while True:
                 best = self.pick_nowait()
                 if best is not None:
                     return best
-                if not self.live_nodes() and not self.loss_policy.replacing():
-                    break
+                if not self.live_nodes():
+                    if not self.loss_policy.replacing():
+                        break
+                    # nothing else to run on: wait for the replacement as long as a pool's start
+                    scope.deadline = max(scope.deadline, began + self.settings.start_timeout)
                 await self._slots_changed.wait()
                 self._check_open()
         states = self.log.state.nodes
@@ -273,18 +277,18 @@ class PoolRuntime:
         channels = self._all_channels_nowait()
         if channels is not None:
             return channels
-        bound = self.settings.wait_for_worker
-        if self.loss_policy.replacing():  # a fresh node takes as long as a pool's start
-            bound = max(bound, self.settings.start_timeout)
-        with anyio.move_on_after(bound):
+        began = anyio.current_time()
+        with anyio.CancelScope(deadline=began + self.settings.wait_for_worker) as scope:
             while True:
+                if self.loss_policy.replacing():  # a fresh node takes as long as a pool's start
+                    scope.deadline = max(scope.deadline, began + self.settings.start_timeout)
                 await self._slots_changed.wait()
                 self._check_open()
                 channels = self._all_channels_nowait()
                 if channels is not None:
                     return channels
         raise WorkerLost(f"workers of pool {self.pool_id} did not come back within "
-                         f"{self.settings.wait_for_worker} s", node=-1)
+                         f"{scope.deadline - began:g} s", node=-1)
 
     # ---- calls -------------------------------------------------------------------------------------
 
