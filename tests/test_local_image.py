@@ -167,6 +167,8 @@ def progress_of(pool_id: str) -> list[str]:
 
 
 def test_local_builds_a_pinned_package_offline_by_default_and_reuses_it(offline_index, skyhive_home):
+    import os
+
     wheels, index = offline_index
     image = sky.Image(pip=["skyhive-probe-pkg==1.2.3"], find_links=[wheels], pip_indexes=[index])
     with sky.Pool(provider=sky.Local(), nodes=2, image=image) as pool:
@@ -178,6 +180,10 @@ def test_local_builds_a_pinned_package_offline_by_default_and_reuses_it(offline_
     # one build for both nodes: one "built", the other waited on the lock and found it "cached"
     assert sorted(d.rsplit(" ", 1)[-1] for d in details) == ["built", "cached"], details
     assert "building environment: pip" in steps and "building environment: venv" in steps, steps
+    # pip's own progress, per package, as sub-steps of "pip"
+    assert any(s.startswith("building environment: pip: ") and "skyhive_probe_pkg-1.2.3" in s for s in steps), steps
+    for part in ("local-envs", "local-envs/rt", "local-envs/envs"):  # private, like the whole state dir
+        assert oct(os.stat(os.path.join(skyhive_home, part)).st_mode & 0o777) == "0o700", part
     with sky.Pool(provider=sky.Local(), nodes=1, image=image) as pool:
         again = pool.broadcast(probe_version)
         assert pool.state.nodes[0].detail.endswith("cached")
@@ -240,3 +246,72 @@ async def test_a_cancelled_build_leaves_no_env_and_no_process(skyhive_home, tmp_
     envs = os.path.join(skyhive_home, "local-envs", "envs")
     assert [n for n in os.listdir(envs) if not n.endswith(".lock")] == []
     assert not [p for p in _processes() if f"touch {marker}" in p]
+
+
+@pytest.fixture
+def stalling_index(tmp_path):
+    """A simple index on 127.0.0.1 (made here, nothing else is contacted) offering skyhive-probe-pkg
+    1.2.3, whose wheel download sends its headers and then stalls until the test ends: a download
+    that never finishes, as a multi-gigabyte wheel on a slow link looks."""
+    import hashlib
+    import http.server
+    import threading
+
+    _wheel(tmp_path, "skyhive-probe-pkg", "1.2.3")
+    wheel = tmp_path / "skyhive_probe_pkg-1.2.3-py3-none-any.whl"
+    body, digest = wheel.read_bytes(), hashlib.sha256(wheel.read_bytes()).hexdigest()
+    release = threading.Event()
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            asked.append(self.path)
+            if self.path.rstrip("/") == "/simple/skyhive-probe-pkg":
+                page = f'<a href="/files/{wheel.name}#sha256={digest}">{wheel.name}</a>'.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+            elif self.path.startswith("/files/"):
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[:10])
+                self.wfile.flush()
+                release.wait(120)  # the rest never comes while the test runs
+            else:
+                self.send_error(404)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple", asked
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+@pytest.mark.slow
+def test_a_build_stuck_downloading_a_package_is_stopped_naming_that_package(stalling_index, skyhive_home):
+    import os
+
+    index, asked = stalling_index
+    image = sky.Image(pip=["skyhive-probe-pkg==1.2.3"], pip_indexes=[index])
+    # long enough for the venv step under load; the download itself never ends
+    with pytest.raises(sky.SetupFailed, match=r"longer than 60 s \(Settings.build_timeout\) and was stopped at "
+                                              r"step 'pip' \((collecting|downloading) [^)]*skyhive.probe.pkg"):
+        with sky.Pool(provider=sky.Local(), image=image, build_timeout=60):
+            pass  # pragma: no cover - never reached
+    assert any(path.startswith("/files/skyhive_probe_pkg-1.2.3") for path in asked), asked  # it was downloading
+    envs = os.path.join(skyhive_home, "local-envs", "envs")
+    assert [n for n in os.listdir(envs) if not n.endswith(".lock")] == []  # nothing half-built kept
+    assert not [p for p in _processes() if "pip" in p and index in p]  # and pip is not still running
