@@ -42,7 +42,8 @@ __all__ = [
 #: 3: `Item` (a generator task streams its items).
 #: 4: the content cache (see `cache`): `Hello.cache_bytes`, `Submit.buffer_keys`/`cached`, `Missing`;
 #:    buffers passed beside the connection: `Submit.shared`, `Result.shared`.
-PROTOCOL_VERSION = 4
+#: 5: `Hello.takeover` (a new client of a detached worker starts a new session).
+PROTOCOL_VERSION = 5
 
 #: `Output.stream` values.
 STDOUT = 1
@@ -72,6 +73,10 @@ class Hello(Message):
     resume_from: int = -1
     # the worker keeps up to this many bytes of large keyed buffers in its content cache (see `cache`)
     cache_bytes: int = 0
+    # only in the control Hello of a resumable link, with resume_from=0: a new client (another process
+    # attaching to a named pool's detached worker) takes the worker over; the worker drops what it
+    # kept for the previous client and starts a new session (a new handshake)
+    takeover: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -42,6 +42,7 @@ __all__ = [
     "ClusterSpec",
     "Reach",
     "LocalReach",
+    "DetachedLocalReach",
     "SSHReach",
     "NodeHandle",
     "RetryPolicy",
@@ -94,6 +95,19 @@ class LocalReach(Reach):
     # when this Python does not satisfy the pool's Image: build the Image's environment (cached by
     # content hash, as SSH nodes do) instead of refusing
     build_env: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DetachedLocalReach(LocalReach):
+    """The node is this machine, and its workers are detached daemons that outlive the client (a named
+    pool): each serves a Unix socket in `socket_dir` (0700). With `attach`, the workers already run
+    and the client takes them over; else they are started. `idle_timeout` (seconds; inf: never) ends
+    a worker that has had no client that long (the pool's autostop)."""
+
+    kind: ClassVar[str] = "local_detached"
+    socket_dir: str
+    attach: bool = False
+    idle_timeout: float = float("inf")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,9 +7,9 @@ import socket
 from collections.abc import Sequence
 
 from .accelerators import local_devices, warn_missing
-from .base import ClusterSpec, LocalReach, NodeHandle, Provider
+from .base import ClusterSpec, DetachedLocalReach, LocalReach, NodeHandle, Provider
 
-__all__ = ["Local"]
+__all__ = ["Local", "LocalCluster"]
 
 
 class Local(Provider):
@@ -62,3 +62,37 @@ class Local(Provider):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             return int(s.getsockname()[1])
+
+
+class LocalCluster(Local):
+    """Local nodes of a named pool: their workers are detached daemons (`runtime/worker/server.py`)
+    that outlive the client, each on a Unix socket in `socket_dir` (0700; no TCP port). With
+    `attach`, the workers already run and the client takes them over (`Pool.attach`). `idle_timeout`
+    seconds without a client end a worker (autostop; inf: never). `terminate` does nothing: the
+    client either detaches (the workers stay) or shuts them down (`Shutdown`) when the pool closes.
+    """
+
+    def __init__(self, *, socket_dir: str, attach: bool = False, idle_timeout: float = float("inf"),
+                 cwd: str | None = None, build_env: bool = False) -> None:
+        super().__init__(cwd=cwd, build_env=build_env)
+        self.socket_dir = socket_dir
+        self.attach = attach
+        self.idle_timeout = idle_timeout
+
+    def __repr__(self) -> str:
+        return f"LocalCluster(socket_dir={self.socket_dir!r}, attach={self.attach})"
+
+    def describe(self) -> dict[str, object]:
+        return {"provider": self.name}  # `skyhive down` rebuilds a plain Local: the workers are processes here
+
+    async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
+        """Handles whose reach is a `DetachedLocalReach` (declared in `Provider.launch`)."""
+        plain = await super().launch(spec, nodes)
+        return [
+            NodeHandle(node=h.node, provider_id=h.provider_id, private_addr=h.private_addr,
+                       reach=DetachedLocalReach(cwd=self.cwd or os.getcwd(), build_env=self.build_env,
+                                                socket_dir=self.socket_dir, attach=self.attach,
+                                                idle_timeout=self.idle_timeout),
+                       accelerators=h.accelerators, accelerator=h.accelerator)
+            for h in plain
+        ]

@@ -41,6 +41,7 @@ from .streams import ItemStream, ResultStream
 
 if TYPE_CHECKING:
     from ..plugins.image import Image
+    from .clusters.named import NamedPool
     from .blocking import BlockingPool
     from .compute import PendingCall
 
@@ -82,6 +83,11 @@ class Pool:
     (`AcceleratorWarning`) when a node lacks the accelerator. Raises `ValueError`/`TypeError` naming
     the argument for a bad value.
 
+    A named pool can outlive this client: with `keep=True` (and `name=`; Local nodes only for now)
+    leaving the block detaches and leaves the workers running, `Pool.attach(name)` takes them over
+    from another process, and `autostop=MINUTES` ends the workers once they have had no client that
+    long. See docs/clusters.md.
+
     `async with` starts the nodes (raises `ProvisionError` if they cannot be started, after
     destroying what was created) and, on exit — normal, by exception or by cancellation — drains the
     workers, runs plugin teardown and destroys the nodes; exit is shielded from cancellation and
@@ -107,6 +113,8 @@ class Pool:
         cpus: float | None = None,
         replace_failed: bool = False,
         progress: bool | None = None,
+        keep: bool = False,
+        autostop: float | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
@@ -145,6 +153,12 @@ class Pool:
             raise TypeError(f"Pool(worker=...) needs sky.Worker(concurrency=..., executor=...), got {type(worker).__name__}")
         self.worker = worker if worker is not None else Worker()
         check_plugins(self.worker, self.plugins)
+        self.keep = bool(keep)
+        self._named: NamedPool | None = None
+        if keep or autostop is not None:  # a named pool whose nodes outlive this client (runtime/clusters/)
+            from .clusters.named import keep_named
+
+            self.provider, self._named = keep_named(name, self.provider, keep=keep, autostop=autostop)
         self._rt: PoolRuntime | None = None
         self._blocking: BlockingPool | None = None
         self._client_hooks = contextlib.ExitStack()
@@ -155,11 +169,39 @@ class Pool:
         pid = f" {self._rt.pool_id}" if self._rt is not None else ""
         return f"<Pool{pid} {status} provider={self.provider!r} nodes={self.nodes} processes_per_node={self.processes_per_node}>"
 
+    @classmethod
+    def attach(cls, name: str, *, keep: bool = True, output: OutputSpec = "all", wait: float | None = 0.0,
+               image: Image | None = None, **settings: Any) -> Pool:
+        """The named pool `name` (kept by `Pool(name=..., keep=True)` or `skyhive launch -c`), to enter
+        from this process: `with sky.Pool.attach("train") as pool: pool.broadcast(fn)`.
+
+        Entering takes the workers over (the same processes, plugins already set up); leaving detaches
+        and leaves them running, or with `keep=False` shuts them down and forgets the pool. One client
+        at a time: `wait` seconds (None: for ever) for another one to leave. An `image`'s secrets are
+        redacted from this client's log (the workers keep the environment they were started with).
+        Raises `PoolNotFound` for an unknown name, `PoolGone` when its workers died, `PoolInUse` when
+        another client stays attached (all naming the pool).
+        """
+        from .clusters import record as records
+        from .clusters.named import NamedPool, attach_provider
+
+        rec = records.load(name)
+        pool = cls(provider=attach_provider(rec), nodes=rec.nodes, processes_per_node=rec.processes_per_node,
+                   output=output, name=name, image=image, **settings)
+        pool.keep = keep
+        pool._named = NamedPool(name, attach=True, keep=keep, lock_timeout=wait)
+        return pool
+
     # ---- lifetime ----------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Pool:
         if self._rt is not None:
             raise RuntimeError("a Pool can be entered once; make a new Pool for a new pool")
+        if self._named is None:
+            return await self._enter()
+        return await self._named.open(self, self._enter)
+
+    async def _enter(self) -> Pool:
         image = self.image
         spec_plugins = self.plugins
         if image is not None or spec_plugins:
@@ -173,6 +215,7 @@ class Pool:
             concurrency=self.worker.concurrency, replace_failed=self.replace_failed,
             progress=wants_display(self.progress),
         )
+        self._rt.detach_on_failure = self._named is not None and self._named.attach
         await self._rt.start()
         try:
             for plugin in spec_plugins:  # client-side hooks, for the pool's lifetime
@@ -198,10 +241,18 @@ class Pool:
             self._client_hooks.close()
         except Exception:  # noqa: BLE001 - a plugin's teardown must not keep the nodes running
             log.exception("a plugin's around_client teardown failed")
+        named = self._named
         try:
-            await rt.close(error)
+            if named is not None and self.keep:
+                await rt.detach()
+            else:
+                await rt.close(error)
         finally:
-            await rt._exit_tg()
+            try:
+                await rt._exit_tg()
+            finally:
+                if named is not None:
+                    named.leave(kept=self.keep)
 
     def __enter__(self) -> BlockingPool:
         from .blocking import BlockingPool

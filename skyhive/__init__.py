@@ -74,6 +74,8 @@ _EXPORTS: dict[str, str] = {
     "LaunchError": "skyhive.errors",
     "PoolNotFound": "skyhive.errors",
     "PoolInUse": "skyhive.errors",
+    "PoolExists": "skyhive.errors",
+    "PoolGone": "skyhive.errors",
     "WorkerRestarted": "skyhive.errors",
     "CoordinatorPortInUse": "skyhive.errors",
     "KerasBackendMismatch": "skyhive.errors",
@@ -126,6 +128,8 @@ if TYPE_CHECKING:
     from skyhive.errors import OutputStalled as OutputStalled
     from skyhive.errors import EventsStalled as EventsStalled
     from skyhive.errors import PoolClosed as PoolClosed
+    from skyhive.errors import PoolExists as PoolExists
+    from skyhive.errors import PoolGone as PoolGone
     from skyhive.errors import PoolInUse as PoolInUse
     from skyhive.errors import PoolNotFound as PoolNotFound
     from skyhive.errors import ProtocolError as ProtocolError

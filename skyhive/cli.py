@@ -5,6 +5,8 @@
     skyhive ls [-a] [--json]                 pools found in the event logs
     skyhive down POOL ... | --all [--force]  clean up pools whose client is gone
     skyhive logs POOL [--node N] [--follow]  the output the pool's tasks wrote
+    skyhive launch -c NAME TASK.yaml [-d] [-i MIN] [--down]   a named pool that stays up (docs/clusters.md)
+    skyhive exec NAME TASK.yaml [-d]  |  status  |  queue NAME  |  cancel NAME [JOB...]  |  logs NAME [JOB]
     skyhive events POOL [--follow]           the raw JSONL event log, for tools
     skyhive timeline POOL -o FILE.png|FILE.html
 
@@ -41,6 +43,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
     task = task_from_args(args)
     for warning in task.warnings:
         _err(f"warning: {warning}")
+    if not args.cluster and (args.detach_run or args.idle_minutes is not None or args.down):
+        _err("error: -d, -i and --down apply to a named pool: add -c NAME")
+        return 2
     plan = plan_launch(task)  # resources the provider cannot honour, or no machine that fits: an error here
     if args.dryrun:
         print("\n".join(plan.lines))
@@ -53,6 +58,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
         if not answer or answer.strip().lower() not in ("", "y", "yes"):
             _err("aborted: nothing was created")
             return 1
+    if args.cluster:  # a named pool (docs/clusters.md)
+        from skyhive.runtime.commands.clusters import launch_cluster
+
+        return launch_cluster(plan.task, args.cluster, detach_run=args.detach_run, idle_minutes=args.idle_minutes,
+                              down=args.down)
     return run_launch(plan.task, provider=plan.provider)
 
 
@@ -71,6 +81,65 @@ def cmd_show_gpus(args: argparse.Namespace) -> int:
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
     return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in (header, *rows)]
+
+
+# ---- named pools (docs/clusters.md) --------------------------------------------------------------------
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    from skyhive.runtime.commands.clusters import exec_task
+    from skyhive.runtime.commands.taskflags import task_from_args
+
+    return exec_task(task_from_args(args), args.name, detach_run=args.detach_run)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from skyhive.runtime.commands.clusters import print_status
+
+    return print_status()
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    from skyhive.runtime.commands.jobs import print_queue
+
+    return print_queue(args.name)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from skyhive.runtime.commands.jobs import cancel_jobs
+
+    return cancel_jobs(args.name, args.jobs, all_jobs=args.all)
+
+
+def _add_cluster_parsers(sub: argparse._SubParsersAction, launch: argparse.ArgumentParser) -> None:
+    """The named-pool flags of `launch` and the commands on named pools, in one place."""
+    from skyhive.runtime.commands.taskflags import add_task_flags
+
+    launch.add_argument("-c", "--cluster", metavar="NAME", help="a named pool: create it (or reuse it when it runs "
+                        "with the same shape), run the task there as a job, leave it up")
+    launch.add_argument("-d", "--detach-run", action="store_true", help="with -c: return once the job is queued")
+    launch.add_argument("-i", "--idle-minutes-to-autostop", dest="idle_minutes", type=float, metavar="MINUTES",
+                        help="with -c: stop the pool's workers after this many idle minutes")
+    launch.add_argument("--down", action="store_true", help="with -c: take the pool down when idle (autostop)")
+
+    p = sub.add_parser("exec", help="run a task's `run` on a named pool (no setup), as a queued job")
+    p.add_argument("name", metavar="NAME")
+    add_task_flags(p, launch=False)
+    p.add_argument("-d", "--detach-run", action="store_true", help="return once the job is queued")
+    p.set_defaults(func=cmd_exec)
+
+    p = sub.add_parser("status", help="named pools: nodes, resources, state, idle time, autostop")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("queue", help="the jobs of a named pool")
+    p.add_argument("name", metavar="NAME")
+    p.set_defaults(func=cmd_queue)
+
+    p = sub.add_parser("cancel", help="cancel jobs of a named pool (default: the running one)")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("jobs", nargs="*", type=int, metavar="JOB")
+    p.add_argument("-a", "--all", action="store_true", help="every job not finished")
+    p.set_defaults(func=cmd_cancel)
 
 
 # ---- pools -------------------------------------------------------------------------------------------
@@ -141,8 +210,18 @@ def cmd_down(args: argparse.Namespace) -> int:
     if args.all == bool(args.pools):
         _err("error: give pool ids, or --all")
         return 2
-    entries = scan() if args.all else [find(p) for p in args.pools]
     code = 0
+    if not args.all:  # named pools: their workers, agent and record
+        from skyhive.runtime.commands.clusters import down_cluster
+        from skyhive.runtime.commands.jobs import is_named
+
+        named = [p for p in args.pools if is_named(p)]
+        for name in named:
+            down_cluster(name)
+        args.pools = [p for p in args.pools if p not in named]
+        if not args.pools:
+            return 0
+    entries = scan() if args.all else [find(p) for p in args.pools]
     for entry in entries:
         try:
             report = down(entry, force=args.force)
@@ -203,7 +282,14 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    from skyhive.runtime.commands.jobs import is_named, job_logs
     from skyhive.runtime.events.types import OutputCapped, OutputChunk, PoolStopped, from_json
+
+    if is_named(args.pool) and (args.job is not None or _has_jobs(args.pool)):
+        return job_logs(args.pool, args.job, follow=args.follow)
+    if args.job is not None:
+        _err(f"error: {args.pool} is not a named pool: it has no jobs (`skyhive logs {args.pool}` shows its output)")
+        return 2
 
     partial: dict[tuple[int, int, str], str] = {}
     prefix = args.node is None
@@ -252,6 +338,12 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return _follow(args, show)
 
 
+def _has_jobs(name: str) -> bool:
+    from skyhive.runtime.clusters.jobs import list_jobs
+
+    return bool(list_jobs(name))
+
+
 def cmd_timeline(args: argparse.Namespace) -> int:
     from skyhive.runtime.commands.inventory import LogTail, find
     from skyhive.runtime.events.timeline import write
@@ -276,6 +368,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("launch", help="run a task file (SkyPilot-style YAML) on a new pool")
     add_task_flags(p)  # the task options SkyPilot users type (runtime/commands/taskflags.py)
     p.set_defaults(func=cmd_launch)
+    _add_cluster_parsers(sub, p)
 
     p = sub.add_parser("show-gpus", help="accelerators the clouds offer: count, instance type, hourly price")
     p.add_argument("accelerator", nargs="?", metavar="NAME[:COUNT]", help="only this accelerator (e.g. A100, A100:8)")
@@ -295,8 +388,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="also pools whose client still runs")
     p.set_defaults(func=cmd_down)
 
-    p = sub.add_parser("logs", help="the output a pool's tasks wrote")
+    p = sub.add_parser("logs", help="the output a pool's tasks wrote (a named pool: a job's log)")
     p.add_argument("pool", metavar="POOL")
+    p.add_argument("job", nargs="?", type=int, metavar="JOB", help="a named pool's job (default: the latest)")
     p.add_argument("--node", type=int, help="only this node's output (without prefixes)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the pool stops")
     p.set_defaults(func=cmd_logs)
@@ -335,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
-    except (SkyhiveError, OSError, ValueError, RuntimeError) as exc:
+    except (SkyhiveError, OSError, ValueError, RuntimeError, LookupError) as exc:
         _err(f"error: {exc}")
         return 1
     except KeyboardInterrupt:

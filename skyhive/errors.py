@@ -18,7 +18,7 @@
     ├── WorkerLost, TaskTimeout, RemoteError, SerializationError, PoolClosed    calls on a pool
     ├── OutputStalled, EventsStalled, NotOnNodeError
     ├── TaskFileError (LaunchError)    `skyhive launch`
-    ├── PoolNotFound, PoolInUse        `skyhive logs/down`
+    ├── PoolNotFound (PoolGone), PoolInUse, PoolExists    `skyhive logs/down`, named pools
     ├── WorkerRestarted, CoordinatorPortInUse, KerasBackendMismatch, HuggingFaceLoginError    plugins
     └── IllegalTransition              a lifecycle move the table forbids (a skyhive bug)
 
@@ -43,6 +43,7 @@ __all__ = [
     "BootstrapError", "PythonMismatch", "SetupFailed", "SlurmError", "SlurmUnreachable", "ProviderNotAvailable", "CloudAPIError",
     "WorkerLost", "TaskTimeout", "RemoteError", "SerializationError", "PoolClosed",
     "OutputStalled", "EventsStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
+    "PoolExists", "PoolGone",
     "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
     "IllegalTransition",
 ]
@@ -189,7 +190,16 @@ class PoolNotFound(SkyhiveError):
 
 
 class PoolInUse(SkyhiveError):
-    """`down` was asked to clean a pool whose client still runs (pass force to do it anyway)."""
+    """`down` was asked to clean a pool whose client still runs (pass force to do it anyway); or a
+    named pool is attached by another client."""
+
+
+class PoolExists(SkyhiveError):
+    """A named pool by that name already runs (attach to it, or take it down first)."""
+
+
+class PoolGone(PoolNotFound):
+    """A named pool's workers are no longer running (`skyhive down NAME` cleans up)."""
 
 
 # ---- plugins ---------------------------------------------------------------------------------------

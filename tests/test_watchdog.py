@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from skyhive.runtime.worker.watchdog import established, main
+from skyhive.runtime.worker.watchdog import connected_unix, established, main
 
 
 def free_port() -> int:
@@ -32,6 +32,22 @@ def test_established_counts_connections_to_the_port():
         client.close()
         conn.close()
         assert established(port) == 0
+
+
+def test_connected_unix_counts_connections_to_the_sockets_of_a_directory(tmp_path):
+    path = str(tmp_path / "w.sock")
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(path)
+        server.listen()
+        assert connected_unix(str(tmp_path)) == 0  # a listener is not a client
+        client = socket.socket(socket.AF_UNIX)
+        client.connect(path)
+        conn, _ = server.accept()
+        assert connected_unix(str(tmp_path)) == 1  # the accepted side carries the socket's path
+        assert connected_unix(str(tmp_path / "other")) == 0
+        client.close()
+        conn.close()
+        assert connected_unix(str(tmp_path)) == 0
 
 
 def test_bad_arguments_are_refused(tmp_path, capsys):

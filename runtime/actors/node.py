@@ -100,6 +100,7 @@ class NodeActor:
         self.processes: list[WorkerProcess | None] = [None] * total
         self.starts = [0] * total  # worker processes started per index (restarts = starts - 1)
         self.stopping = False
+        self.detaching = False  # leaving a kept pool: the workers stay
         self.failure: BaseException | None = None  # why the node was given up (raised from by callers)
 
     def __repr__(self) -> str:
@@ -304,6 +305,9 @@ class NodeActor:
                 proc.kill()
                 break
             channel.ping()
+        if self.detaching:  # the client left a kept pool: the worker goes on without us
+            self.ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="detached", pid=channel.pid)
+            return None
         # the pipe is closed: collect the exit status (a moment) and tell the callers
         with anyio.move_on_after(1.0, shield=True):
             await proc.wait()
@@ -357,6 +361,20 @@ class NodeActor:
                 channel = self.channels[rank]
                 if channel is not None and channel.calls:
                     channel.fail_all("the pool closed")
+        if self.transport is not None:
+            await self.transport.close()
+
+    async def detach(self) -> None:
+        """Leave the node's workers running (a kept pool): close the links, not the workers. Calls
+        still in flight fail with `WorkerLost`."""
+        self.stopping = True
+        self.detaching = True
+        for proc in self.processes:
+            if proc is not None:
+                proc.detach()
+        for channel in self.channels:
+            if channel is not None and channel.calls:
+                channel.fail_all("the client detached from the pool")
         if self.transport is not None:
             await self.transport.close()
 

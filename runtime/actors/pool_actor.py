@@ -26,7 +26,7 @@ from ...protocol.info import InstanceInfo, Peer
 from ...protocol.messages import Result
 from ...providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
 from ..events.log import EventLog, pool_log_path
-from ..events.types import NodeStateChanged, PoolStarted, PoolStopped
+from ..events.types import NodeStateChanged, PoolDetached, PoolStarted, PoolStopped
 from ..onnode.setup import WorkerSetup
 from ..output.progress import ProvisioningDisplay
 from ..output.router import OutputRouter
@@ -86,6 +86,7 @@ class PoolRuntime:
             concurrency=concurrency, loss_policy=self.loss_policy,
         )
         self.nodes = [NodeActor(self.context, i) for i in range(nodes)]
+        self.detach_on_failure = False  # set for a client attaching to a named pool (`Pool.attach`)
         self.tg: Any = None
         self.open = False
         self.progress = progress  # draw the provisioning display (output/progress.py) while starting
@@ -116,7 +117,10 @@ class PoolRuntime:
                 await display.stop()
             failure = _first_error(exc)  # a node's failure arrives wrapped in task groups
             error = f"{type(failure).__name__}: {failure}"
-            await self.close(error)
+            if self.detach_on_failure:  # taking over a named pool failed: its workers stay as they were
+                await self.detach()
+            else:
+                await self.close(error)
             await self._exit_tg()
             if isinstance(failure, TimeoutError):
                 raise ProvisionError(
@@ -420,9 +424,28 @@ class PoolRuntime:
 
     # ---- close -------------------------------------------------------------------------------------
 
+    async def detach(self) -> None:
+        """Leave a kept pool: close the links to its workers and leave them running (`PoolDetached`).
+        Shielded from cancellation, bounded in time. Only nodes whose workers are detached daemons
+        can (`LocalCluster`)."""
+        if self.log.state.status in ("stopped", "detached"):
+            return
+        self.open = False
+        self.slots_changed()
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(self.settings.stop_timeout + 10):
+                async with anyio.create_task_group() as tg:
+                    for node in self.nodes:
+                        tg.start_soon(node.detach)
+            self.log.emit(PoolDetached, pid=os.getpid())
+            self.router.close()
+            self.log.close()
+            if self.tg is not None:
+                self.tg.cancel_scope.cancel()
+
     async def close(self, error: str = "") -> None:
         """Drain and tear down: shielded from cancellation, bounded in time. Idempotent."""
-        if self.log.state.status == "stopped":
+        if self.log.state.status in ("stopped", "detached"):
             return
         self.open = False
         self.slots_changed()

@@ -206,16 +206,14 @@ async def _run_script(transport: LocalTransport, spec: dict[str, Any], env: Mapp
         with anyio.fail_after(timeout):
             await read()
     except TimeoutError:
-        with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):  # (asyncio.shield would not hold under anyio's cancellation)
             await _stop(proc)
         tail = "\n".join(out.lines[-30:])
         raise SetupFailed(f"node {node}: building the Image's environment here took longer than {timeout:g} s "
                           f"(Settings.build_timeout) and was stopped at step {out.at}; nothing half-built "
                           f"is kept. Last output:\n{tail}", node=node) from None
     except BaseException:
-        # shielded by anyio, not asyncio.shield: a cancelled scope re-cancels every await in it, so an
-        # asyncio.shield returns at once and leaves the script running past the pool's exit
-        with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):  # (asyncio.shield would not hold under anyio's cancellation)
             await _stop(proc)
         raise
     finally:

@@ -101,6 +101,8 @@ class PoolEntry:
             return "stopped"
         if self.started is None:
             return "empty"
+        if self.state.status == "detached":  # a named pool between clients (`skyhive status`)
+            return "kept (named pool)"
         return {"alive": "running", "gone": "client gone", "remote": f"running on {self.state.host}"}[self.client]
 
     @property
@@ -264,7 +266,7 @@ class DownReport:
     warning: str = ""  # with force: what could not be done (the pool was recorded stopped anyway)
 
 
-def down(pool: PoolEntry, *, force: bool = False) -> DownReport:
+def down(pool: PoolEntry, *, force: bool = False, why: str = "") -> DownReport:
     """Clean up `pool`: kill what its log says still runs, destroy what its provider owns, record it stopped.
 
     Raises `PoolInUse` if its client still runs (unless `force`), `ProvisionError` if its provider
@@ -298,7 +300,7 @@ def down(pool: PoolEntry, *, force: bool = False) -> DownReport:
             _kill(leftovers)
             killed = len(leftovers)
             shutil.rmtree(state_dir() / "work" / pool.pool_id, ignore_errors=True)
-        _append_closing(lock, pool, why=_why(pool))
+        _append_closing(lock, pool, why=why or _why(pool))
     return DownReport(pool.pool_id, killed, destroyed, warning=warning)
 
 

@@ -1,13 +1,9 @@
 """`skyhive launch`: run a task file's `setup` and `run` on a pool, SkyPilot style.
 
-One pool per launch, torn down at the end. On every node (one worker each): what the task's resources
-ask is checked (machines that exist already). Then once per *machine* (nodes on one machine share its
-files and Python environment: Local nodes) the workdir is unpacked into a directory of its own, the
-`file_mounts` are copied and `setup` runs there; then `run` on every node, in its machine's directory.
-Setup and run are bash scripts run by a skyhive function (`nodecmd.run_script`), so their output
-streams back live through the pool, each line prefixed with its node. The first node whose script exits non-zero decides the exit code; the other
-nodes' scripts are then stopped (as SkyPilot does: a distributed job with a dead member would hang).
-SIGINT/SIGTERM stop every node's script and tear the pool down (exit 130/143).
+One pool per launch, torn down at the end. The steps on the nodes (resources checked, workdir and file
+mounts once per machine, setup once per machine, run on every node; the first failing node stops the
+others) are `steps.run_steps`, which a named pool's job agent runs too. SIGINT/SIGTERM stop every
+node's script and tear the pool down (exit 130/143).
 """
 
 from __future__ import annotations
@@ -23,8 +19,6 @@ import tarfile
 import time
 import uuid
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TextIO
 
 import anyio
@@ -34,30 +28,18 @@ from ...errors import LaunchError
 from ...providers.accelerators import AcceleratorWarning
 from ...providers.base import ClusterSpec, Provider
 from ...providers.local import Local
-from ..actors.channel import WorkerChannel
-from ..actors.pool_actor import PoolRuntime
-from ..onnode import nodecmd, nodeprep
+from ..onnode import nodecmd
 from .plan import plan_launch
 from .resources import cluster_spec, node_requirements
+from .steps import NodeExit, TaskSteps, pack_mounts, run_steps
 from .taskfile import Task
 
 __all__ = ["NodeExit", "LaunchError", "launch", "run_launch", "pack_workdir", "WORKDIR_LIMIT", "plan_spec",
-           "cluster_info"]
+           "cluster_info", "task_steps"]
 
 #: The largest workdir archive shipped to the nodes (compressed); past it, list what to skip in .skyignore.
 WORKDIR_LIMIT = 256 << 20
 _ALWAYS_SKIP = (".git", "__pycache__", "*.pyc")
-
-
-@dataclass(frozen=True, slots=True)
-class NodeExit:
-    """A node whose step ("workdir", "setup", "run") did not succeed: its exit code, and why if it did
-    not simply exit."""
-
-    node: int
-    phase: str
-    code: int
-    detail: str = ""
 
 
 def pack_workdir(path: str, *, limit: int = WORKDIR_LIMIT) -> bytes:
@@ -103,6 +85,15 @@ def plan_spec(task: Task, provider: Provider | None = None) -> ClusterSpec:
     return cluster_spec(task, provider if provider is not None else plan_launch(task).provider)
 
 
+def task_steps(task: Task, provider: Provider, *, work_id: str, task_id: str, setup: bool = True) -> TaskSteps:
+    """What runs on the nodes for `task` (packed here: a workdir too large or a mount that does not
+    exist fails before anything is created). `setup=False` leaves setup out (`skyhive exec`)."""
+    return TaskSteps(work_id=work_id, task_id=task_id, setup=task.setup if setup else None, run=task.run,
+                     archive=pack_workdir(task.workdir) if task.workdir else None,
+                     mounts=pack_mounts(task, pack_workdir), requirements=node_requirements(task, provider),
+                     cluster_info=cluster_info(work_id, task, provider))
+
+
 def cluster_info(pool_id: str, task: Task, provider: Provider) -> str:
     """SKYPILOT_CLUSTER_INFO: a JSON object with the cluster's name, cloud, region and zone."""
     described = provider.describe()
@@ -130,13 +121,10 @@ class _Launch:
 
         task = self.task
         env, secrets = task.env(), task.secret_env()
-        archive = pack_workdir(task.workdir) if task.workdir else None
-        mounts = [(m.target, m.source, pack_workdir(m.source), os.path.isdir(m.source)) for m in task.file_mounts]
         image = Image(env=env, secrets=secrets) if env or secrets else None
         spec = cluster_spec(task, self.provider)
         allocation = None if spec.spot is None else ("spot" if spec.spot else "on-demand")
-        requirements = node_requirements(task, self.provider)
-        info = cluster_info(self.pool_id, task, self.provider)
+        steps = task_steps(task, self.provider, work_id=self.pool_id, task_id=self.task_id)
         failed: NodeExit | None = None
         self.say(f"launching {task.name or 'task'} on {task.num_nodes} {self.provider.name} node"
                  f"{'s' if task.num_nodes != 1 else ''} as pool {self.pool_id}")
@@ -150,30 +138,7 @@ class _Launch:
                 async with Pool(provider=self.provider, nodes=task.num_nodes, name=self.pool_id, output="all",
                                 image=image, accelerator=spec.accelerator, cpus=spec.cpus, memory_gb=spec.memory_gb,
                                 allocation=allocation) as pool:
-                    rt: PoolRuntime = pool._runtime
-                    channels = await rt.all_channels()
-                    dirs: list[Any] = []
-                    failed, keys = await self.everywhere(rt, channels, "machine", nodeprep.machine_key)
-                    if failed is None and requirements:
-                        failed, _ = await self.everywhere(rt, channels, "resources", nodeprep.require, requirements)
-                    # one node per machine unpacks the workdir, copies the file mounts and runs setup: the
-                    # nodes on that machine share them (what setup made in the workdir is there for all)
-                    firsts = {key: i for i, key in reversed(list(enumerate(keys)))}
-                    leaders = sorted(firsts.values())
-                    if failed is None:
-                        failed, made = await self.everywhere(rt, [channels[i] for i in leaders], "workdir",
-                                                             nodecmd.prepare, self.pool_id, archive)
-                        by_leader = dict(zip(leaders, made))
-                        dirs = [by_leader[firsts[key]] for key in keys]
-                    if failed is None and mounts:
-                        failed, _ = await self.everywhere(rt, [channels[i] for i in leaders], "file_mounts",
-                                                          nodeprep.install_mounts, mounts)
-                    for phase, on in (("setup", leaders), ("run", list(range(len(channels))))):
-                        script = getattr(task, phase)
-                        if failed is None and script:
-                            failed, _ = await self.everywhere(rt, [channels[i] for i in on], phase,
-                                                              nodecmd.run_script, script, self.task_id, phase, info,
-                                                              per_node=[dirs[i] for i in on])
+                    failed = await run_steps(pool._runtime, steps)
                     if failed is not None:
                         self.report(failed)
                     if not isinstance(self.provider, Local):
@@ -194,33 +159,6 @@ class _Launch:
         why = failed.detail or f"exit code {failed.code}"
         others = " (the other nodes' commands were stopped)" if self.task.num_nodes > 1 else ""
         self.say(f"{failed.phase} failed on node {failed.node}: {why}{others}")
-
-    async def everywhere(self, rt: PoolRuntime, channels: list[WorkerChannel], phase: str,
-                         fn: Callable[..., Any], *args: Any,
-                         per_node: list[Any] | None = None) -> tuple[NodeExit | None, list[Any]]:
-        """Run `fn` on every node at once; the first failure (non-zero int or exception) stops the rest."""
-        results: list[Any] = [None] * len(channels)
-        first: list[NodeExit] = []
-
-        async def one(i: int, channel: WorkerChannel, scope: CancelScope) -> None:
-            call_args = (per_node[i], *args) if per_node is not None else args
-            try:
-                value = await rt.call_on(channel, fn, call_args, {}, fn_name=phase)
-            except Exception as exc:
-                failure = NodeExit(channel.node, phase, 1, f"{type(exc).__name__}: {exc}")
-            else:
-                results[i] = value
-                if not (isinstance(value, int) and value != 0):
-                    return
-                failure = NodeExit(channel.node, phase, value)
-            if not first:
-                first.append(failure)
-                scope.cancel()
-
-        async with anyio.create_task_group() as tg:
-            for i, channel in enumerate(channels):
-                tg.start_soon(one, i, channel, tg.cancel_scope)
-        return (first[0] if first else None), results
 
 
 async def launch(task: Task, *, provider: Provider | None = None, err: TextIO | None = None) -> int:

@@ -25,6 +25,7 @@ from .types import (
     NodeStateChanged,
     OutputCapped,
     OutputChunk,
+    PoolDetached,
     PoolStarted,
     PoolStopped,
     WorkerStateChanged,
@@ -44,7 +45,7 @@ MEMORY_EVENTS = 10_000
 #: Characters of output events waiting to be written after which the file is written at once.
 WRITE_CHARS = 4 * 1024 * 1024
 # Events after which the file is flushed at once (so a crashed client's pool can be found and cleaned).
-_FLUSH_NOW = (PoolStarted, PoolStopped, NodeStateChanged, WorkerStateChanged, NodeReplaced)
+_FLUSH_NOW = (PoolStarted, PoolStopped, PoolDetached, NodeStateChanged, WorkerStateChanged, NodeReplaced)
 
 
 def pool_log_path(pool_id: str) -> Path:
@@ -68,6 +69,23 @@ def read_log(path: str | os.PathLike[str]) -> Iterator[Event]:
             except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
                 raise ValueError(f"{os.fspath(path)}:{number}: not an event ({type(exc).__name__}: {exc})") from exc
             yield event
+
+
+def _next_seq(path: Path) -> int:
+    """The sequence number after the last whole event in `path` (0 for a new or empty file)."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - (1 << 20)))
+            tail = fh.read()
+    except FileNotFoundError:
+        return 0
+    for raw in reversed(tail.split(b"\n")[:-1]):  # the part after the last newline is torn or empty
+        try:
+            return int(json.loads(raw)["seq"]) + 1
+        except (ValueError, KeyError, TypeError):
+            continue
+    return 0
 
 
 class EventLog:
@@ -96,6 +114,7 @@ class EventLog:
                 private_dir("pools")
             else:
                 path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._seq = _next_seq(path)  # a named pool's log goes on across the clients that attach to it
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             self._file = os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 16)
 

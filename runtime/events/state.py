@@ -20,6 +20,7 @@ from .types import (
     OutputChunk,
     PoolStarted,
     PoolStopped,
+    PoolDetached,
     TaskFinished,
     TaskStarted,
     TaskSubmitted,
@@ -55,7 +56,7 @@ class NodeRecord:
 class PoolState:
     pool_id: str = ""
     provider: str = ""
-    status: str = "new"  # new -> running -> stopped
+    status: str = "new"  # new -> running -> stopped (a kept pool: running <-> detached)
     started: float = 0.0
     stopped: float = 0.0
     error: str = ""
@@ -131,6 +132,8 @@ def apply(state: PoolState, ev: Event) -> PoolState:
         )
     if isinstance(ev, PoolStopped):
         return replace(state, status="stopped", stopped=ev.ts, error=ev.error)
+    if isinstance(ev, PoolDetached):  # a kept pool: running, without a client
+        return replace(state, status="detached")
     raise TypeError(f"no reducer for event type {type(ev).__name__}")
 
 

@@ -17,6 +17,7 @@ __all__ = [
     "OutputCapped",
     "PoolStarted",
     "PoolStopped",
+    "PoolDetached",
     "NodeStateChanged",
     "NodeProgress",
     "WorkerStateChanged",
@@ -63,6 +64,15 @@ class PoolStopped(Event):
 
     kind: ClassVar[str] = "pool_stopped"
     error: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolDetached(Event):
+    """The client left a kept (named) pool: its nodes and workers go on running, and another client
+    may attach (which logs a new `PoolStarted` with its own pid)."""
+
+    kind: ClassVar[str] = "pool_detached"
+    pid: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,7 +187,7 @@ class OutputCapped(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
-        PoolStarted, PoolStopped, NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced,
+        PoolStarted, PoolStopped, PoolDetached, NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced,
         TaskSubmitted, TaskStarted, TaskFinished, OutputChunk, OutputCapped,
     )
 }

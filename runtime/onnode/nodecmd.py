@@ -77,9 +77,11 @@ def node_env(task_id: str, *, phase: str, cluster_info: str = "") -> dict[str, s
     return env
 
 
-def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: str = "") -> int:
-    """Run `script` with bash in `cwd`; its exit code (128+N if killed by signal N)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"),
+def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: str = "",
+               task_env: dict[str, str] | None = None) -> int:
+    """Run `script` with bash in `cwd`; its exit code (128+N if killed by signal N). `task_env` is the
+    task's own variables for this script only (a named pool's job: its workers outlive the job)."""
+    env = {**os.environ, **(task_env or {}), "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"),
            **node_env(task_id, phase=phase, cluster_info=cluster_info)}
     # the node's Python environment comes first: `python`, `pip`, `torchrun` are the ones skyhive runs with
     bindir = os.path.dirname(sys.executable)

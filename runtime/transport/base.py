@@ -77,6 +77,11 @@ class WorkerProcess(abc.ABC):
     def close_transport(self) -> None:
         """Release the pipe's OS resources once the worker has exited. Default: nothing to release."""
 
+    def detach(self) -> None:
+        """Close our link and leave the worker running (a named pool kept after its client leaves).
+        Only detached workers can; the default raises `NotImplementedError`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot outlive its client")
+
 
 @dataclass(frozen=True, slots=True)
 class CommandResult:

@@ -98,8 +98,9 @@ class ResumableLink:
     fd_socket = None  # a remote worker: no shared memory
 
     def __init__(self, receiver: Receiver, opener: StreamOpener, *, label: str, reconnect_timeout: float,
-                 skyhive_version: str = "", python_version: str = "") -> None:
+                 skyhive_version: str = "", python_version: str = "", takeover: bool = False) -> None:
         self.receiver = receiver
+        self._takeover = takeover  # the first stream takes a detached worker over (see `Hello.takeover`)
         self.label = label
         self.reconnect_timeout = reconnect_timeout
         self.inbox = Inbox(DEFAULT_MAX_FRAME)
@@ -118,6 +119,7 @@ class ResumableLink:
         self._paused_reading = False
         self._writable = asyncio.Event()
         self._closing = False  # closed by us
+        self._attaching = False
         self._goodbye = False
         self._resumed: asyncio.Future[Resume] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -145,9 +147,11 @@ class ResumableLink:
         self._resumed = loop.create_future()
         if self._paused_reading:
             chan.pause_reading()
+        self._attaching = True  # until the handshake is over, a closed stream is the attach's to report
         asked = self.inbox.received  # replayed frames may follow the Resume in the same packet
         hello = Hello(protocol_version=PROTOCOL_VERSION, python_version=self._versions[1],
-                      skyhive_version=self._versions[0], max_frame=DEFAULT_MAX_FRAME, resume_from=asked)
+                      skyhive_version=self._versions[0], max_frame=DEFAULT_MAX_FRAME, resume_from=asked,
+                      takeover=self._takeover)
         try:
             chan.write(encode_control(hello))
             resume = await asyncio.wait_for(asyncio.shield(self._resumed), HANDSHAKE_TIMEOUT)
@@ -159,8 +163,11 @@ class ResumableLink:
                 self._chan, self._session = None, None
             chan.close()
             raise
+        finally:
+            self._attaching = False
         if pieces:
             _send(chan, pieces)
+        self._takeover = False  # later streams resume this session
         self._live = True
         self._update_writable()
 
@@ -170,10 +177,11 @@ class ResumableLink:
         self._chan, self._session = None, None
         self._live = False
         self._update_writable()
-        if self._resumed is not None and not self._resumed.done():
-            self._resumed.set_exception(ConnectionError(f"stream closed during the handshake: {exc}"))
-            self._resumed.exception()
-            return  # the attach in progress reports it
+        if self._attaching:  # the attach in progress reports it (a refusal may have come first)
+            if self._resumed is not None and not self._resumed.done():
+                self._resumed.set_exception(ConnectionError(f"stream closed during the handshake: {exc}"))
+                self._resumed.exception()
+            return
         if self._goodbye or self._closing:
             self._finish()
         elif self._task is None and not self.finished.is_set():

@@ -454,6 +454,8 @@ class Worker:
         from ..onnode.context import instance_info
 
         self._apply_env(setup.env)
+        if self.setup_info is not None:  # a detached worker taken over by a new client: set up already
+            return
         info = instance_info()
         self.setup_info = info
         for plugin in setup.plugins:

@@ -32,8 +32,9 @@ import socket
 import stat
 import sys
 import time
-from typing import TextIO
 
+from ..onnode.daemonize import daemonize as _daemonize
+from ..onnode.daemonize import emit as _emit
 from .leave import leave
 
 __all__ = ["main", "prepare_socket"]
@@ -80,41 +81,6 @@ def prepare_socket(path: str) -> socket.socket:
     os.chmod(path, 0o600)
     sock.listen(8)
     return sock
-
-
-def _daemonize(log_path: str) -> tuple[int, int]:
-    """Fork into the background. Returns (write end of the ready pipe, 0) in the child; the parent
-    prints what the child reports and exits."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid:
-        os.close(w)
-        chunks = []
-        while chunk := os.read(r, 4096):
-            chunks.append(chunk)
-        report = b"".join(chunks).decode(errors="replace").strip()
-        os.waitpid(pid, os.WNOHANG)
-        if report.startswith("{"):
-            _emit(sys.stdout, report)
-            os._exit(0)
-        _emit(sys.stderr, report or f"the worker server exited before it was ready (see {log_path})")
-        os._exit(1)
-    os.close(r)
-    os.setsid()
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    logfd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(logfd, 1)
-    os.dup2(logfd, 2)
-    os.close(logfd)
-    return w, 0
-
-
-def _emit(stream: TextIO, line: str) -> None:
-    """The one line this command answers with (JSON on stdout, read by the SSH transport), or why not."""
-    stream.write(line + "\n")
-    stream.flush()
 
 
 def main(argv: list[str] | None = None) -> int:

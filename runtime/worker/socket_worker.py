@@ -18,7 +18,9 @@ from typing import Any
 
 
 from ...protocol import (
+    Connection,
     Hello,
+    Role,
     Message,
     ProtocolError,
     Result,
@@ -211,7 +213,7 @@ class SocketWorker(Worker):
         self._serving = threading.get_ident()
         try:
             now = time.monotonic()
-            if self.sock is None:
+            if self.sock is None and math.isfinite(self.idle_timeout):
                 left = self.away_since + self.idle_timeout - now
                 if left <= 0:
                     log.warning("no client for %g s: exiting", self.idle_timeout)
@@ -336,6 +338,8 @@ class SocketWorker(Worker):
             return False
         sock = self.sock
         assert sock is not None
+        if hello.takeover and not self._take_over():
+            return False
         error = ""
         with self.write_lock:
             try:
@@ -360,6 +364,31 @@ class SocketWorker(Worker):
         if error:
             self._refuse(error)
             return False
+        return True
+
+    def _take_over(self) -> bool:
+        """A new client (another process attaching to a named pool) takes this worker over: what was
+        kept for the previous client is dropped and a new session starts (a new handshake; the content
+        cache starts empty, as the new client's mirror of it does). The plugins' `around_app` stays
+        entered. A worker still busy with the previous client's tasks cancels them and refuses this
+        connection ("busy"): the client tries again, and the next attempt finds the worker idle."""
+        if None in self.pending:
+            self._refuse("the worker is shutting down")
+            return False
+        if self.current is not None or self.pending:
+            dropped = len(self.pending)
+            self.pending.clear()
+            if self.current is not None:
+                self.cancel(self.current)
+            log.warning("a new client takes over: cancelling the previous client's task (%d queued dropped)", dropped)
+            self._refuse("busy: cancelling the previous client's task; try again")
+            return False
+        with self.write_lock:
+            self.conn = Connection(Role.WORKER)
+            self.outbox = Outbox()
+            self.inbox = Inbox(DEFAULT_MAX_FRAME)
+            self.sessions = 0
+        log.warning("a new client takes this worker over")
         return True
 
     def _send_ack(self) -> None:

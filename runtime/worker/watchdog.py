@@ -2,7 +2,8 @@
 
     python -m skyhive.runtime.worker.watchdog --idle SECONDS --command 'sudo shutdown -h now' --state-dir DIR
 
-Started detached by bootstrap on nodes whose reach asks for it (`SSHReach.idle_shutdown`). Every
+Started detached by bootstrap on nodes whose reach asks for it (`SSHReach.idle_shutdown`), and by a
+named pool with autostop on this machine (`--unix-dir`: its workers' socket directory). Every
 `--interval` seconds it counts the ESTABLISHED TCP connections to the node's local port `--port` (22)
 in ``/proc/net/tcp`` and ``/proc/net/tcp6``. The client holds one SSH connection per node for the whole
 life of its pool, so a connected client keeps the node however long a job runs; when the client is gone
@@ -29,6 +30,8 @@ import time
 
 #: TCP state "established" in /proc/net/tcp
 _ESTABLISHED = "01"
+#: socket state SS_CONNECTED in /proc/net/unix (a listener is 01, SS_UNCONNECTED)
+_CONNECTED = "03"
 
 
 def _say(stream, text: str) -> None:
@@ -53,14 +56,35 @@ def established(port: int) -> int:
     return count
 
 
-def watch(idle: float, command: str, port: int, interval: float) -> int:
-    """Loop until no connection was seen for `idle` seconds; then run `command`; its exit status."""
+def connected_unix(directory: str) -> int:
+    """How many connected Unix stream sockets are bound to a path in `directory` (in
+    ``/proc/net/unix`` an accepted connection carries its listener's path; the listener is not
+    connected)."""
+    prefix = directory.rstrip("/") + "/"
+    count = 0
+    try:
+        with open("/proc/net/unix") as fh:
+            lines = fh.read().splitlines()[1:]
+    except OSError:
+        return 0
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 8 and fields[5] == _CONNECTED and fields[7].startswith(prefix):
+            count += 1
+    return count
+
+
+def watch(idle: float, command: str, port: int, interval: float, unix_dir: str | None = None) -> int:
+    """Loop until no connection was seen for `idle` seconds; then run `command`; its exit status.
+    A connection is one to the TCP `port`, or with `unix_dir` one to a Unix socket in that directory
+    (a named pool's detached workers on this machine: a client is attached, or a job runs)."""
     last_seen = time.monotonic()
+    where = f"socket in {unix_dir}" if unix_dir else f"port {port}"
     while True:
-        if established(port):
+        if connected_unix(unix_dir) if unix_dir else established(port):
             last_seen = time.monotonic()
         elif time.monotonic() - last_seen >= idle:
-            _say(sys.stdout, f"watchdog: no client on port {port} for {idle:g} s: running {command!r}")
+            _say(sys.stdout, f"watchdog: no client on {where} for {idle:g} s: running {command!r}")
             return subprocess.call(["/bin/sh", "-c", command])
         time.sleep(interval)
 
@@ -70,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle", type=float, required=True, help="seconds without a client before shutting down")
     ap.add_argument("--command", default="sudo shutdown -h now", help="what shuts the node down")
     ap.add_argument("--port", type=int, default=22, help="the SSH port whose connections mean 'a client'")
+    ap.add_argument("--unix-dir", help="count connections to the Unix sockets in this directory instead")
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between checks")
     ap.add_argument("--state-dir", required=True, help="holds the lock, the pid and the log (0700)")
     args = ap.parse_args(argv)
@@ -87,14 +112,14 @@ def main(argv: list[str] | None = None) -> int:
         pid = os.read(fd, 64).decode().strip()
         _say(sys.stdout, json.dumps({"pid": int(pid) if pid.isdigit() else None, "already": True}))
         return 0
-    from .server import _daemonize
+    from ..onnode.daemonize import daemonize as _daemonize
 
     ready_fd, _ = _daemonize(os.path.join(args.state_dir, f"{name}.log"))  # the lock fd is inherited
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     os.write(ready_fd, json.dumps({"pid": os.getpid()}).encode())
     os.close(ready_fd)
-    return watch(args.idle, args.command, args.port, args.interval)
+    return watch(args.idle, args.command, args.port, args.interval, args.unix_dir)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,217 @@
+"""The queue agent of a named pool: runs its jobs one after another, whoever submitted them.
+
+    python -m skyhive.runtime.clusters.agent NAME
+
+`skyhive launch -c` and `skyhive exec` only queue a job (`jobs.submit`) and make sure an agent runs
+(`ensure_agent`); with `-d` they return at once, else they follow the job's log. The agent is a
+small detached process of this machine (its own session, no terminal, its diagnostics in the pool's
+`agent.log`): one per pool (it holds `agent.lock`), alive only while jobs wait. For each job it
+attaches to the pool (`Pool.attach`: the same workers, takeover of their sockets, the pool's lock —
+so a Python client attached meanwhile makes it wait its turn), ships the workdir, runs `setup` (if
+any) then `run` on every node, writes what the nodes print to the job's log, and detaches. A
+`skyhive cancel` of the running job cancels its tasks (the nodes' commands get SIGTERM, then
+SIGKILL) and the next job starts. When the queue is empty the agent leaves; the workers' idle clock
+(autostop) starts then.
+
+Leaving is race-free: the agent releases its lock and looks at the queue once more; a job queued
+after that look finds the lock free and starts a new agent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import logging
+import os
+import pickle
+import subprocess
+import sys
+import time
+from typing import IO, Any
+
+import anyio
+
+from ..commands.steps import run_steps
+from . import jobs as jobq
+from . import record as records
+
+log = logging.getLogger("skyhive.clusters.agent")
+
+__all__ = ["ensure_agent", "agent_pid", "run_job", "main"]
+
+_POLL = 0.3  # seconds between looks for a cancel request
+
+
+def _lock_path(name: str) -> str:
+    return str(records.cluster_dir(name, create=True) / "agent.lock")
+
+
+def agent_pid(name: str) -> int | None:
+    """The pid of the pool's running agent, or None."""
+    fd = os.open(_lock_path(name), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode().strip()
+            return int(text) if text.isdigit() else -1
+        return None
+    finally:
+        os.close(fd)
+
+
+def ensure_agent(name: str) -> None:
+    """Start the pool's agent unless one runs (it exits once it has nothing to do)."""
+    if agent_pid(name) is not None:
+        return
+    out = subprocess.run([sys.executable, "-m", "skyhive.runtime.clusters.agent", name], stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise RuntimeError(f"pool {name!r}: the job agent did not start: {(out.stderr or out.stdout).strip()[-2000:]}")
+
+
+class _JobLog:
+    """The job's log file: what the nodes wrote, "[node N] " before each line when there are several."""
+
+    def __init__(self, fh: IO[str], prefix: bool) -> None:
+        self.fh = fh
+        self.prefix = prefix
+        self.at_start: dict[tuple[int, int, str], bool] = {}
+
+    def write(self, node: int, rank: int, stream: str, text: str) -> None:
+        if self.prefix:
+            key = (node, rank, stream)
+            lines = text.splitlines(keepends=True)
+            parts = []
+            for line in lines:
+                if self.at_start.get(key, True):
+                    parts.append(f"[node {node}] ")
+                parts.append(line)
+                self.at_start[key] = line.endswith("\n")
+            text = "".join(parts)
+        self.fh.write(text)
+        self.fh.flush()
+
+    def note(self, text: str) -> None:
+        self.fh.write(f"[skyhive] {text}\n")
+        self.fh.flush()
+
+
+async def run_job(name: str, job: jobq.Job) -> jobq.Job:
+    """Run `job` on pool `name`; the job as it ended (SUCCEEDED, FAILED or CANCELLED)."""
+    from ...plugins.image import Image
+    from ..pool import Pool
+
+    # the secrets only to redact them from what this client logs; the scripts get the job's variables
+    # with each call (`run_steps`), so nothing of one job stays in the workers for the next
+    image = Image(secrets=job.secrets) if job.secrets else None
+    code, detail, cancelled = 1, "", False
+    with open(jobq.log_path(name, job.id), "a", encoding="utf-8") as fh:
+        out = _JobLog(fh, prefix=False)
+        try:
+            pool = Pool.attach(name, image=image, output=None, wait=None)
+            async with anyio.create_task_group() as copier:
+                async with pool:
+                    rt = pool._runtime
+                    out.prefix = len(rt.nodes) > 1
+                    copier.start_soon(_copy_output, pool.output(), out)
+                    with anyio.CancelScope() as scope:
+                        async with anyio.create_task_group() as tg:
+                            tg.start_soon(_watch_cancel, name, job.id, scope)
+                            code, detail = await _run(rt, name, job)
+                            tg.cancel_scope.cancel()
+                    cancelled = scope.cancelled_caught
+                # leaving detached the pool: the output stream ends after what it holds
+        except Exception as exc:  # noqa: BLE001 - the job fails; the agent goes on with the next
+            while isinstance(exc, ExceptionGroup):
+                exc = exc.exceptions[0]
+            code, detail = 1, f"{type(exc).__name__}: {exc}"
+        if cancelled:
+            state, detail = jobq.CANCELLED, "cancelled while running"
+        else:
+            state = jobq.SUCCEEDED if code == 0 else jobq.FAILED
+        out.note(f"job {job.id} {state.lower()}" + (f": {detail}" if detail else f" (exit code {code})"))
+    return dataclasses.replace(job, state=state, ended=time.time(), exit_code=None if cancelled else code,
+                               detail=detail, secrets={})
+
+
+async def _run(rt: Any, name: str, job: jobq.Job) -> tuple[int, str]:
+    """The job's steps on every node: (0, "") or (exit code, what failed where)."""
+    steps = pickle.loads(jobq.steps_path(name, job.id).read_bytes())  # noqa: S301 - our own 0600 file
+    failed = await run_steps(rt, steps, task_env={**job.env, **job.secrets})
+    if failed is None:
+        return 0, ""
+    return failed.code or 1, f"{failed.phase} failed on node {failed.node}: {failed.detail or f'exit code {failed.code}'}"
+
+
+async def _copy_output(stream: Any, out: _JobLog) -> None:
+    async with stream:
+        async for rec in stream:
+            out.write(rec.node, rec.local_rank, rec.stream, rec.text)
+
+
+async def _watch_cancel(name: str, job_id: int, scope: anyio.CancelScope) -> None:
+    while not jobq.cancel_requested(name, job_id):
+        await anyio.sleep(_POLL)
+    scope.cancel()
+
+
+def _claim(name: str) -> jobq.Job | None:
+    """The next PENDING job, now RUNNING (under the queue lock: a cancel cannot race it)."""
+    with jobq.queue_lock(name):
+        job = jobq.next_pending(name)
+        if job is None:
+            return None
+        job = dataclasses.replace(job, state=jobq.RUNNING, started=time.time(), agent_pid=os.getpid())
+        jobq.save_job(name, job)
+        return job
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        sys.stderr.write("usage: python -m skyhive.runtime.clusters.agent NAME\n")
+        return 2
+    name = records.check_name(args[0])
+    fd = os.open(_lock_path(name), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        sys.stdout.write(json.dumps({"already": True}) + "\n")
+        return 0
+    from ..onnode.daemonize import daemonize
+
+    ready_fd, _ = daemonize(str(records.cluster_dir(name) / "agent.log"))  # the lock is inherited
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    os.write(ready_fd, json.dumps({"pid": os.getpid()}).encode())
+    os.close(ready_fd)
+    logging.basicConfig(level=logging.WARNING, format=f"skyhive-agent[{os.getpid()}] %(asctime)s %(message)s")
+    while True:
+        job = _claim(name)
+        if job is None:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)  # leave, then look once more: a job queued now finds no agent
+            if jobq.next_pending(name) is None:
+                return 0
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return 0  # another agent took over
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            continue
+        log.warning("pool %s: job %d (%s) starts", name, job.id, job.name)
+        try:
+            ended = anyio.run(run_job, name, job)
+        except BaseException as exc:  # noqa: BLE001 - recorded; the queue goes on
+            ended = dataclasses.replace(job, state=jobq.FAILED, ended=time.time(), exit_code=1,
+                                        detail=f"{type(exc).__name__}: {exc}", secrets={})
+        jobq.save_job(name, ended)
+        for leftover in (jobq.steps_path(name, job.id), jobq.log_path(name, job.id).with_suffix(".cancel")):
+            leftover.unlink(missing_ok=True)
+        log.warning("pool %s: job %d %s", name, job.id, ended.state)
+
+
+if __name__ == "__main__":
+    os._exit(main())

@@ -1,0 +1,162 @@
+"""A named pool's job queue, kept as files in the pool's directory (see `record`).
+
+    jobs/<id>.json     `Job`: what to run and how it went (0600; the job's secret values are dropped
+                       from it once the job ends)
+    jobs/<id>.steps    what runs on the nodes (`commands.steps.TaskSteps`, pickled: the scripts and
+                       the packed workdir and file mounts; written and read by this user only)
+    jobs/<id>.log      what the job's nodes wrote ("[node N] " before each line when N > 1)
+    jobs/<id>.cancel   present once `skyhive cancel` asked for the job to stop
+
+Jobs run one at a time, in id order, by the pool's agent (`agent.py`); a job is only ever rewritten
+by the agent (and by `cancel` while it is still PENDING, under the queue lock), so readers need no
+lock. Ids count from 1 per pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...paths import private_dir
+from . import record as records
+
+__all__ = ["Job", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "FINISHED", "jobs_dir", "submit",
+           "load_job", "save_job", "list_jobs", "next_pending", "request_cancel", "cancel_requested", "log_path",
+           "steps_path", "queue_lock"]
+
+PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED = "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"
+FINISHED = (SUCCEEDED, FAILED, CANCELLED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """One job of a named pool (`with_setup`: `launch -c` runs the task's setup first; `exec` does
+    not). Times are `time.time()`; `exit_code` is the first failing node's. `env` and `secrets` reach
+    the workers as the pool's Image for this job (secret values redacted from its log)."""
+
+    id: int
+    name: str
+    state: str = PENDING
+    submitted: float = 0.0
+    started: float | None = None
+    ended: float | None = None
+    exit_code: int | None = None
+    detail: str = ""
+    with_setup: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)
+    agent_pid: int = 0
+
+    def __repr__(self) -> str:  # never the secret values
+        return f"<Job {self.id} {self.name!r} {self.state}>"
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds it ran (so far, while it runs)."""
+        if self.started is None:
+            return None
+        return (self.ended or time.time()) - self.started
+
+
+def jobs_dir(name: str) -> Path:
+    records.cluster_dir(name, create=True)
+    return private_dir("clusters", name, "jobs")
+
+
+def _path(name: str, job_id: int, suffix: str) -> Path:
+    return jobs_dir(name) / f"{job_id}{suffix}"
+
+
+def log_path(name: str, job_id: int) -> Path:
+    return _path(name, job_id, ".log")
+
+
+def steps_path(name: str, job_id: int) -> Path:
+    return _path(name, job_id, ".steps")
+
+
+@contextlib.contextmanager
+def queue_lock(name: str) -> Iterator[None]:
+    """The queue's lock: held while ids are handed out and while a PENDING job is changed."""
+    fd = os.open(jobs_dir(name) / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def save_job(name: str, job: Job) -> None:
+    _write_private(_path(name, job.id, ".json"), json.dumps(dataclasses.asdict(job), sort_keys=True).encode())
+
+
+def load_job(name: str, job_id: int) -> Job:
+    """Job `job_id` of pool `name`; `LookupError` naming both if there is none."""
+    path = _path(name, job_id, ".json")
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LookupError(f"pool {name!r} has no job {job_id} (`skyhive queue {name}` lists its jobs)") from None
+    return Job(**data)
+
+
+def list_jobs(name: str) -> list[Job]:
+    """Every job of pool `name`, by id."""
+    ids = sorted(int(p.stem) for p in jobs_dir(name).glob("*.json") if p.stem.isdigit())
+    out = []
+    for job_id in ids:
+        with contextlib.suppress(LookupError, ValueError, TypeError):
+            out.append(load_job(name, job_id))
+    return out
+
+
+def submit(name: str, *, job_name: str, steps: bytes, with_setup: bool, env: dict[str, str],
+           secrets: dict[str, str]) -> Job:
+    """Queue a job (`steps`: its pickled `TaskSteps`); it runs after the jobs before it. Returns it."""
+    with queue_lock(name):
+        ids = [int(p.stem) for p in jobs_dir(name).glob("*.json") if p.stem.isdigit()]
+        job = Job(id=max(ids, default=0) + 1, name=job_name, submitted=time.time(), with_setup=with_setup,
+                  env=dict(env), secrets=dict(secrets))
+        _write_private(steps_path(name, job.id), steps)
+        save_job(name, job)
+    return job
+
+
+def next_pending(name: str) -> Job | None:
+    """The PENDING job with the lowest id, or None."""
+    return next((j for j in list_jobs(name) if j.state == PENDING), None)
+
+
+def request_cancel(name: str, job_id: int) -> Job:
+    """Ask for job `job_id` to stop: a PENDING job is CANCELLED at once; a RUNNING one is stopped by
+    the agent (its nodes' commands get SIGTERM, then SIGKILL). Returns the job as it is now."""
+    with queue_lock(name):
+        job = load_job(name, job_id)
+        if job.state == PENDING:
+            job = dataclasses.replace(job, state=CANCELLED, ended=time.time(), detail="cancelled before it started",
+                                      secrets={})
+            save_job(name, job)
+            return job
+    if job.state == RUNNING:
+        _write_private(_path(name, job_id, ".cancel"), b"")
+    return job
+
+
+def cancel_requested(name: str, job_id: int) -> bool:
+    return _path(name, job_id, ".cancel").exists()

@@ -1,0 +1,190 @@
+"""What a `Pool` does differently when it is named and kept (`Pool(name=..., keep=True)`) or attached
+(`Pool.attach(name)`): one attached client at a time (the record's lock), the record written once
+the workers run, and on leaving either detach (the workers stay) or tear down and forget the record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import shlex
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from ...errors import PoolExists, PoolGone
+from ...providers.base import Provider
+from ...providers.local import Local, LocalCluster
+from ..transport.local_detached import server_pid, socket_path
+from . import record as records
+from .record import ClusterRecord, WorkerEntry
+
+if TYPE_CHECKING:
+    from ..actors.pool_actor import PoolRuntime
+    from ..pool import Pool
+
+log = logging.getLogger("skyhive.clusters")
+
+__all__ = ["NamedPool", "keep_named", "kept_provider", "start_watchdog", "attach_provider", "live_workers", "dead_workers", "AUTOSTOP_UNIT_ENV",
+           "minute"]
+
+#: Seconds in an autostop "minute" (tests shorten it; the default is 60).
+AUTOSTOP_UNIT_ENV = "SKYHIVE_AUTOSTOP_MINUTE"
+
+
+def minute() -> float:
+    """How many seconds `-i 1` means (60 unless `SKYHIVE_AUTOSTOP_MINUTE` says otherwise, for tests)."""
+    try:
+        return float(os.environ.get(AUTOSTOP_UNIT_ENV, "60"))
+    except ValueError:
+        raise ValueError(f"{AUTOSTOP_UNIT_ENV}={os.environ[AUTOSTOP_UNIT_ENV]!r} is not a number of seconds") from None
+
+
+def kept_provider(name: str, provider: Provider) -> LocalCluster:
+    """The provider of a new kept pool: `provider`'s Local nodes as detached workers.
+
+    Raises `ValueError` for a provider whose nodes cannot outlive the client yet, and `PoolExists`
+    when a pool by that name still runs."""
+    records.check_name(name)
+    if type(provider) is not Local:
+        raise ValueError(f"Pool(name={name!r}, keep=True): only Local pools can be kept after the client leaves "
+                         f"yet, not {provider.name!r}")
+    try:
+        old = records.load(name)
+    except Exception:  # noqa: BLE001 - no record (or an unreadable one): a new pool
+        old = None
+    if old is not None:
+        if live_workers(old):
+            raise PoolExists(f"pool {name!r} already runs ({len(old.workers)} workers): attach to it with "
+                             f"sky.Pool.attach({name!r}), or `skyhive down {name}` first")
+        records.remove(name)  # what is left of a pool whose workers all died
+    # the workers never leave by themselves: autostop is the pool's watchdog (`start_watchdog`)
+    return LocalCluster(socket_dir=records.socket_dir(name), cwd=provider.cwd, build_env=provider.build_env)
+
+
+def attach_provider(rec: ClusterRecord) -> LocalCluster:
+    """The provider that takes the workers of `rec` over. Raises `PoolGone` naming the pool and the
+    workers that died."""
+    dead = dead_workers(rec)
+    if dead:
+        which = ", ".join(f"node {w.node} worker {w.rank} (pid {w.pid})" for w in dead)
+        raise PoolGone(f"pool {rec.name!r}: its workers died ({which}); `skyhive down {rec.name}` cleans up, "
+                       f"`skyhive launch -c {rec.name} TASK.yaml` starts it again")
+    return LocalCluster(socket_dir=rec.socket_dir, attach=True, cwd=rec.cwd)
+
+
+def live_workers(rec: ClusterRecord) -> list[WorkerEntry]:
+    """The record's workers that still listen on their sockets, as the same processes."""
+    return [w for w in rec.workers if server_pid(w.socket) == w.pid]
+
+
+def dead_workers(rec: ClusterRecord) -> list[WorkerEntry]:
+    live = {(w.node, w.rank) for w in live_workers(rec)}
+    return [w for w in rec.workers if (w.node, w.rank) not in live] if rec.workers else []
+
+
+def keep_named(name: str | None, provider: Provider, *, keep: bool, autostop: float | None) -> tuple[LocalCluster, NamedPool]:
+    """`Pool(name=..., keep=True, autostop=...)`: the provider of the new kept pool and its named half.
+    Raises `ValueError` naming the argument, `PoolExists` when a pool by that name runs."""
+    if not keep:
+        raise ValueError("Pool(autostop=...) applies to a kept pool: pass keep=True and a name")
+    if not name:
+        raise ValueError("Pool(keep=True) needs a name= to find the pool again (Pool.attach(name))")
+    if autostop is not None and not autostop > 0:
+        raise ValueError(f"Pool(autostop={autostop!r}): need a positive number of minutes, or None")
+    kept = kept_provider(name, provider)
+    return kept, NamedPool(name, attach=False, keep=True, autostop_minutes=autostop)
+
+
+class NamedPool:
+    """The named-pool half of one `Pool`: entered around the pool's start, left around its close."""
+
+    def __init__(self, name: str, *, attach: bool, keep: bool, spec: dict[str, Any] | None = None,
+                 autostop_minutes: float | None = None, autostop_down: bool = False, who: str = "",
+                 lock_timeout: float | None = 0.0) -> None:
+        self.name = name
+        self.attach = attach
+        self.keep = keep
+        self.spec = dict(spec or {})
+        self.autostop_minutes = autostop_minutes
+        self.autostop_down = autostop_down
+        self.who = who
+        self.lock_timeout = lock_timeout
+        self._stack = contextlib.ExitStack()
+
+    def __repr__(self) -> str:
+        return f"<NamedPool {self.name} {'attached' if self.attach else 'new'} keep={self.keep}>"
+
+    def enter(self) -> None:
+        """Take the pool's lock (raises `PoolInUse` naming the holder when another client has it)."""
+        self._stack.enter_context(records.attach_lock(self.name, timeout=self.lock_timeout, who=self.who))
+
+    async def open(self, pool: Pool, enter: Callable[[], Awaitable[Pool]]) -> Pool:
+        """Enter `pool` (`enter` starts it) as this named pool: lock, (re)check the workers when
+        attaching, start, write the record. A pool that fails to start is forgotten unless attached."""
+        self.enter()
+        try:
+            if self.attach:  # workers may have died since Pool.attach() looked
+                pool.provider = attach_provider(records.load(self.name))
+            await enter()
+            assert pool._rt is not None and isinstance(pool.provider, LocalCluster)
+            self.started(pool._rt, pool.provider, pool.processes_per_node)
+        except BaseException:
+            self.leave(kept=self.attach)
+            raise
+        return pool
+
+    def started(self, rt: PoolRuntime, provider: LocalCluster, processes_per_node: int) -> None:
+        """The workers run: write the record (a new pool) or check it still says the same (attached)."""
+        workers = []
+        for node in rt.nodes:
+            for rank, proc in enumerate(node.processes):
+                if proc is not None:
+                    path = socket_path(provider.socket_dir, node.index, rank)
+                    workers.append(WorkerEntry(node=node.index, rank=rank, pid=proc.pid, socket=path))
+        if self.attach:
+            old = records.load(self.name)
+            rec = ClusterRecord(**{**_fields(old), "workers": tuple(workers)})
+        else:
+            rec = ClusterRecord(name=self.name, provider="local", nodes=len(rt.nodes),
+                                processes_per_node=processes_per_node, cwd=provider.cwd or os.getcwd(),
+                                socket_dir=provider.socket_dir, created=time.time(), workers=tuple(workers),
+                                spec=self.spec, autostop_minutes=self.autostop_minutes,
+                                autostop_down=self.autostop_down)
+        if not self.attach and self.autostop_minutes is not None:
+            rec = dataclasses.replace(rec, watchdog_pid=start_watchdog(rec))
+        records.save(rec)
+
+    def leave(self, *, kept: bool) -> None:
+        """Release the lock; a pool not kept is forgotten (its record removed)."""
+        try:
+            if not kept:
+                records.remove(self.name)
+        finally:
+            self._stack.close()
+
+
+def start_watchdog(rec: ClusterRecord) -> int:
+    """Start the pool's autostop watchdog (`runtime/worker/watchdog.py`, watching the connections to
+    the workers' sockets); its pid. It runs `clusters.autostop NAME` after `autostop_minutes` idle."""
+    assert rec.autostop_minutes is not None
+    idle = rec.autostop_minutes * minute()
+    command = f"{shlex.quote(sys.executable)} -m skyhive.runtime.clusters.autostop {shlex.quote(rec.name)}"
+    argv = [sys.executable, "-m", "skyhive.runtime.worker.watchdog", "--idle", f"{idle:g}", "--unix-dir",
+            rec.socket_dir, "--interval", f"{max(0.2, min(5.0, idle / 4)):g}",
+            "--state-dir", str(records.cluster_dir(rec.name)), "--command", command]
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    try:
+        return int(json.loads(done.stdout.strip().splitlines()[-1])["pid"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise RuntimeError(f"pool {rec.name!r}: the autostop watchdog did not start: "
+                           f"{(done.stderr or done.stdout).strip()[-2000:]}") from None
+
+
+def _fields(rec: ClusterRecord) -> dict[str, Any]:
+    return {name: getattr(rec, name) for name in rec.__dataclass_fields__}

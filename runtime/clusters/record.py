@@ -1,0 +1,176 @@
+"""A named pool's record: what a later process needs to find its nodes again.
+
+    <state dir>/clusters/<name>/          0700
+        record.json                       0600: `ClusterRecord` (name, provider, shape, workers, autostop)
+        attach.lock                       held (flock) by the one client attached to the pool
+        jobs/<id>.json, jobs/<id>.log     the job queue (see `jobs.py`)
+        agent.lock, agent.log              the queue agent (the lock holds its pid while it runs)
+        watchdog-<host>.lock/.log          the autostop watchdog
+    sockets: <record dir>/sock/ (0700), or /tmp/skyhive-<uid>/<name>-<hash>/ when that path is too long
+             for a Unix socket
+
+The event log stays where every pool's is (`pools/<name>.jsonl`): the record says where the nodes
+are, the log what happened to them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...errors import PoolInUse, PoolNotFound
+from ...paths import private_dir, state_dir
+
+__all__ = ["ClusterRecord", "WorkerEntry", "check_name", "cluster_dir", "socket_dir", "load", "save", "remove", "names", "attach_lock"]
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,62}\Z")
+_SOCKET_MAX = 100  # sun_path holds 108 bytes; "n12-w3.sock" and a margin
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerEntry:
+    """One detached worker of the pool: where it listens and its pid."""
+
+    node: int
+    rank: int
+    pid: int
+    socket: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterRecord:
+    """What a named pool is. `spec` is what `launch -c` compares to reuse it; `autostop_minutes`
+    (None: never) ends idle workers; with `autostop_down` the pool is also removed."""
+
+    name: str
+    provider: str
+    nodes: int
+    processes_per_node: int
+    cwd: str
+    socket_dir: str
+    created: float
+    workers: tuple[WorkerEntry, ...] = ()
+    spec: dict[str, Any] = field(default_factory=dict)
+    autostop_minutes: float | None = None
+    autostop_down: bool = False
+    watchdog_pid: int = 0  # the autostop watchdog (`worker/watchdog.py --unix-dir`), while it runs
+    stopped: str = ""  # "autostop" once the watchdog stopped the pool's workers
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)
+        return json.dumps(data, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, *, where: str) -> ClusterRecord:
+        try:
+            data = json.loads(text)
+            data["workers"] = tuple(WorkerEntry(**w) for w in data.get("workers", ()))
+            return cls(**data)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ValueError(f"{where}: not a named-pool record ({type(exc).__name__}: {exc})") from None
+
+
+def check_name(name: str) -> str:
+    """`name` if it can name a pool (a letter, then up to 62 letters, digits, '.', '_', '-'), else
+    `ValueError` saying so."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"{name!r} cannot name a pool: use a letter, then letters, digits, '.', '_' or '-' "
+                         "(at most 63 characters)")
+    return name
+
+
+def cluster_dir(name: str, *, create: bool = False) -> Path:
+    """The named pool's directory (0700; created with `create`)."""
+    check_name(name)
+    if create:
+        return private_dir("clusters", name)
+    return state_dir() / "clusters" / name
+
+
+def socket_dir(name: str) -> str:
+    """Where the pool's workers listen (the directory is made 0700 by the first worker)."""
+    path = str(cluster_dir(name) / "sock")
+    if len(path) + 16 > _SOCKET_MAX:
+        digest = hashlib.sha256(str(state_dir()).encode()).hexdigest()[:8]
+        path = f"/tmp/skyhive-{os.getuid()}/{name}-{digest}"
+    return path
+
+
+def load(name: str) -> ClusterRecord:
+    """The record of pool `name`; raises `PoolNotFound` naming it (and the pools there are)."""
+    path = cluster_dir(name) / "record.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        known = names()
+        hint = f" (named pools here: {', '.join(known)})" if known else " (there are no named pools here)"
+        raise PoolNotFound(f"no named pool {name!r}{hint}; `skyhive launch -c {name} TASK.yaml` creates it") from None
+    return ClusterRecord.from_json(text, where=str(path))
+
+
+def save(record: ClusterRecord) -> None:
+    """Write the record (0600), replacing the old one atomically."""
+    directory = cluster_dir(record.name, create=True)
+    tmp = directory / f".record.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(record.to_json())
+    os.replace(tmp, directory / "record.json")
+
+
+def remove(name: str) -> None:
+    """Forget pool `name`: its record, jobs and socket directory."""
+    try:
+        record = load(name)
+    except (PoolNotFound, ValueError):
+        record = None
+    if record is not None:
+        shutil.rmtree(record.socket_dir, ignore_errors=True)
+    shutil.rmtree(cluster_dir(name), ignore_errors=True)
+
+
+def names() -> list[str]:
+    """The named pools that have a record, sorted."""
+    root = state_dir() / "clusters"
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "record.json").is_file())
+
+
+@contextlib.contextmanager
+def attach_lock(name: str, *, timeout: float | None = 0.0, who: str = "") -> Iterator[None]:
+    """Hold the pool's attach lock (one client at a time); wait up to `timeout` seconds (None: for
+    ever). Raises `PoolInUse` naming the holder's pid when it stays held."""
+    directory = cluster_dir(name, create=True)
+    fd = os.open(directory / "attach.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+                    raise PoolInUse(f"pool {name!r} is in use by {holder}; wait for it to finish "
+                                      "(or `skyhive cancel`/`skyhive down` it)") from None
+                time.sleep(0.1)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}{' (' + who + ')' if who else ''}\n".encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # closing releases the lock

@@ -1,0 +1,243 @@
+"""`skyhive launch -c NAME`, `exec`, `status` and `down NAME`: named pools that outlive the command.
+
+A named pool's nodes are Local nodes whose workers are detached daemons (`runtime/clusters/`). The
+commands never run a job themselves: `launch -c` creates the pool when it does not run (or reuses it
+when the task asks for the same shape), then, like `exec`, queues a job and makes sure the pool's
+agent runs it (`clusters/agent.py`); without `-d` they then follow the job's log to its end and exit
+with its exit code. Ctrl-C while following stops following only: the job goes on (`skyhive cancel`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from typing import TextIO
+
+import anyio
+
+from ...errors import LaunchError, PoolGone, PoolNotFound
+from ...providers.local import Local
+from ..clusters import jobs as jobq
+from ..clusters import record as records
+from ..clusters.agent import ensure_agent
+from ..clusters.named import dead_workers, live_workers
+from ..clusters.stop import alive, stop_pool
+from ..onnode.nodecmd import work_root
+from .launch import task_steps
+from .taskfile import Task
+
+__all__ = ["task_spec", "launch_cluster", "exec_task", "down_cluster", "status_rows", "print_status", "follow_job",
+           "FOLLOW_POLL"]
+
+FOLLOW_POLL = 0.2  # seconds between looks at a followed job's log
+
+
+def task_spec(task: Task) -> dict[str, object]:
+    """What a named pool is made of, as `launch -c` compares it: nodes, provider and resources."""
+    return {"num_nodes": task.num_nodes, "provider": task.resources.provider or "local",
+            "resources": task.resources.describe()}
+
+
+def _say(err: TextIO, text: str) -> None:
+    """A status line of the command for its user (the command's own output, not a log)."""
+    err.write(f"skyhive: {text}\n")
+    err.flush()
+
+
+def _require_local(task: Task, command: str) -> None:
+    provider = task.resources.provider or "local"
+    if provider != "local":
+        raise LaunchError(f"{command}: named pools run on the Local provider for now, not {provider!r} "
+                          f"(`skyhive launch` without -c runs a task on {provider} once)")
+
+
+def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minutes: float | None = None,
+                   down: bool = False, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """`skyhive launch -c NAME TASK`: create pool `name` (or reuse it when it runs with the same shape),
+    queue the task (setup, then run) and, unless `detach_run`, follow it; the job's exit code."""
+    out, err = out or sys.stdout, err or sys.stderr
+    records.check_name(name)
+    _require_local(task, f"launch -c {name}")
+    if idle_minutes is not None and idle_minutes <= 0:
+        raise ValueError(f"-i {idle_minutes:g}: autostop needs a positive number of minutes")
+    if down and idle_minutes is None:
+        idle_minutes = 5.0  # SkyPilot's default for --down alone
+    spec = task_spec(task)
+    try:
+        rec: records.ClusterRecord | None = records.load(name)
+    except PoolNotFound:
+        rec = None
+    if rec is not None and (dead_workers(rec) or not rec.workers):
+        _say(err, f"pool {name} is stopped (its workers are gone): starting it again")
+        down_cluster(name, err=err, quiet=True)
+        rec = None
+    if rec is not None:
+        differs = [f"{k}: pool has {rec.spec.get(k)!r}, task asks {v!r}" for k, v in spec.items() if rec.spec.get(k) != v]
+        if differs:
+            raise LaunchError(f"pool {name!r} exists with another shape ({'; '.join(differs)}): `skyhive exec {name}` "
+                              f"runs on it as it is, `skyhive down {name}` first to launch it anew")
+        if idle_minutes is not None:
+            _say(err, f"warning: pool {name} runs already: autostop is set when a pool is created (-i ignored)")
+        _say(err, f"reusing pool {name} ({rec.nodes} node{'s' if rec.nodes != 1 else ''})")
+    else:
+        _create(task, name, spec, idle_minutes, down, err)
+    job = _queue(task, name, setup=True)
+    return _after_submit(name, job, detach_run, out, err)
+
+
+def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float | None, down: bool,
+            err: TextIO) -> None:
+    from ..pool import Pool
+
+    _say(err, f"creating pool {name}: {task.num_nodes} local node{'s' if task.num_nodes != 1 else ''}"
+              + (f", autostop after {idle_minutes:g} min idle{' (then down)' if down else ''}" if idle_minutes else ""))
+
+    async def create() -> None:
+        pool = Pool(provider=Local(), nodes=task.num_nodes, name=name, keep=True, output=None,
+                    autostop=idle_minutes)
+        assert pool._named is not None
+        pool._named.spec = spec
+        pool._named.autostop_down = down
+        async with pool:
+            pass
+
+    anyio.run(create)
+
+
+def _queue(task: Task, name: str, *, setup: bool) -> jobq.Job:
+    import pickle
+
+    steps = task_steps(task, Local(), work_id=name, task_id=f"skyhive-{name}-{time.strftime('%Y-%m-%d-%H-%M-%S')}",
+                       setup=setup)
+    return jobq.submit(name, job_name=task.name or "task", steps=pickle.dumps(steps), with_setup=setup,
+                       env=task.env(), secrets=task.secret_env())
+
+
+def _after_submit(name: str, job: jobq.Job, detach_run: bool, out: TextIO, err: TextIO) -> int:
+    ensure_agent(name)
+    _say(err, f"job {job.id} ({job.name}) queued on pool {name}")
+    if detach_run:
+        _say(err, f"`skyhive logs {name} {job.id} --follow` streams it, `skyhive queue {name}` lists the jobs")
+        return 0
+    try:
+        return follow_job(name, job.id, out)
+    except KeyboardInterrupt:
+        _say(err, f"stopped following; job {job.id} goes on (`skyhive cancel {name} {job.id}` stops it)")
+        return 130
+
+
+def exec_task(task: Task, name: str, *, detach_run: bool = False, out: TextIO | None = None,
+              err: TextIO | None = None) -> int:
+    """`skyhive exec NAME TASK`: queue the task's `run` (no setup) on the running pool `name`; the
+    job's exit code unless `detach_run`. Raises `PoolNotFound`/`PoolGone` naming the pool."""
+    out, err = out or sys.stdout, err or sys.stderr
+    _require_local(task, f"exec {name}")
+    rec = records.load(name)
+    if dead_workers(rec) or not rec.workers:
+        raise PoolGone(f"pool {name!r} is not running (its workers are gone): `skyhive launch -c {name} TASK.yaml` "
+                       f"starts it again")
+    if task.num_nodes > rec.nodes:
+        raise LaunchError(f"the task asks for {task.num_nodes} nodes; pool {name!r} has {rec.nodes}")
+    return _after_submit(name, _queue(task, name, setup=False), detach_run, out, err)
+
+
+def follow_job(name: str, job_id: int, out: TextIO, *, follow: bool = True,
+               sleep: Callable[[float], None] = time.sleep) -> int:
+    """Copy job `job_id`'s log to `out` (with `follow`, until the job ends); the job's exit code
+    (1 for a cancelled job, 0 while it still runs without `follow`)."""
+    path = jobq.log_path(name, job_id)
+    offset = 0
+    while True:
+        job = jobq.load_job(name, job_id)  # read before the log: what the log holds then is complete
+        with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+            offset += len(data)
+            if data:
+                out.write(data.decode(errors="replace"))
+                out.flush()
+        if job.state in jobq.FINISHED:
+            return 1 if job.state == jobq.CANCELLED else int(job.exit_code or 0)
+        if not follow:
+            return 0
+        if job.state == jobq.RUNNING and job.agent_pid and not alive(job.agent_pid):
+            out.flush()
+            raise RuntimeError(f"pool {name!r}: the agent running job {job_id} (pid {job.agent_pid}) is gone")
+        sleep(FOLLOW_POLL)
+
+
+# ---- down ------------------------------------------------------------------------------------------
+
+
+def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False) -> int:
+    """`skyhive down NAME`: stop the pool's agent, watchdog and workers (and everything their jobs
+    started), record the pool stopped in its log, forget it. Returns how many processes were ended.
+    Raises `PoolNotFound` naming the pool when there is no such named pool."""
+    err = err or sys.stderr
+    ended = stop_pool(name, why=f"skyhive down {name}")
+    records.remove(name)
+    shutil.rmtree(work_root(name), ignore_errors=True)  # the jobs' working directories on this machine
+    if not quiet:
+        _say(err, f"pool {name}: down ({ended} processes ended)")
+    return ended
+
+
+# ---- status ----------------------------------------------------------------------------------------
+
+
+def status_rows(now: float | None = None) -> list[dict[str, object]]:
+    """One row per named pool: name, nodes, resources, state, idle time, autostop, jobs."""
+    now = now or time.time()
+    rows = []
+    for name in records.names():
+        try:
+            rec = records.load(name)
+        except (PoolNotFound, ValueError):
+            continue
+        live = live_workers(rec)
+        all_jobs = jobq.list_jobs(name)
+        running = [j for j in all_jobs if j.state == jobq.RUNNING]
+        pending = [j for j in all_jobs if j.state == jobq.PENDING]
+        if len(live) == len(rec.workers) and rec.workers:
+            state = "UP"
+        elif rec.stopped:
+            state = f"STOPPED ({rec.stopped})"
+        elif not live:
+            state = "STOPPED (workers gone)"
+        else:
+            state = f"DEGRADED ({len(rec.workers) - len(live)} of {len(rec.workers)} workers gone)"
+        last = max([j.ended or 0.0 for j in all_jobs] + [rec.created])
+        idle = "-" if running or pending or state != "UP" else _age(now - last)
+        autostop = "-" if rec.autostop_minutes is None else f"{rec.autostop_minutes:g} min" + (
+            " (down)" if rec.autostop_down else "")
+        rows.append({"name": name, "nodes": rec.nodes, "resources": str(rec.spec.get("resources") or "-"),
+                     "state": state, "idle": idle, "autostop": autostop,
+                     "jobs": f"{len(running)} running, {len(pending)} pending",
+                     "workers": [{"node": w.node, "rank": w.rank, "pid": w.pid} for w in rec.workers]})
+    return rows
+
+
+def print_status(out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    rows = status_rows()
+    if not rows:
+        out.write("no named pools (`skyhive launch -c NAME TASK.yaml` creates one)\n")
+        return 0
+    columns = ("name", "nodes", "resources", "state", "idle", "autostop", "jobs")
+    table = [[str(r[c]) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(columns)]
+    out.write("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip() + "\n")
+    for t in table:
+        out.write("  ".join(v.ljust(w) for v, w in zip(t, widths)).rstrip() + "\n")
+    return 0
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+

@@ -1,0 +1,85 @@
+"""`skyhive queue NAME`, `skyhive cancel NAME [JOB...]` and `skyhive logs NAME [JOB]`: a named pool's jobs.
+
+The queue itself is `runtime/clusters/jobs.py`; its agent (`clusters/agent.py`) runs the jobs.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from ..clusters import jobs as jobq
+from ..clusters import record as records
+from .clusters import follow_job
+
+__all__ = ["print_queue", "cancel_jobs", "job_logs", "is_named"]
+
+
+def is_named(name: str) -> bool:
+    """True when `name` is a named pool of this machine (it has a record)."""
+    try:
+        return (records.cluster_dir(name) / "record.json").is_file()
+    except ValueError:
+        return False
+
+
+def _clock(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m{seconds % 60:02d}s" if seconds >= 3600 else (
+        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s")
+
+
+def print_queue(name: str, out: TextIO | None = None) -> int:
+    """The jobs of pool `name`: id, name, state, start, duration. Raises `PoolNotFound` naming it."""
+    out = out or sys.stdout
+    records.load(name)
+    rows = [[str(j.id), j.name, j.state, _clock(j.started), _duration(j.duration)] for j in jobq.list_jobs(name)]
+    if not rows:
+        out.write(f"pool {name} has no jobs\n")
+        return 0
+    head = ["ID", "NAME", "STATE", "START", "DURATION"]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    for row in [head, *rows]:
+        out.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n")
+    return 0
+
+
+def cancel_jobs(name: str, job_ids: list[int], *, all_jobs: bool = False, err: TextIO | None = None) -> int:
+    """Cancel jobs of pool `name`: the ones given, every unfinished one (`all_jobs`), or else the running
+    one. A pending job is cancelled at once; the running one is stopped by the agent, which then starts
+    the next. Raises `PoolNotFound`/`LookupError` naming the pool and job."""
+    err = err or sys.stderr
+    records.load(name)
+    if all_jobs:
+        job_ids = [j.id for j in jobq.list_jobs(name) if j.state not in jobq.FINISHED]
+    elif not job_ids:
+        job_ids = [j.id for j in jobq.list_jobs(name) if j.state == jobq.RUNNING]
+        if not job_ids:
+            err.write(f"skyhive: pool {name} runs no job (give job ids, or --all for the pending ones)\n")
+            return 1
+    for job_id in job_ids:
+        job = jobq.request_cancel(name, job_id)
+        what = {jobq.CANCELLED: "cancelled", jobq.RUNNING: "cancelling (its nodes' commands are being stopped)"}
+        err.write(f"skyhive: pool {name} job {job_id}: {what.get(job.state, f'already {job.state.lower()}')}\n")
+    err.flush()
+    return 0
+
+
+def job_logs(name: str, job_id: int | None, *, follow: bool, out: TextIO | None = None) -> int:
+    """The log of job `job_id` (default: the latest) of pool `name`; with `follow`, until it ends."""
+    out = out or sys.stdout
+    if job_id is None:
+        all_jobs = jobq.list_jobs(name)
+        if not all_jobs:
+            raise LookupError(f"pool {name!r} has no jobs yet")
+        job_id = all_jobs[-1].id
+    jobq.load_job(name, job_id)  # a clear error for an unknown id
+    code = follow_job(name, job_id, out, follow=follow)
+    return code if follow else 0
