@@ -315,3 +315,20 @@ def test_a_build_stuck_downloading_a_package_is_stopped_naming_that_package(stal
     envs = os.path.join(skyhive_home, "local-envs", "envs")
     assert [n for n in os.listdir(envs) if not n.endswith(".lock")] == []  # nothing half-built kept
     assert not [p for p in _processes() if "pip" in p and index in p]  # and pip is not still running
+
+
+def test_the_environment_key_ignores_skyhives_per_pool_variables():
+    # the jax plugin gives each Local pool a coordinator port of its own (SKYHIVE_JAX_PORT in the
+    # Image's env): that must not make each pool build its environment again
+    import types
+
+    from skyhive.runtime.bootstrap.remote import env_key
+
+    pool = types.SimpleNamespace(provider=sky.Local(), accelerator=None)
+    image = sky.Image(pip=["skyhive-probe-pkg==1.2.3"])
+    first, second = (sky.plugins.jax().transform(image, pool) for _ in range(2))
+    assert first.env["SKYHIVE_JAX_PORT"] != second.env["SKYHIVE_JAX_PORT"]  # two pools, two ports
+    assert env_key(first, "3.11", "python3") == env_key(second, "3.11", "python3")  # one environment
+    # the user's own variables still make an environment of their own (setup commands and pip read them)
+    for own in ({"PIP_NO_BINARY": ":all:"}, {"SKYHIVE_TEST_FLAVOUR": "warm"}):
+        assert env_key(image.with_env(**own), "3.11", "python3") != env_key(image, "3.11", "python3"), own

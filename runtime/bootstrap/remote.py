@@ -70,8 +70,23 @@ def _includes_digest(paths: tuple[str, ...]) -> str:
     return digest.hexdigest()
 
 
+def _per_pool_env() -> frozenset[str]:
+    """Variables skyhive itself puts in a pool's Image with a value of that pool's own (not a build
+    input): the jax plugin's coordinator port on Local."""
+    from ...plugins.jax import PORT_ENV
+
+    return frozenset({PORT_ENV})
+
+
 def env_key(image: Image | None, python_mm: str, python_hint: str | None) -> str:
-    """The environment directory's name: a hash of the image, the Python version and the includes."""
+    """The environment directory's name: a hash of the image, the Python version and the includes.
+
+    The variables skyhive itself gives each pool a value of its own (the coordinator port the jax plugin
+    picks for each Local pool) are left out: no build step reads them, and with them every pool would
+    build its environment anew instead of reusing the last one."""
+    own = _per_pool_env()
+    if image is not None and own & set(image.env):
+        image = image.replace(env={k: v for k, v in image.env.items() if k not in own})
     parts = {
         "image": image.content_hash() if image is not None else "",
         "python": python_mm,
