@@ -332,3 +332,42 @@ def test_the_environment_key_ignores_skyhives_per_pool_variables():
     # the user's own variables still make an environment of their own (setup commands and pip read them)
     for own in ({"PIP_NO_BINARY": ":all:"}, {"SKYHIVE_TEST_FLAVOUR": "warm"}):
         assert env_key(image.with_env(**own), "3.11", "python3") != env_key(image, "3.11", "python3"), own
+
+
+_TWO_POOLS_CLIENT = """
+import sys
+import skyhive as sky
+
+def probe():
+    import skyhive_probe_pkg
+    return skyhive_probe_pkg.VERSION
+
+wheels, index, counter = sys.argv[1:4]
+image = sky.Image(pip=["skyhive-probe-pkg==1.2.3"], find_links=[wheels], pip_indexes=[index],
+                  setup=[f"echo build >> {counter}"])
+if __name__ == "__main__":
+    with sky.Pool(provider=sky.Local(), nodes=1, image=image) as pool:
+        print("RESULT", pool.run(probe), pool.state.nodes[0].detail.rsplit(" ", 1)[-1])
+"""
+
+
+@pytest.mark.slow
+def test_two_pools_building_the_same_environment_at_once_build_it_once(offline_index, skyhive_home, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    wheels, index = offline_index
+    client, counter = tmp_path / "client.py", tmp_path / "builds"
+    client.write_text(_TWO_POOLS_CLIENT)
+    procs = [subprocess.Popen([sys.executable, str(client), wheels, index, str(counter)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "SKYHIVE_HOME": skyhive_home})
+             for _ in range(2)]  # two programs, started together
+    try:
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    results = sorted(next(ln for ln in out.splitlines() if ln.startswith("RESULT ")) for out, _ in outs)
+    assert results == ["RESULT 1.2.3 built", "RESULT 1.2.3 cached"], outs  # one built, the other waited
+    assert counter.read_text() == "build\n"  # the setup step ran once: no second build beside the first
