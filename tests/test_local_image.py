@@ -371,3 +371,14 @@ def test_two_pools_building_the_same_environment_at_once_build_it_once(offline_i
     results = sorted(next(ln for ln in out.splitlines() if ln.startswith("RESULT ")) for out, _ in outs)
     assert results == ["RESULT 1.2.3 built", "RESULT 1.2.3 cached"], outs  # one built, the other waited
     assert counter.read_text() == "build\n"  # the setup step ran once: no second build beside the first
+
+
+@pytest.mark.slow
+def test_a_build_longer_than_start_timeout_is_bounded_by_build_timeout_only(skyhive_home, tmp_path):
+    # start_timeout (launch, connect, start workers) is far too short for a real build: a build lifts
+    # the pool's start deadline, and what follows it gets start_timeout again
+    marker = tmp_path / "built"
+    image = sky.Image(setup=[f"sleep 14 && touch {marker}"])
+    with sky.Pool(provider=sky.Local(), image=image, start_timeout=8, build_timeout=120) as pool:
+        assert pool.run(abs, -3) == 3
+    assert marker.exists()  # the build ran to its end, past start_timeout

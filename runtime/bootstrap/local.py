@@ -112,8 +112,9 @@ async def bootstrap_local(ctx: NodeContext, node: int, transport: Transport) -> 
         ctx.log.emit(NodeProgress, node=node, detail=f"building environment: {text}")
 
     try:
-        return await build_local_env(ctx.image, transport, node=node, timeout=ctx.settings.build_timeout,
-                                     on_step=on_step)
+        with ctx.building():  # bounded by build_timeout, not by the pool's start_timeout
+            return await build_local_env(ctx.image, transport, node=node, timeout=ctx.settings.build_timeout,
+                                         on_step=on_step)
     except SetupFailed as exc:  # say why there was a build at all: what this Python lacks
         raise SetupFailed(f"{exc}\n(Local builds an environment for this pool because this Python does not "
                           f"satisfy its Image: {'; '.join(image_problems(ctx.image))}; Local(build_env=False) "
