@@ -374,6 +374,8 @@ class Pool:
                 channel = await rt.pick()
             return await rt.run_one(channel, prep, timeout=timeout, options=options)  # type: ignore[no-any-return]
 
+        if retries.count == 0:  # (two coroutines fewer per call)
+            return await attempt()
         return await with_retries(attempt, retries, what=prep.fn_name, on_retry=self._count_retry)
 
     def _count_retry(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -307,8 +308,12 @@ def test_named_pool_errors_name_the_pool(tmp_path, clean):
     assert "asks for 4 nodes; pool 'shape' has 2" in skyhive("exec", "shape", str(bigger), cwd=tmp_path).stderr
     assert "add -c NAME" in skyhive("launch", "-y", "-d", str(task), cwd=tmp_path).stderr
     assert skyhive("logs", "shape", "99", cwd=tmp_path).stderr.count("pool 'shape' has no job 99") == 1
+    failing = write(tmp_path / "fail.yaml", "name: fails\nrun: |\n  echo before\n  exit 3\n")
+    failed = skyhive("exec", "shape", str(failing), cwd=tmp_path)
+    assert failed.returncode == 3 and re.search(r"run failed on node [01]: exit code 3", failed.stdout)
+    assert skyhive("queue", "shape", cwd=tmp_path).stdout.splitlines()[-1].split()[:3] == ["2", "fails", "FAILED"]
     latest = skyhive("logs", "shape", cwd=tmp_path)
-    assert latest.returncode == 0 and "[skyhive] job 1 succeeded" in latest.stdout
+    assert latest.returncode == 0 and "[skyhive] job 2 failed" in latest.stdout
     assert "not a named pool" in skyhive("logs", "plain-pool", "1", cwd=tmp_path).stderr
     bad = skyhive("launch", "-y", "-c", "bad/name", str(task), cwd=tmp_path)
     assert bad.returncode != 0 and "'bad/name' cannot name a pool" in bad.stderr
@@ -454,3 +459,20 @@ def test_a_job_whose_agent_was_killed_fails_and_the_next_job_runs(tmp_path, clea
     assert states[3].state == "SUCCEEDED"
     wait_for(lambda: sorted(running_under(home)) == _worker_pids(home, "orphan"), timeout=30,
              what="the dead agent's job's commands to be gone")
+
+
+def test_a_kept_pool_that_cannot_be_recorded_is_torn_down(tmp_path, clean, monkeypatch):
+    home = clean
+    # the watchdog cannot start (a bad "minute"): the pool that just started must not stay behind
+    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "soon")
+    done = python("""
+        import skyhive as sky
+        try:
+            with sky.Pool(provider=sky.Local(), nodes=2, name="unrec", keep=True, autostop=1, output=None):
+                print("entered")
+        except ValueError as exc:
+            print("ValueError:", exc)
+        """, cwd=tmp_path)
+    assert "entered" not in done.stdout and "SKYHIVE_AUTOSTOP_MINUTE='soon' is not a number" in done.stdout, done.stderr
+    assert running_under(home) == []
+    assert not (Path(home) / "clusters" / "unrec" / "record.json").exists()

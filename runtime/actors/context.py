@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ...providers.base import ClusterSpec, NodeHandle, Provider
     from ..events.log import EventLog
     from ..settings import Settings
+    from ..transport.shm import MemfdPool
     from .channel import WorkerChannel
     from .loss import LossPolicy
 
@@ -61,3 +62,5 @@ class NodeContext:
     #: entered around an environment build (bounded by `build_timeout` itself): lifts the pool's
     #: start deadline while it runs (`actors/startclock.py`)
     building: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
+    #: the pool's reusable memfds for large arguments to workers on this machine (None: none kept)
+    memfds: MemfdPool | None = None

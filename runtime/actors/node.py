@@ -108,7 +108,7 @@ class NodeActor:
 
     @property
     def state(self) -> NodeState:
-        nodes = self.ctx.log.state.nodes
+        nodes = self.ctx.log.nodes
         return NodeState(nodes[self.index].state) if self.index < len(nodes) else NodeState.REQUESTED
 
     def move(self, new: NodeState, **detail: Any) -> None:
@@ -250,7 +250,7 @@ class NodeActor:
         ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="starting")
         channel = WorkerChannel(node=self.index, local_rank=rank % self.ranks, log_=ctx.log,
                                 on_output=ctx.deliver_output, cache_bytes=ctx.settings.cache_bytes,
-                                cache_min=ctx.settings.cache_min)
+                                cache_min=ctx.settings.cache_min, memfds=ctx.memfds)
         env = {**ctx.worker_env, ENV_VAR: self.transport.worker_info_env(info)}
         # how often this worker was restarted: plugins that form process groups refuse to re-join one
         env[RESTART_ENV] = str(self.starts[rank])

@@ -33,6 +33,7 @@ from ..output.router import OutputRouter
 from ..output.selection import OutputSpec
 from ..serialize import load_value, rebuild_exception, register_user_code
 from ..settings import Settings
+from ..transport.shm import MemfdPool
 from .channel import Call, WorkerChannel
 from .context import NodeContext
 from .lifecycle import NodeState
@@ -70,6 +71,7 @@ class PoolRuntime:
         self.log = EventLog(self.pool_id, path=pool_log_path(self.pool_id) if log_events else None, secrets=secrets,
                             output_limit=settings.log_output_limit)
         self.infos: dict[tuple[int, int], InstanceInfo] = {}
+        self.memfds = MemfdPool(settings.shm_pool_bytes) if settings.shm_pool_bytes > 0 else None
         self.router = OutputRouter(self.log, output, self.infos, multi_process=processes_per_node > 1)
         self.handles: dict[int, NodeHandle] = {}  # node -> handle, once the node runs
         self.worker_env: dict[str, str] = dict(image.all_env()) if image is not None else {}
@@ -85,7 +87,8 @@ class PoolRuntime:
             flush_output=self.router.flush, slots_changed=self.slots_changed, node_running=self._node_running,
             wait_addresses=self._addresses_known.wait,
             setup_worker=self._setup_worker if self.setup is not None else None,
-            concurrency=concurrency, loss_policy=self.loss_policy, building=self.start_clocks.building,
+            concurrency=concurrency, loss_policy=self.loss_policy, memfds=self.memfds,
+            building=self.start_clocks.building,
         )
         self.nodes = [NodeActor(self.context, i) for i in range(nodes)]
         self.detach_on_failure = False  # set for a client attaching to a named pool (`Pool.attach`)
@@ -346,12 +349,9 @@ class PoolRuntime:
         loop = asyncio.get_running_loop()
         sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]] = []
         try:
-            try:
-                for channel in channels:
-                    fut: asyncio.Future[Result] = loop.create_future()
-                    sent.append((channel, self.send(channel, prep, options, fut), fut))
-            finally:
-                prep.shared.close()  # passed to every worker (each holds its own reference now)
+            for channel in channels:
+                fut: asyncio.Future[Result] = loop.create_future()
+                sent.append((channel, self.send(channel, prep, options, fut), fut))
             with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 if prep.buffers:
                     await self._send_buffers([(c, call.task_id) for c, call, _ in sent], prep.buffers)
@@ -371,20 +371,46 @@ class PoolRuntime:
         except BaseException:
             self._cancel(sent)
             raise
+        finally:
+            if prep.shared.fds:
+                # the memfds passed to the workers: reusable once every worker answered (each took its
+                # lock on them before that); a call cut short closes them (see shm.MemfdPool)
+                answered = len(sent) == len(channels) and all(
+                    f.done() and not f.cancelled() and f.exception() is None for _, _, f in sent)
+                prep.shared.close(reusable=answered)
         return values[0] if single else values
 
     async def _wait_all_or_first_failure(self, sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]]) -> None:
         """Wait until every task has ended, or one failed — whichever node it was on, so that a
         failure on node 3 is raised at once even while node 0 still runs (a collective on node 0
-        waiting for the failed rank would otherwise hold the caller until it times out)."""
-        pending = {fut for _, _, fut in sent}
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for fut in done:
-                if fut.cancelled() or fut.exception() is not None or not fut.result().ok:
-                    failed = next(i for i, (_, _, f) in enumerate(sent) if f is fut)
-                    sent.insert(0, sent.pop(failed))  # raised first by the caller's loop
-                    return
+        waiting for the failed rank would otherwise hold the caller until it times out).
+
+        One waiter and a done-callback per task (`asyncio.wait` costs a set, a waiter and its
+        bookkeeping per round: most of a broadcast's own CPU time)."""
+        waiter: asyncio.Future[asyncio.Future[Result] | None] = self.loop.create_future()
+        remaining = len(sent)
+
+        def ended(fut: asyncio.Future[Result]) -> None:
+            nonlocal remaining
+            remaining -= 1
+            if waiter.done():
+                return
+            if fut.cancelled() or fut.exception() is not None or not fut.result().ok:
+                waiter.set_result(fut)
+            elif remaining == 0:
+                waiter.set_result(None)
+
+        futures = [fut for _, _, fut in sent]
+        for fut in futures:
+            fut.add_done_callback(ended)
+        try:
+            failed = await waiter
+        finally:
+            for fut in futures:
+                fut.remove_done_callback(ended)
+        if failed is not None:
+            index = next(i for i, (_, _, f) in enumerate(sent) if f is failed)
+            sent.insert(0, sent.pop(index))  # raised first by the caller's loop
 
     async def _send_buffers(self, targets: list[tuple[WorkerChannel, int]], buffers: list[Any]) -> None:
         if len(targets) == 1:
@@ -480,6 +506,8 @@ class PoolRuntime:
             if scope.cancelled_caught:
                 log.error("pool %s: teardown did not finish in time", self.pool_id)
             self.log.emit(PoolStopped, error=error)
+            if self.memfds is not None:
+                self.memfds.close()
             self.router.close()
             self.log.close()
             if self.tg is not None:

@@ -137,10 +137,24 @@ class NamedPool:
             if self.attach:  # workers may have died since Pool.attach() looked
                 pool.provider = attach_provider(records.load(self.name))
             await enter()
-            assert pool._rt is not None and isinstance(pool.provider, LocalCluster)
-            self.started(pool._rt, pool.provider, pool.processes_per_node)
         except BaseException:
             self.leave(kept=self.attach)
+            raise
+        rt = pool._rt
+        assert rt is not None and isinstance(pool.provider, LocalCluster)
+        try:
+            self.started(rt, pool.provider, pool.processes_per_node)
+        except BaseException as exc:  # the pool runs but cannot be recorded: a new one is torn down
+            try:  # (both are shielded from cancellation)
+                if self.attach:
+                    await rt.detach()
+                else:
+                    await rt.close(f"{type(exc).__name__}: {exc}")
+            finally:
+                try:
+                    await rt._exit_tg()
+                finally:
+                    self.leave(kept=self.attach)
             raise
         return pool
 
