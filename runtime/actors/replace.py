@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from ..events.log import EventLog
     from ..settings import Settings
     from .context import NodeContext
+    from .startclock import StartClocks
 
 log = logging.getLogger("skyhive.pool")
 
@@ -67,6 +68,7 @@ class ReplaceHost(Protocol):
     context: NodeContext
     tg: Any  # the pool's task group: a replacement and its node's supervisors run there
     launching: int  # launches in flight: `close` asks the provider's `list_owned` while any is
+    start_clocks: StartClocks  # a replacement's start is bounded like the pool's (a build lifts it)
 
     def slots_changed(self) -> None: ...
 
@@ -205,7 +207,7 @@ class ReplaceFailed(LossPolicy):
         rt.launching -= 1
         new.handle = handles[0]
         try:
-            with anyio.fail_after(rt.settings.start_timeout):
+            with rt.start_clocks.bound():
                 await rt.tg.start(new.run, handles[0])
         except Exception as group:
             exc = first_error(group)  # a node's failure arrives wrapped in task groups
