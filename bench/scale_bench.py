@@ -11,6 +11,9 @@ per-node time at 10k within 1.3x of 1k. `--profile STAGE` prints a cProfile of t
 `--map-items N` also times `pool.map` of N trivial items and 200 `pool.run` calls (least-busy pick;
 their events then count in the log size, replay and ls).
 The machine's load average is printed before each size and at the end: read no number without it.
+`--split-memory N` instead measures, with tracemalloc at N nodes, how much of the Python heap per node
+is the simulated workers' (an artefact of simulating: a real pool's workers live on the nodes) and
+how much the client's own (pool, node actors, channels, event log).
 """
 
 from __future__ import annotations
@@ -107,13 +110,50 @@ def measure(nodes: int, profile: str = "", map_items: int = 0) -> dict[str, Any]
     return out
 
 
+def split_memory(nodes: int) -> None:
+    """Print the Python heap per node, simulated workers' vs the client's own (tracemalloc)."""
+    import gc
+    import tracemalloc
+
+    import anyio
+
+    import skyhive as sky
+
+    async def run() -> None:
+        gc.collect()
+        tracemalloc.start(25)
+        before = tracemalloc.take_snapshot()
+        pool = sky.Pool(provider=sky.Simulated(), nodes=nodes)
+        await pool.__aenter__()
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        worker = client = 0
+        for stat in after.compare_to(before, "traceback"):
+            files = [frame.filename for frame in stat.traceback]
+            if any("/runtime/worker/" in f or "transport/simulated.py" in f for f in files):
+                worker += stat.size_diff
+            else:
+                client += stat.size_diff
+        await pool.__aexit__(None, None, None)
+        print(f"{nodes} nodes, Python heap per node: simulated workers {worker / nodes / 1024:.1f} KB, "
+              f"client (pool, node actors, channels, event log) {client / nodes / 1024:.1f} KB")
+
+    anyio.run(run)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.scale_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", default="1000,10000", help="comma-separated pool sizes")
     ap.add_argument("--profile", default="", choices=["", "up", "broadcast", "down", "replay", "ls"])
     ap.add_argument("--map-items", type=int, default=0, help="also time pool.map over this many items")
+    ap.add_argument("--split-memory", type=int, default=0, metavar="N",
+                    help="only measure the heap per node at N nodes: simulated workers vs the client")
     ap.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.split_memory:
+        split_memory(args.split_memory)
+        return 0
     if args.child:
         print(json.dumps(measure(args.child, args.profile, args.map_items)))
         return 0
