@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -163,15 +164,20 @@ def test_sigkilled_attached_client_leaves_the_pool_healthy(tmp_path, clean):
     first = skyhive("launch", "-c", "train", str(task), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     pids = _worker_pids(home, "train")
-    client = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+    marks = tmp_path / "running"
+    client = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time, skyhive as sky
+
+        def busy(path):
+            with open(path, "a") as fh:
+                fh.write("x")
+            time.sleep(60)
+
         with sky.Pool.attach("train", output=None) as pool:
-            print("attached", flush=True)
-            pool.broadcast(time.sleep, 60)
-        """)], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+            pool.broadcast(busy, {str(marks)!r})
+        """)], cwd=tmp_path)
     try:
-        assert client.stdout.readline().strip() == "attached"
-        time.sleep(0.5)  # the broadcast is running on both workers
+        wait_for(lambda: marks.exists() and marks.read_text() == "xx", what="the task to run on both workers")
         client.send_signal(signal.SIGKILL)
     finally:
         client.wait(timeout=10)
@@ -181,7 +187,8 @@ def test_sigkilled_attached_client_leaves_the_pool_healthy(tmp_path, clean):
             print(sorted(pool.broadcast(os.getpid)))
         """, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert json.loads(again.stdout.strip().splitlines()[-1]) == pids  # the sleeps were cancelled, same workers
+    assert json.loads(again.stdout.strip().splitlines()[-1]) == pids  # the busy tasks were cancelled, same workers
+    assert marks.read_text() == "xx"  # and not run again
     status = skyhive("status", cwd=tmp_path)
     assert "train" in status.stdout and "UP" in status.stdout
 
@@ -301,6 +308,13 @@ def test_named_pool_errors_name_the_pool(tmp_path, clean):
     assert "asks for 4 nodes; pool 'shape' has 2" in skyhive("exec", "shape", str(bigger), cwd=tmp_path).stderr
     assert "add -c NAME" in skyhive("launch", "-y", "-d", str(task), cwd=tmp_path).stderr
     assert skyhive("logs", "shape", "99", cwd=tmp_path).stderr.count("pool 'shape' has no job 99") == 1
+    failing = write(tmp_path / "fail.yaml", "name: fails\nrun: |\n  echo before\n  exit 3\n")
+    failed = skyhive("exec", "shape", str(failing), cwd=tmp_path)
+    assert failed.returncode == 3 and re.search(r"run failed on node [01]: exit code 3", failed.stdout)
+    assert skyhive("queue", "shape", cwd=tmp_path).stdout.splitlines()[-1].split()[:3] == ["2", "fails", "FAILED"]
+    latest = skyhive("logs", "shape", cwd=tmp_path)
+    assert latest.returncode == 0 and "[skyhive] job 2 failed" in latest.stdout
+    assert "not a named pool" in skyhive("logs", "plain-pool", "1", cwd=tmp_path).stderr
     bad = skyhive("launch", "-y", "-c", "bad/name", str(task), cwd=tmp_path)
     assert bad.returncode != 0 and "'bad/name' cannot name a pool" in bad.stderr
 
@@ -424,3 +438,41 @@ def test_a_jobs_env_and_secrets_are_its_own_and_redacted(tmp_path, clean):
     for path in Path(home).rglob("*"):
         if path.is_file():
             assert b"hunter2secret" not in path.read_bytes(), f"the secret is in {path}"
+
+
+def test_a_job_whose_agent_was_killed_fails_and_the_next_job_runs(tmp_path, clean):
+    home = clean
+    assert skyhive("launch", "-y", "-c", "orphan", str(write(tmp_path / "t.yaml", SIMPLE)), cwd=tmp_path).returncode == 0
+    long = write(tmp_path / "long.yaml", SLOW.format(n=600))
+    assert skyhive("exec", "-d", "orphan", str(long), cwd=tmp_path).returncode == 0
+    from skyhive.runtime.clusters import jobs as jobq
+
+    job = wait_for(lambda: next((j for j in jobq.list_jobs("orphan") if j.id == 2 and j.state == "RUNNING"), None),
+                   what="job 2 to run")
+    wait_for(lambda: "tick 2" in skyhive("logs", "orphan", "2", cwd=tmp_path).stdout, what="job 2 output")
+    os.kill(job.agent_pid, signal.SIGKILL)
+    short = write(tmp_path / "short.yaml", SLOW.format(n=2))
+    after = skyhive("exec", "orphan", str(short), cwd=tmp_path)
+    assert after.returncode == 0, after.stdout + after.stderr  # took the workers over from the dead agent's job
+    states = {j.id: j for j in jobq.list_jobs("orphan")}
+    assert states[2].state == "FAILED" and f"its agent (pid {job.agent_pid}) died" in states[2].detail
+    assert states[3].state == "SUCCEEDED"
+    wait_for(lambda: sorted(running_under(home)) == _worker_pids(home, "orphan"), timeout=30,
+             what="the dead agent's job's commands to be gone")
+
+
+def test_a_kept_pool_that_cannot_be_recorded_is_torn_down(tmp_path, clean, monkeypatch):
+    home = clean
+    # the watchdog cannot start (a bad "minute"): the pool that just started must not stay behind
+    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "soon")
+    done = python("""
+        import skyhive as sky
+        try:
+            with sky.Pool(provider=sky.Local(), nodes=2, name="unrec", keep=True, autostop=1, output=None):
+                print("entered")
+        except ValueError as exc:
+            print("ValueError:", exc)
+        """, cwd=tmp_path)
+    assert "entered" not in done.stdout and "SKYHIVE_AUTOSTOP_MINUTE='soon' is not a number" in done.stdout, done.stderr
+    assert running_under(home) == []
+    assert not (Path(home) / "clusters" / "unrec" / "record.json").exists()

@@ -159,6 +159,7 @@ async def _watch_cancel(name: str, job_id: int, scope: anyio.CancelScope) -> Non
 
 def _claim(name: str) -> jobq.Job | None:
     """The next PENDING job, now RUNNING (under the queue lock: a cancel cannot race it)."""
+    jobq.reap_orphans(name)  # a job left RUNNING by an agent that died
     with jobq.queue_lock(name):
         job = jobq.next_pending(name)
         if job is None:

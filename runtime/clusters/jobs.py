@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from ...paths import private_dir
+from ..onnode.procfs import proc_stat
 from . import record as records
 
 __all__ = ["Job", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "FINISHED", "jobs_dir", "submit",
            "load_job", "save_job", "list_jobs", "next_pending", "request_cancel", "cancel_requested", "log_path",
-           "steps_path", "queue_lock"]
+           "steps_path", "queue_lock", "reap_orphans"]
 
 PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED = "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"
 FINISHED = (SUCCEEDED, FAILED, CANCELLED)
@@ -136,6 +137,24 @@ def submit(name: str, *, job_name: str, steps: bytes, with_setup: bool, env: dic
         _write_private(steps_path(name, job.id), steps)
         save_job(name, job)
     return job
+
+
+def _running(pid: int) -> bool:
+    stat = proc_stat(pid) if pid > 0 else None
+    return stat is not None and stat[0] != "Z"
+
+
+def reap_orphans(name: str) -> list[Job]:
+    """Jobs still RUNNING whose agent died (killed, machine rebooted) are FAILED, saying so; those."""
+    reaped = []
+    with queue_lock(name):
+        for job in list_jobs(name):
+            if job.state == RUNNING and not _running(job.agent_pid):
+                job = dataclasses.replace(job, state=FAILED, ended=time.time(), secrets={},
+                                          detail=f"its agent (pid {job.agent_pid}) died while it ran")
+                save_job(name, job)
+                reaped.append(job)
+    return reaped
 
 
 def next_pending(name: str) -> Job | None:

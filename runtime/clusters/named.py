@@ -5,17 +5,18 @@ the workers run, and on leaving either detach (the workers stay) or tear down an
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
+import logging
+import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
-import logging
-import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from ...errors import PoolExists, PoolGone
 from ...providers.base import Provider
@@ -26,7 +27,6 @@ from .record import ClusterRecord, WorkerEntry
 
 if TYPE_CHECKING:
     from ..actors.pool_actor import PoolRuntime
-    from ..pool import Pool
 
 log = logging.getLogger("skyhive.clusters")
 
@@ -115,27 +115,46 @@ class NamedPool:
         self.autostop_down = autostop_down
         self.who = who
         self.lock_timeout = lock_timeout
-        self._stack = contextlib.ExitStack()
+        self._lock = records.AttachLock(name, who=who)
 
     def __repr__(self) -> str:
         return f"<NamedPool {self.name} {'attached' if self.attach else 'new'} keep={self.keep}>"
 
-    def enter(self) -> None:
-        """Take the pool's lock (raises `PoolInUse` naming the holder when another client has it)."""
-        self._stack.enter_context(records.attach_lock(self.name, timeout=self.lock_timeout, who=self.who))
+    async def enter(self) -> None:
+        """Take the pool's lock, waiting up to `lock_timeout` seconds (None: for ever) without blocking
+        the event loop. Raises `PoolInUse` naming the holder when another client keeps it."""
+        deadline = None if self.lock_timeout is None else time.monotonic() + self.lock_timeout
+        while not self._lock.try_acquire():
+            if deadline is not None and time.monotonic() >= deadline:
+                raise self._lock.busy()
+            await anyio.sleep(0.1)
 
-    async def open(self, pool: Pool, enter: Callable[[], Awaitable[Pool]]) -> Pool:
-        """Enter `pool` (`enter` starts it) as this named pool: lock, (re)check the workers when
+    async def open(self, pool: Any, enter: Callable[[], Awaitable[Any]]) -> Any:
+        """Enter `pool` (the `Pool`; `enter` starts it) as this named pool: lock, (re)check the workers when
         attaching, start, write the record. A pool that fails to start is forgotten unless attached."""
-        self.enter()
+        await self.enter()
         try:
             if self.attach:  # workers may have died since Pool.attach() looked
                 pool.provider = attach_provider(records.load(self.name))
             await enter()
-            assert pool._rt is not None and isinstance(pool.provider, LocalCluster)
-            self.started(pool._rt, pool.provider, pool.processes_per_node)
         except BaseException:
             self.leave(kept=self.attach)
+            raise
+        rt = pool._rt
+        assert rt is not None and isinstance(pool.provider, LocalCluster)
+        try:
+            self.started(rt, pool.provider, pool.processes_per_node)
+        except BaseException as exc:  # the pool runs but cannot be recorded: a new one is torn down
+            try:  # (both are shielded from cancellation)
+                if self.attach:
+                    await rt.detach()
+                else:
+                    await rt.close(f"{type(exc).__name__}: {exc}")
+            finally:
+                try:
+                    await rt._exit_tg()
+                finally:
+                    self.leave(kept=self.attach)
             raise
         return pool
 
@@ -166,7 +185,7 @@ class NamedPool:
             if not kept:
                 records.remove(self.name)
         finally:
-            self._stack.close()
+            self._lock.release()
 
 
 def start_watchdog(rec: ClusterRecord) -> int:

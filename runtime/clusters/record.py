@@ -23,8 +23,6 @@ import json
 import os
 import re
 import shutil
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,7 @@ from typing import Any
 from ...errors import PoolInUse, PoolNotFound
 from ...paths import private_dir, state_dir
 
-__all__ = ["ClusterRecord", "WorkerEntry", "check_name", "cluster_dir", "socket_dir", "load", "save", "remove", "names", "attach_lock"]
+__all__ = ["ClusterRecord", "WorkerEntry", "check_name", "cluster_dir", "socket_dir", "load", "save", "remove", "names", "AttachLock"]
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,62}\Z")
 _SOCKET_MAX = 100  # sun_path holds 108 bytes; "n12-w3.sock" and a margin
@@ -148,29 +146,40 @@ def names() -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / "record.json").is_file())
 
 
-@contextlib.contextmanager
-def attach_lock(name: str, *, timeout: float | None = 0.0, who: str = "") -> Iterator[None]:
-    """Hold the pool's attach lock (one client at a time); wait up to `timeout` seconds (None: for
-    ever). Raises `PoolInUse` naming the holder's pid when it stays held."""
-    directory = cluster_dir(name, create=True)
-    fd = os.open(directory / "attach.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if deadline is not None and time.monotonic() >= deadline:
-                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-                    raise PoolInUse(f"pool {name!r} is in use by {holder}; wait for it to finish "
-                                      "(or `skyhive cancel`/`skyhive down` it)") from None
-                time.sleep(0.1)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}{' (' + who + ')' if who else ''}\n".encode(), 0)
+class AttachLock:
+    """The pool's attach lock: one client at a time (flock on `attach.lock`, which names its holder).
+    `try_acquire()` never blocks; `release()` is idempotent."""
+
+    def __init__(self, name: str, *, who: str = "") -> None:
+        self.name = name
+        self.who = who
+        self._fd = -1
+
+    def try_acquire(self) -> bool:
+        fd = os.open(cluster_dir(self.name, create=True) / "attach.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            yield
-        finally:
-            os.ftruncate(fd, 0)
-    finally:
-        os.close(fd)  # closing releases the lock
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}{' (' + self.who + ')' if self.who else ''}\n".encode(), 0)
+        self._fd = fd
+        return True
+
+    def busy(self) -> PoolInUse:
+        """The error for a lock that stays held, naming its holder."""
+        try:
+            with open(cluster_dir(self.name) / "attach.lock", encoding="utf-8", errors="replace") as fh:
+                holder = fh.read().strip() or "another process"
+        except OSError:
+            holder = "another process"
+        return PoolInUse(f"pool {self.name!r} is in use by {holder}; wait for it to finish "
+                         f"(or `skyhive cancel`/`skyhive down` it)")
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            os.close(fd)  # closing releases the lock

@@ -9,6 +9,7 @@ import signal
 import time
 
 from ...errors import PoolNotFound
+from ..onnode.procfs import proc_stat
 from ..transport.local_detached import is_worker_server
 from . import record as records
 from .agent import agent_pid
@@ -21,11 +22,8 @@ GRACE = 3.0
 
 def alive(pid: int) -> bool:
     """True while `pid` runs (a zombie does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
+    stat = proc_stat(pid)
+    return stat is not None and stat[0] != "Z"
 
 
 def runs(pid: int, module: str) -> bool:

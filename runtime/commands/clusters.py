@@ -198,6 +198,7 @@ def status_rows(now: float | None = None) -> list[dict[str, object]]:
         except (PoolNotFound, ValueError):
             continue
         live = live_workers(rec)
+        jobq.reap_orphans(name)
         all_jobs = jobq.list_jobs(name)
         running = [j for j in all_jobs if j.state == jobq.RUNNING]
         pending = [j for j in all_jobs if j.state == jobq.PENDING]

@@ -40,6 +40,7 @@ def print_queue(name: str, out: TextIO | None = None) -> int:
     """The jobs of pool `name`: id, name, state, start, duration. Raises `PoolNotFound` naming it."""
     out = out or sys.stdout
     records.load(name)
+    jobq.reap_orphans(name)
     rows = [[str(j.id), j.name, j.state, _clock(j.started), _duration(j.duration)] for j in jobq.list_jobs(name)]
     if not rows:
         out.write(f"pool {name} has no jobs\n")
