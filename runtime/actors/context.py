@@ -8,7 +8,9 @@ third party registers sees the same narrow view.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,8 +50,9 @@ class NodeContext:
     slots_changed: Callable[[], None]
     #: record that this node runs (its handle has addresses); the pool fills `infos` when all do
     node_running: Callable[[NodeHandle], None]
-    #: wait until every node's addresses are known (workers need their peers' addresses)
-    wait_addresses: Callable[[], Awaitable[None]]
+    #: node i waits until every member's addresses are known (workers need their peers' addresses;
+    #: `actors/membership.py`)
+    wait_addresses: Callable[[int], Awaitable[None]]
     #: run the plugins' worker setup on a freshly started worker (None: no plugin needs one)
     setup_worker: Callable[[WorkerChannel], Awaitable[None]] | None
     #: what a lost worker means: restarted in place, or its node replaced (`actors/replace.py`)
@@ -57,5 +60,8 @@ class NodeContext:
     #: worker processes per local rank (`sky.Worker(concurrency=N)`); the extra ones take tasks but
     #: no broadcast and no plugin setup
     concurrency: int = 1
+    #: entered around an environment build (bounded by `build_timeout` itself): lifts the pool's
+    #: start deadline while it runs (`actors/startclock.py`)
+    building: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
     #: the pool's reusable memfds for large arguments to workers on this machine (None: none kept)
     memfds: MemfdPool | None = None
