@@ -50,8 +50,9 @@ class NodeContext:
     slots_changed: Callable[[], None]
     #: record that this node runs (its handle has addresses); the pool fills `infos` when all do
     node_running: Callable[[NodeHandle], None]
-    #: wait until every node's addresses are known (workers need their peers' addresses)
-    wait_addresses: Callable[[], Awaitable[None]]
+    #: node i waits until every member's addresses are known (workers need their peers' addresses;
+    #: `actors/membership.py`)
+    wait_addresses: Callable[[int], Awaitable[None]]
     #: run the plugins' worker setup on a freshly started worker (None: no plugin needs one)
     setup_worker: Callable[[WorkerChannel], Awaitable[None]] | None
     #: what a lost worker means: restarted in place, or its node replaced (`actors/replace.py`)

@@ -144,6 +144,13 @@ class ReplaceFailed(LossPolicy):
                 self._idle.set()
             self.rt.slots_changed()
 
+    async def _stop(self, node: NodeActor) -> None:
+        """Stop what is left of `node` (its workers, its transport): shielded, bounded — a vanished
+        host's transport may take its connect timeout to give up."""
+        settings = self.rt.settings
+        with anyio.CancelScope(shield=True), anyio.move_on_after(settings.stop_timeout + 5):
+            await node.stop(settings.stop_timeout)
+
     async def _replace(self, old: NodeActor, reason: str) -> tuple[NodeActor | None, str]:
         """Destroy `old` and start a node in its place. Returns (a replacement that failed to start,
         why) to be replaced in turn, or (None, "") when done — replaced, or left failed saying why."""
@@ -162,13 +169,11 @@ class ReplaceFailed(LossPolicy):
                    f"{rt.settings.restart_window:g} s (max_restarts={rt.settings.max_restarts})")
             log.error("pool %s: %s", rt.pool_id, why)
             old.progress(why)
-            with anyio.CancelScope(shield=True):
-                await old.stop(rt.settings.stop_timeout)
+            await self._stop(old)
             return None, ""
         log.warning("pool %s: %s; replacing it", rt.pool_id, lost)
+        await self._stop(old)
         with anyio.CancelScope(shield=True):  # destroying what we had must finish
-            with anyio.move_on_after(rt.settings.stop_timeout + 5):
-                await old.stop(rt.settings.stop_timeout)
             await old.terminate()
         self.history[index].append(time.monotonic())
         replacement = rt.log.state.nodes[index].replacements + 1
@@ -215,8 +220,7 @@ class ReplaceFailed(LossPolicy):
                 new.move(NodeState.FAILED, detail=f"{lost}; its replacement failed: {why}")
             if final is not None:  # it would be refused again, whatever node comes next
                 log.error("pool %s: node %d: its replacement cannot join the pool: %s", rt.pool_id, index, final)
-                with anyio.CancelScope(shield=True):
-                    await new.stop(rt.settings.stop_timeout)
+                await self._stop(new)
                 return None, ""
             return new, f"its replacement failed: {why}"
         log.warning("pool %s: node %d replaced (%s -> %s)", rt.pool_id, index, old_id or "?",

@@ -46,7 +46,11 @@ MEMORY_EVENTS = 10_000
 #: Characters of output events waiting to be written after which the file is written at once.
 WRITE_CHARS = 4 * 1024 * 1024
 # Events after which the file is flushed at once (so a crashed client's pool can be found and cleaned).
-_FLUSH_NOW = (PoolStarted, PoolStopped, PoolDetached, NodeStateChanged, WorkerStateChanged, NodeReplaced)
+_FLUSH_NOW = (PoolStarted, PoolStopped, PoolDetached)
+# Events after which the file is flushed on the event loop's next turn (`call_soon`: before any timer
+# or I/O it waits for; a crashed client's nodes are found by the provider ids these carry). Flushing
+# after each one made 90,000 write calls while a 10,000-node pool started and stopped.
+_FLUSH_SOON = (NodeStateChanged, WorkerStateChanged, NodeReplaced)
 
 
 def pool_log_path(pool_id: str) -> Path:
@@ -104,6 +108,7 @@ class EventLog:
         self._unwritten: list[Event] = []
         self._unwritten_chars = 0
         self._flush_scheduled = False
+        self._flush_soon = False
         self._recent: deque[Event] = deque(maxlen=MEMORY_EVENTS)
         # task events recorded by `record_task` (numbered and timed, not built yet): built, in order,
         # before anything reads the log (state, recent, file) and before any other event is emitted
@@ -237,6 +242,9 @@ class EventLog:
             if (isinstance(event, _FLUSH_NOW) or len(self._unwritten) >= 4096
                     or self._unwritten_chars >= WRITE_CHARS):
                 self.flush()
+            elif isinstance(event, _FLUSH_SOON):
+                if not self._flush_soon:
+                    self._schedule_flush(soon=True)
             elif not self._flush_scheduled:
                 self._schedule_flush()
         if self._subscribers:
@@ -268,14 +276,18 @@ class EventLog:
         self.output_logged += len(text)
         self.emit(OutputChunk, task=task, node=node, local_rank=local_rank, stream=stream, text=text)
 
-    def _schedule_flush(self) -> None:
+    def _schedule_flush(self, *, soon: bool = False) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             self.flush()
             return
-        self._flush_scheduled = True
-        loop.call_later(WRITE_DELAY, self.flush)
+        if soon:
+            self._flush_soon = True
+            loop.call_soon(self.flush)
+        else:
+            self._flush_scheduled = True
+            loop.call_later(WRITE_DELAY, self.flush)
 
     def subscribe(self, *, replay: bool = False, max_buffer: int = EVENTS_MAX_BUFFER) -> EventStream:
         """An `EventStream` of the events from now on (with `replay`, first those still in memory),
@@ -298,7 +310,8 @@ class EventLog:
 
     def flush(self) -> None:
         """Write every pending event to the file, and flush it."""
-        self._flush_scheduled = False
+        self._flush_scheduled = False  # (a timer still pending then finds nothing to write)
+        self._flush_soon = False
         if self._deferred:
             self._settle()
         if self._file is None:
