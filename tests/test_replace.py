@@ -321,3 +321,13 @@ async def test_simulated_with_min_nodes_a_member_is_replaced_and_a_dropped_node_
         assert states[1].replacements == 1 and states[1].state == "ready"
         assert states[3].replacements == 0 and states[3].state != "ready"
     assert not any(provider.live.values())
+
+
+def test_blocking_face_replaces_too():
+    provider = sky.Simulated(die_at={2: 1})
+    with sky.Pool(provider=provider, nodes=3, replace_failed=True, output=None) as pool:
+        with pytest.raises(sky.WorkerLost, match="node 2.*being replaced"):
+            pool.broadcast(_node)
+        assert pool.broadcast(_node) == [0, 1, 2]
+        assert pool.statistics()["replacements"] == 1
+    assert not any(provider.live.values())
