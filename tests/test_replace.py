@@ -306,3 +306,28 @@ async def test_simulated_calls_wait_for_a_replacement_longer_than_wait_for_worke
         with pytest.raises(sky.WorkerLost, match="node 1"):
             await pool.broadcast(_node)
         assert await pool.broadcast(_node) == [0, 1]  # waited ~1 s for node 1's replacement
+
+
+async def test_simulated_with_min_nodes_a_member_is_replaced_and_a_dropped_node_stays_out():
+    """`min_nodes` (issue 14) and `replace_failed` together: node 3 never started and was dropped; node 1,
+    a member, is lost and replaced — the pool's four members answer again, numbered 0..3."""
+    provider = sky.Simulated(fail={3: "connecting"}, die_at={1: 1})
+    async with sky.Pool(provider=provider, nodes=5, min_nodes=4, replace_failed=True, output=None) as pool:
+        rt = pool._runtime
+        with pytest.raises(sky.WorkerLost, match="node 1"):
+            await pool.broadcast(_node)
+        assert await pool.broadcast(_node) == [0, 1, 2, 3]
+        states = rt.log.state.nodes
+        assert states[1].replacements == 1 and states[1].state == "ready"
+        assert states[3].replacements == 0 and states[3].state != "ready"
+    assert not any(provider.live.values())
+
+
+def test_blocking_face_replaces_too():
+    provider = sky.Simulated(die_at={2: 1})
+    with sky.Pool(provider=provider, nodes=3, replace_failed=True, output=None) as pool:
+        with pytest.raises(sky.WorkerLost, match="node 2.*being replaced"):
+            pool.broadcast(_node)
+        assert pool.broadcast(_node) == [0, 1, 2]
+        assert pool.statistics()["replacements"] == 1
+    assert not any(provider.live.values())

@@ -162,18 +162,20 @@ async def test_a_build_past_build_timeout_names_the_step_not_start_timeout(sshd_
     # the build outlives start_timeout (lifted while it builds) and is stopped by build_timeout, saying so
     token = secrets.token_hex(4)
     image = sky.Image(setup=[f"sleep 60 # {token}"])
+    envs = sshd_host.home / ".skyhive" / "envs"
+    before = {p.name for p in envs.iterdir()} if envs.exists() else set()  # other tests' builds (same host)
     # (start_timeout leaves room for connecting and probing on a loaded machine; the setup sleeps past both)
     with pytest.raises(SetupFailed, match=r"longer than 20 s \(Settings\.build_timeout\) and was stopped at step "
                                           r"'setup 1/1'") as err:
-        await start_pool(ssh_for(sshd_host), image=image, bound=60, start_timeout=12, build_timeout=20)
+        await start_pool(ssh_for(sshd_host), image=image, bound=120, start_timeout=12, build_timeout=20)
     assert "start_timeout" not in str(err.value)
     uid = {pwd.getpwnam(sshd_host.user).pw_uid}
     with anyio.fail_after(15):  # the lifeline kills the setup command and removes the half-built env
         while left := _processes_of(uid, (token,)):
             await anyio.sleep(0.1)
     assert not left
-    envs = sshd_host.home / ".skyhive" / "envs"
     with anyio.fail_after(15):
-        while built := [p.name for p in envs.iterdir() if p.is_dir() and not p.name.endswith(".lock")]:
+        while built := [p.name for p in envs.iterdir()
+                        if p.is_dir() and not p.name.endswith(".lock") and p.name not in before]:
             await anyio.sleep(0.1)
     assert not built
