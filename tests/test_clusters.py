@@ -476,3 +476,24 @@ def test_a_kept_pool_that_cannot_be_recorded_is_torn_down(tmp_path, clean, monke
     assert "entered" not in done.stdout and "SKYHIVE_AUTOSTOP_MINUTE='soon' is not a number" in done.stdout, done.stderr
     assert running_under(home) == []
     assert not (Path(home) / "clusters" / "unrec" / "record.json").exists()
+
+
+def test_the_same_name_in_two_state_directories_are_two_pools(tmp_path, clean):
+    """`down train` of one state directory leaves another state directory's pool "train" alone."""
+    home = clean
+    other = tmp_path / "other-home"
+    other.mkdir(mode=0o700)
+    task = write(tmp_path / "t.yaml", SIMPLE)
+    env = {**os.environ, "SKYHIVE_HOME": str(other)}
+    theirs = subprocess.run([*SKYHIVE, "launch", "-y", "-c", "same", str(task)], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=180)
+    try:
+        assert theirs.returncode == 0, theirs.stderr
+        their_pids = _worker_pids(str(other), "same")
+        assert skyhive("launch", "-y", "-c", "same", str(task), cwd=tmp_path).returncode == 0
+        assert _worker_pids(home, "same") != their_pids
+        assert skyhive("down", "same", cwd=tmp_path).returncode == 0
+        assert all(state_of(p) not in (None, "Z") for p in their_pids)  # the other pool still runs
+    finally:
+        subprocess.run([*SKYHIVE, "down", "same"], cwd=tmp_path, env=env, capture_output=True, timeout=60)
+    assert running_under(str(other)) == []

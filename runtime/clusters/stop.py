@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import time
 
 from ...errors import PoolNotFound
+from ..onnode.nodecmd import work_root
 from ..onnode.procfs import proc_stat
-from ..transport.local_detached import is_worker_server
+from ..transport.local_detached import CLUSTER_ENV, is_worker_server
 from . import record as records
 from .agent import agent_pid
 
-__all__ = ["stop_pool", "alive", "runs"]
+__all__ = ["stop_pool", "alive", "runs", "marked"]
 
 #: Seconds between SIGTERM and SIGKILL.
 GRACE = 3.0
@@ -37,7 +39,7 @@ def runs(pid: int, module: str) -> bool:
 
 def stop_pool(name: str, *, why: str, watchdog: bool = True) -> int:
     """End every process of pool `name` (each leads its own process group: SIGTERM, then SIGKILL after
-    `GRACE`), then what their jobs left (found by the pool id in their environment), and record the
+    `GRACE`), then what their jobs left (found by `marked`), and record the
     pool stopped in its log with `why`. `watchdog=False` spares the autostop watchdog (it is the one
     calling). Returns how many processes were ended. Raises `PoolNotFound` naming the pool."""
     rec = records.load(name)
@@ -55,10 +57,41 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True) -> int:
         while time.monotonic() < deadline and any(alive(p) for p in pids):
             time.sleep(0.05)
     ended = len(pids)
+    left = marked(rec.socket_dir)  # what jobs started in sessions of their own (torchrun's trainers)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + GRACE
+        while time.monotonic() < deadline and any(alive(p) for p in left):
+            time.sleep(0.05)
+    ended += len(left)
+    shutil.rmtree(work_root(name), ignore_errors=True)  # the jobs' working directories on this machine
     from ..commands.inventory import down, find
 
     with contextlib.suppress(PoolNotFound):
         entry = find(name)
-        if entry.pool_id == name and entry.needs_down:
-            ended += down(entry, force=True, why=why).killed
+        if entry.pool_id == name and entry.needs_down:  # the log records it stopped
+            down(entry, force=True, why=why, leftovers=False)
     return ended
+
+
+def marked(socket_dir: str) -> list[int]:
+    """Live processes of our user started under the named pool whose socket directory is
+    `socket_dir` (they carry it in `SKYHIVE_CLUSTER`). A pool's name may be used by another state
+    directory on this machine, so processes are never matched by the name."""
+    needle = f"{CLUSTER_ENV}={socket_dir}\0".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != os.getuid():
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = fh.read() + b"\0"
+        except OSError:
+            continue
+        if needle in environ and alive(int(entry)):
+            found.append(int(entry))
+    return found

@@ -10,7 +10,6 @@ with its exit code. Ctrl-C while following stops following only: the job goes on
 from __future__ import annotations
 
 import contextlib
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -25,7 +24,6 @@ from ..clusters import record as records
 from ..clusters.agent import ensure_agent
 from ..clusters.named import dead_workers, live_workers
 from ..clusters.stop import alive, stop_pool
-from ..onnode.nodecmd import work_root
 from .launch import task_steps
 from .taskfile import Task
 
@@ -179,7 +177,6 @@ def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False) -
     err = err or sys.stderr
     ended = stop_pool(name, why=f"skyhive down {name}")
     records.remove(name)
-    shutil.rmtree(work_root(name), ignore_errors=True)  # the jobs' working directories on this machine
     if not quiet:
         _say(err, f"pool {name}: down ({ended} processes ended)")
     return ended
