@@ -497,3 +497,33 @@ def test_the_same_name_in_two_state_directories_are_two_pools(tmp_path, clean):
     finally:
         subprocess.run([*SKYHIVE, "down", "same"], cwd=tmp_path, env=env, capture_output=True, timeout=60)
     assert running_under(str(other)) == []
+
+
+def test_jobs_wait_for_an_attached_client_and_a_waiting_job_can_be_cancelled(tmp_path, clean):
+    assert skyhive("launch", "-y", "-c", "busy", str(write(tmp_path / "t.yaml", SIMPLE)), cwd=tmp_path).returncode == 0
+    release = tmp_path / "release"
+    client = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, time, skyhive as sky
+        with sky.Pool.attach("busy", output=None) as pool:
+            print("attached", flush=True)
+            while not os.path.exists({str(release)!r}):
+                time.sleep(0.1)
+        """)], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout.readline().strip() == "attached"
+        short = write(tmp_path / "short.yaml", SLOW.format(n=1))
+        assert skyhive("exec", "-d", "busy", str(short), cwd=tmp_path).returncode == 0  # job 2
+        assert skyhive("exec", "-d", "busy", str(short), cwd=tmp_path).returncode == 0  # job 3
+        from skyhive.runtime.clusters import jobs as jobq
+
+        time.sleep(1.0)  # the agent is up and waits for the pool
+        assert [j.state for j in jobq.list_jobs("busy")][1:] == ["PENDING", "PENDING"]
+        assert "job 2: cancelled" in skyhive("cancel", "busy", "2", cwd=tmp_path).stderr
+        release.touch()
+        assert client.wait(timeout=60) == 0
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    wait_for(lambda: jobq.load_job("busy", 3).state == "SUCCEEDED", what="job 3 after the client left")
+    assert jobq.load_job("busy", 2).state == "CANCELLED" and jobq.load_job("busy", 2).started is None
