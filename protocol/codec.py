@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import operator
 import struct
+from collections.abc import Callable
+from dataclasses import MISSING, fields
+from typing import Any
 
 import msgpack
 
 from .errors import RemoteProtocolError
-from .messages import TAGS, Chunk, Message, wire_fields
+from .messages import TAGS, Chunk, Message, Result, Submit, wire_fields
 
 __all__ = [
     "HEADER",
@@ -23,6 +26,9 @@ __all__ = [
     "MAX_BUFFERS",
     "encode",
     "encode_chunk_header",
+    "submit_tail",
+    "encode_submit",
+    "encode_value_result",
     "decode_body",
 ]
 
@@ -62,14 +68,38 @@ _PY_TYPES: dict[str, type] = {
 
 
 class _Schema:
-    __slots__ = ("names", "types", "getter")
+    __slots__ = ("cls", "names", "types", "getter", "build")
 
     def __init__(self, cls: type[Message]) -> None:
         pairs = wire_fields(cls)
+        self.cls = cls
         self.names = tuple(name for name, _ in pairs)
         self.types = tuple(_PY_TYPES[str(ann)] for _, ann in pairs)
         get = operator.attrgetter(*self.names) if self.names else (lambda m: ())
         self.getter = (lambda m: (get(m),)) if len(self.names) == 1 else get
+        self.build = _builder(cls, self.names)
+
+
+def _builder(cls: type[Message], names: tuple[str, ...]) -> Callable[[tuple[Any, ...]], Message]:
+    """A function building a decoded `cls` from its wire values (already checked: count and types):
+    each field set through its slot — what the frozen dataclass's `__init__` does through
+    `object.__setattr__`, without matching keywords — then the fields that do not travel get their
+    defaults. Generated per class, unrolled, as `dataclasses` generates `__init__`."""
+    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    lines = ["def build(values):", "    msg = _new(_cls)"]
+    for i, name in enumerate(names):
+        env[f"_set{i}"] = getattr(cls, name).__set__
+        lines.append(f"    _set{i}(msg, values[{i}])")
+    for j, f in enumerate(f for f in fields(cls) if f.name not in names):
+        env[f"_dset{j}"] = getattr(cls, f.name).__set__
+        env[f"_default{j}"] = f.default_factory if f.default is MISSING else (lambda d=f.default: d)
+        lines.append(f"    _dset{j}(msg, _default{j}())")
+    if getattr(cls, "__post_init__", None) is not None:  # (no message has one today)
+        env["_post_init"] = cls.__post_init__  # type: ignore[attr-defined]
+        lines.append("    _post_init(msg)")
+    lines.append("    return msg")
+    exec("\n".join(lines), env)  # noqa: S102 - generated from the class's own field names
+    return env["build"]  # type: ignore[no-any-return]
 
 
 _SCHEMA: dict[type[Message], _Schema] = {cls: _Schema(cls) for cls in TAGS.values()}
@@ -81,6 +111,51 @@ def encode(msg: Message) -> bytes:
     """The frame (length prefix included) for `msg`. `Chunk` goes through `encode_chunk_header`."""
     cls = type(msg)
     body = _packb((cls.tag, *_SCHEMA[cls].getter(msg)))
+    return _pack_len(len(body)) + body
+
+
+# Templates of the two messages every call makes (a `Submit` without buffers, an ok `Result` without
+# buffers): their constant parts packed once, so the per-call work is packing what varies. They give
+# exactly the bytes `encode` gives for the same message (tests hold them to that).
+_SUBMIT_HEAD = bytes([0x90 | (1 + len(_SCHEMA[Submit].names)), Submit.tag])
+_RESULT_HEAD = bytes([0x90 | (1 + len(_SCHEMA[Result].names)), Result.tag])
+_pack_one = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+#: an ok Result's fields after `value`: buffer_sizes=(), error_type="", error_message="", traceback="",
+#: cancelled=False, shared=()
+_RESULT_OK_TAIL = b"".join(_pack_one(v) for v in ((), "", "", "", False, ()))
+assert _SCHEMA[Result].names == ("task_id", "ok", "value", "buffer_sizes", "error_type", "error_message",
+                                 "traceback", "cancelled", "shared"), "update the Result template"
+assert _SCHEMA[Submit].names == ("task_id", "fn_id", "fn", "args", "buffer_sizes", "batch", "options",
+                                 "buffer_keys", "cached", "shared"), "update the Submit template"
+
+
+def submit_tail(*, fn_id: bytes, fn: bytes, args: bytes, batch: bool, options: dict[str, Any]) -> bytes:
+    """A `Submit` without buffers, but for its task id, packed once (see `encode_submit`)."""
+    if not (type(fn_id) is bytes and type(fn) is bytes and type(args) is bytes and type(batch) is bool
+            and type(options) is dict):
+        for name, value, want in (("fn_id", fn_id, bytes), ("fn", fn, bytes), ("args", args, bytes),
+                                  ("batch", batch, bool), ("options", options, dict)):
+            if type(value) is not want:
+                raise TypeError(f"Submit.{name} should be {want.__name__}, got {type(value).__name__}")
+    return b"".join((_pack_one(fn_id), _pack_one(fn) if fn else _EMPTY_BIN, _pack_one(args),
+                     _BATCH_NO_SIZES[batch], _pack_one(options) if options else _EMPTY_MAP, _NO_KEYS_TAIL))
+
+
+_EMPTY_BIN = _pack_one(b"")
+_EMPTY_MAP = _pack_one({})
+_BATCH_NO_SIZES = {flag: _pack_one(()) + _pack_one(flag) for flag in (False, True)}  # buffer_sizes=(), batch
+_NO_KEYS_TAIL = _pack_one(b"") + _pack_one(()) + _pack_one(())  # buffer_keys=b"", cached=(), shared=()
+
+
+def encode_submit(task_id: int, tail: bytes) -> bytes:
+    """The frame of `Submit(task_id=task_id, ...)` whose other fields `submit_tail` packed."""
+    body = _SUBMIT_HEAD + _pack_one(task_id) + tail
+    return _pack_len(len(body)) + body
+
+
+def encode_value_result(task_id: int, value: bytes) -> bytes:
+    """The frame of `Result(task_id=task_id, ok=True, value=value)` (no buffers)."""
+    body = _RESULT_HEAD + _pack_one(task_id) + b"\xc3" + _pack_one(value) + _RESULT_OK_TAIL
     return _pack_len(len(body)) + body
 
 
@@ -130,7 +205,7 @@ def decode_body(body: memoryview) -> Message:
                     f"{cls.__name__}.{name} should be {want.__name__}, got {type(value).__name__}"
                 )
     try:
-        return cls(**dict(zip(schema.names, values)))
+        return schema.build(values)
     except (TypeError, ValueError) as exc:
         raise RemoteProtocolError(f"invalid {cls.__name__}: {exc}") from None
 

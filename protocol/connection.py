@@ -23,6 +23,8 @@ from .codec import (
     decode_body,
     encode,
     encode_chunk_header,
+    encode_submit,
+    encode_value_result,
 )
 from .cache import KEY_SIZE, NO_KEY, BufferStore, cache_fields_problem
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
@@ -152,6 +154,42 @@ class Connection:
             )
         self.frames_sent += 1
         return frame
+
+    def send_submit(self, task_id: int, tail: bytes) -> bytes:
+        """`send(Submit(task_id=task_id, ...))` for a `Submit` without buffers whose other fields were
+        packed once by `codec.submit_tail` (a call sent to many workers, or again and again, packs
+        them once). The same checks, the same bytes."""
+        return self._send_template(Submit, encode_submit, task_id, tail)
+
+    def send_value_result(self, task_id: int, value: bytes) -> bytes:
+        """`send(Result(task_id=task_id, ok=True, value=value))`: a task's value without buffers."""
+        return self._send_template(Result, encode_value_result, task_id, value)
+
+    def _send_template(self, cls: type[Message], encoder: Any, task_id: int, data: bytes) -> bytes:
+        if self.state is State.ERROR:
+            raise LocalProtocolError("connection is in ERROR state after an earlier protocol error")
+        nxt = self._can_send.get(cls)
+        if nxt is None:
+            what = f"{self.role.value} in state {self.state.value}"
+            self.state = State.ERROR
+            raise LocalProtocolError(f"cannot send {cls.__name__}: {what}")
+        if type(task_id) is not int:
+            raise LocalProtocolError(f"{cls.__name__}.task_id should be int, got {type(task_id).__name__}")
+        frame = encoder(task_id, data)
+        if len(frame) - _HEADER_SIZE > self._message_limit:
+            self.state = State.ERROR
+            raise LocalProtocolError(
+                f"{cls.__name__} frame of {len(frame)} bytes exceeds the message limit of {self._message_limit} "
+                "bytes (large values travel as buffers)"
+            )
+        if nxt is not self._state:
+            self.state = nxt
+        self.frames_sent += 1
+        return frame
+
+    @property
+    def _message_limit(self) -> int:
+        return min(MAX_MESSAGE, self.max_frame)
 
     def send_buffers(
         self, ref: int, buffers: Sequence[Any], chunk_size: int = CHUNK_SIZE, *,

@@ -15,6 +15,7 @@ and exercising the supervision and provider policies with failures injected per 
 - `die_at`: {node: n} — that node's worker dies (its pipe closes, exit -9) when its n-th task arrives.
 - `hang_at`: {node: n} — that node's worker stops answering anything (tasks, heartbeats) from its n-th
   task on: only the heartbeat watchdog can tell.
+  Both strike the node's first worker process only: the one its supervisor starts after it is fresh.
 - `spares`: how many replacement nodes (`Pool(replace_failed=True)`) it gives a pool; None (the
   default): any number. One more is refused with `ProvisionError(kind="capacity")`.
 

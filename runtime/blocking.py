@@ -47,6 +47,8 @@ class AsyncPool(Protocol):
     def id(self) -> str: ...
     @property
     def state(self) -> PoolState: ...
+    @property
+    def dropped(self) -> dict[int, str]: ...
 
 
 class BlockingPool:
@@ -163,6 +165,11 @@ class BlockingPool:
     @property
     def state(self) -> PoolState:
         return self.pool.state
+
+    @property
+    def dropped(self) -> dict[int, str]:
+        """See `Pool.dropped`: the nodes left out at start (`min_nodes`), and why."""
+        return self.pool.dropped
 
     def statistics(self) -> dict[str, Any]:
         return self._call(_stats, self.pool)

@@ -73,7 +73,10 @@ class Pool:
     (True: a node whose worker is lost for good is destroyed and a fresh one asked of the provider
     for the same index — SSH: a spare host listed beyond `nodes`; see `runtime/actors/replace.py`
     and docs/replacement.md), `progress` (draw the per-node provisioning display on stderr while the
-    pool starts: None, the default, draws it only when stderr is a terminal), and any `Settings`
+    pool starts: None, the default, draws it only when stderr is a terminal), `min_nodes` (start
+    with the nodes that could be provisioned when at least this many could: the others are left
+    out, recorded and destroyed — see `runtime/actors/membership.py` and docs/min_nodes.md; default:
+    every node is needed), and any `Settings`
     field as a keyword (timeouts, heartbeats, restart
     limits).
 
@@ -115,6 +118,7 @@ class Pool:
         progress: bool | None = None,
         keep: bool = False,
         autostop: float | None = None,
+        min_nodes: int | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
@@ -124,6 +128,10 @@ class Pool:
         if not isinstance(replace_failed, bool):
             raise TypeError(f"Pool(replace_failed={replace_failed!r}): need True or False")
         self.replace_failed = replace_failed
+        if min_nodes is not None and (not isinstance(min_nodes, int) or isinstance(min_nodes, bool)
+                                      or not 1 <= min_nodes <= nodes):
+            raise ValueError(f"Pool(min_nodes={min_nodes!r}): need a whole number from 1 to nodes={nodes}")
+        self.min_nodes = min_nodes
         unknown = set(settings) - Settings.names()
         if unknown:
             raise TypeError(f"Pool() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
@@ -213,7 +221,7 @@ class Pool:
             plugins=spec_plugins, image=image, output=self.output_spec, settings=self.settings,
             name=self.name, log_events=self.log_events, **self.resources,
             concurrency=self.worker.concurrency, replace_failed=self.replace_failed,
-            progress=wants_display(self.progress),
+            progress=wants_display(self.progress), min_nodes=self.min_nodes,
         )
         self._rt.detach_on_failure = self._named is not None and self._named.attach
         await self._rt.start()
@@ -279,6 +287,11 @@ class Pool:
     def state(self) -> PoolState:
         """The pool's state, folded from its events."""
         return self._runtime.log.state
+
+    @property
+    def dropped(self) -> dict[int, str]:
+        """The nodes left out when the pool started (`min_nodes`): node index -> why it failed."""
+        return dict(self._runtime.membership.dropped)
 
     @property
     def log_path(self) -> str | None:
@@ -374,6 +387,8 @@ class Pool:
                 channel = await rt.pick()
             return await rt.run_one(channel, prep, timeout=timeout, options=options)  # type: ignore[no-any-return]
 
+        if retries.count == 0:  # (two coroutines fewer per call)
+            return await attempt()
         return await with_retries(attempt, retries, what=prep.fn_name, on_retry=self._count_retry)
 
     def _count_retry(self) -> None:

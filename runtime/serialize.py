@@ -81,6 +81,8 @@ def _register_module_name(name: str | None) -> None:
 
 
 _SIMPLE = frozenset({int, float, str, bytes, bool, type(None), complex})
+#: Values pickled as they are (no out-of-band buffer can come of them, whatever their size).
+_SCALARS = frozenset({int, float, bool, complex})
 
 
 class _Pickled:
@@ -331,6 +333,9 @@ def dump_args(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
 
 def dump_value(value: Any, what: str = "value") -> tuple[bytes, list[Any]]:
     """Pickle a value with out-of-band buffers; raises `SerializationError` naming `what` it was."""
+    if value is None or value.__class__ in _SCALARS:  # most results: nothing to lift out of band
+        data = pickle.dumps(value, protocol=5)
+        return (data, []) if len(data) <= INBAND_MAX else (b"", [data])  # (a huge int)
     try:
         return _pack(value)
     except Exception as exc:

@@ -29,6 +29,10 @@ class Settings:
     # cache_min bytes it received (memfd pages, LRU), so the same big argument travels once (0: off)
     cache_bytes: int = 1 << 30
     cache_min: int = 1 << 20
+    # shared memory with Local workers: the client keeps up to this many bytes of the memfds it filled
+    # with large arguments, to fill them again once no worker uses them (a fresh memfd's pages cost
+    # the kernel ~0.4 s per GiB to allocate and zero); closed with the pool (0: a fresh memfd each call)
+    shm_pool_bytes: int = 2 << 30
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -152,12 +152,13 @@ def _age(seconds: float) -> str:
     return f"{int(seconds)}s"
 
 
-def _nodes(states: list[str], replaced: int = 0) -> str:
+def _nodes(states: list[str], replaced: int = 0, dropped: int = 0) -> str:
     if not states:
         return "0"
     counts = Counter(states)
     return (f"{len(states)}: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
-            + (f" ({replaced} replaced)" if replaced else ""))
+            + (f" ({replaced} replaced)" if replaced else "")
+            + (f" ({dropped} left out at start: min_nodes)" if dropped else ""))
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -173,6 +174,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 "host": e.state.host, "started": e.state.started, "stopped": e.state.stopped or None,
                 "nodes": [n.state for n in e.state.nodes], "error": e.state.error, "log": str(e.path),
                 "replaced": {str(n.node): list(n.replaced_ids) for n in e.state.nodes if n.replaced_ids} or None,
+                "dropped": {str(n.node): n.dropped for n in e.state.nodes if n.dropped} or None,
                 "provider_holds": owned[e.pool_id] or None,
                 "machine": e.machine or None, "cost": e.cost(now),
             }))
@@ -198,7 +200,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         provider = e.state.provider or "-"
         if owned[e.pool_id]:
             provider += f" ({owned[e.pool_id]})"
-        table.add_row(e.pool_id, provider, _nodes([n.state for n in e.state.nodes], e.state.replacements), status, age,
+        table.add_row(e.pool_id, provider, _nodes([n.state for n in e.state.nodes], e.state.replacements,
+                                                      sum(1 for n in e.state.nodes if n.dropped)), status, age,
                       e.machine or "-", spent)
     Console(width=None if sys.stdout.isatty() else 400, highlight=False).print(table)
     return 0
@@ -347,9 +350,10 @@ def _has_jobs(name: str) -> bool:
 def cmd_timeline(args: argparse.Namespace) -> int:
     from skyhive.runtime.commands.inventory import LogTail, find
     from skyhive.runtime.events.timeline import write
+    from skyhive.runtime.events.timeline_groups import group
 
     entry = find(args.pool)
-    lay = write(LogTail(entry.path).events(), args.output)
+    lay = write(LogTail(entry.path).events(), args.output, arrange=group)
     print(f"wrote {args.output} ({lay.width}x{lay.height})")
     return 0
 

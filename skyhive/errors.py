@@ -127,12 +127,16 @@ class ProviderNotAvailable(ProvisionError):
 # ---- calls on a pool -------------------------------------------------------------------------------
 
 class WorkerLost(SkyhiveError):
-    """The worker process running a task died or stopped answering before the task finished."""
+    """The worker process running a task died or stopped answering before the task finished.
 
-    def __init__(self, message: str, *, node: int, local_rank: int = 0) -> None:
+    `node` and `local_rank` say where (node -1: no one node); `nodes` names every node lost in the
+    same call (a broadcast that lost several at once), in node order."""
+
+    def __init__(self, message: str, *, node: int, local_rank: int = 0, nodes: tuple[int, ...] = ()) -> None:
         super().__init__(message)
         self.node = node
         self.local_rank = local_rank
+        self.nodes = tuple(nodes) or ((node,) if node >= 0 else ())
 
 
 class TaskTimeout(SkyhiveError, TimeoutError):

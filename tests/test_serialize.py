@@ -125,6 +125,20 @@ def test_a_large_in_band_pickle_travels_as_a_buffer():
     assert load_value(data, tuple(buffers)) == value
 
 
+HUGE = 1 << 2_400_000  # a 300 KB pickle
+
+
+@pytest.mark.parametrize("value", [0, -1, 2**64, None, True, False, 2.5, float("inf"), 3j, HUGE],
+                         ids=lambda v: "huge" if v is HUGE else repr(v))
+def test_scalars_round_trip_and_a_huge_one_still_travels_as_a_buffer(value):
+    from skyhive.runtime.serialize import INBAND_MAX
+
+    data, buffers = dump_value(value)
+    assert len(data) <= INBAND_MAX
+    assert len(buffers) == (1 if value is HUGE else 0)
+    assert load_value(data, tuple(buffers)) == value
+
+
 def test_more_buffers_than_a_message_may_announce_are_packed_together():
     np = pytest.importorskip("numpy")
     from skyhive.protocol.codec import MAX_BUFFERS

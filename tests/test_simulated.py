@@ -58,15 +58,44 @@ def _one() -> int:
     return 1
 
 
-def test_workers_dying_mid_broadcast_raise_worker_lost_naming_one_of_them() -> None:
+def test_workers_dying_mid_broadcast_raise_one_worker_lost_naming_all_of_them() -> None:
     dead = {n: 1 for n in range(5, 1000, 100)}  # 1% of 1,000 nodes die at their first task
 
     async def main() -> None:
         async with sky.Pool(provider=sky.Simulated(die_at=dead), nodes=1000) as pool:
             with pytest.raises(sky.WorkerLost) as caught:
                 await pool.broadcast(_one)
-            assert caught.value.node in dead
-            assert "SIGKILL" in str(caught.value)
+            lost = caught.value
+            assert lost.nodes == tuple(sorted(dead))
+            assert lost.node == min(dead)
+            message = str(lost)
+            assert f"{len(dead)} workers of pool {pool.id}" in message
+            assert f"nodes {', '.join(map(str, sorted(dead)))}: the worker process was killed by SIGKILL" in message
+
+    anyio.run(main)
+
+
+def test_workers_dying_mid_broadcast_with_retries_give_the_results() -> None:
+    dead = {n: 1 for n in range(5, 1000, 100)}
+
+    async def main() -> None:
+        async with sky.Pool(provider=sky.Simulated(die_at=dead), nodes=1000) as pool:
+            assert await pool.broadcast(_where, retries=1) == [(i, 1000) for i in range(1000)]
+
+    anyio.run(main)
+
+
+def _boom_on_7() -> int:
+    if sky.instance_info().node == 7:
+        raise KeyError("seven")
+    return 1
+
+
+def test_a_task_error_in_a_broadcast_is_raised_as_it_is() -> None:
+    async def main() -> None:
+        async with sky.Pool(provider=sky.Simulated(), nodes=100) as pool:
+            with pytest.raises(KeyError, match="seven"):
+                await pool.broadcast(_boom_on_7)
 
     anyio.run(main)
 

@@ -44,6 +44,7 @@ from ..transport.base import Link
 from .prepared import Prepared
 
 log = logging.getLogger("skyhive.channel")
+_NO_OPTIONS: dict[str, Any] = {}
 
 __all__ = ["WorkerChannel", "Call"]
 
@@ -74,7 +75,7 @@ class WorkerChannel:
     """Client side of one worker process (node `node`, process `local_rank`)."""
 
     def __init__(self, *, node: int, local_rank: int, log_: EventLog, on_output: OutputSink,
-                 cache_bytes: int = 0, cache_min: int = 1 << 20) -> None:
+                 cache_bytes: int = 0, cache_min: int = 1 << 20, memfds: shm.MemfdPool | None = None) -> None:
         self.node = node
         self.local_rank = local_rank
         self.conn = Connection(Role.CLIENT)
@@ -96,6 +97,7 @@ class WorkerChannel:
         self._nonces = itertools.count(1)
         self.kill: Callable[[], None] | None = None  # set by the node actor: kills the worker process
         self._fds: shm.FdInbox | None = None  # shared memory with a worker on this machine
+        self._memfds = memfds  # the pool's reusable memfds (None: a fresh one per call)
 
     def __repr__(self) -> str:
         state = "lost" if self.lost_reason else ("ready" if self.welcome else "starting")
@@ -154,6 +156,18 @@ class WorkerChannel:
         self._write(data)
         return True
 
+    def _send_submit(self, task_id: int, tail: bytes) -> bool:
+        """`_send` for a Submit without buffers, packed but for its task id."""
+        if self.lost_reason is not None:
+            return False
+        try:
+            data = self.conn.send_submit(task_id, tail)
+        except ProtocolError as exc:
+            self._broken(f"protocol error while sending Submit: {exc}")
+            return False
+        self._write(data)
+        return True
+
     def _dispatch(self, msg: Message) -> None:
         if isinstance(msg, Result):
             if msg.shared:
@@ -169,8 +183,8 @@ class WorkerChannel:
                 outcome = "ok"
             else:
                 outcome = "cancelled" if msg.cancelled else "error"
-            self._log.emit(TaskFinished, task=msg.task_id, node=self.node, local_rank=self.local_rank,
-                           outcome=outcome, error=msg.error_type if not msg.ok else "")
+            self._log.record_task(TaskFinished, msg.task_id, self.node, self.local_rank, outcome,
+                                  msg.error_type if not msg.ok else "")
             if call.future is not None and not call.future.done():
                 call.future.set_result(msg)
         elif isinstance(msg, Missing):
@@ -239,42 +253,49 @@ class WorkerChannel:
         With `stream`, a generator's items come back as `Item` frames (to `call.on_item`).
         """
         known = self.known_fns
-        options_: dict[str, Any] = {"kind": prep.kind} if prep.kind != "call" else {}
-        if stream:
-            options_["stream"] = True
-        if prep.fn_in_buffer:
-            fn_bytes = b""
-            options_["fn_buffer"] = True
-        elif prep.fn_id in known:
+        if prep.kind == "call" and not stream and not prep.fn_in_buffer:
+            options_: dict[str, Any] = _NO_OPTIONS  # (read-only: only encoded)
+        else:
+            options_ = {"kind": prep.kind} if prep.kind != "call" else {}
+            if stream:
+                options_["stream"] = True
+            if prep.fn_in_buffer:
+                options_["fn_buffer"] = True
+        if prep.fn_in_buffer or prep.fn_id in known:
             fn_bytes = b""
         else:
             if len(known) >= FN_CACHE_LIMIT:
                 known.clear()  # the worker clears its cache at the same count
             known.add(prep.fn_id)
             fn_bytes = prep.fn_bytes
-        sizes = tuple(memoryview(b).nbytes for b in prep.buffers)
-        keys, cached = b"", ()
-        if self.cache is not None and sizes and max(sizes) >= self.cache_min:
-            keys, cached = self._by_reference(prep.content_keys(self.cache_min), sizes)
-        msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args, buffer_sizes=sizes,
-                     batch=prep.batch, options=options_, buffer_keys=keys, cached=cached)
-        if self._fds is not None and sizes and max(sizes) >= shm.SHARE_MIN:
-            msg = self._share(msg, prep, task_id, cached)
+        msg: Submit | None = None
+        cached: tuple[int, ...] = ()
+        if not prep.buffers:  # the common small call: packed once per call (see Prepared.submit_tail)
+            tail = prep.submit_tail(bool(fn_bytes), options_)
+        else:
+            sizes = prep.sizes
+            keys, cached = b"", ()
+            if self.cache is not None and max(sizes) >= self.cache_min:
+                keys, cached = self._by_reference(prep.content_keys(self.cache_min), sizes)
+            msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args, buffer_sizes=sizes,
+                         batch=prep.batch, options=options_, buffer_keys=keys, cached=cached)
+            if self._fds is not None and max(sizes) >= shm.SHARE_MIN:
+                msg = self._share(msg, prep, task_id, cached)
         call = Call(task_id, future, options, prep.fn_name)
-        call.shared = msg.shared
+        if msg is not None:
+            call.shared = msg.shared
         if cached:
             call.cached, call.buffers = cached, prep.buffers
         if options and options.get("capture"):
             call.outputs = []
-        if not self._send(msg):
+        if not (self._send(msg) if msg is not None else self._send_submit(task_id, tail)):
             raise WorkerLost(
                 f"worker {self.local_rank} of node {self.node} was lost before it could run {prep.fn_name} "
                 f"(task {task_id}): {self.lost_reason}; it is being restarted",
                 node=self.node, local_rank=self.local_rank,
             )
         self.calls[task_id] = call
-        self._log.emit(TaskSubmitted, task=task_id, node=self.node, local_rank=self.local_rank,
-                       fn=prep.fn_name, items=prep.items)
+        self._log.record_task(TaskSubmitted, task_id, self.node, self.local_rank, prep.fn_name, prep.items)
         return call
 
     def _share(self, msg: Submit, prep: Prepared, task_id: int, cached: tuple[int, ...]) -> Submit:
@@ -285,7 +306,7 @@ class WorkerChannel:
         if not indices:
             return msg
         try:
-            fds = [prep.shared.fd(i, prep.buffers[i]) for i in indices]
+            fds = [prep.shared.fd(i, prep.buffers[i], self._memfds) for i in indices]
             shm.send_fds(self._fds.sock, task_id, indices, fds, close=False)
         except OSError as exc:  # (no memfd, socket full or gone): the pipe carries them instead
             log.debug("node %d worker %d: no shared memory for task %d (%s)", self.node, self.local_rank,

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ...providers.base import ClusterSpec, NodeHandle, Provider
     from ..events.log import EventLog
     from ..settings import Settings
+    from ..transport.shm import MemfdPool
     from .channel import WorkerChannel
     from .loss import LossPolicy
 
@@ -47,8 +48,9 @@ class NodeContext:
     slots_changed: Callable[[], None]
     #: record that this node runs (its handle has addresses); the pool fills `infos` when all do
     node_running: Callable[[NodeHandle], None]
-    #: wait until every node's addresses are known (workers need their peers' addresses)
-    wait_addresses: Callable[[], Awaitable[None]]
+    #: node i waits until every member's addresses are known (workers need their peers' addresses;
+    #: `actors/membership.py`)
+    wait_addresses: Callable[[int], Awaitable[None]]
     #: run the plugins' worker setup on a freshly started worker (None: no plugin needs one)
     setup_worker: Callable[[WorkerChannel], Awaitable[None]] | None
     #: what a lost worker means: restarted in place, or its node replaced (`actors/replace.py`)
@@ -56,3 +58,5 @@ class NodeContext:
     #: worker processes per local rank (`sky.Worker(concurrency=N)`); the extra ones take tasks but
     #: no broadcast and no plugin setup
     concurrency: int = 1
+    #: the pool's reusable memfds for large arguments to workers on this machine (None: none kept)
+    memfds: MemfdPool | None = None

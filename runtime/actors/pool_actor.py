@@ -22,7 +22,7 @@ import anyio
 
 from ...errors import PoolClosed, TaskTimeout, WorkerLost
 from ...plugins.api import AppHook, TaskHook
-from ...protocol.info import InstanceInfo, Peer
+from ...protocol.info import InstanceInfo
 from ...protocol.messages import Result
 from ...providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
 from ..events.log import EventLog, pool_log_path
@@ -33,9 +33,12 @@ from ..output.router import OutputRouter
 from ..output.selection import OutputSpec
 from ..serialize import load_value, rebuild_exception, register_user_code
 from ..settings import Settings
+from ..transport.shm import MemfdPool
 from .channel import Call, WorkerChannel
 from .context import NodeContext
+from .gather import gather_or_first_failure, lost_together
 from .lifecycle import NodeState
+from .membership import Membership
 from .node import NodeActor
 from .node import first_error as _first_error
 from .prepared import Prepared
@@ -56,7 +59,8 @@ class PoolRuntime:
                  image: Image | None, output: OutputSpec, settings: Settings, name: str | None,
                  log_events: bool, accelerator: str | None = None, cpus: float | None = None,
                  memory_gb: float | None = None, allocation: str | None = None, spot: bool | None = None,
-                 concurrency: int = 1, replace_failed: bool = False, progress: bool = False) -> None:
+                 concurrency: int = 1, replace_failed: bool = False, progress: bool = False,
+                 min_nodes: int | None = None) -> None:
         self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
         self.provider = provider
         self.settings = settings
@@ -69,21 +73,23 @@ class PoolRuntime:
         self.log = EventLog(self.pool_id, path=pool_log_path(self.pool_id) if log_events else None, secrets=secrets,
                             output_limit=settings.log_output_limit)
         self.infos: dict[tuple[int, int], InstanceInfo] = {}
+        self.memfds = MemfdPool(settings.shm_pool_bytes) if settings.shm_pool_bytes > 0 else None
         self.router = OutputRouter(self.log, output, self.infos, multi_process=processes_per_node > 1)
-        self.handles: dict[int, NodeHandle] = {}  # node -> handle, once the node runs
+        # which nodes the pool starts with (all, or with min_nodes those that could be provisioned)
+        self.membership = Membership(pool_id=self.pool_id, spec=self.spec, provider=provider, infos=self.infos,
+                                     min_nodes=nodes if min_nodes is None else min_nodes)
         self.worker_env: dict[str, str] = dict(image.all_env()) if image is not None else {}
         self.setup: WorkerSetup | None = self._worker_setup()
-        self._addresses_known = anyio.Event()
         self._launching = False  # a `launch` in flight, or one that answered wrongly: `close` asks list_owned
         self.launching = 0  # replacements' launches in flight (`actors/replace.py`): the same, for them
         self.loss_policy: LossPolicy = ReplaceFailed(self) if replace_failed else RestartInPlace()
         self.context = NodeContext(
             pool_id=self.pool_id, spec=self.spec, provider=provider, settings=settings, log=self.log,
             image=image, worker_env=self.worker_env, infos=self.infos, deliver_output=self.router.deliver,
-            flush_output=self.router.flush, slots_changed=self.slots_changed, node_running=self._node_running,
-            wait_addresses=self._addresses_known.wait,
+            flush_output=self.router.flush, slots_changed=self.slots_changed,
+            node_running=self.membership.running, wait_addresses=self.membership.wait_addresses,
             setup_worker=self._setup_worker if self.setup is not None else None,
-            concurrency=concurrency, loss_policy=self.loss_policy,
+            concurrency=concurrency, loss_policy=self.loss_policy, memfds=self.memfds,
         )
         self.nodes = [NodeActor(self.context, i) for i in range(nodes)]
         self.detach_on_failure = False  # set for a client attaching to a named pool (`Pool.attach`)
@@ -145,49 +151,42 @@ class PoolRuntime:
         await with_retries(provider, "prepare", lambda: provider.prepare(spec))
         for node in self.nodes:
             node.move(NodeState.PROVISIONING)
-        self._launching = True
-        handles = await with_retries(provider, "launch", lambda: provider.launch(spec, range(spec.nodes)))
-        if sorted(h.node for h in handles) != list(range(spec.nodes)):
-            # what it returned goes back at once; `_launching` stays set, so close also asks list_owned
-            with anyio.CancelScope(shield=True):
-                await with_retries(provider, "terminate", lambda: provider.terminate(handles))
-            raise ProvisionError(f"provider {provider.name} launched nodes {[h.node for h in handles]}, "
-                                 f"asked for {spec.nodes} (0..{spec.nodes - 1})")
+        self._launching = True  # stays set if the launch fails or answers wrongly: close asks list_owned
+        handles = await self.membership.launch(self.nodes)
         self._launching = False
+        failed: dict[int, str] = {}
         async with anyio.create_task_group() as starter:
             for handle in handles:
-                starter.start_soon(self._start_node, self.nodes[handle.node], handle)
+                starter.start_soon(self._start_node, self.nodes[handle.node], handle, failed)
+        if self.membership.dropped:
+            dropped = sorted(self.membership.dropped)
+            log.warning("pool %s started with %d of %d nodes (min_nodes=%d); left out: nodes %s", self.pool_id,
+                        spec.nodes - len(dropped), spec.nodes, self.membership.min_nodes, ", ".join(map(str, dropped)))
         self.open = True
 
-    async def _start_node(self, node: NodeActor, handle: NodeHandle) -> None:
+    async def _start_node(self, node: NodeActor, handle: NodeHandle, failed: dict[int, str]) -> None:
         node.handle = handle
         try:
             await self.tg.start(node.run, handle)
+        except Exception as group:
+            exc = _first_error(group)
+            why = f"{type(exc).__name__}: {exc}"
+            if node.state is not NodeState.FAILED:  # say at which stage it failed
+                why = f"failed while {node.state.value}: {why}"
+            if self.membership.may_drop():  # min_nodes: the pool goes on without it
+                await self.membership.drop(node, why)
+                return
+            if node.state not in (NodeState.FAILED, NodeState.TERMINATING, NodeState.TERMINATED):
+                node.move(NodeState.FAILED, detail=why)
+            if self.membership.dropped and len(self.membership.dropped) >= self.membership.allowance:
+                # one failure more than min_nodes allows: name them all
+                failed[node.index] = why
+                raise self.membership.too_few(failed) from exc
+            raise
         except BaseException as exc:
             if node.state not in (NodeState.FAILED, NodeState.TERMINATING, NodeState.TERMINATED):
                 node.move(NodeState.FAILED, detail=f"{type(exc).__name__}: {exc}")
             raise
-
-    def _node_running(self, handle: NodeHandle) -> None:
-        """A node runs and has its addresses; once all do, every worker's `InstanceInfo` is known."""
-        self.handles[handle.node] = handle
-        if len(self.handles) == self.spec.nodes:
-            self._describe_nodes()
-            self._addresses_known.set()
-
-    def _describe_nodes(self) -> None:
-        spec = self.spec
-        handles = [self.handles[i] for i in range(spec.nodes)]
-        head = handles[0]
-        port = self.provider.head_port(spec)
-        peers = tuple(Peer(node=h.node, addr=h.private_addr, accelerators=h.accelerators) for h in handles)
-        for h in handles:
-            for rank in range(spec.processes_per_node):
-                self.infos[(h.node, rank)] = InstanceInfo(
-                    node=h.node, total_nodes=spec.nodes, head_addr=head.private_addr, head_port=port,
-                    pool_id=self.pool_id, accelerators=h.accelerators, peers=peers, local_rank=rank,
-                    processes_per_node=spec.processes_per_node, accelerator=h.accelerator,
-                )
 
     def _worker_setup(self) -> WorkerSetup | None:
         hooks = [p for p in self.plugins if isinstance(p, (AppHook, TaskHook))]
@@ -209,14 +208,19 @@ class PoolRuntime:
         if not self.open:
             raise PoolClosed(f"pool {self.pool_id} is not open (status: {self.log.state.status})")
 
+    def members(self) -> list[NodeActor]:
+        """The nodes the pool has: all of them, less any left out at start (`min_nodes`)."""
+        dropped = self.membership.dropped
+        return [n for n in self.nodes if n.index not in dropped] if dropped else self.nodes
+
     def live_nodes(self) -> list[NodeActor]:
-        return [n for n in self.nodes if n.state is NodeState.READY]
+        return [n for n in self.members() if n.state is NodeState.READY]
 
     def pick_nowait(self) -> WorkerChannel | None:
         """The least busy usable worker (ties go round-robin), or None if none is usable now."""
         best: WorkerChannel | None = None
         self._rr += 1
-        for node in self.nodes:
+        for node in self.members():
             for c in node.channels:
                 if c is not None and c.usable and (best is None or len(c.calls) < len(best.calls)):
                     best = c
@@ -244,13 +248,13 @@ class PoolRuntime:
             f"no worker of pool {self.pool_id} is available ("
             + ", ".join(f"node {n.index}: {n.state.value}"
                         + (f" ({states[n.index].detail})" if n.state is NodeState.FAILED and states[n.index].detail else "")
-                        for n in self.nodes) + ")",
+                        for n in self.members()) + ")",
             node=-1,
         ) from next((n.failure for n in self.nodes if n.failure is not None), None)
 
     def _all_channels_nowait(self) -> list[WorkerChannel] | None:
         channels: list[WorkerChannel] = []
-        for n in self.nodes:
+        for n in self.members():
             if n.state is not NodeState.READY and self.loss_policy.replacing(n.index):
                 return None  # a node is being replaced: wait for it
             if n.state is not NodeState.READY:
@@ -344,17 +348,16 @@ class PoolRuntime:
         loop = asyncio.get_running_loop()
         sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]] = []
         try:
-            try:
-                for channel in channels:
-                    fut: asyncio.Future[Result] = loop.create_future()
-                    sent.append((channel, self.send(channel, prep, options, fut), fut))
-            finally:
-                prep.shared.close()  # passed to every worker (each holds its own reference now)
+            for channel in channels:
+                fut: asyncio.Future[Result] = loop.create_future()
+                sent.append((channel, self.send(channel, prep, options, fut), fut))
             with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 if prep.buffers:
                     await self._send_buffers([(c, call.task_id) for c, call, _ in sent], prep.buffers)
                 if len(sent) > 1:
-                    await self._wait_all_or_first_failure(sent)
+                    failed = await gather_or_first_failure([fut for _, _, fut in sent])
+                    if failed:
+                        self._raise_first_failure(sent, failed, prep.fn_name)
                 values = []
                 for channel, call, fut in sent:
                     result = await fut
@@ -369,20 +372,30 @@ class PoolRuntime:
         except BaseException:
             self._cancel(sent)
             raise
+        finally:
+            if prep.shared.fds:
+                # the memfds passed to the workers: reusable once every worker answered (each took its
+                # lock on them before that); a call cut short closes them (see shm.MemfdPool)
+                answered = len(sent) == len(channels) and all(
+                    f.done() and not f.cancelled() and f.exception() is None for _, _, f in sent)
+                prep.shared.close(reusable=answered)
         return values[0] if single else values
 
-    async def _wait_all_or_first_failure(self, sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]]) -> None:
-        """Wait until every task has ended, or one failed — whichever node it was on, so that a
-        failure on node 3 is raised at once even while node 0 still runs (a collective on node 0
-        waiting for the failed rank would otherwise hold the caller until it times out)."""
-        pending = {fut for _, _, fut in sent}
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for fut in done:
-                if fut.cancelled() or fut.exception() is not None or not fut.result().ok:
-                    failed = next(i for i, (_, _, f) in enumerate(sent) if f is fut)
-                    sent.insert(0, sent.pop(failed))  # raised first by the caller's loop
-                    return
+    def _raise_first_failure(self, sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]],
+                             failed: list[int], fn_name: str) -> None:
+        """Raise the failure of `sent[failed[0]]` — whichever node it was on, so that a failure on
+        node 3 is raised at once even while node 0 still runs (a collective on node 0 waiting for
+        the failed rank would otherwise hold the caller until it times out). Workers lost with it
+        are named together in one `WorkerLost` (`actors/gather.py`)."""
+        channel, call, fut = sent[failed[0]]
+        error = None if fut.cancelled() else fut.exception()
+        if isinstance(error, WorkerLost):
+            lost = [e for e in (sent[i][2].exception() for i in failed if not sent[i][2].cancelled())
+                    if isinstance(e, WorkerLost)]
+            raise lost_together(self.pool_id, fn_name, lost)
+        result = fut.result()  # a cancelled future raises CancelledError here, as awaiting it would
+        self.router.flush(channel.node, channel.local_rank)
+        self._unpack(channel, call, result)  # raises the task's error
 
     async def _send_buffers(self, targets: list[tuple[WorkerChannel, int]], buffers: list[Any]) -> None:
         if len(targets) == 1:
@@ -478,6 +491,8 @@ class PoolRuntime:
             if scope.cancelled_caught:
                 log.error("pool %s: teardown did not finish in time", self.pool_id)
             self.log.emit(PoolStopped, error=error)
+            if self.memfds is not None:
+                self.memfds.close()
             self.router.close()
             self.log.close()
             if self.tg is not None:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...protocol.cache import NO_KEY
+from ...protocol.codec import submit_tail
 from ..serialize import INBAND_MAX, dump_args, dump_function_cached, dump_value
 from ..transport.shm import SharedFiles
 from ..keys import content_key
@@ -24,7 +25,7 @@ class Prepared:
     `protocol.codec.MAX_MESSAGE`); `buffers` then starts with it."""
 
     __slots__ = ("fn_id", "fn_bytes", "args", "buffers", "fn_name", "batch", "kind", "items", "fn_in_buffer",
-                 "_keys", "shared")
+                 "_keys", "_sizes", "_tails", "shared")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                  kind: str = "call", fn_name: str | None = None) -> None:
@@ -41,7 +42,29 @@ class Prepared:
         self.args = args
         self.buffers = [self.fn_bytes, *buffers] if self.fn_in_buffer else buffers
         self._keys: tuple[int, bytes] | None = None
+        self._sizes: tuple[int, ...] | None = None
+        self._tails: dict[bool, bytes] = {}
         self.shared = SharedFiles()  # its large buffers in shared memory, for Local workers
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The byte size of each buffer (computed once, whatever the number of workers)."""
+        if self._sizes is None:
+            self._sizes = tuple(memoryview(b).nbytes for b in self.buffers)
+        return self._sizes
+
+    def submit_tail(self, with_fn: bool, options: dict[str, Any]) -> bytes:
+        """This call's `Submit` packed but for its task id (`protocol.codec.submit_tail`; no buffers):
+        with the function's bytes or without (a worker that holds it). Packed once for the default
+        options, however many workers and calls."""
+        if options:
+            return submit_tail(fn_id=self.fn_id, fn=self.fn_bytes if with_fn else b"", args=self.args,
+                               batch=self.batch, options=options)
+        tail = self._tails.get(with_fn)
+        if tail is None:
+            tail = self._tails[with_fn] = submit_tail(fn_id=self.fn_id, fn=self.fn_bytes if with_fn else b"",
+                                                      args=self.args, batch=self.batch, options={})
+        return tail
 
     def content_keys(self, min_size: int) -> bytes:
         """One content key per buffer (`protocol.cache.NO_KEY` for those under `min_size` bytes),

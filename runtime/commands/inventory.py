@@ -31,7 +31,7 @@ from ...providers.base import ProvisionError
 from ...providers.registry import from_description
 from ..actors.lifecycle import NodeState, check_transition
 from ...paths import state_dir
-from ..events.state import PoolState, apply
+from ..events.state import PoolState, fold
 from ..events.types import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
 from ..onnode.procfs import proc_stat
 
@@ -129,12 +129,8 @@ class PoolEntry:
 def read(path: Path) -> PoolEntry:
     tail = LogTail(path)
     events = tail.events()
-    state = PoolState()
-    started = None
-    for ev in events:
-        state = apply(state, ev)
-        if isinstance(ev, PoolStarted):
-            started = ev
+    state = fold(events)  # batched: one `apply` per event copied the state ~9 times per node
+    started = next((ev for ev in events if isinstance(ev, PoolStarted)), None)
     return PoolEntry(pool_id=path.stem, path=path, state=state, started=started,
                      client=_client(state, started), bad_lines=tail.bad_lines)
 

@@ -11,8 +11,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from functools import reduce
 
+from .nodes import EMPTY, NodeTable, NodeTableBuilder
 from .types import (
     Event,
+    NodeDropped,
     NodeProgress,
     NodeReplaced,
     NodeStateChanged,
@@ -50,6 +52,8 @@ class NodeRecord:
     #: nodes it replaced, oldest first (each terminated before its replacement was asked for)
     replacements: int = 0
     replaced_ids: tuple[str, ...] = ()
+    #: why the node was left out when the pool started (`Pool(min_nodes=...)`); "" if it was not
+    dropped: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +66,8 @@ class PoolState:
     error: str = ""
     pid: int = 0
     host: str = ""
-    nodes: tuple[NodeRecord, ...] = ()
+    #: the node records, in node order (reads as a tuple; shares structure between states)
+    nodes: NodeTable = EMPTY
     tasks_submitted: int = 0
     tasks_ok: int = 0
     tasks_failed: int = 0
@@ -106,6 +111,17 @@ def _evolve(state: PoolState, **changes: object) -> PoolState:
     return new
 
 
+_NODE_FIELDS = tuple(f.name for f in fields(NodeRecord))
+
+
+def _evolve_node(record: NodeRecord, **changes: object) -> NodeRecord:
+    """`_evolve` for a node record (every node event makes one: ~9 per node over a pool's life)."""
+    new = _new(NodeRecord)
+    for name in _NODE_FIELDS:
+        _set(new, name, changes[name] if name in changes else getattr(record, name))
+    return new
+
+
 def apply(state: PoolState, ev: Event) -> PoolState:
     """The state after `ev`. Pure: never mutates `state`."""
     if isinstance(ev, TaskSubmitted):
@@ -121,14 +137,14 @@ def apply(state: PoolState, ev: Event) -> PoolState:
     if isinstance(ev, OutputCapped):
         return _evolve(state, output_capped=True)
     if isinstance(ev, _NODE_EVENTS):
-        nodes = list(state.nodes)
+        nodes = state.nodes.builder()
         _apply_node(nodes, ev)
-        return _evolve(state, nodes=tuple(nodes))
+        return _evolve(state, nodes=nodes.finish())
     if isinstance(ev, PoolStarted):
         return replace(
             state, pool_id=ev.pool_id, provider=ev.provider, status="running", started=ev.ts,
             pid=ev.pid, host=ev.host,
-            nodes=tuple(NodeRecord(node=i) for i in range(ev.nodes)),
+            nodes=NodeTable(NodeRecord(node=i) for i in range(ev.nodes)),
         )
     if isinstance(ev, PoolStopped):
         return replace(state, status="stopped", stopped=ev.ts, error=ev.error)
@@ -137,11 +153,11 @@ def apply(state: PoolState, ev: Event) -> PoolState:
     raise TypeError(f"no reducer for event type {type(ev).__name__}")
 
 
-_NODE_EVENTS = (NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced)
+_NODE_EVENTS = (NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced, NodeDropped)
 
 
-def _apply_node(nodes: list[NodeRecord], ev: Event) -> None:
-    """Apply a node or worker event to `nodes` in place (the one place these events are reduced)."""
+def _apply_node(nodes: NodeTableBuilder, ev: Event) -> None:
+    """Apply a node or worker event to the table being built (the one place these events are reduced)."""
     index = ev.node  # type: ignore[attr-defined]
     while len(nodes) <= index:
         nodes.append(NodeRecord(node=len(nodes)))
@@ -152,11 +168,13 @@ def _apply_node(nodes: list[NodeRecord], ev: Event) -> None:
             changes["addr"] = ev.addr
         if ev.provider_id:
             changes["provider_id"] = ev.provider_id
-        nodes[index] = replace(record, **changes)  # type: ignore[arg-type]
+        nodes[index] = _evolve_node(record, **changes)
     elif isinstance(ev, NodeProgress):
-        nodes[index] = replace(record, detail=ev.detail or ev.provider_state)
+        nodes[index] = _evolve_node(record, detail=ev.detail or ev.provider_state)
     elif isinstance(ev, WorkerStateChanged):
-        nodes[index] = replace(record, workers=_set_worker(record, ev))
+        nodes[index] = _evolve_node(record, workers=_set_worker(record, ev))
+    elif isinstance(ev, NodeDropped):
+        nodes[index] = _evolve_node(record, dropped=ev.reason or "dropped")
     elif isinstance(ev, NodeReplaced):  # the index starts over with a fresh node
         nodes[index] = NodeRecord(node=index, replacements=ev.replacement,
                                   replaced_ids=(*record.replaced_ids, ev.old_provider_id or record.provider_id),
@@ -175,7 +193,7 @@ def fold(events: Iterable[Event], initial: PoolState | None = None) -> PoolState
     """
     state = initial or PoolState()
     counts: dict[str, int] = {}
-    pending: list[NodeRecord] | None = None
+    pending: NodeTableBuilder | None = None
     last = None
     for ev in events:
         last = ev
@@ -191,21 +209,21 @@ def fold(events: Iterable[Event], initial: PoolState | None = None) -> PoolState
             counts[key] = counts.get(key, 0) + 1
             continue
         if isinstance(ev, _NODE_EVENTS):
-            # a run of node events edits one list: copying the node tuple per event was
+            # a run of node events edits one builder: copying the node tuple per event was
             # quadratic (a 10,000-node log replayed in 8.8 s)
             if pending is None:
-                pending = list(state.nodes)
+                pending = state.nodes.builder()
             _apply_node(pending, ev)
             continue
         if pending is not None:
-            state = _evolve(state, nodes=tuple(pending))
+            state = _evolve(state, nodes=pending.finish())
             pending = None
         if counts:
             state = _bump(state, counts)
             counts = {}
         state = apply(state, ev)
     if pending is not None:
-        state = _evolve(state, nodes=tuple(pending))
+        state = _evolve(state, nodes=pending.finish())
     if counts:
         state = _bump(state, counts)
     if last is not None and state.last_seq != last.seq:

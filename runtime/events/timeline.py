@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..actors.lifecycle import NodeState
 from .types import (
     Event,
+    NodeDropped,
     NodeReplaced,
     NodeStateChanged,
     PoolStarted,
@@ -88,6 +89,8 @@ class Timeline:
     stopped: bool
     error: str
     lanes: tuple[Lane, ...]
+    group_size: int = 1  # nodes per lane (> 1: a big pool's lanes are groups, see timeline_groups.py)
+    nodes: int = 0  # the pool's nodes (0: count the lanes' nodes)
 
 
 def build(events: Iterable[Event]) -> Timeline:
@@ -125,6 +128,8 @@ def build(events: Iterable[Event]) -> Timeline:
             tasks.setdefault((node, rank), []).append(Span(start, t, ev.outcome, label))
         elif isinstance(ev, WorkerStateChanged) and ev.state == "lost":
             marks.setdefault(ev.node, []).append((t, f"worker {ev.local_rank} lost: {ev.detail}"))
+        elif isinstance(ev, NodeDropped):
+            marks.setdefault(ev.node, []).append((t, f"left out at start (min_nodes={ev.min_nodes}): {ev.reason}"))
         elif isinstance(ev, NodeReplaced):
             marks.setdefault(ev.node, []).append(
                 (t, f"replaced ({ev.old_provider_id}" + (f": {ev.reason}" if ev.reason else "") + ")"))
@@ -257,8 +262,9 @@ def layout(tl: Timeline) -> Layout:
     status = "stopped" if tl.stopped else "still running at the last event"
     if tl.error:
         status += f" ({tl.error})"
-    subtitle = f"{tl.provider} provider, {len({ln.node for ln in tl.lanes})} nodes, " \
-               f"{_fmt_duration(tl.duration)}, {status}"
+    nodes = tl.nodes or len({ln.node for ln in tl.lanes})
+    grouped = f" (lanes of {tl.group_size} nodes: the most common state, tasks merged)" if tl.group_size > 1 else ""
+    subtitle = f"{tl.provider} provider, {nodes} nodes{grouped}, {_fmt_duration(tl.duration)}, {status}"
     return Layout(width=width, height=height, title=f"skyhive pool {tl.pool_id}", subtitle=subtitle,
                   labels=tuple(labels), boxes=tuple(boxes), marks=tuple(marks), ticks=ticks, axis_y=axis_y,
                   plot=(x0, TOP - 6, x1, y), legend=tuple(legend))
@@ -349,11 +355,13 @@ def render_html(lay: Layout, path: str | Path) -> None:
     Path(path).write_text(page, encoding="utf-8")
 
 
-def write(events: Iterable[Event], path: str | Path) -> Layout:
-    """Draw the timeline of `events` into `path`: .png (Pillow) or .html/.svg-in-html."""
+def write(events: Iterable[Event], path: str | Path,
+          arrange: Callable[[Timeline], Timeline] = lambda tl: tl) -> Layout:
+    """Draw the timeline of `events` into `path`: .png (Pillow) or .html/.svg-in-html. `arrange`
+    reshapes it first (`timeline_groups.group`: a big pool's nodes as groups of lanes)."""
     suffix = Path(path).suffix.lower()
     if suffix not in (".png", ".html", ".htm"):
         raise ValueError(f"timeline output {path}: use a .png or .html file name")
-    lay = layout(build(events))
+    lay = layout(arrange(build(events)))
     (render_png if suffix == ".png" else render_html)(lay, path)
     return lay

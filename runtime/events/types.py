@@ -21,6 +21,7 @@ __all__ = [
     "NodeStateChanged",
     "NodeProgress",
     "WorkerStateChanged",
+    "NodeDropped",
     "NodeReplaced",
     "TaskSubmitted",
     "TaskStarted",
@@ -85,6 +86,17 @@ class NodeStateChanged(Event):
     addr: str = ""
     provider_id: str = ""
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeDropped(Event):
+    """Node `node` failed while the pool started and was left out (`Pool(min_nodes=...)`, see
+    `runtime/actors/membership.py`): the pool goes on without it; `reason` says why it failed."""
+
+    kind: ClassVar[str] = "node_dropped"
+    node: int
+    reason: str = ""
+    min_nodes: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,6 +200,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
         PoolStarted, PoolStopped, PoolDetached, NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced,
+        NodeDropped,
         TaskSubmitted, TaskStarted, TaskFinished, OutputChunk, OutputCapped,
     )
 }
@@ -231,6 +244,10 @@ class _Writer:
 _WRITERS: dict[type[Event], _Writer] = {cls: _Writer(cls) for cls in EVENT_TYPES.values()}
 
 
+#: each event type's field names (`dataclasses.fields` per parsed line was a third of a replay)
+_FIELDS: dict[type[Event], frozenset[str]] = {cls: frozenset(f.name for f in fields(cls)) for cls in EVENT_TYPES.values()}
+
+
 def to_json(event: Event) -> str:
     """One line of the JSONL log."""
     return _WRITERS[type(event)](event)
@@ -243,5 +260,5 @@ def from_json(line: str) -> Event:
         cls = EVENT_TYPES[data.pop("type")]
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"not a skyhive event: {exc}: {line[:120]!r}") from None
-    known = {f.name for f in fields(cls)}
+    known = _FIELDS[cls]
     return cls(**{k: v for k, v in data.items() if k in known})

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import BootstrapError, NodeUnreachable
 from ...protocol import ProtocolError
-from ...protocol.info import ENV_VAR, InstanceInfo
+from ...protocol.info import ENV_VAR, RESTART_ENV, InstanceInfo
 from ...providers.simulated import SimulatedReach
 from ..onnode import context as onnode_context
 from ..worker.daemon import Worker
@@ -122,13 +122,15 @@ class SimulatedWorker(Worker, WorkerProcess):
 
     READ_BUFFER = 0
 
-    def __init__(self, link: _SimLink, info: InstanceInfo | None, reach: SimulatedReach) -> None:
+    def __init__(self, link: _SimLink, info: InstanceInfo | None, reach: SimulatedReach, *,
+                 restarted: bool = False) -> None:
         super().__init__(-1, -1)
         self.link = link  # type: ignore[assignment]
         self.pid = os.getpid()
         self.info = info
-        self.die_at = reach.die_at
-        self.hang_at = reach.hang_at
+        # a fault strikes the node's first worker process; one restarted after it is a fresh process
+        self.die_at = 0 if restarted else reach.die_at
+        self.hang_at = 0 if restarted else reach.hang_at
         self.tasks = 0
         self.hung = False
         self._returncode: int | None = None
@@ -250,7 +252,8 @@ class SimulatedTransport(Transport):
             info = self.ctx.infos.get((self.node, int(rank.group(1))))
         if info is None and text:
             info = InstanceInfo.from_json(text)
-        return SimulatedWorker(_SimLink(receiver), info, self.reach)
+        restarted = env.get(RESTART_ENV, "0") != "0"
+        return SimulatedWorker(_SimLink(receiver), info, self.reach, restarted=restarted)
 
     async def run(self, command: str, *, env: Mapping[str, str] | None = None,
                   timeout: float | None = None) -> CommandResult:

@@ -34,7 +34,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-__all__ = ["TaskStream", "FdPump", "Flusher", "FLUSH_DELAY", "FLUSH_SIZE", "MAX_PIECE"]
+__all__ = ["TaskStream", "FdPump", "Flusher", "flush_streams", "FLUSH_DELAY", "FLUSH_SIZE", "MAX_PIECE"]
 
 #: How long a partial line (or any unsent text) may wait before it is sent.
 FLUSH_DELAY = 0.02
@@ -216,6 +216,34 @@ class _BinaryWriter(io.RawIOBase):
 
     def fileno(self) -> int:
         return self._text.fileno()
+
+
+def flush_streams(streams: tuple[TaskStream, ...]) -> None:
+    """`flush()` each stream — the barrier at the end of a task — skipping the work when none holds
+    anything: no Python text buffered, nothing waiting in any fd pipe (one `poll` for all of them),
+    and no send in progress (an FdPump or the Flusher may have taken text and still be sending it:
+    its lock is held then, and `flush` waits for it). The pipes are checked before the locks, since
+    text leaves a pipe only under its stream's lock."""
+    if not any(s._parts for s in streams):
+        fds = tuple(s._fd for s in streams if s._fd >= 0)
+        if fds:
+            poller = _POLLERS.get(fds)
+            if poller is None:
+                if len(_POLLERS) > 8:
+                    _POLLERS.clear()
+                poller = _POLLERS[fds] = select.poll()
+                for fd in fds:
+                    poller.register(fd, select.POLLIN)
+            waiting = poller.poll(0)
+        else:
+            waiting = []
+        if not waiting and not any(s._lock.locked() or s._parts for s in streams):
+            return
+    for stream in streams:
+        stream.flush()
+
+
+_POLLERS: dict[tuple[int, ...], select.poll] = {}
 
 
 def _pending_bytes(fd: int) -> int:

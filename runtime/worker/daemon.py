@@ -54,7 +54,7 @@ from ..onnode.setup import FN_CACHE_LIMIT, python_version, skyhive_version
 from ..serialize import dump_exception, dump_inline, dump_value, load_value
 from ..transport import shm
 from .bufcache import MemfdStore
-from .capture import FLUSH_DELAY, Flusher, TaskStream
+from .capture import FLUSH_DELAY, Flusher, TaskStream, flush_streams
 
 log = logging.getLogger("skyhive.worker")
 
@@ -102,6 +102,7 @@ class Worker:
         self.main_ident = threading.get_ident()
         self.stdout = TaskStream(STDOUT, self._output, "<skyhive stdout>")
         self.stderr = TaskStream(STDERR, self._output, "<skyhive stderr>")
+        self._streams = (self.stdout, self.stderr)
         self.app_stack = contextlib.ExitStack()
         self.task_hooks: list[Any] = []
         self.setup_info: Any = None
@@ -146,6 +147,11 @@ class Worker:
         with self.write_lock:
             self._write(self.conn.send(msg))
 
+    def send_value(self, task_id: int, value: bytes) -> None:
+        """`send(Result(task_id=task_id, ok=True, value=value))`, packed from a template."""
+        with self.write_lock:
+            self._write(self.conn.send_value_result(task_id, value))
+
     def _tick(self) -> None:
         self.poll_during_task()
 
@@ -157,7 +163,10 @@ class Worker:
             pass  # the client is gone; the reader thread ends the process
 
     def send_result(self, msg: Result, buffers: list[Any]) -> None:
-        if self.fds is not None and buffers:
+        if not buffers:
+            self.send(msg)
+            return
+        if self.fds is not None:
             msg = self._share(msg, buffers)
         self.send(msg)
         for header, piece in self.conn.send_buffers(msg.task_id, buffers, skip=msg.shared):
@@ -248,7 +257,17 @@ class Worker:
                 if buffers[i] is None:
                     raise ConnectionError(f"task {sub.task_id}: buffer {i}, passed in shared memory for an "
                                           "earlier task, is no longer held")
-        for i, fd in (self.fds.take(sub.task_id, sub.shared) if sub.shared else {}).items():
+        passed = self.fds.take(sub.task_id, sub.shared) if sub.shared else {}
+        for i, fd in list(passed.items()):
+            del passed[i]
+            try:
+                # our own descriptor, under a shared lock while we use the file: the client reuses
+                # its memfds, and refills one only once no worker holds it (see shm.MemfdPool)
+                fd = shm.hold(fd)
+            except BaseException:
+                for other in passed.values():
+                    os.close(other)
+                raise
             size = sub.buffer_sizes[i]
             key = sub.buffer_keys[i * KEY_SIZE : (i + 1) * KEY_SIZE] if sub.buffer_keys else NO_KEY
             if store is not None and key != NO_KEY:
@@ -351,10 +370,9 @@ class Worker:
                     if not self.poll(block=True):
                         self.abandon()  # the client is gone
                     continue
-                sub = self.pending.popleft()
-                if sub is None:
+                if self.pending[0] is None:
                     break
-                self.execute(sub)
+                self.execute(self.pending.popleft())  # (holding no reference to it here: see execute)
         finally:
             try:
                 self.app_stack.close()  # plugin teardown (around_app's finally)
@@ -379,10 +397,15 @@ class Worker:
         try:
             fn, buffers = self._function(sub)
             args = load_value(sub.args, buffers)
-            if sub.options.get("kind") == "setup":
+            options, batch = sub.options, sub.batch
+            # from here on the task's arguments live only as long as the task needs them: the Result
+            # goes out after they are dropped, so a memfd the client passed is no longer held by
+            # us when the client learns the call ended (its `MemfdPool` can refill it at once)
+            del sub, buffers
+            if options.get("kind") == "setup":
                 self._setup(fn)
             else:
-                value = self._call(fn, args, sub.batch, task_id if sub.options.get("stream") else None)
+                value = self._call(fn, args, batch, task_id if options.get("stream") else None)
         except TaskCancelled:
             ok, cancelled = False, True
         except BaseException as exc:  # noqa: BLE001 - everything a task raises goes back to the caller
@@ -390,9 +413,9 @@ class Worker:
         finally:
             self.in_user_code = False
             self.cancel_requested = None
-            self.stdout.flush()
-            self.stderr.flush()
+            flush_streams(self._streams)
         self.current = None
+        args = fn = None  # noqa: F841 - dropped before the Result (see above)
         self._reply(task_id, ok, cancelled, value)
 
     def _call(self, fn: Callable[..., Any], args: Any, batch: bool, stream: int | None = None) -> Any:
@@ -477,8 +500,11 @@ class Worker:
         if ok:
             try:
                 data, buffers = dump_value(value, "result")
-                self.send_result(Result(task_id=task_id, ok=True, value=data,
-                                        buffer_sizes=tuple(memoryview(b).nbytes for b in buffers)), buffers)
+                if not buffers:  # most values: one frame, packed from a template
+                    self.send_value(task_id, data)
+                    return
+                sizes = tuple(memoryview(b).nbytes for b in buffers)
+                self.send_result(Result(task_id=task_id, ok=True, value=data, buffer_sizes=sizes), buffers)
                 return
             except Exception as exc:  # the result could not be pickled: report that instead
                 value = exc

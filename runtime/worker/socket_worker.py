@@ -146,6 +146,12 @@ class SocketWorker(Worker):
         with self.write_lock:
             self._write(self.conn.send(msg))
 
+    def send_value(self, task_id: int, value: bytes) -> None:
+        if self.fd_out < 0 and self.outbox.bytes >= self.replay_limit:
+            self._wait_room()
+        with self.write_lock:
+            self._write(self.conn.send_value_result(task_id, value))
+
     def send_result(self, msg: Result, buffers: list[Any]) -> None:
         self.send(msg)
         for header, piece in self.conn.send_buffers(msg.task_id, buffers):
