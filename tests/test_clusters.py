@@ -281,9 +281,12 @@ def test_launch_c_reuses_a_matching_pool_and_exec_skips_setup(tmp_path, clean):
     workers = {int(ln.rsplit(" ", 1)[1]) for ln in first.stdout.splitlines() if "hello from" in ln}
     assert workers == set(pids)  # the run's parent process is the detached worker itself
 
-    second = skyhive("launch", "-y", "-c", "dev", str(task), cwd=tmp_path)
+    second = skyhive("launch", "-y", "-c", "dev", "-i", "30", str(task), cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     assert "reusing pool dev" in second.stderr and _worker_pids(home, "dev") == pids
+    assert "pool dev: autostop after 30 min idle" in second.stderr  # -i on a reused pool sets it
+    watchdog = record(home, "dev")["watchdog_pid"]
+    assert record(home, "dev")["autostop_minutes"] == 30 and state_of(watchdog) not in (None, "Z")
 
     ex = skyhive("exec", "dev", str(task), cwd=tmp_path)
     assert ex.returncode == 0, ex.stderr

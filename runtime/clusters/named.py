@@ -5,11 +5,13 @@ the workers run, and on leaving either detach (the workers stay) or tear down an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +25,7 @@ from ...providers.base import Provider
 from ...providers.local import Local, LocalCluster
 from ..transport.local_detached import server_pid, socket_path
 from . import record as records
+from .procs import runs
 from .record import ClusterRecord, WorkerEntry
 
 if TYPE_CHECKING:
@@ -30,7 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skyhive.clusters")
 
-__all__ = ["NamedPool", "keep_named", "kept_provider", "start_watchdog", "attach_provider", "live_workers", "dead_workers", "AUTOSTOP_UNIT_ENV",
+__all__ = ["NamedPool", "keep_named", "kept_provider", "start_watchdog", "set_autostop", "attach_provider", "live_workers", "dead_workers", "AUTOSTOP_UNIT_ENV",
            "minute"]
 
 #: Seconds in an autostop "minute" (tests shorten it; the default is 60).
@@ -203,6 +206,19 @@ def start_watchdog(rec: ClusterRecord) -> int:
     except (ValueError, KeyError, IndexError, TypeError):
         raise RuntimeError(f"pool {rec.name!r}: the autostop watchdog did not start: "
                            f"{(done.stderr or done.stdout).strip()[-2000:]}") from None
+
+
+def set_autostop(rec: ClusterRecord, minutes: float, down: bool) -> ClusterRecord:
+    """Give the running pool of `rec` a new autostop: its watchdog (if any) replaced by one for
+    `minutes` (and `down`); the record saved and returned."""
+    old = rec.watchdog_pid
+    if old and runs(old, "skyhive.runtime.worker.watchdog"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(old, signal.SIGKILL)  # it leads its own session; it only watches
+    rec = dataclasses.replace(rec, autostop_minutes=minutes, autostop_down=down, watchdog_pid=0)
+    rec = dataclasses.replace(rec, watchdog_pid=start_watchdog(rec))
+    records.save(rec)
+    return rec
 
 
 def _fields(rec: ClusterRecord) -> dict[str, Any]:

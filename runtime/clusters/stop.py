@@ -11,30 +11,15 @@ import time
 
 from ...errors import PoolNotFound
 from ..onnode.nodecmd import work_root
-from ..onnode.procfs import proc_stat
 from ..transport.local_detached import CLUSTER_ENV, is_worker_server
 from . import record as records
 from .agent import agent_pid
+from .procs import alive, runs
 
-__all__ = ["stop_pool", "alive", "runs", "marked"]
+__all__ = ["stop_pool", "marked"]
 
 #: Seconds between SIGTERM and SIGKILL.
 GRACE = 3.0
-
-
-def alive(pid: int) -> bool:
-    """True while `pid` runs (a zombie does not)."""
-    stat = proc_stat(pid)
-    return stat is not None and stat[0] != "Z"
-
-
-def runs(pid: int, module: str) -> bool:
-    """True if `pid` runs `python -m module` (so that ending it is ours to do: pids are reused)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return module.encode() in fh.read() and alive(pid)
-    except OSError:
-        return False
 
 
 def stop_pool(name: str, *, why: str, watchdog: bool = True) -> int:

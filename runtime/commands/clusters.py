@@ -22,8 +22,9 @@ from ...providers.local import Local
 from ..clusters import jobs as jobq
 from ..clusters import record as records
 from ..clusters.agent import ensure_agent
-from ..clusters.named import dead_workers, live_workers
-from ..clusters.stop import alive, stop_pool
+from ..clusters.named import dead_workers, live_workers, set_autostop
+from ..clusters.procs import alive
+from ..clusters.stop import stop_pool
 from .launch import task_steps
 from .taskfile import Task
 
@@ -77,9 +78,10 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
         if differs:
             raise LaunchError(f"pool {name!r} exists with another shape ({'; '.join(differs)}): `skyhive exec {name}` "
                               f"runs on it as it is, `skyhive down {name}` first to launch it anew")
-        if idle_minutes is not None:
-            _say(err, f"warning: pool {name} runs already: autostop is set when a pool is created (-i ignored)")
         _say(err, f"reusing pool {name} ({rec.nodes} node{'s' if rec.nodes != 1 else ''})")
+        if idle_minutes is not None:  # SkyPilot resets autostop on a reused cluster the same way
+            set_autostop(rec, idle_minutes, down)
+            _say(err, f"pool {name}: autostop after {idle_minutes:g} min idle{' (then down)' if down else ''}")
     else:
         _create(task, name, spec, idle_minutes, down, err)
     job = _queue(task, name, setup=True)
