@@ -2,7 +2,7 @@
 
 Client side, `transform` adds torch (and torchvision/torchaudio when asked) to the image, with the
 PyTorch wheel index that matches the pool: the CUDA one when the pool's accelerator is an NVIDIA GPU,
-the CPU one otherwise. On the worker, `around_app` exports the variables `torchrun` would
+the CPU one otherwise (on Local: this machine's GPUs, not the accelerator asked for). On the worker, `around_app` exports the variables `torchrun` would
 (`MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `NODE_RANK`),
 joins the process group once (what `init_process_group(init_method="env://")` does, but with rank
 0's rendezvous store bound to `MASTER_ADDR` only) and, at pool exit, calls `destroy_process_group()`.
@@ -149,8 +149,15 @@ class TorchPlugin(Plugin):
     # -- client side ---------------------------------------------------------------------------
 
     def transform(self, image: Image, pool: Any) -> Image:
-        """Add the torch packages and the wheel index for the pool's accelerator (CPU if none)."""
-        index = wheel_index(self.cuda, getattr(pool, "accelerator", None))
+        """Add the torch packages and the wheel index for the pool's accelerator (CPU if none). A Local
+        pool runs on this machine's GPUs whatever it asked for (Local warns when they differ), so
+        there the index follows this machine: CUDA wheels only where `nvidia-smi` lists a GPU."""
+        if getattr(getattr(pool, "provider", None), "name", None) == "local":
+            from ..providers.accelerators import local_devices
+
+            index = INDEX.format(flavour=self.cuda if local_devices() else "cpu")
+        else:
+            index = wheel_index(self.cuda, getattr(pool, "accelerator", None))
         return image.with_pip(*self.requirements).with_pip_indexes(index)
 
     # -- worker side ---------------------------------------------------------------------------

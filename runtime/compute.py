@@ -113,6 +113,18 @@ class ComputeFunction(Generic[T]):
         return self.__skyhive_fn__(*args, **kwargs)
 
 
+def refuse_above_compute(fn: Any, decorator: str) -> None:
+    """Raise `TypeError` when `decorator` (a worker-side one: `@sky.integrations.torch`, `@sky.stdout`)
+    was put above `@sky.compute`: it would then wrap the pending call made here, not the function that
+    runs on the node, and silently do nothing there."""
+    if isinstance(fn, ComputeFunction):
+        name = getattr(fn.__skyhive_fn__, "__name__", "fn")
+        raise TypeError(
+            f"{decorator} goes below @sky.compute, not above it: it must wrap the function that runs on the "
+            f"node, and here it wraps the @sky.compute of {name!r}. Write:\n    @sky.compute\n    {decorator}\n"
+            f"    def {name}(...): ...")
+
+
 @overload
 def compute(fn: Callable[..., T], /) -> ComputeFunction[T]: ...
 @overload

@@ -299,7 +299,8 @@ class Pool:
         return str(path) if path is not None else None
 
     def statistics(self) -> dict[str, Any]:
-        """A snapshot: nodes and their states, workers and their load, task counters."""
+        """A snapshot: nodes and their states, workers and their load, task counters, retries and
+        node replacements (done, and under way)."""
         rt = self._runtime
         st = rt.log.state
         return {
@@ -314,6 +315,8 @@ class Pool:
             "tasks_cancelled": st.tasks_cancelled,
             "tasks_lost": st.tasks_lost,
             "retries": self._retries,
+            "replacements": st.replacements,  # nodes replaced (`replace_failed=True`)
+            "replacing": sorted(i for i in range(len(rt.nodes)) if rt.loss_policy.replacing(i)),
             "output_records": rt.router.records,
             "output": rt.router.statistics(),
         }

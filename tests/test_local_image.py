@@ -167,6 +167,8 @@ def progress_of(pool_id: str) -> list[str]:
 
 
 def test_local_builds_a_pinned_package_offline_by_default_and_reuses_it(offline_index, skyhive_home):
+    import os
+
     wheels, index = offline_index
     image = sky.Image(pip=["skyhive-probe-pkg==1.2.3"], find_links=[wheels], pip_indexes=[index])
     with sky.Pool(provider=sky.Local(), nodes=2, image=image) as pool:
@@ -178,6 +180,10 @@ def test_local_builds_a_pinned_package_offline_by_default_and_reuses_it(offline_
     # one build for both nodes: one "built", the other waited on the lock and found it "cached"
     assert sorted(d.rsplit(" ", 1)[-1] for d in details) == ["built", "cached"], details
     assert "building environment: pip" in steps and "building environment: venv" in steps, steps
+    # pip's own progress, per package, as sub-steps of "pip"
+    assert any(s.startswith("building environment: pip: ") and "skyhive_probe_pkg-1.2.3" in s for s in steps), steps
+    for part in ("local-envs", "local-envs/rt", "local-envs/envs"):  # private, like the whole state dir
+        assert oct(os.stat(os.path.join(skyhive_home, part)).st_mode & 0o777) == "0o700", part
     with sky.Pool(provider=sky.Local(), nodes=1, image=image) as pool:
         again = pool.broadcast(probe_version)
         assert pool.state.nodes[0].detail.endswith("cached")
@@ -240,3 +246,139 @@ async def test_a_cancelled_build_leaves_no_env_and_no_process(skyhive_home, tmp_
     envs = os.path.join(skyhive_home, "local-envs", "envs")
     assert [n for n in os.listdir(envs) if not n.endswith(".lock")] == []
     assert not [p for p in _processes() if f"touch {marker}" in p]
+
+
+@pytest.fixture
+def stalling_index(tmp_path):
+    """A simple index on 127.0.0.1 (made here, nothing else is contacted) offering skyhive-probe-pkg
+    1.2.3, whose wheel download sends its headers and then stalls until the test ends: a download
+    that never finishes, as a multi-gigabyte wheel on a slow link looks."""
+    import hashlib
+    import http.server
+    import threading
+
+    _wheel(tmp_path, "skyhive-probe-pkg", "1.2.3")
+    wheel = tmp_path / "skyhive_probe_pkg-1.2.3-py3-none-any.whl"
+    body, digest = wheel.read_bytes(), hashlib.sha256(wheel.read_bytes()).hexdigest()
+    release = threading.Event()
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            asked.append(self.path)
+            if self.path.rstrip("/") == "/simple/skyhive-probe-pkg":
+                page = f'<a href="/files/{wheel.name}#sha256={digest}">{wheel.name}</a>'.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+            elif self.path.startswith("/files/"):
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[:10])
+                self.wfile.flush()
+                release.wait(120)  # the rest never comes while the test runs
+            else:
+                self.send_error(404)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple", asked
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+@pytest.mark.slow
+def test_a_build_stuck_downloading_a_package_is_stopped_naming_that_package(stalling_index, skyhive_home):
+    import os
+
+    index, asked = stalling_index
+    image = sky.Image(pip=["skyhive-probe-pkg==1.2.3"], pip_indexes=[index])
+    # long enough for the venv step under load; the download itself never ends
+    with pytest.raises(sky.SetupFailed, match=r"longer than 60 s \(Settings.build_timeout\) and was stopped at "
+                                              r"step 'pip' \((collecting|downloading) [^)]*skyhive.probe.pkg"):
+        with sky.Pool(provider=sky.Local(), image=image, build_timeout=60):
+            pass  # pragma: no cover - never reached
+    assert any(path.startswith("/files/skyhive_probe_pkg-1.2.3") for path in asked), asked  # it was downloading
+    envs = os.path.join(skyhive_home, "local-envs", "envs")
+    assert [n for n in os.listdir(envs) if not n.endswith(".lock")] == []  # nothing half-built kept
+    assert not [p for p in _processes() if "pip" in p and index in p]  # and pip is not still running
+
+
+def test_the_environment_key_ignores_skyhives_per_pool_variables():
+    # the jax plugin gives each Local pool a coordinator port of its own (SKYHIVE_JAX_PORT in the
+    # Image's env): that must not make each pool build its environment again
+    import types
+
+    from skyhive.runtime.bootstrap.remote import env_key
+
+    pool = types.SimpleNamespace(provider=sky.Local(), accelerator=None)
+    image = sky.Image(pip=["skyhive-probe-pkg==1.2.3"])
+    first, second = (sky.plugins.jax().transform(image, pool) for _ in range(2))
+    assert first.env["SKYHIVE_JAX_PORT"] != second.env["SKYHIVE_JAX_PORT"]  # two pools, two ports
+    assert env_key(first, "3.11", "python3") == env_key(second, "3.11", "python3")  # one environment
+    # the user's own variables still make an environment of their own (setup commands and pip read them)
+    for own in ({"PIP_NO_BINARY": ":all:"}, {"SKYHIVE_TEST_FLAVOUR": "warm"}):
+        assert env_key(image.with_env(**own), "3.11", "python3") != env_key(image, "3.11", "python3"), own
+
+
+_TWO_POOLS_CLIENT = """
+import sys
+import skyhive as sky
+
+def probe():
+    import skyhive_probe_pkg
+    return skyhive_probe_pkg.VERSION
+
+wheels, index, counter = sys.argv[1:4]
+image = sky.Image(pip=["skyhive-probe-pkg==1.2.3"], find_links=[wheels], pip_indexes=[index],
+                  setup=[f"echo build >> {counter}"])
+if __name__ == "__main__":
+    with sky.Pool(provider=sky.Local(), nodes=1, image=image) as pool:
+        print("RESULT", pool.run(probe), pool.state.nodes[0].detail.rsplit(" ", 1)[-1])
+"""
+
+
+@pytest.mark.slow
+def test_two_pools_building_the_same_environment_at_once_build_it_once(offline_index, skyhive_home, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    wheels, index = offline_index
+    client, counter = tmp_path / "client.py", tmp_path / "builds"
+    client.write_text(_TWO_POOLS_CLIENT)
+    procs = [subprocess.Popen([sys.executable, str(client), wheels, index, str(counter)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "SKYHIVE_HOME": skyhive_home})
+             for _ in range(2)]  # two programs, started together
+    try:
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    results = sorted(next(ln for ln in out.splitlines() if ln.startswith("RESULT ")) for out, _ in outs)
+    assert results == ["RESULT 1.2.3 built", "RESULT 1.2.3 cached"], outs  # one built, the other waited
+    assert counter.read_text() == "build\n"  # the setup step ran once: no second build beside the first
+
+
+@pytest.mark.slow
+def test_a_build_longer_than_start_timeout_is_bounded_by_build_timeout_only(skyhive_home, tmp_path):
+    # start_timeout (launch, connect, start workers) is far too short for a real build: a build lifts
+    # the pool's start deadline, and what follows it gets start_timeout again
+    marker = tmp_path / "built"
+    image = sky.Image(setup=[f"sleep 14 && touch {marker}"])
+    with sky.Pool(provider=sky.Local(), image=image, start_timeout=8, build_timeout=120) as pool:
+        assert pool.run(abs, -3) == 3
+    assert marker.exists()  # the build ran to its end, past start_timeout

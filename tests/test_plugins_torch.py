@@ -353,3 +353,22 @@ async def test_after_a_rank_is_lost_the_next_call_carries_the_real_cause():
     assert "worker losses within" not in message, message
     assert isinstance(lost.value.__cause__, WorkerRestarted), repr(lost.value.__cause__)
     assert starts == 2  # started once, restarted once: the refusal was not retried
+
+
+def test_on_local_the_wheel_index_follows_this_machine_not_the_accelerator_asked(monkeypatch):
+    # seed 003's `accelerator="A100"` on Local: no A100 here (Local warns), so a build must not fetch
+    # CUDA wheels for a CPU machine; a machine whose nvidia-smi lists a GPU gets them even unasked
+    import types
+
+    import skyhive.providers.accelerators as accelerators
+
+    plugin = sky.plugins.torch(cuda="cu124")
+    asked_a100 = types.SimpleNamespace(provider=sky.Local(), accelerator="A100")
+    monkeypatch.setattr(accelerators, "local_devices", lambda: ())
+    assert plugin.transform(Image(), asked_a100).pip_indexes == (CPU,)
+    monkeypatch.setattr(accelerators, "local_devices", lambda: ("NVIDIA L4",))
+    unasked = types.SimpleNamespace(provider=sky.Local(), accelerator=None)
+    assert plugin.transform(Image(), unasked).pip_indexes == ("https://download.pytorch.org/whl/cu124",)
+    # elsewhere the accelerator asked for decides, as before
+    ssh_a100 = types.SimpleNamespace(provider=sky.SSH(hosts=["10.0.0.2"]), accelerator="A100")
+    assert plugin.transform(Image(), ssh_a100).pip_indexes == ("https://download.pytorch.org/whl/cu124",)

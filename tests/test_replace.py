@@ -29,6 +29,10 @@ def where() -> tuple[int, int, int]:
     return info.node, info.rank, os.getpid()
 
 
+def head_port() -> int:
+    return sky.instance_info().head_port
+
+
 def node_events(rt, node: int) -> list[tuple[str, str]]:
     """The lifecycle of `node` as recorded: ("state", name) and ("replaced", old provider id)."""
     out = []
@@ -60,6 +64,7 @@ async def test_local_killed_worker_is_replaced_and_a_broadcast_reaches_every_nod
         await wait_replaced(rt, 1)
         after = await pool.broadcast(where)
         assert [a[:2] for a in after] == [(0, 0), (1, 1), (2, 2)]  # same ranks, node 1 included
+        assert set(await pool.broadcast(head_port)) == {rt.infos[(0, 0)].head_port}  # one port, as before
         assert after[1][2] != old_pid and after[0][2] == before[0][2] and after[2][2] == before[2][2]
         assert not process_alive(old_pid)
         record = rt.log.state.nodes[1]
@@ -160,6 +165,7 @@ async def test_simulated_100_nodes_lost_nodes_are_replaced_and_the_pool_goes_on(
         assert await pool.broadcast(_node) == list(range(100))  # waited for the three replacements
         nodes = rt.log.state.nodes
         assert [i for i, n in enumerate(nodes) if n.replacements] == [3, 50, 99]
+        assert pool.statistics()["replacements"] == 3 and pool.statistics()["replacing"] == []
         assert all(n.replaced_ids == (f"sim-repl-sim-{n.node}",) and n.provider_id == f"sim-repl-sim-{n.node}.1"
                    for n in (nodes[3], nodes[50], nodes[99]))
         assert len(provider.live["repl-sim"]) == 100
@@ -269,8 +275,34 @@ async def test_simulated_closing_while_a_replacement_starts_leaves_nothing():
         with anyio.fail_after(30):
             while rt.log.state.nodes[2].replacements == 0:  # its replacement is waiting to run (1 s)
                 await anyio.sleep(0.01)
-        assert rt.loss_policy.replacing(2)
+        assert rt.loss_policy.replacing(2) and pool.statistics()["replacing"] == [2]
     assert not provider.live["repl-close"]
     state = EventLog.replay(pool_log_path("repl-close"))
     assert state.status == "stopped" and [n.state for n in state.nodes] == ["terminated"] * 4
     assert state.nodes[2].replacements == 1
+
+
+def _rank() -> tuple[int, int]:
+    info = sky.instance_info()
+    return info.node, info.rank
+
+
+async def test_simulated_a_node_of_several_processes_is_replaced_whole():
+    provider = sky.Simulated(die_at={1: 1})
+    async with sky.Pool(provider=provider, nodes=3, processes_per_node=2, replace_failed=True, output=None) as pool:
+        with pytest.raises(sky.WorkerLost, match="node 1"):
+            await pool.broadcast(_rank)
+        assert await pool.broadcast(_rank) == [(n, r) for n in range(3) for r in (2 * n, 2 * n + 1)]
+        record = pool._runtime.log.state.nodes[1]
+        assert record.replacements == 1 and [w.state for w in record.workers] == ["ready", "ready"]
+    assert not any(provider.live.values())
+
+
+async def test_simulated_calls_wait_for_a_replacement_longer_than_wait_for_worker():
+    """A fresh node takes as long as a pool's start: calls wait for it up to `start_timeout`, not only
+    `wait_for_worker` (here 0.2 s, while each node takes 1 s to run)."""
+    provider = sky.Simulated(die_at={1: 1}, nodes_latency=1.0)
+    async with sky.Pool(provider=provider, nodes=2, replace_failed=True, output=None, wait_for_worker=0.2) as pool:
+        with pytest.raises(sky.WorkerLost, match="node 1"):
+            await pool.broadcast(_node)
+        assert await pool.broadcast(_node) == [0, 1]  # waited ~1 s for node 1's replacement

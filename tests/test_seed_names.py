@@ -280,3 +280,20 @@ def test_integration_decorators_off_a_node_just_run_the_function(monkeypatch):
         sky.integrations.torch(backend="carrier-pigeon")
     with pytest.raises(TypeError, match="decorates a function"):
         sky.integrations.jax(42)
+
+
+@pytest.mark.parametrize("above, words", [
+    (sky.integrations.torch, "@sky.integrations.torch goes below @sky.compute"),
+    (sky.integrations.torch(backend="gloo"), "@sky.integrations.torch goes below @sky.compute"),
+    (sky.stdout(only="head"), r"@sky.stdout\(...\) goes below @sky.compute"),
+    (sky.silent, "@sky.silent goes below @sky.compute"),
+])
+def test_a_node_side_decorator_above_compute_is_refused_naming_the_order(above, words):
+    # the seeds: "@sky.compute must be outermost"; above it, the decorator would wrap the call made here
+    # and do nothing on the node (no process group, every node printing) — refused when decorating
+    def train():
+        return 1
+
+    with pytest.raises(TypeError, match=rf"(?s){words}.*wraps the @sky.compute of 'train'.*@sky.compute\n"):
+        above(sky.compute(train))
+    assert above(train)() == 1  # below @sky.compute (on the plain function) it is accepted

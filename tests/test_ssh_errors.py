@@ -156,3 +156,23 @@ async def test_cancelling_during_teardown_is_bounded_and_leaves_nothing(make_net
         run_dir = h.home / ".skyhive" / "run"
         # no socket of the pool (its `.exit` status and `.log` are kept on purpose: docs/ssh.md)
         assert not [p.name for p in run_dir.iterdir() if name in p.name and p.is_socket()] if run_dir.exists() else True
+
+
+async def test_a_build_past_build_timeout_names_the_step_not_start_timeout(sshd_host):
+    # the build outlives start_timeout (lifted while it builds) and is stopped by build_timeout, saying so
+    token = secrets.token_hex(4)
+    image = sky.Image(setup=[f"sleep 60 # {token}"])
+    with pytest.raises(SetupFailed, match=r"longer than 8 s \(Settings\.build_timeout\) and was stopped at step "
+                                          r"'setup 1/1'") as err:
+        await start_pool(ssh_for(sshd_host), image=image, bound=40, start_timeout=4, build_timeout=8)
+    assert "start_timeout" not in str(err.value)
+    uid = {pwd.getpwnam(sshd_host.user).pw_uid}
+    with anyio.fail_after(15):  # the lifeline kills the setup command and removes the half-built env
+        while left := _processes_of(uid, (token,)):
+            await anyio.sleep(0.1)
+    assert not left
+    envs = sshd_host.home / ".skyhive" / "envs"
+    with anyio.fail_after(15):
+        while built := [p.name for p in envs.iterdir() if p.is_dir() and not p.name.endswith(".lock")]:
+            await anyio.sleep(0.1)
+    assert not built

@@ -8,7 +8,9 @@ third party registers sees the same narrow view.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -58,5 +60,8 @@ class NodeContext:
     #: worker processes per local rank (`sky.Worker(concurrency=N)`); the extra ones take tasks but
     #: no broadcast and no plugin setup
     concurrency: int = 1
+    #: entered around an environment build (bounded by `build_timeout` itself): lifts the pool's
+    #: start deadline while it runs (`actors/startclock.py`)
+    building: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
     #: the pool's reusable memfds for large arguments to workers on this machine (None: none kept)
     memfds: MemfdPool | None = None

@@ -112,7 +112,8 @@ class Membership:
         spec = self.spec
         members = [self.handles[i] for i in range(spec.nodes) if i not in self.dropped]
         head = members[0]
-        port = self.provider.head_port(spec)
+        # picked once: a node replaced later (`actors/replace.py`) keeps the pool's coordination port
+        port = next(iter(self.infos.values())).head_port if self.infos else self.provider.head_port(spec)
         peers = tuple(Peer(node=rank, addr=h.private_addr, accelerators=h.accelerators)
                       for rank, h in enumerate(members))
         for rank, h in enumerate(members):

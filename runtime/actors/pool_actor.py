@@ -44,6 +44,7 @@ from .node import first_error as _first_error
 from .prepared import Prepared
 from .loss import LossPolicy, RestartInPlace
 from .replace import ReplaceFailed
+from .startclock import StartClocks
 from .provisioning import with_retries
 
 if TYPE_CHECKING:
@@ -83,6 +84,7 @@ class PoolRuntime:
         self._launching = False  # a `launch` in flight, or one that answered wrongly: `close` asks list_owned
         self.launching = 0  # replacements' launches in flight (`actors/replace.py`): the same, for them
         self.loss_policy: LossPolicy = ReplaceFailed(self) if replace_failed else RestartInPlace()
+        self.start_clocks = StartClocks(settings)  # start_timeout bounds that a node's build lifts
         self.context = NodeContext(
             pool_id=self.pool_id, spec=self.spec, provider=provider, settings=settings, log=self.log,
             image=image, worker_env=self.worker_env, infos=self.infos, deliver_output=self.router.deliver,
@@ -90,6 +92,7 @@ class PoolRuntime:
             node_running=self.membership.running, wait_addresses=self.membership.wait_addresses,
             setup_worker=self._setup_worker if self.setup is not None else None,
             concurrency=concurrency, loss_policy=self.loss_policy, memfds=self.memfds,
+            building=self.start_clocks.building,
         )
         self.nodes = [NodeActor(self.context, i) for i in range(nodes)]
         self.detach_on_failure = False  # set for a client attaching to a named pool (`Pool.attach`)
@@ -114,7 +117,7 @@ class PoolRuntime:
             display = ProvisioningDisplay(self.pool_id, len(self.nodes))
             self.tg.start_soon(display.run, self.log.subscribe(replay=True))
         try:
-            with anyio.fail_after(self.settings.start_timeout):
+            with self.start_clocks.bound():
                 await self._start()
             if display is not None:
                 await display.stop()
@@ -234,13 +237,17 @@ class PoolRuntime:
         best = self.pick_nowait()
         if best is not None:
             return best
-        with anyio.move_on_after(self.settings.wait_for_worker):
+        began = anyio.current_time()
+        with anyio.CancelScope(deadline=began + self.settings.wait_for_worker) as scope:
             while True:
                 best = self.pick_nowait()
                 if best is not None:
                     return best
-                if not self.live_nodes() and not self.loss_policy.replacing():
-                    break
+                if not self.live_nodes():
+                    if not self.loss_policy.replacing():
+                        break
+                    # nothing else to run on: wait for the replacement as long as a pool's start
+                    scope.deadline = max(scope.deadline, began + self.settings.start_timeout)
                 await self._slots_changed.wait()
                 self._check_open()
         states = self.log.state.nodes
@@ -273,18 +280,18 @@ class PoolRuntime:
         channels = self._all_channels_nowait()
         if channels is not None:
             return channels
-        bound = self.settings.wait_for_worker
-        if self.loss_policy.replacing():  # a fresh node takes as long as a pool's start
-            bound = max(bound, self.settings.start_timeout)
-        with anyio.move_on_after(bound):
+        began = anyio.current_time()
+        with anyio.CancelScope(deadline=began + self.settings.wait_for_worker) as scope:
             while True:
+                if self.loss_policy.replacing():  # a fresh node takes as long as a pool's start
+                    scope.deadline = max(scope.deadline, began + self.settings.start_timeout)
                 await self._slots_changed.wait()
                 self._check_open()
                 channels = self._all_channels_nowait()
                 if channels is not None:
                     return channels
         raise WorkerLost(f"workers of pool {self.pool_id} did not come back within "
-                         f"{self.settings.wait_for_worker} s", node=-1)
+                         f"{scope.deadline - began:g} s", node=-1)
 
     # ---- calls -------------------------------------------------------------------------------------
 

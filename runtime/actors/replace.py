@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from ..events.log import EventLog
     from ..settings import Settings
     from .context import NodeContext
+    from .startclock import StartClocks
 
 log = logging.getLogger("skyhive.pool")
 
@@ -67,6 +68,7 @@ class ReplaceHost(Protocol):
     context: NodeContext
     tg: Any  # the pool's task group: a replacement and its node's supervisors run there
     launching: int  # launches in flight: `close` asks the provider's `list_owned` while any is
+    start_clocks: StartClocks  # a replacement's start is bounded like the pool's (a build lifts it)
 
     def slots_changed(self) -> None: ...
 
@@ -142,6 +144,13 @@ class ReplaceFailed(LossPolicy):
                 self._idle.set()
             self.rt.slots_changed()
 
+    async def _stop(self, node: NodeActor) -> None:
+        """Stop what is left of `node` (its workers, its transport): shielded, bounded — a vanished
+        host's transport may take its connect timeout to give up."""
+        settings = self.rt.settings
+        with anyio.CancelScope(shield=True), anyio.move_on_after(settings.stop_timeout + 5):
+            await node.stop(settings.stop_timeout)
+
     async def _replace(self, old: NodeActor, reason: str) -> tuple[NodeActor | None, str]:
         """Destroy `old` and start a node in its place. Returns (a replacement that failed to start,
         why) to be replaced in turn, or (None, "") when done — replaced, or left failed saying why."""
@@ -160,13 +169,11 @@ class ReplaceFailed(LossPolicy):
                    f"{rt.settings.restart_window:g} s (max_restarts={rt.settings.max_restarts})")
             log.error("pool %s: %s", rt.pool_id, why)
             old.progress(why)
-            with anyio.CancelScope(shield=True):
-                await old.stop(rt.settings.stop_timeout)
+            await self._stop(old)
             return None, ""
         log.warning("pool %s: %s; replacing it", rt.pool_id, lost)
+        await self._stop(old)
         with anyio.CancelScope(shield=True):  # destroying what we had must finish
-            with anyio.move_on_after(rt.settings.stop_timeout + 5):
-                await old.stop(rt.settings.stop_timeout)
             await old.terminate()
         self.history[index].append(time.monotonic())
         replacement = rt.log.state.nodes[index].replacements + 1
@@ -200,7 +207,7 @@ class ReplaceFailed(LossPolicy):
         rt.launching -= 1
         new.handle = handles[0]
         try:
-            with anyio.fail_after(rt.settings.start_timeout):
+            with rt.start_clocks.bound():
                 await rt.tg.start(new.run, handles[0])
         except Exception as group:
             exc = first_error(group)  # a node's failure arrives wrapped in task groups
@@ -213,8 +220,7 @@ class ReplaceFailed(LossPolicy):
                 new.move(NodeState.FAILED, detail=f"{lost}; its replacement failed: {why}")
             if final is not None:  # it would be refused again, whatever node comes next
                 log.error("pool %s: node %d: its replacement cannot join the pool: %s", rt.pool_id, index, final)
-                with anyio.CancelScope(shield=True):
-                    await new.stop(rt.settings.stop_timeout)
+                await self._stop(new)
                 return None, ""
             return new, f"its replacement failed: {why}"
         log.warning("pool %s: node %d replaced (%s -> %s)", rt.pool_id, index, old_id or "?",

@@ -25,7 +25,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from ...errors import SetupFailed
 from ...providers.base import ProvisionError
-from ..events.log import state_dir
+from ...paths import private_dir
 from ..events.types import NodeProgress
 from ..transport.local import LocalTransport
 from .output import ScriptOutput
@@ -112,8 +112,9 @@ async def bootstrap_local(ctx: NodeContext, node: int, transport: Transport) -> 
         ctx.log.emit(NodeProgress, node=node, detail=f"building environment: {text}")
 
     try:
-        return await build_local_env(ctx.image, transport, node=node, timeout=ctx.settings.build_timeout,
-                                     on_step=on_step)
+        with ctx.building():  # bounded by build_timeout, not by the pool's start_timeout
+            return await build_local_env(ctx.image, transport, node=node, timeout=ctx.settings.build_timeout,
+                                         on_step=on_step)
     except SetupFailed as exc:  # say why there was a build at all: what this Python lacks
         raise SetupFailed(f"{exc}\n(Local builds an environment for this pool because this Python does not "
                           f"satisfy its Image: {'; '.join(image_problems(ctx.image))}; Local(build_env=False) "
@@ -154,19 +155,20 @@ async def build_local_env(image: Any, transport: LocalTransport, *, node: int, t
     from .wheels import runtime_wheels
 
     want = "%d.%d" % sys.version_info[:2]
-    root = state_dir() / "local-envs"
+    # state_dir()/local-envs/{rt,envs}, each 0700 (created so before the script puts anything there)
+    rt_root, env_root = private_dir("local-envs", "rt"), private_dir("local-envs", "envs")
     wheels = await anyio.to_thread.run_sync(runtime_wheels)
-    rt_dir = root / "rt" / wheels.digest[:16]
-    env_dir = root / "envs" / env_key(image, want, sys.executable)
+    rt_dir = rt_root / wheels.digest[:16]
+    env_dir = env_root / env_key(image, want, sys.executable)
     if not (rt_dir / ".ready").exists():
-        src = Path(tempfile.mkdtemp(prefix="incoming-", dir=_mkdir(root / "rt")))
+        src = Path(tempfile.mkdtemp(prefix="incoming-", dir=rt_root))
         for path in wheels.paths:  # the script consumes (removes) its source directory
             shutil.copy(path, src / path.name)
         await _run_script(transport, {"action": "runtime", "dir": str(rt_dir), "src": str(src)}, {},
                           node=node, timeout=timeout, on_step=lambda text: on_step(f"runtime: {text}"))
     incoming = ""
     if image.includes and not (env_dir / ".ready").exists():
-        incoming = tempfile.mkdtemp(prefix="incoming-", dir=_mkdir(root / "envs"))
+        incoming = tempfile.mkdtemp(prefix="incoming-", dir=env_root)
         for raw in image.includes:
             item = Path(raw).expanduser()
             copy = shutil.copytree if item.is_dir() else shutil.copy
@@ -209,7 +211,7 @@ async def _run_script(transport: LocalTransport, spec: dict[str, Any], env: Mapp
             await _stop(proc)
         tail = "\n".join(out.lines[-30:])
         raise SetupFailed(f"node {node}: building the Image's environment here took longer than {timeout:g} s "
-                          f"(Settings.build_timeout) and was stopped at step {out.step!r}; nothing half-built "
+                          f"(Settings.build_timeout) and was stopped at step {out.at}; nothing half-built "
                           f"is kept. Last output:\n{tail}", node=node) from None
     except BaseException:
         with anyio.CancelScope(shield=True):  # (asyncio.shield would not hold under anyio's cancellation)
@@ -241,8 +243,3 @@ def _script_text() -> str:
     from .remote import _SCRIPT
 
     return _SCRIPT
-
-
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return path

@@ -70,8 +70,23 @@ def _includes_digest(paths: tuple[str, ...]) -> str:
     return digest.hexdigest()
 
 
+def _per_pool_env() -> frozenset[str]:
+    """Variables skyhive itself puts in a pool's Image with a value of that pool's own (not a build
+    input): the jax plugin's coordinator port on Local."""
+    from ...plugins.jax import PORT_ENV
+
+    return frozenset({PORT_ENV})
+
+
 def env_key(image: Image | None, python_mm: str, python_hint: str | None) -> str:
-    """The environment directory's name: a hash of the image, the Python version and the includes."""
+    """The environment directory's name: a hash of the image, the Python version and the includes.
+
+    The variables skyhive itself gives each pool a value of its own (the coordinator port the jax plugin
+    picks for each Local pool) are left out: no build step reads them, and with them every pool would
+    build its environment anew instead of reusing the last one."""
+    own = _per_pool_env()
+    if image is not None and own & set(image.env):
+        image = image.replace(env={k: v for k, v in image.env.items() if k not in own})
     parts = {
         "image": image.content_hash() if image is not None else "",
         "python": python_mm,
@@ -110,12 +125,19 @@ def _parse(stdout: str) -> dict[str, list[str]]:
 
 
 async def _script(transport: SSHTransport, spec: dict[str, Any], *, python: str, env: dict[str, str],
-                  on_step: Any, timeout: float, redact: Any) -> tuple[bool, str]:
-    """Run the node-side script; (cached, output). Raises `SetupFailed` with its error and output."""
+                  on_step: Any, timeout: float, redact: Any, limit: str = "Settings.start_timeout") -> tuple[bool, str]:
+    """Run the node-side script; (cached, output). Raises `SetupFailed` with its error and output, or
+    naming the step (and pip's package) it was at when it ran past `timeout` (the setting `limit`)."""
     out = ScriptOutput(on_step, where=transport.where)
     command = f"exec {shlex.quote(python)} -c {shlex.quote(_SCRIPT)} {shlex.quote(json.dumps(spec))}"
-    result = await transport.run(command, env=env, timeout=timeout, on_line=lambda _, line: out.feed(redact(line)),
-                                 lifeline=True)
+    try:
+        result = await transport.run(command, env=env, timeout=timeout,
+                                     on_line=lambda _, line: out.feed(redact(line)), lifeline=True)
+    except TimeoutError:  # the channel is closed: the script's lifeline removes what it was building
+        tail = "\n".join(out.lines[-30:])
+        raise SetupFailed(f"host {transport.where}: bootstrap took longer than {timeout:g} s ({limit}) and was "
+                          f"stopped at step {out.at}; nothing half-built is kept. Last output:\n{tail}",
+                          host=transport.reach.host) from None
     if result.exit_status != 0:
         raise SetupFailed(f"host {transport.where}: bootstrap failed at {out.failure(result.exit_status)}",
                           host=transport.reach.host)
@@ -253,9 +275,11 @@ async def _bootstrap(ctx: NodeContext, node: int, transport: SSHTransport, step:
         }
         env = image.all_env() if image is not None else {}
         step("building environment")
-        cached_env, _ = await _script(transport, spec, python=python, env=env,
-                                      on_step=lambda s: step(f"environment: {s}"),
-                                      timeout=ctx.settings.build_timeout, redact=redact)
+        with ctx.building():  # bounded by build_timeout, not by the pool's start_timeout
+            cached_env, _ = await _script(transport, spec, python=python, env=env,
+                                          on_step=lambda s: step(f"environment: {s}"),
+                                          timeout=ctx.settings.build_timeout, redact=redact,
+                                          limit="Settings.build_timeout")
         built = time.monotonic() - t0
     has_venv = image is not None and bool(image.pip)
     has_files = image is not None and bool(image.includes)

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ..compute import refuse_above_compute
 from ..output.selection import OutputSpec, selector
 from .context import NotOnNodeError, instance_info
 
@@ -33,6 +34,7 @@ def _filter(streams: tuple[str, ...], only: OutputSpec, where: str) -> Callable[
     def decorate(fn: F) -> F:
         if not callable(fn):
             raise TypeError(f"@sky.{where.split('(')[0]} decorates a function, got {type(fn).__name__}")
+        refuse_above_compute(fn, f"@sky.{where.split('(')[0]}" + ("" if where == "silent" else "(...)"))
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:

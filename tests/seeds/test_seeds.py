@@ -4,7 +4,10 @@ glue the seeds leave to the reader (marked in each program under programs/). Eac
 the seed says happens: the process group is ready, ranks are 0..N-1, only the head prints, DDP keeps
 the parameters identical, shards are aligned and disjoint.
 
-Seed 004 (SkyPilot's torchrun task files) runs through `skyhive launch` in tests/test_cli_torch.py.
+Elsewhere: seed 004 (SkyPilot's torchrun task files) runs through `skyhive launch` in
+tests/test_cli_torch.py, and `launch -c`/`exec`/`down` in tests/test_clusters.py; seed 000's Keras line
+(`plugins=[sky.plugins.jax(), sky.plugins.keras(backend="jax")]`) in tests/test_plugins_keras.py; the
+seeds' decorator order ("@sky.compute must be outermost") in tests/test_seed_names.py.
 """
 
 from __future__ import annotations
