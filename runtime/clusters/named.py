@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skyhive.clusters")
 
-__all__ = ["NamedPool", "keep_named", "kept_provider", "start_watchdog", "set_autostop", "attach_provider", "live_workers", "dead_workers", "AUTOSTOP_UNIT_ENV",
+__all__ = ["NamedPool", "keep_named", "kept_provider", "start_watchdog", "set_autostop", "new_kept_pool", "attach_provider", "live_workers", "dead_workers", "AUTOSTOP_UNIT_ENV",
            "minute"]
 
 #: Seconds in an autostop "minute" (tests shorten it; the default is 60).
@@ -102,6 +102,19 @@ def keep_named(name: str | None, provider: Provider, *, keep: bool, autostop: fl
         raise ValueError(f"Pool(autostop={autostop!r}): need a positive number of minutes, or None")
     kept = kept_provider(name, provider)
     return kept, NamedPool(name, attach=False, keep=True, autostop_minutes=autostop)
+
+
+def new_kept_pool(pool_class: Any, name: str, nodes: int, *, spec: dict[str, Any], autostop: float | None,
+                  autostop_down: bool) -> Any:
+    """A `Pool` (`pool_class`, given by the caller: this module does not import pool.py), not entered,
+    that creates the kept Local pool `name` (`skyhive launch -c`): its record also holds `spec` (what a
+    later `launch -c` compares) and whether autostop takes it down."""
+    pool = pool_class(provider=Local(), nodes=nodes, name=name, keep=True, output=None, autostop=autostop)
+    named = pool._named
+    assert named is not None
+    named.spec = dict(spec)
+    named.autostop_down = autostop_down
+    return pool
 
 
 class NamedPool:

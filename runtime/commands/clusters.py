@@ -22,7 +22,7 @@ from ...providers.local import Local
 from ..clusters import jobs as jobq
 from ..clusters import record as records
 from ..clusters.agent import ensure_agent
-from ..clusters.named import dead_workers, live_workers, set_autostop
+from ..clusters.named import dead_workers, live_workers, new_kept_pool, set_autostop
 from ..clusters.procs import alive
 from ..clusters.stop import stop_pool
 from .launch import task_steps
@@ -90,19 +90,14 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
 
 def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float | None, down: bool,
             err: TextIO) -> None:
-    from ..pool import Pool
-
     _say(err, f"creating pool {name}: {task.num_nodes} local node{'s' if task.num_nodes != 1 else ''}"
               + (f", autostop after {idle_minutes:g} min idle{' (then down)' if down else ''}" if idle_minutes else ""))
 
+    from ..pool import Pool
+
     async def create() -> None:
-        pool = Pool(provider=Local(), nodes=task.num_nodes, name=name, keep=True, output=None,
-                    autostop=idle_minutes)
-        assert pool._named is not None
-        pool._named.spec = spec
-        pool._named.autostop_down = down
-        async with pool:
-            pass
+        async with new_kept_pool(Pool, name, task.num_nodes, spec=spec, autostop=idle_minutes, autostop_down=down):
+            pass  # started, recorded; leaving detaches
 
     anyio.run(create)
 
