@@ -20,8 +20,6 @@ import json
 import logging
 import os
 import signal
-import socket
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
