@@ -134,8 +134,10 @@ def exec_task(task: Task, name: str, *, detach_run: bool = False, out: TextIO | 
     if dead_workers(rec) or not rec.workers:
         raise PoolGone(f"pool {name!r} is not running (its workers are gone): `skyhive launch -c {name} TASK.yaml` "
                        f"starts it again")
-    if task.num_nodes > rec.nodes:
-        raise LaunchError(f"the task asks for {task.num_nodes} nodes; pool {name!r} has {rec.nodes}")
+    if task.num_nodes != rec.nodes:  # running on some of the nodes is not there yet: refused, not ignored
+        raise LaunchError(f"the task asks for {task.num_nodes} node{'s' if task.num_nodes != 1 else ''}; pool "
+                          f"{name!r} has {rec.nodes} (a job runs on every node of its pool: "
+                          f"`--num-nodes {rec.nodes}`, or another pool)")
     return _after_submit(name, _queue(task, name, setup=False), detach_run, out, err)
 
 
