@@ -148,3 +148,10 @@ def test_reading_the_nodes_does_not_build_the_deferred_task_events():
     log.emit(NodeStateChanged, node=0, state="draining")
     assert log.nodes[0].state == "draining"
     assert log.state.tasks_submitted == 1
+
+
+def test_only_task_events_may_be_deferred():
+    log = EventLog("p", path=None)
+    with pytest.raises(TypeError, match="record_task takes task events .* not NodeStateChanged: emit it"):
+        log.record_task(NodeStateChanged, 0, "ready", "", "", "")
+    assert list(log.recent) == []

@@ -165,7 +165,7 @@ async def test_a_build_past_build_timeout_names_the_step_not_start_timeout(sshd_
     # (start_timeout leaves room for connecting and probing on a loaded machine; the setup sleeps past both)
     with pytest.raises(SetupFailed, match=r"longer than 20 s \(Settings\.build_timeout\) and was stopped at step "
                                           r"'setup 1/1'") as err:
-        await start_pool(ssh_for(sshd_host), image=image, bound=60, start_timeout=12, build_timeout=20)
+        await start_pool(ssh_for(sshd_host), image=image, bound=120, start_timeout=12, build_timeout=20)
     assert "start_timeout" not in str(err.value)
     uid = {pwd.getpwnam(sshd_host.user).pw_uid}
     with anyio.fail_after(15):  # the lifeline kills the setup command and removes the half-built env

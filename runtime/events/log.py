@@ -29,6 +29,9 @@ from .types import (
     PoolDetached,
     PoolStarted,
     PoolStopped,
+    TaskFinished,
+    TaskStarted,
+    TaskSubmitted,
     WorkerStateChanged,
     from_json,
     to_json,
@@ -206,6 +209,9 @@ class EventLog:
         a tuple, not an event object, on its way. The log is the same as `emit` makes (a test holds
         it to that). With live subscribers or secrets to redact, it is `emit`.
         """
+        if cls not in _DEFERRABLE:
+            raise TypeError(f"record_task takes task events ({', '.join(c.__name__ for c in _DEFERRABLE)}), "
+                            f"not {cls.__name__}: emit it")
         if self._subscribers or self._secrets:
             self.emit(cls, **dict(zip(_field_names(cls), values)))
             return
@@ -223,8 +229,17 @@ class EventLog:
         """Build the events `record_task` deferred and record them, in order."""
         deferred, self._deferred = self._deferred, []
         pool_id = self.pool_id
-        for cls, seq, ts, values in deferred:
-            self._record(_build(cls, pool_id, seq, ts, values))
+        # what `_record` does for a task event (counted, not output, not flushed at once; no live
+        # subscriber, or it would have been emitted), for the whole run at once
+        built = [_build(cls, pool_id, seq, ts, values) for cls, seq, ts, values in deferred]
+        self._unfolded += built
+        self._recent.extend(built)
+        if self._file is not None:
+            self._unwritten += built
+            if len(self._unwritten) >= 4096:
+                self.flush()
+            elif not self._flush_scheduled:
+                self._schedule_flush()
 
     def _record(self, event: Event) -> None:
         output = isinstance(event, OutputChunk)
@@ -360,9 +375,17 @@ def _build(cls: type[Event], pool_id: str, seq: int, ts: float, values: tuple[An
     same through `object.__setattr__`)."""
     setters = _SETTERS.get(cls)
     if setters is None:
-        names = ("pool_id", "seq", "ts", *_field_names(cls))
-        setters = _SETTERS[cls] = tuple(getattr(cls, name).__set__ for name in names)
-    event = object.__new__(cls)
-    for setter, value in zip(setters, (pool_id, seq, ts, *values)):
+        setters = _SETTERS[cls] = tuple(getattr(cls, name).__set__ for name in _field_names(cls))
+    event = _new(cls)
+    _set_pool_id(event, pool_id)
+    _set_seq(event, seq)
+    _set_ts(event, ts)
+    for setter, value in zip(setters, values):
         setter(event, value)
     return event
+
+
+_new = object.__new__
+_set_pool_id, _set_seq, _set_ts = (getattr(Event, name).__set__ for name in ("pool_id", "seq", "ts"))
+#: the events `record_task` may defer: counted when folded, never output, never flushed at once
+_DEFERRABLE = (TaskSubmitted, TaskStarted, TaskFinished)

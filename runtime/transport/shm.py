@@ -76,6 +76,9 @@ def hold(fd: int) -> int:
     sender's `MemfdPool` tells when nobody uses the file any more (see there)."""
     try:
         mine = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConnectionError(f"cannot open a shared-memory file passed by the client through /proc/self/fd "
+                              f"({exc}; is /proc mounted?)") from exc
     finally:
         os.close(fd)
     try:

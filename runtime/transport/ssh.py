@@ -6,9 +6,11 @@
 - **Host keys pinned**: by `known_hosts=` or `host_key=` when given; otherwise the key seen on first
   contact is pinned for this transport's (the pool's) lifetime, so a reconnect to a different key is
   refused (`HostKeyChanged`, naming the host).
-- **Commands** (`run`): environment as `env K=V` on the command line (sshd rarely accepts env
-  requests); cancelling or timing out closes the channel, which ends the remote command. Commands run
-  with `lifeline=True` also watch their stdin and kill their process group when it closes.
+- **Commands** (`run`): the environment travels on the command's stdin, read and exported by the remote
+  shell before the command runs (`env_stdin`) — never on a command line, which every user of the host
+  can read in `ps` (sshd rarely accepts env requests); cancelling or timing out closes the channel,
+  which ends the remote command. Commands run with `lifeline=True` also watch their stdin and kill
+  their process group when it closes.
 - **Workers** (`start_worker`): `python -m skyhive.runtime.worker.server` detaches on the node and
   serves a Unix socket (0600 in a 0700 directory) itself — one process, no relay; the client reaches
   it by stream-local forwarding through this connection, over a `ResumableLink` that reconnects and
@@ -77,15 +79,34 @@ logging.getLogger("asyncssh").addFilter(_redactor)
 
 
 def register_secrets(values: frozenset[str] | set[str]) -> None:
-    """Values that must never appear in a log line (they travel on command lines as `env K=V`)."""
+    """Values that must never appear in a log line (a Slurm step's travel on its command line)."""
     _redactor.values.update(v for v in values if v)
 
 
 def env_prefix(env: Mapping[str, str] | None) -> str:
-    """`env K=V ... ` for a shell command line (values quoted), or '' without variables."""
+    """`env K=V ... ` for a shell command line (values quoted), or '' without variables. Visible in the
+    host's process list while the command starts: only for what cannot use `env_stdin` (a Slurm step's
+    stdin is its protocol pipe)."""
     if not env:
         return ""
     return "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " "
+
+
+#: Reads the byte count, then exactly that many bytes of `export K='v'` lines, from stdin, and runs them.
+_READ_ENV = 'IFS= read -r _skyhive_n && eval "$(head -c "$_skyhive_n")" && '
+
+
+def env_stdin(env: Mapping[str, str] | None) -> tuple[str, str]:
+    """(shell prefix for the command, text to write first on its stdin) that give the command `env`
+    without putting a value on any command line. ('', '') without variables. Raises `ValueError`
+    naming a variable whose name the shell cannot export."""
+    if not env:
+        return "", ""
+    bad = [k for k in env if not k.isidentifier() or not k.isascii()]
+    if bad:
+        raise ValueError(f"environment variable names must be shell identifiers: {', '.join(map(repr, bad))}")
+    block = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    return _READ_ENV, f"{len(block.encode())}\n{block}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -213,11 +234,8 @@ class SSHTransport(Transport):
         or `timeout` (raises `TimeoutError`) closes the channel, which ends the remote command.
         """
         conn = await self.connect()
-        if env and command.startswith("exec "):
-            full = "exec " + env_prefix(env) + command[5:]
-        else:
-            full = env_prefix(env) + command
-        proc = await conn.create_process(full, encoding="utf-8", errors="replace")
+        prefix, env_text = env_stdin(env)
+        proc = await conn.create_process(prefix + command, encoding="utf-8", errors="replace")
         out: list[str] = []
         err: list[str] = []
 
@@ -229,6 +247,8 @@ class SSHTransport(Transport):
 
         try:
             with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
+                if env_text:
+                    proc.stdin.write(env_text)  # read by the shell before the command starts
                 if input is not None:
                     proc.stdin.write(input)
                 if not lifeline:
@@ -276,10 +296,10 @@ class SSHTransport(Transport):
         if node_env.pythonpath:
             full_env["PYTHONPATH"] = ":".join(node_env.pythonpath)
         cd = f"cd {shlex.quote(node_env.cwd)} && " if node_env.cwd else ""
-        command = (f"{cd}exec {env_prefix(full_env)}{shlex.quote(node_env.python)} -m skyhive.runtime.worker.server "
+        command = (f"{cd}exec {shlex.quote(node_env.python)} -m skyhive.runtime.worker.server "
                    f"--socket {shlex.quote(sock)} --idle-timeout {self.idle_timeout:g}")
         with anyio.fail_after(self.settings.start_timeout):
-            result = await self.run(command, timeout=self.settings.start_timeout)
+            result = await self.run(command, env=full_env, timeout=self.settings.start_timeout)
         if result.exit_status != 0:
             raise SSHError(f"host {self.where}: the worker did not start (exit {result.exit_status}): "
                            f"{(result.stderr or result.stdout).strip()[-2000:]}", host=self.reach.host)
