@@ -532,3 +532,19 @@ def test_jobs_wait_for_an_attached_client_and_a_waiting_job_can_be_cancelled(tmp
             client.wait()
     wait_for(lambda: jobq.load_job("busy", 3).state == "SUCCEEDED", what="job 3 after the client left")
     assert jobq.load_job("busy", 2).state == "CANCELLED" and jobq.load_job("busy", 2).started is None
+
+
+def test_the_named_pool_example_runs_as_a_user_would(tmp_path, clean):
+    home = clean
+    example = str(TASKS.parent / "named_pool.py")
+    runs = {step: subprocess.run([sys.executable, example, step], cwd=tmp_path, capture_output=True, text=True,
+                                 timeout=120) for step in ("create", "attach")}
+    assert runs["create"].returncode == 0, runs["create"].stderr
+    assert "loaded rows per node: [500, 500]" in runs["create"].stdout
+    attached = runs["attach"].stdout
+    assert runs["attach"].returncode == 0 and "sum: 499500" in attached  # the data loaded by the first program
+    pids = _worker_pids(home, "example")
+    assert sorted(json.loads(attached.split("workers: ")[1].split(" sum")[0])) == pids
+    down = subprocess.run([sys.executable, example, "down"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0 and "pool example is down" in down.stdout, down.stderr
+    assert wait_for(lambda: all(state_of(p) in (None, "Z") for p in pids), what="the workers to exit")
