@@ -382,3 +382,28 @@ def test_a_build_longer_than_start_timeout_is_bounded_by_build_timeout_only(skyh
     with sky.Pool(provider=sky.Local(), image=image, start_timeout=8, build_timeout=120) as pool:
         assert pool.run(abs, -3) == 3
     assert marker.exists()  # the build ran to its end, past start_timeout
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_build_cancelled_mid_download_leaves_no_env_and_no_pip(stalling_index, skyhive_home):
+    import os
+
+    import anyio
+
+    index, asked = stalling_index
+    image = sky.Image(pip=["skyhive-probe-pkg==1.2.3"], pip_indexes=[index])
+
+    async def open_pool() -> None:
+        async with sky.Pool(provider=sky.Local(), image=image):
+            pass  # pragma: no cover - never reached: the download never ends
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(open_pool)
+        with anyio.fail_after(120):  # until pip is inside the wheel's download
+            while not any(path.startswith("/files/") for path in asked):
+                await anyio.sleep(0.1)
+        tg.cancel_scope.cancel()
+    envs = os.path.join(skyhive_home, "local-envs", "envs")
+    assert [n for n in os.listdir(envs) if not n.endswith(".lock")] == []  # the half-built venv is gone
+    assert not [p for p in _processes() if "pip" in p and index in p]  # and pip with it
