@@ -548,3 +548,19 @@ def test_the_named_pool_example_runs_as_a_user_would(tmp_path, clean):
     down = subprocess.run([sys.executable, example, "down"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert down.returncode == 0 and "pool example is down" in down.stdout, down.stderr
     assert wait_for(lambda: all(state_of(p) in (None, "Z") for p in pids), what="the workers to exit")
+
+
+def test_attach_takes_over_every_process_of_every_node(tmp_path, clean):
+    """processes_per_node and sky.Worker(concurrency=) are in the record: an attached client uses all."""
+    done = python("""
+        import os, skyhive as sky
+        with sky.Pool(provider=sky.Local(), nodes=2, processes_per_node=2, name="wide", keep=True, output=None,
+                      worker=sky.Worker(concurrency=2)) as pool:
+            first = sorted(set(pool.map(lambda _: os.getpid(), range(200))))
+        with sky.Pool.attach("wide", output=None) as pool:
+            again = sorted(set(pool.map(lambda _: os.getpid(), range(200))))
+            ranks = sorted(pool.broadcast(os.getpid))
+        print(len(first), first == again, len(ranks), set(ranks) <= set(first))
+        """, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["8", "True", "4", "True"]  # 2 nodes x 2 ranks x 2 slots; broadcast: 4 ranks

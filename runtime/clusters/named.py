@@ -187,7 +187,8 @@ class NamedPool:
             rec = ClusterRecord(**{**_fields(old), "workers": tuple(workers)})
         else:
             rec = ClusterRecord(name=self.name, provider="local", nodes=len(rt.nodes),
-                                processes_per_node=processes_per_node, cwd=provider.cwd or os.getcwd(),
+                                processes_per_node=processes_per_node, concurrency=rt.context.concurrency,
+                                cwd=provider.cwd or os.getcwd(),
                                 socket_dir=provider.socket_dir, created=time.time(), workers=tuple(workers),
                                 spec=self.spec, autostop_minutes=self.autostop_minutes,
                                 autostop_down=self.autostop_down)
