@@ -564,3 +564,37 @@ def test_attach_takes_over_every_process_of_every_node(tmp_path, clean):
         """, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["8", "True", "4", "True"]  # 2 nodes x 2 ranks x 2 slots; broadcast: 4 ranks
+
+
+def test_a_worker_restarted_by_a_client_is_the_pools_worker(tmp_path, clean):
+    """A worker killed while a client is attached is restarted on its socket; the pool stays usable
+    from the next process, and down ends the new worker too."""
+    home = clean
+    done = python("""
+        import os, signal, time, skyhive as sky
+        with sky.Pool(provider=sky.Local(), nodes=1, name="phoenix", keep=True, output=None) as pool:
+            old = pool.run(os.getpid)
+            os.kill(old, signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while True:  # the node's supervisor starts a new worker on the same socket
+                try:
+                    new = pool.run(os.getpid, retries=3)
+                    break
+                except sky.WorkerLost:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        print(old, new)
+        """, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    old, new = map(int, done.stdout.split())
+    assert old != new
+    again = python("""
+        import os, skyhive as sky
+        with sky.Pool.attach("phoenix", output=None) as pool:
+            print(pool.run(os.getpid))
+        """, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert int(again.stdout.strip()) == new
+    assert skyhive("down", "phoenix", cwd=tmp_path).returncode == 0
+    assert state_of(new) in (None, "Z")

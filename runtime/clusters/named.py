@@ -82,8 +82,9 @@ def attach_provider(rec: ClusterRecord) -> LocalCluster:
 
 
 def live_workers(rec: ClusterRecord) -> list[WorkerEntry]:
-    """The record's workers that still listen on their sockets, as the same processes."""
-    return [w for w in rec.workers if server_pid(w.socket) == w.pid]
+    """The record's workers whose socket a worker still serves (a worker restarted by a client since the
+    record was written serves the same socket under another pid)."""
+    return [w for w in rec.workers if server_pid(w.socket) is not None]
 
 
 def dead_workers(rec: ClusterRecord) -> list[WorkerEntry]:

@@ -11,7 +11,7 @@ import time
 
 from ...errors import PoolNotFound
 from ..onnode.nodecmd import work_root
-from ..transport.local_detached import CLUSTER_ENV, is_worker_server
+from ..transport.local_detached import CLUSTER_ENV, is_worker_server, server_pid
 from . import record as records
 from .agent import agent_pid
 from .procs import alive, runs
@@ -28,7 +28,9 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True) -> int:
     pool stopped in its log with `why`. `watchdog=False` spares the autostop watchdog (it is the one
     calling). Returns how many processes were ended. Raises `PoolNotFound` naming the pool."""
     rec = records.load(name)
-    pids = [w.pid for w in rec.workers if is_worker_server(w.pid)]
+    workers = {w.pid for w in rec.workers if is_worker_server(w.pid)}
+    workers |= {pid for w in rec.workers if (pid := server_pid(w.socket)) is not None}  # restarted since
+    pids = sorted(workers)
     agent = agent_pid(name)
     if agent and agent > 0 and runs(agent, "skyhive.runtime.clusters.agent"):
         pids.append(agent)
