@@ -7,8 +7,9 @@
 small detached process of this machine (its own session, no terminal, its diagnostics in the pool's
 `agent.log`): one per pool (it holds `agent.lock`), alive only while jobs wait. For each job it
 attaches to the pool (`Pool.attach`: the same workers, takeover of their sockets, the pool's lock —
-so a Python client attached meanwhile makes it wait its turn), ships the workdir, runs `setup` (if
-any) then `run` on every node, writes what the nodes print to the job's log, and detaches. A
+so a Python client attached meanwhile makes it wait its turn), marks the job RUNNING, runs its steps
+as `skyhive launch` does (`commands/steps.py`: workdir and file mounts, `setup` once per machine if
+the job has one, `run` on every node), writes what the nodes print to the job's log, and detaches. A
 `skyhive cancel` of the running job cancels its tasks (the nodes' commands get SIGTERM, then
 SIGKILL) and the next job starts. When the queue is empty the agent leaves; the workers' idle clock
 (autostop) starts then.
