@@ -41,6 +41,7 @@ from .streams import ItemStream, ResultStream
 
 if TYPE_CHECKING:
     from ..plugins.image import Image
+    from .actors.channel import WorkerChannel
     from .clusters.named import NamedPool
     from .blocking import BlockingPool
     from .compute import PendingCall
@@ -467,17 +468,24 @@ class Pool:
         if chunksize is not None and (not isinstance(chunksize, int) or chunksize < 1):
             raise ValueError(f"map(chunksize={chunksize!r}): need a positive integer")
         options = self._options(output, False)
-        workers = max(1, len([c for n in rt.nodes for c in n.usable_channels()]))
+        channels = [c for n in rt.members() for c in n.usable_channels()]
+        workers = max(1, len(channels))
         size = chunksize or max(1, min(1000, math.ceil(len(items) / (workers * 4))))
         results: list[Any] = [None] * len(items)
         template = Prepared.for_map(fn)
         pending = map_batches(template, items, size)
         policy = retries_of(retries, retry_on)
 
-        async def lane() -> None:
+        async def lane(home: WorkerChannel | None) -> None:
+            # a lane keeps to its worker (two lanes per worker pull from the same batches, so a slow
+            # worker takes fewer): picking the least busy per batch read every worker each time,
+            # quadratic at 10,000 workers. A lane whose worker is lost picks a new one.
             for start, prep in pending:
                 async def attempt(prep: Prepared = prep) -> Any:
-                    return await rt.run_one(await rt.pick(), prep, timeout=None, options=options)
+                    nonlocal home
+                    if home is None or not home.usable:
+                        home = await rt.pick()
+                    return await rt.run_one(home, prep, timeout=None, options=options)
 
                 values = await with_retries(attempt, policy, what=template.fn_name, on_retry=self._count_retry)
                 results[start:start + len(values)] = values
@@ -485,8 +493,9 @@ class Pool:
         try:
             with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 async with anyio.create_task_group() as tg:
-                    for _ in range(min(math.ceil(len(items) / size), workers * 2)):
-                        tg.start_soon(lane)
+                    lanes = min(math.ceil(len(items) / size), workers * 2)
+                    for i in range(lanes):
+                        tg.start_soon(lane, channels[i % len(channels)] if channels else None)
         except TimeoutError:
             raise TaskTimeout(f"map of {template.fn_name} over {len(items)} items did not finish "
                               f"within timeout={timeout} s; it was cancelled") from None

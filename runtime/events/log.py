@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from ...paths import private_dir, state_dir
-from .state import _COUNTED, NodeRecord, PoolState, count_output, fold
+from .nodes import NodeTable
+from .state import _COUNTED, PoolState, count_output, fold
 from .stream import EVENTS_MAX_BUFFER, EventStream
 from .types import (
     Event,
@@ -154,7 +155,7 @@ class EventLog:
         return self._recent
 
     @property
-    def nodes(self) -> tuple[NodeRecord, ...]:
+    def nodes(self) -> NodeTable:
         """`state.nodes`, without folding what cannot change them: task and output events only
         count. (Every broadcast asks each node's state; folding a call's task events then would
         undo their deferral.)"""
