@@ -196,7 +196,7 @@ class Pool:
 
         rec = records.load(name)
         pool = cls(provider=attach_provider(rec), nodes=rec.nodes, processes_per_node=rec.processes_per_node,
-                   output=output, name=name, image=image, **settings)
+                   output=output, name=name, image=image, worker=Worker(concurrency=rec.concurrency), **settings)
         pool.keep = keep
         pool._named = NamedPool(name, attach=True, keep=keep, lock_timeout=wait)
         return pool

@@ -281,9 +281,12 @@ def test_launch_c_reuses_a_matching_pool_and_exec_skips_setup(tmp_path, clean):
     workers = {int(ln.rsplit(" ", 1)[1]) for ln in first.stdout.splitlines() if "hello from" in ln}
     assert workers == set(pids)  # the run's parent process is the detached worker itself
 
-    second = skyhive("launch", "-y", "-c", "dev", str(task), cwd=tmp_path)
+    second = skyhive("launch", "-y", "-c", "dev", "-i", "30", str(task), cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     assert "reusing pool dev" in second.stderr and _worker_pids(home, "dev") == pids
+    assert "pool dev: autostop after 30 min idle" in second.stderr  # -i on a reused pool sets it
+    watchdog = record(home, "dev")["watchdog_pid"]
+    assert record(home, "dev")["autostop_minutes"] == 30 and state_of(watchdog) not in (None, "Z")
 
     ex = skyhive("exec", "dev", str(task), cwd=tmp_path)
     assert ex.returncode == 0, ex.stderr
@@ -306,9 +309,11 @@ def test_named_pool_errors_name_the_pool(tmp_path, clean):
     assert "pool 'shape' exists with another shape (num_nodes: pool has 2, task asks 3" in other.stderr
     bigger = write(tmp_path / "big.yaml", SIMPLE.replace("num_nodes: 2", "num_nodes: 4"))
     assert "asks for 4 nodes; pool 'shape' has 2" in skyhive("exec", "shape", str(bigger), cwd=tmp_path).stderr
+    fewer = skyhive("exec", "shape", str(write(tmp_path / "one.yaml", "run: echo one\n")), cwd=tmp_path)
+    assert fewer.returncode == 2 and "asks for 1 node; pool 'shape' has 2" in fewer.stderr  # refused, not ignored
     assert "add -c NAME" in skyhive("launch", "-y", "-d", str(task), cwd=tmp_path).stderr
     assert skyhive("logs", "shape", "99", cwd=tmp_path).stderr.count("pool 'shape' has no job 99") == 1
-    failing = write(tmp_path / "fail.yaml", "name: fails\nrun: |\n  echo before\n  exit 3\n")
+    failing = write(tmp_path / "fail.yaml", "name: fails\nnum_nodes: 2\nrun: |\n  echo before\n  exit 3\n")
     failed = skyhive("exec", "shape", str(failing), cwd=tmp_path)
     assert failed.returncode == 3 and re.search(r"run failed on node [01]: exit code 3", failed.stdout)
     assert skyhive("queue", "shape", cwd=tmp_path).stdout.splitlines()[-1].split()[:3] == ["2", "fails", "FAILED"]
@@ -476,3 +481,120 @@ def test_a_kept_pool_that_cannot_be_recorded_is_torn_down(tmp_path, clean, monke
     assert "entered" not in done.stdout and "SKYHIVE_AUTOSTOP_MINUTE='soon' is not a number" in done.stdout, done.stderr
     assert running_under(home) == []
     assert not (Path(home) / "clusters" / "unrec" / "record.json").exists()
+
+
+def test_the_same_name_in_two_state_directories_are_two_pools(tmp_path, clean):
+    """`down train` of one state directory leaves another state directory's pool "train" alone."""
+    home = clean
+    other = tmp_path / "other-home"
+    other.mkdir(mode=0o700)
+    task = write(tmp_path / "t.yaml", SIMPLE)
+    env = {**os.environ, "SKYHIVE_HOME": str(other)}
+    theirs = subprocess.run([*SKYHIVE, "launch", "-y", "-c", "same", str(task)], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=180)
+    try:
+        assert theirs.returncode == 0, theirs.stderr
+        their_pids = _worker_pids(str(other), "same")
+        assert skyhive("launch", "-y", "-c", "same", str(task), cwd=tmp_path).returncode == 0
+        assert _worker_pids(home, "same") != their_pids
+        assert skyhive("down", "same", cwd=tmp_path).returncode == 0
+        assert all(state_of(p) not in (None, "Z") for p in their_pids)  # the other pool still runs
+    finally:
+        subprocess.run([*SKYHIVE, "down", "same"], cwd=tmp_path, env=env, capture_output=True, timeout=60)
+    assert running_under(str(other)) == []
+
+
+def test_jobs_wait_for_an_attached_client_and_a_waiting_job_can_be_cancelled(tmp_path, clean):
+    assert skyhive("launch", "-y", "-c", "busy", str(write(tmp_path / "t.yaml", SIMPLE)), cwd=tmp_path).returncode == 0
+    release = tmp_path / "release"
+    client = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, time, skyhive as sky
+        with sky.Pool.attach("busy", output=None) as pool:
+            print("attached", flush=True)
+            while not os.path.exists({str(release)!r}):
+                time.sleep(0.1)
+        """)], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout.readline().strip() == "attached"
+        short = write(tmp_path / "short.yaml", SLOW.format(n=1))
+        assert skyhive("exec", "-d", "busy", str(short), cwd=tmp_path).returncode == 0  # job 2
+        assert skyhive("exec", "-d", "busy", str(short), cwd=tmp_path).returncode == 0  # job 3
+        from skyhive.runtime.clusters import jobs as jobq
+
+        time.sleep(1.0)  # the agent is up and waits for the pool
+        assert [j.state for j in jobq.list_jobs("busy")][1:] == ["PENDING", "PENDING"]
+        assert "job 2: cancelled" in skyhive("cancel", "busy", "2", cwd=tmp_path).stderr
+        release.touch()
+        assert client.wait(timeout=60) == 0
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    wait_for(lambda: jobq.load_job("busy", 3).state == "SUCCEEDED", what="job 3 after the client left")
+    assert jobq.load_job("busy", 2).state == "CANCELLED" and jobq.load_job("busy", 2).started is None
+
+
+def test_the_named_pool_example_runs_as_a_user_would(tmp_path, clean):
+    home = clean
+    example = str(TASKS.parent / "named_pool.py")
+    runs = {step: subprocess.run([sys.executable, example, step], cwd=tmp_path, capture_output=True, text=True,
+                                 timeout=120) for step in ("create", "attach")}
+    assert runs["create"].returncode == 0, runs["create"].stderr
+    assert "loaded rows per node: [500, 500]" in runs["create"].stdout
+    attached = runs["attach"].stdout
+    assert runs["attach"].returncode == 0 and "sum: 499500" in attached  # the data loaded by the first program
+    pids = _worker_pids(home, "example")
+    assert sorted(json.loads(attached.split("workers: ")[1].split(" sum")[0])) == pids
+    down = subprocess.run([sys.executable, example, "down"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0 and "pool example is down" in down.stdout, down.stderr
+    assert wait_for(lambda: all(state_of(p) in (None, "Z") for p in pids), what="the workers to exit")
+
+
+def test_attach_takes_over_every_process_of_every_node(tmp_path, clean):
+    """processes_per_node and sky.Worker(concurrency=) are in the record: an attached client uses all."""
+    done = python("""
+        import os, skyhive as sky
+        with sky.Pool(provider=sky.Local(), nodes=2, processes_per_node=2, name="wide", keep=True, output=None,
+                      worker=sky.Worker(concurrency=2)) as pool:
+            first = sorted(set(pool.map(lambda _: os.getpid(), range(200))))
+        with sky.Pool.attach("wide", output=None) as pool:
+            again = sorted(set(pool.map(lambda _: os.getpid(), range(200))))
+            ranks = sorted(pool.broadcast(os.getpid))
+        print(len(first), first == again, len(ranks), set(ranks) <= set(first))
+        """, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["8", "True", "4", "True"]  # 2 nodes x 2 ranks x 2 slots; broadcast: 4 ranks
+
+
+def test_a_worker_restarted_by_a_client_is_the_pools_worker(tmp_path, clean):
+    """A worker killed while a client is attached is restarted on its socket; the pool stays usable
+    from the next process, and down ends the new worker too."""
+    home = clean
+    done = python("""
+        import os, signal, time, skyhive as sky
+        with sky.Pool(provider=sky.Local(), nodes=1, name="phoenix", keep=True, output=None) as pool:
+            old = pool.run(os.getpid)
+            os.kill(old, signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while True:  # the node's supervisor starts a new worker on the same socket
+                try:
+                    new = pool.run(os.getpid, retries=3)
+                    break
+                except sky.WorkerLost:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        print(old, new)
+        """, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    old, new = map(int, done.stdout.split())
+    assert old != new
+    again = python("""
+        import os, skyhive as sky
+        with sky.Pool.attach("phoenix", output=None) as pool:
+            print(pool.run(os.getpid))
+        """, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert int(again.stdout.strip()) == new
+    assert skyhive("down", "phoenix", cwd=tmp_path).returncode == 0
+    assert state_of(new) in (None, "Z")

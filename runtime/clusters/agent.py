@@ -7,8 +7,9 @@
 small detached process of this machine (its own session, no terminal, its diagnostics in the pool's
 `agent.log`): one per pool (it holds `agent.lock`), alive only while jobs wait. For each job it
 attaches to the pool (`Pool.attach`: the same workers, takeover of their sockets, the pool's lock —
-so a Python client attached meanwhile makes it wait its turn), ships the workdir, runs `setup` (if
-any) then `run` on every node, writes what the nodes print to the job's log, and detaches. A
+so a Python client attached meanwhile makes it wait its turn), marks the job RUNNING, runs its steps
+as `skyhive launch` does (`commands/steps.py`: workdir and file mounts, `setup` once per machine if
+the job has one, `run` on every node), writes what the nodes print to the job's log, and detaches. A
 `skyhive cancel` of the running job cancels its tasks (the nodes' commands get SIGTERM, then
 SIGKILL) and the next job starts. When the queue is empty the agent leaves; the workers' idle clock
 (autostop) starts then.
@@ -98,8 +99,10 @@ class _JobLog:
         self.fh.flush()
 
 
-async def run_job(name: str, job: jobq.Job) -> jobq.Job:
-    """Run `job` on pool `name`; the job as it ended (SUCCEEDED, FAILED or CANCELLED)."""
+async def run_job(name: str, job: jobq.Job) -> jobq.Job | None:
+    """Run the PENDING `job` on pool `name`: attach (waiting for a client attached now), mark it RUNNING,
+    run it; the job as it ended (SUCCEEDED, FAILED or CANCELLED), or None when it was cancelled while
+    it waited (it is left as `cancel` made it)."""
     from ...plugins.image import Image
     from ..pool import Pool
 
@@ -107,12 +110,16 @@ async def run_job(name: str, job: jobq.Job) -> jobq.Job:
     # with each call (`run_steps`), so nothing of one job stays in the workers for the next
     image = Image(secrets=job.secrets) if job.secrets else None
     code, detail, cancelled = 1, "", False
+    running: jobq.Job | None = None
     with open(jobq.log_path(name, job.id), "a", encoding="utf-8") as fh:
         out = _JobLog(fh, prefix=False)
         try:
             pool = Pool.attach(name, image=image, output=None, wait=None)
             async with anyio.create_task_group() as copier:
                 async with pool:
+                    running = _start(name, job.id)
+                    if running is None:
+                        return None
                     rt = pool._runtime
                     out.prefix = len(rt.nodes) > 1
                     copier.start_soon(_copy_output, pool.output(), out)
@@ -127,13 +134,30 @@ async def run_job(name: str, job: jobq.Job) -> jobq.Job:
             while isinstance(exc, ExceptionGroup):
                 exc = exc.exceptions[0]
             code, detail = 1, f"{type(exc).__name__}: {exc}"
+        if running is None:  # the pool could not be attached: the job fails unless cancelled meanwhile
+            with jobq.queue_lock(name):
+                running = jobq.load_job(name, job.id)
+                if running.state != jobq.PENDING:
+                    return None
         if cancelled:
             state, detail = jobq.CANCELLED, "cancelled while running"
         else:
             state = jobq.SUCCEEDED if code == 0 else jobq.FAILED
         out.note(f"job {job.id} {state.lower()}" + (f": {detail}" if detail else f" (exit code {code})"))
-    return dataclasses.replace(job, state=state, ended=time.time(), exit_code=None if cancelled else code,
+    return dataclasses.replace(running, state=state, ended=time.time(), exit_code=None if cancelled else code,
                                detail=detail, secrets={})
+
+
+def _start(name: str, job_id: int) -> jobq.Job | None:
+    """The job, now RUNNING — or None if it is no longer PENDING (cancelled while the agent waited for
+    the pool). Under the queue lock, so a cancel cannot race it."""
+    with jobq.queue_lock(name):
+        job = jobq.load_job(name, job_id)
+        if job.state != jobq.PENDING:
+            return None
+        job = dataclasses.replace(job, state=jobq.RUNNING, started=time.time(), agent_pid=os.getpid())
+        jobq.save_job(name, job)
+        return job
 
 
 async def _run(rt: Any, name: str, job: jobq.Job) -> tuple[int, str]:
@@ -157,16 +181,10 @@ async def _watch_cancel(name: str, job_id: int, scope: anyio.CancelScope) -> Non
     scope.cancel()
 
 
-def _claim(name: str) -> jobq.Job | None:
-    """The next PENDING job, now RUNNING (under the queue lock: a cancel cannot race it)."""
-    jobq.reap_orphans(name)  # a job left RUNNING by an agent that died
-    with jobq.queue_lock(name):
-        job = jobq.next_pending(name)
-        if job is None:
-            return None
-        job = dataclasses.replace(job, state=jobq.RUNNING, started=time.time(), agent_pid=os.getpid())
-        jobq.save_job(name, job)
-        return job
+def _next(name: str) -> jobq.Job | None:
+    """The next PENDING job (jobs left RUNNING by an agent that died are failed first)."""
+    jobq.reap_orphans(name)
+    return jobq.next_pending(name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     os.close(ready_fd)
     logging.basicConfig(level=logging.WARNING, format=f"skyhive-agent[{os.getpid()}] %(asctime)s %(message)s")
     while True:
-        job = _claim(name)
+        job = _next(name)
         if job is None:
             os.ftruncate(fd, 0)
             fcntl.flock(fd, fcntl.LOCK_UN)  # leave, then look once more: a job queued now finds no agent
@@ -206,12 +224,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             ended = anyio.run(run_job, name, job)
         except BaseException as exc:  # noqa: BLE001 - recorded; the queue goes on
-            ended = dataclasses.replace(job, state=jobq.FAILED, ended=time.time(), exit_code=1,
-                                        detail=f"{type(exc).__name__}: {exc}", secrets={})
-        jobq.save_job(name, ended)
+            ended = dataclasses.replace(jobq.load_job(name, job.id), state=jobq.FAILED, ended=time.time(),
+                                        exit_code=1, detail=f"{type(exc).__name__}: {exc}", secrets={})
+        if ended is not None:
+            jobq.save_job(name, ended)
         for leftover in (jobq.steps_path(name, job.id), jobq.log_path(name, job.id).with_suffix(".cancel")):
             leftover.unlink(missing_ok=True)
-        log.warning("pool %s: job %d %s", name, job.id, ended.state)
+        log.warning("pool %s: job %d %s", name, job.id, ended.state if ended is not None else "skipped (cancelled)")
 
 
 if __name__ == "__main__":

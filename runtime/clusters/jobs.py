@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ...paths import private_dir
-from ..onnode.procfs import proc_stat
 from . import record as records
+from .procs import alive
 
 __all__ = ["Job", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "FINISHED", "jobs_dir", "submit",
            "load_job", "save_job", "list_jobs", "next_pending", "request_cancel", "cancel_requested", "log_path",
@@ -139,17 +139,12 @@ def submit(name: str, *, job_name: str, steps: bytes, with_setup: bool, env: dic
     return job
 
 
-def _running(pid: int) -> bool:
-    stat = proc_stat(pid) if pid > 0 else None
-    return stat is not None and stat[0] != "Z"
-
-
 def reap_orphans(name: str) -> list[Job]:
     """Jobs still RUNNING whose agent died (killed, machine rebooted) are FAILED, saying so; those."""
     reaped = []
     with queue_lock(name):
         for job in list_jobs(name):
-            if job.state == RUNNING and not _running(job.agent_pid):
+            if job.state == RUNNING and not (job.agent_pid > 0 and alive(job.agent_pid)):
                 job = dataclasses.replace(job, state=FAILED, ended=time.time(), secrets={},
                                           detail=f"its agent (pid {job.agent_pid}) died while it ran")
                 save_job(name, job)

@@ -5,11 +5,13 @@ the workers run, and on leaving either detach (the workers stay) or tear down an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +25,7 @@ from ...providers.base import Provider
 from ...providers.local import Local, LocalCluster
 from ..transport.local_detached import server_pid, socket_path
 from . import record as records
+from .procs import runs
 from .record import ClusterRecord, WorkerEntry
 
 if TYPE_CHECKING:
@@ -30,7 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skyhive.clusters")
 
-__all__ = ["NamedPool", "keep_named", "kept_provider", "start_watchdog", "attach_provider", "live_workers", "dead_workers", "AUTOSTOP_UNIT_ENV",
+__all__ = ["NamedPool", "keep_named", "kept_provider", "start_watchdog", "set_autostop", "new_kept_pool", "attach_provider", "live_workers", "dead_workers", "AUTOSTOP_UNIT_ENV",
            "minute"]
 
 #: Seconds in an autostop "minute" (tests shorten it; the default is 60).
@@ -79,8 +82,9 @@ def attach_provider(rec: ClusterRecord) -> LocalCluster:
 
 
 def live_workers(rec: ClusterRecord) -> list[WorkerEntry]:
-    """The record's workers that still listen on their sockets, as the same processes."""
-    return [w for w in rec.workers if server_pid(w.socket) == w.pid]
+    """The record's workers whose socket a worker still serves (a worker restarted by a client since the
+    record was written serves the same socket under another pid)."""
+    return [w for w in rec.workers if server_pid(w.socket) is not None]
 
 
 def dead_workers(rec: ClusterRecord) -> list[WorkerEntry]:
@@ -99,6 +103,19 @@ def keep_named(name: str | None, provider: Provider, *, keep: bool, autostop: fl
         raise ValueError(f"Pool(autostop={autostop!r}): need a positive number of minutes, or None")
     kept = kept_provider(name, provider)
     return kept, NamedPool(name, attach=False, keep=True, autostop_minutes=autostop)
+
+
+def new_kept_pool(pool_class: Any, name: str, nodes: int, *, spec: dict[str, Any], autostop: float | None,
+                  autostop_down: bool) -> Any:
+    """A `Pool` (`pool_class`, given by the caller: this module does not import pool.py), not entered,
+    that creates the kept Local pool `name` (`skyhive launch -c`): its record also holds `spec` (what a
+    later `launch -c` compares) and whether autostop takes it down."""
+    pool = pool_class(provider=Local(), nodes=nodes, name=name, keep=True, output=None, autostop=autostop)
+    named = pool._named
+    assert named is not None
+    named.spec = dict(spec)
+    named.autostop_down = autostop_down
+    return pool
 
 
 class NamedPool:
@@ -171,7 +188,8 @@ class NamedPool:
             rec = ClusterRecord(**{**_fields(old), "workers": tuple(workers)})
         else:
             rec = ClusterRecord(name=self.name, provider="local", nodes=len(rt.nodes),
-                                processes_per_node=processes_per_node, cwd=provider.cwd or os.getcwd(),
+                                processes_per_node=processes_per_node, concurrency=rt.context.concurrency,
+                                cwd=provider.cwd or os.getcwd(),
                                 socket_dir=provider.socket_dir, created=time.time(), workers=tuple(workers),
                                 spec=self.spec, autostop_minutes=self.autostop_minutes,
                                 autostop_down=self.autostop_down)
@@ -203,6 +221,19 @@ def start_watchdog(rec: ClusterRecord) -> int:
     except (ValueError, KeyError, IndexError, TypeError):
         raise RuntimeError(f"pool {rec.name!r}: the autostop watchdog did not start: "
                            f"{(done.stderr or done.stdout).strip()[-2000:]}") from None
+
+
+def set_autostop(rec: ClusterRecord, minutes: float, down: bool) -> ClusterRecord:
+    """Give the running pool of `rec` a new autostop: its watchdog (if any) replaced by one for
+    `minutes` (and `down`); the record saved and returned."""
+    old = rec.watchdog_pid
+    if old and runs(old, "skyhive.runtime.worker.watchdog"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(old, signal.SIGKILL)  # it leads its own session; it only watches
+    rec = dataclasses.replace(rec, autostop_minutes=minutes, autostop_down=down, watchdog_pid=0)
+    rec = dataclasses.replace(rec, watchdog_pid=start_watchdog(rec))
+    records.save(rec)
+    return rec
 
 
 def _fields(rec: ClusterRecord) -> dict[str, Any]:

@@ -62,6 +62,7 @@ class ClusterRecord:
     spec: dict[str, Any] = field(default_factory=dict)
     autostop_minutes: float | None = None
     autostop_down: bool = False
+    concurrency: int = 1  # worker processes per rank (`sky.Worker(concurrency=N)`)
     watchdog_pid: int = 0  # the autostop watchdog (`worker/watchdog.py --unix-dir`), while it runs
     stopped: str = ""  # "autostop" once the watchdog stopped the pool's workers
 

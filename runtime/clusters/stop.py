@@ -5,43 +5,32 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import time
 
 from ...errors import PoolNotFound
-from ..onnode.procfs import proc_stat
-from ..transport.local_detached import is_worker_server
+from ..onnode.nodecmd import work_root
+from ..transport.local_detached import CLUSTER_ENV, is_worker_server, server_pid
 from . import record as records
 from .agent import agent_pid
+from .procs import alive, runs
 
-__all__ = ["stop_pool", "alive", "runs"]
+__all__ = ["stop_pool", "marked"]
 
 #: Seconds between SIGTERM and SIGKILL.
 GRACE = 3.0
 
 
-def alive(pid: int) -> bool:
-    """True while `pid` runs (a zombie does not)."""
-    stat = proc_stat(pid)
-    return stat is not None and stat[0] != "Z"
-
-
-def runs(pid: int, module: str) -> bool:
-    """True if `pid` runs `python -m module` (so that ending it is ours to do: pids are reused)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return module.encode() in fh.read() and alive(pid)
-    except OSError:
-        return False
-
-
 def stop_pool(name: str, *, why: str, watchdog: bool = True) -> int:
     """End every process of pool `name` (each leads its own process group: SIGTERM, then SIGKILL after
-    `GRACE`), then what their jobs left (found by the pool id in their environment), and record the
+    `GRACE`), then what their jobs left (found by `marked`), and record the
     pool stopped in its log with `why`. `watchdog=False` spares the autostop watchdog (it is the one
     calling). Returns how many processes were ended. Raises `PoolNotFound` naming the pool."""
     rec = records.load(name)
-    pids = [w.pid for w in rec.workers if is_worker_server(w.pid)]
+    workers = {w.pid for w in rec.workers if is_worker_server(w.pid)}
+    workers |= {pid for w in rec.workers if (pid := server_pid(w.socket)) is not None}  # restarted since
+    pids = sorted(workers)
     agent = agent_pid(name)
     if agent and agent > 0 and runs(agent, "skyhive.runtime.clusters.agent"):
         pids.append(agent)
@@ -55,10 +44,41 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True) -> int:
         while time.monotonic() < deadline and any(alive(p) for p in pids):
             time.sleep(0.05)
     ended = len(pids)
+    left = marked(rec.socket_dir)  # what jobs started in sessions of their own (torchrun's trainers)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + GRACE
+        while time.monotonic() < deadline and any(alive(p) for p in left):
+            time.sleep(0.05)
+    ended += len(left)
+    shutil.rmtree(work_root(name), ignore_errors=True)  # the jobs' working directories on this machine
     from ..commands.inventory import down, find
 
     with contextlib.suppress(PoolNotFound):
         entry = find(name)
-        if entry.pool_id == name and entry.needs_down:
-            ended += down(entry, force=True, why=why).killed
+        if entry.pool_id == name and entry.needs_down:  # the log records it stopped
+            down(entry, force=True, why=why, leftovers=False)
     return ended
+
+
+def marked(socket_dir: str) -> list[int]:
+    """Live processes of our user started under the named pool whose socket directory is
+    `socket_dir` (they carry it in `SKYHIVE_CLUSTER`). A pool's name may be used by another state
+    directory on this machine, so processes are never matched by the name."""
+    needle = f"{CLUSTER_ENV}={socket_dir}\0".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != os.getuid():
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = fh.read() + b"\0"
+        except OSError:
+            continue
+        if needle in environ and alive(int(entry)):
+            found.append(int(entry))
+    return found

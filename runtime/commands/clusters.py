@@ -10,7 +10,6 @@ with its exit code. Ctrl-C while following stops following only: the job goes on
 from __future__ import annotations
 
 import contextlib
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -23,9 +22,9 @@ from ...providers.local import Local
 from ..clusters import jobs as jobq
 from ..clusters import record as records
 from ..clusters.agent import ensure_agent
-from ..clusters.named import dead_workers, live_workers
-from ..clusters.stop import alive, stop_pool
-from ..onnode.nodecmd import work_root
+from ..clusters.named import dead_workers, live_workers, new_kept_pool, set_autostop
+from ..clusters.procs import alive
+from ..clusters.stop import stop_pool
 from .launch import task_steps
 from .taskfile import Task
 
@@ -79,9 +78,10 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
         if differs:
             raise LaunchError(f"pool {name!r} exists with another shape ({'; '.join(differs)}): `skyhive exec {name}` "
                               f"runs on it as it is, `skyhive down {name}` first to launch it anew")
-        if idle_minutes is not None:
-            _say(err, f"warning: pool {name} runs already: autostop is set when a pool is created (-i ignored)")
         _say(err, f"reusing pool {name} ({rec.nodes} node{'s' if rec.nodes != 1 else ''})")
+        if idle_minutes is not None:  # SkyPilot resets autostop on a reused cluster the same way
+            set_autostop(rec, idle_minutes, down)
+            _say(err, f"pool {name}: autostop after {idle_minutes:g} min idle{' (then down)' if down else ''}")
     else:
         _create(task, name, spec, idle_minutes, down, err)
     job = _queue(task, name, setup=True)
@@ -90,19 +90,14 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
 
 def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float | None, down: bool,
             err: TextIO) -> None:
-    from ..pool import Pool
-
     _say(err, f"creating pool {name}: {task.num_nodes} local node{'s' if task.num_nodes != 1 else ''}"
               + (f", autostop after {idle_minutes:g} min idle{' (then down)' if down else ''}" if idle_minutes else ""))
 
+    from ..pool import Pool
+
     async def create() -> None:
-        pool = Pool(provider=Local(), nodes=task.num_nodes, name=name, keep=True, output=None,
-                    autostop=idle_minutes)
-        assert pool._named is not None
-        pool._named.spec = spec
-        pool._named.autostop_down = down
-        async with pool:
-            pass
+        async with new_kept_pool(Pool, name, task.num_nodes, spec=spec, autostop=idle_minutes, autostop_down=down):
+            pass  # started, recorded; leaving detaches
 
     anyio.run(create)
 
@@ -139,8 +134,10 @@ def exec_task(task: Task, name: str, *, detach_run: bool = False, out: TextIO | 
     if dead_workers(rec) or not rec.workers:
         raise PoolGone(f"pool {name!r} is not running (its workers are gone): `skyhive launch -c {name} TASK.yaml` "
                        f"starts it again")
-    if task.num_nodes > rec.nodes:
-        raise LaunchError(f"the task asks for {task.num_nodes} nodes; pool {name!r} has {rec.nodes}")
+    if task.num_nodes != rec.nodes:  # running on some of the nodes is not there yet: refused, not ignored
+        raise LaunchError(f"the task asks for {task.num_nodes} node{'s' if task.num_nodes != 1 else ''}; pool "
+                          f"{name!r} has {rec.nodes} (a job runs on every node of its pool: "
+                          f"`--num-nodes {rec.nodes}`, or another pool)")
     return _after_submit(name, _queue(task, name, setup=False), detach_run, out, err)
 
 
@@ -179,7 +176,6 @@ def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False) -
     err = err or sys.stderr
     ended = stop_pool(name, why=f"skyhive down {name}")
     records.remove(name)
-    shutil.rmtree(work_root(name), ignore_errors=True)  # the jobs' working directories on this machine
     if not quiet:
         _say(err, f"pool {name}: down ({ended} processes ended)")
     return ended

@@ -262,12 +262,14 @@ class DownReport:
     warning: str = ""  # with force: what could not be done (the pool was recorded stopped anyway)
 
 
-def down(pool: PoolEntry, *, force: bool = False, why: str = "") -> DownReport:
+def down(pool: PoolEntry, *, force: bool = False, why: str = "", leftovers: bool = True) -> DownReport:
     """Clean up `pool`: kill what its log says still runs, destroy what its provider owns, record it stopped.
 
     Raises `PoolInUse` if its client still runs (unless `force`), `ProvisionError` if its provider
     cannot be rebuilt or fails to destroy its nodes (the log is then left as it was; with `force` the
-    pool is recorded stopped anyway and the report's `warning` says what may be left).
+    pool is recorded stopped anyway and the report's `warning` says what may be left). With
+    `leftovers=False` the caller ends the pool's processes itself (a named pool: its name is not
+    unique on this machine, so processes are not looked up by it).
     """
     with open(pool.path, "r+b") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one `down` at a time per pool
@@ -291,10 +293,10 @@ def down(pool: PoolEntry, *, force: bool = False, why: str = "") -> DownReport:
                 raise
             destroyed, warning = 0, f"{exc} (its nodes may still run)"
         killed = 0
-        if pool.client != "remote":  # processes of this pool on this machine (Local workers)
-            leftovers = _leftovers(pool.pool_id)
-            _kill(leftovers)
-            killed = len(leftovers)
+        if pool.client != "remote" and leftovers:  # processes of this pool on this machine (Local workers)
+            found = _leftovers(pool.pool_id)
+            _kill(found)
+            killed = len(found)
             shutil.rmtree(state_dir() / "work" / pool.pool_id, ignore_errors=True)
         _append_closing(lock, pool, why=why or _why(pool))
     return DownReport(pool.pool_id, killed, destroyed, warning=warning)

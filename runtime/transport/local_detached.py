@@ -20,8 +20,6 @@ import json
 import logging
 import os
 import signal
-import socket
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -41,9 +39,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skyhive.transport.local")
 
-__all__ = ["DetachedLocalTransport", "DetachedWorker", "socket_path", "server_pid", "is_worker_server",
+__all__ = ["DetachedLocalTransport", "DetachedWorker", "CLUSTER_ENV", "socket_path", "server_pid", "is_worker_server",
            "local_detached_transport"]
 
+#: Marks the workers of a named pool and everything their jobs start (the value is the pool's socket
+#: directory: unique per state directory and name, where the pool's name alone is not).
+CLUSTER_ENV = "SKYHIVE_CLUSTER"
 #: A local socket does not drop the way an SSH channel does: a closed one means the worker is gone.
 RECONNECT_TIMEOUT = 5.0
 SERVER_MODULE = "skyhive.runtime.worker.server"
@@ -224,7 +225,7 @@ class DetachedLocalTransport(LocalTransport):
         proc = await asyncio.create_subprocess_exec(
             python, *flags, "-m", SERVER_MODULE, "--socket", path, "--idle-timeout", f"{idle:g}",
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, **self.worker_env, **env}, cwd=self.cwd,
+            env={**os.environ, **self.worker_env, **env, CLUSTER_ENV: self.reach.socket_dir}, cwd=self.cwd,
         )
         try:
             out, err = await asyncio.wait_for(proc.communicate(), self.start_timeout)
