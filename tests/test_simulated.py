@@ -127,3 +127,18 @@ def test_event_log_of_thousand_nodes_replays_to_the_live_state(tmp_path, monkeyp
         assert replayed == live
 
     anyio.run(main)
+
+
+def test_no_worker_left_at_scale_is_summarised_not_listed_node_by_node() -> None:
+    async def main() -> None:
+        dead = {n: 1 for n in range(200)}
+        async with sky.Pool(provider=sky.Simulated(die_at=dead), nodes=200, max_restarts=0,
+                            wait_for_worker=0.5) as pool:
+            with pytest.raises(sky.WorkerLost):
+                await pool.broadcast(_one)
+            with pytest.raises(sky.WorkerLost, match=r"no worker of pool .* is available \(200 failed; node 0: failed") as caught:
+                await pool.run(_one)
+            message = str(caught.value)
+            assert "and 180 more failed" in message and len(message) < 5000
+
+    anyio.run(main)

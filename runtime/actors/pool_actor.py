@@ -261,14 +261,31 @@ class PoolRuntime:
                     scope.deadline = max(scope.deadline, began + self.settings.start_timeout)
                 await self._slots_changed.wait()
                 self._check_open()
+        raise WorkerLost(f"no worker of pool {self.pool_id} is available ({self._describe_members()})",
+                         node=-1) from next((n.failure for n in self.nodes if n.failure is not None), None)
+
+    def _describe_members(self, shown: int = 20) -> str:
+        """Each node's state (and why, if failed) — past `shown` nodes, the count per state and the
+        first `shown` failed nodes (a 10,000-node pool's error named every node)."""
         states = self.log.state.nodes
-        raise WorkerLost(
-            f"no worker of pool {self.pool_id} is available ("
-            + ", ".join(f"node {n.index}: {n.state.value}"
-                        + (f" ({states[n.index].detail})" if n.state is NodeState.FAILED and states[n.index].detail else "")
-                        for n in self.members()) + ")",
-            node=-1,
-        ) from next((n.failure for n in self.nodes if n.failure is not None), None)
+        members = self.members()
+
+        def one(n: NodeActor) -> str:
+            detail = states[n.index].detail if n.state is NodeState.FAILED else ""
+            return f"node {n.index}: {n.state.value}" + (f" ({detail})" if detail else "")
+
+        if len(members) <= shown:
+            return ", ".join(one(n) for n in members)
+        counts: dict[str, int] = {}
+        for n in members:
+            counts[n.state.value] = counts.get(n.state.value, 0) + 1
+        failed = [n for n in members if n.state is NodeState.FAILED]
+        text = ", ".join(f"{count} {state}" for state, count in sorted(counts.items(), key=lambda kv: -kv[1]))
+        if failed:
+            text += "; " + ", ".join(one(n) for n in failed[:shown])
+            if len(failed) > shown:
+                text += f", and {len(failed) - shown} more failed (skyhive events {self.pool_id})"
+        return text
 
     def _all_channels_nowait(self) -> list[WorkerChannel] | None:
         channels: list[WorkerChannel] = []
