@@ -226,3 +226,24 @@ async def test_broadcast_raises_the_first_failure_at_once_and_cancels_the_others
         with anyio.fail_after(20):
             assert await pool.broadcast(abs, -2) == [2, 2, 2]
         assert pool.state.tasks_cancelled == 2
+
+
+async def test_a_call_whose_buffers_are_all_cached_may_answer_before_its_buffers_would_be_sent():
+    # the worker holds the array (content cache) and answers at once: the Result can come back before
+    # the client's buffer-sending step for that call runs; it must send nothing then (not chunks for a
+    # task the worker saw announce none, which broke the connection 1 run in ~20 before the fix)
+    np = pytest.importorskip("numpy")
+    arr = np.arange(8_000_000, dtype=np.int64)  # 64 MB: shared memory first, then the content cache
+    async with sky.Pool(nodes=2) as pool:
+        pids = await pool.broadcast(os.getpid)
+
+        async def chatter() -> None:  # other traffic interleaves, as in a real program
+            for i in range(300):
+                assert await pool.run(abs, -i) == i
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(chatter)
+            assert await pool.broadcast(lambda a: int(a[0]), arr) == [0, 0]
+            for _ in range(40):
+                assert await pool.broadcast(lambda a: int(a[-1]), arr) == [7_999_999] * 2
+        assert await pool.broadcast(os.getpid) == pids  # no worker was lost to a protocol error

@@ -349,6 +349,9 @@ class WorkerChannel:
                 self.link.writelines([header, piece])
         except ProtocolError as exc:
             self._broken(f"protocol error while sending buffers: {exc}")
+        except OSError as exc:  # the link closed under the write: the worker is lost (or being restarted)
+            if self.lost_reason is None:
+                self._broken(f"the link failed while sending buffers: {exc}")
         call.buffers = ()
 
     async def send_buffers(self, task_id: int, buffers: Sequence[Any]) -> None:
@@ -358,7 +361,9 @@ class WorkerChannel:
         if self.lost_reason:
             return
         call = self.calls.get(task_id)
-        skip = (*call.cached, *call.shared) if call is not None else ()
+        if call is None:  # it already ended: every buffer was cached or shared, and the worker answered
+            return
+        skip = (*call.cached, *call.shared)
         try:
             for header, piece in self.conn.send_buffers(task_id, buffers, skip=skip):
                 if self.lost_reason:
@@ -366,6 +371,9 @@ class WorkerChannel:
                 await self.link.write_direct([header, piece])
         except ProtocolError as exc:
             self._broken(f"protocol error while sending buffers: {exc}")
+        except OSError as exc:  # the link closed under the write: the worker is lost (or being restarted)
+            if self.lost_reason is None:
+                self._broken(f"the link failed while sending buffers: {exc}")
 
     def cancel(self, task_id: int, *, grace: float) -> None:
         """Ask the worker to stop a task; the caller stops waiting now, the slot frees on its Result.
