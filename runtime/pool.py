@@ -10,23 +10,20 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import logging
-import math
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..errors import PoolClosed, TaskTimeout
+from ..errors import PoolClosed
 from ..plugins.api import ClientHook
 from ..providers.accelerators import Accelerator
 from ..providers.base import Provider
 from ..providers.local import Local
 from .actors.pool_actor import PoolRuntime
-from .actors.prepared import Prepared, map_batches
+from .calls import PoolCalls
 from .concurrency import Worker, check_plugins
 from .events.state import PoolState
 from .events.stream import EventStream
@@ -34,35 +31,20 @@ from .output.progress import wants_display
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
 from .resources import ALLOCATIONS, Resources
-from .retry import NO_RETRIES, Retries, retries_of, with_retries
-from .serialize import load_value
 from .settings import Settings
-from .streams import ItemStream, ResultStream
 
 if TYPE_CHECKING:
     from ..plugins.image import Image
-    from .actors.channel import WorkerChannel
     from .clusters.named import NamedPool
     from .blocking import BlockingPool
-    from .compute import PendingCall
 
 __all__ = ["Pool", "ComputePool", "Compute", "ALLOCATIONS"]
 
 log = logging.getLogger("skyhive.pool")
 
-T = TypeVar("T")
-_UNSET: Any = object()
 
 
-def _unwrap(fn: Any) -> Callable[..., Any]:
-    inner = getattr(fn, "__skyhive_fn__", None)
-    fn = inner if inner is not None else fn
-    if not callable(fn):
-        raise TypeError(f"expected a function, got {type(fn).__name__}")
-    return fn
-
-
-class Pool:
+class Pool(PoolCalls):
     """A pool of nodes from `provider`, each running `processes_per_node` worker processes.
 
     Parameters: `provider` (default `Local()`), `nodes`, `plugins` (hooks that set up distributed
@@ -322,222 +304,6 @@ class Pool:
             "output": rt.router.statistics(),
         }
 
-    # ---- calls -------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _options(output: Any, capture: bool) -> dict[str, Any] | None:
-        if output is _UNSET and not capture:
-            return None
-        options: dict[str, Any] = {}
-        if output is not _UNSET:
-            options["show"] = selector(output, where="output")
-        if capture:
-            options["capture"] = True
-        return options
-
-    async def run(self, fn: Callable[..., T], *args: Any, timeout: float | None = None,
-                  output: OutputSpec = _UNSET, capture: bool = False, retries: int = 0,
-                  retry_on: type[Exception] | tuple[type[Exception], ...] = (), **kwargs: Any) -> T:
-        """Run `fn(*args, **kwargs)` on the least busy worker and return its result.
-
-        Raises what `fn` raised (same type, remote traceback in its notes; `RemoteError` if the type
-        cannot be rebuilt here), `SerializationError` before sending if an argument cannot be pickled,
-        `TaskTimeout` after `timeout` seconds (the task is cancelled on the node), `WorkerLost` if the
-        worker died. `output` overrides the pool's output selection for this call; with `capture`
-        the result is a `Captured` holding the value and the task's output. `retries=N` re-runs the
-        call (on a worker picked anew) up to N times after `WorkerLost`, or after the exception types
-        in `retry_on`; the error that ends a retried call has `attempts` (see `runtime/retry.py`).
-        """
-        return await self._run_call(fn, args, kwargs, timeout=timeout, options=self._options(output, capture),
-                                    retries=retries_of(retries, retry_on))
-
-    def stream(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> ItemStream:
-        """Run the generator function `fn(*args, **kwargs)` on the least busy worker and give its
-        items as they are yielded there: `async for item in pool.stream(fn, x): ...`.
-
-        Every argument goes to `fn`. The task's error is raised after the items before it; leaving
-        the loop early cancels the task. Each item is one frame, so it must fit the frame limit
-        (large arrays: return them, or yield smaller pieces). A time bound has its own spelling:
-        `gen(x).with_timeout(s) >> pool` (`TaskTimeout` after the items that came in time).
-        """
-        return self._stream_call(fn, args, kwargs)
-
-    def _stream_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
-                     timeout: float | None = None) -> ItemStream:
-        rt = self._runtime
-        fn = _unwrap(fn)
-        prep = Prepared(fn, args, kwargs)
-
-        async def open_(on_item: Callable[[int, bytes], None]) -> tuple[Any, Any, Any]:
-            channel = rt.pick_nowait() if rt.open else None
-            if channel is None:
-                channel = await rt.pick()
-            call, fut = await rt.open_stream(channel, prep, on_item)
-            return channel, call, fut
-
-        return ItemStream(open_, rt, load_value, timeout=timeout, name=prep.fn_name)
-
-    async def _run_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], *,
-                        timeout: float | None = None, options: dict[str, Any] | None = None,
-                        retries: Retries = NO_RETRIES) -> T:
-        """`run` with the user's arguments as they are (`fn(x) >> pool`: none of them is an option)."""
-        rt = self._runtime
-        fn = _unwrap(fn)
-        prep = Prepared(fn, args, kwargs)
-
-        async def attempt() -> T:
-            channel = rt.pick_nowait() if rt.open else None
-            if channel is None:
-                channel = await rt.pick()
-            return await rt.run_one(channel, prep, timeout=timeout, options=options)  # type: ignore[no-any-return]
-
-        if retries.count == 0:  # (two coroutines fewer per call)
-            return await attempt()
-        return await with_retries(attempt, retries, what=prep.fn_name, on_retry=self._count_retry)
-
-    def _count_retry(self) -> None:
-        self._retries += 1
-
-    async def broadcast(self, fn: Callable[..., T], *args: Any, timeout: float | None = None,
-                        output: OutputSpec = _UNSET, capture: bool = False, retries: int = 0,
-                        retry_on: type[Exception] | tuple[type[Exception], ...] = (), **kwargs: Any) -> list[T]:
-        """Run `fn(*args, **kwargs)` on every worker; one result each, in rank (node) order.
-
-        The call is pickled once. If any worker raises, the others are cancelled and the first error
-        is raised. Raises as `run` does; `retries` re-runs the whole broadcast (every worker).
-        """
-        return await self._broadcast_call(fn, args, kwargs, timeout=timeout, options=self._options(output, capture),
-                                          retries=retries_of(retries, retry_on))
-
-    async def _broadcast_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], *,
-                              timeout: float | None = None, options: dict[str, Any] | None = None,
-                              retries: Retries = NO_RETRIES) -> list[T]:
-        """`broadcast` with the user's arguments as they are (`fn(x) @ pool`)."""
-        rt = self._runtime
-        fn = _unwrap(fn)
-        prep = Prepared(fn, args, kwargs)
-
-        async def attempt() -> list[T]:
-            channels = await rt.all_channels()
-            return await rt.run_prepared(channels, prep, timeout=timeout, options=options)  # type: ignore[no-any-return]
-
-        return await with_retries(attempt, retries, what=prep.fn_name, on_retry=self._count_retry)
-
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
-        """Start `fn(*args, **kwargs)` on the least busy worker, from any thread (joblib's backend, a
-        thread pool of your own); a `concurrent.futures.Future`. Every argument goes to `fn`.
-
-        Cancelling the future cancels the task. Waiting on the future (`.result()`) on the pool's
-        own event loop would block that loop: there, `await pool.run(...)` instead (see
-        `in_event_loop`).
-        """
-        return self._submit_call(fn, args, kwargs)
-
-    def _submit_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], *,
-                     timeout: float | None = None) -> concurrent.futures.Future[T]:
-        """`submit` with the user's arguments as they are (`fn(x) > pool`)."""
-        return asyncio.run_coroutine_threadsafe(self._run_call(fn, args, kwargs, timeout=timeout), self._runtime.loop)
-
-    def in_event_loop(self) -> bool:
-        """True when called on the thread that runs the pool's event loop (blocking there hangs)."""
-        try:
-            return asyncio.get_running_loop() is self._runtime.loop
-        except RuntimeError:
-            return False
-
-    @property
-    def workers(self) -> int:
-        """How many worker processes can take a task now (over all nodes)."""
-        return sum(len(n.usable_channels()) for n in self._runtime.nodes)
-
-    async def map(self, fn: Callable[[Any], T], iterable: Iterable[Any], *, timeout: float | None = None,
-                  chunksize: int | None = None, output: OutputSpec = _UNSET, retries: int = 0,
-                  retry_on: type[Exception] | tuple[type[Exception], ...] = ()) -> list[T]:
-        """`[fn(x) for x in iterable]`, spread over every worker; results in input order.
-
-        Items travel in batches (`chunksize`, by default about a quarter of each worker's share, at
-        most 1,000, and at most about `prepared.BATCH_BYTES` pickled) with two batches in flight per worker,
-        so cheap functions run at pipe speed and a slow worker takes fewer batches. The first error cancels the rest and is raised (its notes
-        say which item). `timeout` bounds the whole map; `retries` re-runs a batch whose worker was lost.
-        """
-        rt = self._runtime
-        fn = _unwrap(fn)
-        items = list(iterable)
-        if not items:
-            return []
-        if chunksize is not None and (not isinstance(chunksize, int) or chunksize < 1):
-            raise ValueError(f"map(chunksize={chunksize!r}): need a positive integer")
-        options = self._options(output, False)
-        channels = [c for n in rt.members() for c in n.usable_channels()]
-        workers = max(1, len(channels))
-        size = chunksize or max(1, min(1000, math.ceil(len(items) / (workers * 4))))
-        results: list[Any] = [None] * len(items)
-        template = Prepared.for_map(fn)
-        pending = map_batches(template, items, size)
-        policy = retries_of(retries, retry_on)
-
-        async def lane(home: WorkerChannel | None) -> None:
-            # a lane keeps to its worker (two lanes per worker pull from the same batches, so a slow
-            # worker takes fewer): picking the least busy per batch read every worker each time,
-            # quadratic at 10,000 workers. A lane whose worker is lost picks a new one.
-            for start, prep in pending:
-                async def attempt(prep: Prepared = prep) -> Any:
-                    nonlocal home
-                    if home is None or not home.usable:
-                        home = await rt.pick()
-                    return await rt.run_one(home, prep, timeout=None, options=options)
-
-                values = await with_retries(attempt, policy, what=template.fn_name, on_retry=self._count_retry)
-                results[start:start + len(values)] = values
-
-        try:
-            with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
-                async with anyio.create_task_group() as tg:
-                    lanes = min(math.ceil(len(items) / size), workers * 2)
-                    for i in range(lanes):
-                        tg.start_soon(lane, channels[i % len(channels)] if channels else None)
-        except TimeoutError:
-            raise TaskTimeout(f"map of {template.fn_name} over {len(items)} items did not finish "
-                              f"within timeout={timeout} s; it was cancelled") from None
-        except BaseExceptionGroup as group:  # one lane's error cancels the others: raise that error
-            raise _first(group) from None
-        return results
-
-    async def gather(self, calls: Sequence[PendingCall], *, timeout: float | None = None) -> list[Any]:
-        """Run several pending calls (`f(x)` of `@sky.compute` functions), spread over the workers;
-        their results in call order. `timeout` bounds each call that has none of its own."""
-        return list(await self._gather_calls(calls, timeout=timeout))
-
-    def gather_stream(self, calls: Sequence[PendingCall], *, ordered: bool = True,
-                      timeout: float | None = None) -> ResultStream:
-        """The results of `calls` as they are ready: an async iterator (`async for r in ...`), in
-        call order or, with `ordered=False`, in completion order. The first error is raised at its
-        turn and cancels the rest; leaving the loop early (`aclose()`) cancels what still runs."""
-        rt = self._runtime
-
-        def bound(call: PendingCall) -> Callable[[], Any]:
-            return lambda: self._run_call(call.fn, call.args, call.kwargs, timeout=call.timeout or timeout,
-                                          retries=call.retries)
-
-        return ResultStream([bound(c) for c in calls], ordered=ordered, tg=rt.tg)
-
-    _gather_stream = gather_stream
-
-    async def _gather_calls(self, calls: Sequence[PendingCall], *, timeout: float | None = None) -> tuple[Any, ...]:
-        results: list[Any] = [None] * len(calls)
-
-        async def one(i: int, call: PendingCall) -> None:
-            results[i] = await self._run_call(call.fn, call.args, call.kwargs, timeout=call.timeout or timeout,
-                                              retries=call.retries)
-
-        try:
-            async with anyio.create_task_group() as tg:
-                for i, call in enumerate(calls):
-                    tg.start_soon(one, i, call)
-        except BaseExceptionGroup as group:
-            raise _first(group) from None
-        return tuple(results)
-
     # ---- observing ---------------------------------------------------------------------------------
 
     def events(self, *, replay: bool = False, max_buffer: int | None = None) -> EventStream:
@@ -572,11 +338,3 @@ class Pool:
 #: The seeds' names for `Pool` (`sky.ComputePool(...)`, `sky.Compute(...)`): the same class.
 ComputePool = Pool
 Compute = Pool
-
-
-def _first(group: BaseExceptionGroup) -> BaseException:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
-

@@ -93,7 +93,7 @@ def test_the_graph_sees_the_modules_and_their_imports():
     assert "skyhive.runtime.actors.pool_actor" in g and "skyhive.protocol.connection" in g
     assert "skyhive.runtime.actors.node" in g["skyhive.runtime.actors.pool_actor"]
     # a lazy import inside a function is an edge too
-    assert "skyhive.runtime.output.captured" in g["skyhive.runtime.actors.pool_actor"]
+    assert "skyhive.runtime.output.captured" in g["skyhive.runtime.actors.dispatch"]
     assert "skyhive.runtime.commands.launch" in g["skyhive.cli"]
 
 

@@ -1,4 +1,5 @@
-"""`PoolRuntime`: the pool actor. It owns the event log, the node actors and the scheduling of calls.
+"""`PoolRuntime`: the pool actor. It owns the event log, the node actors and the scheduling of calls;
+sending a call and gathering its results is its `CallDispatch` half (dispatch.py).
 
 The public `Pool` (pool.py) is a thin face over it. A call is not a spawned task: it runs in the
 caller's own task (its "task actor"), so cancelling the caller cancels the call — which sends `Cancel`
@@ -9,21 +10,19 @@ restarted by its supervisor.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ...errors import PoolClosed, TaskTimeout, WorkerLost
+from ...errors import PoolClosed, WorkerLost
 from ...plugins.api import AppHook, TaskHook
 from ...protocol.info import InstanceInfo
-from ...protocol.messages import Result
 from ...providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
 from ..events.log import EventLog, pool_log_path
 from ..events.types import NodeStateChanged, PoolDetached, PoolStarted, PoolStopped
@@ -31,17 +30,16 @@ from ..onnode.setup import WorkerSetup
 from ..output.progress import ProvisioningDisplay
 from ..output.router import OutputRouter
 from ..output.selection import OutputSpec
-from ..serialize import load_value, rebuild_exception, register_user_code
+from ..serialize import register_user_code
 from ..settings import Settings
 from ..transport.shm import MemfdPool
-from .channel import Call, WorkerChannel
+from .channel import WorkerChannel
 from .context import NodeContext
-from .gather import gather_or_first_failure, lost_together
+from .dispatch import CallDispatch
 from .lifecycle import NodeState
 from .membership import Membership
 from .node import NodeActor
 from .node import first_error as _first_error
-from .prepared import Prepared
 from .loss import LossPolicy, RestartInPlace
 from .replace import ReplaceFailed
 from .startclock import StartClocks
@@ -55,7 +53,7 @@ log = logging.getLogger("skyhive.pool")
 __all__ = ["PoolRuntime"]
 
 
-class PoolRuntime:
+class PoolRuntime(CallDispatch):
     def __init__(self, *, provider: Provider, nodes: int, processes_per_node: int, plugins: Sequence[Any],
                  image: Image | None, output: OutputSpec, settings: Settings, name: str | None,
                  log_events: bool, accelerator: str | None = None, cpus: float | None = None,
@@ -320,155 +318,6 @@ class PoolRuntime:
                     return channels
         raise WorkerLost(f"workers of pool {self.pool_id} did not come back within "
                          f"{scope.deadline - began:g} s", node=-1)
-
-    # ---- calls -------------------------------------------------------------------------------------
-
-    def send(self, channel: WorkerChannel, prep: Prepared, options: dict[str, Any] | None,
-             future: asyncio.Future[Result], *, stream: bool = False) -> Call:
-        """Send one task to `channel` (its buffers, if any, still have to follow)."""
-        return channel.send(next(self._ids), prep, options, future, stream=stream)
-
-    async def open_stream(self, channel: WorkerChannel, prep: Prepared,
-                          on_item: Callable[[int, bytes], None]) -> tuple[Call, asyncio.Future[Result]]:
-        """Send a task whose generator's items come back as they are yielded (to `on_item`, on the
-        event loop); the future gets its `Result` after the last item."""
-        fut: asyncio.Future[Result] = self.loop.create_future()
-        call = self.send(channel, prep, None, fut, stream=True)
-        call.on_item = on_item
-        try:
-            if prep.buffers:
-                await self._send_buffers([(channel, call.task_id)], prep.buffers)
-        except BaseException:
-            self._cancel([(channel, call, fut)])
-            raise
-        return call, fut
-
-    def finish_stream(self, channel: WorkerChannel, call: Call, fut: asyncio.Future[Result]) -> Any:
-        """After a streamed task's `Result`: the item count, or its error raised."""
-        self.router.flush(channel.node, channel.local_rank)
-        return self._unpack(channel, call, fut.result())
-
-    def cancel_stream(self, channel: WorkerChannel, call: Call, fut: asyncio.Future[Result]) -> None:
-        self._cancel([(channel, call, fut)])
-
-    async def call_on(self, channel: WorkerChannel, fn: Callable[..., Any], args: tuple[Any, ...],
-                      kwargs: dict[str, Any], *, kind: str = "call", fn_name: str | None = None,
-                      timeout: float | None = None, options: dict[str, Any] | None = None) -> Any:
-        prep = Prepared(fn, args, kwargs, kind=kind, fn_name=fn_name)
-        return await self.run_prepared([channel], prep, timeout=timeout, options=options, single=True)
-
-    async def run_one(self, channel: WorkerChannel, prep: Prepared, *, timeout: float | None,
-                      options: dict[str, Any] | None) -> Any:
-        """One task on one worker: `run_prepared` without its generality when there is no timeout
-        and no out-of-band buffer (the common warm call)."""
-        if timeout is not None or prep.buffers:
-            return await self.run_prepared([channel], prep, timeout=timeout, options=options, single=True)
-        fut: asyncio.Future[Result] = self.loop.create_future()
-        call = self.send(channel, prep, options, fut)
-        try:
-            result = await fut
-        except BaseException:
-            self._cancel([(channel, call, fut)])
-            raise
-        self.router.flush(channel.node, channel.local_rank)
-        return self._unpack(channel, call, result)
-
-    async def run_prepared(self, channels: Sequence[WorkerChannel], prep: Prepared, *, timeout: float | None,
-                           options: dict[str, Any] | None, single: bool = False) -> Any:
-        """Send `prep` to every channel, wait for all results (in order), and unpack them.
-
-        The first failure cancels the other tasks and is raised. Timeout or cancellation cancels
-        them all on their workers.
-        """
-        loop = asyncio.get_running_loop()
-        sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]] = []
-        try:
-            for channel in channels:
-                fut: asyncio.Future[Result] = loop.create_future()
-                sent.append((channel, self.send(channel, prep, options, fut), fut))
-            with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
-                if prep.buffers:
-                    await self._send_buffers([(c, call.task_id) for c, call, _ in sent], prep.buffers)
-                if len(sent) > 1:
-                    failed = await gather_or_first_failure([fut for _, _, fut in sent])
-                    if failed:
-                        self._raise_first_failure(sent, failed, prep.fn_name)
-                values = []
-                for channel, call, fut in sent:
-                    result = await fut
-                    self.router.flush(channel.node, channel.local_rank)
-                    values.append(self._unpack(channel, call, result))
-        except TimeoutError:
-            self._cancel(sent)
-            raise TaskTimeout(
-                f"{prep.fn_name} did not finish within timeout={timeout} s "
-                f"on {', '.join(f'node {c.node}' for c, _, _ in sent)}; it was cancelled"
-            ) from None
-        except BaseException:
-            self._cancel(sent)
-            raise
-        finally:
-            if prep.shared.fds:
-                # the memfds passed to the workers: reusable once every worker answered (each took its
-                # lock on them before that); a call cut short closes them (see shm.MemfdPool)
-                answered = len(sent) == len(channels) and all(
-                    f.done() and not f.cancelled() and f.exception() is None for _, _, f in sent)
-                prep.shared.close(reusable=answered)
-        return values[0] if single else values
-
-    def _raise_first_failure(self, sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]],
-                             failed: list[int], fn_name: str) -> None:
-        """Raise the failure of `sent[failed[0]]` — whichever node it was on, so that a failure on
-        node 3 is raised at once even while node 0 still runs (a collective on node 0 waiting for
-        the failed rank would otherwise hold the caller until it times out). Workers lost with it
-        are named together in one `WorkerLost` (`actors/gather.py`)."""
-        channel, call, fut = sent[failed[0]]
-        error = None if fut.cancelled() else fut.exception()
-        if isinstance(error, WorkerLost):
-            lost = [e for e in (sent[i][2].exception() for i in failed if not sent[i][2].cancelled())
-                    if isinstance(e, WorkerLost)]
-            raise lost_together(self.pool_id, fn_name, lost)
-        result = fut.result()  # a cancelled future raises CancelledError here, as awaiting it would
-        self.router.flush(channel.node, channel.local_rank)
-        self._unpack(channel, call, result)  # raises the task's error
-
-    async def _send_buffers(self, targets: list[tuple[WorkerChannel, int]], buffers: list[Any]) -> None:
-        if len(targets) == 1:
-            channel, task_id = targets[0]
-            await channel.send_buffers(task_id, buffers)
-            return
-        async with anyio.create_task_group() as tg:  # every worker's pipe busy at once
-            for channel, task_id in targets:
-                tg.start_soon(channel.send_buffers, task_id, buffers)
-
-    def _cancel(self, sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]]) -> None:
-        for channel, call, fut in sent:
-            channel.cancel(call.task_id, grace=self.settings.cancel_grace)
-            if not fut.done():
-                fut.cancel()
-            elif not fut.cancelled():
-                fut.exception()  # retrieved: no "exception was never retrieved" noise
-
-    def _unpack(self, channel: WorkerChannel, call: Call, result: Result) -> Any:
-        if result.ok:
-            value = load_value(result.value, result.buffers)
-            if call.outputs is not None:
-                from ..output.captured import Captured
-
-                return Captured.from_outputs(value, call.outputs, node=channel.node, local_rank=channel.local_rank)
-            return value
-        data, message, tb = result.value, result.error_message, result.traceback
-        if self.image is not None and self.image.secret_values():
-            # a secret value in the exception (message, traceback, any pickled attribute): keep only
-            # the redacted text (a RemoteError), so no exception the caller sees can hold it
-            redact = self.log.redact
-            pickled = data.decode("utf-8", "surrogateescape")
-            if redact(message) != message or redact(tb) != tb or redact(pickled) != pickled:
-                data, message, tb = b"", redact(message), redact(tb)
-                exc = rebuild_exception(data, result.error_type, message, tb, channel.node)
-                exc.add_note("(it held a secret value of the pool's image: redacted, and kept as text only)")
-                raise exc
-        raise rebuild_exception(data, result.error_type, message, tb, channel.node)
 
     # ---- close -------------------------------------------------------------------------------------
 
