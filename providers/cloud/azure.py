@@ -107,9 +107,7 @@ class Azure(LibcloudProvider):
                                         spot=spot)
             else:
                 size = self.vm_size or DEFAULT_VM_SIZE
-                choice = catalog.Choice(cloud="azure", region=self.region, instance_type=size, vcpus=0,
-                                        memory_gb=0.0, accelerator=None, accelerators=0, price_per_hour=None,
-                                        nodes=spec.nodes, spot=spot)
+                choice = catalog.unpriced("azure", self.region, size, nodes=spec.nodes, spot=spot)
             self._plans[spec.pool_id] = choice
         return choice
 

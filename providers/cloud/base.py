@@ -309,7 +309,7 @@ class LibcloudProvider(Provider):
             except Exception as exc:
                 kind = self.classify(exc)
                 if kind is not ErrorKind.DEPENDENCY or time.monotonic() > deadline:
-                    raise self._error(f"deleting the pool's shared resources failed", exc, kind,
+                    raise self._error("deleting the pool's shared resources failed", exc, kind,
                                       cleaned=deleted) from exc
                 log.info("%s: pool %s: %s; retrying", self.name, pool_id, exc)
             await anyio.sleep(self.timeouts.poll)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..base import ProvisionError
 
-__all__ = ["InstanceInfo", "Choice", "parse_accelerator", "instance", "choose", "offered"]
+__all__ = ["InstanceInfo", "Choice", "parse_accelerator", "instance", "choose", "offered", "unpriced"]
 
 #: Without any requirement a pool gets the cheapest machine with at least this much.
 DEFAULT_CPUS = 2.0
@@ -56,6 +56,8 @@ class Choice:
         return None if self.price_per_hour is None else round(self.price_per_hour * self.nodes, 4)
 
     def summary(self) -> str:
+        if not self.vcpus:  # a type taken on trust (`unpriced`): nothing known about it but its name
+            return f"{self.instance_type} in {self.region}{' (spot)' if self.spot else ''}: price unknown"
         gpus = f", {self.accelerators}x {self.accelerator}" if self.accelerator else ""
         price = "price unknown" if self.price_per_hour is None else (
             f"${self.price_per_hour:.4g}/h on demand{' (spot: less)' if self.spot else ''}, "
@@ -127,8 +129,7 @@ def choose(cloud: str, region: str, *, accelerator: str | None = None, cpus: flo
         info = instance(cloud, instance_type)
         price = regional.get(instance_type, [None, ""])
         if info is None:  # a type newer than the table: taken on trust
-            return Choice(cloud=cloud, region=region, instance_type=instance_type, vcpus=0, memory_gb=0.0,
-                          accelerator=None, accelerators=0, price_per_hour=None, nodes=nodes, spot=spot)
+            return unpriced(cloud, region, instance_type, nodes=nodes, spot=spot)
         problem = _unmet(info, want_name, want_count, cpus, memory_gb, exact)
         if problem:
             raise ProvisionError(f"{cloud}: instance_type {instance_type} does not satisfy the pool: {problem}",
@@ -154,6 +155,13 @@ def choose(cloud: str, region: str, *, accelerator: str | None = None, cpus: flo
     info = instance(cloud, best[1])
     assert info is not None
     return _choice(cloud, region, info, regional[best[1]], nodes, spot)
+
+
+def unpriced(cloud: str, region: str, instance_type: str, *, nodes: int, spot: bool) -> Choice:
+    """A machine named by the user or the provider's default, not in any table: taken on trust, no
+    price (vCPUs, memory and GPUs unknown, shown as 0)."""
+    return Choice(cloud=cloud, region=region, instance_type=instance_type, vcpus=0, memory_gb=0.0,
+                  accelerator=None, accelerators=0, price_per_hour=None, nodes=nodes, spot=spot)
 
 
 def _choice(cloud: str, region: str, info: InstanceInfo, price: list[Any], nodes: int, spot: bool) -> Choice:

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
+from . import catalog
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider, named_machine
 from .keys import pool_key, remove_pool_key
 
@@ -117,10 +118,8 @@ class DigitalOcean(LibcloudProvider):
 
     def plan(self, spec: ClusterSpec) -> dict[str, Any]:
         """See `Provider.plan`: the droplet size (no price: no table here)."""
-        size = self.droplet_size(spec)
-        return {"cloud": "digitalocean", "region": self.region, "instance_type": size, "price_per_hour": None,
-                "cost_per_hour": None, "nodes": spec.nodes, "spot": False,
-                "summary": f"{size} in {self.region}: price unknown"}
+        choice = catalog.unpriced("digitalocean", self.region, self.droplet_size(spec), nodes=spec.nodes, spot=False)
+        return {**choice.as_dict(), "summary": choice.summary()}
 
     def prepare_sync(self, spec: ClusterSpec) -> None:
         self.droplet_size(spec)  # an accelerator request it cannot meet fails before anything is created

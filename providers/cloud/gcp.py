@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
+from . import catalog
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider, named_machine
 from .keys import pool_key, remove_pool_key
 
@@ -149,11 +150,9 @@ class GCP(LibcloudProvider):
 
     def plan(self, spec: ClusterSpec) -> dict[str, Any]:
         """See `Provider.plan`: the machine type (no price: GCE has no table here)."""
-        size = self.size(spec)
         spot = self.spot if spec.spot is None else spec.spot
-        return {"cloud": "gcp", "region": self.region, "instance_type": size, "price_per_hour": None,
-                "cost_per_hour": None, "nodes": spec.nodes, "spot": spot,
-                "summary": f"{size} in {self.region}{' (preemptible)' if spot else ''}: price unknown"}
+        choice = catalog.unpriced("gcp", self.region, self.size(spec), nodes=spec.nodes, spot=bool(spot))
+        return {**choice.as_dict(), "summary": choice.summary()}
 
     # ---- the blocking primitives -----------------------------------------------------------------------
 

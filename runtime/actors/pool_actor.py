@@ -115,13 +115,13 @@ class PoolRuntime(CallDispatch):
             display = ProvisioningDisplay(self.pool_id, len(self.nodes))
             self.tg.start_soon(display.run, self.log.subscribe(replay=True))
         try:
-            with self.start_clocks.bound():
-                await self._start()
-            if display is not None:
-                await display.stop()
+            try:
+                with self.start_clocks.bound():
+                    await self._start()
+            finally:  # ready or not, the display ends with the start
+                if display is not None:
+                    await display.stop()
         except BaseException as exc:
-            if display is not None:
-                await display.stop()
             failure = _first_error(exc)  # a node's failure arrives wrapped in task groups
             error = f"{type(failure).__name__}: {failure}"
             if self.detach_on_failure:  # taking over a named pool failed: its workers stay as they were

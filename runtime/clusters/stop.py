@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Callable
 
 from ...errors import PoolNotFound
 from ..onnode.nodecmd import work_root
@@ -20,6 +21,18 @@ __all__ = ["stop_pool", "marked"]
 
 #: Seconds between SIGTERM and SIGKILL.
 GRACE = 3.0
+
+
+def _end(pids: list[int], send: Callable[[int, int], None]) -> None:
+    """SIGTERM `pids` (with `send`: `os.killpg` for group leaders, `os.kill` for single processes),
+    then SIGKILL those still alive after `GRACE`."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                send(pid, sig)
+        deadline = time.monotonic() + GRACE
+        while time.monotonic() < deadline and any(alive(p) for p in pids):
+            time.sleep(0.05)
 
 
 def stop_pool(name: str, *, why: str, watchdog: bool = True) -> int:
@@ -36,23 +49,10 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True) -> int:
         pids.append(agent)
     if watchdog and rec.watchdog_pid and runs(rec.watchdog_pid, "skyhive.runtime.worker.watchdog"):
         pids.append(rec.watchdog_pid)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, sig)
-        deadline = time.monotonic() + GRACE
-        while time.monotonic() < deadline and any(alive(p) for p in pids):
-            time.sleep(0.05)
-    ended = len(pids)
+    _end(pids, os.killpg)
     left = marked(rec.socket_dir)  # what jobs started in sessions of their own (torchrun's trainers)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + GRACE
-        while time.monotonic() < deadline and any(alive(p) for p in left):
-            time.sleep(0.05)
-    ended += len(left)
+    _end(left, os.kill)
+    ended = len(pids) + len(left)
     shutil.rmtree(work_root(name), ignore_errors=True)  # the jobs' working directories on this machine
     from ..commands.inventory import down, find
 

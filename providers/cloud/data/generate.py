@@ -80,12 +80,12 @@ def build_azure() -> dict:
 
 def build() -> dict:
     """The AWS table (see the module docstring)."""
-    import libcloud
     import moto
 
     resources = Path(moto.__file__).parent / "ec2" / "resources"
     raw = json.loads(gzip.open(resources / "instance_types.json.gz").read())
-    prices = json.loads((Path(libcloud.__file__).parent / "data" / "pricing.json").read_text())["compute"]["ec2_linux"]
+    version, pricing = _libcloud_pricing()
+    prices = pricing["compute"]["ec2_linux"]
     types = {}
     for name, info in sorted(raw.items()):
         gpus = (info.get("GpuInfo") or {}).get("Gpus") or []
@@ -110,9 +110,7 @@ def build() -> dict:
             regions[region] = table
     used = {name for table in regions.values() for name in table}
     return {
-        "sources": {"moto": moto.__version__, "apache-libcloud": libcloud.__version__,
-                    "prices_updated": json.loads((Path(libcloud.__file__).parent / "data" / "pricing.json")
-                                                 .read_text()).get("updated")},
+        "sources": {"moto": moto.__version__, "apache-libcloud": version, "prices_updated": pricing.get("updated")},
         "types": {name: types[name] for name in sorted(used)},
         "regions": regions,
     }
