@@ -22,7 +22,10 @@ import anyio
 
 from ...errors import PoolExists, PoolGone
 from ...providers.base import Provider
+from ...paths import state_dir
 from ...providers.local import Local, LocalCluster
+from ...providers.ssh import SSH
+from ...providers.ssh_cluster import SSHCluster, cluster_key
 from ..transport.local_detached import server_pid, socket_path
 from . import record as records
 from .procs import runs
@@ -48,15 +51,29 @@ def minute() -> float:
         raise ValueError(f"{AUTOSTOP_UNIT_ENV}={os.environ[AUTOSTOP_UNIT_ENV]!r} is not a number of seconds") from None
 
 
-def kept_provider(name: str, provider: Provider) -> LocalCluster:
-    """The provider of a new kept pool: `provider`'s Local nodes as detached workers.
+#: Why a provider's pool cannot be kept (yet), by provider name (the error says it).
+_CANNOT_KEEP = {
+    "slurm": "a Slurm allocation ends with the client's job (srun steps are children of it); keeping one "
+             "would need a batch job holding the allocation, which is not built",
+}
 
-    Raises `ValueError` for a provider whose nodes cannot outlive the client yet, and `PoolExists`
-    when a pool by that name still runs."""
+
+def cannot_keep(provider: str) -> str:
+    """Why pools of `provider` cannot be kept (outlive their client)."""
+    return _CANNOT_KEEP.get(provider, "its nodes' workers cannot outlive the client yet (kept pools run on the "
+                                      "local and ssh providers)")
+
+
+def kept_provider(name: str, provider: Provider) -> Provider:
+    """The provider of a new kept pool: `provider`'s nodes with detached workers (Local:
+    `LocalCluster`; SSH: `SSHCluster`).
+
+    Raises `ValueError` naming the provider and why for one whose nodes cannot outlive the client,
+    and `PoolExists` when a pool by that name still runs."""
     records.check_name(name)
-    if type(provider) is not Local:
-        raise ValueError(f"Pool(name={name!r}, keep=True): only Local pools can be kept after the client leaves "
-                         f"yet, not {provider.name!r}")
+    if type(provider) not in (Local, SSH):
+        raise ValueError(f"Pool(name={name!r}, keep=True): provider {provider.name!r} cannot keep a pool: "
+                         f"{cannot_keep(provider.name)}")
     try:
         old = records.load(name)
     except Exception:  # noqa: BLE001 - no record (or an unreadable one): a new pool
@@ -67,13 +84,20 @@ def kept_provider(name: str, provider: Provider) -> LocalCluster:
                              f"sky.Pool.attach({name!r}), or `skyhive down {name}` first")
         records.remove(name)  # what is left of a pool whose workers all died
     # the workers never leave by themselves: autostop is the pool's watchdog (`start_watchdog`)
+    if isinstance(provider, SSH):
+        return SSHCluster.from_ssh(provider, pool=name, cluster=cluster_key(name, str(state_dir())))
     return LocalCluster(socket_dir=records.socket_dir(name), cwd=provider.cwd, build_env=provider.build_env)
 
 
-def attach_provider(rec: ClusterRecord) -> LocalCluster:
+def attach_provider(rec: ClusterRecord, *, check: bool = True) -> Provider:
     """The provider that takes the workers of `rec` over. Raises `PoolGone` naming the pool and the
-    workers that died."""
-    dead = dead_workers(rec)
+    workers that died (an SSH pool's are checked by the takeover itself, on its hosts; `check=False`
+    skips the local check too)."""
+    if rec.provider == "ssh":
+        from .remote import provider_of
+
+        return provider_of(rec)
+    dead = dead_workers(rec) if check else []
     if dead:
         which = ", ".join(f"node {w.node} worker {w.rank} (pid {w.pid})" for w in dead)
         raise PoolGone(f"pool {rec.name!r}: its workers died ({which}); `skyhive down {rec.name}` cleans up, "
@@ -83,7 +107,15 @@ def attach_provider(rec: ClusterRecord) -> LocalCluster:
 
 def live_workers(rec: ClusterRecord) -> list[WorkerEntry]:
     """The record's workers whose socket a worker still serves (a worker restarted by a client since the
-    record was written serves the same socket under another pid)."""
+    record was written serves the same socket under another pid). An SSH pool's are asked on its
+    hosts (one login each); a host that cannot be reached counts as not live."""
+    if rec.provider == "ssh":
+        from .remote import live_remote
+
+        live, errors = live_remote(rec)
+        for error in errors:
+            log.warning("pool %s: %s", rec.name, error)
+        return live
     return [w for w in rec.workers if server_pid(w.socket) is not None]
 
 
@@ -106,11 +138,11 @@ def keep_named(name: str | None, provider: Provider, *, keep: bool, autostop: fl
 
 
 def new_kept_pool(pool_class: Any, name: str, nodes: int, *, spec: dict[str, Any], autostop: float | None,
-                  autostop_down: bool) -> Any:
+                  autostop_down: bool, provider: Provider | None = None) -> Any:
     """A `Pool` (`pool_class`, given by the caller: this module does not import pool.py), not entered,
     that creates the kept Local pool `name` (`skyhive launch -c`): its record also holds `spec` (what a
     later `launch -c` compares) and whether autostop takes it down."""
-    pool = pool_class(provider=Local(), nodes=nodes, name=name, keep=True, output=None, autostop=autostop)
+    pool = pool_class(provider=provider or Local(), nodes=nodes, name=name, keep=True, output=None, autostop=autostop)
     named = pool._named
     assert named is not None
     named.spec = dict(spec)
@@ -153,12 +185,14 @@ class NamedPool:
         try:
             if self.attach:  # workers may have died since Pool.attach() looked
                 pool.provider = attach_provider(records.load(self.name))
+                if isinstance(pool.provider, SSHCluster):
+                    pool.provider = pool.provider.for_nodes(pool.nodes)
             await enter()
         except BaseException:
             self.leave(kept=self.attach)
             raise
         rt = pool._rt
-        assert rt is not None and isinstance(pool.provider, LocalCluster)
+        assert rt is not None and isinstance(pool.provider, (LocalCluster, SSHCluster))
         try:
             self.started(rt, pool.provider, pool.processes_per_node)
         except BaseException as exc:  # the pool runs but cannot be recorded: a new one is torn down
@@ -175,24 +209,37 @@ class NamedPool:
             raise
         return pool
 
-    def started(self, rt: PoolRuntime, provider: LocalCluster, processes_per_node: int) -> None:
+    def started(self, rt: PoolRuntime, provider: LocalCluster | SSHCluster, processes_per_node: int) -> None:
         """The workers run: write the record (a new pool) or check it still says the same (attached)."""
+        from ..transport.ssh import SSHTransport, SSHWorker
+
         workers = []
+        host_keys: dict[str, str] = {}
         for node in rt.nodes:
+            if isinstance(node.transport, SSHTransport):
+                host_keys[str(node.index)] = node.transport.host_key_text()
             for rank, proc in enumerate(node.processes):
-                if proc is not None:
+                if proc is None:
+                    continue
+                if isinstance(proc, SSHWorker):
+                    path = proc.socket
+                else:
+                    assert isinstance(provider, LocalCluster)
                     path = socket_path(provider.socket_dir, node.index, rank)
-                    workers.append(WorkerEntry(node=node.index, rank=rank, pid=proc.pid, socket=path))
+                workers.append(WorkerEntry(node=node.index, rank=rank, pid=proc.pid, socket=path))
         if self.attach:
             old = records.load(self.name)
             rec = ClusterRecord(**{**_fields(old), "workers": tuple(workers)})
         else:
-            rec = ClusterRecord(name=self.name, provider="local", nodes=len(rt.nodes),
+            kept = isinstance(provider, SSHCluster)
+            rec = ClusterRecord(name=self.name, provider="ssh" if kept else "local", nodes=len(rt.nodes),
                                 processes_per_node=processes_per_node, concurrency=rt.context.concurrency,
-                                cwd=provider.cwd or os.getcwd(),
-                                socket_dir=provider.socket_dir, created=time.time(), workers=tuple(workers),
-                                spec=self.spec, autostop_minutes=self.autostop_minutes,
-                                autostop_down=self.autostop_down)
+                                cwd=os.getcwd() if kept else provider.cwd or os.getcwd(),
+                                socket_dir="" if kept else provider.socket_dir, created=time.time(),
+                                workers=tuple(workers), spec=self.spec, autostop_minutes=self.autostop_minutes,
+                                autostop_down=self.autostop_down,
+                                provider_info=provider.recorded() if kept else {},
+                                cluster=provider.cluster if kept else "", host_keys=host_keys)
         if not self.attach and self.autostop_minutes is not None:
             rec = dataclasses.replace(rec, watchdog_pid=start_watchdog(rec))
         records.save(rec)
@@ -201,9 +248,25 @@ class NamedPool:
         """Release the lock; a pool not kept is forgotten (its record removed)."""
         try:
             if not kept:
-                records.remove(self.name)
+                self._forget()
         finally:
             self._lock.release()
+
+
+    def _forget(self) -> None:
+        """Remove the record; an SSH pool's socket directories and jobs' working directories on its
+        hosts go too (and whatever of it still runs there)."""
+        try:
+            rec = records.load(self.name)
+        except Exception:  # noqa: BLE001 - no record (a pool that never started): nothing on any host
+            rec = None
+        if rec is not None and rec.provider == "ssh":
+            from .remote import stop_remote
+
+            _, failures = stop_remote(rec)
+            if failures:
+                log.warning("pool %s: could not clean up on every host: %s", self.name, "; ".join(failures))
+        records.remove(self.name)
 
 
 def start_watchdog(rec: ClusterRecord) -> int:

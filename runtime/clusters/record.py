@@ -43,7 +43,7 @@ class WorkerEntry:
     node: int
     rank: int
     pid: int
-    socket: str
+    socket: str  # on the node's host (an SSH pool's: on that remote host)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,6 +65,12 @@ class ClusterRecord:
     concurrency: int = 1  # worker processes per rank (`sky.Worker(concurrency=N)`)
     watchdog_pid: int = 0  # the autostop watchdog (`worker/watchdog.py --unix-dir`), while it runs
     stopped: str = ""  # "autostop" once the watchdog stopped the pool's workers
+    # SSH pools: the provider as `SSHCluster.recorded()` says (hosts, user, key *path*, known_hosts path,
+    # python: never a secret), the directory name of the sockets on the hosts, and the host key each
+    # node's host showed when the pool was created (pinned by every later connection), by node index
+    provider_info: dict[str, Any] = field(default_factory=dict)
+    cluster: str = ""
+    host_keys: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
@@ -134,8 +140,8 @@ def remove(name: str) -> None:
         record = load(name)
     except (PoolNotFound, ValueError):
         record = None
-    if record is not None:
-        shutil.rmtree(record.socket_dir, ignore_errors=True)
+    if record is not None and record.provider == "local" and record.socket_dir:
+        shutil.rmtree(record.socket_dir, ignore_errors=True)  # (an SSH pool's are on its hosts)
     shutil.rmtree(cluster_dir(name), ignore_errors=True)
 
 

@@ -18,6 +18,7 @@ from typing import TextIO
 import anyio
 
 from ...errors import LaunchError, PoolGone, PoolNotFound
+from ...providers.base import Provider
 from ...providers.local import Local
 from ..clusters import jobs as jobq
 from ..clusters import record as records
@@ -46,20 +47,34 @@ def _say(err: TextIO, text: str) -> None:
     err.flush()
 
 
-def _require_local(task: Task, command: str) -> None:
+def _require_keepable(task: Task, command: str) -> None:
     provider = task.resources.provider or "local"
-    if provider != "local":
-        raise LaunchError(f"{command}: named pools run on the Local provider for now, not {provider!r} "
+    if provider not in ("local", "ssh"):
+        from ..clusters.named import cannot_keep
+
+        raise LaunchError(f"{command}: provider {provider!r} cannot keep a named pool: {cannot_keep(provider)} "
                           f"(`skyhive launch` without -c runs a task on {provider} once)")
 
 
+def _provider_of(name: str) -> Provider:
+    """The provider a job of pool `name` is planned for (its SKYPILOT_CLUSTER_INFO, node checks)."""
+    rec = records.load(name)
+    if rec.provider == "ssh":
+        from ..clusters.remote import provider_of
+
+        return provider_of(rec)
+    return Local()
+
+
 def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minutes: float | None = None,
-                   down: bool = False, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """`skyhive launch -c NAME TASK`: create pool `name` (or reuse it when it runs with the same shape),
-    queue the task (setup, then run) and, unless `detach_run`, follow it; the job's exit code."""
+                   down: bool = False, out: TextIO | None = None, err: TextIO | None = None,
+                   provider: Provider | None = None) -> int:
+    """`skyhive launch -c NAME TASK`: create pool `name` on `provider` (the task's: Local when None; SSH
+    hosts work too) or reuse it when it runs with the same shape, queue the task (setup, then run) and,
+    unless `detach_run`, follow it; the job's exit code."""
     out, err = out or sys.stdout, err or sys.stderr
     records.check_name(name)
-    _require_local(task, f"launch -c {name}")
+    _require_keepable(task, f"launch -c {name}")
     if idle_minutes is not None and idle_minutes <= 0:
         raise ValueError(f"-i {idle_minutes:g}: autostop needs a positive number of minutes")
     if down and idle_minutes is None:
@@ -83,20 +98,21 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
             set_autostop(rec, idle_minutes, down)
             _say(err, f"pool {name}: autostop after {idle_minutes:g} min idle{' (then down)' if down else ''}")
     else:
-        _create(task, name, spec, idle_minutes, down, err)
+        _create(task, name, spec, idle_minutes, down, err, provider or Local())
     job = _queue(task, name, setup=True)
     return _after_submit(name, job, detach_run, out, err)
 
 
 def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float | None, down: bool,
-            err: TextIO) -> None:
-    _say(err, f"creating pool {name}: {task.num_nodes} local node{'s' if task.num_nodes != 1 else ''}"
+            err: TextIO, provider: Provider) -> None:
+    _say(err, f"creating pool {name}: {task.num_nodes} {provider.name} node{'s' if task.num_nodes != 1 else ''}"
               + (f", autostop after {idle_minutes:g} min idle{' (then down)' if down else ''}" if idle_minutes else ""))
 
     from ..pool import Pool
 
     async def create() -> None:
-        async with new_kept_pool(Pool, name, task.num_nodes, spec=spec, autostop=idle_minutes, autostop_down=down):
+        async with new_kept_pool(Pool, name, task.num_nodes, spec=spec, autostop=idle_minutes, autostop_down=down,
+                                 provider=provider):
             pass  # started, recorded; leaving detaches
 
     anyio.run(create)
@@ -105,7 +121,7 @@ def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float 
 def _queue(task: Task, name: str, *, setup: bool) -> jobq.Job:
     import pickle
 
-    steps = task_steps(task, Local(), work_id=name, task_id=f"skyhive-{name}-{time.strftime('%Y-%m-%d-%H-%M-%S')}",
+    steps = task_steps(task, _provider_of(name), work_id=name, task_id=f"skyhive-{name}-{time.strftime('%Y-%m-%d-%H-%M-%S')}",
                        setup=setup)
     return jobq.submit(name, job_name=task.name or "task", steps=pickle.dumps(steps), with_setup=setup,
                        env=task.env(), secrets=task.secret_env())
@@ -129,7 +145,7 @@ def exec_task(task: Task, name: str, *, detach_run: bool = False, out: TextIO | 
     """`skyhive exec NAME TASK`: queue the task's `run` (no setup) on the running pool `name`; the
     job's exit code unless `detach_run`. Raises `PoolNotFound`/`PoolGone` naming the pool."""
     out, err = out or sys.stdout, err or sys.stderr
-    _require_local(task, f"exec {name}")
+    _require_keepable(task, f"exec {name}")
     rec = records.load(name)
     if dead_workers(rec) or not rec.workers:
         raise PoolGone(f"pool {name!r} is not running (its workers are gone): `skyhive launch -c {name} TASK.yaml` "

@@ -1,0 +1,195 @@
+"""Named pools on SSH hosts (issue 15): real OpenSSH sshd in network namespaces (tests/infra), the
+workers detached on the hosts outlive the client, another process attaches (pinned host keys,
+takeover: the same remote pids), `skyhive launch -c`/`exec`/`queue`/`status`/`down` work on them.
+
+Every test ends with the `ssh_clean` fixture: every pool is taken down, and on every host no process of
+the pool is left (none carries the pool's `SKYHIVE_CLUSTER` mark or serves one of its sockets), no
+socket directory, no job working directory; locally no record and no process of the state directory.
+The namespace hosts share this machine's process table and file system, so that is checked directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import skyhive as sky
+from tests.infra.sshd import process_alive
+from tests.test_clusters import python, running_under, wait_for, write
+from tests.test_ssh_pool import ssh_for
+
+pytestmark = [pytest.mark.slow]
+
+
+def cluster_marked(prefix: str = "c-") -> list[int]:
+    """Live processes (any user) whose environment marks them as a named pool's (`SKYHIVE_CLUSTER`) with a
+    socket directory named `prefix...`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = fh.read()
+            with open(f"/proc/{entry}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state in ("Z", "X"):
+            continue
+        for var in environ.split(b"\0"):
+            if var.startswith(b"SKYHIVE_CLUSTER=") and os.path.basename(var.decode(errors="replace")).startswith(prefix):
+                found.append(int(entry))
+    return found
+
+
+def socket_dirs(hosts, name: str) -> list[Path]:
+    return [p for h in hosts for p in (h.home / ".skyhive" / "run").glob(f"c-{name}-*")]
+
+
+@pytest.fixture
+def two_hosts(netns_hosts, skyhive_home):
+    hosts = list(netns_hosts)[:2]
+    yield hosts
+    from skyhive.runtime.clusters import record as records
+    from skyhive.runtime.commands.clusters import down_cluster
+
+    names = records.names()
+    for name in names:
+        down_cluster(name, quiet=True)
+    deadline = time.monotonic() + 10
+    while (running_under(skyhive_home) or cluster_marked()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert running_under(skyhive_home) == [], "local processes left running"
+    assert cluster_marked() == [], "pool processes left running on the hosts"
+    assert records.names() == []
+    for name in names:
+        assert socket_dirs(hosts, name) == [], "socket directories left on the hosts"
+    for h in hosts:
+        work = h.home / ".skyhive" / "work"
+        assert not work.exists() or list(work.iterdir()) == [], f"job working directories left on {h.hostname}"
+
+
+def kept_pool_pids(hosts) -> list[int]:
+    with sky.Pool(provider=ssh_for(hosts), nodes=2, name="train", keep=True, output=None) as pool:
+        return sorted(pool.broadcast(os.getpid))
+
+
+def test_a_kept_ssh_pool_outlives_its_block_and_another_process_takes_it_over(two_hosts, skyhive_home, tmp_path):
+    hosts = two_hosts
+    pids = kept_pool_pids(hosts)
+    assert all(process_alive(p) for p in pids)  # the block is over: the workers on the hosts run on
+    rec = json.loads((Path(skyhive_home) / "clusters" / "train" / "record.json").read_text())
+    assert rec["provider"] == "ssh" and sorted(w["pid"] for w in rec["workers"]) == pids
+    assert set(rec["host_keys"]) == {"0", "1"} and all(k.startswith("ssh-") for k in rec["host_keys"].values())
+    assert rec["provider_info"]["key"] == str(hosts[0].client_key)  # the key's path, never the key
+    key_text = hosts[0].client_key.read_text()
+    assert key_text.strip().splitlines()[1] not in json.dumps(rec)
+    for sock in (w["socket"] for w in rec["workers"]):
+        assert oct(os.stat(sock).st_mode & 0o777) == "0o600" and oct(os.stat(os.path.dirname(sock)).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(Path(skyhive_home) / "clusters" / "train" / "record.json").st_mode & 0o777) == "0o600"
+    again = python("""
+        import os, skyhive as sky
+        with sky.Pool.attach("train", output=None) as pool:
+            print(sorted(pool.broadcast(os.getpid)))
+            print(pool.run(sum, [1, 2, 3]))
+        """, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    lines = again.stdout.strip().splitlines()
+    assert json.loads(lines[-2]) == pids and lines[-1] == "6"  # the same remote processes
+    assert all(process_alive(p) for p in pids)  # detached again
+    # a third client shuts it down with keep=False: the workers end, the pool is forgotten
+    with sky.Pool.attach("train", keep=False, output=None) as pool:
+        assert sorted(pool.broadcast(os.getpid)) == pids
+    wait_for(lambda: not any(process_alive(p) for p in pids), 30, "the workers to exit")
+    assert not (Path(skyhive_home) / "clusters" / "train").exists()
+
+
+def test_a_changed_host_key_is_refused_on_attach(two_hosts, skyhive_home, tmp_path):
+    kept_pool_pids(two_hosts)
+    path = Path(skyhive_home) / "clusters" / "train" / "record.json"
+    rec = json.loads(path.read_text())
+    good = rec["host_keys"]["0"]
+    other = rec["host_keys"]["0"].split()[0] + " " + "AAAAC3NzaC1lZDI1NTE5AAAAI" + "A" * 43
+    rec["host_keys"]["0"] = other
+    path.write_text(json.dumps(rec))
+    try:
+        with sky.Pool.attach("train", output=None) as pool:
+            pool.broadcast(os.getpid)
+    except Exception as exc:  # noqa: BLE001 - the error's text is the point
+        assert "host key" in str(exc) and two_hosts[0].host in str(exc), exc
+    else:
+        raise AssertionError("attach with another host key than the pinned one was not refused")
+    finally:
+        rec["host_keys"]["0"] = good
+        path.write_text(json.dumps(rec))  # so that the fixture can take the pool down
+
+
+def test_a_sigkilled_attached_client_leaves_the_ssh_pool_healthy(two_hosts, skyhive_home, tmp_path):
+    hosts = two_hosts
+    pids = kept_pool_pids(hosts)
+    client = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import os, time, skyhive as sky
+
+        def busy():
+            with open(os.path.expanduser("~/busy-mark"), "a") as fh:
+                fh.write("x")
+            time.sleep(60)
+
+        with sky.Pool.attach("train", output=None) as pool:
+            pool.broadcast(busy)
+        """)], cwd=tmp_path)
+    marks = [h.home / "busy-mark" for h in hosts]
+    try:
+        wait_for(lambda: all(m.exists() and m.read_text() == "x" for m in marks), 60, "the task on both hosts")
+        client.send_signal(signal.SIGKILL)
+    finally:
+        client.wait(timeout=10)
+    try:
+        again = python("""
+            import os, skyhive as sky
+            with sky.Pool.attach("train", output=None, wait=30) as pool:
+                print(sorted(pool.broadcast(os.getpid)))
+            """, cwd=tmp_path)
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout.strip().splitlines()[-1]) == pids
+        assert all(m.read_text() == "x" for m in marks)  # the busy task was cancelled, not run again
+    finally:
+        for m in marks:
+            m.unlink(missing_ok=True)
+
+
+def test_down_stops_the_workers_and_what_their_jobs_started_on_every_host(two_hosts, skyhive_home, tmp_path):
+    from skyhive.runtime.commands.clusters import down_cluster
+
+    hosts = two_hosts
+    pids = kept_pool_pids(hosts)
+
+    def orphan() -> int:  # a job's process in a session of its own: the worker's group does not hold it
+        return subprocess.Popen(["sleep", "300"], start_new_session=True).pid
+
+    with sky.Pool.attach("train", output=None) as pool:
+        orphans = pool.broadcast(orphan)
+    assert all(process_alive(p) for p in orphans)
+    assert socket_dirs(hosts, "train")
+    ended = down_cluster("train", quiet=True)
+    assert ended >= 4
+    for p in pids + orphans:
+        wait_for(lambda p=p: not process_alive(p), 10, f"process {p} to end")
+    assert socket_dirs(hosts, "train") == [], [(d, [(f.name, f.read_text()[-1500:]) for f in d.iterdir()]) for d in socket_dirs(hosts, "train")]
+    assert not (Path(skyhive_home) / "clusters" / "train").exists()
+
+
+def test_a_provider_that_cannot_keep_a_pool_is_named_with_the_reason():
+    from skyhive.providers.slurm import Slurm
+
+    with pytest.raises(ValueError, match=r"provider 'slurm' cannot keep a pool: a Slurm allocation ends"):
+        sky.Pool(provider=Slurm(), nodes=1, name="train", keep=True)
