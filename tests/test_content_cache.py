@@ -23,10 +23,12 @@ from skyhive.runtime.worker.bufcache import MemfdStore
 
 MiB = 1 << 20
 K1, K2 = b"\x01" * KEY_SIZE, b"\x02" * KEY_SIZE
+#: the store's two ways in: through a shared mapping (the pipe worker) or by pwrite (the socket worker)
+MAPPED = pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "pwrite"])
 
 
-def pair(store_bytes: int = 64 * MiB) -> tuple[Connection, Connection, MemfdStore]:
-    client, worker = Connection(Role.CLIENT), Connection(Role.WORKER, store=MemfdStore(store_bytes))
+def pair(store_bytes: int = 64 * MiB, mapped: bool = True) -> tuple[Connection, Connection, MemfdStore]:
+    client, worker = Connection(Role.CLIENT), Connection(Role.WORKER, store=MemfdStore(store_bytes, mapped=mapped))
     worker.receive_data(client.hello("x", "3.11", cache_bytes=store_bytes))
     client.receive_data(worker.send(_welcome()))
     return client, worker, worker.store  # type: ignore[return-value]
@@ -56,8 +58,9 @@ def deliver(client: Connection, worker: Connection, msg: Submit, buffers, *, ski
     return out
 
 
-def test_a_keyed_buffer_is_kept_and_then_resolved_by_reference_without_chunks():
-    client, worker, store = pair()
+@MAPPED
+def test_a_keyed_buffer_is_kept_and_then_resolved_by_reference_without_chunks(mapped):
+    client, worker, store = pair(mapped=mapped)
     big, small = os.urandom(2 * MiB), b"tiny"
     [first] = deliver(client, worker, submit(1, [big, small], K1 + NO_KEY), [big, small], bytewise=True)
     assert bytes(first.buffers[0]) == big and bytes(first.buffers[1]) == small
@@ -71,8 +74,9 @@ def test_a_keyed_buffer_is_kept_and_then_resolved_by_reference_without_chunks():
     assert store.hits == 1
 
 
-def test_a_task_writing_into_its_cached_argument_changes_its_own_copy_only():
-    client, worker, store = pair()
+@MAPPED
+def test_a_task_writing_into_its_cached_argument_changes_its_own_copy_only(mapped):
+    client, worker, store = pair(mapped=mapped)
     big = os.urandom(MiB)
     [first] = deliver(client, worker, submit(1, [big], K1), [big])
     view = memoryview(first.buffers[0])
@@ -84,8 +88,9 @@ def test_a_task_writing_into_its_cached_argument_changes_its_own_copy_only():
     assert bytes(third.buffers[0]) == big
 
 
-def test_an_evicted_buffer_is_asked_for_with_missing_and_then_completes():
-    client, worker, store = pair(store_bytes=3 * MiB)
+@MAPPED
+def test_an_evicted_buffer_is_asked_for_with_missing_and_then_completes(mapped):
+    client, worker, store = pair(store_bytes=3 * MiB, mapped=mapped)
     a, b = os.urandom(2 * MiB), os.urandom(2 * MiB)
     deliver(client, worker, submit(1, [a], K1), [a])
     deliver(client, worker, submit(2, [b], K2), [b])  # over the budget: `a` is evicted
@@ -110,8 +115,9 @@ def test_a_worker_without_a_store_asks_for_every_buffer_sent_by_reference():
     assert bytes(done.buffers[0]) == a and bytes(done.buffers[1]) == b"x"
 
 
-def test_a_reference_to_a_buffer_still_arriving_waits_for_it_instead_of_asking_again():
-    client, worker, store = pair()
+@MAPPED
+def test_a_reference_to_a_buffer_still_arriving_waits_for_it_instead_of_asking_again(mapped):
+    client, worker, store = pair(mapped=mapped)
     a = os.urandom(2 * MiB)
     wire = bytearray(client.send(submit(1, [a], K1)))
     wire += client.send(submit(2, [a], K1, cached=[0]))  # sent before task 1's chunks (map lanes)
@@ -154,12 +160,20 @@ def test_content_index_mirrors_an_lru_by_bytes():
         ContentIndex(-1)
 
 
-def test_the_store_releases_its_memory_files_when_evicting_and_closing():
-    store = MemfdStore(3 * MiB)
+@MAPPED
+def test_the_store_releases_its_memory_files_when_evicting_and_closing(mapped):
+    store = MemfdStore(3 * MiB, mapped=mapped)
     before = len(os.listdir("/proc/self/fd"))
+    big = store.allocate(4 * MiB)  # larger than the budget: the task's alone, nothing held after
+    big[0 : 4 * MiB] = b"z" * (4 * MiB)
+    alone = store.keep(b"\x09" * KEY_SIZE, big)
+    assert bytes(alone[-1:]) == b"z" and store.used == 0
+    alone.close()
+    del big
+    assert len(os.listdir("/proc/self/fd")) == before
     for i in range(4):
         buf = store.allocate(MiB)
-        buf[:] = bytes([i]) * MiB
+        buf[0:MiB] = bytes([i]) * MiB
         kept = store.keep(bytes([i + 1]) * KEY_SIZE, buf)
         assert bytes(kept[:1]) == bytes([i])
         kept.close()
@@ -167,6 +181,20 @@ def test_the_store_releases_its_memory_files_when_evicting_and_closing():
     assert len(os.listdir("/proc/self/fd")) == before + 3
     store.close()
     assert len(os.listdir("/proc/self/fd")) == before and store.used == 0
+
+
+def test_a_file_target_takes_exactly_the_slice_it_is_given():
+    store = MemfdStore(8 * MiB, mapped=False)
+    target = store.allocate(MiB)
+    target[MiB - 3 : MiB] = b"end"
+    target[0:5] = memoryview(b"start")
+    for bad in (slice(0, 4), slice(MiB - 2, MiB + 1), slice(0, 10, 2), slice(-5, 0)):
+        with pytest.raises(ValueError, match="cannot write"):
+            target[bad] = b"12345"
+    kept = store.keep(K1, target)
+    assert bytes(kept[:5]) == b"start" and bytes(kept[-3:]) == b"end" and bytes(kept[5:-3]) == bytes(MiB - 8)
+    kept.close()
+    store.close()
 
 
 # ---- through a pool ----------------------------------------------------------------------------------
@@ -293,6 +321,25 @@ async def test_over_ssh_the_second_send_is_a_reference_and_a_wrong_belief_falls_
         before = chunk_frames(pool)
         assert await pool.run(sha1, other) == hashlib.sha1(other).hexdigest()
         assert chunk_frames(pool) - before > 4  # sent after all, on the worker's Missing
+
+
+def bump_view(view):
+    view[0] ^= 0xFF  # a task writing into its argument (a memoryview, as a numpy array would be)
+    return sha1(view)
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_over_ssh_a_task_writing_into_its_cached_argument_leaves_the_cache_as_sent(sshd_host):
+    from tests.test_ssh_pool import ssh_for
+    import hashlib
+    blob = bytearray(os.urandom(4 * MiB))
+    changed = bytearray(blob)
+    changed[0] ^= 0xFF
+    async with sky.Pool(provider=ssh_for(sshd_host), nodes=1, **QUIET) as pool:
+        for _ in range(3):  # arrives (into the cache by pwrite), then twice by reference
+            assert await pool.run(bump_view, memoryview(blob)) == hashlib.sha1(changed).hexdigest()
+        assert bytes(blob) != bytes(changed)
 
 
 @pytest.mark.anyio
