@@ -183,6 +183,74 @@ def test_the_store_releases_its_memory_files_when_evicting_and_closing(mapped):
     assert len(os.listdir("/proc/self/fd")) == before and store.used == 0
 
 
+def _fill(store: MemfdStore, key: bytes, data: bytes):
+    target = store.allocate(len(data))
+    target[0 : len(data)] = data
+    return target, store.keep(key, target)
+
+
+def _inode(store: MemfdStore, target) -> int:
+    return os.fstat(store._arriving[id(target)]).st_ino
+
+
+@MAPPED
+def test_a_full_store_refills_a_file_nobody_maps_with_exactly_the_new_bytes(mapped):
+    store = MemfdStore(2 * MiB, mapped=mapped)
+    before = len(os.listdir("/proc/self/fd"))
+    first, kept = _fill(store, K1, b"a" * (2 * MiB))
+    inode = os.fstat(store._held[K1][0]).st_ino
+    kept.close()  # the task is done with its argument
+    del first, kept
+    small = os.urandom(MiB + 5)  # smaller than what the file held: nothing of the old bytes may show
+    target = store.allocate(len(small))  # the budget is full: K1 is evicted now, its file refilled
+    assert store.refilled == 1 and K1 not in store._held and _inode(store, target) == inode
+    target[0 : len(small)] = small
+    kept = store.keep(K2, target)
+    assert len(kept) == len(small) and bytes(kept) == small
+    assert os.fstat(store._held[K2][0]).st_size == len(small)
+    kept.close()
+    del target, kept
+    store.close()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+@MAPPED
+@pytest.mark.parametrize("task", ["reads", "wrote into it"])
+def test_a_file_a_task_still_maps_is_not_refilled_and_the_task_keeps_its_bytes(mapped, task):
+    store = MemfdStore(2 * MiB, mapped=mapped)
+    old = os.urandom(2 * MiB)
+    _, kept = _fill(store, K1, old)
+    again = store.lookup(K1, len(old))  # a later task's argument, by reference: still alive
+    expected = bytearray(old)
+    if task == "wrote into it":
+        memoryview(again)[:3] = b"XYZ"
+        expected[:3] = b"XYZ"
+    kept.close()
+    new = os.urandom(2 * MiB)
+    _, kept2 = _fill(store, K2, new)
+    assert store.refilled == 0  # a fresh file: the old one is still mapped
+    assert bytes(again) == bytes(expected) and bytes(kept2) == new
+    again.close()
+    kept2.close()
+    _, kept3 = _fill(store, b"\x03" * KEY_SIZE, os.urandom(2 * MiB))  # K2's file, unmapped now, is refilled
+    assert store.refilled == 1
+    kept3.close()
+    store.close()
+
+
+def test_a_file_the_client_passed_is_never_refilled_by_the_worker():
+    store = MemfdStore(MiB)
+    fd = os.memfd_create("client-file")
+    os.pwrite(fd, b"c" * MiB, 0)
+    kept = store.keep_file(K1, fd, MiB)
+    kept.close()
+    target = store.allocate(MiB)  # evicts the client's file: closed, not refilled
+    assert store.refilled == 0 and K1 not in store._held
+    target[0:MiB] = b"n" * MiB
+    store.keep(K2, target).close()
+    store.close()
+
+
 def test_a_file_target_takes_exactly_the_slice_it_is_given():
     store = MemfdStore(8 * MiB, mapped=False)
     target = store.allocate(MiB)
@@ -340,6 +408,38 @@ async def test_over_ssh_a_task_writing_into_its_cached_argument_leaves_the_cache
         for _ in range(3):  # arrives (into the cache by pwrite), then twice by reference
             assert await pool.run(bump_view, memoryview(blob)) == hashlib.sha1(changed).hexdigest()
         assert bytes(blob) != bytes(changed)
+
+
+def keep_and_digest(view):
+    import builtins
+    builtins._skyhive_test_kept = view  # a task that keeps its argument (in a global) after it ends
+    return sha1(view)
+
+
+def digest_kept():
+    import builtins
+    return sha1(builtins._skyhive_test_kept)
+
+
+def store_refills() -> int:
+    import gc
+    from skyhive.runtime.worker.daemon import Worker
+    [worker] = [o for o in gc.get_objects() if isinstance(o, Worker)]
+    return worker.conn.store.statistics()["refilled"]
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_over_ssh_a_full_cache_refills_files_nobody_maps_and_never_one_a_task_kept(sshd_host):
+    from tests.test_ssh_pool import ssh_for
+    import hashlib
+    blobs = [bytearray(os.urandom(4 * MiB)) for _ in range(5)]
+    async with sky.Pool(provider=ssh_for(sshd_host), nodes=1, cache_bytes=8 * MiB, **QUIET) as pool:
+        assert await pool.run(keep_and_digest, memoryview(blobs[0])) == hashlib.sha1(blobs[0]).hexdigest()
+        for blob in blobs[1:]:  # each evicts the oldest: blobs[0]'s file is kept mapped, the others not
+            assert await pool.run(sha1, memoryview(blob)) == hashlib.sha1(blob).hexdigest()
+        assert await pool.run(store_refills) >= 2
+        assert await pool.run(digest_kept) == hashlib.sha1(blobs[0]).hexdigest()
 
 
 @pytest.mark.anyio
