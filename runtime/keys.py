@@ -39,15 +39,19 @@ PART = 8 << 20
 #: Helper threads besides the caller's (none on a single core).
 _HELPERS = max(0, min(3, (os.cpu_count() or 1) - 1))
 _pool: ThreadPoolExecutor | None = None
+_pool_pid = 0
 _pool_lock = threading.Lock()
 
 
 def _helpers() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
+    """The helper threads, made on first use — again in a forked child, which has none of its
+    parent's threads (an executor inherited from it would never run what it is given)."""
+    global _pool, _pool_pid
+    if _pool is None or _pool_pid != os.getpid():
         with _pool_lock:
-            if _pool is None:
+            if _pool is None or _pool_pid != os.getpid():
                 _pool = ThreadPoolExecutor(_HELPERS, thread_name_prefix="skyhive-hash")
+                _pool_pid = os.getpid()
     return _pool
 
 

@@ -49,3 +49,23 @@ def test_a_typed_or_shaped_buffer_has_the_key_of_its_bytes():
     small = np.arange(1000, dtype=np.float32)
     assert content_key(small) == content_key(small.tobytes())
     assert len(content_key(arr)) == len(content_key(small)) == 16
+
+
+def test_a_forked_child_hashes_with_threads_of_its_own(big):
+    expected = content_key(big)  # the parent's helper threads exist now
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its parent's helpers are gone; a stuck hash would hang here
+        try:
+            os.write(write, content_key(big))
+        finally:
+            os._exit(0)
+    os.close(write)
+    import select
+    ready, _, _ = select.select([read], [], [], 30)
+    got = os.read(read, 16) if ready else b""
+    os.close(read)
+    if not ready:
+        os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    assert got == expected
