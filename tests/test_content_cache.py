@@ -443,6 +443,34 @@ async def test_over_ssh_a_full_cache_refills_files_nobody_maps_and_never_one_a_t
 
 
 @pytest.mark.anyio
+@pytest.mark.slow
+async def test_over_ssh_a_connection_cut_while_a_large_argument_arrives_loses_no_byte(make_sshd):
+    import hashlib
+
+    import anyio
+    from tests.test_ssh_pool import ssh_for
+    server = make_sshd()
+    blob = bytearray(os.urandom(96 * MiB))
+    async with sky.Pool(provider=ssh_for(server), nodes=1, **QUIET) as pool:
+        transport = pool._runtime.nodes[0].transport
+        got: dict[str, str] = {}
+
+        async def call() -> None:
+            got["digest"] = await pool.run(sha1, memoryview(blob), timeout=120)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            await anyio.sleep(0.05)  # (a 96 MiB argument takes ~0.1 s here: cut it on its way)
+            assert await anyio.to_thread.run_sync(server.kill_sessions), "no sshd session to kill"
+            assert "digest" not in got  # cut before the call ended
+        assert got["digest"] == hashlib.sha1(blob).hexdigest()
+        assert transport.connects >= 2
+        before = chunk_frames(pool)
+        assert await pool.run(sha1, memoryview(blob)) == got["digest"]
+        assert chunk_frames(pool) - before == 1  # it was kept whole: the second call is a reference
+
+
+@pytest.mark.anyio
 async def test_with_the_cache_off_every_call_sends_the_bytes(local_path):
     arr = np.arange(1 << 20, dtype=np.int64)
     async with sky.Pool(nodes=1, cache_bytes=0, **QUIET) as pool:
