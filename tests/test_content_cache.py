@@ -256,6 +256,7 @@ def test_a_file_target_takes_exactly_the_slice_it_is_given():
     target = store.allocate(MiB)
     target[MiB - 3 : MiB] = b"end"
     target[0:5] = memoryview(b"start")
+    target[MiB - 3 :] = b"end"  # (an open end: up to the buffer's)
     for bad in (slice(0, 4), slice(MiB - 2, MiB + 1), slice(0, 10, 2), slice(-5, 0)):
         with pytest.raises(ValueError, match="cannot write"):
             target[bad] = b"12345"

@@ -4,9 +4,10 @@ Each keyed buffer arrives into its own memfd (no name anywhere: it lives as long
 mapping of it does, so nothing is left behind by a killed worker). It arrives either through a shared
 mapping of the file (a reader that reads straight into its destination, the pipe worker) or, with
 `mapped=False`, by `pwrite` of each piece (the socket worker, whose pieces pass through its own read
-buffer anyway): the kernel then fills fresh pages without a page fault each — 100 MiB into a new memfd
-costs ~45 ms by `pwrite` against ~80 ms through a mapping here, and no mapping is torn down after. Once complete it is held by its
-descriptor, least recently used first out when the byte budget is exceeded. A task never sees the
+buffer anyway): the kernel then fills fresh pages without a page fault each — 100 MiB into a new
+memfd costs ~45 ms by `pwrite` against ~80 ms through a mapping here, and no mapping is torn down
+after. Once complete it is held by its descriptor, least recently used first out when the byte budget
+is exceeded. A task never sees the
 held pages directly: it gets a private (copy-on-write) mapping of the file, so reading costs no copy,
 and a task that writes into its argument (`arr += 1`) changes its own pages only — the cached
 content, and the next task's argument, stay what the client sent.
@@ -178,7 +179,8 @@ class FileTarget:
     def __setitem__(self, index: slice, data: Any) -> None:
         view = memoryview(data).cast("B")
         pos = index.start or 0
-        if index.step not in (None, 1) or pos < 0 or pos + len(view) != min(index.stop, self.size):
+        stop = self.size if index.stop is None else min(index.stop, self.size)
+        if index.step not in (None, 1) or pos < 0 or pos + len(view) != stop:
             raise ValueError(f"{self!r}: cannot write {len(view)} bytes to [{index.start}:{index.stop}]")
         while view:
             n = os.pwrite(self.fd, view, pos)
