@@ -2,7 +2,9 @@
 without them — for a large function (a `functools.partial` over a big array, which travels as buffer 0)
 that means no buffer at all, so each `map` batch is a small call. A task that brought the function and
 did not run it (its load failed, it was cancelled before it started) does not count: the next task
-carries the function again, never a "worker does not hold the function" error.
+carries the function again, never a "worker does not hold the function" error. And a worker that lost
+a function anyway (its cache of functions cleared where the client could not tell) fails one call:
+any failed task makes the next one carry its function again.
 """
 
 from __future__ import annotations
@@ -113,3 +115,26 @@ async def test_a_function_whose_first_task_was_cancelled_before_it_started_still
         assert await busy == "slept"
         assert await again == 2
         assert await pool.run(fn, 3) == 3
+
+
+def forget_functions() -> int:
+    """(on the worker) Drop every loaded function, as its cache does when full."""
+    from skyhive.runtime.worker.daemon import Worker
+    [worker] = [o for o in gc.get_objects() if isinstance(o, Worker)]
+    n = len(worker.fns)
+    worker.fns.clear()
+    return n
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("size", ["small", "large"])
+async def test_a_worker_that_lost_a_function_fails_one_call_and_the_next_brings_it_again(size):
+    extra = np.ones(MiB, dtype=np.uint8) if size == "large" else None
+    fn = functools.partial(uses_it, extra)
+    async with sky.Pool(nodes=1, **QUIET) as pool:
+        assert await pool.run(fn, 1) == 1
+        assert await pool.run(forget_functions) >= 1
+        with pytest.raises(RuntimeError, match="does not hold the function"):
+            await pool.run(fn, 2)  # sent without it: the worker no longer holds it
+        assert await pool.run(fn, 3) == 3
+        assert await pool.run(fn, 4) == 4

@@ -55,7 +55,7 @@ class Call:
     """One task in flight on a worker: the caller's future and what the router needs to know."""
 
     __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs", "started", "on_item",
-                 "cached", "buffers", "shared", "announced", "new_fn")
+                 "cached", "buffers", "shared", "announced", "fn_id", "new_fn")
 
     def __init__(self, task_id: int, future: asyncio.Future[Result] | None, options: Any, fn_name: str) -> None:
         self.task_id = task_id
@@ -70,7 +70,8 @@ class Call:
         self.buffers: Sequence[Any] = ()  # kept while some are by reference, for a `Missing`
         self.shared: tuple[int, ...] = ()  # buffers passed in shared memory (a Local worker)
         self.announced = False  # its Submit announced buffers: `send_buffers` sends those not cached/shared
-        self.new_fn: bytes | None = None  # the id of its function, when it carries its bytes
+        self.fn_id = b""  # its function's id
+        self.new_fn = False  # it carries its function's bytes
 
 
 class WorkerChannel:
@@ -179,14 +180,20 @@ class WorkerChannel:
             call = self.calls.pop(msg.task_id, None)
             if call is None:
                 return
-            if call.new_fn is not None and msg.ok:
-                # a task that brought its function ran: the worker holds it loaded from now on (not
-                # before: a task cancelled before it started, or whose function failed to load, did
-                # not load it, and tasks sent meanwhile carry it too)
-                known = self.known_fns
-                if len(known) >= FN_CACHE_LIMIT:
-                    known.clear()  # the worker clears its cache at the same count
-                known.add(call.new_fn)
+            if msg.ok:
+                if call.new_fn:
+                    # a task that brought its function ran: the worker holds it loaded from now on
+                    # (not before: a task cancelled before it started, or whose function failed to
+                    # load, did not load it; tasks sent meanwhile carry it too)
+                    known = self.known_fns
+                    if len(known) >= FN_CACHE_LIMIT:
+                        known.clear()  # the worker clears its cache at the same count
+                    known.add(call.fn_id)
+            else:
+                # whatever failed, the next task carries its function again (a worker that holds it
+                # ignores the bytes): a worker that lost it — its cache cleared where we could not
+                # tell — fails one call, not every call after
+                self.known_fns.discard(call.fn_id)
             # (a task that ended before the worker's next tick sent no Started: its span in the
             # log runs from TaskSubmitted to TaskFinished — one event fewer per short call)
             if msg.ok:
@@ -290,8 +297,7 @@ class WorkerChannel:
             if self._fds is not None and max(sizes) >= shm.SHARE_MIN:
                 msg = self._share(msg, prep, task_id, cached)
         call = Call(task_id, future, options, prep.fn_name)
-        if new_fn:
-            call.new_fn = prep.fn_id
+        call.fn_id, call.new_fn = prep.fn_id, new_fn
         if msg is not None:
             call.shared = msg.shared
             call.announced = True
