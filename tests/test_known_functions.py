@@ -138,3 +138,29 @@ async def test_a_worker_that_lost_a_function_fails_one_call_and_the_next_brings_
             await pool.run(fn, 2)  # sent without it: the worker no longer holds it
         assert await pool.run(fn, 3) == 3
         assert await pool.run(fn, 4) == 4
+
+
+@pytest.mark.anyio
+async def test_past_the_function_cache_limit_a_large_function_goes_with_its_buffer_again(monkeypatch):
+    from skyhive.runtime.actors import channel as channel_module
+    monkeypatch.setattr(channel_module, "FN_CACHE_LIMIT", 3)  # (the worker's own limit stays 4096)
+    fn = functools.partial(uses_it, np.ones(MiB, dtype=np.uint8))
+    async with sky.Pool(nodes=1, **QUIET) as pool:
+        [channel] = channels_of(pool)
+        assert await pool.run(fn, 1) == 1
+        assert not channel.carries_buffers(Prepared.for_map(fn))  # held: goes without its buffer
+        for i in range(3):  # more distinct functions went (they ran, and raised: the client's own
+            with pytest.raises(ValueError):  # record of what the worker holds did not fill up)
+                await pool.run(functools.partial(raises, i))
+        assert fn_id_of(fn) in channel.known_fns
+        assert channel.carries_buffers(Prepared.for_map(fn))  # the worker may have cleared them all
+        assert await pool.run(forget_functions) >= 1  # and it did
+        assert await pool.run(fn, 2) == 2  # its buffer went by reference: loaded again from there
+
+
+def raises(i):
+    raise ValueError(f"no {i}")
+
+
+def fn_id_of(fn):
+    return Prepared.for_map(fn).fn_id

@@ -85,6 +85,9 @@ class WorkerChannel:
         self.link: Link | None = None
         self.calls: dict[int, Call] = {}
         self.known_fns: set[bytes] = set()
+        # the distinct functions whose bytes went to this worker, until FN_CACHE_LIMIT of them did: past
+        # that the worker may have cleared its functions where we cannot tell (see `carries_buffers`)
+        self._fns_sent: set[bytes] | None = set()
         # what this worker process holds in its content cache (a new process starts a new channel)
         self.cache = ContentIndex(cache_bytes) if cache_bytes > 0 else None
         self.cache_min = max(1, cache_min)
@@ -298,6 +301,10 @@ class WorkerChannel:
                 msg = self._share(msg, prep, task_id, cached)
         call = Call(task_id, future, options, prep.fn_name)
         call.fn_id, call.new_fn = prep.fn_id, new_fn
+        if new_fn and self._fns_sent is not None:
+            self._fns_sent.add(prep.fn_id)
+            if len(self._fns_sent) >= FN_CACHE_LIMIT:
+                self._fns_sent = None
         if msg is not None:
             call.shared = msg.shared
             call.announced = True
@@ -319,12 +326,15 @@ class WorkerChannel:
         """Whether a task of `prep` sent here announces out-of-band buffers (`send_buffers` follows).
         Not when its only buffer is its large function and this worker already holds that function
         loaded: such a task (each batch of a `map` over a `functools.partial` of a big array) goes
-        like a small call, with no reference to the function's bytes to resolve on the worker."""
+        like a small call, with no reference to the function's bytes to resolve on the worker. Only
+        while fewer than FN_CACHE_LIMIT distinct functions went to this worker: it never cleared its
+        functions then, so it holds every one it ran; past that a large function's buffer goes (by
+        content reference) with each task again, and a worker that lost it loads it from there."""
         if not prep.buffers:
             return False
         if new_fn is None:
             new_fn = prep.fn_id not in self.known_fns
-        return new_fn or not prep.fn_in_buffer or len(prep.buffers) > 1
+        return new_fn or not prep.fn_in_buffer or len(prep.buffers) > 1 or self._fns_sent is None
 
     def _share(self, msg: Submit, prep: Prepared, task_id: int, cached: tuple[int, ...]) -> Submit:
         """Pass the large buffers not sent by reference in shared memory (made once per call)."""
