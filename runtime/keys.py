@@ -1,15 +1,24 @@
 """Content keys of large out-of-band buffers, for the workers' content cache (`protocol.cache`).
 
 A key is a 128-bit hash of the buffer's bytes. xxHash's XXH3-128 when the `xxhash` package is
-installed (~10 GB/s: 100 MiB in ~10 ms), else BLAKE2b (~0.5-1 GB/s); either way an accidental
+installed (~25 GB/s here: 100 MiB in ~4 ms), else BLAKE2b (~0.5-1 GB/s); either way an accidental
 collision is out of reach (2^-64 for 2^32 buffers). A function's pickle is keyed once, when it is
 made (its key is its id, see `serialize`); an argument's buffers are hashed with each call (a numpy
 array may have changed since the last one).
+
+A buffer of `PARALLEL_MIN` bytes or more is hashed in `PART`-byte parts, the key being the hash of
+their digests and the length: the parts are shared between this thread and helper threads (both hash
+functions release the GIL), so sending the same 100 MiB array again costs ~2.7 ms of hashing instead
+of ~4 with a second core free. The parts depend only on the length, so a buffer has one key whatever
+the number of threads. Keys only need to agree within one client: the worker takes them as given.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 try:  # optional: a much faster hash than any in hashlib
@@ -21,9 +30,52 @@ except ImportError:  # pragma: no cover - depends on the environment
     def _digest(view: memoryview) -> bytes:
         return hashlib.blake2b(view, digest_size=16).digest()
 
-__all__ = ["content_key"]
+__all__ = ["content_key", "PARALLEL_MIN", "PART"]
+
+#: Buffers this large and up are hashed in parts, spread over threads.
+PARALLEL_MIN = 16 << 20
+#: Bytes per part (the last one may be shorter).
+PART = 8 << 20
+#: Helper threads besides the caller's (none on a single core).
+_HELPERS = max(0, min(3, (os.cpu_count() or 1) - 1))
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = 0
+_pool_lock = threading.Lock()
+
+
+def _helpers() -> ThreadPoolExecutor:
+    """The helper threads, made on first use — again in a forked child, which has none of its
+    parent's threads (an executor inherited from it would never run what it is given)."""
+    global _pool, _pool_pid
+    if _pool is None or _pool_pid != os.getpid():
+        with _pool_lock:
+            if _pool is None or _pool_pid != os.getpid():
+                _pool = ThreadPoolExecutor(_HELPERS, thread_name_prefix="skyhive-hash")
+                _pool_pid = os.getpid()
+    return _pool
+
+
+def _digests(view: memoryview, starts: range) -> bytes:
+    return b"".join(_digest(view[s : s + PART]) for s in starts)
+
 
 def content_key(buf: Any) -> bytes:
     """The 16-byte content key of `buf` (any buffer)."""
     with memoryview(buf) as view:
-        return _digest(view.cast("B") if view.format != "B" or view.ndim != 1 else view)
+        flat = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+        n = len(flat)
+        if n < PARALLEL_MIN:
+            return _digest(flat)
+        starts = range(0, n, PART)
+        if not _HELPERS:
+            return _digest(memoryview(_digests(flat, starts) + n.to_bytes(8, "little")))
+        # contiguous groups of parts: the first is ours, the others go to the helpers
+        groups = _HELPERS + 1
+        size = -(-len(starts) // groups)
+        futures: list[Future[bytes]] = [_helpers().submit(_digests, flat, starts[i : i + size])
+                                        for i in range(size, len(starts), size)]
+        try:
+            mine = _digests(flat, starts[:size])
+        finally:
+            rest = b"".join(f.result() for f in futures)  # (the view stays valid until they are done)
+        return _digest(memoryview(mine + rest + n.to_bytes(8, "little")))

@@ -23,10 +23,12 @@ from skyhive.runtime.worker.bufcache import MemfdStore
 
 MiB = 1 << 20
 K1, K2 = b"\x01" * KEY_SIZE, b"\x02" * KEY_SIZE
+#: the store's two ways in: through a shared mapping (the pipe worker) or by pwrite (the socket worker)
+MAPPED = pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "pwrite"])
 
 
-def pair(store_bytes: int = 64 * MiB) -> tuple[Connection, Connection, MemfdStore]:
-    client, worker = Connection(Role.CLIENT), Connection(Role.WORKER, store=MemfdStore(store_bytes))
+def pair(store_bytes: int = 64 * MiB, mapped: bool = True) -> tuple[Connection, Connection, MemfdStore]:
+    client, worker = Connection(Role.CLIENT), Connection(Role.WORKER, store=MemfdStore(store_bytes, mapped=mapped))
     worker.receive_data(client.hello("x", "3.11", cache_bytes=store_bytes))
     client.receive_data(worker.send(_welcome()))
     return client, worker, worker.store  # type: ignore[return-value]
@@ -56,8 +58,9 @@ def deliver(client: Connection, worker: Connection, msg: Submit, buffers, *, ski
     return out
 
 
-def test_a_keyed_buffer_is_kept_and_then_resolved_by_reference_without_chunks():
-    client, worker, store = pair()
+@MAPPED
+def test_a_keyed_buffer_is_kept_and_then_resolved_by_reference_without_chunks(mapped):
+    client, worker, store = pair(mapped=mapped)
     big, small = os.urandom(2 * MiB), b"tiny"
     [first] = deliver(client, worker, submit(1, [big, small], K1 + NO_KEY), [big, small], bytewise=True)
     assert bytes(first.buffers[0]) == big and bytes(first.buffers[1]) == small
@@ -71,8 +74,9 @@ def test_a_keyed_buffer_is_kept_and_then_resolved_by_reference_without_chunks():
     assert store.hits == 1
 
 
-def test_a_task_writing_into_its_cached_argument_changes_its_own_copy_only():
-    client, worker, store = pair()
+@MAPPED
+def test_a_task_writing_into_its_cached_argument_changes_its_own_copy_only(mapped):
+    client, worker, store = pair(mapped=mapped)
     big = os.urandom(MiB)
     [first] = deliver(client, worker, submit(1, [big], K1), [big])
     view = memoryview(first.buffers[0])
@@ -84,8 +88,9 @@ def test_a_task_writing_into_its_cached_argument_changes_its_own_copy_only():
     assert bytes(third.buffers[0]) == big
 
 
-def test_an_evicted_buffer_is_asked_for_with_missing_and_then_completes():
-    client, worker, store = pair(store_bytes=3 * MiB)
+@MAPPED
+def test_an_evicted_buffer_is_asked_for_with_missing_and_then_completes(mapped):
+    client, worker, store = pair(store_bytes=3 * MiB, mapped=mapped)
     a, b = os.urandom(2 * MiB), os.urandom(2 * MiB)
     deliver(client, worker, submit(1, [a], K1), [a])
     deliver(client, worker, submit(2, [b], K2), [b])  # over the budget: `a` is evicted
@@ -110,8 +115,9 @@ def test_a_worker_without_a_store_asks_for_every_buffer_sent_by_reference():
     assert bytes(done.buffers[0]) == a and bytes(done.buffers[1]) == b"x"
 
 
-def test_a_reference_to_a_buffer_still_arriving_waits_for_it_instead_of_asking_again():
-    client, worker, store = pair()
+@MAPPED
+def test_a_reference_to_a_buffer_still_arriving_waits_for_it_instead_of_asking_again(mapped):
+    client, worker, store = pair(mapped=mapped)
     a = os.urandom(2 * MiB)
     wire = bytearray(client.send(submit(1, [a], K1)))
     wire += client.send(submit(2, [a], K1, cached=[0]))  # sent before task 1's chunks (map lanes)
@@ -154,12 +160,20 @@ def test_content_index_mirrors_an_lru_by_bytes():
         ContentIndex(-1)
 
 
-def test_the_store_releases_its_memory_files_when_evicting_and_closing():
-    store = MemfdStore(3 * MiB)
+@MAPPED
+def test_the_store_releases_its_memory_files_when_evicting_and_closing(mapped):
+    store = MemfdStore(3 * MiB, mapped=mapped)
     before = len(os.listdir("/proc/self/fd"))
+    big = store.allocate(4 * MiB)  # larger than the budget: the task's alone, nothing held after
+    big[0 : 4 * MiB] = b"z" * (4 * MiB)
+    alone = store.keep(b"\x09" * KEY_SIZE, big)
+    assert bytes(alone[-1:]) == b"z" and store.used == 0
+    alone.close()
+    del big
+    assert len(os.listdir("/proc/self/fd")) == before
     for i in range(4):
         buf = store.allocate(MiB)
-        buf[:] = bytes([i]) * MiB
+        buf[0:MiB] = bytes([i]) * MiB
         kept = store.keep(bytes([i + 1]) * KEY_SIZE, buf)
         assert bytes(kept[:1]) == bytes([i])
         kept.close()
@@ -167,6 +181,89 @@ def test_the_store_releases_its_memory_files_when_evicting_and_closing():
     assert len(os.listdir("/proc/self/fd")) == before + 3
     store.close()
     assert len(os.listdir("/proc/self/fd")) == before and store.used == 0
+
+
+def _fill(store: MemfdStore, key: bytes, data: bytes):
+    target = store.allocate(len(data))
+    target[0 : len(data)] = data
+    return target, store.keep(key, target)
+
+
+def _inode(store: MemfdStore, target) -> int:
+    return os.fstat(store._arriving[id(target)]).st_ino
+
+
+@MAPPED
+def test_a_full_store_refills_a_file_nobody_maps_with_exactly_the_new_bytes(mapped):
+    store = MemfdStore(2 * MiB, mapped=mapped)
+    before = len(os.listdir("/proc/self/fd"))
+    first, kept = _fill(store, K1, b"a" * (2 * MiB))
+    inode = os.fstat(store._held[K1][0]).st_ino
+    kept.close()  # the task is done with its argument
+    del first, kept
+    small = os.urandom(MiB + 5)  # smaller than what the file held: nothing of the old bytes may show
+    target = store.allocate(len(small))  # the budget is full: K1 is evicted now, its file refilled
+    assert store.refilled == 1 and K1 not in store._held and _inode(store, target) == inode
+    target[0 : len(small)] = small
+    kept = store.keep(K2, target)
+    assert len(kept) == len(small) and bytes(kept) == small
+    assert os.fstat(store._held[K2][0]).st_size == len(small)
+    kept.close()
+    del target, kept
+    store.close()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+@MAPPED
+@pytest.mark.parametrize("task", ["reads", "wrote into it"])
+def test_a_file_a_task_still_maps_is_not_refilled_and_the_task_keeps_its_bytes(mapped, task):
+    store = MemfdStore(2 * MiB, mapped=mapped)
+    old = os.urandom(2 * MiB)
+    _, kept = _fill(store, K1, old)
+    again = store.lookup(K1, len(old))  # a later task's argument, by reference: still alive
+    expected = bytearray(old)
+    if task == "wrote into it":
+        memoryview(again)[:3] = b"XYZ"
+        expected[:3] = b"XYZ"
+    kept.close()
+    new = os.urandom(2 * MiB)
+    _, kept2 = _fill(store, K2, new)
+    assert store.refilled == 0  # a fresh file: the old one is still mapped
+    assert bytes(again) == bytes(expected) and bytes(kept2) == new
+    again.close()
+    kept2.close()
+    _, kept3 = _fill(store, b"\x03" * KEY_SIZE, os.urandom(2 * MiB))  # K2's file, unmapped now, is refilled
+    assert store.refilled == 1
+    kept3.close()
+    store.close()
+
+
+def test_a_file_the_client_passed_is_never_refilled_by_the_worker():
+    store = MemfdStore(MiB)
+    fd = os.memfd_create("client-file")
+    os.pwrite(fd, b"c" * MiB, 0)
+    kept = store.keep_file(K1, fd, MiB)
+    kept.close()
+    target = store.allocate(MiB)  # evicts the client's file: closed, not refilled
+    assert store.refilled == 0 and K1 not in store._held
+    target[0:MiB] = b"n" * MiB
+    store.keep(K2, target).close()
+    store.close()
+
+
+def test_a_file_target_takes_exactly_the_slice_it_is_given():
+    store = MemfdStore(8 * MiB, mapped=False)
+    target = store.allocate(MiB)
+    target[MiB - 3 : MiB] = b"end"
+    target[0:5] = memoryview(b"start")
+    target[MiB - 3 :] = b"end"  # (an open end: up to the buffer's)
+    for bad in (slice(0, 4), slice(MiB - 2, MiB + 1), slice(0, 10, 2), slice(-5, 0)):
+        with pytest.raises(ValueError, match="cannot write"):
+            target[bad] = b"12345"
+    kept = store.keep(K1, target)
+    assert bytes(kept[:5]) == b"start" and bytes(kept[-3:]) == b"end" and bytes(kept[5:-3]) == bytes(MiB - 8)
+    kept.close()
+    store.close()
 
 
 # ---- through a pool ----------------------------------------------------------------------------------
@@ -293,6 +390,85 @@ async def test_over_ssh_the_second_send_is_a_reference_and_a_wrong_belief_falls_
         before = chunk_frames(pool)
         assert await pool.run(sha1, other) == hashlib.sha1(other).hexdigest()
         assert chunk_frames(pool) - before > 4  # sent after all, on the worker's Missing
+
+
+def bump_view(view):
+    view[0] ^= 0xFF  # a task writing into its argument (a memoryview, as a numpy array would be)
+    return sha1(view)
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_over_ssh_a_task_writing_into_its_cached_argument_leaves_the_cache_as_sent(sshd_host):
+    from tests.test_ssh_pool import ssh_for
+    import hashlib
+    blob = bytearray(os.urandom(4 * MiB))
+    changed = bytearray(blob)
+    changed[0] ^= 0xFF
+    async with sky.Pool(provider=ssh_for(sshd_host), nodes=1, **QUIET) as pool:
+        for _ in range(3):  # arrives (into the cache by pwrite), then twice by reference
+            assert await pool.run(bump_view, memoryview(blob)) == hashlib.sha1(changed).hexdigest()
+        assert bytes(blob) != bytes(changed)
+
+
+def keep_and_digest(view):
+    import builtins
+    builtins._skyhive_test_kept = view  # a task that keeps its argument (in a global) after it ends
+    return sha1(view)
+
+
+def digest_kept():
+    import builtins
+    return sha1(builtins._skyhive_test_kept)
+
+
+def store_refills() -> int:
+    import gc
+    from skyhive.runtime.worker.daemon import Worker
+    [worker] = [o for o in gc.get_objects() if isinstance(o, Worker)]
+    return worker.conn.store.statistics()["refilled"]
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_over_ssh_a_full_cache_refills_files_nobody_maps_and_never_one_a_task_kept(sshd_host):
+    from tests.test_ssh_pool import ssh_for
+    import hashlib
+    blobs = [bytearray(os.urandom(4 * MiB)) for _ in range(5)]
+    async with sky.Pool(provider=ssh_for(sshd_host), nodes=1, cache_bytes=8 * MiB, **QUIET) as pool:
+        assert await pool.run(keep_and_digest, memoryview(blobs[0])) == hashlib.sha1(blobs[0]).hexdigest()
+        for blob in blobs[1:]:  # each evicts the oldest: blobs[0]'s file is kept mapped, the others not
+            assert await pool.run(sha1, memoryview(blob)) == hashlib.sha1(blob).hexdigest()
+        assert await pool.run(store_refills) >= 2
+        assert await pool.run(digest_kept) == hashlib.sha1(blobs[0]).hexdigest()
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_over_ssh_a_connection_cut_while_a_large_argument_arrives_loses_no_byte(make_sshd):
+    import hashlib
+
+    import anyio
+    from tests.test_ssh_pool import ssh_for
+    server = make_sshd()
+    blob = bytearray(os.urandom(96 * MiB))
+    async with sky.Pool(provider=ssh_for(server), nodes=1, **QUIET) as pool:
+        transport = pool._runtime.nodes[0].transport
+        got: dict[str, str] = {}
+
+        async def call() -> None:
+            got["digest"] = await pool.run(sha1, memoryview(blob), timeout=120)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            await anyio.sleep(0.05)  # (a 96 MiB argument takes ~0.1 s here: cut it on its way)
+            assert await anyio.to_thread.run_sync(server.kill_sessions), "no sshd session to kill"
+            assert "digest" not in got  # cut before the call ended
+        assert got["digest"] == hashlib.sha1(blob).hexdigest()
+        assert transport.connects >= 2
+        before = chunk_frames(pool)
+        assert await pool.run(sha1, memoryview(blob)) == got["digest"]
+        assert chunk_frames(pool) - before == 1  # it was kept whole: the second call is a reference
 
 
 @pytest.mark.anyio

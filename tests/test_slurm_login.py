@@ -44,3 +44,44 @@ async def test_a_login_node_with_another_host_key_is_refused(slurm_cluster: Slur
         async with sky.Pool(provider=provider, nodes=1, name="slurm-badkey"):
             pass
     assert_clean(slurm_cluster)
+
+
+def _read_env(name: str) -> str | None:
+    import os
+
+    return os.environ.get(name)
+
+
+async def test_a_secret_reaches_the_job_step_and_no_command_line_has_it(slurm_cluster: SlurmCluster,
+                                                                        login: LoginHost, monkeypatch) -> None:
+    """The step's variables travel on the SSH channel's stdin, read by the login node's shell before it
+    execs srun; `ps` on the login node (any user of it) never shows them."""
+    import secrets
+
+    import asyncssh
+
+    token = "s3cr3t-" + secrets.token_hex(8)
+    sent: list[str] = []
+    for name in ("create_process", "create_session"):
+        original = getattr(asyncssh.SSHClientConnection, name)
+
+        def recording(original):
+            async def record(self, *args, **kwargs):
+                command = kwargs.get("command")
+                if command is None:
+                    command = next((a for a in args if isinstance(a, str)), None)
+                sent.append(str(command))
+                return await original(self, *args, **kwargs)
+            return record
+
+        monkeypatch.setattr(asyncssh.SSHClientConnection, name, recording(original))
+    provider = sky.Slurm(login=f"{login.sshd.user}@{login.address}", key=str(login.sshd.client_key))
+    image = sky.Image(secrets={"SKYHIVE_T_TOKEN": token}, env={"SKYHIVE_T_PLAIN": "a b'c"})
+    async with sky.Pool(provider=provider, nodes=1, image=image, name="slurm-secret", start_timeout=600,
+                        output=None) as pool:
+        assert await pool.run(_read_env, "SKYHIVE_T_TOKEN") == token
+        assert await pool.run(_read_env, "SKYHIVE_T_PLAIN") == "a b'c"
+    steps = [c for c in sent if "srun" in c]
+    assert steps, sent  # the worker's step was started through the login node
+    assert not [c for c in sent if token in c], "a secret was sent on a command line"
+    assert_clean(slurm_cluster)

@@ -55,7 +55,7 @@ class Call:
     """One task in flight on a worker: the caller's future and what the router needs to know."""
 
     __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs", "started", "on_item",
-                 "cached", "buffers", "shared")
+                 "cached", "buffers", "shared", "announced", "fn_id", "new_fn")
 
     def __init__(self, task_id: int, future: asyncio.Future[Result] | None, options: Any, fn_name: str) -> None:
         self.task_id = task_id
@@ -69,6 +69,9 @@ class Call:
         self.cached: tuple[int, ...] = ()  # buffers sent by reference (the worker's content cache)
         self.buffers: Sequence[Any] = ()  # kept while some are by reference, for a `Missing`
         self.shared: tuple[int, ...] = ()  # buffers passed in shared memory (a Local worker)
+        self.announced = False  # its Submit announced buffers: `send_buffers` sends those not cached/shared
+        self.fn_id = b""  # its function's id
+        self.new_fn = False  # it carries its function's bytes
 
 
 class WorkerChannel:
@@ -82,6 +85,9 @@ class WorkerChannel:
         self.link: Link | None = None
         self.calls: dict[int, Call] = {}
         self.known_fns: set[bytes] = set()
+        # the distinct functions whose bytes went to this worker, until FN_CACHE_LIMIT of them did: past
+        # that the worker may have cleared its functions where we cannot tell (see `carries_buffers`)
+        self._fns_sent: set[bytes] | None = set()
         # what this worker process holds in its content cache (a new process starts a new channel)
         self.cache = ContentIndex(cache_bytes) if cache_bytes > 0 else None
         self.cache_min = max(1, cache_min)
@@ -177,6 +183,20 @@ class WorkerChannel:
             call = self.calls.pop(msg.task_id, None)
             if call is None:
                 return
+            if msg.ok:
+                if call.new_fn:
+                    # a task that brought its function ran: the worker holds it loaded from now on
+                    # (not before: a task cancelled before it started, or whose function failed to
+                    # load, did not load it; tasks sent meanwhile carry it too)
+                    known = self.known_fns
+                    if len(known) >= FN_CACHE_LIMIT:
+                        known.clear()  # the worker clears its cache at the same count
+                    known.add(call.fn_id)
+            else:
+                # whatever failed, the next task carries its function again (a worker that holds it
+                # ignores the bytes): a worker that lost it — its cache cleared where we could not
+                # tell — fails one call, not every call after
+                self.known_fns.discard(call.fn_id)
             # (a task that ended before the worker's next tick sent no Started: its span in the
             # log runs from TaskSubmitted to TaskFinished — one event fewer per short call)
             if msg.ok:
@@ -252,25 +272,23 @@ class WorkerChannel:
 
         With `stream`, a generator's items come back as `Item` frames (to `call.on_item`).
         """
-        known = self.known_fns
-        if prep.kind == "call" and not stream and not prep.fn_in_buffer:
+        # the function's bytes go with the task (a large function's as buffer 0) until a task that
+        # carried them ran on this worker: then the worker holds it loaded (see `_dispatch`)
+        new_fn = prep.fn_id not in self.known_fns
+        with_buffers = self.carries_buffers(prep, new_fn)
+        fn_in_buffer = prep.fn_in_buffer and with_buffers
+        if prep.kind == "call" and not stream and not fn_in_buffer:
             options_: dict[str, Any] = _NO_OPTIONS  # (read-only: only encoded)
         else:
             options_ = {"kind": prep.kind} if prep.kind != "call" else {}
             if stream:
                 options_["stream"] = True
-            if prep.fn_in_buffer:
+            if fn_in_buffer:
                 options_["fn_buffer"] = True
-        if prep.fn_in_buffer or prep.fn_id in known:
-            fn_bytes = b""
-        else:
-            if len(known) >= FN_CACHE_LIMIT:
-                known.clear()  # the worker clears its cache at the same count
-            known.add(prep.fn_id)
-            fn_bytes = prep.fn_bytes
+        fn_bytes = prep.fn_bytes if new_fn and not prep.fn_in_buffer else b""
         msg: Submit | None = None
         cached: tuple[int, ...] = ()
-        if not prep.buffers:  # the common small call: packed once per call (see Prepared.submit_tail)
+        if not with_buffers:  # the common small call: packed once per call (see Prepared.submit_tail)
             tail = prep.submit_tail(bool(fn_bytes), options_)
         else:
             sizes = prep.sizes
@@ -282,8 +300,14 @@ class WorkerChannel:
             if self._fds is not None and max(sizes) >= shm.SHARE_MIN:
                 msg = self._share(msg, prep, task_id, cached)
         call = Call(task_id, future, options, prep.fn_name)
+        call.fn_id, call.new_fn = prep.fn_id, new_fn
+        if new_fn and self._fns_sent is not None:
+            self._fns_sent.add(prep.fn_id)
+            if len(self._fns_sent) >= FN_CACHE_LIMIT:
+                self._fns_sent = None
         if msg is not None:
             call.shared = msg.shared
+            call.announced = True
         if cached:
             call.cached, call.buffers = cached, prep.buffers
         if options and options.get("capture"):
@@ -297,6 +321,20 @@ class WorkerChannel:
         self.calls[task_id] = call
         self._log.record_task(TaskSubmitted, task_id, self.node, self.local_rank, prep.fn_name, prep.items)
         return call
+
+    def carries_buffers(self, prep: Prepared, new_fn: bool | None = None) -> bool:
+        """Whether a task of `prep` sent here announces out-of-band buffers (`send_buffers` follows).
+        Not when its only buffer is its large function and this worker already holds that function
+        loaded: such a task (each batch of a `map` over a `functools.partial` of a big array) goes
+        like a small call, with no reference to the function's bytes to resolve on the worker. Only
+        while fewer than FN_CACHE_LIMIT distinct functions went to this worker: it never cleared its
+        functions then, so it holds every one it ran; past that a large function's buffer goes (by
+        content reference) with each task again, and a worker that lost it loads it from there."""
+        if not prep.buffers:
+            return False
+        if new_fn is None:
+            new_fn = prep.fn_id not in self.known_fns
+        return new_fn or not prep.fn_in_buffer or len(prep.buffers) > 1 or self._fns_sent is None
 
     def _share(self, msg: Submit, prep: Prepared, task_id: int, cached: tuple[int, ...]) -> Submit:
         """Pass the large buffers not sent by reference in shared memory (made once per call)."""
@@ -361,8 +399,8 @@ class WorkerChannel:
         if self.lost_reason:
             return
         call = self.calls.get(task_id)
-        if call is None:  # it already ended: every buffer was cached or shared, and the worker answered
-            return
+        if call is None or not call.announced:  # none announced, or it already ended: every buffer was
+            return  # cached or shared, and the worker answered
         skip = (*call.cached, *call.shared)
         try:
             for header, piece in self.conn.send_buffers(task_id, buffers, skip=skip):

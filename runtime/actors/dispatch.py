@@ -85,8 +85,9 @@ class CallDispatch:
     async def run_one(self, channel: WorkerChannel, prep: Prepared, *, timeout: float | None,
                       options: dict[str, Any] | None) -> Any:
         """One task on one worker: `run_prepared` without its generality when there is no timeout
-        and no out-of-band buffer (the common warm call)."""
-        if timeout is not None or prep.buffers:
+        and no out-of-band buffer to send (the common warm call; a `map` batch of a large function
+        the worker holds)."""
+        if timeout is not None or channel.carries_buffers(prep):
             return await self.run_prepared([channel], prep, timeout=timeout, options=options, single=True)
         fut: asyncio.Future[Result] = self.loop.create_future()
         call = self.send(channel, prep, options, fut)

@@ -13,7 +13,7 @@ Steps, each bounded and each failure a `ProvisionError` subclass naming the host
    major.minor and the content of `includes`. Unless complete (`.ready`), the includes are uploaded
    by SFTP and the node-side script (`bootstrap/script.py`) builds it under a lock: venv + pip packages
    (the image's indexes and find-links, given explicitly), apt (root or passwordless sudo), setup
-   commands in order. Env vars and secrets go as `env K=V` on the command line, never into a log.
+   commands in order. Env vars and secrets go on the command's stdin (`env_stdin`), never on a command line or into a log.
 
 A second pool with the same image on the same host finds both directories complete and skips 3–4
 (`bootstrap_node` returns "cached": the detail of the node's `ready` event).

@@ -24,7 +24,7 @@ from ...providers.slurm import SlurmReach
 from ..settings import Settings
 from .base import Receiver, WorkerProcess
 from .srun import srun_argv
-from .ssh import NodeEnv, SSHTransport, env_prefix
+from .ssh import NodeEnv, SSHTransport, env_stdin
 
 __all__ = ["SrunSSHTransport", "SSHPipeWorker"]
 
@@ -163,8 +163,14 @@ class SrunSSHTransport(SSHTransport):
             full_env["PYTHONPATH"] = ":".join(node_env.pythonpath)
         step = srun_argv(self.slurm, [node_env.python, *argv[1:]], env)
         cd = f"cd {shlex.quote(node_env.cwd)} && " if node_env.cwd else ""
-        command = f"{cd}exec {env_prefix(full_env)}{shlex.join(step)}"
+        # The variables (secrets among them) go first on the channel's stdin: the login node's shell reads
+        # exactly their bytes and exports them, srun hands its environment to the step, and the rest of
+        # stdin is the worker's protocol pipe. Never on the command line, which `ps` shows every user.
+        prefix, env_text = env_stdin(full_env)
+        command = f"{prefix}{cd}exec {shlex.join(step)}"
         where = f"{label} ({self.slurm.node_name} via {self.where})"
         conn = await self.connect()
         chan, session = await conn.create_session(lambda: _PipeSession(receiver, where), command, encoding=None)
+        if env_text:
+            chan.write(env_text.encode())
         return SSHPipeWorker(chan, session, where)

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skyhive.transport.ssh")
 
-__all__ = ["SSHTransport", "SSHWorker", "NodeEnv", "env_prefix", "register_secrets", "FAST_CIPHERS", "ssh_transport"]
+__all__ = ["SSHTransport", "SSHWorker", "NodeEnv", "env_stdin", "register_secrets", "FAST_CIPHERS", "ssh_transport"]
 
 FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com",
                 "aes128-ctr", "aes256-ctr")
@@ -58,7 +58,7 @@ _WORKER_IDS = itertools.count(1)  # sun_path holds 108 bytes on Linux (104 on ma
 
 
 class _RedactSecrets(logging.Filter):
-    """asyncssh logs every command line at INFO, `env K=V` included: mask the secret values in it."""
+    """asyncssh logs every command line at INFO: mask secret values, should one ever be part of one."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -80,17 +80,8 @@ logging.getLogger("asyncssh").addFilter(_redactor)
 
 
 def register_secrets(values: frozenset[str] | set[str]) -> None:
-    """Values that must never appear in a log line (a Slurm step's travel on its command line)."""
+    """Values that must never appear in a log line."""
     _redactor.values.update(v for v in values if v)
-
-
-def env_prefix(env: Mapping[str, str] | None) -> str:
-    """`env K=V ... ` for a shell command line (values quoted), or '' without variables. Visible in the
-    host's process list while the command starts: only for what cannot use `env_stdin` (a Slurm step's
-    stdin is its protocol pipe)."""
-    if not env:
-        return ""
-    return "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " "
 
 
 #: Reads the byte count, then exactly that many bytes of `export K='v'` lines, from stdin, and runs them.

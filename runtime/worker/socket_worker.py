@@ -29,6 +29,7 @@ from ...protocol import (
 from ...protocol.codec import DEFAULT_MAX_FRAME
 from ...protocol.messages import PROTOCOL_VERSION, Ack, Goodbye, Resume
 from ...protocol.resume import Inbox, Outbox, encode_control
+from .bufcache import MemfdStore
 from .daemon import ACK_DELAY, _IOV_MAX, Worker
 from .leave import leave
 
@@ -190,6 +191,12 @@ class SocketWorker(Worker):
                 self._cancel_deferred = True  # raised once the wait is over, not inside the reader
             return
         super()._on_cancel_signal(signum, frame)
+
+    def handshake(self, hello: Hello) -> None:
+        if hello.cache_bytes > 0 and self.conn.store is None:
+            # pieces pass through our read buffer: they go on into the memfd by pwrite (see bufcache)
+            self.conn.store = MemfdStore(hello.cache_bytes, mapped=False)
+        super().handshake(hello)
 
     # ---- serving the socket ------------------------------------------------------------------------
 

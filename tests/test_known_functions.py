@@ -1,0 +1,166 @@
+"""A function's bytes go to a worker until a task that carried them ran there; after that its tasks go
+without them — for a large function (a `functools.partial` over a big array, which travels as buffer 0)
+that means no buffer at all, so each `map` batch is a small call. A task that brought the function and
+did not run it (its load failed, it was cancelled before it started) does not count: the next task
+carries the function again, never a "worker does not hold the function" error. And a worker that lost
+a function anyway (its cache of functions cleared where the client could not tell) fails one call:
+any failed task makes the next one carry its function again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import gc
+
+import pytest
+
+import skyhive as sky
+from skyhive.runtime.actors.prepared import Prepared
+
+np = pytest.importorskip("numpy", reason="numpy (the dev extra) makes the large function")
+
+MiB = 1 << 20
+QUIET = {"heartbeat_interval": 60.0, "heartbeat_timeout": 120.0}
+
+
+def total(arr, x):
+    return int(arr[0]) + x
+
+
+def store_hits() -> int:
+    """(on the worker) How often its content cache resolved a buffer sent by reference."""
+    from skyhive.runtime.worker.daemon import Worker
+    [worker] = [o for o in gc.get_objects() if isinstance(o, Worker)]
+    store = worker.conn.store
+    return store.hits if store is not None else -1
+
+
+def channels_of(pool):
+    return [c for n in pool._runtime.nodes for c in n.usable_channels()]
+
+
+@pytest.fixture(params=["pipe", "shared memory"])
+def local_path(request, monkeypatch):
+    from skyhive.runtime.transport.local import LocalTransport
+    if request.param == "pipe":
+        monkeypatch.setattr(LocalTransport, "share_memory", False)
+    return request.param
+
+
+@pytest.mark.anyio
+async def test_map_batches_of_a_large_function_the_worker_holds_carry_no_buffer(local_path):
+    arr = np.full(4 * MiB, 7, dtype=np.uint8)
+    fn = functools.partial(total, arr)
+    async with sky.Pool(nodes=1, **QUIET) as pool:
+        [channel] = channels_of(pool)
+        assert await pool.map(fn, range(40), chunksize=10) == [7 + i for i in range(40)]
+        # the first batch brought the function; the other lane's batch, sent before its result, too
+        # (by reference); the rest referred to nothing
+        first = await pool.run(store_hits)
+        assert first <= 1
+        assert not channel.carries_buffers(Prepared.for_map(fn))
+        assert await pool.map(fn, range(40), chunksize=10) == [7 + i for i in range(40)]
+        assert await pool.run(store_hits) == first
+        # a call that also has a large argument still sends its buffers (the function's by reference)
+        other = np.full(2 * MiB, 1, dtype=np.uint8)
+        assert await pool.run(lambda a, b: int(a[0]) + int(b[0]), arr, other) == 8
+
+
+class _FailsToLoad:
+    """Pickles fine here; unpickling it (on the worker) raises."""
+
+    def __reduce__(self):
+        return (_refuse, ())
+
+
+def _refuse():
+    raise LookupError("this function cannot be loaded here")
+
+
+def uses_it(marker, x=0):
+    return x
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("size", ["small", "large"])
+async def test_a_function_that_fails_to_load_fails_the_same_way_every_time(size):
+    extra = np.zeros(MiB, dtype=np.uint8) if size == "large" else None
+    fn = functools.partial(uses_it, (_FailsToLoad(), extra))
+    async with sky.Pool(nodes=1, **QUIET) as pool:
+        for _ in range(3):
+            with pytest.raises(LookupError, match="cannot be loaded here"):
+                await pool.run(fn)
+        [channel] = channels_of(pool)
+        assert not channel.known_fns
+
+
+def sleep_then(seconds: float) -> str:
+    import time
+    time.sleep(seconds)
+    return "slept"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("size", ["small", "large"])
+async def test_a_function_whose_first_task_was_cancelled_before_it_started_still_runs(size):
+    extra = np.ones(MiB, dtype=np.uint8) if size == "large" else None
+    fn = functools.partial(uses_it, extra)
+    async with sky.Pool(nodes=1, **QUIET) as pool:
+        busy = asyncio.ensure_future(pool.run(sleep_then, 0.6))
+        await asyncio.sleep(0.1)
+        with pytest.raises(sky.TaskTimeout):
+            await pool.run(fn, 1, timeout=0.05)  # queued behind `busy`: cancelled before it starts
+        again = asyncio.ensure_future(pool.run(fn, 2))  # sent while that one is still queued
+        assert await busy == "slept"
+        assert await again == 2
+        assert await pool.run(fn, 3) == 3
+
+
+def forget_functions() -> int:
+    """(on the worker) Drop every loaded function, as its cache does when full."""
+    from skyhive.runtime.worker.daemon import Worker
+    [worker] = [o for o in gc.get_objects() if isinstance(o, Worker)]
+    n = len(worker.fns)
+    worker.fns.clear()
+    return n
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("size", ["small", "large"])
+async def test_a_worker_that_lost_a_function_fails_one_call_and_the_next_brings_it_again(size):
+    extra = np.ones(MiB, dtype=np.uint8) if size == "large" else None
+    fn = functools.partial(uses_it, extra)
+    async with sky.Pool(nodes=1, **QUIET) as pool:
+        assert await pool.run(fn, 1) == 1
+        assert await pool.run(forget_functions) >= 1
+        with pytest.raises(RuntimeError, match="does not hold the function"):
+            await pool.run(fn, 2)  # sent without it: the worker no longer holds it
+        assert await pool.run(fn, 3) == 3
+        assert await pool.run(fn, 4) == 4
+
+
+@pytest.mark.anyio
+async def test_past_the_function_cache_limit_a_large_function_goes_with_its_buffer_again(monkeypatch):
+    from skyhive.runtime.actors import channel as channel_module
+    monkeypatch.setattr(channel_module, "FN_CACHE_LIMIT", 3)  # (the worker's own limit stays 4096)
+    fn = functools.partial(uses_it, np.ones(MiB, dtype=np.uint8))
+    async with sky.Pool(nodes=1, **QUIET) as pool:
+        [channel] = channels_of(pool)
+        assert await pool.run(fn, 1) == 1
+        assert not channel.carries_buffers(Prepared.for_map(fn))  # held: goes without its buffer
+        for i in range(3):  # more distinct functions went (they ran, and raised: the client's own
+            with pytest.raises(ValueError):  # record of what the worker holds did not fill up)
+                await pool.run(functools.partial(raises, i))
+        assert fn_id_of(fn) in channel.known_fns
+        assert channel.carries_buffers(Prepared.for_map(fn))  # the worker may have cleared them all
+        assert await pool.run(forget_functions) >= 1  # and it did
+        assert await pool.run(fn, 2) == 2  # its buffer went by reference: loaded again from there
+
+
+def raises(i):
+    raise ValueError(f"no {i}")
+
+
+def fn_id_of(fn):
+    return Prepared.for_map(fn).fn_id
