@@ -52,22 +52,23 @@ def socket_path(run_dir: str, cluster: str, node: int, rank: int) -> str:
     return f"{run_dir}/{cluster}/n{node}-w{rank}.sock"
 
 
-def sweep_script(cluster: str, name: str, mode: str, grace: float) -> str:
+def sweep_script(cluster: str, name: str, mode: str, grace: float, *, then: str = "") -> str:
     """The SSH provider's cleanup sweep (`_SWEEP`), for the named pool whose socket directory is
     `cluster`: its processes are those whose environment has `SKYHIVE_CLUSTER=<.../cluster>` (the
     workers and everything their jobs started) or whose command line names one of its sockets; its
-    files are the socket directory; with `mode` "kill" the jobs' working directories
-    (`~/.skyhive/work/<name>`) go too."""
+    files are the socket directory, the autostop watchdog's directory (`<cluster>.wd`, its process is
+    found by its command line) and the autostop mark (`<cluster>.autostop`); with `mode` "kill" the jobs'
+    working directories (`~/.skyhive/work/<name>`) go too, and then the shell lines `then` run."""
     if not re.fullmatch(r"c-[A-Za-z0-9._-]+", cluster):
         raise ValueError(f"{cluster!r} is not a named pool's socket directory")
     variables = {
         "MODE": mode,
         "GRACE": str(max(1, round(grace * 10))),
         "RE_ENV": f"^SKYHIVE_CLUSTER=.*/{_ere(cluster)}$",
-        "RE_CMD": f"/{_ere(cluster)}/n[0-9]+-w[0-9]+\\.sock$",
-        "RE_FILE": f"^{_ere(cluster)}$",
+        "RE_CMD": f"/{_ere(cluster)}(/n[0-9]+-w[0-9]+\\.sock|\\.wd)$",
+        "RE_FILE": f"^{_ere(cluster)}(\\.wd|\\.autostop)?$",
     }
-    work = f'\nrm -rf -- "$HOME/.skyhive/work/"{shlex.quote(name)}\n' if mode == "kill" else ""
+    work = f'\nrm -rf -- "$HOME/.skyhive/work/"{shlex.quote(name)}\n{then}\n' if mode == "kill" else ""
     # the sweep's last line is its exit status: remove the work directory before it
     body = _SWEEP.rstrip("\n")
     head, _, last = body.rpartition("\n")

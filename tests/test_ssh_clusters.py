@@ -66,10 +66,12 @@ def two_hosts(netns_hosts, skyhive_home):
     for name in names:
         down_cluster(name, quiet=True)
     deadline = time.monotonic() + 10
-    while (running_under(skyhive_home) or cluster_marked()) and time.monotonic() < deadline:
+    ours = [f"c-{name}-" for name in names]
+    while (running_under(skyhive_home) or any(cluster_processes(p) for p in ours)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert running_under(skyhive_home) == [], "local processes left running"
-    assert cluster_marked() == [], "pool processes left running on the hosts"
+    for prefix in ours:
+        assert cluster_processes(prefix) == [], "pool processes (workers, jobs, watchdogs) left running on the hosts"
     assert records.names() == []
     for name in names:
         assert socket_dirs(hosts, name) == [], "socket directories left on the hosts"
@@ -193,3 +195,115 @@ def test_a_provider_that_cannot_keep_a_pool_is_named_with_the_reason():
 
     with pytest.raises(ValueError, match=r"provider 'slurm' cannot keep a pool: a Slurm allocation ends"):
         sky.Pool(provider=Slurm(), nodes=1, name="train", keep=True)
+
+
+TASK = """\
+    name: hello
+    num_nodes: 2
+    setup: |
+      echo "setup on $(hostname)"
+    run: |
+      echo "run $SKYPILOT_NODE_RANK on $(hostname) under $PPID"
+    """
+
+
+def test_launch_c_exec_queue_logs_status_down_on_ssh_hosts(two_hosts, skyhive_home, tmp_path):
+    """`skyhive launch -c train` on two SSH hosts (in this process: the test hosts need their own key and
+    known_hosts, which the CLI takes from the default places), then the other commands as their own
+    processes, which find the hosts, key path and pinned host keys in the pool's record."""
+    import io
+
+    from skyhive.runtime.commands.clusters import launch_cluster
+    from skyhive.runtime.commands.taskfile import loads
+    from tests.test_clusters import skyhive
+
+    hosts = two_hosts
+    write(tmp_path / "t.yaml", TASK)
+    task = loads(textwrap.dedent(TASK), cwd=str(tmp_path))
+    out, err = io.StringIO(), io.StringIO()
+    code = launch_cluster(task, "train", provider=ssh_for(hosts), out=out, err=err)
+    assert code == 0, out.getvalue() + err.getvalue()
+    assert "creating pool train: 2 ssh nodes" in err.getvalue()
+    for n, h in enumerate(hosts):
+        assert f"setup on {h.hostname}" in out.getvalue()
+        assert f"run {n} on {h.hostname}" in out.getvalue()
+    pids = sorted(w["pid"] for w in json.loads((Path(skyhive_home) / "clusters" / "train" / "record.json")
+                                               .read_text())["workers"])
+    assert all(process_alive(p) for p in pids)
+
+    ex = skyhive("exec", "train", "t.yaml", cwd=tmp_path)
+    assert ex.returncode == 0, ex.stdout + ex.stderr
+    assert "setup on" not in ex.stdout  # exec: no setup
+    parents = {int(ln.rsplit(" ", 1)[1]) for ln in ex.stdout.splitlines() if " under " in ln}
+    assert parents == set(pids)  # run by the same remote workers
+    queue = skyhive("queue", "train", cwd=tmp_path)
+    assert [ln.split()[:3] for ln in queue.stdout.splitlines()[1:]] == [["1", "hello", "SUCCEEDED"],
+                                                                      ["2", "hello", "SUCCEEDED"]]
+    logs = skyhive("logs", "train", "2", cwd=tmp_path)
+    assert logs.returncode == 0 and f"run 1 on {hosts[1].hostname}" in logs.stdout
+    status = skyhive("status", cwd=tmp_path)
+    row = next(ln for ln in status.stdout.splitlines() if ln.startswith("train "))
+    assert " UP " in row and " 2 " in row and hosts[0].host in row, status.stdout
+    # the pool's worker on host 1 dies: status says so
+    os.kill(pids[1], signal.SIGKILL)
+    wait_for(lambda: not process_alive(pids[1]), 10, "the worker to die")
+    status = skyhive("status", cwd=tmp_path)
+    assert "DEGRADED (1 of 2 workers gone)" in status.stdout, status.stdout
+    down = skyhive("down", "train", cwd=tmp_path)
+    assert down.returncode == 0, down.stderr
+    assert not any(process_alive(p) for p in pids)
+    assert socket_dirs(hosts, "train") == []
+    assert "no named pools" in skyhive("status", cwd=tmp_path).stdout
+
+
+@pytest.mark.parametrize("down", [False, True], ids=["autostop", "autodown"])
+def test_autostop_on_ssh_hosts_stops_the_idle_workers_there(two_hosts, skyhive_home, tmp_path, monkeypatch, down):
+    """`launch -c idle -i 3 [--down]` on SSH hosts: each host's watchdog (started there, counting the
+    connections to the pool's sockets) keeps the workers while a client is attached, stops them when
+    idle; `status` then says STOPPED (autostop), or with --down forgets the pool (and cleans the hosts)."""
+    import io
+
+    from skyhive.runtime.commands.clusters import launch_cluster, status_rows
+    from skyhive.runtime.commands.taskfile import loads
+
+    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "1")  # -i 3: three seconds
+    hosts = two_hosts
+    task = loads(textwrap.dedent(TASK), cwd=str(tmp_path))
+    out = io.StringIO()
+    assert launch_cluster(task, "idle", idle_minutes=3, down=down, provider=ssh_for(hosts), out=out, err=out) == 0, \
+        out.getvalue()
+    watchdogs = [p for p in cluster_processes("c-idle-") if "skyhive.runtime.worker.watchdog" in cmdline(p)]
+    assert len(watchdogs) == 2  # one on each host
+    with sky.Pool.attach("idle", output=None) as pool:
+        pids = sorted(pool.broadcast(os.getpid))
+        time.sleep(6)  # twice the idle time, attached: the pool stays
+        assert sorted(pool.broadcast(os.getpid)) == pids
+    for p in pids:
+        wait_for(lambda p=p: not process_alive(p), 60, f"worker {p} to be stopped by autostop")
+    marks = lambda: [m for h in hosts for m in (h.home / ".skyhive" / "run").glob("c-idle-*.autostop")]  # noqa: E731
+    wait_for(lambda: len(marks()) == 2, 30, "each host's watchdog to finish stopping the pool")
+    rows = status_rows()
+    if down:
+        assert rows == [], (rows, [(d, list(d.iterdir()) if d.is_dir() else d.read_text()) for d in socket_dirs(hosts, "idle")])
+        assert not (Path(skyhive_home) / "clusters" / "idle").exists()
+        assert socket_dirs(hosts, "idle") == [] and cluster_processes("c-idle-") == []
+    else:
+        assert [(r["name"], r["state"]) for r in rows] == [("idle", "STOPPED (autostop)")]
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def cluster_processes(prefix: str) -> list[int]:
+    """Live processes of named pools whose socket directory starts with `prefix`: marked in their
+    environment, or naming the directory (or its watchdog's) on their command line."""
+    found = set(cluster_marked(prefix))
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and f"/{prefix}" in cmdline(int(entry)) and process_alive(int(entry)):
+            found.add(int(entry))
+    return sorted(found)

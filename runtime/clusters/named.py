@@ -112,7 +112,7 @@ def live_workers(rec: ClusterRecord) -> list[WorkerEntry]:
     if rec.provider == "ssh":
         from .remote import live_remote
 
-        live, errors = live_remote(rec)
+        live, errors, _ = live_remote(rec)
         for error in errors:
             log.warning("pool %s: %s", rec.name, error)
         return live
@@ -215,9 +215,13 @@ class NamedPool:
 
         workers = []
         host_keys: dict[str, str] = {}
+        node_envs: dict[str, dict[str, Any]] = {}
         for node in rt.nodes:
             if isinstance(node.transport, SSHTransport):
                 host_keys[str(node.index)] = node.transport.host_key_text()
+                env = node.transport.node_env
+                if env is not None:
+                    node_envs[str(node.index)] = {"python": env.python, "pythonpath": list(env.pythonpath)}
             for rank, proc in enumerate(node.processes):
                 if proc is None:
                     continue
@@ -239,7 +243,8 @@ class NamedPool:
                                 workers=tuple(workers), spec=self.spec, autostop_minutes=self.autostop_minutes,
                                 autostop_down=self.autostop_down,
                                 provider_info=provider.recorded() if kept else {},
-                                cluster=provider.cluster if kept else "", host_keys=host_keys)
+                                cluster=provider.cluster if kept else "", host_keys=host_keys,
+                                node_envs=node_envs)
         if not self.attach and self.autostop_minutes is not None:
             rec = dataclasses.replace(rec, watchdog_pid=start_watchdog(rec))
         records.save(rec)
@@ -274,6 +279,11 @@ def start_watchdog(rec: ClusterRecord) -> int:
     the workers' sockets); its pid. It runs `clusters.autostop NAME` after `autostop_minutes` idle."""
     assert rec.autostop_minutes is not None
     idle = rec.autostop_minutes * minute()
+    if rec.provider == "ssh":  # one on each host, watching the pool's sockets there (see remote.py)
+        from .remote import start_remote_watchdogs
+
+        start_remote_watchdogs(rec, idle)
+        return 0
     command = f"{shlex.quote(sys.executable)} -m skyhive.runtime.clusters.autostop {shlex.quote(rec.name)}"
     argv = [sys.executable, "-m", "skyhive.runtime.worker.watchdog", "--idle", f"{idle:g}", "--unix-dir",
             rec.socket_dir, "--interval", f"{max(0.2, min(5.0, idle / 4)):g}",
@@ -290,7 +300,11 @@ def set_autostop(rec: ClusterRecord, minutes: float, down: bool) -> ClusterRecor
     """Give the running pool of `rec` a new autostop: its watchdog (if any) replaced by one for
     `minutes` (and `down`); the record saved and returned."""
     old = rec.watchdog_pid
-    if old and runs(old, "skyhive.runtime.worker.watchdog"):
+    if rec.provider == "ssh":
+        from .remote import stop_remote_watchdogs
+
+        stop_remote_watchdogs(rec)
+    elif old and runs(old, "skyhive.runtime.worker.watchdog"):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(old, signal.SIGKILL)  # it leads its own session; it only watches
     rec = dataclasses.replace(rec, autostop_minutes=minutes, autostop_down=down, watchdog_pid=0)

@@ -71,6 +71,9 @@ class ClusterRecord:
     provider_info: dict[str, Any] = field(default_factory=dict)
     cluster: str = ""
     host_keys: dict[str, str] = field(default_factory=dict)
+    # SSH pools: what bootstrap prepared on each node's host ({"python", "pythonpath"}), by node index:
+    # how a later login runs the autostop watchdog there
+    node_envs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)

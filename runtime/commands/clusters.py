@@ -10,6 +10,7 @@ with its exit code. Ctrl-C while following stops following only: the job goes on
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -80,6 +81,8 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
     if down and idle_minutes is None:
         idle_minutes = 5.0  # SkyPilot's default for --down alone
     spec = task_spec(task)
+    if provider is not None:
+        spec["provider"] = provider.name
     try:
         rec: records.ClusterRecord | None = records.load(name)
     except PoolNotFound:
@@ -209,12 +212,27 @@ def status_rows(now: float | None = None) -> list[dict[str, object]]:
             rec = records.load(name)
         except (PoolNotFound, ValueError):
             continue
-        live = live_workers(rec)
+        unreachable: list[str] = []
+        if rec.provider == "ssh":  # asked on its hosts; a host's watchdog may have stopped it (autostop)
+            from ..clusters.remote import live_remote
+
+            live, unreachable, autostopped = live_remote(rec)
+            if autostopped and not live and not unreachable:
+                if rec.autostop_down:  # autodown: the hosts' watchdogs stopped it, this forgets it
+                    down_cluster(name, quiet=True)
+                    continue
+                if not rec.stopped:
+                    rec = dataclasses.replace(rec, stopped="autostop")
+                    records.save(rec)
+        else:
+            live = live_workers(rec)
         jobq.reap_orphans(name)
         all_jobs = jobq.list_jobs(name)
         running = [j for j in all_jobs if j.state == jobq.RUNNING]
         pending = [j for j in all_jobs if j.state == jobq.PENDING]
-        if len(live) == len(rec.workers) and rec.workers:
+        if unreachable and len(live) < len(rec.workers):
+            state = f"UNKNOWN ({len(unreachable)} host{'s' if len(unreachable) != 1 else ''} unreachable)"
+        elif len(live) == len(rec.workers) and rec.workers:
             state = "UP"
         elif rec.stopped:
             state = f"STOPPED ({rec.stopped})"
@@ -226,7 +244,10 @@ def status_rows(now: float | None = None) -> list[dict[str, object]]:
         idle = "-" if running or pending or state != "UP" else _age(now - last)
         autostop = "-" if rec.autostop_minutes is None else f"{rec.autostop_minutes:g} min" + (
             " (down)" if rec.autostop_down else "")
-        rows.append({"name": name, "nodes": rec.nodes, "resources": str(rec.spec.get("resources") or "-"),
+        where = "local" if rec.provider == "local" else ",".join(
+            str(h) for h in list(rec.provider_info.get("hosts", ()))[: rec.nodes])
+        rows.append({"name": name, "nodes": rec.nodes, "where": where,
+                     "resources": str(rec.spec.get("resources") or "-"),
                      "state": state, "idle": idle, "autostop": autostop,
                      "jobs": f"{len(running)} running, {len(pending)} pending",
                      "workers": [{"node": w.node, "rank": w.rank, "pid": w.pid} for w in rec.workers]})
@@ -239,7 +260,7 @@ def print_status(out: TextIO | None = None) -> int:
     if not rows:
         out.write("no named pools (`skyhive launch -c NAME TASK.yaml` creates one)\n")
         return 0
-    columns = ("name", "nodes", "resources", "state", "idle", "autostop", "jobs")
+    columns = ("name", "nodes", "where", "resources", "state", "idle", "autostop", "jobs")
     table = [[str(r[c]) for c in columns] for r in rows]
     widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(columns)]
     out.write("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip() + "\n")
