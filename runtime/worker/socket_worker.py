@@ -382,9 +382,10 @@ class SocketWorker(Worker):
     def _take_over(self) -> bool:
         """A new client (another process attaching to a named pool) takes this worker over: what was
         kept for the previous client is dropped and a new session starts (a new handshake; the content
-        cache starts empty, as the new client's mirror of it does). The plugins' `around_app` stays
-        entered. A worker still busy with the previous client's tasks cancels them and refuses this
-        connection ("busy"): the client tries again, and the next attempt finds the worker idle."""
+        cache and the loaded functions start empty, as the new client's mirror of them does). The
+        plugins' `around_app` stays entered. A worker still busy with the previous client's tasks cancels
+        them and refuses this connection ("busy"): the client tries again, and the next attempt finds the
+        worker idle."""
         if None in self.pending:
             self._refuse("the worker is shutting down")
             return False
@@ -401,6 +402,9 @@ class SocketWorker(Worker):
             self.outbox = Outbox()
             self.inbox = Inbox(DEFAULT_MAX_FRAME)
             self.sessions = 0
+            # the new client knows of no function sent here: start with none, so its count of the
+            # functions this worker holds (FN_CACHE_LIMIT) matches ours exactly
+            self.fns.clear()
         log.warning("a new client takes this worker over")
         return True
 
