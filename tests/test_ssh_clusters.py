@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -307,3 +308,55 @@ def cluster_processes(prefix: str) -> list[int]:
         if entry.isdigit() and f"/{prefix}" in cmdline(int(entry)) and process_alive(int(entry)):
             found.add(int(entry))
     return sorted(found)
+
+
+def test_file_mounts_reach_every_ssh_host_of_a_named_pool_before_setup(two_hosts, skyhive_home, tmp_path):
+    """`launch -c` with file_mounts on SSH hosts: a directory and a file are on each host before setup
+    reads them (setup runs with `set -e`), and `run` sees them too."""
+    import io
+
+    from skyhive.runtime.commands.clusters import launch_cluster
+    from skyhive.runtime.commands.taskfile import loads
+    from tests.test_cli_launch import by_node
+    from tests.test_file_mounts import RUN, SETUP, _sources
+
+    hosts = two_hosts
+    _sources(tmp_path)
+    marks = "setup-marks.txt"
+    text = textwrap.dedent("""\
+        num_nodes: 2
+        file_mounts:
+          mounted/dir: ./data
+          ~/mounted/etc/config.txt: ./config.txt
+        setup: |
+        """) + textwrap.indent(textwrap.dedent(SETUP).format(dir="~/mounted/dir", file="~/mounted/etc/config.txt",
+                                                             marks=f"~/{marks}"), "  ") \
+        + "run: |\n" + textwrap.indent(textwrap.dedent(RUN).format(dir="~/mounted/dir",
+                                                                    file="~/mounted/etc/config.txt"), "  ")
+    task = loads(text, cwd=str(tmp_path))
+    out = io.StringIO()
+    try:
+        assert launch_cluster(task, "mnt", provider=ssh_for(hosts), out=out, err=out) == 0, out.getvalue()
+        nodes = by_node(out.getvalue())
+        for n, host in enumerate(hosts):
+            assert f"setup on {host.hostname}: payload-A config-C 640" in nodes[n]
+            assert f"run {n}: payload-A config-C b.bin,inner made-by-setup" in nodes[n]
+            assert (host.home / marks).read_text().split() == [str(n)]
+            assert (host.home / "mounted" / "dir" / "b.bin").read_bytes() == (tmp_path / "data" / "b.bin").read_bytes()
+    finally:
+        for host in hosts:
+            shutil.rmtree(host.home / "mounted", ignore_errors=True)
+            (host.home / marks).unlink(missing_ok=True)
+
+
+def test_launch_c_on_a_cloud_provider_is_refused_naming_it_and_why(tmp_path, skyhive_home):
+    """No cloud call, no record: the refusal comes before anything is built."""
+    from skyhive.errors import LaunchError
+    from skyhive.runtime.commands.clusters import launch_cluster
+    from skyhive.runtime.commands.taskfile import loads
+
+    task = loads("resources:\n  cloud: aws\nrun: echo hi\n", cwd=str(tmp_path))
+    with pytest.raises(LaunchError, match=r"launch -c train: provider 'aws' cannot keep a named pool: its instances "
+                                          r"run an idle watchdog"):
+        launch_cluster(task, "train")
+    assert not (Path(skyhive_home) / "clusters").exists()

@@ -52,9 +52,14 @@ def minute() -> float:
 
 
 #: Why a provider's pool cannot be kept (yet), by provider name (the error says it).
+_CLOUD = ("its instances run an idle watchdog that powers them off once no SSH client is connected (the "
+          "kept pool would end as soon as its client left), and a later attach or `skyhive down` would need "
+          "the instance ids, addresses and host keys in the record: not built yet; use a pool without a name, "
+          "or give the instances to sky.SSH(hosts=...) to keep a pool on them")
 _CANNOT_KEEP = {
     "slurm": "a Slurm allocation ends with the client's job (srun steps are children of it); keeping one "
              "would need a batch job holding the allocation, which is not built",
+    "aws": _CLOUD, "azure": _CLOUD, "gcp": _CLOUD, "digitalocean": _CLOUD,
 }
 
 
