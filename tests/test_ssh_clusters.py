@@ -355,8 +355,8 @@ def test_launch_c_on_a_cloud_provider_is_refused_naming_it_and_why(tmp_path, sky
     from skyhive.runtime.commands.clusters import launch_cluster
     from skyhive.runtime.commands.taskfile import loads
 
-    task = loads("resources:\n  cloud: aws\nrun: echo hi\n", cwd=str(tmp_path))
-    with pytest.raises(LaunchError, match=r"launch -c train: provider 'aws' cannot keep a named pool: its instances "
-                                          r"run an idle watchdog"):
+    task = loads("resources:\n  cloud: gcp\nrun: echo hi\n", cwd=str(tmp_path))
+    with pytest.raises(LaunchError, match=r"launch -c train: provider 'gcp' cannot keep a named pool: kept cloud "
+                                          r"pools are built and tested for aws only"):
         launch_cluster(task, "train")
     assert not (Path(skyhive_home) / "clusters").exists()

@@ -75,6 +75,17 @@ class ClusterRecord:
     # how a later login runs the autostop watchdog there
     node_envs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
+    @property
+    def on_hosts(self) -> bool:
+        """True when the workers are on other hosts, reached over SSH (an SSH pool, a cloud pool's
+        instances): its sockets are there, under `cluster`."""
+        return bool(self.cluster)
+
+    @property
+    def instances(self) -> list[str]:
+        """A cloud pool's instance ids (what `down` terminates); [] for others."""
+        return [str(i) for i in self.provider_info.get("instances", ())]
+
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
         return json.dumps(data, indent=1, sort_keys=True)
@@ -143,7 +154,7 @@ def remove(name: str) -> None:
         record = load(name)
     except (PoolNotFound, ValueError):
         record = None
-    if record is not None and record.provider == "local" and record.socket_dir:
+    if record is not None and not record.on_hosts and record.socket_dir:
         shutil.rmtree(record.socket_dir, ignore_errors=True)  # (an SSH pool's are on its hosts)
     shutil.rmtree(cluster_dir(name), ignore_errors=True)
 

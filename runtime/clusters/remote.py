@@ -100,6 +100,8 @@ def _watchdog_script(rec: ClusterRecord, node: int, idle: float, old_only: bool 
     python = str(env.get("python") or "python3")
     pythonpath = ":".join(env.get("pythonpath") or ())
     mark = f"echo autostop > {shlex.quote(run_dir + '/' + rec.cluster + '.autostop')}"
+    if rec.instances:  # a cloud instance created to terminate on shutdown ends its own billing, client or not
+        mark += "\n" + str(rec.provider_info["cloud"].get("shutdown_command") or "sudo shutdown -h now")
     stop = sweep_script(rec.cluster, rec.name, "kill", 3.0, then=mark)
     interval = max(0.2, min(5.0, idle / 4))
     return (head + f"set -e\nmkdir -p -m 700 \"$WD\"\ncat > \"$WD/autostop.sh\" <<'SKYHIVE_AUTOSTOP_EOF'\n{stop}"

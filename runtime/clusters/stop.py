@@ -44,7 +44,7 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True) -> int:
     pool stopped in its log with `why`. `watchdog=False` spares the autostop watchdog (it is the one
     calling). Returns how many processes were ended. Raises `PoolNotFound` naming the pool."""
     rec = records.load(name)
-    remote = rec.provider == "ssh"  # its workers are on its hosts: stopped there, below
+    remote = rec.on_hosts  # its workers are on its hosts: stopped there, below
     workers = set() if remote else {w.pid for w in rec.workers if is_worker_server(w.pid)}
     if not remote:
         workers |= {pid for w in rec.workers if (pid := server_pid(w.socket)) is not None}  # restarted since

@@ -50,7 +50,7 @@ def _say(err: TextIO, text: str) -> None:
 
 def _require_keepable(task: Task, command: str) -> None:
     provider = task.resources.provider or "local"
-    if provider not in ("local", "ssh"):
+    if provider not in ("local", "ssh", "aws"):
         from ..clusters.named import cannot_keep
 
         raise LaunchError(f"{command}: provider {provider!r} cannot keep a named pool: {cannot_keep(provider)} "
@@ -60,7 +60,7 @@ def _require_keepable(task: Task, command: str) -> None:
 def _provider_of(name: str) -> Provider:
     """The provider a job of pool `name` is planned for (its SKYPILOT_CLUSTER_INFO, node checks)."""
     rec = records.load(name)
-    if rec.provider == "ssh":
+    if rec.on_hosts:
         from ..clusters.remote import provider_of
 
         return provider_of(rec)
@@ -194,6 +194,11 @@ def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False) -
     Raises `PoolNotFound` naming the pool when there is no such named pool."""
     err = err or sys.stderr
     ended = stop_pool(name, why=f"skyhive down {name}")
+    rec = records.load(name)
+    if rec.instances:  # a cloud pool: its instances terminated (by id) before it is forgotten
+        from ..clusters.cloud import terminate_instances
+
+        ended += len(terminate_instances(rec))
     records.remove(name)
     if not quiet:
         _say(err, f"pool {name}: down ({ended} processes ended)")
@@ -213,12 +218,12 @@ def status_rows(now: float | None = None) -> list[dict[str, object]]:
         except (PoolNotFound, ValueError):
             continue
         unreachable: list[str] = []
-        if rec.provider == "ssh":  # asked on its hosts; a host's watchdog may have stopped it (autostop)
+        if rec.on_hosts:  # asked on its hosts; a host's watchdog may have stopped it (autostop)
             from ..clusters.remote import live_remote
 
             live, unreachable, autostopped = live_remote(rec)
             if autostopped and not live and not unreachable:
-                if rec.autostop_down:  # autodown: the hosts' watchdogs stopped it, this forgets it
+                if rec.autostop_down or rec.instances:  # autodown (a cloud pool's always): forgotten here
                     down_cluster(name, quiet=True)
                     continue
                 if not rec.stopped:
@@ -244,8 +249,12 @@ def status_rows(now: float | None = None) -> list[dict[str, object]]:
         idle = "-" if running or pending or state != "UP" else _age(now - last)
         autostop = "-" if rec.autostop_minutes is None else f"{rec.autostop_minutes:g} min" + (
             " (down)" if rec.autostop_down else "")
-        where = "local" if rec.provider == "local" else ",".join(
-            str(h) for h in list(rec.provider_info.get("hosts", ()))[: rec.nodes])
+        if rec.instances:
+            where = f"{rec.provider}:{','.join(rec.instances)}"
+        elif rec.on_hosts:
+            where = ",".join(str(h) for h in list(rec.provider_info.get("hosts", ()))[: rec.nodes])
+        else:
+            where = "local"
         rows.append({"name": name, "nodes": rec.nodes, "where": where,
                      "resources": str(rec.spec.get("resources") or "-"),
                      "state": state, "idle": idle, "autostop": autostop,

@@ -296,7 +296,8 @@ class SSHTransport(Transport):
         if isinstance(self.reach, KeptSSHReach):  # a named pool: a known socket, maybe a takeover
             from .ssh_kept import start_kept_worker
 
-            return await start_kept_worker(self, node_env, argv, env, receiver, label=label)
+            return await start_kept_worker(self, node_env, argv, env, receiver, label=label,
+                                           make_worker=lambda link, pid, sock: SSHWorker(self, link, pid, sock))
         sock = self._socket_path(node_env)
         full_env = dict(env)
         if node_env.pythonpath:

@@ -11,7 +11,7 @@ import logging
 import posixpath
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
@@ -22,8 +22,8 @@ from .base import Receiver
 from .local_detached import CLUSTER_ENV, SERVER_MODULE
 from .ssh_link import ResumableLink, WorkerGone
 
-if TYPE_CHECKING:
-    from .ssh import NodeEnv, SSHTransport, SSHWorker
+#: Makes the transport's worker object: (link, pid, socket path) -> the worker (`SSHWorker`).
+MakeWorker = Callable[[ResumableLink, int, str], Any]
 
 log = logging.getLogger("skyhive.transport.ssh")
 
@@ -45,7 +45,7 @@ exit 0
 """
 
 
-async def remote_server_pid(transport: SSHTransport, sock: str) -> int | None:
+async def remote_server_pid(transport: Any, sock: str) -> int | None:
     """The pid of the detached worker serving `sock` on the transport's host, or None. Never connects
     to the socket (that would take the worker from its current client)."""
     command = f"sh -c {shlex.quote(_FIND)} find {shlex.quote(sock)} {shlex.quote(SERVER_MODULE)}"
@@ -54,13 +54,12 @@ async def remote_server_pid(transport: SSHTransport, sock: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-async def start_kept_worker(transport: SSHTransport, node_env: NodeEnv, argv: Sequence[str], env: Mapping[str, str],
-                            receiver: Receiver, *, label: str) -> SSHWorker:
+async def start_kept_worker(transport: Any, node_env: Any, argv: Sequence[str], env: Mapping[str, str],
+                            receiver: Receiver, *, label: str, make_worker: MakeWorker) -> Any:
     """Start worker `rank` (from the node actor's `label`, "node N worker R") of the named pool's node on
     its socket, or take the running one over when the client attaches. Raises `ProvisionError` naming
-    the pool, node and host when an attached pool's worker is gone."""
-    from .ssh import SSHWorker
-
+    the pool, node and host when an attached pool's worker is gone. `transport` is the node's
+    `SSHTransport` (its `NodeEnv` prepared by bootstrap), `make_worker` makes its worker object."""
     reach = transport.reach
     assert isinstance(reach, KeptSSHReach)
     rank = int(label.rsplit(" ", 1)[-1])
@@ -87,7 +86,7 @@ async def start_kept_worker(transport: SSHTransport, node_env: NodeEnv, argv: Se
             link = ResumableLink(receiver, opener, label=f"{label} ({transport.where})",
                                  reconnect_timeout=transport.reconnect_timeout, skyhive_version=skyhive_version(),
                                  python_version=python_version(), takeover=takeover)
-            worker = SSHWorker(transport, link, pid, sock)
+            worker = make_worker(link, pid, sock)
             try:
                 await link.connect()
                 return worker
@@ -105,7 +104,7 @@ async def start_kept_worker(transport: SSHTransport, node_env: NodeEnv, argv: Se
             await anyio.sleep(0.2)
 
 
-async def _start(transport: SSHTransport, node_env: NodeEnv, env: Mapping[str, str], sock: str,
+async def _start(transport: Any, node_env: Any, env: Mapping[str, str], sock: str,
                  reach: KeptSSHReach) -> int:
     """Start the detached worker on `sock` (its directory 0700, made by the server); its pid."""
     full_env = dict(env)
