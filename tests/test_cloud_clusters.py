@@ -161,3 +161,30 @@ def test_autostop_of_a_kept_aws_pool_terminates_its_instances(cloud_clean, skyhi
     wait_for(lambda: not (Path(skyhive_home) / "clusters" / "idle").exists(), 90, "autostop to take the pool down")
     assert set(states(server, ids)) <= {"terminated", "shutting-down"}
     assert not any(alive(p) for p in pids)
+
+
+def test_launch_c_on_aws_runs_the_task_exec_reuses_the_instances_and_status_shows_them(
+        cloud_clean, skyhive_home, tmp_path):
+    import io
+
+    from skyhive.runtime.commands.clusters import down_cluster, exec_task, launch_cluster, status_rows
+    from skyhive.runtime.commands.taskfile import loads
+
+    server = cloud_clean
+    text = ("name: hello\nnum_nodes: 2\nsetup: echo \"setup $SKYPILOT_SETUP_NODE_RANK\"\n"
+            "run: echo \"run $SKYPILOT_NODE_RANK of $SKYPILOT_NUM_NODES in $SKYPILOT_CLUSTER_INFO\"\n")
+    task = loads(text, cwd=str(tmp_path))
+    out = io.StringIO()
+    assert launch_cluster(task, "train", provider=aws(server), out=out, err=out) == 0, out.getvalue()
+    assert "creating pool train: 2 aws nodes" in out.getvalue()
+    assert "run 1 of 2" in out.getvalue() and '"cloud": "aws"' in out.getvalue()
+    ids = record(skyhive_home, "train")["provider_info"]["instances"]
+    assert states(server, ids) == ["running", "running"]
+    out = io.StringIO()
+    assert exec_task(task, "train", out=out, err=out) == 0, out.getvalue()
+    assert "setup" not in out.getvalue() and "run 0 of 2" in out.getvalue()
+    assert record(skyhive_home, "train")["provider_info"]["instances"] == ids  # the same instances
+    [row] = status_rows()
+    assert (row["state"], row["where"]) == ("UP", "aws:" + ",".join(ids))
+    down_cluster("train", quiet=True)
+    assert set(states(server, ids)) <= {"terminated", "shutting-down"}

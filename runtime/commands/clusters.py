@@ -60,6 +60,10 @@ def _require_keepable(task: Task, command: str) -> None:
 def _provider_of(name: str) -> Provider:
     """The provider a job of pool `name` is planned for (its SKYPILOT_CLUSTER_INFO, node checks)."""
     rec = records.load(name)
+    if rec.instances:  # a cloud pool: its provider (region, zone for SKYPILOT_CLUSTER_INFO), no cloud call
+        from ...providers.registry import from_description
+
+        return from_description(rec.provider_info["cloud"])
     if rec.on_hosts:
         from ..clusters.remote import provider_of
 
