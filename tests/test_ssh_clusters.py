@@ -240,6 +240,15 @@ def test_launch_c_exec_queue_logs_status_down_on_ssh_hosts(two_hosts, skyhive_ho
     queue = skyhive("queue", "train", cwd=tmp_path)
     assert [ln.split()[:3] for ln in queue.stdout.splitlines()[1:]] == [["1", "hello", "SUCCEEDED"],
                                                                       ["2", "hello", "SUCCEEDED"]]
+    # launch -c again with -i: the same pool (same workers), each host's autostop watchdog started
+    again = io.StringIO()
+    assert launch_cluster(task, "train", idle_minutes=30, provider=ssh_for(hosts), out=again, err=again) == 0
+    assert "reusing pool train" in again.getvalue()
+    watchdogs = lambda: [p for p in cluster_processes("c-train-") if "worker.watchdog" in cmdline(p)]  # noqa: E731
+    assert len(watchdogs()) == 2
+    first = watchdogs()
+    assert launch_cluster(task, "train", idle_minutes=40, provider=ssh_for(hosts), out=again, err=again) == 0
+    assert len(watchdogs()) == 2 and not set(first) & set(watchdogs())  # replaced, not added
     logs = skyhive("logs", "train", "2", cwd=tmp_path)
     assert logs.returncode == 0 and f"run 1 on {hosts[1].hostname}" in logs.stdout
     status = skyhive("status", cwd=tmp_path)
