@@ -369,3 +369,31 @@ def test_launch_c_on_a_cloud_provider_is_refused_naming_it_and_why(tmp_path, sky
                                           r"pools are built and tested for aws only"):
         launch_cluster(task, "train")
     assert not (Path(skyhive_home) / "clusters").exists()
+
+
+def test_a_client_killed_while_creating_an_ssh_pool_leaves_nothing_after_down(two_hosts, skyhive_home, tmp_path):
+    """SIGKILL the creating client as soon as a worker runs on a host (the record may or may not list the
+    workers yet): the pool is recorded from before its first worker starts, so `skyhive down train` as
+    another process finds the hosts and leaves nothing there (checked by the fixture)."""
+    from tests.test_clusters import skyhive
+    from tests.test_ssh_pool import _known_file
+
+    hosts = two_hosts
+    known = _known_file(hosts)
+    client = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, time, skyhive as sky
+        ssh = sky.SSH(hosts={[f"{h.user}@{h.host}:{h.port}" for h in hosts]!r}, key={str(hosts[0].client_key)!r},
+                      known_hosts={known!r}, connect_timeout=10)
+        with sky.Pool(provider=ssh, nodes=2, name="train", keep=True, output=None) as pool:
+            time.sleep(60)
+        """)], cwd=tmp_path)
+    try:
+        wait_for(lambda: any("skyhive.runtime.worker.server" in cmdline(p) for p in cluster_processes("c-train-")),
+                 60, "a worker to start on a host")
+        client.send_signal(signal.SIGKILL)
+    finally:
+        client.wait(timeout=10)
+    assert (Path(skyhive_home) / "clusters" / "train" / "record.json").exists()
+    down = skyhive("down", "train", cwd=tmp_path)
+    assert down.returncode == 0, down.stderr
+    assert cluster_processes("c-train-") == [] and socket_dirs(hosts, "train") == []
