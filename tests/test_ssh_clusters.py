@@ -397,3 +397,23 @@ def test_a_client_killed_while_creating_an_ssh_pool_leaves_nothing_after_down(tw
     down = skyhive("down", "train", cwd=tmp_path)
     assert down.returncode == 0, down.stderr
     assert cluster_processes("c-train-") == [] and socket_dirs(hosts, "train") == []
+
+
+def test_an_unreachable_host_is_unknown_in_status_and_down_keeps_the_record_until_it_answers(two_hosts, skyhive_home):
+    from skyhive.errors import SSHError
+    from skyhive.runtime.commands.clusters import down_cluster, status_rows
+
+    hosts = two_hosts
+    with sky.Pool(provider=ssh_for(hosts, connect_timeout=3), nodes=2, name="train", keep=True, output=None) as pool:
+        pids = sorted(pool.broadcast(os.getpid))
+    hosts[1].set_link(False)
+    try:
+        [row] = status_rows()
+        assert row["state"] == "UNKNOWN (1 host unreachable)"
+        with pytest.raises(SSHError, match=rf"pool 'train': could not stop it everywhere: host \S*{hosts[1].host}"):
+            down_cluster("train", quiet=True)
+        assert (Path(skyhive_home) / "clusters" / "train" / "record.json").exists()  # kept: down again later
+    finally:
+        hosts[1].set_link(True)
+    down_cluster("train", quiet=True)
+    assert not any(process_alive(p) for p in pids)
