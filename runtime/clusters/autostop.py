@@ -7,6 +7,13 @@ sockets: a job running or a Python client attached holds one per worker. With no
 it runs this, which stops the pool's processes (`stop.stop_pool`) and either records the pool as
 stopped by autostop (`skyhive status` shows it; the next `launch -c` starts it again) or, with
 `--down`, forgets it.
+
+A client may attach at the very moment the watchdog fires (it has taken the pool's attach lock but
+not connected yet, or a job was just queued and its agent is starting). So the stop happens only
+under the pool's attach lock, taken without waiting: when a client holds it, or a job is queued or
+its agent runs, this gives up and exits with `KEEP_WATCHING` (the watchdog then watches on). A
+client that attaches after the stop finds the record marked stopped (`named.attach_provider`) and
+is refused, saying so, instead of taking over workers that are gone.
 """
 
 from __future__ import annotations
@@ -14,10 +21,39 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+from . import jobs as jobq
 from . import record as records
+from .agent import agent_pid
 from .stop import stop_pool
 
-__all__ = ["main"]
+__all__ = ["main", "autostop", "KEEP_WATCHING"]
+
+#: "Not now": the watchdog watches on (`worker/watchdog.py`'s own KEEP_WATCHING; the client side does
+#: not import the worker's modules).
+KEEP_WATCHING = 75
+
+
+def autostop(name: str) -> str:
+    """Stop (or, autodown, take down) the idle pool `name` unless a client holds it; what happened:
+    "autostop", "autodown", or why it was left running (a client is attached, a job waits)."""
+    lock = records.AttachLock(name, who="autostop")
+    if not lock.try_acquire():
+        return f"busy: {lock.busy()}"
+    try:
+        agent = agent_pid(name)
+        if agent is not None or jobq.next_pending(name) is not None:
+            return f"busy: pool {name!r} has a job queued or running (agent pid {agent or '-'})"
+        rec = records.load(name)
+        what = "autodown" if rec.autostop_down else "autostop"
+        idle = "its idle time" if rec.autostop_minutes is None else f"{rec.autostop_minutes:g} min"
+        stop_pool(name, why=f"{what}: no client for {idle}", watchdog=False)
+        if rec.autostop_down:
+            records.remove(name)
+        else:
+            records.save(dataclasses.replace(rec, stopped=what, watchdog_pid=0))
+        return what
+    finally:
+        lock.release()  # (autodown removed the lock file with the pool: the descriptor still holds it)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,15 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("usage: python -m skyhive.runtime.clusters.autostop NAME\n")
         return 2
     name = records.check_name(args[0])
-    rec = records.load(name)
-    what = "autodown" if rec.autostop_down else "autostop"
-    stop_pool(name, why=f"{what}: no client for {rec.autostop_minutes:g} min", watchdog=False)
-    if rec.autostop_down:
-        records.remove(name)
-    else:
-        records.save(dataclasses.replace(rec, stopped=what, watchdog_pid=0))
-    sys.stdout.write(f"pool {name}: {what}\n")
-    return 0
+    outcome = autostop(name)
+    sys.stdout.write(f"pool {name}: {outcome}\n")
+    return KEEP_WATCHING if outcome.startswith("busy") else 0
 
 
 if __name__ == "__main__":

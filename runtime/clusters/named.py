@@ -72,7 +72,11 @@ def kept_provider(name: str, provider: Provider) -> LocalCluster:
 
 def attach_provider(rec: ClusterRecord) -> LocalCluster:
     """The provider that takes the workers of `rec` over. Raises `PoolGone` naming the pool and the
-    workers that died."""
+    workers that died, or saying autostop stopped it (checked again under the attach lock: autostop
+    stops a pool only while holding that lock, `clusters/autostop.py`)."""
+    if rec.stopped:
+        raise PoolGone(f"pool {rec.name!r} was stopped by {rec.stopped} (it was idle past its limit): "
+                       f"`skyhive launch -c {rec.name} TASK.yaml` starts it again")
     dead = dead_workers(rec)
     if dead:
         which = ", ".join(f"node {w.node} worker {w.rank} (pid {w.pid})" for w in dead)
