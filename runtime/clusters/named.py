@@ -25,6 +25,7 @@ from ...providers.base import Provider
 from ...providers.local import Local, LocalCluster
 from ..transport.local_detached import server_pid, socket_path
 from . import record as records
+from .follow import follow_workers
 from .procs import runs
 from .record import ClusterRecord, WorkerEntry
 
@@ -177,6 +178,8 @@ class NamedPool:
                 finally:
                     self.leave(kept=self.attach)
             raise
+        # a worker started later (restarted, or a replaced node's: `replace_failed`) goes into the record
+        rt.tg.start_soon(follow_workers, rt.log.subscribe(), self.name)
         return pool
 
     def started(self, rt: PoolRuntime, provider: LocalCluster, processes_per_node: int) -> None:
