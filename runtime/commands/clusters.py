@@ -102,11 +102,13 @@ def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float 
     anyio.run(create)
 
 
-def _queue(task: Task, name: str, *, setup: bool) -> jobq.Job:
+def _queue(task: Task, name: str, *, setup: bool, num_nodes: int = 0) -> jobq.Job:
+    import dataclasses
     import pickle
 
     steps = task_steps(task, Local(), work_id=name, task_id=f"skyhive-{name}-{time.strftime('%Y-%m-%d-%H-%M-%S')}",
                        setup=setup)
+    steps = dataclasses.replace(steps, num_nodes=num_nodes)  # 0: every node of the pool
     return jobq.submit(name, job_name=task.name or "task", steps=pickle.dumps(steps), with_setup=setup,
                        env=task.env(), secrets=task.secret_env())
 
@@ -126,19 +128,20 @@ def _after_submit(name: str, job: jobq.Job, detach_run: bool, out: TextIO, err: 
 
 def exec_task(task: Task, name: str, *, detach_run: bool = False, out: TextIO | None = None,
               err: TextIO | None = None) -> int:
-    """`skyhive exec NAME TASK`: queue the task's `run` (no setup) on the running pool `name`; the
-    job's exit code unless `detach_run`. Raises `PoolNotFound`/`PoolGone` naming the pool."""
+    """`skyhive exec NAME TASK`: queue the task's `run` (no setup) on the running pool `name` — on its
+    first `num_nodes` nodes when the task asks for fewer than the pool has; the job's exit code unless
+    `detach_run`. Raises `LaunchError` when the task asks for more nodes than the pool has. Raises `PoolNotFound`/`PoolGone` naming the pool."""
     out, err = out or sys.stdout, err or sys.stderr
     _require_local(task, f"exec {name}")
     rec = records.load(name)
     if dead_workers(rec) or not rec.workers:
         raise PoolGone(f"pool {name!r} is not running (its workers are gone): `skyhive launch -c {name} TASK.yaml` "
                        f"starts it again")
-    if task.num_nodes != rec.nodes:  # running on some of the nodes is not there yet: refused, not ignored
-        raise LaunchError(f"the task asks for {task.num_nodes} node{'s' if task.num_nodes != 1 else ''}; pool "
-                          f"{name!r} has {rec.nodes} (a job runs on every node of its pool: "
-                          f"`--num-nodes {rec.nodes}`, or another pool)")
-    return _after_submit(name, _queue(task, name, setup=False), detach_run, out, err)
+    if task.num_nodes > rec.nodes:  # fewer run on the first N nodes (SkyPilot's exec does the same)
+        raise LaunchError(f"the task asks for {task.num_nodes} nodes; pool {name!r} has {rec.nodes} (a job runs "
+                          f"on at most every node of its pool: `--num-nodes {rec.nodes}` or fewer, or another pool)")
+    nodes = task.num_nodes if task.num_nodes < rec.nodes else 0
+    return _after_submit(name, _queue(task, name, setup=False, num_nodes=nodes), detach_run, out, err)
 
 
 def follow_job(name: str, job_id: int, out: TextIO, *, follow: bool = True,
