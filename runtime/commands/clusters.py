@@ -10,6 +10,7 @@ with its exit code. Ctrl-C while following stops following only: the job goes on
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from ..clusters.named import dead_workers, live_workers, new_kept_pool, set_auto
 from ..clusters.procs import alive
 from ..clusters.stop import stop_pool
 from .launch import task_steps
+from .resources import provider_for
 from .taskfile import Task
 
 __all__ = ["task_spec", "launch_cluster", "exec_task", "down_cluster", "status_rows", "print_status", "follow_job",
@@ -60,8 +62,8 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
     out, err = out or sys.stdout, err or sys.stderr
     records.check_name(name)
     _require_local(task, f"launch -c {name}")
-    if idle_minutes is not None and idle_minutes <= 0:
-        raise ValueError(f"-i {idle_minutes:g}: autostop needs a positive number of minutes")
+    if idle_minutes is not None and not 0 < idle_minutes < math.inf:  # (nan is neither)
+        raise ValueError(f"-i {idle_minutes:g}: autostop needs a positive, finite number of minutes")
     if down and idle_minutes is None:
         idle_minutes = 5.0  # SkyPilot's default for --down alone
     spec = task_spec(task)
@@ -133,6 +135,7 @@ def exec_task(task: Task, name: str, *, detach_run: bool = False, out: TextIO | 
     `detach_run`. Raises `LaunchError` when the task asks for more nodes than the pool has. Raises `PoolNotFound`/`PoolGone` naming the pool."""
     out, err = out or sys.stdout, err or sys.stderr
     _require_local(task, f"exec {name}")
+    provider_for(task)  # what Local cannot honour (--use-spot, --region, -t, ...) is refused, not ignored
     rec = records.load(name)
     if dead_workers(rec) or not rec.workers:
         raise PoolGone(f"pool {name!r} is not running (its workers are gone): `skyhive launch -c {name} TASK.yaml` "
