@@ -389,3 +389,31 @@ def test_detach_run_returns_once_queued_and_exec_refuses_what_local_cannot_honou
     # a node requirement on exec is checked on the pool's nodes before run
     short = skyhive("exec", "flags", "--cpus", f"{(os.cpu_count() or 1) * 64}+", plain, cwd=tmp_path)
     assert short.returncode != 0 and "resources.cpus" in short.stdout and "ran on" not in short.stdout
+
+
+# ---- the task file's `resources` fields: the side tests/test_cloud_catalog.py and test_cli_taskfile.py leave -----
+
+
+def test_resource_fields_from_the_task_file_take_effect_or_are_refused(tmp_path):
+    from skyhive.errors import ProvisionError
+    from skyhive.runtime.commands.plan import plan_launch
+    from skyhive.runtime.commands.taskfile import TaskFileError, loads
+
+    def plan(resources: str):
+        return plan_launch(loads(f"resources: {{{resources}}}\nrun: echo\n", cwd=str(tmp_path)))
+
+    spot = plan("cloud: aws, use_spot: true, accelerators: L4:1")  # use_spot from the file, as --use-spot
+    assert spot.plan["spot"] is True and any("spot is less" in line for line in spot.lines)
+    assert plan("cloud: aws, use_spot: false, accelerators: L4:1").plan["spot"] is False
+    with pytest.raises(ProvisionError, match="unknown region 'mars-1'"):
+        plan("cloud: aws, region: mars-1")
+    with pytest.raises(TaskFileError, match=r"resources.image_id: expected a name, got 7"):
+        plan("cloud: aws, image_id: 7")
+    for field, value, flag in (("image_id", "ami-1", "--image-id ami-1"), ("disk_size", "100", "--disk-size 100"),
+                               ("instance_type", "m5.large", "--instance-type m5.large"),
+                               ("region", "us-east-1", "--region us-east-1")):
+        with pytest.raises(TaskFileError, match=rf"resources.{field} \({flag}\): the local provider has no such option"):
+            plan(f"cloud: local, {field}: {value}")
+    # the "disk" is SkyPilot's disk_size: the short key is a warning that names it, never a silent ignore
+    task = loads("resources:\n  disk: 100\nrun: echo\n", cwd=str(tmp_path))
+    assert task.warnings == ("<task>:2: unknown key resources.disk (did you mean resources.disk_size?); ignored",)
