@@ -11,7 +11,7 @@ stopped by autostop (`skyhive status` shows it; the next `launch -c` starts it a
 A client may attach at the very moment the watchdog fires (it has taken the pool's attach lock but
 not connected yet, or a job was just queued and its agent is starting). So the stop happens only
 under the pool's attach lock, taken without waiting: when a client holds it, or a job is queued or
-its agent runs, this gives up and exits with `KEEP_WATCHING` (the watchdog then watches on). A
+running, this gives up and exits with `KEEP_WATCHING` (the watchdog then watches on). A
 client that attaches after the stop finds the record marked stopped (`named.attach_provider`) and
 is refused, saying so, instead of taking over workers that are gone.
 """
@@ -23,7 +23,6 @@ import sys
 
 from . import jobs as jobq
 from . import record as records
-from .agent import agent_pid
 from .stop import stop_pool
 
 __all__ = ["main", "autostop", "KEEP_WATCHING"]
@@ -40,9 +39,11 @@ def autostop(name: str) -> str:
     if not lock.try_acquire():
         return f"busy: {lock.busy()}"
     try:
-        agent = agent_pid(name)
-        if agent is not None or jobq.next_pending(name) is not None:
-            return f"busy: pool {name!r} has a job queued or running (agent pid {agent or '-'})"
+        # (read from the job files: probing the agent's lock could make an agent starting now think
+        # another one runs)
+        waiting = [j.id for j in jobq.list_jobs(name) if j.state in (jobq.PENDING, jobq.RUNNING)]
+        if waiting:
+            return f"busy: pool {name!r} has a job queued or running (job {', '.join(map(str, waiting))})"
         rec = records.load(name)
         what = "autodown" if rec.autostop_down else "autostop"
         idle = "its idle time" if rec.autostop_minutes is None else f"{rec.autostop_minutes:g} min"
