@@ -142,3 +142,36 @@ def test_the_watchdog_watches_on_when_its_command_says_not_now(tmp_path):
     command = f"echo x >> {calls}; test $(wc -l < {calls}) -ge 2 || exit {KEEP_WATCHING}"
     assert watch(0.05, command, 0, 0.02, unix_dir=str(tmp_path / "none")) == 0
     assert calls.read_text().count("x") == 2
+
+
+def test_an_agent_starting_while_its_lock_is_probed_waits_for_the_probe_instead_of_leaving(tmp_path, clean):
+    import fcntl
+    import os
+
+    from skyhive.runtime.clusters import record as records
+
+    path = records.cluster_dir("probed", create=True) / "agent.lock"
+    probe = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # what `agent_pid()` does: lock, write no pid
+    fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    agent = subprocess.Popen([sys.executable, "-m", "skyhive.runtime.clusters.agent", "probed"], cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def opened() -> bool:  # the agent has the lock file open: it is at its first try
+            if agent.poll() is not None:
+                return True  # (it left already: the assertions below say how)
+            try:
+                return any(os.readlink(f"/proc/{agent.pid}/fd/{fd}") == str(path)
+                           for fd in os.listdir(f"/proc/{agent.pid}/fd"))
+            except OSError:
+                return agent.poll() is not None
+        from tests.test_clusters import wait_for
+
+        wait_for(opened, timeout=30, what="the agent to open its lock")
+        os.close(probe)  # the probe is over
+        out, err = agent.communicate(timeout=60)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    assert agent.returncode == 0, err
+    assert "pid" in json.loads(out.strip().splitlines()[-1])  # it ran (and left: no job), not "already"
