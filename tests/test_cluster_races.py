@@ -88,10 +88,16 @@ def test_an_attach_that_looked_before_autostop_is_refused_after_it(tmp_path, cle
         sky.Pool.attach("late")
 
 
-def test_an_attach_while_autostop_stops_the_pool_waits_for_it_and_is_refused(tmp_path, clean, monkeypatch):
+@pytest.mark.parametrize("down", [False, True])
+def test_an_attach_while_autostop_stops_the_pool_waits_for_it_and_is_refused(tmp_path, clean, monkeypatch, down):
+    import dataclasses
+
     from skyhive.runtime.clusters import autostop as autostop_mod
+    from skyhive.runtime.clusters import record as records
 
     pids = _kept(tmp_path, "mid")
+    if down:  # autodown: the pool is forgotten
+        records.save(dataclasses.replace(records.load("mid"), autostop_down=True))
     attach = textwrap.dedent("""
         import sys, skyhive as sky
         try:
@@ -111,13 +117,17 @@ def test_an_attach_while_autostop_stops_the_pool_waits_for_it_and_is_refused(tmp
         return real_stop(name, **kw)
 
     monkeypatch.setattr(autostop_mod, "stop_pool", stop_while_clients_come)
-    assert autostop_mod.autostop("mid") == "autostop"
+    assert autostop_mod.autostop("mid") == ("autodown" if down else "autostop")
     now = seen["now"]
     assert now.returncode == 0 and now.stdout.startswith("PoolInUse"), now.stderr
     assert "(autostop)" in now.stdout  # the holder is named
     waiting = seen["waiting"]
-    out, err = waiting.communicate(timeout=60)  # it waited for autostop, then found the pool stopped
-    assert out.startswith("PoolGone") and "stopped by autostop" in out, (out, err)
+    out, err = waiting.communicate(timeout=60)  # it waited for autostop, then found the pool stopped (or gone)
+    if down:
+        assert out.startswith("PoolNotFound") and "no named pool 'mid'" in out, (out, err)
+        assert not records.cluster_dir("mid").exists()  # the waiting client left no lock file behind
+    else:
+        assert out.startswith("PoolGone") and "stopped by autostop" in out, (out, err)
     assert "ATTACHED" not in out and not _alive(pids)
 
 

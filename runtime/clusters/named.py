@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,11 +74,7 @@ def kept_provider(name: str, provider: Provider) -> LocalCluster:
 
 def attach_provider(rec: ClusterRecord) -> LocalCluster:
     """The provider that takes the workers of `rec` over. Raises `PoolGone` naming the pool and the
-    workers that died, or saying autostop stopped it (checked again under the attach lock: autostop
-    stops a pool only while holding that lock, `clusters/autostop.py`)."""
-    if rec.stopped:
-        raise PoolGone(f"pool {rec.name!r} was stopped by {rec.stopped} (it was idle past its limit): "
-                       f"`skyhive launch -c {rec.name} TASK.yaml` starts it again")
+    workers that died."""
     dead = dead_workers(rec)
     if dead:
         which = ", ".join(f"node {w.node} worker {w.rank} (pid {w.pid})" for w in dead)
@@ -150,6 +147,14 @@ class NamedPool:
             if deadline is not None and time.monotonic() >= deadline:
                 raise self._lock.busy()
             await anyio.sleep(0.1)
+        if self.attach:  # autostop stops a pool only under this lock (`autostop.py`): look again now
+            try:
+                refuse_stopped(records.load(self.name))
+            except BaseException:
+                self._lock.release()
+                if not (records.cluster_dir(self.name) / "record.json").exists():  # autodown forgot it meanwhile:
+                    shutil.rmtree(records.cluster_dir(self.name), ignore_errors=True)  # leave no lock file behind
+                raise
 
     async def open(self, pool: Any, enter: Callable[[], Awaitable[Any]]) -> Any:
         """Enter `pool` (the `Pool`; `enter` starts it) as this named pool: lock, (re)check the workers when
@@ -245,3 +250,11 @@ def set_autostop(rec: ClusterRecord, minutes: float, down: bool) -> ClusterRecor
 
 def _fields(rec: ClusterRecord) -> dict[str, Any]:
     return {name: getattr(rec, name) for name in rec.__dataclass_fields__}
+
+
+def refuse_stopped(rec: ClusterRecord) -> None:
+    """Raise `PoolGone` when autostop stopped the pool of `rec` (checked by `Pool.attach`, and again once
+    the attach lock is held: autostop stops a pool only while holding it)."""
+    if rec.stopped:
+        raise PoolGone(f"pool {rec.name!r} was stopped by {rec.stopped} (it was idle past its limit): "
+                       f"`skyhive launch -c {rec.name} TASK.yaml` starts it again")

@@ -10,7 +10,6 @@ with its exit code. Ctrl-C while following stops following only: the job goes on
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -27,7 +26,6 @@ from ..clusters.named import dead_workers, live_workers, new_kept_pool, set_auto
 from ..clusters.procs import alive
 from ..clusters.stop import stop_pool
 from .launch import task_steps
-from .resources import provider_for
 from .taskfile import Task
 
 __all__ = ["task_spec", "launch_cluster", "exec_task", "down_cluster", "status_rows", "print_status", "follow_job",
@@ -62,8 +60,8 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
     out, err = out or sys.stdout, err or sys.stderr
     records.check_name(name)
     _require_local(task, f"launch -c {name}")
-    if idle_minutes is not None and not 0 < idle_minutes < math.inf:  # (nan is neither)
-        raise ValueError(f"-i {idle_minutes:g}: autostop needs a positive, finite number of minutes")
+    if idle_minutes is not None and idle_minutes <= 0:
+        raise ValueError(f"-i {idle_minutes:g}: autostop needs a positive number of minutes")
     if down and idle_minutes is None:
         idle_minutes = 5.0  # SkyPilot's default for --down alone
     spec = task_spec(task)
@@ -104,13 +102,11 @@ def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float 
     anyio.run(create)
 
 
-def _queue(task: Task, name: str, *, setup: bool, num_nodes: int = 0) -> jobq.Job:
-    import dataclasses
+def _queue(task: Task, name: str, *, setup: bool) -> jobq.Job:
     import pickle
 
     steps = task_steps(task, Local(), work_id=name, task_id=f"skyhive-{name}-{time.strftime('%Y-%m-%d-%H-%M-%S')}",
                        setup=setup)
-    steps = dataclasses.replace(steps, num_nodes=num_nodes)  # 0: every node of the pool
     return jobq.submit(name, job_name=task.name or "task", steps=pickle.dumps(steps), with_setup=setup,
                        env=task.env(), secrets=task.secret_env())
 
@@ -130,21 +126,23 @@ def _after_submit(name: str, job: jobq.Job, detach_run: bool, out: TextIO, err: 
 
 def exec_task(task: Task, name: str, *, detach_run: bool = False, out: TextIO | None = None,
               err: TextIO | None = None) -> int:
-    """`skyhive exec NAME TASK`: queue the task's `run` (no setup) on the running pool `name` — on its
-    first `num_nodes` nodes when the task asks for fewer than the pool has; the job's exit code unless
-    `detach_run`. Raises `LaunchError` when the task asks for more nodes than the pool has. Raises `PoolNotFound`/`PoolGone` naming the pool."""
+    """`skyhive exec NAME TASK`: queue the task's `run` (no setup) on the running pool `name`; the
+    job's exit code unless `detach_run`. Raises `PoolNotFound`/`PoolGone` naming the pool."""
     out, err = out or sys.stdout, err or sys.stderr
     _require_local(task, f"exec {name}")
-    provider_for(task)  # what Local cannot honour (--use-spot, --region, -t, ...) is refused, not ignored
     rec = records.load(name)
     if dead_workers(rec) or not rec.workers:
         raise PoolGone(f"pool {name!r} is not running (its workers are gone): `skyhive launch -c {name} TASK.yaml` "
                        f"starts it again")
-    if task.num_nodes > rec.nodes:  # fewer run on the first N nodes (SkyPilot's exec does the same)
+    # fewer nodes than the pool has: the job runs on the first N (`TaskSteps.num_nodes`), as SkyPilot's
+    # exec places it; more is an error naming both counts
+    if task.num_nodes > rec.nodes:
         raise LaunchError(f"the task asks for {task.num_nodes} nodes; pool {name!r} has {rec.nodes} (a job runs "
                           f"on at most every node of its pool: `--num-nodes {rec.nodes}` or fewer, or another pool)")
-    nodes = task.num_nodes if task.num_nodes < rec.nodes else 0
-    return _after_submit(name, _queue(task, name, setup=False, num_nodes=nodes), detach_run, out, err)
+    from .resources import provider_for
+
+    provider_for(task)  # what the pool's provider cannot honour (--use-spot, --region, -t, ...) is refused, not ignored
+    return _after_submit(name, _queue(task, name, setup=False), detach_run, out, err)
 
 
 def follow_job(name: str, job_id: int, out: TextIO, *, follow: bool = True,

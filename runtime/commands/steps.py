@@ -5,8 +5,9 @@ On every node what the task's resources ask is checked (machines that exist alre
 *machine* (nodes on one machine share its files and Python environment: Local nodes) the workdir is
 unpacked into a directory of its own, the `file_mounts` are copied and `setup` runs there; then `run`
 on every node, in its machine's directory. A job that asks for fewer nodes than its named pool has
-(`TaskSteps.num_nodes`) runs on the first N nodes only, and its scripts see those N as the cluster. Setup and run are bash scripts run by a skyhive function
-(`nodecmd.run_script`), so their output streams back live through the pool. The first node whose
+(`TaskSteps.num_nodes`) runs on the first N nodes only, and its scripts see those N as the cluster.
+Setup and run are bash scripts run by a skyhive function (`nodecmd.run_script`), so their output
+streams back live through the pool. The first node whose
 step fails decides the outcome; the other nodes' scripts are then stopped (as SkyPilot does: a
 distributed job with a dead member would hang).
 """
@@ -57,7 +58,7 @@ class TaskSteps:
     mounts: list[tuple[str, str, bytes, bool]] = field(default_factory=list)
     requirements: dict[str, Any] = field(default_factory=dict)
     cluster_info: str = ""
-    num_nodes: int = 0  # run on the pool's first N nodes only (`skyhive exec` of a smaller task); 0: all
+    num_nodes: int = 0  # the task's nodes: fewer than the pool has run on its first N (`skyhive exec`)
 
 
 def pack_mounts(task: Task, pack: Callable[[str], bytes]) -> list[tuple[str, str, bytes, bool]]:
@@ -70,9 +71,8 @@ async def run_steps(rt: PoolRuntime, steps: TaskSteps, *, task_env: dict[str, st
     `task_env` (variables and secret values) goes to the scripts only, not to the workers (a named
     pool's job; `skyhive launch` gives them to its pool's workers as the Image instead)."""
     channels = await rt.all_channels()
-    if steps.num_nodes:  # a job on some of the pool's nodes: the first N, as SkyPilot places it
-        if steps.num_nodes > len(rt.nodes):
-            raise ValueError(f"the task asks for {steps.num_nodes} nodes; the pool has {len(rt.nodes)}")
+    some = 0 < steps.num_nodes < len(rt.nodes)  # a job on some of a named pool's nodes: the first N
+    if some:
         channels = [c for c in channels if c.node < steps.num_nodes]
     dirs: list[Any] = []
     failed, keys = await everywhere(rt, channels, "machine", nodeprep.machine_key)
@@ -94,7 +94,7 @@ async def run_steps(rt: PoolRuntime, steps: TaskSteps, *, task_env: dict[str, st
         script = getattr(steps, phase)
         if failed is None and script:
             # the scripts see the job's nodes only: SKYPILOT_NUM_NODES=N, NODE_IPS of nodes 0..N-1
-            extra = (task_env or None, steps.num_nodes) if steps.num_nodes else (task_env,) if task_env else ()
+            extra = (task_env or None, steps.num_nodes) if some else (task_env,) if task_env else ()
             failed, _ = await everywhere(rt, [channels[i] for i in on], phase, nodecmd.run_script, script,
                                          steps.task_id, phase, steps.cluster_info, *extra,
                                          per_node=[dirs[i] for i in on])
