@@ -12,7 +12,7 @@ A client may attach at the very moment the watchdog fires (it has taken the pool
 not connected yet, or a job was just queued and its agent is starting). So the stop happens only
 under the pool's attach lock, taken without waiting: when a client holds it, or a job is queued or
 running, this gives up and exits with `KEEP_WATCHING` (the watchdog then watches on). A
-client that attaches after the stop finds the record marked stopped (`named.attach_provider`) and
+client that attaches after the stop finds the record marked stopped (`named.refuse_stopped`) and
 is refused, saying so, instead of taking over workers that are gone.
 """
 
