@@ -395,6 +395,10 @@ class SSH(Provider):
         assert isinstance(reach, SSHReach)
         return reach.user, reach.host, reach.port
 
+    def _sweep_known_hosts(self, host: tuple[str | None, str, int]) -> Any:
+        """What a cleanup login checks the host's key against (None: the key the host shows)."""
+        return os.path.expanduser(self.known_hosts) if self.known_hosts else None
+
     async def _sweep(self, host: tuple[str | None, str, int], script: str) -> str:
         """Run the sweep `script` on `host`; its stdout. Raises `SSHError` subclasses naming the host."""
         import asyncssh
@@ -406,7 +410,7 @@ class SSH(Provider):
         # first contact and that key is not kept, so this login takes the key the host shows
         conn = await connect_ssh(
             host=addr, port=port, user=user, key=self.key, use_agent=self.use_agent,
-            known_hosts=os.path.expanduser(self.known_hosts) if self.known_hosts else None,
+            known_hosts=self._sweep_known_hosts(host),
             connect_timeout=self.connect_timeout, key_source=f"known_hosts {self.known_hosts}")
         try:
             async with conn:

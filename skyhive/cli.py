@@ -62,7 +62,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         from skyhive.runtime.commands.clusters import launch_cluster
 
         return launch_cluster(plan.task, args.cluster, detach_run=args.detach_run, idle_minutes=args.idle_minutes,
-                              down=args.down)
+                              down=args.down, provider=plan.provider)
     return run_launch(plan.task, provider=plan.provider)
 
 

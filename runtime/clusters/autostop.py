@@ -6,7 +6,9 @@ The watchdog (`runtime/worker/watchdog.py --unix-dir`) counts the connections to
 sockets: a job running or a Python client attached holds one per worker. With none for `-i MINUTES`
 it runs this, which stops the pool's processes (`stop.stop_pool`) and either records the pool as
 stopped by autostop (`skyhive status` shows it; the next `launch -c` starts it again) or, with
-`--down`, forgets it.
+`--down`, forgets it. A cloud pool's instances are terminated (by their recorded ids) and the pool
+forgotten either way: its instances terminate on shutdown, so there is no stopped state to keep, and
+this runs on the client's machine, which has the cloud credentials (the nodes have none).
 
 A client may attach at the very moment the watchdog fires (it has taken the pool's attach lock but
 not connected yet, or a job was just queued and its agent is starting). So the stop happens only
@@ -48,7 +50,12 @@ def autostop(name: str) -> str:
         what = "autodown" if rec.autostop_down else "autostop"
         idle = "its idle time" if rec.autostop_minutes is None else f"{rec.autostop_minutes:g} min"
         stop_pool(name, why=f"{what}: no client for {idle}", watchdog=False)
-        if rec.autostop_down:
+        if rec.instances:  # a cloud pool: nothing to keep stopped (instances terminate on shutdown): down
+            from .cloud import terminate_instances
+
+            terminate_instances(rec)
+            records.remove(name)
+        elif rec.autostop_down:
             records.remove(name)
         else:
             records.save(dataclasses.replace(rec, stopped=what, watchdog_pid=0))

@@ -23,7 +23,11 @@ import anyio
 
 from ...errors import PoolExists, PoolGone
 from ...providers.base import Provider
+from ...paths import state_dir
 from ...providers.local import Local, LocalCluster
+from ...providers.ssh import SSH
+from ...providers.kept_cloud import KeptCloud, kept_cloud
+from ...providers.ssh_cluster import KeptSSHReach, SSHCluster, cluster_key
 from ..transport.local_detached import server_pid, socket_path
 from . import record as records
 from .follow import follow_workers
@@ -50,15 +54,46 @@ def minute() -> float:
         raise ValueError(f"{AUTOSTOP_UNIT_ENV}={os.environ[AUTOSTOP_UNIT_ENV]!r} is not a number of seconds") from None
 
 
-def kept_provider(name: str, provider: Provider) -> LocalCluster:
-    """The provider of a new kept pool: `provider`'s Local nodes as detached workers.
+#: Why a provider's pool cannot be kept (yet), by provider name (the error says it).
+_CLOUD = ("kept cloud pools are built and tested for aws only (its instances' reach, idle watchdog and "
+          "termination by recorded instance id); use a pool without a name, or give the instances to "
+          "sky.SSH(hosts=...) to keep a pool on them")
+_CANNOT_KEEP = {
+    "slurm": "a Slurm allocation ends with the client's job (srun steps are children of it); keeping one "
+             "would need a batch job holding the allocation, which is not built",
+    "azure": _CLOUD, "gcp": _CLOUD, "digitalocean": _CLOUD,
+}
 
-    Raises `ValueError` for a provider whose nodes cannot outlive the client yet, and `PoolExists`
-    when a pool by that name still runs."""
+
+def cannot_keep(provider: str) -> str:
+    """Why pools of `provider` cannot be kept (outlive their client)."""
+    return _CANNOT_KEEP.get(provider, "its nodes' workers cannot outlive the client yet (kept pools run on the "
+                                      "local and ssh providers)")
+
+
+def kept_provider(name: str, provider: Provider) -> Provider:
+    """The provider of a new kept pool: `provider`'s nodes with detached workers (Local:
+    `LocalCluster`; SSH: `SSHCluster`).
+
+    Raises `ValueError` naming the provider and why for one whose nodes cannot outlive the client,
+    and `PoolExists` when a pool by that name still runs."""
     records.check_name(name)
-    if type(provider) is not Local:
-        raise ValueError(f"Pool(name={name!r}, keep=True): only Local pools can be kept after the client leaves "
-                         f"yet, not {provider.name!r}")
+    if provider.name == "aws":  # its instances kept, their workers detached (providers/kept_cloud.py)
+        _no_live_pool(name)
+        return kept_cloud(provider, pool=name, socket_dir=records.socket_dir(name),
+                          cluster=cluster_key(name, str(state_dir())))
+    if type(provider) not in (Local, SSH):
+        raise ValueError(f"Pool(name={name!r}, keep=True): provider {provider.name!r} cannot keep a pool: "
+                         f"{cannot_keep(provider.name)}")
+    _no_live_pool(name)
+    # the workers never leave by themselves: autostop is the pool's watchdog (`start_watchdog`)
+    if isinstance(provider, SSH):
+        return SSHCluster.from_ssh(provider, pool=name, cluster=cluster_key(name, str(state_dir())))
+    return LocalCluster(socket_dir=records.socket_dir(name), cwd=provider.cwd, build_env=provider.build_env)
+
+
+def _no_live_pool(name: str) -> None:
+    """Raise `PoolExists` when pool `name` still runs; forget what is left of one whose workers died."""
     try:
         old = records.load(name)
     except Exception:  # noqa: BLE001 - no record (or an unreadable one): a new pool
@@ -67,15 +102,22 @@ def kept_provider(name: str, provider: Provider) -> LocalCluster:
         if live_workers(old):
             raise PoolExists(f"pool {name!r} already runs ({len(old.workers)} workers): attach to it with "
                              f"sky.Pool.attach({name!r}), or `skyhive down {name}` first")
+        if old.instances:  # its instances may still run (billed): terminated before it is forgotten
+            from .cloud import terminate_instances
+
+            terminate_instances(old)
         records.remove(name)  # what is left of a pool whose workers all died
-    # the workers never leave by themselves: autostop is the pool's watchdog (`start_watchdog`)
-    return LocalCluster(socket_dir=records.socket_dir(name), cwd=provider.cwd, build_env=provider.build_env)
 
 
-def attach_provider(rec: ClusterRecord) -> LocalCluster:
+def attach_provider(rec: ClusterRecord, *, check: bool = True) -> Provider:
     """The provider that takes the workers of `rec` over. Raises `PoolGone` naming the pool and the
-    workers that died."""
-    dead = dead_workers(rec)
+    workers that died (an SSH pool's are checked by the takeover itself, on its hosts; `check=False`
+    skips the local check too)."""
+    if rec.on_hosts:
+        from .remote import provider_of
+
+        return provider_of(rec)
+    dead = dead_workers(rec) if check else []
     if dead:
         which = ", ".join(f"node {w.node} worker {w.rank} (pid {w.pid})" for w in dead)
         raise PoolGone(f"pool {rec.name!r}: its workers died ({which}); `skyhive down {rec.name}` cleans up, "
@@ -85,7 +127,15 @@ def attach_provider(rec: ClusterRecord) -> LocalCluster:
 
 def live_workers(rec: ClusterRecord) -> list[WorkerEntry]:
     """The record's workers whose socket a worker still serves (a worker restarted by a client since the
-    record was written serves the same socket under another pid)."""
+    record was written serves the same socket under another pid). An SSH pool's are asked on its
+    hosts (one login each); a host that cannot be reached counts as not live."""
+    if rec.on_hosts:
+        from .remote import live_remote
+
+        live, errors, _ = live_remote(rec)
+        for error in errors:
+            log.warning("pool %s: %s", rec.name, error)
+        return live
     return [w for w in rec.workers if server_pid(w.socket) is not None]
 
 
@@ -108,11 +158,11 @@ def keep_named(name: str | None, provider: Provider, *, keep: bool, autostop: fl
 
 
 def new_kept_pool(pool_class: Any, name: str, nodes: int, *, spec: dict[str, Any], autostop: float | None,
-                  autostop_down: bool) -> Any:
+                  autostop_down: bool, provider: Provider | None = None) -> Any:
     """A `Pool` (`pool_class`, given by the caller: this module does not import pool.py), not entered,
     that creates the kept Local pool `name` (`skyhive launch -c`): its record also holds `spec` (what a
     later `launch -c` compares) and whether autostop takes it down."""
-    pool = pool_class(provider=Local(), nodes=nodes, name=name, keep=True, output=None, autostop=autostop)
+    pool = pool_class(provider=provider or Local(), nodes=nodes, name=name, keep=True, output=None, autostop=autostop)
     named = pool._named
     assert named is not None
     named.spec = dict(spec)
@@ -163,12 +213,14 @@ class NamedPool:
         try:
             if self.attach:  # workers may have died since Pool.attach() looked
                 pool.provider = attach_provider(records.load(self.name))
+                if isinstance(pool.provider, SSHCluster):
+                    pool.provider = pool.provider.for_nodes(pool.nodes)
             await enter()
         except BaseException:
             self.leave(kept=self.attach)
             raise
         rt = pool._rt
-        assert rt is not None and isinstance(pool.provider, LocalCluster)
+        assert rt is not None and isinstance(pool.provider, (LocalCluster, SSHCluster, KeptCloud))
         try:
             self.started(rt, pool.provider, pool.processes_per_node)
         except BaseException as exc:  # the pool runs but cannot be recorded: a new one is torn down
@@ -187,35 +239,100 @@ class NamedPool:
         rt.tg.start_soon(follow_workers, rt.log.subscribe(), self.name)
         return pool
 
-    def started(self, rt: PoolRuntime, provider: LocalCluster, processes_per_node: int) -> None:
+    def started(self, rt: PoolRuntime, provider: Any, processes_per_node: int) -> None:
         """The workers run: write the record (a new pool) or check it still says the same (attached)."""
+        from ..transport.ssh import SSHTransport, SSHWorker
+
         workers = []
+        host_keys: dict[str, str] = {}
+        node_envs: dict[str, dict[str, Any]] = {}
         for node in rt.nodes:
+            if isinstance(node.transport, SSHTransport):
+                host_keys[str(node.index)] = node.transport.host_key_text()
+                env = node.transport.node_env
+                if env is not None:
+                    node_envs[str(node.index)] = {"python": env.python, "pythonpath": list(env.pythonpath)}
             for rank, proc in enumerate(node.processes):
-                if proc is not None:
-                    path = socket_path(provider.socket_dir, node.index, rank)
-                    workers.append(WorkerEntry(node=node.index, rank=rank, pid=proc.pid, socket=path))
+                if proc is None:
+                    continue
+                if isinstance(proc, SSHWorker):
+                    path = proc.socket
+                else:
+                    path = socket_path(provider.socket_dir if isinstance(provider, LocalCluster)
+                                       else provider.kept_socket_dir, node.index, rank)
+                workers.append(WorkerEntry(node=node.index, rank=rank, pid=proc.pid, socket=path))
         if self.attach:
             old = records.load(self.name)
             rec = ClusterRecord(**{**_fields(old), "workers": tuple(workers)})
+        elif isinstance(provider, KeptCloud):
+            rec = self._cloud_record(rt, provider, processes_per_node, tuple(workers), host_keys, node_envs)
         else:
-            rec = ClusterRecord(name=self.name, provider="local", nodes=len(rt.nodes),
+            kept = isinstance(provider, SSHCluster)
+            rec = ClusterRecord(name=self.name, provider="ssh" if kept else "local", nodes=len(rt.nodes),
                                 processes_per_node=processes_per_node, concurrency=rt.context.concurrency,
-                                cwd=provider.cwd or os.getcwd(),
-                                socket_dir=provider.socket_dir, created=time.time(), workers=tuple(workers),
-                                spec=self.spec, autostop_minutes=self.autostop_minutes,
-                                autostop_down=self.autostop_down)
+                                cwd=os.getcwd() if kept else provider.cwd or os.getcwd(),
+                                socket_dir="" if kept else provider.socket_dir, created=time.time(),
+                                workers=tuple(workers), spec=self.spec, autostop_minutes=self.autostop_minutes,
+                                autostop_down=self.autostop_down,
+                                provider_info=provider.recorded() if kept else {},
+                                cluster=provider.cluster if kept else "", host_keys=host_keys,
+                                node_envs=node_envs)
         if not self.attach and self.autostop_minutes is not None:
             rec = dataclasses.replace(rec, watchdog_pid=start_watchdog(rec))
         records.save(rec)
+
+    def _cloud_record(self, rt: PoolRuntime, provider: KeptCloud, processes_per_node: int,
+                      workers: tuple[WorkerEntry, ...], host_keys: dict[str, str],
+                      node_envs: dict[str, dict[str, Any]]) -> ClusterRecord:
+        """The record of a new kept cloud pool: its instance ids and the provider's description (what
+        `down` terminates with), and how its nodes are reached (SSH: as an SSH pool's record says)."""
+        handles = [node.handle for node in rt.nodes]
+        assert all(h is not None for h in handles)
+        info: dict[str, Any] = {"cloud": provider.describe(),  # type: ignore[attr-defined]
+                                "instances": [h.provider_id for h in handles if h is not None]}
+        reaches = [h.reach for h in handles if h is not None]
+        on_hosts = all(isinstance(r, KeptSSHReach) for r in reaches)
+        if on_hosts:
+            first = reaches[0]
+            assert isinstance(first, KeptSSHReach)
+            info.update(hosts=[f"{r.user}@{r.host}:{r.port}" for r in reaches if isinstance(r, KeptSSHReach)],
+                        key=first.key, known_hosts=None, python=first.python, use_agent=first.use_agent,
+                        connect_timeout=first.connect_timeout, reconnect_timeout=first.reconnect_timeout)
+        return ClusterRecord(name=self.name, provider=str(info["cloud"].get("provider", "cloud")), nodes=len(rt.nodes),
+                             processes_per_node=processes_per_node, concurrency=rt.context.concurrency,
+                             cwd=os.getcwd(), socket_dir="" if on_hosts else provider.kept_socket_dir,
+                             created=time.time(), workers=workers, spec=self.spec,
+                             autostop_minutes=self.autostop_minutes, autostop_down=self.autostop_down,
+                             provider_info=info, cluster=provider.kept_cluster if on_hosts else "",
+                             host_keys=host_keys if on_hosts else {}, node_envs=node_envs)
 
     def leave(self, *, kept: bool) -> None:
         """Release the lock; a pool not kept is forgotten (its record removed)."""
         try:
             if not kept:
-                records.remove(self.name)
+                self._forget()
         finally:
             self._lock.release()
+
+
+    def _forget(self) -> None:
+        """Remove the record; an SSH pool's socket directories and jobs' working directories on its
+        hosts go too (and whatever of it still runs there)."""
+        try:
+            rec = records.load(self.name)
+        except Exception:  # noqa: BLE001 - no record (a pool that never started): nothing on any host
+            rec = None
+        if rec is not None and rec.on_hosts:
+            from .remote import stop_remote
+
+            _, failures = stop_remote(rec)
+            if failures:
+                log.warning("pool %s: could not clean up on every host: %s", self.name, "; ".join(failures))
+        if rec is not None and rec.instances:
+            from .cloud import terminate_instances
+
+            terminate_instances(rec)
+        records.remove(self.name)
 
 
 def start_watchdog(rec: ClusterRecord) -> int:
@@ -223,6 +340,11 @@ def start_watchdog(rec: ClusterRecord) -> int:
     the workers' sockets); its pid. It runs `clusters.autostop NAME` after `autostop_minutes` idle."""
     assert rec.autostop_minutes is not None
     idle = rec.autostop_minutes * minute()
+    if rec.on_hosts:  # one on each host, watching the pool's sockets there (see remote.py)
+        from .remote import start_remote_watchdogs
+
+        start_remote_watchdogs(rec, idle)
+        return 0
     command = f"{shlex.quote(sys.executable)} -m skyhive.runtime.clusters.autostop {shlex.quote(rec.name)}"
     argv = [sys.executable, "-m", "skyhive.runtime.worker.watchdog", "--idle", f"{idle:g}", "--unix-dir",
             rec.socket_dir, "--interval", f"{max(0.2, min(5.0, idle / 4)):g}",
@@ -239,7 +361,11 @@ def set_autostop(rec: ClusterRecord, minutes: float, down: bool) -> ClusterRecor
     """Give the running pool of `rec` a new autostop: its watchdog (if any) replaced by one for
     `minutes` (and `down`); the record saved and returned."""
     old = rec.watchdog_pid
-    if old and runs(old, "skyhive.runtime.worker.watchdog"):
+    if rec.on_hosts:
+        from .remote import stop_remote_watchdogs
+
+        stop_remote_watchdogs(rec)
+    elif old and runs(old, "skyhive.runtime.worker.watchdog"):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(old, signal.SIGKILL)  # it leads its own session; it only watches
     rec = dataclasses.replace(rec, autostop_minutes=minutes, autostop_down=down, watchdog_pid=0)

@@ -43,7 +43,7 @@ class WorkerEntry:
     node: int
     rank: int
     pid: int
-    socket: str
+    socket: str  # on the node's host (an SSH pool's: on that remote host)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,6 +65,26 @@ class ClusterRecord:
     concurrency: int = 1  # worker processes per rank (`sky.Worker(concurrency=N)`)
     watchdog_pid: int = 0  # the autostop watchdog (`worker/watchdog.py --unix-dir`), while it runs
     stopped: str = ""  # "autostop" once the watchdog stopped the pool's workers
+    # SSH pools: the provider as `SSHCluster.recorded()` says (hosts, user, key *path*, known_hosts path,
+    # python: never a secret), the directory name of the sockets on the hosts, and the host key each
+    # node's host showed when the pool was created (pinned by every later connection), by node index
+    provider_info: dict[str, Any] = field(default_factory=dict)
+    cluster: str = ""
+    host_keys: dict[str, str] = field(default_factory=dict)
+    # SSH pools: what bootstrap prepared on each node's host ({"python", "pythonpath"}), by node index:
+    # how a later login runs the autostop watchdog there
+    node_envs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def on_hosts(self) -> bool:
+        """True when the workers are on other hosts, reached over SSH (an SSH pool, a cloud pool's
+        instances): its sockets are there, under `cluster`."""
+        return bool(self.cluster)
+
+    @property
+    def instances(self) -> list[str]:
+        """A cloud pool's instance ids (what `down` terminates); [] for others."""
+        return [str(i) for i in self.provider_info.get("instances", ())]
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
@@ -134,8 +154,8 @@ def remove(name: str) -> None:
         record = load(name)
     except (PoolNotFound, ValueError):
         record = None
-    if record is not None:
-        shutil.rmtree(record.socket_dir, ignore_errors=True)
+    if record is not None and not record.on_hosts and record.socket_dir:
+        shutil.rmtree(record.socket_dir, ignore_errors=True)  # (an SSH pool's are on its hosts)
     shutil.rmtree(cluster_dir(name), ignore_errors=True)
 
 

@@ -4,13 +4,14 @@ jobs left; the pool's log records it stopped. Used by `skyhive down NAME` and by
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
 import time
 from collections.abc import Callable
 
-from ...errors import PoolNotFound
+from ...errors import PoolNotFound, SSHError
 from ..onnode.nodecmd import work_root
 from ..transport.local_detached import CLUSTER_ENV, is_worker_server, server_pid
 from . import record as records
@@ -18,6 +19,8 @@ from .agent import agent_pid
 from .procs import alive, runs
 
 __all__ = ["stop_pool", "marked"]
+
+log = logging.getLogger("skyhive.clusters")
 
 #: Seconds between SIGTERM and SIGKILL.
 GRACE = 3.0
@@ -41,8 +44,10 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True) -> int:
     pool stopped in its log with `why`. `watchdog=False` spares the autostop watchdog (it is the one
     calling). Returns how many processes were ended. Raises `PoolNotFound` naming the pool."""
     rec = records.load(name)
-    workers = {w.pid for w in rec.workers if is_worker_server(w.pid)}
-    workers |= {pid for w in rec.workers if (pid := server_pid(w.socket)) is not None}  # restarted since
+    remote = rec.on_hosts  # its workers are on its hosts: stopped there, below
+    workers = set() if remote else {w.pid for w in rec.workers if is_worker_server(w.pid)}
+    if not remote:
+        workers |= {pid for w in rec.workers if (pid := server_pid(w.socket)) is not None}  # restarted since
     pids = sorted(workers)
     agent = agent_pid(name)
     if agent and agent > 0 and runs(agent, "skyhive.runtime.clusters.agent"):
@@ -50,9 +55,19 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True) -> int:
     if watchdog and rec.watchdog_pid and runs(rec.watchdog_pid, "skyhive.runtime.worker.watchdog"):
         pids.append(rec.watchdog_pid)
     _end(pids, os.killpg)
-    left = marked(rec.socket_dir)  # what jobs started in sessions of their own (torchrun's trainers)
+    left = [] if remote else marked(rec.socket_dir)  # what jobs started in sessions of their own (torchrun's)
     _end(left, os.kill)
     ended = len(pids) + len(left)
+    if remote:
+        from .remote import stop_remote
+
+        done, failures = stop_remote(rec)
+        for line in done:
+            log.info("pool %s: %s", name, line)
+        if failures:
+            raise SSHError(f"pool {name!r}: could not stop it everywhere: {'; '.join(failures)}; run `skyhive down "
+                           f"{name}` again once the host answers (the record is kept until then)")
+        ended += sum(line.count(",") + 1 for line in done if "stopped [" in line)
     shutil.rmtree(work_root(name), ignore_errors=True)  # the jobs' working directories on this machine
     from ..commands.inventory import down, find
 

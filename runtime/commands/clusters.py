@@ -10,6 +10,7 @@ with its exit code. Ctrl-C while following stops following only: the job goes on
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from typing import TextIO
 import anyio
 
 from ...errors import LaunchError, PoolGone, PoolNotFound
+from ...providers.base import Provider
 from ...providers.local import Local
 from ..clusters import jobs as jobq
 from ..clusters import record as records
@@ -46,25 +48,45 @@ def _say(err: TextIO, text: str) -> None:
     err.flush()
 
 
-def _require_local(task: Task, command: str) -> None:
+def _require_keepable(task: Task, command: str) -> None:
     provider = task.resources.provider or "local"
-    if provider != "local":
-        raise LaunchError(f"{command}: named pools run on the Local provider for now, not {provider!r} "
+    if provider not in ("local", "ssh", "aws"):
+        from ..clusters.named import cannot_keep
+
+        raise LaunchError(f"{command}: provider {provider!r} cannot keep a named pool: {cannot_keep(provider)} "
                           f"(`skyhive launch` without -c runs a task on {provider} once)")
 
 
+def _provider_of(name: str) -> Provider:
+    """The provider a job of pool `name` is planned for (its SKYPILOT_CLUSTER_INFO, node checks)."""
+    rec = records.load(name)
+    if rec.instances:  # a cloud pool: its provider (region, zone for SKYPILOT_CLUSTER_INFO), no cloud call
+        from ...providers.registry import from_description
+
+        return from_description(rec.provider_info["cloud"])
+    if rec.on_hosts:
+        from ..clusters.remote import provider_of
+
+        return provider_of(rec)
+    return Local()
+
+
 def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minutes: float | None = None,
-                   down: bool = False, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """`skyhive launch -c NAME TASK`: create pool `name` (or reuse it when it runs with the same shape),
-    queue the task (setup, then run) and, unless `detach_run`, follow it; the job's exit code."""
+                   down: bool = False, out: TextIO | None = None, err: TextIO | None = None,
+                   provider: Provider | None = None) -> int:
+    """`skyhive launch -c NAME TASK`: create pool `name` on `provider` (the task's: Local when None; SSH
+    hosts work too) or reuse it when it runs with the same shape, queue the task (setup, then run) and,
+    unless `detach_run`, follow it; the job's exit code."""
     out, err = out or sys.stdout, err or sys.stderr
     records.check_name(name)
-    _require_local(task, f"launch -c {name}")
+    _require_keepable(task, f"launch -c {name}")
     if idle_minutes is not None and idle_minutes <= 0:
         raise ValueError(f"-i {idle_minutes:g}: autostop needs a positive number of minutes")
     if down and idle_minutes is None:
         idle_minutes = 5.0  # SkyPilot's default for --down alone
     spec = task_spec(task)
+    if provider is not None:
+        spec["provider"] = provider.name
     try:
         rec: records.ClusterRecord | None = records.load(name)
     except PoolNotFound:
@@ -83,20 +105,21 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
             set_autostop(rec, idle_minutes, down)
             _say(err, f"pool {name}: autostop after {idle_minutes:g} min idle{' (then down)' if down else ''}")
     else:
-        _create(task, name, spec, idle_minutes, down, err)
+        _create(task, name, spec, idle_minutes, down, err, provider or Local())
     job = _queue(task, name, setup=True)
     return _after_submit(name, job, detach_run, out, err)
 
 
 def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float | None, down: bool,
-            err: TextIO) -> None:
-    _say(err, f"creating pool {name}: {task.num_nodes} local node{'s' if task.num_nodes != 1 else ''}"
+            err: TextIO, provider: Provider) -> None:
+    _say(err, f"creating pool {name}: {task.num_nodes} {provider.name} node{'s' if task.num_nodes != 1 else ''}"
               + (f", autostop after {idle_minutes:g} min idle{' (then down)' if down else ''}" if idle_minutes else ""))
 
     from ..pool import Pool
 
     async def create() -> None:
-        async with new_kept_pool(Pool, name, task.num_nodes, spec=spec, autostop=idle_minutes, autostop_down=down):
+        async with new_kept_pool(Pool, name, task.num_nodes, spec=spec, autostop=idle_minutes, autostop_down=down,
+                                 provider=provider):
             pass  # started, recorded; leaving detaches
 
     anyio.run(create)
@@ -105,7 +128,7 @@ def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float 
 def _queue(task: Task, name: str, *, setup: bool) -> jobq.Job:
     import pickle
 
-    steps = task_steps(task, Local(), work_id=name, task_id=f"skyhive-{name}-{time.strftime('%Y-%m-%d-%H-%M-%S')}",
+    steps = task_steps(task, _provider_of(name), work_id=name, task_id=f"skyhive-{name}-{time.strftime('%Y-%m-%d-%H-%M-%S')}",
                        setup=setup)
     return jobq.submit(name, job_name=task.name or "task", steps=pickle.dumps(steps), with_setup=setup,
                        env=task.env(), secrets=task.secret_env())
@@ -129,7 +152,7 @@ def exec_task(task: Task, name: str, *, detach_run: bool = False, out: TextIO | 
     """`skyhive exec NAME TASK`: queue the task's `run` (no setup) on the running pool `name`; the
     job's exit code unless `detach_run`. Raises `PoolNotFound`/`PoolGone` naming the pool."""
     out, err = out or sys.stdout, err or sys.stderr
-    _require_local(task, f"exec {name}")
+    _require_keepable(task, f"exec {name}")
     rec = records.load(name)
     if dead_workers(rec) or not rec.workers:
         raise PoolGone(f"pool {name!r} is not running (its workers are gone): `skyhive launch -c {name} TASK.yaml` "
@@ -179,6 +202,11 @@ def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False) -
     Raises `PoolNotFound` naming the pool when there is no such named pool."""
     err = err or sys.stderr
     ended = stop_pool(name, why=f"skyhive down {name}")
+    rec = records.load(name)
+    if rec.instances:  # a cloud pool: its instances terminated (by id) before it is forgotten
+        from ..clusters.cloud import terminate_instances
+
+        ended += len(terminate_instances(rec))
     records.remove(name)
     if not quiet:
         _say(err, f"pool {name}: down ({ended} processes ended)")
@@ -197,12 +225,27 @@ def status_rows(now: float | None = None) -> list[dict[str, object]]:
             rec = records.load(name)
         except (PoolNotFound, ValueError):
             continue
-        live = live_workers(rec)
+        unreachable: list[str] = []
+        if rec.on_hosts:  # asked on its hosts; a host's watchdog may have stopped it (autostop)
+            from ..clusters.remote import live_remote
+
+            live, unreachable, autostopped = live_remote(rec)
+            if autostopped and not live and not unreachable:
+                if rec.autostop_down or rec.instances:  # autodown (a cloud pool's always): forgotten here
+                    down_cluster(name, quiet=True)
+                    continue
+                if not rec.stopped:
+                    rec = dataclasses.replace(rec, stopped="autostop")
+                    records.save(rec)
+        else:
+            live = live_workers(rec)
         jobq.reap_orphans(name)
         all_jobs = jobq.list_jobs(name)
         running = [j for j in all_jobs if j.state == jobq.RUNNING]
         pending = [j for j in all_jobs if j.state == jobq.PENDING]
-        if len(live) == len(rec.workers) and rec.workers:
+        if unreachable and len(live) < len(rec.workers):
+            state = f"UNKNOWN ({len(unreachable)} host{'s' if len(unreachable) != 1 else ''} unreachable)"
+        elif len(live) == len(rec.workers) and rec.workers:
             state = "UP"
         elif rec.stopped:
             state = f"STOPPED ({rec.stopped})"
@@ -214,7 +257,14 @@ def status_rows(now: float | None = None) -> list[dict[str, object]]:
         idle = "-" if running or pending or state != "UP" else _age(now - last)
         autostop = "-" if rec.autostop_minutes is None else f"{rec.autostop_minutes:g} min" + (
             " (down)" if rec.autostop_down else "")
-        rows.append({"name": name, "nodes": rec.nodes, "resources": str(rec.spec.get("resources") or "-"),
+        if rec.instances:
+            where = f"{rec.provider}:{','.join(rec.instances)}"
+        elif rec.on_hosts:
+            where = ",".join(str(h) for h in list(rec.provider_info.get("hosts", ()))[: rec.nodes])
+        else:
+            where = "local"
+        rows.append({"name": name, "nodes": rec.nodes, "where": where,
+                     "resources": str(rec.spec.get("resources") or "-"),
                      "state": state, "idle": idle, "autostop": autostop,
                      "jobs": f"{len(running)} running, {len(pending)} pending",
                      "workers": [{"node": w.node, "rank": w.rank, "pid": w.pid} for w in rec.workers]})
@@ -227,7 +277,7 @@ def print_status(out: TextIO | None = None) -> int:
     if not rows:
         out.write("no named pools (`skyhive launch -c NAME TASK.yaml` creates one)\n")
         return 0
-    columns = ("name", "nodes", "resources", "state", "idle", "autostop", "jobs")
+    columns = ("name", "nodes", "where", "resources", "state", "idle", "autostop", "jobs")
     table = [[str(r[c]) for c in columns] for r in rows]
     widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(columns)]
     out.write("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip() + "\n")

@@ -37,6 +37,7 @@ import asyncssh
 from ...errors import AuthenticationFailed, HostKeyChanged, SSHError
 from ...providers.base import NodeHandle, SSHReach
 from ...providers.ssh import connect_ssh
+from ...providers.ssh_cluster import KeptSSHReach
 from ..onnode.setup import python_version, skyhive_version
 from ..settings import Settings
 from .base import CommandResult, Receiver, Transport, WorkerProcess
@@ -132,8 +133,9 @@ class SSHTransport(Transport):
 
     can_resume = True
 
-    def __init__(self, reach: SSHReach, *, pool_id: str, settings: Settings | None = None) -> None:
+    def __init__(self, reach: SSHReach, *, pool_id: str, settings: Settings | None = None, node: int = 0) -> None:
         self.reach = reach
+        self.node = node
         self.pool_id = pool_id
         self.settings = settings or Settings()
         self.user = reach.user or getpass.getuser()
@@ -145,6 +147,8 @@ class SSHTransport(Transport):
         self.node_env: NodeEnv | None = None
         self._conn: Any = None
         self._pinned: Any = None  # the host key seen first, when none was given
+        self.host_key_seen: Any = None  # the key the host showed (a named pool records it, pinned later)
+        self._attached: set[int] = set()  # a named pool's ranks taken over already (a restart starts anew)
         self._lock = asyncio.Lock()
         self.connects = 0
 
@@ -196,6 +200,7 @@ class SSHTransport(Transport):
         )
         if self._pinned is None and reach.host_key is None and not reach.known_hosts:
             self._pinned = conn.get_server_host_key()
+        self.host_key_seen = conn.get_server_host_key()
         self.connects += 1
         return conn
 
@@ -269,6 +274,12 @@ class SSHTransport(Transport):
 
     # ---- workers -----------------------------------------------------------------------------------
 
+    def host_key_text(self) -> str:
+        """The host's public key as a known_hosts entry's key part ("ssh-ed25519 AAAA..."), "" before
+        the first connection."""
+        key = self.host_key_seen
+        return key.export_public_key().decode().strip() if key is not None else ""
+
     def _socket_path(self, env: NodeEnv) -> str:
         # unique among this client's workers: hosts may share one home (NFS), so the host is not enough
         name = f"{self.pool_id}-{os.getpid() % 100000}-{next(_WORKER_IDS)}.sock"
@@ -282,6 +293,11 @@ class SSHTransport(Transport):
         """Start a detached worker on the node and connect to it. `argv[0]` (the interpreter) is
         replaced by the one bootstrap prepared; the worker is the socket-serving variant."""
         node_env = self.node_env or NodeEnv(python=argv[0], home="~", run_dir="~/.skyhive/run")
+        if isinstance(self.reach, KeptSSHReach):  # a named pool: a known socket, maybe a takeover
+            from .ssh_kept import start_kept_worker
+
+            return await start_kept_worker(self, node_env, argv, env, receiver, label=label,
+                                           make_worker=lambda link, pid, sock: SSHWorker(self, link, pid, sock))
         sock = self._socket_path(node_env)
         full_env = dict(env)
         if node_env.pythonpath:
@@ -356,6 +372,10 @@ class SSHWorker(WorkerProcess):
         self.socket = sock
         self._kill_task: asyncio.Task[None] | None = None
 
+    def detach(self) -> None:
+        """Leave the worker running (a named pool kept after its client leaves): close the link only."""
+        self.link.close()
+
     def __repr__(self) -> str:
         return f"<SSHWorker pid={self.pid} on {self.transport.where} {self.link!r}>"
 
@@ -392,7 +412,7 @@ def ssh_transport(handle: NodeHandle, ctx: NodeContext) -> SSHTransport:
     """The registered factory for reach kind "ssh" (see `registry`)."""
     reach = handle.reach
     assert isinstance(reach, SSHReach)
-    return SSHTransport(reach, pool_id=ctx.pool_id, settings=ctx.settings)
+    return SSHTransport(reach, pool_id=ctx.pool_id, settings=ctx.settings, node=handle.node)
 
 
 # the bootstrap by name: imported when a node of this kind is first bootstrapped

@@ -24,7 +24,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import cloudpickle
@@ -48,13 +47,13 @@ from ...protocol import (
     Submit,
     Welcome,
 )
-from ...protocol.cache import KEY_SIZE, NO_KEY
 from ...protocol.messages import PROTOCOL_VERSION, STDERR, STDOUT
 from ..onnode.setup import FN_CACHE_LIMIT, python_version, skyhive_version
 from ..serialize import dump_exception, dump_inline, dump_value, load_value
 from ..transport import shm
 from .bufcache import MemfdStore
 from .capture import FLUSH_DELAY, Flusher, TaskStream, flush_streams
+from .shared import attach_shared, share_result
 
 log = logging.getLogger("skyhive.worker")
 
@@ -167,7 +166,7 @@ class Worker:
             self.send(msg)
             return
         if self.fds is not None:
-            msg = self._share(msg, buffers)
+            msg = share_result(self.fds, msg, buffers)
         self.send(msg)
         for header, piece in self.conn.send_buffers(msg.task_id, buffers, skip=msg.shared):
             with self.write_lock:
@@ -232,57 +231,10 @@ class Worker:
             if not self.poll(block=False):
                 self.abandon()  # the client is gone: nothing can reach us any more
 
-    def _share(self, msg: Result, buffers: list[Any]) -> Result:
-        """Large result buffers go to the client in shared memory (see `transport.shm`)."""
-        assert self.fds is not None
-        indices = [i for i, b in enumerate(buffers) if memoryview(b).nbytes >= shm.SHARE_MIN][: shm.MAX_SHARED]
-        if not indices:
-            return msg
-        fds = [shm.share(buffers[i]) for i in indices]
-        shm.send_fds(self.fds.sock, msg.task_id, indices, fds)
-        return replace(msg, shared=tuple(indices))
-
-    def _attach_shared(self, sub: Submit) -> Submit:
-        """Map the buffers of `sub` the client passed in shared memory (kept in the content cache
-        when keyed); raises ConnectionError if they were not passed."""
-        if self.fds is None and sub.shared:
-            raise ConnectionError(f"task {sub.task_id} announced shared buffers, and this worker has no "
-                                  "shared-memory socket")
-        buffers = list(sub.buffers)
-        store = self.conn.store
-        for i in sub.cached:
-            if buffers[i] is None:  # an earlier Submit brought it in shared memory (see Connection)
-                key = sub.buffer_keys[i * KEY_SIZE : (i + 1) * KEY_SIZE]
-                buffers[i] = store.lookup(key, sub.buffer_sizes[i]) if store is not None else None
-                if buffers[i] is None:
-                    raise ConnectionError(f"task {sub.task_id}: buffer {i}, passed in shared memory for an "
-                                          "earlier task, is no longer held")
-        passed = self.fds.take(sub.task_id, sub.shared) if sub.shared else {}
-        for i, fd in list(passed.items()):
-            del passed[i]
-            try:
-                # our own descriptor, under a shared lock while we use the file: the client reuses
-                # its memfds, and refills one only once no worker holds it (see shm.MemfdPool)
-                fd = shm.hold(fd)
-            except BaseException:
-                for other in passed.values():
-                    os.close(other)
-                raise
-            size = sub.buffer_sizes[i]
-            key = sub.buffer_keys[i * KEY_SIZE : (i + 1) * KEY_SIZE] if sub.buffer_keys else NO_KEY
-            if store is not None and key != NO_KEY:
-                buffers[i] = store.keep_file(key, fd, size)
-            else:
-                try:
-                    buffers[i] = shm.map_file(fd, size)
-                finally:
-                    os.close(fd)
-        return replace(sub, buffers=tuple(buffers))
-
     def dispatch(self, msg: Message) -> None:
         if isinstance(msg, Submit):
             if msg.shared or (msg.cached and None in msg.buffers):
-                msg = self._attach_shared(msg)
+                msg = attach_shared(self.fds, self.conn.store, msg)
             self.pending.append(msg)
         elif isinstance(msg, Ping):
             self.send(Pong(nonce=msg.nonce))

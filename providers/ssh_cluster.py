@@ -1,0 +1,180 @@
+"""`SSHCluster`: the SSH hosts of a named pool (`Pool(sky.SSH(...), name=..., keep=True)`, `skyhive launch
+-c NAME --provider ssh`), whose detached workers outlive the client.
+
+On each host a worker listens on a socket whose path depends only on the pool, the node and the rank:
+
+    <run dir>/<cluster>/n<node>-w<rank>.sock      run dir: ~/.skyhive/run (bootstrap's), 0700
+
+where `cluster` is `c-<name>-<hash of the client's state directory>` (two state directories may both
+have a pool "train" on the same host). So a client that attaches later finds every worker again
+without asking anyone, and takes it over (`Hello(takeover=True)`). The workers never leave by
+themselves (`idle_timeout` is infinite): the pool ends with `skyhive down NAME` (`down`, below) or
+its autostop watchdog.
+
+What a later process needs is in the pool's record (`runtime/clusters/record.py`): `describe()` (hosts,
+user, key *path*, known_hosts path, python, timeouts — never a secret) and the host key each host showed
+(`host_keys`), pinned on every later connection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .base import SSHReach
+from .ssh import SSH, _SWEEP, _ere
+
+__all__ = ["SSHCluster", "KeptSSHReach", "cluster_key", "socket_path", "sweep_script"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KeptSSHReach(SSHReach):
+    """An SSH node of a named pool: its workers serve `<run dir>/<cluster>/n<node>-w<rank>.sock`; with
+    `attach` they already run and the client takes them over. `pool` names the pool (in errors)."""
+
+    cluster: str
+    pool: str
+    attach: bool = False
+
+
+def cluster_key(name: str, state_dir: str) -> str:
+    """The directory name of pool `name`'s sockets on its hosts (unique per client state directory)."""
+    digest = hashlib.sha256(str(state_dir).encode()).hexdigest()[:8]
+    return f"c-{name}-{digest}"
+
+
+def socket_path(run_dir: str, cluster: str, node: int, rank: int) -> str:
+    """Where worker `rank` of node `node` listens on its host."""
+    return f"{run_dir}/{cluster}/n{node}-w{rank}.sock"
+
+
+def sweep_script(cluster: str, name: str, mode: str, grace: float, *, then: str = "") -> str:
+    """The SSH provider's cleanup sweep (`_SWEEP`), for the named pool whose socket directory is
+    `cluster`: its processes are those whose environment has `SKYHIVE_CLUSTER=<.../cluster>` (the
+    workers and everything their jobs started) or whose command line names one of its sockets; its
+    files are the socket directory, the autostop watchdog's directory (`<cluster>.wd`, its process is
+    found by its command line) and the autostop mark (`<cluster>.autostop`); with `mode` "kill" the jobs'
+    working directories (`~/.skyhive/work/<name>`) go too, and then the shell lines `then` run."""
+    if not re.fullmatch(r"c-[A-Za-z0-9._-]+", cluster):
+        raise ValueError(f"{cluster!r} is not a named pool's socket directory")
+    variables = {
+        "MODE": mode,
+        "GRACE": str(max(1, round(grace * 10))),
+        "RE_ENV": f"^SKYHIVE_CLUSTER=.*/{_ere(cluster)}$",
+        "RE_CMD": f"/{_ere(cluster)}(/n[0-9]+-w[0-9]+\\.sock|\\.wd)$",
+        "RE_FILE": f"^{_ere(cluster)}(\\.wd|\\.autostop)?$",
+    }
+    work = f'\nrm -rf -- "$HOME/.skyhive/work/"{shlex.quote(name)}\n{then}\n' if mode == "kill" else ""
+    # the sweep's last line is its exit status: remove the work directory before it
+    body = _SWEEP.rstrip("\n")
+    head, _, last = body.rpartition("\n")
+    return "".join(f"{k}={shlex.quote(v)}\n" for k, v in variables.items()) + head + work + "\n" + last + "\n"
+
+
+class SSHCluster(SSH):
+    """The hosts of a named SSH pool (see the module docstring). Built from an `SSH` provider for a new
+    pool (`from_ssh`) or from the pool's record to attach (`from_record`)."""
+
+    def __init__(self, hosts: list[str] | tuple[str, ...], *, pool: str, cluster: str, attach: bool = False,
+                 host_keys: Mapping[int, str] | None = None, **options: Any) -> None:
+        options["idle_timeout"] = float("inf")  # the workers wait for the next client, however long
+        options["keep_env"] = True  # detached workers run from the environment bootstrap built
+        super().__init__(hosts, **options)
+        self.pool = pool
+        self.cluster = cluster
+        self.attach = attach
+        self.host_keys = dict(host_keys or {})
+
+    def __repr__(self) -> str:
+        return f"SSHCluster({self.pool!r}, hosts={[self._show(h) for h in self.hosts]!r}, attach={self.attach})"
+
+    @classmethod
+    def from_ssh(cls, ssh: SSH, *, pool: str, cluster: str) -> SSHCluster:
+        return cls([cls._show(h) for h in ssh.hosts], pool=pool, cluster=cluster, key=ssh.key,
+                   known_hosts=ssh.known_hosts, python=ssh.python, connect_timeout=ssh.connect_timeout,
+                   reconnect_timeout=ssh.reconnect_timeout, use_agent=ssh.use_agent)
+
+    @classmethod
+    def from_record(cls, desc: Mapping[str, Any], *, pool: str, cluster: str, host_keys: Mapping[str, str],
+                    attach: bool = True) -> SSHCluster:
+        """The provider of a recorded pool: `desc` is what `recorded()` returned, `host_keys` the key each
+        node's host showed (by node index, as JSON keys), pinned."""
+        return cls(list(desc["hosts"]), pool=pool, cluster=cluster, attach=attach,
+                   host_keys={int(k): v for k, v in host_keys.items()}, key=desc.get("key"),
+                   known_hosts=desc.get("known_hosts"), python=desc.get("python"),
+                   connect_timeout=float(desc.get("connect_timeout", 10.0)),
+                   reconnect_timeout=float(desc.get("reconnect_timeout", 60.0)),
+                   use_agent=bool(desc.get("use_agent", False)))
+
+    def recorded(self) -> dict[str, Any]:
+        """What the pool's record keeps of this provider: where the hosts are and how to log in (the
+        key's *path*, never its content)."""
+        return {"provider": "ssh", "hosts": [self._show(h) for h in self.hosts], "key": self.key,
+                "known_hosts": self.known_hosts, "python": self.python, "use_agent": self.use_agent,
+                "connect_timeout": self.connect_timeout, "reconnect_timeout": self.reconnect_timeout}
+
+    def describe(self) -> dict[str, Any]:
+        return super().describe()  # `skyhive down` of the pool's log rebuilds a plain SSH provider
+
+    def _handle(self, index: int, host: tuple[str | None, str, int]) -> Any:
+        handle = super()._handle(index, host)
+        plain = handle.reach
+        assert isinstance(plain, SSHReach)
+        key = self.host_keys.get(index)
+        reach = KeptSSHReach(
+            host=plain.host, port=plain.port, user=plain.user, key=plain.key,
+            known_hosts=None if key else plain.known_hosts, host_key=key or plain.host_key, python=plain.python,
+            connect_timeout=plain.connect_timeout, idle_timeout=plain.idle_timeout,
+            reconnect_timeout=plain.reconnect_timeout, use_agent=plain.use_agent, keep_env=True,
+            cluster=self.cluster, pool=self.pool, attach=self.attach)
+        return type(handle)(node=handle.node, provider_id=handle.provider_id, private_addr=handle.private_addr,
+                            reach=reach)
+
+    def _sweep_known_hosts(self, host: tuple[str | None, str, int]) -> Any:
+        """The known hosts a cleanup login checks: the key recorded for that host, else the pool's file."""
+        import asyncssh
+
+        for index, h in enumerate(self.hosts):
+            if h == host and index in self.host_keys:
+                _, addr, port = host
+                name = addr if port == 22 else f"[{addr}]:{port}"
+                return asyncssh.import_known_hosts(f"{name} {self.host_keys[index]}\n")
+        return super()._sweep_known_hosts(host)
+
+    async def down(self, nodes: int, *, grace: float = 3.0) -> tuple[list[str], list[str]]:
+        """Stop the pool on its first `nodes` hosts: every process of it (SIGTERM, SIGKILL after `grace`),
+        its socket directory and the jobs' working directories. Returns (what was done, per host;
+        failures naming the host). Each host is tried even when another fails."""
+        import anyio
+
+        from ..errors import SSHError
+
+        done: list[str] = []
+        failures: list[str] = []
+        script = sweep_script(self.cluster, self.pool, "kill", grace)
+
+        async def clean(host: tuple[str | None, str, int]) -> None:
+            try:
+                out = await self._sweep(host, script)
+            except SSHError as exc:
+                failures.append(str(exc))
+                return
+            lines = out.splitlines()
+            killed = sorted({int(ln.split()[1]) for ln in lines if ln.startswith("K ")})
+            left = [ln.split()[1] for ln in lines if ln.startswith("L ")]
+            done.append(f"{self._show(host)}: stopped {killed or 'nothing'}")
+            if left:
+                failures.append(f"host {self._show(host)}: processes {', '.join(left)} of pool {self.pool} "
+                                f"survived SIGKILL")
+
+        async with anyio.create_task_group() as tg:
+            for _, host in self._distinct_hosts_of(nodes):
+                tg.start_soon(clean, host)
+        return done, failures
+
+    def _distinct_hosts_of(self, nodes: int) -> Sequence[tuple[int, tuple[str | None, str, int]]]:
+        return [(i, h) for i, h in self._distinct_hosts() if i < nodes]

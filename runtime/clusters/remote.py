@@ -1,0 +1,149 @@
+"""A named pool on SSH hosts, seen from a command that holds no connection to them: rebuild its
+provider from the record (pinned host keys), find which of its workers still run, stop it on every host.
+
+The calls here are synchronous (the CLI's and the autostop's); each runs its SSH logins on an event loop
+of its own in a worker thread, so they also work when called from inside a running loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import posixpath
+import shlex
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from ...errors import SSHError
+from ...providers.ssh_cluster import SSHCluster, sweep_script
+from .record import ClusterRecord, WorkerEntry
+
+__all__ = ["provider_of", "live_remote", "stop_remote", "start_remote_watchdogs", "stop_remote_watchdogs"]
+
+T = TypeVar("T")
+
+
+def _run(make: Callable[[], Awaitable[T]]) -> T:
+    async def main() -> T:
+        return await make()
+
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skyhive-cluster") as ex:
+        return ex.submit(asyncio.run, main()).result()
+
+
+def provider_of(rec: ClusterRecord, *, attach: bool = True) -> SSHCluster:
+    """The provider that reaches the hosts of the SSH pool `rec` (its host keys pinned)."""
+    return SSHCluster.from_record(rec.provider_info, pool=rec.name, cluster=rec.cluster, host_keys=rec.host_keys,
+                                  attach=attach)
+
+
+def live_remote(rec: ClusterRecord) -> tuple[list[WorkerEntry], list[str], bool]:
+    """(the workers of `rec` still serving their socket, the hosts that could not be asked and why,
+    whether a host's autostop watchdog stopped the pool there). A worker on a host that cannot be
+    reached counts as not live."""
+    provider = provider_of(rec)
+    script = sweep_script(rec.cluster, rec.name, "list", 0)
+    nodes = sorted({w.node for w in rec.workers})
+
+    async def look() -> tuple[list[WorkerEntry], list[str], bool]:
+        live: list[WorkerEntry] = []
+        errors: list[str] = []
+        marks: list[str] = []
+
+        async def one(node: int) -> None:
+            try:
+                out = await provider._sweep(provider.hosts[node], script)
+            except SSHError as exc:
+                errors.append(str(exc))
+                return
+            marks.extend(ln for ln in out.splitlines() if ln.startswith("F ") and ln.endswith(".autostop"))
+            serving = [ln for ln in out.splitlines() if ln.startswith("P ") and "skyhive.runtime.worker.server" in ln]
+            live.extend(w for w in rec.workers if w.node == node and any(f" {w.socket} " in f"{ln} " for ln in serving))
+
+        await asyncio.gather(*(one(n) for n in nodes))
+        return sorted(live, key=lambda w: (w.node, w.rank)), errors, bool(marks)
+
+    return _run(look)
+
+
+def stop_remote(rec: ClusterRecord) -> tuple[list[str], list[str]]:
+    """Stop the SSH pool `rec` on each of its hosts: its processes, socket directory, jobs' working
+    directories. (what was done per host, failures naming the host)."""
+    provider = provider_of(rec)
+    return _run(lambda: provider.down(rec.nodes))
+
+
+def describe(rec: ClusterRecord) -> dict[str, Any]:
+    """Where the pool runs, for `skyhive status`."""
+    return {"hosts": list(rec.provider_info.get("hosts", ()))[: rec.nodes]}
+
+
+#: Ends the pool's autostop watchdog on a host (found by its `--state-dir <run dir>/<cluster>.wd`).
+_KILL_WATCHDOG = r"""
+for d in /proc/[0-9]*; do
+  [ -O "$d" ] || continue
+  tr '\0' '\n' < "$d/cmdline" 2>/dev/null | grep -qxF -- "$WD" && kill -KILL "${d#/proc/}" 2>/dev/null
+done
+true
+"""
+
+
+def _watchdog_script(rec: ClusterRecord, node: int, idle: float, old_only: bool = False) -> str:
+    sock_dir = posixpath.dirname(next(w.socket for w in rec.workers if w.node == node))
+    run_dir = posixpath.dirname(sock_dir)
+    wd = f"{run_dir}/{rec.cluster}.wd"
+    head = f"WD={shlex.quote(wd)}\n" + _KILL_WATCHDOG
+    if old_only:
+        return head
+    env = rec.node_envs.get(str(node), {})
+    python = str(env.get("python") or "python3")
+    pythonpath = ":".join(env.get("pythonpath") or ())
+    mark = f"echo autostop > {shlex.quote(run_dir + '/' + rec.cluster + '.autostop')}"
+    if rec.instances:  # a cloud instance created to terminate on shutdown ends its own billing, client or not
+        mark += "\n" + str(rec.provider_info["cloud"].get("shutdown_command") or "sudo shutdown -h now")
+    stop = sweep_script(rec.cluster, rec.name, "kill", 3.0, then=mark)
+    interval = max(0.2, min(5.0, idle / 4))
+    return (head + f"set -e\nmkdir -p -m 700 \"$WD\"\ncat > \"$WD/autostop.sh\" <<'SKYHIVE_AUTOSTOP_EOF'\n{stop}"
+            f"SKYHIVE_AUTOSTOP_EOF\n"
+            f"PYTHONPATH={shlex.quote(pythonpath)} {shlex.quote(python)} -m skyhive.runtime.worker.watchdog "
+            f"--idle {idle:g} --interval {interval:g} --unix-dir {shlex.quote(sock_dir)} --state-dir \"$WD\" "
+            f"--command \"sh $WD/autostop.sh\"\n")
+
+
+def start_remote_watchdogs(rec: ClusterRecord, idle: float) -> None:
+    """Start the autostop watchdog on each host of the SSH pool `rec` (ending one already there): after
+    `idle` seconds with no connection to the pool's sockets on that host, it stops the pool's processes
+    there, removes its sockets and leaves the mark `<cluster>.autostop` (what `skyhive status` reads).
+    Raises `SSHError` naming the hosts where it did not start."""
+    provider = provider_of(rec)
+    nodes = sorted({w.node for w in rec.workers})
+
+    async def start() -> list[str]:
+        failures: list[str] = []
+
+        async def one(node: int) -> None:
+            try:
+                out = await provider._sweep(provider.hosts[node], _watchdog_script(rec, node, idle))
+                json.loads(out.strip().splitlines()[-1])["pid"]
+            except (SSHError, ValueError, KeyError, IndexError) as exc:
+                failures.append(f"node {node}: {exc}")
+
+        await asyncio.gather(*(one(n) for n in nodes))
+        return failures
+
+    failures = _run(start)
+    if failures:
+        raise SSHError(f"pool {rec.name!r}: the autostop watchdog did not start on every host: {'; '.join(failures)}")
+
+
+def stop_remote_watchdogs(rec: ClusterRecord) -> None:
+    """End the autostop watchdog on each host of the SSH pool `rec` (its workers stay)."""
+    provider = provider_of(rec)
+    nodes = sorted({w.node for w in rec.workers})
+
+    async def stop() -> None:
+        await asyncio.gather(*(provider._sweep(provider.hosts[n], _watchdog_script(rec, n, 0, old_only=True))
+                               for n in nodes))
+
+    _run(stop)

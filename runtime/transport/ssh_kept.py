@@ -1,0 +1,127 @@
+"""The workers of a named pool's SSH node (`providers.ssh_cluster.KeptSSHReach`): started on a socket
+whose path depends only on the pool, node and rank, marked with `SKYHIVE_CLUSTER` (so `skyhive down`
+finds them and whatever their jobs started), and — when the client attaches to a running pool — taken
+over (`Hello(takeover=True)`: the worker keeps its process and starts a new session with this client).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from ...errors import ProvisionError, SSHError
+from ...providers.ssh_cluster import KeptSSHReach, socket_path
+from ..onnode.setup import python_version, skyhive_version
+from .base import Receiver
+from .local_detached import CLUSTER_ENV, SERVER_MODULE
+from .ssh_link import ResumableLink, WorkerGone
+
+#: Makes the transport's worker object: (link, pid, socket path) -> the worker (`SSHWorker`).
+MakeWorker = Callable[[ResumableLink, int, str], Any]
+
+log = logging.getLogger("skyhive.transport.ssh")
+
+__all__ = ["start_kept_worker", "remote_server_pid"]
+
+SOCKET_PATH_MAX = 100
+
+#: Prints the pid of the live worker serving "$1" (its command line names the socket), if any.
+_FIND = r"""
+for d in /proc/[0-9]*; do
+  [ -O "$d" ] || continue
+  if tr '\0' '\n' < "$d/cmdline" 2>/dev/null | grep -qxF -- "$1"; then
+    if tr '\0' '\n' < "$d/cmdline" 2>/dev/null | grep -qF -- "$2"; then
+      case $(sed 's/^.*) //' "$d/stat" 2>/dev/null) in Z*|X*|"") ;; *) echo "${d#/proc/}"; exit 0 ;; esac
+    fi
+  fi
+done
+exit 0
+"""
+
+
+async def remote_server_pid(transport: Any, sock: str) -> int | None:
+    """The pid of the detached worker serving `sock` on the transport's host, or None. Never connects
+    to the socket (that would take the worker from its current client)."""
+    command = f"sh -c {shlex.quote(_FIND)} find {shlex.quote(sock)} {shlex.quote(SERVER_MODULE)}"
+    result = await transport.run(command, timeout=30)
+    text = result.stdout.strip()
+    return int(text) if text.isdigit() else None
+
+
+async def start_kept_worker(transport: Any, node_env: Any, argv: Sequence[str], env: Mapping[str, str],
+                            receiver: Receiver, *, label: str, make_worker: MakeWorker) -> Any:
+    """Start worker `rank` (from the node actor's `label`, "node N worker R") of the named pool's node on
+    its socket, or take the running one over when the client attaches. Raises `ProvisionError` naming
+    the pool, node and host when an attached pool's worker is gone. `transport` is the node's
+    `SSHTransport` (its `NodeEnv` prepared by bootstrap), `make_worker` makes its worker object."""
+    reach = transport.reach
+    assert isinstance(reach, KeptSSHReach)
+    rank = int(label.rsplit(" ", 1)[-1])
+    run_dir = node_env.run_dir if node_env.run_dir.startswith("/") else f"/tmp/skyhive-{transport.user}"
+    sock = socket_path(run_dir, reach.cluster, transport.node, rank)
+    if len(sock.encode()) > SOCKET_PATH_MAX:  # sun_path holds 108 bytes: a shorter path, as deterministic
+        sock = socket_path(f"/tmp/skyhive-{transport.user}", reach.cluster, transport.node, rank)
+    takeover = reach.attach and rank not in transport._attached
+    if takeover:
+        transport._attached.add(rank)
+        pid = await remote_server_pid(transport, sock)
+        if pid is None:
+            raise ProvisionError(f"pool {reach.pool}: node {transport.node} worker {rank} on {transport.where} is gone "
+                                 f"(nobody serves {sock}); `skyhive down {reach.pool}` cleans up",
+                                 node=transport.node)
+    else:
+        pid = await _start(transport, node_env, env, sock, reach)
+
+    async def opener(factory: Callable[[], Any]) -> tuple[Any, Any]:
+        return await transport._open_unix(factory, sock)
+
+    with anyio.fail_after(transport.settings.start_timeout):
+        while True:
+            link = ResumableLink(receiver, opener, label=f"{label} ({transport.where})",
+                                 reconnect_timeout=transport.reconnect_timeout, skyhive_version=skyhive_version(),
+                                 python_version=python_version(), takeover=takeover)
+            worker = make_worker(link, pid, sock)
+            try:
+                await link.connect()
+                return worker
+            except WorkerGone as exc:
+                if "busy" not in str(exc):  # busy: the worker cancels the previous client's task
+                    if not takeover:
+                        worker.kill()
+                    raise
+            except BaseException:
+                if not takeover:  # a worker we started and could not reach: not left behind
+                    worker.kill()
+                    with anyio.move_on_after(5, shield=True):
+                        await worker.wait()
+                raise
+            await anyio.sleep(0.2)
+
+
+async def _start(transport: Any, node_env: Any, env: Mapping[str, str], sock: str,
+                 reach: KeptSSHReach) -> int:
+    """Start the detached worker on `sock` (its directory 0700, made by the server); its pid."""
+    full_env = dict(env)
+    full_env[CLUSTER_ENV] = posixpath.dirname(sock)  # everything of the pool carries it (`skyhive down`)
+    if node_env.pythonpath:
+        full_env["PYTHONPATH"] = ":".join(node_env.pythonpath)
+    cd = f"cd {shlex.quote(node_env.cwd)} && " if node_env.cwd else ""
+    command = (f"{cd}exec {shlex.quote(node_env.python)} -m {SERVER_MODULE} "
+               f"--socket {shlex.quote(sock)} --idle-timeout inf")
+    with anyio.fail_after(transport.settings.start_timeout):
+        result = await transport.run(command, env=full_env, timeout=transport.settings.start_timeout)
+    if result.exit_status != 0:
+        raise SSHError(f"host {transport.where}: the worker of pool {reach.pool} did not start (exit "
+                       f"{result.exit_status}): {(result.stderr or result.stdout).strip()[-2000:]}",
+                       host=reach.host)
+    try:
+        return int(json.loads(result.stdout.strip().splitlines()[-1])["pid"])
+    except (ValueError, KeyError, IndexError):
+        raise SSHError(f"host {transport.where}: the worker server printed {result.stdout!r}, not its pid",
+                       host=reach.host) from None

@@ -1,0 +1,371 @@
+"""Named pools on SSH hosts (issue 15): real OpenSSH sshd in network namespaces (tests/infra), the
+workers detached on the hosts outlive the client, another process attaches (pinned host keys,
+takeover: the same remote pids), `skyhive launch -c`/`exec`/`queue`/`status`/`down` work on them.
+
+Every test ends with the `ssh_clean` fixture: every pool is taken down, and on every host no process of
+the pool is left (none carries the pool's `SKYHIVE_CLUSTER` mark or serves one of its sockets), no
+socket directory, no job working directory; locally no record and no process of the state directory.
+The namespace hosts share this machine's process table and file system, so that is checked directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import skyhive as sky
+from tests.infra.sshd import process_alive
+from tests.test_clusters import python, running_under, wait_for, write
+from tests.test_ssh_pool import ssh_for
+
+pytestmark = [pytest.mark.slow]
+
+
+def cluster_marked(prefix: str = "c-") -> list[int]:
+    """Live processes (any user) whose environment marks them as a named pool's (`SKYHIVE_CLUSTER`) with a
+    socket directory named `prefix...`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = fh.read()
+            with open(f"/proc/{entry}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state in ("Z", "X"):
+            continue
+        for var in environ.split(b"\0"):
+            if var.startswith(b"SKYHIVE_CLUSTER=") and os.path.basename(var.decode(errors="replace")).startswith(prefix):
+                found.append(int(entry))
+    return found
+
+
+def socket_dirs(hosts, name: str) -> list[Path]:
+    return [p for h in hosts for p in (h.home / ".skyhive" / "run").glob(f"c-{name}-*")]
+
+
+@pytest.fixture
+def two_hosts(netns_hosts, skyhive_home):
+    hosts = list(netns_hosts)[:2]
+    yield hosts
+    from skyhive.runtime.clusters import record as records
+    from skyhive.runtime.commands.clusters import down_cluster
+
+    names = records.names()
+    for name in names:
+        down_cluster(name, quiet=True)
+    deadline = time.monotonic() + 10
+    ours = [f"c-{name}-" for name in names]
+    while (running_under(skyhive_home) or any(cluster_processes(p) for p in ours)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert running_under(skyhive_home) == [], "local processes left running"
+    for prefix in ours:
+        assert cluster_processes(prefix) == [], "pool processes (workers, jobs, watchdogs) left running on the hosts"
+    assert records.names() == []
+    for name in names:
+        assert socket_dirs(hosts, name) == [], "socket directories left on the hosts"
+    for h in hosts:
+        work = h.home / ".skyhive" / "work"
+        assert not work.exists() or list(work.iterdir()) == [], f"job working directories left on {h.hostname}"
+
+
+def kept_pool_pids(hosts) -> list[int]:
+    with sky.Pool(provider=ssh_for(hosts), nodes=2, name="train", keep=True, output=None) as pool:
+        return sorted(pool.broadcast(os.getpid))
+
+
+def test_a_kept_ssh_pool_outlives_its_block_and_another_process_takes_it_over(two_hosts, skyhive_home, tmp_path):
+    hosts = two_hosts
+    pids = kept_pool_pids(hosts)
+    assert all(process_alive(p) for p in pids)  # the block is over: the workers on the hosts run on
+    rec = json.loads((Path(skyhive_home) / "clusters" / "train" / "record.json").read_text())
+    assert rec["provider"] == "ssh" and sorted(w["pid"] for w in rec["workers"]) == pids
+    assert set(rec["host_keys"]) == {"0", "1"} and all(k.startswith("ssh-") for k in rec["host_keys"].values())
+    assert rec["provider_info"]["key"] == str(hosts[0].client_key)  # the key's path, never the key
+    key_text = hosts[0].client_key.read_text()
+    assert key_text.strip().splitlines()[1] not in json.dumps(rec)
+    for sock in (w["socket"] for w in rec["workers"]):
+        assert oct(os.stat(sock).st_mode & 0o777) == "0o600" and oct(os.stat(os.path.dirname(sock)).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(Path(skyhive_home) / "clusters" / "train" / "record.json").st_mode & 0o777) == "0o600"
+    again = python("""
+        import os, skyhive as sky
+        with sky.Pool.attach("train", output=None) as pool:
+            print(sorted(pool.broadcast(os.getpid)))
+            print(pool.run(sum, [1, 2, 3]))
+        """, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    lines = again.stdout.strip().splitlines()
+    assert json.loads(lines[-2]) == pids and lines[-1] == "6"  # the same remote processes
+    assert all(process_alive(p) for p in pids)  # detached again
+    # a third client shuts it down with keep=False: the workers end, the pool is forgotten
+    with sky.Pool.attach("train", keep=False, output=None) as pool:
+        assert sorted(pool.broadcast(os.getpid)) == pids
+    wait_for(lambda: not any(process_alive(p) for p in pids), 30, "the workers to exit")
+    assert not (Path(skyhive_home) / "clusters" / "train").exists()
+
+
+def test_a_changed_host_key_is_refused_on_attach(two_hosts, skyhive_home, tmp_path):
+    kept_pool_pids(two_hosts)
+    path = Path(skyhive_home) / "clusters" / "train" / "record.json"
+    rec = json.loads(path.read_text())
+    good = rec["host_keys"]["0"]
+    other = rec["host_keys"]["0"].split()[0] + " " + "AAAAC3NzaC1lZDI1NTE5AAAAI" + "A" * 43
+    rec["host_keys"]["0"] = other
+    path.write_text(json.dumps(rec))
+    try:
+        with sky.Pool.attach("train", output=None) as pool:
+            pool.broadcast(os.getpid)
+    except Exception as exc:  # noqa: BLE001 - the error's text is the point
+        assert "host key" in str(exc) and two_hosts[0].host in str(exc), exc
+    else:
+        raise AssertionError("attach with another host key than the pinned one was not refused")
+    finally:
+        rec["host_keys"]["0"] = good
+        path.write_text(json.dumps(rec))  # so that the fixture can take the pool down
+
+
+def test_a_sigkilled_attached_client_leaves_the_ssh_pool_healthy(two_hosts, skyhive_home, tmp_path):
+    hosts = two_hosts
+    pids = kept_pool_pids(hosts)
+    client = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import os, time, skyhive as sky
+
+        def busy():
+            with open(os.path.expanduser("~/busy-mark"), "a") as fh:
+                fh.write("x")
+            time.sleep(60)
+
+        with sky.Pool.attach("train", output=None) as pool:
+            pool.broadcast(busy)
+        """)], cwd=tmp_path)
+    marks = [h.home / "busy-mark" for h in hosts]
+    try:
+        wait_for(lambda: all(m.exists() and m.read_text() == "x" for m in marks), 60, "the task on both hosts")
+        client.send_signal(signal.SIGKILL)
+    finally:
+        client.wait(timeout=10)
+    try:
+        again = python("""
+            import os, skyhive as sky
+            with sky.Pool.attach("train", output=None, wait=30) as pool:
+                print(sorted(pool.broadcast(os.getpid)))
+            """, cwd=tmp_path)
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout.strip().splitlines()[-1]) == pids
+        assert all(m.read_text() == "x" for m in marks)  # the busy task was cancelled, not run again
+    finally:
+        for m in marks:
+            m.unlink(missing_ok=True)
+
+
+def test_down_stops_the_workers_and_what_their_jobs_started_on_every_host(two_hosts, skyhive_home, tmp_path):
+    from skyhive.runtime.commands.clusters import down_cluster
+
+    hosts = two_hosts
+    pids = kept_pool_pids(hosts)
+
+    def orphan() -> int:  # a job's process in a session of its own: the worker's group does not hold it
+        return subprocess.Popen(["sleep", "300"], start_new_session=True).pid
+
+    with sky.Pool.attach("train", output=None) as pool:
+        orphans = pool.broadcast(orphan)
+    assert all(process_alive(p) for p in orphans)
+    assert socket_dirs(hosts, "train")
+    ended = down_cluster("train", quiet=True)
+    assert ended >= 4
+    for p in pids + orphans:
+        wait_for(lambda p=p: not process_alive(p), 10, f"process {p} to end")
+    assert socket_dirs(hosts, "train") == [], [(d, [(f.name, f.read_text()[-1500:]) for f in d.iterdir()]) for d in socket_dirs(hosts, "train")]
+    assert not (Path(skyhive_home) / "clusters" / "train").exists()
+
+
+def test_a_provider_that_cannot_keep_a_pool_is_named_with_the_reason():
+    from skyhive.providers.slurm import Slurm
+
+    with pytest.raises(ValueError, match=r"provider 'slurm' cannot keep a pool: a Slurm allocation ends"):
+        sky.Pool(provider=Slurm(), nodes=1, name="train", keep=True)
+
+
+TASK = """\
+    name: hello
+    num_nodes: 2
+    setup: |
+      echo "setup on $(hostname)"
+    run: |
+      echo "run $SKYPILOT_NODE_RANK on $(hostname) under $PPID"
+    """
+
+
+def test_launch_c_exec_queue_logs_status_down_on_ssh_hosts(two_hosts, skyhive_home, tmp_path):
+    """`skyhive launch -c train` on two SSH hosts (in this process: the test hosts need their own key and
+    known_hosts, which the CLI takes from the default places), then the other commands as their own
+    processes, which find the hosts, key path and pinned host keys in the pool's record."""
+    import io
+
+    from skyhive.runtime.commands.clusters import launch_cluster
+    from skyhive.runtime.commands.taskfile import loads
+    from tests.test_clusters import skyhive
+
+    hosts = two_hosts
+    write(tmp_path / "t.yaml", TASK)
+    task = loads(textwrap.dedent(TASK), cwd=str(tmp_path))
+    out, err = io.StringIO(), io.StringIO()
+    code = launch_cluster(task, "train", provider=ssh_for(hosts), out=out, err=err)
+    assert code == 0, out.getvalue() + err.getvalue()
+    assert "creating pool train: 2 ssh nodes" in err.getvalue()
+    for n, h in enumerate(hosts):
+        assert f"setup on {h.hostname}" in out.getvalue()
+        assert f"run {n} on {h.hostname}" in out.getvalue()
+    pids = sorted(w["pid"] for w in json.loads((Path(skyhive_home) / "clusters" / "train" / "record.json")
+                                               .read_text())["workers"])
+    assert all(process_alive(p) for p in pids)
+
+    ex = skyhive("exec", "train", "t.yaml", cwd=tmp_path)
+    assert ex.returncode == 0, ex.stdout + ex.stderr
+    assert "setup on" not in ex.stdout  # exec: no setup
+    parents = {int(ln.rsplit(" ", 1)[1]) for ln in ex.stdout.splitlines() if " under " in ln}
+    assert parents == set(pids)  # run by the same remote workers
+    queue = skyhive("queue", "train", cwd=tmp_path)
+    assert [ln.split()[:3] for ln in queue.stdout.splitlines()[1:]] == [["1", "hello", "SUCCEEDED"],
+                                                                      ["2", "hello", "SUCCEEDED"]]
+    # launch -c again with -i: the same pool (same workers), each host's autostop watchdog started
+    again = io.StringIO()
+    assert launch_cluster(task, "train", idle_minutes=30, provider=ssh_for(hosts), out=again, err=again) == 0
+    assert "reusing pool train" in again.getvalue()
+    watchdogs = lambda: [p for p in cluster_processes("c-train-") if "worker.watchdog" in cmdline(p)]  # noqa: E731
+    assert len(watchdogs()) == 2
+    first = watchdogs()
+    assert launch_cluster(task, "train", idle_minutes=40, provider=ssh_for(hosts), out=again, err=again) == 0
+    assert len(watchdogs()) == 2 and not set(first) & set(watchdogs())  # replaced, not added
+    logs = skyhive("logs", "train", "2", cwd=tmp_path)
+    assert logs.returncode == 0 and f"run 1 on {hosts[1].hostname}" in logs.stdout
+    status = skyhive("status", cwd=tmp_path)
+    row = next(ln for ln in status.stdout.splitlines() if ln.startswith("train "))
+    assert " UP " in row and " 2 " in row and hosts[0].host in row, status.stdout
+    # the pool's worker on host 1 dies: status says so
+    os.kill(pids[1], signal.SIGKILL)
+    wait_for(lambda: not process_alive(pids[1]), 10, "the worker to die")
+    status = skyhive("status", cwd=tmp_path)
+    assert "DEGRADED (1 of 2 workers gone)" in status.stdout, status.stdout
+    down = skyhive("down", "train", cwd=tmp_path)
+    assert down.returncode == 0, down.stderr
+    assert not any(process_alive(p) for p in pids)
+    assert socket_dirs(hosts, "train") == []
+    assert "no named pools" in skyhive("status", cwd=tmp_path).stdout
+
+
+@pytest.mark.parametrize("down", [False, True], ids=["autostop", "autodown"])
+def test_autostop_on_ssh_hosts_stops_the_idle_workers_there(two_hosts, skyhive_home, tmp_path, monkeypatch, down):
+    """`launch -c idle -i 3 [--down]` on SSH hosts: each host's watchdog (started there, counting the
+    connections to the pool's sockets) keeps the workers while a client is attached, stops them when
+    idle; `status` then says STOPPED (autostop), or with --down forgets the pool (and cleans the hosts)."""
+    import io
+
+    from skyhive.runtime.commands.clusters import launch_cluster, status_rows
+    from skyhive.runtime.commands.taskfile import loads
+
+    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "1")  # -i 3: three seconds
+    hosts = two_hosts
+    task = loads(textwrap.dedent(TASK), cwd=str(tmp_path))
+    out = io.StringIO()
+    assert launch_cluster(task, "idle", idle_minutes=3, down=down, provider=ssh_for(hosts), out=out, err=out) == 0, \
+        out.getvalue()
+    watchdogs = [p for p in cluster_processes("c-idle-") if "skyhive.runtime.worker.watchdog" in cmdline(p)]
+    assert len(watchdogs) == 2  # one on each host
+    with sky.Pool.attach("idle", output=None) as pool:
+        pids = sorted(pool.broadcast(os.getpid))
+        time.sleep(6)  # twice the idle time, attached: the pool stays
+        assert sorted(pool.broadcast(os.getpid)) == pids
+    for p in pids:
+        wait_for(lambda p=p: not process_alive(p), 60, f"worker {p} to be stopped by autostop")
+    marks = lambda: [m for h in hosts for m in (h.home / ".skyhive" / "run").glob("c-idle-*.autostop")]  # noqa: E731
+    wait_for(lambda: len(marks()) == 2, 30, "each host's watchdog to finish stopping the pool")
+    rows = status_rows()
+    if down:
+        assert rows == [], (rows, [(d, list(d.iterdir()) if d.is_dir() else d.read_text()) for d in socket_dirs(hosts, "idle")])
+        assert not (Path(skyhive_home) / "clusters" / "idle").exists()
+        assert socket_dirs(hosts, "idle") == [] and cluster_processes("c-idle-") == []
+    else:
+        assert [(r["name"], r["state"]) for r in rows] == [("idle", "STOPPED (autostop)")]
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def cluster_processes(prefix: str) -> list[int]:
+    """Live processes of named pools whose socket directory starts with `prefix`: marked in their
+    environment, or naming the directory (or its watchdog's) on their command line."""
+    found = set(cluster_marked(prefix))
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and f"/{prefix}" in cmdline(int(entry)) and process_alive(int(entry)):
+            found.add(int(entry))
+    return sorted(found)
+
+
+def test_file_mounts_reach_every_ssh_host_of_a_named_pool_before_setup(two_hosts, skyhive_home, tmp_path):
+    """`launch -c` with file_mounts on SSH hosts: a directory and a file are on each host before setup
+    reads them (setup runs with `set -e`), and `run` sees them too."""
+    import io
+
+    from skyhive.runtime.commands.clusters import launch_cluster
+    from skyhive.runtime.commands.taskfile import loads
+    from tests.test_cli_launch import by_node
+    from tests.test_file_mounts import RUN, SETUP, _sources
+
+    hosts = two_hosts
+    _sources(tmp_path)
+    marks = "setup-marks.txt"
+    text = textwrap.dedent("""\
+        num_nodes: 2
+        file_mounts:
+          mounted/dir: ./data
+          ~/mounted/etc/config.txt: ./config.txt
+        setup: |
+        """) + textwrap.indent(textwrap.dedent(SETUP).format(dir="~/mounted/dir", file="~/mounted/etc/config.txt",
+                                                             marks=f"~/{marks}"), "  ") \
+        + "run: |\n" + textwrap.indent(textwrap.dedent(RUN).format(dir="~/mounted/dir",
+                                                                    file="~/mounted/etc/config.txt"), "  ")
+    task = loads(text, cwd=str(tmp_path))
+    out = io.StringIO()
+    try:
+        assert launch_cluster(task, "mnt", provider=ssh_for(hosts), out=out, err=out) == 0, out.getvalue()
+        nodes = by_node(out.getvalue())
+        for n, host in enumerate(hosts):
+            assert f"setup on {host.hostname}: payload-A config-C 640" in nodes[n]
+            assert f"run {n}: payload-A config-C b.bin,inner made-by-setup" in nodes[n]
+            assert (host.home / marks).read_text().split() == [str(n)]
+            assert (host.home / "mounted" / "dir" / "b.bin").read_bytes() == (tmp_path / "data" / "b.bin").read_bytes()
+    finally:
+        for host in hosts:
+            shutil.rmtree(host.home / "mounted", ignore_errors=True)
+            (host.home / marks).unlink(missing_ok=True)
+
+
+def test_launch_c_on_a_cloud_provider_is_refused_naming_it_and_why(tmp_path, skyhive_home):
+    """No cloud call, no record: the refusal comes before anything is built."""
+    from skyhive.errors import LaunchError
+    from skyhive.runtime.commands.clusters import launch_cluster
+    from skyhive.runtime.commands.taskfile import loads
+
+    task = loads("resources:\n  cloud: gcp\nrun: echo hi\n", cwd=str(tmp_path))
+    with pytest.raises(LaunchError, match=r"launch -c train: provider 'gcp' cannot keep a named pool: kept cloud "
+                                          r"pools are built and tested for aws only"):
+        launch_cluster(task, "train")
+    assert not (Path(skyhive_home) / "clusters").exists()
