@@ -56,3 +56,21 @@ def test_exec_of_a_task_bigger_than_the_pool_is_an_error_naming_both_counts(tmp_
     assert big.returncode != 0
     assert "the task asks for 4 nodes; pool 'three' has 3" in big.stderr and "--num-nodes 3" in big.stderr
     assert skyhive("queue", "three", cwd=tmp_path).stdout == before  # nothing was queued
+
+
+def test_launch_c_of_a_smaller_task_reuses_the_pool_sets_up_every_machine_and_runs_on_the_first_n(tmp_path, clean):
+    home = clean
+    assert skyhive("launch", "-y", "-c", "three", str(write(tmp_path / "pool.yaml", POOL)), cwd=tmp_path).returncode == 0
+    from tests.test_clusters import _worker_pids
+
+    pids = _worker_pids(home, "three")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    task = write(tmp_path / "part.yaml", PART.format(marks=marks) + "setup: echo \"setup sees $SKYPILOT_NUM_NODES\"\n")
+    again = skyhive("launch", "-y", "-c", "three", str(task), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "reusing pool three (3 nodes)" in again.stderr and _worker_pids(home, "three") == pids
+    assert [ln for ln in again.stdout.splitlines() if "setup sees" in ln] == ["[node 0] setup sees 3"]  # one machine
+    assert sorted(p.name for p in marks.iterdir()) == ["ran-0", "ran-1"]
+    more = skyhive("launch", "-y", "-c", "three", "--num-nodes", "4", str(task), cwd=tmp_path)
+    assert more.returncode != 0 and "num_nodes: pool has 3, task asks 4" in more.stderr

@@ -96,7 +96,9 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
         down_cluster(name, err=err, quiet=True)
         rec = None
     if rec is not None:
-        differs = [f"{k}: pool has {rec.spec.get(k)!r}, task asks {v!r}" for k, v in spec.items() if rec.spec.get(k) != v]
+        # fewer nodes than the pool has fit it (the job runs on the first N, as SkyPilot's launch on a cluster)
+        differs = [f"{k}: pool has {rec.spec.get(k)!r}, task asks {v!r}" for k, v in spec.items()
+                   if rec.spec.get(k) != v and not (k == "num_nodes" and task.num_nodes < rec.nodes)]
         if differs:
             raise LaunchError(f"pool {name!r} exists with another shape ({'; '.join(differs)}): `skyhive exec {name}` "
                               f"runs on it as it is, `skyhive down {name}` first to launch it anew")
