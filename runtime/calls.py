@@ -148,6 +148,10 @@ class PoolCalls:
         fn = _unwrap(fn)
         prep = Prepared(fn, args, kwargs)
 
+        if retries.count == 0:  # (three coroutines fewer per call)
+            return await rt.run_prepared(await rt.all_channels(), prep,  # type: ignore[no-any-return]
+                                         timeout=timeout, options=options)
+
         async def attempt() -> list[T]:
             channels = await rt.all_channels()
             return await rt.run_prepared(channels, prep, timeout=timeout, options=options)  # type: ignore[no-any-return]

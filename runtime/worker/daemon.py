@@ -115,9 +115,13 @@ class Worker:
     # ---- writing -----------------------------------------------------------------------------------
 
     def _write(self, data: bytes | list[Any]) -> None:
-        views = [memoryview(d) for d in (data if isinstance(data, list) else [data])]
         self._writing += 1  # a Cancel arriving now waits until the frame is whole (see _on_cancel_signal)
         try:
+            if data.__class__ is bytes:  # one frame (most often whole in one write: no views then)
+                n = os.write(self.fd_out, data)
+                views = [memoryview(data)[n:]] if n < len(data) else []  # type: ignore[arg-type]
+            else:
+                views = [memoryview(d) for d in (data if isinstance(data, list) else [data])]
             while views:
                 n = os.writev(self.fd_out, views)
                 while views and n >= len(views[0]):
