@@ -91,7 +91,9 @@ class LocalCluster(Local):
         return [
             NodeHandle(node=h.node, provider_id=h.provider_id, private_addr=h.private_addr,
                        reach=DetachedLocalReach(cwd=self.cwd or os.getcwd(), build_env=self.build_env,
-                                                socket_dir=self.socket_dir, attach=self.attach,
+                                                socket_dir=self.socket_dir,
+                                                # a node launched again (`replace_failed`) is a new worker
+                                                attach=self.attach and self._launched[(spec.pool_id, h.node)] == 1,
                                                 idle_timeout=self.idle_timeout),
                        accelerators=h.accelerators, accelerator=h.accelerator)
             for h in plain

@@ -174,9 +174,10 @@ class Pool(PoolCalls):
         another client stays attached (all naming the pool).
         """
         from .clusters import record as records
-        from .clusters.named import NamedPool, attach_provider
+        from .clusters.named import NamedPool, attach_provider, refuse_stopped
 
         rec = records.load(name)
+        refuse_stopped(rec)
         pool = cls(provider=attach_provider(rec), nodes=rec.nodes, processes_per_node=rec.processes_per_node,
                    output=output, name=name, image=image, worker=Worker(concurrency=rec.concurrency), **settings)
         pool.keep = keep

@@ -113,12 +113,12 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def _add_cluster_parsers(sub: argparse._SubParsersAction, launch: argparse.ArgumentParser) -> None:
     """The named-pool flags of `launch` and the commands on named pools, in one place."""
-    from skyhive.runtime.commands.taskflags import add_task_flags
+    from skyhive.runtime.commands.taskflags import add_task_flags, idle_minutes
 
     launch.add_argument("-c", "--cluster", metavar="NAME", help="a named pool: create it (or reuse it when it runs "
                         "with the same shape), run the task there as a job, leave it up")
     launch.add_argument("-d", "--detach-run", action="store_true", help="with -c: return once the job is queued")
-    launch.add_argument("-i", "--idle-minutes-to-autostop", dest="idle_minutes", type=float, metavar="MINUTES",
+    launch.add_argument("-i", "--idle-minutes-to-autostop", dest="idle_minutes", type=idle_minutes, metavar="MINUTES",
                         help="with -c: stop the pool's workers after this many idle minutes")
     launch.add_argument("--down", action="store_true", help="with -c: take the pool down when idle (autostop)")
 

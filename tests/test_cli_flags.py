@@ -23,6 +23,7 @@ from skyhive.runtime.events.log import read_log
 from skyhive.runtime.events.state import fold
 from tests.procs import wait_gone
 from tests.test_cli_launch import SKYHIVE, by_node, pool_logs, skyhive
+from tests.test_clusters import clean  # noqa: F401 - a fixture: named pools down, nothing left
 
 
 def write(path: Path, text: str) -> Path:
@@ -306,3 +307,113 @@ def test_skypilot_variables_and_their_skyhive_twins_on_a_two_node_local_pool(tmp
             assert env[f"{prefix}_TASK_ID"] == setup[f"{prefix}_TASK_ID"] == runs[0][f"{prefix}_TASK_ID"]
             assert pool_id in env[f"{prefix}_TASK_ID"]
     assert {e.kind for e in read_log(log)} >= {"pool_started", "pool_stopped"}
+
+
+# ---- --workdir, and the named-pool flags: -c, -d/--detach-run, -i, --down, --dryrun with -c ------------
+
+
+def test_workdir_flag_ships_its_directory_over_the_files_and_a_missing_one_is_a_clear_error(tmp_path, skyhive_home):
+    for name, text in (("code", "from-flag"), ("other", "from-file")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "data.txt").write_text(text)
+    write(tmp_path / "w.yaml", "workdir: other\nnum_nodes: 2\nrun: cat data.txt; echo\n")
+    done = skyhive("launch", "w.yaml", "--workdir", "code", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert by_node(done.stdout) == {0: ["from-flag"], 1: ["from-flag"]}  # the flag wins over the file
+    before = pool_logs(skyhive_home)
+    missing = skyhive("launch", "w.yaml", "--workdir", "nosuch", cwd=tmp_path)
+    assert missing.returncode == 2 and "--workdir: 'nosuch' is not a directory" in missing.stderr
+    assert pool_logs(skyhive_home) == before  # nothing was started
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-d"], "-d, -i and --down apply to a named pool: add -c NAME"),
+    (["--detach-run"], "-d, -i and --down apply to a named pool: add -c NAME"),
+    (["-i", "5"], "-d, -i and --down apply to a named pool: add -c NAME"),
+    (["--down"], "-d, -i and --down apply to a named pool: add -c NAME"),
+    (["-c", "p", "-i", "0"], "-i/--idle-minutes-to-autostop: 0: autostop needs a positive, finite number of"),
+    (["-c", "p", "-i=-3"], "-i/--idle-minutes-to-autostop: -3: autostop needs a positive, finite number of"),
+    (["-c", "p", "-i", "nan"], "-i/--idle-minutes-to-autostop: nan: autostop needs a positive, finite number"),
+    (["-c", "p", "-i", "inf"], "-i/--idle-minutes-to-autostop: inf: autostop needs a positive, finite number"),
+    (["-c", "p", "-i", "soon"], "argument -i/--idle-minutes-to-autostop: 'soon' is not a number of minutes"),
+    (["-c", "bad/name"], "'bad/name' cannot name a pool"),
+    (["-c"], "the following arguments are required: TASK.yaml"),  # -c took the file as the name
+    (["--dryrun=1"], "--dryrun: ignored explicit argument '1'"),
+    (["--down=yes", "-c", "p"], "--down: ignored explicit argument 'yes'"),
+])
+def test_a_bad_named_pool_flag_is_a_clear_error_that_starts_nothing(tmp_path, skyhive_home, args, message):
+    done = skyhive("launch", "-y", *args, task(tmp_path), cwd=tmp_path)
+    assert done.returncode != 0 and message in done.stderr, (done.returncode, done.stderr)
+    assert pool_logs(skyhive_home) == [] and not (Path(skyhive_home) / "clusters" / "p" / "record.json").exists()
+
+
+def test_dryrun_with_c_plans_and_creates_no_named_pool(tmp_path, skyhive_home):
+    marker = tmp_path / "ran"
+    done = skyhive("launch", "-c", "planned", "--dryrun", task(tmp_path, f"touch {marker}"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("dry run: nothing was created")
+    assert not marker.exists() and pool_logs(skyhive_home) == []
+    assert skyhive("status", cwd=tmp_path).stdout.startswith("no named pools")
+
+
+WAITS = """\
+    name: waits
+    run: |
+      while [ ! -e {go} ]; do sleep 0.05; done
+      echo "went on"
+    """
+
+
+def test_detach_run_returns_once_queued_and_exec_refuses_what_local_cannot_honour(tmp_path, clean):
+    go = tmp_path / "go"
+    waits = write(tmp_path / "waits.yaml", WAITS.format(go=go))
+    # --detach-run (the long form of -d): the command returns although the job cannot end before `go` exists
+    done = skyhive("launch", "-y", "-c", "flags", "--detach-run", str(waits), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "job 1 (waits) queued on pool flags" in done.stderr and "went on" not in done.stdout
+    assert skyhive("queue", "flags", cwd=tmp_path).stdout.splitlines()[1].split()[2] in ("PENDING", "RUNNING")
+    go.touch()
+    followed = skyhive("logs", "flags", "1", "--follow", cwd=tmp_path)
+    assert followed.returncode == 0 and "went on" in followed.stdout
+    # a cloud-only option on exec is refused by name, and no job is queued (it was silently ignored)
+    plain = task(tmp_path)
+    for args, message in ((["--use-spot"], "resources.use_spot (--use-spot): the local provider cannot honour it"),
+                          (["--region", "us-east-1"], "resources.region (--region us-east-1): the local provider"),
+                          (["-t", "m5.large"], "resources.instance_type (--instance-type m5.large): the local"),
+                          (["--image-id", "ami-1"], "resources.image_id (--image-id ami-1): the local provider"),
+                          (["--zone", "z1"], "resources.zone (--zone z1): the local provider"),
+                          (["--disk-size", "100"], "resources.disk_size (--disk-size 100): the local provider")):
+        refused = skyhive("exec", "flags", *args, plain, cwd=tmp_path)
+        assert refused.returncode == 2 and message in refused.stderr, (args, refused.stderr)
+    assert len(skyhive("queue", "flags", cwd=tmp_path).stdout.splitlines()) == 2  # header + job 1
+    # a node requirement on exec is checked on the pool's nodes before run
+    short = skyhive("exec", "flags", "--cpus", f"{(os.cpu_count() or 1) * 64}+", plain, cwd=tmp_path)
+    assert short.returncode != 0 and "resources.cpus" in short.stdout and "ran on" not in short.stdout
+
+
+# ---- the task file's `resources` fields: the side tests/test_cloud_catalog.py and test_cli_taskfile.py leave -----
+
+
+def test_resource_fields_from_the_task_file_take_effect_or_are_refused(tmp_path):
+    from skyhive.errors import ProvisionError
+    from skyhive.runtime.commands.plan import plan_launch
+    from skyhive.runtime.commands.taskfile import TaskFileError, loads
+
+    def plan(resources: str):
+        return plan_launch(loads(f"resources: {{{resources}}}\nrun: echo\n", cwd=str(tmp_path)))
+
+    spot = plan("cloud: aws, use_spot: true, accelerators: L4:1")  # use_spot from the file, as --use-spot
+    assert spot.plan["spot"] is True and any("spot is less" in line for line in spot.lines)
+    assert plan("cloud: aws, use_spot: false, accelerators: L4:1").plan["spot"] is False
+    with pytest.raises(ProvisionError, match="unknown region 'mars-1'"):
+        plan("cloud: aws, region: mars-1")
+    with pytest.raises(TaskFileError, match=r"resources.image_id: expected a name, got 7"):
+        plan("cloud: aws, image_id: 7")
+    for field, value, flag in (("image_id", "ami-1", "--image-id ami-1"), ("disk_size", "100", "--disk-size 100"),
+                               ("instance_type", "m5.large", "--instance-type m5.large"),
+                               ("region", "us-east-1", "--region us-east-1")):
+        with pytest.raises(TaskFileError, match=rf"resources.{field} \({flag}\): the local provider has no such option"):
+            plan(f"cloud: local, {field}: {value}")
+    # the issue's "disk" is SkyPilot's disk_size: the short key is a warning that names it, never a silent ignore
+    task = loads("resources:\n  disk: 100\nrun: echo\n", cwd=str(tmp_path))
+    assert task.warnings == ("<task>:2: unknown key resources.disk (did you mean resources.disk_size?); ignored",)

@@ -42,6 +42,7 @@ log = logging.getLogger("skyhive.clusters.agent")
 __all__ = ["ensure_agent", "agent_pid", "run_job", "main"]
 
 _POLL = 0.3  # seconds between looks for a cancel request
+_PROBE_PATIENCE = 5.0  # seconds a starting agent waits for a lock held without a pid (see `_take`)
 
 
 def _lock_path(name: str) -> str:
@@ -187,6 +188,21 @@ def _next(name: str) -> jobq.Job | None:
     return jobq.next_pending(name)
 
 
+def _take(fd: int, patience: float = _PROBE_PATIENCE) -> bool:
+    """Take the agent lock on `fd`; False when another agent holds it. A holder that wrote no pid is
+    not an agent at work: `agent_pid()` probing the lock, or an agent leaving (it empties the file, then
+    unlocks) — wait for it (up to `patience` seconds) rather than leave the queue without an agent."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if os.pread(fd, 32, 0).strip() or time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
@@ -194,9 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name = records.check_name(args[0])
     fd = os.open(_lock_path(name), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not _take(fd):
         sys.stdout.write(json.dumps({"already": True}) + "\n")
         return 0
     from ..onnode.daemonize import daemonize

@@ -9,6 +9,13 @@ stopped by autostop (`skyhive status` shows it; the next `launch -c` starts it a
 `--down`, forgets it. A cloud pool's instances are terminated (by their recorded ids) and the pool
 forgotten either way: its instances terminate on shutdown, so there is no stopped state to keep, and
 this runs on the client's machine, which has the cloud credentials (the nodes have none).
+
+A client may attach at the very moment the watchdog fires (it has taken the pool's attach lock but
+not connected yet, or a job was just queued and its agent is starting). So the stop happens only
+under the pool's attach lock, taken without waiting: when a client holds it, or a job is queued or
+running, this gives up and exits with `KEEP_WATCHING` (the watchdog then watches on). A
+client that attaches after the stop finds the record marked stopped (`named.refuse_stopped`) and
+is refused, saying so, instead of taking over workers that are gone.
 """
 
 from __future__ import annotations
@@ -16,10 +23,45 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+from . import jobs as jobq
 from . import record as records
 from .stop import stop_pool
 
-__all__ = ["main"]
+__all__ = ["main", "autostop", "KEEP_WATCHING"]
+
+#: "Not now": the watchdog watches on (`worker/watchdog.py`'s own KEEP_WATCHING; the client side does
+#: not import the worker's modules).
+KEEP_WATCHING = 75
+
+
+def autostop(name: str) -> str:
+    """Stop (or, autodown, take down) the idle pool `name` unless a client holds it; what happened:
+    "autostop", "autodown", or why it was left running (a client is attached, a job waits)."""
+    lock = records.AttachLock(name, who="autostop")
+    if not lock.try_acquire():
+        return f"busy: {lock.busy()}"
+    try:
+        # (read from the job files: probing the agent's lock could make an agent starting now think
+        # another one runs)
+        waiting = [j.id for j in jobq.list_jobs(name) if j.state in (jobq.PENDING, jobq.RUNNING)]
+        if waiting:
+            return f"busy: pool {name!r} has a job queued or running (job {', '.join(map(str, waiting))})"
+        rec = records.load(name)
+        what = "autodown" if rec.autostop_down else "autostop"
+        idle = "its idle time" if rec.autostop_minutes is None else f"{rec.autostop_minutes:g} min"
+        stop_pool(name, why=f"{what}: no client for {idle}", watchdog=False)
+        if rec.instances:  # a cloud pool: nothing to keep stopped (instances terminate on shutdown): down
+            from .cloud import terminate_instances
+
+            terminate_instances(rec)
+            records.remove(name)
+        elif rec.autostop_down:
+            records.remove(name)
+        else:
+            records.save(dataclasses.replace(rec, stopped=what, watchdog_pid=0))
+        return what
+    finally:
+        lock.release()  # (autodown removed the lock file with the pool: the descriptor still holds it)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,20 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("usage: python -m skyhive.runtime.clusters.autostop NAME\n")
         return 2
     name = records.check_name(args[0])
-    rec = records.load(name)
-    what = "autodown" if rec.autostop_down else "autostop"
-    stop_pool(name, why=f"{what}: no client for {rec.autostop_minutes:g} min", watchdog=False)
-    if rec.instances:  # a cloud pool: nothing to keep stopped (instances terminate on shutdown): down
-        from .cloud import terminate_instances
-
-        terminate_instances(rec)
-        records.remove(name)
-    elif rec.autostop_down:
-        records.remove(name)
-    else:
-        records.save(dataclasses.replace(rec, stopped=what, watchdog_pid=0))
-    sys.stdout.write(f"pool {name}: {what}\n")
-    return 0
+    outcome = autostop(name)
+    sys.stdout.write(f"pool {name}: {outcome}\n")
+    return KEEP_WATCHING if outcome.startswith("busy") else 0
 
 
 if __name__ == "__main__":

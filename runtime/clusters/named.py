@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from ...providers.kept_cloud import KeptCloud, kept_cloud
 from ...providers.ssh_cluster import KeptSSHReach, SSHCluster, cluster_key
 from ..transport.local_detached import server_pid, socket_path
 from . import record as records
+from .follow import follow_workers
 from .procs import runs
 from .record import ClusterRecord, WorkerEntry
 
@@ -195,6 +197,14 @@ class NamedPool:
             if deadline is not None and time.monotonic() >= deadline:
                 raise self._lock.busy()
             await anyio.sleep(0.1)
+        if self.attach:  # autostop stops a pool only under this lock (`autostop.py`): look again now
+            try:
+                refuse_stopped(records.load(self.name))
+            except BaseException:
+                self._lock.release()
+                if not (records.cluster_dir(self.name) / "record.json").exists():  # autodown forgot it meanwhile:
+                    shutil.rmtree(records.cluster_dir(self.name), ignore_errors=True)  # leave no lock file behind
+                raise
 
     async def open(self, pool: Any, enter: Callable[[], Awaitable[Any]]) -> Any:
         """Enter `pool` (the `Pool`; `enter` starts it) as this named pool: lock, (re)check the workers when
@@ -225,6 +235,8 @@ class NamedPool:
                 finally:
                     self.leave(kept=self.attach)
             raise
+        # a worker started later (restarted, or a replaced node's: `replace_failed`) goes into the record
+        rt.tg.start_soon(follow_workers, rt.log.subscribe(), self.name)
         return pool
 
     def started(self, rt: PoolRuntime, provider: Any, processes_per_node: int) -> None:
@@ -364,3 +376,11 @@ def set_autostop(rec: ClusterRecord, minutes: float, down: bool) -> ClusterRecor
 
 def _fields(rec: ClusterRecord) -> dict[str, Any]:
     return {name: getattr(rec, name) for name in rec.__dataclass_fields__}
+
+
+def refuse_stopped(rec: ClusterRecord) -> None:
+    """Raise `PoolGone` when autostop stopped the pool of `rec` (checked by `Pool.attach`, and again once
+    the attach lock is held: autostop stops a pool only while holding it)."""
+    if rec.stopped:
+        raise PoolGone(f"pool {rec.name!r} was stopped by {rec.stopped} (it was idle past its limit): "
+                       f"`skyhive launch -c {rec.name} TASK.yaml` starts it again")

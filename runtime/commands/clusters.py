@@ -96,7 +96,9 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
         down_cluster(name, err=err, quiet=True)
         rec = None
     if rec is not None:
-        differs = [f"{k}: pool has {rec.spec.get(k)!r}, task asks {v!r}" for k, v in spec.items() if rec.spec.get(k) != v]
+        # fewer nodes than the pool has fit it (the job runs on the first N, as SkyPilot's launch on a cluster)
+        differs = [f"{k}: pool has {rec.spec.get(k)!r}, task asks {v!r}" for k, v in spec.items()
+                   if rec.spec.get(k) != v and not (k == "num_nodes" and task.num_nodes < rec.nodes)]
         if differs:
             raise LaunchError(f"pool {name!r} exists with another shape ({'; '.join(differs)}): `skyhive exec {name}` "
                               f"runs on it as it is, `skyhive down {name}` first to launch it anew")
@@ -157,10 +159,14 @@ def exec_task(task: Task, name: str, *, detach_run: bool = False, out: TextIO | 
     if dead_workers(rec) or not rec.workers:
         raise PoolGone(f"pool {name!r} is not running (its workers are gone): `skyhive launch -c {name} TASK.yaml` "
                        f"starts it again")
-    if task.num_nodes != rec.nodes:  # running on some of the nodes is not there yet: refused, not ignored
-        raise LaunchError(f"the task asks for {task.num_nodes} node{'s' if task.num_nodes != 1 else ''}; pool "
-                          f"{name!r} has {rec.nodes} (a job runs on every node of its pool: "
-                          f"`--num-nodes {rec.nodes}`, or another pool)")
+    # fewer nodes than the pool has: the job runs on the first N (`TaskSteps.num_nodes`), as SkyPilot's
+    # exec places it; more is an error naming both counts
+    if task.num_nodes > rec.nodes:
+        raise LaunchError(f"the task asks for {task.num_nodes} nodes; pool {name!r} has {rec.nodes} (a job runs "
+                          f"on at most every node of its pool: `--num-nodes {rec.nodes}` or fewer, or another pool)")
+    from .resources import provider_for
+
+    provider_for(task)  # what the pool's provider cannot honour (--use-spot, --region, -t, ...) is refused, not ignored
     return _after_submit(name, _queue(task, name, setup=False), detach_run, out, err)
 
 

@@ -91,7 +91,7 @@ def task_steps(task: Task, provider: Provider, *, work_id: str, task_id: str, se
     return TaskSteps(work_id=work_id, task_id=task_id, setup=task.setup if setup else None, run=task.run,
                      archive=pack_workdir(task.workdir) if task.workdir else None,
                      mounts=pack_mounts(task, pack_workdir), requirements=node_requirements(task, provider),
-                     cluster_info=cluster_info(work_id, task, provider))
+                     cluster_info=cluster_info(work_id, task, provider), num_nodes=task.num_nodes)
 
 
 def cluster_info(pool_id: str, task: Task, provider: Provider) -> str:

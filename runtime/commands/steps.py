@@ -4,8 +4,10 @@ agent of a named pool (`runtime/clusters/agent.py`).
 On every node what the task's resources ask is checked (machines that exist already). Then once per
 *machine* (nodes on one machine share its files and Python environment: Local nodes) the workdir is
 unpacked into a directory of its own, the `file_mounts` are copied and `setup` runs there; then `run`
-on every node, in its machine's directory. Setup and run are bash scripts run by a skyhive function
-(`nodecmd.run_script`), so their output streams back live through the pool. The first node whose
+on every node, in its machine's directory. A job that asks for fewer nodes than its named pool has
+(`TaskSteps.num_nodes`) runs `run` on the first N nodes only, which see those N as the cluster.
+Setup and run are bash scripts run by a skyhive function (`nodecmd.run_script`), so their output
+streams back live through the pool. The first node whose
 step fails decides the outcome; the other nodes' scripts are then stopped (as SkyPilot does: a
 distributed job with a dead member would hang).
 """
@@ -56,6 +58,7 @@ class TaskSteps:
     mounts: list[tuple[str, str, bytes, bool]] = field(default_factory=list)
     requirements: dict[str, Any] = field(default_factory=dict)
     cluster_info: str = ""
+    num_nodes: int = 0  # the task's nodes: fewer than the pool has run on its first N (`skyhive exec`)
 
 
 def pack_mounts(task: Task, pack: Callable[[str], bytes]) -> list[tuple[str, str, bytes, bool]]:
@@ -68,6 +71,10 @@ async def run_steps(rt: PoolRuntime, steps: TaskSteps, *, task_env: dict[str, st
     `task_env` (variables and secret values) goes to the scripts only, not to the workers (a named
     pool's job; `skyhive launch` gives them to its pool's workers as the Image instead)."""
     channels = await rt.all_channels()
+    # a job on some of a named pool's nodes runs on the first N; the workdir, mounts and setup are for
+    # every machine of the pool (as SkyPilot's setup on a cluster), so a later job on all nodes finds them
+    some = 0 < steps.num_nodes < len(rt.nodes)
+    runs_on = [i for i, c in enumerate(channels) if not some or c.node < steps.num_nodes]
     dirs: list[Any] = []
     failed, keys = await everywhere(rt, channels, "machine", nodeprep.machine_key)
     if failed is None and steps.requirements:
@@ -84,10 +91,12 @@ async def run_steps(rt: PoolRuntime, steps: TaskSteps, *, task_env: dict[str, st
     if failed is None and steps.mounts:
         failed, _ = await everywhere(rt, [channels[i] for i in leaders], "file_mounts", nodeprep.install_mounts,
                                      steps.mounts)
-    for phase, on in (("setup", leaders), ("run", list(range(len(channels))))):
+    for phase, on in (("setup", leaders), ("run", runs_on)):
         script = getattr(steps, phase)
         if failed is None and script:
-            extra = (task_env,) if task_env else ()
+            # the job's run sees its nodes only: SKYPILOT_NUM_NODES=N, NODE_IPS of nodes 0..N-1
+            narrow = some and phase == "run"
+            extra = (task_env or None, steps.num_nodes) if narrow else (task_env,) if task_env else ()
             failed, _ = await everywhere(rt, [channels[i] for i in on], phase, nodecmd.run_script, script,
                                          steps.task_id, phase, steps.cluster_info, *extra,
                                          per_node=[dirs[i] for i in on])

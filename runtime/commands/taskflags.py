@@ -17,6 +17,7 @@ A bad value is a `TaskFileError` naming the option and the value (exit code 2, n
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 from .taskfile import Task, TaskFileError, load
 from .values import ENV_NAME, parse_accelerators, parse_amount, parse_env_overrides
 
-__all__ = ["add_task_flags", "task_from_args", "read_env_file", "resource_overrides"]
+__all__ = ["add_task_flags", "task_from_args", "read_env_file", "resource_overrides", "idle_minutes"]
 
 _NONE = "none"  # SkyPilot: "Passing "none" resets the config"
 
@@ -137,3 +138,15 @@ def read_env_file(path: str) -> dict[str, str]:
             value = value.split(" #", 1)[0].rstrip()
         out[key] = value
     return out
+
+
+def idle_minutes(text: str) -> float:
+    """The value of `-i MINUTES` (argparse `type=`): a positive, finite number of minutes; anything else
+    (0, negative, nan, inf, not a number) is an `argparse.ArgumentTypeError` saying so."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of minutes") from None
+    if not 0 < value < math.inf:  # (nan is neither)
+        raise argparse.ArgumentTypeError(f"{text}: autostop needs a positive, finite number of minutes")
+    return value

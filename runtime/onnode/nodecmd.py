@@ -53,17 +53,18 @@ def remove(pool_id: str) -> None:
     shutil.rmtree(work_root(pool_id), ignore_errors=True)
 
 
-def node_env(task_id: str, *, phase: str, cluster_info: str = "") -> dict[str, str]:
+def node_env(task_id: str, *, phase: str, cluster_info: str = "", num_nodes: int = 0) -> dict[str, str]:
     """The variables SkyPilot documents for `setup` and `run`, under both the SKYPILOT_* and the SKYHIVE_*
     names: NODE_RANK, NODE_IPS (one per line, head first), NUM_NODES, NUM_GPUS_PER_NODE, TASK_ID,
     CLUSTER_INFO (JSON: cluster_name, cloud, region, zone) and, during setup, SETUP_NODE_RANK and
-    SETUP_NODE_IPS."""
+    SETUP_NODE_IPS. `num_nodes` (a job on the first N nodes of a named pool): those N are the cluster."""
     info = instance_info()
-    ips = "\n".join(p.addr for p in sorted(info.peers, key=lambda p: p.node))
+    total = num_nodes or info.total_nodes
+    ips = "\n".join(p.addr for p in sorted(info.peers, key=lambda p: p.node) if p.node < total)
     values = {
         "NODE_IPS": ips,
         "NODE_RANK": str(info.node),
-        "NUM_NODES": str(info.total_nodes),
+        "NUM_NODES": str(total),
         "NUM_GPUS_PER_NODE": str(info.accelerators),
         "TASK_ID": task_id,
     }
@@ -78,11 +79,12 @@ def node_env(task_id: str, *, phase: str, cluster_info: str = "") -> dict[str, s
 
 
 def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: str = "",
-               task_env: dict[str, str] | None = None) -> int:
+               task_env: dict[str, str] | None = None, num_nodes: int = 0) -> int:
     """Run `script` with bash in `cwd`; its exit code (128+N if killed by signal N). `task_env` is the
-    task's own variables for this script only (a named pool's job: its workers outlive the job)."""
+    task's own variables for this script only (a named pool's job: its workers outlive the job);
+    `num_nodes` a job on the pool's first N nodes (`node_env`)."""
     env = {**os.environ, **(task_env or {}), "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"),
-           **node_env(task_id, phase=phase, cluster_info=cluster_info)}
+           **node_env(task_id, phase=phase, cluster_info=cluster_info, num_nodes=num_nodes)}
     # the node's Python environment comes first: `python`, `pip`, `torchrun` are the ones skyhive runs with
     bindir = os.path.dirname(sys.executable)
     path = env.get("PATH", os.defpath)

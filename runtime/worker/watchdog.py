@@ -8,7 +8,8 @@ named pool with autostop on this machine (`--unix-dir`: its workers' socket dire
 in ``/proc/net/tcp`` and ``/proc/net/tcp6``. The client holds one SSH connection per node for the whole
 life of its pool, so a connected client keeps the node however long a job runs; when the client is gone
 (killed, crashed, its network lost) the connection goes too, and after `--idle` seconds with none the
-watchdog runs `--command` through ``/bin/sh`` and exits. Cloud instances are created to terminate on
+watchdog runs `--command` through ``/bin/sh`` and exits (unless the command exits with
+`KEEP_WATCHING`, 75: then it watches on). Cloud instances are created to terminate on
 shutdown, so the default command ends the billing.
 
 One watchdog per node (its lock, pid and log are named by hostname in the state directory): a second
@@ -32,6 +33,9 @@ import time
 _ESTABLISHED = "01"
 #: socket state SS_CONNECTED in /proc/net/unix (a listener is 01, SS_UNCONNECTED)
 _CONNECTED = "03"
+#: The exit status (EX_TEMPFAIL) by which `--command` says "not now": the watchdog watches on, as if a
+#: client had just left (a named pool's autostop finds a client attaching at that very moment).
+KEEP_WATCHING = 75
 
 
 def _say(stream, text: str) -> None:
@@ -85,7 +89,11 @@ def watch(idle: float, command: str, port: int, interval: float, unix_dir: str |
             last_seen = time.monotonic()
         elif time.monotonic() - last_seen >= idle:
             _say(sys.stdout, f"watchdog: no client on {where} for {idle:g} s: running {command!r}")
-            return subprocess.call(["/bin/sh", "-c", command])
+            code = subprocess.call(["/bin/sh", "-c", command])
+            if code != KEEP_WATCHING:
+                return code
+            _say(sys.stdout, f"watchdog: the command exited {KEEP_WATCHING} (not now): watching on")
+            last_seen = time.monotonic()
         time.sleep(interval)
 
 
