@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import inspect
 import logging
 import os
 import select
@@ -24,6 +23,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from types import GeneratorType
 from typing import Any
 
 import cloudpickle
@@ -396,7 +396,7 @@ class Worker:
             return out
         a, kw = args
         value = fn(*a, **kw)
-        if inspect.isgenerator(value):
+        if isinstance(value, GeneratorType):  # (inspect.isgenerator, without its Python frame)
             if stream is None:  # not asked to stream (`pool.run`): the items, as a list
                 return list(value)
             return self._stream(stream, value)
