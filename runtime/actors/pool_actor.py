@@ -288,11 +288,12 @@ class PoolRuntime(CallDispatch):
     def _all_channels_nowait(self) -> list[WorkerChannel] | None:
         channels: list[WorkerChannel] = []
         for n in self.members():
-            if n.state is not NodeState.READY and self.loss_policy.replacing(n.index):
+            state = n.state  # (read once: each read looks the node up in the event log)
+            if state is not NodeState.READY and self.loss_policy.replacing(n.index):
                 return None  # a node is being replaced: wait for it
-            if n.state is not NodeState.READY:
+            if state is not NodeState.READY:
                 detail = self.log.state.nodes[n.index].detail
-                raise WorkerLost(f"node {n.index} of pool {self.pool_id} is {n.state.value}"
+                raise WorkerLost(f"node {n.index} of pool {self.pool_id} is {state.value}"
                                  + (f" ({detail})" if detail else ""), node=n.index) from n.failure
             for c in n.rank_channels():
                 if c is None or not c.usable:
