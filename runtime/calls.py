@@ -115,6 +115,11 @@ class PoolCalls:
         rt = self._runtime
         fn = _unwrap(fn)
         prep = Prepared(fn, args, kwargs)
+        if retries.count == 0:  # the attempt inline: no closure, three coroutines fewer per call
+            channel = rt.pick_nowait() if rt.open else None
+            if channel is None:
+                channel = await rt.pick()
+            return await rt.run_one(channel, prep, timeout=timeout, options=options)  # type: ignore[no-any-return]
 
         async def attempt() -> T:
             channel = rt.pick_nowait() if rt.open else None
@@ -122,8 +127,6 @@ class PoolCalls:
                 channel = await rt.pick()
             return await rt.run_one(channel, prep, timeout=timeout, options=options)  # type: ignore[no-any-return]
 
-        if retries.count == 0:  # (two coroutines fewer per call)
-            return await attempt()
         return await with_retries(attempt, retries, what=prep.fn_name, on_retry=self._count_retry)
 
     def _count_retry(self) -> None:
@@ -147,6 +150,10 @@ class PoolCalls:
         rt = self._runtime
         fn = _unwrap(fn)
         prep = Prepared(fn, args, kwargs)
+
+        if retries.count == 0:  # (three coroutines fewer per call)
+            return await rt.run_prepared(await rt.all_channels(), prep,  # type: ignore[no-any-return]
+                                         timeout=timeout, options=options)
 
         async def attempt() -> list[T]:
             channels = await rt.all_channels()

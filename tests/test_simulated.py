@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import anyio
 import pytest
 
@@ -107,6 +109,36 @@ def test_hung_worker_is_caught_by_heartbeats() -> None:
             with pytest.raises(sky.WorkerLost, match="node 3.*no heartbeat") as caught:
                 await pool.broadcast(_one)
             assert caught.value.node == 3
+
+    anyio.run(main)
+
+
+def test_hung_worker_is_killed_restarted_and_a_retry_gets_its_result() -> None:
+    async def main() -> None:
+        async with sky.Pool(provider=sky.Simulated(hang_at={3: 1, 8: 1}), nodes=10,
+                            heartbeat_interval=0.1, heartbeat_timeout=0.5) as pool:
+            assert await pool.broadcast(_where, retries=1) == [(i, 10) for i in range(10)]
+            restarted = [n.node for n in pool.state.nodes if n.workers[0].restarts]
+            assert restarted == [3, 8]  # killed as silent, started again (a fresh worker answers)
+            assert all(n.state == "ready" for n in pool.state.nodes)
+
+    anyio.run(main)
+
+
+def test_a_ready_pool_runs_no_task_per_node() -> None:
+    """Workers are watched by callbacks and one pool-wide heartbeat ticker, not a parked task (with a
+    timer) per node: the tasks of a ready pool do not grow with its nodes."""
+
+    async def tasks_with(nodes: int) -> int:
+        async with sky.Pool(provider=sky.Simulated(), nodes=nodes, heartbeat_interval=0.05,
+                            heartbeat_timeout=5) as pool:
+            await pool.broadcast(_one)
+            await anyio.sleep(0.2)  # a few heartbeat ticks: every worker pinged, none lost
+            assert await pool.broadcast(_one) == [1] * nodes
+            return len(asyncio.all_tasks())
+
+    async def main() -> None:
+        assert await tasks_with(300) == await tasks_with(3)
 
     anyio.run(main)
 

@@ -95,7 +95,10 @@ class WorkerChannel:
         self.pid = 0
         self.last_seen = time.monotonic()
         self.lost_reason: str | None = None
-        self.closed = asyncio.Event()  # the stream ended or broke
+        self.closed = False  # the stream ended or broke
+        # called once when it closes (the node actor's supervisor; a callback, not an Event and a
+        # waiting task per worker: a 10,000-node pool feels each object per node)
+        self.on_closed: Callable[[WorkerChannel], None] | None = None
         self.shutting_down = False
         self._welcomed: asyncio.Future[Welcome] = asyncio.get_running_loop().create_future()
         self._log = log_
@@ -136,7 +139,14 @@ class WorkerChannel:
             log.debug("node %d worker %d: %s", self.node, self.local_rank, exc)
         if not self._welcomed.done():
             self._welcomed.set_exception(ConnectionError("the worker closed its pipe before the handshake"))
-        self.closed.set()
+        self._set_closed()
+
+    def _set_closed(self) -> None:
+        if not self.closed:
+            self.closed = True
+            callback, self.on_closed = self.on_closed, None
+            if callback is not None:
+                callback(self)
 
     def _broken(self, reason: str) -> None:
         """The connection reached its ERROR state (either direction): the worker is lost. It is
@@ -146,7 +156,7 @@ class WorkerChannel:
             self._welcomed.set_exception(ProtocolError(reason))
             self._welcomed.exception()  # retrieved: the handshake's waiter may be gone
         self.lost_reason = self.lost_reason or reason
-        self.closed.set()
+        self._set_closed()
         if self.kill is not None:
             self.kill()
 
@@ -458,4 +468,4 @@ class WorkerChannel:
                         node=self.node, local_rank=self.local_rank,
                     )
                 )
-        self.closed.set()
+        self._set_closed()

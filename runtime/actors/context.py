@@ -57,6 +57,8 @@ class NodeContext:
     setup_worker: Callable[[WorkerChannel], Awaitable[None]] | None
     #: what a lost worker means: restarted in place, or its node replaced (`actors/replace.py`)
     loss_policy: LossPolicy
+    #: start `fn(*args)` as a task in the pool's task group (a lost worker's restart)
+    spawn: Callable[..., None]
     #: worker processes per local rank (`sky.Worker(concurrency=N)`); the extra ones take tasks but
     #: no broadcast and no plugin setup
     concurrency: int = 1

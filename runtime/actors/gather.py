@@ -46,16 +46,22 @@ async def gather_or_first_failure(futures: Sequence[asyncio.Future[Any]]) -> lis
     remaining = sum(not fut.done() for fut in futures)
     if not remaining:
         return failed
-    wake = asyncio.Event()
+    # the wake-up: a plain future (an asyncio.Event made one per wait anyway), replaced for each
+    # further wait while losses settle
+    waiter = [futures[0].get_loop().create_future()]
+
+    def wake() -> None:
+        if not waiter[0].done():
+            waiter[0].set_result(None)
 
     def on_done(i: int, fut: asyncio.Future[Any]) -> None:
         nonlocal remaining
         remaining -= 1
         if _failed(fut):
             failed.append(i)
-            wake.set()
+            wake()
         elif not remaining:
-            wake.set()
+            wake()
 
     callbacks = []
     for i, fut in enumerate(futures):
@@ -65,27 +71,27 @@ async def gather_or_first_failure(futures: Sequence[asyncio.Future[Any]]) -> lis
             callbacks.append((fut, callback))
     try:
         if not failed:
-            await wake.wait()
+            await waiter[0]
         if failed and _is_lost(futures[failed[0]]):
-            await _settle(failed, wake, lambda: remaining)
+            await _settle(failed, waiter, lambda: remaining)
     finally:
         for fut, callback in callbacks:
             fut.remove_done_callback(callback)
     return failed
 
 
-async def _settle(failed: list[int], wake: asyncio.Event, remaining: Callable[[], int]) -> None:
+async def _settle(failed: list[int], waiter: list[asyncio.Future[None]], remaining: Callable[[], int]) -> None:
     """Wait while further failures keep coming, each within `SETTLE_QUIET` of the previous one."""
     deadline = time.monotonic() + SETTLE_MAX
     count = -1
     while len(failed) > count and remaining():
         count = len(failed)
-        wake.clear()
+        waiter[0] = waiter[0].get_loop().create_future()
         quiet = min(SETTLE_QUIET, deadline - time.monotonic())
         if quiet <= 0:
             return
         with anyio.move_on_after(quiet):
-            await wake.wait()
+            await waiter[0]
 
 
 def _is_lost(fut: asyncio.Future[Any]) -> bool:

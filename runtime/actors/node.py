@@ -8,11 +8,13 @@ bootstrapping (the kind's bootstrap) -> ready (workers started once every node's
 Provider calls that fail with a transient error are retried with the provider's backoff. On close
 each node drains its workers and is terminated on its own (`terminate([handle])`).
 
-Supervision, in the manner of an OTP supervisor with a one-for-one strategy: each worker process has a
-supervisor loop that starts it, watches it (pipe closed, process exited, heartbeats missed) and, when
-it is lost, fails the tasks that were on it with `WorkerLost` and starts a new one after a backoff.
-More than `max_restarts` losses within `restart_window` seconds and it gives up: the node is marked
-failed and the pool routes work to the nodes that are left.
+Supervision, in the manner of an OTP supervisor with a one-for-one strategy: each worker process is
+watched (pipe closed, process exited, heartbeats missed — the pool's one heartbeat ticker calls
+`heartbeat` on every node) and, when it is lost, the tasks that were on it fail with `WorkerLost` and
+a new one is started after a backoff. More than `max_restarts` losses within `restart_window` seconds
+and the node gives up: it is marked failed and the pool routes work to the nodes that are left. No
+task runs per node once it is ready: a worker's loss is a callback from its channel, and only then
+does a task (in the pool's task group, `NodeContext.spawn`) restart it.
 
 The node sees its pool only through a `NodeContext` (what it needs, nothing more).
 """
@@ -101,6 +103,7 @@ class NodeActor:
         self.stopping = False
         self.detaching = False  # leaving a kept pool: the workers stay
         self.failure: BaseException | None = None  # why the node was given up (raised from by callers)
+        self.losses: dict[int, list[float]] | None = None  # worker index -> when it was lost (restart limit)
 
     def __repr__(self) -> str:
         return f"<NodeActor {self.index} {self.state.value} workers={sum(c is not None and c.usable for c in self.channels)}>"
@@ -123,7 +126,8 @@ class NodeActor:
 
     async def run(self, handle: NodeHandle, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """From a launched node to ready: wait until it runs, connect, bootstrap, start the workers;
-        report started when ready; supervise until stopped. Raises `ProvisionError` naming the node."""
+        report started and return when ready (its workers are then watched without a task). Raises
+        `ProvisionError` naming the node."""
         ctx = self.ctx
         self.handle = handle
         handle = await self._wait_running(handle)
@@ -139,25 +143,27 @@ class NodeActor:
         self.move(NodeState.BOOTSTRAPPING)
         detail = await kind.bootstrap_node(ctx, self.index, transport)
         await ctx.wait_addresses(self.index)  # workers need every peer's address
-        failures: list[BaseException] = []
         if len(self.channels) == 1:
-            # one worker (the common case): supervised in this task — a task group, a task and an
-            # event less per node, which a 10,000-node pool feels in memory and collector time
-            await self._supervise(0, _Ready(self, detail, failures, task_status), failures)
-            if failures:
-                raise failures[0]
-            return
-        async with anyio.create_task_group() as tg:
-            ready = [anyio.Event() for _ in self.channels]
-            for rank in range(len(self.channels)):
-                tg.start_soon(self._supervise, rank, ready[rank], failures)
+            await self._start_worker(0)  # the common case: no task group, no task
+        else:
+            failures: list[BaseException] = []
             with anyio.fail_after(ctx.settings.start_timeout):
-                for event in ready:
-                    await event.wait()
+                async with anyio.create_task_group() as tg:
+                    for rank in range(len(self.channels)):
+                        tg.start_soon(self._first_start, rank, failures)
             if failures:
                 raise failures[0]
-            self.move(NodeState.READY, detail=detail)
-            task_status.started()
+        self.move(NodeState.READY, detail=detail)
+        for rank, channel in enumerate(self.channels):
+            if channel is not None:
+                self._watch(rank, channel)
+        task_status.started()
+
+    async def _first_start(self, rank: int, failures: list[BaseException]) -> None:
+        try:
+            await self._start_worker(rank)
+        except Exception as exc:
+            failures.append(exc)
 
     async def _wait_running(self, handle: NodeHandle) -> NodeHandle:
         """`provider.wait_running` with the provider's retry policy; its states recorded as progress.
@@ -201,35 +207,96 @@ class NodeActor:
             self.move(NodeState.TERMINATED, detail=error)
         return error
 
-    async def _supervise(self, rank: int, ready: anyio.Event | _Ready, failures: list[BaseException]) -> None:
+    # ---- supervision -------------------------------------------------------------------------------
+    # No task waits per worker: a watched channel calls `_worker_closed` when it closes, the pool's
+    # one heartbeat ticker calls `heartbeat` (`pool_actor.py`), and only a lost worker gets a task
+    # (`_lost` / `_recover`) while it is restarted. A parked task per node, with a timer and a cancel
+    # scope re-armed every heartbeat, was ~30 of the ~100 objects per node that the collector walks.
+
+    def _watch(self, rank: int, channel: WorkerChannel) -> None:
+        """Supervise a started worker: its loss (or clean stop) is handled when its channel closes."""
+        channel.on_closed = self._worker_closed
+        if channel.closed:  # it closed before we looked
+            channel.on_closed = None
+            self._worker_closed(channel)
+
+    def heartbeat(self, now: float) -> None:
+        """One tick of the pool's heartbeat clock: ping each watched worker, and declare one lost
+        (killed, then handled as closed) that was silent longer than `heartbeat_timeout`."""
+        timeout = self.ctx.settings.heartbeat_timeout
+        for rank, channel in enumerate(self.channels):
+            if channel is None or channel.on_closed is None:  # not watched (yet), or already handled
+                continue
+            proc = self.processes[rank]
+            assert proc is not None
+            if proc.reconnecting:
+                channel.last_seen = now  # a resumable link is reconnecting: not silence
+                continue
+            silent = now - channel.last_seen
+            if silent > timeout:
+                channel.lost_reason = f"no heartbeat for {silent:.1f} s"
+                channel.on_closed = None
+                proc.kill()
+                self._worker_closed(channel)
+            else:
+                channel.ping()
+
+    def _worker_closed(self, channel: WorkerChannel) -> None:
+        """A watched worker's channel closed (or it was declared silent): record how it ended; a
+        lost one is restarted (or taken over by the loss policy) in a task of its own."""
+        channel.on_closed = None
+        rank = next((r for r, c in enumerate(self.channels) if c is channel), -1)
+        proc = self.processes[rank] if rank >= 0 else None
+        if proc is None:
+            return
+        if self.detaching:  # the client left a kept pool: the worker goes on without us
+            self.ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="detached", pid=channel.pid)
+            return
+        if proc.returncode is None:  # its exit status comes in a moment: wait for it in a task
+            self.ctx.spawn(self._lost, rank, channel)
+            return
+        reason = self._settle(rank, channel, proc.returncode)
+        if reason is not None:
+            self.ctx.spawn(self._recover, rank, reason, None)
+
+    async def _lost(self, rank: int, channel: WorkerChannel) -> None:
+        proc = self.processes[rank]
+        assert proc is not None
+        with anyio.move_on_after(1.0, shield=True):
+            await proc.wait()
+        code = proc.returncode
+        if code is None:
+            proc.kill()
+            with anyio.move_on_after(1.0, shield=True):
+                await proc.wait()
+        reason = self._settle(rank, channel, code)
+        if reason is not None:
+            await self._recover(rank, reason, None)
+
+    def _settle(self, rank: int, channel: WorkerChannel, code: int | None) -> str | None:
+        """Record how a closed worker ended: stopped cleanly (None), or lost (why; its calls fail)."""
+        if channel.shutting_down and not channel.calls and (code == 0 or self.stopping):
+            self.ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="stopped",
+                               pid=channel.pid)
+            return None
+        reason = channel.lost_reason or describe_exit(code)
+        channel.fail_all(reason + self.ctx.loss_policy.note(self))
+        self.channels[rank] = None
+        self.ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="lost", detail=reason)
+        self.ctx.flush_output(self.index, rank)
+        self.ctx.slots_changed()
+        if self.stopping:
+            return None
+        return reason
+
+    async def _recover(self, rank: int, reason: str, cause: BaseException | None) -> None:
+        """A worker was lost: restart it with backoff (one-for-one), unless the loss policy takes the
+        node over; more than `max_restarts` losses within `restart_window` and the node is given up."""
         settings = self.ctx.settings
-        losses: list[float] = []  # (a deque is 760 bytes empty: one per worker at 10,000 nodes adds up)
-        first = True
-        while not self.stopping:
-            cause: BaseException | None = None
-            try:
-                channel = await self._start_worker(rank)
-            except Exception as exc:
-                if first:
-                    failures.append(exc)
-                    ready.set()
-                    return
-                if self.stopping:  # the pool closed while this worker restarted: stop() ended it
-                    return
-                reason = f"restart failed: {exc}"
-                log.error("node %d worker %d: %s", self.index, rank, reason)
-                channel, cause = None, exc
-                final = final_cause(exc)
-                if final is not None:  # the same refusal would come back at every restart
-                    self._give_up(rank, f"it cannot be restarted: {type(final).__name__}: {final}", final)
-                    return
-            if first:
-                first = False
-                ready.set()
-            if channel is not None:
-                reason = await self._watch(rank, channel)
-                if reason is None:  # clean shutdown
-                    return
+        if self.losses is None:
+            self.losses = {}
+        losses = self.losses.setdefault(rank, [])  # (a deque is 760 bytes empty)
+        while True:
             if self.ctx.loss_policy.take_over(self, rank, reason, cause):  # e.g. the pool replaces the node
                 return
             now = time.monotonic()
@@ -241,6 +308,23 @@ class NodeActor:
                               final_cause(cause) or cause)
                 return
             await anyio.sleep(min(settings.restart_backoff * 2 ** (len(losses) - 1), 5.0))
+            if self.stopping:
+                return
+            try:
+                channel = await self._start_worker(rank)
+            except Exception as exc:
+                if self.stopping:  # the pool closed while this worker restarted: stop() ended it
+                    return
+                reason = f"restart failed: {exc}"
+                log.error("node %d worker %d: %s", self.index, rank, reason)
+                cause = exc
+                final = final_cause(exc)
+                if final is not None:  # the same refusal would come back at every restart
+                    self._give_up(rank, f"it cannot be restarted: {type(final).__name__}: {final}", final)
+                    return
+                continue
+            self._watch(rank, channel)
+            return
 
     def _give_up(self, rank: int, why: str, cause: BaseException | None = None) -> None:
         log.error("node %d: giving up on worker %d (%s); the node is marked failed", self.index, rank, why)
@@ -292,49 +376,6 @@ class NodeActor:
         ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="ready", pid=channel.pid)
         ctx.slots_changed()
         return channel
-
-    async def _watch(self, rank: int, channel: WorkerChannel) -> str | None:
-        """Wait until the worker is lost (returns why) or shut down cleanly (returns None)."""
-        settings = self.ctx.settings
-        proc = self.processes[rank]
-        assert proc is not None
-        while True:
-            with anyio.move_on_after(settings.heartbeat_interval):
-                await channel.closed.wait()
-            if channel.closed.is_set():
-                break
-            silent = time.monotonic() - channel.last_seen
-            if proc.reconnecting:
-                channel.last_seen = time.monotonic()  # a resumable link is reconnecting: not silence
-            elif silent > settings.heartbeat_timeout:
-                channel.lost_reason = f"no heartbeat for {silent:.1f} s"
-                proc.kill()
-                break
-            channel.ping()
-        if self.detaching:  # the client left a kept pool: the worker goes on without us
-            self.ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="detached", pid=channel.pid)
-            return None
-        # the pipe is closed: collect the exit status (a moment) and tell the callers
-        with anyio.move_on_after(1.0, shield=True):
-            await proc.wait()
-        code = proc.returncode
-        if code is None:
-            proc.kill()
-            with anyio.move_on_after(1.0, shield=True):
-                await proc.wait()
-        if channel.shutting_down and not channel.calls and (code == 0 or self.stopping):
-            self.ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="stopped",
-                               pid=channel.pid)
-            return None
-        reason = channel.lost_reason or describe_exit(code)
-        channel.fail_all(reason + self.ctx.loss_policy.note(self))
-        self.channels[rank] = None
-        self.ctx.log.emit(WorkerStateChanged, node=self.index, local_rank=rank, state="lost", detail=reason)
-        self.ctx.flush_output(self.index, rank)
-        self.ctx.slots_changed()
-        if self.stopping:
-            return None
-        return reason
 
     # ---- stopping ----------------------------------------------------------------------------------
 
@@ -390,19 +431,3 @@ class NodeActor:
 
     def usable_channels(self) -> list[WorkerChannel]:
         return [c for c in self.channels if c is not None and c.usable]
-
-
-class _Ready:
-    """What a node's only worker's supervisor sets once the worker first started (or failed to): the
-    node is ready and its `run` reports started — unless the start failed (`run` raises then)."""
-
-    __slots__ = ("node", "detail", "failures", "task_status")
-
-    def __init__(self, node: NodeActor, detail: str, failures: list[BaseException],
-                 task_status: TaskStatus[None]) -> None:
-        self.node, self.detail, self.failures, self.task_status = node, detail, failures, task_status
-
-    def set(self) -> None:
-        if not self.failures:
-            self.node.move(NodeState.READY, detail=self.detail)
-            self.task_status.started()

@@ -14,6 +14,7 @@ import itertools
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -89,7 +90,7 @@ class PoolRuntime(CallDispatch):
             flush_output=self.router.flush, slots_changed=self.slots_changed,
             node_running=self.membership.running, wait_addresses=self.membership.wait_addresses,
             setup_worker=self._setup_worker if self.setup is not None else None,
-            concurrency=concurrency, loss_policy=self.loss_policy, memfds=self.memfds,
+            concurrency=concurrency, loss_policy=self.loss_policy, spawn=self._spawn, memfds=self.memfds,
             building=self.start_clocks.building,
         )
         self.nodes = [NodeActor(self.context, i) for i in range(nodes)]
@@ -110,6 +111,7 @@ class PoolRuntime(CallDispatch):
         self.loop = asyncio.get_running_loop()  # (asyncio's lookup makes a getpid() syscall per call)
         self.tg = anyio.create_task_group()
         await self.tg.__aenter__()
+        self.tg.start_soon(self._heartbeats)
         display = None
         if self.progress:
             display = ProvisioningDisplay(self.pool_id, len(self.nodes))
@@ -188,6 +190,24 @@ class PoolRuntime(CallDispatch):
             if node.state not in (NodeState.FAILED, NodeState.TERMINATING, NodeState.TERMINATED):
                 node.move(NodeState.FAILED, detail=f"{type(exc).__name__}: {exc}")
             raise
+
+    def _spawn(self, fn: Any, *args: Any) -> None:
+        if self.tg is not None:
+            self.tg.start_soon(fn, *args)
+
+    async def _heartbeats(self) -> None:
+        """The pool's one heartbeat clock: every `heartbeat_interval`, each node pings its workers and
+        declares lost any that was silent past `heartbeat_timeout` (`NodeActor.heartbeat`). One task
+        for the pool, not a task with a timer per worker; it yields every few hundred nodes so a
+        tick of a 10,000-node pool does not hold the loop."""
+        interval = self.settings.heartbeat_interval
+        while True:
+            await anyio.sleep(interval)
+            now = time.monotonic()
+            for i, node in enumerate(list(self.nodes)):
+                node.heartbeat(now)
+                if i % 500 == 499:
+                    await anyio.sleep(0)
 
     def _worker_setup(self) -> WorkerSetup | None:
         hooks = [p for p in self.plugins if isinstance(p, (AppHook, TaskHook))]
@@ -288,11 +308,12 @@ class PoolRuntime(CallDispatch):
     def _all_channels_nowait(self) -> list[WorkerChannel] | None:
         channels: list[WorkerChannel] = []
         for n in self.members():
-            if n.state is not NodeState.READY and self.loss_policy.replacing(n.index):
+            state = n.state  # (read once: each read looks the node up in the event log)
+            if state is not NodeState.READY and self.loss_policy.replacing(n.index):
                 return None  # a node is being replaced: wait for it
-            if n.state is not NodeState.READY:
+            if state is not NodeState.READY:
                 detail = self.log.state.nodes[n.index].detail
-                raise WorkerLost(f"node {n.index} of pool {self.pool_id} is {n.state.value}"
+                raise WorkerLost(f"node {n.index} of pool {self.pool_id} is {state.value}"
                                  + (f" ({detail})" if detail else ""), node=n.index) from n.failure
             for c in n.rank_channels():
                 if c is None or not c.usable:

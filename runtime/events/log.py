@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import fields
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -210,13 +210,14 @@ class EventLog:
         a tuple, not an event object, on its way. The log is the same as `emit` makes (a test holds
         it to that). With live subscribers or secrets to redact, it is `emit`.
         """
-        if cls not in _DEFERRABLE:
+        count = _DEFERRABLE_FIELDS.get(cls)
+        if count is None:
             raise TypeError(f"record_task takes task events ({', '.join(c.__name__ for c in _DEFERRABLE)}), "
                             f"not {cls.__name__}: emit it")
         if self._subscribers or self._secrets:
             self.emit(cls, **dict(zip(_field_names(cls), values)))
             return
-        if len(values) != len(_FIELD_NAMES.get(cls) or _field_names(cls)):
+        if len(values) != count:
             raise TypeError(f"{cls.__name__} has the fields {_field_names(cls)}, got {len(values)} values")
         deferred = self._deferred
         deferred.append((cls, self._seq, time.time(), values))
@@ -359,7 +360,6 @@ class EventLog:
 
 
 _FIELD_NAMES: dict[type[Event], tuple[str, ...]] = {}
-_SETTERS: dict[type[Event], tuple[Any, ...]] = {}
 
 
 def _field_names(cls: type[Event]) -> tuple[str, ...]:
@@ -373,20 +373,33 @@ def _field_names(cls: type[Event]) -> tuple[str, ...]:
 def _build(cls: type[Event], pool_id: str, seq: int, ts: float, values: tuple[Any, ...]) -> Event:
     """`cls(pool_id=..., seq=..., ts=..., **fields)` with every field given, without keyword
     matching: the slots are set through their descriptors (a frozen dataclass's `__init__` does the
-    same through `object.__setattr__`)."""
-    setters = _SETTERS.get(cls)
-    if setters is None:
-        setters = _SETTERS[cls] = tuple(getattr(cls, name).__set__ for name in _field_names(cls))
-    event = _new(cls)
-    _set_pool_id(event, pool_id)
-    _set_seq(event, seq)
-    _set_ts(event, ts)
-    for setter, value in zip(setters, values):
-        setter(event, value)
-    return event
+    same through `object.__setattr__`), by a builder generated per class (one statement a field)."""
+    builder = _BUILDERS.get(cls)
+    if builder is None:
+        builder = _BUILDERS[cls] = _builder(cls)
+    return builder(pool_id, seq, ts, values)
 
 
+def _builder(cls: type[Event]) -> Callable[[str, int, float, tuple[Any, ...]], Event]:
+    names = _field_names(cls)
+    env: dict[str, Any] = {"_new": _new, "_cls": cls, "_set_pool_id": _set_pool_id, "_set_seq": _set_seq,
+                           "_set_ts": _set_ts}
+    lines = ["def build(pool_id, seq, ts, values):", "    e = _new(_cls)", "    _set_pool_id(e, pool_id)",
+             "    _set_seq(e, seq)", "    _set_ts(e, ts)"]
+    if names:
+        lines.append(f"    ({''.join(f'v{i}, ' for i in range(len(names)))}) = values")
+    for i, name in enumerate(names):
+        env[f"_set{i}"] = getattr(cls, name).__set__
+        lines.append(f"    _set{i}(e, v{i})")
+    lines.append("    return e")
+    exec("\n".join(lines), env)  # noqa: S102 - generated from the class's own field count
+    return env["build"]  # type: ignore[no-any-return]
+
+
+_BUILDERS: dict[type[Event], Callable[[str, int, float, tuple[Any, ...]], Event]] = {}
 _new = object.__new__
 _set_pool_id, _set_seq, _set_ts = (getattr(Event, name).__set__ for name in ("pool_id", "seq", "ts"))
 #: the events `record_task` may defer: counted when folded, never output, never flushed at once
 _DEFERRABLE = (TaskSubmitted, TaskStarted, TaskFinished)
+#: how many fields (after pool_id, seq, ts) each of those events has
+_DEFERRABLE_FIELDS: dict[type[Event], int] = {cls: len(_field_names(cls)) for cls in _DEFERRABLE}

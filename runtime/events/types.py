@@ -8,7 +8,7 @@ them before an event is built (see `log.EventLog.emit`).
 from __future__ import annotations
 
 import json
-import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -211,34 +211,39 @@ _str = json.encoder.encode_basestring  # the C implementation when available
 
 class _Writer:
     """A precompiled JSON writer for one event class: a `%` template over its fields, strings escaped
-    by the C encoder (this runs for every task and output event, so it avoids building a dict)."""
+    by the C encoder (this runs for every task and output event, so it avoids building a dict). The
+    call itself is generated per class, one expression over the fields (no loops, no list)."""
 
     def __init__(self, cls: type[Event]) -> None:
-        parts, self.strings, self.others = [], [], []
-        names = [f.name for f in fields(cls)]
-        for i, f in enumerate(fields(cls)):
+        parts, args = [], []
+        for f in fields(cls):
             kind = str(f.type)
+            if not f.name.isidentifier():
+                raise TypeError(f"{cls.__name__}.{f.name}: not a field name a writer can be generated for")
             if kind == "int":
                 parts.append(f'"{f.name}":%d')
+                args.append(f"e.{f.name}")
             elif kind == "float":
                 parts.append(f'"{f.name}":%r')
+                args.append(f"e.{f.name}")
             elif kind == "str":
                 parts.append(f'"{f.name}":%s')
-                self.strings.append(i)
+                args.append(f"_str(e.{f.name})")
             else:  # rare, structured fields (e.g. a provider's description): plain json
                 parts.append(f'"{f.name}":%s')
-                self.others.append(i)
+                args.append(f"_dumps(e.{f.name})")
         parts.append(f'"type":{_str(cls.kind)}')
         self.template = "{" + ",".join(parts).replace("%%", "%%%%") + "}"
-        self.get = operator.attrgetter(*names)
+        env: dict[str, Any] = {"_str": _str, "_dumps": _dumps, "_template": self.template}
+        exec(f"def write(e):\n    return _template % ({', '.join(args)},)\n", env)  # noqa: S102 - from field names
+        self.write: Callable[[Event], str] = env["write"]
 
     def __call__(self, event: Event) -> str:
-        values = list(self.get(event))
-        for i in self.strings:
-            values[i] = _str(values[i])
-        for i in self.others:
-            values[i] = json.dumps(values[i], separators=(",", ":"), ensure_ascii=False, default=str)
-        return self.template % tuple(values)
+        return self.write(event)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 _WRITERS: dict[type[Event], _Writer] = {cls: _Writer(cls) for cls in EVENT_TYPES.values()}
@@ -248,9 +253,12 @@ _WRITERS: dict[type[Event], _Writer] = {cls: _Writer(cls) for cls in EVENT_TYPES
 _FIELDS: dict[type[Event], frozenset[str]] = {cls: frozenset(f.name for f in fields(cls)) for cls in EVENT_TYPES.values()}
 
 
+_WRITE: dict[type[Event], Callable[[Event], str]] = {cls: w.write for cls, w in _WRITERS.items()}
+
+
 def to_json(event: Event) -> str:
     """One line of the JSONL log."""
-    return _WRITERS[type(event)](event)
+    return _WRITE[type(event)](event)
 
 
 def from_json(line: str) -> Event:

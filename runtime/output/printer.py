@@ -157,6 +157,8 @@ class TerminalPrinter:
 
     def end(self, node: int, rank: int) -> None:
         """A task of this worker ended: print its partial lines as lines."""
+        if not self._partials:  # (every call ends here; most printed nothing, or whole lines)
+            return
         for stream in (1, STDERR):
             key = (node, rank, stream)
             partial = self._partials.get(key)

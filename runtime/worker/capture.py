@@ -224,8 +224,14 @@ def flush_streams(streams: tuple[TaskStream, ...]) -> None:
     and no send in progress (an FdPump or the Flusher may have taken text and still be sending it:
     its lock is held then, and `flush` waits for it). The pipes are checked before the locks, since
     text leaves a pipe only under its stream's lock."""
-    if not any(s._parts for s in streams):
-        fds = tuple(s._fd for s in streams if s._fd >= 0)
+    for s in streams:  # (plain loops: a generator per check cost more than the checks)
+        if s._parts:
+            break
+    else:
+        fds: tuple[int, ...] = ()
+        for s in streams:
+            if s._fd >= 0:
+                fds += (s._fd,)
         if fds:
             poller = _POLLERS.get(fds)
             if poller is None:
@@ -237,8 +243,12 @@ def flush_streams(streams: tuple[TaskStream, ...]) -> None:
             waiting = poller.poll(0)
         else:
             waiting = []
-        if not waiting and not any(s._lock.locked() or s._parts for s in streams):
-            return
+        if not waiting:
+            for s in streams:
+                if s._lock.locked() or s._parts:
+                    break
+            else:
+                return
     for stream in streams:
         stream.flush()
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import inspect
 import logging
 import os
 import select
@@ -24,6 +23,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from types import GeneratorType
 from typing import Any
 
 import cloudpickle
@@ -115,9 +115,13 @@ class Worker:
     # ---- writing -----------------------------------------------------------------------------------
 
     def _write(self, data: bytes | list[Any]) -> None:
-        views = [memoryview(d) for d in (data if isinstance(data, list) else [data])]
         self._writing += 1  # a Cancel arriving now waits until the frame is whole (see _on_cancel_signal)
         try:
+            if data.__class__ is bytes:  # one frame (most often whole in one write: no views then)
+                n = os.write(self.fd_out, data)
+                views = [memoryview(data)[n:]] if n < len(data) else []  # type: ignore[arg-type]
+            else:
+                views = [memoryview(d) for d in (data if isinstance(data, list) else [data])]
             while views:
                 n = os.writev(self.fd_out, views)
                 while views and n >= len(views[0]):
@@ -392,7 +396,7 @@ class Worker:
             return out
         a, kw = args
         value = fn(*a, **kw)
-        if inspect.isgenerator(value):
+        if isinstance(value, GeneratorType):  # (inspect.isgenerator, without its Python frame)
             if stream is None:  # not asked to stream (`pool.run`): the items, as a list
                 return list(value)
             return self._stream(stream, value)
