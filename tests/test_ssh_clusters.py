@@ -390,7 +390,10 @@ def test_a_client_killed_while_creating_an_ssh_pool_leaves_nothing_after_down(tw
             time.sleep(60)
         """)], cwd=tmp_path)
     try:
-        wait_for(lambda: any("skyhive.runtime.worker.server" in cmdline(p) for p in cluster_processes("c-train-")),
+        from skyhive.providers.ssh_cluster import cluster_key
+
+        mine = cluster_key("train", skyhive_home)  # not another test's pool "train" still exiting
+        wait_for(lambda: any("skyhive.runtime.worker.server" in cmdline(p) for p in cluster_processes(mine)),
                  60, "a worker to start on a host")
         client.send_signal(signal.SIGKILL)
     finally:
