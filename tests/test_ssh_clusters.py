@@ -245,10 +245,11 @@ def test_launch_c_exec_queue_logs_status_down_on_ssh_hosts(two_hosts, skyhive_ho
     assert launch_cluster(task, "train", idle_minutes=30, provider=ssh_for(hosts), out=again, err=again) == 0
     assert "reusing pool train" in again.getvalue()
     watchdogs = lambda: [p for p in cluster_processes("c-train-") if "worker.watchdog" in cmdline(p)]  # noqa: E731
-    assert len(watchdogs()) == 2
+    wait_for(lambda: len(watchdogs()) == 2, 10, "one watchdog on each host (the starter's parent exits)")
     first = watchdogs()
     assert launch_cluster(task, "train", idle_minutes=40, provider=ssh_for(hosts), out=again, err=again) == 0
-    assert len(watchdogs()) == 2 and not set(first) & set(watchdogs())  # replaced, not added
+    wait_for(lambda: len(watchdogs()) == 2, 10, "one watchdog on each host")
+    assert not set(first) & set(watchdogs())  # replaced, not added
     logs = skyhive("logs", "train", "2", cwd=tmp_path)
     assert logs.returncode == 0 and f"run 1 on {hosts[1].hostname}" in logs.stdout
     status = skyhive("status", cwd=tmp_path)
@@ -276,17 +277,17 @@ def test_autostop_on_ssh_hosts_stops_the_idle_workers_there(two_hosts, skyhive_h
     from skyhive.runtime.commands.clusters import launch_cluster, status_rows
     from skyhive.runtime.commands.taskfile import loads
 
-    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "1")  # -i 3: three seconds
-    hosts = two_hosts
+    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "3")  # -i 3: nine seconds (a loaded machine may take a few
+    hosts = two_hosts                                    # seconds between the job's end and the attach)
     task = loads(textwrap.dedent(TASK), cwd=str(tmp_path))
     out = io.StringIO()
     assert launch_cluster(task, "idle", idle_minutes=3, down=down, provider=ssh_for(hosts), out=out, err=out) == 0, \
         out.getvalue()
-    watchdogs = [p for p in cluster_processes("c-idle-") if "skyhive.runtime.worker.watchdog" in cmdline(p)]
-    assert len(watchdogs) == 2  # one on each host
+    watchdogs = lambda: [p for p in cluster_processes("c-idle-") if "worker.watchdog" in cmdline(p)]  # noqa: E731
+    wait_for(lambda: len(watchdogs()) == 2, 10, "one watchdog on each host (the starter's parent exits)")
     with sky.Pool.attach("idle", output=None) as pool:
         pids = sorted(pool.broadcast(os.getpid))
-        time.sleep(6)  # twice the idle time, attached: the pool stays
+        time.sleep(12)  # longer than the idle time, attached: the pool stays
         assert sorted(pool.broadcast(os.getpid)) == pids
     for p in pids:
         wait_for(lambda p=p: not process_alive(p), 60, f"worker {p} to be stopped by autostop")
@@ -296,7 +297,8 @@ def test_autostop_on_ssh_hosts_stops_the_idle_workers_there(two_hosts, skyhive_h
     if down:
         assert rows == [], (rows, [(d, list(d.iterdir()) if d.is_dir() else d.read_text()) for d in socket_dirs(hosts, "idle")])
         assert not (Path(skyhive_home) / "clusters" / "idle").exists()
-        assert socket_dirs(hosts, "idle") == [] and cluster_processes("c-idle-") == []
+        assert socket_dirs(hosts, "idle") == []
+        wait_for(lambda: cluster_processes("c-idle-") == [], 10, "the hosts' autostop scripts to finish")
     else:
         assert [(r["name"], r["state"]) for r in rows] == [("idle", "STOPPED (autostop)")]
 
@@ -369,3 +371,51 @@ def test_launch_c_on_a_cloud_provider_is_refused_naming_it_and_why(tmp_path, sky
                                           r"pools are built and tested for aws only"):
         launch_cluster(task, "train")
     assert not (Path(skyhive_home) / "clusters").exists()
+
+
+def test_a_client_killed_while_creating_an_ssh_pool_leaves_nothing_after_down(two_hosts, skyhive_home, tmp_path):
+    """SIGKILL the creating client as soon as a worker runs on a host (the record may or may not list the
+    workers yet): the pool is recorded from before its first worker starts, so `skyhive down train` as
+    another process finds the hosts and leaves nothing there (checked by the fixture)."""
+    from tests.test_clusters import skyhive
+    from tests.test_ssh_pool import _known_file
+
+    hosts = two_hosts
+    known = _known_file(hosts)
+    client = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, time, skyhive as sky
+        ssh = sky.SSH(hosts={[f"{h.user}@{h.host}:{h.port}" for h in hosts]!r}, key={str(hosts[0].client_key)!r},
+                      known_hosts={known!r}, connect_timeout=10)
+        with sky.Pool(provider=ssh, nodes=2, name="train", keep=True, output=None) as pool:
+            time.sleep(60)
+        """)], cwd=tmp_path)
+    try:
+        wait_for(lambda: any("skyhive.runtime.worker.server" in cmdline(p) for p in cluster_processes("c-train-")),
+                 60, "a worker to start on a host")
+        client.send_signal(signal.SIGKILL)
+    finally:
+        client.wait(timeout=10)
+    assert (Path(skyhive_home) / "clusters" / "train" / "record.json").exists()
+    down = skyhive("down", "train", cwd=tmp_path)
+    assert down.returncode == 0, down.stderr
+    assert cluster_processes("c-train-") == [] and socket_dirs(hosts, "train") == []
+
+
+def test_an_unreachable_host_is_unknown_in_status_and_down_keeps_the_record_until_it_answers(two_hosts, skyhive_home):
+    from skyhive.errors import SSHError
+    from skyhive.runtime.commands.clusters import down_cluster, status_rows
+
+    hosts = two_hosts
+    with sky.Pool(provider=ssh_for(hosts, connect_timeout=3), nodes=2, name="train", keep=True, output=None) as pool:
+        pids = sorted(pool.broadcast(os.getpid))
+    hosts[1].set_link(False)
+    try:
+        [row] = status_rows()
+        assert row["state"] == "UNKNOWN (1 host unreachable)"
+        with pytest.raises(SSHError, match=rf"pool 'train': could not stop it everywhere: host \S*{hosts[1].host}"):
+            down_cluster("train", quiet=True)
+        assert (Path(skyhive_home) / "clusters" / "train" / "record.json").exists()  # kept: down again later
+    finally:
+        hosts[1].set_link(True)
+    down_cluster("train", quiet=True)
+    assert not any(process_alive(p) for p in pids)

@@ -102,6 +102,10 @@ def _no_live_pool(name: str) -> None:
         if live_workers(old):
             raise PoolExists(f"pool {name!r} already runs ({len(old.workers)} workers): attach to it with "
                              f"sky.Pool.attach({name!r}), or `skyhive down {name}` first")
+        if old.on_hosts:  # what a killed client or autostop left on the hosts (marks, a socket dir)
+            from .remote import stop_remote
+
+            stop_remote(old)
         if old.instances:  # its instances may still run (billed): terminated before it is forgotten
             from .cloud import terminate_instances
 
@@ -215,6 +219,8 @@ class NamedPool:
                 pool.provider = attach_provider(records.load(self.name))
                 if isinstance(pool.provider, SSHCluster):
                     pool.provider = pool.provider.for_nodes(pool.nodes)
+            elif isinstance(pool.provider, SSHCluster):
+                self._provisional(pool.provider, pool)
             await enter()
         except BaseException:
             self.leave(kept=self.attach)
@@ -280,6 +286,15 @@ class NamedPool:
         if not self.attach and self.autostop_minutes is not None:
             rec = dataclasses.replace(rec, watchdog_pid=start_watchdog(rec))
         records.save(rec)
+
+    def _provisional(self, provider: SSHCluster, pool: Any) -> None:
+        """Record a new SSH pool before any worker starts (no workers yet): a client killed while it
+        creates the pool leaves a record that `skyhive down NAME` (or the next `launch -c NAME`) uses to
+        clean its hosts — the workers have no idle timeout, nothing else would end them."""
+        records.save(ClusterRecord(name=self.name, provider="ssh", nodes=pool.nodes,
+                                   processes_per_node=pool.processes_per_node, cwd=os.getcwd(), socket_dir="",
+                                   created=time.time(), spec=self.spec, provider_info=provider.recorded(),
+                                   cluster=provider.cluster))
 
     def _cloud_record(self, rt: PoolRuntime, provider: KeptCloud, processes_per_node: int,
                       workers: tuple[WorkerEntry, ...], host_keys: dict[str, str],

@@ -245,7 +245,9 @@ def status_rows(now: float | None = None) -> list[dict[str, object]]:
         all_jobs = jobq.list_jobs(name)
         running = [j for j in all_jobs if j.state == jobq.RUNNING]
         pending = [j for j in all_jobs if j.state == jobq.PENDING]
-        if unreachable and len(live) < len(rec.workers):
+        if not rec.workers:
+            state = "INIT (being created, or its client died: `skyhive down NAME` cleans up)"
+        elif unreachable and len(live) < len(rec.workers):
             state = f"UNKNOWN ({len(unreachable)} host{'s' if len(unreachable) != 1 else ''} unreachable)"
         elif len(live) == len(rec.workers) and rec.workers:
             state = "UP"
