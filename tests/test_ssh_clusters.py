@@ -52,6 +52,15 @@ def cluster_marked(prefix: str = "c-") -> list[int]:
     return found
 
 
+def key(name: str, home: str) -> str:
+    """The socket directory name of this state directory's pool `name` on its hosts: every process check
+    is scoped to it (the namespace hosts share this machine's process table with other test runs, which
+    may have a pool of the same name)."""
+    from skyhive.providers.ssh_cluster import cluster_key
+
+    return cluster_key(name, home)
+
+
 def socket_dirs(hosts, name: str) -> list[Path]:
     return [p for h in hosts for p in (h.home / ".skyhive" / "run").glob(f"c-{name}-*")]
 
@@ -67,7 +76,7 @@ def two_hosts(netns_hosts, skyhive_home):
     for name in names:
         down_cluster(name, quiet=True)
     deadline = time.monotonic() + 10
-    ours = [f"c-{name}-" for name in names]
+    ours = [key(name, skyhive_home) for name in names]
     while (running_under(skyhive_home) or any(cluster_processes(p) for p in ours)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert running_under(skyhive_home) == [], "local processes left running"
@@ -244,7 +253,8 @@ def test_launch_c_exec_queue_logs_status_down_on_ssh_hosts(two_hosts, skyhive_ho
     again = io.StringIO()
     assert launch_cluster(task, "train", idle_minutes=30, provider=ssh_for(hosts), out=again, err=again) == 0
     assert "reusing pool train" in again.getvalue()
-    watchdogs = lambda: [p for p in cluster_processes("c-train-") if "worker.watchdog" in cmdline(p)]  # noqa: E731
+    watchdogs = lambda: [p for p in cluster_processes(key("train", skyhive_home))  # noqa: E731
+                         if "worker.watchdog" in cmdline(p)]
     wait_for(lambda: len(watchdogs()) == 2, 10, "one watchdog on each host (the starter's parent exits)")
     first = watchdogs()
     assert launch_cluster(task, "train", idle_minutes=40, provider=ssh_for(hosts), out=again, err=again) == 0
@@ -283,7 +293,8 @@ def test_autostop_on_ssh_hosts_stops_the_idle_workers_there(two_hosts, skyhive_h
     out = io.StringIO()
     assert launch_cluster(task, "idle", idle_minutes=3, down=down, provider=ssh_for(hosts), out=out, err=out) == 0, \
         out.getvalue()
-    watchdogs = lambda: [p for p in cluster_processes("c-idle-") if "worker.watchdog" in cmdline(p)]  # noqa: E731
+    watchdogs = lambda: [p for p in cluster_processes(key("idle", skyhive_home))  # noqa: E731
+                         if "worker.watchdog" in cmdline(p)]
     wait_for(lambda: len(watchdogs()) == 2, 10, "one watchdog on each host (the starter's parent exits)")
     with sky.Pool.attach("idle", output=None) as pool:
         pids = sorted(pool.broadcast(os.getpid))
@@ -298,7 +309,7 @@ def test_autostop_on_ssh_hosts_stops_the_idle_workers_there(two_hosts, skyhive_h
         assert rows == [], (rows, [(d, list(d.iterdir()) if d.is_dir() else d.read_text()) for d in socket_dirs(hosts, "idle")])
         assert not (Path(skyhive_home) / "clusters" / "idle").exists()
         assert socket_dirs(hosts, "idle") == []
-        wait_for(lambda: cluster_processes("c-idle-") == [], 10, "the hosts' autostop scripts to finish")
+        wait_for(lambda: cluster_processes(key("idle", skyhive_home)) == [], 10, "the hosts' autostop scripts to finish")
     else:
         assert [(r["name"], r["state"]) for r in rows] == [("idle", "STOPPED (autostop)")]
 
@@ -390,7 +401,8 @@ def test_a_client_killed_while_creating_an_ssh_pool_leaves_nothing_after_down(tw
             time.sleep(60)
         """)], cwd=tmp_path)
     try:
-        wait_for(lambda: any("skyhive.runtime.worker.server" in cmdline(p) for p in cluster_processes("c-train-")),
+        mine = key("train", skyhive_home)  # not another run's pool "train"
+        wait_for(lambda: any("skyhive.runtime.worker.server" in cmdline(p) for p in cluster_processes(mine)),
                  60, "a worker to start on a host")
         client.send_signal(signal.SIGKILL)
     finally:
@@ -398,7 +410,7 @@ def test_a_client_killed_while_creating_an_ssh_pool_leaves_nothing_after_down(tw
     assert (Path(skyhive_home) / "clusters" / "train" / "record.json").exists()
     down = skyhive("down", "train", cwd=tmp_path)
     assert down.returncode == 0, down.stderr
-    assert cluster_processes("c-train-") == [] and socket_dirs(hosts, "train") == []
+    assert cluster_processes(key("train", skyhive_home)) == [] and socket_dirs(hosts, "train") == []
 
 
 def test_an_unreachable_host_is_unknown_in_status_and_down_keeps_the_record_until_it_answers(two_hosts, skyhive_home):
