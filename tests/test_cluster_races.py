@@ -185,3 +185,32 @@ def test_an_agent_starting_while_its_lock_is_probed_waits_for_the_probe_instead_
             agent.wait()
     assert agent.returncode == 0, err
     assert "pid" in json.loads(out.strip().splitlines()[-1])  # it ran (and left: no job), not "already"
+
+
+def test_a_job_log_never_cuts_one_nodes_line_with_anothers():
+    """Unbuffered scripts write a line's text and its newline separately: with several nodes the job's
+    log holds each node's line whole (it failed seed 004's test about 1 run in 3 before)."""
+    import io
+
+    from skyhive.runtime.clusters.agent import _JobLog
+
+    fh = io.StringIO()
+    log = _JobLog(fh, prefix=True)
+    log.write(0, 0, "stdout", "rank 0: training complete")
+    log.write(1, 0, "stdout", "rank 1: training complete\n")
+    log.write(0, 0, "stdout", "\n")
+    log.write(0, 0, "stdout", "a\nb")
+    log.write(1, 0, "stderr", "warn")
+    log.note("job 1 succeeded")
+    assert fh.getvalue().splitlines() == [
+        "[node 1] rank 1: training complete",
+        "[node 0] rank 0: training complete",
+        "[node 0] a",
+        "[node 0] b",
+        "[node 1] warn",
+        "[skyhive] job 1 succeeded",
+    ]
+    single = io.StringIO()
+    one = _JobLog(single, prefix=False)  # one node: written as it comes (progress bars stream)
+    one.write(0, 0, "stdout", "50%\r")
+    assert single.getvalue() == "50%\r"

@@ -249,13 +249,13 @@ def test_seed_004_launch_c_exec_status_down(clean):
     launched = skyhive("launch", "-y", "-c", "train", "train.yaml", cwd=TASKS, timeout=600)
     assert launched.returncode == 0, launched.stdout + launched.stderr
     assert "ready on node" in launched.stdout  # setup ran
-    assert sum("training complete" in ln for ln in launched.stdout.splitlines()) == 2
+    assert sum("training complete" in ln for ln in launched.stdout.splitlines()) == 2, launched.stdout + launched.stderr
     pids = _worker_pids(home, "train")
 
     again = skyhive("exec", "train", "train.yaml", cwd=TASKS, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "ready on node" not in again.stdout  # no setup rerun
-    assert sum("training complete" in ln for ln in again.stdout.splitlines()) == 2
+    assert sum("training complete" in ln for ln in again.stdout.splitlines()) == 2, again.stdout + again.stderr
     assert _worker_pids(home, "train") == pids and all(state_of(p) not in (None, "Z") for p in pids)
 
     status = skyhive("status", cwd=TASKS)

@@ -74,28 +74,36 @@ def ensure_agent(name: str) -> None:
 
 
 class _JobLog:
-    """The job's log file: what the nodes wrote, "[node N] " before each line when there are several."""
+    """The job's log file: what the nodes wrote, "[node N] " before each line when there are several.
+    With several nodes only whole lines are written (a node's unfinished line waits for its end, or
+    for the job's next note), so one node's line is never cut by another's."""
 
     def __init__(self, fh: IO[str], prefix: bool) -> None:
         self.fh = fh
         self.prefix = prefix
-        self.at_start: dict[tuple[int, int, str], bool] = {}
+        self.partial: dict[tuple[int, int, str], str] = {}
 
     def write(self, node: int, rank: int, stream: str, text: str) -> None:
         if self.prefix:
             key = (node, rank, stream)
-            lines = text.splitlines(keepends=True)
-            parts = []
-            for line in lines:
-                if self.at_start.get(key, True):
-                    parts.append(f"[node {node}] ")
-                parts.append(line)
-                self.at_start[key] = line.endswith("\n")
-            text = "".join(parts)
+            lines = (self.partial.pop(key, "") + text).splitlines(keepends=True)
+            if lines and not lines[-1].endswith(("\n", "\r")):
+                self.partial[key] = lines.pop()
+            text = "".join(f"[node {node}] {line}" for line in lines)
+            if not text:
+                return
         self.fh.write(text)
         self.fh.flush()
 
+    def flush_partial(self) -> None:
+        """Write the lines the nodes left unfinished, each ended."""
+        for (node, _, _), line in sorted(self.partial.items()):
+            self.fh.write(f"[node {node}] {line}\n")
+        self.partial.clear()
+        self.fh.flush()
+
     def note(self, text: str) -> None:
+        self.flush_partial()
         self.fh.write(f"[skyhive] {text}\n")
         self.fh.flush()
 
