@@ -204,6 +204,15 @@ def _sweep_script(pool_id: str, mode: str, grace: float) -> str:
     return "".join(f"{k}={shlex.quote(v)}\n" for k, v in variables.items()) + _SWEEP
 
 
+def sweep_report(out: str) -> tuple[list[int], list[str], list[str]]:
+    """What a sweep script printed: (pids it killed, pids left after SIGKILL, paths it removed)."""
+    lines = out.splitlines()
+    killed = sorted({int(ln.split()[1]) for ln in lines if ln.startswith("K ")})
+    left = [ln.split()[1] for ln in lines if ln.startswith("L ")]
+    removed = [ln[2:] for ln in lines if ln.startswith("R ")]
+    return killed, left, removed
+
+
 class SSH(Provider):
     """Your own hosts over SSH: `sky.SSH(hosts=["10.0.0.2", "me@10.0.0.3:2222"], key="~/.ssh/id_ed25519")`.
 
@@ -345,10 +354,7 @@ class SSH(Provider):
             except SSHError as exc:
                 failures.append(str(exc))
                 return
-            lines = out.splitlines()
-            killed = sorted({int(ln.split()[1]) for ln in lines if ln.startswith("K ")})
-            left = [ln.split()[1] for ln in lines if ln.startswith("L ")]
-            removed = [ln[2:] for ln in lines if ln.startswith("R ")]
+            killed, left, removed = sweep_report(out)
             log.info("host %s: pool %s: stopped processes %s, removed %s", where, pool_id, killed, removed)
             if left:
                 failures.append(f"host {where}: processes {', '.join(left)} of pool {pool_id} are still there "

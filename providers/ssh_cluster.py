@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import SSHReach
-from .ssh import SSH, _SWEEP, _ere
+from .ssh import SSH, _SWEEP, _ere, sweep_report
 
 __all__ = ["SSHCluster", "KeptSSHReach", "cluster_key", "socket_path", "sweep_script"]
 
@@ -163,9 +163,7 @@ class SSHCluster(SSH):
             except SSHError as exc:
                 failures.append(str(exc))
                 return
-            lines = out.splitlines()
-            killed = sorted({int(ln.split()[1]) for ln in lines if ln.startswith("K ")})
-            left = [ln.split()[1] for ln in lines if ln.startswith("L ")]
+            killed, left, _ = sweep_report(out)
             done.append(f"{self._show(host)}: stopped {killed or 'nothing'}")
             if left:
                 failures.append(f"host {self._show(host)}: processes {', '.join(left)} of pool {self.pool} "

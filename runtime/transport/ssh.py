@@ -288,6 +288,27 @@ class SSHTransport(Transport):
             path = f"/tmp/skyhive-{self.user}/{name}"
         return path
 
+    async def start_server(self, node_env: NodeEnv, env: Mapping[str, str], sock: str, *, idle_timeout: str,
+                           what: str = "the worker") -> int:
+        """Start the detached socket-serving worker on `sock` with the interpreter and paths bootstrap
+        prepared (`node_env`); its pid. Raises `SSHError` naming the host (and `what` did not start)."""
+        full_env = dict(env)
+        if node_env.pythonpath:
+            full_env["PYTHONPATH"] = ":".join(node_env.pythonpath)
+        cd = f"cd {shlex.quote(node_env.cwd)} && " if node_env.cwd else ""
+        command = (f"{cd}exec {shlex.quote(node_env.python)} -m skyhive.runtime.worker.server "
+                   f"--socket {shlex.quote(sock)} --idle-timeout {idle_timeout}")
+        with anyio.fail_after(self.settings.start_timeout):
+            result = await self.run(command, env=full_env, timeout=self.settings.start_timeout)
+        if result.exit_status != 0:
+            raise SSHError(f"host {self.where}: {what} did not start (exit {result.exit_status}): "
+                           f"{(result.stderr or result.stdout).strip()[-2000:]}", host=self.reach.host)
+        try:
+            return int(json.loads(result.stdout.strip().splitlines()[-1])["pid"])
+        except (ValueError, KeyError, IndexError):
+            raise SSHError(f"host {self.where}: the worker server printed {result.stdout!r}, not its pid",
+                           host=self.reach.host) from None
+
     async def start_worker(self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *,
                            label: str) -> SSHWorker:
         """Start a detached worker on the node and connect to it. `argv[0]` (the interpreter) is
@@ -299,23 +320,7 @@ class SSHTransport(Transport):
             return await start_kept_worker(self, node_env, argv, env, receiver, label=label,
                                            make_worker=lambda link, pid, sock: SSHWorker(self, link, pid, sock))
         sock = self._socket_path(node_env)
-        full_env = dict(env)
-        if node_env.pythonpath:
-            full_env["PYTHONPATH"] = ":".join(node_env.pythonpath)
-        cd = f"cd {shlex.quote(node_env.cwd)} && " if node_env.cwd else ""
-        command = (f"{cd}exec {shlex.quote(node_env.python)} -m skyhive.runtime.worker.server "
-                   f"--socket {shlex.quote(sock)} --idle-timeout {self.idle_timeout:g}")
-        with anyio.fail_after(self.settings.start_timeout):
-            result = await self.run(command, env=full_env, timeout=self.settings.start_timeout)
-        if result.exit_status != 0:
-            raise SSHError(f"host {self.where}: the worker did not start (exit {result.exit_status}): "
-                           f"{(result.stderr or result.stdout).strip()[-2000:]}", host=self.reach.host)
-        try:
-            info = json.loads(result.stdout.strip().splitlines()[-1])
-            pid = int(info["pid"])
-        except (ValueError, KeyError, IndexError):
-            raise SSHError(f"host {self.where}: the worker server printed {result.stdout!r}, not its pid",
-                           host=self.reach.host) from None
+        pid = await self.start_server(node_env, env, sock, idle_timeout=f"{self.idle_timeout:g}")
 
         async def opener(factory: Callable[[], Any]) -> tuple[Any, Any]:
             return await self._open_unix(factory, sock)

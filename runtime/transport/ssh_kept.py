@@ -6,7 +6,6 @@ over (`Hello(takeover=True)`: the worker keeps its process and starts a new sess
 
 from __future__ import annotations
 
-import json
 import logging
 import posixpath
 import shlex
@@ -15,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from ...errors import ProvisionError, SSHError
+from ...errors import ProvisionError
 from ...providers.ssh_cluster import KeptSSHReach, socket_path
 from ..onnode.setup import python_version, skyhive_version
 from .base import Receiver
@@ -107,21 +106,6 @@ async def start_kept_worker(transport: Any, node_env: Any, argv: Sequence[str], 
 async def _start(transport: Any, node_env: Any, env: Mapping[str, str], sock: str,
                  reach: KeptSSHReach) -> int:
     """Start the detached worker on `sock` (its directory 0700, made by the server); its pid."""
-    full_env = dict(env)
-    full_env[CLUSTER_ENV] = posixpath.dirname(sock)  # everything of the pool carries it (`skyhive down`)
-    if node_env.pythonpath:
-        full_env["PYTHONPATH"] = ":".join(node_env.pythonpath)
-    cd = f"cd {shlex.quote(node_env.cwd)} && " if node_env.cwd else ""
-    command = (f"{cd}exec {shlex.quote(node_env.python)} -m {SERVER_MODULE} "
-               f"--socket {shlex.quote(sock)} --idle-timeout inf")
-    with anyio.fail_after(transport.settings.start_timeout):
-        result = await transport.run(command, env=full_env, timeout=transport.settings.start_timeout)
-    if result.exit_status != 0:
-        raise SSHError(f"host {transport.where}: the worker of pool {reach.pool} did not start (exit "
-                       f"{result.exit_status}): {(result.stderr or result.stdout).strip()[-2000:]}",
-                       host=reach.host)
-    try:
-        return int(json.loads(result.stdout.strip().splitlines()[-1])["pid"])
-    except (ValueError, KeyError, IndexError):
-        raise SSHError(f"host {transport.where}: the worker server printed {result.stdout!r}, not its pid",
-                       host=reach.host) from None
+    full_env = {**env, CLUSTER_ENV: posixpath.dirname(sock)}  # everything of the pool carries it (`skyhive down`)
+    return int(await transport.start_server(node_env, full_env, sock, idle_timeout="inf",
+                                            what=f"the worker of pool {reach.pool}"))
