@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -27,7 +26,7 @@ import skyhive as sky
 from skyhive.providers.cloud.base import CloudTimeouts
 from tests.cloud_fakes import LocalMappedAWS
 from tests.infra.moto_ec2 import count_pool, ec2_client
-from tests.test_clusters import running_under, wait_for
+from tests.test_clusters import running_under, sigkill_a_busy_attached_client, wait_for
 
 pytestmark = [pytest.mark.loopback_only]
 
@@ -117,23 +116,7 @@ def test_a_kept_aws_pool_keeps_its_instances_attach_needs_no_cloud_and_down_term
     assert json.loads(again.stdout.strip().splitlines()[-1]) == pids
 
     # a client SIGKILLed while attached and busy leaves the pool healthy
-    marks = tmp_path / "busy"
-    client = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import time, skyhive as sky
-
-        def busy(path):
-            with open(path, "a") as fh:
-                fh.write("x")
-            time.sleep(60)
-
-        with sky.Pool.attach("train", output=None) as pool:
-            pool.broadcast(busy, {str(marks)!r})
-        """)], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    try:
-        wait_for(lambda: marks.exists() and marks.read_text() == "xx", what="the task on both nodes")
-        client.send_signal(signal.SIGKILL)
-    finally:
-        client.wait(timeout=10)
+    sigkill_a_busy_attached_client("train", tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert states(server, ids) == ["running", "running"]
     third = python("""
         import os, skyhive as sky

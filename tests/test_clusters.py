@@ -67,6 +67,29 @@ def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def sigkill_a_busy_attached_client(name: str, tmp_path: Path, env: dict[str, str] | None = None) -> Path:
+    """Attach to pool `name` from another process, start a task on both of its workers, and SIGKILL
+    that client while the tasks run; the file each task marked with an "x" as it started."""
+    marks = tmp_path / "running"
+    client = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time, skyhive as sky
+
+        def busy(path):
+            with open(path, "a") as fh:
+                fh.write("x")
+            time.sleep(60)
+
+        with sky.Pool.attach({name!r}, output=None) as pool:
+            pool.broadcast(busy, {str(marks)!r})
+        """)], cwd=tmp_path, env=env)
+    try:
+        wait_for(lambda: marks.exists() and marks.read_text() == "xx", what="the task to run on both workers")
+        client.send_signal(signal.SIGKILL)
+    finally:
+        client.wait(timeout=10)
+    return marks
+
+
 def record(home: str, name: str) -> dict:
     return json.loads((Path(home) / "clusters" / name / "record.json").read_text())
 
@@ -164,23 +187,7 @@ def test_sigkilled_attached_client_leaves_the_pool_healthy(tmp_path, clean):
     first = skyhive("launch", "-c", "train", str(task), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     pids = _worker_pids(home, "train")
-    marks = tmp_path / "running"
-    client = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import time, skyhive as sky
-
-        def busy(path):
-            with open(path, "a") as fh:
-                fh.write("x")
-            time.sleep(60)
-
-        with sky.Pool.attach("train", output=None) as pool:
-            pool.broadcast(busy, {str(marks)!r})
-        """)], cwd=tmp_path)
-    try:
-        wait_for(lambda: marks.exists() and marks.read_text() == "xx", what="the task to run on both workers")
-        client.send_signal(signal.SIGKILL)
-    finally:
-        client.wait(timeout=10)
+    marks = sigkill_a_busy_attached_client("train", tmp_path)
     again = python("""
         import os, skyhive as sky
         with sky.Pool.attach("train", output=None, wait=30) as pool:
