@@ -27,6 +27,22 @@ RUN = """\
     """
 
 
+def home_mounts_task(tmp_path, marks: str):
+    """A 2-node task mounting ./data and ./config.txt under ~/mounted on each host, whose setup appends
+    its node rank to ~/`marks` and checks the mounts, and whose run prints what it finds there."""
+    text = textwrap.dedent("""\
+        num_nodes: 2
+        file_mounts:
+          mounted/dir: ./data
+          ~/mounted/etc/config.txt: ./config.txt
+        setup: |
+        """) + textwrap.indent(textwrap.dedent(SETUP).format(dir="~/mounted/dir", file="~/mounted/etc/config.txt",
+                                                             marks=f"~/{marks}"), "  ") \
+        + "run: |\n" + textwrap.indent(textwrap.dedent(RUN).format(dir="~/mounted/dir",
+                                                                    file="~/mounted/etc/config.txt"), "  ")
+    return loads(text, cwd=str(tmp_path))
+
+
 def _sources(tmp_path: Path) -> tuple[Path, Path]:
     data = tmp_path / "data"
     (data / "inner").mkdir(parents=True)
@@ -77,17 +93,7 @@ def test_a_directory_and_a_file_reach_every_ssh_host_before_setup(netns_hosts, t
     hosts = list(netns_hosts)[:2]
     _sources(tmp_path)
     marks = "setup-marks.txt"  # in each host's home: one line per setup run there
-    text = textwrap.dedent("""\
-        num_nodes: 2
-        file_mounts:
-          mounted/dir: ./data
-          ~/mounted/etc/config.txt: ./config.txt
-        setup: |
-        """) + textwrap.indent(textwrap.dedent(SETUP).format(dir="~/mounted/dir", file="~/mounted/etc/config.txt",
-                                                             marks=f"~/{marks}"), "  ") \
-        + "run: |\n" + textwrap.indent(textwrap.dedent(RUN).format(dir="~/mounted/dir",
-                                                                    file="~/mounted/etc/config.txt"), "  ")
-    task = loads(text, cwd=str(tmp_path))
+    task = home_mounts_task(tmp_path, marks)
     try:
         code = run_launch(task, provider=ssh_for(hosts))
         captured = capfd.readouterr()

@@ -338,24 +338,13 @@ def test_file_mounts_reach_every_ssh_host_of_a_named_pool_before_setup(two_hosts
     import io
 
     from skyhive.runtime.commands.clusters import launch_cluster
-    from skyhive.runtime.commands.taskfile import loads
     from tests.test_cli_launch import by_node
-    from tests.test_file_mounts import RUN, SETUP, _sources
+    from tests.test_file_mounts import _sources, home_mounts_task
 
     hosts = two_hosts
     _sources(tmp_path)
     marks = "setup-marks.txt"
-    text = textwrap.dedent("""\
-        num_nodes: 2
-        file_mounts:
-          mounted/dir: ./data
-          ~/mounted/etc/config.txt: ./config.txt
-        setup: |
-        """) + textwrap.indent(textwrap.dedent(SETUP).format(dir="~/mounted/dir", file="~/mounted/etc/config.txt",
-                                                             marks=f"~/{marks}"), "  ") \
-        + "run: |\n" + textwrap.indent(textwrap.dedent(RUN).format(dir="~/mounted/dir",
-                                                                    file="~/mounted/etc/config.txt"), "  ")
-    task = loads(text, cwd=str(tmp_path))
+    task = home_mounts_task(tmp_path, marks)
     out = io.StringIO()
     try:
         assert launch_cluster(task, "mnt", provider=ssh_for(hosts), out=out, err=out) == 0, out.getvalue()
