@@ -143,6 +143,9 @@ class ResumableLink:
         loop = asyncio.get_running_loop()
         chan, session = await self._open(lambda: _Session(self))
         self._chan, self._session = chan, session
+        # A new channel starts with an empty send buffer. A drop while the old one was paused never
+        # resumes it (asyncssh calls no resume_writing on close): left set, every `drain` would wait forever.
+        self._paused_writing = False
         self.inbox.reset()
         self._resumed = loop.create_future()
         if self._paused_reading:
