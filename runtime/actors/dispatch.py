@@ -134,12 +134,12 @@ class CallDispatch:
             self._cancel(sent)
             raise
         finally:
-            if prep.shared.fds:
+            if prep.has_shared:
                 # the memfds passed to the workers: reusable once every worker answered (each took its
                 # lock on them before that); a call cut short closes them (see shm.MemfdPool)
                 answered = len(sent) == len(channels) and all(
                     f.done() and not f.cancelled() and f.exception() is None for _, _, f in sent)
-                prep.shared.close(reusable=answered)
+                prep.release_shared(reusable=answered)
         return values[0] if single else values
 
     def _raise_first_failure(self, sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]],
