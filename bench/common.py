@@ -239,3 +239,48 @@ async def measure_warm(pool: Any, p: Params, record: Callable[[str, dict], None]
             res = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         res["wall_s"] = time.perf_counter() - t0
         record(name, res)
+
+
+async def measure_paired(pools: dict[str, Any], p: Params, record: Callable[[str, dict], None]) -> None:
+    """rtt and broadcast2 of several systems in one process, taken in alternating rounds.
+
+    The first pool is the subject: its figures are recorded as ``rtt_paired`` / ``broadcast2_paired``,
+    each other's as ``rtt_paired_<name>``. Each workload: every pool's warm-up, then rounds of `k`
+    calls per pool (k = n / 20, at least 10), the pools in turn, the order reversed every other round
+    (A B, B A, ...), until each made n calls; median and p90 of all of a pool's calls. A change in
+    the machine's state (load from other processes, and where the scheduler puts the processes: on
+    this 2-core machine a client and its worker on one core answer in about half the time they take
+    on two) then falls on every system alike, which separate processes minutes apart do not give.
+    """
+    names = list(pools)
+
+    async def paired(workload: str, call: Callable[[Any], Any], want: Any, warmup: int, n: int) -> None:
+        t_start = time.perf_counter()
+        try:
+            for name in names:
+                for _ in range(warmup):
+                    _check(f"{workload} {name}", await call(pools[name]), want)
+            k = max(10, n // 20)
+            samples: dict[str, list[float]] = {name: [] for name in names}
+            deadline = time.perf_counter() + p.budget_s
+            rounds = 0
+            while len(samples[names[0]]) < n and time.perf_counter() < deadline:
+                for name in (names if rounds % 2 == 0 else names[::-1]):
+                    pool, ts = pools[name], samples[name]
+                    for _ in range(min(k, n - len(ts))):
+                        t0 = time.perf_counter()
+                        await call(pool)
+                        ts.append(time.perf_counter() - t0)
+                rounds += 1
+            wall = time.perf_counter() - t_start
+            for i, name in enumerate(names):
+                ts = samples[name]
+                record(f"{workload}_paired" + ("" if i == 0 else f"_{name}"),
+                       {"median_s": median(ts), "p90_s": p90(ts), "n": len(ts), "round": k, "rounds": rounds,
+                        "truncated": len(ts) < n, "wall_s": wall})
+        except Exception as exc:  # noqa: BLE001 - reported in the table
+            record(f"{workload}_paired", {"error": f"{type(exc).__name__}: {exc}"[:300],
+                                          "wall_s": time.perf_counter() - t_start})
+
+    await paired("rtt", lambda pool: pool.run(nop), 1, p.rtt_warmup, p.rtt_n)
+    await paired("broadcast2", lambda pool: pool.broadcast(nop), [1, 1], p.bcast_warmup, p.bcast_n)
