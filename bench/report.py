@@ -40,10 +40,10 @@ def metrics(p: Params, cold_runs: int) -> list[Metric]:
         Metric(f"rtt, median of {p.rtt_n}", "rtt", "median_s", "time", "latency"),
         Metric("rtt, p90", "rtt", "p90_s", "time", "latency"),
         Metric(f"broadcast2, median of {p.bcast_n}", "broadcast2", "median_s", "time", "latency"),
-        Metric(f"rtt, in turns with the floor, median of {p.rtt_n}", "rtt_paired", "median_s", "time",
-               "latency", _PAIRED["rtt"]),
-        Metric(f"broadcast2, in turns with the floor, median of {p.bcast_n}", "broadcast2_paired",
-               "median_s", "time", "latency", _PAIRED["broadcast2"]),
+        *(Metric(f"{w}, in turns with the floor, {where}, median of {n}", f"{w}_paired_{tag}", "median_s",
+                 "time", "latency", {"floor": f"skyhive:{w}_paired_{tag}_floor", "skyhive": f"{w}_paired_{tag}"})
+          for where, tag in (("one core", "one_core"), ("two cores", "two_cores"))
+          for w, n in (("rtt", p.rtt_n), ("broadcast2", p.bcast_n))),
         Metric(f"map{p.map_items // 1000}k, tasks/s (median of ≥{p.map_reps})", "map10k",
                "tasks_per_s", "tasks", "throughput"),
         Metric("map10k, floor batched like skyhive", "map10k", "tasks_per_s", "tasks",
@@ -60,10 +60,6 @@ def metrics(p: Params, cold_runs: int) -> list[Metric]:
                "time", "latency"),
         Metric(f"map of {p.shared_items}, plain (same run)", "map_shared", "plain_s", "time", "latency"),
     ]
-
-
-#: the rows measured in skyhive's process, in rounds taken in turn with the floor (bench.common.measure_paired)
-_PAIRED = {w: {"floor": f"skyhive:{w}_paired_floor", "skyhive": f"{w}_paired"} for w in ("rtt", "broadcast2")}
 
 
 # ------------------------------------------------------------------------------ formatting
@@ -251,16 +247,21 @@ def _notes(results: dict, p: Params, cold_runs: int) -> list[str]:
         f"of {p.rtt_n}.",
         f"- **broadcast2**: `nop` on both workers, gathered; {p.bcast_warmup} warm-up, median of "
         f"{p.bcast_n}.",
-        f"- **rtt / broadcast2, in turns with the floor**: the same two workloads again, in skyhive's "
-        "process, beside a `FloorPool(2)` opened there: both warmed up, then rounds of "
-        f"{max(10, p.rtt_n // 20)} (broadcast2: {max(10, p.bcast_n // 20)}) calls, floor and skyhive in "
-        "turn, the order reversed every other round, until each made "
+        f"- **rtt / broadcast2, in turns with the floor, one core / two cores**: the same two "
+        "workloads again, in skyhive's process, beside a `FloorPool(2)` opened there, every process "
+        "pinned (`sched_setaffinity`, each thread): this process and every worker on one CPU, then "
+        "this process on one CPU and the workers on the other. Per placement, both warmed up, then "
+        f"rounds of {max(10, p.rtt_n // 20)} (broadcast2: {max(10, p.bcast_n // 20)}) calls, floor and "
+        "skyhive in turn, the order reversed every other round, until each made "
         f"{p.rtt_n} (broadcast2: {p.bcast_n}); median of each one's calls. The ratio to the floor is "
-        "read from these rows: the rows above come from processes run minutes apart, and the floor's "
-        "rtt there is bimodal (24 µs or 50-70 µs from run to run on this 2-core machine) — a client "
-        "and its worker process scheduled on one core answer in about half the time they take on "
-        "two (measured with both pinned by `taskset`), and where the scheduler puts them depends "
-        "on what else runs. Taken in turn, whatever the machine does falls on both alike.",
+        "read from these rows. Why: the rows above come from processes run minutes apart, and the "
+        "floor's rtt there is bimodal (24 µs or 50-70 µs from run to run on this 2-core machine): a "
+        "client and its worker on one core answer in about half the time they take on two (a "
+        "wake-up across cores is slow here), and left free the scheduler settles each pair of "
+        "processes on one core or two by what else runs — within one run the floor's pair on two "
+        "and skyhive's on one, or the reverse, even with the rounds taken in turn. Pinned, both "
+        "systems run alike. On one core a call costs about the CPU time of both sides; on two, "
+        "mostly the wake-ups.",
         f"- **map10k**: `map(inc, range({p.map_items}))`, results checked in input order; "
         f"items / median time of at least {p.map_reps} runs (more, up to 50, while they add up "
         f"to less than {p.map_min_s:g} s; after a 200-item warm-up). Each system's map "

@@ -9,7 +9,7 @@
 
 The pool object is handed to the same measuring loop as every other system (bench.common); first,
 rtt and broadcast2 are also taken in alternating rounds with the floor (`FloorPool`) in this same
-process (`measure_paired`).
+process, the processes pinned to one core or to two (`measure_paired`).
 cold: ``async with sky.Pool(provider=sky.Local(), nodes=2)`` entered -> first ``pool.run(f)``,
 in a fresh process.
 """
@@ -49,7 +49,9 @@ async def warm(params: Params, record: Any, log: Any) -> None:
         # rtt and broadcast2 again, in rounds taken in turn with the floor's in this same process:
         # the ratio to the floor that holds whatever the machine does meanwhile (bench.common)
         async with FloorPool(2) as floor:
-            await measure_paired({"skyhive": pool, "floor": floor}, params, record)
+            sky_pids = [w.pid for node in pool.state.nodes for w in node.workers]
+            floor_pids = [w.proc.pid for w in floor.workers]
+            await measure_paired({"skyhive": (pool, sky_pids), "floor": (floor, floor_pids)}, params, record)
         await measure_warm(pool, params, record, log)
 
 
