@@ -12,14 +12,12 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import anyio
-
 from ...errors import ProvisionError
 from ...providers.ssh_cluster import KeptSSHReach, socket_path
 from ..onnode.setup import python_version, skyhive_version
 from .base import Receiver
 from .local_detached import CLUSTER_ENV, SERVER_MODULE
-from .ssh_link import ResumableLink, WorkerGone
+from .ssh_link import ResumableLink, connect_detached
 
 #: Makes the transport's worker object: (link, pid, socket path) -> the worker (`SSHWorker`).
 MakeWorker = Callable[[ResumableLink, int, str], Any]
@@ -80,28 +78,13 @@ async def start_kept_worker(transport: Any, node_env: Any, argv: Sequence[str], 
     async def opener(factory: Callable[[], Any]) -> tuple[Any, Any]:
         return await transport._open_unix(factory, sock)
 
-    with anyio.fail_after(transport.settings.start_timeout):
-        while True:
-            link = ResumableLink(receiver, opener, label=f"{label} ({transport.where})",
-                                 reconnect_timeout=transport.reconnect_timeout, skyhive_version=skyhive_version(),
-                                 python_version=python_version(), takeover=takeover)
-            worker = make_worker(link, pid, sock)
-            try:
-                await link.connect()
-                return worker
-            except WorkerGone as exc:
-                if "busy" not in str(exc):  # busy: the worker cancels the previous client's task
-                    if not takeover:
-                        worker.kill()
-                    raise
-            except BaseException:
-                if not takeover:  # a worker we started and could not reach: not left behind
-                    worker.kill()
-                    with anyio.move_on_after(5, shield=True):
-                        await worker.wait()
-                raise
-            await anyio.sleep(0.2)
+    def new_link() -> ResumableLink:
+        return ResumableLink(receiver, opener, label=f"{label} ({transport.where})",
+                             reconnect_timeout=transport.reconnect_timeout, skyhive_version=skyhive_version(),
+                             python_version=python_version(), takeover=takeover)
 
+    return await connect_detached(new_link, lambda link: make_worker(link, pid, sock), takeover=takeover,
+                                  timeout=transport.settings.start_timeout)
 
 async def _start(transport: Any, node_env: Any, env: Mapping[str, str], sock: str,
                  reach: KeptSSHReach) -> int:
