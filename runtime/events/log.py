@@ -235,12 +235,29 @@ class EventLog:
             return
         if len(values) != count:
             raise TypeError(f"{cls.__name__} has the fields {_field_names(cls)}, got {len(values)} values")
+        self._defer(cls, values)
+
+    def task_submitted(self, task: int, node: int, local_rank: int, fn: str, items: int) -> None:
+        """`record_task(TaskSubmitted, ...)`, each field by name (every call makes one: no lookups)."""
+        if self._subscribers or self._secrets:
+            self.emit(TaskSubmitted, task=task, node=node, local_rank=local_rank, fn=fn, items=items)
+        else:
+            self._defer(TaskSubmitted, (task, node, local_rank, fn, items))
+
+    def task_finished(self, task: int, node: int, local_rank: int, outcome: str, error: str) -> None:
+        """`record_task(TaskFinished, ...)`, each field by name (every call makes one: no lookups)."""
+        if self._subscribers or self._secrets:
+            self.emit(TaskFinished, task=task, node=node, local_rank=local_rank, outcome=outcome, error=error)
+        else:
+            self._defer(TaskFinished, (task, node, local_rank, outcome, error))
+
+    def _defer(self, cls: type[Event], values: tuple[Any, ...]) -> None:
         deferred = self._deferred
-        deferred.append((cls, self._seq, time.time(), values))
+        deferred.append((cls, self._seq, _now(), values))
         self._seq += 1
         if len(deferred) >= 4096:
             self._settle()
-        elif self._file is not None and not self._flush_scheduled:
+        elif not self._flush_scheduled and self._file is not None:
             self._schedule_flush()
 
     def _settle(self) -> None:
@@ -425,6 +442,7 @@ def _builder(cls: type[Event]) -> Callable[[str, int, float, tuple[Any, ...]], E
 
 _BUILDERS: dict[type[Event], Callable[[str, int, float, tuple[Any, ...]], Event]] = {}
 _new = object.__new__
+_now = time.time
 _set_pool_id, _set_seq, _set_ts = (getattr(Event, name).__set__ for name in ("pool_id", "seq", "ts"))
 #: the events `record_task` may defer: counted when folded, never output, never flushed at once
 _DEFERRABLE = (TaskSubmitted, TaskStarted, TaskFinished)

@@ -390,7 +390,7 @@ class Worker:
             self.cancel_requested = None
             flush_streams(self._streams)
         self.current = None
-        args = fn = None  # noqa: F841 - dropped before the Result (see above)
+        args = fn = a = kw = None  # noqa: F841 - dropped before the Result (see above)
         self._reply(task_id, ok, cancelled, value)
 
     def _call(self, fn: Callable[..., Any], args: Any, batch: bool, stream: int | None = None) -> Any:
