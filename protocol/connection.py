@@ -269,17 +269,18 @@ class Connection(Reassembly):
         unpack_length = _unpack_length
         while end - pos >= header:
             (length,) = unpack_length(view, pos)
-            if length > self._max_frame:
-                raise RemoteProtocolError(
-                    f"frame of {length} bytes exceeds the {self.max_frame}-byte limit"
-                )
             start = pos + header
-            if length > MAX_MESSAGE and end - start >= 2 and view[start : start + 2] != _CHUNK_PREFIX:
-                # refused before its body is buffered: only Chunk frames may be this large
-                raise RemoteProtocolError(
-                    f"message frame of {length} bytes exceeds the MAX_MESSAGE limit of {MAX_MESSAGE} bytes "
-                    "(only Chunk frames may be larger)"
-                )
+            if length > self._message_limit:  # (one comparison for the small frames most are)
+                if length > self._max_frame:
+                    raise RemoteProtocolError(
+                        f"frame of {length} bytes exceeds the {self.max_frame}-byte limit"
+                    )
+                if length > MAX_MESSAGE and end - start >= 2 and view[start : start + 2] != _CHUNK_PREFIX:
+                    # refused before its body is buffered: only Chunk frames may be this large
+                    raise RemoteProtocolError(
+                        f"message frame of {length} bytes exceeds the MAX_MESSAGE limit of {MAX_MESSAGE} bytes "
+                        "(only Chunk frames may be larger)"
+                    )
             if end - start < length:
                 if end - start >= CHUNK_HEADER.size and view[start : start + 2] == _CHUNK_PREFIX:
                     # a large chunk arriving in pieces: copy each piece straight to its buffer

@@ -90,7 +90,7 @@ class CallDispatch:
         if timeout is not None or channel.carries_buffers(prep):
             return await self.run_prepared([channel], prep, timeout=timeout, options=options, single=True)
         fut: asyncio.Future[Result] = self.loop.create_future()
-        call = self.send(channel, prep, options, fut)
+        call = channel.send(next(self._ids), prep, options, fut)  # (`send`, one frame fewer)
         try:
             result = await fut
         except BaseException:

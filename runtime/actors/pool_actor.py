@@ -101,6 +101,7 @@ class PoolRuntime(CallDispatch):
         self._ids = itertools.count(1)
         self._slots_changed = asyncio.Event()
         self._rr = 0
+        self._last: WorkerChannel | None = None  # the idle worker picked last (see pick_nowait)
 
     def __repr__(self) -> str:
         return f"<PoolRuntime {self.pool_id} {self.log.state.status} nodes={len(self.nodes)}>"
@@ -247,6 +248,9 @@ class PoolRuntime(CallDispatch):
         caches cold; the bench's floor picks this way too). Calls in flight together still spread:
         a busy worker is passed over for an idle one.
         """
+        last = self._last
+        if last is not None and last.usable and not last.calls and not self.membership.dropped:
+            return last  # (an idle worker, as the scan below would give: the same warm one again)
         nodes = self.members()
         count = len(nodes)
         if not count:
@@ -259,6 +263,7 @@ class PoolRuntime(CallDispatch):
                 if c is not None and c.usable:
                     if not c.calls:
                         self._rr = start + i
+                        self._last = c
                         return c
                     if best is None or len(c.calls) < len(best.calls):
                         best = c
