@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import os
 import statistics
 import time
 from typing import Any, Callable
@@ -239,3 +240,84 @@ async def measure_warm(pool: Any, p: Params, record: Callable[[str, dict], None]
             res = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         res["wall_s"] = time.perf_counter() - t0
         record(name, res)
+
+
+#: where `measure_paired` puts the processes: (name, the client's CPU, the workers' CPU), as indexes
+#: into the CPUs this process may use; on a machine with fewer than two, only "free" (no pinning)
+PLACEMENTS = (("one core", 0, 0), ("two cores", 0, 1))
+
+
+def _pin(pids: list[int], cpus: set[int]) -> None:
+    """Every thread of each process in `pids` to `cpus` (Linux: affinity is per thread)."""
+    for pid in pids:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            tids = [pid]
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:  # the thread ended meanwhile
+                pass
+
+
+async def measure_paired(pools: dict[str, tuple[Any, list[int]]], p: Params,
+                         record: Callable[[str, dict], None]) -> None:
+    """rtt and broadcast2 of several systems in one process, taken in alternating rounds, with the
+    processes pinned: `pools` maps a name to (pool, its worker processes' pids).
+
+    For each placement of `PLACEMENTS` (this process on one CPU, every worker process on the same
+    one or on another) and each workload: every pool's warm-up, then rounds of `k` calls per pool
+    (k = n / 20, at least 10), the pools in turn, the order reversed every other round (A B, B A,
+    ...), until each made n calls; median and p90 of all of a pool's calls. Recorded as
+    ``rtt_paired_<placement>`` (the first pool, the subject) and ``rtt_paired_<placement>_<name>``
+    (each other one), placement with "_" for " ". Why pinned: on this 2-core machine a client and
+    its worker on one core answer in about half the time they take on two, and left free the
+    scheduler settles each pair of processes on one or two cores by what else runs — in one run
+    the floor's pair on two cores and skyhive's on one, or the reverse, so alternating rounds alone
+    compared different placements. Pinned, both systems run alike; the placement is restored after.
+    """
+    names = list(pools)
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    everyone = [os.getpid()] + [pid for _, pids in pools.values() for pid in pids]
+    placements = PLACEMENTS if len(cpus) >= 2 else (("free", None, None),)
+
+    async def paired(tag: str, workload: str, call: Callable[[Any], Any], want: Any, warmup: int, n: int) -> None:
+        t_start = time.perf_counter()
+        try:
+            for name in names:
+                for _ in range(warmup):
+                    _check(f"{workload} {name}", await call(pools[name][0]), want)
+            k = max(10, n // 20)
+            samples: dict[str, list[float]] = {name: [] for name in names}
+            deadline = time.perf_counter() + p.budget_s
+            rounds = 0
+            while len(samples[names[0]]) < n and time.perf_counter() < deadline:
+                for name in (names if rounds % 2 == 0 else names[::-1]):
+                    pool, ts = pools[name][0], samples[name]
+                    for _ in range(min(k, n - len(ts))):
+                        t0 = time.perf_counter()
+                        await call(pool)
+                        ts.append(time.perf_counter() - t0)
+                rounds += 1
+            wall = time.perf_counter() - t_start
+            for i, name in enumerate(names):
+                ts = samples[name]
+                record(f"{workload}_paired_{tag}" + ("" if i == 0 else f"_{name}"),
+                       {"median_s": median(ts), "p90_s": p90(ts), "n": len(ts), "round": k, "rounds": rounds,
+                        "truncated": len(ts) < n, "wall_s": wall})
+        except Exception as exc:  # noqa: BLE001 - reported in the table
+            record(f"{workload}_paired_{tag}", {"error": f"{type(exc).__name__}: {exc}"[:300],
+                                                "wall_s": time.perf_counter() - t_start})
+
+    try:
+        for placement, client_cpu, worker_cpu in placements:
+            tag = placement.replace(" ", "_")
+            if client_cpu is not None and worker_cpu is not None:
+                _pin([os.getpid()], {cpus[client_cpu]})
+                _pin(everyone[1:], {cpus[worker_cpu]})
+            await paired(tag, "rtt", lambda pool: pool.run(nop), 1, p.rtt_warmup, p.rtt_n)
+            await paired(tag, "broadcast2", lambda pool: pool.broadcast(nop), [1, 1], p.bcast_warmup, p.bcast_n)
+    finally:
+        if cpus:
+            _pin(everyone, set(cpus))

@@ -17,7 +17,8 @@ class Metric:
     field: str
     kind: str  # "time" (lower is better) or "tasks"/"gbs" (higher is better)
     noun: str  # what the ratio compares: "latency", "throughput", "start time"
-    # system -> the workload that stands for it on this row (None: not shown); default: workload
+    # system -> the workload that stands for it on this row (None: not shown); default: workload.
+    # "other:workload" reads it from the results of system `other` (measured in that one's process)
     per_system: dict | None = None
 
     def source(self, system: str) -> str | None:
@@ -25,12 +26,24 @@ class Metric:
             return self.workload
         return self.per_system.get(system)
 
+    def where(self, results: dict, system: str) -> tuple[dict | None, str | None]:
+        """(the results holding this row's figure for `system`, the workload's name there)."""
+        workload = self.source(system)
+        if workload is not None and ":" in workload:
+            owner, workload = workload.split(":", 1)
+            return results.get(owner), workload
+        return results.get(system), workload
+
 
 def metrics(p: Params, cold_runs: int) -> list[Metric]:
     return [
         Metric(f"rtt, median of {p.rtt_n}", "rtt", "median_s", "time", "latency"),
         Metric("rtt, p90", "rtt", "p90_s", "time", "latency"),
         Metric(f"broadcast2, median of {p.bcast_n}", "broadcast2", "median_s", "time", "latency"),
+        *(Metric(f"{w}, in turns with the floor, {where}, median of {n}", f"{w}_paired_{tag}", "median_s",
+                 "time", "latency", {"floor": f"skyhive:{w}_paired_{tag}_floor", "skyhive": f"{w}_paired_{tag}"})
+          for where, tag in (("one core", "one_core"), ("two cores", "two_cores"))
+          for w, n in (("rtt", p.rtt_n), ("broadcast2", p.bcast_n))),
         Metric(f"map{p.map_items // 1000}k, tasks/s (median of ≥{p.map_reps})", "map10k",
                "tasks_per_s", "tasks", "throughput"),
         Metric("map10k, floor batched like skyhive", "map10k", "tasks_per_s", "tasks",
@@ -77,7 +90,7 @@ def fmt_ratio(r: float) -> str:
 
 
 def value(results: dict, system: str, m: Metric) -> float | None:
-    res, workload = results.get(system), m.source(system)
+    res, workload = m.where(results, system)
     if not res or res.get("status") == "unavailable" or workload is None:
         return None
     if workload == "cold":
@@ -88,14 +101,14 @@ def value(results: dict, system: str, m: Metric) -> float | None:
 
 
 def cell(results: dict, system: str, m: Metric) -> str:
-    res = results.get(system)
+    if m.source(system) is None:
+        return ""
+    res, workload = m.where(results, system)
     if res is None:
         return "not run"
     if res.get("status") == "unavailable":
         return "n/a"
-    if m.source(system) is None:
-        return ""
-    if res.get("workloads", {}).get(m.source(system), {}).get("skipped"):
+    if res.get("workloads", {}).get(workload, {}).get("skipped"):
         return "not run"
     v = value(results, system, m)
     return "error" if v is None else fmt_value(m, v)
@@ -234,6 +247,21 @@ def _notes(results: dict, p: Params, cold_runs: int) -> list[str]:
         f"of {p.rtt_n}.",
         f"- **broadcast2**: `nop` on both workers, gathered; {p.bcast_warmup} warm-up, median of "
         f"{p.bcast_n}.",
+        f"- **rtt / broadcast2, in turns with the floor, one core / two cores**: the same two "
+        "workloads again, in skyhive's process, beside a `FloorPool(2)` opened there, every process "
+        "pinned (`sched_setaffinity`, each thread): this process and every worker on one CPU, then "
+        "this process on one CPU and the workers on the other. Per placement, both warmed up, then "
+        f"rounds of {max(10, p.rtt_n // 20)} (broadcast2: {max(10, p.bcast_n // 20)}) calls, floor and "
+        "skyhive in turn, the order reversed every other round, until each made "
+        f"{p.rtt_n} (broadcast2: {p.bcast_n}); median of each one's calls. The ratio to the floor is "
+        "read from these rows. Why: the rows above come from processes run minutes apart, and the "
+        "floor's rtt there is bimodal (24 µs or 50-70 µs from run to run on this 2-core machine): a "
+        "client and its worker on one core answer in about half the time they take on two (a "
+        "wake-up across cores is slow here), and left free the scheduler settles each pair of "
+        "processes on one core or two by what else runs — within one run the floor's pair on two "
+        "and skyhive's on one, or the reverse, even with the rounds taken in turn. Pinned, both "
+        "systems run alike. On one core a call costs about the CPU time of both sides; on two, "
+        "mostly the wake-ups.",
         f"- **map10k**: `map(inc, range({p.map_items}))`, results checked in input order; "
         f"items / median time of at least {p.map_reps} runs (more, up to 50, while they add up "
         f"to less than {p.map_min_s:g} s; after a 200-item warm-up). Each system's map "

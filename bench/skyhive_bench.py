@@ -7,7 +7,9 @@
         await pool.map(f, items)      # map10k: list, input order
         await pool.broadcast(g, arr)  # arg100m: the 100 MiB array to both nodes
 
-The pool object is handed to the same measuring loop as every other system (bench.common).
+The pool object is handed to the same measuring loop as every other system (bench.common); first,
+rtt and broadcast2 are also taken in alternating rounds with the floor (`FloorPool`) in this same
+process, the processes pinned to one core or to two (`measure_paired`).
 cold: ``async with sky.Pool(provider=sky.Local(), nodes=2)`` entered -> first ``pool.run(f)``,
 in a fresh process.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bench.common import Params, measure_warm, nop
+from bench.common import Params, measure_paired, measure_warm, nop
 
 
 def load() -> Any:
@@ -40,8 +42,16 @@ def load() -> Any:
 
 
 async def warm(params: Params, record: Any, log: Any) -> None:
+    from bench.floor import FloorPool
+
     sky = load()
     async with sky.Pool(provider=sky.Local(), nodes=2) as pool:
+        # rtt and broadcast2 again, in rounds taken in turn with the floor's in this same process:
+        # the ratio to the floor that holds whatever the machine does meanwhile (bench.common)
+        async with FloorPool(2) as floor:
+            sky_pids = [w.pid for node in pool.state.nodes for w in node.workers]
+            floor_pids = [w.proc.pid for w in floor.workers]
+            await measure_paired({"skyhive": (pool, sky_pids), "floor": (floor, floor_pids)}, params, record)
         await measure_warm(pool, params, record, log)
 
 

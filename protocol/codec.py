@@ -68,7 +68,7 @@ _PY_TYPES: dict[str, type] = {
 
 
 class _Schema:
-    __slots__ = ("cls", "names", "types", "getter", "build")
+    __slots__ = ("cls", "names", "types", "getter", "decode")
 
     def __init__(self, cls: type[Message]) -> None:
         pairs = wire_fields(cls)
@@ -77,29 +77,54 @@ class _Schema:
         self.types = tuple(_PY_TYPES[str(ann)] for _, ann in pairs)
         get = operator.attrgetter(*self.names) if self.names else (lambda m: ())
         self.getter = (lambda m: (get(m),)) if len(self.names) == 1 else get
-        self.build = _builder(cls, self.names)
+        self.decode = _decoder(self)
+
+    def refuse(self, values: tuple[Any, ...]) -> None:
+        """Raise the `RemoteProtocolError` naming what is wrong with `values` (this message's wire
+        values, the tag left out): their count, or the first one of the wrong type."""
+        name = self.cls.__name__
+        if len(values) != len(self.names):
+            raise RemoteProtocolError(f"{name} frame has {len(values)} fields, expected {len(self.names)}")
+        for field_name, want, value in zip(self.names, self.types, values):
+            if type(value) is not want:
+                raise RemoteProtocolError(f"{name}.{field_name} should be {want.__name__}, got {type(value).__name__}")
 
 
-def _builder(cls: type[Message], names: tuple[str, ...]) -> Callable[[tuple[Any, ...]], Message]:
-    """A function building a decoded `cls` from its wire values (already checked: count and types):
-    each field set through its slot — what the frozen dataclass's `__init__` does through
-    `object.__setattr__`, without matching keywords — then the fields that do not travel get their
-    defaults. Generated per class, unrolled, as `dataclasses` generates `__init__`."""
-    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
-    lines = ["def build(values):", "    msg = _new(_cls)"]
+def _decoder(schema: _Schema) -> Callable[[tuple[Any, ...]], Message]:
+    """The function turning a decoded body (`(tag, *wire values)`, the tag already looked up) into a
+    `schema.cls`: checks the count and the exact type of every value, then sets each field through
+    its slot — what the frozen dataclass's `__init__` does through `object.__setattr__`, without
+    matching keywords — and gives the fields that do not travel their defaults. Generated per class,
+    unrolled (one comparison and one statement a field), as `dataclasses` generates `__init__`:
+    every frame pays for it."""
+    cls, names = schema.cls, schema.names
+    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_refuse": schema.refuse}
+    values = "".join(f"v{i}, " for i in range(len(names)))
+    lines = ["def decode(obj):", f"    if len(obj) != {len(names) + 1}:", "        _refuse(obj[1:])",
+             f"    (_, {values}) = obj"]
+    if names:
+        env.update({f"_t{i}": t for i, t in enumerate(schema.types)})
+        checks = " or ".join(f"v{i}.__class__ is not _t{i}" for i in range(len(names)))
+        lines += [f"    if {checks}:", "        _refuse(obj[1:])"]
+    lines.append("    msg = _new(_cls)")
     for i, name in enumerate(names):
         env[f"_set{i}"] = getattr(cls, name).__set__
-        lines.append(f"    _set{i}(msg, values[{i}])")
+        lines.append(f"    _set{i}(msg, v{i})")
     for j, f in enumerate(f for f in fields(cls) if f.name not in names):
         env[f"_dset{j}"] = getattr(cls, f.name).__set__
-        env[f"_default{j}"] = f.default_factory if f.default is MISSING else (lambda d=f.default: d)
-        lines.append(f"    _dset{j}(msg, _default{j}())")
+        if f.default is MISSING:
+            env[f"_factory{j}"] = f.default_factory
+            lines.append(f"    _dset{j}(msg, _factory{j}())")
+        else:
+            env[f"_default{j}"] = f.default
+            lines.append(f"    _dset{j}(msg, _default{j})")
     if getattr(cls, "__post_init__", None) is not None:  # (no message has one today)
-        env["_post_init"] = cls.__post_init__  # type: ignore[attr-defined]
-        lines.append("    _post_init(msg)")
+        env.update(_post_init=cls.__post_init__, _Error=RemoteProtocolError)  # type: ignore[attr-defined]
+        lines += ["    try:", "        _post_init(msg)", "    except (TypeError, ValueError) as exc:",
+                  f"        raise _Error(f'invalid {cls.__name__}: {{exc}}') from None"]
     lines.append("    return msg")
-    exec("\n".join(lines), env)  # noqa: S102 - generated from the class's own field names
-    return env["build"]  # type: ignore[no-any-return]
+    exec("\n".join(lines), env)  # noqa: S102 - generated from the class's own field names and types
+    return env["decode"]  # type: ignore[no-any-return]
 
 
 _SCHEMA: dict[type[Message], _Schema] = {cls: _Schema(cls) for cls in TAGS.values()}
@@ -186,28 +211,17 @@ def decode_body(body: memoryview) -> Message:
         raise RemoteProtocolError(f"frame body is not valid msgpack (ValueError: {exc})") from None
     except Exception as exc:  # msgpack raises many types for garbage: all mean the same here
         raise RemoteProtocolError(f"frame body is not valid msgpack ({type(exc).__name__}: {exc})") from None
-    if not isinstance(obj, tuple) or not obj or type(obj[0]) is not int:
+    if obj.__class__ is not tuple or not obj or obj[0].__class__ is not int:
         raise RemoteProtocolError(f"frame body is not a [tag, ...] array (got {type(obj).__name__})")
-    tag = obj[0]
-    cls = TAGS.get(tag)
-    if cls is None or cls is Chunk:
-        raise RemoteProtocolError(f"unknown message type tag {tag}")
-    schema = _SCHEMA[cls]
-    values = obj[1:]
-    if len(values) != len(schema.names):
-        raise RemoteProtocolError(
-            f"{cls.__name__} frame has {len(values)} fields, expected {len(schema.names)}"
-        )
-    if tuple(map(type, values)) != schema.types:
-        for name, want, value in zip(schema.names, schema.types, values):
-            if type(value) is not want:
-                raise RemoteProtocolError(
-                    f"{cls.__name__}.{name} should be {want.__name__}, got {type(value).__name__}"
-                )
-    try:
-        return schema.build(values)
-    except (TypeError, ValueError) as exc:
-        raise RemoteProtocolError(f"invalid {cls.__name__}: {exc}") from None
+    decode = _DECODERS.get(obj[0])
+    if decode is None:
+        raise RemoteProtocolError(f"unknown message type tag {obj[0]}")
+    return decode(obj)
+
+
+#: tag -> the decoder of its message class (`Chunk`'s frames never reach msgpack: not here)
+_DECODERS: dict[int, Callable[[tuple[Any, ...]], Message]] = {
+    tag: _SCHEMA[cls].decode for tag, cls in TAGS.items() if cls is not Chunk}
 
 
 def _decode_chunk(body: memoryview) -> Chunk:

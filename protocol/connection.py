@@ -39,6 +39,8 @@ _HEADER_SIZE = HEADER.size
 _unpack_length = HEADER.unpack_from
 _HANDSHAKE = frozenset({Hello, Welcome})
 _WITH_BUFFERS = frozenset({Submit, Result})
+#: the received messages that need more than a state move: a version check, or buffers to wait for
+_SPECIAL = _HANDSHAKE | _WITH_BUFFERS
 
 
 class Connection(Reassembly):
@@ -74,6 +76,16 @@ class Connection(Reassembly):
         # the legal moves from here, looked up by message type alone on the hot path
         self._can_send = self._send_table[value]
         self._can_recv = self._recv_table[value]
+
+    @property
+    def max_frame(self) -> int:
+        """The largest frame accepted from the peer (and the bound on what we send)."""
+        return self._max_frame
+
+    @max_frame.setter
+    def max_frame(self, value: int) -> None:
+        self._max_frame = value
+        self._message_limit = min(MAX_MESSAGE, value)  # the bound on a message frame's body we send
 
     def __repr__(self) -> str:
         return (
@@ -137,14 +149,14 @@ class Connection(Reassembly):
         return self._send_template(Result, encode_value_result, task_id, value)
 
     def _send_template(self, cls: type[Message], encoder: Any, task_id: int, data: bytes) -> bytes:
-        if self.state is State.ERROR:
+        if self._state is State.ERROR:
             raise LocalProtocolError("connection is in ERROR state after an earlier protocol error")
         nxt = self._can_send.get(cls)
         if nxt is None:
             what = f"{self.role.value} in state {self.state.value}"
             self.state = State.ERROR
             raise LocalProtocolError(f"cannot send {cls.__name__}: {what}")
-        if type(task_id) is not int:
+        if task_id.__class__ is not int:
             raise LocalProtocolError(f"{cls.__name__}.task_id should be int, got {type(task_id).__name__}")
         frame = encoder(task_id, data)
         if len(frame) - _HEADER_SIZE > self._message_limit:
@@ -157,10 +169,6 @@ class Connection(Reassembly):
             self.state = nxt
         self.frames_sent += 1
         return frame
-
-    @property
-    def _message_limit(self) -> int:
-        return min(MAX_MESSAGE, self.max_frame)
 
     def send_buffers(
         self, ref: int, buffers: Sequence[Any], chunk_size: int = CHUNK_SIZE, *,
@@ -210,7 +218,7 @@ class Connection(Reassembly):
         the middle of one. Raises `RemoteProtocolError` for anything the peer got wrong, after which
         the connection is in the sticky ERROR state.
         """
-        if self.state is State.ERROR:
+        if self._state is State.ERROR:
             raise RemoteProtocolError("connection is in ERROR state after an earlier protocol error")
         if not data:
             return self._eof()
@@ -261,17 +269,18 @@ class Connection(Reassembly):
         unpack_length = _unpack_length
         while end - pos >= header:
             (length,) = unpack_length(view, pos)
-            if length > self.max_frame:
-                raise RemoteProtocolError(
-                    f"frame of {length} bytes exceeds the {self.max_frame}-byte limit"
-                )
             start = pos + header
-            if length > MAX_MESSAGE and end - start >= 2 and view[start : start + 2] != _CHUNK_PREFIX:
-                # refused before its body is buffered: only Chunk frames may be this large
-                raise RemoteProtocolError(
-                    f"message frame of {length} bytes exceeds the MAX_MESSAGE limit of {MAX_MESSAGE} bytes "
-                    "(only Chunk frames may be larger)"
-                )
+            if length > self._message_limit:  # (one comparison for the small frames most are)
+                if length > self._max_frame:
+                    raise RemoteProtocolError(
+                        f"frame of {length} bytes exceeds the {self.max_frame}-byte limit"
+                    )
+                if length > MAX_MESSAGE and end - start >= 2 and view[start : start + 2] != _CHUNK_PREFIX:
+                    # refused before its body is buffered: only Chunk frames may be this large
+                    raise RemoteProtocolError(
+                        f"message frame of {length} bytes exceeds the MAX_MESSAGE limit of {MAX_MESSAGE} bytes "
+                        "(only Chunk frames may be larger)"
+                    )
             if end - start < length:
                 if end - start >= CHUNK_HEADER.size and view[start : start + 2] == _CHUNK_PREFIX:
                     # a large chunk arriving in pieces: copy each piece straight to its buffer
@@ -281,7 +290,7 @@ class Connection(Reassembly):
             pos = start + length
             self.frames_received += 1
             msg = decode_body(view[start:pos])
-            cls = type(msg)
+            cls = msg.__class__
             if cls is Chunk:
                 self._chunk(msg, out)  # type: ignore[arg-type]
                 continue
@@ -290,12 +299,13 @@ class Connection(Reassembly):
                 self._move(RECV, msg)  # raises, naming the illegal move
             elif nxt is not self._state:
                 self.state = nxt
-            if cls in _HANDSHAKE:
-                self._check_version(msg)  # type: ignore[arg-type]
-            if cls in _WITH_BUFFERS and msg.buffer_sizes:  # type: ignore[attr-defined]
-                self._announce(msg, out)  # type: ignore[arg-type]
-            else:
-                out.append(msg)
+            if cls in _SPECIAL:
+                if cls in _HANDSHAKE:
+                    self._check_version(msg)  # type: ignore[arg-type]
+                elif msg.buffer_sizes:  # type: ignore[attr-defined]
+                    self._announce(msg, out)  # type: ignore[arg-type]
+                    continue
+            out.append(msg)
         return pos
 
     def _check_version(self, msg: Hello | Welcome) -> None:

@@ -79,6 +79,8 @@ class PoolCalls:
         call (on a worker picked anew) up to N times after `WorkerLost`, or after the exception types
         in `retry_on`; the error that ends a retried call has `attempts` (see `runtime/retry.py`).
         """
+        if output is _UNSET and not capture and not retries and not retry_on:  # (the common call)
+            return await self._run_call(fn, args, kwargs, timeout=timeout)
         return await self._run_call(fn, args, kwargs, timeout=timeout, options=self._options(output, capture),
                                     retries=retries_of(retries, retry_on))
 

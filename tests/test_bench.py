@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,13 @@ def test_bench_quick_run_writes_a_table(tmp_path):
     assert "× floor" in table
     status = next(line for line in table.splitlines() if line.startswith("| status"))
     assert status.count("ok") == 2, status  # floor and skyhive both measured
+    # rtt and broadcast2 taken in turns with the floor in skyhive's process, pinned: both figures and the ratio
+    paired = [line for line in table.splitlines() if line.startswith("| ") and "in turns with the floor" in line]
+    assert len(paired) == 4, paired  # rtt and broadcast2, on one core and on two
+    for line in paired:
+        _, floor, sky, ratio = [c.strip() for c in line.strip().strip("|").split("|")]
+        assert re.fullmatch(r"[\d.]+ (µs|ms)", floor) and re.fullmatch(r"[\d.]+ (µs|ms)", sky), line
+        assert ratio.endswith("× floor latency"), line
 
 
 def test_seeds_bench_quick_run_reports_its_figures(tmp_path):

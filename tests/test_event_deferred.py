@@ -134,8 +134,15 @@ def test_a_long_run_of_task_events_is_bounded_in_memory():
     log = EventLog("p", path=None)
     for i in range(10_000):
         log.record_task(TaskSubmitted, i, 0, 0, "f()", 1)
-    assert len(log._deferred) < 4096  # built and folded in batches, as emit's events are
-    assert log.state.tasks_submitted == 10_000
+        log.record_task(TaskFinished, i, 0, 0, "ok" if i % 2 else "error", "")
+    assert len(log._deferred) < 4096  # settled in batches
+    # counted as they settle, not kept until someone reads the state (nobody may, for a million calls)
+    assert not log._unfolded
+    assert len(log._recent) == 10_000  # (MEMORY_EVENTS)
+    state = log.state
+    assert (state.tasks_submitted, state.tasks_ok, state.tasks_failed, state.last_seq) == (10_000, 5_000, 5_000, 19_999)
+    assert log.recent[-1] == TaskFinished(pool_id="p", seq=19_999, ts=log.recent[-1].ts, task=9_999, node=0,
+                                          local_rank=0, outcome="ok", error="")
 
 
 def test_reading_the_nodes_does_not_build_the_deferred_task_events():

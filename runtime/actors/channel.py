@@ -37,7 +37,7 @@ from ...protocol import (
 from ...protocol.cache import KEY_SIZE, NO_KEY, ContentIndex
 from ...protocol.messages import Cancel, Missing
 from ..events.log import EventLog
-from ..events.types import TaskFinished, TaskStarted, TaskSubmitted
+from ..events.types import TaskFinished, TaskStarted
 from ..onnode.setup import FN_CACHE_LIMIT
 from ..transport import shm
 from ..transport.base import Link
@@ -202,21 +202,19 @@ class WorkerChannel:
                     if len(known) >= FN_CACHE_LIMIT:
                         known.clear()  # the worker clears its cache at the same count
                     known.add(call.fn_id)
+                outcome, error = "ok", ""
             else:
                 # whatever failed, the next task carries its function again (a worker that holds it
                 # ignores the bytes): a worker that lost it — its cache cleared where we could not
                 # tell — fails one call, not every call after
                 self.known_fns.discard(call.fn_id)
+                outcome, error = ("cancelled" if msg.cancelled else "error"), msg.error_type
             # (a task that ended before the worker's next tick sent no Started: its span in the
             # log runs from TaskSubmitted to TaskFinished — one event fewer per short call)
-            if msg.ok:
-                outcome = "ok"
-            else:
-                outcome = "cancelled" if msg.cancelled else "error"
-            self._log.record_task(TaskFinished, msg.task_id, self.node, self.local_rank, outcome,
-                                  msg.error_type if not msg.ok else "")
-            if call.future is not None and not call.future.done():
-                call.future.set_result(msg)
+            self._log.task_finished(msg.task_id, self.node, self.local_rank, outcome, error)
+            future = call.future
+            if future is not None and not future.done():
+                future.set_result(msg)
         elif isinstance(msg, Missing):
             self._resend(msg)
         elif isinstance(msg, Output):
@@ -285,30 +283,11 @@ class WorkerChannel:
         # the function's bytes go with the task (a large function's as buffer 0) until a task that
         # carried them ran on this worker: then the worker holds it loaded (see `_dispatch`)
         new_fn = prep.fn_id not in self.known_fns
-        with_buffers = self.carries_buffers(prep, new_fn)
-        fn_in_buffer = prep.fn_in_buffer and with_buffers
-        if prep.kind == "call" and not stream and not fn_in_buffer:
-            options_: dict[str, Any] = _NO_OPTIONS  # (read-only: only encoded)
+        if not prep.buffers and prep.kind == "call" and not stream:
+            # the common small call: packed once per call (see Prepared.submit_tail)
+            msg, tail, cached = None, prep.submit_tail(new_fn, _NO_OPTIONS), ()
         else:
-            options_ = {"kind": prep.kind} if prep.kind != "call" else {}
-            if stream:
-                options_["stream"] = True
-            if fn_in_buffer:
-                options_["fn_buffer"] = True
-        fn_bytes = prep.fn_bytes if new_fn and not prep.fn_in_buffer else b""
-        msg: Submit | None = None
-        cached: tuple[int, ...] = ()
-        if not with_buffers:  # the common small call: packed once per call (see Prepared.submit_tail)
-            tail = prep.submit_tail(bool(fn_bytes), options_)
-        else:
-            sizes = prep.sizes
-            keys, cached = b"", ()
-            if self.cache is not None and max(sizes) >= self.cache_min:
-                keys, cached = self._by_reference(prep.content_keys(self.cache_min), sizes)
-            msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args, buffer_sizes=sizes,
-                         batch=prep.batch, options=options_, buffer_keys=keys, cached=cached)
-            if self._fds is not None and max(sizes) >= shm.SHARE_MIN:
-                msg = self._share(msg, prep, task_id, cached)
+            msg, tail, cached = self._submit(task_id, prep, new_fn, stream)
         call = Call(task_id, future, options, prep.fn_name)
         call.fn_id, call.new_fn = prep.fn_id, new_fn
         if new_fn and self._fns_sent is not None:
@@ -329,8 +308,35 @@ class WorkerChannel:
                 node=self.node, local_rank=self.local_rank,
             )
         self.calls[task_id] = call
-        self._log.record_task(TaskSubmitted, task_id, self.node, self.local_rank, prep.fn_name, prep.items)
+        self._log.task_submitted(task_id, self.node, self.local_rank, prep.fn_name, prep.items)
         return call
+
+    def _submit(self, task_id: int, prep: Prepared, new_fn: bool,
+                stream: bool) -> tuple[Submit | None, bytes, tuple[int, ...]]:
+        """`send`'s frame for any other task: (the `Submit` that announces buffers, or None and the
+        packed tail of one without; the buffers it sends by reference)."""
+        with_buffers = self.carries_buffers(prep, new_fn)
+        fn_in_buffer = prep.fn_in_buffer and with_buffers
+        if prep.kind == "call" and not stream and not fn_in_buffer:
+            options_: dict[str, Any] = _NO_OPTIONS  # (read-only: only encoded)
+        else:
+            options_ = {"kind": prep.kind} if prep.kind != "call" else {}
+            if stream:
+                options_["stream"] = True
+            if fn_in_buffer:
+                options_["fn_buffer"] = True
+        fn_bytes = prep.fn_bytes if new_fn and not prep.fn_in_buffer else b""
+        if not with_buffers:
+            return None, prep.submit_tail(bool(fn_bytes), options_), ()
+        sizes = prep.sizes
+        keys, cached = b"", ()
+        if self.cache is not None and max(sizes) >= self.cache_min:
+            keys, cached = self._by_reference(prep.content_keys(self.cache_min), sizes)
+        msg = Submit(task_id=task_id, fn_id=prep.fn_id, fn=fn_bytes, args=prep.args, buffer_sizes=sizes,
+                     batch=prep.batch, options=options_, buffer_keys=keys, cached=cached)
+        if self._fds is not None and max(sizes) >= shm.SHARE_MIN:
+            msg = self._share(msg, prep, task_id, cached)
+        return msg, b"", cached
 
     def carries_buffers(self, prep: Prepared, new_fn: bool | None = None) -> bool:
         """Whether a task of `prep` sent here announces out-of-band buffers (`send_buffers` follows).

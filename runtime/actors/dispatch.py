@@ -90,7 +90,7 @@ class CallDispatch:
         if timeout is not None or channel.carries_buffers(prep):
             return await self.run_prepared([channel], prep, timeout=timeout, options=options, single=True)
         fut: asyncio.Future[Result] = self.loop.create_future()
-        call = self.send(channel, prep, options, fut)
+        call = channel.send(next(self._ids), prep, options, fut)  # (`send`, one frame fewer)
         try:
             result = await fut
         except BaseException:
@@ -134,12 +134,12 @@ class CallDispatch:
             self._cancel(sent)
             raise
         finally:
-            if prep.shared.fds:
+            if prep.has_shared:
                 # the memfds passed to the workers: reusable once every worker answered (each took its
                 # lock on them before that); a call cut short closes them (see shm.MemfdPool)
                 answered = len(sent) == len(channels) and all(
                     f.done() and not f.cancelled() and f.exception() is None for _, _, f in sent)
-                prep.shared.close(reusable=answered)
+                prep.release_shared(reusable=answered)
         return values[0] if single else values
 
     def _raise_first_failure(self, sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]],

@@ -101,6 +101,7 @@ class PoolRuntime(CallDispatch):
         self._ids = itertools.count(1)
         self._slots_changed = asyncio.Event()
         self._rr = 0
+        self._last: WorkerChannel | None = None  # the idle worker picked last (see pick_nowait)
 
     def __repr__(self) -> str:
         return f"<PoolRuntime {self.pool_id} {self.log.state.status} nodes={len(self.nodes)}>"
@@ -240,21 +241,29 @@ class PoolRuntime(CallDispatch):
     def pick_nowait(self) -> WorkerChannel | None:
         """The least busy usable worker, or None if none is usable now.
 
-        The scan starts one node further each call and stops at the first idle worker, so ties go
-        round-robin and a pool with idle workers answers in O(1) instead of reading every node's
-        workers (O(nodes) per call: a run() on a 10,000-node pool).
+        The scan starts at the node of the idle worker picked last and stops at the first idle
+        worker: a pool with idle workers answers in O(1) instead of reading every node's workers
+        (O(nodes) per call: a run() on a 10,000-node pool), and calls one at a time keep going to
+        the same warm worker process (round-robin woke a process idle since the call before, its
+        caches cold; the bench's floor picks this way too). Calls in flight together still spread:
+        a busy worker is passed over for an idle one.
         """
+        last = self._last
+        if last is not None and last.usable and not last.calls and not self.membership.dropped:
+            return last  # (an idle worker, as the scan below would give: the same warm one again)
         nodes = self.members()
         count = len(nodes)
         if not count:
             return None
-        self._rr = start = (self._rr + 1) % count
+        start = self._rr % count
         best: WorkerChannel | None = None
         for i in range(count):
             node = nodes[(start + i) % count]
             for c in node.channels:
                 if c is not None and c.usable:
                     if not c.calls:
+                        self._rr = start + i
+                        self._last = c
                         return c
                     if best is None or len(c.calls) < len(best.calls):
                         best = c

@@ -25,7 +25,7 @@ class Prepared:
     `protocol.codec.MAX_MESSAGE`); `buffers` then starts with it."""
 
     __slots__ = ("fn_id", "fn_bytes", "args", "buffers", "fn_name", "batch", "kind", "items", "fn_in_buffer",
-                 "_keys", "_sizes", "_tails", "shared")
+                 "_keys", "_sizes", "_tail", "_tail_fn", "_shared")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                  kind: str = "call", fn_name: str | None = None) -> None:
@@ -43,8 +43,28 @@ class Prepared:
         self.buffers = [self.fn_bytes, *buffers] if self.fn_in_buffer else buffers
         self._keys: tuple[int, bytes] | None = None
         self._sizes: tuple[int, ...] | None = None
-        self._tails: dict[bool, bytes] = {}
-        self.shared = SharedFiles()  # its large buffers in shared memory, for Local workers
+        self._tail: bytes | None = None  # its Submit without the function's bytes (see submit_tail)
+        self._tail_fn: bytes | None = None  # ... and with them
+        # made when a buffer first goes in shared memory (most calls have none: no object, and no
+        # finalizer to run, per call)
+        self._shared: SharedFiles | None = None
+
+    @property
+    def shared(self) -> SharedFiles:
+        """Its large buffers in shared memory, for Local workers (made once, whatever the workers)."""
+        if self._shared is None:
+            self._shared = SharedFiles()
+        return self._shared
+
+    @property
+    def has_shared(self) -> bool:
+        """Whether some of its buffers went in shared memory (memfds to release after the call)."""
+        return self._shared is not None and bool(self._shared.fds)
+
+    def release_shared(self, *, reusable: bool) -> None:
+        """Close (or hand back for reuse, see `SharedFiles.close`) the memfds made for this call."""
+        if self._shared is not None:
+            self._shared.close(reusable=reusable)
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -60,10 +80,14 @@ class Prepared:
         if options:
             return submit_tail(fn_id=self.fn_id, fn=self.fn_bytes if with_fn else b"", args=self.args,
                                batch=self.batch, options=options)
-        tail = self._tails.get(with_fn)
+        tail = self._tail_fn if with_fn else self._tail
         if tail is None:
-            tail = self._tails[with_fn] = submit_tail(fn_id=self.fn_id, fn=self.fn_bytes if with_fn else b"",
-                                                      args=self.args, batch=self.batch, options={})
+            tail = submit_tail(fn_id=self.fn_id, fn=self.fn_bytes if with_fn else b"", args=self.args,
+                               batch=self.batch, options={})
+            if with_fn:
+                self._tail_fn = tail
+            else:
+                self._tail = tail
         return tail
 
     def content_keys(self, min_size: int) -> bytes:

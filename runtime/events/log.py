@@ -19,7 +19,7 @@ from typing import IO, Any, TypeVar
 
 from ...paths import private_dir, state_dir
 from .nodes import NodeTable
-from .state import _COUNTED, PoolState, count_output, fold
+from .state import _COUNTED, _OUTCOME_COUNTER, PoolState, count_output, count_tasks, fold
 from .stream import EVENTS_MAX_BUFFER, EventStream
 from .types import (
     Event,
@@ -36,12 +36,15 @@ from .types import (
     WorkerStateChanged,
     from_json,
     to_json,
+    to_json_values,
 )
 
 __all__ = ["EventLog", "state_dir", "pool_log_path", "read_log", "REDACTED"]
 
 log = logging.getLogger("skyhive.events")
 E = TypeVar("E", bound=Event)
+#: a task event `record_task` deferred, in its parts: (class, seq, ts, its own fields in order)
+_Parts = tuple[type[Event], int, float, tuple[Any, ...]]
 REDACTED = "***"
 #: Longest a task or output event waits before it is written to the file.
 WRITE_DELAY = 0.1
@@ -109,14 +112,19 @@ class EventLog:
         self._state = PoolState()
         self._unfolded: list[Event] = []
         self._chunks_unfolded = 0  # output events are only counted when folded: not kept for it
-        self._unwritten: list[Event] = []
+        self._unwritten: list[Event | _Parts] = []
         self._unwritten_chars = 0
         self._flush_scheduled = False
         self._flush_soon = False
-        self._recent: deque[Event] = deque(maxlen=MEMORY_EVENTS)
-        # task events recorded by `record_task` (numbered and timed, not built yet): built, in order,
-        # before anything reads the log (state, recent, file) and before any other event is emitted
-        self._deferred: list[tuple[type[Event], int, float, tuple[Any, ...]]] = []
+        # (a task event `record_task` deferred stays in its parts here until `recent` is read)
+        self._recent: deque[Event | _Parts] = deque(maxlen=MEMORY_EVENTS)
+        self._recent_parts = False  # some of `_recent` are parts
+        # task events recorded by `record_task` (numbered and timed, not built): settled, in order,
+        # before anything reads the log (state, recent, file) and before any other event is emitted —
+        # counted into the state, written to the file from their parts, built only if `recent` is read
+        self._deferred: list[_Parts] = []
+        self._task_counts: dict[str, int] = {}  # settled task events not yet counted into the state
+        self._task_last_seq = -1
         self._lifecycle_unfolded = False  # an event that may change the nodes' records waits to be folded
         self._secrets = tuple(sorted((s for s in secrets if s), key=len, reverse=True))
         self._seq = 0
@@ -152,7 +160,12 @@ class EventLog:
         """The last `MEMORY_EVENTS` events, oldest first."""
         if self._deferred:
             self._settle()
-        return self._recent
+        if self._recent_parts:  # build the task events kept in their parts (each once)
+            pool_id = self.pool_id
+            self._recent = deque([e if e.__class__ is not tuple else _build(e[0], pool_id, e[1], e[2], e[3])
+                                  for e in self._recent], maxlen=MEMORY_EVENTS)
+            self._recent_parts = False
+        return self._recent  # type: ignore[return-value]
 
     @property
     def nodes(self) -> NodeTable:
@@ -175,6 +188,9 @@ class EventLog:
         if self._chunks_unfolded:
             self._state = count_output(self._state, self._chunks_unfolded, self._seq - 1)
             self._chunks_unfolded = 0
+        if self._task_counts:
+            self._state = count_tasks(self._state, self._task_counts, self._task_last_seq)
+            self._task_counts = {}
         return self._state
 
     def _redact_value(self, value: Any) -> Any:
@@ -219,25 +235,50 @@ class EventLog:
             return
         if len(values) != count:
             raise TypeError(f"{cls.__name__} has the fields {_field_names(cls)}, got {len(values)} values")
+        self._defer(cls, values)
+
+    def task_submitted(self, task: int, node: int, local_rank: int, fn: str, items: int) -> None:
+        """`record_task(TaskSubmitted, ...)`, each field by name (every call makes one: no lookups)."""
+        if self._subscribers or self._secrets:
+            self.emit(TaskSubmitted, task=task, node=node, local_rank=local_rank, fn=fn, items=items)
+        else:
+            self._defer(TaskSubmitted, (task, node, local_rank, fn, items))
+
+    def task_finished(self, task: int, node: int, local_rank: int, outcome: str, error: str) -> None:
+        """`record_task(TaskFinished, ...)`, each field by name (every call makes one: no lookups)."""
+        if self._subscribers or self._secrets:
+            self.emit(TaskFinished, task=task, node=node, local_rank=local_rank, outcome=outcome, error=error)
+        else:
+            self._defer(TaskFinished, (task, node, local_rank, outcome, error))
+
+    def _defer(self, cls: type[Event], values: tuple[Any, ...]) -> None:
         deferred = self._deferred
-        deferred.append((cls, self._seq, time.time(), values))
+        deferred.append((cls, self._seq, _now(), values))
         self._seq += 1
         if len(deferred) >= 4096:
             self._settle()
-        elif self._file is not None and not self._flush_scheduled:
+        elif not self._flush_scheduled and self._file is not None:
             self._schedule_flush()
 
     def _settle(self) -> None:
-        """Build the events `record_task` deferred and record them, in order."""
+        """Record the task events `record_task` deferred, in order, without building them: what
+        `_record` does for a task event (folded, which only counts it; kept in memory; written; no
+        live subscriber, or it would have been emitted), for the whole run at once."""
         deferred, self._deferred = self._deferred, []
-        pool_id = self.pool_id
-        # what `_record` does for a task event (counted, not output, not flushed at once; no live
-        # subscriber, or it would have been emitted), for the whole run at once
-        built = [_build(cls, pool_id, seq, ts, values) for cls, seq, ts, values in deferred]
-        self._unfolded += built
-        self._recent.extend(built)
+        counts = self._task_counts
+        for cls, _, _, values in deferred:
+            if cls is TaskFinished:
+                key = _OUTCOME_COUNTER.get(values[3], "tasks_lost")
+            elif cls is TaskSubmitted:
+                key = "tasks_submitted"
+            else:  # TaskStarted counts nothing
+                continue
+            counts[key] = counts.get(key, 0) + 1
+        self._task_last_seq = deferred[-1][1]
+        self._recent.extend(deferred)
+        self._recent_parts = True
         if self._file is not None:
-            self._unwritten += built
+            self._unwritten += deferred
             if len(self._unwritten) >= 4096:
                 self.flush()
             elif not self._flush_scheduled:
@@ -313,7 +354,7 @@ class EventLog:
             self._settle()  # what came before it is not live: replayed or not, it is not sent
         stream = EventStream(max_buffer, self._unsubscribe)
         if replay:
-            for event in self._recent:
+            for event in self.recent:
                 stream.put(event)
         if self._closed:
             stream.end()
@@ -336,7 +377,10 @@ class EventLog:
         if self._unwritten:
             pending, self._unwritten = self._unwritten, []
             self._unwritten_chars = 0
-            self._file.write("".join([to_json(e) + "\n" for e in pending]))
+            pool_id = self.pool_id
+            self._file.write("".join([
+                (to_json(e) if e.__class__ is not tuple else to_json_values(e[0], pool_id, e[1], e[2], e[3])) + "\n"
+                for e in pending]))
         self._file.flush()
 
     def close(self) -> None:
@@ -398,6 +442,7 @@ def _builder(cls: type[Event]) -> Callable[[str, int, float, tuple[Any, ...]], E
 
 _BUILDERS: dict[type[Event], Callable[[str, int, float, tuple[Any, ...]], Event]] = {}
 _new = object.__new__
+_now = time.time
 _set_pool_id, _set_seq, _set_ts = (getattr(Event, name).__set__ for name in ("pool_id", "seq", "ts"))
 #: the events `record_task` may defer: counted when folded, never output, never flushed at once
 _DEFERRABLE = (TaskSubmitted, TaskStarted, TaskFinished)

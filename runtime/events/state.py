@@ -29,7 +29,7 @@ from .types import (
     WorkerStateChanged,
 )
 
-__all__ = ["WorkerRecord", "NodeRecord", "PoolState", "apply", "fold", "reduce_apply", "count_output"]
+__all__ = ["WorkerRecord", "NodeRecord", "PoolState", "apply", "fold", "reduce_apply", "count_output", "count_tasks"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +235,14 @@ def count_output(state: PoolState, chunks: int, last_seq: int) -> PoolState:
     """`state` after `chunks` OutputChunk events, the last numbered `last_seq` (what folding them
     gives: output events only count, so the log need not keep them to fold them later)."""
     return _evolve(state, output_chunks=state.output_chunks + chunks, last_seq=max(state.last_seq, last_seq))
+
+
+def count_tasks(state: PoolState, counts: dict[str, int], last_seq: int) -> PoolState:
+    """`state` after task events that bump the counters in `counts` (`tasks_submitted`, `tasks_ok`,
+    ...), the last numbered `last_seq`: what folding them gives (task events only count, so the log
+    need not build them to fold them)."""
+    return _evolve(state, **{k: getattr(state, k) + n for k, n in counts.items()},
+                   last_seq=max(state.last_seq, last_seq))
 
 
 def _bump(state: PoolState, counts: dict[str, int]) -> PoolState:

@@ -32,7 +32,7 @@ from ..onnode.setup import python_version, skyhive_version
 from .base import Receiver, WorkerProcess
 from .local import LocalTransport
 from .registry import register_transport
-from .ssh_link import ResumableLink, WorkerGone
+from .ssh_link import ResumableLink, WorkerGone, connect_detached
 
 if TYPE_CHECKING:
     from ..actors.context import NodeContext
@@ -197,25 +197,13 @@ class DetachedLocalTransport(LocalTransport):
                                  exit_status=_exit_status(path)) from None
             return chan, session
 
-        worker: DetachedWorker | None = None
-        with anyio.fail_after(self.start_timeout):
-            while True:
-                link = ResumableLink(receiver, opener, label=label, reconnect_timeout=RECONNECT_TIMEOUT,
-                                     skyhive_version=skyhive_version(), python_version=python_version(),
-                                     takeover=takeover)
-                worker = DetachedWorker(link, pid, path)
-                try:
-                    await link.connect()
-                    return worker
-                except WorkerGone as exc:
-                    if "busy" not in str(exc):  # busy: the worker cancels the previous client's task
-                        worker.kill()
-                        raise
-                except BaseException:
-                    if not takeover:  # a worker we started and could not reach: not left behind
-                        worker.kill()
-                    raise
-                await anyio.sleep(0.2)
+        def new_link() -> ResumableLink:
+            return ResumableLink(receiver, opener, label=label, reconnect_timeout=RECONNECT_TIMEOUT,
+                                 skyhive_version=skyhive_version(), python_version=python_version(),
+                                 takeover=takeover)
+
+        return await connect_detached(new_link, lambda link: DetachedWorker(link, pid, path), takeover=takeover,
+                                      timeout=self.start_timeout)
 
     async def _start_server(self, argv: Sequence[str], env: Mapping[str, str], path: str) -> int:
         """Start the detached worker on `path`; its pid (the server forks, reports, and its parent exits)."""

@@ -20,17 +20,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+import anyio
 
 from ...protocol.codec import DEFAULT_MAX_FRAME
 from ...protocol.errors import ProtocolError
 from ...protocol.messages import PROTOCOL_VERSION, Ack, Goodbye, Hello, Resume, Welcome
 from ...protocol.resume import Inbox, Outbox, encode_control
-from .base import Receiver
+from .base import Receiver, WorkerProcess
 
 log = logging.getLogger("skyhive.transport.ssh")
 
-__all__ = ["ResumableLink", "WorkerGone", "StreamOpener"]
+__all__ = ["ResumableLink", "WorkerGone", "StreamOpener", "connect_detached"]
 
 #: Opens a new byte stream to the detached worker: given a session factory, returns (channel, session).
 StreamOpener = Callable[[Callable[[], Any]], Awaitable[tuple[Any, Any]]]
@@ -39,11 +41,13 @@ HANDSHAKE_TIMEOUT = 10.0
 
 
 class WorkerGone(Exception):
-    """The detached worker no longer exists (its socket is gone); `exit_status` if it left one."""
+    """The detached worker no longer exists (its socket is gone); `exit_status` if it left one. `busy`:
+    it exists but refused this connection for now (it is cancelling the previous client's task)."""
 
-    def __init__(self, message: str, exit_status: int | None = None) -> None:
+    def __init__(self, message: str, exit_status: int | None = None, *, busy: bool = False) -> None:
         super().__init__(message)
         self.exit_status = exit_status
+        self.busy = busy
 
 
 class _Session:
@@ -143,6 +147,9 @@ class ResumableLink:
         loop = asyncio.get_running_loop()
         chan, session = await self._open(lambda: _Session(self))
         self._chan, self._session = chan, session
+        # A new channel starts with an empty send buffer. A drop while the old one was paused never
+        # resumes it (asyncssh calls no resume_writing on close): left set, every `drain` would wait forever.
+        self._paused_writing = False
         self.inbox.reset()
         self._resumed = loop.create_future()
         if self._paused_reading:
@@ -263,7 +270,7 @@ class ResumableLink:
             elif isinstance(item, Welcome) and item.error:
                 self.gone_reason = f"the worker refused the connection: {item.error}"
                 if self._resumed is not None and not self._resumed.done():
-                    self._resumed.set_exception(WorkerGone(self.gone_reason))
+                    self._resumed.set_exception(WorkerGone(self.gone_reason, busy=item.error.startswith("busy")))
                     self._resumed.exception()
                 else:
                     self._broken(self.gone_reason)
@@ -354,3 +361,43 @@ class ResumableLink:
         if chan is not None:
             chan.close()
         self._finish()
+
+
+W = TypeVar("W", bound=WorkerProcess)
+
+#: Seconds between attempts while a taken-over worker is still cancelling the previous client's task.
+BUSY_RETRY = 0.2
+
+
+async def connect_detached(new_link: Callable[[], ResumableLink], make_worker: Callable[[ResumableLink], W], *,
+                           takeover: bool, timeout: float) -> W:
+    """Connect to a detached worker over a fresh `new_link()` and return `make_worker(link)`.
+
+    A worker still busy with the previous client's task refuses ("busy"; it cancels that task): tried
+    again every `BUSY_RETRY` s until `timeout` (then `TimeoutError`). Any other failure is raised; a
+    worker this client started (`takeover` false) is then killed and reaped, never left running
+    unreached; one taken over is left alone (it is the named pool's, and its pid may no longer be it).
+    """
+    with anyio.fail_after(timeout):
+        while True:
+            link = new_link()
+            worker = make_worker(link)
+            try:
+                await link.connect()
+                return worker
+            except WorkerGone as exc:
+                if not exc.busy:
+                    if not takeover:
+                        await _discard(worker)
+                    raise
+            except BaseException:
+                if not takeover:
+                    await _discard(worker)
+                raise
+            await anyio.sleep(BUSY_RETRY)
+
+
+async def _discard(worker: WorkerProcess) -> None:
+    worker.kill()
+    with anyio.move_on_after(5, shield=True):
+        await worker.wait()

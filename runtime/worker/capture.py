@@ -223,27 +223,16 @@ def flush_streams(streams: tuple[TaskStream, ...]) -> None:
     anything: no Python text buffered, nothing waiting in any fd pipe (one `poll` for all of them),
     and no send in progress (an FdPump or the Flusher may have taken text and still be sending it:
     its lock is held then, and `flush` waits for it). The pipes are checked before the locks, since
-    text leaves a pipe only under its stream's lock."""
-    for s in streams:  # (plain loops: a generator per check cost more than the checks)
+    text leaves a pipe only under its stream's lock. (Plain loops, two of them: this runs after every
+    task, and a generator per check cost more than the checks.)"""
+    fds: tuple[int, ...] = ()
+    for s in streams:
         if s._parts:
             break
+        if s._fd >= 0:
+            fds += (s._fd,)
     else:
-        fds: tuple[int, ...] = ()
-        for s in streams:
-            if s._fd >= 0:
-                fds += (s._fd,)
-        if fds:
-            poller = _POLLERS.get(fds)
-            if poller is None:
-                if len(_POLLERS) > 8:
-                    _POLLERS.clear()
-                poller = _POLLERS[fds] = select.poll()
-                for fd in fds:
-                    poller.register(fd, select.POLLIN)
-            waiting = poller.poll(0)
-        else:
-            waiting = []
-        if not waiting:
+        if not fds or not _poller(fds).poll(0):
             for s in streams:
                 if s._lock.locked() or s._parts:
                     break
@@ -251,6 +240,18 @@ def flush_streams(streams: tuple[TaskStream, ...]) -> None:
                 return
     for stream in streams:
         stream.flush()
+
+
+def _poller(fds: tuple[int, ...]) -> select.poll:
+    """A poll object watching `fds` for input, made once per set of pipes."""
+    poller = _POLLERS.get(fds)
+    if poller is None:
+        if len(_POLLERS) > 8:
+            _POLLERS.clear()
+        poller = _POLLERS[fds] = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+    return poller
 
 
 _POLLERS: dict[tuple[int, ...], select.poll] = {}

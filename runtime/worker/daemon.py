@@ -106,6 +106,7 @@ class Worker:
         self._writing = 0
         self._inbuf = bytearray(self.READ_BUFFER)
         self._inview = memoryview(self._inbuf)
+        self._inbufs = [self._inbuf]  # (os.readv's list, made once)
         self._cancel_deferred = False
         self.write_lock = threading.Lock()
         self.main_ident = threading.get_ident()
@@ -200,21 +201,26 @@ class Worker:
             # into one reused buffer: os.read(fd, 1 MiB) would mmap, mremap and munmap a fresh
             # 1 MiB object for every frame (glibc serves allocations that large with mmap); while a
             # large chunk arrives, its bytes are read straight into their destination buffer
-            target = self.conn.receive_target()
+            conn = self.conn
+            target = conn.receive_target()
             if target is None:
-                n = os.readv(self.fd_in, [self._inbuf])
-                direct = 0
+                n = os.readv(self.fd_in, self._inbufs)
+                if not n:
+                    conn.receive_data(b"")
+                    return False
+                with self._inview[:n] as data:
+                    messages = conn.receive_data(data)
             else:
                 with target:
                     direct = len(target)
                     n = os.readv(self.fd_in, [target, self._inbuf])
-            if not n:
-                self.conn.receive_data(b"")
-                return False
-            messages = self.conn.received_into(min(n, direct)) if direct else []
-            if n > direct:
-                with self._inview[: n - direct] as data:
-                    messages += self.conn.receive_data(data)
+                if not n:
+                    conn.receive_data(b"")
+                    return False
+                messages = conn.received_into(min(n, direct))
+                if n > direct:
+                    with self._inview[: n - direct] as data:
+                        messages += conn.receive_data(data)
             for msg in messages:
                 self.dispatch(msg)
             return True
@@ -358,17 +364,30 @@ class Worker:
         ok, cancelled = True, False
         value: Any = None
         try:
-            fn, buffers = self._function(sub)
-            args = load_value(sub.args, buffers)
             options, batch = sub.options, sub.batch
+            fn = self.fns.get(sub.fn_id) if not options else None
+            if fn is None:
+                fn, buffers = self._function(sub)
+            else:  # (the common warm call: a function it holds, no options)
+                buffers = sub.buffers
+            args = load_value(sub.args, buffers)
             # from here on the task's arguments live only as long as the task needs them: the Result
             # goes out after they are dropped, so a memfd the client passed is no longer held by
             # us when the client learns the call ended (its `MemfdPool` can refill it at once)
             del sub, buffers
-            if options.get("kind") == "setup":
-                self._setup(fn)
-            else:
-                value = self._call(fn, args, batch, task_id if options.get("stream") else None)
+            if options:
+                if options.get("kind") == "setup":
+                    self._setup(fn)
+                else:
+                    value = self._call(fn, args, batch, task_id if options.get("stream") else None)
+            elif batch or self.task_hooks:
+                value = self._call(fn, args, batch)
+            else:  # a plain call, as `_call` makes it (one stack frame, not three, on every call)
+                self.in_user_code = True
+                a, kw = args
+                value = fn(*a, **kw)
+                if value.__class__ is GeneratorType:  # not asked to stream (`pool.run`): the items
+                    value = list(value)
         except TaskCancelled:
             ok, cancelled = False, True
         except BaseException as exc:  # noqa: BLE001 - everything a task raises goes back to the caller
@@ -378,7 +397,7 @@ class Worker:
             self.cancel_requested = None
             flush_streams(self._streams)
         self.current = None
-        args = fn = None  # noqa: F841 - dropped before the Result (see above)
+        args = fn = a = kw = None  # noqa: F841 - dropped before the Result (see above)
         self._reply(task_id, ok, cancelled, value)
 
     def _call(self, fn: Callable[..., Any], args: Any, batch: bool, stream: int | None = None) -> Any:
