@@ -121,6 +121,8 @@ class _SimLink:
         if self.closed and not out and not self.eof_sent:
             self.eof_sent = True
             self.receiver.eof_received()
+            if self.worker is not None:
+                self.worker.pipe_closed()
 
     def pause_reading(self) -> None:
         self.paused = True
@@ -300,19 +302,25 @@ class SimulatedWorker(Worker, WorkerProcess):
         return f"node {self.info.node}" if self.info is not None else "?"
 
     def finish(self, code: int) -> None:
-        """The simulated process ends with `code`: its pipe closes."""
+        """The simulated process ends with `code`: its pipe closes (`wait` returns once the channel
+        has read the end of it)."""
         if self._returncode is not None:
             return
         self._returncode = code
         self.pending.clear()
         self.link.end()
+
+    def pipe_closed(self) -> None:
+        """The channel has read everything, and the end of file: the process is gone."""
         if self._exited is not None:
             self._exited.set()
 
     # ---- WorkerProcess --------------------------------------------------------------------------
 
     async def wait(self) -> int | None:
-        if self._returncode is None:
+        """Until the worker ended and its channel saw the end of the pipe (so that how it ended is
+        recorded when this returns, as a process reaped after its pipe closed)."""
+        if not self.link.eof_sent:
             if self._exited is None:
                 self._exited = asyncio.Event()
             await self._exited.wait()
