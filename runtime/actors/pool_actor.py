@@ -172,7 +172,7 @@ class PoolRuntime(CallDispatch):
     async def _start_node(self, node: NodeActor, handle: NodeHandle, failed: dict[int, str]) -> None:
         node.handle = handle
         try:
-            await self.tg.start(node.run, handle)
+            await node.run(handle)  # (in this starter task: it returns once the node is ready)
         except Exception as group:
             exc = _first_error(group)
             why = f"{type(exc).__name__}: {exc}"
