@@ -63,8 +63,9 @@ class _SimLink:
     def __init__(self, receiver: Receiver) -> None:
         self.receiver = receiver
         self.worker: SimulatedWorker | None = None
-        self.inbox: list[bytes] = []
-        self.outbox: list[bytes] = []
+        # bytes waiting to cross, each way (None while nothing waits: two lists fewer per node)
+        self.inbox: list[bytes] | None = None
+        self.outbox: list[bytes] | None = None
         self.paused = False
         self.scheduled = False  # a `_pump` is due
         self.out_scheduled = False  # a `_flush_out` is due
@@ -76,7 +77,10 @@ class _SimLink:
     def write(self, data: bytes | memoryview) -> None:
         if self.closed:
             return
-        self.inbox.append(bytes(data))
+        if self.inbox is None:
+            self.inbox = [bytes(data)]
+        else:
+            self.inbox.append(bytes(data))
         if not self.scheduled:
             self.scheduled = True
             self.loop.call_soon(self._pump)
@@ -94,14 +98,17 @@ class _SimLink:
     def _pump(self) -> None:
         self.scheduled = False
         if self.worker is not None and self.inbox:
-            data, self.inbox = b"".join(self.inbox), []
+            data, self.inbox = b"".join(self.inbox), None
             self.worker.feed(data)
 
     # worker -> client
     def deliver(self, data: bytes) -> None:
         if self.closed:
             return
-        self.outbox.append(data)
+        if self.outbox is None:
+            self.outbox = [data]
+        else:
+            self.outbox.append(data)
         self._schedule_out()
 
     def _schedule_out(self) -> None:
@@ -112,13 +119,16 @@ class _SimLink:
     def _flush_out(self) -> None:
         self.out_scheduled = False
         out = self.outbox
-        done = 0
-        while done < len(out) and not self.paused:  # (the channel may pause us as it reads)
-            data = out[done]
-            done += 1
-            self.receiver.data_received(data)
-        del out[:done]
-        if self.closed and not out and not self.eof_sent:
+        if out is not None:
+            done = 0
+            while done < len(out) and not self.paused:  # (the channel may pause us as it reads)
+                data = out[done]
+                done += 1
+                self.receiver.data_received(data)
+            del out[:done]
+            if not out and self.outbox is out:
+                self.outbox = None
+        if self.closed and not self.outbox and not self.eof_sent:
             self.eof_sent = True
             self.receiver.eof_received()
             if self.worker is not None:
@@ -141,7 +151,7 @@ class _SimLink:
         """The worker's end closed: the channel gets what is left, then end of file (in a callback)."""
         if not self.closed:
             self.closed = True
-            self.inbox.clear()
+            self.inbox = None
             self._schedule_out()
 
 
