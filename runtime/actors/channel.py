@@ -35,7 +35,7 @@ from ...protocol import (
     Welcome,
 )
 from ...protocol.cache import KEY_SIZE, NO_KEY, ContentIndex
-from ...protocol.messages import Cancel, Missing
+from ...protocol.messages import Cancel, Function, Missing, WantFunction
 from ..events.log import EventLog
 from ..events.types import TaskFinished, TaskStarted
 from ..onnode.setup import FN_CACHE_LIMIT
@@ -55,7 +55,7 @@ class Call:
     """One task in flight on a worker: the caller's future and what the router needs to know."""
 
     __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs", "started", "on_item",
-                 "cached", "buffers", "shared", "announced", "fn_id", "new_fn")
+                 "cached", "buffers", "shared", "announced", "fn_id", "new_fn", "fn_bytes")
 
     def __init__(self, task_id: int, future: asyncio.Future[Result] | None, options: Any, fn_name: str) -> None:
         self.task_id = task_id
@@ -72,6 +72,7 @@ class Call:
         self.announced = False  # its Submit announced buffers: `send_buffers` sends those not cached/shared
         self.fn_id = b""  # its function's id
         self.new_fn = False  # it carries its function's bytes
+        self.fn_bytes = b""  # ... which go again if the worker asks (`WantFunction`); b"" for a large one
 
 
 class WorkerChannel:
@@ -217,6 +218,13 @@ class WorkerChannel:
                 future.set_result(msg)
         elif isinstance(msg, Missing):
             self._resend(msg)
+        elif isinstance(msg, WantFunction):
+            # the worker no longer holds this task's function (its cache of them was cleared where we
+            # could not tell): send it, and the task runs (empty if it cannot go in a message: it fails)
+            asked = self.calls.get(msg.task_id)
+            if asked is not None and asked.fn_bytes:
+                asked.new_fn = True  # it ran with its function brought: the worker holds it after
+            self._send(Function(task_id=msg.task_id, fn=asked.fn_bytes if asked is not None else b""))
         elif isinstance(msg, Output):
             self._on_output(self, self.calls.get(msg.task_id), msg.stream, msg.data)
         elif isinstance(msg, Item):
@@ -290,6 +298,8 @@ class WorkerChannel:
             msg, tail, cached = self._submit(task_id, prep, new_fn, stream)
         call = Call(task_id, future, options, prep.fn_name)
         call.fn_id, call.new_fn = prep.fn_id, new_fn
+        if not prep.fn_in_buffer:  # (a large function travels as a buffer, never in a `Function`)
+            call.fn_bytes = prep.fn_bytes
         if new_fn and self._fns_sent is not None:
             self._fns_sent.add(prep.fn_id)
             if len(self._fns_sent) >= FN_CACHE_LIMIT:

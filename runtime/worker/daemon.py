@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import logging
 import os
 import select
@@ -32,6 +33,7 @@ from ...plugins.api import AppHook, TaskHook
 from ...protocol import (
     Cancel,
     Connection,
+    Function,
     Hello,
     Item,
     Message,
@@ -44,7 +46,9 @@ from ...protocol import (
     Role,
     Shutdown,
     Started,
+    State,
     Submit,
+    WantFunction,
     Welcome,
 )
 from ...protocol.messages import PROTOCOL_VERSION, STDERR, STDOUT
@@ -99,6 +103,11 @@ class Worker:
         self.in_user_code = False
         self.cancel_requested: int | None = None
         self.cancelled_queued: set[int] = set()
+        # tasks that came without their function's bytes, which this worker no longer holds: they wait
+        # for the client's `Function` (see `_wants_function`); and those whose function the client
+        # could not send (they fail as tasks of a function this worker does not hold)
+        self.parked: dict[int, Submit] = {}
+        self.no_function: set[int] = set()
         self.main_ident = threading.get_ident()
         self.stdout = TaskStream(STDOUT, self._output, "<skyhive stdout>")
         self.stderr = TaskStream(STDERR, self._output, "<skyhive stderr>")
@@ -252,6 +261,12 @@ class Worker:
             self.cancel(msg.task_id)
         elif isinstance(msg, Missing):  # the content cache lacks a buffer a Submit sent by reference
             self.send(msg)
+        elif isinstance(msg, Function):  # what a parked task waited for
+            parked = self.parked.pop(msg.task_id, None)
+            if parked is not None:
+                if not msg.fn:
+                    self.no_function.add(msg.task_id)
+                self.pending.append(dataclasses.replace(parked, fn=msg.fn) if msg.fn else parked)
         elif isinstance(msg, Hello):
             self.handshake(msg)
         elif isinstance(msg, Shutdown):
@@ -288,6 +303,9 @@ class Worker:
             signal.pthread_kill(self.main_ident, _CANCEL_SIGNAL)
         else:
             self.cancelled_queued.add(task_id)
+            parked = self.parked.pop(task_id, None)
+            if parked is not None:  # waiting for its function: to the queue, to be answered cancelled
+                self.pending.append(parked)
 
     def _on_cancel_signal(self, signum: int, frame: Any) -> None:
         if self.in_user_code and self.cancel_requested is not None and self.cancel_requested == self.current:
@@ -352,6 +370,8 @@ class Worker:
             self.send_result(Result(task_id=task_id, ok=False, value=b"", cancelled=True,
                                     error_type="TaskCancelled", error_message="cancelled before it started"), [])
             return
+        if not sub.fn and sub.fn_id not in self.fns and self._wants_function(sub):
+            return  # parked until the client sends the function (see dispatch)
         self.task_started = time.monotonic()
         self.current = task_id
         ok, cancelled = True, False
@@ -447,6 +467,24 @@ class Worker:
                 self.fns.clear()
             self.fns[sub.fn_id] = fn
         return fn, buffers
+
+    def _wants_function(self, sub: Submit) -> bool:
+        """`sub` came without its function's bytes and this worker does not hold it (its cache of
+        loaded functions was cleared where the client could not tell): ask the client for it and
+        park the task (True) — unless the function travels as a buffer (`fn_buffer`: then it is
+        there), the client already could not send it, or the connection can no longer ask (after
+        `Shutdown`): the task then fails, saying so (False)."""
+        if sub.task_id in self.no_function:
+            self.no_function.discard(sub.task_id)
+            return False
+        if sub.options.get("fn_buffer") or self.conn.state is not State.READY:
+            return False
+        self.parked[sub.task_id] = sub
+        try:
+            self.send(WantFunction(task_id=sub.task_id))
+        except (OSError, ProtocolError):
+            pass  # the client is gone; the reader ends the process
+        return True
 
     def _setup(self, setup: Any) -> None:
         from ..onnode.context import instance_info
