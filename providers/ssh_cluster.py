@@ -28,7 +28,8 @@ from typing import Any
 from .base import SSHReach
 from .ssh import SSH, _SWEEP, _ere, sweep_report
 
-__all__ = ["SSHCluster", "KeptSSHReach", "cluster_key", "socket_path", "sweep_script"]
+__all__ = ["SSHCluster", "KeptSSHReach", "cluster_key", "socket_path", "sweep_script", "ATTACH_LOCK", "hold_script",
+           "autostop_guard"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +51,43 @@ def cluster_key(name: str, state_dir: str) -> str:
 def socket_path(run_dir: str, cluster: str, node: int, rank: int) -> str:
     """Where worker `rank` of node `node` listens on its host."""
     return f"{run_dir}/{cluster}/n{node}-w{rank}.sock"
+
+
+#: A file in a named pool's socket directory on a host. A client taking the pool's workers over holds a
+#: shared lock on it (`hold_script`) for as long as it is attached; the host's autostop takes an exclusive
+#: one without waiting before it stops anything (`autostop_guard`). So autostop never stops a pool in the
+#: moment between a client's SSH login and its first connection to a worker's socket (which is all the
+#: watchdog counts), and a client attaching while autostop runs waits for it and learns the pool stopped.
+ATTACH_LOCK = "attach.lock"
+
+#: Run with the socket directory and the autostop mark: prints "stopped" (autostop stopped the pool
+#: here), "gone" (no socket directory) or "held", then holds the shared lock until its stdin closes
+#: (the client's SSH connection ends). Without `flock` on the host it holds nothing and says "held".
+_HOLD = r"""
+[ -e "$2" ] && { echo stopped; exit 0; }
+[ -d "$1" ] || { echo gone; exit 0; }
+if command -v flock >/dev/null 2>&1; then
+  exec flock -s "$1/attach.lock" sh -c '[ -e "$1" ] && { echo stopped; exit 0; }; echo held; exec cat >/dev/null' hold "$2"
+fi
+echo held
+exec cat >/dev/null
+"""
+
+
+def hold_script(sock_dir: str, mark: str) -> str:
+    """The command that holds the attach lock of the pool whose sockets are in `sock_dir` (see `_HOLD`)."""
+    return f"sh -c {shlex.quote(_HOLD)} hold {shlex.quote(sock_dir)} {shlex.quote(mark)}"
+
+
+def autostop_guard(sock_dir: str, name: str) -> str:
+    """Shell lines that exit 75 (the watchdog's "not now", it watches on) while a client holds the attach
+    lock of the pool whose sockets are in `sock_dir`; else they keep the lock, exclusively, until the
+    script ends."""
+    lock = shlex.quote(f"{sock_dir}/{ATTACH_LOCK}")
+    return (f"if [ -d {shlex.quote(sock_dir)} ] && command -v flock >/dev/null 2>&1 && ( : >>{lock} ) 2>/dev/null; then\n"
+            f"  exec 9>>{lock}\n"
+            f"  flock -n -x 9 || {{ echo {shlex.quote(f'pool {name}: a client is attaching: not now')}; exit 75; }}\n"
+            f"fi\n")
 
 
 def sweep_script(cluster: str, name: str, mode: str, grace: float, *, then: str = "") -> str:

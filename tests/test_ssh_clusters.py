@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -312,6 +313,60 @@ def test_autostop_on_ssh_hosts_stops_the_idle_workers_there(two_hosts, skyhive_h
         wait_for(lambda: cluster_processes(key("idle", skyhive_home)) == [], 10, "the hosts' autostop scripts to finish")
     else:
         assert [(r["name"], r["state"]) for r in rows] == [("idle", "STOPPED (autostop)")]
+        with pytest.raises(sky.PoolGone, match=r"pool 'idle' was stopped by autostop .*`skyhive launch -c idle "
+                                               r"TASK.yaml` starts it again"):
+            sky.Pool.attach("idle", output=None)
+
+
+def attach_locks(hosts, name: str) -> list[Path]:
+    return [d / "attach.lock" for d in socket_dirs(hosts, name)]
+
+
+def lock_free(path: Path) -> bool:
+    """Whether nobody holds a lock on `path` (flock: the hosts share this machine's file system)."""
+    import fcntl
+
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return True
+
+
+def test_autostop_on_ssh_hosts_waits_for_a_client_that_is_attaching(two_hosts, skyhive_home, tmp_path, monkeypatch):
+    """A client attaching holds a shared lock on the pool's attach lock on each host for as long as it is
+    attached; the autostop there does nothing while one is held (the moment between the client's SSH login
+    and its first connection to a worker's socket, which is all the watchdog counts), and stops the pool
+    once it is free."""
+    import fcntl
+    import io
+
+    from skyhive.runtime.commands.clusters import launch_cluster
+    from skyhive.runtime.commands.taskfile import loads
+
+    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "1")
+    hosts = two_hosts
+    task = loads(textwrap.dedent(TASK), cwd=str(tmp_path))
+    out = io.StringIO()
+    assert launch_cluster(task, "idle", provider=ssh_for(hosts), out=out, err=out) == 0, out.getvalue()
+    with sky.Pool.attach("idle", output=None) as pool:
+        pids = pool.broadcast(os.getpid)  # node order: host 0, host 1
+        locks = attach_locks(hosts, "idle")
+        assert len(locks) == 2 and not any(lock_free(p) for p in locks)  # held by this client on both hosts
+    wait_for(lambda: all(lock_free(p) for p in locks), 10, "the client's holds to end with its connections")
+    with open(locks[0], "a") as held:  # a client logged in on host 0, not yet connected to a worker
+        fcntl.flock(held, fcntl.LOCK_SH)
+        assert launch_cluster(task, "idle", idle_minutes=2, provider=ssh_for(hosts), out=out, err=out) == 0, \
+            out.getvalue()  # (the same pool, now with autostop: 2 s idle)
+        wait_for(lambda: not process_alive(pids[1]), 60, "host 1's autostop to stop its worker")
+        time.sleep(4)  # twice the idle time: host 0's watchdog tried, found the lock held, watches on
+        logs = [p.read_text() for p in (hosts[0].home / ".skyhive" / "run").glob(f"{key('idle', skyhive_home)}.wd/*.log")]
+        assert any("a client is attaching: not now" in text for text in logs), logs
+        assert process_alive(pids[0])  # host 0's worker is still there
+        fcntl.flock(held, fcntl.LOCK_UN)
+    wait_for(lambda: not any(process_alive(p) for p in pids), 60, "host 0's autostop once the lock is free")
 
 
 def cmdline(pid: int) -> str:
@@ -420,3 +475,40 @@ def test_an_unreachable_host_is_unknown_in_status_and_down_keeps_the_record_unti
         hosts[1].set_link(True)
     down_cluster("train", quiet=True)
     assert not any(process_alive(p) for p in pids)
+
+
+def test_a_client_attaching_while_autostop_runs_waits_for_it_and_is_told_the_pool_stopped(two_hosts, skyhive_home):
+    """The host's autostop holds the attach lock exclusively while it stops the pool (here: the test holds
+    it, then leaves the autostop mark, as the script does): a client attaching meanwhile waits on that
+    host, then fails saying the pool was stopped by autostop there — it never takes over a pool being
+    stopped."""
+    import fcntl
+    import threading
+
+    hosts = two_hosts
+    with sky.Pool(provider=ssh_for(hosts), nodes=2, name="train", keep=True, output=None):
+        pass
+    [lock, _] = attach_locks(hosts, "train")
+    result: dict[str, object] = {}
+
+    def attach() -> None:
+        try:
+            with sky.Pool.attach("train", output=None) as pool:
+                result["pids"] = pool.broadcast(os.getpid)
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            result["error"] = exc
+
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # "the autostop runs on host 0"
+        client = threading.Thread(target=attach)
+        client.start()
+        waiting = lambda: [p for p in os.listdir("/proc") if p.isdigit()  # noqa: E731
+                           and f"flock -s {lock} " in cmdline(int(p))]
+        wait_for(lambda: waiting(), 60, "the attaching client to wait for the lock on host 0")
+        assert client.is_alive() and not result
+        (lock.parent.parent / f"{lock.parent.name}.autostop").write_text("autostop\n")
+    client.join(60)
+    assert not client.is_alive()
+    assert "pids" not in result, result
+    assert re.search(r"pool 'train' was stopped by autostop on \S+ while this client attached", str(result["error"])), \
+        repr(result["error"])

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ...errors import SSHError
-from ...providers.ssh_cluster import SSHCluster, sweep_script
+from ...providers.ssh_cluster import SSHCluster, autostop_guard, sweep_script
 from .record import ClusterRecord, WorkerEntry
 
 __all__ = ["provider_of", "live_remote", "stop_remote", "start_remote_watchdogs", "stop_remote_watchdogs"]
@@ -102,7 +102,7 @@ def _watchdog_script(rec: ClusterRecord, node: int, idle: float, old_only: bool 
     mark = f"echo autostop > {shlex.quote(run_dir + '/' + rec.cluster + '.autostop')}"
     if rec.instances:  # a cloud instance created to terminate on shutdown ends its own billing, client or not
         mark += "\n" + str(rec.provider_info["cloud"].get("shutdown_command") or "sudo shutdown -h now")
-    stop = sweep_script(rec.cluster, rec.name, "kill", 3.0, then=mark)
+    stop = autostop_guard(sock_dir, rec.name) + sweep_script(rec.cluster, rec.name, "kill", 3.0, then=mark)
     interval = max(0.2, min(5.0, idle / 4))
     return (head + f"set -e\nmkdir -p -m 700 \"$WD\"\ncat > \"$WD/autostop.sh\" <<'SKYHIVE_AUTOSTOP_EOF'\n{stop}"
             f"SKYHIVE_AUTOSTOP_EOF\n"

@@ -149,6 +149,7 @@ class SSHTransport(Transport):
         self._pinned: Any = None  # the host key seen first, when none was given
         self.host_key_seen: Any = None  # the key the host showed (a named pool records it, pinned later)
         self._attached: set[int] = set()  # a named pool's ranks taken over already (a restart starts anew)
+        self.attach_hold: Any = None  # a named pool's `ssh_kept.AttachHold` on this host, once attaching
         self._lock = asyncio.Lock()
         self.connects = 0
 

@@ -6,14 +6,17 @@ over (`Hello(takeover=True)`: the worker keeps its process and starts a new sess
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import posixpath
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import anyio
+
 from ...errors import ProvisionError
-from ...providers.ssh_cluster import KeptSSHReach, socket_path
+from ...providers.ssh_cluster import KeptSSHReach, hold_script, socket_path
 from ..onnode.setup import python_version, skyhive_version
 from .base import Receiver
 from .local_detached import CLUSTER_ENV, SERVER_MODULE
@@ -24,7 +27,7 @@ MakeWorker = Callable[[ResumableLink, int, str], Any]
 
 log = logging.getLogger("skyhive.transport.ssh")
 
-__all__ = ["start_kept_worker", "remote_server_pid"]
+__all__ = ["start_kept_worker", "remote_server_pid", "AttachHold"]
 
 SOCKET_PATH_MAX = 100
 
@@ -51,6 +54,45 @@ async def remote_server_pid(transport: Any, sock: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+HOLD_TIMEOUT = 60.0
+
+
+class AttachHold:
+    """The client's hold on a named pool's attach lock on one host (`providers.ssh_cluster.ATTACH_LOCK`),
+    taken before its first worker there is taken over: a remote process keeps a shared lock for as long
+    as the SSH connection lives (closing the transport, or losing the client, ends it), so the host's
+    autostop does not stop the pool while this client attaches. Taken once per transport; waits while
+    the autostop runs, then raises `ProvisionError` if it stopped the pool."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self.state: str | None = None  # "held", "gone", or what the host said
+        self.process: Any = None
+
+    async def take(self, transport: Any, sock_dir: str, mark: str, pool: str) -> None:
+        async with self._lock:
+            if self.state is not None:
+                return
+            conn = await transport.connect()
+            process = await conn.create_process(hold_script(sock_dir, mark), encoding="utf-8", errors="replace")
+            try:
+                with anyio.fail_after(HOLD_TIMEOUT):
+                    said = (await process.stdout.readline()).strip()
+            except BaseException:
+                process.close()
+                raise
+            self.state = said or "gone"
+            if said == "held":
+                self.process = process
+                return
+            process.close()
+            if said == "stopped":
+                raise ProvisionError(f"pool {pool!r} was stopped by autostop on {transport.where} while this client "
+                                     f"attached (it was idle past its limit): `skyhive launch -c {pool} TASK.yaml` "
+                                     f"starts it again", node=transport.node)
+            # gone (or a host whose shell could not run it): the takeover says which worker is missing
+
+
 async def start_kept_worker(transport: Any, node_env: Any, argv: Sequence[str], env: Mapping[str, str],
                             receiver: Receiver, *, label: str, make_worker: MakeWorker) -> Any:
     """Start worker `rank` (from the node actor's `label`, "node N worker R") of the named pool's node on
@@ -67,6 +109,11 @@ async def start_kept_worker(transport: Any, node_env: Any, argv: Sequence[str], 
     takeover = reach.attach and rank not in transport._attached
     if takeover:
         transport._attached.add(rank)
+        if transport.attach_hold is None:
+            transport.attach_hold = AttachHold()
+        sock_dir = posixpath.dirname(sock)  # (the autostop mark is beside it: runtime/clusters/remote.py)
+        await transport.attach_hold.take(transport, sock_dir, f"{posixpath.dirname(sock_dir)}/{reach.cluster}.autostop",
+                                         reach.pool)
         pid = await remote_server_pid(transport, sock)
         if pid is None:
             raise ProvisionError(f"pool {reach.pool}: node {transport.node} worker {rank} on {transport.where} is gone "
@@ -85,6 +132,7 @@ async def start_kept_worker(transport: Any, node_env: Any, argv: Sequence[str], 
 
     return await connect_detached(new_link, lambda link: make_worker(link, pid, sock), takeover=takeover,
                                   timeout=transport.settings.start_timeout)
+
 
 async def _start(transport: Any, node_env: Any, env: Mapping[str, str], sock: str,
                  reach: KeptSSHReach) -> int:
