@@ -109,9 +109,10 @@ class CallDispatch:
         loop = asyncio.get_running_loop()
         sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]] = []
         try:
+            ids = self._ids
             for channel in channels:
                 fut: asyncio.Future[Result] = loop.create_future()
-                sent.append((channel, self.send(channel, prep, options, fut), fut))
+                sent.append((channel, channel.send(next(ids), prep, options, fut), fut))  # (`send`, inline)
             with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 if prep.buffers:
                     await self._send_buffers([(c, call.task_id) for c, call, _ in sent], prep.buffers)
