@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import pickle
 import select
 import signal
 import socket
@@ -64,6 +65,7 @@ log = logging.getLogger("skyhive.worker")
 __all__ = ["Worker", "TaskCancelled"]
 
 _CANCEL_SIGNAL = signal.SIGUSR1
+_loads = pickle.loads  # (load_value, for the usual arguments: pickled in band)
 #: Socket mode: an `Ack` of the client's frames goes out at least this often while some are unacknowledged.
 ACK_DELAY = 0.2
 _IOV_MAX = 512  # pieces per writev (the kernel takes at most 1024)
@@ -370,7 +372,8 @@ class Worker:
             self.send_result(Result(task_id=task_id, ok=False, value=b"", cancelled=True,
                                     error_type="TaskCancelled", error_message="cancelled before it started"), [])
             return
-        if not sub.fn and sub.fn_id not in self.fns and self._wants_function(sub):
+        fn = self.fns.get(sub.fn_id)
+        if fn is None and not sub.fn and self._wants_function(sub):
             return  # parked until the client sends the function (see dispatch)
         self.task_started = time.monotonic()
         self.current = task_id
@@ -378,12 +381,11 @@ class Worker:
         value: Any = None
         try:
             options, batch = sub.options, sub.batch
-            fn = self.fns.get(sub.fn_id) if not options else None
-            if fn is None:
+            if fn is None or options:
                 fn, buffers = self._function(sub)
             else:  # (the common warm call: a function it holds, no options)
                 buffers = sub.buffers
-            args = load_value(sub.args, buffers)
+            args = _loads(sub.args, buffers=buffers) if sub.args else load_value(sub.args, buffers)
             # from here on the task's arguments live only as long as the task needs them: the Result
             # goes out after they are dropped, so a memfd the client passed is no longer held by
             # us when the client learns the call ended (its `MemfdPool` can refill it at once)
