@@ -52,27 +52,31 @@ OutputSink = Callable[["WorkerChannel", "Call | None", int, str], None]
 
 
 class Call:
-    """One task in flight on a worker: the caller's future and what the router needs to know."""
+    """One task in flight on a worker: the caller's future and what the router needs to know.
 
-    __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs", "started", "on_item",
-                 "cached", "buffers", "shared", "announced", "fn_id", "new_fn", "fn_bytes")
+    The fields most calls leave as they are read through class defaults until set (then they live in
+    the instance's `__dict__`): a call makes its object with seven fields, not fifteen."""
 
-    def __init__(self, task_id: int, future: asyncio.Future[Result] | None, options: Any, fn_name: str) -> None:
+    __slots__ = ("task_id", "future", "options", "fn_name", "fn_id", "new_fn", "fn_bytes", "__dict__")
+
+    abandoned = False
+    started = False
+    outputs: list[tuple[int, str]] | None = None
+    on_item: Callable[[int, bytes], None] | None = None  # a streamed task's items go here
+    cached: tuple[int, ...] = ()  # buffers sent by reference (the worker's content cache)
+    buffers: Sequence[Any] = ()  # kept while some are by reference, for a `Missing`
+    shared: tuple[int, ...] = ()  # buffers passed in shared memory (a Local worker)
+    announced = False  # its Submit announced buffers: `send_buffers` sends those not cached/shared
+
+    def __init__(self, task_id: int, future: asyncio.Future[Result] | None, options: Any, fn_name: str,
+                 fn_id: bytes = b"", new_fn: bool = False, fn_bytes: bytes = b"") -> None:
         self.task_id = task_id
         self.future = future
         self.options = options
         self.fn_name = fn_name
-        self.abandoned = False
-        self.started = False
-        self.outputs: list[tuple[int, str]] | None = None
-        self.on_item: Callable[[int, bytes], None] | None = None  # a streamed task's items go here
-        self.cached: tuple[int, ...] = ()  # buffers sent by reference (the worker's content cache)
-        self.buffers: Sequence[Any] = ()  # kept while some are by reference, for a `Missing`
-        self.shared: tuple[int, ...] = ()  # buffers passed in shared memory (a Local worker)
-        self.announced = False  # its Submit announced buffers: `send_buffers` sends those not cached/shared
-        self.fn_id = b""  # its function's id
-        self.new_fn = False  # it carries its function's bytes
-        self.fn_bytes = b""  # ... which go again if the worker asks (`WantFunction`); b"" for a large one
+        self.fn_id = fn_id  # its function's id
+        self.new_fn = new_fn  # it carries its function's bytes
+        self.fn_bytes = fn_bytes  # ... which go again if the worker asks (`WantFunction`); b"" for a large one
 
 
 class WorkerChannel:
@@ -296,10 +300,9 @@ class WorkerChannel:
             msg, tail, cached = None, prep.submit_tail(new_fn, _NO_OPTIONS), ()
         else:
             msg, tail, cached = self._submit(task_id, prep, new_fn, stream)
-        call = Call(task_id, future, options, prep.fn_name)
-        call.fn_id, call.new_fn = prep.fn_id, new_fn
-        if not prep.fn_in_buffer:  # (a large function travels as a buffer, never in a `Function`)
-            call.fn_bytes = prep.fn_bytes
+        # (a large function travels as a buffer, never in a `Function`: no bytes kept for that)
+        call = Call(task_id, future, options, prep.fn_name, prep.fn_id, new_fn,
+                    b"" if prep.fn_in_buffer else prep.fn_bytes)
         if new_fn and self._fns_sent is not None:
             self._fns_sent.add(prep.fn_id)
             if len(self._fns_sent) >= FN_CACHE_LIMIT:
