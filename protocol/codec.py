@@ -195,7 +195,7 @@ def decode_body(body: memoryview) -> Message:
 
     For a `Chunk`, `data` is a memoryview into `body`: copy it before `body`'s buffer changes.
     """
-    if len(body) > 1 and body[1] == _CHUNK_TAG and body[0] == 0x94:
+    if len(body) > 1 and body[0] == 0x94 and body[1] == _CHUNK_TAG:  # (0x94 first: Submit and Result never are)
         return _decode_chunk(body)
     if len(body) > MAX_MESSAGE:
         raise RemoteProtocolError(

@@ -257,7 +257,7 @@ class Connection(Reassembly):
                 view.release()
             del self._buf[:consumed]
         else:
-            view = memoryview(data)
+            view = data if data.__class__ is memoryview else memoryview(data)
             consumed = self._frames(view, out)
             if consumed < len(view):
                 self._buf += view[consumed:]

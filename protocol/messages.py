@@ -31,6 +31,8 @@ __all__ = [
     "Goodbye",
     "Item",
     "Missing",
+    "WantFunction",
+    "Function",
     "MESSAGE_TYPES",
     "TAGS",
     "STDOUT",
@@ -43,7 +45,8 @@ __all__ = [
 #: 4: the content cache (see `cache`): `Hello.cache_bytes`, `Submit.buffer_keys`/`cached`, `Missing`;
 #:    buffers passed beside the connection: `Submit.shared`, `Result.shared`.
 #: 5: `Hello.takeover` (a new client of a detached worker starts a new session).
-PROTOCOL_VERSION = 5
+#: 6: `WantFunction`, `Function` (a worker that no longer holds a task's function asks for it).
+PROTOCOL_VERSION = 6
 
 #: `Output.stream` values.
 STDOUT = 1
@@ -263,9 +266,30 @@ class Missing(Message):
     indices: tuple[int, ...]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WantFunction(Message):
+    """Worker → client: task `task_id` came without its function's bytes (`Submit.fn` empty: the
+    client believed this worker holds `fn_id`) and this worker does not hold it (its cache of loaded
+    functions was cleared meanwhile). The task waits for the client's `Function`."""
+
+    tag: ClassVar[int] = 17
+    task_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Function(Message):
+    """Client → worker, answer to `WantFunction`: the cloudpickled function of task `task_id` — or
+    empty when the client cannot send it in a message (a large function travels as a buffer with
+    its task): the task then fails."""
+
+    tag: ClassVar[int] = 18
+    task_id: int
+    fn: bytes
+
+
 MESSAGE_TYPES: tuple[type[Message], ...] = (
     Hello, Welcome, Submit, Started, Output, Result, Cancel, Ping, Pong, Shutdown, Chunk, Resume, Ack, Goodbye,
-    Item, Missing,
+    Item, Missing, WantFunction, Function,
 )
 
 #: tag -> message class, the one table the codec uses.

@@ -13,6 +13,7 @@ import functools
 from .messages import (
     Cancel,
     Chunk,
+    Function,
     Hello,
     Item,
     Message,
@@ -24,6 +25,7 @@ from .messages import (
     Shutdown,
     Started,
     Submit,
+    WantFunction,
     Welcome,
 )
 
@@ -74,6 +76,11 @@ TRANSITIONS: dict[Row, State] = {
     # content cache: a Submit's buffer sent by reference that the worker does not hold
     (_W, _READY, SEND, Missing): _READY,
     (_C, _READY, RECV, Missing): _READY,
+    # a task sent without its function's bytes that the worker no longer holds: asked for, and sent
+    (_W, _READY, SEND, WantFunction): _READY,
+    (_C, _READY, RECV, WantFunction): _READY,
+    (_C, _READY, SEND, Function): _READY,
+    (_W, _READY, RECV, Function): _READY,
     # out-of-band buffers and heartbeats, both ways
     **{(r, _READY, d, m): _READY for r in Role for d in (SEND, RECV) for m in (Chunk, Ping, Pong)},
     # the end

@@ -12,7 +12,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -80,7 +80,7 @@ class PoolCalls:
         in `retry_on`; the error that ends a retried call has `attempts` (see `runtime/retry.py`).
         """
         if output is _UNSET and not capture and not retries and not retry_on:  # (the common call)
-            return await self._run_call(fn, args, kwargs, timeout=timeout)
+            return await self._start(fn, args, kwargs, timeout, None)  # type: ignore[no-any-return]
         return await self._run_call(fn, args, kwargs, timeout=timeout, options=self._options(output, capture),
                                     retries=retries_of(retries, retry_on))
 
@@ -114,14 +114,10 @@ class PoolCalls:
                         timeout: float | None = None, options: dict[str, Any] | None = None,
                         retries: Retries = NO_RETRIES) -> T:
         """`run` with the user's arguments as they are (`fn(x) >> pool`: none of them is an option)."""
-        rt = self._runtime
-        fn = _unwrap(fn)
-        prep = Prepared(fn, args, kwargs)
         if retries.count == 0:  # the attempt inline: no closure, three coroutines fewer per call
-            channel = rt.pick_nowait() if rt.open else None
-            if channel is None:
-                channel = await rt.pick()
-            return await rt.run_one(channel, prep, timeout=timeout, options=options)  # type: ignore[no-any-return]
+            return await self._start(fn, args, kwargs, timeout, options)  # type: ignore[no-any-return]
+        rt = self._runtime
+        prep = Prepared(_unwrap(fn), args, kwargs)
 
         async def attempt() -> T:
             channel = rt.pick_nowait() if rt.open else None
@@ -130,6 +126,23 @@ class PoolCalls:
             return await rt.run_one(channel, prep, timeout=timeout, options=options)  # type: ignore[no-any-return]
 
         return await with_retries(attempt, retries, what=prep.fn_name, on_retry=self._count_retry)
+
+    def _start(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None,
+               options: dict[str, Any] | None) -> Awaitable[Any]:
+        """One attempt of a call, prepared now for a worker picked now (or, when none is free, once
+        one is): the awaitable that sends it and gives its value. Not a coroutine itself: `run`
+        awaits `run_one`'s coroutine directly (one frame fewer on every call)."""
+        rt = self._runtime
+        prep = Prepared(_unwrap(fn), args, kwargs)
+        channel = rt.pick_nowait() if rt.open else None
+        if channel is None:
+            return self._pick_and_run(rt, prep, timeout, options)
+        return rt.run_one(channel, prep, timeout=timeout, options=options)
+
+    @staticmethod
+    async def _pick_and_run(rt: PoolRuntime, prep: Prepared, timeout: float | None,
+                            options: dict[str, Any] | None) -> Any:
+        return await rt.run_one(await rt.pick(), prep, timeout=timeout, options=options)
 
     def _count_retry(self) -> None:
         self._retries += 1

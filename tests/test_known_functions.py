@@ -127,17 +127,56 @@ def forget_functions() -> int:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("size", ["small", "large"])
-async def test_a_worker_that_lost_a_function_fails_one_call_and_the_next_brings_it_again(size):
-    extra = np.ones(MiB, dtype=np.uint8) if size == "large" else None
-    fn = functools.partial(uses_it, extra)
+async def test_a_worker_that_lost_a_small_function_asks_for_it_and_the_call_runs():
+    fn = functools.partial(uses_it, None)
+    async with sky.Pool(nodes=1, **QUIET) as pool:
+        [channel] = channels_of(pool)
+        assert await pool.run(fn, 1) == 1
+        assert await pool.run(forget_functions) >= 1
+        assert await pool.run(fn, 2) == 2  # sent without it; the worker asked (WantFunction), got it, ran
+        assert fn_id_of(fn) in channel.known_fns
+        assert await pool.run(fn, 3) == 3
+        assert await pool.run(held_functions) == 1 + 1  # it holds it again (and held_functions itself)
+
+
+@pytest.mark.anyio
+async def test_a_worker_that_lost_a_large_function_fails_one_call_and_the_next_brings_it_again():
+    fn = functools.partial(uses_it, np.ones(MiB, dtype=np.uint8))
     async with sky.Pool(nodes=1, **QUIET) as pool:
         assert await pool.run(fn, 1) == 1
         assert await pool.run(forget_functions) >= 1
+        # sent without it; a large function cannot travel in a `Function` message: the worker is told
+        # so, and the task fails saying what it lacks
         with pytest.raises(RuntimeError, match="does not hold the function"):
-            await pool.run(fn, 2)  # sent without it: the worker no longer holds it
+            await pool.run(fn, 2)
         assert await pool.run(fn, 3) == 3
         assert await pool.run(fn, 4) == 4
+
+
+def held_functions() -> int:
+    """(on the worker) How many functions it holds loaded."""
+    from skyhive.runtime.worker.daemon import Worker
+    [worker] = [o for o in gc.get_objects() if isinstance(o, Worker)]
+    return len(worker.fns)
+
+
+@pytest.mark.anyio
+async def test_past_the_workers_function_cache_limit_no_call_fails():
+    """The worker clears its loaded functions when FN_CACHE_LIMIT of them are loaded; it also loads
+    the functions of tasks that failed, which the client does not count as held — so the client may
+    send a task of a function it believes held after the worker cleared it. The worker asks for it."""
+    from skyhive.runtime.onnode.setup import FN_CACHE_LIMIT
+
+    kept = functools.partial(uses_it, None)
+    async with sky.Pool(nodes=1, **QUIET) as pool:
+        [channel] = channels_of(pool)
+        assert await pool.run(kept, 1) == 1
+        for i in range(FN_CACHE_LIMIT + 10):  # distinct functions, each loaded by the worker, each failing
+            with pytest.raises(ValueError):
+                await pool.run(functools.partial(raises, i))
+        assert fn_id_of(kept) in channel.known_fns  # the client still counts it held: goes without it
+        assert await pool.run(held_functions) < FN_CACHE_LIMIT  # the worker cleared its functions meanwhile
+        assert await pool.run(kept, 2) == 2
 
 
 @pytest.mark.anyio

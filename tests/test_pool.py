@@ -71,6 +71,15 @@ async def test_run_spreads_concurrent_calls_and_map_of_nothing():
         assert await pool.map(node_of, []) == []
 
 
+async def test_calls_one_at_a_time_keep_to_one_warm_worker():
+    # (the worker picked last, while idle: round-robin woke a process idle since the call before)
+    async with sky.Pool(provider=sky.Local(), nodes=2) as pool:
+        nodes = [(await pool.run(node_of, i))[0] for i in range(6)]
+        assert len(set(nodes)) == 1, nodes
+        assert {r[0] for r in await pool.broadcast(node_of, 1)} == {0, 1}  # (both still there)
+        assert [(await pool.run(node_of, i))[0] for i in range(3)] == nodes[:3]
+
+
 async def test_remote_exception_keeps_type_and_traceback():
     async with sky.Pool(nodes=1) as pool:
         with pytest.raises(ZeroDivisionError) as err:

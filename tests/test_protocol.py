@@ -13,6 +13,7 @@ from skyhive.protocol import (
     PROTOCOL_VERSION,
     Cancel,
     Connection,
+    Function,
     Hello,
     LocalProtocolError,
     Output,
@@ -26,6 +27,7 @@ from skyhive.protocol import (
     Started,
     State,
     Submit,
+    WantFunction,
     Welcome,
 )
 from skyhive.protocol.codec import HEADER, encode
@@ -64,6 +66,26 @@ def test_round_trip_every_message_and_bytewise():
                Result(task_id=7, ok=False, value=b"", error_type="ZeroDivisionError", traceback="tb")]
     data = b"".join(worker.send(m) for m in replies)
     assert client.receive_data(data) == replies
+
+
+def test_a_worker_asks_for_a_function_and_the_client_sends_it():
+    client, worker = pair()
+    sub = Submit(task_id=9, fn_id=b"\x02" * 16, fn=b"", args=b"args")  # sent without the function's bytes
+    assert feed_bytewise(worker, client.send(sub)) == [sub]
+    assert feed_bytewise(client, worker.send(WantFunction(task_id=9))) == [WantFunction(task_id=9)]
+    answer = Function(task_id=9, fn=b"fnbytes")
+    assert feed_bytewise(worker, client.send(answer)) == [answer]
+    assert client.state is worker.state is State.READY
+    # only in those directions: a client does not ask, a worker does not send functions
+    with pytest.raises(LocalProtocolError, match="cannot send WantFunction: client in state ready"):
+        client.send(WantFunction(task_id=9))
+    with pytest.raises(LocalProtocolError, match="cannot send Function: worker in state ready"):
+        worker.send(answer)
+    client, worker = pair()
+    with pytest.raises(RemoteProtocolError, match="peer sent Function to client in state ready"):
+        client.receive_data(encode(answer))
+    with pytest.raises(RemoteProtocolError, match="Function.fn should be bytes, got str"):
+        worker.receive_data(HEADER.pack(len(body := msgpack.packb([Function.tag, 9, "x"]))) + body)
 
 
 def test_out_of_band_buffers_reassemble_in_chunks_and_interleave():

@@ -35,7 +35,7 @@ from ...protocol import (
     Welcome,
 )
 from ...protocol.cache import KEY_SIZE, NO_KEY, ContentIndex
-from ...protocol.messages import Cancel, Missing
+from ...protocol.messages import Cancel, Function, Missing, WantFunction
 from ..events.log import EventLog
 from ..events.types import TaskFinished, TaskStarted
 from ..onnode.setup import FN_CACHE_LIMIT
@@ -52,26 +52,31 @@ OutputSink = Callable[["WorkerChannel", "Call | None", int, str], None]
 
 
 class Call:
-    """One task in flight on a worker: the caller's future and what the router needs to know."""
+    """One task in flight on a worker: the caller's future and what the router needs to know.
 
-    __slots__ = ("task_id", "future", "options", "fn_name", "abandoned", "outputs", "started", "on_item",
-                 "cached", "buffers", "shared", "announced", "fn_id", "new_fn")
+    The fields most calls leave as they are read through class defaults until set (then they live in
+    the instance's `__dict__`): a call makes its object with seven fields, not fifteen."""
 
-    def __init__(self, task_id: int, future: asyncio.Future[Result] | None, options: Any, fn_name: str) -> None:
+    __slots__ = ("task_id", "future", "options", "fn_name", "fn_id", "new_fn", "fn_bytes", "__dict__")
+
+    abandoned = False
+    started = False
+    outputs: list[tuple[int, str]] | None = None
+    on_item: Callable[[int, bytes], None] | None = None  # a streamed task's items go here
+    cached: tuple[int, ...] = ()  # buffers sent by reference (the worker's content cache)
+    buffers: Sequence[Any] = ()  # kept while some are by reference, for a `Missing`
+    shared: tuple[int, ...] = ()  # buffers passed in shared memory (a Local worker)
+    announced = False  # its Submit announced buffers: `send_buffers` sends those not cached/shared
+
+    def __init__(self, task_id: int, future: asyncio.Future[Result] | None, options: Any, fn_name: str,
+                 fn_id: bytes = b"", new_fn: bool = False, fn_bytes: bytes = b"") -> None:
         self.task_id = task_id
         self.future = future
         self.options = options
         self.fn_name = fn_name
-        self.abandoned = False
-        self.started = False
-        self.outputs: list[tuple[int, str]] | None = None
-        self.on_item: Callable[[int, bytes], None] | None = None  # a streamed task's items go here
-        self.cached: tuple[int, ...] = ()  # buffers sent by reference (the worker's content cache)
-        self.buffers: Sequence[Any] = ()  # kept while some are by reference, for a `Missing`
-        self.shared: tuple[int, ...] = ()  # buffers passed in shared memory (a Local worker)
-        self.announced = False  # its Submit announced buffers: `send_buffers` sends those not cached/shared
-        self.fn_id = b""  # its function's id
-        self.new_fn = False  # it carries its function's bytes
+        self.fn_id = fn_id  # its function's id
+        self.new_fn = new_fn  # it carries its function's bytes
+        self.fn_bytes = fn_bytes  # ... which go again if the worker asks (`WantFunction`); b"" for a large one
 
 
 class WorkerChannel:
@@ -217,6 +222,13 @@ class WorkerChannel:
                 future.set_result(msg)
         elif isinstance(msg, Missing):
             self._resend(msg)
+        elif isinstance(msg, WantFunction):
+            # the worker no longer holds this task's function (its cache of them was cleared where we
+            # could not tell): send it, and the task runs (empty if it cannot go in a message: it fails)
+            asked = self.calls.get(msg.task_id)
+            if asked is not None and asked.fn_bytes:
+                asked.new_fn = True  # it ran with its function brought: the worker holds it after
+            self._send(Function(task_id=msg.task_id, fn=asked.fn_bytes if asked is not None else b""))
         elif isinstance(msg, Output):
             self._on_output(self, self.calls.get(msg.task_id), msg.stream, msg.data)
         elif isinstance(msg, Item):
@@ -288,8 +300,9 @@ class WorkerChannel:
             msg, tail, cached = None, prep.submit_tail(new_fn, _NO_OPTIONS), ()
         else:
             msg, tail, cached = self._submit(task_id, prep, new_fn, stream)
-        call = Call(task_id, future, options, prep.fn_name)
-        call.fn_id, call.new_fn = prep.fn_id, new_fn
+        # (a large function travels as a buffer, never in a `Function`: no bytes kept for that)
+        call = Call(task_id, future, options, prep.fn_name, prep.fn_id, new_fn,
+                    b"" if prep.fn_in_buffer else prep.fn_bytes)
         if new_fn and self._fns_sent is not None:
             self._fns_sent.add(prep.fn_id)
             if len(self._fns_sent) >= FN_CACHE_LIMIT:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import pickle
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from ..settings import Settings
 
 __all__ = ["CallDispatch"]
+
+_loads = pickle.loads  # (load_value, for the usual result: pickled in band)
 
 
 class CallDispatch:
@@ -87,7 +90,7 @@ class CallDispatch:
         """One task on one worker: `run_prepared` without its generality when there is no timeout
         and no out-of-band buffer to send (the common warm call; a `map` batch of a large function
         the worker holds)."""
-        if timeout is not None or channel.carries_buffers(prep):
+        if timeout is not None or (prep.buffers and channel.carries_buffers(prep)):
             return await self.run_prepared([channel], prep, timeout=timeout, options=options, single=True)
         fut: asyncio.Future[Result] = self.loop.create_future()
         call = channel.send(next(self._ids), prep, options, fut)  # (`send`, one frame fewer)
@@ -109,9 +112,10 @@ class CallDispatch:
         loop = asyncio.get_running_loop()
         sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]] = []
         try:
+            ids = self._ids
             for channel in channels:
                 fut: asyncio.Future[Result] = loop.create_future()
-                sent.append((channel, self.send(channel, prep, options, fut), fut))
+                sent.append((channel, channel.send(next(ids), prep, options, fut), fut))  # (`send`, inline)
             with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 if prep.buffers:
                     await self._send_buffers([(c, call.task_id) for c, call, _ in sent], prep.buffers)
@@ -177,7 +181,7 @@ class CallDispatch:
 
     def _unpack(self, channel: WorkerChannel, call: Call, result: Result) -> Any:
         if result.ok:
-            value = load_value(result.value, result.buffers)
+            value = _loads(result.value) if result.value and not result.buffers else load_value(result.value, result.buffers)
             if call.outputs is not None:
                 from ..output.captured import Captured
 

@@ -41,6 +41,8 @@ from .context import NodeContext
 from .lifecycle import NodeState, check_transition
 from .provisioning import connect_with_retry, with_retries
 
+_STATE_OF: dict[str, NodeState] = {state.value: state for state in NodeState}
+
 log = logging.getLogger("skyhive.node")
 
 __all__ = ["NodeActor", "describe_exit", "final_cause", "first_error"]
@@ -114,7 +116,9 @@ class NodeActor:
     @property
     def state(self) -> NodeState:
         nodes = self.ctx.log.nodes
-        return NodeState(nodes[self.index].state) if self.index < len(nodes) else NodeState.REQUESTED
+        # (the member by its value: `NodeState(value)` goes through EnumMeta.__call__, and every
+        # broadcast reads each node's state)
+        return _STATE_OF[nodes[self.index].state] if self.index < len(nodes) else NodeState.REQUESTED
 
     def move(self, new: NodeState, **detail: Any) -> None:
         """Record a lifecycle transition (an illegal one raises: it is a bug)."""

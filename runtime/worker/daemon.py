@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import logging
 import os
+import pickle
 import select
 import signal
 import socket
@@ -32,6 +34,7 @@ from ...plugins.api import AppHook, TaskHook
 from ...protocol import (
     Cancel,
     Connection,
+    Function,
     Hello,
     Item,
     Message,
@@ -44,7 +47,9 @@ from ...protocol import (
     Role,
     Shutdown,
     Started,
+    State,
     Submit,
+    WantFunction,
     Welcome,
 )
 from ...protocol.messages import PROTOCOL_VERSION, STDERR, STDOUT
@@ -60,6 +65,7 @@ log = logging.getLogger("skyhive.worker")
 __all__ = ["Worker", "TaskCancelled"]
 
 _CANCEL_SIGNAL = signal.SIGUSR1
+_loads = pickle.loads  # (load_value, for the usual arguments: pickled in band)
 #: Socket mode: an `Ack` of the client's frames goes out at least this often while some are unacknowledged.
 ACK_DELAY = 0.2
 _IOV_MAX = 512  # pieces per writev (the kernel takes at most 1024)
@@ -92,6 +98,11 @@ class Worker:
         self.task_hooks: list[Any] = []
         self.setup_info: Any = None
         self.failure: str | None = None  # why reading from the client failed (a protocol error)
+        # tasks that came without their function's bytes, which this worker no longer holds: they wait
+        # for the client's `Function` (see `_wants_function`); and those whose function the client
+        # could not send (they fail as tasks of a function this worker does not hold)
+        self.parked: dict[int, Submit] = {}
+        self.no_function: set[int] = set()
         self._open_process(fd_in, fd_out)
 
     def _open_process(self, fd_in: int, fd_out: int) -> None:
@@ -259,6 +270,12 @@ class Worker:
             self.cancel(msg.task_id)
         elif isinstance(msg, Missing):  # the content cache lacks a buffer a Submit sent by reference
             self.send(msg)
+        elif isinstance(msg, Function):  # what a parked task waited for
+            parked = self.parked.pop(msg.task_id, None)
+            if parked is not None:
+                if not msg.fn:
+                    self.no_function.add(msg.task_id)
+                self.pending.append(dataclasses.replace(parked, fn=msg.fn) if msg.fn else parked)
         elif isinstance(msg, Hello):
             self.handshake(msg)
         elif isinstance(msg, Shutdown):
@@ -295,6 +312,9 @@ class Worker:
             signal.pthread_kill(self.main_ident, _CANCEL_SIGNAL)
         else:
             self.cancelled_queued.add(task_id)
+            parked = self.parked.pop(task_id, None)
+            if parked is not None:  # waiting for its function: to the queue, to be answered cancelled
+                self.pending.append(parked)
 
     def _on_cancel_signal(self, signum: int, frame: Any) -> None:
         if self.in_user_code and self.cancel_requested is not None and self.cancel_requested == self.current:
@@ -359,18 +379,20 @@ class Worker:
             self.send_result(Result(task_id=task_id, ok=False, value=b"", cancelled=True,
                                     error_type="TaskCancelled", error_message="cancelled before it started"), [])
             return
+        fn = self.fns.get(sub.fn_id)
+        if fn is None and not sub.fn and self._wants_function(sub):
+            return  # parked until the client sends the function (see dispatch)
         self.task_started = time.monotonic()
         self.current = task_id
         ok, cancelled = True, False
         value: Any = None
         try:
             options, batch = sub.options, sub.batch
-            fn = self.fns.get(sub.fn_id) if not options else None
-            if fn is None:
+            if fn is None or options:
                 fn, buffers = self._function(sub)
             else:  # (the common warm call: a function it holds, no options)
                 buffers = sub.buffers
-            args = load_value(sub.args, buffers)
+            args = _loads(sub.args, buffers=buffers) if sub.args else load_value(sub.args, buffers)
             # from here on the task's arguments live only as long as the task needs them: the Result
             # goes out after they are dropped, so a memfd the client passed is no longer held by
             # us when the client learns the call ended (its `MemfdPool` can refill it at once)
@@ -454,6 +476,24 @@ class Worker:
                 self.fns.clear()
             self.fns[sub.fn_id] = fn
         return fn, buffers
+
+    def _wants_function(self, sub: Submit) -> bool:
+        """`sub` came without its function's bytes and this worker does not hold it (its cache of
+        loaded functions was cleared where the client could not tell): ask the client for it and
+        park the task (True) — unless the function travels as a buffer (`fn_buffer`: then it is
+        there), the client already could not send it, or the connection can no longer ask (after
+        `Shutdown`): the task then fails, saying so (False)."""
+        if sub.task_id in self.no_function:
+            self.no_function.discard(sub.task_id)
+            return False
+        if sub.options.get("fn_buffer") or self.conn.state is not State.READY:
+            return False
+        self.parked[sub.task_id] = sub
+        try:
+            self.send(WantFunction(task_id=sub.task_id))
+        except (OSError, ProtocolError):
+            pass  # the client is gone; the reader ends the process
+        return True
 
     def _setup(self, setup: Any) -> None:
         from ..onnode.context import instance_info

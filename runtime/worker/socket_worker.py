@@ -389,9 +389,10 @@ class SocketWorker(Worker):
         if None in self.pending:
             self._refuse("the worker is shutting down")
             return False
-        if self.current is not None or self.pending:
-            dropped = len(self.pending)
+        if self.current is not None or self.pending or self.parked:
+            dropped = len(self.pending) + len(self.parked)
             self.pending.clear()
+            self.parked.clear()
             if self.current is not None:
                 self.cancel(self.current)
             log.warning("a new client takes over: cancelling the previous client's task (%d queued dropped)", dropped)
