@@ -1,11 +1,15 @@
 """The control plane at the scale clusters reach: `sky.Simulated` pools of 1,000 and 10,000 nodes.
 
-    python -m bench.scale_bench --nodes 1000,10000 [--profile up] [--map-items 100000]
+    python -m bench.scale_bench --nodes 1000,10000 [--repeat 3] [--profile up] [--map-items 100000]
 
 Per size, in a fresh child process (so memory is that pool's alone): pool up, one broadcast of a
 trivial function, teardown (wall time each), client memory per node (RSS growth from before the pool
 to when it is up, divided by the nodes), the event log's size and replay time, and `skyhive ls`
-(`inventory.scan`) over that log. Then time per node at each size, relative to the smallest.
+(`inventory.scan`) over that log. Then time per node at each size, relative to the smallest. Each
+size runs `--repeat` times (default 3), each in a fresh process, and every figure is the median: a
+1,000-node run takes half a second, so one run's noise decided the growth ratio. "KB/node added" is
+the memory each node adds past the first size (the fixed cost of lazy imports and first-use caches
+left out); "KB/node" divides all the growth by the nodes.
 Targets (issue 14): 10k nodes up + broadcast + teardown <= 10 s; <= 20 KB per node; replay <= 2 s;
 per-node time at 10k within 1.3x of 1k. `--profile STAGE` prints a cProfile of that stage instead.
 `--map-items N` also times `pool.map` of N trivial items and 200 `pool.run` calls (least-busy pick;
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -143,10 +148,17 @@ def split_memory(nodes: int) -> None:
     anyio.run(run)
 
 
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's median over the runs of one size."""
+    return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.scale_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", default="1000,10000", help="comma-separated pool sizes")
     ap.add_argument("--profile", default="", choices=["", "up", "broadcast", "down", "replay", "ls"])
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs per size (each in a fresh process); the table shows each figure's median")
     ap.add_argument("--map-items", type=int, default=0, help="also time pool.map over this many items")
     ap.add_argument("--split-memory", type=int, default=0, metavar="N",
                     help="only measure the heap per node at N nodes: simulated workers vs the client")
@@ -163,26 +175,37 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "SKYHIVE_HOME": home}
         for n in [int(x) for x in args.nodes.split(",") if x]:
             load = os.getloadavg()
-            proc = subprocess.run([sys.executable, "-m", "bench.scale_bench", "--child", str(n),
-                                   "--profile", args.profile, "--map-items", str(args.map_items)],
-                                  env=env, capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                sys.stderr.write(proc.stderr)
-                return proc.returncode
-            if args.profile:
-                sys.stderr.write(proc.stderr)
-            rows.append({**json.loads(proc.stdout.strip().splitlines()[-1]), "load": load[0]})
+            runs = []
+            for _ in range(args.repeat):
+                proc = subprocess.run([sys.executable, "-m", "bench.scale_bench", "--child", str(n),
+                                       "--profile", args.profile, "--map-items", str(args.map_items)],
+                                      env=env, capture_output=True, text=True, check=False)
+                if proc.returncode != 0:
+                    sys.stderr.write(proc.stderr)
+                    return proc.returncode
+                if args.profile:
+                    sys.stderr.write(proc.stderr)
+                runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            rows.append({**_medians(runs), "nodes": n, "load": load[0], "spread": (min(r["total_s"] for r in runs),
+                                                                      max(r["total_s"] for r in runs))})
     base = rows[0]["total_s"] / rows[0]["nodes"]
     print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+    print(f"each figure: the median of {args.repeat} runs (a fresh process each); total s: median (min-max)")
     extra = " map s | 200 runs s |" if args.map_items else ""
-    print("| nodes | load before | up s | broadcast s | teardown s | total s | KB/node | log MB | replay s | ls s "
-          "| per-node vs first |" + extra)
-    print("|---" * (13 if args.map_items else 11) + "|")
+    print("| nodes | load before | up s | broadcast s | teardown s | total s | KB/node | KB/node added | log MB "
+          "| replay s | ls s | per-node vs first |" + extra)
+    print("|---" * (14 if args.map_items else 12) + "|")
     for r in rows:
         more = f" {r['map_s']:.2f} | {r['run200_s']:.3f} |" if args.map_items else ""
-        print(f"| {r['nodes']} | {r['load']:.2f} | {r['up_s']:.2f} | {r['broadcast_s']:.2f} | {r['down_s']:.2f} | {r['total_s']:.2f} "
-              f"| {r['bytes_per_node'] / 1024:.1f} | {r['log_bytes'] / 1e6:.1f} | {r['replay_s']:.2f} | {r['ls_s']:.2f} "
-              f"| {r['total_s'] / r['nodes'] / base:.2f}x |" + more)
+        # the memory each node adds past the first size: the fixed cost (lazy imports, first-use
+        # caches) does not count in it, while it does in KB/node
+        added = ((r["bytes_per_node"] * r["nodes"] - rows[0]["bytes_per_node"] * rows[0]["nodes"])
+                 / (r["nodes"] - rows[0]["nodes"]) / 1024) if r["nodes"] != rows[0]["nodes"] else None
+        low, high = r["spread"]
+        print(f"| {r['nodes']} | {r['load']:.2f} | {r['up_s']:.2f} | {r['broadcast_s']:.2f} | {r['down_s']:.2f} "
+              f"| {r['total_s']:.2f} ({low:.2f}-{high:.2f}) | {r['bytes_per_node'] / 1024:.1f} "
+              f"| {'-' if added is None else f'{added:.1f}'} | {r['log_bytes'] / 1e6:.1f} | {r['replay_s']:.2f} "
+              f"| {r['ls_s']:.2f} | {r['total_s'] / r['nodes'] / base:.2f}x |" + more)
     return 0
 
 

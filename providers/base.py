@@ -201,6 +201,11 @@ class Provider(abc.ABC):
     #: that no provider option takes is refused by `skyhive launch`, naming the field and the provider.
     resource_options: ClassVar[Mapping[str, str]] = {}
 
+    #: True when letting go of this provider's nodes costs no round trip per node (they live in this
+    #: process): the pool then closes their transports one after another and terminates all of them
+    #: in one `terminate` call, instead of a task per node (`runtime/actors/teardown.py`).
+    bulk_teardown: ClassVar[bool] = False
+
     #: Seconds a node that runs but refuses connections (`NodeUnreachable`) is retried: a fresh VM's
     #: sshd starts a while after the cloud says "running". 0 for hosts that already run (SSH, Local).
     connect_retry: ClassVar[float] = 0.0

@@ -49,6 +49,9 @@ __all__ = ["NodeActor", "describe_exit", "final_cause", "first_error"]
 
 WORKER_ARGV = ("-m", "skyhive.runtime.worker")
 
+#: Seconds a killed worker is waited for when a node stops.
+KILL_WAIT = 2.0
+
 
 #: Errors a worker's start-up raises that a restart cannot cure (a restarted rank is refused by its
 #: framework plugin every time): the node is given up at once, with this as the cause.
@@ -196,20 +199,28 @@ class NodeActor:
         """Give the node back to the provider (after `stop`): terminating -> terminated. Returns an
         error text ('' if none); never raises for the provider's failure (close goes on)."""
         error = ""
-        if self.state not in (NodeState.TERMINATED, NodeState.TERMINATING):
-            self.move(NodeState.TERMINATING)
-        if self.handle is not None:
+        handle = self.begin_terminate()
+        if handle is not None:
             provider = self.ctx.provider
-            handle = self.handle
             try:
                 await with_retries(provider, f"node {self.index}: terminate", lambda: provider.terminate([handle]))
             except Exception as exc:
                 log.error("pool %s: terminating node %d (%s) failed: %s", self.ctx.pool_id, self.index,
                           handle.provider_id, exc)
                 error = f"terminate node {self.index} failed: {exc}"
+        self.end_terminate(error)
+        return error
+
+    def begin_terminate(self) -> NodeHandle | None:
+        """The first half of `terminate`: the node is terminating; its handle, if it has one."""
+        if self.state not in (NodeState.TERMINATED, NodeState.TERMINATING):
+            self.move(NodeState.TERMINATING)
+        return self.handle
+
+    def end_terminate(self, error: str) -> None:
+        """The second half of `terminate`, once the provider answered (`error`: why it failed, or '')."""
         if self.state is NodeState.TERMINATING:
             self.move(NodeState.TERMINATED, detail=error)
-        return error
 
     # ---- supervision -------------------------------------------------------------------------------
     # No task waits per worker: a watched channel calls `_worker_closed` when it closes, the pool's
@@ -384,34 +395,54 @@ class NodeActor:
     # ---- stopping ----------------------------------------------------------------------------------
 
     async def stop(self, timeout: float) -> None:
-        """Drain: ask every worker to shut down (plugin teardown runs), then kill what remains."""
+        """Drain: ask every worker to shut down (plugin teardown runs), then kill what remains.
+        (`teardown.stop_nodes` does the same for many nodes in one task.)"""
+        self.begin_stop()
+        with anyio.move_on_after(timeout):
+            await self.wait_workers()
+        self.kill_workers()
+        with anyio.move_on_after(KILL_WAIT):
+            await self.wait_workers()
+        self.release_workers()
+        await self.close_transport()
+
+    def begin_stop(self) -> None:
+        """Draining: every worker is asked to shut down; one still starting is killed."""
         self.stopping = True
         if self.state is NodeState.READY:
             self.move(NodeState.DRAINING)
         for rank, channel in enumerate(self.channels):
+            proc = self.processes[rank]
             if channel is not None:
                 channel.shutdown()
-            elif self.processes[rank] is not None and self.processes[rank].returncode is None:
+            elif proc is not None and proc.returncode is None:
                 # a worker still starting (a restart under way) has no task and would not hear a
                 # Shutdown: end it now rather than wait `timeout` for it
-                self.processes[rank].kill()
-        with anyio.move_on_after(timeout):
-            for proc in self.processes:
-                if proc is not None:
-                    await proc.wait()
+                proc.kill()
+
+    async def wait_workers(self) -> None:
+        """Wait until every worker process has exited (bounded by the caller)."""
+        for proc in self.processes:
+            if proc is not None and proc.returncode is None:
+                await proc.wait()
+
+    def kill_workers(self) -> None:
+        """Kill every worker, exited or not: killing an exited one still ends what its tasks started
+        (a local worker's process group)."""
         for proc in self.processes:
             if proc is not None:
                 proc.kill()
-        with anyio.move_on_after(2):
-            for proc in self.processes:
-                if proc is not None:
-                    await proc.wait()
+
+    def release_workers(self) -> None:
+        """The workers have exited (or were killed): release their pipes; calls still on them fail."""
         for rank, proc in enumerate(self.processes):
             if proc is not None:
                 proc.close_transport()
                 channel = self.channels[rank]
                 if channel is not None and channel.calls:
                     channel.fail_all("the pool closed")
+
+    async def close_transport(self) -> None:
         if self.transport is not None:
             await self.transport.close()
 

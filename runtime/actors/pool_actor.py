@@ -44,6 +44,7 @@ from .node import first_error as _first_error
 from .loss import LossPolicy, RestartInPlace
 from .replace import ReplaceFailed
 from .startclock import StartClocks
+from .teardown import release_nodes, stop_nodes
 from .provisioning import with_retries
 
 if TYPE_CHECKING:
@@ -171,7 +172,7 @@ class PoolRuntime(CallDispatch):
     async def _start_node(self, node: NodeActor, handle: NodeHandle, failed: dict[int, str]) -> None:
         node.handle = handle
         try:
-            await self.tg.start(node.run, handle)
+            await node.run(handle)  # (in this starter task: it returns once the node is ready)
         except Exception as group:
             exc = _first_error(group)
             why = f"{type(exc).__name__}: {exc}"
@@ -379,19 +380,10 @@ class PoolRuntime(CallDispatch):
         with anyio.CancelScope(shield=True):
             await self.loss_policy.aclose()  # a replacement under way stops; its node is in self.nodes
             with anyio.move_on_after(self.settings.stop_timeout + 10) as scope:
-                async with anyio.create_task_group() as tg:
-                    for node in self.nodes:
-                        tg.start_soon(node.stop, self.settings.stop_timeout)
-                errors: list[str] = []
-
-                async def terminate(node: NodeActor) -> None:
-                    failed = await node.terminate()
-                    if failed:
-                        errors.append(failed)
-
-                async with anyio.create_task_group() as tg:
-                    for node in self.nodes:
-                        tg.start_soon(terminate, node)
+                # every node drained in this task, then released (`teardown.py`): no task per node
+                # to stop, and none per node to terminate when the provider can do it in bulk
+                await stop_nodes(self.nodes, self.settings.stop_timeout)
+                errors = await release_nodes(self.nodes, self.provider)
                 error = error or "; ".join(errors)
                 try:
                     if self._launching or self.launching:  # a launch never answered (or wrongly): what did it make?

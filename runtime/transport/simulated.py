@@ -16,18 +16,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import re
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BootstrapError, NodeUnreachable
 from ...protocol import ProtocolError
 from ...protocol.info import ENV_VAR, RESTART_ENV, InstanceInfo
+from ...protocol.messages import STDERR, STDOUT
 from ...providers.simulated import SimulatedReach
 from ..onnode import context as onnode_context
+from ..worker.capture import TaskStream
 from ..worker.daemon import Worker
 from .base import CommandResult, Receiver, Transport, WorkerProcess
 from .registry import register_transport
@@ -43,26 +47,40 @@ _LOCAL_RANK = re.compile(r'"local_rank":(\d+)')
 
 
 class _SimLink:
-    """The client's end of the in-memory pipe to one simulated worker (`Link`)."""
+    """The client's end of the in-memory pipe to one simulated worker (`Link`).
+
+    Both directions are queued and handed over in loop callbacks, as a pipe would: the client's
+    channel never runs inside the worker's call (where a task's output is redirected, and the
+    client printing what a task wrote would write into that task's own stream, re-entering it),
+    and the worker never runs inside the channel's. What the worker wrote before it ended reaches
+    the channel before the end of file, as from a pipe.
+    """
 
     fd_socket = None  # no shared memory: buffers travel in the frames
-    __slots__ = ("worker", "receiver", "inbox", "outbox", "paused", "scheduled", "closed", "loop")
+    __slots__ = ("worker", "receiver", "inbox", "outbox", "paused", "scheduled", "out_scheduled", "closed",
+                 "eof_sent", "loop")
 
     def __init__(self, receiver: Receiver) -> None:
         self.receiver = receiver
         self.worker: SimulatedWorker | None = None
-        self.inbox: list[bytes] = []
-        self.outbox: list[bytes] = []
+        # bytes waiting to cross, each way (None while nothing waits: two lists fewer per node)
+        self.inbox: list[bytes] | None = None
+        self.outbox: list[bytes] | None = None
         self.paused = False
-        self.scheduled = False
-        self.closed = False
+        self.scheduled = False  # a `_pump` is due
+        self.out_scheduled = False  # a `_flush_out` is due
+        self.closed = False  # the worker's end closed: nothing more goes either way
+        self.eof_sent = False
         self.loop = asyncio.get_running_loop()
 
-    # client -> worker: queued, handled in a loop callback (never inside the channel's own call)
+    # client -> worker
     def write(self, data: bytes | memoryview) -> None:
         if self.closed:
             return
-        self.inbox.append(bytes(data))
+        if self.inbox is None:
+            self.inbox = [bytes(data)]
+        else:
+            self.inbox.append(bytes(data))
         if not self.scheduled:
             self.scheduled = True
             self.loop.call_soon(self._pump)
@@ -80,29 +98,49 @@ class _SimLink:
     def _pump(self) -> None:
         self.scheduled = False
         if self.worker is not None and self.inbox:
-            data, self.inbox = b"".join(self.inbox), []
+            data, self.inbox = b"".join(self.inbox), None
             self.worker.feed(data)
 
     # worker -> client
     def deliver(self, data: bytes) -> None:
         if self.closed:
             return
-        if self.paused or self.outbox:
-            self.outbox.append(data)
+        if self.outbox is None:
+            self.outbox = [data]
         else:
-            self.receiver.data_received(data)
+            self.outbox.append(data)
+        self._schedule_out()
+
+    def _schedule_out(self) -> None:
+        if not self.out_scheduled and not self.paused:
+            self.out_scheduled = True
+            self.loop.call_soon(self._flush_out)
+
+    def _flush_out(self) -> None:
+        self.out_scheduled = False
+        out = self.outbox
+        if out is not None:
+            done = 0
+            while done < len(out) and not self.paused:  # (the channel may pause us as it reads)
+                data = out[done]
+                done += 1
+                self.receiver.data_received(data)
+            del out[:done]
+            if not out and self.outbox is out:
+                self.outbox = None
+        if self.closed and not self.outbox and not self.eof_sent:
+            self.eof_sent = True
+            self.receiver.eof_received()
+            if self.worker is not None:
+                self.worker.pipe_closed()
 
     def pause_reading(self) -> None:
         self.paused = True
 
     def resume_reading(self) -> None:
         self.paused = False
-        if self.outbox:
-            self.loop.call_soon(self._flush_out)
-
-    def _flush_out(self) -> None:
-        while self.outbox and not self.paused and not self.closed:
-            self.receiver.data_received(self.outbox.pop(0))
+        if self.outbox or self.closed:
+            self._schedule_out()
 
     def close(self) -> None:
         """The client closes its end: the worker sees end of input and stops, like the daemon."""
@@ -110,32 +148,107 @@ class _SimLink:
             self.loop.call_soon(self.worker.finish, 0)
 
     def end(self) -> None:
-        """The worker's end closed: the channel sees end of file (in a loop callback)."""
+        """The worker's end closed: the channel gets what is left, then end of file (in a callback)."""
         if not self.closed:
             self.closed = True
-            self.inbox.clear()
-            self.loop.call_soon(self.receiver.eof_received)
+            self.inbox = None
+            self._schedule_out()
+
+
+class _Queue(list):  # type: ignore[type-arg]
+    """The submitted tasks of one simulated worker (a deque is 760 bytes empty; one thread uses it)."""
+
+    __slots__ = ()
+
+    def popleft(self) -> Any:
+        return self.pop(0)
+
+
+class _SharedOutput:
+    """The stdout/stderr pair that the simulated workers of one thread share, routed to the worker
+    whose task runs. Their tasks run one at a time in that thread (the event loop's), each to its
+    end in one callback, and the end of a task flushes both streams: so one pair per thread does
+    what a pair per worker did (two `TaskStream`s, each with its queue, lock and decoder: ~2.5 KB
+    per simulated node)."""
+
+    def __init__(self) -> None:
+        self.worker: SimulatedWorker | None = None
+        self.stdout = TaskStream(STDOUT, self._sink, "<skyhive stdout>")
+        self.stderr = TaskStream(STDERR, self._sink, "<skyhive stderr>")
+        self.streams = (self.stdout, self.stderr)
+
+    def _sink(self, stream: int, text: str) -> None:
+        worker = self.worker
+        if worker is not None:
+            worker._output(stream, text)
+        else:  # written after its task ended, by a thread the task left running: no task to own it
+            log.warning("simulated workers: %d characters of output written outside any task were dropped",
+                        len(text))
+
+
+_per_thread = threading.local()
+
+
+def _shared_output() -> _SharedOutput:
+    shared: _SharedOutput | None = getattr(_per_thread, "output", None)
+    if shared is None:
+        shared = _per_thread.output = _SharedOutput()
+    return shared
 
 
 class SimulatedWorker(Worker, WorkerProcess):
-    """The daemon's `Worker`, run in the client's event loop; also its own `WorkerProcess` handle."""
+    """The daemon's `Worker`, run in the client's event loop; also its own `WorkerProcess` handle.
+
+    The worker process's own parts (`Worker._open_process`) are stand-ins here: one thread runs
+    every simulated worker's tasks, so no locks; output goes through the thread's shared pair of
+    streams (`_SharedOutput`); the plugins' exit stack is made when a plugin needs one; no file
+    descriptor is read.
+    """
 
     READ_BUFFER = 0
+    fd_in = fd_out = -1
+    fds = None  # no shared memory with the client: buffers travel in the frames
+    write_lock = contextlib.nullcontext()  # one thread writes
+    _writing = 0
+    _cancel_deferred = False
+    main_ident = 0  # never signalled: a task runs to its end within one loop callback
 
     def __init__(self, link: _SimLink, info: InstanceInfo | None, reach: SimulatedReach, *,
                  restarted: bool = False) -> None:
         super().__init__(-1, -1)
         self.link = link  # type: ignore[assignment]
-        self.pid = os.getpid()
         self.info = info
         # a fault strikes the node's first worker process; one restarted after it is a fresh process
-        self.die_at = 0 if restarted else reach.die_at
-        self.hang_at = 0 if restarted else reach.hang_at
+        self.faults = (0, 0) if restarted else (reach.die_at, reach.hang_at)
         self.tasks = 0
         self.hung = False
         self._returncode: int | None = None
         self._exited: asyncio.Event | None = None
         link.worker = self
+
+    def _open_process(self, fd_in: int, fd_out: int) -> None:
+        self.pending = _Queue()  # type: ignore[assignment]
+
+    @property
+    def pid(self) -> int:  # type: ignore[override]
+        return os.getpid()
+
+    @property
+    def stdout(self) -> TaskStream:  # type: ignore[override]
+        return _shared_output().stdout
+
+    @property
+    def stderr(self) -> TaskStream:  # type: ignore[override]
+        return _shared_output().stderr
+
+    @property
+    def _streams(self) -> tuple[TaskStream, TaskStream]:  # type: ignore[override]
+        return _shared_output().streams
+
+    @functools.cached_property
+    def app_stack(self) -> contextlib.ExitStack:  # type: ignore[override]
+        """Made on first use: most pools have no plugin with `around_app`."""
+        return contextlib.ExitStack()
 
     # ---- the edges the daemon's Worker leaves to us ---------------------------------------------
 
@@ -162,19 +275,22 @@ class SimulatedWorker(Worker, WorkerProcess):
         while self.pending and self._returncode is None and not self.hung:
             sub = self.pending.popleft()
             if sub is None:  # Shutdown
+                stack = self.__dict__.get("app_stack")  # (made only if a plugin entered it)
                 try:
-                    self.app_stack.close()
+                    if stack is not None:
+                        stack.close()
                 except Exception:
                     log.exception("plugin teardown failed")
                 self.finish(0)
                 return
             if sub.options.get("kind") != "setup":
                 self.tasks += 1
-                if self.tasks == self.die_at:
+                die_at, hang_at = self.faults
+                if self.tasks == die_at:
                     log.info("simulated worker %s dies at task %d (injected)", self._label(), self.tasks)
                     self.finish(-9)
                     return
-                if self.tasks == self.hang_at:
+                if self.tasks == hang_at:
                     log.info("simulated worker %s hangs at task %d (injected)", self._label(), self.tasks)
                     self.hung = True
                     return
@@ -183,29 +299,38 @@ class SimulatedWorker(Worker, WorkerProcess):
     def _execute_here(self, sub: Any) -> None:
         saved = onnode_context._current
         onnode_context.set_instance_info(self.info)
+        output = _shared_output()
+        running, output.worker = output.worker, self
         try:
-            with contextlib.redirect_stdout(self.stdout), contextlib.redirect_stderr(self.stderr):
-                self.execute(sub)
+            with contextlib.redirect_stdout(output.stdout), contextlib.redirect_stderr(output.stderr):
+                self.execute(sub)  # (flushes both streams when the task ends)
         finally:
+            output.worker = running
             onnode_context.set_instance_info(saved)
 
     def _label(self) -> str:
         return f"node {self.info.node}" if self.info is not None else "?"
 
     def finish(self, code: int) -> None:
-        """The simulated process ends with `code`: its pipe closes."""
+        """The simulated process ends with `code`: its pipe closes (`wait` returns once the channel
+        has read the end of it)."""
         if self._returncode is not None:
             return
         self._returncode = code
         self.pending.clear()
         self.link.end()
+
+    def pipe_closed(self) -> None:
+        """The channel has read everything, and the end of file: the process is gone."""
         if self._exited is not None:
             self._exited.set()
 
     # ---- WorkerProcess --------------------------------------------------------------------------
 
     async def wait(self) -> int | None:
-        if self._returncode is None:
+        """Until the worker ended and its channel saw the end of the pipe (so that how it ended is
+        recorded when this returns, as a process reaped after its pipe closed)."""
+        if not self.link.eof_sent:
             if self._exited is None:
                 self._exited = asyncio.Event()
             await self._exited.wait()

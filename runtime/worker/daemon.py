@@ -87,37 +87,44 @@ class Worker:
     READ_BUFFER = 1 << 20
 
     def __init__(self, fd_in: int, fd_out: int) -> None:
-        self.fd_in = fd_in
-        self.fd_out = fd_out
         self.conn = Connection(Role.WORKER)
-        self.pending: collections.deque[Submit | None] = collections.deque()
-        self.read_lock = threading.Lock()
         self.task_started = 0.0
         self.started_sent: int | None = None
+        self.fns: dict[bytes, Callable[..., Any]] = {}
+        self.current: int | None = None
+        self.in_user_code = False
+        self.cancel_requested: int | None = None
+        self.cancelled_queued: set[int] = set()
+        self.task_hooks: list[Any] = []
+        self.setup_info: Any = None
+        self.failure: str | None = None  # why reading from the client failed (a protocol error)
+        # tasks that came without their function's bytes, which this worker no longer holds: they wait
+        # for the client's `Function` (see `_wants_function`); and those whose function the client
+        # could not send (they fail as tasks of a function this worker does not hold)
+        self.parked: dict[int, Submit] = {}
+        self.no_function: set[int] = set()
+        self._open_process(fd_in, fd_out)
+
+    def _open_process(self, fd_in: int, fd_out: int) -> None:
+        """What a worker process holds around the task core above: its descriptors and read buffer,
+        the locks and the queue between its threads, its output streams, the plugins' exit stack and
+        shared memory with the client. The in-process worker of simulated nodes overrides this with
+        lighter stand-ins (`transport/simulated.py`: one thread, ~10 objects fewer per node)."""
+        self.fd_in = fd_in
+        self.fd_out = fd_out
+        self.pending: collections.deque[Submit | None] = collections.deque()
+        self.read_lock = threading.Lock()
         self._writing = 0
         self._inbuf = bytearray(self.READ_BUFFER)
         self._inview = memoryview(self._inbuf)
         self._inbufs = [self._inbuf]  # (os.readv's list, made once)
         self._cancel_deferred = False
         self.write_lock = threading.Lock()
-        self.fns: dict[bytes, Callable[..., Any]] = {}
-        self.current: int | None = None
-        self.in_user_code = False
-        self.cancel_requested: int | None = None
-        self.cancelled_queued: set[int] = set()
-        # tasks that came without their function's bytes, which this worker no longer holds: they wait
-        # for the client's `Function` (see `_wants_function`); and those whose function the client
-        # could not send (they fail as tasks of a function this worker does not hold)
-        self.parked: dict[int, Submit] = {}
-        self.no_function: set[int] = set()
         self.main_ident = threading.get_ident()
         self.stdout = TaskStream(STDOUT, self._output, "<skyhive stdout>")
         self.stderr = TaskStream(STDERR, self._output, "<skyhive stderr>")
         self._streams = (self.stdout, self.stderr)
         self.app_stack = contextlib.ExitStack()
-        self.task_hooks: list[Any] = []
-        self.setup_info: Any = None
-        self.failure: str | None = None  # why reading from the client failed (a protocol error)
         # shared memory with a client on this machine (the Local transport): memfds pass over this
         self.fds: shm.FdInbox | None = None
         if (shm_fd := os.environ.pop(shm.ENV_VAR, None)) is not None:

@@ -1,0 +1,93 @@
+"""Tearing down a Simulated pool in bulk: no task per node, one `terminate` for every node, each
+node's failure still recorded on its own node when the bulk call fails, nothing left."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import anyio
+
+import skyhive as sky
+from skyhive.providers.base import NodeHandle, ProvisionError
+
+
+def _one() -> int:
+    return 1
+
+
+class _RecordingSimulated(sky.Simulated):
+    """The real Simulated provider, recording each `terminate` call's nodes; `refuse` makes every
+    call that includes one of those nodes fail (an injected failure)."""
+
+    def __init__(self, refuse: Sequence[int] = ()) -> None:
+        super().__init__()
+        self.calls: list[list[int]] = []
+        self.refuse = set(refuse)
+
+    async def terminate(self, handles: Sequence[NodeHandle]) -> None:
+        nodes = [h.node for h in handles]
+        self.calls.append(nodes)
+        if self.refuse & set(nodes):
+            raise ProvisionError(f"injected: node(s) {sorted(self.refuse & set(nodes))} refuse to go", node=nodes[0])
+        await super().terminate(handles)
+
+
+def test_one_terminate_call_for_every_node_and_nothing_left() -> None:
+    provider = _RecordingSimulated()
+
+    async def main() -> None:
+        async with sky.Pool(provider=provider, nodes=500) as pool:
+            assert await pool.broadcast(_one) == [1] * 500
+        assert provider.calls == [list(range(500))]
+        assert all(not nodes for nodes in provider.live.values())
+        state = pool.state
+        assert state.status == "stopped" and state.error == ""
+        assert {n.state for n in state.nodes} == {"terminated"}
+        assert {w.state for n in state.nodes for w in n.workers} == {"stopped"}  # each shut down cleanly
+
+    anyio.run(main)
+
+
+def test_a_failed_bulk_terminate_goes_node_by_node_and_names_the_failed_node() -> None:
+    provider = _RecordingSimulated(refuse=[7])
+
+    async def main() -> None:
+        async with sky.Pool(provider=provider, nodes=20) as pool:
+            assert await pool.broadcast(_one) == [1] * 20
+        assert provider.calls[0] == list(range(20))  # the bulk call (and its retries) first
+        assert [7] in provider.calls and [3] in provider.calls  # then each node on its own
+        assert provider.live[pool.id] == {7}  # what could be terminated was
+        state = pool.state
+        assert "terminate node 7 failed" in state.error and "injected" in state.error
+        assert state.nodes[7].state == "terminated" and "injected" in state.nodes[7].detail
+        assert all(n.detail == "" for i, n in enumerate(state.nodes) if i != 7)
+
+    anyio.run(main)
+
+
+def test_teardown_starts_no_task_per_node() -> None:
+    async def tasks_in_teardown(nodes: int) -> int:
+        loop = asyncio.get_running_loop()
+        created = 0
+
+        def counting(loop: asyncio.AbstractEventLoop, coro, **kwargs) -> asyncio.Task:
+            nonlocal created
+            created += 1
+            return asyncio.Task(coro, loop=loop, **kwargs)
+
+        pool = sky.Pool(provider=sky.Simulated(), nodes=nodes)
+        await pool.__aenter__()
+        assert await pool.broadcast(_one) == [1] * nodes
+        loop.set_task_factory(counting)
+        try:
+            await pool.__aexit__(None, None, None)
+        finally:
+            loop.set_task_factory(None)
+        assert pool.state.status == "stopped"
+        return created
+
+    async def main() -> None:
+        assert await tasks_in_teardown(300) == await tasks_in_teardown(3)
+
+    anyio.run(main)
