@@ -136,22 +136,23 @@ class Worker:
     def _write(self, data: bytes | list[Any]) -> None:
         self._writing += 1  # a Cancel arriving now waits until the frame is whole (see _on_cancel_signal)
         try:
-            if data.__class__ is bytes:  # one frame (most often whole in one write: no views then)
-                n = os.write(self.fd_out, data)
-                views = [memoryview(data)[n:]] if n < len(data) else []  # type: ignore[arg-type]
-            else:
-                views = [memoryview(d) for d in (data if isinstance(data, list) else [data])]
-            while views:
-                n = os.writev(self.fd_out, views)
-                while views and n >= len(views[0]):
-                    n -= len(views[0])
-                    views.pop(0)
-                if views and n:
-                    views[0] = views[0][n:]
+            if data.__class__ is not bytes:
+                self._write_views([memoryview(d) for d in (data if isinstance(data, list) else [data])])
+            elif (n := os.write(self.fd_out, data)) < len(data):  # (one frame: most often whole at once)
+                self._write_views([memoryview(data)[n:]])
         finally:
             self._writing -= 1
         if self._cancel_deferred and not self._writing:
             self.resume_deferred_cancel()
+
+    def _write_views(self, views: list[memoryview]) -> None:
+        while views:
+            n = os.writev(self.fd_out, views)
+            while views and n >= len(views[0]):
+                n -= len(views[0])
+                views.pop(0)
+            if views and n:
+                views[0] = views[0][n:]
 
     def resume_deferred_cancel(self) -> None:
         """Deliver a `Cancel` that waited for a frame to be whole — in the main thread, which runs
