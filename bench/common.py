@@ -261,44 +261,59 @@ def _pin(pids: list[int], cpus: set[int]) -> None:
                 pass
 
 
-async def measure_paired(pools: dict[str, tuple[Any, list[int]]], p: Params,
-                         record: Callable[[str, dict], None]) -> None:
-    """rtt and broadcast2 of several systems in one process, taken in alternating rounds, with the
-    processes pinned: `pools` maps a name to (pool, its worker processes' pids).
+class LocalTurns:
+    """A pool in this process taking its turns (`measure_paired`): its rounds timed here."""
 
-    For each placement of `PLACEMENTS` (this process on one CPU, every worker process on the same
-    one or on another) and each workload: every pool's warm-up, then rounds of `k` calls per pool
-    (k = n / 20, at least 10), the pools in turn, the order reversed every other round (A B, B A,
-    ...), until each made n calls; median and p90 of all of a pool's calls. Recorded as
-    ``rtt_paired_<placement>`` (the first pool, the subject) and ``rtt_paired_<placement>_<name>``
-    (each other one), placement with "_" for " ". Why pinned: on this 2-core machine a client and
-    its worker on one core answer in about half the time they take on two, and left free the
-    scheduler settles each pair of processes on one or two cores by what else runs — in one run
-    the floor's pair on two cores and skyhive's on one, or the reverse, so alternating rounds alone
-    compared different placements. Pinned, both systems run alike; the placement is restored after.
+    def __init__(self, pool: Any, workers: list[int]) -> None:
+        self.pool = pool
+        self.clients = [os.getpid()]
+        self.workers = workers
+
+    async def round(self, workload: str, calls: int) -> list[float]:
+        call, want = ((lambda: self.pool.run(nop)), 1) if workload == "rtt" else ((lambda: self.pool.broadcast(nop)), [1, 1])
+        ts = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            got = await call()
+            ts.append(time.perf_counter() - t0)
+            _check(workload, got, want)
+        return ts
+
+
+async def measure_paired(turns: dict[str, Any], p: Params, record: Callable[[str, dict], None]) -> None:
+    """rtt and broadcast2 of several systems taken in alternating rounds, the processes pinned.
+
+    `turns` maps a name to a turn-taker (`LocalTurns`, or `bench.floor_turns.FloorTurns`: the floor
+    in a process of its own): its client and worker pids, and `round(workload, calls)` giving the
+    calls' latencies. For each placement of `PLACEMENTS` (every client process on one CPU, every
+    worker process on the same one or on another) and each workload: every system's warm-up, then
+    rounds of `k` calls each (k = n / 20, at least 10), the systems in turn, the order reversed every
+    other round (A B, B A, ...), until each made n calls; median and p90 of all of a system's calls.
+    Recorded as ``rtt_paired_<placement>`` (the first system, the subject) and
+    ``rtt_paired_<placement>_<name>`` (each other one), placement with "_" for " ". Why pinned: on
+    this 2-core machine a client and its worker on one core answer in about half the time they take
+    on two, and left free the scheduler settles each pair of processes on one or two cores by what
+    else runs — in one run the floor's pair on two cores and skyhive's on one, or the reverse, so
+    alternating rounds alone compared different placements. The placement is restored after.
     """
-    names = list(pools)
+    names = list(turns)
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    everyone = [os.getpid()] + [pid for _, pids in pools.values() for pid in pids]
+    clients = sorted({pid for t in turns.values() for pid in t.clients})
+    workers = [pid for t in turns.values() for pid in t.workers]
     placements = PLACEMENTS if len(cpus) >= 2 else (("free", None, None),)
 
-    async def paired(tag: str, workload: str, call: Callable[[Any], Any], want: Any, warmup: int, n: int) -> None:
+    async def paired(tag: str, workload: str, warmup: int, n: int) -> None:
         t_start = time.perf_counter()
         try:
             for name in names:
-                for _ in range(warmup):
-                    _check(f"{workload} {name}", await call(pools[name][0]), want)
+                await turns[name].round(workload, warmup)
             k = max(10, n // 20)
             samples: dict[str, list[float]] = {name: [] for name in names}
             deadline = time.perf_counter() + p.budget_s
             rounds = 0
             while len(samples[names[0]]) < n and time.perf_counter() < deadline:
                 for name in (names if rounds % 2 == 0 else names[::-1]):
-                    pool, ts = pools[name][0], samples[name]
-                    for _ in range(min(k, n - len(ts))):
-                        t0 = time.perf_counter()
-                        await call(pool)
-                        ts.append(time.perf_counter() - t0)
+                    samples[name] += await turns[name].round(workload, min(k, n - len(samples[name])))
                 rounds += 1
             wall = time.perf_counter() - t_start
             for i, name in enumerate(names):
@@ -314,10 +329,10 @@ async def measure_paired(pools: dict[str, tuple[Any, list[int]]], p: Params,
         for placement, client_cpu, worker_cpu in placements:
             tag = placement.replace(" ", "_")
             if client_cpu is not None and worker_cpu is not None:
-                _pin([os.getpid()], {cpus[client_cpu]})
-                _pin(everyone[1:], {cpus[worker_cpu]})
-            await paired(tag, "rtt", lambda pool: pool.run(nop), 1, p.rtt_warmup, p.rtt_n)
-            await paired(tag, "broadcast2", lambda pool: pool.broadcast(nop), [1, 1], p.bcast_warmup, p.bcast_n)
+                _pin(clients, {cpus[client_cpu]})
+                _pin(workers, {cpus[worker_cpu]})
+            await paired(tag, "rtt", p.rtt_warmup, p.rtt_n)
+            await paired(tag, "broadcast2", p.bcast_warmup, p.bcast_n)
     finally:
         if cpus:
-            _pin(everyone, set(cpus))
+            _pin(clients + workers, set(cpus))

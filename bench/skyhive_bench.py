@@ -8,8 +8,8 @@
         await pool.broadcast(g, arr)  # arg100m: the 100 MiB array to both nodes
 
 The pool object is handed to the same measuring loop as every other system (bench.common); first,
-rtt and broadcast2 are also taken in alternating rounds with the floor (`FloorPool`) in this same
-process, the processes pinned to one core or to two (`measure_paired`).
+rtt and broadcast2 are also taken in alternating rounds with the floor (`bench.floor_turns`: a
+`FloorPool` in a process of its own), the processes pinned to one core or to two (`measure_paired`).
 cold: ``async with sky.Pool(provider=sky.Local(), nodes=2)`` entered -> first ``pool.run(f)``,
 in a fresh process.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bench.common import Params, measure_paired, measure_warm, nop
+from bench.common import LocalTurns, Params, measure_paired, measure_warm, nop
 
 
 def load() -> Any:
@@ -42,16 +42,18 @@ def load() -> Any:
 
 
 async def warm(params: Params, record: Any, log: Any) -> None:
-    from bench.floor import FloorPool
+    from bench.floor_turns import FloorTurns
 
     sky = load()
     async with sky.Pool(provider=sky.Local(), nodes=2) as pool:
-        # rtt and broadcast2 again, in rounds taken in turn with the floor's in this same process:
-        # the ratio to the floor that holds whatever the machine does meanwhile (bench.common)
-        async with FloorPool(2) as floor:
+        # rtt and broadcast2 again, in rounds taken in turn with the floor's (its client in a process
+        # of its own), pinned: the ratio to the floor that holds whatever the machine does meanwhile
+        floor = FloorTurns()
+        try:
             sky_pids = [w.pid for node in pool.state.nodes for w in node.workers]
-            floor_pids = [w.proc.pid for w in floor.workers]
-            await measure_paired({"skyhive": (pool, sky_pids), "floor": (floor, floor_pids)}, params, record)
+            await measure_paired({"skyhive": LocalTurns(pool, sky_pids), "floor": floor}, params, record)
+        finally:
+            floor.close()
         await measure_warm(pool, params, record, log)
 
 

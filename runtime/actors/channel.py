@@ -186,11 +186,12 @@ class WorkerChannel:
         except ProtocolError as exc:
             self._broken(f"protocol error while sending Submit: {exc}")
             return False
-        self._write(data)
+        if self.link is not None:  # (`_write`, inline)
+            self.link.write(data)
         return True
 
     def _dispatch(self, msg: Message) -> None:
-        if isinstance(msg, Result):
+        if msg.__class__ is Result:
             if msg.shared:
                 msg = self._attach_shared(msg)
                 if msg is None:

@@ -241,21 +241,30 @@ class EventLog:
         """`record_task(TaskSubmitted, ...)`, each field by name (every call makes one: no lookups)."""
         if self._subscribers or self._secrets:
             self.emit(TaskSubmitted, task=task, node=node, local_rank=local_rank, fn=fn, items=items)
-        else:
-            self._defer(TaskSubmitted, (task, node, local_rank, fn, items))
+            return
+        self._deferred.append((TaskSubmitted, self._seq, _now(), (task, node, local_rank, fn, items)))
+        self._seq += 1
+        if not self._flush_scheduled or len(self._deferred) >= 4096:
+            self._deferred_more()
 
     def task_finished(self, task: int, node: int, local_rank: int, outcome: str, error: str) -> None:
         """`record_task(TaskFinished, ...)`, each field by name (every call makes one: no lookups)."""
         if self._subscribers or self._secrets:
             self.emit(TaskFinished, task=task, node=node, local_rank=local_rank, outcome=outcome, error=error)
-        else:
-            self._defer(TaskFinished, (task, node, local_rank, outcome, error))
+            return
+        self._deferred.append((TaskFinished, self._seq, _now(), (task, node, local_rank, outcome, error)))
+        self._seq += 1
+        if not self._flush_scheduled or len(self._deferred) >= 4096:
+            self._deferred_more()
 
     def _defer(self, cls: type[Event], values: tuple[Any, ...]) -> None:
-        deferred = self._deferred
-        deferred.append((cls, self._seq, _now(), values))
+        self._deferred.append((cls, self._seq, _now(), values))
         self._seq += 1
-        if len(deferred) >= 4096:
+        self._deferred_more()
+
+    def _deferred_more(self) -> None:
+        """After a task event was deferred: settle a long run of them; see that the file is written."""
+        if len(self._deferred) >= 4096:
             self._settle()
         elif not self._flush_scheduled and self._file is not None:
             self._schedule_flush()

@@ -18,25 +18,17 @@ import contextlib
 import dataclasses
 import logging
 import os
-import pickle
 import select
 import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
-from types import GeneratorType
 from typing import Any
 
-import cloudpickle
-
-from ...plugins.api import AppHook, TaskHook
 from ...protocol import (
     Cancel,
-    Connection,
     Function,
     Hello,
-    Item,
     Message,
     Missing,
     Output,
@@ -44,65 +36,45 @@ from ...protocol import (
     Pong,
     ProtocolError,
     Result,
-    Role,
     Shutdown,
     Started,
-    State,
     Submit,
-    WantFunction,
     Welcome,
 )
 from ...protocol.messages import PROTOCOL_VERSION, STDERR, STDOUT
-from ..onnode.setup import FN_CACHE_LIMIT, python_version, skyhive_version
-from ..serialize import dump_exception, dump_inline, dump_value, load_value
+from ..onnode.setup import python_version, skyhive_version
 from ..transport import shm
 from .bufcache import MemfdStore
-from .capture import FLUSH_DELAY, Flusher, TaskStream, flush_streams
+from .capture import FLUSH_DELAY, Flusher, TaskStream
 from .shared import attach_shared, share_result
+from .tasks import TaskCancelled, TaskCore
 
 log = logging.getLogger("skyhive.worker")
 
 __all__ = ["Worker", "TaskCancelled"]
 
 _CANCEL_SIGNAL = signal.SIGUSR1
-_loads = pickle.loads  # (load_value, for the usual arguments: pickled in band)
 #: Socket mode: an `Ack` of the client's frames goes out at least this often while some are unacknowledged.
 ACK_DELAY = 0.2
 _IOV_MAX = 512  # pieces per writev (the kernel takes at most 1024)
 
 
-class TaskCancelled(BaseException):
-    """Raised inside a task's thread when the client cancels it (a BaseException, like KeyboardInterrupt)."""
-
-
-class Worker:
+class Worker(TaskCore):
     """The daemon's state. `run()` returns the process exit code.
 
-    The task-running core (`dispatch`, `execute`, `_reply`) is shared with the in-process worker of
-    simulated nodes (`skyhive.runtime.transport.simulated`), which overrides only how frames are
-    written (`_write`), how the process ends (`abandon`) and what touches the process (`_apply_env`).
+    The task-running core (`dispatch` here; `execute`, `_reply` in `TaskCore`) is shared with the
+    in-process worker of simulated nodes (`skyhive.runtime.transport.simulated`), which overrides only
+    how frames are written (`_write`), how the process ends (`abandon`) and what touches the process
+    (`_apply_env`).
     """
 
     #: Bytes of the reusable read buffer (0: this worker never reads a file descriptor).
     READ_BUFFER = 1 << 20
 
     def __init__(self, fd_in: int, fd_out: int) -> None:
-        self.conn = Connection(Role.WORKER)
-        self.task_started = 0.0
+        super().__init__()
         self.started_sent: int | None = None
-        self.fns: dict[bytes, Callable[..., Any]] = {}
-        self.current: int | None = None
-        self.in_user_code = False
-        self.cancel_requested: int | None = None
-        self.cancelled_queued: set[int] = set()
-        self.task_hooks: list[Any] = []
-        self.setup_info: Any = None
         self.failure: str | None = None  # why reading from the client failed (a protocol error)
-        # tasks that came without their function's bytes, which this worker no longer holds: they wait
-        # for the client's `Function` (see `_wants_function`); and those whose function the client
-        # could not send (they fail as tasks of a function this worker does not hold)
-        self.parked: dict[int, Submit] = {}
-        self.no_function: set[int] = set()
         self._open_process(fd_in, fd_out)
 
     def _open_process(self, fd_in: int, fd_out: int) -> None:
@@ -136,22 +108,23 @@ class Worker:
     def _write(self, data: bytes | list[Any]) -> None:
         self._writing += 1  # a Cancel arriving now waits until the frame is whole (see _on_cancel_signal)
         try:
-            if data.__class__ is bytes:  # one frame (most often whole in one write: no views then)
-                n = os.write(self.fd_out, data)
-                views = [memoryview(data)[n:]] if n < len(data) else []  # type: ignore[arg-type]
-            else:
-                views = [memoryview(d) for d in (data if isinstance(data, list) else [data])]
-            while views:
-                n = os.writev(self.fd_out, views)
-                while views and n >= len(views[0]):
-                    n -= len(views[0])
-                    views.pop(0)
-                if views and n:
-                    views[0] = views[0][n:]
+            if data.__class__ is not bytes:
+                self._write_views([memoryview(d) for d in (data if isinstance(data, list) else [data])])
+            elif (n := os.write(self.fd_out, data)) < len(data):  # (one frame: most often whole at once)
+                self._write_views([memoryview(data)[n:]])
         finally:
             self._writing -= 1
         if self._cancel_deferred and not self._writing:
             self.resume_deferred_cancel()
+
+    def _write_views(self, views: list[memoryview]) -> None:
+        while views:
+            n = os.writev(self.fd_out, views)
+            while views and n >= len(views[0]):
+                n -= len(views[0])
+                views.pop(0)
+            if views and n:
+                views[0] = views[0][n:]
 
     def resume_deferred_cancel(self) -> None:
         """Deliver a `Cancel` that waited for a frame to be whole — in the main thread, which runs
@@ -371,166 +344,3 @@ class Worker:
             self.stdout.flush()
             self.stderr.flush()
         return 0
-
-    def execute(self, sub: Submit) -> None:
-        task_id = sub.task_id
-        if task_id in self.cancelled_queued:
-            self.cancelled_queued.discard(task_id)
-            self.send_result(Result(task_id=task_id, ok=False, value=b"", cancelled=True,
-                                    error_type="TaskCancelled", error_message="cancelled before it started"), [])
-            return
-        fn = self.fns.get(sub.fn_id)
-        if fn is None and not sub.fn and self._wants_function(sub):
-            return  # parked until the client sends the function (see dispatch)
-        self.task_started = time.monotonic()
-        self.current = task_id
-        ok, cancelled = True, False
-        value: Any = None
-        try:
-            options, batch = sub.options, sub.batch
-            if fn is None or options:
-                fn, buffers = self._function(sub)
-            else:  # (the common warm call: a function it holds, no options)
-                buffers = sub.buffers
-            args = _loads(sub.args, buffers=buffers) if sub.args else load_value(sub.args, buffers)
-            # from here on the task's arguments live only as long as the task needs them: the Result
-            # goes out after they are dropped, so a memfd the client passed is no longer held by
-            # us when the client learns the call ended (its `MemfdPool` can refill it at once)
-            del sub, buffers
-            if options:
-                if options.get("kind") == "setup":
-                    self._setup(fn)
-                else:
-                    value = self._call(fn, args, batch, task_id if options.get("stream") else None)
-            elif batch or self.task_hooks:
-                value = self._call(fn, args, batch)
-            else:  # a plain call, as `_call` makes it (one stack frame, not three, on every call)
-                self.in_user_code = True
-                a, kw = args
-                value = fn(*a, **kw)
-                if value.__class__ is GeneratorType:  # not asked to stream (`pool.run`): the items
-                    value = list(value)
-        except TaskCancelled:
-            ok, cancelled = False, True
-        except BaseException as exc:  # noqa: BLE001 - everything a task raises goes back to the caller
-            ok, value = False, exc
-        finally:
-            self.in_user_code = False
-            self.cancel_requested = None
-            flush_streams(self._streams)
-        self.current = None
-        args = fn = a = kw = None  # noqa: F841 - dropped before the Result (see above)
-        self._reply(task_id, ok, cancelled, value)
-
-    def _call(self, fn: Callable[..., Any], args: Any, batch: bool, stream: int | None = None) -> Any:
-        if not self.task_hooks:
-            self.in_user_code = True
-            return self._invoke(fn, args, batch, stream)
-        with contextlib.ExitStack() as stack:
-            for hook in self.task_hooks:
-                stack.enter_context(hook(self.setup_info))
-            self.in_user_code = True
-            return self._invoke(fn, args, batch, stream)
-
-    def _invoke(self, fn: Callable[..., Any], args: Any, batch: bool, stream: int | None = None) -> Any:
-        if batch:
-            out = []
-            for i, item in enumerate(args):
-                try:
-                    out.append(fn(item))
-                except Exception as exc:
-                    exc.add_note(f"(map item {i} of this batch)")
-                    raise
-            return out
-        a, kw = args
-        value = fn(*a, **kw)
-        if isinstance(value, GeneratorType):  # (inspect.isgenerator, without its Python frame)
-            if stream is None:  # not asked to stream (`pool.run`): the items, as a list
-                return list(value)
-            return self._stream(stream, value)
-        return value
-
-    def _stream(self, task_id: int, items: Any) -> int:
-        """Send each item the generator yields as an `Item` frame, as it is yielded; the count."""
-        count = 0
-        for item in items:
-            self.send(Item(task_id=task_id, index=count, value=dump_inline(item, f"item {count}")))
-            count += 1
-        return count
-
-    def _function(self, sub: Submit) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-        """The task's function, and the out-of-band buffers of its arguments. A large function
-        travels as buffer 0 (option ``fn_buffer``), with every call."""
-        buffers = sub.buffers
-        payload: Any = sub.fn
-        if sub.options.get("fn_buffer"):
-            if not buffers:
-                raise RuntimeError("task announced its function as a buffer and sent none (client bug)")
-            payload, buffers = buffers[0], buffers[1:]
-        fn = self.fns.get(sub.fn_id)
-        if fn is None:
-            if not payload:
-                raise RuntimeError("worker does not hold the function this task refers to (client bug)")
-            fn = cloudpickle.loads(payload)
-            if len(self.fns) >= FN_CACHE_LIMIT:
-                self.fns.clear()
-            self.fns[sub.fn_id] = fn
-        return fn, buffers
-
-    def _wants_function(self, sub: Submit) -> bool:
-        """`sub` came without its function's bytes and this worker does not hold it (its cache of
-        loaded functions was cleared where the client could not tell): ask the client for it and
-        park the task (True) — unless the function travels as a buffer (`fn_buffer`: then it is
-        there), the client already could not send it, or the connection can no longer ask (after
-        `Shutdown`): the task then fails, saying so (False)."""
-        if sub.task_id in self.no_function:
-            self.no_function.discard(sub.task_id)
-            return False
-        if sub.options.get("fn_buffer") or self.conn.state is not State.READY:
-            return False
-        self.parked[sub.task_id] = sub
-        try:
-            self.send(WantFunction(task_id=sub.task_id))
-        except (OSError, ProtocolError):
-            pass  # the client is gone; the reader ends the process
-        return True
-
-    def _setup(self, setup: Any) -> None:
-        from ..onnode.context import instance_info
-
-        self._apply_env(setup.env)
-        if self.setup_info is not None:  # a detached worker taken over by a new client: set up already
-            return
-        info = instance_info()
-        self.setup_info = info
-        for plugin in setup.plugins:
-            if isinstance(plugin, AppHook):
-                self.app_stack.enter_context(plugin.around_app(info))
-            if isinstance(plugin, TaskHook):
-                self.task_hooks.append(plugin.around_task)
-
-    def _apply_env(self, env: dict[str, str]) -> None:
-        """The pool's worker environment: this process's from now on."""
-        os.environ.update(env)
-
-    def _reply(self, task_id: int, ok: bool, cancelled: bool, value: Any) -> None:
-        if cancelled:
-            msg = Result(task_id=task_id, ok=False, value=b"", cancelled=True,
-                         error_type="TaskCancelled", error_message="cancelled while running")
-            self.send_result(msg, [])
-            return
-        if ok:
-            try:
-                data, buffers = dump_value(value, "result")
-                if not buffers:  # most values: one frame, packed from a template
-                    self.send_value(task_id, data)
-                    return
-                sizes = tuple(memoryview(b).nbytes for b in buffers)
-                self.send_result(Result(task_id=task_id, ok=True, value=data, buffer_sizes=sizes), buffers)
-                return
-            except Exception as exc:  # the result could not be pickled: report that instead
-                value = exc
-        data, type_name, message, tb = dump_exception(value)
-        self.send_result(Result(task_id=task_id, ok=False, value=data, error_type=type_name,
-                                error_message=message, traceback=tb), [])
-
