@@ -171,12 +171,13 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.child, args.profile, args.map_items)))
         return 0
     rows = []
-    with tempfile.TemporaryDirectory(prefix="skyhive-scale-") as home:
-        env = {**os.environ, "SKYHIVE_HOME": home}
-        for n in [int(x) for x in args.nodes.split(",") if x]:
-            load = os.getloadavg()
-            runs = []
-            for _ in range(args.repeat):
+    for n in [int(x) for x in args.nodes.split(",") if x]:
+        load = os.getloadavg()
+        runs = []
+        for _ in range(args.repeat):
+            # a state directory per run: `skyhive ls` reads that run's log only
+            with tempfile.TemporaryDirectory(prefix="skyhive-scale-") as home:
+                env = {**os.environ, "SKYHIVE_HOME": home}
                 proc = subprocess.run([sys.executable, "-m", "bench.scale_bench", "--child", str(n),
                                        "--profile", args.profile, "--map-items", str(args.map_items)],
                                       env=env, capture_output=True, text=True, check=False)
@@ -186,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
                 if args.profile:
                     sys.stderr.write(proc.stderr)
                 runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-            rows.append({**_medians(runs), "nodes": n, "load": load[0], "spread": (min(r["total_s"] for r in runs),
-                                                                      max(r["total_s"] for r in runs))})
+        spread = (min(r["total_s"] for r in runs), max(r["total_s"] for r in runs))
+        rows.append({**_medians(runs), "nodes": n, "load": load[0], "spread": spread})
     base = rows[0]["total_s"] / rows[0]["nodes"]
     print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
     print(f"each figure: the median of {args.repeat} runs (a fresh process each); total s: median (min-max)")

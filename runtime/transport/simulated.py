@@ -22,6 +22,7 @@ import os
 import re
 import sys
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -46,10 +47,63 @@ log = logging.getLogger("skyhive.transport.simulated")
 _LOCAL_RANK = re.compile(r'"local_rank":(\d+)')
 
 
+class _Crossings:
+    """One loop callback that moves the waiting bytes of every simulated link of an event loop.
+
+    A callback per link and direction was a handle and a bound method per message: a broadcast to
+    10,000 nodes made 40,000 of them, all alive at once, which the collector then promoted and walked.
+    Links are served in the order they asked, each direction first come first served, as before.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.inbound: list[_SimLink] = []  # links whose worker has bytes to read
+        self.outbound: list[_SimLink] = []  # links whose channel has bytes (or the end) to read
+        self.scheduled = False
+
+    def want_in(self, link: _SimLink) -> None:
+        self.inbound.append(link)
+        self._schedule()
+
+    def want_out(self, link: _SimLink) -> None:
+        self.outbound.append(link)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self.scheduled:
+            self.scheduled = True
+            self.loop.call_soon(self._run)
+
+    def _run(self) -> None:
+        self.scheduled = False
+        inbound, self.inbound = self.inbound, []
+        outbound, self.outbound = self.outbound, []
+        for link in inbound:
+            self._serve(link._pump)
+        for link in outbound:
+            self._serve(link._flush_out)
+
+    def _serve(self, move: Any) -> None:
+        try:
+            move()
+        except Exception as exc:  # as the loop does for a failing callback: report it, serve the others
+            self.loop.call_exception_handler({"message": "simulated link failed", "exception": exc})
+
+
+_crossings: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Crossings] = weakref.WeakKeyDictionary()
+
+
+def _crossings_of(loop: asyncio.AbstractEventLoop) -> _Crossings:
+    crossings = _crossings.get(loop)
+    if crossings is None:
+        crossings = _crossings[loop] = _Crossings(loop)
+    return crossings
+
+
 class _SimLink:
     """The client's end of the in-memory pipe to one simulated worker (`Link`).
 
-    Both directions are queued and handed over in loop callbacks, as a pipe would: the client's
+    Both directions are queued and handed over in a loop callback (`_Crossings`), as a pipe would: the client's
     channel never runs inside the worker's call (where a task's output is redirected, and the
     client printing what a task wrote would write into that task's own stream, re-entering it),
     and the worker never runs inside the channel's. What the worker wrote before it ended reaches
@@ -58,32 +112,37 @@ class _SimLink:
 
     fd_socket = None  # no shared memory: buffers travel in the frames
     __slots__ = ("worker", "receiver", "inbox", "outbox", "paused", "scheduled", "out_scheduled", "closed",
-                 "eof_sent", "loop")
+                 "eof_sent", "crossings")
 
     def __init__(self, receiver: Receiver) -> None:
         self.receiver = receiver
         self.worker: SimulatedWorker | None = None
-        # bytes waiting to cross, each way (None while nothing waits: two lists fewer per node)
-        self.inbox: list[bytes] | None = None
-        self.outbox: list[bytes] | None = None
+        # bytes waiting to cross, each way: None, one message's bytes, or a list of them (most often
+        # one message waits: bytes are no object the collector tracks; a list per message, alive
+        # until the next loop turn, was 20,000 objects promoted and walked in a 10k broadcast)
+        self.inbox: bytes | list[bytes] | None = None
+        self.outbox: bytes | list[bytes] | None = None
         self.paused = False
         self.scheduled = False  # a `_pump` is due
         self.out_scheduled = False  # a `_flush_out` is due
         self.closed = False  # the worker's end closed: nothing more goes either way
         self.eof_sent = False
-        self.loop = asyncio.get_running_loop()
+        self.crossings = _crossings_of(asyncio.get_running_loop())
 
     # client -> worker
     def write(self, data: bytes | memoryview) -> None:
         if self.closed:
             return
-        if self.inbox is None:
-            self.inbox = [bytes(data)]
+        box = self.inbox
+        if box is None:
+            self.inbox = bytes(data)
+        elif box.__class__ is bytes:
+            self.inbox = [box, bytes(data)]  # type: ignore[list-item]
         else:
-            self.inbox.append(bytes(data))
+            box.append(bytes(data))  # type: ignore[union-attr]
         if not self.scheduled:
             self.scheduled = True
-            self.loop.call_soon(self._pump)
+            self.crossings.want_in(self)
 
     def writelines(self, pieces: Sequence[bytes | memoryview]) -> None:
         for piece in pieces:
@@ -97,29 +156,37 @@ class _SimLink:
 
     def _pump(self) -> None:
         self.scheduled = False
-        if self.worker is not None and self.inbox:
-            data, self.inbox = b"".join(self.inbox), None
-            self.worker.feed(data)
+        box = self.inbox
+        if self.worker is not None and box:
+            self.inbox = None
+            self.worker.feed(box if box.__class__ is bytes else b"".join(box))  # type: ignore[arg-type]
 
     # worker -> client
     def deliver(self, data: bytes) -> None:
         if self.closed:
             return
-        if self.outbox is None:
-            self.outbox = [data]
+        box = self.outbox
+        if box is None:
+            self.outbox = data
+        elif box.__class__ is bytes:
+            self.outbox = [box, data]  # type: ignore[list-item]
         else:
-            self.outbox.append(data)
+            box.append(data)  # type: ignore[union-attr]
         self._schedule_out()
 
     def _schedule_out(self) -> None:
         if not self.out_scheduled and not self.paused:
             self.out_scheduled = True
-            self.loop.call_soon(self._flush_out)
+            self.crossings.want_out(self)
 
     def _flush_out(self) -> None:
         self.out_scheduled = False
         out = self.outbox
-        if out is not None:
+        if out.__class__ is bytes:
+            if not self.paused:
+                self.outbox = None
+                self.receiver.data_received(out)  # type: ignore[arg-type]
+        elif out is not None:
             done = 0
             while done < len(out) and not self.paused:  # (the channel may pause us as it reads)
                 data = out[done]
@@ -145,7 +212,7 @@ class _SimLink:
     def close(self) -> None:
         """The client closes its end: the worker sees end of input and stops, like the daemon."""
         if self.worker is not None and self.worker.returncode is None:
-            self.loop.call_soon(self.worker.finish, 0)
+            self.crossings.loop.call_soon(self.worker.finish, 0)
 
     def end(self) -> None:
         """The worker's end closed: the channel gets what is left, then end of file (in a callback)."""
