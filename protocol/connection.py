@@ -19,6 +19,7 @@ from .codec import (
     MAX_BUFFERS,
     MAX_MESSAGE,
     decode_body,
+    decode_message,
     encode,
     encode_chunk_header,
     encode_submit,
@@ -36,6 +37,7 @@ __all__ = ["Connection", "Role", "State", "CHUNK_SIZE", "MAX_PENDING_BUFFERS"]
 #: heartbeat waits at most about a millisecond behind one.
 CHUNK_SIZE = 1024 * 1024
 _HEADER_SIZE = HEADER.size
+_CHUNK_TAG = Chunk.tag
 _unpack_length = HEADER.unpack_from
 _HANDSHAKE = frozenset({Hello, Welcome})
 _WITH_BUFFERS = frozenset({Submit, Result})
@@ -249,7 +251,11 @@ class Connection(Reassembly):
             # the common case, one whole small frame and nothing else: no reassembly to do (a Chunk
             # or a message announcing buffers still goes through `_accept`, as in `_frames`)
             self.frames_received += 1
-            msg = decode_body(data[_HEADER_SIZE:] if data.__class__ is memoryview else memoryview(data)[_HEADER_SIZE:])
+            # (a bytes body is sliced as bytes: copying a small one costs less than a memoryview)
+            if data[4] == 0x94 and n > 5 and data[5] == _CHUNK_TAG:
+                msg = decode_body(data[_HEADER_SIZE:] if data.__class__ is memoryview else memoryview(data)[_HEADER_SIZE:])
+            else:
+                msg = decode_message(data[_HEADER_SIZE:])
             cls = msg.__class__
             if self._can_recv.get(cls) is self._state and (
                     cls in _PLAIN or (cls in _WITH_BUFFERS and not msg.buffer_sizes)):  # type: ignore[attr-defined]
