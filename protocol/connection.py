@@ -252,8 +252,9 @@ class Connection(Reassembly):
             # or a message announcing buffers still goes through `_accept`, as in `_frames`)
             self.frames_received += 1
             # (a bytes body is sliced as bytes: copying a small one costs less than a memoryview)
-            if data[4] == 0x94 and n > 5 and data[5] == _CHUNK_TAG:
-                msg = decode_body(data[_HEADER_SIZE:] if data.__class__ is memoryview else memoryview(data)[_HEADER_SIZE:])
+            if data[4] == 0x94 and n > 5 and data[5] == _CHUNK_TAG:  # (its data: a view, not a copy)
+                view = data if data.__class__ is memoryview else memoryview(data)
+                msg = decode_body(view[_HEADER_SIZE:])
             else:
                 msg = decode_message(data[_HEADER_SIZE:])
             cls = msg.__class__
