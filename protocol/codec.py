@@ -30,6 +30,7 @@ __all__ = [
     "encode_submit",
     "encode_value_result",
     "decode_body",
+    "decode_message",
 ]
 
 HEADER = struct.Struct(">I")
@@ -202,6 +203,12 @@ def decode_body(body: memoryview) -> Message:
             f"message frame of {len(body)} bytes exceeds the MAX_MESSAGE limit of {MAX_MESSAGE} bytes "
             "(only Chunk frames may be larger)"
         )
+    return decode_message(body)
+
+
+def decode_message(body: bytes | memoryview) -> Message:
+    """`decode_body` for a body known not to be a `Chunk`'s and at most `MAX_MESSAGE` bytes (the
+    caller checked both: `Connection`'s one-whole-frame path)."""
     try:
         obj = _unpackb(body, use_list=False, raw=False, strict_map_key=True, max_array_len=MAX_ARRAY,
                        max_map_len=MAX_MAP, max_ext_len=0)

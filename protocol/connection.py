@@ -19,6 +19,7 @@ from .codec import (
     MAX_BUFFERS,
     MAX_MESSAGE,
     decode_body,
+    decode_message,
     encode,
     encode_chunk_header,
     encode_submit,
@@ -26,7 +27,7 @@ from .codec import (
 )
 from .cache import BufferStore, cache_fields_problem
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
-from .messages import PROTOCOL_VERSION, Chunk, Hello, Message, Result, Submit, Welcome
+from .messages import MESSAGE_TYPES, PROTOCOL_VERSION, Chunk, Hello, Message, Result, Submit, Welcome
 from .reassembly import MAX_PENDING_BUFFERS, Reassembly
 from .states import RECV, SEND, Role, State, table
 
@@ -36,11 +37,14 @@ __all__ = ["Connection", "Role", "State", "CHUNK_SIZE", "MAX_PENDING_BUFFERS"]
 #: heartbeat waits at most about a millisecond behind one.
 CHUNK_SIZE = 1024 * 1024
 _HEADER_SIZE = HEADER.size
+_CHUNK_TAG = Chunk.tag
 _unpack_length = HEADER.unpack_from
 _HANDSHAKE = frozenset({Hello, Welcome})
 _WITH_BUFFERS = frozenset({Submit, Result})
 #: the received messages that need more than a state move: a version check, or buffers to wait for
 _SPECIAL = _HANDSHAKE | _WITH_BUFFERS
+#: the received messages whose only effect is the state move (everything but `Chunk` and `_SPECIAL`)
+_PLAIN = frozenset(MESSAGE_TYPES) - _SPECIAL - {Chunk}
 
 
 class Connection(Reassembly):
@@ -240,8 +244,27 @@ class Connection(Reassembly):
         return []
 
     def _receive(self, data: bytes | bytearray | memoryview) -> list[Message]:
-        self.bytes_received += len(data)
-        out: list[Message] = []
+        n = len(data)
+        self.bytes_received += n
+        if (n > _HEADER_SIZE and self._streaming is None and not self._buf
+                and n - _HEADER_SIZE <= self._message_limit and _unpack_length(data, 0)[0] == n - _HEADER_SIZE):
+            # the common case, one whole small frame and nothing else: no reassembly to do (a Chunk
+            # or a message announcing buffers still goes through `_accept`, as in `_frames`)
+            self.frames_received += 1
+            # (a bytes body is sliced as bytes: copying a small one costs less than a memoryview)
+            if data[4] == 0x94 and n > 5 and data[5] == _CHUNK_TAG:  # (its data: a view, not a copy)
+                view = data if data.__class__ is memoryview else memoryview(data)
+                msg = decode_body(view[_HEADER_SIZE:])
+            else:
+                msg = decode_message(data[_HEADER_SIZE:])
+            cls = msg.__class__
+            if self._can_recv.get(cls) is self._state and (
+                    cls in _PLAIN or (cls in _WITH_BUFFERS and not msg.buffer_sizes)):  # type: ignore[attr-defined]
+                return [msg]
+            out: list[Message] = []
+            self._accept(msg, out)
+            return out
+        out = []
         if self._streaming is not None:
             view = memoryview(data)
             used = self._stream_chunk(view, out)
@@ -289,24 +312,29 @@ class Connection(Reassembly):
                 break
             pos = start + length
             self.frames_received += 1
-            msg = decode_body(view[start:pos])
-            cls = msg.__class__
-            if cls is Chunk:
-                self._chunk(msg, out)  # type: ignore[arg-type]
-                continue
-            nxt = self._can_recv.get(cls)
-            if nxt is None:
-                self._move(RECV, msg)  # raises, naming the illegal move
-            elif nxt is not self._state:
-                self.state = nxt
-            if cls in _SPECIAL:
-                if cls in _HANDSHAKE:
-                    self._check_version(msg)  # type: ignore[arg-type]
-                elif msg.buffer_sizes:  # type: ignore[attr-defined]
-                    self._announce(msg, out)  # type: ignore[arg-type]
-                    continue
-            out.append(msg)
+            self._accept(decode_body(view[start:pos]), out)
         return pos
+
+    def _accept(self, msg: Message, out: list[Message]) -> None:
+        """What one received message does: a `Chunk` fills its buffer; any other moves the state (or
+        raises, naming the illegal move), a handshake checks the version, a message announcing buffers
+        waits for them; the others go to `out`."""
+        cls = msg.__class__
+        if cls is Chunk:
+            self._chunk(msg, out)  # type: ignore[arg-type]
+            return
+        nxt = self._can_recv.get(cls)
+        if nxt is None:
+            self._move(RECV, msg)  # raises, naming the illegal move
+        elif nxt is not self._state:
+            self.state = nxt
+        if cls in _SPECIAL:
+            if cls in _HANDSHAKE:
+                self._check_version(msg)  # type: ignore[arg-type]
+            elif msg.buffer_sizes:  # type: ignore[attr-defined]
+                self._announce(msg, out)  # type: ignore[arg-type]
+                return
+        out.append(msg)
 
     def _check_version(self, msg: Hello | Welcome) -> None:
         if isinstance(msg, Welcome) and msg.error:

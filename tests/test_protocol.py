@@ -318,3 +318,40 @@ def test_reading_straight_into_the_chunk_target():
     [done] = out
     assert bytes(done.buffers[0]) == big
     assert worker.receive_target() is None
+
+
+@pytest.mark.parametrize("wrap", [bytes, bytearray, memoryview])
+def test_one_whole_frame_per_receive_is_the_same_protocol(wrap):
+    """Each frame handed over alone (the receive path most frames take: one whole small frame) gives
+    the messages, counters and state moves that the same bytes give fed together and fed bytewise —
+    a Result announcing a buffer still waits for its Chunk, a Shutdown still closes."""
+    c1, w1 = pair()
+    sub = Submit(task_id=3, fn_id=b"\x02" * 16, fn=b"", args=b"a")
+    from_worker = [w1.send(Started(task_id=3)), w1.send(Result(task_id=3, ok=True, value=b"v", buffer_sizes=(2,))),
+                   *(h + bytes(p) for h, p in w1.send_buffers(3, [b"xy"])),
+                   w1.send(Result(task_id=4, ok=True, value=b"w"))]
+    from_client = [c1.send(sub), c1.send(Ping(nonce=9)), c1.send(Shutdown())]
+    outcomes = []
+    for feed in ("whole", "together", "bytewise"):
+        client, worker = pair()
+        if feed == "whole":
+            got_c = [m for f in from_worker for m in client.receive_data(wrap(f))]
+            got_w = [m for f in from_client for m in worker.receive_data(wrap(f))]
+        elif feed == "together":
+            got_c = client.receive_data(wrap(b"".join(from_worker)))
+            got_w = worker.receive_data(wrap(b"".join(from_client)))
+        else:
+            got_c = feed_bytewise(client, b"".join(from_worker))
+            got_w = feed_bytewise(worker, b"".join(from_client))
+        outcomes.append((got_c, got_w, client.frames_received, worker.frames_received, client.bytes_received,
+                         worker.bytes_received, client.state, worker.state))
+    assert outcomes[0] == outcomes[1] == outcomes[2]
+    got_c, got_w = outcomes[0][:2]
+    assert [type(m) for m in got_c] == [Started, Result, Result] and got_c[1].buffers[0] == b"xy"
+    assert got_w == [sub, Ping(nonce=9), Shutdown()] and outcomes[0][7] is State.CLOSED
+    # an illegal message arriving as one whole frame is refused as before (and the error sticks)
+    client, worker = pair()
+    with pytest.raises(RemoteProtocolError, match="peer sent Submit to client in state ready"):
+        client.receive_data(wrap(encode(Submit(task_id=5, fn_id=b"", fn=b"", args=b""))))
+    with pytest.raises(RemoteProtocolError, match="ERROR state"):
+        client.receive_data(wrap(encode(Started(task_id=3))))
