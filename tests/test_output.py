@@ -857,10 +857,16 @@ def test_fd_output_is_forwarded_in_order_and_drained_by_flush():
         assert "".join(got) == "python first\nfd second\n"
         e_acute = "é".encode()
         os.write(w, b"fd third " + e_acute[:1])  # a character split between two writes
-        stream.write("python fourth\n")  # into an empty buffer: the waiting fd text goes first
+        # into an empty buffer: the waiting fd text goes first — its whole lines; the unfinished one
+        # waits for the rest of its line, so the print does not land in the middle of it
+        stream.write("python fourth\n")
         os.write(w, e_acute[1:] + b"\n")
         stream.flush()
-        assert "".join(got) == "python first\nfd second\nfd third python fourth\né\n"
+        assert "".join(got) == "python first\nfd second\npython fourth\nfd third é\n"
+        os.write(w, b"fd unfinished")
+        stream.write("python fifth\n")
+        stream.flush()  # a flush sends everything, an unfinished fd line too
+        assert "".join(got).endswith("python fourth\nfd third é\npython fifth\nfd unfinished")
     finally:
         os.close(w)
         os.close(r)

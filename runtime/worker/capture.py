@@ -14,7 +14,9 @@ read goes first (`print("start"); subprocess.run(...)`); fd text waiting when Py
 into an empty buffer goes first (`subprocess.run(...); print("done")`); and a flush
 (`print(..., flush=True)`, `sys.stdout.flush()`, the end of a task) is a barrier: everything written
 before it, on either path, is sent before anything written after it. Only text written through both
-paths within one flush interval, without a flush between, may interleave differently.
+paths within one flush interval, without a flush between, may interleave differently — by whole
+lines where it can: an unfinished native line waits (until its newline or the next flush) so that a
+`print` sent meanwhile does not land inside it.
 
 Backpressure: all sending of a stream happens under the stream's lock, and the sink blocks when the
 client stops reading (the pipe to the client fills). A writer that fills the buffer then blocks on
@@ -68,6 +70,7 @@ class TaskStream(io.TextIOBase):
         self._lock = threading.Lock()  # held while sending: keeps this stream's frames in order
         self._fd = -1  # read end of the pipe standing in for fd 1/2, once an FdPump is attached
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._fd_tail = ""  # fd text after its last newline, held back until the line goes on (see _send)
         self._binary: _BinaryWriter | None = None
         self.enabled = True
 
@@ -111,7 +114,8 @@ class TaskStream(io.TextIOBase):
         if n and self.enabled:
             parts = self._parts
             if not parts and self._fd >= 0 and _pending_bytes(self._fd):
-                self.flush()  # native output written before this text goes first
+                with self._lock:  # native output written before this text goes first
+                    self._send(self._take(), self._read_fd(until_empty=True), hold=True)
             parts.append(s)
             size = self._size + n
             self._size = size
@@ -168,7 +172,17 @@ class TaskStream(io.TextIOBase):
             want -= len(data)
         return "".join(chunks)
 
-    def _send(self, text: str, fd_text: str = "") -> None:
+    def _send(self, text: str, fd_text: str = "", hold: bool = False) -> None:
+        """Send Python `text`, then `fd_text`. With `hold` (the pump, and the native output read before
+        a Python write), fd text after its last newline is kept back and goes before the next fd text:
+        native code writes a line in pieces ("[Gloo] Rank ", "0 is connected..."), and a `print` from
+        another thread sent between the pieces would land in the middle of that line on the client. A
+        flush (the Flusher's tick, `flush()`, the end of a task) sends it."""
+        if self._fd_tail:
+            fd_text, self._fd_tail = self._fd_tail + fd_text, ""
+        if hold and fd_text and fd_text[-1] != "\n":
+            cut = fd_text.rfind("\n") + 1
+            fd_text, self._fd_tail = fd_text[:cut], fd_text[cut:]
         if fd_text:
             text = text + fd_text if text else fd_text
         if not text or not self.enabled:
@@ -191,7 +205,7 @@ class TaskStream(io.TextIOBase):
         with self._lock:
             fd_text = self._read_fd(until_empty=False)
             if fd_text:
-                self._send(self._take(), fd_text)
+                self._send(self._take(), fd_text, hold=True)
             return self._fd >= 0
 
 
@@ -227,7 +241,7 @@ def flush_streams(streams: tuple[TaskStream, ...]) -> None:
     task, and a generator per check cost more than the checks.)"""
     fds: tuple[int, ...] = ()
     for s in streams:
-        if s._parts:
+        if s._parts or s._fd_tail:
             break
         if s._fd >= 0:
             fds += (s._fd,)
