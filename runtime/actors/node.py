@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -45,7 +46,7 @@ _STATE_OF: dict[str, NodeState] = {state.value: state for state in NodeState}
 
 log = logging.getLogger("skyhive.node")
 
-__all__ = ["NodeActor", "describe_exit", "final_cause", "first_error"]
+__all__ = ["NodeActor", "describe_exit", "final_cause", "first_error", "stop_nodes"]
 
 WORKER_ARGV = ("-m", "skyhive.runtime.worker")
 
@@ -395,15 +396,8 @@ class NodeActor:
     # ---- stopping ----------------------------------------------------------------------------------
 
     async def stop(self, timeout: float) -> None:
-        """Drain: ask every worker to shut down (plugin teardown runs), then kill what remains.
-        (`teardown.stop_nodes` does the same for many nodes in one task.)"""
-        self.begin_stop()
-        with anyio.move_on_after(timeout):
-            await self.wait_workers()
-        self.kill_workers()
-        with anyio.move_on_after(KILL_WAIT):
-            await self.wait_workers()
-        self.release_workers()
+        """Drain: ask every worker to shut down (plugin teardown runs), then kill what remains."""
+        await stop_nodes([self], timeout)
         await self.close_transport()
 
     def begin_stop(self) -> None:
@@ -466,3 +460,20 @@ class NodeActor:
 
     def usable_channels(self) -> list[WorkerChannel]:
         return [c for c in self.channels if c is not None and c.usable]
+
+
+async def stop_nodes(nodes: Sequence[NodeActor], timeout: float) -> None:
+    """`NodeActor.stop` for every node in `nodes`, less closing its transport (`release_nodes` does):
+    workers that have not exited `timeout` seconds after being asked to are killed."""
+    for node in nodes:
+        node.begin_stop()
+    with anyio.move_on_after(timeout):
+        for node in nodes:  # one deadline for all: each wait returns at once for a worker already gone
+            await node.wait_workers()
+    for node in nodes:
+        node.kill_workers()
+    with anyio.move_on_after(KILL_WAIT):
+        for node in nodes:
+            await node.wait_workers()
+    for node in nodes:
+        node.release_workers()

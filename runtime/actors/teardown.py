@@ -18,29 +18,12 @@ from collections.abc import Sequence
 import anyio
 
 from ...providers.base import Provider
-from .node import KILL_WAIT, NodeActor
+from .node import NodeActor, stop_nodes
 from .provisioning import with_retries
 
 log = logging.getLogger("skyhive.pool")
 
-__all__ = ["stop_nodes", "release_nodes"]
-
-
-async def stop_nodes(nodes: Sequence[NodeActor], timeout: float) -> None:
-    """`NodeActor.stop` for every node in `nodes`, less closing its transport (`release_nodes` does):
-    workers that have not exited `timeout` seconds after being asked to are killed."""
-    for node in nodes:
-        node.begin_stop()
-    with anyio.move_on_after(timeout):
-        for node in nodes:  # one deadline for all: each wait returns at once for a worker already gone
-            await node.wait_workers()
-    for node in nodes:
-        node.kill_workers()
-    with anyio.move_on_after(KILL_WAIT):
-        for node in nodes:
-            await node.wait_workers()
-    for node in nodes:
-        node.release_workers()
+__all__ = ["stop_nodes", "release_nodes"]  # (stop_nodes lives beside NodeActor.stop, which is it for one node)
 
 
 async def release_nodes(nodes: Sequence[NodeActor], provider: Provider) -> list[str]:
