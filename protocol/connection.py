@@ -45,6 +45,9 @@ _WITH_BUFFERS = frozenset({Submit, Result})
 _SPECIAL = _HANDSHAKE | _WITH_BUFFERS
 #: the received messages whose only effect is the state move (everything but `Chunk` and `_SPECIAL`)
 _PLAIN = frozenset(MESSAGE_TYPES) - _SPECIAL - {Chunk}
+#: more than a templated frame adds to the bytes its caller packed (array head, tag, a uint64 task
+#: id, `True`, a bin header): a frame within `_message_limit - _TEMPLATE_ROOM` needs no measuring
+_TEMPLATE_ROOM = 32
 
 
 class Connection(Reassembly):
@@ -146,11 +149,21 @@ class Connection(Reassembly):
         """`send(Submit(task_id=task_id, ...))` for a `Submit` without buffers whose other fields were
         packed once by `codec.submit_tail` (a call sent to many workers, or again and again, packs
         them once). The same checks, the same bytes."""
-        return self._send_template(Submit, encode_submit, task_id, tail)
+        if (self._can_send.get(Submit) is not self._state or task_id.__class__ is not int
+                or len(tail) + _TEMPLATE_ROOM > self._message_limit):
+            return self._send_template(Submit, encode_submit, task_id, tail)  # (the checks, the errors)
+        # the common case, decided by the three comparisons above: the move keeps the state, the
+        # task id is an int, and the frame is certainly within the limit
+        self.frames_sent += 1
+        return encode_submit(task_id, tail)
 
     def send_value_result(self, task_id: int, value: bytes) -> bytes:
         """`send(Result(task_id=task_id, ok=True, value=value))`: a task's value without buffers."""
-        return self._send_template(Result, encode_value_result, task_id, value)
+        if (self._can_send.get(Result) is not self._state or task_id.__class__ is not int
+                or len(value) + _TEMPLATE_ROOM > self._message_limit):
+            return self._send_template(Result, encode_value_result, task_id, value)
+        self.frames_sent += 1  # (as in send_submit)
+        return encode_value_result(task_id, value)
 
     def _send_template(self, cls: type[Message], encoder: Any, task_id: int, data: bytes) -> bytes:
         if self._state is State.ERROR:

@@ -57,6 +57,8 @@ _CANCEL_SIGNAL = signal.SIGUSR1
 #: Socket mode: an `Ack` of the client's frames goes out at least this often while some are unacknowledged.
 ACK_DELAY = 0.2
 _IOV_MAX = 512  # pieces per writev (the kernel takes at most 1024)
+#: Reads of up to this many bytes go to the connection as a copy, larger ones as a view of the buffer.
+_SMALL_READ = 4096
 
 
 class Worker(TaskCore):
@@ -192,8 +194,11 @@ class Worker(TaskCore):
                 if not n:
                     conn.receive_data(b"")
                     return False
-                with self._inview[:n] as data:
-                    messages = conn.receive_data(data)
+                if n <= _SMALL_READ:  # (a copy of a few bytes costs less than a view and its release)
+                    messages = conn.receive_data(self._inbuf[:n])
+                else:
+                    with self._inview[:n] as data:
+                        messages = conn.receive_data(data)
             else:
                 with target:
                     direct = len(target)
@@ -233,7 +238,7 @@ class Worker(TaskCore):
                 self.abandon()  # the client is gone: nothing can reach us any more
 
     def dispatch(self, msg: Message) -> None:
-        if isinstance(msg, Submit):
+        if msg.__class__ is Submit:  # (messages are final classes; this one comes with every task)
             if msg.shared or (msg.cached and None in msg.buffers):
                 msg = attach_shared(self.fds, self.conn.store, msg)
             self.pending.append(msg)

@@ -27,6 +27,8 @@ from .capture import flush_streams
 __all__ = ["TaskCore", "TaskCancelled"]
 
 _loads = pickle.loads  # (load_value, for the usual arguments: pickled in band)
+#: what `dump_value(None)` gives: the value of most calls that return nothing, pickled once
+_NONE = pickle.dumps(None, protocol=5)
 
 
 class TaskCancelled(BaseException):
@@ -219,6 +221,9 @@ class TaskCore(abc.ABC):
             self.send_result(msg, [])
             return
         if ok:
+            if value is None:
+                self.send_value(task_id, _NONE)
+                return
             try:
                 data, buffers = dump_value(value, "result")
                 if not buffers:  # most values: one frame, packed from a template
