@@ -48,6 +48,8 @@ _PLAIN = frozenset(MESSAGE_TYPES) - _SPECIAL - {Chunk}
 #: more than a templated frame adds to the bytes its caller packed (array head, tag, a uint64 task
 #: id, `True`, a bin header): a frame within `_message_limit - _TEMPLATE_ROOM` needs no measuring
 _TEMPLATE_ROOM = 32
+#: (an enum member read through its class costs ~45 ns on Python 3.11, a module global ~5)
+_ERROR = State.ERROR
 
 
 class Connection(Reassembly):
@@ -118,7 +120,7 @@ class Connection(Reassembly):
 
     def send(self, msg: Message) -> bytes:
         """The bytes of `msg`'s frame. Raises `LocalProtocolError` if `msg` is not legal now."""
-        if self.state is State.ERROR:
+        if self._state is _ERROR:
             raise LocalProtocolError("connection is in ERROR state after an earlier protocol error")
         if isinstance(msg, Chunk):
             raise LocalProtocolError("chunks are sent with send_buffers()")
@@ -166,7 +168,7 @@ class Connection(Reassembly):
         return encode_value_result(task_id, value)
 
     def _send_template(self, cls: type[Message], encoder: Any, task_id: int, data: bytes) -> bytes:
-        if self._state is State.ERROR:
+        if self._state is _ERROR:
             raise LocalProtocolError("connection is in ERROR state after an earlier protocol error")
         nxt = self._can_send.get(cls)
         if nxt is None:
@@ -235,7 +237,7 @@ class Connection(Reassembly):
         the middle of one. Raises `RemoteProtocolError` for anything the peer got wrong, after which
         the connection is in the sticky ERROR state.
         """
-        if self._state is State.ERROR:
+        if self._state is _ERROR:
             raise RemoteProtocolError("connection is in ERROR state after an earlier protocol error")
         if not data:
             return self._eof()

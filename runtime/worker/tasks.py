@@ -21,7 +21,7 @@ import cloudpickle
 from ...plugins.api import AppHook, TaskHook
 from ...protocol import Connection, Item, Message, ProtocolError, Result, Role, State, Submit, WantFunction
 from ..onnode.setup import FN_CACHE_LIMIT
-from ..serialize import dump_exception, dump_inline, dump_value, load_value
+from ..serialize import INBAND_MAX, dump_exception, dump_inline, dump_value, load_value
 from .capture import flush_streams
 
 __all__ = ["TaskCore", "TaskCancelled"]
@@ -29,6 +29,8 @@ __all__ = ["TaskCore", "TaskCancelled"]
 _loads = pickle.loads  # (load_value, for the usual arguments: pickled in band)
 #: what `dump_value(None)` gives: the value of most calls that return nothing, pickled once
 _NONE = pickle.dumps(None, protocol=5)
+_NUMBERS = frozenset({int, float, bool})
+_dumps = pickle.dumps
 
 
 class TaskCancelled(BaseException):
@@ -224,6 +226,11 @@ class TaskCore(abc.ABC):
             if value is None:
                 self.send_value(task_id, _NONE)
                 return
+            if value.__class__ in _NUMBERS:  # (what dump_value does with them, without its call)
+                data = _dumps(value, 5)
+                if len(data) <= INBAND_MAX:  # (but a huge int)
+                    self.send_value(task_id, data)
+                    return
             try:
                 data, buffers = dump_value(value, "result")
                 if not buffers:  # most values: one frame, packed from a template
