@@ -239,7 +239,31 @@ class Connection(Reassembly):
         """
         if self._state is _ERROR:
             raise RemoteProtocolError("connection is in ERROR state after an earlier protocol error")
-        if not data:
+        n = len(data)
+        if (n > _HEADER_SIZE + 1 and self._streaming is None and not self._buf
+                and n - _HEADER_SIZE <= self._message_limit and _unpack_length(data, 0)[0] == n - _HEADER_SIZE):
+            # the common case, one whole small frame and nothing else: no reassembly to do (a Chunk
+            # or a message announcing buffers still goes through `_accept`, as in `_frames`)
+            self.bytes_received += n
+            self.frames_received += 1
+            try:
+                # (a bytes body is sliced as bytes: copying a small one costs less than a memoryview)
+                if data[5] == _CHUNK_TAG and data[4] == 0x94:  # (a Chunk's data: a view, not a copy)
+                    view = data if data.__class__ is memoryview else memoryview(data)
+                    msg = decode_body(view[_HEADER_SIZE:])
+                else:
+                    msg = decode_message(data[_HEADER_SIZE:])
+                cls = msg.__class__
+                if self._can_recv.get(cls) is self._state and (
+                        cls in _PLAIN or (cls in _WITH_BUFFERS and not msg.buffer_sizes)):  # type: ignore[attr-defined]
+                    return [msg]
+                out: list[Message] = []
+                self._accept(msg, out)
+                return out
+            except ProtocolError:
+                self.state = State.ERROR
+                raise
+        if not n:
             return self._eof()
         try:
             return self._receive(data)
@@ -259,27 +283,9 @@ class Connection(Reassembly):
         return []
 
     def _receive(self, data: bytes | bytearray | memoryview) -> list[Message]:
-        n = len(data)
-        self.bytes_received += n
-        if (n > _HEADER_SIZE and self._streaming is None and not self._buf
-                and n - _HEADER_SIZE <= self._message_limit and _unpack_length(data, 0)[0] == n - _HEADER_SIZE):
-            # the common case, one whole small frame and nothing else: no reassembly to do (a Chunk
-            # or a message announcing buffers still goes through `_accept`, as in `_frames`)
-            self.frames_received += 1
-            # (a bytes body is sliced as bytes: copying a small one costs less than a memoryview)
-            if data[4] == 0x94 and n > 5 and data[5] == _CHUNK_TAG:  # (its data: a view, not a copy)
-                view = data if data.__class__ is memoryview else memoryview(data)
-                msg = decode_body(view[_HEADER_SIZE:])
-            else:
-                msg = decode_message(data[_HEADER_SIZE:])
-            cls = msg.__class__
-            if self._can_recv.get(cls) is self._state and (
-                    cls in _PLAIN or (cls in _WITH_BUFFERS and not msg.buffer_sizes)):  # type: ignore[attr-defined]
-                return [msg]
-            out: list[Message] = []
-            self._accept(msg, out)
-            return out
-        out = []
+        """`receive_data` but for its one-whole-frame case: reassembly across reads and frames."""
+        self.bytes_received += len(data)
+        out: list[Message] = []
         if self._streaming is not None:
             view = memoryview(data)
             used = self._stream_chunk(view, out)

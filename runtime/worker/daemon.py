@@ -179,7 +179,7 @@ class Worker(TaskCore):
         hand-off. While a task runs, the flusher thread polls (non-blocking) every tick: heartbeats
         and `Cancel` are answered, new `Submit`s wait in `pending`. The lock keeps the two apart.
         """
-        if not self.read_lock.acquire(blocking=block):
+        if not self.read_lock.acquire(block):
             return True
         try:
             if not block and not select.select([self.fd_in], [], [], 0)[0]:
