@@ -72,6 +72,9 @@ class Worker(TaskCore):
 
     #: Bytes of the reusable read buffer (0: this worker never reads a file descriptor).
     READ_BUFFER = 1 << 20
+    #: True once frames go straight to `fd_out` through this class's `_write` (`_open_process`); a
+    #: subclass writing elsewhere (the simulated nodes' worker) keeps False
+    _fd_writes = False
 
     def __init__(self, fd_in: int, fd_out: int) -> None:
         super().__init__()
@@ -86,6 +89,7 @@ class Worker(TaskCore):
         lighter stand-ins (`transport/simulated.py`: one thread, ~10 objects fewer per node)."""
         self.fd_in = fd_in
         self.fd_out = fd_out
+        self._fd_writes = type(self)._write is Worker._write
         self.pending: collections.deque[Submit | None] = collections.deque()
         self.read_lock = threading.Lock()
         self._writing = 0
@@ -145,9 +149,18 @@ class Worker(TaskCore):
             self._write(self.conn.send(msg))
 
     def send_value(self, task_id: int, value: bytes) -> None:
-        """`send(Result(task_id=task_id, ok=True, value=value))`, packed from a template."""
+        """`send(Result(task_id=task_id, ok=True, value=value))`, packed from a template.
+
+        A worker writing its own descriptor writes it straight away, without `_write`'s count of
+        frames in progress: a task's `Result` goes out after the task left user code, where a
+        `Cancel` no longer raises (see `_on_cancel_signal`), so nothing can tear this frame. (One
+        a task: most of what a worker sends.)"""
         with self.write_lock:
-            self._write(self.conn.send_value_result(task_id, value))
+            frame = self.conn.send_value_result(task_id, value)
+            if not self._fd_writes:
+                self._write(frame)
+            elif (n := os.write(self.fd_out, frame)) < len(frame):
+                self._write_views([memoryview(frame)[n:]])
 
     def _tick(self) -> None:
         self.poll_during_task()
