@@ -216,7 +216,7 @@ def encode(msg: Message) -> bytes:
 # is [tag, task_id, True, value]; a `Submit` [tag, task_id, fn_id, fn, args], then
 # buffer_sizes=() and batch if batch or options is set, then options if set.
 _pack_one = msgpack.Packer(use_bin_type=True, autoreset=True).pack
-_RESULT_OK_HEAD = bytes([0x94, Result.tag])
+_RESULT_TAG = Result.tag
 assert _SCHEMA[Result].names[:3] == ("task_id", "ok", "value") and _SCHEMA[Result].least == 3, \
     "update the Result template"
 assert _SCHEMA[Submit].names[:7] == ("task_id", "fn_id", "fn", "args", "buffer_sizes", "batch", "options") \
@@ -254,7 +254,7 @@ def encode_submit(task_id: int, tail: bytes) -> bytes:
 
 def encode_value_result(task_id: int, value: bytes) -> bytes:
     """The frame of `Result(task_id=task_id, ok=True, value=value)` (no buffers)."""
-    body = _RESULT_OK_HEAD + _pack_one(task_id) + b"\xc3" + _pack_one(value)
+    body = _pack_one((_RESULT_TAG, task_id, True, value))  # (one pack: fewer copies than joining parts)
     return _pack_len(len(body)) + body
 
 

@@ -347,7 +347,7 @@ class Worker(TaskCore):
         try:
             while True:
                 if not self.pending:
-                    if not self.poll(block=True):
+                    if not self.poll(True):
                         self.abandon()  # the client is gone
                     continue
                 if self.pending[0] is None:

@@ -95,7 +95,10 @@ class TaskCore(abc.ABC):
                 fn, buffers = self._function(sub)
             else:  # (the common warm call: a function it holds, no options)
                 buffers = sub.buffers
-            args = _loads(sub.args, buffers=buffers) if sub.args else load_value(sub.args, buffers)
+            if not sub.args:
+                args = load_value(sub.args, buffers)
+            else:  # (`buffers=()` costs pickle ~55 ns more than no buffers at all)
+                args = _loads(sub.args, buffers=buffers) if buffers else _loads(sub.args)
             # from here on the task's arguments live only as long as the task needs them: the Result
             # goes out after they are dropped, so a memfd the client passed is no longer held by
             # us when the client learns the call ended (its `MemfdPool` can refill it at once)
