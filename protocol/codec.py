@@ -190,6 +190,8 @@ def _fill_expr(f: Any, key: str, env: dict[str, Any]) -> str:
     if f.default is not MISSING:
         env[f"_default_{key}"] = f.default
         return f"_default_{key}"
+    if f.default_factory is dict:
+        return "{}"  # (a display: cheaper than calling dict)
     if f.default_factory is not MISSING:
         env[f"_factory_{key}"] = f.default_factory
         return f"_factory_{key}()"

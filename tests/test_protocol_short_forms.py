@@ -123,3 +123,12 @@ def test_any_result_round_trips_whatever_fields_are_at_their_defaults(task_id, o
     assert values == whole[: len(values)]
     assert all(v in ([], "", False) for v in whole[max(3, len(values)):])
     assert len(values) == 3 or whole[len(values) - 1] not in ([], "", False)
+
+
+def test_a_default_left_out_is_a_fresh_object_per_message():
+    """`options` (a dict) is filled in fresh for each decoded `Submit`: one task's options never
+    leak into another's."""
+    _, worker = ready_pair()
+    short = [Submit.tag, 9, b"f", b"", b"a"]
+    [one], [two] = worker.receive_data(frame_of(short)), worker.receive_data(frame_of(short))
+    assert one.options == two.options == {} and one.options is not two.options
