@@ -234,17 +234,19 @@ def submit_tail(*, fn_id: bytes, fn: bytes, args: bytes, batch: bool, options: d
                                   ("batch", batch, bool), ("options", options, dict)):
             if type(value) is not want:
                 raise TypeError(f"Submit.{name} should be {want.__name__}, got {type(value).__name__}")
-    fields_ = (_pack_one(fn_id), _pack_one(fn) if fn else _EMPTY_BIN, _pack_one(args))
     if options:
-        return b"".join((_SUBMIT_HEADS[8], *fields_, _BATCH_NO_SIZES[batch], _pack_one(options)))
-    if batch:
-        return b"".join((_SUBMIT_HEADS[7], *fields_, _BATCH_NO_SIZES[batch]))
-    return b"".join((_SUBMIT_HEADS[5], *fields_))
+        head, rest = _SUBMIT_HEADS[8], _BATCH_NO_SIZES[batch] + _pack_one(options)
+    elif batch:
+        head, rest = _SUBMIT_HEADS[7], _BATCH_NO_SIZES[True]
+    else:
+        head, rest = _SUBMIT_HEAD_PLAIN, b""
+    return b"".join((head, _pack_one(fn_id), _pack_one(fn) if fn else _EMPTY_BIN, _pack_one(args), rest))
 
 
 _EMPTY_BIN = _pack_one(b"")
 _BATCH_NO_SIZES = {flag: _pack_one(()) + _pack_one(flag) for flag in (False, True)}  # buffer_sizes=(), batch
 _SUBMIT_HEADS = {count: bytes([0x90 | count, Submit.tag]) for count in (5, 7, 8)}  # (tag + values)
+_SUBMIT_HEAD_PLAIN = _SUBMIT_HEADS[5]
 _HEAD_SIZE = 2
 
 
