@@ -254,8 +254,8 @@ class Connection(Reassembly):
                 else:
                     msg = decode_message(data[_HEADER_SIZE:])
                 cls = msg.__class__
-                if self._can_recv.get(cls) is self._state and (
-                        cls in _PLAIN or (cls in _WITH_BUFFERS and not msg.buffer_sizes)):  # type: ignore[attr-defined]
+                if self._can_recv.get(cls) is self._state and (  # (Submit and Result first: most frames)
+                        (cls in _WITH_BUFFERS and not msg.buffer_sizes) or cls in _PLAIN):  # type: ignore[attr-defined]
                     return [msg]
                 out: list[Message] = []
                 self._accept(msg, out)
