@@ -49,6 +49,8 @@ REDACTED = "***"
 WRITE_DELAY = 0.1
 #: Events kept in memory for late `events(replay=True)` subscribers; the file keeps everything.
 MEMORY_EVENTS = 10_000
+#: Task events deferred (see `record_task`) after which they are settled at once.
+MAX_DEFERRED = 4096
 #: Characters of output events waiting to be written after which the file is written at once.
 WRITE_CHARS = 4 * 1024 * 1024
 # Events after which the file is flushed at once (so a crashed client's pool can be found and cleaned).
@@ -149,6 +151,11 @@ class EventLog:
             self._seq = _next_seq(path)  # a named pool's log goes on across the clients that attach to it
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             self._file = os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 16)
+        # a deferred task event calls `_deferred_more` once `_deferred` holds this many: MAX_DEFERRED
+        # (to settle a long run), or 0 while a file waits for its flush to be arranged
+        self._settle_at = MAX_DEFERRED if self._file is None else 0
+        # task events are emitted, not deferred, while a live subscriber waits for each or secrets are redacted
+        self._direct = bool(self._secrets)
 
     def __repr__(self) -> str:
         return f"<EventLog {self.pool_id} events={self._seq} subscribers={len(self._subscribers)}>"
@@ -241,7 +248,7 @@ class EventLog:
         if count is None:
             raise TypeError(f"record_task takes task events ({', '.join(c.__name__ for c in _DEFERRABLE)}), "
                             f"not {cls.__name__}: emit it")
-        if self._subscribers or self._secrets:
+        if self._direct:
             self.emit(cls, **dict(zip(_field_names(cls), values)))
             return
         if len(values) != count:
@@ -250,33 +257,35 @@ class EventLog:
 
     def task_submitted(self, task: int, node: int, local_rank: int, fn: str, items: int) -> None:
         """`record_task(TaskSubmitted, ...)`, each field by name (every call makes one: no lookups)."""
-        if self._subscribers or self._secrets:
+        if self._direct:
             self.emit(TaskSubmitted, task=task, node=node, local_rank=local_rank, fn=fn, items=items)
             return
         us = _ns() // 1000
+        deferred = self._deferred
         if items == 1:
-            self._deferred.append((self._submitted_one, self._seq, us // 1000000, us % 1000000, task, node,
+            deferred.append((self._submitted_one, self._seq, us // 1000000, us % 1000000, task, node,
                                    local_rank, escape(fn)))
         else:
-            self._deferred.append((self._submitted, self._seq, us // 1000000, us % 1000000, task, node, local_rank,
+            deferred.append((self._submitted, self._seq, us // 1000000, us % 1000000, task, node, local_rank,
                                    escape(fn), items))
         self._seq += 1
-        if not self._flush_scheduled or len(self._deferred) >= 4096:
+        if len(deferred) >= self._settle_at:
             self._deferred_more()
 
     def task_finished(self, task: int, node: int, local_rank: int, outcome: str, error: str) -> None:
         """`record_task(TaskFinished, ...)`, each field by name (every call makes one: no lookups)."""
-        if self._subscribers or self._secrets:
+        if self._direct:
             self.emit(TaskFinished, task=task, node=node, local_rank=local_rank, outcome=outcome, error=error)
             return
         us = _ns() // 1000
+        deferred = self._deferred
         if outcome == "ok" and not error:
-            self._deferred.append((self._finished_ok, self._seq, us // 1000000, us % 1000000, task, node, local_rank))
+            deferred.append((self._finished_ok, self._seq, us // 1000000, us % 1000000, task, node, local_rank))
         else:
-            self._deferred.append((self._finished, self._seq, us // 1000000, us % 1000000, task, node, local_rank,
+            deferred.append((self._finished, self._seq, us // 1000000, us % 1000000, task, node, local_rank,
                                    escape(outcome), escape(error)))
         self._seq += 1
-        if not self._flush_scheduled or len(self._deferred) >= 4096:
+        if len(deferred) >= self._settle_at:
             self._deferred_more()
 
     def _defer(self, cls: type[Event], values: tuple[Any, ...]) -> None:
@@ -286,7 +295,7 @@ class EventLog:
 
     def _deferred_more(self) -> None:
         """After a task event was deferred: settle a long run of them; see that the file is written."""
-        if len(self._deferred) >= 4096:
+        if len(self._deferred) >= MAX_DEFERRED:
             self._settle()
         elif not self._flush_scheduled and self._file is not None:
             self._schedule_flush()
@@ -377,6 +386,7 @@ class EventLog:
             loop.call_soon(self.flush)
         else:
             self._flush_scheduled = True
+            self._settle_at = MAX_DEFERRED
             loop.call_later(WRITE_DELAY, self.flush)
 
     def subscribe(self, *, replay: bool = False, max_buffer: int = EVENTS_MAX_BUFFER) -> EventStream:
@@ -392,15 +402,18 @@ class EventLog:
             stream.end()
         else:
             self._subscribers.append(stream)
+            self._direct = True
         return stream
 
     def _unsubscribe(self, stream: EventStream) -> None:
         if stream in self._subscribers:
             self._subscribers.remove(stream)
+            self._direct = bool(self._subscribers or self._secrets)
 
     def flush(self) -> None:
         """Write every pending event to the file, and flush it."""
         self._flush_scheduled = False  # (a timer still pending then finds nothing to write)
+        self._settle_at = 0 if self._file is not None else MAX_DEFERRED
         self._flush_soon = False
         if self._deferred:
             self._settle()
@@ -421,6 +434,7 @@ class EventLog:
         for sub in self._subscribers:
             sub.end()
         self._subscribers.clear()
+        self._direct = bool(self._secrets)
         if self._file is not None:
             self.flush()
             os.fsync(self._file.fileno())
