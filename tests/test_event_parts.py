@@ -102,3 +102,33 @@ def test_a_log_whose_memory_was_read_writes_the_same_file(tmp_path):
     log.close()
     assert list(read_log(path)) == memory
     assert [(type(e), e.task) for e in memory] == [(TaskSubmitted, 1), (TaskFinished, 1)]
+
+
+def test_task_events_reach_the_file_while_the_pool_runs(tmp_path, monkeypatch):
+    """Each run of task events is written by a flush arranged after its first event (at most
+    WRITE_DELAY later), again after every flush — not only when the log closes."""
+    from skyhive.runtime.events import log as log_module
+
+    monkeypatch.setattr(log_module, "WRITE_DELAY", 0.01)
+    path = tmp_path / "pool.jsonl"
+
+    async def written_lines(count: int) -> int:
+        for _ in range(500):  # (up to 5 s: a loaded machine)
+            await asyncio.sleep(0.01)
+            lines = path.read_text().count("\n")
+            if lines >= count:
+                return lines
+        return path.read_text().count("\n")
+
+    async def drive() -> list[int]:
+        log = EventLog("p", path=path)
+        seen = []
+        for task in range(3):
+            log.task_submitted(task, 0, 0, "f", 1)
+            log.task_finished(task, 0, 0, "ok", "")
+            seen.append(await written_lines(2 * task + 2))
+        log.close()
+        return seen
+
+    assert asyncio.run(drive()) == [2, 4, 6]
+    assert [e.task for e in read_log(path)] == [0, 0, 1, 1, 2, 2]

@@ -412,11 +412,11 @@ class EventLog:
 
     def flush(self) -> None:
         """Write every pending event to the file, and flush it."""
+        if self._deferred:
+            self._settle()  # (before the flags below: it arranges no other flush, this one writes it)
         self._flush_scheduled = False  # (a timer still pending then finds nothing to write)
         self._settle_at = 0 if self._file is not None else MAX_DEFERRED
         self._flush_soon = False
-        if self._deferred:
-            self._settle()
         if self._file is None:
             return
         if self._unwritten:
