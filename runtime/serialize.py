@@ -86,9 +86,11 @@ _SCALARS = frozenset({int, float, bool, complex})
 
 
 class _Pickled:
-    """A function's pickle, and what it depended on when it was made."""
+    """A function's pickle, and what it depended on when it was made. `last_call` is the caller's
+    (actors/prepared.py keeps there the last small call of this function it prepared, so that it
+    lives and dies with this pickle)."""
 
-    __slots__ = ("names", "fingerprint", "fn_id", "payload", "name")
+    __slots__ = ("names", "fingerprint", "fn_id", "payload", "name", "last_call")
 
     def __init__(self, names: tuple[str, ...], fingerprint: tuple[Any, ...], fn_id: bytes, payload: bytes,
                  name: str) -> None:
@@ -97,6 +99,7 @@ class _Pickled:
         self.fn_id = fn_id
         self.payload = payload
         self.name = name
+        self.last_call: Any = None
 
 
 _fn_cache: weakref.WeakKeyDictionary[Any, _Pickled] = weakref.WeakKeyDictionary()
