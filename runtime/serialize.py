@@ -46,7 +46,8 @@ _installed_roots = tuple(
     }
 )
 _by_value_checked: dict[str, bool] = {}
-_NO_ARGS = pickle.dumps(((), {}), protocol=5)
+#: `dump_args` of no arguments
+NO_ARGS = pickle.dumps(((), {}), protocol=5)
 
 #: `bytes`, `bytearray` and `str` at least this large leave the pickle as out-of-band buffers.
 OOB_MIN = 64 * 1024
@@ -90,7 +91,7 @@ class _Pickled:
     (actors/prepared.py keeps there the last small call of this function it prepared, so that it
     lives and dies with this pickle)."""
 
-    __slots__ = ("names", "fingerprint", "fn_id", "payload", "name", "last_call")
+    __slots__ = ("names", "fingerprint", "fn_id", "payload", "name", "last_call", "plain")
 
     def __init__(self, names: tuple[str, ...], fingerprint: tuple[Any, ...], fn_id: bytes, payload: bytes,
                  name: str) -> None:
@@ -100,6 +101,9 @@ class _Pickled:
         self.payload = payload
         self.name = name
         self.last_call: Any = None
+        # a plain function that names no global and closes over nothing: its code and defaults (held, so
+        # checked by identity), all its pickle depends on (`_fingerprint`'s first case, without its call)
+        self.plain: tuple[Any, Any] | None = None
 
 
 _fn_cache: weakref.WeakKeyDictionary[Any, _Pickled] = weakref.WeakKeyDictionary()
@@ -150,8 +154,13 @@ def dump_function_cached(fn: Callable[..., Any]) -> _Pickled:
         cached = _fn_cache.get(fn)
     except TypeError:  # not weak-referenceable (e.g. a builtin): cheap to pickle by reference anyway
         cached = None
-    if cached is not None and cached.fingerprint == _fingerprint(fn, cached.names):
-        return cached
+    if cached is not None:
+        plain = cached.plain
+        if plain is not None:
+            if fn.__code__ is plain[0] and fn.__defaults__ is plain[1]:
+                return cached
+        elif cached.fingerprint == _fingerprint(fn, cached.names):
+            return cached
     _register_user_module(fn)
     try:
         payload = _cloud_dumps(fn)
@@ -160,6 +169,8 @@ def dump_function_cached(fn: Callable[..., Any]) -> _Pickled:
     names = _global_names(fn)
     # the content key names it (a large function's pickle is then also its buffer's cache key, hashed once)
     entry = _Pickled(names, _fingerprint(fn, names), content_key(payload), payload, function_name(fn))
+    if not names and fn.__class__ is types.FunctionType and fn.__closure__ is None:
+        entry.plain = (fn.__code__, fn.__defaults__)
     try:
         _fn_cache[fn] = entry
     except TypeError:
@@ -328,7 +339,7 @@ def _pack(obj: Any) -> tuple[bytes, list[Any]]:
 def dump_args(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bytes, list[Any]]:
     """Pickle `(args, kwargs)`; on failure name the argument that cannot be pickled."""
     if not args and not kwargs:
-        return _NO_ARGS, []
+        return NO_ARGS, []
     args, kwargs = items_of_generators(args, kwargs)
     try:
         return _pack((args, kwargs))

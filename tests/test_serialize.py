@@ -29,6 +29,21 @@ def test_cached_function_pickle_sees_a_rebound_global():
         SCALE = 2
 
 
+def test_a_plain_function_given_new_defaults_or_code_is_pickled_again():
+    """A function naming no global and closing over nothing is checked by its code and defaults."""
+    def plain(x, k=1):
+        return x + k
+
+    fid1, _ = dump_function(plain)
+    assert dump_function(plain)[0] == fid1  # cached
+    plain.__defaults__ = (10,)
+    fid2, p2 = dump_function(plain)
+    assert fid2 != fid1 and cloudpickle.loads(p2)(1) == 11
+    plain.__code__ = (lambda x, k=1: x * k).__code__
+    fid3, p3 = dump_function(plain)
+    assert fid3 not in (fid1, fid2) and cloudpickle.loads(p3)(2) == 20
+
+
 def test_closures_are_not_confused():
     def make(k):
         return lambda x: x + k

@@ -8,7 +8,7 @@ from typing import Any
 
 from ...protocol.cache import NO_KEY
 from ...protocol.codec import submit_tail
-from ..serialize import INBAND_MAX, _Pickled, dump_args, dump_function_cached, dump_value
+from ..serialize import INBAND_MAX, NO_ARGS, _Pickled, dump_args, dump_function_cached, dump_value
 from ..transport.shm import SharedFiles
 from ..keys import content_key
 
@@ -43,10 +43,15 @@ class Prepared:
         and again). Nothing in such a `Prepared` changes once made, so sharing it is safe, and it
         saves making one per call and packing its `Submit` again (see `submit_tail`)."""
         pickled = dump_function_cached(fn)
-        data, buffers = dump_args(fn, args, kwargs)
         last = pickled.last_call
-        if last is not None and not buffers and last.args == data:
-            return last  # type: ignore[no-any-return]
+        if not args and not kwargs:  # (what `dump_args` gives for none, without its call)
+            if last is not None and last.args is NO_ARGS:
+                return last  # type: ignore[no-any-return]
+            data, buffers = NO_ARGS, []
+        else:
+            data, buffers = dump_args(fn, args, kwargs)
+            if last is not None and not buffers and last.args == data:
+                return last  # type: ignore[no-any-return]
         prep = cls.__new__(cls)
         prep._fill(pickled, data, buffers, "call", None)
         if not prep.buffers and len(data) <= REUSE_MAX:
