@@ -33,7 +33,8 @@ from ..errors import RemoteError, SerializationError
 from ..protocol.codec import MAX_BUFFERS, MAX_MESSAGE
 from .keys import content_key
 
-__all__ = ["dump_function", "dump_args", "dump_value", "load_value", "dump_exception", "rebuild_exception"]
+__all__ = ["PickledFunction", "dump_function", "dump_function_cached", "dump_args", "dump_value", "load_value",
+           "dump_exception", "rebuild_exception"]
 
 # Where installed code lives: the interpreter's library folders, and the folder skyhive's own
 # dependencies were installed into (on a node, skyhive's runtime folder, outside site-packages: its
@@ -86,10 +87,9 @@ _SIMPLE = frozenset({int, float, str, bytes, bool, type(None), complex})
 _SCALARS = frozenset({int, float, bool, complex})
 
 
-class _Pickled:
-    """A function's pickle, and what it depended on when it was made. `last_call` is the caller's
-    (actors/prepared.py keeps there the last small call of this function it prepared, so that it
-    lives and dies with this pickle)."""
+class PickledFunction:
+    """A function's pickle, what it depended on when made, and its last small call prepared (kept
+    here by `Prepared.for_call`, so that it lives and dies with this pickle)."""
 
     __slots__ = ("names", "fingerprint", "fn_id", "payload", "name", "last_call", "plain")
 
@@ -101,12 +101,11 @@ class _Pickled:
         self.payload = payload
         self.name = name
         self.last_call: Any = None
-        # a plain function that names no global and closes over nothing: its code and defaults (held, so
-        # checked by identity), all its pickle depends on (`_fingerprint`'s first case, without its call)
+        # naming no global, closing over nothing: its code and defaults, all its pickle depends on (held)
         self.plain: tuple[Any, Any] | None = None
 
 
-_fn_cache: weakref.WeakKeyDictionary[Any, _Pickled] = weakref.WeakKeyDictionary()
+_fn_cache: weakref.WeakKeyDictionary[Any, PickledFunction] = weakref.WeakKeyDictionary()
 
 
 def _global_names(fn: Any) -> tuple[str, ...]:
@@ -144,7 +143,7 @@ def function_name(fn: Any) -> str:
     return f"{getattr(fn, '__qualname__', None) or getattr(fn, '__name__', None) or type(fn).__name__}()"
 
 
-def dump_function_cached(fn: Callable[..., Any]) -> _Pickled:
+def dump_function_cached(fn: Callable[..., Any]) -> PickledFunction:
     """The pickle of `fn` with its id and display name, reused while `fn` is unchanged.
 
     Cached per function object while its `_fingerprint` is the same: a warm call does not pay for
@@ -168,7 +167,7 @@ def dump_function_cached(fn: Callable[..., Any]) -> _Pickled:
         raise SerializationError(f"function {_name(fn)} cannot be pickled: {type(exc).__name__}: {exc}") from exc
     names = _global_names(fn)
     # the content key names it (a large function's pickle is then also its buffer's cache key, hashed once)
-    entry = _Pickled(names, _fingerprint(fn, names), content_key(payload), payload, function_name(fn))
+    entry = PickledFunction(names, _fingerprint(fn, names), content_key(payload), payload, function_name(fn))
     if not names and fn.__class__ is types.FunctionType and fn.__closure__ is None:
         entry.plain = (fn.__code__, fn.__defaults__)
     try:

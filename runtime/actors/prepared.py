@@ -8,7 +8,7 @@ from typing import Any
 
 from ...protocol.cache import NO_KEY
 from ...protocol.codec import submit_tail
-from ..serialize import INBAND_MAX, NO_ARGS, _Pickled, dump_args, dump_function_cached, dump_value
+from ..serialize import INBAND_MAX, NO_ARGS, PickledFunction, dump_args, dump_function_cached, dump_value
 from ..transport.shm import SharedFiles
 from ..keys import content_key
 
@@ -58,7 +58,7 @@ class Prepared:
             pickled.last_call = prep  # (kept with the function's pickle: it goes when that does)
         return prep
 
-    def _fill(self, pickled: _Pickled, args: bytes, buffers: list[Any], kind: str, fn_name: str | None) -> None:
+    def _fill(self, pickled: PickledFunction, args: bytes, buffers: list[Any], kind: str, fn_name: str | None) -> None:
         self.fn_id, self.fn_bytes = pickled.fn_id, pickled.payload
         self.fn_in_buffer = len(self.fn_bytes) > INBAND_MAX
         self._set_args(args, buffers)
