@@ -28,7 +28,13 @@ Rows (medians; compare only within one run — the machine is shared and noisy):
   its bytes go through a stream-local channel into the worker's Unix socket and on into a fresh memfd
   (new memory: ~25 ms of the worker's CPU per 100 MiB here, on the same 2 cores), while the raw
   channel's bytes go down a pipe to ``head``, which throws them away;
-- ``arg100m again``: the same blob a second time (the worker's content cache) — target ≤ 5 ms.
+- ``arg100m again``: the same blob again (the worker's content cache; median of at least `AGAIN_REPS`
+  calls) — target ≤ 5 ms. Beside it, the median time of the client's content key of the blob
+  (`runtime/keys.py`, timed on its own after each call): nearly all of the figure. The key must be
+  computed each call (a bytearray or array may have changed since the last one); reading 100 MiB is
+  bound by memory bandwidth (~30 GB/s a core here), so the figure moves with what else runs on the
+  other core (the key is hashed on both). The rest, the reference's round trip over SSH and the
+  worker's lookup, is ~0.3 ms.
 
 Returns (and prints) a dict of the figures. The sshd/namespace helpers are the test suite's
 (`tests/infra`), so the bench runs from the repository root.
@@ -46,6 +52,8 @@ from typing import Any
 import anyio
 
 REPO = Path(__file__).resolve().parent.parent
+#: calls of the same 100 MiB again at least (one is ~3-5 ms: a median of 3 moved with one busy moment)
+AGAIN_REPS = 15
 
 
 def nop() -> int:
@@ -120,6 +128,7 @@ async def _bulk(server: Any, provider: Any, reps: int) -> dict[str, Any]:
     import asyncssh
 
     import skyhive as sky
+    from skyhive.runtime.keys import content_key
     from skyhive.runtime.transport.ssh import FAST_CIPHERS
 
     nb = 100 * 1024 * 1024
@@ -156,18 +165,22 @@ async def _bulk(server: Any, provider: Any, reps: int) -> dict[str, Any]:
                 assert await pool.run(len, memoryview(blob)) == nb
                 sky_t.append(time.perf_counter() - t0)
                 raw_t.append(await raw())
-            again = []
-            for _ in range(reps):
+            again, hashing = [], []
+            for _ in range(max(reps, AGAIN_REPS)):  # (cheap: nothing but the key goes)
                 t0 = time.perf_counter()
                 assert await pool.run(len, memoryview(blob)) == nb
                 again.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                content_key(memoryview(blob))  # what the call spent on the client hashing the blob
+                hashing.append(time.perf_counter() - t0)
     finally:
         conn.close()
         await conn.wait_closed()
     sky_mbs = nb / statistics.median(sky_t) / 1e6
     raw_mbs = nb / statistics.median(raw_t) / 1e6
     return {"arg100m_skyhive_mbs": sky_mbs, "arg100m_raw_mbs": raw_mbs, "arg100m_ratio": sky_mbs / raw_mbs,
-            "arg100m_again_ms": statistics.median(again) * 1e3, "arg100m_algorithms": " / ".join(algs["raw"])}
+            "arg100m_again_ms": statistics.median(again) * 1e3, "arg100m_again_hash_ms": statistics.median(hashing) * 1e3,
+            "arg100m_algorithms": " / ".join(algs["raw"])}
 
 
 async def run_bench(quick: bool = False) -> dict[str, Any]:
@@ -239,7 +252,8 @@ def table(r: dict[str, Any]) -> str:
          f"both: {r.get('arg100m_algorithms', '?')}"),
         ("arg100m skyhive over SSH (new content)", f"{r.get('arg100m_skyhive_mbs', float('nan')):.0f} MB/s",
          f"{r.get('arg100m_ratio', float('nan')):.2f}× raw (target ≥ 0.8×)"),
-        ("arg100m again (content cache)", f"{r.get('arg100m_again_ms', float('nan')):.2f} ms", "target ≤ 5 ms"),
+        ("arg100m again (content cache)", f"{r.get('arg100m_again_ms', float('nan')):.2f} ms",
+         f"target ≤ 5 ms; the client's content key of the blob: {r.get('arg100m_again_hash_ms', float('nan')):.2f} ms"),
         ("broadcast to 3 namespace hosts", f"{r.get('broadcast3_us', float('nan')):.0f} µs", ""),
         ("cold start, 1 host (ship runtime, build env)", f"{r.get('cold_start_s', float('nan')):.2f} s", ""),
         ("warm start, 2 hosts (to first result)", f"{r.get('warm_start2_s', float('nan')):.2f} s", "target ≤ 1.0 s"),

@@ -98,8 +98,7 @@ class PoolCalls:
     def _stream_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                      timeout: float | None = None) -> ItemStream:
         rt = self._runtime
-        fn = _unwrap(fn)
-        prep = Prepared(fn, args, kwargs)
+        prep = Prepared.for_call(_unwrap(fn), args, kwargs)
 
         async def open_(on_item: Callable[[int, bytes], None]) -> tuple[Any, Any, Any]:
             channel = rt.pick_nowait() if rt.open else None
@@ -117,7 +116,7 @@ class PoolCalls:
         if retries.count == 0:  # the attempt inline: no closure, three coroutines fewer per call
             return await self._start(fn, args, kwargs, timeout, options)  # type: ignore[no-any-return]
         rt = self._runtime
-        prep = Prepared(_unwrap(fn), args, kwargs)
+        prep = Prepared.for_call(_unwrap(fn), args, kwargs)
 
         async def attempt() -> T:
             channel = rt.pick_nowait() if rt.open else None
@@ -133,7 +132,7 @@ class PoolCalls:
         one is): the awaitable that sends it and gives its value. Not a coroutine itself: `run`
         awaits `run_one`'s coroutine directly (one frame fewer on every call)."""
         rt = self._runtime
-        prep = Prepared(_unwrap(fn), args, kwargs)
+        prep = Prepared.for_call(_unwrap(fn), args, kwargs)
         channel = rt.pick_nowait() if rt.open else None
         if channel is None:
             return self._pick_and_run(rt, prep, timeout, options)
@@ -163,8 +162,7 @@ class PoolCalls:
                               retries: Retries = NO_RETRIES) -> list[T]:
         """`broadcast` with the user's arguments as they are (`fn(x) @ pool`)."""
         rt = self._runtime
-        fn = _unwrap(fn)
-        prep = Prepared(fn, args, kwargs)
+        prep = Prepared.for_call(_unwrap(fn), args, kwargs)
 
         if retries.count == 0:  # (three coroutines fewer per call)
             return await rt.run_prepared(await rt.all_channels(), prep,  # type: ignore[no-any-return]

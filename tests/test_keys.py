@@ -69,3 +69,26 @@ def test_a_forked_child_hashes_with_threads_of_its_own(big):
         os.kill(pid, 9)
     os.waitpid(pid, 0)
     assert got == expected
+
+
+def test_a_helper_that_cannot_run_does_not_hold_the_key_up(big, monkeypatch):
+    """The parts go to whichever thread is free: with every helper thread busy elsewhere (as on a
+    core another process holds), the caller hashes them all itself, the same key, without waiting."""
+    import threading
+
+    expected = content_key(big)
+    monkeypatch.setattr(keys, "_HELPERS", 1)
+    pool = keys._helpers()
+    release = threading.Event()
+    blockers = [pool.submit(release.wait, 60) for _ in range(pool._max_workers)]
+    got: list[bytes] = []
+    try:
+        hasher = threading.Thread(target=lambda: got.append(content_key(big)))
+        hasher.start()
+        hasher.join(30)
+        assert not hasher.is_alive(), "content_key waited for a helper that never got to run"
+    finally:
+        release.set()
+        for blocker in blockers:
+            blocker.result()
+    assert got == [expected]

@@ -203,3 +203,39 @@ def raises(i):
 
 def fn_id_of(fn):
     return Prepared.for_map(fn).fn_id
+
+
+FACTOR = 2
+
+
+def scaled(x):
+    return x * FACTOR
+
+
+@pytest.mark.anyio
+async def test_a_call_again_with_the_same_small_arguments_reuses_its_prepared_call_and_no_other_does():
+    """`Prepared.for_call` shares one object between calls of a function whose arguments pickle to
+    the same small bytes (nothing in it changes once made); other arguments, a buffer, a rebound
+    global or a changed function each get their own — and every call still gives its own result."""
+    from skyhive.runtime.actors.prepared import REUSE_MAX
+
+    global FACTOR
+    same = Prepared.for_call(scaled, (3,), {})
+    assert Prepared.for_call(scaled, (3,), {}) is same
+    assert Prepared.for_call(scaled, (), {"x": 3}) is not same  # other bytes, though the same call
+    other = Prepared.for_call(scaled, (4,), {})
+    assert other is not same and other.args != same.args
+    large = "y" * (REUSE_MAX + 1)  # kept no more: the next one with it is made anew
+    assert Prepared.for_call(scaled, (large,), {}) is not Prepared.for_call(scaled, (large,), {})
+    array = np.zeros(1 << 17)  # an out-of-band buffer: never shared
+    with_buffer = Prepared.for_call(scaled, (array,), {})
+    assert with_buffer.buffers and Prepared.for_call(scaled, (array,), {}) is not with_buffer
+    async with sky.Pool(nodes=1, **QUIET) as pool:
+        assert [await pool.run(scaled, 3), await pool.run(scaled, 3), await pool.run(scaled, 4)] == [6, 6, 8]
+        try:
+            FACTOR = 5  # a rebound global: the function is pickled again, with a Prepared of its own
+            assert Prepared.for_call(scaled, (3,), {}) is not same
+            assert [await pool.run(scaled, 3), await pool.run(scaled, 3)] == [15, 15]
+        finally:
+            FACTOR = 2
+        assert await pool.run(scaled, 3) == 6

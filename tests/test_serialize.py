@@ -7,7 +7,7 @@ import pickle
 import cloudpickle
 import pytest
 
-from skyhive.runtime.serialize import dump_args, dump_function, dump_value, load_value
+from skyhive.runtime.serialize import INBAND_MAX, OOB_MIN, _pack, dump_args, dump_function, dump_value, load_value
 
 SCALE = 2
 
@@ -27,6 +27,41 @@ def test_cached_function_pickle_sees_a_rebound_global():
         assert cloudpickle.loads(p2)(2) == 6
     finally:
         SCALE = 2
+
+
+def test_a_plain_function_given_new_defaults_or_code_is_pickled_again():
+    """A function naming no global and closing over nothing is checked by its code and defaults."""
+    def plain(x, k=1):
+        return x + k
+
+    fid1, _ = dump_function(plain)
+    assert dump_function(plain)[0] == fid1  # cached
+    plain.__defaults__ = (10,)
+    fid2, p2 = dump_function(plain)
+    assert fid2 != fid1 and cloudpickle.loads(p2)(1) == 11
+    plain.__code__ = (lambda x, k=1: x * k).__code__
+    fid3, p3 = dump_function(plain)
+    assert fid3 not in (fid1, fid2) and cloudpickle.loads(p3)(2) == 20
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    ((3,), {}),
+    ((1.5, True, None, 2 + 1j, -(10 ** 40)), {}),
+    (("text", b"bytes", "x" * (OOB_MIN - 1)), {"n": 2, "s": "é"}),
+    ((), {"only": 7}),
+    (("x" * OOB_MIN,), {}),          # large enough to leave the pickle: the general path lifts it
+    ((b"y" * OOB_MIN, 1), {}),
+    ((10 ** 700_000,), {}),          # a pickle over INBAND_MAX: travels as a buffer
+    ((1, [2, 3]), {}),               # a list: not an atom, the general path
+    ((1,), {"k": (2,)}),
+])
+def test_small_arguments_pickle_to_the_bytes_the_general_path_gives(args, kwargs):
+    data, buffers = dump_args(scaled, args, kwargs)
+    want_data, want_buffers = _pack((args, kwargs))
+    assert data == want_data and [bytes(b) for b in buffers] == [bytes(b) for b in want_buffers]
+    assert load_value(data, buffers) == (args, kwargs)
+    if any(isinstance(a, (str, bytes)) and len(a) >= OOB_MIN for a in args) or len(pickle.dumps(args)) > INBAND_MAX:
+        assert buffers  # what is large still leaves the in-band pickle
 
 
 def test_closures_are_not_confused():

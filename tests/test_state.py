@@ -21,7 +21,6 @@ from skyhive.runtime.events.types import (
     WorkerStateChanged,
     from_json,
     to_json,
-    to_json_values,
 )
 from skyhive.runtime.actors.lifecycle import IllegalTransition, NodeState, check_transition
 from skyhive.runtime.events.log import EventLog
@@ -162,6 +161,3 @@ def test_the_generated_json_writer_writes_what_json_dumps_writes(data):
         assert json.loads(line) == {**values, "type": cls.kind}
         assert line == json.dumps({**values, "type": cls.kind}, separators=(",", ":"), ensure_ascii=False)
         assert from_json(line) == event
-        # the same line from the event's parts (how the log writes the task events it deferred)
-        own = tuple(values[f.name] for f in dataclasses.fields(cls))[3:]
-        assert to_json_values(cls, event.pool_id, event.seq, event.ts, own) == line

@@ -8,11 +8,15 @@ from typing import Any
 
 from ...protocol.cache import NO_KEY
 from ...protocol.codec import submit_tail
-from ..serialize import INBAND_MAX, dump_args, dump_function_cached, dump_value
+from ..serialize import INBAND_MAX, NO_ARGS, PickledFunction, dump_args, dump_function_cached, dump_value
 from ..transport.shm import SharedFiles
 from ..keys import content_key
 
 __all__ = ["Prepared", "map_batches", "BATCH_BYTES"]
+
+#: A call whose arguments pickle to at most this many bytes, with no buffer, is kept with its function
+#: (`Prepared.for_call`): the next call with the same arguments reuses it.
+REUSE_MAX = 512
 
 
 class Prepared:
@@ -30,9 +34,34 @@ class Prepared:
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                  kind: str = "call", fn_name: str | None = None) -> None:
         pickled = dump_function_cached(fn)
+        self._fill(pickled, *dump_args(fn, args, kwargs), kind, fn_name)
+
+    @classmethod
+    def for_call(cls, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prepared:
+        """`Prepared(fn, args, kwargs)` for a call: the very object of the last call of `fn` when the
+        arguments pickle to the same bytes again and carry no buffer (`fn()`, `step(3)`, called again
+        and again). Nothing in such a `Prepared` changes once made, so sharing it is safe, and it
+        saves making one per call and packing its `Submit` again (see `submit_tail`)."""
+        pickled = dump_function_cached(fn)
+        last = pickled.last_call
+        if not args and not kwargs:  # (what `dump_args` gives for none, without its call)
+            if last is not None and last.args is NO_ARGS:
+                return last  # type: ignore[no-any-return]
+            data, buffers = NO_ARGS, []
+        else:
+            data, buffers = dump_args(fn, args, kwargs)
+            if last is not None and not buffers and last.args == data:
+                return last  # type: ignore[no-any-return]
+        prep = cls.__new__(cls)
+        prep._fill(pickled, data, buffers, "call", None)
+        if not prep.buffers and len(data) <= REUSE_MAX:
+            pickled.last_call = prep  # (kept with the function's pickle: it goes when that does)
+        return prep
+
+    def _fill(self, pickled: PickledFunction, args: bytes, buffers: list[Any], kind: str, fn_name: str | None) -> None:
         self.fn_id, self.fn_bytes = pickled.fn_id, pickled.payload
         self.fn_in_buffer = len(self.fn_bytes) > INBAND_MAX
-        self._set_args(*dump_args(fn, args, kwargs))
+        self._set_args(args, buffers)
         self.fn_name = fn_name or pickled.name
         self.batch = False
         self.kind = kind

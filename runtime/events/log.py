@@ -11,14 +11,16 @@ import json
 import logging
 import os
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import fields
+from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from ...paths import private_dir, state_dir
 from .nodes import NodeTable
+from .parts import Parts, PartsFormat, escape
 from .state import _COUNTED, _OUTCOME_COUNTER, PoolState, count_output, count_tasks, fold
 from .stream import EVENTS_MAX_BUFFER, EventStream
 from .types import (
@@ -36,20 +38,19 @@ from .types import (
     WorkerStateChanged,
     from_json,
     to_json,
-    to_json_values,
 )
 
 __all__ = ["EventLog", "state_dir", "pool_log_path", "read_log", "REDACTED"]
 
 log = logging.getLogger("skyhive.events")
 E = TypeVar("E", bound=Event)
-#: a task event `record_task` deferred, in its parts: (class, seq, ts, its own fields in order)
-_Parts = tuple[type[Event], int, float, tuple[Any, ...]]
 REDACTED = "***"
 #: Longest a task or output event waits before it is written to the file.
 WRITE_DELAY = 0.1
 #: Events kept in memory for late `events(replay=True)` subscribers; the file keeps everything.
 MEMORY_EVENTS = 10_000
+#: Task events deferred (see `record_task`) after which they are settled at once.
+MAX_DEFERRED = 4096
 #: Characters of output events waiting to be written after which the file is written at once.
 WRITE_CHARS = 4 * 1024 * 1024
 # Events after which the file is flushed at once (so a crashed client's pool can be found and cleaned).
@@ -112,17 +113,17 @@ class EventLog:
         self._state = PoolState()
         self._unfolded: list[Event] = []
         self._chunks_unfolded = 0  # output events are only counted when folded: not kept for it
-        self._unwritten: list[Event | _Parts] = []
+        self._unwritten: list[Event | Parts] = []
         self._unwritten_chars = 0
         self._flush_scheduled = False
         self._flush_soon = False
         # (a task event `record_task` deferred stays in its parts here until `recent` is read)
-        self._recent: deque[Event | _Parts] = deque(maxlen=MEMORY_EVENTS)
+        self._recent: deque[Event | Parts] = deque(maxlen=MEMORY_EVENTS)
         self._recent_parts = False  # some of `_recent` are parts
         # task events recorded by `record_task` (numbered and timed, not built): settled, in order,
         # before anything reads the log (state, recent, file) and before any other event is emitted —
         # counted into the state, written to the file from their parts, built only if `recent` is read
-        self._deferred: list[_Parts] = []
+        self._deferred: list[Parts] = []
         self._task_counts: dict[str, int] = {}  # settled task events not yet counted into the state
         self._task_last_seq = -1
         self._lifecycle_unfolded = False  # an event that may change the nodes' records waits to be folded
@@ -131,6 +132,17 @@ class EventLog:
         self._closed = False
         self._subscribers: list[EventStream] = []
         self._file: IO[str] | None = None
+        # the deferrable task events' parts forms for this pool (see `parts.py`): one for each class,
+        # and those of the task events nearly every call makes (one item; ended "ok", no error)
+        self._formats = {cls: PartsFormat(cls, pool_id) for cls in _DEFERRABLE}
+        one = PartsFormat(TaskSubmitted, pool_id, {"items": 1})
+        ok = PartsFormat(TaskFinished, pool_id, {"outcome": "ok", "error": ""})
+        self._by_template = {f.template: f for f in (*self._formats.values(), one, ok)}
+        self._submitted, self._submitted_one = self._formats[TaskSubmitted].template, one.template
+        self._finished, self._finished_ok = self._formats[TaskFinished].template, ok.template
+        #: what a settled task event counts in the state, by its template (a `TaskFinished` with its
+        #: outcome in its parts: by that; `TaskStarted`: nothing)
+        self._counts_as = {self._submitted: "tasks_submitted", one.template: "tasks_submitted", ok.template: "tasks_ok"}
         if path is not None:
             if path.parent == state_dir() / "pools":
                 private_dir("pools")
@@ -139,6 +151,11 @@ class EventLog:
             self._seq = _next_seq(path)  # a named pool's log goes on across the clients that attach to it
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             self._file = os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 16)
+        # a deferred task event calls `_deferred_more` once `_deferred` holds this many: MAX_DEFERRED
+        # (to settle a long run), or 0 while a file waits for its flush to be arranged
+        self._settle_at = MAX_DEFERRED if self._file is None else 0
+        # task events are emitted, not deferred, while a live subscriber waits for each or secrets are redacted
+        self._direct = bool(self._secrets)
 
     def __repr__(self) -> str:
         return f"<EventLog {self.pool_id} events={self._seq} subscribers={len(self._subscribers)}>"
@@ -161,8 +178,8 @@ class EventLog:
         if self._deferred:
             self._settle()
         if self._recent_parts:  # build the task events kept in their parts (each once)
-            pool_id = self.pool_id
-            self._recent = deque([e if e.__class__ is not tuple else _build(e[0], pool_id, e[1], e[2], e[3])
+            formats = self._by_template
+            self._recent = deque([e if e.__class__ is not tuple else formats[e[0]].build(e)
                                   for e in self._recent], maxlen=MEMORY_EVENTS)
             self._recent_parts = False
         return self._recent  # type: ignore[return-value]
@@ -212,7 +229,8 @@ class EventLog:
             self._settle()  # keeps the log in sequence order
         if self._secrets:
             fields_ = {k: self._redact_value(v) for k, v in fields_.items()}
-        event = cls(pool_id=self.pool_id, seq=self._seq, ts=time.time(), **fields_)
+        # (every event's time is in whole microseconds, as the deferred task events' parts keep it)
+        event = cls(pool_id=self.pool_id, seq=self._seq, ts=_ns() // 1000 / 1e6, **fields_)
         self._seq += 1
         self._record(event)
         return event
@@ -230,7 +248,7 @@ class EventLog:
         if count is None:
             raise TypeError(f"record_task takes task events ({', '.join(c.__name__ for c in _DEFERRABLE)}), "
                             f"not {cls.__name__}: emit it")
-        if self._subscribers or self._secrets:
+        if self._direct:
             self.emit(cls, **dict(zip(_field_names(cls), values)))
             return
         if len(values) != count:
@@ -239,32 +257,45 @@ class EventLog:
 
     def task_submitted(self, task: int, node: int, local_rank: int, fn: str, items: int) -> None:
         """`record_task(TaskSubmitted, ...)`, each field by name (every call makes one: no lookups)."""
-        if self._subscribers or self._secrets:
+        if self._direct:
             self.emit(TaskSubmitted, task=task, node=node, local_rank=local_rank, fn=fn, items=items)
             return
-        self._deferred.append((TaskSubmitted, self._seq, _now(), (task, node, local_rank, fn, items)))
+        us = _ns() // 1000
+        deferred = self._deferred
+        if items == 1:
+            deferred.append((self._submitted_one, self._seq, us // 1000000, us % 1000000, task, node,
+                                   local_rank, escape(fn)))
+        else:
+            deferred.append((self._submitted, self._seq, us // 1000000, us % 1000000, task, node, local_rank,
+                                   escape(fn), items))
         self._seq += 1
-        if not self._flush_scheduled or len(self._deferred) >= 4096:
+        if len(deferred) >= self._settle_at:
             self._deferred_more()
 
     def task_finished(self, task: int, node: int, local_rank: int, outcome: str, error: str) -> None:
         """`record_task(TaskFinished, ...)`, each field by name (every call makes one: no lookups)."""
-        if self._subscribers or self._secrets:
+        if self._direct:
             self.emit(TaskFinished, task=task, node=node, local_rank=local_rank, outcome=outcome, error=error)
             return
-        self._deferred.append((TaskFinished, self._seq, _now(), (task, node, local_rank, outcome, error)))
+        us = _ns() // 1000
+        deferred = self._deferred
+        if outcome == "ok" and not error:
+            deferred.append((self._finished_ok, self._seq, us // 1000000, us % 1000000, task, node, local_rank))
+        else:
+            deferred.append((self._finished, self._seq, us // 1000000, us % 1000000, task, node, local_rank,
+                                   escape(outcome), escape(error)))
         self._seq += 1
-        if not self._flush_scheduled or len(self._deferred) >= 4096:
+        if len(deferred) >= self._settle_at:
             self._deferred_more()
 
     def _defer(self, cls: type[Event], values: tuple[Any, ...]) -> None:
-        self._deferred.append((cls, self._seq, _now(), values))
+        self._deferred.append(self._formats[cls].parts(self._seq, _ns() // 1000, values))
         self._seq += 1
         self._deferred_more()
 
     def _deferred_more(self) -> None:
         """After a task event was deferred: settle a long run of them; see that the file is written."""
-        if len(self._deferred) >= 4096:
+        if len(self._deferred) >= MAX_DEFERRED:
             self._settle()
         elif not self._flush_scheduled and self._file is not None:
             self._schedule_flush()
@@ -274,15 +305,16 @@ class EventLog:
         `_record` does for a task event (folded, which only counts it; kept in memory; written; no
         live subscriber, or it would have been emitted), for the whole run at once."""
         deferred, self._deferred = self._deferred, []
-        counts = self._task_counts
-        for cls, _, _, values in deferred:
-            if cls is TaskFinished:
-                key = _OUTCOME_COUNTER.get(values[3], "tasks_lost")
-            elif cls is TaskSubmitted:
-                key = "tasks_submitted"
-            else:  # TaskStarted counts nothing
-                continue
-            counts[key] = counts.get(key, 0) + 1
+        counts, counts_as = self._task_counts, self._counts_as
+        for template, n in Counter(map(_template_of, deferred)).items():  # (in C: no Python code per event)
+            key = counts_as.get(template)
+            if key is not None:
+                counts[key] = counts.get(key, 0) + n
+            elif template is self._finished:  # the outcome is in the parts (escaped)
+                for e in deferred:
+                    if e[0] is template:
+                        key = _OUTCOME_KEY.get(e[7], "tasks_lost")
+                        counts[key] = counts.get(key, 0) + 1
         self._task_last_seq = deferred[-1][1]
         self._recent.extend(deferred)
         self._recent_parts = True
@@ -354,6 +386,7 @@ class EventLog:
             loop.call_soon(self.flush)
         else:
             self._flush_scheduled = True
+            self._settle_at = MAX_DEFERRED
             loop.call_later(WRITE_DELAY, self.flush)
 
     def subscribe(self, *, replay: bool = False, max_buffer: int = EVENTS_MAX_BUFFER) -> EventStream:
@@ -369,27 +402,28 @@ class EventLog:
             stream.end()
         else:
             self._subscribers.append(stream)
+            self._direct = True
         return stream
 
     def _unsubscribe(self, stream: EventStream) -> None:
         if stream in self._subscribers:
             self._subscribers.remove(stream)
+            self._direct = bool(self._subscribers or self._secrets)
 
     def flush(self) -> None:
         """Write every pending event to the file, and flush it."""
-        self._flush_scheduled = False  # (a timer still pending then finds nothing to write)
-        self._flush_soon = False
         if self._deferred:
-            self._settle()
+            self._settle()  # (before the flags below: it arranges no other flush, this one writes it)
+        self._flush_scheduled = False  # (a timer still pending then finds nothing to write)
+        self._settle_at = 0 if self._file is not None else MAX_DEFERRED
+        self._flush_soon = False
         if self._file is None:
             return
         if self._unwritten:
             pending, self._unwritten = self._unwritten, []
             self._unwritten_chars = 0
-            pool_id = self.pool_id
-            self._file.write("".join([
-                (to_json(e) if e.__class__ is not tuple else to_json_values(e[0], pool_id, e[1], e[2], e[3])) + "\n"
-                for e in pending]))
+            # (a task event's parts are its line's template and values: one `%`, see `parts.py`)
+            self._file.write("".join([e[0] % e if e.__class__ is tuple else to_json(e) + "\n" for e in pending]))
         self._file.flush()
 
     def close(self) -> None:
@@ -400,6 +434,7 @@ class EventLog:
         for sub in self._subscribers:
             sub.end()
         self._subscribers.clear()
+        self._direct = bool(self._secrets)
         if self._file is not None:
             self.flush()
             os.fsync(self._file.fileno())
@@ -423,37 +458,11 @@ def _field_names(cls: type[Event]) -> tuple[str, ...]:
     return names
 
 
-def _build(cls: type[Event], pool_id: str, seq: int, ts: float, values: tuple[Any, ...]) -> Event:
-    """`cls(pool_id=..., seq=..., ts=..., **fields)` with every field given, without keyword
-    matching: the slots are set through their descriptors (a frozen dataclass's `__init__` does the
-    same through `object.__setattr__`), by a builder generated per class (one statement a field)."""
-    builder = _BUILDERS.get(cls)
-    if builder is None:
-        builder = _BUILDERS[cls] = _builder(cls)
-    return builder(pool_id, seq, ts, values)
-
-
-def _builder(cls: type[Event]) -> Callable[[str, int, float, tuple[Any, ...]], Event]:
-    names = _field_names(cls)
-    env: dict[str, Any] = {"_new": _new, "_cls": cls, "_set_pool_id": _set_pool_id, "_set_seq": _set_seq,
-                           "_set_ts": _set_ts}
-    lines = ["def build(pool_id, seq, ts, values):", "    e = _new(_cls)", "    _set_pool_id(e, pool_id)",
-             "    _set_seq(e, seq)", "    _set_ts(e, ts)"]
-    if names:
-        lines.append(f"    ({''.join(f'v{i}, ' for i in range(len(names)))}) = values")
-    for i, name in enumerate(names):
-        env[f"_set{i}"] = getattr(cls, name).__set__
-        lines.append(f"    _set{i}(e, v{i})")
-    lines.append("    return e")
-    exec("\n".join(lines), env)  # noqa: S102 - generated from the class's own field count
-    return env["build"]  # type: ignore[no-any-return]
-
-
-_BUILDERS: dict[type[Event], Callable[[str, int, float, tuple[Any, ...]], Event]] = {}
-_new = object.__new__
-_now = time.time
-_set_pool_id, _set_seq, _set_ts = (getattr(Event, name).__set__ for name in ("pool_id", "seq", "ts"))
+_ns = time.time_ns
+_template_of = itemgetter(0)
 #: the events `record_task` may defer: counted when folded, never output, never flushed at once
 _DEFERRABLE = (TaskSubmitted, TaskStarted, TaskFinished)
 #: how many fields (after pool_id, seq, ts) each of those events has
 _DEFERRABLE_FIELDS: dict[type[Event], int] = {cls: len(_field_names(cls)) for cls in _DEFERRABLE}
+#: a `TaskFinished`'s escaped outcome (as its parts hold it) -> the state's counter of it
+_OUTCOME_KEY = {escape(outcome): key for outcome, key in _OUTCOME_COUNTER.items()}

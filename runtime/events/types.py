@@ -29,7 +29,6 @@ __all__ = [
     "OutputChunk",
     "EVENT_TYPES",
     "to_json",
-    "to_json_values",
     "from_json",
 ]
 
@@ -216,40 +215,28 @@ class _Writer:
     call itself is generated per class, one expression over the fields (no loops, no list)."""
 
     def __init__(self, cls: type[Event]) -> None:
-        parts, args, from_values = [], [], []
-        for i, f in enumerate(fields(cls)):
+        parts, args = [], []
+        for f in fields(cls):
             kind = str(f.type)
             if not f.name.isidentifier():
                 raise TypeError(f"{cls.__name__}.{f.name}: not a field name a writer can be generated for")
-            # (the values form: pool_id, seq, ts are arguments, the event's own fields v0, v1, ...)
-            value = f.name if i < 3 else f"v{i - 3}"
             if kind == "int":
                 parts.append(f'"{f.name}":%d')
                 args.append(f"e.{f.name}")
-                from_values.append(value)
             elif kind == "float":
                 parts.append(f'"{f.name}":%r')
                 args.append(f"e.{f.name}")
-                from_values.append(value)
             elif kind == "str":
                 parts.append(f'"{f.name}":%s')
                 args.append(f"_str(e.{f.name})")
-                from_values.append(f"_str({value})")
             else:  # rare, structured fields (e.g. a provider's description): plain json
                 parts.append(f'"{f.name}":%s')
                 args.append(f"_dumps(e.{f.name})")
-                from_values.append(f"_dumps({value})")
         parts.append(f'"type":{_str(cls.kind)}')
         self.template = "{" + ",".join(parts).replace("%%", "%%%%") + "}"
         env: dict[str, Any] = {"_str": _str, "_dumps": _dumps, "_template": self.template}
-        own = "".join(f"v{i}, " for i in range(len(from_values) - 3))
-        exec(f"def write(e):\n    return _template % ({', '.join(args)},)\n"  # noqa: S102 - from field names
-             f"def write_values(pool_id, seq, ts, values):\n    ({own}) = values\n"
-             f"    return _template % ({', '.join(from_values)},)\n", env)
+        exec(f"def write(e):\n    return _template % ({', '.join(args)},)\n", env)  # noqa: S102 - from field names
         self.write: Callable[[Event], str] = env["write"]
-        #: the same line from an event's parts — `(pool_id, seq, ts, (own fields, in order))` — without
-        #: the event (the log's deferred task events are written so, never built unless read)
-        self.write_values: Callable[[str, int, float, tuple[Any, ...]], str] = env["write_values"]
 
     def __call__(self, event: Event) -> str:
         return self.write(event)
@@ -272,16 +259,6 @@ _WRITE: dict[type[Event], Callable[[Event], str]] = {cls: w.write for cls, w in 
 def to_json(event: Event) -> str:
     """One line of the JSONL log."""
     return _WRITE[type(event)](event)
-
-
-_WRITE_VALUES: dict[type[Event], Callable[[str, int, float, tuple[Any, ...]], str]] = {
-    cls: w.write_values for cls, w in _WRITERS.items()}
-
-
-def to_json_values(cls: type[Event], pool_id: str, seq: int, ts: float, values: tuple[Any, ...]) -> str:
-    """`to_json(cls(pool_id=pool_id, seq=seq, ts=ts, **fields))`, with `values` the event's own fields
-    in declaration order, all of them, and no event built."""
-    return _WRITE_VALUES[cls](pool_id, seq, ts, values)
 
 
 def from_json(line: str) -> Event:
