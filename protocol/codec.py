@@ -68,64 +68,134 @@ _PY_TYPES: dict[str, type] = {
 }
 
 
+#: Messages always sent whole: peers of every version read their leading fields (see `messages`).
+_WHOLE = frozenset({"Hello", "Welcome"})
+
+
 class _Schema:
-    __slots__ = ("cls", "names", "types", "getter", "decode")
+    __slots__ = ("cls", "names", "types", "defaults", "least", "getter", "decode")
 
     def __init__(self, cls: type[Message]) -> None:
         pairs = wire_fields(cls)
         self.cls = cls
         self.names = tuple(name for name, _ in pairs)
         self.types = tuple(_PY_TYPES[str(ann)] for _, ann in pairs)
+        by_name = {f.name: f for f in fields(cls)}
+        #: each wire field's `(default,)` (a factory's value made once), or None when it has none
+        self.defaults = tuple(_default_of(by_name[name]) for name in self.names)
+        #: the fewest wire values a frame of this message carries: trailing fields at their defaults
+        #: are left out (see `wire_values`), never a field without a default
+        self.least = len(self.names)
+        if cls.__name__ not in _WHOLE:
+            while self.least and self.defaults[self.least - 1] is not None:
+                self.least -= 1
         get = operator.attrgetter(*self.names) if self.names else (lambda m: ())
         self.getter = (lambda m: (get(m),)) if len(self.names) == 1 else get
         self.decode = _decoder(self)
 
+    def wire_values(self, msg: Message) -> tuple[Any, ...]:
+        """`msg`'s wire values, those at the end equal to their defaults (and of the same type: a
+        0 in a bool field still travels, and is refused by the peer) left out."""
+        values = self.getter(msg)
+        n, least, defaults = len(values), self.least, self.defaults
+        while n > least:
+            (default,) = defaults[n - 1]  # type: ignore[misc]
+            value = values[n - 1]
+            if value.__class__ is not default.__class__ or value != default:
+                break
+            n -= 1
+        return values if n == len(values) else values[:n]
+
     def refuse(self, values: tuple[Any, ...]) -> None:
         """Raise the `RemoteProtocolError` naming what is wrong with `values` (this message's wire
         values, the tag left out): their count, or the first one of the wrong type."""
-        name = self.cls.__name__
-        if len(values) != len(self.names):
-            raise RemoteProtocolError(f"{name} frame has {len(values)} fields, expected {len(self.names)}")
+        name, most = self.cls.__name__, len(self.names)
+        if not self.least <= len(values) <= most:
+            expected = str(most) if self.least == most else f"{self.least} to {most}"
+            raise RemoteProtocolError(f"{name} frame has {len(values)} fields, expected {expected}")
         for field_name, want, value in zip(self.names, self.types, values):
             if type(value) is not want:
                 raise RemoteProtocolError(f"{name}.{field_name} should be {want.__name__}, got {type(value).__name__}")
+
+    def decode_some(self, obj: tuple[Any, ...]) -> Message:
+        """Decode a frame that leaves out some, not all, of the trailing default fields (the
+        generated decoder does the whole form and the shortest): the same checks, in a loop; the
+        fields left out get their defaults from the class's `__init__`."""
+        values = obj[1:]
+        if not self.least <= len(values) <= len(self.names):
+            self.refuse(values)
+        for want, value in zip(self.types, values):
+            if value.__class__ is not want:
+                self.refuse(values)
+        return self.cls(**dict(zip(self.names, values)))
+
+
+def _default_of(f: Any) -> tuple[Any] | None:
+    if f.default is not MISSING:
+        return (f.default,)
+    if f.default_factory is not MISSING:
+        return (f.default_factory(),)
+    return None
 
 
 def _decoder(schema: _Schema) -> Callable[[tuple[Any, ...]], Message]:
     """The function turning a decoded body (`(tag, *wire values)`, the tag already looked up) into a
     `schema.cls`: checks the count and the exact type of every value, then sets each field through
     its slot — what the frozen dataclass's `__init__` does through `object.__setattr__`, without
-    matching keywords — and gives the fields that do not travel their defaults. Generated per class,
-    unrolled (one comparison and one statement a field), as `dataclasses` generates `__init__`:
-    every frame pays for it."""
-    cls, names = schema.cls, schema.names
-    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_refuse": schema.refuse}
-    values = "".join(f"v{i}, " for i in range(len(names)))
-    lines = ["def decode(obj):", f"    if len(obj) != {len(names) + 1}:", "        _refuse(obj[1:])",
-             f"    (_, {values}) = obj"]
-    if names:
-        env.update({f"_t{i}": t for i, t in enumerate(schema.types)})
-        checks = " or ".join(f"v{i}.__class__ is not _t{i}" for i in range(len(names)))
-        lines += [f"    if {checks}:", "        _refuse(obj[1:])"]
-    lines.append("    msg = _new(_cls)")
+    matching keywords — and gives the fields that do not travel, or were left out at their
+    defaults, their defaults. Generated per class, unrolled (one comparison and one statement a
+    field), as `dataclasses` generates `__init__`, for the whole form and the shortest (a plain
+    `Submit`, an ok `Result`): every frame pays for it. A form in between: `_Schema.decode_some`."""
+    cls, names, least = schema.cls, schema.names, schema.least
+    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_refuse": schema.refuse,
+                           "_some": schema.decode_some}
+    fill: list[str] = []  # what a field gets when absent: an expression over `env`
     for i, name in enumerate(names):
+        env[f"_t{i}"] = schema.types[i]
         env[f"_set{i}"] = getattr(cls, name).__set__
-        lines.append(f"    _set{i}(msg, v{i})")
-    for j, f in enumerate(f for f in fields(cls) if f.name not in names):
+    by_name = {f.name: f for f in fields(cls)}
+    for i, f in enumerate(by_name[name] for name in names):
+        fill.append(_fill_expr(f, f"w{i}", env))
+    rest = [f for f in fields(cls) if f.name not in names]
+    for j, f in enumerate(rest):
         env[f"_dset{j}"] = getattr(cls, f.name).__set__
-        if f.default is MISSING:
-            env[f"_factory{j}"] = f.default_factory
-            lines.append(f"    _dset{j}(msg, _factory{j}())")
-        else:
-            env[f"_default{j}"] = f.default
-            lines.append(f"    _dset{j}(msg, _default{j})")
+    rest_lines = [f"        _dset{j}(msg, {_fill_expr(f, f'r{j}', env)})" for j, f in enumerate(rest)]
     if getattr(cls, "__post_init__", None) is not None:  # (no message has one today)
         env.update(_post_init=cls.__post_init__, _Error=RemoteProtocolError)  # type: ignore[attr-defined]
-        lines += ["    try:", "        _post_init(msg)", "    except (TypeError, ValueError) as exc:",
-                  f"        raise _Error(f'invalid {cls.__name__}: {{exc}}') from None"]
-    lines.append("    return msg")
+        rest_lines += ["        try:", "            _post_init(msg)", "        except (TypeError, ValueError) as exc:",
+                       f"            raise _Error(f'invalid {cls.__name__}: {{exc}}') from None"]
+
+    def form(count: int) -> list[str]:
+        """The statements decoding a frame of `count` wire values."""
+        out = [f"    if n == {count + 1}:", f"        (_, {''.join(f'v{i}, ' for i in range(count))}) = obj"]
+        if count:
+            checks = " or ".join(f"v{i}.__class__ is not _t{i}" for i in range(count))
+            out += [f"        if {checks}:", "            _refuse(obj[1:])"]
+        out.append("        msg = _new(_cls)")
+        out += [f"        _set{i}(msg, v{i})" for i in range(count)]
+        out += [f"        _set{i}(msg, {fill[i]})" for i in range(count, len(names))]
+        return out + rest_lines + ["        return msg"]
+
+    lines = ["def decode(obj):", "    n = len(obj)"]
+    if least < len(names):
+        lines += form(least)
+    lines += form(len(names))
+    lines.append("    return _some(obj)" if least < len(names) else "    _refuse(obj[1:])")
     exec("\n".join(lines), env)  # noqa: S102 - generated from the class's own field names and types
     return env["decode"]  # type: ignore[no-any-return]
+
+
+def _fill_expr(f: Any, key: str, env: dict[str, Any]) -> str:
+    """The expression giving field `f` its default in a generated decoder (a factory's: called)."""
+    if f.default is not MISSING:
+        env[f"_default_{key}"] = f.default
+        return f"_default_{key}"
+    if f.default_factory is dict:
+        return "{}"  # (a display: cheaper than calling dict)
+    if f.default_factory is not MISSING:
+        env[f"_factory_{key}"] = f.default_factory
+        return f"_factory_{key}()"
+    return "None"  # (a field without a default is never absent: `least` counts it)
 
 
 _SCHEMA: dict[type[Message], _Schema] = {cls: _Schema(cls) for cls in TAGS.values()}
@@ -134,54 +204,61 @@ _pack_len = HEADER.pack
 
 
 def encode(msg: Message) -> bytes:
-    """The frame (length prefix included) for `msg`. `Chunk` goes through `encode_chunk_header`."""
+    """The frame (length prefix included) for `msg`: its tag and wire values, those at the end that
+    are at their defaults left out (but a `Hello`'s or `Welcome`'s: see `_WHOLE`). `Chunk` goes
+    through `encode_chunk_header`."""
     cls = type(msg)
-    body = _packb((cls.tag, *_SCHEMA[cls].getter(msg)))
+    body = _packb((cls.tag, *_SCHEMA[cls].wire_values(msg)))
     return _pack_len(len(body)) + body
 
 
 # Templates of the two messages every call makes (a `Submit` without buffers, an ok `Result` without
 # buffers): their constant parts packed once, so the per-call work is packing what varies. They give
-# exactly the bytes `encode` gives for the same message (tests hold them to that).
-_SUBMIT_HEAD = bytes([0x90 | (1 + len(_SCHEMA[Submit].names)), Submit.tag])
-_RESULT_HEAD = bytes([0x90 | (1 + len(_SCHEMA[Result].names)), Result.tag])
+# exactly the bytes `encode` gives for the same message (tests hold them to that): an ok `Result`
+# is [tag, task_id, True, value]; a `Submit` [tag, task_id, fn_id, fn, args], then
+# buffer_sizes=() and batch if batch or options is set, then options if set.
 _pack_one = msgpack.Packer(use_bin_type=True, autoreset=True).pack
-#: an ok Result's fields after `value`: buffer_sizes=(), error_type="", error_message="", traceback="",
-#: cancelled=False, shared=()
-_RESULT_OK_TAIL = b"".join(_pack_one(v) for v in ((), "", "", "", False, ()))
-assert _SCHEMA[Result].names == ("task_id", "ok", "value", "buffer_sizes", "error_type", "error_message",
-                                 "traceback", "cancelled", "shared"), "update the Result template"
-assert _SCHEMA[Submit].names == ("task_id", "fn_id", "fn", "args", "buffer_sizes", "batch", "options",
-                                 "buffer_keys", "cached", "shared"), "update the Submit template"
+_RESULT_TAG = Result.tag
+assert _SCHEMA[Result].names[:3] == ("task_id", "ok", "value") and _SCHEMA[Result].least == 3, \
+    "update the Result template"
+assert _SCHEMA[Submit].names[:7] == ("task_id", "fn_id", "fn", "args", "buffer_sizes", "batch", "options") \
+    and _SCHEMA[Submit].least == 4, "update the Submit template"
 
 
 def submit_tail(*, fn_id: bytes, fn: bytes, args: bytes, batch: bool, options: dict[str, Any]) -> bytes:
-    """A `Submit` without buffers, but for its task id, packed once (see `encode_submit`)."""
+    """A `Submit` without buffers, packed once but for its task id: the array's head and tag, then
+    the fields after `task_id` (see `encode_submit`)."""
     if not (type(fn_id) is bytes and type(fn) is bytes and type(args) is bytes and type(batch) is bool
             and type(options) is dict):
         for name, value, want in (("fn_id", fn_id, bytes), ("fn", fn, bytes), ("args", args, bytes),
                                   ("batch", batch, bool), ("options", options, dict)):
             if type(value) is not want:
                 raise TypeError(f"Submit.{name} should be {want.__name__}, got {type(value).__name__}")
-    return b"".join((_pack_one(fn_id), _pack_one(fn) if fn else _EMPTY_BIN, _pack_one(args),
-                     _BATCH_NO_SIZES[batch], _pack_one(options) if options else _EMPTY_MAP, _NO_KEYS_TAIL))
+    if options:
+        head, rest = _SUBMIT_HEADS[8], _BATCH_NO_SIZES[batch] + _pack_one(options)
+    elif batch:
+        head, rest = _SUBMIT_HEADS[7], _BATCH_NO_SIZES[True]
+    else:
+        head, rest = _SUBMIT_HEAD_PLAIN, b""
+    return b"".join((head, _pack_one(fn_id), _pack_one(fn) if fn else _EMPTY_BIN, _pack_one(args), rest))
 
 
 _EMPTY_BIN = _pack_one(b"")
-_EMPTY_MAP = _pack_one({})
 _BATCH_NO_SIZES = {flag: _pack_one(()) + _pack_one(flag) for flag in (False, True)}  # buffer_sizes=(), batch
-_NO_KEYS_TAIL = _pack_one(b"") + _pack_one(()) + _pack_one(())  # buffer_keys=b"", cached=(), shared=()
+_SUBMIT_HEADS = {count: bytes([0x90 | count, Submit.tag]) for count in (5, 7, 8)}  # (tag + values)
+_SUBMIT_HEAD_PLAIN = _SUBMIT_HEADS[5]
+_HEAD_SIZE = 2
 
 
 def encode_submit(task_id: int, tail: bytes) -> bytes:
     """The frame of `Submit(task_id=task_id, ...)` whose other fields `submit_tail` packed."""
-    body = _SUBMIT_HEAD + _pack_one(task_id) + tail
+    body = tail[:_HEAD_SIZE] + _pack_one(task_id) + tail[_HEAD_SIZE:]
     return _pack_len(len(body)) + body
 
 
 def encode_value_result(task_id: int, value: bytes) -> bytes:
     """The frame of `Result(task_id=task_id, ok=True, value=value)` (no buffers)."""
-    body = _RESULT_HEAD + _pack_one(task_id) + b"\xc3" + _pack_one(value) + _RESULT_OK_TAIL
+    body = _pack_one((_RESULT_TAG, task_id, True, value))  # (one pack: fewer copies than joining parts)
     return _pack_len(len(body)) + body
 
 
@@ -196,7 +273,7 @@ def decode_body(body: memoryview) -> Message:
 
     For a `Chunk`, `data` is a memoryview into `body`: copy it before `body`'s buffer changes.
     """
-    if len(body) > 1 and body[0] == 0x94 and body[1] == _CHUNK_TAG:  # (0x94 first: Submit and Result never are)
+    if len(body) > 1 and body[0] == 0x94 and body[1] == _CHUNK_TAG:  # (0x94: also an ok Result's head)
         return _decode_chunk(body)
     if len(body) > MAX_MESSAGE:
         raise RemoteProtocolError(

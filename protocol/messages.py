@@ -1,10 +1,12 @@
 """The messages client and worker exchange: small frozen dataclasses, one type tag each.
 
-A message's wire form is a msgpack array: its tag, then its wire fields in the order declared here.
+A message's wire form is a msgpack array: its tag, then its wire fields in the order declared here,
+those at the end that are at their defaults left out (a plain `Submit` carries 4 of its 10, an ok
+`Result` 3 of its 9); a receiver gives the fields left out their defaults.
 Fields whose metadata says ``wire=False`` never travel (the out-of-band buffers a `Submit` or `Result`
 carries are filled in by the `Connection` from `Chunk` frames). Tags are part of the protocol: never
-reuse or renumber one; `Hello` and `Welcome` keep their tags and leading fields forever, so that peers
-of any version can at least tell each other which version they speak.
+reuse or renumber one; `Hello` and `Welcome` keep their tags and leading fields forever, and always
+travel whole, so that peers of any version can at least tell each other which version they speak.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ __all__ = [
 #:    buffers passed beside the connection: `Submit.shared`, `Result.shared`.
 #: 5: `Hello.takeover` (a new client of a detached worker starts a new session).
 #: 6: `WantFunction`, `Function` (a worker that no longer holds a task's function asks for it).
-PROTOCOL_VERSION = 6
+#: 7: trailing fields at their defaults are left out of a frame (but `Hello`'s and `Welcome`'s).
+PROTOCOL_VERSION = 7
 
 #: `Output.stream` values.
 STDOUT = 1

@@ -64,3 +64,28 @@ def test_templates_keep_the_state_machine_and_the_limits():
         client.send_submit("1", tail)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="Submit.options should be dict"):
         submit_tail(fn_id=b"f", fn=b"", args=b"a", batch=False, options=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("max_frame", [200, 1000, 70_000])
+def test_templated_frames_at_the_limit_are_sent_and_one_byte_over_refused(max_frame):
+    """The templates decide most frames without measuring them (`_TEMPLATE_ROOM`): every size
+    around the limit still gets exactly `send`'s answer."""
+    for size in range(max_frame - 40, max_frame + 2):
+        for task_id in (1, 2**64 - 1):
+            client, worker = ready_pair()
+            worker.max_frame = client.max_frame = max_frame
+            value = b"v" * size
+            fits = len(encode(Result(task_id=task_id, ok=True, value=value))) - 4 <= max_frame
+            if fits:
+                assert worker.send_value_result(task_id, value) == encode(Result(task_id=task_id, ok=True, value=value))
+            else:
+                with pytest.raises(LocalProtocolError, match="exceeds the message limit"):
+                    worker.send_value_result(task_id, value)
+                assert worker.state is State.ERROR
+            tail = submit_tail(fn_id=b"f", fn=b"", args=value, batch=False, options={})
+            msg = Submit(task_id=task_id, fn_id=b"f", fn=b"", args=value)
+            if len(encode(msg)) - 4 <= max_frame:
+                assert client.send_submit(task_id, tail) == encode(msg)
+            else:
+                with pytest.raises(LocalProtocolError, match="exceeds the message limit"):
+                    client.send_submit(task_id, tail)

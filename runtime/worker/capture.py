@@ -246,7 +246,7 @@ def flush_streams(streams: tuple[TaskStream, ...]) -> None:
         if s._fd >= 0:
             fds += (s._fd,)
     else:
-        if not fds or not _poller(fds).poll(0):
+        if not fds or not (_POLLERS.get(fds) or _poller(fds)).poll(0):
             for s in streams:
                 if s._lock.locked() or s._parts:
                     break

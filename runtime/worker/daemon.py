@@ -57,6 +57,8 @@ _CANCEL_SIGNAL = signal.SIGUSR1
 #: Socket mode: an `Ack` of the client's frames goes out at least this often while some are unacknowledged.
 ACK_DELAY = 0.2
 _IOV_MAX = 512  # pieces per writev (the kernel takes at most 1024)
+#: Reads of up to this many bytes go to the connection as a copy, larger ones as a view of the buffer.
+_SMALL_READ = 4096
 
 
 class Worker(TaskCore):
@@ -70,6 +72,9 @@ class Worker(TaskCore):
 
     #: Bytes of the reusable read buffer (0: this worker never reads a file descriptor).
     READ_BUFFER = 1 << 20
+    #: True once frames go straight to `fd_out` through this class's `_write` (`_open_process`); a
+    #: subclass writing elsewhere (the simulated nodes' worker) keeps False
+    _fd_writes = False
 
     def __init__(self, fd_in: int, fd_out: int) -> None:
         super().__init__()
@@ -84,6 +89,7 @@ class Worker(TaskCore):
         lighter stand-ins (`transport/simulated.py`: one thread, ~10 objects fewer per node)."""
         self.fd_in = fd_in
         self.fd_out = fd_out
+        self._fd_writes = type(self)._write is Worker._write
         self.pending: collections.deque[Submit | None] = collections.deque()
         self.read_lock = threading.Lock()
         self._writing = 0
@@ -143,9 +149,18 @@ class Worker(TaskCore):
             self._write(self.conn.send(msg))
 
     def send_value(self, task_id: int, value: bytes) -> None:
-        """`send(Result(task_id=task_id, ok=True, value=value))`, packed from a template."""
+        """`send(Result(task_id=task_id, ok=True, value=value))`, packed from a template.
+
+        A worker writing its own descriptor writes it straight away, without `_write`'s count of
+        frames in progress: a task's `Result` goes out after the task left user code, where a
+        `Cancel` no longer raises (see `_on_cancel_signal`), so nothing can tear this frame. (One
+        a task: most of what a worker sends.)"""
         with self.write_lock:
-            self._write(self.conn.send_value_result(task_id, value))
+            frame = self.conn.send_value_result(task_id, value)
+            if not self._fd_writes:
+                self._write(frame)
+            elif (n := os.write(self.fd_out, frame)) < len(frame):
+                self._write_views([memoryview(frame)[n:]])
 
     def _tick(self) -> None:
         self.poll_during_task()
@@ -177,7 +192,7 @@ class Worker(TaskCore):
         hand-off. While a task runs, the flusher thread polls (non-blocking) every tick: heartbeats
         and `Cancel` are answered, new `Submit`s wait in `pending`. The lock keeps the two apart.
         """
-        if not self.read_lock.acquire(blocking=block):
+        if not self.read_lock.acquire(block):
             return True
         try:
             if not block and not select.select([self.fd_in], [], [], 0)[0]:
@@ -192,8 +207,11 @@ class Worker(TaskCore):
                 if not n:
                     conn.receive_data(b"")
                     return False
-                with self._inview[:n] as data:
-                    messages = conn.receive_data(data)
+                if n <= _SMALL_READ:  # (a copy of a few bytes costs less than a view and its release)
+                    messages = conn.receive_data(self._inbuf[:n])
+                else:
+                    with self._inview[:n] as data:
+                        messages = conn.receive_data(data)
             else:
                 with target:
                     direct = len(target)
@@ -233,7 +251,7 @@ class Worker(TaskCore):
                 self.abandon()  # the client is gone: nothing can reach us any more
 
     def dispatch(self, msg: Message) -> None:
-        if isinstance(msg, Submit):
+        if msg.__class__ is Submit:  # (messages are final classes; this one comes with every task)
             if msg.shared or (msg.cached and None in msg.buffers):
                 msg = attach_shared(self.fds, self.conn.store, msg)
             self.pending.append(msg)
@@ -329,7 +347,7 @@ class Worker(TaskCore):
         try:
             while True:
                 if not self.pending:
-                    if not self.poll(block=True):
+                    if not self.poll(True):
                         self.abandon()  # the client is gone
                     continue
                 if self.pending[0] is None:
