@@ -14,7 +14,8 @@ import pytest
 
 import skyhive as sky
 from skyhive.runtime.actors.prepared import Prepared
-from skyhive.runtime.onnode.setup import FN_CACHE_BYTES
+from skyhive.runtime.onnode.setup import FN_CACHE_BYTES, FN_CACHE_LIMIT
+from skyhive.runtime.worker.tasks import TaskCore
 
 MiB = 1 << 20
 np = pytest.importorskip("numpy", reason="numpy (the dev extra) makes the large functions")
@@ -91,3 +92,49 @@ async def test_every_call_runs_past_the_byte_bound_with_large_and_small_function
         # past the bound the worker may have dropped it: its bytes go (by reference) with each task
         assert channel.carries_buffers(Prepared.for_map(kept_large))
         assert await pool.run(kept_large, 100) == 109
+
+
+class _Frames(TaskCore):
+    """A `TaskCore` whose frames go to a list (what a worker would write to its client): enough to
+    drive its function cache directly, with sizes as numbers rather than pickles of that size."""
+
+    _streams = ()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[object] = []
+
+    def send(self, msg):
+        self.sent.append(msg)
+
+    def send_value(self, task_id, value):
+        self.sent.append((task_id, value))
+
+    def send_result(self, msg, buffers):
+        self.sent.append(msg)
+
+
+def test_the_worker_drops_its_oldest_functions_to_stay_under_the_byte_bound():
+    core = _Frames()
+    mib = 1 << 20
+    core._hold(b"a", len, 100 * mib)
+    core._hold(b"b", len, 100 * mib)
+    core._hold(b"small", len, 1000)
+    assert core.fn_bytes_held == 200 * mib + 1000
+    core._hold(b"c", len, 100 * mib)  # would pass 256 MiB: "a", the oldest, goes
+    assert list(core.fns) == [b"b", b"small", b"c"]
+    assert core.fn_bytes_held == 200 * mib + 1000 <= FN_CACHE_BYTES
+    core._hold(b"huge", len, FN_CACHE_BYTES + 1)  # larger than the bound alone: held, alone
+    assert list(core.fns) == [b"huge"] and core.fn_bytes_held == FN_CACHE_BYTES + 1
+    core._hold(b"d", len, 10)
+    assert list(core.fns) == [b"d"] and core.fn_bytes_held == 10
+    core.forget_functions()
+    assert core.fns == {} and core.fn_bytes_held == 0
+
+
+def test_the_worker_drops_its_oldest_function_at_the_count_bound():
+    core = _Frames()
+    for i in range(FN_CACHE_LIMIT + 3):
+        core._hold(i.to_bytes(4, "big"), len, 1)
+    assert len(core.fns) == FN_CACHE_LIMIT and core.fn_bytes_held == FN_CACHE_LIMIT
+    assert next(iter(core.fns)) == (3).to_bytes(4, "big")
