@@ -3,6 +3,8 @@ draws it on a terminal (a pty) and stays quiet on a pipe."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import os
 import pty
 import select
@@ -12,8 +14,9 @@ import textwrap
 
 import pytest
 
+from skyhive.runtime.events.stream import EventStream
 from skyhive.runtime.events.types import NodeProgress, NodeStateChanged
-from skyhive.runtime.output.progress import DETAIL_LIMIT, ProvisioningView, wants_display
+from skyhive.runtime.output.progress import DETAIL_LIMIT, ProvisioningDisplay, ProvisioningView, wants_display
 
 
 class Clock:
@@ -73,6 +76,28 @@ def test_events_of_other_kinds_or_unknown_nodes_change_nothing():
     view = ProvisioningView(1, clock=Clock())
     assert not view.apply(state(5, "ready"))
     assert view.apply(state(0, "ready"))
+
+
+@pytest.mark.anyio
+async def test_the_summary_counts_the_events_that_arrived_just_before_the_start_ended():
+    # The pool's start ends (and stops the display) in the same turn of the loop as its last node's
+    # "ready" event: the display's task has not taken that event yet. The screen's last frame and the
+    # summary left behind must count it (CI once printed "1 bootstrapping, 1 ready" for a ready pool).
+    screen = io.StringIO()
+    display = ProvisioningDisplay("p-sum", 2, stream=screen)
+    events = EventStream(1 << 20, lambda _: None)
+    runner = asyncio.create_task(display.run(events))
+    events.put(state(0, "ready"))
+    events.put(state(1, "bootstrapping"))
+    for _ in range(5):  # the display takes and draws both
+        await asyncio.sleep(0)
+    assert events.pending == 0 and display.view.counts() == {"ready": 1, "bootstrapping": 1}
+    events.put(state(1, "ready", detail="cached"))  # ... and the start ends before its task runs again
+    await display.stop()
+    await runner
+    text = screen.getvalue()
+    assert "skyhive: pool p-sum: 2 ready (" in text, text
+    assert "node 1  ready (cached)" in text, text  # drawn in the last frame too
 
 
 def test_the_display_is_drawn_only_on_a_terminal_unless_asked():

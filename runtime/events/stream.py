@@ -110,6 +110,15 @@ class EventStream(AsyncIterator[Event]):
         self.taken += 1
         return event
 
+    def take_nowait(self) -> list[Event]:
+        """The events received and not taken yet, taken now, without waiting (a reader that is told
+        to stop takes what had already arrived before it `aclose`s)."""
+        events = list(self._events)
+        self._events.clear()
+        self._queued = 0
+        self.taken += len(events)
+        return events
+
     async def aclose(self) -> None:
         """Stop receiving events (what is queued is dropped)."""
         self._close()

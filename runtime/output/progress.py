@@ -155,8 +155,16 @@ class ProvisioningDisplay:
             self._finish()
 
     async def stop(self) -> None:
-        """The start is over (ready, failed or cancelled): end the subscription and the drawing."""
+        """The start is over (ready, failed or cancelled): end the subscription and the drawing.
+        The events that arrived before this and that `run` has not taken yet (its task had no turn
+        since: the start's last node became ready just now) are applied first, so the last frame and
+        the summary left on the screen show every node's final state."""
         if self._events is not None:
+            changed = False
+            for event in self._events.take_nowait():
+                changed = self.view.apply(event) or changed
+            if changed and self._live is not None:
+                self._live.refresh()
             await self._events.aclose()
         self._finish()
 
