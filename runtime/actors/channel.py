@@ -38,7 +38,7 @@ from ...protocol.cache import KEY_SIZE, NO_KEY, ContentIndex
 from ...protocol.messages import Cancel, Function, Missing, WantFunction
 from ..events.log import EventLog
 from ..events.types import TaskFinished, TaskStarted
-from ..onnode.setup import FN_CACHE_LIMIT
+from ..onnode.setup import FN_CACHE_BYTES, FN_CACHE_LIMIT
 from ..transport import shm
 from ..transport.base import Link
 from .prepared import Prepared
@@ -90,9 +90,11 @@ class WorkerChannel:
         self.link: Link | None = None
         self.calls: dict[int, Call] = {}
         self.known_fns: set[bytes] = set()
-        # the distinct functions whose bytes went to this worker, until FN_CACHE_LIMIT of them did: past
-        # that the worker may have cleared its functions where we cannot tell (see `carries_buffers`)
+        # the distinct functions whose bytes went to this worker, and the sum of their sizes, until
+        # FN_CACHE_LIMIT of them or FN_CACHE_BYTES did: past that the worker may have dropped some
+        # where we cannot tell (see `carries_buffers`)
         self._fns_sent: set[bytes] | None = set()
+        self._fns_sent_bytes = 0
         # what this worker process holds in its content cache (a new process starts a new channel)
         self.cache = ContentIndex(cache_bytes) if cache_bytes > 0 else None
         self.cache_min = max(1, cache_min)
@@ -305,9 +307,7 @@ class WorkerChannel:
         call = Call(task_id, future, options, prep.fn_name, prep.fn_id, new_fn,
                     b"" if prep.fn_in_buffer else prep.fn_bytes)
         if new_fn and self._fns_sent is not None:
-            self._fns_sent.add(prep.fn_id)
-            if len(self._fns_sent) >= FN_CACHE_LIMIT:
-                self._fns_sent = None
+            self._count_sent(prep)
         if msg is not None:
             call.shared = msg.shared
             call.announced = True
@@ -324,6 +324,19 @@ class WorkerChannel:
         self.calls[task_id] = call
         self._log.task_submitted(task_id, self.node, self.local_rank, prep.fn_name, prep.items)
         return call
+
+    def _count_sent(self, prep: Prepared) -> None:
+        """`prep`'s function's bytes went to this worker: count it (once) and its pickle's size. The
+        worker holds at most the functions it loaded, all of them sent here: while fewer than
+        FN_CACHE_LIMIT went, of at most FN_CACHE_BYTES in all, it dropped none."""
+        sent = self._fns_sent
+        assert sent is not None
+        if prep.fn_id in sent:
+            return
+        sent.add(prep.fn_id)
+        self._fns_sent_bytes += memoryview(prep.fn_bytes).nbytes  # (as the worker counts it)
+        if len(sent) >= FN_CACHE_LIMIT or self._fns_sent_bytes > FN_CACHE_BYTES:
+            self._fns_sent = None
 
     def _submit(self, task_id: int, prep: Prepared, new_fn: bool,
                 stream: bool) -> tuple[Submit | None, bytes, tuple[int, ...]]:
@@ -357,9 +370,10 @@ class WorkerChannel:
         Not when its only buffer is its large function and this worker already holds that function
         loaded: such a task (each batch of a `map` over a `functools.partial` of a big array) goes
         like a small call, with no reference to the function's bytes to resolve on the worker. Only
-        while fewer than FN_CACHE_LIMIT distinct functions went to this worker: it never cleared its
-        functions then, so it holds every one it ran; past that a large function's buffer goes (by
-        content reference) with each task again, and a worker that lost it loads it from there."""
+        while fewer than FN_CACHE_LIMIT distinct functions, of at most FN_CACHE_BYTES in all, went to
+        this worker: it never dropped a function then, so it holds every one it ran; past that a
+        large function's buffer goes (by content reference) with each task again, and a worker that
+        dropped it loads it from there."""
         if not prep.buffers:
             return False
         if new_fn is None:

@@ -1,5 +1,5 @@
 """What the client and a worker process agree on: versions in the handshake, the plugin setup sent
-before the first task, and the size of the function cache both sides keep.
+before the first task, and the size of the function cache both sides keep (a count and bytes).
 
 Small on purpose: the client imports it without importing the worker daemon, and the worker
 unpickles `WorkerSetup` from here.
@@ -11,11 +11,18 @@ import functools
 import sys
 from typing import Any
 
-__all__ = ["WorkerSetup", "python_version", "skyhive_version", "FN_CACHE_LIMIT"]
+__all__ = ["WorkerSetup", "python_version", "skyhive_version", "FN_CACHE_LIMIT", "FN_CACHE_BYTES"]
 
 #: Functions a worker keeps by id. The client forgets what it sent at the same count, so both sides
 #: clear together and the client re-sends a function's bytes after that.
 FN_CACHE_LIMIT = 4096
+
+#: ... and at most this many bytes of them, counted as their pickles' sizes (what the client sent): a
+#: worker drops its oldest loaded functions to hold a new one past it, so that a loop which makes a
+#: distinct large function each call (a closure over a different big array) does not grow its memory
+#: without bound. The client counts the bytes of the distinct functions it sent the same way: past
+#: this sum a large function's bytes go with each of its tasks again (see `WorkerChannel.carries_buffers`).
+FN_CACHE_BYTES = 256 << 20
 
 
 class WorkerSetup:

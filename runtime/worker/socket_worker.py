@@ -404,8 +404,8 @@ class SocketWorker(Worker):
             self.inbox = Inbox(DEFAULT_MAX_FRAME)
             self.sessions = 0
             # the new client knows of no function sent here: start with none, so its count of the
-            # functions this worker holds (FN_CACHE_LIMIT) matches ours exactly
-            self.fns.clear()
+            # functions (and their bytes) sent to this worker bounds what it holds, as for a new worker
+            self.forget_functions()
         log.warning("a new client takes this worker over")
         return True
 

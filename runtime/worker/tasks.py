@@ -12,6 +12,7 @@ import contextlib
 import os
 import pickle
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from types import GeneratorType
 from typing import Any
@@ -20,7 +21,7 @@ import cloudpickle
 
 from ...plugins.api import AppHook, TaskHook
 from ...protocol import Connection, Item, Message, ProtocolError, Result, Role, State, Submit, WantFunction
-from ..onnode.setup import FN_CACHE_LIMIT
+from ..onnode.setup import FN_CACHE_BYTES, FN_CACHE_LIMIT
 from ..serialize import INBAND_MAX, dump_exception, dump_inline, dump_value, load_value
 from .capture import flush_streams
 
@@ -47,6 +48,10 @@ class TaskCore(abc.ABC):
         self.conn = Connection(Role.WORKER)
         self.task_started = 0.0
         self.fns: dict[bytes, Callable[..., Any]] = {}
+        # the pickled size of each function loaded into `fns`, oldest first, and their sum: bounded by
+        # FN_CACHE_BYTES as `fns` is by FN_CACHE_LIMIT (see `_hold`; a warm call never touches these)
+        self._fn_sizes: OrderedDict[bytes, int] = OrderedDict()
+        self.fn_bytes_held = 0
         self.current: int | None = None
         self.in_user_code = False
         self.cancel_requested: int | None = None
@@ -178,10 +183,31 @@ class TaskCore(abc.ABC):
             if not payload:
                 raise RuntimeError("worker does not hold the function this task refers to (client bug)")
             fn = cloudpickle.loads(payload)
-            if len(self.fns) >= FN_CACHE_LIMIT:
-                self.fns.clear()
-            self.fns[sub.fn_id] = fn
+            self._hold(sub.fn_id, fn, memoryview(payload).nbytes)
         return fn, buffers
+
+    def _hold(self, fn_id: bytes, fn: Callable[..., Any], size: int) -> None:
+        """Keep `fn` (its pickle `size` bytes) loaded, first dropping the oldest functions held while
+        FN_CACHE_LIMIT of them are, or while they and it would pass FN_CACHE_BYTES (one larger than
+        that alone is still held, alone). Oldest by load, not by use: a warm call stays one dict
+        lookup. The client learns of no drop: it sends a dropped small function again when this
+        worker asks (`WantFunction`), and a large one with each task once the distinct functions it
+        sent here pass either bound (see `WorkerChannel.carries_buffers`)."""
+        fns, sizes = self.fns, self._fn_sizes
+        self.fn_bytes_held -= sizes.pop(fn_id, 0)  # (dropped from `fns` by `forget_functions`'s caller)
+        while sizes and (len(fns) >= FN_CACHE_LIMIT or self.fn_bytes_held + size > FN_CACHE_BYTES):
+            old, old_size = sizes.popitem(last=False)
+            fns.pop(old, None)
+            self.fn_bytes_held -= old_size
+        fns[fn_id] = fn
+        sizes[fn_id] = size
+        self.fn_bytes_held += size
+
+    def forget_functions(self) -> None:
+        """Drop every loaded function (a new client that knows of none takes this worker over)."""
+        self.fns.clear()
+        self._fn_sizes.clear()
+        self.fn_bytes_held = 0
 
     def _wants_function(self, sub: Submit) -> bool:
         """`sub` came without its function's bytes and this worker does not hold it (its cache of
