@@ -7,7 +7,7 @@ own code met anywhere in an argument or a result travels by value too (`_Pickler
 
 Arguments and results use pickle protocol 5 so large buffers travel out of band, without being
 copied into the pickle: numpy arrays, and `bytes`/`bytearray`/`str` of `OOB_MIN` or more found in the
-value or its containers (`_lift`); a `memoryview` anywhere. Whatever stays in band and still makes the
+value or its containers (`_lift`); a `memoryview` of `OOB_MIN` bytes or more anywhere. Whatever stays in band and still makes the
 pickle larger than `INBAND_MAX` (a large object inside a user class, a list of a million ints) travels
 as an out-of-band buffer itself: the in-band part is then empty and buffer 0 is the pickle
 (`load_value` knows). So no message frame grows with the value; the protocol's chunks carry it.
@@ -199,7 +199,7 @@ def _plain(obj: Any, depth: int = 0) -> bool:
 
 class _Pickler(cloudpickle.Pickler):
     """cloudpickle's pickler, plus: the user's own classes, functions and modules met at any depth
-    travel by value; a `memoryview` travels (out of band) instead of failing."""
+    travel by value; a `memoryview` travels (out of band from `OOB_MIN` bytes) instead of failing."""
 
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, (type, types.FunctionType)):
@@ -218,7 +218,9 @@ def _cloud_dumps(obj: Any, buffer_callback: Callable[[Any], None] | None = None)
 
 
 def _reduce_memoryview(view: memoryview) -> Any:
-    if view.c_contiguous:
+    # out of band from `OOB_MIN` bytes, as bytes and str are: a small view goes in the pickle (a
+    # 10-byte view out of band cost a call three times a 10-byte bytes); a strided one is copied
+    if view.c_contiguous and view.nbytes >= OOB_MIN:
         return _memoryview_from, (pickle.PickleBuffer(view), view.format, view.shape)
     return _memoryview_from, (view.tobytes(), view.format, view.shape)
 

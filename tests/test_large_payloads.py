@@ -44,6 +44,7 @@ async def test_large_bytes_bytearray_memoryview_and_str_travel_both_ways():
         assert await pool.run(describe, bytearray(blob)) == ("bytearray", len(blob), blob[:3], blob[-3:])
         kind, n, _, _ = await pool.run(describe, memoryview(blob))
         assert (kind, n) == ("memoryview", len(blob))
+        assert await pool.run(describe, memoryview(blob[:10])) == ("memoryview", 10, blob[:3], blob[7:10])
         text = await pool.run(make_str, 100 * MB, "é")  # 200 MB of UTF-8
         assert type(text) is str and len(text) == 100 * MB and text[:2] == "éé"
         back = await pool.run(lambda b: b, blob)

@@ -151,6 +151,29 @@ def test_large_values_leave_the_pickle_and_come_back_whole():
     assert isinstance(back, memoryview) and back.tobytes() == blob
 
 
+def test_a_memoryview_leaves_the_pickle_only_from_oob_min_and_comes_back_as_a_memoryview():
+    # a small view went out of band like a large one: a 10-byte argument then cost a call three times
+    # a 10-byte bytes (its own Chunk frame, or shared memory on Local)
+    from skyhive.runtime.serialize import OOB_MIN, dump_args, load_value
+
+    for size, out_of_band in ((10, False), (OOB_MIN - 1, False), (OOB_MIN, True)):
+        raw = bytes(range(256)) * (size // 256) + bytes(size % 256)
+        for view in (memoryview(raw), memoryview(bytearray(raw)).cast("B", (size,))):
+            data, buffers = dump_args(len, (view,), {})
+            assert bool(buffers) is out_of_band, (size, buffers)
+            (back,), _ = load_value(data, tuple(memoryview(b) for b in buffers))
+            assert type(back) is memoryview and back.tobytes() == raw and back.format == "B"
+    ints = memoryview(bytearray(4 * 6)).cast("i", (2, 3))  # format and shape survive, small or not
+    for view in (ints, memoryview(bytearray(4 * OOB_MIN)).cast("i", (OOB_MIN // 2, 2))):
+        data, buffers = dump_args(len, (view,), {})
+        (back,), _ = load_value(data, tuple(memoryview(b) for b in buffers))
+        assert (back.format, back.shape, back.tobytes()) == (view.format, view.shape, view.tobytes())
+    strided = memoryview(bytes(range(20)))[::2]  # not contiguous: copied into the pickle
+    data, buffers = dump_args(len, (strided,), {})
+    (back,), _ = load_value(data, tuple(buffers))
+    assert not buffers and back.tobytes() == bytes(range(0, 20, 2))
+
+
 def test_a_large_in_band_pickle_travels_as_a_buffer():
     from skyhive.runtime.serialize import INBAND_MAX
 
