@@ -21,7 +21,6 @@ import os
 import pickle
 import sys
 import sysconfig
-import traceback
 import types
 import weakref
 from collections.abc import Callable
@@ -29,12 +28,11 @@ from typing import Any
 
 import cloudpickle
 
-from ..errors import RemoteError, SerializationError
+from ..errors import SerializationError
 from ..protocol.codec import MAX_BUFFERS, MAX_MESSAGE
 from .keys import content_key
 
-__all__ = ["PickledFunction", "dump_function", "dump_function_cached", "dump_args", "dump_value", "load_value",
-           "dump_exception", "rebuild_exception"]
+__all__ = ["PickledFunction", "dump_function", "dump_function_cached", "dump_args", "dump_value", "load_value"]
 
 # Where installed code lives: the interpreter's library folders, and the folder skyhive's own
 # dependencies were installed into (on a node, skyhive's runtime folder, outside site-packages: its
@@ -55,8 +53,6 @@ OOB_MIN = 64 * 1024
 #: An in-band pickle larger than this travels as an out-of-band buffer itself (far below the
 #: protocol's MAX_MESSAGE, which bounds what a message frame may cost to decode).
 INBAND_MAX = 256 * 1024
-#: Error text kept in a `Result` (message and traceback each): the rest is cut, saying so.
-MAX_ERROR_TEXT = 64 * 1024
 
 
 def register_user_code(obj: Any) -> None:
@@ -162,7 +158,7 @@ def dump_function_cached(fn: Callable[..., Any]) -> PickledFunction:
             return cached
     _register_user_module(fn)
     try:
-        payload = _cloud_dumps(fn)
+        payload = cloud_dumps(fn)
     except Exception as exc:
         raise SerializationError(f"function {_name(fn)} cannot be pickled: {type(exc).__name__}: {exc}") from exc
     names = _global_names(fn)
@@ -211,7 +207,8 @@ class _Pickler(cloudpickle.Pickler):
         return super().reducer_override(obj)
 
 
-def _cloud_dumps(obj: Any, buffer_callback: Callable[[Any], None] | None = None) -> bytes:
+def cloud_dumps(obj: Any, buffer_callback: Callable[[Any], None] | None = None) -> bytes:
+    """`obj` pickled (protocol 5) by skyhive's pickler: the user's own code by value at any depth."""
     file = io.BytesIO()
     _Pickler(file, protocol=5, buffer_callback=buffer_callback).dump(obj)
     return file.getvalue()
@@ -308,7 +305,7 @@ def _dumps(obj: Any, buffers: list[Any]) -> bytes:
     """Pickle `obj`, its large `bytes`/`bytearray`/`str` out of band: looked for first only where it
     is cheap (the value itself, a call's few arguments); if the pickle still comes out large, in every
     list, tuple and dict a few levels deep (a `map` batch of long strings)."""
-    dump = _plain_dumps if _plain(obj) else _cloud_dumps
+    dump = _plain_dumps if _plain(obj) else cloud_dumps
     seen: dict[int, _OutOfBand] = {}
     data = dump(_lift(obj, seen, 16), buffers.append)
     if len(data) > INBAND_MAX:
@@ -331,7 +328,7 @@ def _pack(obj: Any) -> tuple[bytes, list[Any]]:
     data = _dumps(obj, picked)
     buffers = [b.raw() for b in picked]
     if len(buffers) >= MAX_BUFFERS:  # too many to announce: everything in band, one buffer
-        data, buffers = _cloud_dumps(obj), []
+        data, buffers = cloud_dumps(obj), []
     if len(data) > INBAND_MAX:
         return b"", [data, *buffers]
     return data, buffers
@@ -419,59 +416,6 @@ def load_value(data: bytes, buffers: tuple[Any, ...] | list[Any] = ()) -> Any:
     return pickle.loads(data, buffers=buffers)
 
 
-def dump_exception(exc: BaseException) -> tuple[bytes, str, str, str]:
-    """(pickled exception or b"", qualified type name, message, formatted traceback).
-
-    Bounded, so that any error fits one message: message and traceback keep `MAX_ERROR_TEXT`
-    characters each (saying how much was cut), and an exception whose pickle is larger than
-    `INBAND_MAX` travels as text only.
-    """
-    tb = _cut("".join(traceback.format_exception(exc)), keep_end=True)
-    cls = type(exc)
-    type_name = f"{cls.__module__}.{cls.__qualname__}" if cls.__module__ != "builtins" else cls.__qualname__
-    try:
-        message = str(exc)
-    except Exception:
-        message = "<str() failed>"
-    cut = _cut(message)
-    try:
-        exc.__traceback__ = None
-        if cut is not message:  # the pickle would carry the whole message: send the cut text only
-            raise ValueError("message too long")
-        data = _cloud_dumps(exc)
-        if len(data) > INBAND_MAX:
-            raise ValueError("pickle too large")
-        cloudpickle.loads(data)  # an exception that pickles but cannot be rebuilt is sent as text only
-    except Exception:
-        data = b""
-    return data, type_name, cut, tb
-
-
-def _cut(text: str, keep_end: bool = False) -> str:
-    """`text` if it is at most `MAX_ERROR_TEXT` characters, else its start (or end) and a note."""
-    if len(text) <= MAX_ERROR_TEXT:
-        return text
-    note = f" [... {len(text) - MAX_ERROR_TEXT} characters cut ...] "
-    return note + text[-MAX_ERROR_TEXT:] if keep_end else text[:MAX_ERROR_TEXT] + note
-
-
-def rebuild_exception(data: bytes, type_name: str, message: str, tb: str, node: int | None) -> BaseException:
-    """The exception to raise in the caller: the original type when possible, else `RemoteError`."""
-    where = f"node {node}" if node is not None else "the node"
-    if data:
-        try:
-            exc = cloudpickle.loads(data)
-        except Exception:
-            exc = None
-        if isinstance(exc, BaseException):
-            exc.remote_traceback = tb  # type: ignore[attr-defined]
-            exc.add_note(f"\nRemote traceback (from {where}):\n{tb.rstrip()}")
-            return exc
-    err = RemoteError(type_name, message, tb, node=node)
-    err.add_note(f"\nRemote traceback (from {where}):\n{tb.rstrip()}")
-    return err
-
-
 def _name(fn: Any) -> str:
     return f"{getattr(fn, '__qualname__', None) or getattr(fn, '__name__', None) or repr(fn)}()"
 
@@ -498,7 +442,7 @@ def _name_bad_argument(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], e
 
 def _picklable(value: Any) -> bool:
     try:
-        _cloud_dumps(value, lambda b: None)
+        cloud_dumps(value, lambda b: None)
     except Exception:
         return False
     return True

@@ -19,7 +19,8 @@ import anyio
 
 from ...errors import TaskTimeout, WorkerLost
 from ...protocol.messages import Result
-from ..serialize import load_value, rebuild_exception
+from ..remote_errors import rebuild_exception
+from ..serialize import load_value
 from .channel import Call, WorkerChannel
 from .gather import gather_or_first_failure, lost_together
 from .prepared import Prepared
