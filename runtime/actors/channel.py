@@ -41,42 +41,15 @@ from ..events.types import TaskFinished, TaskStarted
 from ..onnode.setup import FN_CACHE_BYTES, FN_CACHE_LIMIT
 from ..transport import shm
 from ..transport.base import Link
+from .call import Call
 from .prepared import Prepared
 
 log = logging.getLogger("skyhive.channel")
 _NO_OPTIONS: dict[str, Any] = {}
 
-__all__ = ["WorkerChannel", "Call"]
+__all__ = ["WorkerChannel"]
 
 OutputSink = Callable[["WorkerChannel", "Call | None", int, str], None]
-
-
-class Call:
-    """One task in flight on a worker: the caller's future and what the router needs to know.
-
-    The fields most calls leave as they are read through class defaults until set (then they live in
-    the instance's `__dict__`): a call makes its object with seven fields, not fifteen."""
-
-    __slots__ = ("task_id", "future", "options", "fn_name", "fn_id", "new_fn", "fn_bytes", "__dict__")
-
-    abandoned = False
-    started = False
-    outputs: list[tuple[int, str]] | None = None
-    on_item: Callable[[int, bytes], None] | None = None  # a streamed task's items go here
-    cached: tuple[int, ...] = ()  # buffers sent by reference (the worker's content cache)
-    buffers: Sequence[Any] = ()  # kept while some are by reference, for a `Missing`
-    shared: tuple[int, ...] = ()  # buffers passed in shared memory (a Local worker)
-    announced = False  # its Submit announced buffers: `send_buffers` sends those not cached/shared
-
-    def __init__(self, task_id: int, future: asyncio.Future[Result] | None, options: Any, fn_name: str,
-                 fn_id: bytes = b"", new_fn: bool = False, fn_bytes: bytes = b"") -> None:
-        self.task_id = task_id
-        self.future = future
-        self.options = options
-        self.fn_name = fn_name
-        self.fn_id = fn_id  # its function's id
-        self.new_fn = new_fn  # it carries its function's bytes
-        self.fn_bytes = fn_bytes  # ... which go again if the worker asks (`WantFunction`); b"" for a large one
 
 
 class WorkerChannel:

@@ -21,7 +21,8 @@ from ...errors import TaskTimeout, WorkerLost
 from ...protocol.messages import Result
 from ..remote_errors import rebuild_exception
 from ..serialize import load_value
-from .channel import Call, WorkerChannel
+from .call import Call
+from .channel import WorkerChannel
 from .gather import gather_or_first_failure, lost_together
 from .prepared import Prepared
 

@@ -44,7 +44,8 @@ from .redact import NOTHING_HELD, StreamRedactor
 from .selection import OutputSpec, selector
 
 if TYPE_CHECKING:
-    from ..actors.channel import Call, WorkerChannel
+    from ..actors.call import Call
+    from ..actors.channel import WorkerChannel
 
 __all__ = [
     "OutputRecord",
