@@ -11,12 +11,6 @@ price: the table is for choosing the cheapest machine, and an unpriced one canno
 Output: ``{"types": {type: [vcpus, memory_gb, gpu_model|null, gpu_count, architecture]},
 "regions": {region: {type: [usd_per_hour, "zone letters"]}}, "sources": {...}}``.
 
-``azure.json`` (``python -m skyhive.providers.cloud.data.generate azure``) is Azure's GPU sizes: prices per
-region from libcloud's ``pricing.json`` (``azure_linux``; a size is in a region's table only where it has a
-price there, i.e. where it was offered), and each size's vCPUs, memory and GPUs from `AZURE_GPU_SIZES`
-below, written from Azure's published size tables (Azure's own size API reports no GPU count, and no
-installed package ships one). Zone letters are empty: Azure pools are placed by region.
-
 ``gcp.json``, ``digitalocean.json`` and ``azure.json`` (``python -m skyhive.providers.cloud.data.generate gcp digitalocean azure``)
 are made from the CSV files in ``../shared/catalogs/`` (``$SKYHIVE_CATALOGS`` to name another folder), list
 prices copied from SkyPilot's public catalog (provenance: that folder's ``SOURCES.md``, recorded in each
@@ -40,51 +34,11 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 
-#: Azure GPU sizes: API name -> (vCPUs, memory GiB, GPU model, GPUs). From Azure's "GPU optimized" size
-#: tables (NC, NCv2, NCv3, NCasT4_v3, ND, NDv2, NV, NVv3 series). AMD's fractional NVv4 sizes are left out:
-#: a fraction of a GPU is not a count.
-AZURE_GPU_SIZES: dict[str, tuple[int, float, str, int]] = {
-    "Standard_NC6": (6, 56, "K80", 1), "Standard_NC12": (12, 112, "K80", 2),
-    "Standard_NC24": (24, 224, "K80", 4), "Standard_NC24r": (24, 224, "K80", 4),
-    "Standard_NC6s_v2": (6, 112, "P100", 1), "Standard_NC12s_v2": (12, 224, "P100", 2),
-    "Standard_NC24s_v2": (24, 448, "P100", 4), "Standard_NC24rs_v2": (24, 448, "P100", 4),
-    "Standard_NC6s_v3": (6, 112, "V100", 1), "Standard_NC12s_v3": (12, 224, "V100", 2),
-    "Standard_NC24s_v3": (24, 448, "V100", 4), "Standard_NC24rs_v3": (24, 448, "V100", 4),
-    "Standard_NC4as_T4_v3": (4, 28, "T4", 1), "Standard_NC8as_T4_v3": (8, 56, "T4", 1),
-    "Standard_NC16as_T4_v3": (16, 110, "T4", 1), "Standard_NC64as_T4_v3": (64, 440, "T4", 4),
-    "Standard_ND6s": (6, 112, "P40", 1), "Standard_ND12s": (12, 224, "P40", 2),
-    "Standard_ND24s": (24, 448, "P40", 4), "Standard_ND24rs": (24, 448, "P40", 4),
-    "Standard_ND40rs_v2": (40, 672, "V100", 8),
-    "Standard_NV6": (6, 56, "M60", 1), "Standard_NV12": (12, 112, "M60", 2), "Standard_NV24": (24, 224, "M60", 4),
-    "Standard_NV12s_v3": (12, 112, "M60", 1), "Standard_NV24s_v3": (24, 224, "M60", 2),
-    "Standard_NV48s_v3": (48, 448, "M60", 4),
-}
-
-
 def _libcloud_pricing() -> tuple[str, dict]:
     import libcloud
 
     data = json.loads((Path(libcloud.__file__).parent / "data" / "pricing.json").read_text())
     return libcloud.__version__, data
-
-
-def build_azure() -> dict:
-    """The Azure table: every `AZURE_GPU_SIZES` size in each region where libcloud has its Linux price."""
-    version, pricing = _libcloud_pricing()
-    prices = pricing["compute"]["azure_linux"]
-    regions: dict[str, dict[str, list]] = defaultdict(dict)
-    for name in AZURE_GPU_SIZES:
-        key = name.lower().replace("_", "")  # libcloud spells Standard_NC6s_v3 "standardnc6sv3"
-        for region, price in sorted((prices.get(key) or {}).items()):
-            if isinstance(price, (int, float)) and price > 0:
-                regions[region][name] = [price, ""]
-    used = {name for table in regions.values() for name in table}
-    return {
-        "sources": {"apache-libcloud": version, "prices_updated": pricing.get("updated"),
-                    "sizes": "Azure's published GPU-optimized size tables (generate.AZURE_GPU_SIZES)"},
-        "types": {name: [*AZURE_GPU_SIZES[name], "x86_64"] for name in sorted(used)},
-        "regions": {region: dict(sorted(table.items())) for region, table in sorted(regions.items())},
-    }
 
 
 def build() -> dict:
@@ -244,7 +198,7 @@ def build_do() -> dict:
             "regions": {r: dict(sorted(t.items())) for r, t in sorted(regions.items())}}
 
 
-def build_azure_catalog() -> dict:
+def build_azure() -> dict:
     rows, source = _rows("azure_gap.csv")
     types: dict[str, list] = {}
     generations: dict[str, str] = {}
@@ -261,7 +215,7 @@ def build_azure_catalog() -> dict:
             "regions": {r: dict(sorted(t.items())) for r, t in sorted(regions.items())}}
 
 
-BUILDERS = {"aws": build, "azure": build_azure_catalog, "gcp": build_gcp, "digitalocean": build_do}
+BUILDERS = {"aws": build, "azure": build_azure, "gcp": build_gcp, "digitalocean": build_do}
 
 
 def main(argv: list[str] | None = None) -> int:
