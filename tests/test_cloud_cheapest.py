@@ -113,3 +113,11 @@ def test_the_pool_takes_order_and_skywards_selection():
     assert Pool(provider=[GCP(project="p"), Azure()]).provider.order == "given"
     with pytest.raises(ValueError, match="Fallback\\(order='fastest'\\)"):
         Pool(provider=[GCP(project="p")], order="fastest")
+
+
+def test_check_says_which_clouds_have_credentials(no_clouds, monkeypatch, capsys):
+    monkeypatch.setenv("DIGITALOCEAN_ACCESS_TOKEN", "t")
+    assert main(["check"]) == 0
+    out = capsys.readouterr().out
+    assert "digitalocean  credentials: DIGITALOCEAN_ACCESS_TOKEN" in out and "gcp           no credentials found" in out
+    assert "ranks offers of: digitalocean" in out
