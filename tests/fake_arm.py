@@ -17,6 +17,8 @@ and answers as ARM does, rule by rule; each rule names the reference it encodes:
 - A4 asynchronous deletes: deleting a resource group answers 202 and the group is still found
   ("Deleting") for `group_delete_lag` reads; a VM's delete, by contrast, completes at once here (the case
   where the pool's young nodes must not block teardown).
+- A6 availability zones are "1", "2", "3" (a VM's ``zones``); a full zone answers ZonalAllocationFailed
+  (https://learn.microsoft.com/azure/reliability/availability-zones-overview).
 - A5 every management call needs a bearer token the token endpoint issued (client-credentials grant).
 """
 
@@ -47,6 +49,7 @@ class FakeARM:
         self._deleting: dict[str, int] = {}
         self.tokens: set[str] = set()
         self.refused: list[str] = []
+        self.full_zones: set[str] = set()  # availability zones that answer ZonalAllocationFailed
         self._ids = itertools.count(1)
 
     def answer(self, method: str, url: str, headers: Any, body: bytes | None) -> tuple[int, Any]:
@@ -148,6 +151,12 @@ class FakeARM:
         if table.get("generations", {}).get(size) == "V2" and sku in GEN1_SKUS:  # A3
             return _error(400, "BadRequest", f"The selected VM size '{size}' cannot boot Hypervisor Generation "
                                              f"'1'. Use an image of generation 2.")
+        for zone in data.get("zones") or []:  # A6
+            if zone not in ("1", "2", "3"):
+                return _error(400, "InvalidParameter", f"The zone(s) '{zone}' for resource '{path}' is not supported.")
+            if zone in self.full_zones:
+                return _error(409, "ZonalAllocationFailed", f"Allocation failed. We do not have sufficient capacity "
+                                                            f"for the requested VM size in zone '{zone}'.")
         nics = (props.get("networkProfile") or {}).get("networkInterfaceConfigurations") or []
         for nic in nics:
             for conf in nic["properties"]["ipConfigurations"]:

@@ -175,3 +175,17 @@ def test_young_nodes_deleted_at_once_do_not_hold_teardown_and_the_group_goes(azu
     anyio.run(provider.terminate, handles)  # raised "still not terminated after 5 s" before
     anyio.run(provider.cleanup, "p-young")
     assert arm.resources == {}
+
+
+def test_zones_are_tried_in_order_and_a_full_zone_moves_on(azure):
+    provider, arm = azure
+    provider.zones = ["1", "2"]
+    arm.full_zones.add("1")
+    (handle,) = anyio.run(provider.create, ClusterSpec(pool_id="p-zone", nodes=1))
+    puts = [b for m, p, b, _ in arm.requests if m == "PUT" and p.endswith("/node-0")]
+    assert [b["zones"] for b in puts] == [["1"], ["2"]]
+    assert any("capacity for the requested VM size in zone '1'" in r for r in arm.refused)
+    anyio.run(provider.down, "p-zone")
+    assert arm.resources == {}
+    with pytest.raises(ValueError, match="availability zones are '1', '2' or '3'"):
+        Azure(zones=["eastus-1"])

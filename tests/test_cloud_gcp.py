@@ -203,3 +203,12 @@ def test_describe_rebuilds_the_same_provider():
     provider = GCP(project="p", region="europe-west4", machine_type="n2-standard-8", spot=True, subnetwork="s")
     rebuilt = from_description(json.loads(json.dumps(provider.describe())))
     assert isinstance(rebuilt, GCP) and rebuilt.describe() == provider.describe()
+
+
+def test_the_fake_refuses_a_gpu_type_the_zone_does_not_offer_and_the_catalog_zones_avoid_it(gce):
+    provider = GCP(project="proj-1", region="us-central1", timeouts=FAST)
+    spec = ClusterSpec(pool_id="p-p100", nodes=1, accelerator="P100:1")
+    assert provider.zones_sync(spec) == ["us-central1-c", "us-central1-f"]  # where the catalog has P100 rows
+    body = provider.create_request(spec, 0, "us-central1-b")
+    with pytest.raises(CloudAPIError, match="acceleratorTypes/nvidia-tesla-p100' was not found"):
+        provider.client.request("POST", "zones/us-central1-b/instances", body)

@@ -81,7 +81,7 @@ class Azure(LibcloudProvider):
 
     name: ClassVar[str] = "azure"
     chooses = frozenset({"accelerator", "spot"})  # cpus/memory only narrow an accelerator's sizes: refused alone
-    resource_options = {"region": "region", "instance_type": "vm_size", "disk_size": "disk_gb"}
+    resource_options = {"region": "region", "zone": "zones", "instance_type": "vm_size", "disk_size": "disk_gb"}
     error_kinds = AZURE_ERRORS
     state_map = {"pending": "provisioning", "running": "running", "stopping": "terminating",
                  "stopped": "terminating", "terminated": "terminated"}
@@ -89,8 +89,12 @@ class Azure(LibcloudProvider):
     def __init__(self, region: str = "eastus", vm_size: str | None = None, spot: bool = False,
                  image: Sequence[str] | None = None,
                  disk_gb: int = 100, ssh_user: str = "skyhive", ssh_cidr: str = "0.0.0.0/0",
-                 timeouts: CloudTimeouts | None = None) -> None:
+                 zones: Sequence[str] | None = None, timeouts: CloudTimeouts | None = None) -> None:
         super().__init__(timeouts=timeouts)
+        self.zones = [str(z) for z in zones] if zones else None
+        for zone in self.zones or ():
+            if zone not in ("1", "2", "3"):
+                raise ValueError(f"Azure(zones=...): availability zones are '1', '2' or '3', not {zone!r}")
         if image is not None and len(image) != 4:
             raise ValueError(f"image must be (publisher, offer, sku, version), not {image!r}")
         self.region, self.vm_size, self.spot = region, vm_size, spot
@@ -125,7 +129,7 @@ class Azure(LibcloudProvider):
     def describe(self) -> dict[str, Any]:
         return {"provider": self.name, "region": self.region, "vm_size": self.vm_size, "spot": self.spot,
                 "image": list(self.image) if self.image else None, "disk_gb": self.disk_gb, "ssh_user": self.ssh_user,
-                "ssh_cidr": self.ssh_cidr}
+                "ssh_cidr": self.ssh_cidr, "zones": self.zones}
 
     @property
     def driver(self) -> Any:
@@ -172,7 +176,8 @@ class Azure(LibcloudProvider):
     # ---- the blocking primitives -----------------------------------------------------------------------
 
     def zones_sync(self, spec: ClusterSpec) -> list[str]:
-        return [self.region]
+        """`zones` in order (a full zone moves on to the next), else the region (Azure places the VM)."""
+        return list(self.zones) if self.zones else [self.region]
 
     def prepare_sync(self, spec: ClusterSpec) -> None:
         log.info("azure: pool %s: %s", spec.pool_id, self.choice(spec).summary())
@@ -241,6 +246,8 @@ class Azure(LibcloudProvider):
         handles = []
         for index in nodes:
             path, body = self.vm_request(spec, index)
+            if self.zones:
+                body["zones"] = [zone]
             vm = self._arm(path, COMPUTE_API, "PUT", body)
             handles.append(self._handle(vm, spec.pool_id, {}, launched_at=time.time()))
         return handles
