@@ -25,7 +25,7 @@ def test_the_gpu_readiness_check_fails_without_a_driver_and_passes_with_one(tmp_
     """The real command, run by sh, with the marker present and nvidia-smi missing / present on PATH."""
     marker = tmp_path / "boot-done"
     marker.touch()
-    command = ready_command(gpu=True).replace(BOOT_MARKER, str(marker))
+    command = ready_command(gpu=True, driver_wait=2).replace(BOOT_MARKER, str(marker))
     env = {"PATH": str(tmp_path / "bin") + ":/usr/bin:/bin"}
     missing = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True)
     assert missing.returncode == 3 and "no working NVIDIA driver" in missing.stderr

@@ -24,11 +24,14 @@ touch {BOOT_MARKER}
 BOOT_WAIT = 600
 
 
-def ready_command(gpu: bool) -> str:
-    """The shell command bootstrap runs before it probes the node (see `SSHReach.ready_command`)."""
+def ready_command(gpu: bool, *, driver_wait: int = 600) -> str:
+    """The shell command bootstrap runs before it probes the node (see `SSHReach.ready_command`). On a
+    GPU node ``nvidia-smi -L`` is retried for `driver_wait` seconds (an image may install its driver at
+    first boot), then the command fails naming the problem."""
     wait = (f"i=0; while [ ! -e {BOOT_MARKER} ] && [ $i -lt {BOOT_WAIT} ]; do sleep 1; i=$((i+1)); done; "
             "command -v uv >/dev/null 2>&1 || echo 'skyhive: uv was not installed at boot' >&2")
     if not gpu:
         return wait
-    return (wait + "; nvidia-smi -L >/dev/null 2>&1 || { echo 'skyhive: this GPU node has no working NVIDIA "
-            "driver (nvidia-smi failed); use an image with the driver' >&2; exit 3; }")
+    return (wait + f"; i=0; until nvidia-smi -L >/dev/null 2>&1; do i=$((i+1)); if [ $i -ge {driver_wait} ]; then "
+            "echo 'skyhive: this GPU node has no working NVIDIA driver (nvidia-smi failed); use an image with "
+            "the driver' >&2; exit 3; fi; sleep 1; done")
