@@ -7,6 +7,10 @@ any other failure stops. The provider that launched the nodes serves them from t
 used and why each earlier one was skipped is logged, reported as the first node state of every node
 (so it lands in the pool's event log), and kept in `skipped`.
 
+With ``order="price"`` (Skyward's ``selection="cheapest"``) the candidates are tried cheapest first: each
+one's `plan` prices the pool's machine from the shipped tables (the spot price for a spot pool, where a
+table has one); a candidate that cannot plan the pool, or whose price is unknown, goes last.
+
 `skyhive down` rebuilds every candidate from the log and asks each for what it holds by tag, so a
 client killed in the middle of a fallback leaves nothing behind in any region.
 """
@@ -14,6 +18,7 @@ client killed in the middle of a fallback leaves nothing behind in any region.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -29,13 +34,27 @@ log = logging.getLogger(__name__)
 #: satisfies the pool, e.g. an accelerator it does not offer).
 MOVE_ON = frozenset({"capacity", "quota", "unavailable"})
 
+#: how candidates are ordered: as given, or by the price of the machine each plans for the pool
+ORDERS = {"given": "given", "price": "price", "cheapest": "price"}
+
+
+def _price(plan: Mapping[str, Any], spot: bool) -> float:
+    """A plan's hourly price per node (spot when asked and known); unknown or failed plans last."""
+    price = plan.get("spot_price_per_hour") if spot else None
+    if not isinstance(price, (int, float)):
+        price = plan.get("price_per_hour")
+    return float(price) if isinstance(price, (int, float)) and "error" not in plan else math.inf
+
 
 class Fallback(Provider):
     """Several providers tried in order (see the module docstring)."""
 
     name: ClassVar[str] = "fallback"
 
-    def __init__(self, providers: Sequence[Provider]) -> None:
+    def __init__(self, providers: Sequence[Provider], order: str = "given") -> None:
+        if order not in ORDERS:
+            raise ValueError(f"Fallback(order={order!r}): expected one of {', '.join(sorted(ORDERS))}")
+        self.order = ORDERS[order]
         providers = list(providers)
         if not providers or not all(isinstance(p, Provider) for p in providers):
             raise TypeError(f"Fallback needs a non-empty list of skyhive providers, got {providers!r}")
@@ -53,24 +72,32 @@ class Fallback(Provider):
     # ---- describing ------------------------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
-        return {"provider": self.name, "providers": [p.describe() for p in self.providers]}
+        return {"provider": self.name, "providers": [p.describe() for p in self.providers], "order": self.order}
 
     @classmethod
     def from_description(cls, desc: Mapping[str, Any]) -> Provider:
         from .registry import from_description
 
-        return cls([from_description(d) for d in desc.get("providers") or []])
+        return cls([from_description(d) for d in desc.get("providers") or []], order=desc.get("order") or "given")
 
-    def plan(self, spec: ClusterSpec) -> Mapping[str, Any]:
-        """The first candidate's plan that can be made, with every candidate's plan or why not."""
-        plans: list[dict[str, Any]] = []
+    def _plans(self, spec: ClusterSpec) -> list[tuple[Provider, dict[str, Any]]]:
+        """Each candidate with its plan (or {"error": why}), in the order they will be tried."""
+        plans: list[tuple[Provider, dict[str, Any]]] = []
         for p in self.providers:
             try:
-                plans.append(dict(p.plan(spec)))
+                plans.append((p, dict(p.plan(spec))))
             except ProvisionError as exc:
-                plans.append({"error": str(exc)})
+                plans.append((p, {"error": str(exc), "cloud": p.name, "region": p.describe().get("region")}))
+        if self.order == "price":
+            plans.sort(key=lambda pp: _price(pp[1], bool(spec.spot)))  # stable: ties keep the given order
+        return plans
+
+    def plan(self, spec: ClusterSpec) -> Mapping[str, Any]:
+        """The first candidate's plan that can be made, with every candidate's plan or why not (in the
+        order they will be tried: by price with ``order="price"``)."""
+        plans = [plan for _, plan in self._plans(spec)]
         first = next((p for p in plans if "error" not in p), plans[0])
-        return {**first, "candidates": plans}
+        return {**first, "candidates": plans, "order": self.order}
 
     def _label(self, provider: Provider) -> str:
         desc = provider.describe()
@@ -86,7 +113,8 @@ class Fallback(Provider):
         if self.chosen is not None:
             return await self.chosen.launch(spec, nodes)
         errors: list[ProvisionError] = []
-        for provider in self.providers:
+        ordered = [p for p, _ in self._plans(spec)] if self.order == "price" else self.providers
+        for provider in ordered:
             try:
                 provider.plan(spec)
                 await provider.prepare(spec)

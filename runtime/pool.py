@@ -47,7 +47,8 @@ log = logging.getLogger("skyhive.pool")
 class Pool(PoolCalls):
     """A pool of nodes from `provider`, each running `processes_per_node` worker processes.
 
-    Parameters: `provider` (default `Local()`), `nodes`, `plugins` (hooks that set up distributed
+    Parameters: `provider` (default `Local()`; a list: tried in turn, `order="price"` — Skyward's
+    `selection="cheapest"` — cheapest first, see `providers.fallback`), `nodes`, `plugins` (hooks that set up distributed
     frameworks, see `skyhive.plugins`), `image` (the nodes' environment, `sky.Image`),
     `processes_per_node`, `output` (which nodes' output is printed here: "all", "head", a node
     index, a tuple of them, a predicate on `InstanceInfo`, or None), `name` (the pool id; default a
@@ -102,6 +103,8 @@ class Pool(PoolCalls):
         keep: bool = False,
         autostop: float | None = None,
         min_nodes: int | None = None,
+        order: str = "given",
+        selection: str | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
@@ -122,7 +125,7 @@ class Pool(PoolCalls):
         if isinstance(provider, (list, tuple)):  # tried in order: capacity and quota move on to the next
             from ..providers.fallback import Fallback
 
-            provider = Fallback(provider)
+            provider = Fallback(provider, order=selection or order)  # "price"/"cheapest": cheapest first
         self.provider = provider if provider is not None else Local()
         if not isinstance(self.provider, Provider):
             raise TypeError(f"Pool(provider=...) needs a skyhive provider, got {type(self.provider).__name__}")

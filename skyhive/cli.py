@@ -2,6 +2,7 @@
 
     skyhive launch TASK.yaml [--nodes N] [--provider local|ssh|aws] [--gpus L4:2] [--cpus 8+] ... (docs/cli.md)
     skyhive show-gpus [NAME[:COUNT]] [--cloud aws]  accelerators, instance types and hourly prices
+    skyhive check                            which clouds' credentials are found (offline)
     skyhive ls [-a] [--json]                 pools found in the event logs
     skyhive down POOL ... | --all [--force]  clean up pools whose client is gone
     skyhive logs POOL [--node N] [--follow]  the output the pool's tasks wrote
@@ -75,6 +76,17 @@ def cmd_show_gpus(args: argparse.Namespace) -> int:
         return 1
     for line in _table(("GPU", "QTY", "CLOUD", "INSTANCE_TYPE", "vCPUs", "MEMORY", "$/h", "REGION"), rows):
         print(line)
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from skyhive.providers.cloud.offers import credentials
+
+    found = credentials()
+    for cloud, where in found.items():
+        print(f"{cloud:<13} {'credentials: ' + where if where else 'no credentials found'}")
+    usable = [c for c, w in found.items() if w]
+    print(f"launch --gpus without --provider ranks offers of: {', '.join(usable) or 'none (runs locally)'}")
     return 0
 
 
@@ -380,6 +392,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--region", help="prices in this region (default: each cloud's default region)")
     p.add_argument("--all-regions", action="store_true", help="one row per region that offers it")
     p.set_defaults(func=cmd_show_gpus)
+
+    p = sub.add_parser("check", help="which clouds' credentials are found (nothing is checked online)")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("ls", help="list pools from their event logs")
     p.add_argument("-a", "--all", action="store_true", help="include stopped pools")

@@ -1,112 +1,39 @@
 """sky.Azure offline: the ARM requests it builds, and a whole create -> down cycle through the cloud base.
 
-FAKE: no Azure emulator exists. `FakeARM` answers the ARM calls sky.Azure makes from an in-memory
-dict (resource group, network, VMs with their NIC and public address), behind libcloud's own Azure
-test kit (`AzureMockHttp`, whose canned OAuth token answer the driver's login uses). It proves what is
-sent and that the base's policy (list by tag, terminate then confirm, cleanup retried while the group
-is being deleted) drives it to nothing left; not that Azure accepts the requests.
+FAKE: no Azure emulator exists. `FakeARM` (tests/fake_arm.py) answers ARM and the token endpoint under
+`requests`, refusing what ARM refuses (no power state in a list, Basic public IPs, sizes a region lacks,
+Gen1 images on Gen2-only sizes) and deleting a VM at once. It proves what is sent and that the base's
+policy drives a default pool to running and back to nothing left; not that Azure accepts the requests.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-import types
-from urllib.parse import urlparse
-
 import anyio
 import pytest
 
-from skyhive.providers.base import ClusterSpec
+from skyhive.providers.base import ClusterSpec, ProvisionError
 from skyhive.providers.cloud.azure import Azure
 from skyhive.providers.cloud.base import CloudTimeouts, ErrorKind
 from skyhive.providers.cloud.keys import pool_key
+from tests.fake_arm import FakeARM
+from tests.fake_http import install_fakes
 
 pytestmark = [pytest.mark.loopback_only]
 
 SUB = "99999999"
-
-
-class FakeARM:
-    """FAKE Azure Resource Manager: the few resources sky.Azure uses, in memory."""
-
-    def __init__(self) -> None:
-        self.resources: dict[str, dict] = {}  # lower-case path -> body
-        self.requests: list[tuple[str, str, dict | None]] = []
-        self.group_deletes_pending = 0  # GETs of a deleted group that still find it (ARM is asynchronous)
-
-    def answer(self, method: str, url: str, body: str | None) -> tuple[int, str]:
-        path = urlparse(url).path
-        data = json.loads(body) if body else None
-        self.requests.append((method, path, data))
-        key = path.lower()
-        if method == "PUT":
-            name = path.rsplit("/", 1)[-1]
-            stored = {"id": path, "name": name, **(data or {})}
-            stored.setdefault("properties", {})["provisioningState"] = "Succeeded"
-            if "/virtualmachines/" in key:
-                stored["properties"]["instanceView"] = {"statuses": [{"code": "PowerState/running"}]}
-                n = len([k for k in self.resources if "/networkinterfaces/" in k])
-                group = path.split("/providers/")[0]
-                ip = f"{group}/providers/Microsoft.Network/publicIPAddresses/{name}-ip"
-                self.resources[ip.lower()] = {"id": ip, "properties": {"ipAddress": f"198.51.100.{n + 10}"}}
-                nic = f"{group}/providers/Microsoft.Network/networkInterfaces/{name}-nic"
-                self.resources[nic.lower()] = {"id": nic, "properties": {"virtualMachine": {"id": path},
-                                               "ipConfigurations": [{"properties": {
-                                                   "privateIPAddress": f"10.42.0.{n + 4}",
-                                                   "publicIPAddress": {"id": ip}}}]}}
-            self.resources[key] = stored
-            return 200, json.dumps(stored)
-        if method == "DELETE":
-            gone = [k for k in self.resources if k == key or k.startswith(key + "/")]
-            if "/virtualmachines/" in key:  # deleteOption: Delete takes its NIC and address along
-                name = key.rsplit("/", 1)[-1]
-                gone += [k for k in self.resources if k.endswith((f"/{name}-nic", f"/{name}-ip"))]
-            if key.endswith(tuple(f"/resourcegroups/{g}" for g in self._groups())):
-                self.group_deletes_pending = 1
-            for k in gone:
-                self.resources.pop(k, None)
-            return (202 if gone else 204), ""
-        if key in self.resources:  # GET one
-            return 200, json.dumps(self.resources[key])
-        if "/resourcegroups/" in key and key.count("/") == 4 and self.group_deletes_pending:  # the group itself
-            self.group_deletes_pending -= 1
-            return 200, json.dumps({"id": path, "properties": {"provisioningState": "Deleting"}})
-        items = [v for k, v in self.resources.items() if k.startswith(key + "/") and k.count("/") == key.count("/") + 1]
-        if items or any(k.startswith(key.split("/providers/")[0] + "/") for k in self.resources):
-            return 200, json.dumps({"value": items})
-        return 404, json.dumps({"error": {"code": "ResourceGroupNotFound", "message": f"{path} not found"}})
-
-    def _groups(self) -> set[str]:
-        return {k.split("/")[4] for k in self.resources if k.count("/") >= 4}
+# the default visibility grace (60 s): a node deleted at once must not hold teardown for it
+FAST = CloudTimeouts(poll=0.01, running=5, terminate=5, cleanup=10)
 
 
 @pytest.fixture
 def azure(monkeypatch):
-    pytest.importorskip("requests_mock", reason="libcloud's test kit needs requests-mock (dev extra)")
-    monkeypatch.setitem(sys.modules, "libcloud.test.secrets", types.ModuleType("libcloud.test.secrets"))
+    """sky.Azure (default configuration: region eastus, no size, no image) on libcloud's ARM driver,
+    whose HTTP goes to `FakeARM` (tests/fake_arm.py) through the fake `requests` transport."""
     from libcloud.compute.drivers.azure_arm import AzureNodeDriver
-    from libcloud.test import httplib
-    from libcloud.test.compute.test_azure_arm import AzureMockHttp
 
-    arm = FakeARM()
-
-    class FakeARMHttp(AzureMockHttp):
-        """FAKE: libcloud's Azure mock for the login; `FakeARM` for everything else."""
-
-        def __getattr__(self, name):
-            if name.endswith("_oauth2_token"):
-                return super().__getattr__(name)
-
-            def fn(method, url, body, headers):
-                status, text = arm.answer(method, url, body)
-                return status, text, {"content-type": "application/json"}, httplib.responses[status]
-
-            return fn
-
-    monkeypatch.setattr(AzureNodeDriver.connectionCls, "conn_class", FakeARMHttp)
-    provider = Azure(region="eastus", ssh_cidr="192.0.2.1/32", spot=True, disk_gb=64,
-                     timeouts=CloudTimeouts(poll=0.01, visibility_grace=1))
+    arm = FakeARM(SUB)
+    install_fakes(monkeypatch, arm)
+    provider = Azure(ssh_cidr="192.0.2.1/32", spot=True, disk_gb=64, timeouts=FAST)
     provider._driver = AzureNodeDriver("77777777-7777-7777-7777-777777777777", SUB,
                                        "55555555-5555-5555-5555-555555555555", "p4ssw0rd", region="eastus")
     return provider, arm
@@ -115,13 +42,13 @@ def azure(monkeypatch):
 def test_prepare_makes_a_tagged_group_an_ssh_rule_and_a_subnet_behind_it(azure):
     provider, arm = azure
     provider.prepare_sync(ClusterSpec(pool_id="p-az", nodes=2))
-    group = next(b for m, p, b in arm.requests if m == "PUT" and p.endswith("/resourceGroups/skyhive-p-az"))
+    group = next(b for m, p, b, _ in arm.requests if m == "PUT" and p.endswith("/resourceGroups/skyhive-p-az"))
     assert group == {"location": "eastus", "tags": {"skyhive-pool": "p-az"}}
-    nsg = next(b for m, p, b in arm.requests if p.endswith("networkSecurityGroups/skyhive"))
+    nsg = next(b for m, p, b, _ in arm.requests if p.endswith("networkSecurityGroups/skyhive"))
     (rule,) = nsg["properties"]["securityRules"]
     assert rule["properties"]["sourceAddressPrefix"] == "192.0.2.1/32"
     assert rule["properties"]["destinationPortRange"] == "22" and rule["properties"]["access"] == "Allow"
-    vnet = next(b for m, p, b in arm.requests if p.endswith("virtualNetworks/skyhive"))
+    vnet = next(b for m, p, b, _ in arm.requests if p.endswith("virtualNetworks/skyhive"))
     (subnet,) = vnet["properties"]["subnets"]
     assert subnet["properties"]["networkSecurityGroup"]["id"].endswith("networkSecurityGroups/skyhive")
 
@@ -151,9 +78,55 @@ def test_create_then_down_leaves_nothing_in_the_fake_arm(azure):
     found = anyio.run(provider.down, "p-az")
     assert sorted(h.node for h in found) == [0, 1]
     assert arm.resources == {}
-    group_deletes = [r for r in arm.requests if r == ("DELETE", f"/subscriptions/{SUB}/resourceGroups/skyhive-p-az", None)]
+    group_deletes = [r for r in arm.requests if r[:2] == ("DELETE", f"/subscriptions/{SUB}/resourceGroups/skyhive-p-az")]
     assert len(group_deletes) == 2  # still "Deleting" at the first look: retried, then gone
     assert anyio.run(provider.list_owned, "p-az") == []
+    # the power state came from each VM's instance view; no list was sent statusOnly
+    assert any(p.endswith("/virtualMachines/node-0/instanceView") for _, p, _, _ in arm.requests)
+    assert not any("statusOnly" in q for *_, q in arm.requests)
+    assert all("could not be found" in r for r in arm.refused)  # only the look-ups confirming it is gone
+
+
+def test_a_vm_has_a_standard_static_public_ip_and_uv_at_boot(azure):
+    import base64
+
+    provider, _ = azure
+    _, body = provider.vm_request(ClusterSpec(pool_id="p-az", nodes=1), 0)
+    ip = body["properties"]["networkProfile"]["networkInterfaceConfigurations"][0]["properties"][
+        "ipConfigurations"][0]["properties"]["publicIPAddressConfiguration"]
+    assert ip["sku"] == {"name": "Standard", "tier": "Regional"}
+    assert ip["properties"]["publicIPAllocationMethod"] == "Static"
+    assert "astral.sh/uv" in base64.b64decode(body["properties"]["osProfile"]["customData"]).decode()
+    assert body["properties"]["storageProfile"]["imageReference"]["sku"] == "22_04-lts-gen2"
+
+
+def test_the_fake_refuses_a_basic_public_ip(azure):
+    provider, arm = azure
+    provider.prepare_sync(ClusterSpec(pool_id="p-basic", nodes=1))
+    path, body = provider.vm_request(ClusterSpec(pool_id="p-basic", nodes=1), 0)
+    conf = body["properties"]["networkProfile"]["networkInterfaceConfigurations"][0]["properties"][
+        "ipConfigurations"][0]["properties"]["publicIPAddressConfiguration"]
+    del conf["sku"]  # what was sent before: ARM defaults it to Basic
+    with pytest.raises(Exception, match="BasicSkuPublicIpRetired"):
+        provider._arm(path, "2023-03-01", "PUT", body)
+
+
+def test_a_gpu_pool_gets_a_current_size_the_hpc_image_and_checks_the_driver(azure):
+    provider, arm = azure
+    provider.spot = False
+    spec = ClusterSpec(pool_id="p-h100", nodes=1, accelerator="H100:1")
+    assert provider.plan(spec)["instance_type"] == "Standard_NC40ads_H100_v5"
+    (handle,) = anyio.run(provider.create, spec)
+    assert "nvidia-smi" in handle.reach.ready_command and handle.accelerators == 1
+    put = next(b for m, p, b, _ in arm.requests if m == "PUT" and p.endswith("/node-0"))
+    assert put["properties"]["storageProfile"]["imageReference"]["offer"] == "ubuntu-hpc"
+    anyio.run(provider.down, "p-h100")
+    assert arm.resources == {}
+    # a Gen1 image on a Gen2-only size is refused before anything is sent
+    gen1 = Azure(image=("Canonical", "0001-com-ubuntu-server-jammy", "22_04-lts", "latest"))
+    gen1._driver = provider._driver
+    with pytest.raises(ProvisionError, match="boots Hyper-V generation 2 images only"):
+        gen1.vm_request(spec, 0)
 
 
 def test_arm_errors_are_classified_by_code(azure):
@@ -182,8 +155,6 @@ def test_an_accelerator_chooses_the_gpu_size_and_the_plan_prices_it(azure):
 
 
 def test_a_vm_size_that_lacks_the_accelerator_is_refused_before_anything_is_created(azure):
-    from skyhive.providers.base import ProvisionError
-
     _, arm = azure
     provider = Azure(region="eastus", vm_size="Standard_NC6s_v3")
     provider._driver = azure[0]._driver
@@ -191,3 +162,30 @@ def test_a_vm_size_that_lacks_the_accelerator_is_refused_before_anything_is_crea
     with pytest.raises(ProvisionError, match="Standard_NC6s_v3 does not satisfy the pool: it has V100, not T4"):
         provider.prepare_sync(spec)
     assert arm.requests == []
+
+
+def test_young_nodes_deleted_at_once_do_not_hold_teardown_and_the_group_goes(azure):
+    """ARM deletes a VM at once here: a node younger than the visibility grace (60 s) that the cloud took
+    the delete of and no longer lists is gone; teardown must not retry it until its cap and leave the
+    resource group behind."""
+    provider, arm = azure
+    spec = ClusterSpec(pool_id="p-young", nodes=2)
+    provider.prepare_sync(spec)
+    handles = provider.launch_sync(spec, [0, 1], "eastus")  # fresh: launched_at is now
+    anyio.run(provider.terminate, handles)  # raised "still not terminated after 5 s" before
+    anyio.run(provider.cleanup, "p-young")
+    assert arm.resources == {}
+
+
+def test_zones_are_tried_in_order_and_a_full_zone_moves_on(azure):
+    provider, arm = azure
+    provider.zones = ["1", "2"]
+    arm.full_zones.add("1")
+    (handle,) = anyio.run(provider.create, ClusterSpec(pool_id="p-zone", nodes=1))
+    puts = [b for m, p, b, _ in arm.requests if m == "PUT" and p.endswith("/node-0")]
+    assert [b["zones"] for b in puts] == [["1"], ["2"]]
+    assert any("capacity for the requested VM size in zone '1'" in r for r in arm.refused)
+    anyio.run(provider.down, "p-zone")
+    assert arm.resources == {}
+    with pytest.raises(ValueError, match="availability zones are '1', '2' or '3'"):
+        Azure(zones=["eastus-1"])

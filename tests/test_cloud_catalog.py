@@ -120,13 +120,24 @@ def test_skyhive_launch_plans_the_aws_machine_and_refuses_what_a_provider_cannot
 # ---- Azure: GPU sizes from libcloud's prices and Azure's size tables ------------------------------------
 
 
-def test_azure_shipped_table_is_what_the_generator_makes():
+@pytest.mark.parametrize("cloud", ["azure", "gcp", "digitalocean"])
+def test_the_shipped_tables_from_csv_are_what_the_generator_makes(cloud):
     from skyhive.providers.cloud.data import generate
 
-    shipped = json.loads(resources.files("skyhive.providers.cloud.data").joinpath("azure.json").read_text())
-    assert generate.build_azure() == shipped
-    # every size of the size table reached the shipped table (libcloud prices each one somewhere)
-    assert set(shipped["types"]) == set(generate.AZURE_GPU_SIZES)
+    if not generate.catalogs_dir().is_dir():
+        pytest.skip(f"no catalog CSVs at {generate.catalogs_dir()} (shared/catalogs beside the repository)")
+    shipped = json.loads(resources.files("skyhive.providers.cloud.data").joinpath(f"{cloud}.json").read_text())
+    assert generate.BUILDERS[cloud]() == shipped
+    assert shipped["sources"]["provenance"] == "shared/catalogs/SOURCES.md"
+
+
+def test_a_gcp_gpu_price_is_its_host_row_plus_the_accelerator_row_of_the_same_zone():
+    table = catalog._table("gcp")["regions"]["us-central1"]
+    # gcp_gpu.csv, us-central1-a: a2-highgpu-1g host 0.73948 plus the A100 x1 row 2.93391
+    assert table["a2-highgpu-1g"][0] == pytest.approx(3.67339)
+    assert table["n1-standard-8+1xT4"][0] == pytest.approx(0.73)
+    choice = catalog.choose("gcp", "us-east1", accelerator="T4")
+    assert choice.zones and all(z.startswith("us-east1-") for z in choice.zones)
 
 
 def test_azure_v100_is_the_cheapest_v100_size_of_the_region():
@@ -140,8 +151,8 @@ def test_azure_v100_is_the_cheapest_v100_size_of_the_region():
 
 
 def test_azure_names_where_an_accelerator_is_offered_and_the_ones_it_knows():
-    with pytest.raises(ProvisionError, match=r"no instance type in brazilsouth has accelerator V100:8; "
-                                             r"V100 is offered \(per node\) in: .*eastus"):
-        catalog.choose("azure", "brazilsouth", accelerator="V100:8")
-    with pytest.raises(ProvisionError, match="offers no accelerator called 'A100' .*known: .*K80.*T4.*V100"):
-        catalog.choose("azure", "eastus", accelerator="A100")
+    with pytest.raises(ProvisionError, match=r"no instance type in westus2 has accelerator H100; "
+                                             r"H100 is offered \(per node\) in: eastus"):
+        catalog.choose("azure", "westus2", accelerator="H100")
+    with pytest.raises(ProvisionError, match="offers no accelerator called 'K80' .*known: .*A100.*H100.*T4.*V100"):
+        catalog.choose("azure", "eastus", accelerator="K80")

@@ -1,107 +1,99 @@
-"""sky.DigitalOcean's request building, checked offline against apache-libcloud's DigitalOcean test kit.
-
-FAKE: no DigitalOcean emulator exists; `RecordingDOMockHttp` is libcloud's shipped mock with canned
-answers, recording what the driver sends. libcloud ships no fixture for a successful droplet create:
-`DROPLET` below is one, shaped like the API's documented answer. It proves what skyhive sends (tags,
-SSH key, firewall) and that answers parse; not that DigitalOcean accepts them.
+"""sky.DigitalOcean against `FakeDO` (tests/fake_do.py): a FAKE DigitalOcean API that refuses what the API
+refuses (a firewall naming a tag that does not exist, sizes outside their regions, GPU sizes without the
+GPU image, unknown keys). Pools are made in the DEFAULT configuration (region nyc3, no size, no image)
+unless a test is about an override. It proves what is sent and that the base's policy drives a pool to
+running and back to nothing; not that DigitalOcean accepts the requests.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-import types
-
+import anyio
 import pytest
 
-from skyhive.providers.base import ClusterSpec
-from skyhive.providers.cloud.base import ErrorKind
+from skyhive.providers.base import ClusterSpec, ProvisionError
+from skyhive.providers.cloud.base import CloudTimeouts, ErrorKind
 from skyhive.providers.cloud.digitalocean import DigitalOcean
 from skyhive.providers.cloud.keys import pool_key
+from tests.fake_do import FakeDO
+from tests.fake_http import install_fakes
 
 pytestmark = [pytest.mark.loopback_only]
 
-DROPLET = {"droplet": {
-    "id": 3164494, "name": "skyhive-p-do-1", "memory": 4096, "vcpus": 2, "disk": 80, "locked": False,
-    "status": "new", "created_at": "2026-11-23T00:00:00Z", "features": [], "backup_ids": [], "snapshot_ids": [],
-    "image": {"id": 1, "name": "22.04 x64", "distribution": "Ubuntu", "slug": "ubuntu-22-04-x64", "public": True,
-              "regions": ["nyc3"], "created_at": "2026-01-01T00:00:00Z", "min_disk_size": 20, "type": "snapshot"},
-    "size_slug": "s-2vcpu-4gb", "networks": {"v4": [], "v6": []}, "region": {"name": "New York 3", "slug": "nyc3"},
-    "tags": ["skyhive-pool:p-do", "skyhive-node:1"],
-}}
+FAST = CloudTimeouts(poll=0.01, running=5, terminate=5, cleanup=5)
 
 
 @pytest.fixture
 def do(monkeypatch):
-    pytest.importorskip("requests_mock", reason="libcloud's test kit needs requests-mock (dev extra)")
-    secrets = types.ModuleType("libcloud.test.secrets")
-    secrets.DIGITALOCEAN_v1_PARAMS, secrets.DIGITALOCEAN_v2_PARAMS = ("user", "key"), ("token",)
-    monkeypatch.setitem(sys.modules, "libcloud.test.secrets", secrets)
-    from libcloud.common.digitalocean import DigitalOcean_v2_BaseDriver
     from libcloud.compute.drivers.digitalocean import DigitalOceanNodeDriver
-    from libcloud.test import httplib
-    from libcloud.test.compute.test_digitalocean_v2 import DigitalOceanComputeMockHttp
 
-    sent: list[tuple[str, str, dict]] = []
-    keys: list[dict] = []
-
-    class RecordingDOMockHttp(DigitalOceanComputeMockHttp):
-        """FAKE: libcloud's canned DigitalOcean answers; records requests; remembers created SSH keys."""
-
-        def _answer(self, status, obj):
-            return (status, json.dumps(obj), {}, httplib.responses[status])
-
-        def _v2_droplets(self, method, url, body, headers):
-            if method == "POST":
-                sent.append(("droplet", url, json.loads(body)))
-                return self._answer(httplib.ACCEPTED, DROPLET)
-            return super()._v2_droplets(method, url, body, headers)
-
-        def _v2_firewalls(self, method, url, body, headers):
-            if method == "POST":
-                sent.append(("firewall", url, json.loads(body)))
-                return self._answer(httplib.ACCEPTED, {"firewall": {"id": "fw-1", **json.loads(body)}})
-            return self._answer(httplib.OK, {"firewalls": []})
-
-        def _v2_account_keys(self, method, url, body, headers):
-            if method == "POST":
-                data = json.loads(body)
-                sent.append(("key", url, data))
-                keys.append({"id": 7717, "name": data["name"], "public_key": data["public_key"],
-                             "fingerprint": "aa:bb:cc"})
-                return self._answer(httplib.CREATED, {"ssh_key": keys[-1]})
-            return self._answer(httplib.OK, {"ssh_keys": keys, "links": {}, "meta": {"total": len(keys)}})
-
-    for cls in (DigitalOcean_v2_BaseDriver, DigitalOceanNodeDriver):
-        monkeypatch.setattr(cls.connectionCls, "conn_class", RecordingDOMockHttp)
-    RecordingDOMockHttp.type = None
-    provider = DigitalOcean(region="nyc3", ssh_cidr="192.0.2.1/32")
-    provider._driver = DigitalOceanNodeDriver("token", api_version="v2")
-    return provider, sent
+    fake = FakeDO()
+    install_fakes(monkeypatch, fake)
+    provider = DigitalOcean(ssh_cidr="192.0.2.1/32", timeouts=FAST)
+    provider._driver = DigitalOceanNodeDriver(fake.token, api_version="v2")
+    return provider, fake
 
 
-def test_prepare_registers_the_pool_key_and_a_firewall_for_its_tag(do):
-    provider, sent = do
+def test_prepare_makes_the_tag_before_the_firewall_that_names_it(do):
+    provider, fake = do
     provider.prepare_sync(ClusterSpec(pool_id="p-do", nodes=2))
-    (key,) = [body for kind, _, body in sent if kind == "key"]
-    assert key == {"name": "skyhive-p-do", "public_key": pool_key("p-do")[1]}
-    (fw,) = [body for kind, _, body in sent if kind == "firewall"]
+    (key,) = fake.keys.values()
+    assert (key["name"], key["public_key"]) == ("skyhive-p-do", pool_key("p-do")[1])
+    assert fake.requests.index(("POST", "/v2/tags")) < fake.requests.index(("POST", "/v2/firewalls"))
+    (fw,) = fake.firewalls.values()
     assert fw["name"] == "skyhive-p-do" and fw["tags"] == ["skyhive-pool:p-do"]
     ssh = [r for r in fw["inbound_rules"] if r.get("ports") == "22"]
     assert ssh == [{"protocol": "tcp", "ports": "22", "sources": {"addresses": ["192.0.2.1/32"]}}]
     assert {"protocol": "tcp", "ports": "all", "sources": {"tags": ["skyhive-pool:p-do"]}} in fw["inbound_rules"]
+    assert fake.refused == []
 
 
-def test_a_droplet_is_created_with_the_pool_tags_and_key(do):
-    provider, sent = do
-    spec = ClusterSpec(pool_id="p-do", nodes=2)
-    provider.prepare_sync(spec)
-    (handle,) = provider.launch_sync(spec, [1], "nyc3")
-    (droplet,) = [body for kind, _, body in sent if kind == "droplet"]
-    assert droplet["tags"] == ["skyhive-pool:p-do", "skyhive-node:1"]
-    assert droplet["ssh_keys"] == ["aa:bb:cc"] and droplet["region"] == "nyc3"
-    assert droplet["size"] == "s-2vcpu-4gb" and droplet["image"] == "ubuntu-22-04-x64"
-    assert (handle.node, handle.provider_id, handle.state) == (1, "3164494", "pending")
+def test_the_fake_refuses_a_firewall_naming_a_tag_that_does_not_exist(do):
+    from libcloud.common.exceptions import BaseHTTPError
+    import json
+
+    provider, fake = do
+    with pytest.raises(BaseHTTPError, match="does not exist"):
+        provider.driver.connection.request("/v2/firewalls", method="POST",
+                                           data=json.dumps(provider.firewall_request("p-notag")))
+
+
+def test_a_default_pool_is_created_and_destroyed_leaving_nothing(do):
+    provider, fake = do
+    handles = anyio.run(provider.create, ClusterSpec(pool_id="p-do", nodes=2))
+    assert [(h.node, h.state) for h in handles] == [(0, "running"), (1, "running")]
+    assert handles[0].public_addr.startswith("203.0.113.") and handles[0].private_addr.startswith("10.116.0.")
+    body = fake.created[0]
+    assert (body["size"], body["image"], body["region"]) == ("s-2vcpu-4gb", "ubuntu-22-04-x64", "nyc3")
+    assert body["tags"] == ["skyhive-pool:p-do", "skyhive-node:0"]
+    assert "astral.sh/uv" in body["user_data"]  # uv at boot, for the client's Python
+    assert "nvidia-smi" not in handles[0].reach.ready_command
+    anyio.run(provider.down, "p-do")
+    assert fake.droplets == {} and fake.firewalls == {} and fake.keys == {}
+    # the pool's tag is deleted; the node-index tags are shared by every pool (deleting one would untag
+    # another pool's droplets), and a tag costs nothing
+    assert fake.tags == {"skyhive-node:0", "skyhive-node:1"}
+    assert anyio.run(provider.list_owned, "p-do") == []
+
+
+def test_a_gpu_pool_goes_to_a_gpu_region_with_the_gpu_image(do):
+    provider, fake = do
+    spec = ClusterSpec(pool_id="p-h100", nodes=1, accelerator="H100:1")
+    plan = provider.plan(spec)
+    assert (plan["instance_type"], plan["regions"], plan["price_per_hour"]) == ("gpu-h100x1-80gb", ["tor1"], 6.74)
+    (handle,) = anyio.run(provider.create, spec)
+    body = fake.created[-1]
+    assert (body["size"], body["region"], body["image"]) == ("gpu-h100x1-80gb", "tor1", "gpu-h100x1-base")
+    assert "nvidia-smi" in handle.reach.ready_command and handle.accelerators == 1
+    anyio.run(provider.down, "p-h100")
+    assert fake.droplets == {}
+
+
+def test_the_fake_refuses_a_gpu_size_outside_its_regions(do):
+    provider, fake = do
+    provider.size, provider.regions = "gpu-h100x1-80gb", ["nyc3"]
+    with pytest.raises(ProvisionError, match="Size is not available in this region"):
+        anyio.run(provider.create, ClusterSpec(pool_id="p-where", nodes=1))
+    assert fake.droplets == {} and fake.firewalls == {}
 
 
 def test_errors_are_classified_by_status_and_message(do):
@@ -116,15 +108,8 @@ def test_errors_are_classified_by_status_and_message(do):
     assert provider.classify(BaseHTTPError(400, "bad size")) is ErrorKind.FATAL
 
 
-def test_an_accelerator_needs_a_named_gpu_size_and_is_refused_before_anything_is_sent(do):
-    from skyhive.providers.base import ProvisionError
-
-    provider, sent = do[0], do[1]
-    spec = ClusterSpec(pool_id="p-gpu", nodes=1, accelerator="H100")
-    with pytest.raises(ProvisionError, match=r"digitalocean: cannot choose a machine for accelerator 'H100'.*"
-                                             r"size='gpu-h100x1-80gb'"):
-        provider.prepare_sync(spec)
-    assert sent == []
-    provider.size = "gpu-h100x1-80gb"
-    assert provider.plan(spec)["instance_type"] == "gpu-h100x1-80gb"
-    assert provider.plan(ClusterSpec(pool_id="p", nodes=1, accelerator=None))["instance_type"] == "gpu-h100x1-80gb"
+def test_an_accelerator_no_region_offers_is_refused_before_anything_is_sent(do):
+    provider, fake = do
+    with pytest.raises(ProvisionError, match="offers no accelerator called 'A100'"):
+        provider.prepare_sync(ClusterSpec(pool_id="p-gpu", nodes=1, accelerator="A100"))
+    assert fake.requests == []

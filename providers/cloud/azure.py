@@ -29,6 +29,7 @@ from ...errors import CloudAPIError
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
 from . import catalog
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
+from .boot import BOOT_SCRIPT, ready_command
 from .keys import pool_key, remove_pool_key
 
 __all__ = ["Azure", "AZURE_ERRORS"]
@@ -37,6 +38,10 @@ log = logging.getLogger(__name__)
 
 #: The size of a pool that asks for no accelerator and names no `vm_size`.
 DEFAULT_VM_SIZE = "Standard_D2s_v5"
+
+DEFAULT_IMAGE = ("Canonical", "0001-com-ubuntu-server-jammy", "22_04-lts-gen2", "latest")
+#: Microsoft's Ubuntu 22.04 HPC image (Gen2, with the NVIDIA driver and CUDA), for GPU sizes
+DEFAULT_GPU_IMAGE = ("microsoft-dsvm", "ubuntu-hpc", "2204", "latest")
 
 RESOURCES_API, NETWORK_API, COMPUTE_API = "2021-04-01", "2023-05-01", "2023-03-01"
 POOL_TAG, NODE_TAG = "skyhive-pool", "skyhive-node"
@@ -76,19 +81,24 @@ class Azure(LibcloudProvider):
 
     name: ClassVar[str] = "azure"
     chooses = frozenset({"accelerator", "spot"})  # cpus/memory only narrow an accelerator's sizes: refused alone
-    resource_options = {"region": "region", "instance_type": "vm_size", "disk_size": "disk_gb"}
+    resource_options = {"region": "region", "zone": "zones", "instance_type": "vm_size", "disk_size": "disk_gb"}
     error_kinds = AZURE_ERRORS
     state_map = {"pending": "provisioning", "running": "running", "stopping": "terminating",
                  "stopped": "terminating", "terminated": "terminated"}
 
     def __init__(self, region: str = "eastus", vm_size: str | None = None, spot: bool = False,
-                 image: Sequence[str] = ("Canonical", "0001-com-ubuntu-server-jammy", "22_04-lts-gen2", "latest"),
+                 image: Sequence[str] | None = None,
                  disk_gb: int = 100, ssh_user: str = "skyhive", ssh_cidr: str = "0.0.0.0/0",
-                 timeouts: CloudTimeouts | None = None) -> None:
+                 zones: Sequence[str] | None = None, timeouts: CloudTimeouts | None = None) -> None:
         super().__init__(timeouts=timeouts)
-        if len(image) != 4:
+        self.zones = [str(z) for z in zones] if zones else None
+        for zone in self.zones or ():
+            if zone not in ("1", "2", "3"):
+                raise ValueError(f"Azure(zones=...): availability zones are '1', '2' or '3', not {zone!r}")
+        if image is not None and len(image) != 4:
             raise ValueError(f"image must be (publisher, offer, sku, version), not {image!r}")
-        self.region, self.vm_size, self.spot, self.image = region, vm_size, spot, tuple(image)
+        self.region, self.vm_size, self.spot = region, vm_size, spot
+        self.image: tuple[str, str, str, str] | None = tuple(image) if image is not None else None  # type: ignore[assignment]
         self.disk_gb, self.ssh_user, self.ssh_cidr = disk_gb, ssh_user, ssh_cidr
         self._driver: Any = None
         self._plans: dict[str, catalog.Choice] = {}
@@ -118,8 +128,8 @@ class Azure(LibcloudProvider):
 
     def describe(self) -> dict[str, Any]:
         return {"provider": self.name, "region": self.region, "vm_size": self.vm_size, "spot": self.spot,
-                "image": list(self.image), "disk_gb": self.disk_gb, "ssh_user": self.ssh_user,
-                "ssh_cidr": self.ssh_cidr}
+                "image": list(self.image) if self.image else None, "disk_gb": self.disk_gb, "ssh_user": self.ssh_user,
+                "ssh_cidr": self.ssh_cidr, "zones": self.zones}
 
     @property
     def driver(self) -> Any:
@@ -166,7 +176,8 @@ class Azure(LibcloudProvider):
     # ---- the blocking primitives -----------------------------------------------------------------------
 
     def zones_sync(self, spec: ClusterSpec) -> list[str]:
-        return [self.region]
+        """`zones` in order (a full zone moves on to the next), else the region (Azure places the VM)."""
+        return list(self.zones) if self.zones else [self.region]
 
     def prepare_sync(self, spec: ClusterSpec) -> None:
         log.info("azure: pool %s: %s", spec.pool_id, self.choice(spec).summary())
@@ -192,13 +203,24 @@ class Azure(LibcloudProvider):
                                                                  "networkSecurityGroup": {"id": nsg}}}]}}),
         ]
 
+    def image_for(self, spec: ClusterSpec) -> tuple[str, str, str, str]:
+        """The image of `spec`'s VMs: `image`, else Ubuntu 22.04 (Gen2), or for a GPU size Microsoft's
+        Ubuntu HPC image (NVIDIA driver included). A size that boots Gen2 only refuses a Gen1 image here."""
+        choice = self.choice(spec)
+        image = self.image or (DEFAULT_GPU_IMAGE if choice.accelerators or spec.accelerator else DEFAULT_IMAGE)
+        if catalog._table("azure").get("generations", {}).get(choice.instance_type) == "V2" and \
+                not image[2].lower().endswith(("gen2", "-g2")) and image[2] != DEFAULT_GPU_IMAGE[2]:
+            raise ProvisionError(f"azure: size {choice.instance_type} boots Hyper-V generation 2 images only; "
+                                 f"image sku {image[2]!r} looks like generation 1 (use a '-gen2' sku)", kind="fatal")
+        return image
+
     def vm_request(self, spec: ClusterSpec, index: int) -> tuple[str, dict[str, Any]]:
         """(path, body) of the PUT that creates node `index`."""
         _, public = pool_key(spec.pool_id)
         name = f"node-{index}"
         spot = self.spot if spec.spot is None else spec.spot
         subnet = self._path(spec.pool_id, "/providers/Microsoft.Network/virtualNetworks/skyhive/subnets/nodes")
-        publisher, offer, sku, version = self.image
+        publisher, offer, sku, version = self.image_for(spec)
         properties: dict[str, Any] = {
             "hardwareProfile": {"vmSize": self.choice(spec).instance_type},
             "storageProfile": {
@@ -210,8 +232,10 @@ class Azure(LibcloudProvider):
             "networkProfile": {"networkApiVersion": "2020-11-01", "networkInterfaceConfigurations": [{
                 "name": f"{name}-nic", "properties": {"primary": True, "deleteOption": "Delete", "ipConfigurations": [{
                     "name": "ip", "properties": {"subnet": {"id": subnet}, "publicIPAddressConfiguration": {
-                        "name": f"{name}-ip", "properties": {"deleteOption": "Delete"}}}}]}}]},
+                        "name": f"{name}-ip", "sku": {"name": "Standard", "tier": "Regional"},  # Basic is retired
+                        "properties": {"deleteOption": "Delete", "publicIPAllocationMethod": "Static"}}}}]}}]},
         }
+        properties["osProfile"]["customData"] = _b64(BOOT_SCRIPT)  # cloud-init runs it: uv at boot
         if spot:
             properties.update(priority="Spot", evictionPolicy="Delete", billingProfile={"maxPrice": -1})
         body = {"location": self.region, "tags": {**dict(spec.tags), POOL_TAG: spec.pool_id, NODE_TAG: str(index)},
@@ -222,21 +246,37 @@ class Azure(LibcloudProvider):
         handles = []
         for index in nodes:
             path, body = self.vm_request(spec, index)
+            if self.zones:
+                body["zones"] = [zone]
             vm = self._arm(path, COMPUTE_API, "PUT", body)
             handles.append(self._handle(vm, spec.pool_id, {}, launched_at=time.time()))
         return handles
 
     def list_sync(self, pool_id: str, states: Sequence[str] | None = ACTIVE_STATES) -> list[NodeHandle]:
         try:
-            vms = self._arm(self._path(pool_id, "/providers/Microsoft.Compute/virtualMachines"), COMPUTE_API,
-                            params={"statusOnly": "true"}).get("value", [])
+            vms = self._arm(self._path(pool_id, "/providers/Microsoft.Compute/virtualMachines"),
+                            COMPUTE_API).get("value", [])
         except Exception as exc:
             if self.classify(exc) is ErrorKind.NOT_FOUND:  # no resource group: nothing of the pool left
                 return []
             raise
         addresses = self._addresses(pool_id) if vms else {}
-        found = [self._handle(vm, pool_id, addresses) for vm in vms if (vm.get("tags") or {}).get(POOL_TAG) == pool_id]
+        found = [self._handle(vm, pool_id, addresses, self._power(pool_id, vm.get("name", "")))
+                 for vm in vms if (vm.get("tags") or {}).get(POOL_TAG) == pool_id]
         return sorted((h for h in found if states is None or h.state in states), key=lambda h: h.node)
+
+    def _power(self, pool_id: str, name: str) -> str:
+        """The VM's power state ("running", "deallocated", …) from its instance view (the list has none);
+        "" when the VM went away meanwhile."""
+        try:
+            view = self._arm(self._path(pool_id, f"/providers/Microsoft.Compute/virtualMachines/{name}/instanceView"),
+                             COMPUTE_API)
+        except Exception as exc:
+            if self.classify(exc) is ErrorKind.NOT_FOUND:
+                return ""
+            raise
+        codes = [s.get("code", "") for s in (view or {}).get("statuses", [])]
+        return next((c.split("/", 1)[1] for c in codes if c.startswith("PowerState/")), "")
 
     def _addresses(self, pool_id: str) -> dict[str, tuple[str, str | None]]:
         """VM name -> (private address, public address), from the group's NICs and public addresses."""
@@ -271,10 +311,8 @@ class Azure(LibcloudProvider):
         raise CloudAPIError("ResourceGroupBeingDeleted", f"resource group {self.group(pool_id)} is being deleted", 409)
 
     def _handle(self, vm: dict[str, Any], pool_id: str, addresses: Mapping[str, tuple[str, str | None]],
-                launched_at: float | None = None) -> NodeHandle:
+                power: str = "", launched_at: float | None = None) -> NodeHandle:
         props = vm.get("properties") or {}
-        statuses = [s.get("code", "") for s in (props.get("instanceView") or {}).get("statuses", [])]
-        power = next((c.split("/", 1)[1] for c in statuses if c.startswith("PowerState/")), "")
         provisioning = str(props.get("provisioningState") or "").lower()
         state = _STATES.get(power) or _STATES.get(provisioning, "pending")
         private, public = addresses.get(vm.get("name", ""), ("", None))
@@ -282,6 +320,17 @@ class Azure(LibcloudProvider):
         extra: dict[str, Any] = {"pool_id": pool_id, "zone": vm.get("location")}
         if launched_at is not None:
             extra["launched_at"] = launched_at
+        size = str((props.get("hardwareProfile") or {}).get("vmSize") or "")
+        info = catalog.instance("azure", size) if size else None
+        gpus = info.accelerators if info else 0
         return NodeHandle(node=int((vm.get("tags") or {}).get(NODE_TAG, -1)), provider_id=f"{pool_id}/{vm.get('name')}",
-                          private_addr=private, public_addr=public, state=state, extra=extra,
-                          reach=SSHReach(host=public or private, user=self.ssh_user, key=str(key_path)))
+                          private_addr=private, public_addr=public, state=state, extra=extra, accelerators=gpus,
+                          accelerator=info.accelerator if info else None,
+                          reach=SSHReach(host=public or private, user=self.ssh_user, key=str(key_path),
+                                         ready_command=ready_command(gpu=bool(gpus))))
+
+
+def _b64(text: str) -> str:
+    import base64
+
+    return base64.b64encode(text.encode()).decode()

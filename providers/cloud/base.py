@@ -274,18 +274,20 @@ class LibcloudProvider(Provider):
         by_id = {h.provider_id: h for h in handles}
         pending = set(by_id)
         deadline = time.monotonic() + self.timeouts.terminate
+        accepted: set[str] = set()  # the cloud took the terminate call: absent from a listing now means gone
         while True:
             for provider_id in sorted(pending):
                 try:
                     await self.call(self.terminate_sync, provider_id)
+                    accepted.add(provider_id)
                 except Exception as exc:  # NotFound: gone, or not visible yet: the listing decides
                     if self.classify(exc) is not ErrorKind.NOT_FOUND:
                         raise self._error(f"terminating {provider_id} failed", exc, self.classify(exc)) from exc
             states: dict[str, str] = {}
             for pool_id in {by_id[i].extra.get("pool_id", "") for i in pending}:
                 states.update((h.provider_id, h.state) for h in await self._list_fresh(pool_id))
-            pending = {i for i in pending
-                       if states.get(i) in ACTIVE_STATES or (i not in states and self._young(by_id[i]))}
+            pending = {i for i in pending if states.get(i) in ACTIVE_STATES
+                       or (i not in states and i not in accepted and self._young(by_id[i]))}
             if not pending:
                 return
             if time.monotonic() > deadline:

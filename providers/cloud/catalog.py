@@ -49,6 +49,7 @@ class Choice:
     nodes: int
     spot: bool
     zones: tuple[str, ...] = ()
+    spot_price_per_hour: float | None = None  # when the table has a spot price (GCP, Azure)
 
     @property
     def cost_per_hour(self) -> float | None:
@@ -68,7 +69,8 @@ class Choice:
         return {"cloud": self.cloud, "region": self.region, "instance_type": self.instance_type,
                 "vcpus": self.vcpus, "memory_gb": self.memory_gb, "accelerator": self.accelerator,
                 "accelerators": self.accelerators, "price_per_hour": self.price_per_hour,
-                "cost_per_hour": self.cost_per_hour, "nodes": self.nodes, "spot": self.spot}
+                "cost_per_hour": self.cost_per_hour, "nodes": self.nodes, "spot": self.spot,
+                "spot_price_per_hour": self.spot_price_per_hour}
 
 
 @functools.cache
@@ -139,7 +141,7 @@ def choose(cloud: str, region: str, *, accelerator: str | None = None, cpus: flo
         cpus = DEFAULT_CPUS if cpus is None else cpus
         memory_gb = DEFAULT_MEMORY_GB if memory_gb is None else memory_gb
     best: tuple[float, str] | None = None
-    for itype, (price, _zones) in regional.items():
+    for itype, (price, *_rest) in regional.items():
         info = instance(cloud, itype)
         if info is None or _unmet(info, want_name, want_count, cpus, memory_gb, exact):
             continue
@@ -165,10 +167,12 @@ def unpriced(cloud: str, region: str, instance_type: str, *, nodes: int, spot: b
 
 
 def _choice(cloud: str, region: str, info: InstanceInfo, price: list[Any], nodes: int, spot: bool) -> Choice:
-    zones = tuple(region + letter for letter in (price[1] or ""))
+    separator = _table(cloud).get("zone_separator", "")  # GCE: us-east1 + "-" + b
+    zones = tuple(region + separator + letter for letter in (price[1] or ""))
     return Choice(cloud=cloud, region=region, instance_type=info.instance_type, vcpus=info.vcpus,
                   memory_gb=info.memory_gb, accelerator=info.accelerator, accelerators=info.accelerators,
-                  price_per_hour=price[0], nodes=nodes, spot=spot, zones=zones)
+                  price_per_hour=price[0], nodes=nodes, spot=spot, zones=zones,
+                  spot_price_per_hour=price[2] if len(price) > 2 else None)
 
 
 def _unmet(info: InstanceInfo, name: str | None, count: int | None, cpus: float | None,

@@ -7,13 +7,18 @@ registered on the account, a cloud firewall per pool (SSH from the client to the
 between droplets with the tag; libcloud has no firewall call, so it is sent as a raw API request), and
 error classification by HTTP status and message (DigitalOcean's errors carry no finer code in libcloud).
 
-DigitalOcean has no spot machines. Its GPU droplets are not chosen by accelerator (no offline table): a
-pool that asks for one must name a GPU `size`; with the default size it is refused, never ignored.
+The pool's tag is created (``POST /v2/tags``) before the firewall that names it: DigitalOcean's firewall
+API accepts only tags that exist. DigitalOcean has no spot machines. GPU droplets are chosen by
+accelerator from the shipped table ``data/digitalocean.json`` and live in a few regions only (not the
+default ``nyc3``): a GPU pool is placed in a region of `regions` that offers the size, else in the regions
+the table lists for it (logged), with DigitalOcean's GPU base image (NVIDIA driver included). Every
+droplet gets the boot script as ``user_data`` (cloud-init installs `uv`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -21,7 +26,8 @@ from typing import Any, ClassVar
 
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
 from . import catalog
-from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider, named_machine
+from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
+from .boot import BOOT_SCRIPT, ready_command
 from .keys import pool_key, remove_pool_key
 
 __all__ = ["DigitalOcean", "DO_ERRORS"]
@@ -29,6 +35,14 @@ __all__ = ["DigitalOcean", "DO_ERRORS"]
 #: codes made from the HTTP status (and, for 422, the message) -> kinds
 #: The droplet size of a pool that names no `size`.
 DEFAULT_SIZE = "s-2vcpu-4gb"
+DEFAULT_IMAGE = "ubuntu-22-04-x64"
+
+log = logging.getLogger(__name__)
+
+
+def gpu_image(size: str) -> str:
+    """DigitalOcean's GPU base image for a GPU size (Ubuntu with the NVIDIA driver): one per GPU count."""
+    return "gpu-h100x8-base" if "x8" in size else "gpu-h100x1-base"
 
 DO_ERRORS: Mapping[str, ErrorKind] = {
     "http429": ErrorKind.TRANSIENT,
@@ -50,19 +64,19 @@ class DigitalOcean(LibcloudProvider):
     """Droplets on DigitalOcean, created per pool and destroyed with it.
 
     - `region` ("nyc3"; `regions` to try several in order), `size` (a droplet size slug, default
-      ``s-2vcpu-4gb``; required with an accelerator), `image` (an
+      ``s-2vcpu-4gb``; with an accelerator, the cheapest GPU size that has it), `image` (an
       image slug), `ssh_user` ("root" on DigitalOcean images), `ssh_cidr` (who may open SSH).
     Credentials: an API token in ``DIGITALOCEAN_ACCESS_TOKEN``.
     """
 
     name: ClassVar[str] = "digitalocean"
-    chooses = frozenset({"accelerator"})  # with a named size (`named_machine`)
+    chooses = frozenset({"accelerator"})  # from the shipped table
     resource_options = {"region": "region", "instance_type": "size", "image_id": "image"}
     error_kinds = DO_ERRORS
     state_map = {"pending": "provisioning", "running": "running", "stopped": "terminating"}
 
     def __init__(self, region: str = "nyc3", regions: Sequence[str] | None = None, size: str | None = None,
-                 image: str = "ubuntu-22-04-x64", ssh_user: str = "root", ssh_cidr: str = "0.0.0.0/0",
+                 image: str | None = None, ssh_user: str = "root", ssh_cidr: str = "0.0.0.0/0",
                  timeouts: CloudTimeouts | None = None) -> None:
         super().__init__(timeouts=timeouts)
         self.region = region
@@ -72,6 +86,7 @@ class DigitalOcean(LibcloudProvider):
         self.ssh_user = ssh_user
         self.ssh_cidr = ssh_cidr
         self._driver: Any = None
+        self._plans: dict[str, tuple[catalog.Choice, list[str]]] = {}
 
     def describe(self) -> dict[str, Any]:
         return {"provider": self.name, "region": self.region, "regions": self.regions, "size": self.size,
@@ -109,17 +124,57 @@ class DigitalOcean(LibcloudProvider):
     # ---- the blocking primitives -----------------------------------------------------------------------
 
     def zones_sync(self, spec: ClusterSpec) -> list[str]:
-        return list(self.regions)
+        return list(self._plan(spec)[1])
+
+    def _plan(self, spec: ClusterSpec) -> tuple[catalog.Choice, list[str]]:
+        """(the size and its price, the regions to try in order). A GPU pool goes where its size is."""
+        if spec.pool_id in self._plans:
+            return self._plans[spec.pool_id]
+        if not spec.accelerator:
+            size = self.size or DEFAULT_SIZE
+            try:
+                choice = catalog.choose("digitalocean", self.regions[0], instance_type=size, nodes=spec.nodes)
+            except ProvisionError:  # a region or size the table does not price: taken on trust
+                choice = catalog.unpriced("digitalocean", self.regions[0], size, nodes=spec.nodes, spot=False)
+            plan = (choice, list(self.regions))
+        else:
+            name = catalog.parse_accelerator(spec.accelerator)[0]
+            offered = list(catalog.offered("digitalocean", name))
+            candidates = [r for r in self.regions if r in offered] or offered
+            if not [r for r in self.regions if r in offered] and offered:
+                log.warning("digitalocean: pool %s: %s droplets are not offered in %s; using %s", spec.pool_id,
+                            name, ", ".join(self.regions), ", ".join(offered))
+            first_error: ProvisionError | None = None
+            found: list[tuple[catalog.Choice, str]] = []
+            for region in candidates or self.regions:
+                try:
+                    found.append((catalog.choose("digitalocean", region, accelerator=spec.accelerator, cpus=spec.cpus,
+                                                 memory_gb=spec.memory_gb, instance_type=self.size, nodes=spec.nodes),
+                                  region))
+                except ProvisionError as exc:
+                    first_error = first_error or exc
+            if not found:
+                assert first_error is not None
+                raise first_error
+            choice = found[0][0]
+            plan = (choice, [region for c, region in found if c.instance_type == choice.instance_type])
+        self._plans[spec.pool_id] = plan
+        return plan
 
     def droplet_size(self, spec: ClusterSpec) -> str:
-        """The size slug of `spec`'s droplets (see `named_machine`)."""
-        return named_machine("digitalocean", spec, self.size, DEFAULT_SIZE,
-                             "DigitalOcean(size='gpu-h100x1-80gb') for one H100")
+        """The size slug of `spec`'s droplets (by accelerator from the table, else `size` or the default)."""
+        return self._plan(spec)[0].instance_type
 
     def plan(self, spec: ClusterSpec) -> dict[str, Any]:
-        """See `Provider.plan`: the droplet size (no price: no table here)."""
-        choice = catalog.unpriced("digitalocean", self.region, self.droplet_size(spec), nodes=spec.nodes, spot=False)
-        return {**choice.as_dict(), "summary": choice.summary()}
+        """See `Provider.plan`: the droplet size, its price when the table has it, the regions tried."""
+        choice, regions = self._plan(spec)
+        return {**choice.as_dict(), "regions": regions, "summary": choice.summary()}
+
+    def image_for(self, spec: ClusterSpec) -> str:
+        info = catalog.instance("digitalocean", self.droplet_size(spec))
+        if self.image:
+            return self.image
+        return gpu_image(self.droplet_size(spec)) if info is not None and info.accelerators else DEFAULT_IMAGE
 
     def prepare_sync(self, spec: ClusterSpec) -> None:
         self.droplet_size(spec)  # an accelerator request it cannot meet fails before anything is created
@@ -127,6 +182,8 @@ class DigitalOcean(LibcloudProvider):
         name = f"skyhive-{spec.pool_id}"
         if not any(k.name == name for k in self.driver.list_key_pairs()):
             self.driver.create_key_pair(name, public)
+        # the firewall names the pool's tag, and DigitalOcean accepts only tags that exist: make it first
+        self.driver.connection.request("/v2/tags", method="POST", data=json.dumps({"name": self.tags(spec.pool_id)[0]}))
         if not self._firewall_ids(spec.pool_id):
             self.driver.connection.request("/v2/firewalls", method="POST", data=json.dumps(self.firewall_request(spec.pool_id)))
 
@@ -162,10 +219,11 @@ class DigitalOcean(LibcloudProvider):
 
         slug = self.droplet_size(spec)
         size = NodeSize(slug, slug, 0, 0, 0, 0, self.driver)
-        image = NodeImage(self.image, self.image, self.driver)
+        image = NodeImage(self.image_for(spec), self.image_for(spec), self.driver)
         region = NodeLocation(zone, zone, "", self.driver)
         return [self._handle(self.driver.create_node(f"skyhive-{spec.pool_id}-{i}", size, image, region,
-                                                     ex_create_attr=self.create_request(spec, i)),
+                                                     ex_create_attr=self.create_request(spec, i),
+                                                     ex_user_data=BOOT_SCRIPT),  # cloud-init: uv at boot
                              spec.pool_id, launched_at=time.time()) for i in nodes]
 
     def list_sync(self, pool_id: str, states: Sequence[str] | None = ACTIVE_STATES) -> list[NodeHandle]:
@@ -187,6 +245,13 @@ class DigitalOcean(LibcloudProvider):
             if key.name == f"skyhive-{pool_id}":
                 self.driver.delete_key_pair(key)
                 deleted.append(f"SSH key {key.name}")
+        tag = self.tags(pool_id)[0]
+        try:
+            self.driver.connection.request(f"/v2/tags/{tag}", method="DELETE")
+            deleted.append(f"tag {tag}")
+        except Exception as exc:
+            if self.classify(exc) is not ErrorKind.NOT_FOUND:
+                raise
         if remove_pool_key(pool_id):
             deleted.append("the pool's private key")
         return deleted
@@ -201,5 +266,10 @@ class DigitalOcean(LibcloudProvider):
         extra: dict[str, Any] = {"pool_id": pool_id, "zone": node.extra.get("region")}
         if launched_at is not None:
             extra["launched_at"] = launched_at
+        size = str(node.extra.get("size_slug") or "")
+        info = catalog.instance("digitalocean", size) if size else None
+        gpus = info.accelerators if info else 0
         return NodeHandle(node=index, provider_id=str(node.id), private_addr=private, public_addr=public, state=state,
-                          extra=extra, reach=SSHReach(host=public or private, user=self.ssh_user, key=str(key_path)))
+                          extra=extra, accelerators=gpus, accelerator=info.accelerator if info else None,
+                          reach=SSHReach(host=public or private, user=self.ssh_user, key=str(key_path),
+                                         ready_command=ready_command(gpu=bool(gpus))))

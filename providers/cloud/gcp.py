@@ -1,34 +1,56 @@
-"""Google Compute Engine through apache-libcloud: `sky.GCP(project=..., region=..., machine_type=...)`.
+"""Google Compute Engine: `sky.GCP(project=..., region=..., machine_type=...)`.
 
 The phases are implemented once in `providers.cloud.base.LibcloudProvider` (see `providers.base.Provider`
-for each contract); this module holds what is GCE's own: its error codes, a per-pool firewall rule (SSH
-from the client to the pool's network tag, all traffic between nodes carrying that tag), the pool's SSH
-key in instance metadata (``ssh-keys``), labels ``skyhive-pool``/``skyhive-node`` set at creation and
-used to find nodes again, spot as GCE's preemptible scheduling.
+for each contract); this module holds what is GCE's own. It speaks GCE's ``compute/v1`` REST API through
+`providers.cloud.gce_api` (libcloud's GCE driver cannot send what a GPU machine needs, nor read
+``gcloud``'s user credentials). Per pool: a firewall rule (SSH from the client to the pool's network tag)
+and one for all traffic between nodes carrying the tag; the pool's SSH key in instance metadata
+(``ssh-keys``, with ``enable-oslogin: FALSE`` on the instance so that a project with OS Login on still
+takes it); labels ``skyhive-pool``/``skyhive-node`` set at creation and used to find nodes again.
 
-Machines are named, not chosen: `machine_type` (default ``e2-standard-2``). Nothing that can be read
-offline prices GCE's GPUs or says which zone offers which (libcloud's price list has only the CPU
-families), so there is no table to choose from. A pool that asks for an accelerator must name a machine
-type that carries it (A2: A100, A3: H100, G2: L4); with the default type it is refused, never ignored.
-GPUs attached to N1 machines (T4, V100, P100) are not supported yet.
+What GCE requires, and what is sent for it (each checked by the fake in ``tests/fake_gce.py``):
+
+- Images by family: ``projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts`` (a family is not an
+  image name); GPU machines get Google's deep-learning base image family, with the NVIDIA driver
+  (installed at first boot on ``install-nvidia-driver: True``).
+- A machine with GPUs (A2/A3/A4/G2, or an N1 with ``guestAccelerators``) cannot live-migrate:
+  ``onHostMaintenance: TERMINATE``. Spot is ``provisioningModel: SPOT`` (deleted on preemption).
+- Zones: from the machine table (the zones whose catalog rows offer the machine) or, for a machine not
+  in it, from the region's own list; all are tried, and a zone GCE does not know is skipped.
+
+Machines: without an accelerator `machine_type` (default ``e2-standard-2``); with one, the cheapest machine
+in the region that has it, from the shipped table ``data/gcp.json`` (A2/A3/G2 machines, and N1 machines
+with T4/V100/P100/P4 attached, spelled ``n1-standard-8+1xT4``).
 """
 
 from __future__ import annotations
 
 import logging
-import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from ...errors import CloudAPIError
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
 from . import catalog
-from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider, named_machine
+from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
+from .boot import BOOT_SCRIPT, ready_command
+from .gce_api import GCEClient, GCECredentials
 from .keys import pool_key, remove_pool_key
 
 __all__ = ["GCP", "GCE_ERRORS", "GCE_STATES"]
 
 #: The machine of a pool that names no `machine_type`.
 DEFAULT_MACHINE_TYPE = "e2-standard-2"
+DEFAULT_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
+#: Google's deep-learning base image (CUDA, the NVIDIA driver installed at first boot), for GPU machines
+DEFAULT_GPU_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11-py310"
+#: public image projects by a bare family name's prefix (`image="debian-12"`)
+_IMAGE_PROJECTS = {"ubuntu": "ubuntu-os-cloud", "debian": "debian-cloud", "rocky": "rocky-linux-cloud",
+                   "common-cu": "deeplearning-platform-release"}
+#: the accelerator types GCE attaches to N1 machines, by the catalog's name
+N1_ACCELERATORS = {"T4": "nvidia-tesla-t4", "V100": "nvidia-tesla-v100", "P100": "nvidia-tesla-p100",
+                   "P4": "nvidia-tesla-p4"}
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +63,7 @@ GCE_ERRORS: Mapping[str, ErrorKind] = {
     "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS": ErrorKind.CAPACITY,
     "RESOURCE_POOL_EXHAUSTED": ErrorKind.CAPACITY,
     "UNSUPPORTED_OPERATION": ErrorKind.CAPACITY,
+    "zoneNotFound": ErrorKind.CAPACITY,  # a zone this project does not have: skipped, the next one tried
     "QUOTA_EXCEEDED": ErrorKind.QUOTA,
     "quotaExceeded": ErrorKind.QUOTA,
     "rateLimitExceeded": ErrorKind.TRANSIENT,
@@ -65,28 +88,38 @@ GCE_STATES: Mapping[str, str] = {"pending": "provisioning", "running": "running"
 class GCP(LibcloudProvider):
     """Machines on Google Compute Engine, created per pool and destroyed with it.
 
-    - `project`, `region` (zones tried in order: `zones`, default the region's ``-a``, ``-b``, ``-c``,
-      ``-f``), `machine_type` (default ``e2-standard-2``; required with an accelerator), `spot` (preemptible), `image` (a family or
-      image name, default ``ubuntu-2204-lts``), `disk_gb`, `ssh_user`, `ssh_cidr` (default: anywhere —
-      key-only SSH), `network`.
-    Credentials: a service account's JSON key file in ``GOOGLE_APPLICATION_CREDENTIALS``.
+    - `project` (default: from the environment or the credentials file), `region` ("us-central1"),
+      `zones` (tried in order; default: every zone of the region that offers the machine).
+    - `machine_type`: a fixed machine (default ``e2-standard-2``; with an accelerator, the cheapest machine
+      of the table that has it). `spot`: ``provisioningModel: SPOT``.
+    - `image`: an image path (``projects/P/global/images/family/F`` or ``.../images/NAME``) or a bare
+      public family (``ubuntu-2204-lts``, ``debian-12``); default Ubuntu 22.04, or the deep-learning
+      image for GPU machines. `disk_gb`, `ssh_user`, `ssh_cidr` (default anywhere: key-only SSH).
+    - `network` ("default") and `subnetwork` (needed in a custom-mode network).
+    - `idle_timeout`: seconds with no client after which a node shuts itself down (GCE stops it: the
+      machine stops costing, its disk does not, until `skyhive down` deletes it); None: no watchdog.
+    Credentials: application-default credentials (see `providers.cloud.gce_api`).
     """
 
     name: ClassVar[str] = "gcp"
-    chooses = frozenset({"accelerator", "spot"})  # an accelerator needs a named machine type (`named_machine`)
+    chooses = frozenset({"accelerator", "spot"})
     resource_options = {"region": "region", "zone": "zones", "instance_type": "machine_type", "image_id": "image",
                         "disk_size": "disk_gb"}
     error_kinds = GCE_ERRORS
     state_map = GCE_STATES
 
     def __init__(self, project: str | None = None, region: str = "us-central1", zones: Sequence[str] | None = None,
-                 machine_type: str | None = None, spot: bool = False, image: str = "ubuntu-2204-lts",
+                 machine_type: str | None = None, spot: bool = False, image: str | None = None,
                  disk_gb: int = 100, ssh_user: str = "skyhive", ssh_cidr: str = "0.0.0.0/0",
-                 network: str = "default", timeouts: CloudTimeouts | None = None) -> None:
+                 network: str = "default", subnetwork: str | None = None, idle_timeout: float | None = 1800.0,
+                 timeouts: CloudTimeouts | None = None) -> None:
         super().__init__(timeouts=timeouts)
         self.project = project
         self.region = region
-        self.zones = list(zones) if zones else [f"{region}-{z}" for z in "abcf"]
+        self.zones = list(zones) if zones else None
+        for zone in self.zones or ():
+            if not zone.startswith(region + "-"):
+                raise ValueError(f"GCP(zones=...): zone {zone!r} is not in region {region!r}")
         self.machine_type = machine_type
         self.spot = spot
         self.image = image
@@ -94,44 +127,30 @@ class GCP(LibcloudProvider):
         self.ssh_user = ssh_user
         self.ssh_cidr = ssh_cidr
         self.network = network
-        self._driver: Any = None
+        self.subnetwork = subnetwork
+        self.idle_timeout = idle_timeout
+        self._client: GCEClient | None = None
+        self._plans: dict[str, catalog.Choice] = {}
 
     def describe(self) -> dict[str, Any]:
         return {"provider": self.name, "project": self.project, "region": self.region, "zones": self.zones,
                 "machine_type": self.machine_type, "spot": self.spot, "image": self.image,
                 "disk_gb": self.disk_gb, "ssh_user": self.ssh_user, "ssh_cidr": self.ssh_cidr,
-                "network": self.network}
+                "network": self.network, "subnetwork": self.subnetwork, "idle_timeout": self.idle_timeout}
 
     @property
-    def driver(self) -> Any:
-        if self._driver is None:
-            from libcloud.compute.drivers.gce import GCENodeDriver
+    def client(self) -> GCEClient:
+        if self._client is None:
+            import os
 
-            keyfile = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
-            if not keyfile or not self.project:
-                raise ProvisionError("gcp: set GOOGLE_APPLICATION_CREDENTIALS (a service account key file) and "
-                                     "pass GCP(project=...)", kind="fatal")
-            import json
-
-            with open(keyfile) as fh:
-                email = json.load(fh)["client_email"]
-            self._driver = GCENodeDriver(email, keyfile, project=self.project, datacenter=self.zones[0])
-        return self._driver
-
-    def error_code(self, exc: BaseException) -> str | None:
-        from libcloud.common.google import GoogleBaseError, QuotaExceededError, ResourceNotFoundError
-
-        if not isinstance(exc, GoogleBaseError):
-            return super().error_code(exc)
-        code = getattr(exc, "code", None)
-        if isinstance(code, str) and code:
-            return code
-        # libcloud 3.9 drops the code of these two on the way to the base class: name it by class
-        if isinstance(exc, ResourceNotFoundError):
-            return "notFound"
-        if isinstance(exc, QuotaExceededError):
-            return "QUOTA_EXCEEDED"
-        return type(exc).__name__
+            credentials = GCECredentials.from_environment()
+            project = (self.project or os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("CLOUDSDK_CORE_PROJECT")
+                       or credentials.project)
+            if not project:
+                raise ProvisionError(f"gcp: no project: pass GCP(project=...) or set GOOGLE_CLOUD_PROJECT "
+                                     f"({credentials.where} names none)", kind="fatal")
+            self._client = GCEClient(project, credentials, poll=self.timeouts.poll)
+        return self._client
 
     # ---- names -----------------------------------------------------------------------------------------
 
@@ -142,88 +161,189 @@ class GCP(LibcloudProvider):
 
     # ---- the machine ------------------------------------------------------------------------------------
 
+    def choice(self, spec: ClusterSpec) -> catalog.Choice:
+        """The machine for `spec` and its price (no API call). Raises `ProvisionError` naming the request
+        when nothing in the region satisfies it."""
+        choice = self._plans.get(spec.pool_id)
+        if choice is None:
+            spot = bool(self.spot if spec.spot is None else spec.spot)
+            if spec.accelerator:
+                choice = catalog.choose("gcp", self.region, accelerator=spec.accelerator, cpus=spec.cpus,
+                                        memory_gb=spec.memory_gb, instance_type=self.machine_type, nodes=spec.nodes,
+                                        spot=spot)
+            else:
+                machine = self.machine_type or DEFAULT_MACHINE_TYPE
+                try:
+                    choice = catalog.choose("gcp", self.region, instance_type=machine, nodes=spec.nodes, spot=spot)
+                except ProvisionError:  # a region the table does not price: the machine taken on trust
+                    choice = catalog.unpriced("gcp", self.region, machine, nodes=spec.nodes, spot=spot)
+            self._plans[spec.pool_id] = choice
+        return choice
+
     def size(self, spec: ClusterSpec) -> str:
-        """The machine type of `spec`'s nodes (see `named_machine`: GCE has no table to choose from)."""
-        return named_machine("gcp", spec, self.machine_type, DEFAULT_MACHINE_TYPE,
-                             "GCP(machine_type='a2-highgpu-1g') for one A100, 'a3-highgpu-8g' for 8 H100, "
-                             "'g2-standard-8' for one L4; GPUs attached to N1 machines are not supported yet")
+        """The machine type of `spec`'s nodes (an N1 machine without its ``+NxGPU``)."""
+        return self.choice(spec).instance_type.split("+", 1)[0]
 
     def plan(self, spec: ClusterSpec) -> dict[str, Any]:
-        """See `Provider.plan`: the machine type (no price: GCE has no table here)."""
-        spot = self.spot if spec.spot is None else spec.spot
-        choice = catalog.unpriced("gcp", self.region, self.size(spec), nodes=spec.nodes, spot=bool(spot))
+        """See `Provider.plan`: the machine, its on-demand (and spot) price, the pool's cost."""
+        choice = self.choice(spec)
         return {**choice.as_dict(), "summary": choice.summary()}
+
+    def _gpus(self, spec: ClusterSpec) -> tuple[str | None, int]:
+        """(N1 accelerator type to attach or None, GPUs the machine has)."""
+        choice = self.choice(spec)
+        machine, _, attached = choice.instance_type.partition("+")
+        if attached:
+            count, _, model = attached.partition("x")
+            return N1_ACCELERATORS[model], int(count)
+        info = catalog.instance("gcp", machine)
+        return None, (info.accelerators if info else (1 if spec.accelerator else 0))
+
+    def image_path(self, gpu: bool) -> str:
+        """The ``sourceImage`` sent: `image` as a path, a bare name as a public family, or the default."""
+        image = self.image or (DEFAULT_GPU_IMAGE if gpu else DEFAULT_IMAGE)
+        if "/" in image:
+            return image
+        project = next((p for prefix, p in _IMAGE_PROJECTS.items() if image.startswith(prefix)), None)
+        if project is None:
+            return f"projects/{self.client.project}/global/images/{image}"
+        return f"projects/{project}/global/images/family/{image}"
 
     # ---- the blocking primitives -----------------------------------------------------------------------
 
     def zones_sync(self, spec: ClusterSpec) -> list[str]:
-        return list(self.zones)
+        if self.zones:
+            return list(self.zones)
+        zones = list(self.choice(spec).zones)
+        if zones:
+            return zones
+        region = self.client.request("GET", f"regions/{self.region}")
+        return sorted(url.rsplit("/", 1)[-1] for url in region.get("zones", []))
 
     def prepare_sync(self, spec: ClusterSpec) -> None:
-        self.size(spec)  # an accelerator request it cannot meet fails before anything is created
+        log.info("gcp: pool %s: %s", spec.pool_id, self.choice(spec).summary())
         pool_key(spec.pool_id)
         tag = self.tag(spec.pool_id)
-        if any(fw.name == tag for fw in self.driver.ex_list_firewalls()):
-            return
-        self.driver.ex_create_firewall(
-            tag, allowed=[{"IPProtocol": "tcp", "ports": ["22"]}], network=self.network,
-            source_ranges=[self.ssh_cidr], target_tags=[tag], description=f"skyhive pool {spec.pool_id}: SSH")
-        self.driver.ex_create_firewall(
-            f"{tag}-internal", allowed=[{"IPProtocol": "all"}], network=self.network, source_tags=[tag],
-            target_tags=[tag], description=f"skyhive pool {spec.pool_id}: all traffic between its nodes")
+        existing = {fw.get("name") for fw in self.client.request("GET", "global/firewalls").get("items", [])}
+        network = f"global/networks/{self.network}"
+        rules = [
+            {"name": tag, "network": network, "sourceRanges": [self.ssh_cidr], "targetTags": [tag],
+             "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}], "description": f"skyhive pool {spec.pool_id}: SSH"},
+            {"name": f"{tag}-internal", "network": network, "sourceTags": [tag], "targetTags": [tag],
+             "allowed": [{"IPProtocol": "all"}],
+             "description": f"skyhive pool {spec.pool_id}: all traffic between its nodes"},
+        ]
+        for rule in rules:
+            if rule["name"] in existing:
+                continue
+            try:
+                self.client.wait(self.client.request("POST", "global/firewalls", rule))
+            except CloudAPIError as exc:
+                if exc.status == 404:
+                    raise CloudAPIError("networkNotFound", f"network {self.network!r} does not exist in project "
+                                        f"{self.client.project}: pass GCP(network=..., subnetwork=...) ({exc.message})",
+                                        404) from exc
+                raise
 
     def create_request(self, spec: ClusterSpec, index: int, zone: str) -> dict[str, Any]:
-        """The keyword arguments of libcloud's ``create_node`` for node `index` (what is sent)."""
+        """The body of ``instances.insert`` for node `index` in `zone` (what is sent)."""
         _, public = pool_key(spec.pool_id)
-        spot = self.spot if spec.spot is None else spec.spot
-        return {
-            "name": f"{self.tag(spec.pool_id)}-{index}", "size": self.size(spec), "image": self.image,
-            "location": zone, "ex_network": self.network, "ex_tags": [self.tag(spec.pool_id)],
-            "ex_metadata": {"ssh-keys": f"{self.ssh_user}:{public} {self.ssh_user}"},
-            "ex_labels": {**dict(spec.tags), POOL_LABEL: self.tag(spec.pool_id).removeprefix("skyhive-"),
-                          NODE_LABEL: str(index)},
-            "ex_preemptible": bool(spot), "ex_automatic_restart": False if spot else None,
-            "ex_on_host_maintenance": "TERMINATE" if spot else None, "ex_disk_size": self.disk_gb,
+        spot = bool(self.spot if spec.spot is None else spec.spot)
+        attach, gpus = self._gpus(spec)
+        scheduling: dict[str, Any] = {"automaticRestart": False, "onHostMaintenance": "TERMINATE"} if (
+            gpus or spot) else {"automaticRestart": True, "onHostMaintenance": "MIGRATE"}
+        if spot:
+            scheduling.update(provisioningModel="SPOT", instanceTerminationAction="DELETE")
+        nic: dict[str, Any] = {"network": f"global/networks/{self.network}",
+                               "accessConfigs": [{"type": "ONE_TO_ONE_NAT", "name": "External NAT"}]}
+        if self.subnetwork:
+            nic["subnetwork"] = f"regions/{self.region}/subnetworks/{self.subnetwork}"
+        metadata = [{"key": "ssh-keys", "value": f"{self.ssh_user}:{public} {self.ssh_user}"},
+                    {"key": "enable-oslogin", "value": "FALSE"}, {"key": "startup-script", "value": BOOT_SCRIPT}]
+        if gpus:
+            metadata.append({"key": "install-nvidia-driver", "value": "True"})
+        body: dict[str, Any] = {
+            "name": f"{self.tag(spec.pool_id)}-{index}",
+            "machineType": f"zones/{zone}/machineTypes/{self.size(spec)}",
+            "labels": {**{k.lower(): str(v).lower() for k, v in dict(spec.tags).items()},
+                       POOL_LABEL: self.tag(spec.pool_id).removeprefix("skyhive-"), NODE_LABEL: str(index)},
+            "tags": {"items": [self.tag(spec.pool_id)]},
+            "metadata": {"items": metadata},
+            "disks": [{"boot": True, "autoDelete": True, "initializeParams": {
+                "sourceImage": self.image_path(bool(gpus)), "diskSizeGb": str(self.disk_gb)}}],
+            "networkInterfaces": [nic],
+            "scheduling": scheduling,
         }
+        if attach:
+            body["guestAccelerators"] = [{"acceleratorType": f"zones/{zone}/acceleratorTypes/{attach}",
+                                          "acceleratorCount": gpus}]
+        return body
 
     def launch_sync(self, spec: ClusterSpec, nodes: Sequence[int], zone: str) -> list[NodeHandle]:
-        import time
-
-        return [self._handle(self.driver.create_node(**self.create_request(spec, i, zone)), spec.pool_id,
-                             launched_at=time.time()) for i in nodes]
+        try:
+            self.client.request("GET", f"zones/{zone}")
+        except CloudAPIError as exc:
+            if exc.status == 404:
+                raise CloudAPIError("zoneNotFound", f"zone {zone} does not exist for project "
+                                    f"{self.client.project}; skipped", 404) from exc
+            raise
+        handles = []
+        for i in nodes:
+            body = self.create_request(spec, i, zone)
+            self.client.wait(self.client.request("POST", f"zones/{zone}/instances", body))
+            instance = self.client.request("GET", f"zones/{zone}/instances/{body['name']}")
+            handles.append(self._handle(instance, spec.pool_id, launched_at=time.time()))
+        return handles
 
     def list_sync(self, pool_id: str, states: Sequence[str] | None = ACTIVE_STATES) -> list[NodeHandle]:
         label = self.tag(pool_id).removeprefix("skyhive-")
-        found = [self._handle(n, pool_id) for n in self.driver.list_nodes(ex_zone="all")
-                 if (n.extra.get("labels") or {}).get(POOL_LABEL) == label]
+        found: list[NodeHandle] = []
+        token = None
+        while True:
+            params = {"filter": f"labels.{POOL_LABEL} = {label}"}
+            if token:
+                params["pageToken"] = token
+            answer = self.client.request("GET", "aggregated/instances", params=params)
+            for scoped in (answer.get("items") or {}).values():
+                found += [self._handle(i, pool_id) for i in scoped.get("instances", [])
+                          if (i.get("labels") or {}).get(POOL_LABEL) == label]
+            token = answer.get("nextPageToken")
+            if not token:
+                break
         return sorted((h for h in found if states is None or h.state in states), key=lambda h: h.node)
 
     def terminate_sync(self, provider_id: str) -> None:
         zone, _, name = provider_id.partition("/")
-        node = self.driver.ex_get_node(name, zone)
-        self.driver.destroy_node(node, destroy_boot_disk=True)
+        self.client.request("DELETE", f"zones/{zone}/instances/{name}")
 
     def cleanup_sync(self, pool_id: str) -> list[str]:
         tag = self.tag(pool_id)
         deleted = []
-        for fw in self.driver.ex_list_firewalls():
-            if fw.name in (tag, f"{tag}-internal"):
-                self.driver.ex_destroy_firewall(fw)
-                deleted.append(f"firewall rule {fw.name}")
+        for fw in self.client.request("GET", "global/firewalls").get("items", []):
+            if fw.get("name") in (tag, f"{tag}-internal"):
+                self.client.wait(self.client.request("DELETE", f"global/firewalls/{fw['name']}"))
+                deleted.append(f"firewall rule {fw['name']}")
         if remove_pool_key(pool_id):
             deleted.append("the pool's private key")
         return deleted
 
-    def _handle(self, node: Any, pool_id: str, launched_at: float | None = None) -> NodeHandle:
-        labels = node.extra.get("labels") or {}
-        state = _TO_BASE.get(str(node.extra.get("status") or "").lower(), "pending")
-        zone = getattr(node.extra.get("zone"), "name", None) or str(node.extra.get("zone") or "")
+    def _handle(self, instance: dict[str, Any], pool_id: str, launched_at: float | None = None) -> NodeHandle:
+        labels = instance.get("labels") or {}
+        state = _TO_BASE.get(str(instance.get("status") or "").lower(), "pending")
+        zone = str(instance.get("zone") or "").rsplit("/", 1)[-1]
+        nics = instance.get("networkInterfaces") or [{}]
+        private = nics[0].get("networkIP") or ""
+        public = next((c.get("natIP") for c in nics[0].get("accessConfigs") or [] if c.get("natIP")), None)
+        machine = str(instance.get("machineType") or "").rsplit("/", 1)[-1]
+        attached = instance.get("guestAccelerators") or []
+        info = catalog.instance("gcp", machine) if machine else None
+        gpus = sum(int(a.get("acceleratorCount", 0)) for a in attached) or (info.accelerators if info else 0)
         key_path, _ = pool_key(pool_id, create=False)
-        public = (node.public_ips or [None])[0]
-        private = (node.private_ips or [""])[0] or ""
-        extra: dict[str, Any] = {"pool_id": pool_id, "zone": zone}
+        extra: dict[str, Any] = {"pool_id": pool_id, "zone": zone, "instance_type": machine}
         if launched_at is not None:
             extra["launched_at"] = launched_at
-        return NodeHandle(node=int(labels.get(NODE_LABEL, -1)), provider_id=f"{zone}/{node.name}",
-                          private_addr=private, public_addr=public, state=state, extra=extra,
-                          reach=SSHReach(host=public or private, user=self.ssh_user, key=str(key_path)))
+        return NodeHandle(node=int(labels.get(NODE_LABEL, -1)), provider_id=f"{zone}/{instance.get('name')}",
+                          private_addr=private, public_addr=public, state=state, extra=extra, accelerators=gpus,
+                          reach=SSHReach(host=public or private, user=self.ssh_user, key=str(key_path),
+                                         idle_shutdown=self.idle_timeout or 0.0,
+                                         ready_command=ready_command(gpu=bool(gpus))))

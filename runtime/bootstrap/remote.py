@@ -222,7 +222,10 @@ async def _bootstrap(ctx: NodeContext, node: int, transport: SSHTransport, step:
     candidates = [explicit] if explicit else [f"python{want}", "python3"]
     if transport.reach.ready_command:  # a fresh cloud machine finishing its first boot (cloud-init)
         step("waiting for the node's first-boot setup")
-        await transport.run(transport.reach.ready_command, timeout=timeout)
+        ready = await transport.run(transport.reach.ready_command, timeout=timeout)
+        if ready.exit_status != 0:  # e.g. a GPU node whose driver does not answer (providers/cloud/boot.py)
+            raise BootstrapError(f"host {where}: the node is not ready (exit {ready.exit_status}): "
+                                 f"{(ready.stderr or ready.stdout).strip()[-2000:]}", host=host)
     step("probing")
     probe = await transport.run(_probe_command(candidates, rt_rel, env_rel), timeout=PROBE_TIMEOUT)
     facts = _parse(probe.stdout)

@@ -30,6 +30,11 @@ def _default_region(cloud: str) -> str | None:
     return region if isinstance(region, str) else None
 
 
+def _has_gpus(cloud: str, region: str | None) -> bool:
+    types = catalog._table(cloud)["regions"].get(region or "", {})
+    return any((info := catalog.instance(cloud, t)) is not None and info.accelerators for t in types)
+
+
 def gpu_rows(accelerator: str | None = None, *, cloud: str | None = None, region: str | None = None,
              all_regions: bool = False) -> list[tuple[str, ...]]:
     """Rows of (GPU, QTY, CLOUD, INSTANCE_TYPE, vCPUs, MEMORY, $/h, REGION), sorted by GPU, count, price.
@@ -52,9 +57,11 @@ def gpu_rows(accelerator: str | None = None, *, cloud: str | None = None, region
                 raise TaskFileError(f"show-gpus --region {region}: {name} has no region {region!r}")
             continue
         regions = [region] if region else (sorted(table["regions"]) if all_regions else [_default_region(name)])
+        if not region and not all_regions and not _has_gpus(name, regions[0]):
+            regions = sorted(table["regions"])  # DigitalOcean's GPUs are not in its default region
         for where in regions:
             best: dict[tuple[str, int], tuple[float, str]] = {}
-            for itype, (price, _zones) in table["regions"].get(where, {}).items():
+            for itype, (price, *_rest) in table["regions"].get(where, {}).items():
                 info = catalog.instance(name, itype)
                 if info is None or not info.accelerator or price is None:
                     continue

@@ -48,6 +48,20 @@ def plan_launch(task: Task) -> LaunchPlan:
     return LaunchPlan(task=pinned, provider=provider, plan=plan, lines=tuple(lines))
 
 
+def _ranking(candidates: list[dict[str, Any]], *, spot: bool) -> list[str]:
+    """The offers, cheapest first, as a table (tried in this order; capacity or quota moves down)."""
+    rows = [("#", "CLOUD", "REGION", "MACHINE", "$/h ON-DEMAND", "$/h SPOT")]
+    for i, c in enumerate(candidates, 1):
+        price, spot_price = c.get("price_per_hour"), c.get("spot_price_per_hour")
+        rows.append((str(i), str(c.get("cloud", "?")), str(c.get("region", "?")),
+                     str(c.get("instance_type") or c.get("error", "?"))[:60],
+                     f"${price:.4g}" if isinstance(price, (int, float)) else "-",
+                     f"${spot_price:.4g}" if isinstance(spot_price, (int, float)) else "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    head = f"  offers across clouds, cheapest {'spot ' if spot else ''}first (tried in this order):"
+    return [head] + ["    " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+
+
 def _describe(task: Task, provider: Provider, plan: dict[str, Any]) -> list[str]:
     nodes = task.num_nodes
     lines = [f"task: {task.name or os.path.basename(task.source)} on {nodes} node{'s' if nodes != 1 else ''} "
@@ -58,6 +72,8 @@ def _describe(task: Task, provider: Provider, plan: dict[str, Any]) -> list[str]
         where = {"local": "this machine", "ssh": ", ".join(task.resources.hosts)}.get(provider.name,
                                                                                      "existing machines")
         lines.append(f"  machines: {where} (nothing is created; no cloud cost)")
+    if plan.get("order") == "price" and plan.get("candidates"):
+        lines += _ranking(plan["candidates"], spot=bool(plan.get("spot")))
     cost = plan.get("cost_per_hour")
     if isinstance(cost, (int, float)):
         spot = ", spot is less" if plan.get("spot") else ""

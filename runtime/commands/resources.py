@@ -26,7 +26,7 @@ from ...providers.base import ClusterSpec, Provider
 from ...providers.registry import from_cli, provider_class
 from .taskfile import Task, TaskFileError
 
-__all__ = ["provider_for", "cluster_spec", "node_requirements", "refused", "pin_machine"]
+__all__ = ["provider_for", "cheapest_across_clouds", "cluster_spec", "node_requirements", "refused", "pin_machine"]
 
 # the ClusterSpec requirement -> (the task file field, the command-line option)
 _CHOSEN = {"accelerator": ("resources.accelerators", "--gpus"), "cpus": ("resources.cpus", "--cpus"),
@@ -76,7 +76,12 @@ def refused(task: Task, cls: type[Provider]) -> list[str]:
 
 def provider_for(task: Task) -> Provider:
     """The task's provider built with its resource options; raises `TaskFileError` listing every field the
-    provider cannot honour."""
+    provider cannot honour. A task that names no provider but asks for an accelerator, when credentials
+    of some cloud are found, gets the cheapest offers of those clouds (`cheapest_across_clouds`)."""
+    if task.resources.provider is None and task.resources.accelerator:
+        across = cheapest_across_clouds(task)
+        if across is not None:
+            return across
     name = task.resources.provider or "local"
     cls = provider_class(name)
     problems = refused(task, cls)
@@ -88,6 +93,27 @@ def provider_for(task: Task) -> Provider:
         if value is not None:
             options[keyword] = [value] if keyword == "zones" else value  # a zone: the one zone to try
     return from_cli(name, hosts=task.resources.hosts, options=options)
+
+
+def cheapest_across_clouds(task: Task) -> Provider | None:
+    """A `Fallback` over every (cloud, region) offer for the task's accelerator, cheapest first, among the
+    clouds whose credentials are found (`providers.cloud.offers`); None when no cloud has credentials or
+    the task fixes a region, zone, machine or image (those belong to one cloud: name it with --provider)."""
+    res = task.resources
+    if any(getattr(res, f) is not None for f in ("region", "zone", "instance_type", "image_id")):
+        return None
+    from ...providers.cloud import offers
+    from ...providers.fallback import Fallback
+
+    clouds = [c for c, where in offers.credentials().items() if where]
+    if not clouds:
+        return None
+    ranked = offers.rank(f"{res.accelerator}:{res.accelerator_count}", clouds, spot=bool(res.use_spot),
+                         cpus=res.cpus, memory_gb=res.memory)
+    if not ranked:
+        raise TaskFileError(f"resources.accelerators {res.accelerator}:{res.accelerator_count}: no region of "
+                            f"{', '.join(clouds)} (the clouds with credentials) offers it; see `skyhive show-gpus`")
+    return Fallback(offers.candidates(ranked), order="price")
 
 
 def cluster_spec(task: Task, provider: Provider, pool_id: str = "plan") -> ClusterSpec:

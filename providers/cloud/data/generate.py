@@ -11,14 +11,17 @@ price: the table is for choosing the cheapest machine, and an unpriced one canno
 Output: ``{"types": {type: [vcpus, memory_gb, gpu_model|null, gpu_count, architecture]},
 "regions": {region: {type: [usd_per_hour, "zone letters"]}}, "sources": {...}}``.
 
-``azure.json`` (``python -m skyhive.providers.cloud.data.generate azure``) is Azure's GPU sizes: prices per
-region from libcloud's ``pricing.json`` (``azure_linux``; a size is in a region's table only where it has a
-price there, i.e. where it was offered), and each size's vCPUs, memory and GPUs from `AZURE_GPU_SIZES`
-below, written from Azure's published size tables (Azure's own size API reports no GPU count, and no
-installed package ships one). Zone letters are empty: Azure pools are placed by region.
+``gcp.json``, ``digitalocean.json`` and ``azure.json`` (``python -m skyhive.providers.cloud.data.generate gcp digitalocean azure``)
+are made from the CSV files in ``../shared/catalogs/`` (``$SKYHIVE_CATALOGS`` to name another folder), list
+prices copied from SkyPilot's public catalog (provenance: that folder's ``SOURCES.md``, recorded in each
+table's ``sources``):
 
-GCE has no table: libcloud prices only its CPU families (no GPU, no A2/A3/G2 machine) and nothing offline
-says which zone offers which GPU, so `sky.GCP` takes a `machine_type` and refuses an accelerator request.
+- ``gcp_gpu.csv``: a GPU machine's price is its host row plus the accelerator row of the same zone and
+  count (`GCP_MACHINE_GPUS` says which accelerator an A2/A3/A4/G2 machine carries; N1 machines get T4,
+  V100, P100 or P4 attached, listed as ``n1-standard-8+2xT4``). Zone letters are kept (``zone_separator``
+  "-": ``us-east1`` + ``b`` is ``us-east1-b``), and the spot price as a third field.
+- ``do.csv``: droplet sizes per region (no spot). ``azure_gap.csv``: Azure's current GPU sizes in eastus
+  and westus2, with the Hyper-V generations each size boots (``generations``: "V2" alone needs a Gen2 image).
 """
 
 from __future__ import annotations
@@ -31,51 +34,11 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 
-#: Azure GPU sizes: API name -> (vCPUs, memory GiB, GPU model, GPUs). From Azure's "GPU optimized" size
-#: tables (NC, NCv2, NCv3, NCasT4_v3, ND, NDv2, NV, NVv3 series). AMD's fractional NVv4 sizes are left out:
-#: a fraction of a GPU is not a count.
-AZURE_GPU_SIZES: dict[str, tuple[int, float, str, int]] = {
-    "Standard_NC6": (6, 56, "K80", 1), "Standard_NC12": (12, 112, "K80", 2),
-    "Standard_NC24": (24, 224, "K80", 4), "Standard_NC24r": (24, 224, "K80", 4),
-    "Standard_NC6s_v2": (6, 112, "P100", 1), "Standard_NC12s_v2": (12, 224, "P100", 2),
-    "Standard_NC24s_v2": (24, 448, "P100", 4), "Standard_NC24rs_v2": (24, 448, "P100", 4),
-    "Standard_NC6s_v3": (6, 112, "V100", 1), "Standard_NC12s_v3": (12, 224, "V100", 2),
-    "Standard_NC24s_v3": (24, 448, "V100", 4), "Standard_NC24rs_v3": (24, 448, "V100", 4),
-    "Standard_NC4as_T4_v3": (4, 28, "T4", 1), "Standard_NC8as_T4_v3": (8, 56, "T4", 1),
-    "Standard_NC16as_T4_v3": (16, 110, "T4", 1), "Standard_NC64as_T4_v3": (64, 440, "T4", 4),
-    "Standard_ND6s": (6, 112, "P40", 1), "Standard_ND12s": (12, 224, "P40", 2),
-    "Standard_ND24s": (24, 448, "P40", 4), "Standard_ND24rs": (24, 448, "P40", 4),
-    "Standard_ND40rs_v2": (40, 672, "V100", 8),
-    "Standard_NV6": (6, 56, "M60", 1), "Standard_NV12": (12, 112, "M60", 2), "Standard_NV24": (24, 224, "M60", 4),
-    "Standard_NV12s_v3": (12, 112, "M60", 1), "Standard_NV24s_v3": (24, 224, "M60", 2),
-    "Standard_NV48s_v3": (48, 448, "M60", 4),
-}
-
-
 def _libcloud_pricing() -> tuple[str, dict]:
     import libcloud
 
     data = json.loads((Path(libcloud.__file__).parent / "data" / "pricing.json").read_text())
     return libcloud.__version__, data
-
-
-def build_azure() -> dict:
-    """The Azure table: every `AZURE_GPU_SIZES` size in each region where libcloud has its Linux price."""
-    version, pricing = _libcloud_pricing()
-    prices = pricing["compute"]["azure_linux"]
-    regions: dict[str, dict[str, list]] = defaultdict(dict)
-    for name in AZURE_GPU_SIZES:
-        key = name.lower().replace("_", "")  # libcloud spells Standard_NC6s_v3 "standardnc6sv3"
-        for region, price in sorted((prices.get(key) or {}).items()):
-            if isinstance(price, (int, float)) and price > 0:
-                regions[region][name] = [price, ""]
-    used = {name for table in regions.values() for name in table}
-    return {
-        "sources": {"apache-libcloud": version, "prices_updated": pricing.get("updated"),
-                    "sizes": "Azure's published GPU-optimized size tables (generate.AZURE_GPU_SIZES)"},
-        "types": {name: [*AZURE_GPU_SIZES[name], "x86_64"] for name in sorted(used)},
-        "regions": {region: dict(sorted(table.items())) for region, table in sorted(regions.items())},
-    }
 
 
 def build() -> dict:
@@ -116,7 +79,143 @@ def build() -> dict:
     }
 
 
-BUILDERS = {"aws": build, "azure": build_azure}
+def catalogs_dir() -> Path:
+    """The folder of the catalog CSVs: ``$SKYHIVE_CATALOGS``, else ``shared/catalogs`` beside the repository."""
+    import os
+
+    return Path(os.environ.get("SKYHIVE_CATALOGS") or HERE.parents[2].parent / "shared" / "catalogs")
+
+
+def _rows(name: str) -> tuple[list[dict[str, str]], dict[str, str]]:
+    import csv
+
+    path = catalogs_dir() / name
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    return rows, {"file": f"shared/catalogs/{name}", "provenance": "shared/catalogs/SOURCES.md",
+                  "origin": "skypilot-org/skypilot-catalog (list prices, USD per hour; may be out of date)"}
+
+
+def _price(text: str) -> float | None:
+    return float(text) if text not in ("", None) else None
+
+
+#: GCE accelerator-optimized machines -> (GPU model as the catalog spells it, GPUs per machine), from
+#: Google's machine-family pages (A2, A3, A4, G2). A G2 machine's GPU count follows its size.
+_G2_GPUS = {"4": 1, "8": 1, "12": 1, "16": 1, "32": 1, "24": 2, "48": 4, "96": 8}
+
+
+def gcp_machine_gpus(machine: str) -> tuple[str, int] | None:
+    """The GPUs an A2/A3/A4/G2 machine carries, or None (a CPU machine, or one without accelerator rows)."""
+    family, _, size = machine.partition("-")
+    import re
+
+    match = re.search(r"-(\d+)g(?:-|$)", size)
+    count = match.group(1) if match else "0"
+    if family == "a2":
+        model = "A100-80GB" if size.startswith("ultragpu") else "A100"
+        return model, int(count)
+    if family == "a3":
+        if size.startswith("megagpu"):
+            return "H100-MEGA", int(count)
+        return ("H200" if size.startswith("ultragpu") else "H100"), int(count)
+    if family == "a4":
+        return "B200", int(count)
+    if family == "g2":
+        return "L4", _G2_GPUS[size.rsplit("-", 1)[-1]]
+    return None  # e2/n1/n2 CPU machines; g4 (RTX PRO 6000) has no accelerator rows to price it
+
+
+#: GPUs that GCE attaches to N1 machines, and the counts an n1-standard-8 may carry.
+N1_ATTACHED = {"T4": (1, 2, 4), "V100": (1, 2, 4, 8), "P100": (1, 2, 4), "P4": (1, 2, 4)}
+
+
+def build_gcp() -> dict:
+    rows, source = _rows("gcp_gpu.csv")
+    hosts: dict[tuple[str, str], dict] = {}
+    gpus: dict[tuple[str, int, str], tuple[float, float | None]] = {}
+    for row in rows:
+        zone = row["AvailabilityZone"]
+        if row["InstanceType"]:
+            hosts[(row["InstanceType"], zone)] = row
+        elif row["AcceleratorName"] and _price(row["Price"]) is not None:
+            gpus[(row["AcceleratorName"], int(row["AcceleratorCount"]), zone)] = (
+                float(row["Price"]), _price(row["SpotPrice"]))
+    types: dict[str, list] = {}
+    offers: dict[str, dict[str, list]] = defaultdict(dict)  # region -> type -> [price, zones, spot]
+
+    def offer(name: str, region: str, zone: str, price: float, spot: float | None) -> None:
+        current = offers[region].get(name)
+        letter = zone.removeprefix(region + "-")
+        if current is None:
+            offers[region][name] = [round(price, 5), letter, None if spot is None else round(spot, 5)]
+        else:
+            current[0] = min(current[0], round(price, 5))
+            current[1] = "".join(sorted(set(current[1] + letter)))
+            if spot is not None:
+                current[2] = round(spot, 5) if current[2] is None else min(current[2], round(spot, 5))
+
+    for (machine, zone), row in sorted(hosts.items()):
+        region, vcpus, memory = row["Region"], int(float(row["vCPUs"])), float(row["MemoryGiB"])
+        host_price, host_spot = _price(row["Price"]) or 0.0, _price(row["SpotPrice"])
+        if machine.startswith("n1-"):
+            for model, counts in N1_ATTACHED.items():
+                for count in counts:
+                    gpu = gpus.get((model, count, zone))
+                    if gpu is None:
+                        continue
+                    name = f"{machine}+{count}x{model}"
+                    types[name] = [vcpus, memory, model, count, "x86_64"]
+                    spot = None if host_spot is None or gpu[1] is None else host_spot + gpu[1]
+                    offer(name, region, zone, host_price + gpu[0], spot)
+            continue
+        carried = gcp_machine_gpus(machine)
+        if carried is None:
+            if machine.startswith(("e2-", "n2-")):
+                types[machine] = [vcpus, memory, None, 0, "x86_64"]
+                offer(machine, region, zone, host_price, host_spot)
+            continue
+        gpu = gpus.get((carried[0], carried[1], zone))
+        if gpu is None:
+            continue
+        types[machine] = [vcpus, memory, carried[0], carried[1], "x86_64"]
+        spot = None if host_spot is None or gpu[1] is None else host_spot + gpu[1]
+        offer(machine, region, zone, host_price + gpu[0], spot)
+    return {"sources": source, "zone_separator": "-", "types": dict(sorted(types.items())),
+            "regions": {r: dict(sorted(t.items())) for r, t in sorted(offers.items())}}
+
+
+def build_do() -> dict:
+    rows, source = _rows("do.csv")
+    types: dict[str, list] = {}
+    regions: dict[str, dict[str, list]] = defaultdict(dict)
+    for row in rows:
+        count = int(float(row["AcceleratorCount"])) if row["AcceleratorCount"] else 0
+        types[row["InstanceType"]] = [int(float(row["vCPUs"])), float(row["MemoryGiB"]),
+                                      row["AcceleratorName"] or None, count, "x86_64"]
+        regions[row["Region"]][row["InstanceType"]] = [float(row["Price"]), "", _price(row["SpotPrice"])]
+    return {"sources": source, "types": dict(sorted(types.items())),
+            "regions": {r: dict(sorted(t.items())) for r, t in sorted(regions.items())}}
+
+
+def build_azure() -> dict:
+    rows, source = _rows("azure_gap.csv")
+    types: dict[str, list] = {}
+    generations: dict[str, str] = {}
+    regions: dict[str, dict[str, list]] = defaultdict(dict)
+    for row in rows:
+        name = row["InstanceType"]
+        count = int(float(row["AcceleratorCount"]))
+        if name == "Standard_ND96isr_H100_v5":
+            count = 8  # the source says 12 (see SOURCES.md); Azure's ND H100 v5 size has 8 H100
+        types[name] = [int(float(row["vCPUs"])), float(row["MemoryGiB"]), row["AcceleratorName"], count, "x86_64"]
+        generations[name] = row["Generation"].replace(" ", "")
+        regions[row["Region"]][name] = [float(row["Price"]), "", _price(row["SpotPrice"])]
+    return {"sources": source, "generations": dict(sorted(generations.items())), "types": dict(sorted(types.items())),
+            "regions": {r: dict(sorted(t.items())) for r, t in sorted(regions.items())}}
+
+
+BUILDERS = {"aws": build, "azure": build_azure, "gcp": build_gcp, "digitalocean": build_do}
 
 
 def main(argv: list[str] | None = None) -> int:

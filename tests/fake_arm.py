@@ -1,0 +1,184 @@
+"""FAKE Azure Resource Manager and Entra ID token endpoint, in process, under `requests`.
+
+No Azure emulator exists. `FakeARM` keeps one subscription's resource groups, networks and VMs in memory
+and answers as ARM does, rule by rule; each rule names the reference it encodes:
+
+- A1 power state: a VM's model (GET, and the resource-group list, "Virtual Machines - List") carries no
+  instanceView; the power state (``PowerState/running``) comes only from "Virtual Machines - Instance View"
+  (GET ``.../virtualMachines/{vm}/instanceView``). ``statusOnly`` is a parameter of "List All" (the
+  subscription-wide list) only; the resource-group list ignores it
+  (https://learn.microsoft.com/rest/api/compute/virtual-machines/list and .../list-all).
+- A2 public IPs: Basic SKU public addresses are retired (no new ones since 30 September 2025:
+  https://learn.microsoft.com/azure/virtual-network/ip-services/public-ip-basic-upgrade-guidance); an
+  address without ``sku`` defaults to Basic and is refused. Standard needs static allocation.
+- A3 sizes: a size is offered only in the regions the catalog lists it in (SkuNotAvailable otherwise),
+  and a size that boots Hyper-V generation 2 only refuses a generation-1 image
+  (https://learn.microsoft.com/azure/virtual-machines/generation-2).
+- A4 asynchronous deletes: deleting a resource group answers 202 and the group is still found
+  ("Deleting") for `group_delete_lag` reads; a VM's delete, by contrast, completes at once here (the case
+  where the pool's young nodes must not block teardown).
+- A6 availability zones are "1", "2", "3" (a VM's ``zones``); a full zone answers ZonalAllocationFailed
+  (https://learn.microsoft.com/azure/reliability/availability-zones-overview).
+- A5 every management call needs a bearer token the token endpoint issued (client-credentials grant).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+GEN1_SKUS = {"22_04-lts"}  # Canonical's generation-1 Ubuntu 22.04 SKU; "-gen2" SKUs are generation 2
+
+
+def _error(status: int, code: str, message: str) -> tuple[int, dict]:
+    return status, {"error": {"code": code, "message": message}}
+
+
+class FakeARM:
+    """FAKE ARM for one subscription (see the module docstring)."""
+
+    hosts = ("management.azure.com", "login.microsoftonline.com")
+
+    def __init__(self, subscription: str = "99999999-0000-0000-0000-000000000000") -> None:
+        self.subscription = subscription
+        self.resources: dict[str, dict] = {}  # lower-case path -> body
+        self.requests: list[tuple[str, str, dict | None, dict]] = []  # method, path, body, query
+        self.group_delete_lag = 1
+        self._deleting: dict[str, int] = {}
+        self.tokens: set[str] = set()
+        self.refused: list[str] = []
+        self.full_zones: set[str] = set()  # availability zones that answer ZonalAllocationFailed
+        self._ids = itertools.count(1)
+
+    def answer(self, method: str, url: str, headers: Any, body: bytes | None) -> tuple[int, Any]:
+        parsed = urlparse(url)
+        if parsed.hostname == "login.microsoftonline.com":
+            form = {k: v[0] for k, v in parse_qs((body or b"").decode()).items()}
+            if form.get("grant_type") != "client_credentials" or form.get("client_secret") != "p4ssw0rd":
+                return 401, {"error": "invalid_client", "error_description": "AADSTS7000215: Invalid client secret"}
+            token = f"eyJ0.fake-{next(self._ids)}"
+            self.tokens.add(token)
+            return 200, {"access_token": token, "expires_on": "9999999999", "token_type": "Bearer"}
+        if headers.get("Authorization", "").removeprefix("Bearer ") not in self.tokens:  # A5
+            return _error(401, "AuthenticationFailed", "Authentication failed.")
+        query = {k: v[0] for k, v in parse_qs(parsed.query).items()}
+        data = json.loads(body) if body else None
+        self.requests.append((method, parsed.path, data, query))
+        status, payload = self._route(method, parsed.path, data, query)
+        if status >= 400:
+            self.refused.append(payload["error"]["message"])
+        return status, payload
+
+    # ---- routing -----------------------------------------------------------------------------------
+
+    def _route(self, method: str, path: str, data: Any, query: dict) -> tuple[int, Any]:
+        key = path.lower().rstrip("/")
+        parts = key.split("/")
+        if len(parts) < 5 or parts[3] != "resourcegroups":
+            return _error(400, "InvalidRequestUri", f"FAKE ARM does not implement {method} {path}")
+        group = "/".join(parts[:5])
+        if method == "PUT":
+            if key != group and group not in self.resources:
+                return _error(404, "ResourceGroupNotFound", f"Resource group '{parts[4]}' could not be found.")
+            if group in self._deleting:
+                return _error(409, "ResourceGroupBeingDeleted", f"The resource group '{parts[4]}' is in deprovisioning state")
+            if "/virtualmachines/" in key:
+                return self._put_vm(path, key, data)
+            stored = {"id": path, "name": path.rsplit("/", 1)[-1], **(data or {})}
+            stored.setdefault("properties", {})["provisioningState"] = "Succeeded"
+            self.resources[key] = stored
+            return 200, stored
+        if method == "DELETE":
+            if key == group:
+                if group not in self.resources:
+                    return 204, None
+                self._deleting.setdefault(group, self.group_delete_lag)  # asked again: the same deletion
+                for k in [k for k in self.resources if k == group or k.startswith(group + "/")]:
+                    if k != group:
+                        self.resources.pop(k)
+                return 202, None
+            gone = [k for k in self.resources if k == key or k.startswith(key + "/")]
+            if "/virtualmachines/" in key:  # deleteOption: Delete takes the NIC, address and disk along
+                name = key.rsplit("/", 1)[-1]
+                gone += [k for k in self.resources if k.endswith((f"/{name}-nic", f"/{name}-ip"))]
+            for k in gone:
+                self.resources.pop(k, None)
+            return (200 if gone else 204), None
+        # GET
+        if key == group:
+            if group in self._deleting:
+                if self._deleting[group] <= 0:
+                    self._deleting.pop(group)
+                    self.resources.pop(group, None)
+                else:
+                    self._deleting[group] -= 1
+                    return 200, {"id": path, "properties": {"provisioningState": "Deleting"}}
+            if group in self.resources:
+                return 200, self.resources[group]
+            return _error(404, "ResourceGroupNotFound", f"Resource group '{parts[4]}' could not be found.")
+        if group not in self.resources or group in self._deleting:
+            return _error(404, "ResourceGroupNotFound", f"Resource group '{parts[4]}' could not be found.")
+        if key.endswith("/instanceview") and "/virtualmachines/" in key:  # A1
+            vm = self.resources.get(key.removesuffix("/instanceview"))
+            if vm is None:
+                return _error(404, "ResourceNotFound", f"The Resource '{path}' was not found.")
+            return 200, {"statuses": [{"code": "ProvisioningState/succeeded"}, {"code": f"PowerState/{vm['_power']}"}]}
+        if key in self.resources:
+            return 200, self._public(self.resources[key])
+        if len(parts) == 8:  # a collection: /subscriptions/S/resourceGroups/G/providers/<ns>/<type>
+            items = [self._public(v) for k, v in self.resources.items()
+                     if k.startswith(key + "/") and k.count("/") == key.count("/") + 1]
+            return 200, {"value": items}
+        return _error(404, "ResourceNotFound", f"The Resource '{path}' was not found.")
+
+    def _public(self, stored: dict) -> dict:
+        """A resource as ARM shows it: a VM's model without its instance view (A1)."""
+        return {k: v for k, v in stored.items() if not k.startswith("_")}
+
+    def _put_vm(self, path: str, key: str, data: dict) -> tuple[int, Any]:
+        from skyhive.providers.cloud import catalog
+
+        props = data.get("properties") or {}
+        size = (props.get("hardwareProfile") or {}).get("vmSize", "")
+        region = data.get("location", "")
+        table = catalog._table("azure")
+        if size.startswith("Standard_N") and size not in table["regions"].get(region, {}):  # A3
+            return _error(409, "SkuNotAvailable", f"The requested VM size {size} is not available in location "
+                                                  f"'{region}'.")
+        sku = ((props.get("storageProfile") or {}).get("imageReference") or {}).get("sku", "")
+        if table.get("generations", {}).get(size) == "V2" and sku in GEN1_SKUS:  # A3
+            return _error(400, "BadRequest", f"The selected VM size '{size}' cannot boot Hypervisor Generation "
+                                             f"'1'. Use an image of generation 2.")
+        for zone in data.get("zones") or []:  # A6
+            if zone not in ("1", "2", "3"):
+                return _error(400, "InvalidParameter", f"The zone(s) '{zone}' for resource '{path}' is not supported.")
+            if zone in self.full_zones:
+                return _error(409, "ZonalAllocationFailed", f"Allocation failed. We do not have sufficient capacity "
+                                                            f"for the requested VM size in zone '{zone}'.")
+        nics = (props.get("networkProfile") or {}).get("networkInterfaceConfigurations") or []
+        for nic in nics:
+            for conf in nic["properties"]["ipConfigurations"]:
+                ip = conf["properties"].get("publicIPAddressConfiguration")
+                if ip is None:
+                    continue
+                sku_name = (ip.get("sku") or {}).get("name", "Basic")
+                if sku_name != "Standard":  # A2
+                    return _error(400, "BasicSkuPublicIpRetired", "Basic SKU public IP addresses can no longer be "
+                                                                  "created; use the Standard SKU.")
+                if ip["properties"].get("publicIPAllocationMethod", "Static") != "Static":
+                    return _error(400, "StandardSkuPublicIPAddressesMustBeStatic",
+                                  "Standard sku publicIp must have AllocationMethod set to Static.")
+        name = path.rsplit("/", 1)[-1]
+        group = path.split("/providers/")[0]
+        n = next(self._ids)
+        ip = f"{group}/providers/Microsoft.Network/publicIPAddresses/{name}-ip"
+        self.resources[ip.lower()] = {"id": ip, "properties": {"ipAddress": f"198.51.100.{n % 250 + 2}"}}
+        nic = f"{group}/providers/Microsoft.Network/networkInterfaces/{name}-nic"
+        self.resources[nic.lower()] = {"id": nic, "properties": {"virtualMachine": {"id": path}, "ipConfigurations": [
+            {"properties": {"privateIPAddress": f"10.42.0.{n % 250 + 4}", "publicIPAddress": {"id": ip}}}]}}
+        stored = {"id": path, "name": name, **data, "_power": "running"}
+        stored["properties"] = {**props, "provisioningState": "Succeeded"}
+        self.resources[key] = stored
+        return 201, self._public(stored)

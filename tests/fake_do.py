@@ -1,0 +1,159 @@
+"""FAKE DigitalOcean API v2, in process, under `requests`.
+
+No DigitalOcean emulator exists. `FakeDO` keeps one account's SSH keys, tags, firewalls and droplets in
+memory and refuses what the API refuses, rule by rule; each rule names the reference it encodes
+(https://docs.digitalocean.com/reference/api/digitalocean/):
+
+- D1 firewalls: every tag a firewall names (``tags``, and ``sources.tags``/``destinations.tags`` of its
+  rules) must exist — "Create a New Firewall": tags must be existing tag names; the API answers 422
+  otherwise. Tags are made with "Create a New Tag" (POST /v2/tags; a name that exists is returned again).
+- D2 sizes by region: a size the catalog lists is offered only in its regions there (GPU droplets only in
+  their GPU regions); another region answers 422 "Size is not available in this region". Basic sizes the
+  catalog does not list (``s-2vcpu-4gb``) are taken as offered everywhere, as they are.
+- D3 images: the slug must exist (``ubuntu-22-04-x64``, the GPU base images ``gpu-h100x1-base``/
+  ``gpu-h100x8-base``); a GPU size needs a GPU image (GPU Droplets are created from the AI/ML-ready images).
+- D4 ``ssh_keys`` must name keys of the account (id or fingerprint); 422 otherwise.
+- D5 every call needs the bearer token (401 ``unauthorized``).
+- Droplets are ``new`` when created and ``active`` (with a public and a private address) at the next read.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+IMAGES = {"ubuntu-22-04-x64", "ubuntu-24-04-x64", "gpu-h100x1-base", "gpu-h100x8-base"}
+
+
+def _error(status: int, ident: str, message: str) -> tuple[int, dict]:
+    return status, {"id": ident, "message": message}
+
+
+class FakeDO:
+    """FAKE DigitalOcean (see the module docstring)."""
+
+    hosts = ("api.digitalocean.com",)
+
+    def __init__(self, token: str = "dop_v1_fake") -> None:
+        from skyhive.providers.cloud import catalog
+
+        self.token = token
+        self.keys: dict[int, dict] = {}
+        self.tags: set[str] = set()
+        self.firewalls: dict[str, dict] = {}
+        self.droplets: dict[int, dict] = {}
+        self.created: list[dict] = []
+        self.refused: list[str] = []
+        self.requests: list[tuple[str, str]] = []
+        self._ids = itertools.count(3164494)
+        table = catalog._table("digitalocean")
+        self.size_regions: dict[str, set[str]] = {}
+        for region, sizes in table["regions"].items():
+            for size in sizes:
+                self.size_regions.setdefault(size, set()).add(region)
+        self.gpu_sizes = {t for t, row in table["types"].items() if row[3]}
+
+    def answer(self, method: str, url: str, headers: Any, body: bytes | None) -> tuple[int, Any]:
+        if headers.get("Authorization") != f"Bearer {self.token}":  # D5
+            return _error(401, "unauthorized", "Unable to authenticate you.")
+        parsed = urlparse(url)
+        parts = [unquote(p) for p in parsed.path.strip("/").split("/")]
+        query = {k: v[0] for k, v in parse_qs(parsed.query).items()}
+        self.requests.append((method, parsed.path))
+        data = json.loads(body) if body else None
+        status, payload = self._route(method, parts, query, data)
+        if status >= 400:
+            self.refused.append(payload["message"])
+        return status, payload
+
+    def _page(self, key: str, items: list) -> dict:
+        return {key: items, "links": {}, "meta": {"total": len(items)}}
+
+    def _route(self, method: str, parts: list[str], query: dict, data: Any) -> tuple[int, Any]:
+        match (method, parts):
+            case ("GET", ["v2", "account", "keys"]):
+                return 200, self._page("ssh_keys", list(self.keys.values()))
+            case ("POST", ["v2", "account", "keys"]):
+                n = next(self._ids)
+                key = {"id": n, "name": data["name"], "public_key": data["public_key"], "fingerprint": f"fp:{n}"}
+                self.keys[n] = key
+                return 201, {"ssh_key": key}
+            case ("DELETE", ["v2", "account", "keys", ident]):
+                if self.keys.pop(int(ident), None) is None:
+                    return _error(404, "not_found", "The resource you were accessing could not be found.")
+                return 204, None
+            case ("POST", ["v2", "tags"]):
+                self.tags.add(data["name"])
+                return 201, {"tag": {"name": data["name"]}}
+            case ("DELETE", ["v2", "tags", name]):
+                if name not in self.tags:
+                    return _error(404, "not_found", "The resource you were accessing could not be found.")
+                self.tags.discard(name)
+                return 204, None
+            case ("GET", ["v2", "firewalls"]):
+                return 200, self._page("firewalls", list(self.firewalls.values()))
+            case ("POST", ["v2", "firewalls"]):
+                return self._firewall(data)
+            case ("DELETE", ["v2", "firewalls", ident]):
+                if self.firewalls.pop(ident, None) is None:
+                    return _error(404, "not_found", "The resource you were accessing could not be found.")
+                return 204, None
+            case ("POST", ["v2", "droplets"]):
+                return self._droplet(data)
+            case ("GET", ["v2", "droplets"]):
+                for d in self.droplets.values():
+                    self._advance(d)
+                found = [d for d in self.droplets.values() if "tag_name" not in query or query["tag_name"] in d["tags"]]
+                return 200, self._page("droplets", found)
+            case ("DELETE", ["v2", "droplets", ident]):
+                if self.droplets.pop(int(ident), None) is None:
+                    return _error(404, "not_found", "The resource you were accessing could not be found.")
+                return 204, None
+        return _error(400, "bad_request", f"FAKE DigitalOcean does not implement {method} /{'/'.join(parts)}")
+
+    def _firewall(self, data: dict) -> tuple[int, Any]:
+        named = list(data.get("tags") or [])
+        for rule in data.get("inbound_rules") or []:
+            named += (rule.get("sources") or {}).get("tags") or []
+        for rule in data.get("outbound_rules") or []:
+            named += (rule.get("destinations") or {}).get("tags") or []
+        missing = [t for t in named if t not in self.tags]
+        if missing:  # D1
+            return _error(422, "unprocessable_entity", f"tag {missing[0]!r} does not exist")
+        ident = f"fw-{next(self._ids)}"
+        self.firewalls[ident] = {"id": ident, **data, "status": "succeeded"}
+        return 202, {"firewall": self.firewalls[ident]}
+
+    def _droplet(self, data: dict) -> tuple[int, Any]:
+        self.created.append(data)
+        size, region, image = data.get("size"), data.get("region"), data.get("image")
+        if size in self.size_regions and region not in self.size_regions[size]:  # D2
+            return _error(422, "unprocessable_entity", f"Size is not available in this region ({size} in {region}).")
+        if image not in IMAGES:  # D3
+            return _error(422, "unprocessable_entity", f"You specified an invalid image for Droplet creation ({image}).")
+        if size in self.gpu_sizes and not str(image).startswith("gpu-"):
+            return _error(422, "unprocessable_entity", f"GPU Droplet size {size} needs a GPU image, not {image}.")
+        known = {str(k["id"]) for k in self.keys.values()} | {k["fingerprint"] for k in self.keys.values()}
+        if any(str(k) not in known for k in data.get("ssh_keys") or []):  # D4
+            return _error(422, "unprocessable_entity", "ssh_keys: one or more keys do not exist")
+        for tag in data.get("tags") or []:
+            self.tags.add(tag)  # a droplet's tags are created with it
+        n = next(self._ids)
+        droplet = {"id": n, "name": data["name"], "memory": 4096, "vcpus": 2, "disk": 80, "locked": False,
+                   "status": "new", "created_at": "2026-11-26T00:00:00Z", "features": [], "backup_ids": [],
+                   "snapshot_ids": [], "image": {"id": 1, "name": image, "slug": image, "distribution": "Ubuntu",
+                                                 "public": True, "regions": [region], "min_disk_size": 20,
+                                                 "type": "snapshot", "created_at": "2026-01-01T00:00:00Z"},
+                   "size_slug": size, "networks": {"v4": [], "v6": []}, "region": {"name": region, "slug": region},
+                   "tags": list(data.get("tags") or []), "user_data": data.get("user_data")}
+        self.droplets[n] = droplet
+        return 202, {"droplet": droplet}
+
+    def _advance(self, droplet: dict) -> None:
+        if droplet["status"] == "new":
+            n = droplet["id"] % 250 + 2
+            droplet["status"] = "active"
+            droplet["networks"] = {"v4": [{"ip_address": f"203.0.113.{n}", "type": "public"},
+                                          {"ip_address": f"10.116.0.{n}", "type": "private"}], "v6": []}

@@ -1,0 +1,319 @@
+"""FAKE Google Compute Engine (``compute/v1``) and Google's OAuth token endpoint, in process, under `requests`.
+
+No GCE emulator exists. `FakeGCE` keeps a project's instances, firewalls and operations in memory and
+refuses what GCE refuses, rule by rule; each rule names the reference it encodes:
+
+- G1 images: ``sourceImage`` must name an existing image or an image *family* by its ``/family/`` path;
+  a family name used as an image name is a 404 (instances.insert, ``initializeParams.sourceImage``:
+  https://cloud.google.com/compute/docs/reference/rest/v1/instances/insert; image families:
+  https://cloud.google.com/compute/docs/images/image-families-best-practices).
+- G2 zones: a zone the region does not have is a 404 (https://cloud.google.com/compute/docs/regions-zones:
+  us-east1 has b, c, d; us-central1 a, b, c, f).
+- G3 machine types and accelerator types exist per zone (machineTypes/acceleratorTypes are zonal
+  resources; https://cloud.google.com/compute/docs/gpus/gpu-regions-zones). Which zone offers which GPU
+  machine is taken from the shipped catalog (its rows are per zone).
+- G4 GPUs cannot live-migrate: an instance with guestAccelerators, or an accelerator-optimized machine
+  (A2/A3/A4/G2), needs ``scheduling.onHostMaintenance: TERMINATE`` (default MIGRATE) — 400
+  "Instances with guest accelerators do not support live migration"
+  (https://cloud.google.com/compute/docs/gpus/create-vm-with-gpus#create-new-gpu-vm-a100).
+- G5 guestAccelerators only on N1 machines (the others carry theirs: same page).
+- G6 Spot: ``provisioningModel: SPOT`` requires ``automaticRestart: false`` and ``onHostMaintenance:
+  TERMINATE`` (https://cloud.google.com/compute/docs/instances/create-use-spot).
+- G7 networks: a network that does not exist is a 404; a custom-mode network needs a subnetwork
+  (https://cloud.google.com/vpc/docs/vpc#subnet-ranges).
+- G8 names: RFC 1035 (``[a-z]([-a-z0-9]{0,61}[a-z0-9])?``); label values lower case; duplicates 409.
+- G9 every compute call needs a bearer token the token endpoint issued; the token endpoint checks a
+  service account's signed JWT (RFC 7523) or a user's refresh token (RFC 6749 §6).
+- Capacity: `exhausted` zones fail the insert *operation* with ZONE_RESOURCE_POOL_EXHAUSTED, as GCE does
+  (the insert call itself answers 200 with a RUNNING operation).
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import re
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+COMPUTE = "https://compute.googleapis.com/compute/v1"
+
+#: the zones of a few regions, as GCE lists them
+ZONES = {"us-central1": "abcf", "us-east1": "bcd", "us-east4": "abc", "us-west1": "abc", "us-west2": "abc",
+         "europe-west1": "bcd", "europe-west4": "abc", "asia-east1": "abc"}
+
+IMAGES = {"projects/ubuntu-os-cloud/global/images/ubuntu-2204-jammy-v20251101",
+          "projects/debian-cloud/global/images/debian-12-bookworm-v20251101"}
+FAMILIES = {"projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts",
+            "projects/debian-cloud/global/images/family/debian-12",
+            "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11-py310"}
+NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+N1_GPUS = {"nvidia-tesla-t4": "T4", "nvidia-tesla-v100": "V100", "nvidia-tesla-p100": "P100", "nvidia-tesla-p4": "P4"}
+
+
+def _catalog_offers() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(machine -> zones, N1 GPU model -> zones) from the shipped gcp.json."""
+    from skyhive.providers.cloud import catalog
+
+    table = catalog._table("gcp")
+    machines: dict[str, set[str]] = {}
+    gpus: dict[str, set[str]] = {}
+    for region, types in table["regions"].items():
+        for itype, (_price, letters, *_rest) in types.items():
+            zones = {f"{region}-{z}" for z in letters}
+            machine, _, attached = itype.partition("+")
+            if attached:
+                gpus.setdefault(attached.partition("x")[2], set()).update(zones)
+            else:
+                machines.setdefault(machine, set()).update(zones)
+    return machines, gpus
+
+
+def _error(status: int, reason: str, message: str) -> tuple[int, dict]:
+    return status, {"error": {"code": status, "message": message, "errors": [{"reason": reason, "message": message}]}}
+
+
+class FakeGCE:
+    """FAKE GCE for one project (see the module docstring for the rules it enforces)."""
+
+    hosts = ("compute.googleapis.com", "oauth2.googleapis.com")
+
+    def __init__(self, project: str = "proj-1") -> None:
+        self.project = project
+        self.instances: dict[tuple[str, str], dict] = {}  # (zone, name) -> instance
+        self.firewalls: dict[str, dict] = {}
+        self.operations: dict[str, dict] = {}
+        self.networks: dict[str, str] = {"default": "auto"}  # name -> "auto" | "custom"
+        self.subnetworks: set[tuple[str, str]] = set()  # (region, name)
+        self.exhausted: set[str] = set()  # zones that fail inserts with ZONE_RESOURCE_POOL_EXHAUSTED
+        self.service_accounts: dict[str, Any] = {}  # client_email -> public key
+        self.users: dict[str, tuple[str, str]] = {}  # refresh_token -> (client_id, client_secret)
+        self.tokens: set[str] = set()
+        self.inserts: list[dict] = []  # every instances.insert body, accepted or not
+        self.refused: list[str] = []  # every refusal's message
+        self._ids = itertools.count(1)
+        self.machines, self.n1_gpus = _catalog_offers()
+
+    # ---- credentials -------------------------------------------------------------------------------
+
+    def service_account_file(self, path: Any, email: str = "skyhive@proj-1.iam.gserviceaccount.com") -> None:
+        """Write a service account key file whose key this fake trusts."""
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+        self.service_accounts[email] = key.public_key()
+        path.write_text(json.dumps({"type": "service_account", "project_id": self.project, "private_key_id": "k1",
+                                    "private_key": pem, "client_email": email,
+                                    "token_uri": "https://oauth2.googleapis.com/token"}))
+
+    def user_file(self, path: Any) -> None:
+        """Write gcloud's ``application_default_credentials.json`` for a user (no project in it)."""
+        self.users["1//refresh-token"] = ("client-id.apps.googleusercontent.com", "client-secret")
+        path.write_text(json.dumps({"type": "authorized_user", "client_id": "client-id.apps.googleusercontent.com",
+                                    "client_secret": "client-secret", "refresh_token": "1//refresh-token"}))
+
+    def _token(self, form: dict[str, str]) -> tuple[int, Any]:
+        grant = form.get("grant_type")
+        if grant == "refresh_token":
+            known = self.users.get(form.get("refresh_token", ""))
+            if known is None or known != (form.get("client_id"), form.get("client_secret")):
+                return 400, {"error": "invalid_grant", "error_description": "Bad Request"}
+        elif grant == "urn:ietf:params:oauth:grant-type:jwt-bearer":
+            if not self._jwt_ok(form.get("assertion", "")):
+                return 400, {"error": "invalid_grant", "error_description": "Invalid JWT Signature."}
+        else:
+            return 400, {"error": "unsupported_grant_type"}
+        token = f"ya29.fake-{next(self._ids)}"
+        self.tokens.add(token)
+        return 200, {"access_token": token, "expires_in": 3599, "token_type": "Bearer"}
+
+    def _jwt_ok(self, assertion: str) -> bool:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding
+
+        try:
+            header, claims, signature = assertion.split(".")
+            data = json.loads(base64.urlsafe_b64decode(claims + "=" * (-len(claims) % 4)))
+            key = self.service_accounts[data["iss"]]
+            key.verify(base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4)),
+                       f"{header}.{claims}".encode(), padding.PKCS1v15(), hashes.SHA256())
+            return data.get("aud") == "https://oauth2.googleapis.com/token" and "scope" in data
+        except (ValueError, KeyError, InvalidSignature):
+            return False
+
+    # ---- dispatch ----------------------------------------------------------------------------------
+
+    def answer(self, method: str, url: str, headers: Any, body: bytes | None) -> tuple[int, Any]:
+        parsed = urlparse(url)
+        if parsed.hostname == "oauth2.googleapis.com":
+            return self._token({k: v[0] for k, v in parse_qs((body or b"").decode()).items()})
+        auth = headers.get("Authorization", "")
+        if auth.removeprefix("Bearer ") not in self.tokens:  # G9
+            return _error(401, "authError", "Request had invalid authentication credentials.")
+        prefix = f"/compute/v1/projects/{self.project}/"
+        if not parsed.path.startswith(prefix):
+            return _error(403, "forbidden", f"Permission denied on {parsed.path}")
+        path = parsed.path.removeprefix(prefix)
+        query = {k: v[0] for k, v in parse_qs(parsed.query).items()}
+        data = json.loads(body) if body else None
+        status, payload = self._route(method, path.split("/"), query, data)
+        if status >= 400:
+            self.refused.append(payload["error"]["message"])
+        return status, payload
+
+    def _route(self, method: str, parts: list[str], query: dict, data: Any) -> tuple[int, Any]:
+        match (method, parts):
+            case ("GET", ["regions", region]):
+                if region not in ZONES:
+                    return self._not_found(f"regions/{region}")
+                return 200, {"name": region, "zones": [f"{COMPUTE}/projects/{self.project}/zones/{region}-{z}"
+                                                       for z in ZONES[region]]}
+            case ("GET", ["zones", zone]):
+                return (200, {"name": zone, "status": "UP"}) if self._zone_ok(zone) else self._not_found(f"zones/{zone}")
+            case ("POST", ["zones", zone, "instances"]):
+                return self._insert(zone, data)
+            case ("GET", ["zones", zone, "instances", name]):
+                instance = self.instances.get((zone, name))
+                if instance is None:
+                    return self._not_found(f"zones/{zone}/instances/{name}")
+                self._advance(instance)
+                return 200, instance
+            case ("DELETE", ["zones", zone, "instances", name]):
+                if self.instances.pop((zone, name), None) is None:
+                    return self._not_found(f"zones/{zone}/instances/{name}")
+                return 200, self._operation("delete", f"zones/{zone}/instances/{name}", zone)
+            case ("GET", ["aggregated", "instances"]):
+                return 200, {"items": self._aggregated(query.get("filter", ""))}
+            case ("GET", ["zones", _, "operations", name]) | ("GET", ["global", "operations", name]):
+                op = self.operations.get(name)
+                return (200, op) if op else self._not_found(f"operations/{name}")
+            case ("GET", ["global", "firewalls"]):
+                return 200, {"items": list(self.firewalls.values())}
+            case ("POST", ["global", "firewalls"]):
+                return self._firewall(data)
+            case ("DELETE", ["global", "firewalls", name]):
+                if self.firewalls.pop(name, None) is None:
+                    return self._not_found(f"global/firewalls/{name}")
+                return 200, self._operation("delete", f"global/firewalls/{name}", None)
+        return _error(400, "invalid", f"FAKE GCE does not implement {method} {'/'.join(parts)}")
+
+    # ---- resources ---------------------------------------------------------------------------------
+
+    def _not_found(self, what: str) -> tuple[int, Any]:
+        return _error(404, "notFound", f"The resource 'projects/{self.project}/{what}' was not found")
+
+    def _zone_ok(self, zone: str) -> bool:
+        region, _, letter = zone.rpartition("-")
+        return letter in ZONES.get(region, "") and len(letter) == 1
+
+    def _operation(self, kind: str, target: str, zone: str | None, error: dict | None = None) -> dict:
+        name = f"operation-{next(self._ids)}"
+        where = f"zones/{zone}" if zone else "global"
+        link = f"{COMPUTE}/projects/{self.project}/{where}/operations/{name}"
+        done = {"kind": "compute#operation", "name": name, "operationType": kind, "status": "DONE",
+                "targetLink": f"{COMPUTE}/projects/{self.project}/{target}", "selfLink": link}
+        if error is not None:
+            done.update(error={"errors": [error]}, httpErrorStatusCode=503)
+        self.operations[name] = done
+        return {**done, "status": "RUNNING"}  # the call answers before the work is done; the poll sees DONE
+
+    def _strip(self, link: str) -> str:
+        return re.sub(rf"^({re.escape(COMPUTE)}/)?(projects/{re.escape(self.project)}/)?", "", link or "")
+
+    def _insert(self, zone: str, body: dict) -> tuple[int, Any]:
+        self.inserts.append(body)
+        if not self._zone_ok(zone):  # G2
+            return self._not_found(f"zones/{zone}")
+        name = body.get("name", "")
+        if not NAME.match(name):  # G8
+            return _error(400, "invalid", f"Invalid value for field 'resource.name': '{name}'. Must be a match of "
+                                          f"regex '(?:[a-z](?:[-a-z0-9]{{0,61}}[a-z0-9])?)'")
+        bad = [v for v in (body.get("labels") or {}).values() if not re.match(r"^[-_a-z0-9]{0,63}$", v)]
+        if bad:
+            return _error(400, "invalid", f"Invalid value for field 'resource.labels': {bad[0]!r}")
+        if (zone, name) in self.instances:
+            return _error(409, "alreadyExists", f"The resource 'projects/{self.project}/zones/{zone}/instances/{name}' "
+                                                f"already exists")
+        machine = self._strip(body.get("machineType", "")).rsplit("/", 1)[-1]
+        family = machine.split("-", 1)[0]
+        if family not in ("e2", "n1", "n2") and zone not in self.machines.get(machine, set()):  # G3
+            return self._not_found(f"zones/{zone}/machineTypes/{machine}")
+        for disk in body.get("disks") or []:  # G1
+            image = self._strip((disk.get("initializeParams") or {}).get("sourceImage", ""))
+            if image not in IMAGES and image not in FAMILIES:
+                return self._not_found(image.removeprefix(f"projects/{self.project}/"))
+        accelerators = body.get("guestAccelerators") or []
+        for acc in accelerators:  # G3, G5
+            kind = self._strip(acc.get("acceleratorType", "")).rsplit("/", 1)[-1]
+            if family != "n1":
+                return _error(400, "invalid", f"Invalid resource usage: 'Machine type {machine} does not support "
+                                              f"guest accelerators; its GPUs are attached automatically.'")
+            if zone not in self.n1_gpus.get(N1_GPUS.get(kind, ""), set()):
+                return self._not_found(f"zones/{zone}/acceleratorTypes/{kind}")
+        scheduling = body.get("scheduling") or {}
+        gpu = bool(accelerators) or family in ("a2", "a3", "a4", "g2")
+        if gpu and scheduling.get("onHostMaintenance", "MIGRATE") != "TERMINATE":  # G4
+            return _error(400, "invalid", "Instances with guest accelerators do not support live migration.")
+        if scheduling.get("provisioningModel") == "SPOT":  # G6
+            if scheduling.get("automaticRestart", True) or scheduling.get("onHostMaintenance") != "TERMINATE":
+                return _error(400, "invalid", "Invalid value for field 'resource.scheduling': Spot VMs require "
+                                              "automaticRestart false and onHostMaintenance TERMINATE.")
+        for nic in body.get("networkInterfaces") or [{}]:  # G7
+            network = self._strip(nic.get("network", "global/networks/default")).rsplit("/", 1)[-1]
+            if network not in self.networks:
+                return self._not_found(f"global/networks/{network}")
+            subnet = self._strip(nic.get("subnetwork", ""))
+            if self.networks[network] == "custom":
+                parts = subnet.split("/")
+                if not subnet:
+                    return _error(400, "invalid", "Invalid value for field 'resource.networkInterfaces[0]': "
+                                                  "Subnetwork should be specified for custom subnetmode network")
+                if (parts[1], parts[-1]) not in self.subnetworks:
+                    return self._not_found(subnet)
+        if zone in self.exhausted:
+            return 200, self._operation("insert", f"zones/{zone}/instances/{name}", zone, {
+                "code": "ZONE_RESOURCE_POOL_EXHAUSTED",
+                "message": f"The zone 'projects/{self.project}/zones/{zone}' does not have enough resources "
+                           f"available to fulfill the request. Try a different zone, or try again later."})
+        n = next(self._ids)
+        self.instances[(zone, name)] = {
+            **body, "id": str(1000 + n), "zone": f"{COMPUTE}/projects/{self.project}/zones/{zone}",
+            "machineType": f"{COMPUTE}/projects/{self.project}/zones/{zone}/machineTypes/{machine}",
+            "status": "PROVISIONING",
+            "networkInterfaces": [{**(body.get("networkInterfaces") or [{}])[0], "networkIP": f"10.128.0.{n % 250 + 2}",
+                                   "accessConfigs": [{"type": "ONE_TO_ONE_NAT", "natIP": f"203.0.113.{n % 250 + 2}"}]}]}
+        return 200, self._operation("insert", f"zones/{zone}/instances/{name}", zone)
+
+    def _advance(self, instance: dict) -> None:
+        instance["status"] = {"PROVISIONING": "STAGING", "STAGING": "RUNNING"}.get(instance["status"],
+                                                                                   instance["status"])
+
+    def _aggregated(self, text: str) -> dict:
+        match = re.fullmatch(r"labels\.([-_a-z0-9]+) = ([-_a-z0-9]+)", text.strip()) if text else None
+        if text and match is None:
+            raise AssertionError(f"FAKE GCE: unsupported filter {text!r}")
+        items: dict[str, dict] = {}
+        for (zone, _), instance in sorted(self.instances.items()):
+            if match and (instance.get("labels") or {}).get(match.group(1)) != match.group(2):
+                continue
+            self._advance(instance)
+            items.setdefault(f"zones/{zone}", {"instances": []})["instances"].append(instance)
+        return items
+
+    def _firewall(self, body: dict) -> tuple[int, Any]:
+        name = body.get("name", "")
+        if not NAME.match(name):
+            return _error(400, "invalid", f"Invalid value for field 'resource.name': '{name}'")
+        network = self._strip(body.get("network", "global/networks/default")).rsplit("/", 1)[-1]
+        if network not in self.networks:  # G7
+            return self._not_found(f"global/networks/{network}")
+        if name in self.firewalls:
+            return _error(409, "alreadyExists", f"The resource 'projects/{self.project}/global/firewalls/{name}' "
+                                                f"already exists")
+        self.firewalls[name] = {**body, "id": str(next(self._ids))}
+        return 200, self._operation("insert", f"global/firewalls/{name}", None)
