@@ -52,6 +52,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
         print("\n".join(plan.lines))
         print("dry run: nothing was created")
         return 0
+    if not args.yes and not sys.stdin.isatty() and plan.plan.get("order") == "price":
+        # no provider was named: the cloud was chosen here, by price — never create billed machines on a
+        # cloud nobody named without a person's yes (a terminal's prompt) or an explicit -y
+        _err("error: no provider was named, so the cheapest cloud would be chosen for you; with no terminal to "
+             "ask on, pass -y to accept it or name one with --provider (see `skyhive launch --dryrun`)")
+        return 2
     if not args.yes and sys.stdin.isatty():
         sys.stderr.write("\n".join(plan.lines) + "\nProceed? [Y/n] ")
         sys.stderr.flush()

@@ -16,6 +16,22 @@ def _skyhive_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     return home
 
 
+# Cloud credentials in the environment of whoever runs the suite. With them a test could reach a real,
+# billed cloud by accident (a GPU task naming no provider is ranked across the clouds whose credentials
+# are found): every test runs without them, except the opt-in real-cloud smoke tests, which need them.
+_CLOUD_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                      "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_TENANT_ID", "AZURE_SUBSCRIPTION_ID",
+                      "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "DIGITALOCEAN_ACCESS_TOKEN")
+
+
+@pytest.fixture(autouse=True)
+def _no_cloud_credentials(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.module.__name__.rpartition(".")[2].startswith("test_cloud_real"):
+        return
+    for name in _CLOUD_CREDENTIALS:
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # asyncssh (the SSH transport) runs on asyncio only

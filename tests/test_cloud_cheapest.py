@@ -4,6 +4,9 @@ down on capacity. Launches go through the FAKE clouds (tests/fake_gce.py, tests/
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import anyio
 import pytest
 
@@ -68,6 +71,17 @@ def test_a_dry_run_ranks_aws_and_gcp_offers_by_price(no_clouds, monkeypatch, cap
     assert {(r[1], r[3]) for r in rows} >= {("aws", "p4d.24xlarge"), ("gcp", "a2-highgpu-8g")}
     first = rows[0]
     assert f"machines: 1 x {first[3]} in {first[2]}" in out
+
+
+def test_a_cloud_chosen_by_price_is_never_launched_without_a_terminal_or_yes(no_clouds, monkeypatch, capsys):
+    """No provider named, credentials found, no terminal (CI, a pipe), no -y: refused before anything is made."""
+    (no_clouds / "t.yaml").write_text("run: nvidia-smi\n")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    monkeypatch.setattr("sys.stdin", open(os.devnull))  # not a terminal
+    assert main(["launch", "t.yaml", "--gpus", "A100:8"]) == 2
+    err = capsys.readouterr().err
+    assert "no provider was named" in err and "-y" in err and "--provider" in err
+    assert not list(Path(os.environ["SKYHIVE_HOME"]).rglob("*.jsonl"))  # no pool log: nothing was created
 
 
 def test_without_credentials_a_gpu_task_stays_local(no_clouds):
