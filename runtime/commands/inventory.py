@@ -59,9 +59,14 @@ class LogTail:
         self.offset = 0
         self.bad_lines = 0
         self._partial = b""
+        self._line = 0  # the number of the last complete line read (1-based, blank ones counted)
 
     def lines(self) -> list[str]:
         """The complete lines added since the last call."""
+        return [line for _, line in self.numbered()]
+
+    def numbered(self) -> list[tuple[int, str]]:
+        """The complete lines added since the last call, each with its line number in the file."""
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(self.offset)
@@ -71,17 +76,25 @@ class LogTail:
         self.offset += len(data)
         data = self._partial + data
         *complete, self._partial = data.split(b"\n")
-        return [line.decode("utf-8", errors="replace") for line in complete if line.strip()]
+        first, self._line = self._line + 1, self._line + len(complete)
+        return [(first + i, line.decode("utf-8", errors="replace")) for i, line in enumerate(complete) if line.strip()]
 
     def events(self) -> list[Event]:
-        """The events added since the last call; undecodable lines are counted in `bad_lines`."""
+        """The events added since the last call. A line that is no event (garbage, or valid JSON that
+        is no event object: `null`, `[]`, `3`) is skipped with a warning naming the file and the line,
+        and counted in `bad_lines`: one bad line must not keep any command from the rest."""
         out = []
-        for line in self.lines():
+        for number, line in self.numbered():
             try:
                 out.append(from_json(line))
-            except (ValueError, TypeError):
-                self.bad_lines += 1
+            except (ValueError, TypeError) as exc:
+                self.skipped(number, exc)
         return out
+
+    def skipped(self, number: int, exc: BaseException) -> None:
+        """Count line `number` as bad and warn, naming the file and the line."""
+        self.bad_lines += 1
+        log.warning("%s:%d: skipped, not a skyhive event (%s)", self.path, number, exc)
 
 
 @dataclass(frozen=True, slots=True)

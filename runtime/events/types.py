@@ -265,8 +265,16 @@ def from_json(line: str) -> Event:
     """Parse a log line; raises `ValueError` naming the problem."""
     try:
         data: dict[str, Any] = json.loads(line)
-        cls = EVENT_TYPES[data.pop("type")]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+    except json.JSONDecodeError as exc:
         raise ValueError(f"not a skyhive event: {exc}: {line[:120]!r}") from None
+    if type(data) is not dict:  # valid JSON, but `null`, `[]`, `3`, a string: no event object
+        raise ValueError(f"not a skyhive event: a JSON {type(data).__name__}, not an object: {line[:120]!r}")
+    try:
+        cls = EVENT_TYPES[data.pop("type")]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a skyhive event: unknown type {exc}: {line[:120]!r}") from None
     known = _FIELDS[cls]
-    return cls(**{k: v for k, v in data.items() if k in known})
+    try:
+        return cls(**{k: v for k, v in data.items() if k in known})
+    except TypeError as exc:  # a field missing
+        raise ValueError(f"not a skyhive event: {exc}: {line[:120]!r}") from None
