@@ -21,6 +21,7 @@ from ..errors import PoolClosed
 from ..plugins.api import ClientHook
 from ..providers.accelerators import Accelerator
 from ..providers.base import Provider
+from ..providers.limits import check_node_count
 from ..providers.local import Local
 from .actors.pool_actor import PoolRuntime
 from .calls import PoolCalls
@@ -126,6 +127,7 @@ class Pool(PoolCalls):
         self.provider = provider if provider is not None else Local()
         if not isinstance(self.provider, Provider):
             raise TypeError(f"Pool(provider=...) needs a skyhive provider, got {type(self.provider).__name__}")
+        check_node_count(self.provider, nodes, f"Pool(nodes={nodes})")  # at once: no pool log, no node record
         self.nodes = nodes
         self.processes_per_node = processes_per_node
         self.plugins = tuple(plugins)
