@@ -247,6 +247,12 @@ class Pool(PoolCalls):
             finally:
                 if named is not None:
                     named.leave(kept=self.keep)
+        leak = rt.leak_error(error)
+        if leak is not None:  # what may still run (and cost) outranks the block's own error, which it names
+            if isinstance(exc, anyio.get_cancelled_exc_class()):  # a cancellation goes on: said, not raised
+                log.error("%s", leak)
+                return
+            raise leak from exc
 
     def __enter__(self) -> BlockingPool:
         from .blocking import BlockingPool

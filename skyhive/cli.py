@@ -177,6 +177,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 "dropped": {str(n.node): n.dropped for n in e.state.nodes if n.dropped} or None,
                 "provider_holds": owned[e.pool_id] or None,
                 "machine": e.machine or None, "cost": e.cost(now),
+                "leaked": list(e.state.leaked) or None,  # status "leaking": what the provider did not confirm gone
             }))
         return 0
     if not entries:
@@ -192,6 +193,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         status = e.status
         if e.status == "client gone":
             status = f"[yellow]client gone[/] (skyhive down {e.pool_id})"
+        elif e.status == "leaking":
+            status = f"[red]leaking[/]: {', '.join(e.state.leaked)} (skyhive down {e.pool_id})"
         elif e.state.error and e.status == "stopped":
             status = f"stopped: {e.state.error[:60]}"
         age = _age(now - e.state.started) if e.state.started else "-"

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Sequence
 
 import anyio
+import pytest
 
 import skyhive as sky
 from skyhive.providers.base import NodeHandle, ProvisionError
@@ -53,15 +54,20 @@ def test_a_failed_bulk_terminate_goes_node_by_node_and_names_the_failed_node() -
     provider = _RecordingSimulated(refuse=[7])
 
     async def main() -> None:
-        async with sky.Pool(provider=provider, nodes=20) as pool:
-            assert await pool.broadcast(_one) == [1] * 20
+        with pytest.raises(sky.TeardownIncomplete) as err:
+            async with sky.Pool(provider=provider, nodes=20) as pool:
+                assert await pool.broadcast(_one) == [1] * 20
         assert provider.calls[0] == list(range(20))  # the bulk call (and its retries) first
         assert [7] in provider.calls and [3] in provider.calls  # then each node on its own
         assert provider.live[pool.id] == {7}  # what could be terminated was
         state = pool.state
         assert "terminate node 7 failed" in state.error and "injected" in state.error
-        assert state.nodes[7].state == "terminated" and "injected" in state.nodes[7].detail
-        assert all(n.detail == "" for i, n in enumerate(state.nodes) if i != 7)
+        # not confirmed gone, so not terminated: the pool is leaking, and the caller is told which node
+        node7 = state.nodes[7]
+        assert node7.state == "terminating" and "injected" in node7.detail
+        assert state.status == "leaking" and state.leaked == (node7.provider_id,)
+        assert err.value.leaked == (node7.provider_id,) and node7.provider_id in str(err.value)
+        assert all(n.detail == "" and n.state == "terminated" for i, n in enumerate(state.nodes) if i != 7)
 
     anyio.run(main)
 

@@ -105,13 +105,15 @@ class PoolEntry:
     path: Path
     state: PoolState
     started: PoolStarted | None
-    client: str  # "alive", "gone", "remote" (started on another host: cannot tell), "" once stopped
+    client: str  # "alive", "gone", "remote" (started on another host: cannot tell), "" once stopped or leaking
     bad_lines: int = 0
 
     @property
     def status(self) -> str:
         if self.state.status == "stopped":
             return "stopped"
+        if self.state.status == "leaking":  # closed, but the provider did not confirm everything gone
+            return "leaking"
         if self.started is None:
             return "empty"
         if self.state.status == "detached":  # a named pool between clients (`skyhive status`)
@@ -193,7 +195,7 @@ def _is_live(pid: int, *, not_after: float) -> bool:
 
 
 def _client(state: PoolState, started: PoolStarted | None) -> str:
-    if state.status == "stopped" or started is None:
+    if state.status in ("stopped", "leaking") or started is None:  # its client is done with it
         return ""
     return client_of(started)
 

@@ -61,10 +61,17 @@ class PoolStarted(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PoolStopped(Event):
-    """The pool finished tearing down; `error` is set when it closed because of one."""
+    """The pool finished tearing down; `error` is set when it closed because of one. `leaked` names
+    what the provider did not confirm gone (node provider ids; "shared resources" when its cleanup
+    failed): the pool is then `leaking` until `skyhive down` finishes it (a `PoolStopped` without)."""
 
     kind: ClassVar[str] = "pool_stopped"
     error: str = ""
+    leaked: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if type(self.leaked) is not tuple:  # a JSON list, read back from the log
+            object.__setattr__(self, "leaked", tuple(self.leaked))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
