@@ -13,12 +13,12 @@ import contextlib
 import dataclasses
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TextIO
 
 import anyio
 
-from ...errors import LaunchError, PoolGone, PoolNotFound
+from ...errors import LaunchError, PoolGone, PoolNotFound, SSHError
 from ...providers.base import Provider
 from ...providers.local import Local
 from ..clusters import jobs as jobq
@@ -222,12 +222,33 @@ def follow_job(name: str, job_id: int, out: TextIO, *, follow: bool = True,
 # ---- down ------------------------------------------------------------------------------------------
 
 
-def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False) -> int:
+def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False, force: bool = False,
+                 accept_host_keys: Collection[str] = (), ask: Callable[[str], str] | None = None) -> int:
     """`skyhive down NAME`: stop the pool's agent, watchdog and workers (and everything their jobs
     started), record the pool stopped in its log, forget it. Returns how many processes were ended.
-    Raises `PoolNotFound` naming the pool when there is no such named pool."""
+    Raises `PoolNotFound` naming the pool when there is no such named pool.
+
+    An SSH pool whose host shows another key than the recorded one is refused (`SSHError`), unless
+    `force`: then each such host is named with both fingerprints (a warning, always) and cleaned up as
+    the user chooses by fingerprint — `accept_host_keys`, or `ask` (a terminal's prompt) — see
+    `clusters/hostkeys.py`."""
     err = err or sys.stderr
-    ended = stop_pool(name, why=f"skyhive down {name}")
+    try:
+        ended = stop_pool(name, why=f"skyhive down {name}")
+    except SSHError:
+        rec = records.load(name)
+        if not force or not rec.on_hosts:
+            raise
+        from ..clusters.hostkeys import changed_host_keys, decide
+
+        changed = changed_host_keys(rec)
+        if not changed:
+            raise
+        choice = decide(changed, accept=set(accept_host_keys), ask=ask, warn=lambda text: _say(err, text), pool=name)
+        forgotten = ", ".join(c.host for c in changed if c.node in choice.forget)
+        ended = stop_pool(name, why=f"skyhive down --force {name}" + (
+            f" after host-key changes; not stopped on {forgotten} (its machine is gone)" if forgotten else
+            " after host-key changes the user confirmed"), host_keys=choice.pin, skip=choice.forget)
     rec = records.load(name)
     if rec.instances:  # a cloud pool: its instances terminated (by id) before it is forgotten
         from ..clusters.cloud import terminate_instances
