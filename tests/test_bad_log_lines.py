@@ -17,7 +17,12 @@ from skyhive.runtime.events.types import (NodeStateChanged, OutputChunk, PoolSta
                                           to_json)
 
 SKYHIVE = [sys.executable, "-m", "skyhive"]
-BAD = ["null", "[]", "3", '"a string"', "{}", '{"type": "node_state"}']
+BAD = ["null", "[]", "3", '"a string"', "{}", '{"type": "node_state"}',
+       # the right shape, a field of the wrong type or out of range: it would break the fold
+       '{"type":"node_state","pool_id":"sick","seq":90,"ts":1.0,"node":"x","state":"ready"}',
+       '{"type":"node_state","pool_id":"sick","seq":91,"ts":1.0,"node":null,"state":"ready"}',
+       '{"type":"node_state","pool_id":"sick","seq":92,"ts":1.0,"node":1000000000000,"state":"ready"}',
+       '{"type":"node_state","pool_id":"sick","seq":93,"ts":1.0,"node":1,"state":5}']
 
 
 def skyhive(*args: str) -> subprocess.CompletedProcess[str]:
