@@ -78,7 +78,9 @@ class Pool(PoolCalls):
     `async with` starts the nodes (raises `ProvisionError` if they cannot be started, after
     destroying what was created) and, on exit — normal, by exception or by cancellation — drains the
     workers, runs plugin teardown and destroys the nodes; exit is shielded from cancellation and
-    bounded by `stop_timeout`. Entering can be cancelled; nothing is left behind.
+    bounded by `stop_timeout`. Entering can be cancelled; nothing is left behind. When the provider
+    does not confirm every node gone, exit raises `TeardownIncomplete` naming them (the block's own
+    error as its cause): the pool is `leaking` until `skyhive down` finishes it.
     """
 
     def __init__(
