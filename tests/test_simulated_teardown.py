@@ -97,3 +97,31 @@ def test_teardown_starts_no_task_per_node() -> None:
         assert await tasks_in_teardown(300) == await tasks_in_teardown(3)
 
     anyio.run(main)
+
+
+class _RefusingSimulated(_RecordingSimulated):
+    """`_RecordingSimulated` that also fails node 1 while the pool starts (Simulated's `fail`)."""
+
+    def __init__(self, refuse: Sequence[int]) -> None:
+        super().__init__(refuse)
+        self.fail = {1: "bootstrapping"}
+
+
+def test_a_start_that_fails_and_a_teardown_that_fails_name_both_in_the_error() -> None:
+    # the start fails (node 1's bootstrap), the teardown after it cannot terminate node 0: the caller
+    # learns of the leak first, the start's failure with it (as its cause and in the message)
+    provider = _RefusingSimulated(refuse=[0])
+
+    async def main() -> None:
+        pool = sky.Pool(provider=provider, nodes=2)
+        with pytest.raises(sky.TeardownIncomplete) as err:
+            async with pool:
+                raise AssertionError("the pool started")
+        state = pool.state
+        assert state.status == "leaking" and state.leaked == (state.nodes[0].provider_id,)
+        assert state.nodes[0].state == "terminating" and state.nodes[1].state == "terminated"
+        assert isinstance(err.value.__cause__, sky.ProvisionError)
+        assert "node 1" in str(err.value.__cause__)
+        assert state.nodes[0].provider_id in str(err.value) and "node(s) [0] refuse to go" in str(err.value)
+
+    anyio.run(main)
