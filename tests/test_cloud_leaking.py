@@ -88,6 +88,9 @@ def test_a_failed_teardown_leaves_the_pool_leaking_until_down_finishes_it(moto_s
         assert "p-leak" in failed.stderr and "InternalError" in failed.stderr
         assert count_pool("p-leak", moto_server.endpoint)["instances"] == 2
         assert listed("p-leak")["status"] == "leaking"
+        forced = skyhive("down", "--force", "p-leak")  # not even --force records a known leak done
+        assert forced.returncode == 1 and "InternalError" in forced.stderr, forced.stdout + forced.stderr
+        assert listed("p-leak")["status"] == "leaking"
 
         # EC2 answers again: down retries, the provider confirms, and only then is the pool stopped
         proxy.failing = {}

@@ -282,7 +282,8 @@ def down(pool: PoolEntry, *, force: bool = False, why: str = "", leftovers: bool
 
     Raises `PoolInUse` if its client still runs (unless `force`), `ProvisionError` if its provider
     cannot be rebuilt or fails to destroy its nodes (the log is then left as it was; with `force` the
-    pool is recorded stopped anyway and the report's `warning` says what may be left). With
+    pool is recorded stopped anyway and the report's `warning` says what may be left — except a
+    `leaking` pool, which stays so until its provider confirms). With
     `leftovers=False` the caller ends the pool's processes itself (a named pool: its name is not
     unique on this machine, so processes are not looked up by it).
     """
@@ -304,7 +305,7 @@ def down(pool: PoolEntry, *, force: bool = False, why: str = "", leftovers: bool
         try:
             destroyed = _destroy(pool)
         except ProvisionError as exc:
-            if not force:
+            if not force or pool.state.status == "leaking":  # a known leak is never recorded done unconfirmed
                 raise
             destroyed, warning = 0, f"{exc} (its nodes may still run)"
         killed = 0
