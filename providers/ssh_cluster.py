@@ -183,6 +183,11 @@ class SSHCluster(SSH):
                 return asyncssh.import_known_hosts(f"{name} {self.host_keys[index]}\n")
         return super()._sweep_known_hosts(host)
 
+    def _sweep_key_source(self, host: tuple[str | None, str, int]) -> str:
+        if any(h == host and index in self.host_keys for index, h in enumerate(self.hosts)):
+            return "the key it showed when the pool was created"
+        return super()._sweep_key_source(host)
+
     async def down(self, nodes: int, *, grace: float = 3.0, skip: Collection[int] = ()) -> tuple[list[str], list[str]]:
         """Stop the pool on its first `nodes` hosts (but those of the node indices in `skip`): every
         process of it (SIGTERM, SIGKILL after `grace`), its socket directory and the jobs' working

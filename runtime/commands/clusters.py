@@ -235,15 +235,19 @@ def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False, f
     err = err or sys.stderr
     try:
         ended = stop_pool(name, why=f"skyhive down {name}")
-    except SSHError:
+    except SSHError as exc:
         rec = records.load(name)
-        if not force or not rec.on_hosts:
+        if not rec.on_hosts:
             raise
         from ..clusters.hostkeys import changed_host_keys, decide
 
         changed = changed_host_keys(rec)
         if not changed:
             raise
+        if not force:
+            raise SSHError(f"{exc}. " + "; ".join(c.describe() for c in changed) + f": if that is expected (the "
+                           f"host was reinstalled or replaced), `skyhive down --force {name}` lets you choose by "
+                           f"fingerprint", host=changed[0].host) from None
         choice = decide(changed, accept=set(accept_host_keys), ask=ask, warn=lambda text: _say(err, text), pool=name)
         forgotten = ", ".join(c.host for c in changed if c.node in choice.forget)
         ended = stop_pool(name, why=f"skyhive down --force {name}" + (
