@@ -134,7 +134,7 @@ class PoolRuntime(CallDispatch):
             else:
                 await self.close(error)
             await self._exit_tg()
-            leak = self.leak_error()
+            leak = self.leak_error(error)
             if leak is not None:  # the money first: what may still run, and the start's failure with it
                 raise leak from failure
             if isinstance(failure, TimeoutError):
