@@ -206,6 +206,15 @@ class Provider(abc.ABC):
     #: in one `terminate` call, instead of a task per node (`runtime/actors/teardown.py`).
     bulk_teardown: ClassVar[bool] = False
 
+    @property
+    def max_nodes(self) -> int:
+        """The most nodes one pool may ask of this provider: `Pool(nodes=...)` and a task's `num_nodes`
+        past it are refused before anything is created (`providers/limits.py`; default 10,000 or
+        `SKYHIVE_MAX_NODES`)."""
+        from .limits import configured_max_nodes
+
+        return configured_max_nodes()
+
     #: Seconds a node that runs but refuses connections (`NodeUnreachable`) is retried: a fresh VM's
     #: sshd starts a while after the cloud says "running". 0 for hosts that already run (SSH, Local).
     connect_retry: ClassVar[float] = 0.0

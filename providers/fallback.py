@@ -71,6 +71,11 @@ class Fallback(Provider):
 
     # ---- describing ------------------------------------------------------------------------------------
 
+    @property
+    def max_nodes(self) -> int:
+        """The most of any provider it tries (a pool is made by one of them)."""
+        return max(p.max_nodes for p in self.providers)
+
     def describe(self) -> dict[str, Any]:
         return {"provider": self.name, "providers": [p.describe() for p in self.providers], "order": self.order}
 

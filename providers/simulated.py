@@ -59,6 +59,13 @@ class Simulated(Provider):
     state_map = {"pending": "provisioning", "running": "running", "terminated": "terminated",
                  "failed": "failed"}
 
+    @property
+    def max_nodes(self) -> int:
+        """100,000 (nodes in this process; `SKYHIVE_MAX_NODES` configures another bound)."""
+        from .limits import configured_max_nodes
+
+        return configured_max_nodes(100_000)
+
     def __init__(self, *, nodes_latency: float | tuple[float, float] = 0.0, seed: int = 0,
                  fail: Mapping[int, str] | None = None, die_at: Mapping[int, int] | None = None,
                  hang_at: Mapping[int, int] | None = None, spares: int | None = None) -> None:

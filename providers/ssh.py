@@ -405,6 +405,10 @@ class SSH(Provider):
         """What a cleanup login checks the host's key against (None: the key the host shows)."""
         return os.path.expanduser(self.known_hosts) if self.known_hosts else None
 
+    def _sweep_key_source(self, host: tuple[str | None, str, int]) -> str:
+        """Where the key a cleanup login checks came from, for `HostKeyChanged`."""
+        return f"known_hosts {self.known_hosts}"
+
     async def _sweep(self, host: tuple[str | None, str, int], script: str) -> str:
         """Run the sweep `script` on `host`; its stdout. Raises `SSHError` subclasses naming the host."""
         import asyncssh
@@ -417,7 +421,7 @@ class SSH(Provider):
         conn = await connect_ssh(
             host=addr, port=port, user=user, key=self.key, use_agent=self.use_agent,
             known_hosts=self._sweep_known_hosts(host),
-            connect_timeout=self.connect_timeout, key_source=f"known_hosts {self.known_hosts}")
+            connect_timeout=self.connect_timeout, key_source=self._sweep_key_source(host))
         try:
             async with conn:
                 with anyio.fail_after(60):

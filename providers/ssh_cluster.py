@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,10 +183,16 @@ class SSHCluster(SSH):
                 return asyncssh.import_known_hosts(f"{name} {self.host_keys[index]}\n")
         return super()._sweep_known_hosts(host)
 
-    async def down(self, nodes: int, *, grace: float = 3.0) -> tuple[list[str], list[str]]:
-        """Stop the pool on its first `nodes` hosts: every process of it (SIGTERM, SIGKILL after `grace`),
-        its socket directory and the jobs' working directories. Returns (what was done, per host;
-        failures naming the host). Each host is tried even when another fails."""
+    def _sweep_key_source(self, host: tuple[str | None, str, int]) -> str:
+        if any(h == host and index in self.host_keys for index, h in enumerate(self.hosts)):
+            return "the key it showed when the pool was created"
+        return super()._sweep_key_source(host)
+
+    async def down(self, nodes: int, *, grace: float = 3.0, skip: Collection[int] = ()) -> tuple[list[str], list[str]]:
+        """Stop the pool on its first `nodes` hosts (but those of the node indices in `skip`): every
+        process of it (SIGTERM, SIGKILL after `grace`), its socket directory and the jobs' working
+        directories. Returns (what was done, per host; failures naming the host). Each host is tried
+        even when another fails."""
         import anyio
 
         from ..errors import SSHError
@@ -208,8 +214,9 @@ class SSHCluster(SSH):
                                 f"survived SIGKILL")
 
         async with anyio.create_task_group() as tg:
-            for _, host in self._distinct_hosts_of(nodes):
-                tg.start_soon(clean, host)
+            for index, host in self._distinct_hosts_of(nodes):
+                if index not in skip:
+                    tg.start_soon(clean, host)
         return done, failures
 
     def _distinct_hosts_of(self, nodes: int) -> Sequence[tuple[int, tuple[str | None, str, int]]]:

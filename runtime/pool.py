@@ -21,6 +21,7 @@ from ..errors import PoolClosed
 from ..plugins.api import ClientHook
 from ..providers.accelerators import Accelerator
 from ..providers.base import Provider
+from ..providers.limits import check_node_count
 from ..providers.local import Local
 from .actors.pool_actor import PoolRuntime
 from .calls import PoolCalls
@@ -78,7 +79,9 @@ class Pool(PoolCalls):
     `async with` starts the nodes (raises `ProvisionError` if they cannot be started, after
     destroying what was created) and, on exit — normal, by exception or by cancellation — drains the
     workers, runs plugin teardown and destroys the nodes; exit is shielded from cancellation and
-    bounded by `stop_timeout`. Entering can be cancelled; nothing is left behind.
+    bounded by `stop_timeout`. Entering can be cancelled; nothing is left behind. When the provider
+    does not confirm every node gone, exit raises `TeardownIncomplete` naming them (the block's own
+    error as its cause): the pool is `leaking` until `skyhive down` finishes it.
     """
 
     def __init__(
@@ -129,6 +132,7 @@ class Pool(PoolCalls):
         self.provider = provider if provider is not None else Local()
         if not isinstance(self.provider, Provider):
             raise TypeError(f"Pool(provider=...) needs a skyhive provider, got {type(self.provider).__name__}")
+        check_node_count(self.provider, nodes, f"Pool(nodes={nodes})")  # at once: no pool log, no node record
         self.nodes = nodes
         self.processes_per_node = processes_per_node
         self.plugins = tuple(plugins)
@@ -248,6 +252,12 @@ class Pool(PoolCalls):
             finally:
                 if named is not None:
                     named.leave(kept=self.keep)
+        leak = rt.leak_error(error)
+        if leak is not None:  # what may still run (and cost) outranks the block's own error, which it names
+            if isinstance(exc, anyio.get_cancelled_exc_class()):  # a cancellation goes on: said, not raised
+                log.error("%s", leak)
+                return
+            raise leak from exc
 
     def __enter__(self) -> BlockingPool:
         from .blocking import BlockingPool

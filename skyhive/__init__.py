@@ -62,6 +62,7 @@ _EXPORTS: dict[str, str] = {
     "PythonMismatch": "skyhive.errors",
     "SetupFailed": "skyhive.errors",
     "ProviderNotAvailable": "skyhive.errors",
+    "TeardownIncomplete": "skyhive.errors",
     "WorkerLost": "skyhive.errors",
     "TaskTimeout": "skyhive.errors",
     "RemoteError": "skyhive.errors",
@@ -132,6 +133,7 @@ if TYPE_CHECKING:
     from skyhive.errors import PoolGone as PoolGone
     from skyhive.errors import PoolInUse as PoolInUse
     from skyhive.errors import PoolNotFound as PoolNotFound
+    from skyhive.errors import TeardownIncomplete as TeardownIncomplete
     from skyhive.errors import ProtocolError as ProtocolError
     from skyhive.errors import ProviderNotAvailable as ProviderNotAvailable
     from skyhive.errors import ProvisionError as ProvisionError

@@ -195,6 +195,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 "dropped": {str(n.node): n.dropped for n in e.state.nodes if n.dropped} or None,
                 "provider_holds": owned[e.pool_id] or None,
                 "machine": e.machine or None, "cost": e.cost(now),
+                "leaked": list(e.state.leaked) or None,  # status "leaking": what the provider did not confirm gone
             }))
         return 0
     if not entries:
@@ -210,6 +211,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         status = e.status
         if e.status == "client gone":
             status = f"[yellow]client gone[/] (skyhive down {e.pool_id})"
+        elif e.status == "leaking":
+            status = f"[red]leaking[/]: {', '.join(e.state.leaked)} (skyhive down {e.pool_id})"
         elif e.state.error and e.status == "stopped":
             status = f"stopped: {e.state.error[:60]}"
         age = _age(now - e.state.started) if e.state.started else "-"
@@ -225,6 +228,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ask(prompt: str) -> str:
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    return sys.stdin.readline()
+
+
 def cmd_down(args: argparse.Namespace) -> int:
     from skyhive.runtime.commands.inventory import PoolInUse, down, find, scan
 
@@ -238,7 +247,8 @@ def cmd_down(args: argparse.Namespace) -> int:
 
         named = [p for p in args.pools if is_named(p)]
         for name in named:
-            down_cluster(name)
+            down_cluster(name, force=args.force, accept_host_keys=args.accept_host_key or (),
+                         ask=_ask if args.force and sys.stdin.isatty() else None)
         args.pools = [p for p in args.pools if p not in named]
         if not args.pools:
             return 0
@@ -410,7 +420,11 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("down", help="clean up pools whose client is gone")
     p.add_argument("pools", nargs="*", metavar="POOL")
     p.add_argument("--all", action="store_true", help="every pool that is not stopped")
-    p.add_argument("--force", action="store_true", help="also pools whose client still runs")
+    p.add_argument("--force", action="store_true", help="also pools whose client still runs; a named SSH pool "
+                   "whose host key changed: choose per host by fingerprint (asked on a terminal)")
+    p.add_argument("--accept-host-key", action="append", metavar="FINGERPRINT",
+                   help="with --force, after a host-key change: the host's new key's fingerprint (trust it, stop "
+                        "the pool there) or the recorded one (its machine is gone: forget the host)")
     p.set_defaults(func=cmd_down)
 
     p = sub.add_parser("logs", help="the output a pool's tasks wrote (a named pool: a job's log)")

@@ -14,6 +14,7 @@
     │   ├── SlurmError                 a Slurm command failed, or Slurm will not run the pool's job
     │   │   └── SlurmUnreachable       Slurm's controller did not answer (retried)
     │   ├── ProviderNotAvailable       a provider name this install cannot use ("not built yet")
+    │   ├── TeardownIncomplete         the provider did not confirm a pool's nodes gone: it is leaking
     │   └── CloudAPIError              a cloud's API answered with an error (its code and message)
     ├── WorkerLost, TaskTimeout, RemoteError, SerializationError, PoolClosed    calls on a pool
     ├── OutputStalled, EventsStalled, NotOnNodeError
@@ -41,6 +42,7 @@ __all__ = [
     "SkyhiveError", "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
     "ProvisionError", "NodeUnreachable", "SSHError", "HostUnreachable", "HostKeyChanged", "AuthenticationFailed",
     "BootstrapError", "PythonMismatch", "SetupFailed", "SlurmError", "SlurmUnreachable", "ProviderNotAvailable", "CloudAPIError",
+    "TeardownIncomplete",
     "WorkerLost", "TaskTimeout", "RemoteError", "SerializationError", "PoolClosed",
     "OutputStalled", "EventsStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
     "PoolExists", "PoolGone",
@@ -122,6 +124,17 @@ class SetupFailed(BootstrapError):
 
 class ProviderNotAvailable(ProvisionError):
     """A provider name skyhive knows but this install cannot use (not built yet, or a missing package)."""
+
+
+class TeardownIncomplete(ProvisionError):
+    """A pool closed but its provider did not confirm everything gone: the pool is `leaking` (`skyhive
+    ls` shows it) and `skyhive down POOL` retries until the provider confirms. `leaked` names what may
+    still run (instance ids; "shared resources" when the provider's cleanup failed)."""
+
+    def __init__(self, message: str, *, pool_id: str = "", leaked: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.pool_id = pool_id
+        self.leaked = tuple(leaked)
 
 
 # ---- calls on a pool -------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ ERRORS = {
     "SlurmError", "SlurmUnreachable",
     "ProviderNotAvailable", "CloudAPIError", "WorkerLost", "TaskTimeout", "RemoteError", "SerializationError", "PoolClosed",
     "OutputStalled", "EventsStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
-    "PoolExists", "PoolGone",
+    "PoolExists", "PoolGone", "TeardownIncomplete",
     "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
 }
 PUBLIC = {

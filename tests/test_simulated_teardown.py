@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Sequence
 
 import anyio
+import pytest
 
 import skyhive as sky
 from skyhive.providers.base import NodeHandle, ProvisionError
@@ -53,15 +54,20 @@ def test_a_failed_bulk_terminate_goes_node_by_node_and_names_the_failed_node() -
     provider = _RecordingSimulated(refuse=[7])
 
     async def main() -> None:
-        async with sky.Pool(provider=provider, nodes=20) as pool:
-            assert await pool.broadcast(_one) == [1] * 20
+        with pytest.raises(sky.TeardownIncomplete) as err:
+            async with sky.Pool(provider=provider, nodes=20) as pool:
+                assert await pool.broadcast(_one) == [1] * 20
         assert provider.calls[0] == list(range(20))  # the bulk call (and its retries) first
         assert [7] in provider.calls and [3] in provider.calls  # then each node on its own
         assert provider.live[pool.id] == {7}  # what could be terminated was
         state = pool.state
         assert "terminate node 7 failed" in state.error and "injected" in state.error
-        assert state.nodes[7].state == "terminated" and "injected" in state.nodes[7].detail
-        assert all(n.detail == "" for i, n in enumerate(state.nodes) if i != 7)
+        # not confirmed gone, so not terminated: the pool is leaking, and the caller is told which node
+        node7 = state.nodes[7]
+        assert node7.state == "terminating" and "injected" in node7.detail
+        assert state.status == "leaking" and state.leaked == (node7.provider_id,)
+        assert err.value.leaked == (node7.provider_id,) and node7.provider_id in str(err.value)
+        assert all(n.detail == "" and n.state == "terminated" for i, n in enumerate(state.nodes) if i != 7)
 
     anyio.run(main)
 
@@ -89,5 +95,33 @@ def test_teardown_starts_no_task_per_node() -> None:
 
     async def main() -> None:
         assert await tasks_in_teardown(300) == await tasks_in_teardown(3)
+
+    anyio.run(main)
+
+
+class _RefusingSimulated(_RecordingSimulated):
+    """`_RecordingSimulated` that also fails node 1 while the pool starts (Simulated's `fail`)."""
+
+    def __init__(self, refuse: Sequence[int]) -> None:
+        super().__init__(refuse)
+        self.fail = {1: "bootstrapping"}
+
+
+def test_a_start_that_fails_and_a_teardown_that_fails_name_both_in_the_error() -> None:
+    # the start fails (node 1's bootstrap), the teardown after it cannot terminate node 0: the caller
+    # learns of the leak first, the start's failure with it (as its cause and in the message)
+    provider = _RefusingSimulated(refuse=[0])
+
+    async def main() -> None:
+        pool = sky.Pool(provider=provider, nodes=2)
+        with pytest.raises(sky.TeardownIncomplete) as err:
+            async with pool:
+                raise AssertionError("the pool started")
+        state = pool.state
+        assert state.status == "leaking" and state.leaked == (state.nodes[0].provider_id,)
+        assert state.nodes[0].state == "terminating" and state.nodes[1].state == "terminated"
+        assert isinstance(err.value.__cause__, sky.ProvisionError)
+        assert "node 1" in str(err.value.__cause__)
+        assert state.nodes[0].provider_id in str(err.value) and "node(s) [0] refuse to go" in str(err.value)
 
     anyio.run(main)

@@ -141,8 +141,9 @@ class Membership:
         self._check()
         with anyio.CancelScope(shield=True):  # what was made for it must go, whatever happens next
             await node.stop(node.ctx.settings.stop_timeout)
-            await node.terminate()
-        node.handle = None  # given back: the pool's close has nothing left to terminate for it
+            failed = await node.terminate()
+        if not failed:
+            node.handle = None  # given back: the pool's close has nothing left to terminate for it
 
     def too_few(self, failed: dict[int, str]) -> ProvisionError:
         """The error of a pool that cannot have `min_nodes`: names every failed node, and why."""

@@ -197,8 +197,9 @@ class NodeActor:
         return running
 
     async def terminate(self) -> str:
-        """Give the node back to the provider (after `stop`): terminating -> terminated. Returns an
-        error text ('' if none); never raises for the provider's failure (close goes on)."""
+        """Give the node back to the provider (after `stop`): terminating -> terminated once the
+        provider confirms. Returns an error text ('' if none); never raises for the provider's failure
+        (close goes on): the node then stays terminating, and its pool closes `leaking`."""
         error = ""
         handle = self.begin_terminate()
         if handle is not None:
@@ -219,9 +220,14 @@ class NodeActor:
         return self.handle
 
     def end_terminate(self, error: str) -> None:
-        """The second half of `terminate`, once the provider answered (`error`: why it failed, or '')."""
-        if self.state is NodeState.TERMINATING:
-            self.move(NodeState.TERMINATED, detail=error)
+        """The second half of `terminate`, once the provider answered (`error`: why it failed, or ''):
+        terminated only when it did not fail — a node is gone when the provider says so, never before."""
+        if self.state is not NodeState.TERMINATING:
+            return
+        if error:
+            self.progress(detail=error)  # still terminating: the pool's close names it as leaked
+        else:
+            self.move(NodeState.TERMINATED)
 
     # ---- supervision -------------------------------------------------------------------------------
     # No task waits per worker: a watched channel calls `_worker_closed` when it closes, the pool's

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ...errors import PoolClosed, WorkerLost
+from ...errors import PoolClosed, TeardownIncomplete, WorkerLost
 from ...plugins.api import AppHook, TaskHook
 from ...protocol.info import InstanceInfo
 from ...providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
@@ -83,6 +83,7 @@ class PoolRuntime(CallDispatch):
         self.setup: WorkerSetup | None = self._worker_setup()
         self._launching = False  # a `launch` in flight, or one that answered wrongly: `close` asks list_owned
         self.launching = 0  # replacements' launches in flight (`actors/replace.py`): the same, for them
+        self.teardown_errors: list[str] = []  # why `close` could not confirm everything gone
         self.loss_policy: LossPolicy = ReplaceFailed(self) if replace_failed else RestartInPlace()
         self.start_clocks = StartClocks(settings)  # start_timeout bounds that a node's build lifts
         self.context = NodeContext(
@@ -133,6 +134,9 @@ class PoolRuntime(CallDispatch):
             else:
                 await self.close(error)
             await self._exit_tg()
+            leak = self.leak_error(error)
+            if leak is not None:  # the money first: what may still run, and the start's failure with it
+                raise leak from failure
             if isinstance(failure, TimeoutError):
                 raise ProvisionError(
                     f"pool {self.pool_id} was not ready within start_timeout={self.settings.start_timeout} s"
@@ -373,10 +377,11 @@ class PoolRuntime(CallDispatch):
 
     async def close(self, error: str = "") -> None:
         """Drain and tear down: shielded from cancellation, bounded in time. Idempotent."""
-        if self.log.state.status in ("stopped", "detached"):
+        if self.log.state.status in ("stopped", "leaking", "detached"):
             return
         self.open = False
         self.slots_changed()
+        cleaned = False  # the provider's cleanup (what `prepare` made) confirmed
         with anyio.CancelScope(shield=True):
             await self.loss_policy.aclose()  # a replacement under way stops; its node is in self.nodes
             with anyio.move_on_after(self.settings.stop_timeout + 10) as scope:
@@ -384,6 +389,7 @@ class PoolRuntime(CallDispatch):
                 # to stop, and none per node to terminate when the provider can do it in bulk
                 await stop_nodes(self.nodes, self.settings.stop_timeout)
                 errors = await release_nodes(self.nodes, self.provider)
+                self.teardown_errors += errors
                 error = error or "; ".join(errors)
                 try:
                     if self._launching or self.launching:  # a launch never answered (or wrongly): what did it make?
@@ -391,18 +397,40 @@ class PoolRuntime(CallDispatch):
                         if leftover:
                             await self.provider.terminate(leftover)
                     await with_retries(self.provider, "cleanup", lambda: self.provider.cleanup(self.pool_id))
+                    cleaned = True
                 except Exception as exc:
                     log.error("pool %s: cleaning up the provider's resources failed: %s", self.pool_id, exc)
                     error = error or f"cleanup failed: {exc}"
+                    self.teardown_errors.append(f"cleanup failed: {exc}")
             if scope.cancelled_caught:
                 log.error("pool %s: teardown did not finish in time", self.pool_id)
-            self.log.emit(PoolStopped, error=error)
+                error = error or f"teardown did not finish within {self.settings.stop_timeout + 10:g} s"
+                self.teardown_errors.append(f"teardown did not finish within {self.settings.stop_timeout + 10:g} s")
+            # what the provider did not confirm gone: the pool is `leaking` until `skyhive down` finishes it
+            leaked = [n.handle.provider_id or f"node {n.index}" for n in self.nodes
+                      if n.handle is not None and n.state is not NodeState.TERMINATED]
+            if not cleaned:
+                leaked.append("shared resources")
+            self.log.emit(PoolStopped, error=error, leaked=tuple(leaked))
             if self.memfds is not None:
                 self.memfds.close()
             self.router.close()
             self.log.close()
             if self.tg is not None:
                 self.tg.cancel_scope.cancel()
+
+    def leak_error(self, cause: str = "") -> TeardownIncomplete | None:
+        """The error a caller gets for a pool that closed `leaking` (None if it did not): what may still
+        run, why, and how to finish it; `cause` is the error the pool closed for, if any."""
+        state = self.log.state
+        if state.status != "leaking":
+            return None
+        return TeardownIncomplete(
+            f"pool {self.pool_id}: teardown did not finish; the {self.provider.name} provider did not confirm "
+            f"gone: {', '.join(state.leaked)} (they may still run, and cost); `skyhive down {self.pool_id}` "
+            f"retries until it does. Why: {'; '.join(self.teardown_errors) or 'unknown'}"
+            + (f". The pool closed because of: {cause}" if cause else ""),
+            pool_id=self.pool_id, leaked=state.leaked)
 
     async def _exit_tg(self) -> None:
         tg, self.tg = self.tg, None

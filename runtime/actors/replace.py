@@ -174,7 +174,10 @@ class ReplaceFailed(LossPolicy):
         log.warning("pool %s: %s; replacing it", rt.pool_id, lost)
         await self._stop(old)
         with anyio.CancelScope(shield=True):  # destroying what we had must finish
-            await old.terminate()
+            failed = await old.terminate()
+        if failed:  # not confirmed gone: it stays in the pool, whose close tries again (or names it leaked)
+            log.error("pool %s: %s; not replaced: %s", rt.pool_id, lost, failed)
+            return None, ""
         self.history[index].append(time.monotonic())
         replacement = rt.log.state.nodes[index].replacements + 1
         rt.log.emit(NodeReplaced, node=index, replacement=replacement, old_provider_id=old_id, reason=reason)

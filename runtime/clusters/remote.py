@@ -12,7 +12,7 @@ import concurrent.futures
 import json
 import posixpath
 import shlex
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 from ...errors import SSHError
@@ -67,11 +67,15 @@ def live_remote(rec: ClusterRecord) -> tuple[list[WorkerEntry], list[str], bool]
     return _run(look)
 
 
-def stop_remote(rec: ClusterRecord) -> tuple[list[str], list[str]]:
+def stop_remote(rec: ClusterRecord, *, host_keys: Mapping[int, str] | None = None,
+                skip: Collection[int] = ()) -> tuple[list[str], list[str]]:
     """Stop the SSH pool `rec` on each of its hosts: its processes, socket directory, jobs' working
-    directories. (what was done per host, failures naming the host)."""
+    directories. (what was done per host, failures naming the host). `host_keys` pins other keys than
+    the recorded ones (node -> key: a change the user confirmed, `hostkeys.py`); the hosts of the nodes
+    in `skip` are not visited (their machine is gone)."""
     provider = provider_of(rec)
-    return _run(lambda: provider.down(rec.nodes))
+    provider.host_keys.update(host_keys or {})
+    return _run(lambda: provider.down(rec.nodes, skip=skip))
 
 
 def describe(rec: ClusterRecord) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 
 from ...errors import PoolNotFound, SSHError
 from ..onnode.nodecmd import work_root
@@ -38,11 +38,13 @@ def _end(pids: list[int], send: Callable[[int, int], None]) -> None:
             time.sleep(0.05)
 
 
-def stop_pool(name: str, *, why: str, watchdog: bool = True) -> int:
+def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[int, str] | None = None,
+              skip: Collection[int] = ()) -> int:
     """End every process of pool `name` (each leads its own process group: SIGTERM, then SIGKILL after
     `GRACE`), then what their jobs left (found by `marked`), and record the
     pool stopped in its log with `why`. `watchdog=False` spares the autostop watchdog (it is the one
-    calling). Returns how many processes were ended. Raises `PoolNotFound` naming the pool."""
+    calling). `host_keys` and `skip` go to `remote.stop_remote` (an SSH pool after a host-key change the
+    user confirmed). Returns how many processes were ended. Raises `PoolNotFound` naming the pool."""
     rec = records.load(name)
     remote = rec.on_hosts  # its workers are on its hosts: stopped there, below
     workers = set() if remote else {w.pid for w in rec.workers if is_worker_server(w.pid)}
@@ -61,7 +63,7 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True) -> int:
     if remote:
         from .remote import stop_remote
 
-        done, failures = stop_remote(rec)
+        done, failures = stop_remote(rec, host_keys=host_keys, skip=skip)
         for line in done:
             log.info("pool %s: %s", name, line)
         if failures:

@@ -13,12 +13,12 @@ import contextlib
 import dataclasses
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TextIO
 
 import anyio
 
-from ...errors import LaunchError, PoolGone, PoolNotFound
+from ...errors import LaunchError, PoolGone, PoolNotFound, SSHError
 from ...providers.base import Provider
 from ...providers.local import Local
 from ..clusters import jobs as jobq
@@ -28,6 +28,7 @@ from ..clusters.named import dead_workers, live_workers, new_kept_pool, set_auto
 from ..clusters.procs import alive
 from ..clusters.stop import stop_pool
 from .launch import task_steps
+from .steps import TaskSteps
 from .taskfile import Task
 
 __all__ = ["task_spec", "launch_cluster", "exec_task", "down_cluster", "status_rows", "print_status", "follow_job",
@@ -87,6 +88,10 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
     spec = task_spec(task)
     if provider is not None:
         spec["provider"] = provider.name
+    # every check that needs no pool, before one exists: a variable or secret without a value, a
+    # workdir too large, a mount that does not exist (a pool created first stayed UP, billed, for a
+    # task that could never run)
+    job_env = (task.env(), task.secret_env())
     try:
         rec: records.ClusterRecord | None = records.load(name)
     except PoolNotFound:
@@ -106,9 +111,18 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
         if idle_minutes is not None:  # SkyPilot resets autostop on a reused cluster the same way
             set_autostop(rec, idle_minutes, down)
             _say(err, f"pool {name}: autostop after {idle_minutes:g} min idle{' (then down)' if down else ''}")
+        job = _queue(task, name, setup=True)
     else:
-        _create(task, name, spec, idle_minutes, down, err, provider or Local())
-    job = _queue(task, name, setup=True)
+        provider = provider or Local()
+        steps = _steps(task, name, provider, setup=True)
+        _create(task, name, spec, idle_minutes, down, err, provider)
+        try:  # a failure after creation tears down what was created
+            job = _submit(task, name, steps, job_env, setup=True)
+            ensure_agent(name)
+        except BaseException:
+            _say(err, f"pool {name}: the job could not be queued: taking the new pool down again")
+            down_cluster(name, err=err, quiet=True)
+            raise
     return _after_submit(name, job, detach_run, out, err)
 
 
@@ -128,12 +142,22 @@ def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float 
 
 
 def _queue(task: Task, name: str, *, setup: bool) -> jobq.Job:
+    return _submit(task, name, _steps(task, name, _provider_of(name), setup=setup), (task.env(), task.secret_env()),
+                   setup=setup)
+
+
+def _steps(task: Task, name: str, provider: Provider, *, setup: bool) -> TaskSteps:
+    """The job's steps, packed here (a workdir too large or a mount that does not exist raises)."""
+    return task_steps(task, provider, work_id=name, task_id=f"skyhive-{name}-{time.strftime('%Y-%m-%d-%H-%M-%S')}",
+                      setup=setup)
+
+
+def _submit(task: Task, name: str, steps: TaskSteps, env: tuple[dict[str, str], dict[str, str]], *,
+            setup: bool) -> jobq.Job:
     import pickle
 
-    steps = task_steps(task, _provider_of(name), work_id=name, task_id=f"skyhive-{name}-{time.strftime('%Y-%m-%d-%H-%M-%S')}",
-                       setup=setup)
     return jobq.submit(name, job_name=task.name or "task", steps=pickle.dumps(steps), with_setup=setup,
-                       env=task.env(), secrets=task.secret_env())
+                       env=env[0], secrets=env[1])
 
 
 def _after_submit(name: str, job: jobq.Job, detach_run: bool, out: TextIO, err: TextIO) -> int:
@@ -198,12 +222,37 @@ def follow_job(name: str, job_id: int, out: TextIO, *, follow: bool = True,
 # ---- down ------------------------------------------------------------------------------------------
 
 
-def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False) -> int:
+def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False, force: bool = False,
+                 accept_host_keys: Collection[str] = (), ask: Callable[[str], str] | None = None) -> int:
     """`skyhive down NAME`: stop the pool's agent, watchdog and workers (and everything their jobs
     started), record the pool stopped in its log, forget it. Returns how many processes were ended.
-    Raises `PoolNotFound` naming the pool when there is no such named pool."""
+    Raises `PoolNotFound` naming the pool when there is no such named pool.
+
+    An SSH pool whose host shows another key than the recorded one is refused (`SSHError`), unless
+    `force`: then each such host is named with both fingerprints (a warning, always) and cleaned up as
+    the user chooses by fingerprint — `accept_host_keys`, or `ask` (a terminal's prompt) — see
+    `clusters/hostkeys.py`."""
     err = err or sys.stderr
-    ended = stop_pool(name, why=f"skyhive down {name}")
+    try:
+        ended = stop_pool(name, why=f"skyhive down {name}")
+    except SSHError as exc:
+        rec = records.load(name)
+        if not rec.on_hosts:
+            raise
+        from ..clusters.hostkeys import changed_host_keys, decide
+
+        changed = changed_host_keys(rec)
+        if not changed:
+            raise
+        if not force:
+            raise SSHError(f"{exc}. " + "; ".join(c.describe() for c in changed) + f": if that is expected (the "
+                           f"host was reinstalled or replaced), `skyhive down --force {name}` lets you choose by "
+                           f"fingerprint", host=changed[0].host) from None
+        choice = decide(changed, accept=set(accept_host_keys), ask=ask, warn=lambda text: _say(err, text), pool=name)
+        forgotten = ", ".join(c.host for c in changed if c.node in choice.forget)
+        ended = stop_pool(name, why=f"skyhive down --force {name}" + (
+            f" after host-key changes; not stopped on {forgotten} (its machine is gone)" if forgotten else
+            " after host-key changes the user confirmed"), host_keys=choice.pin, skip=choice.forget)
     rec = records.load(name)
     if rec.instances:  # a cloud pool: its instances terminated (by id) before it is forgotten
         from ..clusters.cloud import terminate_instances

@@ -59,9 +59,14 @@ class LogTail:
         self.offset = 0
         self.bad_lines = 0
         self._partial = b""
+        self._line = 0  # the number of the last complete line read (1-based, blank ones counted)
 
     def lines(self) -> list[str]:
         """The complete lines added since the last call."""
+        return [line for _, line in self.numbered()]
+
+    def numbered(self) -> list[tuple[int, str]]:
+        """The complete lines added since the last call, each with its line number in the file."""
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(self.offset)
@@ -71,17 +76,25 @@ class LogTail:
         self.offset += len(data)
         data = self._partial + data
         *complete, self._partial = data.split(b"\n")
-        return [line.decode("utf-8", errors="replace") for line in complete if line.strip()]
+        first, self._line = self._line + 1, self._line + len(complete)
+        return [(first + i, line.decode("utf-8", errors="replace")) for i, line in enumerate(complete) if line.strip()]
 
     def events(self) -> list[Event]:
-        """The events added since the last call; undecodable lines are counted in `bad_lines`."""
+        """The events added since the last call. A line that is no event (garbage, or valid JSON that
+        is no event object: `null`, `[]`, `3`) is skipped with a warning naming the file and the line,
+        and counted in `bad_lines`: one bad line must not keep any command from the rest."""
         out = []
-        for line in self.lines():
+        for number, line in self.numbered():
             try:
                 out.append(from_json(line))
-            except (ValueError, TypeError):
-                self.bad_lines += 1
+            except (ValueError, TypeError) as exc:
+                self.skipped(number, exc)
         return out
+
+    def skipped(self, number: int, exc: BaseException) -> None:
+        """Count line `number` as bad and warn, naming the file and the line."""
+        self.bad_lines += 1
+        log.warning("%s:%d: skipped, not a skyhive event (%s)", self.path, number, exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,13 +105,15 @@ class PoolEntry:
     path: Path
     state: PoolState
     started: PoolStarted | None
-    client: str  # "alive", "gone", "remote" (started on another host: cannot tell), "" once stopped
+    client: str  # "alive", "gone", "remote" (started on another host: cannot tell), "" once stopped or leaking
     bad_lines: int = 0
 
     @property
     def status(self) -> str:
         if self.state.status == "stopped":
             return "stopped"
+        if self.state.status == "leaking":  # closed, but the provider did not confirm everything gone
+            return "leaking"
         if self.started is None:
             return "empty"
         if self.state.status == "detached":  # a named pool between clients (`skyhive status`)
@@ -180,7 +195,7 @@ def _is_live(pid: int, *, not_after: float) -> bool:
 
 
 def _client(state: PoolState, started: PoolStarted | None) -> str:
-    if state.status == "stopped" or started is None:
+    if state.status in ("stopped", "leaking") or started is None:  # its client is done with it
         return ""
     return client_of(started)
 
@@ -267,7 +282,8 @@ def down(pool: PoolEntry, *, force: bool = False, why: str = "", leftovers: bool
 
     Raises `PoolInUse` if its client still runs (unless `force`), `ProvisionError` if its provider
     cannot be rebuilt or fails to destroy its nodes (the log is then left as it was; with `force` the
-    pool is recorded stopped anyway and the report's `warning` says what may be left). With
+    pool is recorded stopped anyway and the report's `warning` says what may be left — except a
+    `leaking` pool, which stays so until its provider confirms). With
     `leftovers=False` the caller ends the pool's processes itself (a named pool: its name is not
     unique on this machine, so processes are not looked up by it).
     """
@@ -289,7 +305,7 @@ def down(pool: PoolEntry, *, force: bool = False, why: str = "", leftovers: bool
         try:
             destroyed = _destroy(pool)
         except ProvisionError as exc:
-            if not force:
+            if not force or pool.state.status == "leaking":  # a known leak is never recorded done unconfirmed
                 raise
             destroyed, warning = 0, f"{exc} (its nodes may still run)"
         killed = 0

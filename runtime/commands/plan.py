@@ -11,7 +11,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ...errors import TaskFileError
 from ...providers.base import Provider
+from ...providers.limits import check_node_count
 from .resources import node_requirements, pin_machine, provider_for
 from .taskfile import Task
 
@@ -39,6 +41,10 @@ def plan_launch(task: Task) -> LaunchPlan:
     """The plan for `task`: raises `TaskFileError` for resources its provider cannot honour and
     `ProvisionError` when no machine satisfies them — before anything is created."""
     provider = provider_for(task)
+    try:  # an impossible size is refused before a machine is looked for, let alone made
+        check_node_count(provider, task.num_nodes, f"{task.line_of('num_nodes')}: num_nodes")
+    except ValueError as exc:
+        raise TaskFileError(str(exc)) from None
     pinned, plan = pin_machine(task, provider)
     if pinned is not task:
         provider = provider_for(pinned)

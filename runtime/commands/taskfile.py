@@ -22,7 +22,6 @@ import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -31,6 +30,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ...errors import TaskFileError
 from ...providers.base import ProvisionError
 from ...providers.registry import canonical
+from .taskfile_guard import BoundedLoader, read_task_text
 from .values import ENV_NAME as _ENV_NAME
 from .values import parse_accelerators, parse_amount, parse_env_overrides
 
@@ -204,10 +204,7 @@ class Task:
 
 def load(path: str | os.PathLike[str], *, cwd: str | None = None) -> Task:
     """Read and check a task file; relative `workdir`s resolve against `cwd` (as SkyPilot does)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TaskFileError(f"cannot read task file {os.fspath(path)}: {exc.strerror or exc}") from None
+    text = read_task_text(path)  # a small UTF-8 text file, or TaskFileError naming what it is
     return loads(text, source=os.fspath(path), cwd=cwd)
 
 
@@ -221,7 +218,7 @@ class _Parser:
         self.cwd = cwd
         self.warnings: list[tuple[int, str]] = []
         self.lines: dict[str, int] = {}
-        self.loader = yaml.SafeLoader(text)
+        self.loader = BoundedLoader(text)  # SafeLoader, nesting bounded (taskfile_guard.py)
 
     def error(self, node: Node | None, path: str, problem: str) -> TaskFileError:
         where = f"{self.source}:{node.start_mark.line + 1}" if node is not None else self.source
@@ -245,7 +242,13 @@ class _Parser:
                 raise TaskFileError(f"{self.source}: not valid YAML: {exc}") from None
             if root is None:
                 raise TaskFileError(f"{self.source}: the task file is empty (it needs at least `run`)")
-            return self._task(root)
+            try:
+                return self._task(root)
+            except yaml.MarkedYAMLError as exc:  # a value the safe loader refuses to build (a python tag)
+                mark = exc.problem_mark or exc.context_mark
+                where = f"{self.source}:{mark.line + 1}:{mark.column + 1}" if mark else self.source
+                raise TaskFileError(f"{where}: {' '.join(str(exc.problem or exc.context).split())} (task files "
+                                    f"hold plain values)") from None
         finally:
             self.loader.dispose()
 

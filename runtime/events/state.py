@@ -60,7 +60,7 @@ class NodeRecord:
 class PoolState:
     pool_id: str = ""
     provider: str = ""
-    status: str = "new"  # new -> running -> stopped (a kept pool: running <-> detached)
+    status: str = "new"  # new -> running -> stopped or leaking (a kept pool: running <-> detached)
     started: float = 0.0
     stopped: float = 0.0
     error: str = ""
@@ -76,6 +76,8 @@ class PoolState:
     output_chunks: int = 0
     output_capped: bool = False  # the log's output reached log_output_limit (an OutputCapped event)
     last_seq: int = -1
+    #: what the provider did not confirm gone when the pool closed (status "leaking"); () once it did
+    leaked: tuple[str, ...] = ()
 
     @property
     def tasks_in_flight(self) -> int:
@@ -147,7 +149,8 @@ def apply(state: PoolState, ev: Event) -> PoolState:
             nodes=NodeTable(NodeRecord(node=i) for i in range(ev.nodes)),
         )
     if isinstance(ev, PoolStopped):
-        return replace(state, status="stopped", stopped=ev.ts, error=ev.error)
+        leaked = tuple(ev.leaked)
+        return replace(state, status="leaking" if leaked else "stopped", stopped=ev.ts, error=ev.error, leaked=leaked)
     if isinstance(ev, PoolDetached):  # a kept pool: running, without a client
         return replace(state, status="detached")
     raise TypeError(f"no reducer for event type {type(ev).__name__}")

@@ -61,10 +61,17 @@ class PoolStarted(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PoolStopped(Event):
-    """The pool finished tearing down; `error` is set when it closed because of one."""
+    """The pool finished tearing down; `error` is set when it closed because of one. `leaked` names
+    what the provider did not confirm gone (node provider ids; "shared resources" when its cleanup
+    failed): the pool is then `leaking` until `skyhive down` finishes it (a `PoolStopped` without)."""
 
     kind: ClassVar[str] = "pool_stopped"
     error: str = ""
+    leaked: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if type(self.leaked) is not tuple:  # a JSON list, read back from the log
+            object.__setattr__(self, "leaked", tuple(self.leaked))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -255,6 +262,20 @@ _FIELDS: dict[type[Event], frozenset[str]] = {cls: frozenset(f.name for f in fie
 
 _WRITE: dict[type[Event], Callable[[Event], str]] = {cls: w.write for cls, w in _WRITERS.items()}
 
+#: each event type's plain fields and the JSON types they must have (a line of the right shape with a
+#: field of another type — `"node": "x"` — would break the fold of every command that reads the log)
+_TYPES: dict[type[Event], tuple[tuple[str, tuple[type, ...]], ...]] = {
+    cls: tuple((f.name, {"int": (int,), "str": (str,), "float": (float, int)}[str(f.type)]) for f in fields(cls)
+               if str(f.type) in ("int", "str", "float"))
+    for cls in EVENT_TYPES.values()
+}
+#: A node index past this is no pool's (pools are bounded far below it: `providers/limits.py`); one
+#: such line would otherwise make the fold build that many node records.
+MAX_NODE_INDEX = 1 << 24
+_ABSENT = object()
+#: the events the fold files under their node's record (`state._apply_node`): their index is bounded
+_INDEXED = frozenset({NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced, NodeDropped})
+
 
 def to_json(event: Event) -> str:
     """One line of the JSONL log."""
@@ -265,8 +286,23 @@ def from_json(line: str) -> Event:
     """Parse a log line; raises `ValueError` naming the problem."""
     try:
         data: dict[str, Any] = json.loads(line)
-        cls = EVENT_TYPES[data.pop("type")]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+    except json.JSONDecodeError as exc:
         raise ValueError(f"not a skyhive event: {exc}: {line[:120]!r}") from None
+    if type(data) is not dict:  # valid JSON, but `null`, `[]`, `3`, a string: no event object
+        raise ValueError(f"not a skyhive event: a JSON {type(data).__name__}, not an object: {line[:120]!r}")
+    try:
+        cls = EVENT_TYPES[data.pop("type")]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a skyhive event: unknown type {exc}: {line[:120]!r}") from None
     known = _FIELDS[cls]
-    return cls(**{k: v for k, v in data.items() if k in known})
+    for name, types in _TYPES[cls]:
+        value = data.get(name, _ABSENT)
+        if value is not _ABSENT and type(value) not in types:
+            raise ValueError(f"not a skyhive event: {cls.kind}.{name} is a JSON {type(value).__name__}: {line[:120]!r}")
+    node = data.get("node") if cls in _INDEXED else None
+    if node is not None and not 0 <= node <= MAX_NODE_INDEX:
+        raise ValueError(f"not a skyhive event: {cls.kind}.node {node} is out of range: {line[:120]!r}")
+    try:
+        return cls(**{k: v for k, v in data.items() if k in known})
+    except TypeError as exc:  # a field missing
+        raise ValueError(f"not a skyhive event: {exc}: {line[:120]!r}") from None
