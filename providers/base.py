@@ -192,6 +192,11 @@ class Provider(abc.ABC):
     #: provider of `fixed_machines`, checks it on each node before setup (the machine is what it is).
     chooses: ClassVar[frozenset[str]] = frozenset()
 
+    #: The `ClusterSpec` requirements this provider takes as advice: a machine without them warns, the
+    #: request is recorded (the pool's `plan`, in its log) and the work runs — the same for
+    #: `Pool(accelerator=...)` and a task file's `resources.accelerators` (Local: this machine is what it is).
+    advisory: ClassVar[frozenset[str]] = frozenset()
+
     #: True for providers that run on machines that exist already (this machine, your hosts, a Slurm
     #: cluster); False for those that create machines to order (clouds).
     fixed_machines: ClassVar[bool] = True

@@ -61,6 +61,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if args.cluster:  # a named pool (docs/clusters.md)
         from skyhive.runtime.commands.clusters import launch_cluster
 
+        if plan.plan.get("warning"):  # asked of a machine that lacks it (Local's GPUs): it runs without
+            _err(f"warning: {plan.plan['warning']}")
+
         return launch_cluster(plan.task, args.cluster, detach_run=args.detach_run, idle_minutes=args.idle_minutes,
                               down=args.down, provider=plan.provider)
     return run_launch(plan.task, provider=plan.provider)
