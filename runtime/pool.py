@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -117,7 +118,10 @@ class Pool(PoolCalls):
         self.min_nodes = min_nodes
         unknown = set(settings) - Settings.names()
         if unknown:
-            raise TypeError(f"Pool() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+            from .suggest import unexpected_keywords
+
+            own = set(inspect.signature(Pool.__init__).parameters) - {"self", "settings"}
+            raise TypeError(unexpected_keywords("Pool()", unknown, own | Settings.names()))
         selector(output, where="Pool(output)")
         if isinstance(provider, (list, tuple)):  # tried in order: capacity and quota move on to the next
             from ..providers.fallback import Fallback

@@ -24,3 +24,35 @@ def test_an_unknown_top_level_key_is_an_error_with_a_suggestion(tmp_path, capsys
     task = loads("run: echo\nservice: {}\nresources:\n  disk: 3\n", source="t.yaml", cwd=str(tmp_path))
     assert task.warnings == ("t.yaml:2: service is not supported by skyhive yet; ignored",
                              "t.yaml:4: unknown key resources.disk (did you mean resources.disk_size?); ignored")
+
+
+def test_a_misspelt_pool_keyword_gets_the_nearest_name():
+    import skyhive as sky
+
+    with pytest.raises(TypeError, match=r"Pool\(\) got unexpected keyword arguments: node \(did you mean nodes\?\)"):
+        sky.Pool(node=2)
+    with pytest.raises(TypeError, match=r"start_timout \(did you mean start_timeout\?\)"):  # a Settings field
+        sky.Pool(start_timout=3)
+
+
+def test_a_closure_over_a_lock_names_the_variable_and_an_unpicklable_result_names_the_function():
+    import threading
+
+    import skyhive as sky
+
+    guard = threading.Lock()
+
+    def uses_guard(x):
+        with guard:
+            return x
+
+    def gives_lock():
+        return threading.Lock()
+
+    with sky.Pool(provider=sky.Local(), nodes=1) as pool:
+        with pytest.raises(sky.SerializationError, match=r"function .*uses_guard\(\) cannot be pickled: its captured "
+                                                         r"variable 'guard' \(_thread.lock\) cannot be pickled"):
+            pool.run(uses_guard, 1)
+        with pytest.raises(sky.SerializationError, match=r"the result of .*gives_lock\(\) of type lock cannot be pickled"):
+            pool.run(gives_lock)
+        assert pool.run(abs, -3) == 3  # the pool is fine after both
