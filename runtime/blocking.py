@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from .remote_errors import full_tracebacks
+
 if TYPE_CHECKING:
     from .compute import PendingCall
     from .output.router import OutputRecord
@@ -88,7 +90,14 @@ class BlockingPool:
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._portal is None:
             raise RuntimeError("the pool is not open: use `with sky.Pool(...) as pool:`")
-        return self._portal.call(functools.partial(fn, *args, **kwargs))
+        try:
+            return self._portal.call(functools.partial(fn, *args, **kwargs))
+        except Exception as exc:
+            if getattr(exc, "remote_traceback", None) is None or full_tracebacks():
+                raise
+            # a task's own error: the frames that carried it here (the event loop thread, the pool's
+            # dispatch) say nothing; the remote traceback in its notes says where it happened
+            raise exc.with_traceback(None) from exc.__cause__
 
     def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """See `Pool.run`."""

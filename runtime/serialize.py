@@ -205,7 +205,20 @@ class _Pickler(cloudpickle.Pickler):
             _register_module_name(obj.__name__)
         elif type(obj) is memoryview:
             return _reduce_memoryview(obj)
+        elif type(obj) is types.CodeType:
+            return _reduce_code(obj)
         return super().reducer_override(obj)
+
+
+def _reduce_code(code: types.CodeType) -> Any:
+    """cloudpickle's reduction of a code object, keeping its file name (cloudpickle writes
+    "<dynamic-code>"), so that a remote traceback names the user's file beside the line numbers it
+    already keeps."""
+    reduce = getattr(cloudpickle.cloudpickle, "_code_reduce", None)
+    if reduce is None:  # another cloudpickle: its own reduction, without the file name
+        return NotImplemented
+    cls, args = reduce(code)
+    return cls, tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
 
 
 def cloud_dumps(obj: Any, buffer_callback: Callable[[Any], None] | None = None) -> bytes:
