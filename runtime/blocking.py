@@ -90,8 +90,12 @@ class BlockingPool:
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._portal is None:
             raise RuntimeError("the pool is not open: use `with sky.Pool(...) as pool:`")
+        future = self._portal.start_task_soon(functools.partial(fn, *args, **kwargs))
         try:
-            return self._portal.call(functools.partial(fn, *args, **kwargs))
+            return future.result()
+        except KeyboardInterrupt:  # Ctrl-C: the call is cancelled, on the node too, before the pool closes
+            future.cancel()
+            raise
         except Exception as exc:
             if getattr(exc, "remote_traceback", None) is None or full_tracebacks():
                 raise

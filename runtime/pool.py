@@ -28,6 +28,7 @@ from .calls import PoolCalls
 from .concurrency import Worker, check_plugins
 from .events.state import PoolState
 from .events.stream import EventStream
+from .interrupt import closed_by_interrupt, install_hook
 from .output.progress import wants_display
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
@@ -212,6 +213,7 @@ class Pool(PoolCalls):
             progress=wants_display(self.progress), min_nodes=self.min_nodes,
         )
         self._rt.detach_on_failure = self._named is not None and self._named.attach
+        install_hook()
         await self._rt.start()
         try:
             for plugin in spec_plugins:  # client-side hooks, for the pool's lifetime
@@ -231,7 +233,10 @@ class Pool(PoolCalls):
             error = ""
         elif isinstance(exc, anyio.get_cancelled_exc_class()):
             error = "cancelled"
+            closed_by_interrupt(rt.pool_id)  # Ctrl-C under anyio.run: one line, not tracebacks (interrupt.py)
         else:
+            if isinstance(exc, KeyboardInterrupt):
+                closed_by_interrupt(rt.pool_id)
             error = f"{type(exc).__name__}: {exc}"
         try:
             self._client_hooks.close()
