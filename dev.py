@@ -21,7 +21,15 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PY = VENV / "bin" / "python"
 # What each command installs. torch is pinned: this exact CPU build is what the tests are run against.
-EXTRAS = {"demo": "", "test": "[dev,torch,jax,keras,huggingface]"}
+# The demo's set-up also makes `skyhive timeline POOL -o pool.png` work (Pillow, small); the examples
+# that need a framework say the one command that installs it (their first lines).
+EXTRAS = {"demo": "[timeline]", "test": "[dev,torch,jax,keras,huggingface]"}
+
+#: Printed after the demo: how to reach the CLI and the examples' extras.
+NEXT = f"""
+The skyhive command is {VENV / "bin" / "skyhive"}: `source .venv/bin/activate` puts `skyhive` on PATH
+(or run `.venv/bin/skyhive --help`). Examples that need a framework say the one command that adds it,
+e.g. `.venv/bin/python -m pip install -e '.[torch]'` for examples/torch_ddp.py and examples/tasks/."""
 
 
 def run(*cmd: str | os.PathLike[str], **kw) -> None:
@@ -58,7 +66,9 @@ def main(argv: list[str]) -> int:
     kind, rest = argv[0], argv[1:]
     setup(kind)
     if kind == "demo":
-        return subprocess.run([str(PY), "examples/demo.py", *rest], cwd=ROOT).returncode
+        code = subprocess.run([str(PY), "examples/demo.py", *rest], cwd=ROOT).returncode
+        print(NEXT, flush=True)
+        return code
     system_deps()
     return subprocess.run([str(PY), "-m", "pytest", "-p", "no:cacheprovider", *rest], cwd=ROOT).returncode
 
