@@ -45,11 +45,30 @@ def setup(kind: str) -> None:
     extras = EXTRAS[kind]
     stamp = VENV / f".skyhive-{kind}.stamp"
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
-    if stamp.exists() and stamp.read_text() == digest:
-        return
-    run(PY, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
-    run(PY, "-m", "pip", "install", "--quiet", "-e", f".{extras}")
-    stamp.write_text(digest)
+    if not (stamp.exists() and stamp.read_text() == digest):
+        run(PY, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+        run(PY, "-m", "pip", "install", "--quiet", "-e", f".{extras}")
+        stamp.write_text(digest)
+    type_checker_view()
+
+
+def type_checker_view() -> None:
+    """The editable install maps `skyhive.runtime` to `runtime/` (and so on) through an import hook that
+    mypy and pyright do not run, so they would not find `skyhive` at all. They do read a PEP 561 stub
+    package: `skyhive-stubs/` in the venv's site-packages, made of links to the source (a name with a
+    '-' is never imported at run time). Made again on every run: cheap, and new files are seen."""
+    for site in (VENV / "lib").glob("python3*/site-packages"):
+        view = site / "skyhive-stubs"
+        if view.is_symlink() or view.is_file():
+            view.unlink()
+        elif view.exists():
+            shutil.rmtree(view)
+        view.mkdir()
+        for path in sorted((ROOT / "skyhive").glob("*.py")):
+            (view / path.name).symlink_to(path)
+        (view / "__init__.pyi").symlink_to(ROOT / "skyhive" / "__init__.py")  # a stub package's top must be .pyi
+        for folder in ("runtime", "protocol", "providers", "plugins"):  # pyproject's package-dir
+            (view / folder).symlink_to(ROOT / folder, target_is_directory=True)
 
 
 def system_deps() -> None:
