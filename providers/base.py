@@ -119,6 +119,7 @@ class SSHReach(Reach):
     port: int = 22
     user: str | None = None
     key: str | None = None
+    proxy_jump: str | None = None  # "user@host:port" of a jump host (ssh_config's ProxyJump), else direct
     known_hosts: str | None = None
     host_key: str | None = None  # a pinned public key, when the provider knows it
     python: str | None = None

@@ -31,6 +31,7 @@ from typing import Any
 import anyio
 
 from ..errors import AuthenticationFailed, HostKeyChanged, HostUnreachable, SSHError
+from .ssh_config import DEFAULT_CONFIG, lookup
 from .base import (
     SSH_CONNECT_TIMEOUT,
     SSH_IDLE_TIMEOUT,
@@ -49,6 +50,7 @@ __all__ = [
     "HostKeyChanged",
     "AuthenticationFailed",
     "parse_host",
+    "resolve_host",
     "connect_ssh",
 ]
 
@@ -113,6 +115,30 @@ def parse_host(spec: str, *, user: str | None = None, port: int = 22) -> tuple[s
     if not 0 < p < 65536:
         raise ValueError(f"SSH host {spec!r}: port {p} is out of range")
     return m["user"] or user, host, p
+
+
+def resolve_host(spec: str, *, user: str | None = None, port: int = 22, ssh_config: str | None = DEFAULT_CONFIG,
+                 ) -> tuple[tuple[str | None, str, int], tuple[str | None, str | None]]:
+    """A host entry (`alias`, `user@host:port`) with what `ssh_config` says of its name: ((user, address,
+    port), (its IdentityFile or None, its ProxyJump as `user@address:port` or None)). The entry's own
+    user and port win, then `user=` and a `port=` other than 22, then the file. Raises `ValueError`
+    naming the entry (a malformed one, or more than one jump host)."""
+    given_user, name, given_port = parse_host(spec)
+    m = _HOST.match(spec.strip())
+    explicit_port = m is not None and m["port"] is not None
+    cfg = lookup(name, ssh_config)
+    host_user = given_user or user or cfg.user
+    host_port = given_port if explicit_port else (port if port != 22 else (cfg.port or 22))
+    jump = None
+    if cfg.proxy_jump:
+        hops = [h.strip() for h in cfg.proxy_jump.split(",") if h.strip()]
+        if len(hops) != 1:
+            raise ValueError(f"SSH host {spec!r}: ProxyJump {cfg.proxy_jump!r} in {ssh_config}: one jump host is "
+                             "supported")
+        (j_user, j_addr, j_port), _ = resolve_host(hops[0].removeprefix("ssh://"), ssh_config=ssh_config)
+        jump = f"{j_user + '@' if j_user else ''}[{j_addr}]:{j_port}" if ":" in j_addr else \
+            f"{j_user + '@' if j_user else ''}{j_addr}:{j_port}"
+    return (host_user, cfg.hostname or name, host_port), (cfg.identity_file, jump)
 
 
 # The sweep run on each host by `list_owned` (MODE=list) and `destroy` (MODE=kill), with `sh -s`: the
@@ -217,8 +243,13 @@ class SSH(Provider):
     """Your own hosts over SSH: `sky.SSH(hosts=["10.0.0.2", "me@10.0.0.3:2222"], key="~/.ssh/id_ed25519")`.
 
     - `user`: login user for hosts that do not name one (default: your local user name).
-    - `key`: private key file; without it, the default identity files (`~/.ssh/id_*`). The SSH agent
-      and `~/.ssh/config` are used only with `use_agent=True` (no config, ever).
+    - `key`: private key file; without it, the host's `IdentityFile` in `ssh_config`, else the default
+      identity files (`~/.ssh/id_*`). The SSH agent is used only with `use_agent=True`.
+    - `ssh_config`: the OpenSSH client configuration read for each host name, as every SSH tool does
+      (default `~/.ssh/config`; None: not read): its `HostName`, `User`, `Port`, `IdentityFile` and
+      `ProxyJump` (one jump host, itself looked up there; reached with the same key and host-key
+      checks). What the host entry itself says (`user@host:port`), then `user=`/`port=`/`key=`, win over
+      the file. Nothing else of the file is used (`providers/ssh_config.py`).
     - `known_hosts`: a known_hosts file to check host keys against; without it, each host's key is
       pinned on first contact for the pool's lifetime (a different key on reconnect is refused).
     - `python`: the interpreter on the hosts (must match this Python's major.minor); default: found
@@ -238,10 +269,19 @@ class SSH(Provider):
                  known_hosts: str | None = None, python: str | None = None, port: int = 22,
                  connect_timeout: float = SSH_CONNECT_TIMEOUT, reconnect_timeout: float = SSH_RECONNECT_TIMEOUT,
                  idle_timeout: float = SSH_IDLE_TIMEOUT,
-                 use_agent: bool = False, keep_env: bool = True) -> None:
+                 use_agent: bool = False, keep_env: bool = True, ssh_config: str | None = DEFAULT_CONFIG) -> None:
         if isinstance(hosts, str) or not hosts:
             raise ValueError("SSH(hosts=[...]) needs a non-empty list of hosts")
-        self.hosts = tuple(parse_host(h, user=user, port=port) for h in hosts)
+        self.ssh_config = ssh_config
+        self._specs = tuple(hosts)
+        # per resolved host: its own key (IdentityFile) and jump host (ProxyJump), from ssh_config
+        self._via: dict[tuple[str | None, str, int], tuple[str | None, str | None]] = {}
+        resolved = []
+        for h in hosts:
+            host, via = resolve_host(h, user=user, port=port, ssh_config=ssh_config)
+            resolved.append(host)
+            self._via[host] = via
+        self.hosts = tuple(resolved)
         self.user = user
         self.key = key
         self.known_hosts = known_hosts
@@ -299,6 +339,7 @@ class SSH(Provider):
             return self
         other = copy.copy(self)
         other.hosts = self.hosts[:nodes]
+        other._specs = self._specs[:nodes]
         return other
 
     async def list_owned(self, pool_id: str) -> list[NodeHandle]:
@@ -386,10 +427,16 @@ class SSH(Provider):
                 out.append((index, (user, host, port)))
         return out
 
+    def _key_and_jump(self, host: tuple[str | None, str, int]) -> tuple[str | None, str | None]:
+        """The key to log in to `host` with (`key=`, else its IdentityFile) and its jump host, if any."""
+        own_key, jump = self._via.get(host, (None, None))
+        return self.key or own_key, jump
+
     def _handle(self, index: int, host: tuple[str | None, str, int]) -> NodeHandle:
         user, addr, port = host
+        key, jump = self._key_and_jump(host)
         reach = SSHReach(
-            host=addr, port=port, user=user, key=self.key, known_hosts=self.known_hosts, python=self.python,
+            host=addr, port=port, user=user, key=key, proxy_jump=jump, known_hosts=self.known_hosts, python=self.python,
             connect_timeout=self.connect_timeout, idle_timeout=self.idle_timeout,
             reconnect_timeout=self.reconnect_timeout, use_agent=self.use_agent, keep_env=self.keep_env,
         )
@@ -414,10 +461,23 @@ class SSH(Provider):
         where = self._show((user, addr, port))
         # the pool's own check: its known_hosts file; without one the pool pinned each host's key on
         # first contact and that key is not kept, so this login takes the key the host shows
-        conn = await connect_ssh(
-            host=addr, port=port, user=user, key=self.key, use_agent=self.use_agent,
-            known_hosts=self._sweep_known_hosts(host),
-            connect_timeout=self.connect_timeout, key_source=f"known_hosts {self.known_hosts}")
+        key, jump = self._key_and_jump(host)
+        tunnel = None
+        if jump is not None:  # the jump host is checked as the host is: the pool's known_hosts, else first contact
+            j_user, j_addr, j_port = parse_host(jump)
+            tunnel = await connect_ssh(
+                host=j_addr, port=j_port, user=j_user or getpass.getuser(), key=key, use_agent=self.use_agent,
+                known_hosts=self._sweep_known_hosts(host), connect_timeout=self.connect_timeout,
+                key_source=f"known_hosts {self.known_hosts}")
+        try:
+            conn = await connect_ssh(
+                host=addr, port=port, user=user, key=key, use_agent=self.use_agent,
+                known_hosts=self._sweep_known_hosts(host), connect_timeout=self.connect_timeout,
+                key_source=f"known_hosts {self.known_hosts}", **({"tunnel": tunnel} if tunnel is not None else {}))
+        except BaseException:
+            if tunnel is not None:
+                tunnel.close()
+            raise
         try:
             async with conn:
                 with anyio.fail_after(60):
@@ -426,6 +486,9 @@ class SSH(Provider):
             raise SSHError(f"host {where}: the cleanup did not finish within 60 s", host=addr) from None
         except (OSError, asyncssh.Error) as exc:
             raise SSHError(f"host {where}: the cleanup failed: {exc}", host=addr) from None
+        finally:
+            if tunnel is not None:
+                tunnel.close()
         stdout = str(result.stdout or "")
         if result.exit_status not in (0, 1) or (result.exit_status == 1 and "\nL " not in "\n" + stdout):
             raise SSHError(f"host {where}: the cleanup script failed (exit {result.exit_status}): "
@@ -433,6 +496,8 @@ class SSH(Provider):
         return stdout
 
     def describe(self) -> dict[str, Any]:
-        return {"provider": self.name, "hosts": [self._show(h) for h in self.hosts], "key": self.key,
+        # the hosts as given (an ssh_config alias is looked up again when `skyhive down` rebuilds this)
+        return {"provider": self.name, "hosts": [str(h) for h in self._specs], "key": self.key,
                 "known_hosts": self.known_hosts, "python": self.python, "use_agent": self.use_agent,
-                "connect_timeout": self.connect_timeout, "idle_timeout": self.idle_timeout}
+                "connect_timeout": self.connect_timeout, "idle_timeout": self.idle_timeout,
+                "ssh_config": self.ssh_config}
