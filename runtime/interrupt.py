@@ -18,7 +18,7 @@ from typing import Any
 
 from .remote_errors import full_tracebacks
 
-__all__ = ["install_hook", "closed_by_interrupt"]
+__all__ = ["install_hook", "closed_by_interrupt", "cancel_in_flight"]
 
 _lock = threading.Lock()
 _closed: list[str] = []  # pools closed by Ctrl-C or cancellation, in order
@@ -30,6 +30,21 @@ def closed_by_interrupt(pool_id: str) -> None:
     with _lock:
         if pool_id not in _closed:
             _closed.append(pool_id)
+
+
+def cancel_in_flight(runtime: Any) -> int:
+    """Cancel every task still running on the pool's workers (a pool left by Ctrl-C: `pool.submit`
+    futures and calls of other threads included), each `Cancel` enforced after `cancel_grace`; how many.
+    The pool's teardown then finds its workers idle instead of waiting for them to finish."""
+    count = 0
+    for node in runtime.nodes:
+        for channel in node.channels:
+            if channel is None:
+                continue
+            for task_id in list(channel.calls):
+                channel.cancel(task_id, grace=runtime.settings.cancel_grace)
+                count += 1
+    return count
 
 
 def install_hook() -> None:

@@ -28,7 +28,7 @@ from .calls import PoolCalls
 from .concurrency import Worker, check_plugins
 from .events.state import PoolState
 from .events.stream import EventStream
-from .interrupt import closed_by_interrupt, install_hook
+from .interrupt import cancel_in_flight, closed_by_interrupt, install_hook
 from .output.progress import wants_display
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
@@ -234,9 +234,11 @@ class Pool(PoolCalls):
         elif isinstance(exc, anyio.get_cancelled_exc_class()):
             error = "cancelled"
             closed_by_interrupt(rt.pool_id)  # Ctrl-C under anyio.run: one line, not tracebacks (interrupt.py)
+            cancel_in_flight(rt)
         else:
             if isinstance(exc, KeyboardInterrupt):
                 closed_by_interrupt(rt.pool_id)
+                cancel_in_flight(rt)  # what runs on the nodes stops now, not when it is done
             error = f"{type(exc).__name__}: {exc}"
         try:
             self._client_hooks.close()

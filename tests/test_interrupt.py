@@ -31,6 +31,10 @@ PLAIN = WORK + textwrap.dedent("""\
     with sky.Pool(provider=sky.Local(), nodes=1) as pool:
         pool.run(work)
     """)
+SUBMITTED = WORK + textwrap.dedent("""\
+    with sky.Pool(provider=sky.Local(), nodes=1) as pool:
+        pool.submit(work).result()  # Ctrl-C lands in concurrent.futures, not in skyhive
+    """)
 ASYNC = WORK + textwrap.dedent("""\
     async def main():
         async with sky.Pool(provider=sky.Local(), nodes=1) as pool:
@@ -57,7 +61,7 @@ def interrupt(tmp_path, script: str, **env: str) -> tuple[subprocess.CompletedPr
     return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines) + out, err), worker
 
 
-@pytest.mark.parametrize("script", [PLAIN, ASYNC], ids=["with-pool", "anyio-run"])
+@pytest.mark.parametrize("script", [PLAIN, SUBMITTED, ASYNC], ids=["with-pool", "submitted", "anyio-run"])
 def test_ctrl_c_cancels_the_remote_call_and_says_one_line(tmp_path, script):
     done, worker = interrupt(tmp_path, script)
     assert wait_gone({worker}, timeout=30) == set()  # the node's worker process is gone, nothing left running
