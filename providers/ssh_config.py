@@ -1,4 +1,5 @@
-"""The user's OpenSSH client configuration (`~/.ssh/config`), for `sky.SSH(hosts=["myalias"])`: what every
+"""Host entries for `sky.SSH(hosts=[...])`: `user@host:port` parsed (`parse_host`), and looked up in the user's
+OpenSSH client configuration (`~/.ssh/config`: `lookup`, `resolve_host`) for `sky.SSH(hosts=["myalias"])`: what every
 SSH tool reads for a host name — `HostName`, `User`, `Port`, `IdentityFile`, `ProxyJump` — and nothing
 else of it (no `ProxyCommand`; `Match` blocks are skipped; no option that changes how host keys are checked).
 
@@ -13,10 +14,11 @@ from __future__ import annotations
 import fnmatch
 import glob
 import os
+import re
 import shlex
 from dataclasses import dataclass
 
-__all__ = ["HostConfig", "lookup", "DEFAULT_CONFIG"]
+__all__ = ["HostConfig", "lookup", "parse_host", "resolve_host", "DEFAULT_CONFIG"]
 
 DEFAULT_CONFIG = "~/.ssh/config"
 _KEYS = {"hostname": "hostname", "user": "user", "port": "port", "identityfile": "identity_file",
@@ -107,3 +109,45 @@ def lookup(name: str, path: str | None = DEFAULT_CONFIG) -> HostConfig:
         identity_file=os.path.expanduser(identity.replace("%h", name).replace("%%", "%")) if identity else None,
         proxy_jump=None if jump is None or jump.lower() == "none" else jump,
     )
+
+
+_HOST = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]]+\]|[^:@\s]+)(?::(?P<port>\d+))?$")
+
+
+def parse_host(spec: str, *, user: str | None = None, port: int = 22) -> tuple[str | None, str, int]:
+    """`host`, `user@host`, `user@host:port`, `[v6addr]:port` -> (user, host, port).
+
+    Raises `ValueError` naming the entry when it is not one of those forms.
+    """
+    m = _HOST.match(spec.strip()) if isinstance(spec, str) else None
+    if m is None:
+        raise ValueError(f"SSH host {spec!r} is not 'host', 'user@host' or 'user@host:port'")
+    host = m["host"].strip("[]")
+    p = int(m["port"]) if m["port"] else port
+    if not 0 < p < 65536:
+        raise ValueError(f"SSH host {spec!r}: port {p} is out of range")
+    return m["user"] or user, host, p
+
+
+def resolve_host(spec: str, *, user: str | None = None, port: int = 22, ssh_config: str | None = DEFAULT_CONFIG,
+                 ) -> tuple[tuple[str | None, str, int], tuple[str | None, str | None]]:
+    """A host entry (`alias`, `user@host:port`) with what `ssh_config` says of its name: ((user, address,
+    port), (its IdentityFile or None, its ProxyJump as `user@address:port` or None)). The entry's own
+    user and port win, then `user=` and a `port=` other than 22, then the file. Raises `ValueError`
+    naming the entry (a malformed one, or more than one jump host)."""
+    given_user, name, given_port = parse_host(spec)
+    m = _HOST.match(spec.strip())
+    explicit_port = m is not None and m["port"] is not None
+    cfg = lookup(name, ssh_config)
+    host_user = given_user or user or cfg.user
+    host_port = given_port if explicit_port else (port if port != 22 else (cfg.port or 22))
+    jump = None
+    if cfg.proxy_jump:
+        hops = [h.strip() for h in cfg.proxy_jump.split(",") if h.strip()]
+        if len(hops) != 1:
+            raise ValueError(f"SSH host {spec!r}: ProxyJump {cfg.proxy_jump!r} in {ssh_config}: one jump host is "
+                             "supported")
+        (j_user, j_addr, j_port), _ = resolve_host(hops[0].removeprefix("ssh://"), ssh_config=ssh_config)
+        jump = f"{j_user + '@' if j_user else ''}[{j_addr}]:{j_port}" if ":" in j_addr else \
+            f"{j_user + '@' if j_user else ''}{j_addr}:{j_port}"
+    return (host_user, cfg.hostname or name, host_port), (cfg.identity_file, jump)
