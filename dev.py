@@ -21,7 +21,15 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PY = VENV / "bin" / "python"
 # What each command installs. torch is pinned: this exact CPU build is what the tests are run against.
-EXTRAS = {"demo": "", "test": "[dev,torch,jax,keras,huggingface]"}
+# The demo's set-up also makes `skyhive timeline POOL -o pool.png` work (Pillow, small); the examples
+# that need a framework say the one command that installs it (their first lines).
+EXTRAS = {"demo": "[timeline]", "test": "[dev,torch,jax,keras,huggingface]"}
+
+#: Printed after the demo: how to reach the CLI and the examples' extras.
+NEXT = f"""
+The skyhive command is {VENV / "bin" / "skyhive"}: `source .venv/bin/activate` puts `skyhive` on PATH
+(or run `.venv/bin/skyhive --help`). Examples that need a framework say the one command that adds it,
+e.g. `.venv/bin/python -m pip install -e '.[torch]'` for examples/torch_ddp.py and examples/tasks/."""
 
 
 def run(*cmd: str | os.PathLike[str], **kw) -> None:
@@ -37,11 +45,30 @@ def setup(kind: str) -> None:
     extras = EXTRAS[kind]
     stamp = VENV / f".skyhive-{kind}.stamp"
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
-    if stamp.exists() and stamp.read_text() == digest:
-        return
-    run(PY, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
-    run(PY, "-m", "pip", "install", "--quiet", "-e", f".{extras}")
-    stamp.write_text(digest)
+    if not (stamp.exists() and stamp.read_text() == digest):
+        run(PY, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+        run(PY, "-m", "pip", "install", "--quiet", "-e", f".{extras}")
+        stamp.write_text(digest)
+    type_checker_view()
+
+
+def type_checker_view() -> None:
+    """The editable install maps `skyhive.runtime` to `runtime/` (and so on) through an import hook that
+    mypy and pyright do not run, so they would not find `skyhive` at all. They do read a PEP 561 stub
+    package: `skyhive-stubs/` in the venv's site-packages, made of links to the source (a name with a
+    '-' is never imported at run time). Made again on every run: cheap, and new files are seen."""
+    for site in (VENV / "lib").glob("python3*/site-packages"):
+        view = site / "skyhive-stubs"
+        if view.is_symlink() or view.is_file():
+            view.unlink()
+        elif view.exists():
+            shutil.rmtree(view)
+        view.mkdir()
+        for path in sorted((ROOT / "skyhive").glob("*.py")):
+            (view / path.name).symlink_to(path)
+        (view / "__init__.pyi").symlink_to(ROOT / "skyhive" / "__init__.py")  # a stub package's top must be .pyi
+        for folder in ("runtime", "protocol", "providers", "plugins"):  # pyproject's package-dir
+            (view / folder).symlink_to(ROOT / folder, target_is_directory=True)
 
 
 def system_deps() -> None:
@@ -58,7 +85,9 @@ def main(argv: list[str]) -> int:
     kind, rest = argv[0], argv[1:]
     setup(kind)
     if kind == "demo":
-        return subprocess.run([str(PY), "examples/demo.py", *rest], cwd=ROOT).returncode
+        code = subprocess.run([str(PY), "examples/demo.py", *rest], cwd=ROOT).returncode
+        print(NEXT, flush=True)
+        return code
     system_deps()
     return subprocess.run([str(PY), "-m", "pytest", "-p", "no:cacheprovider", *rest], cwd=ROOT).returncode
 

@@ -2,6 +2,9 @@
 
     HF_TOKEN=hf_... python examples/huggingface_login.py
 
+Needs the huggingface extra (not in the demo's set-up): `.venv/bin/python -m pip install -e '.[huggingface]'`
+(from the repository root; `python3 dev.py test` installs it too).
+
 The huggingface plugin exports the token as the secret `HF_TOKEN` of the pool's image: every
 HuggingFace library on the workers picks it up, and skyhive redacts it from output, events and logs.
 The function below even prints it: what reaches your terminal is `***`. (Without `HF_TOKEN` a

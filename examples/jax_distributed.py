@@ -2,6 +2,9 @@
 
     python examples/jax_distributed.py
 
+Needs the jax extra (not in the demo's set-up): `.venv/bin/python -m pip install -e '.[jax]'`
+(from the repository root; `python3 dev.py test` installs it too).
+
 The jax plugin calls `jax.distributed.initialize()` on every node before the function runs, so
 `jax.devices()` lists the devices of both processes and `process_allgather` collects a value from
 each. Here every process computes a partial sum of squares over its shard of the data, and the

@@ -3,6 +3,9 @@ and `GridSearchCV(n_jobs=-1)` run their batches on the nodes — the code inside
 plain joblib / scikit-learn.
 
     python examples/joblib_parallel.py
+
+Needs the sklearn extra (not in the demo's set-up): `.venv/bin/python -m pip install -e '.[sklearn]'`
+(from the repository root; `python3 dev.py test` installs it too).
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
     python examples/keras_training.py
 
+Needs the keras extra (not in the demo's set-up): `.venv/bin/python -m pip install -e '.[keras]'`
+(from the repository root; `python3 dev.py test` installs it too).
+
 The keras plugin sets `KERAS_BACKEND=jax` before Keras is imported on the workers; with the jax
 plugin it also installs Keras' `DataParallel` distribution across the processes. Each node feeds
 `fit()` its own shard of the data (`sky.shard`), the gradients are averaged across the nodes, and

@@ -2,6 +2,9 @@
 
     python examples/torch_ddp.py
 
+Needs the torch extra (not in the demo's set-up): `.venv/bin/python -m pip install -e '.[torch]'`
+(from the repository root; `python3 dev.py test` installs it too).
+
 The torch plugin sets the distributed environment and calls `init_process_group()` on every node
 before the function runs. The function is a standard DDP loop: a `DistributedSampler` gives each
 node its own part of the data, DDP averages the gradients, and `all_reduce` aggregates the metrics.

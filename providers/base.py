@@ -119,6 +119,7 @@ class SSHReach(Reach):
     port: int = 22
     user: str | None = None
     key: str | None = None
+    proxy_jump: str | None = None  # "user@host:port" of a jump host (ssh_config's ProxyJump), else direct
     known_hosts: str | None = None
     host_key: str | None = None  # a pinned public key, when the provider knows it
     python: str | None = None
@@ -191,6 +192,11 @@ class Provider(abc.ABC):
     #: "cpus", "memory_gb", "spot"}. `skyhive launch` refuses a requirement outside it — or, for a
     #: provider of `fixed_machines`, checks it on each node before setup (the machine is what it is).
     chooses: ClassVar[frozenset[str]] = frozenset()
+
+    #: The `ClusterSpec` requirements this provider takes as advice: a machine without them warns, the
+    #: request is recorded (the pool's `plan`, in its log) and the work runs — the same for
+    #: `Pool(accelerator=...)` and a task file's `resources.accelerators` (Local: this machine is what it is).
+    advisory: ClassVar[frozenset[str]] = frozenset()
 
     #: True for providers that run on machines that exist already (this machine, your hosts, a Slurm
     #: cluster); False for those that create machines to order (clouds).

@@ -6,7 +6,7 @@ import os
 import socket
 from collections.abc import Sequence
 
-from .accelerators import local_devices, warn_missing
+from .accelerators import local_devices, mismatch, parse, warn_missing
 from .base import ClusterSpec, DetachedLocalReach, LocalReach, NodeHandle, Provider
 
 __all__ = ["Local", "LocalCluster"]
@@ -34,8 +34,18 @@ class Local(Provider):
         self.build_env = bool(build_env)
         self._launched: dict[tuple[str, int], int] = {}  # (pool, node) -> launches (a replacement: > 1)
 
+    advisory = frozenset({"accelerator"})  # this machine is what it is: a missing GPU warns, the work runs
+
     def __repr__(self) -> str:
         return "Local()" if self.build_env else "Local(build_env=False)"
+
+    def plan(self, spec: ClusterSpec) -> dict[str, object]:
+        """What was asked of this machine that it lacks (recorded in the pool's log; declared in
+        `Provider.plan`): `{"accelerator": "L4:2", "warning": "..."}`, or nothing."""
+        if not spec.accelerator:
+            return {}
+        message = mismatch(parse(spec.accelerator), local_devices(), where="Local (this machine)")
+        return {"accelerator": str(spec.accelerator), "warning": message} if message else {}
 
     async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
         """Handles for these node indices, already running (declared in `Provider.launch`)."""

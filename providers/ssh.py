@@ -31,6 +31,7 @@ from typing import Any
 import anyio
 
 from ..errors import AuthenticationFailed, HostKeyChanged, HostUnreachable, SSHError
+from .ssh_config import DEFAULT_CONFIG, parse_host, resolve_host
 from .base import (
     SSH_CONNECT_TIMEOUT,
     SSH_IDLE_TIMEOUT,
@@ -49,6 +50,7 @@ __all__ = [
     "HostKeyChanged",
     "AuthenticationFailed",
     "parse_host",
+    "resolve_host",
     "connect_ssh",
 ]
 
@@ -95,24 +97,6 @@ async def connect_ssh(*, host: str, port: int, user: str, key: str | None, known
         ) from None
     except (OSError, asyncssh.Error) as exc:
         raise HostUnreachable(f"host {where}: cannot connect: {exc}", host=host) from None
-
-
-_HOST = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]]+\]|[^:@\s]+)(?::(?P<port>\d+))?$")
-
-
-def parse_host(spec: str, *, user: str | None = None, port: int = 22) -> tuple[str | None, str, int]:
-    """`host`, `user@host`, `user@host:port`, `[v6addr]:port` -> (user, host, port).
-
-    Raises `ValueError` naming the entry when it is not one of those forms.
-    """
-    m = _HOST.match(spec.strip()) if isinstance(spec, str) else None
-    if m is None:
-        raise ValueError(f"SSH host {spec!r} is not 'host', 'user@host' or 'user@host:port'")
-    host = m["host"].strip("[]")
-    p = int(m["port"]) if m["port"] else port
-    if not 0 < p < 65536:
-        raise ValueError(f"SSH host {spec!r}: port {p} is out of range")
-    return m["user"] or user, host, p
 
 
 # The sweep run on each host by `list_owned` (MODE=list) and `destroy` (MODE=kill), with `sh -s`: the
@@ -217,8 +201,13 @@ class SSH(Provider):
     """Your own hosts over SSH: `sky.SSH(hosts=["10.0.0.2", "me@10.0.0.3:2222"], key="~/.ssh/id_ed25519")`.
 
     - `user`: login user for hosts that do not name one (default: your local user name).
-    - `key`: private key file; without it, the default identity files (`~/.ssh/id_*`). The SSH agent
-      and `~/.ssh/config` are used only with `use_agent=True` (no config, ever).
+    - `key`: private key file; without it, the host's `IdentityFile` in `ssh_config`, else the default
+      identity files (`~/.ssh/id_*`). The SSH agent is used only with `use_agent=True`.
+    - `ssh_config`: the OpenSSH client configuration read for each host name, as every SSH tool does
+      (default `~/.ssh/config`; None: not read): its `HostName`, `User`, `Port`, `IdentityFile` and
+      `ProxyJump` (one jump host, itself looked up there; reached with the same key and host-key
+      checks). What the host entry itself says (`user@host:port`), then `user=`/`port=`/`key=`, win over
+      the file. Nothing else of the file is used (`providers/ssh_config.py`).
     - `known_hosts`: a known_hosts file to check host keys against; without it, each host's key is
       pinned on first contact for the pool's lifetime (a different key on reconnect is refused).
     - `python`: the interpreter on the hosts (must match this Python's major.minor); default: found
@@ -238,10 +227,19 @@ class SSH(Provider):
                  known_hosts: str | None = None, python: str | None = None, port: int = 22,
                  connect_timeout: float = SSH_CONNECT_TIMEOUT, reconnect_timeout: float = SSH_RECONNECT_TIMEOUT,
                  idle_timeout: float = SSH_IDLE_TIMEOUT,
-                 use_agent: bool = False, keep_env: bool = True) -> None:
+                 use_agent: bool = False, keep_env: bool = True, ssh_config: str | None = DEFAULT_CONFIG) -> None:
         if isinstance(hosts, str) or not hosts:
             raise ValueError("SSH(hosts=[...]) needs a non-empty list of hosts")
-        self.hosts = tuple(parse_host(h, user=user, port=port) for h in hosts)
+        self.ssh_config = ssh_config
+        self._specs = tuple(hosts)
+        # per resolved host: its own key (IdentityFile) and jump host (ProxyJump), from ssh_config
+        self._via: dict[tuple[str | None, str, int], tuple[str | None, str | None]] = {}
+        resolved = []
+        for h in hosts:
+            host, via = resolve_host(h, user=user, port=port, ssh_config=ssh_config)
+            resolved.append(host)
+            self._via[host] = via
+        self.hosts = tuple(resolved)
         self.user = user
         self.key = key
         self.known_hosts = known_hosts
@@ -299,6 +297,7 @@ class SSH(Provider):
             return self
         other = copy.copy(self)
         other.hosts = self.hosts[:nodes]
+        other._specs = self._specs[:nodes]
         return other
 
     async def list_owned(self, pool_id: str) -> list[NodeHandle]:
@@ -386,10 +385,16 @@ class SSH(Provider):
                 out.append((index, (user, host, port)))
         return out
 
+    def _key_and_jump(self, host: tuple[str | None, str, int]) -> tuple[str | None, str | None]:
+        """The key to log in to `host` with (`key=`, else its IdentityFile) and its jump host, if any."""
+        own_key, jump = self._via.get(host, (None, None))
+        return self.key or own_key, jump
+
     def _handle(self, index: int, host: tuple[str | None, str, int]) -> NodeHandle:
         user, addr, port = host
+        key, jump = self._key_and_jump(host)
         reach = SSHReach(
-            host=addr, port=port, user=user, key=self.key, known_hosts=self.known_hosts, python=self.python,
+            host=addr, port=port, user=user, key=key, proxy_jump=jump, known_hosts=self.known_hosts, python=self.python,
             connect_timeout=self.connect_timeout, idle_timeout=self.idle_timeout,
             reconnect_timeout=self.reconnect_timeout, use_agent=self.use_agent, keep_env=self.keep_env,
         )
@@ -418,10 +423,23 @@ class SSH(Provider):
         where = self._show((user, addr, port))
         # the pool's own check: its known_hosts file; without one the pool pinned each host's key on
         # first contact and that key is not kept, so this login takes the key the host shows
-        conn = await connect_ssh(
-            host=addr, port=port, user=user, key=self.key, use_agent=self.use_agent,
-            known_hosts=self._sweep_known_hosts(host),
-            connect_timeout=self.connect_timeout, key_source=self._sweep_key_source(host))
+        key, jump = self._key_and_jump(host)
+        tunnel = None
+        if jump is not None:  # the jump host is checked as the host is: the pool's known_hosts, else first contact
+            j_user, j_addr, j_port = parse_host(jump)
+            tunnel = await connect_ssh(
+                host=j_addr, port=j_port, user=j_user or getpass.getuser(), key=key, use_agent=self.use_agent,
+                known_hosts=self._sweep_known_hosts(host), connect_timeout=self.connect_timeout,
+                key_source=f"known_hosts {self.known_hosts}")
+        try:
+            conn = await connect_ssh(
+                host=addr, port=port, user=user, key=key, use_agent=self.use_agent,
+                known_hosts=self._sweep_known_hosts(host), connect_timeout=self.connect_timeout,
+                key_source=self._sweep_key_source(host), **({"tunnel": tunnel} if tunnel is not None else {}))
+        except BaseException:
+            if tunnel is not None:
+                tunnel.close()
+            raise
         try:
             async with conn:
                 with anyio.fail_after(60):
@@ -430,6 +448,9 @@ class SSH(Provider):
             raise SSHError(f"host {where}: the cleanup did not finish within 60 s", host=addr) from None
         except (OSError, asyncssh.Error) as exc:
             raise SSHError(f"host {where}: the cleanup failed: {exc}", host=addr) from None
+        finally:
+            if tunnel is not None:
+                tunnel.close()
         stdout = str(result.stdout or "")
         if result.exit_status not in (0, 1) or (result.exit_status == 1 and "\nL " not in "\n" + stdout):
             raise SSHError(f"host {where}: the cleanup script failed (exit {result.exit_status}): "
@@ -437,6 +458,8 @@ class SSH(Provider):
         return stdout
 
     def describe(self) -> dict[str, Any]:
-        return {"provider": self.name, "hosts": [self._show(h) for h in self.hosts], "key": self.key,
+        # the hosts as given (an ssh_config alias is looked up again when `skyhive down` rebuilds this)
+        return {"provider": self.name, "hosts": [str(h) for h in self._specs], "key": self.key,
                 "known_hosts": self.known_hosts, "python": self.python, "use_agent": self.use_agent,
-                "connect_timeout": self.connect_timeout, "idle_timeout": self.idle_timeout}
+                "connect_timeout": self.connect_timeout, "idle_timeout": self.idle_timeout,
+                "ssh_config": self.ssh_config}

@@ -27,6 +27,7 @@ from typing import Any
 
 from .base import SSHReach
 from .ssh import SSH, _SWEEP, _ere, sweep_report
+from .ssh_config import DEFAULT_CONFIG
 
 __all__ = ["SSHCluster", "KeptSSHReach", "cluster_key", "socket_path", "sweep_script", "ATTACH_LOCK", "hold_script",
            "autostop_guard"]
@@ -132,7 +133,7 @@ class SSHCluster(SSH):
 
     @classmethod
     def from_ssh(cls, ssh: SSH, *, pool: str, cluster: str) -> SSHCluster:
-        return cls([cls._show(h) for h in ssh.hosts], pool=pool, cluster=cluster, key=ssh.key,
+        return cls(list(ssh._specs), pool=pool, cluster=cluster, key=ssh.key, ssh_config=ssh.ssh_config,
                    known_hosts=ssh.known_hosts, python=ssh.python, connect_timeout=ssh.connect_timeout,
                    reconnect_timeout=ssh.reconnect_timeout, use_agent=ssh.use_agent)
 
@@ -146,14 +147,15 @@ class SSHCluster(SSH):
                    known_hosts=desc.get("known_hosts"), python=desc.get("python"),
                    connect_timeout=float(desc.get("connect_timeout", 10.0)),
                    reconnect_timeout=float(desc.get("reconnect_timeout", 60.0)),
-                   use_agent=bool(desc.get("use_agent", False)))
+                   use_agent=bool(desc.get("use_agent", False)), ssh_config=desc.get("ssh_config", DEFAULT_CONFIG))
 
     def recorded(self) -> dict[str, Any]:
         """What the pool's record keeps of this provider: where the hosts are and how to log in (the
         key's *path*, never its content)."""
-        return {"provider": "ssh", "hosts": [self._show(h) for h in self.hosts], "key": self.key,
+        return {"provider": "ssh", "hosts": [str(h) for h in self._specs], "key": self.key,
                 "known_hosts": self.known_hosts, "python": self.python, "use_agent": self.use_agent,
-                "connect_timeout": self.connect_timeout, "reconnect_timeout": self.reconnect_timeout}
+                "connect_timeout": self.connect_timeout, "reconnect_timeout": self.reconnect_timeout,
+                "ssh_config": self.ssh_config}
 
     def describe(self) -> dict[str, Any]:
         return super().describe()  # `skyhive down` of the pool's log rebuilds a plain SSH provider
@@ -164,7 +166,7 @@ class SSHCluster(SSH):
         assert isinstance(plain, SSHReach)
         key = self.host_keys.get(index)
         reach = KeptSSHReach(
-            host=plain.host, port=plain.port, user=plain.user, key=plain.key,
+            host=plain.host, port=plain.port, user=plain.user, key=plain.key, proxy_jump=plain.proxy_jump,
             known_hosts=None if key else plain.known_hosts, host_key=key or plain.host_key, python=plain.python,
             connect_timeout=plain.connect_timeout, idle_timeout=plain.idle_timeout,
             reconnect_timeout=plain.reconnect_timeout, use_agent=plain.use_agent, keep_env=True,

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from .remote_errors import full_tracebacks
+
 if TYPE_CHECKING:
+    from .calls import RetryOn
     from .compute import PendingCall
+    from .output.selection import OutputSpec
     from .output.router import OutputRecord
     from .events.state import PoolState
 
 __all__ = ["BlockingPool", "AsyncPool"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class AsyncPool(Protocol):
@@ -88,11 +94,49 @@ class BlockingPool:
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._portal is None:
             raise RuntimeError("the pool is not open: use `with sky.Pool(...) as pool:`")
-        return self._portal.call(functools.partial(fn, *args, **kwargs))
+        future = self._portal.start_task_soon(functools.partial(fn, *args, **kwargs))
+        try:
+            return future.result()
+        except KeyboardInterrupt:  # Ctrl-C: the call is cancelled, on the node too, before the pool closes
+            future.cancel()
+            raise
+        except Exception as exc:
+            if getattr(exc, "remote_traceback", None) is None or full_tracebacks():
+                raise
+            # a task's own error: the frames that carried it here (the event loop thread, the pool's
+            # dispatch) say nothing; the remote traceback in its notes says where it happened
+            raise exc.with_traceback(None) from exc.__cause__
+
+    # typed as `Pool.run` is: fn's own parameters checked unless a call option is given
+    @overload
+    def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
+    @overload
+    def run(self, fn: Callable[..., T], /, *args: Any, timeout: float | None, **kwargs: Any) -> T: ...
+    @overload
+    def run(self, fn: Callable[..., T], /, *args: Any, output: OutputSpec, **kwargs: Any) -> T: ...
+    @overload
+    def run(self, fn: Callable[..., T], /, *args: Any, capture: bool, **kwargs: Any) -> T: ...
+    @overload
+    def run(self, fn: Callable[..., T], /, *args: Any, retries: int, **kwargs: Any) -> T: ...
+    @overload
+    def run(self, fn: Callable[..., T], /, *args: Any, retry_on: RetryOn, **kwargs: Any) -> T: ...
 
     def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """See `Pool.run`."""
         return self._call(self.pool.run, fn, *args, **kwargs)
+
+    @overload
+    def broadcast(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> list[T]: ...
+    @overload
+    def broadcast(self, fn: Callable[..., T], /, *args: Any, timeout: float | None, **kwargs: Any) -> list[T]: ...
+    @overload
+    def broadcast(self, fn: Callable[..., T], /, *args: Any, output: OutputSpec, **kwargs: Any) -> list[T]: ...
+    @overload
+    def broadcast(self, fn: Callable[..., T], /, *args: Any, capture: bool, **kwargs: Any) -> list[T]: ...
+    @overload
+    def broadcast(self, fn: Callable[..., T], /, *args: Any, retries: int, **kwargs: Any) -> list[T]: ...
+    @overload
+    def broadcast(self, fn: Callable[..., T], /, *args: Any, retry_on: RetryOn, **kwargs: Any) -> list[T]: ...
 
     def broadcast(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> list[T]:
         """See `Pool.broadcast`."""
@@ -146,7 +190,7 @@ class BlockingPool:
         assert portal is not None
         return _records(portal, stream)
 
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Any:
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> concurrent.futures.Future[T]:
         """See `Pool.submit`: a `concurrent.futures.Future`, from any thread."""
         return self.pool.submit(fn, *args, **kwargs)
 

@@ -13,7 +13,7 @@ import concurrent.futures
 import contextlib
 import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 import anyio
 
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 __all__ = ["PoolCalls"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+#: what `retry_on=` takes
+RetryOn = type[Exception] | tuple[type[Exception], ...]
 #: "not given" for a call's `output=` (None is a value: print nothing)
 _UNSET: Any = object()
 
@@ -65,6 +68,21 @@ class PoolCalls:
         if capture:
             options["capture"] = True
         return options
+
+    # Typed for the caller: `fn`'s own parameters are checked (ParamSpec) when no call option is given;
+    # with one (each overload below requires one), the arguments are not checked.
+    @overload
+    async def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
+    @overload
+    async def run(self, fn: Callable[..., T], /, *args: Any, timeout: float | None, **kwargs: Any) -> T: ...
+    @overload
+    async def run(self, fn: Callable[..., T], /, *args: Any, output: OutputSpec, **kwargs: Any) -> T: ...
+    @overload
+    async def run(self, fn: Callable[..., T], /, *args: Any, capture: bool, **kwargs: Any) -> T: ...
+    @overload
+    async def run(self, fn: Callable[..., T], /, *args: Any, retries: int, **kwargs: Any) -> T: ...
+    @overload
+    async def run(self, fn: Callable[..., T], /, *args: Any, retry_on: RetryOn, **kwargs: Any) -> T: ...
 
     async def run(self, fn: Callable[..., T], *args: Any, timeout: float | None = None,
                   output: OutputSpec = _UNSET, capture: bool = False, retries: int = 0,
@@ -146,6 +164,19 @@ class PoolCalls:
     def _count_retry(self) -> None:
         self._retries += 1
 
+    @overload
+    async def broadcast(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> list[T]: ...
+    @overload
+    async def broadcast(self, fn: Callable[..., T], /, *args: Any, timeout: float | None, **kwargs: Any) -> list[T]: ...
+    @overload
+    async def broadcast(self, fn: Callable[..., T], /, *args: Any, output: OutputSpec, **kwargs: Any) -> list[T]: ...
+    @overload
+    async def broadcast(self, fn: Callable[..., T], /, *args: Any, capture: bool, **kwargs: Any) -> list[T]: ...
+    @overload
+    async def broadcast(self, fn: Callable[..., T], /, *args: Any, retries: int, **kwargs: Any) -> list[T]: ...
+    @overload
+    async def broadcast(self, fn: Callable[..., T], /, *args: Any, retry_on: RetryOn, **kwargs: Any) -> list[T]: ...
+
     async def broadcast(self, fn: Callable[..., T], *args: Any, timeout: float | None = None,
                         output: OutputSpec = _UNSET, capture: bool = False, retries: int = 0,
                         retry_on: type[Exception] | tuple[type[Exception], ...] = (), **kwargs: Any) -> list[T]:
@@ -174,7 +205,7 @@ class PoolCalls:
 
         return await with_retries(attempt, retries, what=prep.fn_name, on_retry=self._count_retry)
 
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> concurrent.futures.Future[T]:
         """Start `fn(*args, **kwargs)` on the least busy worker, from any thread (joblib's backend, a
         thread pool of your own); a `concurrent.futures.Future`. Every argument goes to `fn`.
 

@@ -23,14 +23,30 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar, overload
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from .retry import NO_RETRIES, Retries, retries_of
 
 __all__ = ["compute", "function", "ComputeFunction", "PendingCall", "Gathered", "gather"]
 
 T = TypeVar("T")
+R = TypeVar("R")
+Y = TypeVar("Y")
+P = ParamSpec("P")
+
+
+class _PlainPool(Protocol):
+    """What `call >> pool` types as blocking: the pool of `with sky.Pool(...) as pool` (`BlockingPool`).
+    Declared here, structurally, so that this module imports no pool."""
+
+    def _run_call(self, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any], **options: Any) -> R: ...
+
+
+class _AsyncPool(Protocol):
+    """What `call >> pool` types as awaitable: the pool of `async with sky.Pool(...) as pool`."""
+
+    async def __aenter__(self) -> Any: ...
 
 
 def _check_timeout(timeout: float | None, where: str) -> float | None:
@@ -66,9 +82,24 @@ class PendingCall(Generic[T]):
         """The same call, re-run up to `retries` times after `WorkerLost` (or an exception in `on`)."""
         return PendingCall(self.fn, self.args, self.kwargs, self.timeout, retries_of(retries, on))
 
+    @overload
+    def __matmul__(self, pool: _PlainPool) -> list[T]: ...
+    @overload
+    def __matmul__(self, pool: _AsyncPool) -> Coroutine[Any, Any, list[T]]: ...
+
     def __matmul__(self, pool: Any) -> Any:
         """`call @ pool`: broadcast to every worker."""
         return pool._broadcast_call(self.fn, self.args, self.kwargs, timeout=self.timeout, retries=self.retries)
+
+    # a generator function's items: an iterator (blocking) or an async iterator (async pool)
+    @overload
+    def __rshift__(self: PendingCall[Iterator[Y]], pool: _PlainPool) -> Iterator[Y]: ...
+    @overload
+    def __rshift__(self: PendingCall[Iterator[Y]], pool: _AsyncPool) -> AsyncIterator[Y]: ...  # type: ignore[overload-overlap]
+    @overload
+    def __rshift__(self, pool: _PlainPool) -> T: ...
+    @overload
+    def __rshift__(self, pool: _AsyncPool) -> Coroutine[Any, Any, T]: ...
 
     def __rshift__(self, pool: Any) -> Any:
         """`call >> pool`: run on one worker. A generator function gives its items as they are
@@ -91,10 +122,11 @@ class PendingCall(Generic[T]):
         return self.fn(*self.args, **self.kwargs)
 
 
-class ComputeFunction(Generic[T]):
-    """A function marked to run on a pool: calling it makes a `PendingCall`."""
+class ComputeFunction(Generic[P, T]):
+    """A function marked to run on a pool: calling it (with the function's own parameters, checked by a
+    type checker) makes a `PendingCall`."""
 
-    def __init__(self, fn: Callable[..., T], *, timeout: float | None = None, retries: int = 0) -> None:
+    def __init__(self, fn: Callable[P, T], *, timeout: float | None = None, retries: int = 0) -> None:
         if not callable(fn):
             raise TypeError(f"@compute needs a function, got {type(fn).__name__}")
         self.__skyhive_fn__ = fn
@@ -105,10 +137,10 @@ class ComputeFunction(Generic[T]):
     def __repr__(self) -> str:
         return f"<compute {getattr(self.__skyhive_fn__, '__qualname__', self.__skyhive_fn__)!r}>"
 
-    def __call__(self, *args: Any, **kwargs: Any) -> PendingCall[T]:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> PendingCall[T]:
         return PendingCall(self.__skyhive_fn__, args, kwargs, self.timeout, self.retries)
 
-    def local(self, *args: Any, **kwargs: Any) -> T:
+    def local(self, *args: P.args, **kwargs: P.kwargs) -> T:
         """Call the function here, in this process."""
         return self.__skyhive_fn__(*args, **kwargs)
 
@@ -126,12 +158,12 @@ def refuse_above_compute(fn: Any, decorator: str) -> None:
 
 
 @overload
-def compute(fn: Callable[..., T], /) -> ComputeFunction[T]: ...
+def compute(fn: Callable[P, T], /) -> ComputeFunction[P, T]: ...
 @overload
-def compute(*, timeout: float | None = None, retries: int = 0) -> Callable[[Callable[..., T]], ComputeFunction[T]]: ...
+def compute(*, timeout: float | None = None, retries: int = 0) -> Callable[[Callable[P, T]], ComputeFunction[P, T]]: ...
 
 
-def compute(fn: Callable[..., T] | None = None, /, *, timeout: float | None = None, retries: int = 0) -> Any:
+def compute(fn: Callable[P, T] | None = None, /, *, timeout: float | None = None, retries: int = 0) -> Any:
     """Mark `fn` to run on a pool: `fn(x) @ pool`, `fn(x) >> pool`, `gather(...) >> pool`.
 
     Bare (`@sky.compute`) or with a default timeout for its calls (`@sky.compute(timeout=600)`;

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from .calls import PoolCalls
 from .concurrency import Worker, check_plugins
 from .events.state import PoolState
 from .events.stream import EventStream
+from .interrupt import cancel_in_flight, closed_by_interrupt, install_hook
 from .output.progress import wants_display
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
@@ -123,7 +125,10 @@ class Pool(PoolCalls):
         self.min_nodes = min_nodes
         unknown = set(settings) - Settings.names()
         if unknown:
-            raise TypeError(f"Pool() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+            from .suggest import unexpected_keywords
+
+            own = set(inspect.signature(Pool.__init__).parameters) - {"self", "settings"}
+            raise TypeError(unexpected_keywords("Pool()", unknown, own | Settings.names()))
         selector(output, where="Pool(output)")
         if isinstance(provider, (list, tuple)):  # tried in order: capacity and quota move on to the next
             from ..providers.fallback import Fallback
@@ -215,6 +220,7 @@ class Pool(PoolCalls):
             progress=wants_display(self.progress), min_nodes=self.min_nodes,
         )
         self._rt.detach_on_failure = self._named is not None and self._named.attach
+        install_hook()
         await self._rt.start()
         try:
             for plugin in spec_plugins:  # client-side hooks, for the pool's lifetime
@@ -234,7 +240,12 @@ class Pool(PoolCalls):
             error = ""
         elif isinstance(exc, anyio.get_cancelled_exc_class()):
             error = "cancelled"
+            closed_by_interrupt(rt.pool_id)  # Ctrl-C under anyio.run: one line, not tracebacks (interrupt.py)
+            cancel_in_flight(rt)
         else:
+            if isinstance(exc, KeyboardInterrupt):
+                closed_by_interrupt(rt.pool_id)
+                cancel_in_flight(rt)  # what runs on the nodes stops now, not when it is done
             error = f"{type(exc).__name__}: {exc}"
         try:
             self._client_hooks.close()

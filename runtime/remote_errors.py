@@ -4,6 +4,9 @@ can be rebuilt there, else as `RemoteError` with the remote traceback."""
 
 from __future__ import annotations
 
+import linecache
+import os
+import re
 import traceback
 
 import cloudpickle
@@ -11,7 +14,7 @@ import cloudpickle
 from ..errors import RemoteError
 from .serialize import INBAND_MAX, cloud_dumps
 
-__all__ = ["dump_exception", "rebuild_exception", "MAX_ERROR_TEXT"]
+__all__ = ["dump_exception", "rebuild_exception", "shown_traceback", "full_tracebacks", "MAX_ERROR_TEXT"]
 
 #: Error text kept in a `Result` (message and traceback each): the rest is cut, saying so.
 MAX_ERROR_TEXT = 64 * 1024
@@ -63,8 +66,70 @@ def rebuild_exception(data: bytes, type_name: str, message: str, tb: str, node: 
             exc = None
         if isinstance(exc, BaseException):
             exc.remote_traceback = tb  # type: ignore[attr-defined]
-            exc.add_note(f"\nRemote traceback (from {where}):\n{tb.rstrip()}")
+            exc.add_note(f"\nRemote traceback (from {where}):\n{shown_traceback(tb).rstrip()}")
             return exc
     err = RemoteError(type_name, message, tb, node=node)
-    err.add_note(f"\nRemote traceback (from {where}):\n{tb.rstrip()}")
+    err.add_note(f"\nRemote traceback (from {where}):\n{shown_traceback(tb).rstrip()}")
     return err
+
+
+_FRAME = re.compile(r'  File "(?P<path>.+)", line (?P<line>\d+), in ')
+_PACKAGE_FILE = re.compile(r"(?:^|/)(?:skyhive/)?(?P<top>runtime|protocol|plugins|providers|skyhive)/(?P<rest>.+\.py)$")
+
+
+def _is_skyhive(path: str) -> bool:
+    """True for a file of skyhive itself (on the node: this checkout's layout or the installed package),
+    known by its path inside the package, which must name a module the client has too."""
+    m = _PACKAGE_FILE.search(path)
+    if m is None:
+        return False
+    # runtime/, protocol/, plugins/, providers/ are siblings both in a checkout and installed (under
+    # skyhive/); the package face is skyhive/ in a checkout, their parent when installed
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    where = [os.path.join(top, m["top"], m["rest"])]
+    if m["top"] == "skyhive":
+        where.append(os.path.join(top, m["rest"]))
+    return any(os.path.isfile(p) for p in where)
+
+
+def full_tracebacks() -> bool:
+    """True when the user asked for skyhive's own frames in tracebacks: SKYHIVE_TRACEBACK=full."""
+    return os.environ.get("SKYHIVE_TRACEBACK", "").strip().lower() == "full"
+
+
+def shown_traceback(tb: str, *, full: bool | None = None) -> str:
+    """The remote traceback as shown to the user: skyhive's own frames left out (the worker's task
+    runner, plugin hooks) unless `full` (default: the environment variable SKYHIVE_TRACEBACK=full), and
+    each frame of a file this machine has given its source line when the node could not read it (an
+    SSH node runs the user's code without the user's file)."""
+    if full is None:
+        full = full_tracebacks()
+    out: list[str] = []
+    hidden = 0
+    lines = tb.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        frame = _FRAME.match(line)
+        if frame is None:
+            out.append(line)
+            i += 1
+            continue
+        body = []
+        i += 1
+        while i < len(lines) and lines[i].startswith("    "):
+            body.append(lines[i])
+            i += 1
+        path = frame["path"]
+        if not full and _is_skyhive(path):
+            hidden += 1
+            continue
+        if not body and os.path.isfile(path):
+            source = linecache.getline(path, int(frame["line"])).strip()
+            if source:
+                body = [f"    {source}"]
+        out += [line, *body]
+    if hidden:
+        out.append(f"({hidden} frame{'s' if hidden != 1 else ''} of skyhive itself hidden; "
+                   "SKYHIVE_TRACEBACK=full shows them)")
+    return "\n".join(out) + ("\n" if tb.endswith("\n") else "")

@@ -160,7 +160,8 @@ def dump_function_cached(fn: Callable[..., Any]) -> PickledFunction:
     try:
         payload = cloud_dumps(fn)
     except Exception as exc:
-        raise SerializationError(f"function {_name(fn)} cannot be pickled: {type(exc).__name__}: {exc}") from exc
+        culprit = _name_bad_capture(fn)
+        raise SerializationError(f"function {_name(fn)} cannot be pickled{culprit}: {type(exc).__name__}: {exc}") from exc
     names = _global_names(fn)
     # the content key names it (a large function's pickle is then also its buffer's cache key, hashed once)
     entry = PickledFunction(names, _fingerprint(fn, names), content_key(payload), payload, function_name(fn))
@@ -204,7 +205,20 @@ class _Pickler(cloudpickle.Pickler):
             _register_module_name(obj.__name__)
         elif type(obj) is memoryview:
             return _reduce_memoryview(obj)
+        elif type(obj) is types.CodeType:
+            return _reduce_code(obj)
         return super().reducer_override(obj)
+
+
+def _reduce_code(code: types.CodeType) -> Any:
+    """cloudpickle's reduction of a code object, keeping its file name (cloudpickle writes
+    "<dynamic-code>"), so that a remote traceback names the user's file beside the line numbers it
+    already keeps."""
+    reduce = getattr(cloudpickle.cloudpickle, "_code_reduce", None)
+    if reduce is None:  # another cloudpickle: its own reduction, without the file name
+        return NotImplemented
+    cls, args = reduce(code)
+    return cls, tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
 
 
 def cloud_dumps(obj: Any, buffer_callback: Callable[[Any], None] | None = None) -> bytes:
@@ -438,6 +452,31 @@ def _name_bad_argument(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], e
     return SerializationError(
         f"{what} of {_name(fn)} cannot be pickled ({type(exc).__name__}: {exc}); nothing was sent"
     )
+
+
+def _name_bad_capture(fn: Any) -> str:
+    """' (its captured variable 'lock', a _thread.lock, cannot be)' for what `fn` closes over, names
+    as a global or takes as a default that cannot be pickled; '' when none of them is the culprit."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return ""
+    found: list[tuple[str, Any]] = []
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+        try:
+            found.append((f"captured variable {name!r}", cell.cell_contents))
+        except ValueError:  # an empty cell (a name assigned later in the enclosing function)
+            continue
+    g = getattr(fn, "__globals__", None) or {}
+    found += [(f"global {name!r}", g[name]) for name in _global_names(fn)
+              if not isinstance(g[name], (types.ModuleType, type)) and not callable(g[name])]
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values() if p.default is not p.empty]
+    except (TypeError, ValueError):
+        params = []
+    found += [(f"default of argument {p.name!r}", p.default) for p in params]
+    bad = [f"{label} ({type(value).__module__}.{type(value).__qualname__})" for label, value in found
+           if not _picklable(value)]
+    return f": its {', '.join(bad)} cannot be pickled" if bad else ""
 
 
 def _picklable(value: Any) -> bool:

@@ -68,6 +68,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if args.cluster:  # a named pool (docs/clusters.md)
         from skyhive.runtime.commands.clusters import launch_cluster
 
+        if plan.plan.get("warning"):  # asked of a machine that lacks it (Local's GPUs): it runs without
+            _err(f"warning: {plan.plan['warning']}")
+
         return launch_cluster(plan.task, args.cluster, detach_run=args.detach_run, idle_minutes=args.idle_minutes,
                               down=args.down, provider=plan.provider)
     return run_launch(plan.task, provider=plan.provider)
@@ -76,6 +79,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
 def cmd_show_gpus(args: argparse.Namespace) -> int:
     from skyhive.runtime.commands.gpus import gpu_rows
 
+    if args.json:
+        from skyhive.runtime.commands.gpus import gpu_records
+
+        for record in gpu_records(args.accelerator, cloud=args.cloud, region=args.region, all_regions=args.all_regions):
+            print(json.dumps(record))
+        return 0
     rows = gpu_rows(args.accelerator, cloud=args.cloud, region=args.region, all_regions=args.all_regions)
     if not rows:
         print(f"no accelerator matches {args.accelerator!r}" if args.accelerator else "no accelerators known")
@@ -114,13 +123,13 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from skyhive.runtime.commands.clusters import print_status
 
-    return print_status()
+    return print_status(names=args.names, as_json=args.json)
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
     from skyhive.runtime.commands.jobs import print_queue
 
-    return print_queue(args.name)
+    return print_queue(args.name, as_json=args.json)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -147,10 +156,13 @@ def _add_cluster_parsers(sub: argparse._SubParsersAction, launch: argparse.Argum
     p.set_defaults(func=cmd_exec)
 
     p = sub.add_parser("status", help="named pools: nodes, resources, state, idle time, autostop")
+    p.add_argument("names", nargs="*", metavar="NAME", help="only these pools")
+    p.add_argument("--json", action="store_true", help="one JSON object per pool")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("queue", help="the jobs of a named pool")
     p.add_argument("name", metavar="NAME")
+    p.add_argument("--json", action="store_true", help="one JSON object per job")
     p.set_defaults(func=cmd_queue)
 
     p = sub.add_parser("cancel", help="cancel jobs of a named pool (default: the running one)")
@@ -393,6 +405,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="skyhive",
                                      description="Run Python functions and tasks on a pool of machines.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
+    _add_log_flags(parser, default=None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     from skyhive.runtime.commands.taskflags import add_task_flags
@@ -407,6 +420,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cloud", help="only this cloud")
     p.add_argument("--region", help="prices in this region (default: each cloud's default region)")
     p.add_argument("--all-regions", action="store_true", help="one row per region that offers it")
+    p.add_argument("--json", action="store_true", help="one JSON object per row")
     p.set_defaults(func=cmd_show_gpus)
 
     p = sub.add_parser("check", help="which clouds' credentials are found (nothing is checked online)")
@@ -443,7 +457,28 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("pool", metavar="POOL")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="FILE.png or FILE.html")
     p.set_defaults(func=cmd_timeline)
+    for p in sub.choices.values():  # also after the command: `skyhive launch t.yaml -v`
+        _add_log_flags(p, default=argparse.SUPPRESS)
     return parser
+
+
+def _add_log_flags(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument("-v", "--verbose", action="count", default=default,
+                        help="say more: -v shows skyhive's INFO log lines, -vv DEBUG")
+    parser.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), type=str.upper, default=default,
+                        help="the level of skyhive's log lines on stderr (default WARNING, or $SKYHIVE_LOG_LEVEL)")
+
+
+def _log_level(args: argparse.Namespace) -> int:
+    """--log-level, else -v/-vv, else $SKYHIVE_LOG_LEVEL, else WARNING."""
+    import os
+
+    if args.log_level:
+        return int(getattr(logging, args.log_level))
+    if args.verbose:
+        return logging.INFO if args.verbose == 1 else logging.DEBUG
+    env = os.environ.get("SKYHIVE_LOG_LEVEL", "").strip().upper()
+    return int(getattr(logging, env)) if env in ("DEBUG", "INFO", "WARNING", "ERROR") else logging.WARNING
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -457,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    logging.basicConfig(level=logging.WARNING, format="skyhive: %(message)s")
+    logging.basicConfig(level=_log_level(args), format="skyhive: %(message)s")
     from skyhive.protocol.errors import SkyhiveError
     from skyhive.runtime.commands.taskfile import TaskFileError
 

@@ -67,17 +67,25 @@ def test_cpus_and_memory_are_requirements_each_local_node_must_meet(tmp_path, sk
     assert big.returncode != 0 and "resources.memory 100000 GB: node 0" in big.stderr
 
 
-def test_gpus_on_a_machine_without_them_is_an_error_and_gpus_none_resets(tmp_path, skyhive_home):
+def test_gpus_on_local_without_them_warn_are_recorded_and_run_and_gpus_none_resets(tmp_path, skyhive_home):
+    # one rule with `Pool(accelerator="A100")` in Python: Local warns, records what was asked, and runs
     write(tmp_path / "g.yaml", "resources:\n  accelerators: L4:2\nrun: echo RUN-RAN\n")
     # --provider local: with cloud credentials on this machine, no provider would rank the clouds' offers
-    missing = skyhive("launch", "g.yaml", "--provider", "local", cwd=tmp_path)
-    assert missing.returncode != 0 and "RUN-RAN" not in missing.stdout
-    assert "resources.accelerators L4:2: node 0" in missing.stderr and "--gpus none" in missing.stderr
+    asked = skyhive("launch", "g.yaml", "--provider", "local", cwd=tmp_path)
+    assert asked.returncode == 0, asked.stderr
+    assert by_node(asked.stdout) == {0: ["RUN-RAN"]}
+    warning = [line for line in asked.stderr.splitlines() if "warning:" in line and "L4:2" in line]
+    assert len(warning) == 1 and "Local (this machine)" in warning[0] and "was asked for" in warning[0], asked.stderr
+    pool_id = re.search(r"as pool (\S+)", asked.stderr).group(1)
+    started = next(e for e in read_log(Path(skyhive_home) / "pools" / f"{pool_id}.jsonl") if e.kind == "pool_started")
+    assert started.plan["accelerator"] == "L4:2" and "was asked for" in started.plan["warning"]
+    dry = skyhive("launch", "g.yaml", "--dryrun", "--provider", "local", cwd=tmp_path)
+    assert dry.returncode == 0 and "warning: Local (this machine): accelerator='L4:2'" in dry.stdout
     reset = skyhive("launch", "g.yaml", "--gpus", "none", cwd=tmp_path)
     assert reset.returncode == 0, reset.stderr
-    assert by_node(reset.stdout) == {0: ["RUN-RAN"]}
+    assert by_node(reset.stdout) == {0: ["RUN-RAN"]} and "L4" not in reset.stderr
     override = skyhive("launch", task(tmp_path), "--gpus", "H100:8", "--provider", "local", cwd=tmp_path)
-    assert "resources.accelerators H100:8: node 0" in override.stderr  # the flag wins over the file
+    assert override.returncode == 0 and "accelerator='H100:8' was asked for" in override.stderr  # the flag wins
 
 
 @pytest.mark.parametrize("args, message", [

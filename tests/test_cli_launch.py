@@ -56,7 +56,7 @@ def test_env_vars_workdir_setup_once_per_machine_and_overrides(tmp_path, skyhive
           GREETING: from-file
         secrets:
           TOKEN: hunter2-in-the-file
-        flavour: mint
+        experimental: {}
         setup: |
           echo "setup $SKYHIVE_NODE_RANK" >> "$MARKS/setup.log"
         run: |
@@ -72,7 +72,7 @@ def test_env_vars_workdir_setup_once_per_machine_and_overrides(tmp_path, skyhive
     done = skyhive("launch", "task.yaml", "--nodes", "2", "--env", f"MARKS={marks}", "--env", "GREETING=from-cli",
                    cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "task.yaml:9: unknown key flavour; ignored" in done.stderr  # a warning, not a crash
+    assert "task.yaml:9: experimental is not supported by skyhive yet; ignored" in done.stderr  # a warning
     nodes = by_node(done.stdout)
     assert sorted(nodes) == [0, 1]
     values = {n: dict(line.split(" ", 1) for line in lines if " " in line) for n, lines in nodes.items()}

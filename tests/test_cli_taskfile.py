@@ -34,7 +34,7 @@ FULL = textwrap.dedent("""\
     run: |
       echo one
       echo two
-    colour: blue
+    experimental: {}
 """)
 
 
@@ -46,7 +46,7 @@ def test_full_task_file_parses_with_warnings_for_what_it_does_not_know(tmp_path)
         ("local", "L4", 2, 8.0, True, 100)
     assert dict(task.envs) == {"EPOCHS": "3", "TOKEN": None}
     assert [(m.target, m.source) for m in task.file_mounts] == [("/data", str(tmp_path))]
-    assert task.warnings == ("t.yaml:17: unknown key colour; ignored",)
+    assert task.warnings == ("t.yaml:17: experimental is not supported by skyhive yet; ignored",)
     # an env var left empty must come from the command line
     with pytest.raises(TaskFileError, match=r"t.yaml:10: envs.TOKEN has no value: pass it with --env TOKEN="):
         task.env()

@@ -117,7 +117,7 @@ async def test_unpicklable_argument_fails_before_sending_and_names_it():
 
 async def test_unpicklable_result_is_a_clear_error():
     async with sky.Pool(nodes=1) as pool:
-        with pytest.raises(sky.SerializationError, match="result of type lock cannot be pickled"):
+        with pytest.raises(sky.SerializationError, match=r"result of allocate_lock\(\) of type lock cannot be pickled"):
             await pool.run(threading.Lock)
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import TextIO
 
 import anyio
@@ -267,11 +268,16 @@ def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False, f
 # ---- status ----------------------------------------------------------------------------------------
 
 
-def status_rows(now: float | None = None) -> list[dict[str, object]]:
-    """One row per named pool: name, nodes, resources, state, idle time, autostop, jobs."""
+def status_rows(now: float | None = None, names: Sequence[str] = ()) -> list[dict[str, object]]:
+    """One row per named pool (only `names` when given: raises `PoolNotFound` for one that is not a
+    named pool): name, nodes, resources, state, idle time, autostop, jobs."""
     now = now or time.time()
     rows = []
-    for name in records.names():
+    known = records.names()
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise PoolNotFound(f"no named pool {', '.join(missing)} (`skyhive status` lists them)")
+    for name in names or known:
         try:
             rec = records.load(name)
         except (PoolNotFound, ValueError):
@@ -324,9 +330,14 @@ def status_rows(now: float | None = None) -> list[dict[str, object]]:
     return rows
 
 
-def print_status(out: TextIO | None = None) -> int:
+def print_status(out: TextIO | None = None, *, names: Sequence[str] = (), as_json: bool = False) -> int:
+    """The named pools (only `names` when given) as a table, or one JSON object per pool."""
     out = out or sys.stdout
-    rows = status_rows()
+    rows = status_rows(names=names)
+    if as_json:
+        for row in rows:
+            out.write(json.dumps(row) + "\n")
+        return 0
     if not rows:
         out.write("no named pools (`skyhive launch -c NAME TASK.yaml` creates one)\n")
         return 0

@@ -9,13 +9,14 @@ the cloud's default region.
 from __future__ import annotations
 
 from importlib import resources
+from typing import Any
 
 from ...providers.cloud import catalog
 from ...providers.registry import provider_class
 from .taskfile import TaskFileError
 from .values import parse_accelerators
 
-__all__ = ["gpu_rows", "clouds"]
+__all__ = ["gpu_rows", "gpu_records", "clouds"]
 
 
 def clouds() -> list[str]:
@@ -39,6 +40,15 @@ def gpu_rows(accelerator: str | None = None, *, cloud: str | None = None, region
              all_regions: bool = False) -> list[tuple[str, ...]]:
     """Rows of (GPU, QTY, CLOUD, INSTANCE_TYPE, vCPUs, MEMORY, $/h, REGION), sorted by GPU, count, price.
     Raises `TaskFileError` for a malformed NAME[:COUNT] or an unknown cloud or region."""
+    return [(r["accelerator"], str(r["count"]), r["cloud"], r["instance_type"], str(r["vcpus"]),
+             f"{r['memory_gb']:g}GB", f"${r['price_per_hour']:.4g}", r["region"])
+            for r in gpu_records(accelerator, cloud=cloud, region=region, all_regions=all_regions)]
+
+
+def gpu_records(accelerator: str | None = None, *, cloud: str | None = None, region: str | None = None,
+                all_regions: bool = False) -> list[dict[str, Any]]:
+    """`gpu_rows` as plain values (`show-gpus --json`): accelerator, count, cloud, instance_type, vcpus,
+    memory_gb, price_per_hour (USD, on-demand), region."""
     want_name = want_count = None
     if accelerator:
         try:
@@ -49,7 +59,7 @@ def gpu_rows(accelerator: str | None = None, *, cloud: str | None = None, region
     known = clouds()
     if cloud is not None and cloud.lower() not in known:
         raise TaskFileError(f"show-gpus --cloud {cloud}: no machine table for it (known: {', '.join(known)})")
-    rows: list[tuple[str, int, float, tuple[str, ...]]] = []
+    rows: list[tuple[str, int, float, str, dict[str, Any]]] = []
     for name in [cloud.lower()] if cloud else known:
         table = catalog._table(name)
         if region is not None and region not in table["regions"]:
@@ -75,6 +85,7 @@ def gpu_rows(accelerator: str | None = None, *, cloud: str | None = None, region
             for (model, count), (price, itype) in best.items():
                 info = catalog.instance(name, itype)
                 assert info is not None
-                rows.append((model.lower(), count, price, (model, str(count), name, itype, str(info.vcpus),
-                                                           f"{info.memory_gb:g}GB", f"${price:.4g}", str(where))))
+                rows.append((model.lower(), count, price, itype, {
+                    "accelerator": model, "count": count, "cloud": name, "instance_type": itype,
+                    "vcpus": info.vcpus, "memory_gb": info.memory_gb, "price_per_hour": price, "region": str(where)}))
     return [row for *_, row in sorted(rows, key=lambda r: (r[0], r[1], r[2], r[3]))]

@@ -5,6 +5,7 @@ The queue itself is `runtime/clusters/jobs.py`; its agent (`clusters/agent.py`) 
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import TextIO
@@ -36,11 +37,18 @@ def _duration(seconds: float | None) -> str:
         f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s")
 
 
-def print_queue(name: str, out: TextIO | None = None) -> int:
-    """The jobs of pool `name`: id, name, state, start, duration. Raises `PoolNotFound` naming it."""
+def print_queue(name: str, out: TextIO | None = None, *, as_json: bool = False) -> int:
+    """The jobs of pool `name`: id, name, state, start, duration — a table, or one JSON object per job
+    (never its environment or secrets). Raises `PoolNotFound` naming it."""
     out = out or sys.stdout
     records.load(name)
     jobq.reap_orphans(name)
+    if as_json:
+        for j in jobq.list_jobs(name):
+            out.write(json.dumps({"pool": name, "id": j.id, "name": j.name, "state": j.state, "submitted": j.submitted,
+                                  "started": j.started, "ended": j.ended, "duration": j.duration,
+                                  "exit_code": j.exit_code, "detail": j.detail, "with_setup": j.with_setup}) + "\n")
+        return 0
     rows = [[str(j.id), j.name, j.state, _clock(j.started), _duration(j.duration)] for j in jobq.list_jobs(name)]
     if not rows:
         out.write(f"pool {name} has no jobs\n")

@@ -128,11 +128,14 @@ class _Launch:
         failed: NodeExit | None = None
         self.say(f"launching {task.name or 'task'} on {task.num_nodes} {self.provider.name} node"
                  f"{'s' if task.num_nodes != 1 else ''} as pool {self.pool_id}")
-        summary = self.provider.plan(spec).get("summary")
+        planned = self.provider.plan(spec)
+        summary = planned.get("summary")
         if summary:  # the machine and what the pool costs, before anything is created
             self.say(f"machines: {summary}")
+        if planned.get("warning"):  # asked of a machine that lacks it (Local's GPUs): said, recorded, run
+            self.say(f"warning: {planned['warning']}")
         try:
-            # Local warns when a pool asks for accelerators it lacks; launch checks them on the node instead
+            # Local warns (AcceleratorWarning) when a pool asks for accelerators it lacks: said once above
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", AcceleratorWarning)
                 async with Pool(provider=self.provider, nodes=task.num_nodes, name=self.pool_id, output="all",

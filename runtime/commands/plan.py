@@ -80,6 +80,8 @@ def _describe(task: Task, provider: Provider, plan: dict[str, Any]) -> list[str]
         lines.append(f"  machines: {where} (nothing is created; no cloud cost)")
     if plan.get("order") == "price" and plan.get("candidates"):
         lines += _ranking(plan["candidates"], spot=bool(plan.get("spot")))
+    if plan.get("warning"):  # asked of a machine that lacks it (Local's GPUs): it runs without
+        lines.append(f"  warning: {plan['warning']}")
     cost = plan.get("cost_per_hour")
     if isinstance(cost, (int, float)):
         spot = ", spot is less" if plan.get("spot") else ""

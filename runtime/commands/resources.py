@@ -10,6 +10,9 @@ Each field of `Resources` ends in exactly one of three places, decided by what t
 - **checked**: on machines that exist already (Local, SSH, Slurm), accelerators / cpus / memory are
   requirements each node must meet before setup runs (`onnode.nodeprep.unmet`); the machine is what it
   is, so "exactly 8" and "8+" both mean "at least 8" there;
+- **advice**: what the provider takes as advice (`Provider.advisory`; Local's accelerators) goes into
+  the `ClusterSpec` too: a machine without it warns, the request is recorded, the task runs — as
+  `Pool(accelerator=...)` does from Python;
 - **options**: region / zone / instance_type / image_id / disk_size become the provider's constructor
   arguments where it has them.
 
@@ -118,7 +121,7 @@ def cheapest_across_clouds(task: Task) -> Provider | None:
 
 def cluster_spec(task: Task, provider: Provider, pool_id: str = "plan") -> ClusterSpec:
     """What a pool for `task` asks `provider` for: only the requirements the provider chooses by."""
-    wanted = {k: v for k, v in _wanted(task).items() if k in provider.chooses}
+    wanted = {k: v for k, v in _wanted(task).items() if k in provider.chooses or k in provider.advisory}
     if task.resources.use_spot is False and "spot" in provider.chooses:
         wanted["spot"] = False
     res = task.resources
@@ -143,7 +146,7 @@ def node_requirements(task: Task, provider: Provider) -> dict[str, Any]:
         return {}
     res = task.resources
     out: dict[str, Any] = {}
-    if res.accelerator and "accelerator" not in provider.chooses:
+    if res.accelerator and "accelerator" not in provider.chooses and "accelerator" not in provider.advisory:
         out["accelerator"], out["accelerators"] = res.accelerator, res.accelerator_count
     if res.cpus is not None:
         out["cpus"] = res.cpus

@@ -271,6 +271,9 @@ class _Parser:
                 else:
                     near = difflib.get_close_matches(key, known, n=1)
                     hint = f" (did you mean {path + '.' if path else ''}{near[0]}?)" if near else ""
+                    if not path:  # a top-level typo (`rnu:`) would run nothing and succeed: SkyPilot refuses it too
+                        raise self.error(knode, full, f"unknown key{hint}; the task file's keys are "
+                                         f"{', '.join(known)}")
                     self.warn(knode, f"unknown key {full}{hint}; ignored")
                 continue
             out[key] = vnode

@@ -25,6 +25,7 @@ from .state import _COUNTED, _OUTCOME_COUNTER, PoolState, count_output, count_ta
 from .stream import EVENTS_MAX_BUFFER, EventStream
 from .types import (
     Event,
+    NodeProgress,
     NodeReplaced,
     NodeStateChanged,
     OutputCapped,
@@ -53,6 +54,19 @@ MEMORY_EVENTS = 10_000
 MAX_DEFERRED = 4096
 #: Characters of output events waiting to be written after which the file is written at once.
 WRITE_CHARS = 4 * 1024 * 1024
+# Events said at INFO as they happen (`skyhive -v`, or the application's own logging set to INFO).
+_SAID = frozenset({PoolStarted, NodeStateChanged, NodeProgress, NodeReplaced, WorkerStateChanged, PoolStopped,
+                   PoolDetached})
+
+
+def _said(event: Event) -> str:
+    """One line for an event of `_SAID`: "pool p-1: node_state node=0 state=ready"."""
+    values = to_json(event)
+    words = " ".join(f"{k}={v}" for k, v in json.loads(values).items()
+                     if k not in ("type", "pool_id", "seq", "ts", "provider_config") and v not in (None, "", [], {}))
+    return f"pool {event.pool_id}: {event.kind} {words}"
+
+
 # Events after which the file is flushed at once (so a crashed client's pool can be found and cleaned).
 _FLUSH_NOW = (PoolStarted, PoolStopped, PoolDetached)
 # Events after which the file is flushed on the event loop's next turn (`call_soon`: before any timer
@@ -233,6 +247,8 @@ class EventLog:
         event = cls(pool_id=self.pool_id, seq=self._seq, ts=_ns() // 1000 / 1e6, **fields_)
         self._seq += 1
         self._record(event)
+        if cls in _SAID and log.isEnabledFor(logging.INFO):  # `skyhive -v`: the pool's life, as it happens
+            log.info("%s", _said(event))
         return event
 
     def record_task(self, cls: type[Event], *values: Any) -> None:

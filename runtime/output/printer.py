@@ -5,6 +5,7 @@ Kept apart from the router (`router.py`), which decides where output goes; this 
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TextIO
 
@@ -20,6 +21,11 @@ PROGRESS_EVERY = 5.0
 MAX_PARTIAL = 64 * 1024
 _COLORS = ("36", "33", "35", "32", "34", "31", "96", "93", "95", "92", "94", "91")
 
+
+
+def no_color() -> bool:
+    """True when the user asked for no colours: NO_COLOR set and not empty (https://no-color.org)."""
+    return bool(os.environ.get("NO_COLOR"))
 
 class _Partial:
     __slots__ = ("text", "since", "shown_at")
@@ -62,7 +68,7 @@ class TerminalPrinter:
 
     def _prefix(self, node: int, rank: int, tty: bool) -> str:
         label = f"node {node}.{rank}" if self._multi else f"node {node}"
-        if tty:
+        if tty and not no_color():
             return f"\x1b[{_COLORS[node % len(_COLORS)]}m[{label}]\x1b[0m "
         return f"[{label}] "
 

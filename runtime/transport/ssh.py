@@ -147,6 +147,8 @@ class SSHTransport(Transport):
         self.node_env: NodeEnv | None = None
         self._conn: Any = None
         self._pinned: Any = None  # the host key seen first, when none was given
+        self._jump: Any = None  # the connection to the jump host (ssh_config's ProxyJump), when there is one
+        self._jump_pinned: Any = None  # the jump host's key seen first, when no known_hosts was given
         self.host_key_seen: Any = None  # the key the host showed (a named pool records it, pinned later)
         self._attached: set[int] = set()  # a named pool's ranks taken over already (a restart starts anew)
         self.attach_hold: Any = None  # a named pool's `ssh_kept.AttachHold` on this host, once attaching
@@ -188,16 +190,43 @@ class SSHTransport(Transport):
             self._conn = await self._open()
             return self._conn
 
+    async def _open_jump(self) -> Any:
+        """The connection to the jump host (`reach.proxy_jump`), opened (again) if needed: the same key
+        and host-key checks as the host's (the pool's known_hosts, else its key pinned on first contact)."""
+        from ...providers.ssh import parse_host
+
+        if self._jump is not None and not self._jump.is_closed():
+            return self._jump
+        reach = self.reach
+        assert reach.proxy_jump is not None
+        user, host, port = parse_host(reach.proxy_jump)
+        if reach.known_hosts:
+            known: Any = os.path.expanduser(reach.known_hosts)
+        elif self._jump_pinned is not None:
+            name = host if port == 22 else f"[{host}]:{port}"
+            known = asyncssh.import_known_hosts(f"{name} {self._jump_pinned.export_public_key().decode().strip()}\n")
+        else:
+            known = None  # first contact: pinned right after
+        self._jump = await connect_ssh(
+            host=host, port=port, user=user or self.user, key=reach.key, known_hosts=known, use_agent=self.use_agent,
+            connect_timeout=self.connect_timeout, key_source=f"the jump host {reach.proxy_jump}'s "
+            + (f"known_hosts {reach.known_hosts}" if reach.known_hosts else "key on first contact"),
+            keepalive_interval=5, keepalive_count_max=4)
+        if self._jump_pinned is None and not reach.known_hosts:
+            self._jump_pinned = self._jump.get_server_host_key()
+        return self._jump
+
     async def _open(self) -> Any:
         reach = self.reach
         client = _Client(self)
         source = (f"known_hosts {reach.known_hosts}" if reach.known_hosts else
                   "the key given for it" if reach.host_key else "the key it showed on first contact in this pool")
+        via = {"tunnel": await self._open_jump()} if reach.proxy_jump else {}
         conn = await connect_ssh(
             host=reach.host, port=reach.port, user=self.user, key=reach.key, known_hosts=self._known_hosts(),
             use_agent=self.use_agent, connect_timeout=self.connect_timeout, key_source=source,
             encryption_algs=list(FAST_CIPHERS), keepalive_interval=5, keepalive_count_max=4,
-            client_factory=lambda: client,
+            client_factory=lambda: client, **via,
         )
         if self._pinned is None and reach.host_key is None and not reach.known_hosts:
             self._pinned = conn.get_server_host_key()
@@ -218,6 +247,9 @@ class SSHTransport(Transport):
             conn.close()
             with anyio.move_on_after(5, shield=True):
                 await conn.wait_closed()
+        jump, self._jump = self._jump, None
+        if jump is not None:
+            jump.close()
 
     # ---- commands ----------------------------------------------------------------------------------
 

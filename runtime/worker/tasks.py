@@ -23,7 +23,7 @@ from ...plugins.api import AppHook, TaskHook
 from ...protocol import Connection, Item, Message, ProtocolError, Result, Role, State, Submit, WantFunction
 from ..onnode.setup import FN_CACHE_BYTES, FN_CACHE_LIMIT
 from ..remote_errors import dump_exception
-from ..serialize import INBAND_MAX, dump_inline, dump_value, load_value
+from ..serialize import INBAND_MAX, dump_inline, dump_value, function_name, load_value
 from .capture import flush_streams
 
 __all__ = ["TaskCore", "TaskCancelled"]
@@ -131,8 +131,8 @@ class TaskCore(abc.ABC):
             self.cancel_requested = None
             flush_streams(self._streams)
         self.current = None
-        args = fn = a = kw = None  # noqa: F841 - dropped before the Result (see above)
-        self._reply(task_id, ok, cancelled, value)
+        args = a = kw = None  # noqa: F841 - dropped before the Result (see above)
+        self._reply(task_id, ok, cancelled, value, fn)
 
     def _call(self, fn: Callable[..., Any], args: Any, batch: bool, stream: int | None = None) -> Any:
         if not self.task_hooks:
@@ -246,7 +246,7 @@ class TaskCore(abc.ABC):
         """The pool's worker environment: this process's from now on."""
         os.environ.update(env)
 
-    def _reply(self, task_id: int, ok: bool, cancelled: bool, value: Any) -> None:
+    def _reply(self, task_id: int, ok: bool, cancelled: bool, value: Any, fn: Any = None) -> None:
         if cancelled:
             msg = Result(task_id=task_id, ok=False, value=b"", cancelled=True,
                          error_type="TaskCancelled", error_message="cancelled while running")
@@ -262,7 +262,7 @@ class TaskCore(abc.ABC):
                     self.send_value(task_id, data)
                     return
             try:
-                data, buffers = dump_value(value, "result")
+                data, buffers = dump_value(value, f"the result of {function_name(fn)}" if fn is not None else "result")
                 if not buffers:  # most values: one frame, packed from a template
                     self.send_value(task_id, data)
                     return

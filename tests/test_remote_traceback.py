@@ -1,0 +1,73 @@
+"""A task's error shows the user's file, line and source line (not cloudpickle's "<dynamic-code>"), with
+skyhive's own frames hidden unless SKYHIVE_TRACEBACK=full (issue 26 point 3)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from skyhive.runtime.remote_errors import shown_traceback
+
+SCRIPT = textwrap.dedent("""\
+    import skyhive as sky
+
+    def helper(x):
+        return 1 / x
+
+    def task(x):
+        y = x + 1
+        return helper(x)
+
+    with sky.Pool(provider=sky.Local(), nodes=1) as pool:
+        pool.run(task, 0)
+    """)
+
+
+def run_script(tmp_path, **env):
+    path = tmp_path / "user_script.py"
+    path.write_text(SCRIPT)
+    done = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
+    assert done.returncode == 1, done.stderr
+    return path, done.stderr
+
+
+def test_a_remote_traceback_names_the_users_file_line_and_source_and_hides_skyhive(tmp_path):
+    path, err = run_script(tmp_path)
+    assert "<dynamic-code>" not in err
+    assert f'  File "{path}", line 8, in task\n    return helper(x)\n' in err
+    assert f'  File "{path}", line 4, in helper\n    return 1 / x\n' in err
+    assert "runtime/worker/tasks.py" not in err  # the worker's task runner
+    assert "anyio" not in err and "concurrent/futures" not in err and "dispatch.py" not in err  # the way back
+    assert "of skyhive itself hidden; SKYHIVE_TRACEBACK=full shows them" in err
+    assert err.rstrip().splitlines()[-1].startswith("(1 frame of skyhive itself hidden")
+    assert len(err.splitlines()) < 30, err
+
+
+def test_skyhive_traceback_full_shows_every_frame(tmp_path):
+    path, err = run_script(tmp_path, SKYHIVE_TRACEBACK="full")
+    assert "runtime/worker/tasks.py" in err and "anyio" in err
+    assert f'  File "{path}", line 4, in helper\n    return 1 / x\n' in err
+    assert "hidden" not in err
+
+
+def test_frames_the_node_could_not_read_get_their_source_line_here(tmp_path):
+    # an SSH node runs the user's function without the user's file: the client has it
+    user = tmp_path / "train.py"
+    user.write_text("import os\n\ndef step(batch):\n    return batch['missing']\n")
+    tb = ("Traceback (most recent call last):\n"
+          '  File "/opt/skyhive-env/lib/python3.11/site-packages/skyhive/runtime/worker/tasks.py", line 122, in execute\n'
+          "    value = fn(*a, **kw)\n"
+          f'  File "{user}", line 4, in step\n'
+          '  File "/no/such/file.py", line 9, in other\n'
+          "KeyError: 'missing'\n")
+    shown = shown_traceback(tb, full=False)
+    assert shown == ("Traceback (most recent call last):\n"
+                     f'  File "{user}", line 4, in step\n'
+                     "    return batch['missing']\n"
+                     '  File "/no/such/file.py", line 9, in other\n'
+                     "KeyError: 'missing'\n"
+                     "(1 frame of skyhive itself hidden; SKYHIVE_TRACEBACK=full shows them)\n")
+    assert "site-packages/skyhive/runtime/worker/tasks.py" in shown_traceback(tb, full=True)
