@@ -83,21 +83,30 @@ class TokenGate:
         if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD") and headers.get(ACTION_HEADER) != "1":
             await _refuse(send, 403, f"forbidden: an action needs the {ACTION_HEADER} header (the dashboard's pages send it)")
             return
+        extra = list(_HEADERS)
         if by_query and not by_cookie:
-            cookie = f"{cookie_name}={self.token}; HttpOnly; SameSite=Strict; Path=/".encode("latin-1")
+            extra.append((b"set-cookie", f"{cookie_name}={self.token}; HttpOnly; SameSite=Strict; Path=/".encode("latin-1")))
 
-            async def send_with_cookie(message: Message) -> None:
-                if message["type"] == "http.response.start":
-                    message = dict(message)
-                    message["headers"] = [*message.get("headers", []), (b"set-cookie", cookie)]
-                await send(message)
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = [*message.get("headers", []), *extra]
+            await send(message)
 
-            await self.app(scope, receive, send_with_cookie)
-            return
-        await self.app(scope, receive, send)
+        await self.app(scope, receive, send_with_headers)
 
     def _ok(self, given: str) -> bool:
         return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
+
+
+#: On every answer: no framing by another page (the buttons act), no scripts but ours, no sniffing.
+_HEADERS = (
+    (b"content-security-policy", b"default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+                                 b"frame-ancestors 'none'; base-uri 'none'; form-action 'none'"),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+)
 
 
 def _cookies(header: str) -> dict[str, str]:

@@ -54,7 +54,7 @@ def serve(port: int | None = None, *, open_browser: bool = False, out: TextIO | 
     url = f"http://{HOST}:{actual}/?token={token}"
     app = make_app(token=token, port=lambda: actual)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=2)
+                            timeout_graceful_shutdown=2, server_header=False)
     server = uvicorn.Server(config)
     out.write(f"skyhive dashboard: {url}\n(serving on {HOST} only; Ctrl-C stops it)\n")
     out.flush()

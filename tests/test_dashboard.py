@@ -1,0 +1,303 @@
+"""`skyhive dashboard` (issue 30) against real pools, through a real headless Chromium.
+
+Each test starts the dashboard as its own process over the test's state directory, makes real pools
+(a named Local pool running a job through `skyhive launch -c`; a Python client's Local pool with a
+failed node), and drives the pages as a person would. Screenshots of every page go to
+`build/dashboard-screenshots/`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.dashboard_infra import Dashboard, browser, dashboard, shot, wait_until  # noqa: F401 - fixtures
+from tests.procs import state_of
+from tests.test_clusters import running_under, skyhive, write
+
+pytestmark = pytest.mark.slow
+
+SECRET = "hunter2dashboard"
+SLOW = """\
+    name: ticker
+    num_nodes: 2
+    resources:
+      cloud: local
+    secrets:
+      TOKEN: null
+    run: |
+      echo "start on node $SKYPILOT_NODE_RANK with token=$TOKEN"
+      for i in $(seq 1 {n}); do echo "tick $i"; sleep 0.3; done
+      echo "end"
+    """
+
+
+def request(dash: Dashboard, path: str, *, method: str = "GET", headers: dict[str, str] | None = None,
+            body: bytes | None = None, read: bool = True) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", dash.port, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        data = resp.read() if read else b""  # (a live stream is not read: it does not end)
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+    finally:
+        conn.close()
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """The local addresses of listening TCP sockets on `port` (IPv4 and IPv6), from /proc/net."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            addr, _, hexport = local.partition(":")
+            if state == "0A" and int(hexport, 16) == port:  # 0A: LISTEN
+                found.add(addr)
+    return found
+
+
+# ---- security: the token, loopback, the action header ----------------------------------------------------
+
+
+def test_every_request_needs_the_token_and_it_listens_on_loopback_only(dashboard):
+    dash = dashboard
+    assert _listening_addresses(dash.port) == {"0100007F"}, "not bound to 127.0.0.1 only"
+    paths = ["/", "/api/pools", "/api/named", "/api/live", "/api/live/log?pool=x", "/static/app.js",
+             "/api/pools/x/timeline"]
+    for path in paths:
+        status, _, body = request(dash, path)
+        assert status == 403 and b"token" in body, (path, status, body)
+        sep = "&" if "?" in path else "?"
+        status, _, _ = request(dash, f"{path}{sep}token=not-{dash.token}")
+        assert status == 403, (path, status)
+    status, headers, body = request(dash, f"/?token={dash.token}")
+    assert status == 200 and b"skyhive dashboard" in body
+    cookie = headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and dash.token in cookie
+    assert "frame-ancestors 'none'" in headers["content-security-policy"]
+    jar = {"Cookie": cookie.split(";")[0]}
+    status, _, body = request(dash, "/api/pools", headers=jar)  # the cookie alone, after the first visit
+    assert status == 200 and json.loads(body) == {"pools": [], "version": json.loads(body)["version"]}
+    status, headers, _ = request(dash, "/api/live", headers=jar, read=False)
+    assert status == 200 and headers["content-type"].startswith("text/event-stream")
+    # another Host (DNS rebinding) is refused even with the token
+    status, _, _ = request(dash, f"/api/pools?token={dash.token}", headers={"Host": f"evil.example:{dash.port}"})
+    assert status == 403
+    # an action needs the dashboard's header as well as the token (no cross-site form can send it)
+    status, _, body = request(dash, "/api/pools/x/down", method="POST", headers=jar, body=b"{}")
+    assert status == 403 and b"x-skyhive-dashboard" in body
+    status, _, body = request(dash, "/api/pools/nosuchpool/down", method="POST", body=b"{}",
+                              headers={**jar, "X-Skyhive-Dashboard": "1", "Content-Type": "application/json"})
+    assert status == 404 and b"no pool 'nosuchpool'" in body
+
+
+def test_the_browser_without_the_token_is_refused(dashboard, browser):
+    browser.get(dashboard.base + "/")
+    assert "forbidden" in browser.find_element("tag name", "body").text
+    shot(browser, "0-no-token")
+    browser.get(dashboard.url)
+    wait_until(lambda: "Pools" in browser.find_element("tag name", "h1").text, what="the pools page")
+    assert "token=" not in browser.current_url, "the token stayed in the address bar"
+
+
+# ---- a named Local pool running a job: nodes, live log, cancel, down ---------------------------------------
+
+
+def _click_confirm(browser, selector: str) -> None:
+    browser.find_element("css selector", selector).click()
+    wait_until(lambda: browser.find_element("css selector", "#modal").is_displayed(), what="the confirmation")
+    browser.find_element("css selector", "#modal-ok").click()
+
+
+def _log_lines(browser) -> list[str]:
+    return browser.find_element("css selector", "#log").text.splitlines()
+
+
+def test_a_named_pools_job_nodes_live_log_cancel_and_down(tmp_path, skyhive_home, dashboard, browser):
+    home = skyhive_home
+    task = write(tmp_path / "slow.yaml", SLOW.format(n=2000))
+    launched = skyhive("launch", "-y", "-d", "-c", "web", "--secret", f"TOKEN={SECRET}", str(task), cwd=tmp_path)
+    assert launched.returncode == 0, launched.stderr
+    from skyhive.runtime.clusters import jobs as jobq
+
+    wait_until(lambda: jobq.load_job("web", 1).state == jobq.RUNNING, what="job 1 to run")
+
+    # the pools page: the pool with its nodes
+    browser.get(dashboard.url)
+    row = wait_until(lambda: browser.find_element("css selector", '#pools tr[data-pool="web"]'), what="the pool's row")
+    wait_until(lambda: row.find_elements("css selector", "td")[4].text == "2", what="2 nodes ready")
+    cells = [td.text for td in row.find_elements("css selector", "td")]
+    assert cells[0].startswith("web") and "named" in cells[0] and cells[1] == "running", cells
+    assert cells[3] == "2" and cells[5] == "0", cells
+    shot(browser, "1-pools")
+
+    # the pool page: its nodes (lifecycle and workers), its job, its timeline and events
+    row.find_element("css selector", "a").click()
+    nodes = wait_until(lambda: browser.find_elements("css selector", "#nodes tbody tr"), what="the nodes table")
+    assert [n.get_attribute("data-node") for n in nodes] == ["0", "1"]
+    assert all("ready" in n.text for n in nodes), [n.text for n in nodes]
+    jobs = wait_until(lambda: browser.find_element("css selector", "#jobs"), what="the jobs table")
+    assert "ticker" in jobs.text and "RUNNING" in jobs.text
+    assert browser.find_elements("css selector", "#timeline svg rect[data-span]"), "no timeline drawn"
+    labels = [t.text for t in browser.find_elements("css selector", "#timeline svg .lane-label")]
+    assert "node 0" in labels and "node 1" in labels, labels
+    # the events, filtered by type and by node (a click on a lane of the timeline)
+    browser.find_element("css selector", "#ev-type option[value='node_state']").click()
+    wait_until(lambda: {r.find_elements("css selector", "td")[2].text
+                        for r in browser.find_elements("css selector", "#events tbody tr")} == {"node_state"},
+               what="only node_state events listed")
+    browser.find_element("css selector", "#timeline svg .lane-label[data-lane]").click()
+    wait_until(lambda: browser.find_element("css selector", "#ev-node").get_attribute("value") == "0",
+               what="the lane's node as the filter")
+    wait_until(lambda: {r.find_elements("css selector", "td")[3].text
+                        for r in browser.find_elements("css selector", "#events tbody tr")} == {"0"},
+               what="only node 0's events listed")
+    shot(browser, "2-pool")
+
+    # the job's log: lines arrive live, with node prefixes; the secret never shows
+    browser.find_element("css selector", "#jobs a.btn").click()
+    wait_until(lambda: any(ln.startswith("[node 1] tick 3") for ln in _log_lines(browser)), what="the log's lines")
+    seen = len(_log_lines(browser))
+    url = browser.current_url
+    wait_until(lambda: len(_log_lines(browser)) >= seen + 5, what="more lines arriving live")
+    assert browser.current_url == url  # no reload: the page was sent them
+    text = browser.find_element("css selector", "#log").text
+    assert "[node 0] start on node 0 with token=***" in text and "[node 1] start on node 1 with token=***" in text
+    assert SECRET not in browser.page_source
+    # search
+    browser.find_element("css selector", "#log-search").send_keys("tick 7")
+    wait_until(lambda: _log_lines(browser) and all("tick 7" in ln for ln in _log_lines(browser)), what="the search")
+    assert "of" in browser.find_element("css selector", "#log-info").text
+    shot(browser, "3-job-log")
+    # download: the whole log as a file, redacted
+    cookie = {"Cookie": f"skyhive_dashboard_{dashboard.port}={dashboard.token}"}
+    status, headers, body = request(dashboard, "/api/named/web/jobs/1/log/download", headers=cookie)
+    assert status == 200 and "attachment" in headers["content-disposition"]
+    assert b"[node 1] tick 1\n" in body and SECRET.encode() not in body
+
+    for path in ("/api/named", "/api/pools", "/api/pools/web", "/api/pools/web/events?limit=1000"):
+        assert SECRET.encode() not in request(dashboard, path, headers=cookie)[2], path
+
+    # cancel the job from the page: confirmed, then done as `skyhive cancel` does
+    _click_confirm(browser, "#job-cancel button")
+    wait_until(lambda: jobq.load_job("web", 1).state == jobq.CANCELLED, what="the job cancelled")
+    wait_until(lambda: "CANCELLED" in browser.find_element("css selector", "#log-state").text, what="the page saying so")
+
+    # named pools page, then down from the page: every process of the pool ends
+    browser.get(dashboard.base + "/#/named")
+    wait_until(lambda: browser.find_element("css selector", 'section.named[data-named="web"]'), what="the named pool")
+    assert "CANCELLED" in browser.find_element("css selector", "section.named").text
+    shot(browser, "4-named")
+    assert [p for p in running_under(home) if p != dashboard.proc.pid], "the pool runs nothing before down?"
+    _click_confirm(browser, 'section.named button[data-down="web"]')
+    wait_until(lambda: "down" in browser.find_element("css selector", "#toast").text, what="the toast")
+    wait_until(lambda: [p for p in running_under(home) if p != dashboard.proc.pid] == [], timeout=30,
+               what="every process of the pool to end")
+    from skyhive.runtime.clusters import record as records
+    from skyhive.runtime.events.log import pool_log_path, read_log
+
+    assert records.names() == []
+    last = list(read_log(pool_log_path("web")))[-1]
+    assert last.kind == "pool_stopped" and "skyhive down web" in last.error
+    browser.get(dashboard.url)
+    row = wait_until(lambda: browser.find_element("css selector", '#pools tr[data-pool="web"]'), what="the pool's row")
+    wait_until(lambda: row.find_elements("css selector", "td")[1].text == "stopped", what="the pool stopped")
+
+
+# ---- a failed node, and a pool whose client is gone ---------------------------------------------------------
+
+
+CLIENT = """
+import sys, os, time
+import skyhive as sky
+
+def maybe_die():
+    if sky.instance_info().node == 1:
+        os._exit(7)
+    return "ok"
+
+pool = sky.Pool(nodes=2, max_restarts=0, restart_backoff=0.05, output=None)
+pool.__enter__()
+try:
+    pool.broadcast(maybe_die)
+except sky.WorkerLost as exc:
+    print("LOST", exc, flush=True)
+print("POOL", pool.pool_id, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_failed_node_shows_its_cause_and_a_gone_clients_pool_is_taken_down(tmp_path, dashboard, browser):
+    client = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CLIENT)], stdout=subprocess.PIPE, text=True,
+                              cwd=tmp_path)
+    try:
+        assert client.stdout is not None
+        lines = [client.stdout.readline(), client.stdout.readline()]
+        assert lines[0].startswith("LOST") and lines[1].startswith("POOL"), lines
+        pool_id = lines[1].split()[1]
+        from skyhive.runtime.commands.inventory import find
+
+        worker = [w.pid for n in find(pool_id).state.nodes for w in n.workers if n.node == 0][0]
+        browser.get(dashboard.base + f"/?token={dashboard.token}#/pool/{pool_id}")
+        failed = wait_until(lambda: browser.find_element("css selector", '#nodes tr[data-node="1"]'), what="node 1")
+        wait_until(lambda: "failed" in failed.text, what="node 1 failed")
+        assert "exited with status 7" in failed.text, failed.text
+        problems = browser.find_element("css selector", "#pool-problems").text
+        assert "node 1 failed" in problems and "exited with status 7" in problems, problems
+        assert f"skyhive down {pool_id}" in problems
+        shot(browser, "5-failed-node")
+
+        # its client dies: the page says so, with the command that cleans up
+        client.send_signal(signal.SIGKILL)
+        client.wait()
+        wait_until(lambda: "client gone" in browser.find_element("css selector", "#pool-status").text,
+                   what="the pool shown as client gone")
+        assert "is gone" in browser.find_element("css selector", "#pool-problems").text
+        _click_confirm(browser, "#down-slot button")
+        wait_until(lambda: "stopped" in browser.find_element("css selector", "#toast").text, what="the toast")
+        wait_until(lambda: browser.find_element("css selector", "#pool-status").text == "stopped", what="stopped")
+        from skyhive.runtime.commands.inventory import DOWN_REASON, _leftovers
+
+        assert find(pool_id).state.status == "stopped" and DOWN_REASON in find(pool_id).state.error
+        assert _leftovers(pool_id) == [] and state_of(worker) in (None, "Z")
+        shot(browser, "6-pool-down")
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+
+
+def test_down_of_a_pool_whose_client_runs_asks_to_force(tmp_path, dashboard):
+    """The page's first `down` is refused while the client runs (409, as `skyhive down` without
+    --force), and says so; nothing is recorded."""
+    client = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CLIENT)], stdout=subprocess.PIPE, text=True,
+                              cwd=tmp_path)
+    try:
+        assert client.stdout is not None
+        client.stdout.readline()
+        pool_id = client.stdout.readline().split()[1]
+        status, _, body = request(dashboard, f"/api/pools/{pool_id}/down?token={dashboard.token}", method="POST",
+                                  body=b"{}", headers={"X-Skyhive-Dashboard": "1"})
+        assert status == 409 and json.loads(body)["force"] is True
+        assert f"in use by process {client.pid}" in json.loads(body)["error"]
+        from skyhive.runtime.commands.inventory import find
+
+        assert find(pool_id).state.status == "running"
+    finally:
+        client.send_signal(signal.SIGTERM)
+        try:
+            client.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            client.kill()
+            client.wait()
