@@ -86,7 +86,10 @@ def browser() -> Iterator[Any]:
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--window-size=1400,1000", "--no-first-run", "--disable-extensions"):
         options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    # the browser's processes are not the pools': without the state directory in their environment,
+    # a check for what runs under it does not count them
+    env = {k: v for k, v in os.environ.items() if k != "SKYHIVE_HOME"}
+    driver = webdriver.Chrome(service=Service(driver_path, env=env), options=options)
     try:
         yield driver
     finally:

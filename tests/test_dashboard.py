@@ -114,14 +114,45 @@ def test_the_browser_without_the_token_is_refused(dashboard, browser):
 # ---- a named Local pool running a job: nodes, live log, cancel, down ---------------------------------------
 
 
+def _click(browser, selector: str) -> None:
+    """Click what `selector` finds (found again if the live page redrew it meanwhile)."""
+    def click() -> bool:
+        browser.find_element("css selector", selector).click()
+        return True
+    wait_until(click, what=f"{selector} to click")
+
+
 def _click_confirm(browser, selector: str) -> None:
-    browser.find_element("css selector", selector).click()
+    _click(browser, selector)
     wait_until(lambda: browser.find_element("css selector", "#modal").is_displayed(), what="the confirmation")
-    browser.find_element("css selector", "#modal-ok").click()
+    _click(browser, "#modal-ok")
+
+
+# (read in one script: the live page may redraw a table between two WebDriver calls)
+def _text(browser, selector: str) -> str:
+    text = browser.execute_script("const e = document.querySelector(arguments[0]); return e ? e.innerText : null;",
+                                  selector)
+    if text is None:
+        raise LookupError(f"nothing on the page matches {selector}")
+    return text
+
+
+def _cells(browser, selector: str) -> list[str]:
+    cells = browser.execute_script("const r = document.querySelector(arguments[0]); "
+                                   "return r ? Array.from(r.querySelectorAll('td'), td => td.innerText) : null;", selector)
+    if cells is None:
+        raise LookupError(f"nothing on the page matches {selector}")
+    return cells
+
+
+def _column(browser, table: str, index: int) -> set[str]:
+    return set(browser.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0] + ' tbody tr'), r => r.querySelectorAll('td')[arguments[1]].innerText);",
+        table, index))
 
 
 def _log_lines(browser) -> list[str]:
-    return browser.find_element("css selector", "#log").text.splitlines()
+    return _text(browser, "#log").splitlines()
 
 
 def test_a_named_pools_job_nodes_live_log_cancel_and_down(tmp_path, skyhive_home, dashboard, browser):
@@ -135,75 +166,75 @@ def test_a_named_pools_job_nodes_live_log_cancel_and_down(tmp_path, skyhive_home
 
     # the pools page: the pool with its nodes
     browser.get(dashboard.url)
-    row = wait_until(lambda: browser.find_element("css selector", '#pools tr[data-pool="web"]'), what="the pool's row")
-    wait_until(lambda: row.find_elements("css selector", "td")[4].text == "2", what="2 nodes ready")
-    cells = [td.text for td in row.find_elements("css selector", "td")]
+    row = '#pools tr[data-pool="web"]'
+    wait_until(lambda: _cells(browser, row)[4] == "2", what="the pool's row with 2 nodes ready")
+    cells = _cells(browser, row)
     assert cells[0].startswith("web") and "named" in cells[0] and cells[1] == "running", cells
     assert cells[3] == "2" and cells[5] == "0", cells
     shot(browser, "1-pools")
 
     # the pool page: its nodes (lifecycle and workers), its job, its timeline and events
-    row.find_element("css selector", "a").click()
-    nodes = wait_until(lambda: browser.find_elements("css selector", "#nodes tbody tr"), what="the nodes table")
-    assert [n.get_attribute("data-node") for n in nodes] == ["0", "1"]
-    assert all("ready" in n.text for n in nodes), [n.text for n in nodes]
-    jobs = wait_until(lambda: browser.find_element("css selector", "#jobs"), what="the jobs table")
-    assert "ticker" in jobs.text and "RUNNING" in jobs.text
+    _click(browser, f"{row} a")
+    wait_until(lambda: len(browser.find_elements("css selector", "#nodes tbody tr")) == 2, what="the nodes table")
+    assert _column(browser, "#nodes", 0) == {"0", "1"}
+    assert _column(browser, "#nodes", 1) == {"ready"}
+    wait_until(lambda: "RUNNING" in _text(browser, "#jobs") and "ticker" in _text(browser, "#jobs"), what="the job")
     assert browser.find_elements("css selector", "#timeline svg rect[data-span]"), "no timeline drawn"
-    labels = [t.text for t in browser.find_elements("css selector", "#timeline svg .lane-label")]
-    assert "node 0" in labels and "node 1" in labels, labels
+    labels = set(browser.execute_script(
+        "return Array.from(document.querySelectorAll('#timeline svg .lane-label'), t => t.textContent);"))
+    assert {"node 0", "node 1"} <= labels, labels
     # the events, filtered by type and by node (a click on a lane of the timeline)
-    browser.find_element("css selector", "#ev-type option[value='node_state']").click()
-    wait_until(lambda: {r.find_elements("css selector", "td")[2].text
-                        for r in browser.find_elements("css selector", "#events tbody tr")} == {"node_state"},
-               what="only node_state events listed")
-    browser.find_element("css selector", "#timeline svg .lane-label[data-lane]").click()
+    _click(browser, "#ev-type option[value='node_state']")
+    wait_until(lambda: _column(browser, "#events", 2) == {"node_state"}, what="only node_state events listed")
+    _click(browser, "#timeline svg .lane-label[data-lane='0']")
     wait_until(lambda: browser.find_element("css selector", "#ev-node").get_attribute("value") == "0",
                what="the lane's node as the filter")
-    wait_until(lambda: {r.find_elements("css selector", "td")[3].text
-                        for r in browser.find_elements("css selector", "#events tbody tr")} == {"0"},
-               what="only node 0's events listed")
+    wait_until(lambda: _column(browser, "#events", 3) == {"0"}, what="only node 0's events listed")
+    browser.execute_script("window.scrollTo(0, 0)")
     shot(browser, "2-pool")
 
     # the job's log: lines arrive live, with node prefixes; the secret never shows
-    browser.find_element("css selector", "#jobs a.btn").click()
+    _click(browser, "#jobs a.btn")
     wait_until(lambda: any(ln.startswith("[node 1] tick 3") for ln in _log_lines(browser)), what="the log's lines")
     seen = len(_log_lines(browser))
     url = browser.current_url
     wait_until(lambda: len(_log_lines(browser)) >= seen + 5, what="more lines arriving live")
     assert browser.current_url == url  # no reload: the page was sent them
-    text = browser.find_element("css selector", "#log").text
+    text = _text(browser, "#log")
     assert "[node 0] start on node 0 with token=***" in text and "[node 1] start on node 1 with token=***" in text
     assert SECRET not in browser.page_source
     # search
     browser.find_element("css selector", "#log-search").send_keys("tick 7")
     wait_until(lambda: _log_lines(browser) and all("tick 7" in ln for ln in _log_lines(browser)), what="the search")
-    assert "of" in browser.find_element("css selector", "#log-info").text
+    assert " of " in _text(browser, "#log-info")
     shot(browser, "3-job-log")
     # download: the whole log as a file, redacted
     cookie = {"Cookie": f"skyhive_dashboard_{dashboard.port}={dashboard.token}"}
     status, headers, body = request(dashboard, "/api/named/web/jobs/1/log/download", headers=cookie)
     assert status == 200 and "attachment" in headers["content-disposition"]
     assert b"[node 1] tick 1\n" in body and SECRET.encode() not in body
-
     for path in ("/api/named", "/api/pools", "/api/pools/web", "/api/pools/web/events?limit=1000"):
         assert SECRET.encode() not in request(dashboard, path, headers=cookie)[2], path
 
     # cancel the job from the page: confirmed, then done as `skyhive cancel` does
     _click_confirm(browser, "#job-cancel button")
     wait_until(lambda: jobq.load_job("web", 1).state == jobq.CANCELLED, what="the job cancelled")
-    wait_until(lambda: "CANCELLED" in browser.find_element("css selector", "#log-state").text, what="the page saying so")
+    wait_until(lambda: "CANCELLED" in _text(browser, "#log-state"), what="the page saying so")
 
     # named pools page, then down from the page: every process of the pool ends
     browser.get(dashboard.base + "/#/named")
-    wait_until(lambda: browser.find_element("css selector", 'section.named[data-named="web"]'), what="the named pool")
-    assert "CANCELLED" in browser.find_element("css selector", "section.named").text
+    wait_until(lambda: "CANCELLED" in _text(browser, 'section.named[data-named="web"]'), what="the named pool")
     shot(browser, "4-named")
     assert [p for p in running_under(home) if p != dashboard.proc.pid], "the pool runs nothing before down?"
     _click_confirm(browser, 'section.named button[data-down="web"]')
-    wait_until(lambda: "down" in browser.find_element("css selector", "#toast").text, what="the toast")
-    wait_until(lambda: [p for p in running_under(home) if p != dashboard.proc.pid] == [], timeout=30,
-               what="every process of the pool to end")
+    wait_until(lambda: "down" in _text(browser, "#toast"), what="the toast")
+    left = lambda: [p for p in running_under(home) if p != dashboard.proc.pid]  # noqa: E731
+    try:
+        wait_until(lambda: left() == [], timeout=30, what="every process of the pool to end")
+    except AssertionError:
+        raise AssertionError("left running: " + "; ".join(
+            Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:160]
+            for p in left())) from None
     from skyhive.runtime.clusters import record as records
     from skyhive.runtime.events.log import pool_log_path, read_log
 
@@ -211,8 +242,7 @@ def test_a_named_pools_job_nodes_live_log_cancel_and_down(tmp_path, skyhive_home
     last = list(read_log(pool_log_path("web")))[-1]
     assert last.kind == "pool_stopped" and "skyhive down web" in last.error
     browser.get(dashboard.url)
-    row = wait_until(lambda: browser.find_element("css selector", '#pools tr[data-pool="web"]'), what="the pool's row")
-    wait_until(lambda: row.find_elements("css selector", "td")[1].text == "stopped", what="the pool stopped")
+    wait_until(lambda: _cells(browser, row)[1] == "stopped", what="the pool shown stopped")
 
 
 # ---- a failed node, and a pool whose client is gone ---------------------------------------------------------
@@ -227,14 +257,13 @@ def maybe_die():
         os._exit(7)
     return "ok"
 
-pool = sky.Pool(nodes=2, max_restarts=0, restart_backoff=0.05, output=None)
-pool.__enter__()
-try:
-    pool.broadcast(maybe_die)
-except sky.WorkerLost as exc:
-    print("LOST", exc, flush=True)
-print("POOL", pool.pool_id, flush=True)
-time.sleep(600)
+with sky.Pool(nodes=2, max_restarts=0, restart_backoff=0.05, output=None) as pool:
+    try:
+        pool.broadcast(maybe_die)
+    except sky.WorkerLost as exc:
+        print("LOST", " ".join(str(exc).split()), flush=True)
+    print("POOL", pool.id, flush=True)
+    time.sleep(600)
 """
 
 
@@ -250,10 +279,10 @@ def test_a_failed_node_shows_its_cause_and_a_gone_clients_pool_is_taken_down(tmp
 
         worker = [w.pid for n in find(pool_id).state.nodes for w in n.workers if n.node == 0][0]
         browser.get(dashboard.base + f"/?token={dashboard.token}#/pool/{pool_id}")
-        failed = wait_until(lambda: browser.find_element("css selector", '#nodes tr[data-node="1"]'), what="node 1")
-        wait_until(lambda: "failed" in failed.text, what="node 1 failed")
-        assert "exited with status 7" in failed.text, failed.text
-        problems = browser.find_element("css selector", "#pool-problems").text
+        node1 = '#nodes tr[data-node="1"]'
+        wait_until(lambda: "failed" in _text(browser, node1), what="node 1 failed")
+        assert "exited with status 7" in _text(browser, node1), _text(browser, node1)
+        problems = _text(browser, "#pool-problems")
         assert "node 1 failed" in problems and "exited with status 7" in problems, problems
         assert f"skyhive down {pool_id}" in problems
         shot(browser, "5-failed-node")
@@ -261,12 +290,11 @@ def test_a_failed_node_shows_its_cause_and_a_gone_clients_pool_is_taken_down(tmp
         # its client dies: the page says so, with the command that cleans up
         client.send_signal(signal.SIGKILL)
         client.wait()
-        wait_until(lambda: "client gone" in browser.find_element("css selector", "#pool-status").text,
-                   what="the pool shown as client gone")
-        assert "is gone" in browser.find_element("css selector", "#pool-problems").text
+        wait_until(lambda: "client gone" in _text(browser, "#pool-status"), what="the pool shown as client gone")
+        assert "is gone" in _text(browser, "#pool-problems")
         _click_confirm(browser, "#down-slot button")
-        wait_until(lambda: "stopped" in browser.find_element("css selector", "#toast").text, what="the toast")
-        wait_until(lambda: browser.find_element("css selector", "#pool-status").text == "stopped", what="stopped")
+        wait_until(lambda: "stopped" in _text(browser, "#toast"), what="the toast")
+        wait_until(lambda: _text(browser, "#pool-status") == "stopped", what="the pool shown stopped")
         from skyhive.runtime.commands.inventory import DOWN_REASON, _leftovers
 
         assert find(pool_id).state.status == "stopped" and DOWN_REASON in find(pool_id).state.error

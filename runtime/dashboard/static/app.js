@@ -35,7 +35,7 @@ async function api(path, options = {}) {
 function fmtTime(ts) {
   if (!ts) return "-";
   const d = new Date(ts * 1000);
-  return d.toLocaleString(undefined, {year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit"});
+  return d.toLocaleString("sv-SE");  // 2026-11-26 18:14:53, in the browser's time zone
 }
 
 function fmtDuration(s) {
@@ -444,7 +444,6 @@ function drawTimeline(box, tl, onLane) {
         parts.push(`<path d="M${x(t)},${yy - 2} l4,-5 l-8,0 z" class="mark" data-lane="${i}" data-mark="${j}"/>`);
       }
     });
-    parts.push(`<rect x="0" y="0" width="${left - 4}" height="${height}" fill="transparent" class="label-hit"/>`);
     svg.innerHTML = parts.join("");
   }
   draw();
