@@ -190,7 +190,8 @@ def test_a_named_pools_job_nodes_live_log_cancel_and_down(tmp_path, skyhive_home
     wait_until(lambda: browser.find_element("css selector", "#ev-node").get_attribute("value") == "0",
                what="the lane's node as the filter")
     wait_until(lambda: _column(browser, "#events", 3) == {"0"}, what="only node 0's events listed")
-    browser.execute_script("window.scrollTo(0, 0)")
+    browser.execute_script("window.scrollTo({top: 0, behavior: 'instant'})")
+    wait_until(lambda: browser.execute_script("return window.scrollY") == 0, what="the page at its top")
     shot(browser, "2-pool")
 
     # the job's log: lines arrive live, with node prefixes; the secret never shows
@@ -203,11 +204,13 @@ def test_a_named_pools_job_nodes_live_log_cancel_and_down(tmp_path, skyhive_home
     text = _text(browser, "#log")
     assert "[node 0] start on node 0 with token=***" in text and "[node 1] start on node 1 with token=***" in text
     assert SECRET not in browser.page_source
-    # search
+    shot(browser, "3-job-log")
+    # search: only the matching lines, the match marked
     browser.find_element("css selector", "#log-search").send_keys("tick 7")
     wait_until(lambda: _log_lines(browser) and all("tick 7" in ln for ln in _log_lines(browser)), what="the search")
     assert " of " in _text(browser, "#log-info")
-    shot(browser, "3-job-log")
+    assert browser.find_elements("css selector", "#log mark")
+    shot(browser, "3b-job-log-search")
     # download: the whole log as a file, redacted
     cookie = {"Cookie": f"skyhive_dashboard_{dashboard.port}={dashboard.token}"}
     status, headers, body = request(dashboard, "/api/named/web/jobs/1/log/download", headers=cookie)

@@ -20,7 +20,7 @@ from ..clusters import record as records
 from ..clusters.named import live_workers
 from ..clusters.procs import alive
 from ..events.log import EventLog
-from ..events.timeline import STATE_COLORS, TASK_COLORS, Lane, Span, Timeline, build
+from ..events.timeline import STATE_COLORS, TASK_COLORS, Lane, Span, build
 from ..events.timeline_groups import group
 from ..events.types import Event, TaskFinished, TaskSubmitted
 from .watch import PoolWatch, StateDir
@@ -65,6 +65,12 @@ def problems(watch: PoolWatch, status: str) -> list[dict[str, str]]:
                     "fix": f"skyhive down {pool}" if running else f"skyhive logs {pool}"})
     if len(failed) > 20:
         out.append({"cause": f"and {len(failed) - 20} more failed nodes", "fix": f"skyhive events {pool}"})
+    dropped = [n for n in state.nodes if n.dropped]
+    for n in dropped[:20]:
+        out.append({"cause": f"node {n.node} was left out at start (min_nodes): {n.dropped}",
+                    "fix": f"skyhive events {pool}"})
+    if len(dropped) > 20:
+        out.append({"cause": f"and {len(dropped) - 20} more nodes left out at start", "fix": f"skyhive events {pool}"})
     if state.error:
         out.append({"cause": f"the pool stopped with an error: {state.error}" if not running else state.error,
                     "fix": f"skyhive logs {pool}" if not running else f"skyhive down {pool}"})

@@ -54,7 +54,7 @@ function money(v) {
 function badge(status) {
   const s = String(status || "");
   let cls = "neutral";
-  if (/^(running|ready|UP|SUCCEEDED|ok)/.test(s)) cls = "good";
+  if (/^(running|ready|UP|SUCCEEDED|ok)/i.test(s)) cls = "good";
   else if (/(gone|DEGRADED|INIT|kept|PENDING|provisioning|connecting|bootstrapping|requested|draining|terminating|starting|cancelled|CANCELLED)/i.test(s)) cls = "warn";
   if (/(fail|error|lost|FAILED|gone)/i.test(s)) cls = "bad";
   if (/^(stopped|terminated|STOPPED)/.test(s)) cls = "neutral";
@@ -336,9 +336,26 @@ function logPage(kind, a, b) {
     try { return m ? new RegExp(m[1], m[2].includes("i") ? "i" : "") : {test: s => s.toLowerCase().includes(q.toLowerCase())}; }
     catch (e) { return {test: () => false}; }
   };
+  // a line as HTML: its node prefix coloured, what the search matches marked
   const lineHtml = line => {
-    const m = line.match(/^(\[node \d+\] )(.*)$/s);
-    return m ? `<span class="node-prefix n${Number(m[1].match(/\d+/)[0]) % 8}">${esc(m[1])}</span>${esc(m[2])}\n` : `${esc(line)}\n`;
+    const m = line.match(/^(\[node (\d+)\] )(.*)$/s);
+    const [prefix, rest] = m ? [m[1], m[3]] : ["", line];
+    const head = prefix ? `<span class="node-prefix n${Number(m[2]) % 8}">${esc(prefix)}</span>` : "";
+    return head + highlight(rest) + "\n";
+  };
+  const highlight = text => {
+    const q = $("#log-search").value;
+    const re = matcher();
+    if (!q || !re) return esc(text);
+    const global = re instanceof RegExp ? new RegExp(re.source, re.flags + "g")
+                                        : new RegExp(q.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"), "gi");
+    let out = "", last = 0;
+    for (const hit of text.matchAll(global)) {
+      if (!hit[0]) break;
+      out += esc(text.slice(last, hit.index)) + `<mark>${esc(hit[0])}</mark>`;
+      last = hit.index + hit[0].length;
+    }
+    return out + esc(text.slice(last));
   };
   const render = () => {
     const m = matcher();
