@@ -1,7 +1,7 @@
 """The state directory as the dashboard sees it: every pool's log read incrementally.
 
-A `PoolWatch` remembers its offset in one pool's JSONL log (`inventory.LogTail`): each `refresh`
-reads only the bytes appended since, folds the new events into the pool's state (`state.fold` from
+A `PoolWatch` remembers its offset in one pool's JSONL log (`LineTail`): each `refresh` reads only
+the bytes appended since, folds the new events into the pool's state (`state.fold` from
 the state it had) and keeps what the pages show — the events other than output (for the event list
 and the timeline), the last provider state of each node, and the pool's output as prefixed lines
 (the last `OUTPUT_LINES`). Nothing re-reads a whole log after the first look.
@@ -17,16 +17,55 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..commands.inventory import LogTail, PoolEntry, client_of, pools_dir
+from ..commands.inventory import PoolEntry, client_of, pools_dir
 from ..events.state import PoolState, fold
-from ..events.types import Event, NodeProgress, OutputCapped, OutputChunk, PoolStarted, PoolStopped
+from ..events.types import Event, NodeProgress, OutputCapped, OutputChunk, PoolStarted, PoolStopped, from_json
 
-__all__ = ["PoolWatch", "StateDir", "OUTPUT_LINES", "MAX_EVENTS"]
+__all__ = ["LineTail", "PoolWatch", "StateDir", "OUTPUT_LINES", "MAX_EVENTS", "READ_CHUNK"]
 
 #: Output lines of a pool kept for its log page (older ones are dropped; `skyhive logs` has them all).
 OUTPUT_LINES = 50_000
 #: Events kept per pool for its event list and timeline (a pool past this many keeps the newest).
 MAX_EVENTS = 2_000_000
+#: Bytes of a log read per refresh at most (a huge log is taken in over several refreshes).
+READ_CHUNK = 64 << 20
+
+
+class LineTail:
+    """A log's whole lines, read incrementally. `offset` is always at the end of a whole line: a line
+    still being written (or torn by a killed client and then cut by `skyhive down`, which truncates
+    it before appending) is read again next time, never kept half."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.bad_lines = 0
+        self.bytes_read = 0  # all bytes read so far (a test checks nothing is read twice but torn tails)
+
+    def events(self) -> list[Event] | None:
+        """The events in the whole lines appended since the last call ([] if none); None when the
+        file is now shorter than what was read (it was replaced: the caller starts over)."""
+        try:
+            with open(self.path, "rb") as fh:
+                size = fh.seek(0, 2)
+                if size < self.offset:
+                    return None
+                fh.seek(self.offset)
+                data = fh.read(READ_CHUNK)
+        except FileNotFoundError:
+            return []
+        self.bytes_read += len(data)
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        out = []
+        for raw in data[:end].split(b"\n"):
+            if not raw.strip():
+                continue
+            try:
+                out.append(from_json(raw.decode("utf-8")))
+            except (ValueError, TypeError):
+                self.bad_lines += 1
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +82,7 @@ class PoolWatch:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.pool_id = path.stem
-        self.tail = LogTail(path)
+        self.tail = LineTail(path)
         self.state = PoolState()
         self.started: PoolStarted | None = None
         self.events: deque[Event] = deque(maxlen=MAX_EVENTS)
@@ -57,6 +96,11 @@ class PoolWatch:
     def refresh(self) -> bool:
         """Read what was appended since the last call; True if anything was."""
         new = self.tail.events()
+        if new is None:  # the file was replaced: read it again from its start
+            version = self.version
+            self.__init__(self.path)  # type: ignore[misc]
+            self.version = version  # (goes on counting: caches keyed by it must not see an old number)
+            new = self.tail.events() or []
         if not new:
             return False
         kept = []
