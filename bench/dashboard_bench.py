@@ -3,8 +3,8 @@
     python -m bench.dashboard_bench [--nodes 10000] [--grow 20] [--no-browser]
 
 In a fresh state directory a child process opens a `sky.Simulated` pool of `--nodes` nodes (a few of
-them failing at start, `min_nodes` letting the pool go on), broadcasts once, then keeps broadcasting
-(every broadcast adds two task events per node to the log) until told to stop. Meanwhile
+them failing at start, `min_nodes` letting the pool go on) and broadcasts once; later, told to, it
+broadcasts once a second (every broadcast adds two task events per node to the log). Meanwhile
 `skyhive dashboard` runs as its own process and is measured:
 
 - start: from starting the dashboard to its first answer (it reads every log once before serving);
@@ -43,16 +43,17 @@ import skyhive as sky
 def nop():
     return 1
 
-async def main(nodes, stop):
+async def main(nodes, grow, stop):
     fail = {7: "bootstrapping", nodes // 2: "connecting", nodes - 3: "launch"}
     async with sky.Pool(provider=sky.Simulated(fail=fail), nodes=nodes, min_nodes=nodes - 10, output=None) as pool:
         await pool.broadcast(nop)
         print("UP", pool.id, flush=True)
         while not os.path.exists(stop):
-            await pool.broadcast(nop)
-            await anyio.sleep(0.2)
+            if os.path.exists(grow):  # the log grows: a broadcast (2 events a node) a second
+                await pool.broadcast(nop)
+            await anyio.sleep(1.0)
 
-anyio.run(main, int(sys.argv[1]), sys.argv[2])
+anyio.run(main, int(sys.argv[1]), sys.argv[2], sys.argv[3])
 """
 
 
@@ -127,8 +128,8 @@ def run(nodes: int, grow: float, browser: bool) -> dict[str, Any]:
     results: dict[str, Any] = {"nodes": nodes, "load_before": _load()}
     with tempfile.TemporaryDirectory(prefix="skyhive-dash-bench-") as home:
         env = {**os.environ, "SKYHIVE_HOME": home}
-        stop = os.path.join(home, "stop")
-        child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CHILD), str(nodes), stop], env=env,
+        stop, grow_mark = os.path.join(home, "stop"), os.path.join(home, "grow")
+        child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CHILD), str(nodes), grow_mark, stop], env=env,
                                  stdout=subprocess.PIPE, text=True)
         dash = None
         try:
@@ -172,6 +173,7 @@ def run(nodes: int, grow: float, browser: bool) -> dict[str, Any]:
                 results["browser"] = _browser_loads(url, f"http://127.0.0.1:{client.port}", pool)
             # responsiveness while the log grows
             size0 = log.stat().st_size
+            Path(grow_mark).touch()
             summary, timeline = [], []
             deadline = time.monotonic() + grow
             while time.monotonic() < deadline:

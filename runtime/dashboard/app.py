@@ -19,6 +19,7 @@ import contextlib
 import hmac
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,8 @@ log = logging.getLogger("skyhive.dashboard")
 STATIC = Path(__file__).resolve().parent / "static"
 #: Seconds between looks at the state directory.
 POLL = 0.3
+#: Seconds after a page last asked for a pool's timeline during which the refresher keeps it built.
+TIMELINE_VIEWED = 60.0
 #: Seconds between keep-alive comments on an idle live stream.
 KEEPALIVE = 15.0
 COOKIE = "skyhive_dashboard_{port}"
@@ -128,8 +131,9 @@ async def _refuse(send: Send, status: int, text: str) -> None:
 class Live:
     """What changed, for the live streams: a version bumped on every change, and a way to wait for one."""
 
-    def __init__(self, store: StateDir) -> None:
+    def __init__(self, store: StateDir, after: Callable[[], object] | None = None) -> None:
         self.store = store
+        self.after = after  # run in a thread after each look (the timelines being viewed rebuilt)
         self.version = 0
         self._changed = anyio.Event()
         self._named = ()  # type: tuple[Any, ...]
@@ -154,6 +158,8 @@ class Live:
             try:
                 changed = await anyio.to_thread.run_sync(self.store.refresh)
                 named = await anyio.to_thread.run_sync(_named_fingerprint)
+                if self.after is not None:
+                    await anyio.to_thread.run_sync(self.after)
             except Exception:  # noqa: BLE001 - one bad read must not end the live updates
                 log.exception("dashboard: reading the state directory failed")
                 changed, named = False, self._named
@@ -206,8 +212,30 @@ def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = No
     """The dashboard app over the state directory, behind `TokenGate` with `token`; `port()` is the
     port it is served on (the Host header and the cookie name depend on it)."""
     store = store or StateDir()
-    live = Live(store)
+    # a pool's timeline, built once per change of its log: by the refresher for the pools whose page
+    # asked for it in the last minute (so the page gets it at once), else when asked
     timelines: dict[str, tuple[int, dict[str, Any]]] = {}
+    viewed: dict[str, float] = {}
+
+    def build_timeline(pool_id: str) -> dict[str, Any]:
+        version = store.get(pool_id).version
+        cached = timelines.get(pool_id)
+        if cached is None or cached[0] != version:
+            cached = (version, views.timeline_json(store, pool_id))
+            timelines[pool_id] = cached
+        return cached[1]
+
+    def rebuild_viewed() -> None:
+        now = time.monotonic()
+        for pool_id, when in list(viewed.items()):
+            if now - when > TIMELINE_VIEWED:
+                viewed.pop(pool_id, None)
+                timelines.pop(pool_id, None)
+            else:
+                with contextlib.suppress(LookupError):
+                    build_timeline(pool_id)
+
+    live = Live(store, after=rebuild_viewed)
 
     def json_route(fn: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -236,13 +264,13 @@ def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = No
                                 limit=_int(request, "limit", 200) or 200)
 
     def timeline(request: Request) -> Any:
+        """The latest timeline built (up to one refresh behind the log while it grows), or one
+        built now when there is none yet."""
         pool_id = request.path_params["pool"]
-        version = store.get(pool_id).version
+        store.get(pool_id)
+        viewed[pool_id] = time.monotonic()
         cached = timelines.get(pool_id)
-        if cached is None or cached[0] != version:
-            cached = (version, views.timeline_json(store, pool_id))
-            timelines[pool_id] = cached
-        return cached[1]
+        return cached[1] if cached is not None else build_timeline(pool_id)
 
     def output(request: Request) -> Any:
         return views.output_lines(store, request.path_params["pool"], after=_int(request, "after", -1) or -1)
