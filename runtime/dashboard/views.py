@@ -19,6 +19,7 @@ from ..clusters import jobs as jobq
 from ..clusters import record as records
 from ..clusters.named import live_workers
 from ..clusters.procs import alive
+from ..commands.inventory import DOWN_REASON
 from ..events.log import EventLog
 from ..events.timeline import STATE_COLORS, TASK_COLORS, Lane, Span, build
 from ..events.timeline_groups import group
@@ -71,12 +72,17 @@ def problems(watch: PoolWatch, status: str) -> list[dict[str, str]]:
                     "fix": f"skyhive events {pool}"})
     if len(dropped) > 20:
         out.append({"cause": f"and {len(dropped) - 20} more nodes left out at start", "fix": f"skyhive events {pool}"})
-    if state.error:
+    if state.error and not _cleaned_up(state.error):
         out.append({"cause": f"the pool stopped with an error: {state.error}" if not running else state.error,
                     "fix": f"skyhive logs {pool}" if not running else f"skyhive down {pool}"})
     if watch.tail.bad_lines:
         out.append({"cause": f"{watch.tail.bad_lines} lines of the log are not events", "fix": f"skyhive events {pool}"})
     return out
+
+
+def _cleaned_up(why: str) -> bool:
+    """The reason `skyhive down` recorded: how the pool ended, not a problem left."""
+    return why.startswith((DOWN_REASON, "skyhive down "))
 
 
 def _summary(watch: PoolWatch, now: float) -> dict[str, Any]:
@@ -99,6 +105,7 @@ def _summary(watch: PoolWatch, now: float) -> dict[str, Any]:
         "started": state.started or None, "stopped": state.stopped or None,
         "age": _age(now - state.started) if state.started else "-", "autostop": autostop,
         "client_pid": state.pid, "host": state.host, "error": state.error,
+        "ended": state.error if state.status == "stopped" else "",
         "tasks": {"submitted": state.tasks_submitted, "ok": state.tasks_ok, "failed": state.tasks_failed,
                   "cancelled": state.tasks_cancelled, "lost": state.tasks_lost, "in_flight": state.tasks_in_flight},
         "last_seq": state.last_seq, "problems": problems(watch, status),

@@ -7,7 +7,8 @@ and the timeline), the last provider state of each node, and the pool's output a
 (the last `OUTPUT_LINES`). Nothing re-reads a whole log after the first look.
 
 `StateDir` holds one watch per log under `pools/` and finds new logs as they appear. It is refreshed
-by one thread at a time; readers take `lock` (a refresh holds it only while it applies what it read).
+by one thread at a time; readers take `lock` (a refresh holds it only while it folds what it read,
+not while it reads and parses).
 """
 
 from __future__ import annotations
@@ -94,8 +95,16 @@ class PoolWatch:
         self._partial: dict[tuple[int, int, str], str] = {}
 
     def refresh(self) -> bool:
-        """Read what was appended since the last call; True if anything was."""
-        new = self.tail.events()
+        """Read what was appended since the last call and apply it; True if anything was."""
+        return self.apply(self.read())
+
+    def read(self) -> list[Event] | None:
+        """The events appended since the last read (None: the file was replaced). Touches only the
+        tail, so it runs without the store's lock: parsing is the slow half."""
+        return self.tail.events()
+
+    def apply(self, new: list[Event] | None) -> bool:
+        """Fold what `read` returned into what the pages show; True if anything changed."""
         if new is None:  # the file was replaced: read it again from its start
             version = self.version
             self.__init__(self.path)  # type: ignore[misc]
@@ -174,8 +183,9 @@ class StateDir:
                     continue
                 if size == watch.tail.offset:
                     continue
+                new = watch.read()  # parsed without the lock: readers wait only for the fold
                 with self.lock:
-                    changed = watch.refresh() or changed
+                    changed = watch.apply(new) or changed
             if changed:
                 with self.lock:
                     self.version += 1

@@ -272,7 +272,8 @@ async function poolPage(pool) {
     <div class="card"><div class="label">Age</div><div class="value small-value">${esc(p.age)}</div><div class="muted small">${esc(fmtTime(p.started))}</div></div>
     <div class="card"><div class="label">Autostop</div><div class="value small-value">${esc(p.autostop)}</div></div>
     <div class="card"><div class="label">Client</div><div class="value small-value">${p.client_pid ? `pid ${p.client_pid}` : "-"}</div><div class="muted small">${esc(p.host)}</div></div>`;
-  $("#pool-problems").innerHTML = problemsHtml(p.problems);
+  $("#pool-problems").innerHTML = problemsHtml(p.problems) +
+    (p.ended && !p.problems.length ? `<div class="note">stopped: ${esc(p.ended)}</div>` : "");
   const sel = $("#node-state");
   const states = Object.keys(p.states);
   sel.innerHTML = `<option value="">every state (${p.nodes})</option>` + states.map(s => `<option value="${esc(s)}">${esc(s)} (${p.states[s]})</option>`).join("");
