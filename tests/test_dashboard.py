@@ -190,7 +190,7 @@ def test_a_named_pools_job_nodes_live_log_cancel_and_down(tmp_path, skyhive_home
     wait_until(lambda: browser.find_element("css selector", "#ev-node").get_attribute("value") == "0",
                what="the lane's node as the filter")
     wait_until(lambda: _column(browser, "#events", 3) == {"0"}, what="only node 0's events listed")
-    browser.execute_script("window.scrollTo({top: 0, behavior: 'instant'})")
+    browser.execute_script("window.scrollTo(0, 0)")
     wait_until(lambda: browser.execute_script("return window.scrollY") == 0, what="the page at its top")
     shot(browser, "2-pool")
 

@@ -157,7 +157,7 @@ class Live:
         while True:
             try:
                 changed = await anyio.to_thread.run_sync(self.store.refresh)
-                named = await anyio.to_thread.run_sync(_named_fingerprint)
+                named = await anyio.to_thread.run_sync(lambda: (_named_fingerprint(), self.store.clients()))
                 if self.after is not None:
                     await anyio.to_thread.run_sync(self.after)
             except Exception:  # noqa: BLE001 - one bad read must not end the live updates

@@ -191,6 +191,14 @@ class StateDir:
                     self.version += 1
             return changed
 
+    def clients(self) -> tuple[tuple[str, str], ...]:
+        """Each pool not stopped with whether its client runs ("alive", "gone", "remote"): a client
+        that dies writes nothing to its log, so the refresher asks (a look at /proc per pool)."""
+        with self.lock:
+            running = [(w.pool_id, w.started) for w in self.pools.values()
+                       if w.started is not None and w.state.status != "stopped"]
+        return tuple((pool_id, client_of(started)) for pool_id, started in running)
+
     def get(self, pool_id: str) -> PoolWatch:
         """The pool `pool_id`; `LookupError` naming it and where it was looked for."""
         watch = self.pools.get(pool_id)

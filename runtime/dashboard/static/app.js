@@ -294,7 +294,7 @@ async function poolPage(pool) {
     const tl = await api(`/api/pools/${enc}/timeline`);
     drawTimeline($("#timeline"), tl, node => {
       st.evNode = String(node); $("#ev-node").value = st.evNode; refresh();
-      $("#events-box").scrollIntoView({behavior: "smooth"});
+      $("#events-box").scrollIntoView();
     });
   }
 }
@@ -567,6 +567,9 @@ function connectLive() {
   source.onopen = () => { live.textContent = "live"; live.className = "live on"; };
   source.onerror = () => { live.textContent = "reconnecting…"; live.className = "live off"; };
 }
+
+// ages and the cost so far change with the clock, not with the logs: a look every 10 s as well
+setInterval(() => { if (view && view.name !== "log" && !document.hidden) refresh(); }, 10000);
 
 window.addEventListener("hashchange", route);
 route();
