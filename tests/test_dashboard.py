@@ -288,6 +288,10 @@ def test_a_failed_node_shows_its_cause_and_a_gone_clients_pool_is_taken_down(tmp
         problems = _text(browser, "#pool-problems")
         assert "node 1 failed" in problems and "exited with status 7" in problems, problems
         assert f"skyhive down {pool_id}" in problems
+        # the timeline too: node 1's lane of states (the third lane) ends failed
+        wait_until(lambda: browser.execute_script(
+            "const r = document.querySelectorAll('#timeline rect[data-lane=\"2\"]'); "
+            "return r.length && r[r.length - 1].getAttribute('fill');") == "#d62728", what="node 1 failed in the timeline")
         shot(browser, "5-failed-node")
 
         # its client dies: the page says so, with the command that cleans up

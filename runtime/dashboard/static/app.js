@@ -289,7 +289,9 @@ async function poolPage(pool) {
   $("#tasks-box").innerHTML = tasksTable(p.recent_tasks);
   // the timeline is redrawn at most every 2 s while the pool changes (a big pool's is the costly part)
   const now = Date.now();
-  if (now - st.timelineAt > 2000 || first) {
+  if (!(now - st.timelineAt > 2000 || first)) {  // drawn less than 2 s ago: once more when they are up
+    if (!st.timelineLater) st.timelineLater = setTimeout(() => { st.timelineLater = null; refresh(); }, 2100 - (now - st.timelineAt));
+  } else {
     st.timelineAt = now;
     const tl = await api(`/api/pools/${enc}/timeline`);
     drawTimeline($("#timeline"), tl, node => {
