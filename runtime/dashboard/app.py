@@ -194,7 +194,7 @@ def _error(exc: Exception) -> JSONResponse:
     return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=502)
 
 
-def _int(request: Request, name: str, default: int | None) -> int | None:
+def _int(request: Request, name: str, default: int) -> int:
     value = request.query_params.get(name, "")
     if value == "":
         return default
@@ -202,6 +202,10 @@ def _int(request: Request, name: str, default: int | None) -> int | None:
         return int(value)
     except ValueError:
         raise ValueError(f"query parameter {name}={value!r}: not an integer") from None
+
+
+def _opt_int(request: Request, name: str) -> int | None:
+    return _int(request, name, -1) if request.query_params.get(name, "") != "" else None
 
 
 def _sse(event: str, data: Any) -> bytes:
@@ -260,7 +264,7 @@ def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = No
 
     def events(request: Request) -> Any:
         return views.event_rows(store, request.path_params["pool"], kind=request.query_params.get("type", ""),
-                                node=_int(request, "node", None), before=_int(request, "before", None),
+                                node=_opt_int(request, "node"), before=_opt_int(request, "before"),
                                 limit=_int(request, "limit", 200) or 200)
 
     def timeline(request: Request) -> Any:
@@ -273,7 +277,7 @@ def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = No
         return cached[1] if cached is not None else build_timeline(pool_id)
 
     def output(request: Request) -> Any:
-        return views.output_lines(store, request.path_params["pool"], after=_int(request, "after", -1) or -1)
+        return views.output_lines(store, request.path_params["pool"], after=_int(request, "after", -1))
 
     def named(request: Request) -> Any:
         return {"named": views.named_rows()}

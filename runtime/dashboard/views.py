@@ -166,6 +166,7 @@ def node_rows(store: StateDir, pool_id: str, *, state: str = "", offset: int = 0
     """A page of the pool's nodes (only those in lifecycle `state`, if given)."""
     with store.lock:
         watch = store.get(pool_id)
+        offset = max(0, offset)
         nodes = [n for n in watch.state.nodes if not state or n.state == state]
         page = nodes[offset:offset + limit]
         rows = [{"node": n.node, "state": n.state, "provider_state": watch.provider_state.get(n.node, ""),
@@ -313,6 +314,7 @@ def named_rows() -> list[dict[str, Any]]:
 def job_log(name: str, job_id: int, *, offset: int = 0) -> dict[str, Any]:
     """Job `job_id`'s log from byte `offset`: whole lines (the rest once the job ended), at most
     `LOG_CHUNK` bytes, its secret values redacted; `next` is the offset to ask from next time."""
+    offset = max(0, offset)
     job = jobq.load_job(name, job_id)  # before the log: once FINISHED, what the log holds is complete
     data = b""
     with contextlib.suppress(FileNotFoundError), open(jobq.log_path(name, job_id), "rb") as fh:
@@ -321,7 +323,7 @@ def job_log(name: str, job_id: int, *, offset: int = 0) -> dict[str, Any]:
     more = len(data) == LOG_CHUNK
     if (more or job.state not in jobq.FINISHED) and b"\n" in data:
         data = data[: data.rfind(b"\n") + 1]
-    elif job.state not in jobq.FINISHED:
+    elif job.state not in jobq.FINISHED and not more:  # (a line of a whole chunk goes as it is)
         data = b""
     text = redact_job(job, data.decode("utf-8", errors="replace"))
     return {"text": text, "next": offset + len(data), "job": job_json(job), "more": more}
