@@ -30,21 +30,27 @@ class Dashboard:
     base: str  # http://127.0.0.1:PORT
     token: str
     port: int
+    output: Path  # what it printed (its log: read it when a test fails)
 
 
-def start_dashboard() -> Dashboard:
-    """`skyhive dashboard --port 0` in its own process; its URL read from what it printed."""
+def start_dashboard(output: Path) -> Dashboard:
+    """`skyhive dashboard --port 0` in its own process (what it prints goes to `output`, read for its
+    URL: a pipe nobody reads would stall it once full)."""
     pytest.importorskip("starlette", reason="the dashboard extra (starlette, uvicorn) is not installed")
     pytest.importorskip("uvicorn", reason="the dashboard extra (starlette, uvicorn) is not installed")
-    proc = subprocess.Popen([sys.executable, "-m", "skyhive", "dashboard", "--port", "0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    found = re.search(r"(http://127\.0\.0\.1:(\d+))/\?token=(\S+)", line)
-    if not found:
-        proc.kill()
-        raise AssertionError(f"skyhive dashboard printed no URL: {line!r}{proc.stdout.read()!r}")
-    return Dashboard(proc, found.group(0), found.group(1), found.group(3), int(found.group(2)))
+    with open(output, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "skyhive", "dashboard", "--port", "0"], stdout=out,
+                                stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
+    deadline = time.monotonic() + 120
+    while True:
+        found = re.search(r"(http://127\.0\.0\.1:(\d+))/\?token=(\S+)", output.read_text())
+        if found:
+            return Dashboard(proc, found.group(0), found.group(1), found.group(3), int(found.group(2)), output)
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"skyhive dashboard printed no URL: {output.read_text()!r}")
+        time.sleep(0.05)
 
 
 def stop_dashboard(dash: Dashboard) -> None:
@@ -58,12 +64,14 @@ def stop_dashboard(dash: Dashboard) -> None:
 
 
 @pytest.fixture
-def dashboard() -> Iterator[Dashboard]:
-    dash = start_dashboard()
+def dashboard(tmp_path: Path) -> Iterator[Dashboard]:
+    dash = start_dashboard(tmp_path / "dashboard.out")
     try:
         yield dash
     finally:
         stop_dashboard(dash)
+        printed = dash.output.read_text()
+        assert "Traceback" not in printed, f"the dashboard logged an error:\n{printed}"
 
 
 def _first(paths: tuple[str, ...]) -> str | None:

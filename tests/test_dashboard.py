@@ -183,6 +183,23 @@ def test_a_named_pools_job_nodes_live_log_cancel_and_down(tmp_path, skyhive_home
     labels = set(browser.execute_script(
         "return Array.from(document.querySelectorAll('#timeline svg .lane-label'), t => t.textContent);"))
     assert {"node 0", "node 1"} <= labels, labels
+    # the timeline is interactive: hovering a bar says what it is, the wheel zooms, a double-click resets
+    hover = ("const bars = Array.from(document.querySelectorAll(\"#timeline rect[data-lane='0']\")); "
+             "const bar = bars.reduce((a, b) => (+b.getAttribute('width') > +a.getAttribute('width') ? b : a)); "
+             "const r = bar.getBoundingClientRect(); bar.dispatchEvent(new MouseEvent('mousemove', "
+             "{bubbles: true, clientX: r.left + r.width / 2, clientY: r.top + r.height / 2})); return bar.getAttribute('fill');")
+    wait_until(lambda: browser.execute_script(hover) and _text(browser, "#tip").startswith("node 0\n"),
+               what="the bar's tooltip")
+    assert " → " in _text(browser, "#tip")
+    axis = "return Array.from(document.querySelectorAll('#timeline svg .axis'), t => t.textContent).join(' ');"
+    whole = browser.execute_script(axis)
+    browser.execute_script("const s = document.querySelector('#timeline svg'), r = s.getBoundingClientRect(); "
+                           "for (let i = 0; i < 6; i++) s.dispatchEvent(new WheelEvent('wheel', {deltaY: -100, "
+                           "clientX: r.left + r.width * 0.6, clientY: r.top + 40, bubbles: true, cancelable: true}));")
+    zoomed = browser.execute_script(axis)
+    assert zoomed != whole and not zoomed.startswith("0 ms"), (whole, zoomed)
+    browser.execute_script("document.querySelector('#timeline svg').dispatchEvent(new MouseEvent('dblclick', {bubbles: true}));")
+    assert browser.execute_script(axis).startswith("0 ms")
     # the events, filtered by type and by node (a click on a lane of the timeline)
     _click(browser, "#ev-type option[value='node_state']")
     wait_until(lambda: _column(browser, "#events", 2) == {"node_state"}, what="only node_state events listed")
@@ -258,6 +275,7 @@ import skyhive as sky
 def maybe_die():
     if sky.instance_info().node == 1:
         os._exit(7)
+    print("alive on node", sky.instance_info().node, flush=True)
     return "ok"
 
 with sky.Pool(nodes=2, max_restarts=0, restart_backoff=0.05, output=None) as pool:
@@ -293,6 +311,10 @@ def test_a_failed_node_shows_its_cause_and_a_gone_clients_pool_is_taken_down(tmp
             "const r = document.querySelectorAll('#timeline rect[data-lane=\"2\"]'); "
             "return r.length && r[r.length - 1].getAttribute('fill');") == "#d62728", what="node 1 failed in the timeline")
         shot(browser, "5-failed-node")
+        # its output, from the pool's event log, with node prefixes
+        browser.get(dashboard.base + f"/#/log/pool/{pool_id}")
+        wait_until(lambda: "[node 0] alive on node 0" in _text(browser, "#log"), what="the pool's output")
+        browser.get(dashboard.base + f"/#/pool/{pool_id}")
 
         # its client dies: the page says so, with the command that cleans up
         client.send_signal(signal.SIGKILL)

@@ -47,6 +47,8 @@ STATIC = Path(__file__).resolve().parent / "static"
 POLL = 0.3
 #: Seconds after a page last asked for a pool's timeline during which the refresher keeps it built.
 TIMELINE_VIEWED = 60.0
+#: Events past which a pool's timeline is served as last built rather than rebuilt on the request.
+STALE_TIMELINE_EVENTS = 20_000
 #: Seconds between keep-alive comments on an idle live stream.
 KEEPALIVE = 15.0
 COOKIE = "skyhive_dashboard_{port}"
@@ -216,8 +218,9 @@ def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = No
     """The dashboard app over the state directory, behind `TokenGate` with `token`; `port()` is the
     port it is served on (the Host header and the cookie name depend on it)."""
     store = store or StateDir()
-    # a pool's timeline, built once per change of its log: by the refresher for the pools whose page
-    # asked for it in the last minute (so the page gets it at once), else when asked
+    # a pool's timeline, built once per change of its log by the refresher for the pools whose page
+    # asked for it in the last minute (so the page gets it at once) and once ahead for each pool that
+    # runs; else when asked
     timelines: dict[str, tuple[int, dict[str, Any]]] = {}
     viewed: dict[str, float] = {}
 
@@ -234,8 +237,15 @@ def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = No
         for pool_id, when in list(viewed.items()):
             if now - when > TIMELINE_VIEWED:
                 viewed.pop(pool_id, None)
-                timelines.pop(pool_id, None)
             else:
+                with contextlib.suppress(LookupError):
+                    build_timeline(pool_id)
+        # a pool that runs gets its timeline built once ahead of its first view (a 10,000-node
+        # pool's takes seconds); after that only a viewed one is kept up to date
+        with store.lock:
+            running = [w.pool_id for w in store.pools.values() if w.state.status != "stopped"]
+        for pool_id in running:
+            if pool_id not in timelines:
                 with contextlib.suppress(LookupError):
                     build_timeline(pool_id)
 
@@ -268,13 +278,15 @@ def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = No
                                 limit=_int(request, "limit", 200) or 200)
 
     def timeline(request: Request) -> Any:
-        """The latest timeline built (up to one refresh behind the log while it grows), or one
-        built now when there is none yet."""
+        """The pool's timeline as its log is now; a big pool's (more than `STALE_TIMELINE_EVENTS`
+        events) as the refresher last built it, up to one change behind while the log grows."""
         pool_id = request.path_params["pool"]
-        store.get(pool_id)
+        watch = store.get(pool_id)
         viewed[pool_id] = time.monotonic()
         cached = timelines.get(pool_id)
-        return cached[1] if cached is not None else build_timeline(pool_id)
+        if cached is not None and (cached[0] == watch.version or len(watch.events) > STALE_TIMELINE_EVENTS):
+            return cached[1]  # (a big pool's, a change behind: the refresher is rebuilding it)
+        return build_timeline(pool_id)
 
     def output(request: Request) -> Any:
         return views.output_lines(store, request.path_params["pool"], after=_int(request, "after", -1))

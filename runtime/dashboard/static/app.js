@@ -146,7 +146,9 @@ document.addEventListener("click", ev => {
 let view = null; // {name, refresh(), leave()}
 
 async function poolsPage() {
+  const me = view;
   const [{pools}, {named}] = await Promise.all([api("/api/pools"), api("/api/named")]);
+  if (view !== me) return;  // the user went elsewhere meanwhile: this page is not shown any more
   const running = pools.filter(p => p.status !== "stopped");
   const rows = pools.map(p => `
     <tr class="${p.status === "stopped" ? "dim" : ""}" data-pool="${esc(p.pool)}">
@@ -232,8 +234,10 @@ async function poolPage(pool) {
   const st = view.state || (view.state = {nodeState: "", nodeOffset: 0, evType: "", evNode: "", timelineAt: 0});
   const nodeQ = `state=${encodeURIComponent(st.nodeState)}&offset=${st.nodeOffset}&limit=100`;
   const evQ = `type=${encodeURIComponent(st.evType)}&node=${encodeURIComponent(st.evNode)}&limit=200`;
+  const me = view;
   const [p, nodes, events] = await Promise.all([api(`/api/pools/${enc}`), api(`/api/pools/${enc}/nodes?${nodeQ}`),
                                                 api(`/api/pools/${enc}/events?${evQ}`)]);
+  if (view !== me) return;  // the user went elsewhere meanwhile
   const first = !$("#pool-page") || $("#pool-page").dataset.pool !== pool;
   if (first) {
     main.innerHTML = `<div id="pool-page" data-pool="${esc(pool)}">
@@ -294,6 +298,7 @@ async function poolPage(pool) {
   } else {
     st.timelineAt = now;
     const tl = await api(`/api/pools/${enc}/timeline`);
+    if (view !== me) return;
     drawTimeline($("#timeline"), tl, node => {
       st.evNode = String(node); $("#ev-node").value = st.evNode; refresh();
       $("#events-box").scrollIntoView();
@@ -302,7 +307,9 @@ async function poolPage(pool) {
 }
 
 async function namedPage() {
+  const me = view;
   const {named} = await api("/api/named");
+  if (view !== me) return;
   main.innerHTML = `<h1>Named pools</h1>${named.length ? named.map(n => `
     <section class="named" data-named="${esc(n.name)}">
       <div class="title-row"><h2><a href="#/pool/${encodeURIComponent(n.name)}">${esc(n.name)}</a></h2>${badge(n.state)}
@@ -466,8 +473,7 @@ function drawTimeline(box, tl, onLane) {
     });
     svg.innerHTML = parts.join("");
   }
-  draw();
-  box._zoom = [t0, t1];
+  draw();  // (box._zoom is set only by the user's zoom or pan: untouched, the view follows the pool's life)
   const timeAt = px => t0 + (px - left) / ((width - left - right) / (t1 - t0));
   svg.onwheel = ev => {
     ev.preventDefault();
