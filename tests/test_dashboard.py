@@ -307,9 +307,18 @@ def test_a_failed_node_shows_its_cause_and_a_gone_clients_pool_is_taken_down(tmp
         assert "node 1 failed" in problems and "exited with status 7" in problems, problems
         assert f"skyhive down {pool_id}" in problems
         # the timeline too: node 1's lane of states (the third lane) ends failed
-        wait_until(lambda: browser.execute_script(
-            "const r = document.querySelectorAll('#timeline rect[data-lane=\"2\"]'); "
-            "return r.length && r[r.length - 1].getAttribute('fill');") == "#d62728", what="node 1 failed in the timeline")
+        lanes = ("return Array.from(document.querySelectorAll('#timeline svg .lane-label'), t => t.textContent + ':' + "
+                 "Array.from(document.querySelectorAll(`#timeline rect[data-lane='${t.dataset.lane}']`), r => "
+                 "r.getAttribute('fill')).join(',')).join(' | ');")
+        try:
+            wait_until(lambda: browser.execute_script(
+                "const r = document.querySelectorAll('#timeline rect[data-lane=\"2\"]'); "
+                "return r.length && r[r.length - 1].getAttribute('fill');") == "#d62728", what="node 1 failed in the timeline")
+        except AssertionError:
+            served = json.loads(request(dashboard, f"/api/pools/{pool_id}/timeline?token={dashboard.token}")[2])
+            raise AssertionError(f"node 1 not failed in the timeline: {browser.execute_script(lanes)} / served: "
+                                 f"{[(lane['title'], [sp[2] for sp in lane['spans']]) for lane in served['lanes']]} / "
+                                 f"toast {_text(browser, '#toast')!r} / console {browser.get_log('browser')}") from None
         shot(browser, "5-failed-node")
         # its output, from the pool's event log, with node prefixes
         browser.get(dashboard.base + f"/#/log/pool/{pool_id}")

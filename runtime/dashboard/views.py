@@ -212,7 +212,8 @@ def timeline_json(store: StateDir, pool_id: str) -> dict[str, Any]:
         watch = store.get(pool_id)
         events = list(watch.events)
     tl = group(build(events))
-    return {"pool": tl.pool_id, "provider": tl.provider, "started": tl.started, "duration": tl.duration,
+    # (times rounded alike: a span that ends the pool must not start past its rounded end)
+    return {"pool": tl.pool_id, "provider": tl.provider, "started": tl.started, "duration": round(tl.duration, 4),
             "stopped": tl.stopped, "error": tl.error, "group_size": tl.group_size,
             "nodes": tl.nodes or len({lane.node for lane in tl.lanes}),
             "colors": {**STATE_COLORS, **TASK_COLORS}, "lanes": [_lane(lane) for lane in tl.lanes]}

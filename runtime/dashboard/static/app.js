@@ -461,7 +461,7 @@ function drawTimeline(box, tl, onLane) {
       parts.push(`<text x="${lane.tasks ? 18 : 6}" y="${yy + h - 5}" class="lane-label${lane.tasks ? " task-label" : ""}" data-lane="${i}">${esc(lane.title)}</text>`);
       for (let j = 0; j < lane.spans.length; j++) {
         const [s, e, kind] = lane.spans[j];
-        if (e < t0 || s > t1) continue;
+        if (e < t0 || s > t1 + 1e-6) continue;  // (a state entered as the log ends is drawn, 1 px wide)
         const xs = Math.max(left, x(s)), xe = Math.min(width - right, x(e));
         parts.push(`<rect x="${xs}" y="${yy}" width="${Math.max(1, xe - xs)}" height="${h}" fill="${esc(tl.colors[kind] || "#999")}" data-lane="${i}" data-span="${j}"/>`);
       }
