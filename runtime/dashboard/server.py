@@ -44,7 +44,8 @@ def serve(port: int | None = None, *, open_browser: bool = False, out: TextIO | 
     try:
         import uvicorn
 
-        from .app import make_app, new_token
+        from .app import make_app
+        from .gate import new_token
     except ImportError as exc:
         raise ImportError(f"skyhive dashboard needs the dashboard extra: pip install 'skyhive[dashboard]' "
                           f"({exc})") from None
