@@ -240,6 +240,14 @@ def test_a_named_pools_job_nodes_live_log_cancel_and_down(tmp_path, skyhive_home
     _click_confirm(browser, "#job-cancel button")
     wait_until(lambda: jobq.load_job("web", 1).state == jobq.CANCELLED, what="the job cancelled")
     wait_until(lambda: "CANCELLED" in _text(browser, "#log-state"), what="the page saying so")
+    from skyhive.runtime.events.log import pool_log_path, read_log
+
+    def unfinished() -> set[int]:
+        events = list(read_log(pool_log_path("web")))
+        return ({ev.task for ev in events if ev.kind == "task_submitted"}
+                - {ev.task for ev in events if ev.kind == "task_finished"})
+    # the job's command on each node ended, and the log says so, as after `skyhive cancel web 1`
+    wait_until(lambda: unfinished() == set(), timeout=60, what="the job's tasks recorded as ended")
 
     # named pools page, then down from the page: every process of the pool ends
     browser.get(dashboard.base + "/#/named")
@@ -256,7 +264,6 @@ def test_a_named_pools_job_nodes_live_log_cancel_and_down(tmp_path, skyhive_home
             Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:160]
             for p in left())) from None
     from skyhive.runtime.clusters import record as records
-    from skyhive.runtime.events.log import pool_log_path, read_log
 
     assert records.names() == []
     last = list(read_log(pool_log_path("web")))[-1]
@@ -367,3 +374,10 @@ def test_down_of_a_pool_whose_client_runs_asks_to_force(tmp_path, dashboard):
         except subprocess.TimeoutExpired:
             client.kill()
             client.wait()
+
+
+def test_without_the_extra_the_command_says_what_to_install():
+    code = ("import sys; sys.modules['uvicorn'] = None; from skyhive.cli import main; "
+            "sys.exit(main(['dashboard', '--port', '0']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "pip install 'skyhive[dashboard]'" in done.stderr, done.stderr
