@@ -344,6 +344,7 @@ def test_a_failed_node_shows_its_cause_and_a_gone_clients_pool_is_taken_down(tmp
 
         assert find(pool_id).state.status == "stopped" and DOWN_REASON in find(pool_id).state.error
         assert _leftovers(pool_id) == [] and state_of(worker) in (None, "Z")
+        wait_until(lambda: "stopped" in _text(browser, "#timeline .tl-head"), what="the timeline redrawn, stopped")
         shot(browser, "6-pool-down")
     finally:
         if client.poll() is None:
