@@ -20,7 +20,7 @@ import pytest
 
 from tests.dashboard_infra import Dashboard, browser, dashboard, shot, wait_until  # noqa: F401 - fixtures
 from tests.procs import state_of
-from tests.test_clusters import running_under, skyhive, write
+from tests.test_clusters import clean, running_under, skyhive, write  # noqa: F401 - `clean`: a fixture
 
 pytestmark = pytest.mark.slow
 
@@ -155,8 +155,8 @@ def _log_lines(browser) -> list[str]:
     return _text(browser, "#log").splitlines()
 
 
-def test_a_named_pools_job_nodes_live_log_cancel_and_down(tmp_path, skyhive_home, dashboard, browser):
-    home = skyhive_home
+def test_a_named_pools_job_nodes_live_log_cancel_and_down(tmp_path, clean, dashboard, browser):
+    home = clean  # (takes the pool down, and checks nothing is left, whatever the test did)
     task = write(tmp_path / "slow.yaml", SLOW.format(n=2000))
     launched = skyhive("launch", "-y", "-d", "-c", "web", "--secret", f"TOKEN={SECRET}", str(task), cwd=tmp_path)
     assert launched.returncode == 0, launched.stderr
