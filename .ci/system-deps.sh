@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System packages the real-host tests need: OpenSSH server (sshd, ssh-keygen), iproute2 (ip) and
-# Slurm (slurmctld, slurmd, the client commands, munge) for the Slurm provider's tests.
+# Slurm (slurmctld, slurmd, the client commands, munge) for the Slurm provider's tests, and Chromium
+# with its WebDriver (chromium, chromium-driver) for the dashboard's browser tests.
 # Installs only what is missing, with apt-get, non-interactively. Without root or apt-get it says
 # why and exits 0: the tests that need these then skip with a reason.
 set -euo pipefail
@@ -39,6 +40,13 @@ if ! have sbatch /usr/bin/sbatch; then
 fi
 if ! have munged /usr/sbin/munged; then
     missing+=(munge)
+fi
+
+if ! have chromium /usr/bin/chromium; then
+    missing+=(chromium)
+fi
+if ! have chromedriver /usr/bin/chromedriver; then
+    missing+=(chromium-driver)
 fi
 
 if [ "${#missing[@]}" -eq 0 ]; then

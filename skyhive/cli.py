@@ -10,6 +10,7 @@
     skyhive exec NAME TASK.yaml [-d]  |  status  |  queue NAME  |  cancel NAME [JOB...]  |  logs NAME [JOB]
     skyhive events POOL [--follow]           the raw JSONL event log, for tools
     skyhive timeline POOL -o FILE.png|FILE.html
+    skyhive dashboard [--port P] [--open]    pools, nodes, jobs and live logs in the browser (docs/dashboard.md)
 
 The work is done in `skyhive.runtime` (taskfile, launch, inventory, timeline); this module parses
 arguments and prints. Exit codes: 0 success, 1 failure, 2 bad usage or a malformed task file;
@@ -398,6 +399,16 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from skyhive.runtime.dashboard.server import serve
+
+    try:
+        return serve(args.port, open_browser=args.open)
+    except ImportError as exc:  # the dashboard extra is not installed: say what to install
+        _err(f"error: {exc}")
+        return 1
+
+
 # ---- main --------------------------------------------------------------------------------------------
 
 
@@ -457,6 +468,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("pool", metavar="POOL")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="FILE.png or FILE.html")
     p.set_defaults(func=cmd_timeline)
+    p = sub.add_parser("dashboard", help="a local web dashboard: pools, nodes, jobs, live logs, the timeline")
+    p.add_argument("--port", type=int, metavar="P", help="port on 127.0.0.1 (default 8765, or a free one; 0: any)")
+    p.add_argument("--open", action="store_true", help="open it in the web browser")
+    p.set_defaults(func=cmd_dashboard)
+
     for p in sub.choices.values():  # also after the command: `skyhive launch t.yaml -v`
         _add_log_flags(p, default=argparse.SUPPRESS)
     return parser

@@ -1,0 +1,49 @@
+"""What the dashboard's buttons do: the same code the CLI runs, so each is recorded as the CLI's is.
+
+`down` of a named pool is `skyhive down NAME` (`commands.clusters.down_cluster`: its agent, watchdog
+and workers stopped, `PoolStopped` appended to its log, its record removed); of any other pool it is
+`skyhive down POOL [--force]` (`commands.inventory.down`: the provider's nodes destroyed, leftover
+processes killed, the closing events appended). `cancel` is `skyhive cancel NAME JOB`
+(`commands.jobs.cancel_jobs`). Each blocks (processes are waited for): the app runs them in a thread.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+
+from ..commands.clusters import down_cluster
+from ..commands.inventory import down, find
+from ..commands.jobs import cancel_jobs, is_named
+
+__all__ = ["down_pool", "cancel_job"]
+
+log = logging.getLogger("skyhive.dashboard")
+
+
+def down_pool(pool_id: str, *, force: bool = False) -> str:
+    """Take pool `pool_id` down as `skyhive down` does; what happened, in a sentence. Raises what
+    `skyhive down` raises: `PoolInUse` (its client runs: pass `force`), `PoolNotFound`,
+    `ProvisionError` (the provider failed to destroy its nodes: the log is left as it was)."""
+    if is_named(pool_id):
+        err = io.StringIO()
+        ended = down_cluster(pool_id, err=err)
+        log.info("dashboard: pool %s taken down (%d processes ended)", pool_id, ended)
+        return f"pool {pool_id}: down ({ended} processes ended)"
+    report = down(find(pool_id), force=force)  # its PoolStopped says why, as after `skyhive down`
+    if report.already_stopped:
+        return f"pool {report.pool_id}: already stopped"
+    text = (f"pool {report.pool_id}: stopped ({report.killed} leftover processes killed, "
+            f"{report.destroyed} provider nodes destroyed)")
+    if report.warning:
+        text += f"; warning: {report.warning}"
+    log.info("dashboard: %s", text)
+    return text
+
+
+def cancel_job(name: str, job_id: int) -> str:
+    """Cancel job `job_id` of named pool `name` as `skyhive cancel NAME JOB` does; what it said.
+    Raises `PoolNotFound`/`LookupError` naming the pool and job."""
+    err = io.StringIO()
+    cancel_jobs(name, [job_id], err=err)
+    return err.getvalue().strip().removeprefix("skyhive: ")
