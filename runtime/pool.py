@@ -30,6 +30,7 @@ from .events.stream import EventStream
 from .output.progress import wants_display
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
+from .pool_args import check_pool_args
 from .resources import ALLOCATIONS, Resources
 from .settings import Settings
 
@@ -126,6 +127,9 @@ class Pool(PoolCalls):
         self.provider = provider if provider is not None else Local()
         if not isinstance(self.provider, Provider):
             raise TypeError(f"Pool(provider=...) needs a skyhive provider, got {type(self.provider).__name__}")
+        plugins = check_pool_args(plugins=plugins, image=image, name=name, log_events=log_events, progress=progress,
+                                  keep=keep, autostop=autostop, processes_per_node=processes_per_node,
+                                  settings=settings)  # runtime/pool_args.py
         self.nodes = nodes
         self.processes_per_node = processes_per_node
         self.plugins = tuple(plugins)
