@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 import anyio
 
+from .accelerators import is_generic
 from .base import ClusterSpec, NodeHandle, Provider, ProvisionError, Reach, SSHReach
 from .slurm_cmd import CommandRunner, Completed, SlurmUnreachable, LocalRunner, SlurmError, SSHRunner
 
@@ -72,7 +73,8 @@ def job_name(pool_id: str) -> str:
 
 def gres_for(accelerator: str | None, gres: str | None) -> str | None:
     """The `--gres` request: `gres` verbatim when given, else from `accelerator` ("A100:4" ->
-    "gpu:a100:4", "A100" -> "gpu:a100:1"; Slurm's GPU type names are lower case by convention)."""
+    "gpu:a100:4", "A100" -> "gpu:a100:1"; Slurm's GPU type names are lower case by convention). The
+    generic "gpu:2" (any two GPUs, Slurm's own spelling) names no model: "gpu:2"."""
     if gres:
         return gres
     if not accelerator:
@@ -80,6 +82,8 @@ def gres_for(accelerator: str | None, gres: str | None) -> str | None:
     model, _, count = accelerator.partition(":")
     if not model or (count and (not count.isdigit() or int(count) < 1)):
         raise ValueError(f"accelerator {accelerator!r} is not 'MODEL' or 'MODEL:COUNT'")
+    if is_generic(model):
+        return f"gpu:{int(count or 1)}"
     return f"gpu:{model.lower()}:{int(count or 1)}"
 
 
@@ -244,6 +248,7 @@ class Slurm(Provider):
         self._jobs[job_id] = _Job(lock=anyio.Lock(), count=len(nodes), released=set())
         kind, per_node = _gpus_in(gres_for(spec.accelerator, self.gres))
         model = spec.accelerator.partition(":")[0] if spec.accelerator else (kind.upper() if kind else None)
+        model = None if is_generic(model) else model  # "gpu:2": GPUs of whatever model the node has
         return [
             NodeHandle(node=i, provider_id=f"slurm:{job_id}:{pos}", private_addr="", state="PENDING",
                        reach=self._reach(job_id, ""), accelerators=per_node, accelerator=model,
