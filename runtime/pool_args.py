@@ -37,8 +37,8 @@ def check_pool_args(*, plugins: Any, image: Any, name: Any, log_events: Any, pro
         if not isinstance(name, str):
             raise TypeError(f"Pool(name={name!r}): need a str, got {type(name).__name__}")
         if not POOL_NAME.match(name):
-            raise ValueError(f"Pool(name={name!r}): use a letter or digit, then letters, digits, '.', '_' "
-                             "or '-' (at most 128 characters): the name is also a file name")
+            raise ValueError(f"Pool(name={name!r}): {name!r} cannot name a pool: use a letter or digit, then "
+                             "letters, digits, '.', '_' or '-' (at most 128 characters): it names files")
     for arg, value in (("log_events", log_events), ("keep", keep)):
         if not isinstance(value, bool):
             raise TypeError(f"Pool({arg}={value!r}): need True or False")
