@@ -32,6 +32,7 @@ import anyio
 
 from .accelerators import is_generic
 from .base import ClusterSpec, NodeHandle, Provider, ProvisionError, Reach, SSHReach
+from .slurm_health import NodeHealth
 from .slurm_cmd import CommandRunner, Completed, SlurmUnreachable, LocalRunner, SlurmError, SSHRunner
 
 __all__ = ["Slurm", "SlurmReach", "job_name", "gres_for", "UNSATISFIABLE"]
@@ -181,6 +182,7 @@ class Slurm(Provider):
         self.runner: CommandRunner = (SSHRunner(login, key=key, known_hosts=known_hosts, connect_timeout=connect_timeout)
                                       if login else LocalRunner())
         self._jobs: dict[str, _Job] = {}
+        self._health = NodeHealth(self.runner, timeout=self.command_timeout, max_age=min(1.0, self.poll_interval))
 
     def __repr__(self) -> str:
         where = f" login={self.login!r}" if self.login else ""
@@ -330,6 +332,15 @@ class Slurm(Provider):
             if "NodeName" in fields:
                 addrs[fields["NodeName"]] = fields.get("NodeAddr") or fields["NodeName"]
         return [(n, addrs.get(n, n)) for n in names]
+
+    async def node_problem(self, handle: NodeHandle) -> str | None:
+        """The controller's verdict on the node (declared in `Provider.node_problem`): a node that does
+        not respond (its slurmd is gone) or is down, named with Slurm's state and reason; see
+        `slurm_health`."""
+        reach = handle.reach
+        if not isinstance(reach, SlurmReach) or not reach.node_name:
+            return None
+        return await self._health.problem(reach.node_name)
 
     async def terminate(self, handles: Sequence[NodeHandle]) -> None:
         """Give these nodes back (declared in `Provider.terminate`). The allocation is one job: it is
