@@ -17,7 +17,7 @@ import pytest
 
 import skyhive as sky
 from tests.infra.slurm import SlurmCluster, check_slurm_support
-from tests.infra.sshd import InfraUnavailable
+from tests.infra.sshd import InfraUnavailable, process_alive
 
 pytestmark = pytest.mark.anyio
 
@@ -56,8 +56,12 @@ async def test_a_node_whose_slurmd_died_is_named_with_the_cause(own_cluster: Slu
         assert set(placed) == {n.name for n in cluster.nodes}
         lost_node.proc.kill()  # its slurmd: the step (and our worker in it) goes on
         lost_node.proc.wait()
+        killed = time.monotonic()
         with anyio.fail_after(600), pytest.raises(sky.WorkerLost) as lost:
             await pool.broadcast(slow, 600)
+        print(f"the loss was reported {time.monotonic() - killed:.1f} s after slurmd was killed")
+    # no worker outlives the pool: not even the one under the dead slurmd, which Slurm cannot end
+    assert not process_alive(placed[lost_node.name])
     message = str(lost.value)
     assert f"Slurm node {lost_node.name} does not respond to the Slurm controller" in message, message
     assert "node 1" in message and "exited with status 0" not in message, message

@@ -25,7 +25,7 @@ def srun_transport(handle: NodeHandle, ctx: NodeContext) -> Transport:
     assert isinstance(reach, SlurmReach)
     if reach.login is None:
         watch = NodeWatch(lambda: ctx.provider.node_problem(handle), interval=ctx.settings.heartbeat_interval,
-                          spawn=ctx.spawn)
+                          grace=ctx.settings.stop_timeout, spawn=ctx.spawn)
         return SrunTransport(reach, redact=ctx.log.redact, watch=watch)
     from .srun_ssh import SrunSSHTransport
 

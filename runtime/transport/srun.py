@@ -82,10 +82,11 @@ class NodeWatch:
     `lost_reason`, then its srun killed: the channel closes with that reason). `spawn` starts a task in
     the pool's task group."""
 
-    def __init__(self, problem: Callable[[], Awaitable[str | None]], *, interval: float,
+    def __init__(self, problem: Callable[[], Awaitable[str | None]], *, interval: float, grace: float,
                  spawn: Callable[..., None]) -> None:
         self.problem = problem
         self.interval = interval
+        self.grace = grace
         self.spawn = spawn
 
     def start(self, worker: WorkerProcess, receiver: Receiver) -> None:
@@ -102,11 +103,25 @@ class NodeWatch:
                 log.debug("asking about a Slurm node: %s", exc)
                 continue
             if why is not None and worker.returncode is None:
-                log.warning("%s: its worker (pid %d) is lost", why, worker.pid)
+                log.warning("%s: its worker (srun pid %d) is lost", why, worker.pid)
                 if receiver.lost_reason is None:
                     receiver.lost_reason = why
-                worker.kill()
+                await self._end(worker)
                 return
+
+    async def _end(self, worker: WorkerProcess) -> None:
+        """End a worker on a node whose slurmd is gone: Slurm cannot end its step there, and killing
+        our srun would leave the worker running under its slurmstepd. Closing its stdin does end it
+        (srun forwards the end of input straight to the step, no slurmd involved; a worker exits when
+        its input ends); srun then exits with the step. Killed after `grace` if it has not."""
+        try:
+            worker.link.close()
+        except Exception as exc:  # noqa: BLE001 - a pipe already closing: killing is all that is left
+            log.debug("closing a Slurm worker's input: %s", exc)
+        with anyio.move_on_after(self.grace):
+            await worker.wait()
+        if worker.returncode is None:
+            worker.kill()
 
 
 class SrunTransport(LocalTransport):
