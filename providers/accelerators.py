@@ -23,9 +23,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["Accelerator", "AcceleratorWarning", "parse", "mismatch", "warn_missing", "local_devices",
-           "devices_from_smi", "Custom", "NAMES"]
+           "devices_from_smi", "Custom", "NAMES", "GENERIC", "is_generic"]
 
 log = logging.getLogger("skyhive.providers")
+
+#: the name that asks for any GPU, no model in particular (`"gpu:2"`: two GPUs of whatever model;
+#: Slurm's own spelling): it is no model name, so it is never matched against one
+GENERIC = "gpu"
+
+
+def is_generic(model: str | None) -> bool:
+    """True for the generic name (`"gpu"`, any case): any GPU model will do."""
+    return model is not None and model.lower() == GENERIC
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +53,11 @@ class Accelerator:
             raise ValueError(f"accelerator {self.name} count={self.count!r}: need a positive integer")
         if self.memory_gb is not None and not self.memory_gb > 0:
             raise ValueError(f"accelerator {self.name} memory_gb={self.memory_gb!r}: need a positive number")
+
+    @property
+    def generic(self) -> bool:
+        """True for `"gpu"` / `"gpu:N"`: any GPU model will do."""
+        return is_generic(self.name)
 
     @property
     def cuda(self) -> bool:
@@ -180,7 +194,10 @@ def mismatch(requested: Accelerator | None, devices: tuple[str, ...], *, where: 
     None when it has at least `requested.count` devices whose name contains the model name."""
     if requested is None:
         return None
-    matching = [d for d in devices if requested.name.replace("_", " ").upper() in d.upper().replace("-", " ")]
+    if requested.generic:  # any GPU model will do
+        matching = list(devices)
+    else:
+        matching = [d for d in devices if requested.name.replace("_", " ").upper() in d.upper().replace("-", " ")]
     if len(matching) >= requested.count:
         return None
     have = ", ".join(devices) if devices else "no GPU (nvidia-smi found none)"

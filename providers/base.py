@@ -260,6 +260,14 @@ class Provider(abc.ABC):
         """The nodes this provider still holds for `pool_id` (found by tag), for cleaning up after a crash."""
         return []
 
+    async def node_problem(self, handle: NodeHandle) -> str | None:
+        """Why this running node is lost as the provider sees it now (one sentence naming the node and
+        the cause: a Slurm node whose slurmd stopped answering its controller), or None. Asked every
+        `heartbeat_interval` while the node's workers run, by transports whose workers can outlive
+        their node's agent (`runtime/transport/srun.py`); cheap for many nodes (one scheduler query
+        answers them all). Default: None (no view of the nodes' health beyond the workers')."""
+        return None
+
     async def owned_summary(self, pool_id: str) -> str | None:
         """One short line for `skyhive ls` about what this provider holds for `pool_id` now ("job 12
         RUNNING"), when finding out is cheap (one scheduler query); None (the default) when it is not

@@ -146,6 +146,9 @@ class Fallback(Provider):
             report(f"using {self._label(chosen)} (skipped {'; '.join(self.skipped)})")
         return await chosen.wait_running(handle, report)
 
+    async def node_problem(self, handle: NodeHandle) -> str | None:
+        return await self.chosen.node_problem(handle) if self.chosen is not None else None
+
     async def terminate(self, handles: Sequence[NodeHandle]) -> None:
         for provider in [self.chosen] if self.chosen else self.providers:  # unknown owner: ask each
             await provider.terminate(handles)  # (a node another provider does not know is gone for it)

@@ -30,7 +30,9 @@ from typing import Any, ClassVar
 
 import anyio
 
+from .accelerators import is_generic
 from .base import ClusterSpec, NodeHandle, Provider, ProvisionError, Reach, SSHReach
+from .slurm_health import NodeHealth
 from .slurm_cmd import CommandRunner, Completed, SlurmUnreachable, LocalRunner, SlurmError, SSHRunner
 
 __all__ = ["Slurm", "SlurmReach", "job_name", "gres_for", "UNSATISFIABLE"]
@@ -72,7 +74,8 @@ def job_name(pool_id: str) -> str:
 
 def gres_for(accelerator: str | None, gres: str | None) -> str | None:
     """The `--gres` request: `gres` verbatim when given, else from `accelerator` ("A100:4" ->
-    "gpu:a100:4", "A100" -> "gpu:a100:1"; Slurm's GPU type names are lower case by convention)."""
+    "gpu:a100:4", "A100" -> "gpu:a100:1"; Slurm's GPU type names are lower case by convention). The
+    generic "gpu:2" (any two GPUs, Slurm's own spelling) names no model: "gpu:2"."""
     if gres:
         return gres
     if not accelerator:
@@ -80,6 +83,8 @@ def gres_for(accelerator: str | None, gres: str | None) -> str | None:
     model, _, count = accelerator.partition(":")
     if not model or (count and (not count.isdigit() or int(count) < 1)):
         raise ValueError(f"accelerator {accelerator!r} is not 'MODEL' or 'MODEL:COUNT'")
+    if is_generic(model):
+        return f"gpu:{int(count or 1)}"
     return f"gpu:{model.lower()}:{int(count or 1)}"
 
 
@@ -177,6 +182,7 @@ class Slurm(Provider):
         self.runner: CommandRunner = (SSHRunner(login, key=key, known_hosts=known_hosts, connect_timeout=connect_timeout)
                                       if login else LocalRunner())
         self._jobs: dict[str, _Job] = {}
+        self._health = NodeHealth(self.runner, timeout=self.command_timeout, max_age=min(1.0, self.poll_interval))
 
     def __repr__(self) -> str:
         where = f" login={self.login!r}" if self.login else ""
@@ -244,6 +250,7 @@ class Slurm(Provider):
         self._jobs[job_id] = _Job(lock=anyio.Lock(), count=len(nodes), released=set())
         kind, per_node = _gpus_in(gres_for(spec.accelerator, self.gres))
         model = spec.accelerator.partition(":")[0] if spec.accelerator else (kind.upper() if kind else None)
+        model = None if is_generic(model) else model  # "gpu:2": GPUs of whatever model the node has
         return [
             NodeHandle(node=i, provider_id=f"slurm:{job_id}:{pos}", private_addr="", state="PENDING",
                        reach=self._reach(job_id, ""), accelerators=per_node, accelerator=model,
@@ -325,6 +332,15 @@ class Slurm(Provider):
             if "NodeName" in fields:
                 addrs[fields["NodeName"]] = fields.get("NodeAddr") or fields["NodeName"]
         return [(n, addrs.get(n, n)) for n in names]
+
+    async def node_problem(self, handle: NodeHandle) -> str | None:
+        """The controller's verdict on the node (declared in `Provider.node_problem`): a node that does
+        not respond (its slurmd is gone) or is down, named with Slurm's state and reason; see
+        `slurm_health`."""
+        reach = handle.reach
+        if not isinstance(reach, SlurmReach) or not reach.node_name:
+            return None
+        return await self._health.problem(reach.node_name)
 
     async def terminate(self, handles: Sequence[NodeHandle]) -> None:
         """Give these nodes back (declared in `Provider.terminate`). The allocation is one job: it is

@@ -33,6 +33,7 @@ from .interrupt import cancel_in_flight, closed_by_interrupt, install_hook
 from .output.progress import wants_display
 from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
+from .pool_args import check_pool_args
 from .resources import ALLOCATIONS, Resources
 from .settings import Settings
 
@@ -138,6 +139,9 @@ class Pool(PoolCalls):
         if not isinstance(self.provider, Provider):
             raise TypeError(f"Pool(provider=...) needs a skyhive provider, got {type(self.provider).__name__}")
         check_node_count(self.provider, nodes, f"Pool(nodes={nodes})")  # at once: no pool log, no node record
+        plugins = check_pool_args(plugins=plugins, image=image, name=name, log_events=log_events, progress=progress,
+                                  keep=keep, autostop=autostop, processes_per_node=processes_per_node,
+                                  settings=settings)  # runtime/pool_args.py
         self.nodes = nodes
         self.processes_per_node = processes_per_node
         self.plugins = tuple(plugins)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import Any
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "check_settings"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,13 +38,33 @@ class Settings:
     shm_pool_bytes: int = 2 << 30
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is None or value < 0:
-                raise ValueError(f"Settings.{f.name} must be >= 0, got {value!r}")
-        if self.heartbeat_timeout <= self.heartbeat_interval:
-            raise ValueError("Settings.heartbeat_timeout must be longer than heartbeat_interval")
+        check_settings({f.name: getattr(self, f.name) for f in fields(self)}, where="Settings")
 
     @classmethod
     def names(cls) -> frozenset[str]:
         return frozenset(f.name for f in fields(cls))
+
+
+def check_settings(values: Mapping[str, Any], *, where: str) -> None:
+    """Raise `TypeError`/`ValueError` naming the first bad value among `values` (a subset of the
+    fields, as `where(name=value)`): a whole number for the counts and byte sizes, a number for the
+    rest; none negative, none NaN (which every comparison would let through: a NaN
+    `heartbeat_timeout` never declares a worker lost). Infinity is a bound that never ends."""
+    kinds = {f.name: f.type for f in fields(Settings)}
+    defaults = {f.name: f.default for f in fields(Settings)}
+    for name, value in values.items():
+        if name not in kinds:
+            continue  # unknown names are the caller's to refuse
+        whole = kinds[name] == "int"
+        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+            need = "a whole number" if whole else "a number of seconds"
+            raise TypeError(f"{where}({name}={value!r}): need {need}, got {type(value).__name__}")
+        if math.isnan(value) or value < 0:
+            raise ValueError(f"{where}({name}={value!r}): {name} must be >= 0 (and a number: not NaN)")
+        if name == "heartbeat_interval" and value == 0:
+            raise ValueError(f"{where}(heartbeat_interval=0): the heartbeat clock needs a positive interval")
+    interval = values.get("heartbeat_interval", defaults["heartbeat_interval"])
+    timeout = values.get("heartbeat_timeout", defaults["heartbeat_timeout"])
+    if timeout <= interval:
+        raise ValueError(f"{where}(heartbeat_timeout={timeout!r}): must be longer than "
+                         f"heartbeat_interval={interval!r}")

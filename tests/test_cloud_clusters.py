@@ -136,11 +136,19 @@ def test_a_kept_aws_pool_keeps_its_instances_attach_needs_no_cloud_and_down_term
 
 def test_autostop_of_a_kept_aws_pool_terminates_its_instances(cloud_clean, skyhive_home, monkeypatch):
     server = cloud_clean
-    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "1")  # autostop=2: two seconds
+    from skyhive.runtime.clusters import record as records
+    from skyhive.runtime.clusters.named import set_autostop
+
+    # no timing margin: while the test checks the running pool an autostop "minute" is an hour; then
+    # autostop=2 is two seconds
+    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "3600")
     with sky.Pool(provider=aws(server), nodes=2, name="idle", keep=True, autostop=2, output=None) as pool:
         pids = sorted(pool.broadcast(os.getpid))
     ids = record(skyhive_home, "idle")["provider_info"]["instances"]
     assert states(server, ids) == ["running", "running"]
+    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "1")
+    rec = records.load("idle")
+    set_autostop(rec, 2, rec.autostop_down)
     wait_for(lambda: not (Path(skyhive_home) / "clusters" / "idle").exists(), 90, "autostop to take the pool down")
     assert set(states(server, ids)) <= {"terminated", "shutting-down"}
     assert not any(alive(p) for p in pids)

@@ -391,8 +391,14 @@ def test_queued_jobs_run_in_order_cancel_starts_the_next_and_logs_follow(tmp_pat
 
 @pytest.mark.parametrize("down", [False, True])
 def test_autostop_ends_an_idle_pool_and_status_says_so(tmp_path, clean, monkeypatch, down):
+    """No timing margin: while the test launches and checks, an autostop "minute" is an hour (the limit
+    cannot pass under load); the short limit (2 s) is set only once the test's client is attached, so
+    what the pool does past it is what an attached client, then none, makes it do."""
+    from skyhive.runtime.clusters import record as records
+    from skyhive.runtime.clusters.named import set_autostop
+
     home = clean
-    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "1")  # a test "minute" is one second
+    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "3600")
     args = ["launch", "-y", "-c", "idle", "-i", "2", *(["--down"] if down else []),
             str(write(tmp_path / "t.yaml", SIMPLE))]
     assert skyhive(*args, cwd=tmp_path).returncode == 0
@@ -402,14 +408,26 @@ def test_autostop_ends_an_idle_pool_and_status_says_so(tmp_path, clean, monkeypa
     row = next(ln for ln in skyhive("status", cwd=tmp_path).stdout.splitlines() if ln.startswith("idle "))
     assert "2 min" in row and (" (down)" in row) == down
     # an attached client is not idle: the pool stays up while it is attached (3 s, past the 2 s limit)
-    held = python("""
+    go = tmp_path / "go"
+    client = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import os, time, skyhive as sky
         with sky.Pool.attach("idle", output=None) as pool:
+            print("attached", flush=True)
+            while not os.path.exists({str(go)!r}):
+                time.sleep(0.05)
             time.sleep(3)
-            print(sorted(pool.broadcast(os.getpid)))
-        """, cwd=tmp_path)
-    assert held.returncode == 0, held.stderr
-    assert json.loads(held.stdout.strip().splitlines()[-1]) == pids
+            print(sorted(pool.broadcast(os.getpid)), flush=True)
+        """)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout.readline().strip() == "attached", client.stderr.read()
+        monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "1")  # a test "minute" is one second from now on
+        watchdog = set_autostop(records.load("idle"), 2, down).watchdog_pid  # (what `launch -c -i` does)
+        go.write_text("go")
+        out, err = client.communicate(timeout=120)
+    finally:
+        client.kill()
+    assert client.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == pids
     wait_for(lambda: all(state_of(p) in (None, "Z") for p in pids + [watchdog]), timeout=60,
              what="the idle workers and the watchdog to exit")
     status = skyhive("status", cwd=tmp_path).stdout

@@ -64,6 +64,8 @@ class Client:
             assert time.monotonic() < deadline, ("timeout", self.msgs[-3:], self.inbox, len(self.msgs))
             try:
                 data = self.sock.recv(65536)
+            except ConnectionResetError:  # the worker closed with our last Ack unread: closed all the same
+                return False
             except TimeoutError:
                 raise AssertionError(("recv timeout", self.msgs[-3:], self.inbox, len(self.msgs), [type(m).__name__ for m in self.msgs][-10:]))
             if not data: return False

@@ -288,8 +288,13 @@ def test_autostop_on_ssh_hosts_stops_the_idle_workers_there(two_hosts, skyhive_h
     from skyhive.runtime.commands.clusters import launch_cluster, status_rows
     from skyhive.runtime.commands.taskfile import loads
 
-    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "3")  # -i 3: nine seconds (a loaded machine may take a few
-    hosts = two_hosts                                    # seconds between the job's end and the attach)
+    from skyhive.runtime.clusters import record as records
+    from skyhive.runtime.clusters.named import set_autostop
+
+    # no timing margin: until the test's client is attached an autostop "minute" is an hour (the job's end
+    # and the attach may be seconds apart on a loaded machine); then -i 3 is three seconds
+    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "3600")
+    hosts = two_hosts
     task = loads(textwrap.dedent(TASK), cwd=str(tmp_path))
     out = io.StringIO()
     assert launch_cluster(task, "idle", idle_minutes=3, down=down, provider=ssh_for(hosts), out=out, err=out) == 0, \
@@ -299,7 +304,9 @@ def test_autostop_on_ssh_hosts_stops_the_idle_workers_there(two_hosts, skyhive_h
     wait_for(lambda: len(watchdogs()) == 2, 10, "one watchdog on each host (the starter's parent exits)")
     with sky.Pool.attach("idle", output=None) as pool:
         pids = sorted(pool.broadcast(os.getpid))
-        time.sleep(12)  # longer than the idle time, attached: the pool stays
+        monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "1")
+        set_autostop(records.load("idle"), 3, down)  # (what `launch -c -i 3` does): 3 s idle from now
+        time.sleep(6)  # longer than the idle time, attached: the pool stays
         assert sorted(pool.broadcast(os.getpid)) == pids
     for p in pids:
         wait_for(lambda p=p: not process_alive(p), 60, f"worker {p} to be stopped by autostop")
@@ -346,7 +353,9 @@ def test_autostop_on_ssh_hosts_waits_for_a_client_that_is_attaching(two_hosts, s
     from skyhive.runtime.commands.clusters import launch_cluster
     from skyhive.runtime.commands.taskfile import loads
 
-    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "1")
+    from skyhive.runtime.clusters import record as records
+    from skyhive.runtime.clusters.named import set_autostop
+
     hosts = two_hosts
     task = loads(textwrap.dedent(TASK), cwd=str(tmp_path))
     out = io.StringIO()
@@ -358,12 +367,17 @@ def test_autostop_on_ssh_hosts_waits_for_a_client_that_is_attaching(two_hosts, s
     wait_for(lambda: all(lock_free(p) for p in locks), 10, "the client's holds to end with its connections")
     with open(locks[0], "a") as held:  # a client logged in on host 0, not yet connected to a worker
         fcntl.flock(held, fcntl.LOCK_SH)
+        # the same pool, now with autostop. No timing margin: while the launch's own job attaches and
+        # runs, an autostop "minute" is an hour; the short limit (2 s) is set once that client has left
+        monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "3600")
         assert launch_cluster(task, "idle", idle_minutes=2, provider=ssh_for(hosts), out=out, err=out) == 0, \
-            out.getvalue()  # (the same pool, now with autostop: 2 s idle)
+            out.getvalue()
+        monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "1")
+        set_autostop(records.load("idle"), 2, False)  # (what `launch -c -i 2` does): 2 s idle from now
         wait_for(lambda: not process_alive(pids[1]), 60, "host 1's autostop to stop its worker")
-        time.sleep(4)  # twice the idle time: host 0's watchdog tried, found the lock held, watches on
-        logs = [p.read_text() for p in (hosts[0].home / ".skyhive" / "run").glob(f"{key('idle', skyhive_home)}.wd/*.log")]
-        assert any("a client is attaching: not now" in text for text in logs), logs
+        wd = hosts[0].home / ".skyhive" / "run" / f"{key('idle', skyhive_home)}.wd"
+        wait_for(lambda: any("a client is attaching: not now" in p.read_text() for p in wd.glob("*.log")), 60,
+                 "host 0's watchdog to find the lock held and watch on")
         assert process_alive(pids[0])  # host 0's worker is still there
         fcntl.flock(held, fcntl.LOCK_UN)
     wait_for(lambda: not any(process_alive(p) for p in pids), 60, "host 0's autostop once the lock is free")

@@ -65,9 +65,20 @@ def run_watchdog(tmp_path, idle: float, port: int, marker) -> dict:
 
 def test_it_fires_after_the_idle_time_and_one_runs_per_node(tmp_path):
     marker = tmp_path / "fired"
-    first = run_watchdog(tmp_path, 1.0, free_port(), marker)
+    first: dict = {}
     try:
-        second = run_watchdog(tmp_path, 1.0, free_port(), tmp_path / "second")
+        with socket.socket() as server:  # a client stays connected until the second has started: the
+            server.bind(("127.0.0.1", 0))  # first cannot fire and exit meanwhile (no timing margin)
+            server.listen()
+            port = server.getsockname()[1]
+            client = socket.create_connection(("127.0.0.1", port))
+            conn, _ = server.accept()
+            try:
+                first = run_watchdog(tmp_path, 1.0, port, marker)
+                second = run_watchdog(tmp_path, 1.0, free_port(), tmp_path / "second")
+            finally:
+                client.close()
+                conn.close()
         assert second == {"pid": first["pid"], "already": True}
         deadline = time.monotonic() + 20
         while not marker.exists() and time.monotonic() < deadline:
@@ -75,7 +86,8 @@ def test_it_fires_after_the_idle_time_and_one_runs_per_node(tmp_path):
         assert marker.exists() and not (tmp_path / "second").exists()
     finally:
         try:
-            os.kill(first["pid"], signal.SIGKILL)
+            if first:
+                os.kill(first["pid"], signal.SIGKILL)
         except ProcessLookupError:
             pass
 

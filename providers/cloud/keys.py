@@ -39,7 +39,9 @@ def pool_key(pool_id: str, *, create: bool = True) -> tuple[Path, str]:
     with os.fdopen(fd, "wb") as fh:
         fh.write(key.export_private_key())
     text = key.export_public_key().decode().strip()
-    public.write_text(text + "\n")
+    fd = os.open(public, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # everything in the state: 0600
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text + "\n")
     return private, text
 
 

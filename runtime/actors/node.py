@@ -242,9 +242,11 @@ class NodeActor:
             channel.on_closed = None
             self._worker_closed(channel)
 
-    def heartbeat(self, now: float) -> None:
+    def heartbeat(self, now: float, stalled: float = 0.0) -> None:
         """One tick of the pool's heartbeat clock: ping each watched worker, and declare one lost
-        (killed, then handled as closed) that was silent longer than `heartbeat_timeout`."""
+        (killed, then handled as closed) that was silent longer than `heartbeat_timeout` while we
+        listened. `stalled`: how long the client's own loop stood still since the last tick (the
+        clock woke that late) — silence of ours, not the worker's, so it does not count."""
         timeout = self.ctx.settings.heartbeat_timeout
         for rank, channel in enumerate(self.channels):
             if channel is None or channel.on_closed is None:  # not watched (yet), or already handled
@@ -254,6 +256,8 @@ class NodeActor:
             if proc.reconnecting:
                 channel.last_seen = now  # a resumable link is reconnecting: not silence
                 continue
+            if stalled > 0.0:  # we were not reading: a late answer is no missed heartbeat
+                channel.last_seen = min(now, channel.last_seen + stalled)
             silent = now - channel.last_seen
             if silent > timeout:
                 channel.lost_reason = f"no heartbeat for {silent:.1f} s"

@@ -103,6 +103,7 @@ class PoolRuntime(CallDispatch):
         self._ids = itertools.count(1)
         self._slots_changed = asyncio.Event()
         self._rr = 0
+        self.heartbeat_ticks = 0  # how many times the heartbeat clock judged every worker
         self._last: WorkerChannel | None = None  # the idle worker picked last (see pick_nowait)
 
     def __repr__(self) -> str:
@@ -205,15 +206,26 @@ class PoolRuntime(CallDispatch):
         """The pool's one heartbeat clock: every `heartbeat_interval`, each node pings its workers and
         declares lost any that was silent past `heartbeat_timeout` (`NodeActor.heartbeat`). One task
         for the pool, not a task with a timer per worker; it yields every few hundred nodes so a
-        tick of a 10,000-node pool does not hold the loop."""
+        tick of a 10,000-node pool does not hold the loop.
+
+        Silence is counted only over time this client was listening. A tick that wakes late by more
+        than the interval means our own loop was not running (a synchronous call in the user's async
+        code, a long pickle, a debugger stop, the process stopped): nothing was read and no ping was
+        sent meanwhile, so that stall is not the workers' silence — each node is told how long it was
+        (`stalled`) and discounts it. A stalled client loses no worker; a worker that really stopped
+        is still declared lost once we listened to it for `heartbeat_timeout`."""
         interval = self.settings.heartbeat_interval
+        mark = time.monotonic()
         while True:
             await anyio.sleep(interval)
             now = time.monotonic()
+            stalled = max(0.0, now - mark - interval)  # how late this tick woke: our loop stood still
             for i, node in enumerate(list(self.nodes)):
-                node.heartbeat(now)
+                node.heartbeat(now, stalled)
                 if i % 500 == 499:
                     await anyio.sleep(0)
+            self.heartbeat_ticks += 1
+            mark = time.monotonic()
 
     def _worker_setup(self) -> WorkerSetup | None:
         hooks = [p for p in self.plugins if isinstance(p, (AppHook, TaskHook))]

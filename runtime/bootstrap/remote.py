@@ -100,8 +100,10 @@ def env_key(image: Image | None, python_mm: str, python_hint: str | None) -> str
 
 
 def _probe_command(candidates: list[str], rt_rel: str, env_rel: str) -> str:
-    # skyhive's directory on the node (runtime, environments, sockets, logs) is private, like the client's
-    lines = ['(umask 077 && mkdir -p "$HOME/.skyhive") && chmod 700 "$HOME/.skyhive"',
+    # skyhive's directory on the node (runtime, environments, sockets, logs) is private, like the client's:
+    # it and the directories in it 0700 (made so again where an older bootstrap left them open)
+    dirs = " ".join(f'"$HOME/.skyhive/{d}"' for d in ("", "rt", "envs", "run"))
+    lines = [f'(umask 077 && mkdir -p {dirs}) && chmod 700 {dirs}',
              'echo "home=$HOME"', 'echo "uid=$(id -u)"']
     check = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
     for c in candidates:

@@ -14,6 +14,10 @@ and then the whole process group is killed.
   includes from `incoming` to `dir/files`, create a venv and pip-install the image's packages with
   its indexes and find-links, install apt packages (root or passwordless sudo), run the setup
   commands in order (cwd `dir/files` or `dir`), then write `dir/.ready`. A failed build removes `dir`.
+
+Everything the script makes is private (umask 077: directories 0700, files 0600, executables 0700;
+the uploaded includes lose their group and other bits). The apt and setup commands keep the login's
+own umask: they are the user's commands (and apt installs for the whole machine).
 """
 
 import fcntl
@@ -63,11 +67,17 @@ def lifeline():
         os._exit(137)
 
 
-def run(step, argv, *, cwd=None, env=None, shell=False):
-    """Run a command, streaming its output; on failure stop with its last lines in the error."""
+#: the umask the script was started with (main() sets 077 for what the script itself makes)
+LOGIN_UMASK = None
+
+
+def run(step, argv, *, cwd=None, env=None, shell=False, umask=-1):
+    """Run a command, streaming its output; on failure stop with its last lines in the error.
+    `umask`: the command's (-1: the script's own, 077)."""
     tail = []
     proc = subprocess.Popen(argv, cwd=cwd, env=env, shell=shell, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            umask=umask)
     RUNNING.append(proc)
     try:
         tail = _stream(proc, tail)
@@ -148,6 +158,7 @@ def build(spec, final, incoming):
     if incoming and os.path.isdir(incoming):
         say("::step includes")
         os.rename(incoming, files)
+        private(files)
     venv = os.path.join(final, "venv")
     if spec["pip"]:
         say("::step venv")
@@ -176,18 +187,31 @@ def build(spec, final, incoming):
             fail("apt", f"installing {', '.join(spec['apt'])} needs root or passwordless sudo, and user "
                         f"{os.environ.get('USER', os.getuid())} has neither")
         aenv = dict(environ, DEBIAN_FRONTEND="noninteractive")
-        run("apt", prefix + ["apt-get", "install", "-y", "-q", "--no-install-recommends", *spec["apt"]], env=aenv)
+        run("apt", prefix + ["apt-get", "install", "-y", "-q", "--no-install-recommends", *spec["apt"]], env=aenv,
+            umask=LOGIN_UMASK)
     cwd = files if os.path.isdir(files) else final
     for i, command in enumerate(spec["setup"]):
         say(f"::step setup {i + 1}/{len(spec['setup'])}")
-        run(f"setup command {i + 1} ({command})", command, cwd=cwd, env=environ, shell=True)
+        run(f"setup command {i + 1} ({command})", command, cwd=cwd, env=environ, shell=True, umask=LOGIN_UMASK)
     info = {"created": time.time(), "seconds": round(time.time() - started, 3), "venv": bool(spec["pip"])}
     with open(os.path.join(final, ".ready"), "w") as fh:
         fh.write(json.dumps(info))
     say("::done " + json.dumps(info))
 
 
+def private(root):
+    """Take the group and other bits off everything under `root` (copies of the user's files keep
+    their modes on the way here: uploaded by SFTP, or copied for a Local node)."""
+    for where, dirs, names in os.walk(root):
+        for path in [where] + [os.path.join(where, n) for n in dirs + names]:
+            st = os.lstat(path)
+            if not os.path.islink(path) and st.st_mode & 0o077:
+                os.chmod(path, st.st_mode & 0o700)
+
+
 def main():
+    global LOGIN_UMASK
+    LOGIN_UMASK = os.umask(0o077)
     threading.Thread(target=lifeline, daemon=True).start()
     spec = json.loads(sys.argv[1])
     if spec["action"] == "runtime":

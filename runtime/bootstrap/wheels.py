@@ -47,7 +47,8 @@ def _write_wheel(target: Path, files: list[tuple[str, bytes]], dist_info: str) -
     tmp = target.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}")
     record = [f"{name},{_record_hash(data)},{len(data)}" for name, data in files]
     record.append(f"{dist_info}/RECORD,,")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # private, like the rest of the state
+    with os.fdopen(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in [*files, (f"{dist_info}/RECORD", ("\n".join(record) + "\n").encode())]:
             info = zipfile.ZipInfo(name, _FIXED_TIME)
             info.external_attr = 0o644 << 16
@@ -105,7 +106,7 @@ def _skyhive_wheel(cache: Path) -> Path:
     tag = digest.hexdigest()[:16]
     target = cache / f"skyhive-{tag}" / f"skyhive-{version}-py3-none-any.whl"
     if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # in the 0700 `private_dir("wheels")`
         dist_info = f"skyhive-{version}.dist-info"
         meta = f"Metadata-Version: 2.1\nName: skyhive\nVersion: {version}\n".encode()
         wheel = b"Wheel-Version: 1.0\nGenerator: skyhive\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
@@ -136,7 +137,7 @@ def _dist_wheel(name: str, cache: Path) -> Path:
     tag = tags[0] if tags else "py3-none-any"
     target = cache / f"{dist.metadata['Name'].replace('-', '_')}-{version}-{tag}.whl"
     if not target.exists():
-        cache.mkdir(parents=True, exist_ok=True)
+        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
         dist_info = next((Path(str(f)).parts[0] for f in dist.files or () if Path(str(f)).parts[0].endswith(".dist-info")),
                          f"{name}-{version}.dist-info")
         _write_wheel(target, _installed_files(name), dist_info)

@@ -120,7 +120,7 @@ async def run_job(name: str, job: jobq.Job) -> jobq.Job | None:
     image = Image(secrets=job.secrets) if job.secrets else None
     code, detail, cancelled = 1, "", False
     running: jobq.Job | None = None
-    with open(jobq.log_path(name, job.id), "a", encoding="utf-8") as fh:
+    with jobq.open_log(name, job.id) as fh:
         out = _JobLog(fh, prefix=False)
         try:
             pool = Pool.attach(name, image=image, output=None, wait=None)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ...paths import private_dir
 from . import record as records
@@ -78,6 +78,12 @@ def _path(name: str, job_id: int, suffix: str) -> Path:
 
 def log_path(name: str, job_id: int) -> Path:
     return _path(name, job_id, ".log")
+
+
+def open_log(name: str, job_id: int) -> TextIO:
+    """The job's output file, opened to append (created 0600: what a job prints may be private)."""
+    fd = os.open(log_path(name, job_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    return os.fdopen(fd, "a", encoding="utf-8")
 
 
 def steps_path(name: str, job_id: int) -> Path:

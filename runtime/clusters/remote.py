@@ -108,7 +108,7 @@ def _watchdog_script(rec: ClusterRecord, node: int, idle: float, old_only: bool 
         mark += "\n" + str(rec.provider_info["cloud"].get("shutdown_command") or "sudo shutdown -h now")
     stop = autostop_guard(sock_dir, rec.name) + sweep_script(rec.cluster, rec.name, "kill", 3.0, then=mark)
     interval = max(0.2, min(5.0, idle / 4))
-    return (head + f"set -e\nmkdir -p -m 700 \"$WD\"\ncat > \"$WD/autostop.sh\" <<'SKYHIVE_AUTOSTOP_EOF'\n{stop}"
+    return (head + f"set -e\numask 077\nmkdir -p \"$WD\"\ncat > \"$WD/autostop.sh\" <<'SKYHIVE_AUTOSTOP_EOF'\n{stop}"
             f"SKYHIVE_AUTOSTOP_EOF\n"
             f"PYTHONPATH={shlex.quote(pythonpath)} {shlex.quote(python)} -m skyhive.runtime.worker.watchdog "
             f"--idle {idle:g} --interval {interval:g} --unix-dir {shlex.quote(sock_dir)} --state-dir \"$WD\" "

@@ -10,7 +10,7 @@ from ...providers.base import NodeHandle
 from ...providers.slurm import SlurmReach
 from .base import Transport
 from .registry import register_transport
-from .srun import SrunTransport
+from .srun import NodeWatch, SrunTransport
 
 if TYPE_CHECKING:
     from ..actors.context import NodeContext
@@ -24,7 +24,9 @@ def srun_transport(handle: NodeHandle, ctx: NodeContext) -> Transport:
     reach = handle.reach
     assert isinstance(reach, SlurmReach)
     if reach.login is None:
-        return SrunTransport(reach, redact=ctx.log.redact)
+        watch = NodeWatch(lambda: ctx.provider.node_problem(handle), interval=ctx.settings.heartbeat_interval,
+                          grace=ctx.settings.stop_timeout, spawn=ctx.spawn)
+        return SrunTransport(reach, redact=ctx.log.redact, watch=watch)
     from .srun_ssh import SrunSSHTransport
 
     return SrunSSHTransport(reach, pool_id=ctx.pool_id, settings=ctx.settings)

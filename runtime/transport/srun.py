@@ -13,6 +13,12 @@ order: with 2 GPUs and 2 workers, "0" and "1".
 Ending a worker: when its pipe closes, the worker exits; killing srun (SIGKILL) ends the remote task
 within seconds; cancelling the job (the provider's `terminate`) ends every step at once.
 
+A node can be lost while its worker still answers: when its slurmd dies the step goes on, until the
+controller ends the job (`SlurmdTimeout` later, srun then exits 0). So while a worker runs, the node is
+also watched through the provider (`Provider.node_problem`: Slurm's controller flags the node as not
+responding); once it does, the worker is declared lost with that sentence (naming the Slurm node and
+the cause) and its srun ended.
+
 Mode 1 (`SrunTransport`): srun runs on this machine. Mode 2 (`SrunSSHTransport`): srun runs on the
 login node over the SSH transport's connection (an exec channel whose stdin/stdout are the pipe), and
 bootstrap prepares the environment there, in the login user's home, which the nodes share.
@@ -21,16 +27,19 @@ bootstrap prepares the environment there, in the login user's home, which the no
 from __future__ import annotations
 
 import json
+import logging
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
+
+import anyio
 
 from ...protocol.info import ENV_VAR
 from ...providers.slurm import SlurmReach
-from .base import CommandResult, Receiver
+from .base import CommandResult, Receiver, WorkerProcess
 from .local import LocalTransport, LocalWorker
 
-__all__ = ["SrunTransport", "srun_argv"]
+__all__ = ["SrunTransport", "srun_argv", "NodeWatch"]
 
 # Keep worker LOCAL_RANK's share of the GPUs Slurm set for the step: $1 = local rank, $2 = workers on
 # the node, then the command. POSIX sh; the list is split on commas without touching "$@".
@@ -64,22 +73,77 @@ def srun_argv(reach: SlurmReach, argv: Sequence[str], env: Mapping[str, str] | N
     return [*step, *argv]
 
 
+log = logging.getLogger("skyhive.transport")
+
+
+class NodeWatch:
+    """Watches one Slurm node while its workers run: every `interval`, `problem()` (the provider's
+    `node_problem` for the node); the first answer fails each running worker there with it (its
+    `lost_reason`, then its srun killed: the channel closes with that reason). `spawn` starts a task in
+    the pool's task group."""
+
+    def __init__(self, problem: Callable[[], Awaitable[str | None]], *, interval: float, grace: float,
+                 spawn: Callable[..., None]) -> None:
+        self.problem = problem
+        self.interval = interval
+        self.grace = grace
+        self.spawn = spawn
+
+    def start(self, worker: WorkerProcess, receiver: Receiver) -> None:
+        self.spawn(self._watch, worker, receiver)
+
+    async def _watch(self, worker: WorkerProcess, receiver: Receiver) -> None:
+        while worker.returncode is None:
+            await anyio.sleep(self.interval)
+            if worker.returncode is not None:
+                return
+            try:
+                why = await self.problem()
+            except Exception as exc:  # noqa: BLE001 - asking is best effort: the heartbeats still watch
+                log.debug("asking about a Slurm node: %s", exc)
+                continue
+            if why is not None and worker.returncode is None:
+                log.warning("%s: its worker (srun pid %d) is lost", why, worker.pid)
+                if receiver.lost_reason is None:
+                    receiver.lost_reason = why
+                await self._end(worker)
+                return
+
+    async def _end(self, worker: WorkerProcess) -> None:
+        """End a worker on a node whose slurmd is gone: Slurm cannot end its step there, and killing
+        our srun would leave the worker running under its slurmstepd. Closing its stdin does end it
+        (srun forwards the end of input straight to the step, no slurmd involved; a worker exits when
+        its input ends); srun then exits with the step. Killed after `grace` if it has not."""
+        try:
+            worker.link.close()
+        except Exception as exc:  # noqa: BLE001 - a pipe already closing: killing is all that is left
+            log.debug("closing a Slurm worker's input: %s", exc)
+        with anyio.move_on_after(self.grace):
+            await worker.wait()
+        if worker.returncode is None:
+            worker.kill()
+
+
 class SrunTransport(LocalTransport):
     """Mode 1: srun runs on this machine; the worker's pipes are srun's (see the module docstring)."""
 
     share_memory = False  # the worker runs on a Slurm node, maybe another machine
 
-    def __init__(self, reach: SlurmReach, *, redact: Any = None) -> None:
+    def __init__(self, reach: SlurmReach, *, redact: Any = None, watch: NodeWatch | None = None) -> None:
         super().__init__(python=reach.python, cwd=reach.cwd, redact=redact)
         self.reach = reach
+        self.watch = watch
 
     def describe(self) -> dict[str, Any]:
         return {"transport": "srun", "job_id": self.reach.job_id, "node": self.reach.node_name}
 
     async def start_worker(self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *,
                            label: str) -> LocalWorker:
-        return await super().start_worker(srun_argv(self.reach, argv, env), env, receiver,
-                                          label=f"{label} ({self.reach.node_name})")
+        worker = await super().start_worker(srun_argv(self.reach, argv, env), env, receiver,
+                                            label=f"{label} ({self.reach.node_name})")
+        if self.watch is not None:
+            self.watch.start(worker, receiver)
+        return worker
 
     async def run(self, command: str, *, env: Mapping[str, str] | None = None,
                   timeout: float | None = None) -> CommandResult:

@@ -298,10 +298,10 @@ class SSHTransport(Transport):
         return CommandResult(command, status, "".join(out), "".join(err))
 
     async def upload(self, local: Sequence[str], remote_dir: str) -> None:
-        """Copy local files and directories (recursively) into `remote_dir` (created) by SFTP."""
+        """Copy local files and directories (recursively) into `remote_dir` (created 0700) by SFTP."""
         conn = await self.connect()
         async with conn.start_sftp_client() as sftp:
-            await sftp.makedirs(remote_dir, exist_ok=True)
+            await sftp.makedirs(remote_dir, attrs=asyncssh.SFTPAttrs(permissions=0o700), exist_ok=True)
             if local:
                 await sftp.put(list(local), remote_dir, recurse=True, preserve=True)
 

@@ -16,7 +16,8 @@ def leave(path: str, code: int, say: Callable[[str], None]) -> NoReturn:
     `wait`), the socket removed, and the process group (ourselves included) killed when we lead it,
     so nothing a task started outlives the worker."""
     try:
-        with open(path + ".exit", "w") as fh:
+        fd = os.open(path + ".exit", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
             fh.write(f"{code}\n")
     except OSError:
         pass

@@ -56,7 +56,11 @@ def prepare_socket(path: str) -> socket.socket:
     daemon already on that path).
     """
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    old = os.umask(0o077)  # the directories above it too (`~/.skyhive/run`): makedirs' mode is the leaf's only
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    finally:
+        os.umask(old)
     st = os.lstat(directory)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         raise RuntimeError(f"{directory} is not a directory owned by uid {os.getuid()}")

@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.idle <= 0 or args.interval <= 0:
         _say(sys.stderr, "watchdog: --idle and --interval must be positive")
         return 2
+    os.umask(0o077)  # its state directory (and any above it), lock and log: private
     os.makedirs(args.state_dir, mode=0o700, exist_ok=True)
     # named by host: a home shared between nodes (NFS) still gets one watchdog per node
     name = f"watchdog-{socket.gethostname()}"

@@ -130,8 +130,13 @@ def test_seed003_pinned_versions_are_honoured_or_refused_never_ignored():
 
     done = run("seed003_reference.py", "pinned", ok=False)
     assert done.returncode != 0
-    # Local tried to build it (fast: no CUDA index reachable, no torch 2.3.0 in the registries here)
-    assert "No matching distribution found for torch==2.3.0" in done.stderr
+    # Local tried to build it, in this test's own SKYHIVE_HOME, and pip refused torch 2.3.0 (fast: no CUDA
+    # index reachable, no torch 2.3.0 in the registries here). pip's words depend on the machine's pip
+    # configuration, not on skyhive ("No matching distribution found for torch==2.3.0", or with a global
+    # constraint file "Cannot install torch==2.3.0 ... ResolutionImpossible"): skyhive's own are checked
+    assert "building the Image's environment here failed: pip: exit status 1" in done.stderr
+    assert re.search(r"(No matching distribution found for|Cannot install) torch==2\.3\.0", done.stderr), done.stderr
+    assert os.environ["SKYHIVE_HOME"] in done.stderr or list(Path(os.environ["SKYHIVE_HOME"]).glob("local-envs/envs/*.lock"))
     assert f"torch==2.3.0 (this Python has torch {torch.__version__})" in done.stderr
     assert "[node" not in done.stdout  # nothing ran
 

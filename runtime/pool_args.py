@@ -1,0 +1,71 @@
+"""The checks `Pool(...)` makes on its arguments before anything is created.
+
+Each bad value is a `TypeError` (wrong kind of thing) or `ValueError` (right kind, impossible value)
+raised at construction, naming the argument as the caller wrote it: `Pool(image=5)` says so rather
+than failing with an `AttributeError` when the pool opens, and a `heartbeat_timeout` of NaN (which no
+comparison rejects) is refused instead of silently disabling the heartbeat clock.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..plugins.api import AppHook, ClientHook, TaskHook, TransformHook
+from ..plugins.image import Image
+from .settings import check_settings
+
+__all__ = ["check_pool_args", "POOL_NAME"]
+
+#: what a pool id may be: it names the pool's log file and, for a named pool, its directory
+POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+
+_HOOKS = (TransformHook, AppHook, TaskHook, ClientHook)
+
+
+def check_pool_args(*, plugins: Any, image: Any, name: Any, log_events: Any, progress: Any, keep: Any,
+                    autostop: Any, processes_per_node: Any, settings: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Raise `TypeError`/`ValueError` naming the first bad argument; the plugins as a tuple."""
+    if isinstance(processes_per_node, bool):
+        raise TypeError(f"Pool(processes_per_node={processes_per_node!r}): need a positive whole number")
+    if image is not None and not isinstance(image, Image):
+        hint = " (an instance: sky.Image(...))" if image is Image else ""
+        raise TypeError(f"Pool(image={image!r}): need a sky.Image{hint} or None, got {type(image).__name__}")
+    if name is not None:
+        if not isinstance(name, str):
+            raise TypeError(f"Pool(name={name!r}): need a str, got {type(name).__name__}")
+        if not POOL_NAME.match(name):
+            raise ValueError(f"Pool(name={name!r}): {name!r} cannot name a pool: use a letter or digit, then "
+                             "letters, digits, '.', '_' or '-' (at most 128 characters): it names files")
+    for arg, value in (("log_events", log_events), ("keep", keep)):
+        if not isinstance(value, bool):
+            raise TypeError(f"Pool({arg}={value!r}): need True or False")
+    if progress is not None and not isinstance(progress, bool):
+        raise TypeError(f"Pool(progress={progress!r}): need True, False or None")
+    if autostop is not None:
+        if isinstance(autostop, bool) or not isinstance(autostop, (int, float)):
+            raise TypeError(f"Pool(autostop={autostop!r}): need a number of minutes or None, "
+                            f"got {type(autostop).__name__}")
+        if not (math.isfinite(autostop) and autostop > 0):
+            raise ValueError(f"Pool(autostop={autostop!r}): need a positive number of minutes, or None")
+    check_settings(settings, where="Pool")
+    return _plugins(plugins)
+
+
+def _plugins(plugins: Any) -> tuple[Any, ...]:
+    if isinstance(plugins, (str, bytes, Mapping)) or not isinstance(plugins, Iterable):
+        raise TypeError(f"Pool(plugins={plugins!r}): need a list of plugins (e.g. [sky.plugins.torch()]), "
+                        f"got {type(plugins).__name__}")
+    found = tuple(plugins)
+    for i, plugin in enumerate(found):
+        if isinstance(plugin, type):
+            raise TypeError(f"Pool(plugins[{i}]={plugin.__name__}): pass an instance, "
+                            f"{plugin.__name__}(...), not the class")
+        if not isinstance(plugin, _HOOKS):
+            called = getattr(plugin, "__name__", None) if callable(plugin) else None
+            hint = f" (call it: {called}(...))" if called else ""
+            raise TypeError(f"Pool(plugins[{i}]={plugin!r}): not a plugin{hint}: a plugin has at least one of "
+                            "transform, around_app, around_task, around_client (see skyhive.plugins)")
+    return found

@@ -1,0 +1,121 @@
+"""Everything skyhive writes is private: directories 0700, files 0600 (0700 when executable), whatever
+the umask — the client's state directory (pool logs, named pools, their job logs, the wheels it ships,
+Local image environments) and `~/.skyhive` on SSH hosts (runtime, environments, sockets, watchdogs).
+
+Local runs under the loosest umask (0), so nothing can pass by the umask's grace; the SSH host is a
+real OpenSSH sshd whose sessions get its own default umask.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import skyhive as sky
+from tests.test_clusters import skyhive, write
+from tests.test_ssh_pool import ssh_for
+
+pytestmark = pytest.mark.anyio
+
+
+def loose(root: Path) -> dict[str, str]:
+    """Every path under `root` (and `root`) that others could read: a directory not 0700, a file
+    with group or other bits."""
+    found = {}
+    for where, dirs, files in os.walk(root):
+        for path in [where] if where == str(root) else []:
+            mode = stat.S_IMODE(os.lstat(path).st_mode)
+            if mode != 0o700:
+                found["."] = oct(mode)
+        for name in dirs + files:
+            path = os.path.join(where, name)
+            st = os.lstat(path)
+            mode = stat.S_IMODE(st.st_mode)
+            if stat.S_ISLNK(st.st_mode):
+                continue  # a symlink's own mode means nothing (a venv's bin/python)
+            if (stat.S_ISDIR(st.st_mode) and mode != 0o700) or mode & 0o077:
+                found[os.path.relpath(path, root)] = oct(mode)
+    return found
+
+
+@pytest.fixture
+def open_umask():
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def answer():
+    return 42
+
+
+TASK = """\
+    name: modes
+    num_nodes: 2
+    resources:
+      cloud: local
+    setup: |
+      echo "setup on node $SKYPILOT_NODE_RANK"
+    run: |
+      echo "run on node $SKYPILOT_NODE_RANK"
+    """
+
+
+async def test_everything_under_the_state_directory_is_private_under_an_open_umask(tmp_path, skyhive_home,
+                                                                                    open_umask):
+    home = Path(skyhive_home)
+    task = write(tmp_path / "t.yaml", TASK)
+    try:
+        launched = skyhive("launch", "-y", "-c", "modes", str(task), cwd=tmp_path, timeout=300)
+        assert launched.returncode == 0, launched.stderr
+        again = skyhive("exec", "modes", str(task), cwd=tmp_path, timeout=300)  # job 2, run by the agent
+        assert again.returncode == 0, again.stderr
+        assert "run on node 1" in skyhive("logs", "modes", "2", cwd=tmp_path).stdout
+        logs = sorted(p.name for p in (home / "clusters" / "modes" / "jobs").glob("*.log"))
+        assert logs == ["1.log", "2.log"]
+        # a Local pool whose Image needs an environment built here (the runtime wheels and the
+        # node-side bootstrap script, as on SSH hosts)
+        include = tmp_path / "data.txt"
+        include.write_text("shared\n")
+        include.chmod(0o644)
+        image = sky.Image(setup=["true"], includes=[str(include)])
+        async with sky.Pool(provider=sky.Local(), nodes=1, image=image, output=None) as pool:
+            assert await pool.run(answer) == 42
+        assert list((home / "local-envs" / "envs").glob("*/files/data.txt"))
+        assert loose(home) == {}
+    finally:
+        skyhive("down", "modes", cwd=tmp_path)
+    assert loose(home) == {}
+
+
+async def test_the_skyhive_directory_on_an_ssh_host_is_private(sshd_host, tmp_path):
+    state = sshd_host.home / ".skyhive"
+    for old in (state, state / "rt", state / "envs", state / "run"):  # left open by an older bootstrap
+        if old.is_dir():
+            old.chmod(0o755)
+    include = tmp_path / "data.txt"
+    include.write_text("shared\n")
+    include.chmod(0o644)
+    image = sky.Image(env={"SKYHIVE_TEST_MODES": "1"}, setup=["true"], includes=[str(include)])
+    async with sky.Pool(provider=ssh_for(sshd_host), nodes=1, image=image, output=None) as pool:
+        assert await pool.run(answer) == 42
+        running = loose(state)  # the worker's socket and its directory, while it runs
+    assert {name for name in ("rt", "envs", "run") if (state / name).is_dir()} == {"rt", "envs", "run"}
+    assert list(state.glob("envs/*/files/data.txt"))
+    assert running == {}
+    assert loose(state) == {}
+
+
+def test_a_cloud_pools_key_pair_is_private_under_an_open_umask(skyhive_home, open_umask):
+    from skyhive.providers.cloud.keys import pool_key
+
+    private, public = pool_key("pool-modes", create=True)
+    assert public.startswith("ssh-ed25519 ")
+    assert loose(Path(skyhive_home)) == {}
+    assert sorted(p.name for p in private.parent.iterdir()) == ["id_ed25519", "id_ed25519.pub"]
