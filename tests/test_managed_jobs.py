@@ -122,6 +122,8 @@ def test_jobs_launch_returns_and_the_controller_runs_the_job_to_its_end(tmp_path
     assert step_of(skyhive_home, job) == 3
     assert (os.stat(ckpt(skyhive_home, job)).st_mode & 0o777) == 0o700
     assert wait_for(lambda: info["controller_pid"] and gone(info["controller_pid"]), what="the controller to exit")
+    follow = skyhive("jobs", "logs", "--follow", str(job))
+    assert follow.returncode == 0 and follow.stdout == text
     table = skyhive("jobs", "queue")
     assert table.returncode == 0 and "SUCCEEDED" in table.stdout and "RECOVERIES" in table.stdout
 
@@ -226,3 +228,16 @@ def test_a_controller_killed_mid_job_is_started_again_and_resumes_without_a_seco
     starts = [line for line in text.splitlines() if line.startswith("start at step")]
     assert len(starts) == 2 and int(starts[1].split()[3]) >= 3
     assert "the controller was restarted" in text and text.count("step 14") == 1
+
+
+def test_a_controller_sent_sigterm_cancels_its_job_and_tears_its_pool_down(tmp_path, skyhive_home):
+    job = launch(task_file(tmp_path, steps=1000, pause=0.2))
+    wait_for(lambda: step_of(skyhive_home, job) >= 1, what="a step")
+    worker, program = map(int, (ckpt(skyhive_home, job) / "started.0").read_text().split())
+    info = queue()[job]
+    os.kill(info["controller_pid"], signal.SIGTERM)
+    info = ended(job)
+    assert info["state"] == "CANCELLED"
+    for pid in (info["controller_pid"], worker, program):
+        assert gone(pid), pid
+    assert not live_workers(info["pools"])

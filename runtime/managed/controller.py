@@ -29,6 +29,7 @@ import logging
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -206,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     os.write(ready_fd, json.dumps({"pid": os.getpid()}).encode())
     os.close(ready_fd)
     logging.basicConfig(level=logging.WARNING, format=f"skyhive-jobs[{os.getpid()}] %(asctime)s %(message)s")
+    # SIGTERM (a shutdown, `jobs cancel` giving up waiting) is a cancel: the attempt's pool is torn down
+    # by the usual path rather than left to the provider
+    signal.signal(signal.SIGTERM, lambda *_: store.append(job_id, "cancel", reason="SIGTERM"))
     try:
         _run(job_id)
     except BaseException as exc:  # noqa: BLE001 - recorded: the job fails rather than stay RUNNING for ever
