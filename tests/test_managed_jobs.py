@@ -27,10 +27,11 @@ TRAIN = textwrap.dedent("""\
     run: |
       exec python3 -c '
       import os, sys, time
-      d = os.environ["SKYHIVE_CHECKPOINT_DIR"]; p = os.path.join(d, "step")
+      d = os.environ["SKYHIVE_CHECKPOINT_DIR"]; rank = os.environ["SKYPILOT_NODE_RANK"]
+      p = os.path.join(d, "step" if rank == "0" else "step." + rank)
       step = int(open(p).read()) if os.path.exists(p) else 0
       print("start at step", step, "task", os.environ["SKYPILOT_TASK_ID"], "job", os.environ["SKYHIVE_JOB_ID"], flush=True)
-      open(os.path.join(d, "started.%d" % step), "w").write("%d %d" % (os.getppid(), os.getpid()))
+      open(os.path.join(d, "started.%s.%d" % (rank, step)), "w").write("%d %d" % (os.getppid(), os.getpid()))
       while step < {steps}:
           time.sleep({pause}); step += 1
           open(p + ".tmp", "w").write(str(step)); os.replace(p + ".tmp", p)
@@ -132,7 +133,7 @@ def test_a_node_whose_worker_is_killed_is_recovered_and_the_job_resumes_from_its
     job = launch(task_file(tmp_path))
     wait_for(lambda: step_of(skyhive_home, job) >= 3, what="three steps")
     started = sorted(ckpt(skyhive_home, job).glob("started.*"))
-    assert [p.name for p in started] == ["started.0"]
+    assert [p.name for p in started] == ["started.0.0"]
     worker, program = map(int, started[0].read_text().split())
     with open(f"/proc/{worker}/cmdline", "rb") as fh:
         assert b"skyhive.runtime.worker" in fh.read()
@@ -195,7 +196,7 @@ def test_the_job_finishes_after_its_client_is_killed_right_after_launch(tmp_path
 def test_cancel_stops_the_job_and_leaves_no_process(tmp_path, skyhive_home):
     job = launch(task_file(tmp_path, steps=1000, pause=0.2))
     wait_for(lambda: step_of(skyhive_home, job) >= 1, what="a step")
-    worker, program = map(int, (ckpt(skyhive_home, job) / "started.0").read_text().split())
+    worker, program = map(int, (ckpt(skyhive_home, job) / "started.0.0").read_text().split())
     controller = queue()[job]["controller_pid"]
     assert worker in worker_pids(queue()[job]["pools"][-1])  # the leak check below sees the job's workers
     out = skyhive("jobs", "cancel", str(job), "-y")
@@ -215,7 +216,7 @@ def test_cancel_stops_the_job_and_leaves_no_process(tmp_path, skyhive_home):
 def test_a_controller_killed_mid_job_is_started_again_and_resumes_without_a_second_copy(tmp_path, skyhive_home):
     job = launch(task_file(tmp_path, steps=14, pause=0.3))
     wait_for(lambda: step_of(skyhive_home, job) >= 3, what="three steps")
-    worker, program = map(int, (ckpt(skyhive_home, job) / "started.0").read_text().split())
+    worker, program = map(int, (ckpt(skyhive_home, job) / "started.0.0").read_text().split())
     first = queue()[job]["controller_pid"]
     os.kill(first, signal.SIGKILL)
     # the dead controller's pool goes with it: its worker and its program end
@@ -233,7 +234,7 @@ def test_a_controller_killed_mid_job_is_started_again_and_resumes_without_a_seco
 def test_a_controller_sent_sigterm_cancels_its_job_and_tears_its_pool_down(tmp_path, skyhive_home):
     job = launch(task_file(tmp_path, steps=1000, pause=0.2))
     wait_for(lambda: step_of(skyhive_home, job) >= 1, what="a step")
-    worker, program = map(int, (ckpt(skyhive_home, job) / "started.0").read_text().split())
+    worker, program = map(int, (ckpt(skyhive_home, job) / "started.0.0").read_text().split())
     info = queue()[job]
     os.kill(info["controller_pid"], signal.SIGTERM)
     info = ended(job)
@@ -241,3 +242,21 @@ def test_a_controller_sent_sigterm_cancels_its_job_and_tears_its_pool_down(tmp_p
     for pid in (info["controller_pid"], worker, program):
         assert gone(pid), pid
     assert not live_workers(info["pools"])
+
+
+def test_a_two_node_job_recovers_when_one_nodes_worker_is_killed(tmp_path, skyhive_home):
+    job = launch(task_file(tmp_path, steps=12, extra="num_nodes: 2"))
+    wait_for(lambda: step_of(skyhive_home, job) >= 3, what="three steps")
+    wait_for(lambda: list(ckpt(skyhive_home, job).glob("started.1.*")), what="node 1 to start")
+    worker, program = map(int, (ckpt(skyhive_home, job) / "started.1.0").read_text().split())
+    os.kill(worker, signal.SIGKILL)
+    info = ended(job)
+    assert info["state"] == "SUCCEEDED" and info["recoveries"] == 1 and info["attempts"] == 2, info
+    text = logs(job)
+    # both nodes' lines, prefixed; each node resumed from its own checkpoint
+    starts = sorted(line for line in text.splitlines() if "start at step" in line)
+    assert len(starts) == 4 and all(line.startswith("[node ") for line in starts), starts
+    resumed = [line for line in starts if "start at step 0 " not in line]
+    assert len(resumed) == 2 and all(int(line.split()[5]) >= 1 for line in resumed), starts
+    assert "on node 1" in text and step_of(skyhive_home, job) == 12
+    assert gone(program) and not live_workers(info["pools"])
