@@ -260,3 +260,25 @@ def test_a_two_node_job_recovers_when_one_nodes_worker_is_killed(tmp_path, skyhi
     assert len(resumed) == 2 and all(int(line.split()[5]) >= 1 for line in resumed), starts
     assert "on node 1" in text and step_of(skyhive_home, job) == 12
     assert gone(program) and not live_workers(info["pools"])
+
+
+def test_cancel_during_a_recovery_leaves_nothing(tmp_path, skyhive_home):
+    # the recovery's setup hangs (a slow new node): cancel it there
+    setup = ('setup: |\n  if [ -f "$SKYHIVE_CHECKPOINT_DIR/step" ]; then echo $$ > "$SKYHIVE_CHECKPOINT_DIR/recovering"; '
+             'exec sleep 600; fi')
+    job = launch(task_file(tmp_path, steps=1000, pause=0.2, extra=setup))
+    wait_for(lambda: step_of(skyhive_home, job) >= 2, what="two steps")
+    worker, program = map(int, (ckpt(skyhive_home, job) / "started.0.0").read_text().split())
+    os.kill(worker, signal.SIGKILL)
+    marker = ckpt(skyhive_home, job) / "recovering"
+    wait_for(lambda: marker.exists() and marker.read_text().strip(), what="the recovery's setup")
+    hanging = int(marker.read_text())
+    info = queue()[job]
+    assert info["state"] == "RUNNING" and info["recoveries"] == 1 and info["attempts"] == 2
+    out = skyhive("jobs", "cancel", str(job), "-y")
+    assert out.returncode == 0, out.stderr
+    info = queue()[job]
+    assert info["state"] == "CANCELLED"
+    for pid in (info["controller_pid"], worker, program, hanging):
+        assert gone(pid), pid
+    assert not live_workers(info["pools"]) and len(info["pools"]) == 2
