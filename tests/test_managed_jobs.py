@@ -282,3 +282,19 @@ def test_cancel_during_a_recovery_leaves_nothing(tmp_path, skyhive_home):
     for pid in (info["controller_pid"], worker, program, hanging):
         assert gone(pid), pid
     assert not live_workers(info["pools"]) and len(info["pools"]) == 2
+
+
+def test_managed_jobs_from_python(tmp_path, skyhive_home):
+    import skyhive as sky
+    from skyhive.errors import TaskFileError
+
+    job = sky.jobs.launch(task_file(tmp_path, steps=1000, pause=0.2), name="py")
+    wait_for(lambda: step_of(skyhive_home, job) >= 1, what="a step")
+    (listed,) = [j for j in sky.jobs.queue() if j["id"] == job]
+    assert listed["name"] == "py" and listed["state"] == "RUNNING"
+    assert sky.jobs.cancel(job) == "CANCELLED"
+    assert "start at step 0" in sky.jobs.log(job)
+    with pytest.raises(LookupError, match="no managed job 99"):
+        sky.jobs.log(99)
+    with pytest.raises(TaskFileError, match="task.yaml"):
+        sky.jobs.launch(task_file(tmp_path, extra="resources:\n  job_recovery:\n    max_restarts_on_errors: x"))
