@@ -298,3 +298,23 @@ def test_managed_jobs_from_python(tmp_path, skyhive_home):
         sky.jobs.log(99)
     with pytest.raises(TaskFileError, match="task.yaml"):
         sky.jobs.launch(task_file(tmp_path, extra="resources:\n  job_recovery:\n    max_restarts_on_errors: x"))
+
+
+def test_the_event_log_survives_a_torn_line_and_bad_commands_say_what_is_wrong(tmp_path, skyhive_home):
+    from skyhive.runtime.managed import store
+
+    job = store.new_job("torn", b"", 2)
+    store.append(job, "controller", pid=1)
+    store.append(job, "attempt", attempt=1, pool="p-1", pid=1)
+    store.append(job, "lost", attempt=1, detail="WorkerLost")
+    with open(store.job_dir(job) / "events.jsonl", "a") as fh:
+        fh.write('{"kind": "succ')  # a writer killed mid-line
+    st = store.load(job)
+    assert (st.state, st.attempts, st.recoveries, st.max_restarts_on_errors) == ("RECOVERING", 1, 1, 2)
+    assert (os.stat(store.job_dir(job) / "events.jsonl").st_mode & 0o777) == 0o600
+    with pytest.raises(LookupError, match="no managed job 42"):
+        store.load(42)
+    out = skyhive("jobs", "cancel")
+    assert out.returncode == 2 and "name the jobs to cancel, or --all" in out.stderr
+    out = skyhive("jobs", "cancel", "42", "-y")
+    assert out.returncode == 1 and "no managed job 42" in out.stderr
