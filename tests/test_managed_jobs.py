@@ -118,7 +118,8 @@ def test_jobs_launch_returns_and_the_controller_runs_the_job_to_its_end(tmp_path
     assert info["state"] == "SUCCEEDED" and info["attempts"] == 1 and info["recoveries"] == 0
     text = logs(job)
     assert "start at step 0" in text and "step 3" in text and f"job {job} succeeded" in text
-    assert f"job {job}\n" in text.replace(f"job {job} ", f"job {job}\n", 1)  # SKYHIVE_JOB_ID is the job's id
+    (start,) = [line for line in text.splitlines() if line.startswith("start at step")]
+    assert start.endswith(f" job {job}") and f"-managed-{job} " in start  # SKYHIVE_JOB_ID, SKYPILOT_TASK_ID
     # the checkpoint folder is the job's, under SKYHIVE_HOME, private
     assert step_of(skyhive_home, job) == 3
     assert (os.stat(ckpt(skyhive_home, job)).st_mode & 0o777) == 0o700
