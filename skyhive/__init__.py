@@ -83,7 +83,7 @@ _EXPORTS: dict[str, str] = {
     "HuggingFaceLoginError": "skyhive.errors",
 }
 _SUBMODULES = {"plugins": "skyhive.plugins", "accelerators": "skyhive.providers.accelerators",
-               "integrations": "skyhive.integrations"}
+               "integrations": "skyhive.integrations", "jobs": "skyhive.jobs"}
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES])
 
@@ -107,6 +107,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from skyhive import plugins as plugins
     from skyhive import integrations as integrations
+    from skyhive import jobs as jobs
     from skyhive.plugins.image import PipIndex as PipIndex
     from skyhive.providers import accelerators as accelerators
     from skyhive.providers.accelerators import AcceleratorWarning as AcceleratorWarning

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio import CancelScope
 
+from ...errors import NodeUnreachable, WorkerLost
 from ..onnode import nodecmd, nodeprep
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ class NodeExit:
     phase: str
     code: int
     detail: str = ""
+    lost: bool = False  # the node's worker was lost (died, unreachable): not the program's own failure
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,7 +116,8 @@ async def everywhere(rt: PoolRuntime, channels: list[WorkerChannel], phase: str,
         try:
             value = await rt.call_on(channel, fn, call_args, {}, fn_name=phase)
         except Exception as exc:
-            failure = NodeExit(channel.node, phase, 1, f"{type(exc).__name__}: {exc}")
+            lost = isinstance(exc, (WorkerLost, NodeUnreachable))
+            failure = NodeExit(channel.node, phase, 1, f"{type(exc).__name__}: {exc}", lost=lost)
         else:
             results[i] = value
             if not (isinstance(value, int) and value != 0):

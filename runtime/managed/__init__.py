@@ -1,0 +1,1 @@
+"""Managed jobs: a job that outlives its nodes and its client (docs/jobs.md)."""

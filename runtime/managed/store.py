@@ -1,0 +1,175 @@
+"""A managed job's state, event-sourced in `SKYHIVE_HOME/managed/<id>/` (0700).
+
+    events.jsonl     one JSON object a line, appended (O_APPEND); the job's state is their fold
+    task.pkl         the parsed task (`commands.taskfile.Task`) and how to run it (0600)
+    job.log          one continuous log over every attempt, each recovery marked "[skyhive] ..."
+    controller.lock  held (flock) by the job's controller, its pid inside
+    controller.log   the controller's own diagnostics
+    checkpoints/     `SKYHIVE_CHECKPOINT_DIR` of every attempt (Local: the same folder across recoveries)
+
+Events (`kind`): submitted, attempt (an attempt started: `attempt`, `pool`, `pid`), lost (a node was
+lost: a recovery follows, not counted against `max_restarts_on_errors`), error (the user's program
+failed: `code`, `detail`), cancel (asked for), and one final: succeeded / failed / cancelled. A
+controller started again folds the events and goes on from there: an attempt that has no end event is
+one whose controller died — its pool went with it (Local workers exit with their client), so a new
+attempt starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...paths import private_dir
+
+__all__ = ["JobState", "PENDING", "STARTING", "RUNNING", "RECOVERING", "SUCCEEDED", "FAILED", "CANCELLED",
+           "FINISHED", "job_dir", "new_job", "append", "events", "fold", "load", "list_ids", "checkpoint_dir",
+           "log_path", "lock_path"]
+
+PENDING, STARTING, RUNNING, RECOVERING = "PENDING", "STARTING", "RUNNING", "RECOVERING"
+SUCCEEDED, FAILED, CANCELLED = "SUCCEEDED", "FAILED", "CANCELLED"
+FINISHED = (SUCCEEDED, FAILED, CANCELLED)
+_FINAL = {"succeeded": SUCCEEDED, "failed": FAILED, "cancelled": CANCELLED}
+
+
+@dataclass(slots=True)
+class JobState:
+    """A managed job as its events tell it. `recoveries`: attempts started after a lost node;
+    `restarts_on_errors`: attempts started after the user's program failed."""
+
+    id: int
+    name: str = ""
+    state: str = PENDING
+    submitted: float = 0.0
+    started: float | None = None
+    ended: float | None = None
+    attempts: int = 0
+    recoveries: int = 0
+    restarts_on_errors: int = 0
+    max_restarts_on_errors: int = 0
+    cancel_requested: bool = False
+    detail: str = ""
+    pools: list[str] = field(default_factory=list)
+    controller_pid: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "state": self.state, "submitted": self.submitted,
+                "started": self.started, "ended": self.ended, "attempts": self.attempts,
+                "recoveries": self.recoveries, "restarts_on_errors": self.restarts_on_errors,
+                "max_restarts_on_errors": self.max_restarts_on_errors, "detail": self.detail,
+                "pools": list(self.pools), "controller_pid": self.controller_pid}
+
+
+def _root() -> Path:
+    return private_dir("managed")
+
+
+def job_dir(job_id: int) -> Path:
+    return private_dir("managed", str(job_id))
+
+
+def log_path(job_id: int) -> Path:
+    return job_dir(job_id) / "job.log"
+
+
+def lock_path(job_id: int) -> Path:
+    return job_dir(job_id) / "controller.lock"
+
+
+def checkpoint_dir(job_id: int) -> Path:
+    """The job's checkpoint folder, the same across its recoveries (on Local: this machine's disk)."""
+    return private_dir("managed", str(job_id), "checkpoints")
+
+
+@contextlib.contextmanager
+def _ids_lock() -> Iterator[None]:
+    fd = os.open(_root() / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def list_ids() -> list[int]:
+    return sorted(int(p.name) for p in _root().iterdir() if p.name.isdigit() and (p / "events.jsonl").exists())
+
+
+def new_job(name: str, task_blob: bytes, max_restarts_on_errors: int) -> int:
+    """A new job's id, its task written and its `submitted` event appended."""
+    with _ids_lock():
+        ids = [int(p.name) for p in _root().iterdir() if p.name.isdigit()]
+        job_id = max(ids, default=0) + 1
+        d = job_dir(job_id)
+        fd = os.open(d / "task.pkl", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(task_blob)
+        append(job_id, "submitted", name=name, max_restarts_on_errors=max_restarts_on_errors)
+    return job_id
+
+
+def append(job_id: int, kind: str, **data: Any) -> None:
+    """Append one event (a single write on an O_APPEND file: lines never interleave)."""
+    line = json.dumps({"kind": kind, "time": time.time(), **data}, sort_keys=True) + "\n"
+    fd = os.open(job_dir(job_id) / "events.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def events(job_id: int) -> list[dict[str, Any]]:
+    """The job's events; a torn last line (a writer killed mid-write) is skipped."""
+    path = job_dir(job_id) / "events.jsonl"
+    if not path.exists():
+        raise LookupError(f"there is no managed job {job_id} (`skyhive jobs queue` lists them)")
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if isinstance(event, dict) and isinstance(event.get("kind"), str):
+                out.append(event)
+    return out
+
+
+def fold(job_id: int, evs: list[dict[str, Any]]) -> JobState:
+    """The job's state from its events, in order."""
+    st = JobState(id=job_id)
+    for ev in evs:
+        kind = ev["kind"]
+        if st.state in FINISHED:
+            break
+        if kind == "submitted":
+            st.name, st.submitted = ev.get("name", ""), ev["time"]
+            st.max_restarts_on_errors = int(ev.get("max_restarts_on_errors", 0))
+        elif kind == "controller":
+            st.controller_pid = int(ev.get("pid", 0))
+        elif kind == "attempt":
+            st.attempts += 1
+            st.state = STARTING
+            st.started = st.started or ev["time"]
+            st.pools.append(str(ev.get("pool", "")))
+        elif kind == "running":
+            st.state = RUNNING
+        elif kind == "lost":
+            st.recoveries += 1
+            st.state, st.detail = RECOVERING, str(ev.get("detail", ""))
+        elif kind == "error":
+            st.restarts_on_errors += 1
+            st.state, st.detail = RECOVERING, str(ev.get("detail", ""))
+        elif kind == "cancel":
+            st.cancel_requested = True
+        elif kind in _FINAL:
+            st.state, st.ended, st.detail = _FINAL[kind], ev["time"], str(ev.get("detail", ""))
+    return st
+
+
+def load(job_id: int) -> JobState:
+    return fold(job_id, events(job_id))

@@ -1,0 +1,54 @@
+"""Managed jobs from Python (`sky.jobs`): the same as `skyhive jobs ...` (docs/jobs.md).
+
+    import skyhive as sky
+    job_id = sky.jobs.launch("train.yaml")          # returns once submitted; the job runs without you
+    sky.jobs.queue()                               # [{"id": 1, "state": "RUNNING", "recoveries": 0, ...}]
+    sky.jobs.cancel(job_id)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["launch", "queue", "cancel", "log"]
+
+
+def launch(task: str | os.PathLike[str], *, name: str | None = None,
+           max_restarts_on_errors: int | None = None) -> int:
+    """Submit the task file `task` as a managed job and start its controller; the job's id.
+    `max_restarts_on_errors` overrides the file's `resources.job_recovery.max_restarts_on_errors`.
+    Raises `TaskFileError` (naming the file) for a task that cannot run, before anything is recorded."""
+    from skyhive.runtime.commands.taskfile import load
+    from skyhive.runtime.managed.commands import submit_job
+
+    return submit_job(load(os.fspath(task)), name=name, max_restarts_on_errors=max_restarts_on_errors)
+
+
+def queue() -> list[dict[str, Any]]:
+    """Every managed job as `skyhive jobs queue --json` prints it (state, attempts, recoveries, ...)."""
+    from skyhive.runtime.managed import store
+
+    return [store.load(job_id).as_dict() for job_id in store.list_ids()]
+
+
+def log(job_id: int) -> str:
+    """The job's log so far (every attempt, each recovery marked); `LookupError` for no such job."""
+    from skyhive.runtime.managed import store
+
+    store.load(job_id)
+    path = store.log_path(job_id)
+    return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+
+
+def cancel(job_id: int, *, wait: float = 120.0) -> str:
+    """Cancel the job and wait (up to `wait` seconds) for its pool to be torn down; its state then.
+    `LookupError` for no such job."""
+    import io
+
+    from skyhive.runtime.managed import store
+    from skyhive.runtime.managed.commands import cancel_managed
+
+    store.load(job_id)
+    cancel_managed([job_id], wait=wait, err=io.StringIO())
+    return store.load(job_id).state

@@ -1,0 +1,321 @@
+"""Managed jobs on Local (docs/jobs.md): `skyhive jobs launch/queue/logs/cancel`, a detached controller
+per job, a lost node recovered on fresh nodes resuming from `SKYHIVE_CHECKPOINT_DIR`,
+`max_restarts_on_errors`, a client killed after launch, a controller killed and started again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.procs import state_of, worker_pids
+
+SKYHIVE = [sys.executable, "-m", "skyhive"]
+
+# a training loop: resumes from the step in its checkpoint folder, writes the step after each one; the
+# pid of its worker (its parent: `exec` replaces the shell) and its own, per start, for the test to kill
+TRAIN = textwrap.dedent("""\
+    name: train
+    {extra}
+    run: |
+      exec python3 -c '
+      import os, sys, time
+      d = os.environ["SKYHIVE_CHECKPOINT_DIR"]; rank = os.environ["SKYPILOT_NODE_RANK"]
+      p = os.path.join(d, "step" if rank == "0" else "step." + rank)
+      step = int(open(p).read()) if os.path.exists(p) else 0
+      print("start at step", step, "task", os.environ["SKYPILOT_TASK_ID"], "job", os.environ["SKYHIVE_JOB_ID"], flush=True)
+      open(os.path.join(d, "started.%s.%d" % (rank, step)), "w").write("%d %d" % (os.getppid(), os.getpid()))
+      while step < {steps}:
+          time.sleep({pause}); step += 1
+          open(p + ".tmp", "w").write(str(step)); os.replace(p + ".tmp", p)
+          print("step", step, flush=True)
+      {after}
+      '
+""")
+
+
+def task_file(tmp_path: Path, *, steps: int = 12, pause: float = 0.3, extra: str = "", after: str = "",
+              name: str = "task.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(TRAIN.format(steps=steps, pause=pause, extra=extra, after=after))
+    return str(path)
+
+
+def skyhive(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SKYHIVE, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def launch(path: str, *extra: str) -> int:
+    out = skyhive("jobs", "launch", path, "-y", *extra)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.split("managed job ", 1)[1].split()[0])
+
+
+def queue() -> dict[int, dict]:
+    out = skyhive("jobs", "queue", "--json")
+    assert out.returncode == 0, out.stderr
+    return {j["id"]: j for j in map(json.loads, out.stdout.splitlines())}
+
+
+def wait_for(predicate, timeout: float = 120.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def ended(job_id: int) -> dict:
+    return wait_for(lambda: (j := queue()[job_id])["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") and j,
+                    what=f"job {job_id} to end")
+
+
+def ckpt(home: str, job_id: int) -> Path:
+    return Path(home) / "managed" / str(job_id) / "checkpoints"
+
+
+def step_of(home: str, job_id: int) -> int:
+    p = ckpt(home, job_id) / "step"
+    try:
+        return int(p.read_text() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def gone(pid: int, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if state_of(pid) in (None, "Z"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def live_workers(pools: list[str]) -> set[int]:
+    """The job's pools' worker processes still running (other pools on this machine are not ours)."""
+    assert pools
+    return {p for pool in pools for p in worker_pids(pool) if not gone(p, timeout=10)}
+
+
+def logs(job_id: int) -> str:
+    out = skyhive("jobs", "logs", str(job_id))
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_jobs_launch_returns_and_the_controller_runs_the_job_to_its_end(tmp_path, skyhive_home):
+    job = launch(task_file(tmp_path, steps=3, pause=0.1))
+    info = ended(job)
+    assert info["state"] == "SUCCEEDED" and info["attempts"] == 1 and info["recoveries"] == 0
+    text = logs(job)
+    assert "start at step 0" in text and "step 3" in text and f"job {job} succeeded" in text
+    (start,) = [line for line in text.splitlines() if line.startswith("start at step")]
+    assert start.endswith(f" job {job}") and f"-managed-{job} " in start  # SKYHIVE_JOB_ID, SKYPILOT_TASK_ID
+    # the checkpoint folder is the job's, under SKYHIVE_HOME, private
+    assert step_of(skyhive_home, job) == 3
+    assert (os.stat(ckpt(skyhive_home, job)).st_mode & 0o777) == 0o700
+    assert wait_for(lambda: info["controller_pid"] and gone(info["controller_pid"]), what="the controller to exit")
+    follow = skyhive("jobs", "logs", "--follow", str(job))
+    assert follow.returncode == 0 and follow.stdout == text
+    table = skyhive("jobs", "queue")
+    assert table.returncode == 0 and "SUCCEEDED" in table.stdout and "RECOVERIES" in table.stdout
+
+
+def test_a_node_whose_worker_is_killed_is_recovered_and_the_job_resumes_from_its_checkpoint(tmp_path, skyhive_home):
+    job = launch(task_file(tmp_path))
+    wait_for(lambda: step_of(skyhive_home, job) >= 3, what="three steps")
+    started = sorted(ckpt(skyhive_home, job).glob("started.*"))
+    assert [p.name for p in started] == ["started.0.0"]
+    worker, program = map(int, started[0].read_text().split())
+    with open(f"/proc/{worker}/cmdline", "rb") as fh:
+        assert b"skyhive.runtime.worker" in fh.read()
+    os.kill(worker, signal.SIGKILL)
+    info = ended(job)
+    assert info["state"] == "SUCCEEDED", info
+    assert info["attempts"] == 2 and info["recoveries"] == 1 and info["restarts_on_errors"] == 0
+    text = logs(job)
+    starts = [line for line in text.splitlines() if line.startswith("start at step")]
+    assert len(starts) == 2 and starts[0].startswith("start at step 0 ")
+    resumed = int(starts[1].split()[3])
+    assert resumed >= 3, starts  # resumed from its checkpoint, not from 0
+    # one SKYPILOT_TASK_ID across the recovery; one continuous log with the recovery marked
+    assert starts[0].split(" task ")[1] == starts[1].split(" task ")[1]
+    assert "[skyhive] node lost" in text and "WorkerLost" in text and "[skyhive] recovery: starting attempt 2" in text
+    assert text.index("[skyhive] node lost") < text.index(starts[1]) < text.index("step 12")
+    assert text.count("step 12") == 1 and step_of(skyhive_home, job) == 12
+    # the first attempt's program went with its node; nothing of either pool is left
+    assert gone(program)
+    assert not live_workers(info["pools"])
+    assert gone(info["controller_pid"])
+
+
+def test_max_restarts_on_errors_restarts_the_programs_failures_and_no_more(tmp_path, skyhive_home):
+    # fails once (exit 3) after its steps unless it failed before: the retry resumes and succeeds
+    after = 'm = os.path.join(d, "failed")\n  if not os.path.exists(m): open(m, "w").close(); sys.exit(3)'
+    ok = launch(task_file(tmp_path, steps=2, pause=0.1, after=after,
+                          extra="resources:\n  job_recovery:\n    max_restarts_on_errors: 1"))
+    info = ended(ok)
+    assert info["state"] == "SUCCEEDED" and info["restarts_on_errors"] == 1 and info["recoveries"] == 0
+    assert "restarting (1 of max_restarts_on_errors=1)" in logs(ok)
+    # without it (the default, 0) the first failure ends the job
+    bad = launch(task_file(tmp_path, steps=1, pause=0.1, after=after, name="bad.yaml"))
+    info = ended(bad)
+    assert info["state"] == "FAILED" and info["attempts"] == 1 and "exit code 3" in info["detail"]
+
+
+def test_a_bad_max_restarts_on_errors_is_refused_before_anything_is_submitted(tmp_path, skyhive_home):
+    path = task_file(tmp_path, extra="resources:\n  job_recovery:\n    max_restarts_on_errors: -1")
+    out = skyhive("jobs", "launch", path, "-y")
+    assert out.returncode == 2
+    assert "max_restarts_on_errors" in out.stderr and "task.yaml" in out.stderr
+    assert not (Path(skyhive_home) / "managed").exists() or not list((Path(skyhive_home) / "managed").glob("[0-9]*"))
+    out = skyhive("jobs", "logs", "7")
+    assert out.returncode == 1 and "no managed job 7" in out.stderr
+
+
+def test_the_job_finishes_after_its_client_is_killed_right_after_launch(tmp_path, skyhive_home):
+    proc = subprocess.Popen([*SKYHIVE, "jobs", "launch", task_file(tmp_path, steps=4, pause=0.2), "-y"],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    line = proc.stdout.readline()
+    os.killpg(proc.pid, signal.SIGKILL)  # the client and anything left in its group
+    proc.wait()
+    proc.stdout.close()
+    job = int(line.split("managed job ", 1)[1].split()[0])
+    info = ended(job)
+    assert info["state"] == "SUCCEEDED" and step_of(skyhive_home, job) == 4
+
+
+def test_cancel_stops_the_job_and_leaves_no_process(tmp_path, skyhive_home):
+    job = launch(task_file(tmp_path, steps=1000, pause=0.2))
+    wait_for(lambda: step_of(skyhive_home, job) >= 1, what="a step")
+    worker, program = map(int, (ckpt(skyhive_home, job) / "started.0.0").read_text().split())
+    controller = queue()[job]["controller_pid"]
+    assert worker in worker_pids(queue()[job]["pools"][-1])  # the leak check below sees the job's workers
+    out = skyhive("jobs", "cancel", str(job), "-y")
+    assert out.returncode == 0, out.stderr
+    assert f"job {job} cancelled" in out.stderr
+    info = queue()[job]
+    assert info["state"] == "CANCELLED"
+    for pid in (controller, worker, program):
+        assert gone(pid), pid
+    assert not live_workers(info["pools"])
+    assert "cancelled while running" in logs(job)
+    # nothing to cancel any more
+    again = skyhive("jobs", "cancel", "--all", "-y")
+    assert again.returncode == 0 and "no managed job to cancel" in again.stderr
+
+
+def test_a_controller_killed_mid_job_is_started_again_and_resumes_without_a_second_copy(tmp_path, skyhive_home):
+    job = launch(task_file(tmp_path, steps=14, pause=0.3))
+    wait_for(lambda: step_of(skyhive_home, job) >= 3, what="three steps")
+    worker, program = map(int, (ckpt(skyhive_home, job) / "started.0.0").read_text().split())
+    first = queue()[job]["controller_pid"]
+    os.kill(first, signal.SIGKILL)
+    # the dead controller's pool goes with it: its worker and its program end
+    assert gone(worker) and gone(program)
+    info = queue()  # `jobs queue` starts a controller for a job left without one
+    info = ended(job)
+    assert info["state"] == "SUCCEEDED", info
+    assert info["controller_pid"] != first and info["attempts"] == 2
+    text = logs(job)
+    starts = [line for line in text.splitlines() if line.startswith("start at step")]
+    assert len(starts) == 2 and int(starts[1].split()[3]) >= 3
+    assert "the controller was restarted" in text and text.count("step 14") == 1
+
+
+def test_a_controller_sent_sigterm_cancels_its_job_and_tears_its_pool_down(tmp_path, skyhive_home):
+    job = launch(task_file(tmp_path, steps=1000, pause=0.2))
+    wait_for(lambda: step_of(skyhive_home, job) >= 1, what="a step")
+    worker, program = map(int, (ckpt(skyhive_home, job) / "started.0.0").read_text().split())
+    info = queue()[job]
+    os.kill(info["controller_pid"], signal.SIGTERM)
+    info = ended(job)
+    assert info["state"] == "CANCELLED"
+    for pid in (info["controller_pid"], worker, program):
+        assert gone(pid), pid
+    assert not live_workers(info["pools"])
+
+
+def test_a_two_node_job_recovers_when_one_nodes_worker_is_killed(tmp_path, skyhive_home):
+    job = launch(task_file(tmp_path, steps=12, extra="num_nodes: 2"))
+    wait_for(lambda: step_of(skyhive_home, job) >= 3, what="three steps")
+    wait_for(lambda: list(ckpt(skyhive_home, job).glob("started.1.*")), what="node 1 to start")
+    worker, program = map(int, (ckpt(skyhive_home, job) / "started.1.0").read_text().split())
+    os.kill(worker, signal.SIGKILL)
+    info = ended(job)
+    assert info["state"] == "SUCCEEDED" and info["recoveries"] == 1 and info["attempts"] == 2, info
+    text = logs(job)
+    # both nodes' lines, prefixed; each node resumed from its own checkpoint
+    starts = sorted(line for line in text.splitlines() if "start at step" in line)
+    assert len(starts) == 4 and all(line.startswith("[node ") for line in starts), starts
+    resumed = [line for line in starts if "start at step 0 " not in line]
+    assert len(resumed) == 2 and all(int(line.split()[5]) >= 1 for line in resumed), starts
+    assert "on node 1" in text and step_of(skyhive_home, job) == 12
+    assert gone(program) and not live_workers(info["pools"])
+
+
+def test_cancel_during_a_recovery_leaves_nothing(tmp_path, skyhive_home):
+    # the recovery's setup hangs (a slow new node): cancel it there
+    setup = ('setup: |\n  if [ -f "$SKYHIVE_CHECKPOINT_DIR/step" ]; then echo $$ > "$SKYHIVE_CHECKPOINT_DIR/recovering"; '
+             'exec sleep 600; fi')
+    job = launch(task_file(tmp_path, steps=1000, pause=0.2, extra=setup))
+    wait_for(lambda: step_of(skyhive_home, job) >= 2, what="two steps")
+    worker, program = map(int, (ckpt(skyhive_home, job) / "started.0.0").read_text().split())
+    os.kill(worker, signal.SIGKILL)
+    marker = ckpt(skyhive_home, job) / "recovering"
+    wait_for(lambda: marker.exists() and marker.read_text().strip(), what="the recovery's setup")
+    hanging = int(marker.read_text())
+    info = queue()[job]
+    assert info["state"] == "RUNNING" and info["recoveries"] == 1 and info["attempts"] == 2
+    out = skyhive("jobs", "cancel", str(job), "-y")
+    assert out.returncode == 0, out.stderr
+    info = queue()[job]
+    assert info["state"] == "CANCELLED"
+    for pid in (info["controller_pid"], worker, program, hanging):
+        assert gone(pid), pid
+    assert not live_workers(info["pools"]) and len(info["pools"]) == 2
+
+
+def test_managed_jobs_from_python(tmp_path, skyhive_home):
+    import skyhive as sky
+    from skyhive.errors import TaskFileError
+
+    job = sky.jobs.launch(task_file(tmp_path, steps=1000, pause=0.2), name="py")
+    wait_for(lambda: step_of(skyhive_home, job) >= 1, what="a step")
+    (listed,) = [j for j in sky.jobs.queue() if j["id"] == job]
+    assert listed["name"] == "py" and listed["state"] == "RUNNING"
+    assert sky.jobs.cancel(job) == "CANCELLED"
+    assert "start at step 0" in sky.jobs.log(job)
+    with pytest.raises(LookupError, match="no managed job 99"):
+        sky.jobs.log(99)
+    with pytest.raises(TaskFileError, match="task.yaml"):
+        sky.jobs.launch(task_file(tmp_path, extra="resources:\n  job_recovery:\n    max_restarts_on_errors: x"))
+
+
+def test_the_event_log_survives_a_torn_line_and_bad_commands_say_what_is_wrong(tmp_path, skyhive_home):
+    from skyhive.runtime.managed import store
+
+    job = store.new_job("torn", b"", 2)
+    store.append(job, "controller", pid=1)
+    store.append(job, "attempt", attempt=1, pool="p-1", pid=1)
+    store.append(job, "lost", attempt=1, detail="WorkerLost")
+    with open(store.job_dir(job) / "events.jsonl", "a") as fh:
+        fh.write('{"kind": "succ')  # a writer killed mid-line
+    st = store.load(job)
+    assert (st.state, st.attempts, st.recoveries, st.max_restarts_on_errors) == ("RECOVERING", 1, 1, 2)
+    assert (os.stat(store.job_dir(job) / "events.jsonl").st_mode & 0o777) == 0o600
+    with pytest.raises(LookupError, match="no managed job 42"):
+        store.load(42)
+    out = skyhive("jobs", "cancel")
+    assert out.returncode == 2 and "name the jobs to cancel, or --all" in out.stderr
+    out = skyhive("jobs", "cancel", "42", "-y")
+    assert out.returncode == 1 and "no managed job 42" in out.stderr
