@@ -206,6 +206,11 @@ class Provider(abc.ABC):
     #: in one `terminate` call, instead of a task per node (`runtime/actors/teardown.py`).
     bulk_teardown: ClassVar[bool] = False
 
+    #: True when the nodes share the user's own machine (Local): a task file's steps give each node a
+    #: home of its own (`HOME`, the workdir at `~/sky_workdir` there), so a task behaves as on a fresh
+    #: machine and never touches the user's home; `setup` then runs on every node.
+    node_homes: ClassVar[bool] = False
+
     #: Seconds a node that runs but refuses connections (`NodeUnreachable`) is retried: a fresh VM's
     #: sshd starts a while after the cloud says "running". 0 for hosts that already run (SSH, Local).
     connect_retry: ClassVar[float] = 0.0
