@@ -32,6 +32,7 @@ from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
 from .resources import ALLOCATIONS, Resources
 from .settings import Settings
+from .spec import Spec
 
 if TYPE_CHECKING:
     from ..plugins.image import Image
@@ -82,9 +83,10 @@ class Pool(PoolCalls):
 
     def __init__(
         self,
-        provider: Provider | Sequence[Provider] | None = None,
-        nodes: int = 1,
-        *,
+        provider: Provider | Sequence[Provider] | Spec | None = None,
+        nodes: int | Spec = 1,
+        *more_specs: Spec,
+        selection: str = "cheapest",
         plugins: Sequence[Any] = (),
         image: Image | None = None,
         processes_per_node: int = 1,
@@ -104,6 +106,15 @@ class Pool(PoolCalls):
         min_nodes: int | None = None,
         **settings: Any,
     ) -> None:
+        if isinstance(provider, Spec) or isinstance(nodes, Spec) or more_specs:  # Skyward's multi-provider form
+            from .spec import pool_arguments
+
+            specs = [s for s in (provider, nodes) if isinstance(s, Spec)] + list(more_specs)
+            shape = pool_arguments(specs, selection, {"accelerator": accelerator, "vcpus": vcpus, "cpus": cpus,
+                                                      "memory_gb": memory_gb, "allocation": allocation})
+            provider, nodes = shape.pop("provider"), shape.pop("nodes")
+            accelerator, vcpus, memory_gb, allocation = (shape[k] for k in ("accelerator", "vcpus", "memory_gb",
+                                                                            "allocation"))
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
             raise ValueError(f"Pool(nodes={nodes!r}): need a positive number of nodes")
         if not isinstance(processes_per_node, int) or processes_per_node < 1:
@@ -189,9 +200,11 @@ class Pool(PoolCalls):
     async def __aenter__(self) -> Pool:
         if self._rt is not None:
             raise RuntimeError("a Pool can be entered once; make a new Pool for a new pool")
-        if self._named is None:
-            return await self._enter()
-        return await self._named.open(self, self._enter)
+        entered = await (self._enter() if self._named is None else self._named.open(self, self._enter))
+        from . import active
+
+        self._active = active.enter(self)  # `f(x) >> sky` in this block (runtime/active.py)
+        return entered
 
     async def _enter(self) -> Pool:
         image = self.image
@@ -220,6 +233,10 @@ class Pool(PoolCalls):
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        from . import active
+
+        active.leave(getattr(self, "_active", None))
+        self._active = None
         rt = self._rt
         if rt is None:
             return

@@ -26,6 +26,10 @@ _EXPORTS: dict[str, str] = {
     "PipIndex": "skyhive.plugins.image",
     "function": "skyhive.runtime.compute",
     "Worker": "skyhive.runtime.concurrency",
+    "Spec": "skyhive.runtime.spec",
+    "PendingCompute": "skyhive.runtime.compute",
+    "PendingFunction": "skyhive.runtime.compute",
+    "sky": "skyhive.runtime.active",
     "Local": "skyhive.providers.local",
     "SSH": "skyhive.providers.ssh",
     "Slurm": "skyhive.providers.slurm",
@@ -111,6 +115,10 @@ if TYPE_CHECKING:
     from skyhive.providers.accelerators import AcceleratorWarning as AcceleratorWarning
     from skyhive.runtime.compute import function as function
     from skyhive.runtime.concurrency import Worker as Worker
+    from skyhive.runtime.spec import Spec as Spec
+    from skyhive.runtime.compute import PendingCompute as PendingCompute
+    from skyhive.runtime.compute import PendingFunction as PendingFunction
+    from skyhive.runtime.active import sky as sky
     from skyhive.runtime.pool import Compute as Compute
     from skyhive.runtime.pool import ComputePool as ComputePool
     from skyhive.providers.simulated import Simulated as Simulated

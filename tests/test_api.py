@@ -28,6 +28,7 @@ PUBLIC = {
     "stdout", "stderr", "silent", "OutputRecord", "Captured", "plugins", *ERRORS,
     # the seeds' spellings (docs/seeds.md)
     "ComputePool", "Compute", "function", "accelerators", "integrations", "PipIndex", "AcceleratorWarning", "Worker",
+    "Spec", "PendingCompute", "PendingFunction", "sky",
 }
 
 
