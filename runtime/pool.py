@@ -217,7 +217,7 @@ class Pool(PoolCalls):
             provider=self.provider, nodes=self.nodes, processes_per_node=self.processes_per_node,
             plugins=spec_plugins, image=image, output=self.output_spec, settings=self.settings,
             name=self.name, log_events=self.log_events, **self.resources,
-            concurrency=self.worker.concurrency, replace_failed=self.replace_failed,
+            concurrency=self.worker.processes, task_threads=self.worker.threads, replace_failed=self.replace_failed,
             progress=wants_display(self.progress), min_nodes=self.min_nodes,
         )
         self._rt.detach_on_failure = self._named is not None and self._named.attach

@@ -561,7 +561,7 @@ def test_attach_takes_over_every_process_of_every_node(tmp_path, clean):
     done = python("""
         import os, skyhive as sky
         with sky.Pool(provider=sky.Local(), nodes=2, processes_per_node=2, name="wide", keep=True, output=None,
-                      worker=sky.Worker(concurrency=2)) as pool:
+                      worker=sky.Worker(concurrency=2, executor="process")) as pool:
             first = sorted(set(pool.map(lambda _: os.getpid(), range(200))))
         with sky.Pool.attach("wide", output=None) as pool:
             again = sorted(set(pool.map(lambda _: os.getpid(), range(200))))
