@@ -162,6 +162,7 @@ class Pool(PoolCalls):
 
             self.provider, self._named = keep_named(name, self.provider, keep=keep, autostop=autostop)
         self._rt: PoolRuntime | None = None
+        self._collections: Any = None  # the pool's sky.dict & co. while it is open (runtime/collections/)
         self._blocking: BlockingPool | None = None
         self._client_hooks = contextlib.ExitStack()
         self._retries = 0  # calls re-run after a lost worker (`retries=`)
@@ -221,7 +222,17 @@ class Pool(PoolCalls):
             progress=wants_display(self.progress), min_nodes=self.min_nodes,
         )
         self._rt.detach_on_failure = self._named is not None and self._named.attach
-        await self._rt.start()
+        if self.provider.node_homes:  # sky.dict & co. for nodes on this machine (runtime/collections/)
+            from .collections.store import ENV_VAR as COLLECTIONS_ENV
+            from .collections.store import CollectionStore, socket_path
+
+            self._collections = CollectionStore(socket_path(self._rt.pool_id)).start()
+            self._rt.worker_env[COLLECTIONS_ENV] = self._collections.path
+        try:
+            await self._rt.start()
+        except BaseException:
+            self._close_collections()
+            raise
         try:
             for plugin in spec_plugins:  # client-side hooks, for the pool's lifetime
                 if isinstance(plugin, ClientHook):
@@ -260,8 +271,14 @@ class Pool(PoolCalls):
             try:
                 await rt._exit_tg()
             finally:
+                self._close_collections()
                 if named is not None:
                     named.leave(kept=self.keep)
+
+    def _close_collections(self) -> None:
+        store, self._collections = getattr(self, "_collections", None), None
+        if store is not None:
+            store.close()
 
     def __enter__(self) -> BlockingPool:
         from .blocking import BlockingPool

@@ -29,6 +29,7 @@ PUBLIC = {
     # the seeds' spellings (docs/seeds.md)
     "ComputePool", "Compute", "function", "accelerators", "integrations", "PipIndex", "AcceleratorWarning", "Worker",
     "Spec", "PendingCompute", "PendingFunction", "sky",
+    "dict", "set", "counter", "queue", "barrier", "lock",  # Skyward's distributed collections
 }
 
 
