@@ -13,6 +13,7 @@ import pytest
 
 import skyhive as sky
 from skyhive.errors import WorkerLost
+from tests.test_clusters import clean  # noqa: F401 - a fixture
 
 NODES = 3
 WAIT = 120.0  # the bound of a barrier or lock wait: only a deadlock reaches it
@@ -133,3 +134,18 @@ def test_thread_slots_and_async_methods_share_them():
         assert sorted(values) == list(range(1, 33))  # every increment its own value
         assert sorted(sky.set("ids").items()) == list(range(32))
         assert threading.active_count() >= 1
+
+
+def read_x() -> object:
+    return sky.dict("x").get("a", "empty")
+
+
+def test_a_named_pool_attached_again_starts_with_empty_collections(clean):
+    with sky.Pool(provider=sky.Local(), nodes=1, name="kept-coll", keep=True, output=None,
+                  worker=sky.Worker(concurrency=2)) as pool:
+        sky.dict("x")["a"] = 1
+        assert pool.run(read_x) == 1
+    with sky.Pool.attach("kept-coll", output=None, keep=False) as pool:
+        assert pool.run(read_x) == "empty"  # the worker's connection to the first client's store was closed
+        sky.dict("x")["a"] = 2
+        assert pool.run(read_x) == 2

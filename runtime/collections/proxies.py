@@ -68,18 +68,22 @@ def _connection(path: str) -> socket.socket:
 
 def _call(kind: str, name: str, op: str, *args: Any) -> Any:
     path = store_path()
-    sock = _connection(path)
-    try:
-        write_frame(sock, pickle.dumps((kind, name, op, args), protocol=5))
-        frame = read_frame(sock)
-    except OSError as exc:
+    request = pickle.dumps((kind, name, op, args), protocol=5)
+    for attempt in (1, 2):  # a connection to the store of an earlier client (a named pool attached again): once more
+        sock = _connection(path)
+        try:
+            write_frame(sock, request)
+            frame: bytes | None = read_frame(sock)
+            problem = "" if frame is not None else "the pool's collections closed (the pool's client is gone?)"
+        except OSError as exc:
+            frame, problem = None, f"the connection to the pool's collections broke: {exc}"
+        if frame is not None:
+            break
         _local.conns.pop(path, None)
         sock.close()
-        raise RuntimeError(f"sky.{kind}({name!r}).{op}: the connection to the pool's collections broke: {exc}") from None
-    if frame is None:
-        _local.conns.pop(path, None)
-        sock.close()
-        raise RuntimeError(f"sky.{kind}({name!r}).{op}: the pool's collections closed (the pool's client is gone?)")
+        if attempt == 2:
+            raise RuntimeError(f"sky.{kind}({name!r}).{op}: {problem}")
+    assert frame is not None
     ok, value = pickle.loads(frame)  # noqa: S301 - from the pool's own 0600 socket
     if not ok:
         raise value

@@ -234,6 +234,7 @@ class _Handler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         collections = self.server.collections
         held: set[str] = set()  # the locks this connection holds
+        self.server.open_connections.add(self.request)
         try:
             while True:
                 frame = read_frame(self.request)
@@ -252,6 +253,7 @@ class _Handler(socketserver.BaseRequestHandler):
         except OSError:
             return
         finally:
+            self.server.open_connections.discard(self.request)
             collections.release_all(held)
 
 
@@ -261,6 +263,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
     def __init__(self, path: str, collections: _Collections) -> None:
         self.collections = collections
+        self.open_connections: set[socket.socket] = set()
         super().__init__(path, _Handler)
 
 
@@ -293,6 +296,9 @@ class CollectionStore:
             return
         server.shutdown()
         server.server_close()
+        for conn in list(server.open_connections):  # the workers' connections end with the pool's collections
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 

@@ -112,6 +112,13 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
     if own_home:
         env["HOME"] = str(Path(cwd).parent)
         env["SKYHIVE_HOME"] = str(state_dir())  # a `skyhive` command in the script still finds this machine's pools
+        import site
+
+        if site.ENABLE_USER_SITE and "PYTHONUSERBASE" not in env and site.USER_BASE and os.path.isdir(
+                site.getusersitepackages()):
+            # the packages this Python sees in the user's ~/.local stay visible to the task's `python`
+            # (a venv, the usual case, has no user site)
+            env["PYTHONUSERBASE"] = site.USER_BASE
     # the node's Python environment comes first: `python`, `pip`, `torchrun` are the ones skyhive runs with
     bindir = os.path.dirname(sys.executable)
     path = env.get("PATH", os.defpath)
