@@ -39,6 +39,14 @@ class Worker:
     concurrency: int = 1
     executor: str = "auto"
 
+    @classmethod
+    def of_record(cls, processes: int, threads: int) -> Worker:
+        """The `Worker` that made a named pool whose record says `processes` per rank and `threads` per
+        process (an attached client uses every slot)."""
+        if threads > 1:
+            return cls(concurrency=threads, executor="thread")
+        return cls(concurrency=processes, executor="process")
+
     @property
     def threads(self) -> int:
         """Task threads per worker process (1: one task at a time)."""

@@ -191,7 +191,8 @@ class Pool(PoolCalls):
         rec = records.load(name)
         refuse_stopped(rec)
         pool = cls(provider=attach_provider(rec), nodes=rec.nodes, processes_per_node=rec.processes_per_node,
-                   output=output, name=name, image=image, worker=Worker(concurrency=rec.concurrency), **settings)
+                   output=output, name=name, image=image, worker=Worker.of_record(rec.concurrency, rec.task_threads),
+                   **settings)
         pool.keep = keep
         pool._named = NamedPool(name, attach=True, keep=keep, lock_timeout=wait)
         return pool

@@ -146,6 +146,7 @@ def test_a_named_pool_attached_again_starts_with_empty_collections(clean):
         sky.dict("x")["a"] = 1
         assert pool.run(read_x) == 1
     with sky.Pool.attach("kept-coll", output=None, keep=False) as pool:
+        assert pool.workers == 2  # the record keeps the thread slots: an attached client uses them
         assert pool.run(read_x) == "empty"  # the worker's connection to the first client's store was closed
         sky.dict("x")["a"] = 2
         assert pool.run(read_x) == 2
