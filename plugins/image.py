@@ -84,6 +84,10 @@ class PipIndex:
         object.__setattr__(self, "packages", _strings("PipIndex.packages", self.packages))
 
 
+#: Skyward's `Image(skyward_source=...)` values (see `Image`).
+SKYWARD_SOURCES = ("auto", "local", "github", "pypi")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True, repr=False)
 class Image:
     """The environment of a node.
@@ -101,6 +105,12 @@ class Image:
       ``env`` and ``secrets``, and a secret may not be empty (it could not be redacted).
     - ``setup``: shell commands run in order after the packages are installed.
     - ``includes``: local paths (files or directories) copied to the node.
+    - ``skyward_source``: Skyward's choice of where its own code on the nodes comes from (``"auto"``,
+      ``"local"``, ``"github"``, ``"pypi"``). skyhive always ships the client's exact copy of itself
+      to the nodes as wheels (a worker must speak the client's protocol version), which is what
+      ``"local"`` asks for; every value is accepted so Skyward programs run as written, none changes
+      the node's environment (it is not part of the content hash), and any other value is a
+      ``ValueError``.
 
     Construction stores the entries as given (in order, duplicates kept); the ``with_*`` helpers
     add only what is not there yet. ``Image`` is immutable, hashable and compares by value.
@@ -120,8 +130,12 @@ class Image:
     secrets: Mapping[str, str] = field(default_factory=SecretMap)
     setup: Sequence[str] = ()
     includes: Sequence[str | os.PathLike[str]] = ()
+    skyward_source: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.skyward_source not in SKYWARD_SOURCES:
+            raise ValueError(f"Image.skyward_source must be one of {', '.join(map(repr, SKYWARD_SOURCES))}, "
+                             f"got {self.skyward_source!r}")
         if self.python is not None:
             if not isinstance(self.python, str):
                 raise TypeError(f"Image.python must be a str or None, got {_tname(self.python)}")

@@ -96,7 +96,41 @@ _CATALOG: dict[str, tuple[str, float | None]] = {
     "MI100": ("AMD", 32), "Trainium1": ("AWS", 32), "Trainium2": ("AWS", 96),
     "Inferentia2": ("AWS", 32), "Gaudi2": ("Habana", 96), "Gaudi3": ("Habana", 128),
 }
-#: The models `sky.accelerators` has a factory for (any other name works through `Custom` or a string).
+
+
+def _identifier(model: str) -> str:
+    """A model's name as a Python name: `RTX A4000` -> `RTX_A4000`, `H100-NVL` -> `H100_NVL`."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", model).strip("_")
+
+
+def _from_tables() -> dict[str, tuple[str, float | None]]:
+    """The models of the accelerator table (`cloud/data/accelerators.json`: model, manufacturer,
+    memory per device) and of the cloud machine tables beside it (each instance type's model), by
+    their Python names. Generated at import from the data files, so a model added to a table gets its
+    `sky.accelerators.NAME` with no code change."""
+    import json
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parent / "cloud" / "data"
+    out: dict[str, tuple[str, float | None]] = {}
+    try:
+        table = json.loads((data / "accelerators.json").read_text(encoding="utf-8"))
+        for model, manufacturer, memory in table["models"]:
+            out.setdefault(_identifier(model), (manufacturer or "NVIDIA", memory))
+        for cloud in sorted(data.glob("*.json")):
+            if cloud.name == "accelerators.json":
+                continue
+            for row in json.loads(cloud.read_text(encoding="utf-8")).get("types", {}).values():
+                if len(row) > 2 and isinstance(row[2], str) and row[2]:
+                    out.setdefault(_identifier(row[2]), ("NVIDIA", None))
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # a broken install: the hand-written names still work
+        log.warning("skyhive: cannot read the accelerator tables in %s: %s", data, exc)
+    return {name: v for name, v in out.items() if name.isidentifier() and not name[0].isdigit()}
+
+
+_CATALOG = {**_from_tables(), **_CATALOG}
+#: The models `sky.accelerators` has a factory for (any other name works through `Custom` or a string):
+#: the ones above and every model of the accelerator and cloud machine tables.
 NAMES = tuple(_CATALOG)
 
 

@@ -212,6 +212,11 @@ class Provider(abc.ABC):
     #: in one `terminate` call, instead of a task per node (`runtime/actors/teardown.py`).
     bulk_teardown: ClassVar[bool] = False
 
+    #: True when the nodes share the user's own machine (Local): a task file's steps give each node a
+    #: home of its own (`HOME`, the workdir at `~/sky_workdir` there), so a task behaves as on a fresh
+    #: machine and never touches the user's home; `setup` then runs on every node.
+    node_homes: ClassVar[bool] = False
+
     @property
     def max_nodes(self) -> int:
         """The most nodes one pool may ask of this provider: `Pool(nodes=...)` and a task's `num_nodes`

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from . import active
 from .remote_errors import full_tracebacks
 
 if TYPE_CHECKING:
@@ -82,9 +83,11 @@ class BlockingPool:
         except BaseException as exc:
             self._portal_cm.__exit__(type(exc), exc, exc.__traceback__)
             raise
+        self._active = active.enter(self)  # `f(x) >> sky` in this block (runtime/active.py)
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        active.leave(getattr(self, "_active", None))
         try:
             if self._pool_cm is not None:
                 self._pool_cm.__exit__(*exc)

@@ -229,8 +229,9 @@ class PoolCalls:
 
     @property
     def workers(self) -> int:
-        """How many worker processes can take a task now (over all nodes)."""
-        return sum(len(n.usable_channels()) for n in self._runtime.nodes)
+        """How many tasks can run at once now (over all nodes): worker processes times their task threads."""
+        rt = self._runtime
+        return sum(len(n.usable_channels()) for n in rt.nodes) * rt.context.task_threads
 
     async def map(self, fn: Callable[[Any], T], iterable: Iterable[Any], *, timeout: float | None = None,
                   chunksize: int | None = None, output: OutputSpec = _UNSET, retries: int = 0,
@@ -250,7 +251,8 @@ class PoolCalls:
         if chunksize is not None and (not isinstance(chunksize, int) or chunksize < 1):
             raise ValueError(f"map(chunksize={chunksize!r}): need a positive integer")
         options = self._options(output, False)
-        channels = [c for n in rt.members() for c in n.usable_channels()]
+        # a worker with task threads (`sky.Worker`) is that many lanes' worth of slots
+        channels = [c for n in rt.members() for c in n.usable_channels() for _ in range(rt.context.task_threads)]
         workers = max(1, len(channels))
         size = chunksize or max(1, min(1000, math.ceil(len(items) / (workers * 4))))
         results: list[Any] = [None] * len(items)

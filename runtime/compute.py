@@ -26,9 +26,11 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
+from .active import resolve
 from .retry import NO_RETRIES, Retries, retries_of
 
-__all__ = ["compute", "function", "ComputeFunction", "PendingCall", "Gathered", "gather"]
+__all__ = ["compute", "function", "ComputeFunction", "PendingCall", "PendingCompute", "PendingFunction", "Gathered",
+           "gather"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -88,7 +90,8 @@ class PendingCall(Generic[T]):
     def __matmul__(self, pool: _AsyncPool) -> Coroutine[Any, Any, list[T]]: ...
 
     def __matmul__(self, pool: Any) -> Any:
-        """`call @ pool`: broadcast to every worker."""
+        """`call @ pool`: broadcast to every worker (`@ sky`: the active pool, `runtime/active.py`)."""
+        pool = resolve(pool)
         return pool._broadcast_call(self.fn, self.args, self.kwargs, timeout=self.timeout, retries=self.retries)
 
     # a generator function's items: an iterator (blocking) or an async iterator (async pool)
@@ -104,6 +107,7 @@ class PendingCall(Generic[T]):
     def __rshift__(self, pool: Any) -> Any:
         """`call >> pool`: run on one worker. A generator function gives its items as they are
         yielded there: an iterator (an async iterator on an async pool)."""
+        pool = resolve(pool)
         if inspect.isgeneratorfunction(self.fn):
             return pool._stream_call(self.fn, self.args, self.kwargs, timeout=self.timeout)
         return pool._run_call(self.fn, self.args, self.kwargs, timeout=self.timeout, retries=self.retries)
@@ -111,6 +115,7 @@ class PendingCall(Generic[T]):
     def __gt__(self, pool: Any) -> Any:
         """`call > pool`: start it on one worker now; a `concurrent.futures.Future` of its result
         (`.result()` waits; on an async pool's own event loop, `await asyncio.wrap_future(...)`)."""
+        pool = resolve(pool)
         return pool._submit_call(self.fn, self.args, self.kwargs, timeout=self.timeout)
 
     def __and__(self, other: PendingCall[Any] | Gathered) -> Gathered:
@@ -180,6 +185,8 @@ def compute(fn: Callable[P, T] | None = None, /, *, timeout: float | None = None
 
 #: The newer seeds' spelling of `compute` (`@sky.function`, `@sky.function(timeout=...)`).
 function = compute
+#: Skyward's names for a call not yet sent (`f(x)` of a `@sky.function`): the same class.
+PendingCompute = PendingFunction = PendingCall
 
 
 class Gathered:
@@ -212,6 +219,7 @@ class Gathered:
     def __rshift__(self, pool: Any) -> Any:
         """A tuple of results in call order; with `stream=True` an iterator (async iterator on an
         async pool) of results, in call order or, with `ordered=False`, as they complete."""
+        pool = resolve(pool)
         if self.stream:
             return pool._gather_stream(list(self.calls), ordered=self.ordered, timeout=self.timeout)
         return pool._gather_calls(list(self.calls), timeout=self.timeout)

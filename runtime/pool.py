@@ -36,6 +36,7 @@ from .output.selection import OutputSpec, selector
 from .pool_args import check_pool_args
 from .resources import ALLOCATIONS, Resources
 from .settings import Settings
+from .spec import Spec
 
 if TYPE_CHECKING:
     from ..plugins.image import Image
@@ -89,9 +90,10 @@ class Pool(PoolCalls):
 
     def __init__(
         self,
-        provider: Provider | Sequence[Provider] | None = None,
-        nodes: int = 1,
-        *,
+        provider: Provider | Sequence[Provider] | Spec | None = None,
+        nodes: int | Spec = 1,
+        *more_specs: Spec,
+        selection: str = "cheapest",
         plugins: Sequence[Any] = (),
         image: Image | None = None,
         processes_per_node: int = 1,
@@ -113,6 +115,15 @@ class Pool(PoolCalls):
         selection: str | None = None,
         **settings: Any,
     ) -> None:
+        if isinstance(provider, Spec) or isinstance(nodes, Spec) or more_specs:  # Skyward's multi-provider form
+            from .spec import pool_arguments
+
+            specs = [s for s in (provider, nodes) if isinstance(s, Spec)] + list(more_specs)
+            shape = pool_arguments(specs, selection, {"accelerator": accelerator, "vcpus": vcpus, "cpus": cpus,
+                                                      "memory_gb": memory_gb, "allocation": allocation})
+            provider, nodes = shape.pop("provider"), shape.pop("nodes")
+            accelerator, vcpus, memory_gb, allocation = (shape[k] for k in ("accelerator", "vcpus", "memory_gb",
+                                                                            "allocation"))
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
             raise ValueError(f"Pool(nodes={nodes!r}): need a positive number of nodes")
         if not isinstance(processes_per_node, int) or processes_per_node < 1:
@@ -167,6 +178,7 @@ class Pool(PoolCalls):
 
             self.provider, self._named = keep_named(name, self.provider, keep=keep, autostop=autostop)
         self._rt: PoolRuntime | None = None
+        self._collections: Any = None  # the pool's sky.dict & co. while it is open (runtime/collections/)
         self._blocking: BlockingPool | None = None
         self._client_hooks = contextlib.ExitStack()
         self._retries = 0  # calls re-run after a lost worker (`retries=`)
@@ -195,7 +207,8 @@ class Pool(PoolCalls):
         rec = records.load(name)
         refuse_stopped(rec)
         pool = cls(provider=attach_provider(rec), nodes=rec.nodes, processes_per_node=rec.processes_per_node,
-                   output=output, name=name, image=image, worker=Worker(concurrency=rec.concurrency), **settings)
+                   output=output, name=name, image=image, worker=Worker.of_record(rec.concurrency, rec.task_threads),
+                   **settings)
         pool.keep = keep
         pool._named = NamedPool(name, attach=True, keep=keep, lock_timeout=wait)
         return pool
@@ -205,9 +218,11 @@ class Pool(PoolCalls):
     async def __aenter__(self) -> Pool:
         if self._rt is not None:
             raise RuntimeError("a Pool can be entered once; make a new Pool for a new pool")
-        if self._named is None:
-            return await self._enter()
-        return await self._named.open(self, self._enter)
+        entered = await (self._enter() if self._named is None else self._named.open(self, self._enter))
+        from . import active
+
+        self._active = active.enter(self)  # `f(x) >> sky` in this block (runtime/active.py)
+        return entered
 
     async def _enter(self) -> Pool:
         image = self.image
@@ -220,12 +235,22 @@ class Pool(PoolCalls):
             provider=self.provider, nodes=self.nodes, processes_per_node=self.processes_per_node,
             plugins=spec_plugins, image=image, output=self.output_spec, settings=self.settings,
             name=self.name, log_events=self.log_events, **self.resources,
-            concurrency=self.worker.concurrency, replace_failed=self.replace_failed,
+            concurrency=self.worker.processes, task_threads=self.worker.threads, replace_failed=self.replace_failed,
             progress=wants_display(self.progress), min_nodes=self.min_nodes,
         )
         self._rt.detach_on_failure = self._named is not None and self._named.attach
         install_hook()
-        await self._rt.start()
+        if self.provider.node_homes:  # sky.dict & co. for nodes on this machine (runtime/collections/)
+            from .collections.store import ENV_VAR as COLLECTIONS_ENV
+            from .collections.store import CollectionStore, socket_path
+
+            self._collections = CollectionStore(socket_path(self._rt.pool_id)).start()
+            self._rt.worker_env[COLLECTIONS_ENV] = self._collections.path
+        try:
+            await self._rt.start()
+        except BaseException:
+            self._close_collections()
+            raise
         try:
             for plugin in spec_plugins:  # client-side hooks, for the pool's lifetime
                 if isinstance(plugin, ClientHook):
@@ -237,6 +262,10 @@ class Pool(PoolCalls):
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        from . import active
+
+        active.leave(getattr(self, "_active", None))
+        self._active = None
         rt = self._rt
         if rt is None:
             return
@@ -265,6 +294,7 @@ class Pool(PoolCalls):
             try:
                 await rt._exit_tg()
             finally:
+                self._close_collections()
                 if named is not None:
                     named.leave(kept=self.keep)
         leak = rt.leak_error(error)
@@ -273,6 +303,11 @@ class Pool(PoolCalls):
                 log.error("%s", leak)
                 return
             raise leak from exc
+
+    def _close_collections(self) -> None:
+        store, self._collections = getattr(self, "_collections", None), None
+        if store is not None:
+            store.close()
 
     def __enter__(self) -> BlockingPool:
         from .blocking import BlockingPool

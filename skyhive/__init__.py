@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-_EXPORTS: dict[str, str] = {
+_EXPORTS = {  # (not annotated: `dict` is also a public name of this module, Skyward's sky.dict)
     "Pool": "skyhive.runtime.pool",
     "ComputePool": "skyhive.runtime.pool",
     "Compute": "skyhive.runtime.pool",
@@ -26,6 +26,17 @@ _EXPORTS: dict[str, str] = {
     "PipIndex": "skyhive.plugins.image",
     "function": "skyhive.runtime.compute",
     "Worker": "skyhive.runtime.concurrency",
+    "Spec": "skyhive.runtime.spec",
+    "PendingCompute": "skyhive.runtime.compute",
+    "PendingFunction": "skyhive.runtime.compute",
+    "sky": "skyhive.runtime.active",
+    # Skyward's distributed collections (docs/collections.md)
+    "dict": "skyhive.runtime.collections.api",
+    "set": "skyhive.runtime.collections.api",
+    "counter": "skyhive.runtime.collections.api",
+    "queue": "skyhive.runtime.collections.api",
+    "barrier": "skyhive.runtime.collections.api",
+    "lock": "skyhive.runtime.collections.api",
     "Local": "skyhive.providers.local",
     "SSH": "skyhive.providers.ssh",
     "Slurm": "skyhive.providers.slurm",
@@ -113,6 +124,16 @@ if TYPE_CHECKING:
     from skyhive.providers.accelerators import AcceleratorWarning as AcceleratorWarning
     from skyhive.runtime.compute import function as function
     from skyhive.runtime.concurrency import Worker as Worker
+    from skyhive.runtime.spec import Spec as Spec
+    from skyhive.runtime.compute import PendingCompute as PendingCompute
+    from skyhive.runtime.compute import PendingFunction as PendingFunction
+    from skyhive.runtime.active import sky as sky
+    from skyhive.runtime.collections.api import barrier as barrier
+    from skyhive.runtime.collections.api import counter as counter
+    from skyhive.runtime.collections.api import dict as dict
+    from skyhive.runtime.collections.api import lock as lock
+    from skyhive.runtime.collections.api import queue as queue
+    from skyhive.runtime.collections.api import set as set
     from skyhive.runtime.pool import Compute as Compute
     from skyhive.runtime.pool import ComputePool as ComputePool
     from skyhive.providers.simulated import Simulated as Simulated

@@ -149,6 +149,8 @@ def _add_cluster_parsers(sub: argparse._SubParsersAction, launch: argparse.Argum
     launch.add_argument("-i", "--idle-minutes-to-autostop", dest="idle_minutes", type=idle_minutes, metavar="MINUTES",
                         help="with -c: stop the pool's workers after this many idle minutes")
     launch.add_argument("--down", action="store_true", help="with -c: take the pool down when idle (autostop)")
+    launch.add_argument("--detach-setup", action="store_true", help="SkyPilot's: setup runs as part of the job, "
+                        "its output in the job's log (skyhive always runs it so)")
 
     p = sub.add_parser("exec", help="run a task's `run` on a named pool (no setup), as a queued job")
     p.add_argument("name", metavar="NAME")
@@ -159,6 +161,8 @@ def _add_cluster_parsers(sub: argparse._SubParsersAction, launch: argparse.Argum
     p = sub.add_parser("status", help="named pools: nodes, resources, state, idle time, autostop")
     p.add_argument("names", nargs="*", metavar="NAME", help="only these pools")
     p.add_argument("--json", action="store_true", help="one JSON object per pool")
+    p.add_argument("-r", "--refresh", action="store_true", help="SkyPilot's: status always asks the workers "
+                   "(and SSH hosts) as it prints")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("queue", help="the jobs of a named pool")
@@ -170,6 +174,7 @@ def _add_cluster_parsers(sub: argparse._SubParsersAction, launch: argparse.Argum
     p.add_argument("name", metavar="NAME")
     p.add_argument("jobs", nargs="*", type=int, metavar="JOB")
     p.add_argument("-a", "--all", action="store_true", help="every job not finished")
+    p.add_argument("-y", "--yes", action="store_true", help="SkyPilot's: cancel asks nothing")
     p.set_defaults(func=cmd_cancel)
 
 
@@ -401,6 +406,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from skyhive.runtime.commands.jobs import is_named, job_logs
     from skyhive.runtime.events.types import OutputCapped, OutputChunk, PoolStopped, from_json
 
+    if args.status or args.sync_down:  # SkyPilot's forms, for a named pool's jobs
+        from skyhive.runtime.commands.jobs import job_status, sync_down
+
+        return job_status(args.pool, args.job) if args.status else sync_down(args.pool, args.job)
     if is_named(args.pool) and (args.job is not None or _has_jobs(args.pool)):
         return job_logs(args.pool, args.job, follow=args.follow)
     if args.job is not None:
@@ -516,12 +525,13 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("down", help="clean up pools whose client is gone")
     p.add_argument("pools", nargs="*", metavar="POOL")
-    p.add_argument("--all", action="store_true", help="every pool that is not stopped")
+    p.add_argument("-a", "--all", action="store_true", help="every pool that is not stopped")
     p.add_argument("--force", action="store_true", help="also pools whose client still runs; a named SSH pool "
                    "whose host key changed: choose per host by fingerprint (asked on a terminal)")
     p.add_argument("--accept-host-key", action="append", metavar="FINGERPRINT",
                    help="with --force, after a host-key change: the host's new key's fingerprint (trust it, stop "
                         "the pool there) or the recorded one (its machine is gone: forget the host)")
+    p.add_argument("-y", "--yes", action="store_true", help="SkyPilot's: down asks nothing")
     p.set_defaults(func=cmd_down)
 
     p = sub.add_parser("logs", help="the output a pool's tasks wrote (a named pool: a job's log)")
@@ -529,6 +539,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("job", nargs="?", type=int, metavar="JOB", help="a named pool's job (default: the latest)")
     p.add_argument("--node", type=int, help="only this node's output (without prefixes)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the pool stops")
+    p.add_argument("--status", action="store_true", help="a named pool's job: print its state, exit 0 "
+                   "succeeded, 100 failed, 101 not finished, 102 no such job, 103 cancelled")
+    p.add_argument("--sync-down", action="store_true", help="a named pool's job logs (all, or JOB) copied to "
+                   "~/sky_logs/POOL/")
     p.set_defaults(func=cmd_logs)
 
     p = sub.add_parser("events", help="the raw JSONL event log of a pool")

@@ -29,6 +29,8 @@ PUBLIC = {
     # the seeds' spellings (docs/seeds.md)
     "ComputePool", "Compute", "function", "accelerators", "integrations", "PipIndex", "AcceleratorWarning", "Worker",
     "jobs",  # managed jobs (docs/jobs.md)
+    "Spec", "PendingCompute", "PendingFunction", "sky",
+    "dict", "set", "counter", "queue", "barrier", "lock",  # Skyward's distributed collections
 }
 
 

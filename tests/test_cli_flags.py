@@ -90,7 +90,7 @@ def test_gpus_on_local_without_them_warn_are_recorded_and_run_and_gpus_none_rese
 
 @pytest.mark.parametrize("args, message", [
     (["--gpus", "L4:x"], "--gpus L4:x: expected NAME or NAME:COUNT like L4:2"),
-    (["--gpus", "V100:0.5"], "fractional counts are not supported"),
+    (["--gpus", "V100:1.5"], "--gpus V100:1.5: a fractional accelerator count must be under 1"),
     (["--cpus", "lots"], "--cpus lots: expected a CPU count like 8 or 8+"),
     (["--cpus", "0"], "--cpus 0: expected a CPU count"),
     (["--memory", "12XB"], "--memory 12XB: expected a memory size in GB like 32 or 32+"),
@@ -297,8 +297,9 @@ def test_skypilot_variables_and_their_skyhive_twins_on_a_two_node_local_pool(tmp
     assert done.returncode == 0, done.stderr
     nodes = by_node(done.stdout)
     (setup_line,) = [ln for ln in nodes[0] if ln.startswith("SETUP ")]
-    assert not any(ln.startswith("SETUP ") for ln in nodes[1])  # one machine: setup ran once
+    (setup_line_1,) = [ln for ln in nodes[1] if ln.startswith("SETUP ")]  # each Local node its own home: setup on both
     setup = json.loads(setup_line[6:])
+    assert json.loads(setup_line_1[6:])["SKYPILOT_SETUP_NODE_RANK"] == "1"
     runs = {n: json.loads(next(ln for ln in lines if ln.startswith("RUN "))[4:]) for n, lines in nodes.items()}
     (log,) = pool_logs(skyhive_home)
     pool_id = log.stem

@@ -42,7 +42,7 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def test_env_vars_workdir_setup_once_per_machine_and_overrides(tmp_path, skyhive_home):
+def test_env_vars_workdir_setup_on_every_node_and_overrides(tmp_path, skyhive_home):
     (tmp_path / "code" / "data").mkdir(parents=True)
     (tmp_path / "code" / "data" / "input.txt").write_text("payload-42\n")
     marks = tmp_path / "marks"
@@ -91,11 +91,11 @@ def test_env_vars_workdir_setup_once_per_machine_and_overrides(tmp_path, skyhive
         assert v["TOKEN"] == "***"  # secrets reach the command, but not the output or the log
     assert len(task_ids) == 1
     dirs = {values[n]["PWD"] for n in (0, 1)}
-    # nodes on one machine share its copy (what setup made there is there for every node), not the original
-    assert len(dirs) == 1 and str(tmp_path / "code") not in dirs
+    # each Local node has a home of its own with the workdir at ~/sky_workdir (a copy, not the original)
+    assert len(dirs) == 2 and str(tmp_path / "code") not in dirs and all(d.endswith("/sky_workdir") for d in dirs)
     assert not any(Path(d).exists() for d in dirs)  # removed with the pool
-    # Local nodes share this machine and its Python environment: setup runs once, not twice at once
-    assert (marks / "setup.log").read_text().splitlines() == ["setup 0"]
+    # as on separate machines, setup runs on every node
+    assert sorted((marks / "setup.log").read_text().splitlines()) == ["setup 0", "setup 1"]
     (log,) = pool_logs(skyhive_home)
     assert "hunter2" not in log.read_text()
 
@@ -109,7 +109,7 @@ def test_run_failing_on_node_1_only_stops_the_others_and_says_node_1(tmp_path, s
           exec sleep 600
         """)
     done = skyhive("launch", "fail.yaml", cwd=tmp_path, timeout=120)  # node 0 would sleep 600 s if not stopped
-    assert done.returncode == 7
+    assert done.returncode == 100  # SkyPilot's exit code for a failed job; the node's own is in the message
     assert "run failed on node 1: exit code 7" in done.stderr
     assert "[node 1] node 1 gives up" in done.stderr
     (log,) = pool_logs(skyhive_home)
@@ -181,6 +181,6 @@ def test_a_failing_setup_skips_run(tmp_path, skyhive_home):
         run: echo "run should not start"
         """)
     done = skyhive("launch", "setup.yaml", cwd=tmp_path)
-    assert done.returncode == 4
+    assert done.returncode == 100
     assert "setup failed on node 0: exit code 4" in done.stderr
     assert "run should not start" not in done.stdout

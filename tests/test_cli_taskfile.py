@@ -62,7 +62,7 @@ def test_full_task_file_parses_with_warnings_for_what_it_does_not_know(tmp_path)
     ("resources:\n  memory: -3\nrun: echo\n", r"t.yaml:2: resources.memory: expected a memory size in GB like 32"),
     ("resources:\n  use_spot: maybe\nrun: echo\n", r"t.yaml:2: resources.use_spot: expected true or false"),
     ("resources:\n  disk_size: big\nrun: echo\n", r"t.yaml:2: resources.disk_size: expected a positive whole"),
-    ("resources:\n  accelerators: A100:0.5\nrun: echo\n", r"fractional counts are not supported"),
+    ("resources:\n  accelerators: A100:1.5\nrun: echo\n", r"t.yaml:2: resources.accelerators: a fractional accelerator count must be under 1"),
     ("file_mounts:\n  /data: s3://bucket/x\nrun: echo\n",
      r"t.yaml:2: file_mounts./data: s3://bucket/x: cloud-bucket mounts are not supported yet"),
     ("file_mounts:\n  /ckpt:\n    source: gs://b\n    mode: MOUNT\nrun: echo\n",

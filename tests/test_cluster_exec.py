@@ -70,7 +70,8 @@ def test_launch_c_of_a_smaller_task_reuses_the_pool_sets_up_every_machine_and_ru
     again = skyhive("launch", "-y", "-c", "three", str(task), cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "reusing pool three (3 nodes)" in again.stderr and _worker_pids(home, "three") == pids
-    assert [ln for ln in again.stdout.splitlines() if "setup sees" in ln] == ["[node 0] setup sees 3"]  # one machine
+    assert sorted(ln for ln in again.stdout.splitlines() if "setup sees" in ln) == [
+        f"[node {n}] setup sees 3" for n in range(3)]  # every node of the pool (each Local node its own home)
     assert sorted(p.name for p in marks.iterdir()) == ["ran-0", "ran-1"]
     more = skyhive("launch", "-y", "-c", "three", "--num-nodes", "4", str(task), cwd=tmp_path)
     assert more.returncode != 0 and "num_nodes: pool has 3, task asks 4" in more.stderr

@@ -283,7 +283,7 @@ def test_launch_c_reuses_a_matching_pool_and_exec_skips_setup(tmp_path, clean):
     assert first.returncode == 0, first.stderr
     assert "creating pool dev" in first.stderr
     assert sorted(ln for ln in first.stdout.splitlines() if "setup on node" in ln) == [
-        "[node 0] setup on node 0"]  # two Local nodes share one machine: setup once
+        "[node 0] setup on node 0", "[node 1] setup on node 1"]  # each Local node its own home: setup on both
     pids = _worker_pids(home, "dev")
     workers = {int(ln.rsplit(" ", 1)[1]) for ln in first.stdout.splitlines() if "hello from" in ln}
     assert workers == set(pids)  # the run's parent process is the detached worker itself
@@ -321,7 +321,7 @@ def test_named_pool_errors_name_the_pool(tmp_path, clean):
     assert skyhive("logs", "shape", "99", cwd=tmp_path).stderr.count("pool 'shape' has no job 99") == 1
     failing = write(tmp_path / "fail.yaml", "name: fails\nnum_nodes: 2\nrun: |\n  echo before\n  exit 3\n")
     failed = skyhive("exec", "shape", str(failing), cwd=tmp_path)
-    assert failed.returncode == 3 and re.search(r"run failed on node [01]: exit code 3", failed.stdout)
+    assert failed.returncode == 100 and re.search(r"run failed on node [01]: exit code 3", failed.stdout)
     assert skyhive("queue", "shape", cwd=tmp_path).stdout.splitlines()[-1].split()[:3] == ["2", "fails", "FAILED"]
     latest = skyhive("logs", "shape", cwd=tmp_path)
     assert latest.returncode == 0 and "[skyhive] job 2 failed" in latest.stdout
@@ -579,7 +579,7 @@ def test_attach_takes_over_every_process_of_every_node(tmp_path, clean):
     done = python("""
         import os, skyhive as sky
         with sky.Pool(provider=sky.Local(), nodes=2, processes_per_node=2, name="wide", keep=True, output=None,
-                      worker=sky.Worker(concurrency=2)) as pool:
+                      worker=sky.Worker(concurrency=2, executor="process")) as pool:
             first = sorted(set(pool.map(lambda _: os.getpid(), range(200))))
         with sky.Pool.attach("wide", output=None) as pool:
             again = sorted(set(pool.map(lambda _: os.getpid(), range(200))))

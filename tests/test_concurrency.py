@@ -1,5 +1,6 @@
-"""`sky.Worker(concurrency=N)`: N tasks at once per rank of a node (each slot its own process); a
-broadcast still reaches each rank once; plugins that form process groups are refused with it."""
+"""`sky.Worker(concurrency=N, executor="process")`: N tasks at once per rank of a node (each slot its own
+process); a broadcast still reaches each rank once; plugins that form process groups are refused with
+it. The thread executor (the default) is tests/test_task_threads.py."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def rendezvous(folder, i, expected, wait):
 
 
 def test_fifty_waiting_tasks_run_at_once_on_one_node(tmp_path):
-    with sky.Compute(provider=sky.Local(), nodes=1, worker=sky.Worker(concurrency=50)) as compute:
+    with sky.Compute(provider=sky.Local(), nodes=1, worker=sky.Worker(concurrency=50, executor="process")) as compute:
         assert compute.workers == 50
         fn = sky.compute(rendezvous)
         results = sky.gather(*(fn(str(tmp_path), i, 50, LIMIT) for i in range(50))) >> compute
@@ -61,5 +62,7 @@ def test_bad_worker_settings_are_refused():
     with pytest.raises(TypeError, match="sky.Worker"):
         sky.Pool(worker=4)
     with pytest.raises(ValueError, match="torch"):
-        sky.Pool(worker=sky.Worker(concurrency=2), plugins=[sky.plugins.torch()])
+        sky.Pool(worker=sky.Worker(concurrency=2, executor="process"), plugins=[sky.plugins.torch()])
+    # thread slots share their rank's one process, which joins the process group once
+    sky.Pool(worker=sky.Worker(concurrency=2), plugins=[sky.plugins.torch()])
     sky.Pool(worker=sky.Worker(concurrency=2), plugins=[sky.plugins.sklearn()])  # no process group: fine

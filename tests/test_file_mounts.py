@@ -1,6 +1,6 @@
 """`file_mounts`: a local directory and a local file reach every node before `setup` runs (setup reads
 them), on Local and over SSH to real OpenSSH hosts in network namespaces (tests/infra); and `setup` runs
-once per machine: Local nodes share one, each namespace host is its own.
+on every node: each Local node has a home of its own, each namespace host is its own machine.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_a_directory_and_a_file_reach_every_local_node_before_setup(tmp_path, sk
     done = skyhive("launch", "t.yaml", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     nodes = by_node(done.stdout)
-    assert marks.read_text().split() == ["0"]  # one machine: mounts copied and setup run once
+    assert sorted(marks.read_text().split()) == ["0", "1", "2"]  # setup on every node (each its own home)
     assert any(line.endswith("payload-A config-C 640") for line in nodes[0])
     for n in range(3):
         assert f"run {n}: payload-A config-C b.bin,inner made-by-setup" in nodes[n]  # setup's work is everyone's

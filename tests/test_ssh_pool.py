@@ -123,8 +123,9 @@ def pid_after(seconds):
 
 async def test_streaming_and_concurrency_over_ssh(sshd_host):
     """A generator's items (protocol `Item` frames) cross the resumable SSH link; task slots of
-    `sky.Worker(concurrency=3)` are three detached workers on the host."""
-    async with sky.Pool(provider=ssh_for(sshd_host), nodes=1, worker=sky.Worker(concurrency=3)) as pool:
+    `sky.Worker(concurrency=3, executor="process")` are three detached workers on the host."""
+    async with sky.Pool(provider=ssh_for(sshd_host), nodes=1,
+                        worker=sky.Worker(concurrency=3, executor="process")) as pool:
         got = [x async for x in pool.stream(count_up, 5)]
         pids = await (sky.gather(*(sky.compute(pid_after)(0.5) for _ in range(3))) >> pool)
         assert len(await pool.broadcast(os.getpid)) == 1

@@ -62,6 +62,8 @@ class NodeContext:
     #: worker processes per local rank (`sky.Worker(concurrency=N)`); the extra ones take tasks but
     #: no broadcast and no plugin setup
     concurrency: int = 1
+    #: task threads per worker process (`sky.Worker(concurrency=N)`, thread executor; 1: one task at a time)
+    task_threads: int = 1
     #: entered around an environment build (bounded by `build_timeout` itself): lifts the pool's
     #: start deadline while it runs (`actors/startclock.py`)
     building: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext

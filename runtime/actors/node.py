@@ -34,7 +34,7 @@ from ...errors import WorkerRestarted
 from ...protocol.info import ENV_VAR, RESTART_ENV
 from ...providers.base import NodeHandle, ProvisionError
 from ..events.types import NodeProgress, NodeStateChanged, WorkerStateChanged
-from ..onnode.setup import python_version, skyhive_version
+from ..onnode.setup import TASK_THREADS_ENV, python_version, skyhive_version
 from ..transport.base import Transport, WorkerProcess
 from ..transport.registry import transport_kind
 from .channel import WorkerChannel
@@ -370,6 +370,8 @@ class NodeActor:
         env = {**ctx.worker_env, ENV_VAR: self.transport.worker_info_env(info)}
         # how often this worker was restarted: plugins that form process groups refuse to re-join one
         env[RESTART_ENV] = str(self.starts[rank])
+        if ctx.task_threads > 1:  # the thread executor's slots (runtime/worker/threaded.py)
+            env[TASK_THREADS_ENV] = str(ctx.task_threads)
         self.starts[rank] += 1
         python = self.transport.worker_python()
         proc = await self.transport.start_worker(

@@ -61,6 +61,7 @@ class PoolRuntime(CallDispatch):
                  log_events: bool, accelerator: str | None = None, cpus: float | None = None,
                  memory_gb: float | None = None, allocation: str | None = None, spot: bool | None = None,
                  concurrency: int = 1, replace_failed: bool = False, progress: bool = False,
+                 task_threads: int = 1,
                  min_nodes: int | None = None) -> None:
         self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
         self.provider = provider
@@ -92,7 +93,8 @@ class PoolRuntime(CallDispatch):
             flush_output=self.router.flush, slots_changed=self.slots_changed,
             node_running=self.membership.running, wait_addresses=self.membership.wait_addresses,
             setup_worker=self._setup_worker if self.setup is not None else None,
-            concurrency=concurrency, loss_policy=self.loss_policy, spawn=self._spawn, memfds=self.memfds,
+            concurrency=concurrency, task_threads=task_threads, loss_policy=self.loss_policy, spawn=self._spawn,
+            memfds=self.memfds,
             building=self.start_clocks.building,
         )
         self.nodes = [NodeActor(self.context, i) for i in range(nodes)]

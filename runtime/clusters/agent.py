@@ -118,7 +118,7 @@ async def run_job(name: str, job: jobq.Job) -> jobq.Job | None:
     # the secrets only to redact them from what this client logs; the scripts get the job's variables
     # with each call (`run_steps`), so nothing of one job stays in the workers for the next
     image = Image(secrets=job.secrets) if job.secrets else None
-    code, detail, cancelled = 1, "", False
+    code, detail, cancelled, phase = 1, "", False, ""
     running: jobq.Job | None = None
     with jobq.open_log(name, job.id) as fh:
         out = _JobLog(fh, prefix=False)
@@ -135,7 +135,7 @@ async def run_job(name: str, job: jobq.Job) -> jobq.Job | None:
                     with anyio.CancelScope() as scope:
                         async with anyio.create_task_group() as tg:
                             tg.start_soon(_watch_cancel, name, job.id, scope)
-                            code, detail = await _run(rt, name, job)
+                            code, detail, phase = await _run(rt, name, job)
                             tg.cancel_scope.cancel()
                     cancelled = scope.cancelled_caught
                 # leaving detached the pool: the output stream ends after what it holds
@@ -151,7 +151,7 @@ async def run_job(name: str, job: jobq.Job) -> jobq.Job | None:
         if cancelled:
             state, detail = jobq.CANCELLED, "cancelled while running"
         else:
-            state = jobq.SUCCEEDED if code == 0 else jobq.FAILED
+            state = jobq.SUCCEEDED if code == 0 else jobq.FAILED_SETUP if phase == "setup" else jobq.FAILED
         out.note(f"job {job.id} {state.lower()}" + (f": {detail}" if detail else f" (exit code {code})"))
     return dataclasses.replace(running, state=state, ended=time.time(), exit_code=None if cancelled else code,
                                detail=detail, secrets={})
@@ -169,13 +169,14 @@ def _start(name: str, job_id: int) -> jobq.Job | None:
         return job
 
 
-async def _run(rt: Any, name: str, job: jobq.Job) -> tuple[int, str]:
-    """The job's steps on every node: (0, "") or (exit code, what failed where)."""
+async def _run(rt: Any, name: str, job: jobq.Job) -> tuple[int, str, str]:
+    """The job's steps on every node: (0, "", "") or (exit code, what failed where, the step)."""
     steps = pickle.loads(jobq.steps_path(name, job.id).read_bytes())  # noqa: S301 - our own 0600 file
     failed = await run_steps(rt, steps, task_env={**job.env, **job.secrets})
     if failed is None:
-        return 0, ""
-    return failed.code or 1, f"{failed.phase} failed on node {failed.node}: {failed.detail or f'exit code {failed.code}'}"
+        return 0, "", ""
+    return (failed.code or 1, f"{failed.phase} failed on node {failed.node}: {failed.detail or f'exit code {failed.code}'}",
+            failed.phase)
 
 
 async def _copy_output(stream: Any, out: _JobLog) -> None:

@@ -29,12 +29,14 @@ from ...paths import private_dir
 from . import record as records
 from .procs import alive
 
-__all__ = ["Job", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "FINISHED", "jobs_dir", "submit",
+__all__ = ["Job", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "FAILED_SETUP", "CANCELLED", "FINISHED", "jobs_dir", "submit",
            "load_job", "save_job", "list_jobs", "next_pending", "request_cancel", "cancel_requested", "log_path",
            "steps_path", "queue_lock", "reap_orphans"]
 
 PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED = "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"
-FINISHED = (SUCCEEDED, FAILED, CANCELLED)
+#: SkyPilot's state of a job whose setup failed on a node (its run never started)
+FAILED_SETUP = "FAILED_SETUP"
+FINISHED = (SUCCEEDED, FAILED, FAILED_SETUP, CANCELLED)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

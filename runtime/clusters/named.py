@@ -276,6 +276,7 @@ class NamedPool:
             kept = isinstance(provider, SSHCluster)
             rec = ClusterRecord(name=self.name, provider="ssh" if kept else "local", nodes=len(rt.nodes),
                                 processes_per_node=processes_per_node, concurrency=rt.context.concurrency,
+                                task_threads=rt.context.task_threads,
                                 cwd=os.getcwd() if kept else provider.cwd or os.getcwd(),
                                 socket_dir="" if kept else provider.socket_dir, created=time.time(),
                                 workers=tuple(workers), spec=self.spec, autostop_minutes=self.autostop_minutes,
@@ -315,6 +316,7 @@ class NamedPool:
                         connect_timeout=first.connect_timeout, reconnect_timeout=first.reconnect_timeout)
         return ClusterRecord(name=self.name, provider=str(info["cloud"].get("provider", "cloud")), nodes=len(rt.nodes),
                              processes_per_node=processes_per_node, concurrency=rt.context.concurrency,
+                             task_threads=rt.context.task_threads,
                              cwd=os.getcwd(), socket_dir="" if on_hosts else provider.kept_socket_dir,
                              created=time.time(), workers=workers, spec=self.spec,
                              autostop_minutes=self.autostop_minutes, autostop_down=self.autostop_down,

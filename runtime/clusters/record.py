@@ -62,7 +62,8 @@ class ClusterRecord:
     spec: dict[str, Any] = field(default_factory=dict)
     autostop_minutes: float | None = None
     autostop_down: bool = False
-    concurrency: int = 1  # worker processes per rank (`sky.Worker(concurrency=N)`)
+    concurrency: int = 1  # worker processes per rank (`sky.Worker(concurrency=N, executor="process")`)
+    task_threads: int = 1  # task threads per worker process (`sky.Worker(concurrency=N)`, the thread executor)
     watchdog_pid: int = 0  # the autostop watchdog (`worker/watchdog.py --unix-dir`), while it runs
     stopped: str = ""  # "autostop" once the watchdog stopped the pool's workers
     # SSH pools: the provider as `SSHCluster.recorded()` says (hosts, user, key *path*, known_hosts path,

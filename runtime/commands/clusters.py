@@ -197,8 +197,8 @@ def exec_task(task: Task, name: str, *, detach_run: bool = False, out: TextIO | 
 
 def follow_job(name: str, job_id: int, out: TextIO, *, follow: bool = True,
                sleep: Callable[[float], None] = time.sleep) -> int:
-    """Copy job `job_id`'s log to `out` (with `follow`, until the job ends); the job's exit code
-    (1 for a cancelled job, 0 while it still runs without `follow`)."""
+    """Copy job `job_id`'s log to `out` (with `follow`, until the job ends); the job's exit code as
+    SkyPilot gives it (`exitcodes`: 0, 100 failed, 103 cancelled; 0 while it still runs without `follow`)."""
     path = jobq.log_path(name, job_id)
     offset = 0
     while True:
@@ -211,7 +211,9 @@ def follow_job(name: str, job_id: int, out: TextIO, *, follow: bool = True,
                 out.write(data.decode(errors="replace"))
                 out.flush()
         if job.state in jobq.FINISHED:
-            return 1 if job.state == jobq.CANCELLED else int(job.exit_code or 0)
+            from .exitcodes import of_state
+
+            return of_state(job.state)
         if not follow:
             return 0
         if job.state == jobq.RUNNING and job.agent_pid and not alive(job.agent_pid):

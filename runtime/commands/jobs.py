@@ -14,7 +14,7 @@ from ..clusters import jobs as jobq
 from ..clusters import record as records
 from .clusters import follow_job
 
-__all__ = ["print_queue", "cancel_jobs", "job_logs", "is_named"]
+__all__ = ["print_queue", "cancel_jobs", "job_logs", "is_named", "job_status", "sync_down"]
 
 
 def is_named(name: str) -> bool:
@@ -92,3 +92,43 @@ def job_logs(name: str, job_id: int | None, *, follow: bool, out: TextIO | None 
     jobq.load_job(name, job_id)  # a clear error for an unknown id
     code = follow_job(name, job_id, out, follow=follow)
     return code if follow else 0
+
+
+def job_status(name: str, job_id: int | None, out: TextIO | None = None) -> int:
+    """`skyhive logs NAME [JOB] --status`: print `Job ID: STATE` (default: the latest job) and exit with
+    SkyPilot's code for it (`exitcodes`: 102 when there is no such job). Raises `PoolNotFound`."""
+    from .exitcodes import of_state
+
+    out = out or sys.stdout
+    records.load(name)
+    jobq.reap_orphans(name)
+    all_jobs = jobq.list_jobs(name)
+    job = all_jobs[-1] if job_id is None and all_jobs else next((j for j in all_jobs if j.id == job_id), None)
+    if job is None:
+        what = f"job {job_id}" if job_id is not None else "any job"
+        out.write(f"pool {name} has no {what}\n")
+        out.flush()
+        return of_state(None)
+    out.write(f"Job {job.id}: {job.state}\n")
+    out.flush()
+    return of_state(job.state)
+
+
+def sync_down(name: str, job_id: int | None, out: TextIO | None = None) -> int:
+    """`skyhive logs NAME [JOB] --sync-down`: copy the logs of pool `name`'s jobs (or job `job_id`) to
+    `~/sky_logs/NAME/job-ID.log`, as SkyPilot downloads them; print where. Raises `PoolNotFound`/`LookupError`."""
+    import shutil
+    from pathlib import Path
+
+    out = out or sys.stdout
+    records.load(name)
+    jobs = [jobq.load_job(name, job_id)] if job_id is not None else jobq.list_jobs(name)
+    target = Path("~/sky_logs").expanduser() / name
+    target.mkdir(parents=True, exist_ok=True)
+    for job in jobs:
+        source = jobq.log_path(name, job.id)
+        if source.exists():
+            shutil.copyfile(source, target / f"job-{job.id}.log")
+    out.write(f"{len(jobs)} job log{'s' if len(jobs) != 1 else ''} of pool {name} in {target}\n")
+    out.flush()
+    return 0

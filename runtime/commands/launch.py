@@ -91,7 +91,8 @@ def task_steps(task: Task, provider: Provider, *, work_id: str, task_id: str, se
     return TaskSteps(work_id=work_id, task_id=task_id, setup=task.setup if setup else None, run=task.run,
                      archive=pack_workdir(task.workdir) if task.workdir else None,
                      mounts=pack_mounts(task, pack_workdir), requirements=node_requirements(task, provider),
-                     cluster_info=cluster_info(work_id, task, provider), num_nodes=task.num_nodes)
+                     cluster_info=cluster_info(work_id, task, provider), num_nodes=task.num_nodes,
+                     own_home=provider.node_homes)
 
 
 def cluster_info(pool_id: str, task: Task, provider: Provider) -> str:
@@ -156,7 +157,9 @@ class _Launch:
         if failed is None:
             self.say(f"done: every node exited 0 (pool {self.pool_id}; `skyhive logs {self.pool_id}`)")
             return 0
-        return failed.code if failed.code != 0 else 1
+        from .exitcodes import FAILED
+
+        return FAILED  # SkyPilot's exit code for a failed job (the node's own is in the message)
 
     def report(self, failed: NodeExit) -> None:
         why = failed.detail or f"exit code {failed.code}"
@@ -165,7 +168,8 @@ class _Launch:
 
 
 async def launch(task: Task, *, provider: Provider | None = None, err: TextIO | None = None) -> int:
-    """Run `task` on a new pool; the exit code (0, or the first failing node's). Cancellation tears down.
+    """Run `task` on a new pool; the exit code (0, or 100 when a node's step failed: `exitcodes`).
+    Cancellation tears down.
     Without `provider`, the task's own (`plan.plan_launch`: resources it cannot honour are an error)."""
     err = err or sys.stderr
     if provider is None:

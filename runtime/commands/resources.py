@@ -90,7 +90,7 @@ def provider_for(task: Task) -> Provider:
     problems = refused(task, cls)
     if problems:
         raise TaskFileError("; ".join(problems))
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = dict(task.resources.provider_options)  # from an infra spelling (commands/infra.py)
     for field, keyword in cls.resource_options.items():
         value = getattr(task.resources, field)
         if value is not None:

@@ -1,10 +1,12 @@
 """The steps of a task on a pool's nodes, shared by `skyhive launch` (a pool of its own) and the job
 agent of a named pool (`runtime/clusters/agent.py`).
 
-On every node what the task's resources ask is checked (machines that exist already). Then once per
-*machine* (nodes on one machine share its files and Python environment: Local nodes) the workdir is
-unpacked into a directory of its own, the `file_mounts` are copied and `setup` runs there; then `run`
-on every node, in its machine's directory. A job that asks for fewer nodes than its named pool has
+On every node what the task's resources ask is checked (machines that exist already). Then the
+workdir is unpacked, the `file_mounts` are copied and `setup` runs: on a provider with `node_homes`
+(Local: nodes on the user's machine) on every node, each in its own home (`~/sky_workdir` there, as
+on a fresh machine); elsewhere once per *machine* (nodes that share one share its files), in a
+directory of its own. Then `run` on every node, in that directory. The directory stays for the next
+job of a named pool (`exec` finds what `launch -c` shipped and setup made). A job that asks for fewer nodes than its named pool has
 (`TaskSteps.num_nodes`) runs `run` on the first N nodes only, which see those N as the cluster.
 Setup and run are bash scripts run by a skyhive function (`nodecmd.run_script`), so their output
 streams back live through the pool. The first node whose
@@ -61,6 +63,7 @@ class TaskSteps:
     requirements: dict[str, Any] = field(default_factory=dict)
     cluster_info: str = ""
     num_nodes: int = 0  # the task's nodes: fewer than the pool has run on its first N (`skyhive exec`)
+    own_home: bool = False  # each node its own home (`Provider.node_homes`): workdir, mounts and setup per node
 
 
 def pack_mounts(task: Task, pack: Callable[[str], bytes]) -> list[tuple[str, str, bytes, bool]]:
@@ -81,24 +84,30 @@ async def run_steps(rt: PoolRuntime, steps: TaskSteps, *, task_env: dict[str, st
     failed, keys = await everywhere(rt, channels, "machine", nodeprep.machine_key)
     if failed is None and steps.requirements:
         failed, _ = await everywhere(rt, channels, "resources", nodeprep.require, steps.requirements)
-    # one node per machine unpacks the workdir, copies the file mounts and runs setup: the nodes on
-    # that machine share them (what setup made in the workdir is there for all)
+    # one node per machine copies the file mounts (an absolute target is the machine's); without own
+    # homes it also unpacks the workdir and runs setup for the nodes on that machine, which share them
+    # (what setup made in the workdir is there for all); with own homes every node does both in its home
+    own = steps.own_home
     firsts = {key: i for i, key in reversed(list(enumerate(keys)))}
     leaders = sorted(firsts.values())
+    everyone = list(range(len(channels)))
     if failed is None:
-        failed, made = await everywhere(rt, [channels[i] for i in leaders], "workdir", nodecmd.prepare,
-                                        steps.work_id, steps.archive)
-        by_leader = dict(zip(leaders, made))
-        dirs = [by_leader[firsts[key]] for key in keys]
+        on = everyone if own else leaders
+        failed, made = await everywhere(rt, [channels[i] for i in on], "workdir", nodecmd.prepare,
+                                        steps.work_id, steps.archive, own)
+        by_node = dict(zip(on, made))
+        dirs = [by_node[i] if own else by_node[firsts[key]] for i, key in enumerate(keys)]
     if failed is None and steps.mounts:
+        homes = ([[os.path.dirname(dirs[i]) for i, k in enumerate(keys) if k == keys[leader]] for leader in leaders]
+                 if own else None)
         failed, _ = await everywhere(rt, [channels[i] for i in leaders], "file_mounts", nodeprep.install_mounts,
-                                     steps.mounts)
-    for phase, on in (("setup", leaders), ("run", runs_on)):
+                                     steps.mounts, per_node=homes, per_node_last=True)
+    for phase, on in (("setup", everyone if own else leaders), ("run", runs_on)):
         script = getattr(steps, phase)
         if failed is None and script:
             # the job's run sees its nodes only: SKYPILOT_NUM_NODES=N, NODE_IPS of nodes 0..N-1
             narrow = some and phase == "run"
-            extra = (task_env or None, steps.num_nodes) if narrow else (task_env,) if task_env else ()
+            extra = (task_env or None, steps.num_nodes if narrow else 0, own)
             failed, _ = await everywhere(rt, [channels[i] for i in on], phase, nodecmd.run_script, script,
                                          steps.task_id, phase, steps.cluster_info, *extra,
                                          per_node=[dirs[i] for i in on])
@@ -106,13 +115,17 @@ async def run_steps(rt: PoolRuntime, steps: TaskSteps, *, task_env: dict[str, st
 
 
 async def everywhere(rt: PoolRuntime, channels: list[WorkerChannel], phase: str, fn: Callable[..., Any], *args: Any,
-                     per_node: list[Any] | None = None) -> tuple[NodeExit | None, list[Any]]:
-    """Run `fn` on every node at once; the first failure (non-zero int or exception) stops the rest."""
+                     per_node: list[Any] | None = None, per_node_last: bool = False) -> tuple[NodeExit | None, list[Any]]:
+    """Run `fn` on every node at once; the first failure (non-zero int or exception) stops the rest.
+    `per_node[i]` is channel i's first argument (its last with `per_node_last`)."""
     results: list[Any] = [None] * len(channels)
     first: list[NodeExit] = []
 
     async def one(i: int, channel: WorkerChannel, scope: CancelScope) -> None:
-        call_args = (per_node[i], *args) if per_node is not None else args
+        if per_node is None:
+            call_args = args
+        else:
+            call_args = (*args, per_node[i]) if per_node_last else (per_node[i], *args)
         try:
             value = await rt.call_on(channel, fn, call_args, {}, fn_name=phase)
         except Exception as exc:

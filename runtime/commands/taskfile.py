@@ -74,6 +74,8 @@ class Resources:
     instance_type: str | None = None
     image_id: str | None = None
     hosts: tuple[str, ...] = ()
+    #: the provider's own options an `infra` spelling gives (`slurm/LOGIN/PARTITION`, `ssh/POOL`'s key)
+    provider_options: tuple[tuple[str, Any], ...] = ()
 
     def describe(self) -> str:
         parts = []
@@ -369,6 +371,17 @@ class _Parser:
                     continue
                 if not isinstance(raw, str):
                     raise self.error(res[key], f"resources.{key}", f"expected a provider name, got {raw!r}")
+                if key == "infra":  # SkyPilot's local, aws/us-east-1, ssh/POOL, slurm/LOGIN/PARTITION
+                    from .infra import parse_infra
+
+                    try:
+                        infra = parse_infra(raw)
+                    except ValueError as exc:
+                        raise self.error(res[key], "resources.infra", str(exc)) from None
+                    out.update(provider=infra.provider, provider_options=infra.options)
+                    out.update({k: v for k, v in (("region", infra.region), ("zone", infra.zone),
+                                                  ("hosts", infra.hosts)) if v})
+                    continue
                 cloud, _, rest = raw.partition("/")  # SkyPilot's infra: aws/us-east-1/us-east-1a
                 try:
                     out["provider"] = canonical(cloud)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from dataclasses import replace
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,9 +33,13 @@ _NONE = "none"  # SkyPilot: "Passing "none" resets the config"
 
 def add_task_flags(parser: argparse.ArgumentParser, *, launch: bool = True) -> None:
     """Declare the task options on `parser` (with `launch`, also -y/--yes and --dryrun)."""
-    parser.add_argument("task", metavar="TASK.yaml")
+    parser.add_argument("task", metavar="TASK.yaml|COMMAND", nargs="+",
+                        help="a task file, or a command to run on every node (SkyPilot's ENTRYPOINT)")
+    parser.add_argument("-n", "--name", dest="task_name", metavar="NAME", help="the task's name (overrides name)")
     parser.add_argument("--nodes", "--num-nodes", type=int, help="number of nodes (overrides num_nodes)")
     parser.add_argument("--provider", "--cloud", help="local, ssh, aws, ... (overrides resources.cloud)")
+    parser.add_argument("--infra", metavar="INFRA", help="SkyPilot's spelling: local, aws/us-east-1[/ZONE], "
+                        "ssh/POOL (~/.sky/ssh_node_pools.yaml), slurm[/LOGIN[/PARTITION]]")
     parser.add_argument("--hosts", nargs="+", metavar="HOST", help="hosts for --provider ssh, head first")
     res = parser.add_argument_group("resources (per node; they override the task file's `resources`)")
     res.add_argument("--gpus", metavar="NAME[:COUNT]", help='accelerators per node, e.g. L4:2 ("none" resets)')
@@ -63,15 +68,57 @@ def add_task_flags(parser: argparse.ArgumentParser, *, launch: bool = True) -> N
 def task_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Task:
     """The task file named by `args.task` with the options of `add_task_flags` applied."""
     environ = os.environ if environ is None else environ
-    task = load(args.task)
+    task = load_entrypoint(args.task)
     hosts = tuple(h for item in args.hosts or () for h in item.split(",") if h)
     env: dict[str, str] = {}
     if args.env_file:
         env.update(read_env_file(args.env_file))
     env.update(parse_env_overrides(args.env or [], environ))
     secrets = parse_env_overrides(args.secret or [], environ, flag="--secret")
-    return task.with_overrides(nodes=args.nodes, provider=args.provider, hosts=hosts, env=env, secrets=secrets,
-                               workdir=args.workdir, resources=resource_overrides(args))
+    resources = resource_overrides(args)
+    provider = args.provider
+    if getattr(args, "infra", None) is not None:
+        if provider is not None:
+            raise TaskFileError(f"--infra {args.infra} and --provider {provider}: give one of them")
+        from .infra import parse_infra
+
+        try:
+            infra = parse_infra(args.infra)
+        except ValueError as exc:
+            raise TaskFileError(f"--infra {args.infra}: {exc}") from None
+        provider = infra.provider
+        # the infra's region and zone (or none: `--infra aws` resets the file's), its options and hosts
+        resources = {"region": infra.region, "zone": infra.zone, "provider_options": infra.options, **resources}
+        hosts = hosts or infra.hosts
+    task = task.with_overrides(nodes=args.nodes, provider=provider, hosts=hosts, env=env, secrets=secrets,
+                               workdir=args.workdir, resources=resources)
+    if getattr(args, "task_name", None):  # SkyPilot's -n/--name
+        task = replace(task, name=args.task_name)
+    return task
+
+
+def load_entrypoint(entry: str | list[str]) -> Task:
+    """SkyPilot's ENTRYPOINT: a task file (a name ending in .yaml/.yml, or a file holding a YAML
+    mapping), else a command run as the task's `run` on every node (`skyhive exec NAME 'nvidia-smi'`,
+    `skyhive launch echo hi`: the words joined by spaces)."""
+    text = entry if isinstance(entry, str) else " ".join(entry)
+    if isinstance(entry, list) and len(entry) == 1:
+        text = entry[0]
+    if text.endswith((".yaml", ".yml")) or (os.path.isfile(text) and _is_yaml_mapping(text)):
+        return load(text)
+    if not text.strip():
+        raise TaskFileError("the entrypoint is empty: give a task file or a command")
+    return Task(run=text)
+
+
+def _is_yaml_mapping(path: str) -> bool:
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return isinstance(yaml.safe_load(fh), dict)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
 
 
 def resource_overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -13,7 +13,7 @@ __all__ = ["ENV_NAME", "parse_env_overrides", "parse_amount", "parse_accelerator
 
 #: A valid environment variable name.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_ACCEL = re.compile(r"([A-Za-z][A-Za-z0-9_-]*)(?::(\d+))?\Z")
+_ACCEL = re.compile(r"([A-Za-z][A-Za-z0-9_-]*)(?::(\d+(?:\.\d+)?|\.\d+))?\Z")
 
 
 def parse_env_overrides(items: list[str], environ: Mapping[str, str] | None = None, *,
@@ -53,15 +53,18 @@ def parse_amount(raw: object, *, memory: bool = False) -> tuple[float, bool]:
 
 
 def parse_accelerators(raw: object) -> tuple[str, int]:
-    """`L4`, `L4:2` (or SkyPilot's `{L4: 2}`) -> ("L4", 2). Raises `ValueError` saying what is expected."""
+    """`L4`, `L4:2` (or SkyPilot's `{L4: 2}`) -> ("L4", 2). A fractional count under 1 (SkyPilot's
+    `L4:0.5`, a share of one GPU) asks for one such GPU on the node: ("L4", 1) — skyhive runs one job
+    at a time on a node, so the share is the whole GPU. Raises `ValueError` saying what is expected."""
     if isinstance(raw, dict) and len(raw) == 1:
         ((name, count),) = raw.items()
         raw = f"{name}:{count}" if count is not None else str(name)
     m = _ACCEL.match(raw.strip()) if isinstance(raw, str) else None
     if m is None:
-        hint = " (fractional counts are not supported by skyhive)" if isinstance(raw, str) and "." in raw else ""
-        raise ValueError(f"expected NAME or NAME:COUNT like L4:2, got {raw!r}{hint}")
-    count = int(m.group(2)) if m.group(2) is not None else 1
-    if count < 1:
-        raise ValueError(f"the accelerator count must be at least 1, got {count}")
-    return m.group(1), count
+        raise ValueError(f"expected NAME or NAME:COUNT like L4:2 or L4:0.5, got {raw!r}")
+    count = float(m.group(2)) if m.group(2) is not None else 1.0
+    if count <= 0:
+        raise ValueError(f"the accelerator count must be more than 0, got {m.group(2)}")
+    if count > 1 and not count.is_integer():
+        raise ValueError(f"a fractional accelerator count must be under 1 (a share of one GPU), got {m.group(2)}")
+    return m.group(1), max(1, int(count))

@@ -1,8 +1,14 @@
 """The node side of `skyhive launch`: functions the workers run (standard library only).
 
-`prepare` gives each node its own working directory with the task's workdir unpacked into it;
-`run_script` runs `setup` or `run` there as a bash subprocess with the SkyPilot-style environment and
-returns its exit code. The subprocess writes to the worker's file descriptors 1 and 2, which the
+`prepare` gives each node its working directory with the task's workdir unpacked into it (over what
+an earlier job left there: a named pool's `exec` finds what `launch -c` shipped and `setup` made, as
+SkyPilot keeps `~/sky_workdir`); `run_script` runs `setup` or `run` there as a bash subprocess with the
+SkyPilot-style environment, after sourcing `~/.bashrc` as SkyPilot's scripts do, and returns its exit
+code.
+
+Nodes that share this machine with the user (Local) each get a home of their own (`node_home`), so a
+task behaves as on a fresh machine and leaves the user's files alone: `HOME` is that directory, the
+workdir is `~/sky_workdir` in it, and `~/...` file mounts land there. The subprocess writes to the worker's file descriptors 1 and 2, which the
 worker forwards to the client as the task's output, live.
 
 A cancelled task (Ctrl-C on the client, or another node failed) stops the script and every process
@@ -26,7 +32,15 @@ from .context import instance_info
 from .nodeprep import extract
 from .procfs import proc_stat
 
-__all__ = ["work_root", "prepare", "remove", "node_env", "run_script", "stop_descendants", "GRACE"]
+__all__ = ["work_root", "node_home", "prepare", "remove", "node_env", "run_script", "stop_descendants", "GRACE",
+           "WORKDIR_NAME", "BASHRC_PRELUDE"]
+
+#: The workdir's name in a node's own home (SkyPilot's `~/sky_workdir`).
+WORKDIR_NAME = "sky_workdir"
+#: What runs before `setup` and `run`: the node's `~/.bashrc`, as SkyPilot's task scripts start
+#: (`source ~/.bashrc`), so a variable `setup` exported there is set in `run`.
+BASHRC_PRELUDE = 'if [ -f "$HOME/.bashrc" ]; then . "$HOME/.bashrc"; fi\n'
+
 
 #: How long a stopped script's processes get between SIGTERM and SIGKILL (below the pool's cancel_grace).
 GRACE = 3.0
@@ -37,12 +51,21 @@ def work_root(pool_id: str) -> Path:
     return state_dir() / "work" / pool_id
 
 
-def prepare(pool_id: str, archive: bytes | None) -> str:
-    """Create this node's working directory, unpack `archive` (a tar.gz of the workdir) into it."""
-    path = private_dir("work", pool_id) / f"node-{instance_info().node}"
-    if path.exists():
-        shutil.rmtree(path)
-    path.mkdir(mode=0o700)
+def node_home(pool_id: str) -> Path:
+    """This node's own home for pool `pool_id` (created 0700 where missing): `HOME` of its scripts."""
+    return private_dir("work", pool_id, f"node-{instance_info().node}")
+
+
+def prepare(pool_id: str, archive: bytes | None, own_home: bool = False) -> str:
+    """This node's working directory, `archive` (a tar.gz of the workdir) unpacked into it. With
+    `own_home` it is `node_home(pool_id)/sky_workdir`, else `work/POOL/node-N` (a machine's nodes share
+    it). What is there already stays (an earlier job's workdir and what its setup made, as SkyPilot's
+    `~/sky_workdir` stays between `launch -c` and `exec`); the archive's files replace theirs."""
+    if own_home:
+        path = node_home(pool_id) / WORKDIR_NAME
+    else:
+        path = private_dir("work", pool_id) / f"node-{instance_info().node}"
+    path.mkdir(mode=0o700, exist_ok=True)
     if archive:
         with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
             extract(tar, str(path))
@@ -79,19 +102,30 @@ def node_env(task_id: str, *, phase: str, cluster_info: str = "", num_nodes: int
 
 
 def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: str = "",
-               task_env: dict[str, str] | None = None, num_nodes: int = 0) -> int:
-    """Run `script` with bash in `cwd`; its exit code (128+N if killed by signal N). `task_env` is the
-    task's own variables for this script only (a named pool's job: its workers outlive the job);
-    `num_nodes` a job on the pool's first N nodes (`node_env`)."""
+               task_env: dict[str, str] | None = None, num_nodes: int = 0, own_home: bool = False) -> int:
+    """Run `script` with bash in `cwd`, after sourcing `~/.bashrc`; its exit code (128+N if killed by
+    signal N). `task_env` is the task's own variables for this script only (a named pool's job: its
+    workers outlive the job); `num_nodes` a job on the pool's first N nodes (`node_env`); `own_home`:
+    `cwd` is `~/sky_workdir` in the node's own home (`prepare`), which is the script's `HOME`."""
     env = {**os.environ, **(task_env or {}), "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"),
            **node_env(task_id, phase=phase, cluster_info=cluster_info, num_nodes=num_nodes)}
+    if own_home:
+        env["HOME"] = str(Path(cwd).parent)
+        env["SKYHIVE_HOME"] = str(state_dir())  # a `skyhive` command in the script still finds this machine's pools
+        import site
+
+        if site.ENABLE_USER_SITE and "PYTHONUSERBASE" not in env and site.USER_BASE and os.path.isdir(
+                site.getusersitepackages()):
+            # the packages this Python sees in the user's ~/.local stay visible to the task's `python`
+            # (a venv, the usual case, has no user site)
+            env["PYTHONUSERBASE"] = site.USER_BASE
     # the node's Python environment comes first: `python`, `pip`, `torchrun` are the ones skyhive runs with
     bindir = os.path.dirname(sys.executable)
     path = env.get("PATH", os.defpath)
     if bindir and bindir not in path.split(os.pathsep):
         env["PATH"] = bindir + os.pathsep + path
     shell = shutil.which("bash") or "/bin/sh"
-    proc = subprocess.Popen([shell, "-c", script], cwd=cwd, env=env, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen([shell, "-c", BASHRC_PRELUDE + script], cwd=cwd, env=env, stdin=subprocess.DEVNULL)
     try:
         code = proc.wait()
     except BaseException:  # cancelled (the worker raises TaskCancelled here), or anything else

@@ -85,20 +85,26 @@ def require(requirements: dict[str, Any]) -> None:
         raise RuntimeError(problem)
 
 
-def target_path(target: str) -> str:
-    """A mount's destination on this node: `~` expanded, relative paths under the home directory."""
+def target_path(target: str, home: str | None = None) -> str:
+    """A mount's destination on this node: `~` expanded, relative paths under the home directory
+    (`home`, a node's own home, in place of this user's when given)."""
+    if home is not None and (target == "~" or target.startswith("~/")):
+        target = target[2:]
     path = os.path.expanduser(target)
-    return path if os.path.isabs(path) else os.path.join(os.path.expanduser("~"), path)
+    return path if os.path.isabs(path) else os.path.join(home or os.path.expanduser("~"), path)
 
 
-def install_mounts(mounts: list[tuple[str, str, bytes, bool]]) -> list[str]:
+def install_mounts(mounts: list[tuple[str, str, bytes, bool]], homes: list[str] | None = None) -> list[str]:
     """Put each mount (target, source path on the client, tar.gz of the source, source is a directory) in
     place: a directory's contents into the target directory, a file at the target path. A target that is
     the source itself (a Local node, or a filesystem shared with the client) is left as it is. Returns the
-    targets written; raises `OSError` naming the target that could not be written."""
+    targets written; raises `OSError` naming the target that could not be written. `homes`: the own
+    homes of the nodes on this machine (Local): a `~/...` or relative target goes into each of them, an
+    absolute one once."""
     written = []
-    for target, source, archive, is_dir in mounts:
-        path = target_path(target)
+    places = [(t, s, a, d, target_path(t, home)) for t, s, a, d in mounts
+              for home in ([None] if homes is None or os.path.isabs(t) else homes)]
+    for target, source, archive, is_dir, path in places:
         if os.path.exists(path) and os.path.exists(source) and os.path.samefile(path, source):
             continue
         try:

@@ -11,7 +11,7 @@ import functools
 import sys
 from typing import Any
 
-__all__ = ["WorkerSetup", "python_version", "skyhive_version", "FN_CACHE_LIMIT", "FN_CACHE_BYTES"]
+__all__ = ["TASK_THREADS_ENV", "WorkerSetup", "python_version", "skyhive_version", "FN_CACHE_LIMIT", "FN_CACHE_BYTES"]
 
 #: Functions a worker keeps by id. The client forgets what it sent at the same count, so both sides
 #: clear together and the client re-sends a function's bytes after that.
@@ -50,3 +50,8 @@ def skyhive_version() -> str:
         return version("skyhive")
     except Exception:
         return "0+unknown"
+
+
+#: The environment variable that starts a worker process with N task threads (`sky.Worker`'s thread
+#: executor; the worker side is `runtime/worker/threaded.py`).
+TASK_THREADS_ENV = "SKYHIVE_TASK_THREADS"

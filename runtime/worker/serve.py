@@ -41,7 +41,16 @@ def serve(fd_in: int = 0, fd_out: int = 1, *, make_worker: Callable[[], Worker] 
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    worker = Worker(proto_in, proto_out) if make_worker is None else make_worker()
+    from .threaded import ENV_VAR as THREADS_ENV, task_threads, threaded_class
+
+    slots = task_threads()
+    os.environ.pop(THREADS_ENV, None)  # not for the processes tasks start
+    if make_worker is None:
+        worker = (Worker if slots == 1 else threaded_class(Worker))(proto_in, proto_out)
+    else:
+        worker = make_worker()
+    if slots > 1:  # `sky.Worker(concurrency=N)` with the thread executor (runtime/worker/threaded.py)
+        worker.start_threads(slots)  # type: ignore[attr-defined]
     pumps = []
     for fd, stream, pystream in ((1, STDOUT, worker.stdout), (2, STDERR, worker.stderr)):
         r, w = os.pipe()

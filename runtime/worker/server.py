@@ -123,9 +123,13 @@ def main(argv: list[str] | None = None) -> int:
 
         worker: list[SocketWorker] = []
 
+        from .threaded import task_threads, threaded_class
+
+        cls = SocketWorker if task_threads() == 1 else threaded_class(SocketWorker)
+
         def make_worker() -> SocketWorker:
-            worker.append(SocketWorker(listener, path, idle_timeout=args.idle_timeout,
-                                       replay_limit=args.replay_limit))
+            worker.append(cls(listener, path, idle_timeout=args.idle_timeout,
+                              replay_limit=args.replay_limit))
             return worker[0]
 
         code = serve(make_worker=make_worker)  # returns only if the worker crashed

@@ -1,0 +1,309 @@
+"""Where a pool's distributed collections live: in the client process, served to the workers.
+
+`CollectionStore` holds every named collection of one pool and serves them on a Unix socket (0600, in
+a 0700 directory) by one thread per connection; a worker's task connects once per thread and sends
+requests: a 4-byte big-endian length and a pickle of `(kind, name, op, args)`, answered by a pickle
+of `(True, value)` or `(False, exception)`. Blocking operations (`queue.get`, `barrier.wait`,
+`lock.acquire`) block only their connection's thread.
+
+What this means for a pool (docs/collections.md):
+
+- the collections live in the client: a node that is lost (its worker killed, the machine gone)
+  loses nothing of them; what a lost worker held is let go (its locks are released when its
+  connection closes), and a barrier waits for arrivals that will not come only until its timeout;
+- they last as long as the pool's client: closing the pool drops them (a named pool attached again
+  starts with empty collections, served at the same socket path);
+- every operation goes to the one copy, so every read sees every write before it (Skyward's
+  `consistency="strong"`; `"eventual"` is accepted and is as strong);
+- nodes that share the client's machine reach the socket (Local, named Local pools); other providers'
+  nodes get a clear error from `sky.dict(...)` & co. (not reachable yet).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import socket
+import socketserver
+import struct
+import tempfile
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from ...paths import private_dir
+
+__all__ = ["CollectionStore", "ENV_VAR", "KINDS", "socket_path", "read_frame", "write_frame"]
+
+#: The workers' variable naming the store's socket.
+ENV_VAR = "SKYHIVE_COLLECTIONS"
+KINDS = ("dict", "set", "counter", "queue", "barrier", "lock")
+_HEADER = struct.Struct(">I")
+_MAX_FRAME = 64 << 20
+
+
+def read_frame(sock: socket.socket) -> bytes | None:
+    """One length-prefixed frame, or None at the end of the stream."""
+    head = _recv(sock, 4)
+    if head is None:
+        return None
+    (size,) = _HEADER.unpack(head)
+    if size > _MAX_FRAME:
+        raise OSError(f"a collections frame of {size} bytes is over the {_MAX_FRAME >> 20} MiB limit")
+    return _recv(sock, size) if size else b""
+
+
+def write_frame(sock: socket.socket, data: bytes) -> None:
+    if len(data) > _MAX_FRAME:
+        raise ValueError(f"a value of {len(data)} bytes pickled is over the {_MAX_FRAME >> 20} MiB limit of a "
+                         "collection's item")
+    sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def _recv(sock: socket.socket, n: int) -> bytes | None:
+    parts, got = [], 0
+    while got < n:
+        piece = sock.recv(n - got)
+        if not piece:
+            return None
+        parts.append(piece)
+        got += len(piece)
+    return b"".join(parts)
+
+
+def socket_path(pool_id: str) -> str:
+    """The store's socket for pool `pool_id`: stable per pool, so a named pool's detached workers find
+    the store of whichever client is attached. Under the state directory, or a private temporary
+    directory when that path would be too long for a Unix socket."""
+    path = str(private_dir("collections") / f"{pool_id}.sock")
+    if len(path.encode()) <= 100:
+        return path
+    short = Path(tempfile.gettempdir()) / f"skyhive-{os.getuid()}"
+    short.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(short, 0o700)
+    return str(short / f"{pool_id[:60]}.sock")
+
+
+class _Collections:
+    """The named collections and the locks that guard them (one condition for all: operations are short)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.dicts: dict[str, dict[Any, Any]] = {}
+        self.sets: dict[str, set[Any]] = {}
+        self.counters: dict[str, int] = {}
+        self.queues: dict[str, deque[Any]] = {}
+        self.barriers: dict[str, threading.Barrier] = {}
+        self.locks: dict[str, threading.Lock] = {}
+
+    def call(self, kind: str, name: str, op: str, args: tuple[Any, ...], held: set[str]) -> Any:
+        if kind not in KINDS:
+            raise ValueError(f"no collection kind {kind!r} (kinds: {', '.join(KINDS)})")
+        return getattr(self, f"_{kind}")(name, op, *args, held=held)
+
+    def _dict(self, name: str, op: str, *args: Any, held: set[str]) -> Any:
+        with self.cond:
+            d = self.dicts.setdefault(name, {})
+            if op == "get":
+                key, default = args
+                return d.get(key, default)
+            if op == "getitem":
+                if args[0] not in d:
+                    raise KeyError(args[0])
+                return d[args[0]]
+            if op == "set":
+                d[args[0]] = args[1]
+                return None
+            if op == "delete":
+                if args[0] not in d:
+                    raise KeyError(args[0])
+                del d[args[0]]
+                return None
+            if op == "contains":
+                return args[0] in d
+            if op == "pop":
+                key, has_default, default = args
+                if key not in d and not has_default:
+                    raise KeyError(key)
+                return d.pop(key, default)
+            if op == "update":
+                d.update(args[0])
+                return None
+            if op == "setdefault":
+                return d.setdefault(args[0], args[1])
+            if op == "len":
+                return len(d)
+            if op == "keys":
+                return list(d)
+            if op == "items":
+                return list(d.items())
+            if op == "clear":
+                d.clear()
+                return None
+        raise ValueError(f"sky.dict: no operation {op!r}")
+
+    def _set(self, name: str, op: str, *args: Any, held: set[str]) -> Any:
+        with self.cond:
+            s = self.sets.setdefault(name, set())
+            if op == "add":  # True when it was not there yet (one round trip for check-and-add)
+                new = args[0] not in s
+                s.add(args[0])
+                return new
+            if op == "discard":
+                s.discard(args[0])
+                return None
+            if op == "contains":
+                return args[0] in s
+            if op == "len":
+                return len(s)
+            if op == "items":
+                return list(s)
+        raise ValueError(f"sky.set: no operation {op!r}")
+
+    def _counter(self, name: str, op: str, *args: Any, held: set[str]) -> Any:
+        with self.cond:
+            value = self.counters.setdefault(name, 0)
+            if op == "add":
+                value = self.counters[name] = value + args[0]
+            elif op == "reset":
+                value = self.counters[name] = args[0]
+            elif op != "value":
+                raise ValueError(f"sky.counter: no operation {op!r}")
+            return value
+
+    def _queue(self, name: str, op: str, *args: Any, held: set[str]) -> Any:
+        with self.cond:
+            q = self.queues.setdefault(name, deque())
+            if op == "put":
+                q.append(args[0])
+                self.cond.notify_all()
+                return None
+            if op == "get":  # None after `timeout` seconds with nothing to take (Skyward's contract)
+                (timeout,) = args
+                if not self.cond.wait_for(lambda: bool(q), timeout=timeout):
+                    return None
+                return q.popleft()
+            if op == "len":
+                return len(q)
+        raise ValueError(f"sky.queue: no operation {op!r}")
+
+    def _barrier(self, name: str, op: str, *args: Any, held: set[str]) -> Any:
+        parties, timeout = args
+        with self.cond:
+            barrier = self.barriers.get(name)
+            if barrier is None:
+                barrier = self.barriers[name] = threading.Barrier(parties)
+            elif barrier.parties != parties:
+                raise ValueError(f"sky.barrier({name!r}, n={parties}): it exists with n={barrier.parties}")
+        if op != "wait":
+            raise ValueError(f"sky.barrier: no operation {op!r}")
+        return barrier.wait(timeout=timeout)
+
+    def _lock(self, name: str, op: str, *args: Any, held: set[str]) -> Any:
+        with self.cond:
+            lock = self.locks.setdefault(name, threading.Lock())
+        if op == "acquire":
+            blocking, timeout = args
+            got = lock.acquire(blocking, -1 if timeout is None else timeout)
+            if got:
+                held.add(name)
+            return got
+        if op == "release":
+            if name not in held:
+                raise RuntimeError(f"sky.lock({name!r}).release(): this task does not hold it")
+            held.discard(name)
+            lock.release()
+            return None
+        if op == "locked":
+            return lock.locked()
+        raise ValueError(f"sky.lock: no operation {op!r}")
+
+    def release_all(self, held: set[str]) -> None:
+        """A connection ended (its task or worker is gone): the locks it held are released."""
+        for name in list(held):
+            held.discard(name)
+            with contextlib.suppress(RuntimeError):
+                self.locks[name].release()
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    server: _Server
+
+    def handle(self) -> None:
+        collections = self.server.collections
+        held: set[str] = set()  # the locks this connection holds
+        self.server.open_connections.add(self.request)
+        try:
+            while True:
+                frame = read_frame(self.request)
+                if frame is None:
+                    return
+                try:
+                    kind, name, op, args = pickle.loads(frame)  # noqa: S301 - a 0600 socket of this user
+                    reply: tuple[bool, Any] = (True, collections.call(kind, name, op, tuple(args), held))
+                except Exception as exc:  # noqa: BLE001 - goes back to the task that asked
+                    reply = (False, exc)
+                try:
+                    data = pickle.dumps(reply, protocol=5)
+                except Exception as exc:  # noqa: BLE001 - an unpicklable stored value
+                    data = pickle.dumps((False, TypeError(f"cannot send the value back: {exc}")))
+                write_frame(self.request, data)
+        except OSError:
+            return
+        finally:
+            self.server.open_connections.discard(self.request)
+            collections.release_all(held)
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, path: str, collections: _Collections) -> None:
+        self.collections = collections
+        self.open_connections: set[socket.socket] = set()
+        super().__init__(path, _Handler)
+
+
+class CollectionStore:
+    """One pool's collections, served on `path` while started (`start`/`close`; a context manager)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.collections = _Collections()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> CollectionStore:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)  # a client of this pool that died left it
+        old = os.umask(0o177)
+        try:
+            self._server = _Server(self.path, self.collections)
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
+                                        name="skyhive-collections", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        for conn in list(server.open_connections):  # the workers' connections end with the pool's collections
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def __enter__(self) -> CollectionStore:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
