@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 MOVE_ON = frozenset({"capacity", "quota", "unavailable"})
 
 #: how candidates are ordered: as given, or by the price of the machine each plans for the pool
-ORDERS = {"given": "given", "price": "price", "cheapest": "price"}
+ORDERS = {"given": "given", "first": "given", "price": "price", "cheapest": "price"}  # Skyward: first/cheapest
 
 
 def _price(plan: Mapping[str, Any], spot: bool) -> float:

@@ -93,7 +93,6 @@ class Pool(PoolCalls):
         provider: Provider | Sequence[Provider] | Spec | None = None,
         nodes: int | Spec = 1,
         *more_specs: Spec,
-        selection: str = "cheapest",
         plugins: Sequence[Any] = (),
         image: Image | None = None,
         processes_per_node: int = 1,
@@ -119,11 +118,12 @@ class Pool(PoolCalls):
             from .spec import pool_arguments
 
             specs = [s for s in (provider, nodes) if isinstance(s, Spec)] + list(more_specs)
-            shape = pool_arguments(specs, selection, {"accelerator": accelerator, "vcpus": vcpus, "cpus": cpus,
+            shape = pool_arguments(specs, selection or "cheapest", {"accelerator": accelerator, "vcpus": vcpus, "cpus": cpus,
                                                       "memory_gb": memory_gb, "allocation": allocation})
             provider, nodes = shape.pop("provider"), shape.pop("nodes")
             accelerator, vcpus, memory_gb, allocation = (shape[k] for k in ("accelerator", "vcpus", "memory_gb",
                                                                             "allocation"))
+            order, selection = "given", None  # the Specs come back in the order to try (priced by spec.py)
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
             raise ValueError(f"Pool(nodes={nodes!r}): need a positive number of nodes")
         if not isinstance(processes_per_node, int) or processes_per_node < 1:

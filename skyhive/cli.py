@@ -192,7 +192,7 @@ def cmd_jobs_launch(args: argparse.Namespace) -> int:
     if args.dryrun:
         print("dry run: nothing was submitted")
         return 0
-    job_id = submit_job(task, name=args.job_name, max_restarts_on_errors=args.max_restarts_on_errors)
+    job_id = submit_job(task, name=None, max_restarts_on_errors=args.max_restarts_on_errors)
     print(f"managed job {job_id} submitted (`skyhive jobs queue`, `skyhive jobs logs {job_id}`)")
     return 0
 
@@ -232,7 +232,7 @@ def _add_jobs_parsers(sub: argparse._SubParsersAction) -> None:
     jsub = jobs.add_subparsers(dest="jobs_command", metavar="COMMAND", required=True)
     p = jsub.add_parser("launch", help="submit a task file as a managed job; returns once it is submitted")
     add_task_flags(p)
-    p.add_argument("-n", "--name", dest="job_name", metavar="NAME", help="the job's name (default: the task's)")
+    # -n/--name (the task's flags, SkyPilot's spelling) names the job too (default: the task's name)
     p.add_argument("--max-restarts-on-errors", type=int, metavar="N", help="restarts after the program fails "
                    "(overrides resources.job_recovery.max_restarts_on_errors; lost nodes are not counted)")
     p.set_defaults(func=cmd_jobs_launch)

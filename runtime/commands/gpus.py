@@ -22,7 +22,8 @@ __all__ = ["gpu_rows", "gpu_records", "clouds"]
 def clouds() -> list[str]:
     """The clouds whose machine table this install ships."""
     data = resources.files("skyhive.providers.cloud.data")
-    return sorted(p.name.removesuffix(".json") for p in data.iterdir() if p.name.endswith(".json"))
+    names = (p.name.removesuffix(".json") for p in data.iterdir() if p.name.endswith(".json"))
+    return sorted(n for n in names if "regions" in catalog._table(n))  # accelerators.json is no machine table
 
 
 def _default_region(cloud: str) -> str | None:
