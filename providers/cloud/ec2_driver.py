@@ -92,6 +92,13 @@ class SkyhiveEC2Driver(EC2NodeDriver):
                 return pair
         return None
 
+    def run_instances(self, params: dict[str, str]) -> list[Any]:
+        """One ``RunInstances`` call with exactly these parameters; the instances it made, as libcloud nodes
+        (libcloud's ``create_node`` cannot send MetadataOptions, EFA interfaces or a per-call count with a
+        ClientToken in one request)."""
+        body = self.connection.request(self.path, params={**params, "Action": "RunInstances"}).object
+        return list(self._to_nodes(body, "instancesSet/item"))
+
     def request(self, params: dict[str, str]) -> ET.Element:
         """A raw EC2 API call (for actions libcloud does not wrap); the parsed, namespace-fixed body."""
         return self.connection.request(self.path, params=params).object
