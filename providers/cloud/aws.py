@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 POOL_TAG = "skyhive-pool"
 NODE_TAG = "skyhive-node"
+PLACEMENT_TAG = "skyhive-placement-group"  # on the pool's key pair: the pool has a placement group
 LAUNCH_TAG = "skyhive-launch"  # which RunInstances call made an instance (not yet numbered if NODE_TAG is missing)
 
 #: EC2 error codes -> what they mean for provisioning (codes ending ".NotFound" are NOT_FOUND).
@@ -376,7 +377,7 @@ class AWS(LibcloudProvider):
     def prepare_sync(self, spec: ClusterSpec) -> None:
         choice = self.choice(spec)
         log.info("aws: pool %s: %s", spec.pool_id, choice.summary())
-        key_name = self._key_pair(spec.pool_id)
+        key_name = self._key_pair(spec.pool_id, placement=self.uses_placement_group(spec))
         group_id = self.security_group or self.network.pool_group(spec.pool_id, efa=self.uses_efa(spec))
         placement = self.network.placement_group(spec.pool_id) if self.uses_placement_group(spec) else None
         self._shared[spec.pool_id] = (key_name, group_id, placement)
@@ -385,19 +386,36 @@ class AWS(LibcloudProvider):
         return {"TagSpecification.1.ResourceType": resource, "TagSpecification.1.Tag.1.Key": POOL_TAG,
                 "TagSpecification.1.Tag.1.Value": pool_id}
 
-    def _key_pair(self, pool_id: str) -> str:
+    def _key_pair(self, pool_id: str, *, placement: bool = False) -> str:
+        """The pool's key pair (imported once). It also carries, as a tag, whether the pool has a placement
+        group, so that a cleanup in any process knows to look for one."""
         name = f"skyhive-{pool_id}"
         _, public = pool_key(pool_id)
         if name not in self._owned_key_pairs(pool_id):
+            tags = self._tags(pool_id, "key-pair")
+            if placement:
+                tags.update({"TagSpecification.1.Tag.2.Key": PLACEMENT_TAG, "TagSpecification.1.Tag.2.Value": name})
             self._retrying("ImportKeyPair", lambda: self.driver.request({
-                "Action": "ImportKeyPair", "KeyName": name, "PublicKeyMaterial": _b64(public),
-                **self._tags(pool_id, "key-pair")}))
+                "Action": "ImportKeyPair", "KeyName": name, "PublicKeyMaterial": _b64(public), **tags}))
         return name
 
-    def _owned_key_pairs(self, pool_id: str) -> list[str]:
+    def _owned_key_pairs(self, pool_id: str) -> dict[str, dict[str, str]]:
+        """The pool's key pairs (by tag): name -> its tags."""
         body = self._retrying("DescribeKeyPairs", lambda: self.driver.request({
             "Action": "DescribeKeyPairs", "Filter.1.Name": f"tag:{POOL_TAG}", "Filter.1.Value.1": pool_id}))
-        return [el.text for el in body.iter() if el.tag.endswith("}keyName") and el.text]
+        found = {}
+        for item in body.iter():
+            name = next((el.text for el in item if el.tag.endswith("}keyName") and el.text), None)
+            if name is None:
+                continue
+            tags = {}
+            for tag in item.iter():
+                if tag.tag.endswith("}item"):
+                    fields = {el.tag.rsplit("}", 1)[-1]: el.text or "" for el in tag}
+                    if "key" in fields:
+                        tags[fields["key"]] = fields.get("value", "")
+            found[name] = tags
+        return found
 
     def _owned_groups(self, pool_id: str) -> list[str]:
         return self.network.owned_groups(pool_id)
@@ -564,8 +582,10 @@ class AWS(LibcloudProvider):
         if pool_id in self._no_credentials:
             return []
         deleted = self.network.delete_pool_groups(pool_id)
-        deleted += self.network.delete_placement_group(pool_id)
-        for name in self._owned_key_pairs(pool_id):
+        keys = self._owned_key_pairs(pool_id)
+        if any(PLACEMENT_TAG in tags for tags in keys.values()):  # the placement group goes before its marker
+            deleted += self.network.delete_placement_group(pool_id)
+        for name in keys:
             self._retrying("DeleteKeyPair", lambda: self.driver.request({"Action": "DeleteKeyPair", "KeyName": name}))
             deleted.append(f"key pair {name}")
         if remove_pool_key(pool_id):

@@ -204,15 +204,8 @@ class AWSNetwork:
 
     def delete_placement_group(self, pool_id: str) -> list[str]:
         """Delete the pool's placement groups (found by tag; retried by the caller while still in use)."""
-        try:
-            names = self._placement_groups(pool_id)
-        except Exception as exc:
-            if self.aws.error_code(exc) in ("InvalidAction", "NotImplemented") or _not_implemented(exc):
-                log.debug("aws: this endpoint has no placement groups (%s)", exc)
-                return []
-            raise
         deleted = []
-        for name in names:
+        for name in self._placement_groups(pool_id):
             try:
                 self._call("DeletePlacementGroup", lambda: self.driver.request({
                     "Action": "DeletePlacementGroup", "GroupName": name}))
@@ -222,7 +215,3 @@ class AWSNetwork:
             deleted.append(f"placement group {name}")
         return deleted
 
-
-def _not_implemented(exc: BaseException) -> bool:
-    """moto answers an action it lacks with a 500 whose text says "not been implemented"."""
-    return "not been implemented" in str(exc) or "NotImplemented" in type(exc).__name__
