@@ -432,8 +432,10 @@ class AWS(LibcloudProvider):
                 spec = aws_images.default_image(choice.accelerator)
             except ValueError as exc:
                 raise ProvisionError(f"aws: {choice.instance_type}: {exc}", kind="fatal") from None
-            images = self._retrying("DescribeImages", lambda: self.driver.list_images(
-                ex_owner=spec.owner, ex_filters={"name": spec.name, "architecture": "x86_64"}))
+            found = self._retrying("DescribeImages", lambda: self.driver.list_images(
+                ex_owner=spec.owner, ex_filters={"name": spec.name}))
+            # x86_64 only, checked here (moto does not filter on architecture)
+            images = [im for im in found if im.extra.get("architecture") in (None, "", "x86_64")]
             if not images:
                 raise ProvisionError(f"aws: no image named {spec.name!r} of owner {spec.owner} in {self.region}: "
                                      f"pass image=", kind="fatal")
