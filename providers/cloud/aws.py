@@ -10,139 +10,29 @@ again only by that tag. libcloud's EC2 quirks under moto are corrected in `ec2_d
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import anyio.to_thread
 
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
-from . import aws_credentials, aws_images, catalog
+from . import aws_credentials, aws_images, aws_launch, catalog
+from .aws_data import (EC2_ERRORS, EC2_STATES, EFA_TYPES, LAUNCH_TAG, NODE_TAG, PLACEMENT_TAG, POOL_TAG,
+                       JUST_MADE, READY_COMMAND, USER_DATA, b64, client_token, vcpu_quota)
 from .aws_network import AWSNetwork
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
 from .keys import pool_key, remove_pool_key
 
 T = TypeVar("T")
 
-__all__ = ["AWS", "POOL_TAG", "NODE_TAG", "LAUNCH_TAG", "EC2_ERRORS", "EC2_STATES", "EFA_TYPES", "client_token",
+__all__ = ["AWS", "POOL_TAG", "NODE_TAG", "LAUNCH_TAG", "USER_DATA", "READY_COMMAND", "EC2_ERRORS", "EC2_STATES", "EFA_TYPES", "client_token",
            "vcpu_quota"]
 
 log = logging.getLogger(__name__)
-
-POOL_TAG = "skyhive-pool"
-NODE_TAG = "skyhive-node"
-PLACEMENT_TAG = "skyhive-placement-group"  # on the pool's key pair: the pool has a placement group
-LAUNCH_TAG = "skyhive-launch"  # which RunInstances call made an instance (not yet numbered if NODE_TAG is missing)
-
-#: EC2 error codes -> what they mean for provisioning (codes ending ".NotFound" are NOT_FOUND).
-EC2_ERRORS: Mapping[str, ErrorKind] = {
-    # this zone cannot take the request now: the next zone may
-    "InsufficientInstanceCapacity": ErrorKind.CAPACITY,
-    "InsufficientHostCapacity": ErrorKind.CAPACITY,
-    "InsufficientReservedInstanceCapacity": ErrorKind.CAPACITY,
-    "InsufficientCapacity": ErrorKind.CAPACITY,
-    "SpotMaxPriceTooLow": ErrorKind.CAPACITY,
-    "Unsupported": ErrorKind.CAPACITY,  # the instance type is not offered in this zone
-    # the account's limits: no other zone of the region helps
-    "InstanceLimitExceeded": ErrorKind.QUOTA,
-    "VcpuLimitExceeded": ErrorKind.QUOTA,
-    "MaxSpotInstanceCountExceeded": ErrorKind.QUOTA,
-    "InsufficientFreeAddressesInSubnet": ErrorKind.QUOTA,
-    "AddressLimitExceeded": ErrorKind.QUOTA,
-    "SecurityGroupLimitExceeded": ErrorKind.QUOTA,
-    "KeyPairLimitExceeded": ErrorKind.QUOTA,
-    # the service is busy or briefly failing: retry the same call
-    "RequestLimitExceeded": ErrorKind.TRANSIENT,
-    "Throttling": ErrorKind.TRANSIENT,
-    "ThrottlingException": ErrorKind.TRANSIENT,
-    "InternalError": ErrorKind.TRANSIENT,
-    "InternalFailure": ErrorKind.TRANSIENT,
-    "ServiceUnavailable": ErrorKind.TRANSIENT,
-    "Unavailable": ErrorKind.TRANSIENT,
-    # something still uses the resource (an instance's network interface holds its security group)
-    "DependencyViolation": ErrorKind.DEPENDENCY,
-    "InvalidGroup.InUse": ErrorKind.DEPENDENCY,
-    "InvalidPlacementGroup.InUse": ErrorKind.DEPENDENCY,
-    "InvalidPlacementGroup.Unknown": ErrorKind.NOT_FOUND,
-}
-
-#: NotFound answers that, right after the pool made the thing, mean "not visible yet" (EC2 is eventually
-#: consistent for a few seconds): retried for `CloudTimeouts.visibility_grace`, then fatal
-JUST_MADE = frozenset({"InvalidGroup.NotFound", "InvalidKeyPair.NotFound", "InvalidPlacementGroup.Unknown",
-                       "InvalidInstanceID.NotFound"})
-
-#: the vCPU quota (Service Quotas, service "ec2") that limits each instance family, by the type's
-#: leading letters: (quota name, quota code); spot pools use the spot counterpart
-VCPU_QUOTAS: Mapping[str, tuple[tuple[str, str], tuple[str, str]]] = {
-    "p": (("Running On-Demand P instances", "L-417A185B"), ("All P Spot Instance Requests", "L-7212CCBC")),
-    "g": (("Running On-Demand G and VT instances", "L-DB2E81BA"), ("All G and VT Spot Instance Requests", "L-3819A6DF")),
-    "vt": (("Running On-Demand G and VT instances", "L-DB2E81BA"), ("All G and VT Spot Instance Requests", "L-3819A6DF")),
-    "inf": (("Running On-Demand Inf instances", "L-1945791B"), ("All Inf Spot Instance Requests", "L-B5D1601B")),
-    "trn": (("Running On-Demand Trn instances", "L-2C3B7624"), ("All Trn Spot Instance Requests", "L-6B0D517C")),
-    "dl": (("Running On-Demand DL instances", "L-6E869C2A"), ("All DL Spot Instance Requests", "L-85EED4F7")),
-    "f": (("Running On-Demand F instances", "L-74FC7D96"), ("All F Spot Instance Requests", "L-88CF9481")),
-    "x": (("Running On-Demand X instances", "L-7295265B"), ("All X Spot Instance Requests", "L-E3A00192")),
-}
-STANDARD_QUOTA = (("Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances", "L-1216C47A"),
-                  ("All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests", "L-34B43A08"))
-
-#: instance types with EFA, and how many EFA network cards they have (EC2 User Guide, "Elastic Fabric
-#: Adapter", supported instance types). skyhive attaches one EFA interface (network card 0) per node.
-EFA_TYPES: Mapping[str, int] = {
-    "p3dn.24xlarge": 1, "p4d.24xlarge": 4, "p4de.24xlarge": 4, "p5.48xlarge": 32, "p5e.48xlarge": 32,
-    "p5en.48xlarge": 16, "p6-b200.48xlarge": 8, "g4dn.metal": 1, "g4dn.8xlarge": 1, "g4dn.12xlarge": 1,
-    "g4dn.16xlarge": 1, "g5.8xlarge": 1, "g5.12xlarge": 1, "g5.16xlarge": 1, "g5.24xlarge": 1, "g5.48xlarge": 1,
-    "g6.8xlarge": 1, "g6.12xlarge": 1, "g6.16xlarge": 1, "g6.24xlarge": 1, "g6.48xlarge": 1,
-    "g6e.8xlarge": 1, "g6e.12xlarge": 1, "g6e.16xlarge": 1, "g6e.24xlarge": 1, "g6e.48xlarge": 2,
-}
-
-
-def vcpu_quota(instance_type: str, spot: bool) -> tuple[str, str]:
-    """(quota name, quota code) of the vCPU quota that limits `instance_type`."""
-    family = instance_type.split(".", 1)[0]
-    letters = "".join(ch for ch in family if ch.isalpha())
-    for prefix in sorted(VCPU_QUOTAS, key=len, reverse=True):
-        if letters.startswith(prefix):
-            return VCPU_QUOTAS[prefix][spot]
-    return STANDARD_QUOTA[spot]
-
-
-def client_token(pool_id: str, zone: str, attempt: int, missing: Sequence[int]) -> str:
-    """RunInstances' idempotency token (at most 64 ASCII characters): the same for a retry of the same
-    request, so EC2 answers a retry of a call that did go through with that call's instances."""
-    digest = hashlib.sha256(f"{pool_id}|{zone}|{attempt}|{','.join(map(str, missing))}".encode()).hexdigest()
-    return f"skyhive-{digest[:48]}"
-
-
-#: EC2 instance states -> lifecycle states.
-EC2_STATES: Mapping[str, str] = {
-    "pending": "provisioning",
-    "running": "running",
-    "stopping": "terminating",
-    "stopped": "terminating",
-    "shutting-down": "terminating",
-    "terminated": "terminated",
-}
-
-#: What a node's user data does: installs uv (one static binary) so that bootstrap can install the client's
-#: Python version when the image has another; everything else is done over SSH by the client's bootstrap.
-USER_DATA = """#!/bin/sh
-command -v uv >/dev/null 2>&1 || (curl -LsSf https://astral.sh/uv/install.sh |
-    env UV_INSTALL_DIR=/usr/local/bin INSTALLER_NO_MODIFY_PATH=1 sh) || true
-"""
-
-#: Bootstrap waits for this before it looks at a node (cloud-init runs the user data after sshd starts).
-READY_COMMAND = "cloud-init status --wait >/dev/null 2>&1 || true"
-
-#: IMDSv2 only (a token is required), and a hop limit of 2 so that containers on the node reach it too
-METADATA_OPTIONS = {"MetadataOptions.HttpTokens": "required", "MetadataOptions.HttpPutResponseHopLimit": "2",
-                    "MetadataOptions.HttpEndpoint": "enabled"}
-
 
 class AWS(LibcloudProvider):
     """Machines on AWS EC2, created per pool and destroyed with it.
@@ -396,7 +286,7 @@ class AWS(LibcloudProvider):
             if placement:
                 tags.update({"TagSpecification.1.Tag.2.Key": PLACEMENT_TAG, "TagSpecification.1.Tag.2.Value": name})
             self._retrying("ImportKeyPair", lambda: self.driver.request({
-                "Action": "ImportKeyPair", "KeyName": name, "PublicKeyMaterial": _b64(public), **tags}))
+                "Action": "ImportKeyPair", "KeyName": name, "PublicKeyMaterial": b64(public), **tags}))
         return name
 
     def _owned_key_pairs(self, pool_id: str) -> dict[str, dict[str, str]]:
@@ -450,115 +340,12 @@ class AWS(LibcloudProvider):
         return aws_images.user_for_image(f"{image.name or ''} {image.extra.get('description') or ''}")
 
     def run_params(self, spec: ClusterSpec, zone: str, count: int, token: str, launch_id: str) -> dict[str, str]:
-        """The RunInstances parameters of one zone attempt for `count` nodes."""
-        choice = self.choice(spec)
-        key_name, group_id, placement = self._shared[spec.pool_id]
-        image = self._image(choice)
-        root_device = image.extra.get("root_device_name") or "/dev/sda1"
-        nic = "NetworkInterface.1."
-        params = {
-            "ImageId": image.id, "InstanceType": choice.instance_type, "MinCount": str(count),
-            "MaxCount": str(count), "ClientToken": token, "KeyName": key_name, "UserData": _b64(USER_DATA),
-            "InstanceInitiatedShutdownBehavior": "terminate", **METADATA_OPTIONS,
-            "BlockDeviceMapping.1.DeviceName": root_device, "BlockDeviceMapping.1.Ebs.VolumeSize": str(self.disk_gb),
-            "BlockDeviceMapping.1.Ebs.VolumeType": "gp3", "BlockDeviceMapping.1.Ebs.DeleteOnTermination": "true",
-            nic + "DeviceIndex": "0", nic + "SubnetId": self.network.subnet(zone),
-            nic + "AssociatePublicIpAddress": "true", nic + "DeleteOnTermination": "true",
-            nic + "SecurityGroupId.1": group_id,
-        }
-        if self.uses_efa(spec):
-            params.update({nic + "InterfaceType": "efa", nic + "NetworkCardIndex": "0"})
-        if placement:
-            params["Placement.GroupName"] = placement
-        if choice.spot:
-            params.update({"InstanceMarketOptions.MarketType": "spot",
-                           "InstanceMarketOptions.SpotOptions.SpotInstanceType": "one-time",
-                           "InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior": "terminate"})
-        tags = {**dict(spec.tags), "Name": f"skyhive-{spec.pool_id}", POOL_TAG: spec.pool_id, LAUNCH_TAG: launch_id}
-        params["TagSpecification.1.ResourceType"] = "instance"
-        for i, (k, v) in enumerate(tags.items(), start=1):
-            params[f"TagSpecification.1.Tag.{i}.Key"] = k
-            params[f"TagSpecification.1.Tag.{i}.Value"] = v
-        return params
+        """The RunInstances parameters of one zone attempt for `count` nodes (see `aws_launch`)."""
+        return aws_launch.run_params(self, spec, zone, count, token, launch_id)
 
     def launch_sync(self, spec: ClusterSpec, nodes: Sequence[int], zone: str) -> list[NodeHandle]:
-        """One zone attempt: the nodes of `nodes` not already running (counted by tag) in one RunInstances
-        call, retried alone; the instances it made are numbered by tag."""
-        pool_id = spec.pool_id
-        if pool_id not in self._shared:  # prepared by another call (or process): found again by tag
-            groups = [self.security_group] if self.security_group else self._owned_groups(pool_id)
-            if not groups:
-                raise ProvisionError(f"aws: pool {pool_id} has no security group: prepare() must run first",
-                                     kind="fatal")
-            placement = self.network.placement_group(pool_id) if self.uses_placement_group(spec) else None
-            self._shared[pool_id] = (f"skyhive-{pool_id}", groups[0], placement)
-        with self._lock:
-            attempt = self._attempts[(pool_id, zone)] = self._attempts.get((pool_id, zone), 0) + 1
-        launch_id = f"{zone}/{attempt}"
-        wanted = list(nodes)
-        delays = self.retry.delays()
-        tries = 0
-        grace = time.monotonic() + self.timeouts.visibility_grace
-        while True:
-            present = self._claim(pool_id, wanted, launch_id)
-            missing = [i for i in wanted if i not in present]
-            if not missing:
-                return [present[i] for i in wanted]
-            token = client_token(pool_id, zone, attempt, missing)
-            try:
-                made = self.driver.run_instances(self.run_params(spec, zone, len(missing), token, launch_id))
-            except Exception as exc:
-                kind, code = self.classify(exc), self.error_code(exc)
-                if kind is ErrorKind.TRANSIENT and tries < len(delays):
-                    wait = delays[tries] * random.uniform(0.5, 1.0)
-                    tries += 1
-                elif code in JUST_MADE and time.monotonic() < grace:
-                    wait = self.timeouts.poll
-                else:
-                    raise
-                log.info("aws: pool %s: RunInstances of %d in %s: %s; counting by tag, then retrying in %.2f s",
-                         pool_id, len(missing), zone, exc, wait)
-                time.sleep(wait)
-                continue
-            try:
-                present.update(self._number(pool_id, made, missing))
-            except BaseException:
-                for node in made:  # made but not numbered: no one else would know them by index
-                    self._terminate_quietly(node.id)
-                raise
-            return [present[i] for i in wanted]
-
-    def _claim(self, pool_id: str, wanted: Sequence[int], launch_id: str) -> dict[int, NodeHandle]:
-        """The pool's live instances that are nodes of `wanted` (by tag); instances of this very launch
-        that were made but never numbered (the answer to their call was lost) are numbered now."""
-        live = self.list_sync(pool_id, ("pending", "running"))
-        present = {h.node: h for h in live if h.node in set(wanted)}
-        orphans = [h for h in live if h.node < 0 and h.extra.get("launch") == launch_id]
-        missing = [i for i in wanted if i not in present]
-        if orphans:
-            log.info("aws: pool %s: %d instance(s) of launch %s arrived without an answer; adopted", pool_id,
-                     len(orphans), launch_id)
-            extra = orphans[len(missing):]
-            for handle in extra:  # more than needed (cannot happen with one call per attempt): not kept
-                self._terminate_quietly(handle.provider_id)
-            for index, handle in zip(missing, orphans):
-                self._tag_node(handle.provider_id, index)
-                present[index] = dataclasses.replace(handle, node=index)
-        return present
-
-    def _number(self, pool_id: str, made: Sequence[Any], indices: Sequence[int]) -> dict[int, NodeHandle]:
-        if len(made) != len(indices):
-            raise ProvisionError(f"aws: RunInstances made {len(made)} instances for {len(indices)} nodes", kind="fatal")
-        numbered = {}
-        now = time.time()
-        for index, node in zip(indices, made):
-            self._tag_node(node.id, index)
-            numbered[index] = dataclasses.replace(self._handle(node, pool_id, launched_at=now), node=index)
-        return numbered
-
-    def _tag_node(self, instance_id: str, index: int) -> None:
-        self._retrying(f"tagging {instance_id}", lambda: self.driver.create_tags(instance_id, {NODE_TAG: str(index)}),
-                       just_made=True)
+        """One zone attempt, idempotent (see `aws_launch.launch_in_zone`)."""
+        return aws_launch.launch_in_zone(self, spec, nodes, zone)
 
     def _terminate_quietly(self, instance_id: str) -> None:
         try:
@@ -625,11 +412,4 @@ class AWS(LibcloudProvider):
             accelerators=info.accelerators if info else 0, accelerator=info.accelerator if info else None,
             state=state, extra=extra,
         )
-
-
-def _b64(text: str) -> str:
-    """Base64 of `text` (EC2's UserData and PublicKeyMaterial)."""
-    import base64
-
-    return base64.b64encode(text.encode()).decode()
 

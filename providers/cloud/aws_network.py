@@ -15,13 +15,14 @@ group, its cluster placement group, and the client's address that may SSH in.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..base import ProvisionError
+from .aws_data import POOL_TAG
 from .base import ErrorKind
 
-if TYPE_CHECKING:
-    from .aws import AWS
+#: the provider (`aws.AWS`): typed loosely, as this module is imported by it
+AWS = Any
 
 __all__ = ["AWSNetwork", "public_address"]
 
@@ -133,8 +134,6 @@ class AWSNetwork:
     # ---- the pool's security group ---------------------------------------------------------------------
 
     def owned_groups(self, pool_id: str) -> list[str]:
-        from .aws import POOL_TAG
-
         groups = self._call("DescribeSecurityGroups", lambda: self.driver.ex_get_security_groups(
             filters={f"tag:{POOL_TAG}": pool_id}))
         return [g.id for g in groups]
@@ -196,8 +195,6 @@ class AWSNetwork:
         return name
 
     def _placement_groups(self, pool_id: str) -> list[str]:
-        from .aws import POOL_TAG
-
         body = self._call("DescribePlacementGroups", lambda: self.driver.request({
             "Action": "DescribePlacementGroups", "Filter.1.Name": f"tag:{POOL_TAG}", "Filter.1.Value.1": pool_id}))
         return [el.text for el in body.iter() if el.tag.endswith("}groupName") and el.text]
