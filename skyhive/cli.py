@@ -347,6 +347,12 @@ def _has_jobs(name: str) -> bool:
     return bool(list_jobs(name))
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from skyhive.runtime.commands.check import CLOUDS, report
+
+    return report(sys.stdout, tuple(args.clouds) if args.clouds else CLOUDS)
+
+
 def cmd_timeline(args: argparse.Namespace) -> int:
     from skyhive.runtime.commands.inventory import LogTail, find
     from skyhive.runtime.events.timeline import write
@@ -403,6 +409,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("pool", metavar="POOL")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the pool stops")
     p.set_defaults(func=cmd_events)
+
+    p = sub.add_parser("check", help="per cloud: credentials found? vCPU quotas (where the API says)")
+    p.add_argument("clouds", nargs="*", metavar="CLOUD", help="aws, gcp, azure, digitalocean (default: all)")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("timeline", help="draw a pool's per-node Gantt chart")
     p.add_argument("pool", metavar="POOL")

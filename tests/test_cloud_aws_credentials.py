@@ -89,3 +89,32 @@ async def test_a_pool_without_credentials_names_every_place_and_claims_nothing(m
     (entry,) = [e for e in inventory.scan(include_stopped=True) if e.pool_id == "p-nocreds"]
     assert entry.cost(time.time()) is None  # no instance ever ran: no cost
     assert leftovers(moto_server.endpoint) == NOTHING_LEFT
+
+
+def test_check_says_where_credentials_were_found_and_reads_the_quota(moto_server, bare_home, monkeypatch):
+    from skyhive.runtime.commands.check import check
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", moto_server.endpoint)
+    (aws_line,) = [s for item, s in check(("aws",))["aws"] if item == "credentials"]
+    assert aws_line.startswith("NOT FOUND") and f"{bare_home}/.aws/credentials" in aws_line
+    (bare_home / ".aws" / "credentials").write_text("[default]\naws_access_key_id = AKIACHECK\n"
+                                                    "aws_secret_access_key = c\n")
+    lines = dict(check(("aws",))["aws"])
+    assert lines["credentials"] == "found (shared-credentials-file; key AKIA…)"
+    # moto has no EC2 quotas: the line says so, naming the error, instead of a made-up number
+    assert lines["vCPU quota us-east-1"].startswith("could not be read (")
+
+
+def test_the_profile_option_reaches_the_chain_and_the_pools_record(tmp_path, bare_home, monkeypatch, capsys):
+    from skyhive.cli import main
+
+    (bare_home / ".aws" / "credentials").write_text("[work]\naws_access_key_id = AKIAWORK\naws_secret_access_key = w\n")
+    (tmp_path / "t.yaml").write_text("run: echo hi\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AWS_PROFILE", "")  # restored after the test; --profile sets it for the command
+    assert main(["launch", "t.yaml", "--cloud", "aws", "--gpus", "T4", "--profile", "work", "--dryrun"]) == 0
+    import os
+
+    assert os.environ["AWS_PROFILE"] == "work"
+    assert AWS().describe()["profile"] == "work"
+    assert AWS().driver.key == "AKIAWORK"  # no call made: the driver only holds the key

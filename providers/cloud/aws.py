@@ -11,6 +11,7 @@ again only by that tag. libcloud's EC2 quirks under moto are corrected in `ec2_d
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -120,7 +121,8 @@ class AWS(LibcloudProvider):
         return {"provider": self.name, "region": self.region, "zones": self.zones, "instance_type": self.instance_type,
                 "spot": self.spot, "image": self.image, "disk_gb": self.disk_gb, "ssh_user": self.ssh_user,
                 "ssh_cidr": self.ssh_cidr, "endpoint": self.endpoint, "idle_timeout": self.idle_timeout,
-                "shutdown_command": self.shutdown_command, "profile": self.profile, "vpc": self.vpc,
+                "shutdown_command": self.shutdown_command,
+                "profile": self.profile or os.environ.get("AWS_PROFILE"), "vpc": self.vpc,
                 "subnets": self.subnets, "security_group": self.security_group, "efa": self.efa}
 
     # ---- the driver and errors -------------------------------------------------------------------------
@@ -162,6 +164,34 @@ class AWS(LibcloudProvider):
                     raise
                 log.info("aws: %s: %s; retrying in %.2f s", what, exc, wait)
                 time.sleep(wait)
+
+    #: the vCPU quotas `check` reads (GPU families first)
+    CHECKED_QUOTAS = ("L-417A185B", "L-DB2E81BA", "L-1216C47A")
+
+    @classmethod
+    def check(cls, profile: str | None = None, region: str | None = None) -> list[tuple[str, str]]:
+        """See `LibcloudProvider.check`: the credentials the standard chain finds (and where), and the
+        account's vCPU quotas for the P, G and standard families in `region` (from Service Quotas; the
+        endpoint may be set by ``AWS_ENDPOINT_URL_SERVICE_QUOTAS``)."""
+        try:
+            creds = aws_credentials.resolve(profile)
+        except ProvisionError as exc:
+            return [("credentials", f"NOT FOUND: {exc}")]
+        lines = [("credentials", f"found ({creds.method or 'unknown source'}; key {creds.access_key[:4]}…)")]
+        region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        try:
+            import botocore.config
+            import botocore.session
+
+            session = botocore.session.Session(profile=profile)
+            client = session.create_client("service-quotas", region_name=region, config=botocore.config.Config(
+                connect_timeout=5, read_timeout=10, retries={"max_attempts": 1}))
+            for code in cls.CHECKED_QUOTAS:
+                quota = client.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]
+                lines.append((f"vCPU quota {region}", f"{quota['QuotaName']} ({code}): {quota['Value']:g}"))
+        except Exception as exc:  # noqa: BLE001 - the quota is extra information: say why it is missing
+            lines.append((f"vCPU quota {region}", f"could not be read ({type(exc).__name__}: {exc})"))
+        return lines
 
     # ---- choosing the machine --------------------------------------------------------------------------
 

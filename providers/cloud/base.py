@@ -108,6 +108,13 @@ class LibcloudProvider(Provider):
         self._listings: dict[str, tuple[float, list[NodeHandle]]] = {}  # pool -> (when it began, nodes)
         self._listing_locks: dict[str, anyio.Lock] = {}
 
+    @classmethod
+    def check(cls) -> list[tuple[str, str]]:
+        """What `skyhive check` says about this cloud on this machine: (item, status) lines — whether
+        credentials were found and, where the cloud's API can say, the quotas that matter. Blocking; makes
+        nothing. A cloud without a check says so."""
+        return [("credentials", "not checked (this cloud has no check yet)")]
+
     # ---- what a cloud implements (blocking; called in worker threads) ------------------------------
 
     def error_code(self, exc: BaseException) -> str | None:
