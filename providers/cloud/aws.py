@@ -52,7 +52,8 @@ class AWS(LibcloudProvider):
       nodes launch in (their zones are then the zones tried); `security_group`: an existing group id to
       use instead of a group made per pool (it must let the client SSH in and the nodes reach each other).
     - `efa`: EFA interfaces on the types that have them (default: on, for pools of more than one node);
-      multi-node GPU pools get a cluster placement group, made and deleted with the pool.
+      `placement_group`: a cluster placement group made and deleted with the pool (default: on for
+      multi-node GPU pools).
     - `ssh_cidr`: who may open SSH to the nodes (default: this client's public address, looked up; "127.0.0.1/32"
       against a test `endpoint`); nodes of the pool reach each other on every port.
     - `idle_timeout`: seconds with no client connected after which a node shuts itself down (its idle
@@ -79,7 +80,7 @@ class AWS(LibcloudProvider):
                  shutdown_command: str = "sudo shutdown -h now", timeouts: CloudTimeouts | None = None, *,
                  profile: str | None = None, vpc: str | None = None, subnet: str | None = None,
                  subnets: Sequence[str] | None = None, security_group: str | None = None,
-                 efa: bool | None = None) -> None:
+                 efa: bool | None = None, placement_group: bool | None = None) -> None:
         super().__init__(timeouts=timeouts)
         if disk_gb < 8:
             raise ValueError(f"disk_gb must be at least 8, not {disk_gb}")
@@ -103,6 +104,7 @@ class AWS(LibcloudProvider):
         self.subnets = [subnet] if subnet else (list(subnets) if subnets else None)
         self.security_group = security_group
         self.efa = efa
+        self.placement_group = placement_group
         self._driver: Any = None
         self._network: AWSNetwork | None = None
         self._plans: dict[str, catalog.Choice] = {}
@@ -123,7 +125,8 @@ class AWS(LibcloudProvider):
                 "ssh_cidr": self.ssh_cidr, "endpoint": self.endpoint, "idle_timeout": self.idle_timeout,
                 "shutdown_command": self.shutdown_command,
                 "profile": self.profile or os.environ.get("AWS_PROFILE"), "vpc": self.vpc,
-                "subnets": self.subnets, "security_group": self.security_group, "efa": self.efa}
+                "subnets": self.subnets, "security_group": self.security_group, "efa": self.efa,
+                "placement_group": self.placement_group}
 
     # ---- the driver and errors -------------------------------------------------------------------------
 
@@ -223,7 +226,10 @@ class AWS(LibcloudProvider):
         return self.efa
 
     def uses_placement_group(self, spec: ClusterSpec) -> bool:
-        """A cluster placement group for multi-node GPU pools (nodes close together for NCCL)."""
+        """A cluster placement group: `placement_group`, else on for multi-node GPU pools (nodes close
+        together for NCCL)."""
+        if self.placement_group is not None:
+            return self.placement_group and spec.nodes > 1
         return spec.nodes > 1 and bool(self.choice(spec).accelerators)
 
     # ---- the phases that differ ------------------------------------------------------------------------
