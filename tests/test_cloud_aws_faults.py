@@ -142,3 +142,33 @@ async def test_vcpu_quota_names_the_quota_and_how_to_raise_it(fake_ec2_proxy):
     assert "Running On-Demand P instances" in text and "--quota-code L-417A185B" in text
     assert len(moto.proxy.actions("RunInstances")) == 1  # no other zone: quotas are per region
     assert left(moto) == NOTHING_LEFT
+
+
+async def test_a_launch_cancelled_while_it_retries_leaves_nothing(fake_ec2_proxy):
+    # RunInstances made the 3 instances but its answer was lost; the caller cancels during the backoff.
+    # The worker thread finishes its attempt (adopting and numbering them), then the launch's own
+    # cancellation path terminates them by tag: nothing runs afterwards, even before the pool's cleanup
+    import anyio
+
+    moto = fake_ec2_proxy
+    moto.proxy.fail("RunInstances", "RequestLimitExceeded", at=1, after_forward=True)
+    provider = aws(moto, zones=["us-east-1a"])
+    provider.retry = RetryPolicy(attempts=3, initial_delay=1.0, max_delay=1.0)
+    spec = ClusterSpec(pool_id="p-cancel", nodes=3)
+    await provider.prepare(spec)
+    async with anyio.create_task_group() as tg:
+        scope = anyio.CancelScope()
+
+        async def launch() -> None:
+            with scope:
+                await provider.launch(spec, [0, 1, 2])
+
+        tg.start_soon(launch)
+        while moto.proxy.counts.get("RunInstances", 0) < 1:
+            await anyio.sleep(0.01)
+        scope.cancel()
+    assert scope.cancelled_caught
+    assert len(ever_made(moto, "p-cancel")) == 3
+    assert left(moto)["instances"] == 0
+    await provider.cleanup("p-cancel")
+    assert left(moto) == NOTHING_LEFT
