@@ -14,7 +14,7 @@ they live on a driver subclass that only skyhive uses.
    AWS documents 1-based lists) and ``get_key_pair(name)`` returns the account's first key under moto.
    `create_tags` sends ``ResourceId.1``; `find_key_pair` filters the listing by name.
 
-Instances are tagged at creation (``create_node(ex_metadata=...)`` sends a 1-based TagSpecification,
+Instances are tagged at creation (``run_instances`` sends a 1-based TagSpecification,
 which both accept). libcloud is imported here and only here for EC2, so importing skyhive does not.
 """
 

@@ -54,7 +54,7 @@ def gpu_rows(accelerator: str | None = None, *, cloud: str | None = None, region
         regions = [region] if region else (sorted(table["regions"]) if all_regions else [_default_region(name)])
         for where in regions:
             best: dict[tuple[str, int], tuple[float, str]] = {}
-            for itype, (price, _zones) in table["regions"].get(where, {}).items():
+            for itype, (price, *_rest) in table["regions"].get(where, {}).items():  # [price, zones, (spot, source)]
                 info = catalog.instance(name, itype)
                 if info is None or not info.accelerator or price is None:
                     continue
