@@ -9,9 +9,16 @@ from skyhive.providers.base import ClusterSpec, ProvisionError, RetryPolicy
 from skyhive.providers.cloud.aws import AWS
 from skyhive.providers.cloud.base import CloudTimeouts
 from tests.cloud_fakes import FaultInjectingFakeDriver
-from tests.infra.moto_ec2 import count_pool, ec2_client
+from tests.infra.moto_ec2 import NOTHING_LEFT, count_pool, ec2_client, leftovers
 
 pytestmark = [pytest.mark.loopback_only, pytest.mark.anyio]
+
+@pytest.fixture(autouse=True)
+def nothing_left_in_the_account(moto_ec2):
+    """After each test, the whole moto account is listed: no instance, group, key pair (or placement group)."""
+    yield
+    assert leftovers() == NOTHING_LEFT
+
 
 A, B = "us-east-1a", "us-east-1b"
 NOTHING = {"instances": 0, "groups": 0, "keys": 0}
