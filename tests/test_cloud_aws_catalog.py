@@ -1,21 +1,18 @@
 """The AWS machine table merged with ../shared/catalogs/aws_gap.csv (types and zones moto ∩ libcloud lacked,
 spot prices, each row's source, gaps said not guessed), the default image by GPU generation, and the
-public-address lookup. No cloud is called (the dry-run plan is in-process, in the loopback-only namespace)."""
+login user. No cloud is called (the dry run and the public-address lookup are in test_cloud_aws_network)."""
 
 from __future__ import annotations
 
 import json
-import os
 from importlib import resources
 from pathlib import Path
 
 import pytest
 
-from skyhive.cli import main
 from skyhive.providers.base import ProvisionError
 from skyhive.providers.cloud import aws_images, catalog
 from skyhive.providers.cloud.aws import vcpu_quota
-from skyhive.providers.cloud.aws_network import public_address
 from skyhive.providers.cloud.data import generate
 
 
@@ -91,22 +88,3 @@ def test_the_quota_is_named_by_family():
     assert vcpu_quota("g5.xlarge", spot=True) == ("All G and VT Spot Instance Requests", "L-3819A6DF")
     assert vcpu_quota("c5.large", spot=False)[1] == "L-1216C47A"
     assert vcpu_quota("inf2.xlarge", spot=False)[1] == "L-1945791B"
-
-
-@pytest.mark.loopback_only
-def test_a_failed_public_address_lookup_names_ssh_cidr():
-    # in the loopback-only namespace nothing answers: the lookup fails as behind a proxy or offline
-    with pytest.raises(ProvisionError, match=r"cannot find this client's public address .*pass ssh_cidr="):
-        public_address("http://127.0.0.1:9/", timeout=2)
-
-
-@pytest.mark.loopback_only
-def test_dryrun_gpus_t4_region_us_east_2_plans_g4dn_xlarge(tmp_path, capsys, monkeypatch):
-    (tmp_path / "t.yaml").write_text("run: echo hi\n")
-    monkeypatch.chdir(tmp_path)
-    code = main(["launch", "t.yaml", "--cloud", "aws", "--gpus", "T4", "--region", "us-east-2", "--dryrun"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert "g4dn.xlarge" in out and "$0.526/h" in out
-    assert not (Path(os.environ["SKYHIVE_HOME"]) / "pools").exists() or not list(
-        (Path(os.environ["SKYHIVE_HOME"]) / "pools").iterdir())

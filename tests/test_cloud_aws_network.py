@@ -6,12 +6,16 @@ loopback-only namespace. Every test lists the whole account afterwards."""
 from __future__ import annotations
 
 import dataclasses
+import os
+from pathlib import Path
 
 import pytest
 
+from skyhive.cli import main
 from skyhive.providers.base import ClusterSpec, ProvisionError, RetryPolicy
 from skyhive.providers.cloud import aws_images
 from skyhive.providers.cloud.aws import AWS
+from skyhive.providers.cloud.aws_network import public_address
 from skyhive.providers.cloud.base import CloudTimeouts
 from tests.infra.moto_ec2 import NOTHING_LEFT, ec2_client, leftovers
 
@@ -165,3 +169,20 @@ async def test_an_image_given_wins_and_the_login_user_follows_it(fake_ec2_proxy)
     await provider.down("p-al")
     client.deregister_image(ImageId=al2023)
     assert left(moto) == NOTHING_LEFT
+
+
+def test_a_failed_public_address_lookup_names_ssh_cidr():
+    # in the loopback-only namespace nothing answers: the lookup fails as behind a proxy or offline
+    with pytest.raises(ProvisionError, match=r"cannot find this client's public address .*pass ssh_cidr="):
+        public_address("http://127.0.0.1:9/", timeout=2)
+
+
+def test_dryrun_gpus_t4_region_us_east_2_plans_g4dn_xlarge(tmp_path, capsys, monkeypatch):
+    (tmp_path / "t.yaml").write_text("run: echo hi\n")
+    monkeypatch.chdir(tmp_path)
+    code = main(["launch", "t.yaml", "--cloud", "aws", "--gpus", "T4", "--region", "us-east-2", "--dryrun"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "g4dn.xlarge" in out and "$0.526/h" in out
+    assert not (Path(os.environ["SKYHIVE_HOME"]) / "pools").exists() or not list(
+        (Path(os.environ["SKYHIVE_HOME"]) / "pools").iterdir())
