@@ -9,8 +9,12 @@ running) and teardown (every node terminated and confirmed → key pair and grou
 process CPU time, the CPU time of the thread running skyhive's event loop (its libcloud calls, and moto
 answering them, run in worker threads; the raw side has no loop), and the number of EC2 API calls. The raw floor is the smallest sequence of libcloud
 calls that does the same job: import a key, create a group with its two rules, one create_node per node,
-one listing until all run, one destroy_node per node, one listing, delete the group and the key.
-skyhive's overhead per node = (skyhive - raw) / nodes, medians over `--repeat` runs.
+one RunInstances for every node (MinCount = MaxCount = nodes, tagged at creation), one listing until all
+run, one destroy_node per node, one listing, delete the group and the key. skyhive also counts what
+runs by tag before its RunInstances, numbers each instance (CreateTags), and looks for a placement group
+at cleanup. skyhive's overhead per node = (skyhive - raw) / nodes, medians over `--repeat` runs; API
+calls per node = calls / nodes, and the marginal calls per added node between the smallest and largest
+pool (constant per node means this stays fixed as pools grow).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ def _counting(driver: Any) -> list[int]:
 
 
 def raw_round(image: str, nodes: int, tag: str) -> dict[str, float]:
-    from libcloud.compute.base import Node, NodeImage, NodeSize
+    from libcloud.compute.base import Node
 
     from skyhive.providers.cloud.ec2_driver import make_driver
     from skyhive.providers.cloud.keys import pool_key
@@ -62,10 +66,12 @@ def raw_round(image: str, nodes: int, tag: str) -> dict[str, float]:
     driver.ex_authorize_security_group_ingress(group, 22, 22, cidr_ips=["192.0.2.1/32"], protocol="tcp")
     driver.ex_authorize_security_group_ingress(group, 0, 65535, group_pairs=[{"group_id": group}], protocol="-1")
     subnet = driver.ex_list_subnets(filters={"vpc-id": vpc, "availability-zone": REGION + "a"})[0]
-    size, img = NodeSize("t3.micro", "t3.micro", 0, 8, 0, 0, driver), NodeImage(image, "", driver)
-    ids = [driver.create_node(name=f"{tag}-{i}", size=size, image=img, ex_keyname=f"skyhive-{tag}",
-                              ex_security_group_ids=[group], ex_subnet=subnet,
-                              ex_metadata={"skyhive-pool": tag, "skyhive-node": str(i)}).id for i in range(nodes)]
+    made = driver.run_instances({
+        "ImageId": image, "InstanceType": "t3.micro", "MinCount": str(nodes), "MaxCount": str(nodes),
+        "KeyName": f"skyhive-{tag}", "NetworkInterface.1.DeviceIndex": "0", "NetworkInterface.1.SubnetId": subnet.id,
+        "NetworkInterface.1.SecurityGroupId.1": group, "TagSpecification.1.ResourceType": "instance",
+        "TagSpecification.1.Tag.1.Key": "skyhive-pool", "TagSpecification.1.Tag.1.Value": tag})
+    ids = [n.id for n in made]
     while not all(n.extra.get("status") == "running" for n in driver.list_nodes(ex_node_ids=ids)):
         time.sleep(0.05)
     t1, c1, calls_up = time.perf_counter(), time.process_time(), calls[0]
@@ -124,6 +130,7 @@ def run(node_counts: list[int], repeat: int) -> None:
         raw_round(image, 1, "warmup-raw")  # moto's first call is slow (2-5 s): not part of either side
         print(f"{'nodes':>5} {'side':8} {'up ms':>9} {'down ms':>9} {'cpu ms':>9} {'loop cpu':>9} {'calls up':>8} "
               f"{'calls down':>10}")
+        calls: dict[str, dict[int, float]] = {"raw": {}, "skyhive": {}}
         for nodes in node_counts:
             results: dict[str, list[dict[str, float]]] = {"raw": [], "skyhive": []}
             for r in range(repeat):  # interleaved, so drift of the machine hits both sides alike
@@ -135,6 +142,15 @@ def run(node_counts: list[int], repeat: int) -> None:
                       f"{m['loop_cpu_s'] * 1e3:9.1f} {m['calls_up']:8.0f} {m['calls_down']:10.0f}")
             extra = (med["skyhive"]["up_s"] + med["skyhive"]["down_s"] - med["raw"]["up_s"] - med["raw"]["down_s"])
             print(f"{nodes:>5} overhead per node (up + down): {extra / nodes * 1e3:.1f} ms")
+            for side, m in med.items():
+                total = m["calls_up"] + m["calls_down"]
+                print(f"{nodes:>5} {side:8} API calls per node: {total / nodes:.2f}")
+                calls[side][nodes] = total
+        lo, hi = min(node_counts), max(node_counts)
+        if hi > lo:
+            for side in ("raw", "skyhive"):
+                print(f"marginal API calls per added node ({lo} -> {hi}), {side}: "
+                      f"{(calls[side][hi] - calls[side][lo]) / (hi - lo):.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:

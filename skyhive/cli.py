@@ -95,17 +95,6 @@ def cmd_show_gpus(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    from skyhive.providers.cloud.offers import credentials
-
-    found = credentials()
-    for cloud, where in found.items():
-        print(f"{cloud:<13} {'credentials: ' + where if where else 'no credentials found'}")
-    usable = [c for c, w in found.items() if w]
-    print(f"launch --gpus without --provider ranks offers of: {', '.join(usable) or 'none (runs locally)'}")
-    return 0
-
-
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
     return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in (header, *rows)]
@@ -469,6 +458,12 @@ def _has_jobs(name: str) -> bool:
     return bool(list_jobs(name))
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from skyhive.runtime.commands.check import CLOUDS, report
+
+    return report(sys.stdout, tuple(args.clouds) if args.clouds else CLOUDS)
+
+
 def cmd_timeline(args: argparse.Namespace) -> int:
     from skyhive.runtime.commands.inventory import LogTail, find
     from skyhive.runtime.events.timeline import write
@@ -515,9 +510,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object per row")
     p.set_defaults(func=cmd_show_gpus)
 
-    p = sub.add_parser("check", help="which clouds' credentials are found (nothing is checked online)")
-    p.set_defaults(func=cmd_check)
-
     p = sub.add_parser("ls", help="list pools from their event logs")
     p.add_argument("-a", "--all", action="store_true", help="include stopped pools")
     p.add_argument("--json", action="store_true", help="one JSON object per pool")
@@ -551,6 +543,10 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_events)
 
     _add_jobs_parsers(sub)
+
+    p = sub.add_parser("check", help="per cloud: credentials found? vCPU quotas (where the API says)")
+    p.add_argument("clouds", nargs="*", metavar="CLOUD", help="aws, gcp, azure, digitalocean (default: all)")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("timeline", help="draw a pool's per-node Gantt chart")
     p.add_argument("pool", metavar="POOL")

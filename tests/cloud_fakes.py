@@ -137,16 +137,19 @@ register_transport("staged-local", _staged_transport, bootstrap=_staged_bootstra
 
 
 class FaultInjectingFakeDriver:
-    """FAKE: the real libcloud EC2 driver (talking to moto) with injected errors on `create_node`.
+    """FAKE: the real libcloud EC2 driver (talking to moto) with injected errors on `run_instances` (one
+    RunInstances call per zone attempt, for every node still missing).
 
     `faults` maps a zone name (or "*") to a list of EC2 error codes, one per call in that zone: a code
-    is raised instead of creating, None lets that call through to moto; past the list, all go through."""
+    is raised instead of creating, None lets that call through to moto; past the list, all go through.
+    For EC2's own error bodies over HTTP, see `tests.infra.ec2_fault_proxy.FakeEC2FaultProxy`."""
 
     def __init__(self, driver: Any, faults: dict[str, list[str | None]] | None = None, *, invisible_for: int = 0,
                  on_create: Callable[[], None] | None = None) -> None:
         self._driver = driver
         self.faults = {zone: list(codes) for zone, codes in (faults or {}).items()}
         self.create_calls: list[str] = []
+        self.create_counts: list[int] = []  # MaxCount of each call
         # eventual consistency, as EC2 has it: a new instance is missing from the next `invisible_for`
         # listings, and terminating it meanwhile answers InvalidInstanceID.NotFound
         self.invisible_for = invisible_for
@@ -169,9 +172,11 @@ class FaultInjectingFakeDriver:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._driver, name)
 
-    def create_node(self, **kwargs: Any) -> Any:
-        zone = kwargs["ex_subnet"].extra["zone"]
+    def run_instances(self, params: dict[str, str]) -> Any:
+        subnet = params["NetworkInterface.1.SubnetId"]
+        zone = self._driver.ex_list_subnets(subnet_ids=[subnet])[0].extra["zone"]
         self.create_calls.append(zone)
+        self.create_counts.append(int(params["MaxCount"]))
         for key in (zone, "*"):
             if self.faults.get(key):
                 code = self.faults[key].pop(0)
@@ -180,10 +185,11 @@ class FaultInjectingFakeDriver:
                 break
         if self.on_create is not None:
             self.on_create()
-        node = self._driver.create_node(**kwargs)
+        nodes = self._driver.run_instances(params)
         if self.invisible_for:
-            self._hidden[node.id] = self.invisible_for
-        return node
+            for node in nodes:
+                self._hidden[node.id] = self.invisible_for
+        return nodes
 
 
 async def cancel_now(scope: anyio.CancelScope) -> None:

@@ -16,9 +16,16 @@ from skyhive.providers.base import ClusterSpec, ProvisionError
 from skyhive.providers.cloud.aws import AWS
 from skyhive.providers.cloud.base import CloudTimeouts
 from skyhive.providers.cloud.keys import pool_key_dir
-from tests.infra.moto_ec2 import count_pool, ec2_client
+from tests.infra.moto_ec2 import NOTHING_LEFT, count_pool, ec2_client, leftovers
 
 pytestmark = [pytest.mark.loopback_only, pytest.mark.anyio]
+
+@pytest.fixture(autouse=True)
+def nothing_left_in_the_account(moto_ec2):
+    """After each test, the whole moto account is listed: no instance, group, key pair (or placement group)."""
+    yield
+    assert leftovers() == NOTHING_LEFT
+
 
 FAST = CloudTimeouts(poll=0.05, running=30, terminate=30, cleanup=30, visibility_grace=2)
 
@@ -91,7 +98,7 @@ async def test_an_unknown_image_fails_naming_it_and_leaves_nothing(moto_ec2):
     assert count_pool("p-noimage") == {"instances": 0, "groups": 0, "keys": 0}
 
 
-async def test_missing_credentials_are_a_clear_error(moto_ec2, monkeypatch):
+async def test_partial_credentials_are_a_clear_error(moto_ec2, monkeypatch):
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
-    with pytest.raises(ProvisionError, match="no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"):
+    with pytest.raises(ProvisionError, match="Partial credentials found in env, missing: AWS_SECRET_ACCESS_KEY"):
         await aws(moto_ec2).create(ClusterSpec(pool_id="p-nocreds", nodes=1))

@@ -37,8 +37,8 @@ def test_cpus_and_memory_choose_the_cheapest_machine_without_a_gpu():
     choice = catalog.choose("aws", "us-east-1", cpus=16, memory_gb=64)
     assert choice.vcpus >= 16 and choice.memory_gb >= 64 and choice.accelerators == 0
     table = catalog._table("aws")
-    cheaper = [t for t, (p, _) in table["regions"]["us-east-1"].items()
-               if p < choice.price_per_hour and table["types"][t][0] >= 16 and table["types"][t][1] >= 64
+    cheaper = [t for t, (p, *_) in table["regions"]["us-east-1"].items()
+               if p is not None and p < choice.price_per_hour and table["types"][t][0] >= 16 and table["types"][t][1] >= 64
                and not table["types"][t][3] and table["types"][t][4] == "x86_64"]
     assert cheaper == []
 

@@ -133,5 +133,5 @@ def test_check_says_which_clouds_have_credentials(no_clouds, monkeypatch, capsys
     monkeypatch.setenv("DIGITALOCEAN_ACCESS_TOKEN", "t")
     assert main(["check"]) == 0
     out = capsys.readouterr().out
-    assert "digitalocean  credentials: DIGITALOCEAN_ACCESS_TOKEN" in out and "gcp           no credentials found" in out
+    assert "digitalocean:\n  credentials: found: DIGITALOCEAN_ACCESS_TOKEN" in out and "gcp:\n  credentials: none found" in out
     assert "ranks offers of: digitalocean" in out

@@ -9,9 +9,16 @@ from skyhive.providers.base import ClusterSpec, ProvisionError, RetryPolicy
 from skyhive.providers.cloud.aws import AWS
 from skyhive.providers.cloud.base import CloudTimeouts
 from tests.cloud_fakes import FaultInjectingFakeDriver
-from tests.infra.moto_ec2 import count_pool, ec2_client
+from tests.infra.moto_ec2 import NOTHING_LEFT, count_pool, ec2_client, leftovers
 
 pytestmark = [pytest.mark.loopback_only, pytest.mark.anyio]
+
+@pytest.fixture(autouse=True)
+def nothing_left_in_the_account(moto_ec2):
+    """After each test, the whole moto account is listed: no instance, group, key pair (or placement group)."""
+    yield
+    assert leftovers() == NOTHING_LEFT
+
 
 A, B = "us-east-1a", "us-east-1b"
 NOTHING = {"instances": 0, "groups": 0, "keys": 0}
@@ -33,10 +40,10 @@ def zones_of(pool_id: str) -> list[str]:
 
 
 async def test_capacity_in_zone_a_moves_to_zone_b(moto_ec2):
-    # zone a creates node 0, then has no room for node 1: node 0 there is terminated, both go to b
-    aws, fake = faulty(moto_ec2, {A: [None, "InsufficientInstanceCapacity"]})
+    # one RunInstances per zone attempt, for both nodes: zone a has no room, both go to b
+    aws, fake = faulty(moto_ec2, {A: ["InsufficientInstanceCapacity"]})
     handles = await aws.create(ClusterSpec(pool_id="p-cap", nodes=2))
-    assert fake.create_calls == [A, A, B, B]
+    assert fake.create_calls == [A, B] and fake.create_counts == [2, 2]
     assert [h.extra["zone"] for h in handles] == [B, B]
     assert zones_of("p-cap") == [B, B]
     await aws.down("p-cap")
@@ -48,6 +55,8 @@ async def test_quota_stops_at_once_naming_the_quota(moto_ec2):
     with pytest.raises(ProvisionError, match=r"quota VcpuLimitExceeded reached in us-east-1a \(no other zone tried\)") as err:
         await aws.create(ClusterSpec(pool_id="p-quota", nodes=2))
     assert fake.create_calls == [A]
+    # the quota is named, with how to raise it (t3 is a standard type)
+    assert "Running On-Demand Standard" in str(err.value) and "--quota-code L-1216C47A" in str(err.value)
     assert (err.value.code, err.value.kind, err.value.zones_tried) == ("VcpuLimitExceeded", "quota", (A,))
     assert count_pool("p-quota") == NOTHING
 
@@ -55,30 +64,31 @@ async def test_quota_stops_at_once_naming_the_quota(moto_ec2):
 async def test_transient_errors_are_retried_in_the_same_zone(moto_ec2):
     aws, fake = faulty(moto_ec2, {A: ["RequestLimitExceeded", "InternalError"]})
     handles = await aws.create(ClusterSpec(pool_id="p-retry", nodes=2))
-    assert fake.create_calls == [A, A, A, A]
+    assert fake.create_calls == [A, A, A]  # only the RunInstances call is retried, for both nodes
+    assert fake.create_counts == [2, 2, 2]
     assert [h.extra["zone"] for h in handles] == [A, A]
     await aws.down("p-retry")
     assert count_pool("p-retry") == NOTHING
 
 
 async def test_no_capacity_anywhere_names_every_zone_tried(moto_ec2):
-    aws, fake = faulty(moto_ec2, {A: ["InsufficientInstanceCapacity"], B: [None, "InsufficientInstanceCapacity"]})
+    aws, fake = faulty(moto_ec2, {A: ["InsufficientInstanceCapacity"], B: ["InsufficientInstanceCapacity"]})
     with pytest.raises(ProvisionError, match=r"no capacity for nodes \[0, 1\] in any zone.*zones tried: us-east-1a, us-east-1b") as err:
         await aws.create(ClusterSpec(pool_id="p-nocap", nodes=2))
-    assert fake.create_calls == [A, B, B]
+    assert fake.create_calls == [A, B]
     assert (err.value.code, err.value.kind, err.value.zones_tried) == ("InsufficientInstanceCapacity", "capacity", (A, B))
     cleaned = err.value.cleaned_up
-    assert sum(item.startswith("instance i-") for item in cleaned) == 1  # node 0, made in zone b
+    assert not any(item.startswith("instance i-") for item in cleaned)  # RunInstances is all or nothing
     assert any(item.startswith("security group sg-") for item in cleaned)
     assert "key pair skyhive-p-nocap" in cleaned
     assert count_pool("p-nocap") == NOTHING
 
 
 async def test_fatal_error_stops_without_trying_other_zones(moto_ec2):
-    aws, fake = faulty(moto_ec2, {A: [None, "InvalidParameterValue"]})
+    aws, fake = faulty(moto_ec2, {A: ["InvalidParameterValue"]})
     with pytest.raises(ProvisionError, match="InvalidParameterValue") as err:
         await aws.create(ClusterSpec(pool_id="p-fatal", nodes=2))
-    assert fake.create_calls == [A, A]
+    assert fake.create_calls == [A]
     assert err.value.kind == "fatal" and err.value.cleaned_up
     assert count_pool("p-fatal") == NOTHING
 

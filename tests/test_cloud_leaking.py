@@ -1,6 +1,6 @@
 """A teardown the provider does not confirm is never recorded as done (issue 22, point 1).
 
-EC2 on moto_server behind `FaultInjectingEC2Proxy` (a FAKE front that answers chosen actions with the
+EC2 on moto_server behind `FakeEC2FaultProxy` (a FAKE front that answers chosen actions with the
 error AWS sends): while `TerminateInstances` and `DeleteSecurityGroup` keep failing with
 `InternalError`, closing the pool leaves its nodes `terminating` and the pool `leaking` — the caller
 gets `TeardownIncomplete` naming the instance ids, `skyhive ls` (without -a) shows the pool, `skyhive
@@ -22,7 +22,7 @@ from skyhive.providers.cloud.base import CloudTimeouts
 from skyhive.runtime.events.log import pool_log_path, read_log
 from skyhive.runtime.events.state import fold
 from tests.cloud_fakes import LocalMappedAWS
-from tests.infra.ec2_fault_proxy import fault_proxy
+from tests.infra.ec2_fault_proxy import FakeEC2FaultProxy
 from tests.infra.moto_ec2 import count_pool, ec2_client
 
 pytestmark = [pytest.mark.loopback_only]
@@ -49,7 +49,7 @@ def instance_ids(pool: str, endpoint: str) -> list[str]:
 
 
 def test_a_failed_teardown_leaves_the_pool_leaking_until_down_finishes_it(moto_server, skyhive_home):
-    with fault_proxy(moto_server.endpoint) as proxy:
+    with FakeEC2FaultProxy(moto_server.endpoint) as proxy:
         aws = LocalMappedAWS(region="us-east-1", instance_type="t3.micro", image=moto_server.image,
                              endpoint=proxy.endpoint, ssh_cidr="192.0.2.1/32",
                              timeouts=CloudTimeouts(poll=0.05, terminate=10, cleanup=5))
@@ -59,9 +59,12 @@ def test_a_failed_teardown_leaves_the_pool_leaking_until_down_finishes_it(moto_s
                 assert pool.broadcast(os.getpid) is not None
                 ids = instance_ids("p-leak", moto_server.endpoint)
                 assert len(ids) == 2
-                proxy.failing = {"TerminateInstances": "InternalError", "DeleteSecurityGroup": "InternalError"}
+                before = {a: len(proxy.actions(a)) for a in ("TerminateInstances", "DeleteSecurityGroup")}
+                for action in before:  # every call from now on answered with EC2's InternalError
+                    proxy.fail(action, "InternalError", at=before[action] + 1, times=10**9)
                 raise RuntimeError("the user's own error")
-        assert proxy.refused["TerminateInstances"] >= 2 and proxy.refused["DeleteSecurityGroup"] >= 1
+        refused = {a: len(proxy.actions(a)) - n for a, n in before.items()}
+        assert refused["TerminateInstances"] >= 2 and refused["DeleteSecurityGroup"] >= 1
         # the caller is told what may still run, with the ids, and the error the block raised
         message = str(err.value)
         assert err.value.pool_id == "p-leak" and err.value.leaked == (*ids, "shared resources")
@@ -93,7 +96,7 @@ def test_a_failed_teardown_leaves_the_pool_leaking_until_down_finishes_it(moto_s
         assert listed("p-leak")["status"] == "leaking"
 
         # EC2 answers again: down retries, the provider confirms, and only then is the pool stopped
-        proxy.failing = {}
+        proxy.faults.clear()
         done = skyhive("down", "p-leak")
         assert done.returncode == 0, done.stdout + done.stderr
         assert "2 provider nodes destroyed" in done.stdout
@@ -107,7 +110,7 @@ def test_a_failed_teardown_leaves_the_pool_leaking_until_down_finishes_it(moto_s
 
 
 def test_a_teardown_that_succeeds_is_not_leaking(moto_server, skyhive_home):
-    with fault_proxy(moto_server.endpoint) as proxy:
+    with FakeEC2FaultProxy(moto_server.endpoint) as proxy:
         aws = LocalMappedAWS(region="us-east-1", instance_type="t3.micro", image=moto_server.image,
                              endpoint=proxy.endpoint, ssh_cidr="192.0.2.1/32", timeouts=CloudTimeouts(poll=0.05))
         with sky.Pool(provider=aws, nodes=1, name="p-fine", output=None) as pool:

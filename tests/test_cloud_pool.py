@@ -106,8 +106,10 @@ def gpus() -> int:
 
 
 async def test_a_gpu_pool_gets_the_type_and_reports_its_gpu_count(moto_ec2, skyhive_home):
-    # moto accepts any instance type; no GPU exists here, the count comes from the machine table
-    aws = provider(moto_ec2)
+    # moto accepts any instance type; no GPU exists here, the count comes from the machine table. moto has
+    # no placement groups (the default for multi-node GPU pools): tested through the fake proxy in
+    # test_cloud_aws_network instead
+    aws = provider(moto_ec2, placement_group=False)
     async with sky.Pool(provider=aws, nodes=2, name="p-gpu", accelerator="T4",
                         plugins=[sky.plugins.torch()]) as pool:
         assert await pool.broadcast(gpus) == [1, 1]

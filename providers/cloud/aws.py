@@ -12,111 +12,80 @@ from __future__ import annotations
 
 import logging
 import os
+import random
+import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, TypeVar
+
+import anyio.to_thread
 
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
-from . import catalog
+from . import aws_credentials, aws_images, aws_launch, catalog
+from .aws_data import (EC2_ERRORS, EC2_STATES, EFA_TYPES, LAUNCH_TAG, NODE_TAG, PLACEMENT_TAG, POOL_TAG,
+                       JUST_MADE, READY_COMMAND, USER_DATA, b64, client_token, vcpu_quota)
+from .aws_network import AWSNetwork
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
 from .keys import pool_key, remove_pool_key
 
-__all__ = ["AWS", "POOL_TAG", "NODE_TAG", "EC2_ERRORS", "EC2_STATES"]
+T = TypeVar("T")
+
+__all__ = ["AWS", "POOL_TAG", "NODE_TAG", "LAUNCH_TAG", "USER_DATA", "READY_COMMAND", "EC2_ERRORS", "EC2_STATES", "EFA_TYPES", "client_token",
+           "vcpu_quota"]
 
 log = logging.getLogger(__name__)
-
-POOL_TAG = "skyhive-pool"
-NODE_TAG = "skyhive-node"
-
-#: EC2 error codes -> what they mean for provisioning (codes ending ".NotFound" are NOT_FOUND).
-EC2_ERRORS: Mapping[str, ErrorKind] = {
-    # this zone cannot take the request now: the next zone may
-    "InsufficientInstanceCapacity": ErrorKind.CAPACITY,
-    "InsufficientHostCapacity": ErrorKind.CAPACITY,
-    "InsufficientReservedInstanceCapacity": ErrorKind.CAPACITY,
-    "InsufficientCapacity": ErrorKind.CAPACITY,
-    "SpotMaxPriceTooLow": ErrorKind.CAPACITY,
-    "Unsupported": ErrorKind.CAPACITY,  # the instance type is not offered in this zone
-    # the account's limits: no other zone of the region helps
-    "InstanceLimitExceeded": ErrorKind.QUOTA,
-    "VcpuLimitExceeded": ErrorKind.QUOTA,
-    "MaxSpotInstanceCountExceeded": ErrorKind.QUOTA,
-    "InsufficientFreeAddressesInSubnet": ErrorKind.QUOTA,
-    "AddressLimitExceeded": ErrorKind.QUOTA,
-    "SecurityGroupLimitExceeded": ErrorKind.QUOTA,
-    "KeyPairLimitExceeded": ErrorKind.QUOTA,
-    # the service is busy or briefly failing: retry the same call
-    "RequestLimitExceeded": ErrorKind.TRANSIENT,
-    "Throttling": ErrorKind.TRANSIENT,
-    "ThrottlingException": ErrorKind.TRANSIENT,
-    "InternalError": ErrorKind.TRANSIENT,
-    "InternalFailure": ErrorKind.TRANSIENT,
-    "ServiceUnavailable": ErrorKind.TRANSIENT,
-    "Unavailable": ErrorKind.TRANSIENT,
-    # something still uses the resource (an instance's network interface holds its security group)
-    "DependencyViolation": ErrorKind.DEPENDENCY,
-    "InvalidGroup.InUse": ErrorKind.DEPENDENCY,
-}
-
-#: EC2 instance states -> lifecycle states.
-EC2_STATES: Mapping[str, str] = {
-    "pending": "provisioning",
-    "running": "running",
-    "stopping": "terminating",
-    "stopped": "terminating",
-    "shutting-down": "terminating",
-    "terminated": "terminated",
-}
-
-#: What a node's user data does: installs uv (one static binary) so that bootstrap can install the client's
-#: Python version when the image has another; everything else is done over SSH by the client's bootstrap.
-USER_DATA = """#!/bin/sh
-command -v uv >/dev/null 2>&1 || (curl -LsSf https://astral.sh/uv/install.sh |
-    env UV_INSTALL_DIR=/usr/local/bin INSTALLER_NO_MODIFY_PATH=1 sh) || true
-"""
-
-#: Bootstrap waits for this before it looks at a node (cloud-init runs the user data after sshd starts).
-READY_COMMAND = "cloud-init status --wait >/dev/null 2>&1 || true"
-
-#: Default images, by owner and name pattern (the newest match is used): Ubuntu 22.04, and for GPU
-#: machines AWS's Deep Learning base image with the NVIDIA driver.
-DEFAULT_IMAGE = ("099720109477", "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-*")
-DEFAULT_GPU_IMAGE = ("amazon", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*")
-
 
 class AWS(LibcloudProvider):
     """Machines on AWS EC2, created per pool and destroyed with it.
 
     - `region`: where; `zones`: the zones to try, in order (default: every zone of the region that
-      offers the chosen instance type).
+      offers the chosen instance type and has a usable subnet; the others are skipped and named).
     - `instance_type`: a fixed type; default: the cheapest type in the region that satisfies the pool's
       `accelerator` ("A100", "A100:8"), `cpus` and `memory_gb` (see `providers.cloud.catalog`).
-    - `spot`: spot instances; `image`: an AMI id (default: Ubuntu 22.04, or the Deep Learning base image
-      for GPU types); `disk_gb`: the root volume; `ssh_user`: the image's login user.
-    - `ssh_cidr`: who may open SSH to the nodes (default: this client's address; "127.0.0.1/32" against
-      a test `endpoint`); nodes of the pool reach each other on every port.
+    - `spot`: spot instances (priced from the table's spot column where it has one).
+    - `image`: an AMI id; default by GPU generation (`aws_images`: proprietary-driver Deep Learning Base
+      AMI before Turing, the OSS-driver one from Turing on, Ubuntu 22.04 without a GPU); `ssh_user`: the
+      image's login user (default: follows the image). `disk_gb`: the root volume.
+    - `profile`: the AWS profile (default ``AWS_PROFILE``, then "default"); credentials come from the
+      standard chain (`aws_credentials`) and are never recorded.
+    - `vpc`: a VPC id (default: the region's default VPC); `subnet` / `subnets`: the subnet (one per zone)
+      nodes launch in (their zones are then the zones tried); `security_group`: an existing group id to
+      use instead of a group made per pool (it must let the client SSH in and the nodes reach each other).
+    - `efa`: EFA interfaces on the types that have them (default: on, for pools of more than one node);
+      `placement_group`: a cluster placement group made and deleted with the pool (default: on for
+      multi-node GPU pools).
+    - `ssh_cidr`: who may open SSH to the nodes (default: this client's public address, looked up; "127.0.0.1/32"
+      against a test `endpoint`); nodes of the pool reach each other on every port.
     - `idle_timeout`: seconds with no client connected after which a node shuts itself down (its idle
       watchdog, started by bootstrap, runs `shutdown_command`; instances terminate on shutdown); None: no
       watchdog. A connected client keeps its nodes however long a job runs.
     - `endpoint`: an EC2-compatible endpoint (``http://127.0.0.1:5000`` for moto_server) instead of AWS.
-    Credentials come from the standard ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
-    ``AWS_SESSION_TOKEN`` variables and are never recorded.
+
+    Launching is idempotent: one RunInstances per zone attempt for every node still missing, with a
+    ClientToken from (pool, zone, attempt); only that call is retried (jittered backoff), and before each
+    retry what already runs is counted by tag, so a pool never holds more instances than nodes.
     """
 
     name: ClassVar[str] = "aws"
     error_kinds = EC2_ERRORS
     state_map = EC2_STATES
+    retries_launch = True
     chooses = frozenset({"accelerator", "cpus", "memory_gb", "spot"})
     resource_options = {"region": "region", "zone": "zones", "instance_type": "instance_type", "image_id": "image",
                         "disk_size": "disk_gb"}
 
     def __init__(self, region: str = "us-east-1", zones: Sequence[str] | None = None, instance_type: str | None = None,
-                 spot: bool = False, image: str | None = None, disk_gb: int = 100, ssh_user: str = "ubuntu",
+                 spot: bool = False, image: str | None = None, disk_gb: int = 100, ssh_user: str | None = None,
                  ssh_cidr: str | None = None, endpoint: str | None = None, idle_timeout: float | None = 1800.0,
-                 shutdown_command: str = "sudo shutdown -h now", timeouts: CloudTimeouts | None = None) -> None:
+                 shutdown_command: str = "sudo shutdown -h now", timeouts: CloudTimeouts | None = None, *,
+                 profile: str | None = None, vpc: str | None = None, subnet: str | None = None,
+                 subnets: Sequence[str] | None = None, security_group: str | None = None,
+                 efa: bool | None = None, placement_group: bool | None = None) -> None:
         super().__init__(timeouts=timeouts)
         if disk_gb < 8:
             raise ValueError(f"disk_gb must be at least 8, not {disk_gb}")
+        if subnet and subnets:
+            raise ValueError("give subnet= (one) or subnets= (one per zone), not both")
         self.region = region
         self.zones = list(zones) if zones else None
         self.instance_type = instance_type
@@ -130,35 +99,102 @@ class AWS(LibcloudProvider):
             raise ValueError(f"idle_timeout must be positive seconds or None (no watchdog), not {idle_timeout}")
         self.idle_timeout = idle_timeout
         self.shutdown_command = shutdown_command
+        self.profile = profile
+        self.vpc = vpc
+        self.subnets = [subnet] if subnet else (list(subnets) if subnets else None)
+        self.security_group = security_group
+        self.efa = efa
+        self.placement_group = placement_group
         self._driver: Any = None
+        self._network: AWSNetwork | None = None
         self._plans: dict[str, catalog.Choice] = {}
-        self._shared: dict[str, tuple[str, str]] = {}  # pool id -> (key pair name, security group id)
+        self._shared: dict[str, tuple[str, str, str | None]] = {}  # pool -> (key pair, group id, placement group)
+        self._images: dict[str, Any] = {}
+        self._attempts: dict[tuple[str, str], int] = {}
+        self._skipped: dict[str, list[str]] = {}  # pool -> "zone (why)" skipped for want of a subnet
+        self._no_credentials: set[str] = set()  # pools that failed before anything could be made
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<AWS region={self.region} type={self.instance_type or 'by resources'} spot={self.spot}>"
 
     def describe(self) -> dict[str, Any]:
-        """Plain values that rebuild this provider (never credentials)."""
+        """Plain values that rebuild this provider (never credentials; the profile's name only)."""
         return {"provider": self.name, "region": self.region, "zones": self.zones, "instance_type": self.instance_type,
                 "spot": self.spot, "image": self.image, "disk_gb": self.disk_gb, "ssh_user": self.ssh_user,
                 "ssh_cidr": self.ssh_cidr, "endpoint": self.endpoint, "idle_timeout": self.idle_timeout,
-                "shutdown_command": self.shutdown_command}
+                "shutdown_command": self.shutdown_command,
+                "profile": self.profile or os.environ.get("AWS_PROFILE"), "vpc": self.vpc,
+                "subnets": self.subnets, "security_group": self.security_group, "efa": self.efa,
+                "placement_group": self.placement_group}
 
     # ---- the driver and errors -------------------------------------------------------------------------
 
     @property
     def driver(self) -> Any:
-        """The libcloud driver (created on first use; credentials from the environment)."""
+        """The libcloud driver (created on first use; credentials from the standard chain)."""
         if self._driver is None:
             from .ec2_driver import make_driver
 
-            key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
-            if not key or not secret:
-                raise ProvisionError("aws: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
-                                     kind="fatal")
-            self._driver = make_driver(key=key, secret=secret, region=self.region,
-                                       token=os.environ.get("AWS_SESSION_TOKEN"), endpoint=self.endpoint)
+            creds = aws_credentials.resolve(self.profile)
+            self._driver = make_driver(key=creds.access_key, secret=creds.secret_key, region=self.region,
+                                       token=creds.token, endpoint=self.endpoint)
         return self._driver
+
+    @property
+    def network(self) -> AWSNetwork:
+        if self._network is None:
+            self._network = AWSNetwork(self)
+        return self._network
+
+    def _retrying(self, what: str, fn: Callable[[], T], *, just_made: bool = False) -> T:
+        """`fn()` in this worker thread, retrying throttling with jittered backoff and (`just_made`) the
+        NotFound of something the pool made moments ago until `visibility_grace` has passed."""
+        delays = self.retry.delays()
+        tries = 0
+        grace = time.monotonic() + self.timeouts.visibility_grace
+        while True:
+            try:
+                return fn()
+            except Exception as exc:
+                kind, code = self.classify(exc), self.error_code(exc)
+                if kind is ErrorKind.TRANSIENT and tries < len(delays):
+                    wait = delays[tries] * random.uniform(0.5, 1.0)
+                    tries += 1
+                elif just_made and code in JUST_MADE and time.monotonic() < grace:
+                    wait = self.timeouts.poll
+                else:
+                    raise
+                log.info("aws: %s: %s; retrying in %.2f s", what, exc, wait)
+                time.sleep(wait)
+
+    #: the vCPU quotas `check` reads (GPU families first)
+    CHECKED_QUOTAS = ("L-417A185B", "L-DB2E81BA", "L-1216C47A")
+
+    @classmethod
+    def check(cls, profile: str | None = None, region: str | None = None) -> list[tuple[str, str]]:
+        """See `LibcloudProvider.check`: the credentials the standard chain finds (and where), and the
+        account's vCPU quotas for the P, G and standard families in `region` (from Service Quotas; the
+        endpoint may be set by ``AWS_ENDPOINT_URL_SERVICE_QUOTAS``)."""
+        try:
+            creds = aws_credentials.resolve(profile)
+        except ProvisionError as exc:
+            return [("credentials", f"NOT FOUND: {exc}")]
+        lines = [("credentials", f"found ({creds.method or 'unknown source'}; key {creds.access_key[:4]}…)")]
+        region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        try:
+            import botocore.config
+            import botocore.session
+
+            session = botocore.session.Session(profile=profile)
+            client = session.create_client("service-quotas", region_name=region, config=botocore.config.Config(
+                connect_timeout=5, read_timeout=10, retries={"max_attempts": 1}))
+            for code in cls.CHECKED_QUOTAS:
+                quota = client.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]
+                lines.append((f"vCPU quota {region}", f"{quota['QuotaName']} ({code}): {quota['Value']:g}"))
+        except Exception as exc:  # noqa: BLE001 - the quota is extra information: say why it is missing
+            lines.append((f"vCPU quota {region}", f"could not be read ({type(exc).__name__}: {exc})"))
+        return lines
 
     # ---- choosing the machine --------------------------------------------------------------------------
 
@@ -179,130 +215,188 @@ class AWS(LibcloudProvider):
             self._plans[spec.pool_id] = choice
         return choice
 
+    def uses_efa(self, spec: ClusterSpec) -> bool:
+        """Whether nodes get an EFA interface: `efa`, else on for multi-node pools of EFA types."""
+        supported = self.choice(spec).instance_type in EFA_TYPES
+        if self.efa is None:
+            return supported and spec.nodes > 1
+        if self.efa and not supported:
+            raise ProvisionError(f"aws: efa=True but {self.choice(spec).instance_type} has no EFA; types with EFA: "
+                                 f"{', '.join(sorted(EFA_TYPES))}", kind="unavailable")
+        return self.efa
+
+    def uses_placement_group(self, spec: ClusterSpec) -> bool:
+        """A cluster placement group: `placement_group`, else on for multi-node GPU pools (nodes close
+        together for NCCL)."""
+        if self.placement_group is not None:
+            return self.placement_group and spec.nodes > 1
+        return spec.nodes > 1 and bool(self.choice(spec).accelerators)
+
+    # ---- the phases that differ ------------------------------------------------------------------------
+
+    async def prepare(self, spec: ClusterSpec) -> None:
+        """See `Provider.prepare`; without credentials it fails before anything is made, and the pool's
+        cleanup then has nothing to do (no warning, nothing listed)."""
+        try:
+            await anyio.to_thread.run_sync(lambda: self.driver)
+        except ProvisionError as exc:
+            if exc.code == aws_credentials.NO_CREDENTIALS:
+                self._no_credentials.add(spec.pool_id)
+            raise
+        await super().prepare(spec)
+
+    async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
+        """See `LibcloudProvider.launch`; a final error also names the zones skipped for want of a subnet
+        and, for a vCPU quota, the quota and how to raise it."""
+        try:
+            return await super().launch(spec, nodes)
+        except ProvisionError as exc:
+            extra = []
+            if exc.code == "VcpuLimitExceeded":
+                choice = self.choice(spec)
+                name, code = vcpu_quota(choice.instance_type, choice.spot)
+                extra.append(f"the vCPU quota {name!r} ({code}) of {self.region} is too low for {spec.nodes} x "
+                             f"{choice.instance_type}; ask for more: Service Quotas console, or `aws service-quotas "
+                             f"request-service-quota-increase --service-code ec2 --quota-code {code} "
+                             f"--desired-value N --region {self.region}`")
+            skipped = self._skipped.get(spec.pool_id)
+            if skipped:
+                extra.append(f"zones skipped: {', '.join(skipped)}")
+            if not extra:
+                raise
+            err = ProvisionError(f"{exc}; {'; '.join(extra)}", host=exc.host, node=exc.node, code=exc.code,
+                                 kind=exc.kind, zones_tried=exc.zones_tried, cleaned_up=exc.cleaned_up)
+            raise err from exc.__cause__ or exc
+
+    async def cleanup(self, pool_id: str) -> None:
+        """See `Provider.cleanup`: first every instance still tagged with the pool is terminated (by tag,
+        not by the handles anyone holds), then what `prepare` made is deleted."""
+        if pool_id in self._no_credentials:
+            return
+        owned = await self.list_owned(pool_id)
+        if owned:
+            log.warning("aws: pool %s: %d instance(s) still tagged with the pool at cleanup: terminating %s",
+                        pool_id, len(owned), ", ".join(h.provider_id for h in owned))
+            await self.terminate(owned)
+        await super().cleanup(pool_id)
+
     # ---- the blocking primitives -----------------------------------------------------------------------
 
     def zones_sync(self, spec: ClusterSpec) -> list[str]:
-        if self.zones:
-            return list(self.zones)
         choice = self.choice(spec)
-        body = self.driver.request({
-            "Action": "DescribeInstanceTypeOfferings", "LocationType": "availability-zone",
-            "Filter.1.Name": "instance-type", "Filter.1.Value.1": choice.instance_type,
-        })
-        offered = sorted({el.text for el in body.iter() if el.tag.endswith("}location") and el.text})
-        return offered
+        if self.zones:
+            offered = list(self.zones)
+        else:
+            body = self._retrying("DescribeInstanceTypeOfferings", lambda: self.driver.request({
+                "Action": "DescribeInstanceTypeOfferings", "LocationType": "availability-zone",
+                "Filter.1.Name": "instance-type", "Filter.1.Value.1": choice.instance_type}))
+            offered = sorted({el.text for el in body.iter() if el.tag.endswith("}location") and el.text})
+        usable, skipped = self.network.usable_zones(offered)
+        self._skipped[spec.pool_id] = skipped
+        if skipped:
+            log.warning("aws: pool %s: zones skipped: %s", spec.pool_id, ", ".join(skipped))
+        if not usable and offered:
+            raise ProvisionError(f"aws: no zone of {self.region} that offers {choice.instance_type} has a usable "
+                                 f"subnet: {', '.join(skipped)}; pass subnet=/subnets= or vpc=", kind="fatal")
+        return usable
 
     def prepare_sync(self, spec: ClusterSpec) -> None:
         choice = self.choice(spec)
         log.info("aws: pool %s: %s", spec.pool_id, choice.summary())
-        key_name = self._key_pair(spec.pool_id)
-        group_id = self._security_group(spec.pool_id)
-        self._shared[spec.pool_id] = (key_name, group_id)
+        key_name = self._key_pair(spec.pool_id, placement=self.uses_placement_group(spec))
+        group_id = self.security_group or self.network.pool_group(spec.pool_id, efa=self.uses_efa(spec))
+        placement = self.network.placement_group(spec.pool_id) if self.uses_placement_group(spec) else None
+        self._shared[spec.pool_id] = (key_name, group_id, placement)
 
     def _tags(self, pool_id: str, resource: str) -> dict[str, str]:
         return {"TagSpecification.1.ResourceType": resource, "TagSpecification.1.Tag.1.Key": POOL_TAG,
                 "TagSpecification.1.Tag.1.Value": pool_id}
 
-    def _key_pair(self, pool_id: str) -> str:
+    def _key_pair(self, pool_id: str, *, placement: bool = False) -> str:
+        """The pool's key pair (imported once). It also carries, as a tag, whether the pool has a placement
+        group, so that a cleanup in any process knows to look for one."""
         name = f"skyhive-{pool_id}"
         _, public = pool_key(pool_id)
-        owned = self._owned_key_pairs(pool_id)
-        if name not in owned:
-            self.driver.request({"Action": "ImportKeyPair", "KeyName": name, "PublicKeyMaterial": _b64(public),
-                                 **self._tags(pool_id, "key-pair")})
+        if name not in self._owned_key_pairs(pool_id):
+            tags = self._tags(pool_id, "key-pair")
+            if placement:
+                tags.update({"TagSpecification.1.Tag.2.Key": PLACEMENT_TAG, "TagSpecification.1.Tag.2.Value": name})
+            self._retrying("ImportKeyPair", lambda: self.driver.request({
+                "Action": "ImportKeyPair", "KeyName": name, "PublicKeyMaterial": b64(public), **tags}))
         return name
 
-    def _owned_key_pairs(self, pool_id: str) -> list[str]:
-        body = self.driver.request({"Action": "DescribeKeyPairs", "Filter.1.Name": f"tag:{POOL_TAG}",
-                                    "Filter.1.Value.1": pool_id})
-        return [el.text for el in body.iter() if el.tag.endswith("}keyName") and el.text]
+    def _owned_key_pairs(self, pool_id: str) -> dict[str, dict[str, str]]:
+        """The pool's key pairs (by tag): name -> its tags."""
+        body = self._retrying("DescribeKeyPairs", lambda: self.driver.request({
+            "Action": "DescribeKeyPairs", "Filter.1.Name": f"tag:{POOL_TAG}", "Filter.1.Value.1": pool_id}))
+        found = {}
+        for item in body.iter():
+            name = next((el.text for el in item if el.tag.endswith("}keyName") and el.text), None)
+            if name is None:
+                continue
+            tags = {}
+            for tag in item.iter():
+                if tag.tag.endswith("}item"):
+                    fields = {el.tag.rsplit("}", 1)[-1]: el.text or "" for el in tag}
+                    if "key" in fields:
+                        tags[fields["key"]] = fields.get("value", "")
+            found[name] = tags
+        return found
 
     def _owned_groups(self, pool_id: str) -> list[str]:
-        return [g.id for g in self.driver.ex_get_security_groups(filters={f"tag:{POOL_TAG}": pool_id})]
-
-    def _security_group(self, pool_id: str) -> str:
-        owned = self._owned_groups(pool_id)
-        if owned:
-            return owned[0]
-        vpc = self._default_vpc()
-        name = f"skyhive-{pool_id}"
-        created = self.driver.request({"Action": "CreateSecurityGroup", "GroupName": name, "VpcId": vpc,
-                                       "GroupDescription": f"skyhive pool {pool_id}: SSH from the client, all "
-                                                           f"traffic within the pool", **self._tags(pool_id, "security-group")})
-        group_id = next(el.text for el in created.iter() if el.tag.endswith("}groupId"))
-        self.driver.ex_authorize_security_group_ingress(group_id, 22, 22, cidr_ips=[self._ssh_cidr()], protocol="tcp")
-        self.driver.ex_authorize_security_group_ingress(group_id, 0, 65535, group_pairs=[{"group_id": group_id}],
-                                                        protocol="-1")
-        return group_id
-
-    def _ssh_cidr(self) -> str:
-        if self.ssh_cidr:
-            return self.ssh_cidr
-        if self.endpoint:
-            return "127.0.0.1/32"
-        from urllib.request import urlopen  # the client's public address, as AWS sees it
-
-        with urlopen("https://checkip.amazonaws.com", timeout=10) as resp:  # noqa: S310 - fixed https URL
-            return resp.read().decode().strip() + "/32"
-
-    def _default_vpc(self) -> str:
-        for net in self.driver.ex_list_networks():
-            if str(net.extra.get("is_default")).lower() == "true":
-                return net.id
-        raise ProvisionError(f"aws: region {self.region} has no default VPC", kind="fatal")
-
-    def _subnet(self, zone: str) -> Any:
-        vpc = self._default_vpc()
-        for subnet in self.driver.ex_list_subnets(filters={"vpc-id": vpc, "availability-zone": zone}):
-            return subnet
-        raise ProvisionError(f"aws: the default VPC has no subnet in {zone}", kind="fatal")
+        return self.network.owned_groups(pool_id)
 
     def _image(self, choice: catalog.Choice) -> Any:
-        """The AMI to boot (its root device name sizes the root volume)."""
+        """The AMI to boot (its root device name sizes the root volume; its name says the login user)."""
+        key = self.image or choice.accelerator or ""
+        if key in self._images:
+            return self._images[key]
         if self.image:
-            return self.driver.get_image(self.image)
-        owner, pattern = DEFAULT_GPU_IMAGE if choice.accelerators else DEFAULT_IMAGE
-        images = self.driver.list_images(ex_owner=owner, ex_filters={"name": pattern, "architecture": "x86_64"})
-        if not images:
-            raise ProvisionError(f"aws: no image named {pattern!r} in {self.region}: pass image=", kind="fatal")
-        return max(images, key=lambda im: im.extra.get("creation_date") or "")
+            image = self._retrying("DescribeImages", lambda: self.driver.get_image(self.image))
+        else:
+            try:
+                spec = aws_images.default_image(choice.accelerator)
+            except ValueError as exc:
+                raise ProvisionError(f"aws: {choice.instance_type}: {exc}", kind="fatal") from None
+            found = self._retrying("DescribeImages", lambda: self.driver.list_images(
+                ex_owner=spec.owner, ex_filters={"name": spec.name}))
+            # x86_64 only, checked here (moto does not filter on architecture)
+            images = [im for im in found if im.extra.get("architecture") in (None, "", "x86_64")]
+            if not images:
+                raise ProvisionError(f"aws: no image named {spec.name!r} of owner {spec.owner} in {self.region}: "
+                                     f"pass image=", kind="fatal")
+            image = max(images, key=lambda im: im.extra.get("creation_date") or "")
+        self._images[key] = image
+        return image
+
+    def login_user(self, image: Any) -> str:
+        """`ssh_user`, else the user the image's name implies."""
+        if self.ssh_user:
+            return self.ssh_user
+        return aws_images.user_for_image(f"{image.name or ''} {image.extra.get('description') or ''}")
+
+    def run_params(self, spec: ClusterSpec, zone: str, count: int, token: str, launch_id: str) -> dict[str, str]:
+        """The RunInstances parameters of one zone attempt for `count` nodes (see `aws_launch`)."""
+        return aws_launch.run_params(self, spec, zone, count, token, launch_id)
 
     def launch_sync(self, spec: ClusterSpec, nodes: Sequence[int], zone: str) -> list[NodeHandle]:
-        from libcloud.compute.base import NodeSize
+        """One zone attempt, idempotent (see `aws_launch.launch_in_zone`)."""
+        return aws_launch.launch_in_zone(self, spec, nodes, zone)
 
-        choice = self.choice(spec)
-        shared = self._shared.get(spec.pool_id)
-        if shared is None:  # prepared by another call (or process): found again by tag
-            groups = self._owned_groups(spec.pool_id)
-            if not groups:
-                raise ProvisionError(f"aws: pool {spec.pool_id} has no security group: prepare() must run first",
-                                     kind="fatal")
-            shared = self._shared[spec.pool_id] = (f"skyhive-{spec.pool_id}", groups[0])
-        key_name, group_id = shared
-        subnet = self._subnet(zone)
-        size = NodeSize(choice.instance_type, choice.instance_type, 0, self.disk_gb, 0, 0, self.driver)
-        image = self._image(choice)
-        root_device = image.extra.get("root_device_name") or "/dev/sda1"
-        extra_tags = dict(spec.tags)
-        handles = []
-        for index in nodes:
-            node = self.driver.create_node(
-                name=f"skyhive-{spec.pool_id}-{index}", size=size, image=image, ex_keyname=key_name,
-                ex_security_group_ids=[group_id], ex_subnet=subnet, ex_assign_public_ip=True,
-                ex_metadata={**extra_tags, POOL_TAG: spec.pool_id, NODE_TAG: str(index)},
-                ex_userdata=USER_DATA, ex_terminate_on_shutdown=True, ex_spot=bool(choice.spot),
-                ex_blockdevicemappings=[{"DeviceName": root_device, "Ebs": {
-                    "VolumeSize": self.disk_gb, "VolumeType": "gp3", "DeleteOnTermination": "true"}}],
-            )
-            handles.append(self._handle(node, spec.pool_id, launched_at=time.time()))
-        return handles
+    def _terminate_quietly(self, instance_id: str) -> None:
+        try:
+            self.terminate_sync(instance_id)
+        except Exception as exc:  # found by tag at the pool's end
+            log.warning("aws: terminating %s failed (%s); the pool's cleanup terminates it by tag", instance_id, exc)
 
     def list_sync(self, pool_id: str, states: Sequence[str] | None = ACTIVE_STATES) -> list[NodeHandle]:
+        if pool_id in self._no_credentials:
+            return []
         filters: dict[str, Any] = {f"tag:{POOL_TAG}": pool_id}
         if states is not None:
             filters["instance-state-name"] = list(states)
-        return sorted((self._handle(n, pool_id) for n in self.driver.list_nodes(ex_filters=filters)),
-                      key=lambda h: (h.node, h.provider_id))
+        found = self._retrying("DescribeInstances", lambda: self.driver.list_nodes(ex_filters=filters))
+        return sorted((self._handle(n, pool_id) for n in found), key=lambda h: (h.node, h.provider_id))
 
     def terminate_sync(self, provider_id: str) -> None:
         from libcloud.compute.base import Node
@@ -310,27 +404,29 @@ class AWS(LibcloudProvider):
         self.driver.destroy_node(Node(provider_id, "", None, [], [], self.driver))
 
     def cleanup_sync(self, pool_id: str) -> list[str]:
-        deleted = []
-        for group_id in self._owned_groups(pool_id):
-            try:  # returns False under moto although the group is gone: the listing below decides
-                self.driver.ex_delete_security_group_by_id(group_id)
-            except Exception as exc:
-                if self.classify(exc) is not ErrorKind.NOT_FOUND:
-                    raise
-            if group_id not in self._owned_groups(pool_id):
-                deleted.append(f"security group {group_id}")
-        for name in self._owned_key_pairs(pool_id):
-            self.driver.request({"Action": "DeleteKeyPair", "KeyName": name})
+        if pool_id in self._no_credentials:
+            return []
+        deleted = self.network.delete_pool_groups(pool_id)
+        keys = self._owned_key_pairs(pool_id)
+        if any(PLACEMENT_TAG in tags for tags in keys.values()):  # the placement group goes before its marker
+            deleted += self.network.delete_placement_group(pool_id)
+        for name in keys:
+            self._retrying("DeleteKeyPair", lambda: self.driver.request({"Action": "DeleteKeyPair", "KeyName": name}))
             deleted.append(f"key pair {name}")
-        remaining = self._owned_groups(pool_id)
-        if remaining:
-            raise ProvisionError(f"aws: security groups {remaining} of pool {pool_id} still exist", kind="fatal")
         if remove_pool_key(pool_id):
             deleted.append("the pool's private key")
         self._shared.pop(pool_id, None)
         return deleted
 
     # ---- records ---------------------------------------------------------------------------------------
+
+    def _user_of(self, instance_type: str) -> str:
+        """The login user: `ssh_user`, else the one the (resolved) image implies, else Ubuntu's."""
+        if self.ssh_user:
+            return self.ssh_user
+        info = catalog.instance("aws", instance_type) if instance_type else None
+        image = self._images.get(self.image or (info.accelerator if info else None) or "")
+        return self.login_user(image) if image is not None else "ubuntu"
 
     def _handle(self, node: Any, pool_id: str, launched_at: float | None = None) -> NodeHandle:
         tags = node.extra.get("tags") or {}
@@ -341,21 +437,15 @@ class AWS(LibcloudProvider):
         info = catalog.instance("aws", instance_type) if instance_type else None
         key_path, _ = pool_key(pool_id, create=False)
         extra: dict[str, Any] = {"pool_id": pool_id, "zone": node.extra.get("availability"),
-                                 "instance_type": instance_type}
+                                 "instance_type": instance_type, "launch": tags.get(LAUNCH_TAG)}
         if launched_at is not None:
             extra["launched_at"] = launched_at
         return NodeHandle(
             node=int(tags.get(NODE_TAG, -1)), provider_id=node.id, private_addr=private, public_addr=public,
-            reach=SSHReach(host=public or private or "", user=self.ssh_user, key=str(key_path),
+            reach=SSHReach(host=public or private or "", user=self._user_of(instance_type), key=str(key_path),
                            idle_shutdown=self.idle_timeout or 0.0, shutdown_command=self.shutdown_command,
                            ready_command=READY_COMMAND),
             accelerators=info.accelerators if info else 0, accelerator=info.accelerator if info else None,
             state=state, extra=extra,
         )
-
-
-def _b64(text: str) -> str:
-    import base64
-
-    return base64.b64encode(text.encode()).decode()
 

@@ -99,10 +99,25 @@ class LibcloudProvider(Provider):
     #: a fresh machine runs (for the cloud) a while before its sshd answers: retried this long
     connect_retry: ClassVar[float] = 300.0
 
+    #: the cloud's `launch_sync` retries its own create call (idempotently: it counts what already runs
+    #: before each retry); the base then calls it once per zone instead of retrying it whole
+    retries_launch: ClassVar[bool] = False
+
     def __init__(self, *, timeouts: CloudTimeouts | None = None) -> None:
         self.timeouts = timeouts or CloudTimeouts()
         self._listings: dict[str, tuple[float, list[NodeHandle]]] = {}  # pool -> (when it began, nodes)
         self._listing_locks: dict[str, anyio.Lock] = {}
+
+    @classmethod
+    def check(cls) -> list[tuple[str, str]]:
+        """What `skyhive check` says about this cloud on this machine: (item, status) lines — whether
+        credentials were found and, where the cloud's API can say, the quotas that matter. Blocking; makes
+        nothing. The default says where the cloud's usual credentials were found (`offers.credentials`);
+        a cloud whose API can say more (AWS: quotas) overrides it."""
+        from .offers import credentials
+
+        where = credentials().get(cls.name)
+        return [("credentials", f"found: {where}" if where else "none found")]
 
     # ---- what a cloud implements (blocking; called in worker threads) ------------------------------
 
@@ -214,7 +229,10 @@ class LibcloudProvider(Provider):
             for zone in zones:
                 tried.append(zone)
                 try:
-                    handles = await self.call(self.launch_sync, spec, nodes, zone)
+                    if self.retries_launch:
+                        handles = await anyio.to_thread.run_sync(functools.partial(self.launch_sync, spec, nodes, zone))
+                    else:
+                        handles = await self.call(self.launch_sync, spec, nodes, zone)
                     # a cancellation that arrived while the create call ran in its thread lands here, so
                     # that the nodes it made are terminated below instead of returned to nobody
                     await anyio.lowlevel.checkpoint()

@@ -49,20 +49,36 @@ class Choice:
     nodes: int
     spot: bool
     zones: tuple[str, ...] = ()
-    spot_price_per_hour: float | None = None  # when the table has a spot price (GCP, Azure)
+    #: the table's spot price (USD/h, its cheapest zone), where it has one; "" / None: none known
+    spot_price_per_hour: float | None = None
+    #: where the price comes from ("libcloud", "skypilot-catalog"; "" when the table says nothing)
+    price_source: str = ""
+
+    @property
+    def hourly(self) -> float | None:
+        """What one node costs per hour: the spot price for a spot pool where the table has one, else on-demand."""
+        if self.spot and self.spot_price_per_hour is not None:
+            return self.spot_price_per_hour
+        return self.price_per_hour
 
     @property
     def cost_per_hour(self) -> float | None:
-        """The pool's estimated cost per hour (on-demand price × nodes; spot is usually less)."""
-        return None if self.price_per_hour is None else round(self.price_per_hour * self.nodes, 4)
+        """The pool's estimated cost per hour (`hourly` × nodes; a spot pool without a spot price is
+        estimated at on-demand, which it will not exceed)."""
+        return None if self.hourly is None else round(self.hourly * self.nodes, 4)
 
     def summary(self) -> str:
         if not self.vcpus:  # a type taken on trust (`unpriced`): nothing known about it but its name
             return f"{self.instance_type} in {self.region}{' (spot)' if self.spot else ''}: price unknown"
         gpus = f", {self.accelerators}x {self.accelerator}" if self.accelerator else ""
-        price = "price unknown" if self.price_per_hour is None else (
-            f"${self.price_per_hour:.4g}/h on demand{' (spot: less)' if self.spot else ''}, "
-            f"pool of {self.nodes}: ${self.cost_per_hour:.4g}/h")
+        if self.spot and self.spot_price_per_hour is not None:
+            on_demand = "" if self.price_per_hour is None else f" (on demand ${self.price_per_hour:.4g}/h)"
+            price = (f"${self.spot_price_per_hour:.4g}/h spot{on_demand}, pool of {self.nodes}: "
+                     f"${self.cost_per_hour:.4g}/h")
+        else:
+            price = "price unknown" if self.price_per_hour is None else (
+                f"${self.price_per_hour:.4g}/h on demand{' (spot: less)' if self.spot else ''}, "
+                f"pool of {self.nodes}: ${self.cost_per_hour:.4g}/h")
         return (f"{self.instance_type} in {self.region} ({self.vcpus} vCPU, {self.memory_gb:g} GB{gpus}): {price}")
 
     def as_dict(self) -> dict[str, Any]:
@@ -70,7 +86,7 @@ class Choice:
                 "vcpus": self.vcpus, "memory_gb": self.memory_gb, "accelerator": self.accelerator,
                 "accelerators": self.accelerators, "price_per_hour": self.price_per_hour,
                 "cost_per_hour": self.cost_per_hour, "nodes": self.nodes, "spot": self.spot,
-                "spot_price_per_hour": self.spot_price_per_hour}
+                "spot_price_per_hour": self.spot_price_per_hour, "price_source": self.price_source}
 
 
 @functools.cache
@@ -141,9 +157,10 @@ def choose(cloud: str, region: str, *, accelerator: str | None = None, cpus: flo
         cpus = DEFAULT_CPUS if cpus is None else cpus
         memory_gb = DEFAULT_MEMORY_GB if memory_gb is None else memory_gb
     best: tuple[float, str] | None = None
-    for itype, (price, *_rest) in regional.items():
+    for itype, row in regional.items():
+        price = row[0]
         info = instance(cloud, itype)
-        if info is None or _unmet(info, want_name, want_count, cpus, memory_gb, exact):
+        if price is None or info is None or _unmet(info, want_name, want_count, cpus, memory_gb, exact):
             continue
         if want_name is None and info.accelerators:  # no GPU asked for: do not pay for one
             continue
@@ -169,10 +186,12 @@ def unpriced(cloud: str, region: str, instance_type: str, *, nodes: int, spot: b
 def _choice(cloud: str, region: str, info: InstanceInfo, price: list[Any], nodes: int, spot: bool) -> Choice:
     separator = _table(cloud).get("zone_separator", "")  # GCE: us-east1 + "-" + b
     zones = tuple(region + separator + letter for letter in (price[1] or ""))
+    spot_price = price[2] if len(price) > 2 else None  # rows: [price, zone letters, spot price, source]
+    source = price[3] if len(price) > 3 else ""
     return Choice(cloud=cloud, region=region, instance_type=info.instance_type, vcpus=info.vcpus,
                   memory_gb=info.memory_gb, accelerator=info.accelerator, accelerators=info.accelerators,
-                  price_per_hour=price[0], nodes=nodes, spot=spot, zones=zones,
-                  spot_price_per_hour=price[2] if len(price) > 2 else None)
+                  price_per_hour=price[0], nodes=nodes, spot=spot, zones=zones, spot_price_per_hour=spot_price,
+                  price_source=source)
 
 
 def _unmet(info: InstanceInfo, name: str | None, count: int | None, cpus: float | None,

@@ -14,7 +14,7 @@ they live on a driver subclass that only skyhive uses.
    AWS documents 1-based lists) and ``get_key_pair(name)`` returns the account's first key under moto.
    `create_tags` sends ``ResourceId.1``; `find_key_pair` filters the listing by name.
 
-Instances are tagged at creation (``create_node(ex_metadata=...)`` sends a 1-based TagSpecification,
+Instances are tagged at creation (``run_instances`` sends a 1-based TagSpecification,
 which both accept). libcloud is imported here and only here for EC2, so importing skyhive does not.
 """
 
@@ -91,6 +91,13 @@ class SkyhiveEC2Driver(EC2NodeDriver):
             if pair.name == name:
                 return pair
         return None
+
+    def run_instances(self, params: dict[str, str]) -> list[Any]:
+        """One ``RunInstances`` call with exactly these parameters; the instances it made, as libcloud nodes
+        (libcloud's ``create_node`` cannot send MetadataOptions, EFA interfaces or a per-call count with a
+        ClientToken in one request)."""
+        body = self.connection.request(self.path, params={**params, "Action": "RunInstances"}).object
+        return list(self._to_nodes(body, "instancesSet/item"))
 
     def request(self, params: dict[str, str]) -> ET.Element:
         """A raw EC2 API call (for actions libcloud does not wrap); the parsed, namespace-fixed body."""

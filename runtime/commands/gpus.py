@@ -72,7 +72,7 @@ def gpu_records(accelerator: str | None = None, *, cloud: str | None = None, reg
             regions = sorted(table["regions"])  # DigitalOcean's GPUs are not in its default region
         for where in regions:
             best: dict[tuple[str, int], tuple[float, str]] = {}
-            for itype, (price, *_rest) in table["regions"].get(where, {}).items():
+            for itype, (price, *_rest) in table["regions"].get(where, {}).items():  # [price, zones, (spot, source)]
                 info = catalog.instance(name, itype)
                 if info is None or not info.accelerator or price is None:
                     continue

@@ -107,6 +107,8 @@ class PoolEntry:
     started: PoolStarted | None
     client: str  # "alive", "gone", "remote" (started on another host: cannot tell), "" once stopped or leaking
     bad_lines: int = 0
+    #: when the first of its nodes ran (the cloud bills from there); None: none ever ran
+    billed_from: float | None = None
 
     @property
     def status(self) -> str:
@@ -128,13 +130,14 @@ class PoolEntry:
 
     def cost(self, now: float) -> tuple[float, float] | None:
         """(estimated cost per hour, spent so far) in USD from the provider's plan, or None if unpriced.
-        The pool is counted from its start to its stop (or `now`)."""
+        The pool is counted from its first node that ran to its stop (or `now`); a pool none of whose
+        nodes ever ran (it failed before, e.g. without credentials) cost nothing and shows no cost."""
         plan = self.started.plan if self.started is not None else {}
         per_hour = plan.get("cost_per_hour")
-        if not isinstance(per_hour, (int, float)) or not self.state.started:
+        if not isinstance(per_hour, (int, float)) or not self.state.started or self.billed_from is None:
             return None
         end = self.state.stopped or now
-        return float(per_hour), float(per_hour) * max(0.0, end - self.state.started) / 3600
+        return float(per_hour), float(per_hour) * max(0.0, end - self.billed_from) / 3600
 
     @property
     def needs_down(self) -> bool:
@@ -146,8 +149,9 @@ def read(path: Path) -> PoolEntry:
     events = tail.events()
     state = fold(events)  # batched: one `apply` per event copied the state ~9 times per node
     started = next((ev for ev in events if isinstance(ev, PoolStarted)), None)
+    ran = next((ev.ts for ev in events if isinstance(ev, NodeStateChanged) and ev.state == "running"), None)
     return PoolEntry(pool_id=path.stem, path=path, state=state, started=started,
-                     client=_client(state, started), bad_lines=tail.bad_lines)
+                     client=_client(state, started), bad_lines=tail.bad_lines, billed_from=ran)
 
 
 def scan(*, include_stopped: bool = False) -> list[PoolEntry]:

@@ -49,6 +49,8 @@ def add_task_flags(parser: argparse.ArgumentParser, *, launch: bool = True) -> N
     res.add_argument("--no-use-spot", dest="use_spot", action="store_false", help="on-demand instances")
     res.add_argument("--instance-type", "-t", metavar="TYPE", help="a fixed instance type")
     res.add_argument("--region", help="the cloud region")
+    parser.add_argument("--profile", help="the AWS profile of ~/.aws/config or ~/.aws/credentials (sets AWS_PROFILE "
+                                          "for this command; `skyhive down` finds it in the pool's log)")
     res.add_argument("--zone", help="the cloud zone")
     res.add_argument("--disk-size", metavar="GB", help="the boot disk size in GB")
     res.add_argument("--image-id", metavar="ID", help="the machine image")
@@ -68,6 +70,8 @@ def add_task_flags(parser: argparse.ArgumentParser, *, launch: bool = True) -> N
 def task_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Task:
     """The task file named by `args.task` with the options of `add_task_flags` applied."""
     environ = os.environ if environ is None else environ
+    if getattr(args, "profile", None):  # the AWS credential chain reads it (providers.cloud.aws_credentials)
+        os.environ["AWS_PROFILE"] = args.profile
     task = load_entrypoint(args.task)
     hosts = tuple(h for item in args.hosts or () for h in item.split(",") if h)
     env: dict[str, str] = {}

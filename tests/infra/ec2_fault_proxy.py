@@ -1,116 +1,264 @@
-"""`FaultInjectingEC2Proxy`: a FAKE EC2 front — an HTTP proxy on 127.0.0.1 in front of `moto_server`
-that answers chosen EC2 actions with the error AWS sends, and forwards everything else to moto.
+"""FakeEC2FaultProxy: a FAKE in front of a real `moto_server`, answering chosen calls as real EC2 fails them.
 
-moto cannot fail a `TerminateInstances` or a `DeleteSecurityGroup` on demand; real EC2 does (an
-`InternalError` during an outage, `UnauthorizedOperation` after a policy change). Through this proxy,
-`sky.AWS(endpoint=...)` — in this process or in a `skyhive down` subprocess — meets those failures as
-AWS sends them, black-box: no driver wrapper, the provider's own error parsing and retries.
+moto answers every call it implements and fails in its own dialect (namespaced error bodies; no
+throttling, no eventual consistency, no placement groups). Real EC2 sends, for an error, an
+un-namespaced body with HTTP 4xx/5xx (EC2 API reference, "Error codes" and "Query API request
+responses": ``<Response><Errors><Error><Code>..</Code><Message>..</Message></Error></Errors>
+<RequestID>..</RequestID></Response>``; throttling ``RequestLimitExceeded`` is 503, client errors such
+as ``*.NotFound`` are 400, ``InternalError`` is 500). This proxy forwards every request to moto_server
+unchanged, except:
 
-The error body is EC2's documented error response, un-namespaced, as AWS sends it
-(https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html: ``<Response><Errors>
-<Error><Code>…</Code><Message>…</Message></Error></Errors><RequestID>…</RequestID></Response>``), with
-HTTP 500 for `InternalError` (a server error) and 400 for client errors, as that page lists them.
-Only for tests in the loopback-only namespace (`tests.infra.loopback`), like moto itself.
+- faults: the n-th call of an ``Action`` is answered with an EC2 error, either *instead of* forwarding
+  (the call did nothing: throttling as AWS documents it) or *after* forwarding (the call took effect,
+  its answer was lost: a dropped connection, which a client cannot tell from a refusal);
+- placement groups, which moto does not implement: Create/Describe/DeletePlacementGroup are answered
+  here, with EC2's refusals (API reference, CreatePlacementGroup / DeletePlacementGroup / RunInstances):
+  a strategy other than cluster|spread|partition -> ``InvalidParameterValue``; a duplicate name ->
+  ``InvalidPlacementGroup.Duplicate``; an unknown name to delete or to launch into ->
+  ``InvalidPlacementGroup.Unknown``; deleting a group that still holds a live instance ->
+  ``InvalidPlacementGroup.InUse``. ``Placement.GroupName`` is removed before RunInstances reaches moto
+  (which would ignore it) and the instances it made are remembered as members.
+
+Every request is recorded (``calls``: action and its parameters) so that tests can read what was asked.
+It is a fake: what it answers by itself is only what the rules above say.
 """
 
 from __future__ import annotations
 
 import http.client
+import itertools
 import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
-__all__ = ["FaultInjectingEC2Proxy", "fault_proxy"]
+__all__ = ["FakeEC2FaultProxy", "Fault", "ERROR_STATUS", "error_body"]
 
-_SERVER_ERRORS = {"InternalError": 500, "InternalFailure": 500, "ServiceUnavailable": 503, "Unavailable": 503,
-                  "RequestLimitExceeded": 503}
+NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
+
+#: HTTP status EC2 uses per error code (client errors 400 unless listed)
+ERROR_STATUS = {"RequestLimitExceeded": 503, "Unavailable": 503, "ServiceUnavailable": 503,
+                "InternalError": 500, "InternalFailure": 500, "AuthFailure": 401, "UnauthorizedOperation": 403}
 
 
-class FaultInjectingEC2Proxy:
-    """FAKE: forwards EC2 Query API requests to `upstream` (moto_server), except that an action named
-    in `failing` (action -> error code) is answered with that error. `seen` counts each action's
-    requests; `refused` those answered with an error."""
+def error_body(code: str, message: str) -> bytes:
+    """An error as real EC2 sends it: un-namespaced."""
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{code}</Code><Message>'
+            f"{message}</Message></Error></Errors><RequestID>{uuid.uuid4()}</RequestID></Response>").encode()
+
+
+@dataclass
+class Fault:
+    """Answer calls number `at` (1-based, counted per action) .. `at + times - 1` of `action` with `code`;
+    `after_forward`: the call reaches moto first (it happened), then the error is answered."""
+
+    action: str
+    code: str
+    at: int = 1
+    times: int = 1
+    after_forward: bool = False
+    message: str = "injected by FakeEC2FaultProxy"
+
+    def hits(self, n: int) -> bool:
+        return self.at <= n < self.at + self.times
+
+
+@dataclass
+class _PlacementGroup:
+    name: str
+    strategy: str
+    group_id: str
+    tags: list[tuple[str, str]] = field(default_factory=list)
+    members: set[str] = field(default_factory=set)
+
+
+class FakeEC2FaultProxy:
+    """A FAKE EC2 endpoint: forwards to moto_server at `upstream` (``http://127.0.0.1:PORT``), injecting
+    `faults` and serving placement groups (see the module docstring). Use as a context manager."""
 
     def __init__(self, upstream: str) -> None:
-        split = urlsplit(upstream)
-        self.upstream = (split.hostname or "127.0.0.1", split.port or 80)
-        self.failing: dict[str, str] = {}
-        self.seen: dict[str, int] = {}
-        self.refused: dict[str, int] = {}
+        parts = urlsplit(upstream)
+        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.faults: list[Fault] = []
+        self.calls: list[tuple[str, dict[str, str]]] = []
+        self.counts: dict[str, int] = {}
+        self.placement_groups: dict[str, _PlacementGroup] = {}
+        self.placement_log: list[str] = []  # "create NAME", "delete NAME"
+        self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-ec2-proxy", daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> FakeEC2FaultProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(10)
+
+    def fail(self, action: str, code: str, *, at: int = 1, times: int = 1, after_forward: bool = False) -> None:
+        self.faults.append(Fault(action, code, at=at, times=times, after_forward=after_forward))
+
+    def actions(self, action: str) -> list[dict[str, str]]:
+        """The parameters of every call of `action`, in order."""
+        return [params for name, params in self.calls if name == action]
+
+    # ---- the handler ---------------------------------------------------------------------------------
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                proxy._handle(self)
+            protocol_version = "HTTP/1.1"
 
-            def do_POST(self) -> None:  # noqa: N802
-                proxy._handle(self)
-
-            def log_message(self, *args: object) -> None:
+            def log_message(self, *args: object) -> None:  # quiet
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, name="ec2-fault-proxy", daemon=True)
+            def do_GET(self) -> None:
+                self._serve(b"")
 
-    def start(self) -> None:
-        self._thread.start()
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self._serve(self.rfile.read(length) if length else b"")
 
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(10)
+            def _serve(self, body: bytes) -> None:
+                query = urlsplit(self.path).query
+                params = dict(parse_qsl(query, keep_blank_values=True))
+                ctype = self.headers.get("Content-Type", "")
+                if body and "x-www-form-urlencoded" in ctype:
+                    params.update(parse_qsl(body.decode(), keep_blank_values=True))
+                status, headers, payload = proxy._answer(self.command, self.path, dict(self.headers), body, params)
+                self.send_response(status)
+                for key, value in headers:
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
 
-    def _handle(self, req: BaseHTTPRequestHandler) -> None:
-        length = int(req.headers.get("Content-Length") or 0)
-        body = req.rfile.read(length) if length else b""
-        params = parse_qs(urlsplit(req.path).query)
-        if body and "x-www-form-urlencoded" in (req.headers.get("Content-Type") or ""):
-            params.update(parse_qs(body.decode("utf-8", "replace")))
-        action = (params.get("Action") or [""])[0]
+        return Handler
+
+    def _answer(self, method: str, path: str, headers: dict[str, str], body: bytes,
+                params: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
+        action = params.get("Action", "")
         with self._lock:
-            self.seen[action] = self.seen.get(action, 0) + 1
-            code = self.failing.get(action)
-            if code:
-                self.refused[action] = self.refused.get(action, 0) + 1
-        if code:
-            payload = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code>"
-                       f"<Message>injected by the test's fault proxy: {action} fails</Message></Error></Errors>"
-                       f"<RequestID>{uuid.uuid4()}</RequestID></Response>").encode()
-            req.send_response(_SERVER_ERRORS.get(code, 400))
-            req.send_header("Content-Type", "text/xml;charset=UTF-8")
-            req.send_header("Content-Length", str(len(payload)))
-            req.end_headers()
-            req.wfile.write(payload)
-            return
+            self.calls.append((action, dict(params)))
+            n = self.counts[action] = self.counts.get(action, 0) + 1
+            fault = next((f for f in self.faults if f.action == action and f.hits(n)), None)
+        if fault is not None and not fault.after_forward:
+            return self._error(fault.code, fault.message)
+        if action in ("CreatePlacementGroup", "DescribePlacementGroups", "DeletePlacementGroup"):
+            answer = self._placement(action, params)
+        else:
+            if action == "RunInstances" and params.get("Placement.GroupName"):
+                name = params["Placement.GroupName"]
+                if name not in self.placement_groups:
+                    return self._error("InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown.")
+                params = {k: v for k, v in params.items() if k != "Placement.GroupName"}
+                method, path, body = "POST", urlsplit(path).path or "/", urlencode(params).encode()
+                headers = {k: v for k, v in headers.items() if k.lower() not in ("content-length", "content-type")}
+                headers["Content-Type"] = "application/x-www-form-urlencoded; charset=utf-8"
+                answer = self._forward(method, path, headers, body)
+                if answer[0] == 200:
+                    ids = [el.text for el in ET.fromstring(answer[2]).iter() if el.tag.endswith("instanceId") and el.text]
+                    self.placement_groups[name].members.update(ids)
+            else:
+                answer = self._forward(method, path, headers, body)
+        if fault is not None:
+            return self._error(fault.code, fault.message)
+        return answer
+
+    def _error(self, code: str, message: str) -> tuple[int, list[tuple[str, str]], bytes]:
+        return ERROR_STATUS.get(code, 400), [("Content-Type", "text/xml;charset=UTF-8")], error_body(code, message)
+
+    def _forward(self, method: str, path: str, headers: dict[str, str], body: bytes
+                 ) -> tuple[int, list[tuple[str, str]], bytes]:
         conn = http.client.HTTPConnection(*self.upstream, timeout=60)
         try:
-            headers = {k: v for k, v in req.headers.items() if k.lower() not in ("connection", "keep-alive")}
-            conn.request(req.command, req.path, body=body or None, headers=headers)
+            send = {k: v for k, v in headers.items() if k.lower() not in ("connection", "content-length")}
+            send["Content-Length"] = str(len(body))
+            conn.request(method, path, body=body, headers=send)
             resp = conn.getresponse()
-            data = resp.read()
+            payload = resp.read()
+            keep = [(k, v) for k, v in resp.getheaders()
+                    if k.lower() not in ("content-length", "connection", "transfer-encoding", "date", "server")]
+            return resp.status, keep, payload
         finally:
             conn.close()
-        req.send_response(resp.status)
-        for key, value in resp.getheaders():
-            if key.lower() not in ("transfer-encoding", "connection", "content-length"):
-                req.send_header(key, value)
-        req.send_header("Content-Length", str(len(data)))
-        req.end_headers()
-        req.wfile.write(data)
 
+    # ---- placement groups (moto has none) -----------------------------------------------------------
 
-@contextmanager
-def fault_proxy(upstream: str) -> Iterator[FaultInjectingEC2Proxy]:
-    """A started proxy in front of `upstream`, closed at the end."""
-    proxy = FaultInjectingEC2Proxy(upstream)
-    proxy.start()
-    try:
-        yield proxy
-    finally:
-        proxy.close()
+    def _placement(self, action: str, params: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
+        name = params.get("GroupName", "")
+        with self._lock:
+            if action == "CreatePlacementGroup":
+                strategy = params.get("Strategy", "")
+                if strategy not in ("cluster", "spread", "partition"):
+                    return self._error("InvalidParameterValue", f"Invalid strategy '{strategy}'")
+                if name in self.placement_groups:
+                    return self._error("InvalidPlacementGroup.Duplicate", f"The Placement Group '{name}' already exists.")
+                tags = [(params[k], params.get(k[:-3] + "Value", "")) for k in sorted(params)
+                        if k.startswith("TagSpecification.1.Tag.") and k.endswith(".Key")]
+                group = _PlacementGroup(name, strategy, f"pg-{next(self._ids):017x}", tags)
+                self.placement_groups[name] = group
+                self.placement_log.append(f"create {name}")
+                inner = (f"<placementGroup><groupName>{name}</groupName><strategy>{strategy}</strategy>"
+                         f"<state>available</state><groupId>{group.group_id}</groupId></placementGroup>")
+                return self._ok("CreatePlacementGroupResponse", inner + "<return>true</return>")
+            if action == "DeletePlacementGroup":
+                group = self.placement_groups.get(name)
+                if group is None:
+                    return self._error("InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown.")
+                if self._live(group.members):
+                    return self._error("InvalidPlacementGroup.InUse", f"The Placement Group '{name}' is in use.")
+                del self.placement_groups[name]
+                self.placement_log.append(f"delete {name}")
+                return self._ok("DeletePlacementGroupResponse", "<return>true</return>")
+            wanted = {v for k, v in params.items() if k.startswith("GroupName.")}
+            filters = self._tag_filters(params)
+            items = []
+            for group in self.placement_groups.values():
+                if wanted and group.name not in wanted:
+                    continue
+                if any(dict(group.tags).get(key) not in values for key, values in filters.items()):
+                    continue
+                tags = "".join(f"<item><key>{k}</key><value>{v}</value></item>" for k, v in group.tags)
+                items.append(f"<item><groupName>{group.name}</groupName><strategy>{group.strategy}</strategy>"
+                             f"<state>available</state><groupId>{group.group_id}</groupId><tagSet>{tags}</tagSet></item>")
+            missing = wanted - set(self.placement_groups)
+            if missing:
+                return self._error("InvalidPlacementGroup.Unknown", f"The Placement Group '{sorted(missing)[0]}' is unknown.")
+            return self._ok("DescribePlacementGroupsResponse", f"<placementGroupSet>{''.join(items)}</placementGroupSet>")
+
+    @staticmethod
+    def _tag_filters(params: dict[str, str]) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {}
+        for key, value in params.items():
+            if key.startswith("Filter.") and key.endswith(".Name") and value.startswith("tag:"):
+                prefix = key[:-len("Name")]
+                found[value[4:]] = {v for k, v in params.items() if k.startswith(prefix + "Value.")}
+        return found
+
+    def _live(self, ids: set[str]) -> bool:
+        if not ids:
+            return False
+        import boto3
+
+        client = boto3.client("ec2", region_name="us-east-1", endpoint_url=f"http://{self.upstream[0]}:{self.upstream[1]}")
+        states = [i["State"]["Name"] for r in client.describe_instances(InstanceIds=sorted(ids))["Reservations"]
+                  for i in r["Instances"]]
+        return any(s not in ("terminated", "shutting-down") for s in states)
+
+    def _ok(self, tag: str, inner: str) -> tuple[int, list[tuple[str, str]], bytes]:
+        body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<{tag} xmlns="{NS}"><requestId>{uuid.uuid4()}'
+                f"</requestId>{inner}</{tag}>")
+        return 200, [("Content-Type", "text/xml;charset=UTF-8")], body.encode()
+

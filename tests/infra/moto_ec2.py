@@ -13,22 +13,27 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from .loopback import in_loopback_namespace
 
-__all__ = ["MotoEC2", "moto_ec2", "moto_server", "register_image", "ec2_client", "count_pool"]
+__all__ = ["MotoEC2", "moto_ec2", "moto_server", "fake_ec2_proxy", "register_image", "ec2_client", "count_pool",
+           "leftovers"]
 
 REGION = "us-east-1"
 
 
 @dataclass
 class MotoEC2:
-    """An EC2 endpoint made by moto: `endpoint` is None in-process, else ``http://127.0.0.1:PORT``."""
+    """An EC2 endpoint made by moto: `endpoint` is None in-process, else ``http://127.0.0.1:PORT``;
+    `proxy` the `FakeEC2FaultProxy` in front of it (`endpoint` is then the proxy's, `upstream` moto's)."""
 
     image: str
     endpoint: str | None = None
+    proxy: Any = None
+    upstream: str | None = None
 
 
 def _require_namespace() -> None:
@@ -115,3 +120,29 @@ def moto_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoEC2]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def leftovers(endpoint: str | None = None, region: str = REGION, proxy: Any = None) -> dict[str, int]:
+    """Everything skyhive may make, in the whole account (not one pool's tag): live instances, security
+    groups other than the VPCs' default ones, key pairs, and (through the fake proxy) placement groups."""
+    client = ec2_client(endpoint, region)
+    live = [i for r in client.describe_instances()["Reservations"] for i in r["Instances"]
+            if i["State"]["Name"] not in ("terminated", "shutting-down")]
+    groups = [g for g in client.describe_security_groups()["SecurityGroups"] if g["GroupName"] != "default"]
+    keys = client.describe_key_pairs()["KeyPairs"]
+    placement = len(proxy.placement_groups) if proxy is not None else 0
+    return {"instances": len(live), "groups": len(groups), "keys": len(keys), "placement_groups": placement}
+
+
+NOTHING_LEFT = {"instances": 0, "groups": 0, "keys": 0, "placement_groups": 0}
+
+
+@pytest.fixture
+def fake_ec2_proxy(moto_server: MotoEC2) -> Iterator[MotoEC2]:
+    """moto_server behind `FakeEC2FaultProxy` (real EC2 error bodies injected on demand, placement groups):
+    `endpoint` is the proxy's; check with `upstream` (moto itself)."""
+    from .ec2_fault_proxy import FakeEC2FaultProxy
+
+    assert moto_server.endpoint is not None
+    with FakeEC2FaultProxy(moto_server.endpoint) as proxy:
+        yield MotoEC2(image=moto_server.image, endpoint=proxy.endpoint, proxy=proxy, upstream=moto_server.endpoint)

@@ -8,8 +8,18 @@ which type), and apache-libcloud's ``data/pricing.json`` (Linux on-demand prices
 unknown there). A type enters a region's table only when that region offers it and libcloud knows its
 price: the table is for choosing the cheapest machine, and an unpriced one cannot be ranked.
 
+Third source, for the GPU families: ``../shared/catalogs/aws_gap.csv`` (per-zone on-demand and spot prices
+copied from SkyPilot's public catalog; provenance and gaps in ``SOURCES.md`` beside it; found through
+``SKYHIVE_CATALOGS`` or the ``shared/catalogs`` folder beside the repository). It fills the types and
+regions the first two lack (p3, g5.xlarge in us-west-2, g4dn.xlarge in us-east-2, ...), its price wins
+where both have one (it is newer), and its spot price is kept (the cheapest zone's). Its zones are zone
+IDs (``use2-az1``), which name different zones in each account: zone letters stay moto's, or empty.
+A row the catalog lists without a price (p5e.48xlarge) is kept with price null and listed under
+``sources.gaps``: said, not guessed.
+
 Output: ``{"types": {type: [vcpus, memory_gb, gpu_model|null, gpu_count, architecture]},
-"regions": {region: {type: [usd_per_hour, "zone letters"]}}, "sources": {...}}``.
+"regions": {region: {type: [usd_per_hour|null, "zone letters", spot_usd_per_hour|null, source]}},
+"sources": {...}}``; source is "libcloud" or "skypilot-catalog" (the price's origin).
 
 ``gcp.json``, ``digitalocean.json`` and ``azure.json`` (``python -m skyhive.providers.cloud.data.generate gcp digitalocean azure``)
 are made from the CSV files in ``../shared/catalogs/`` (``$SKYHIVE_CATALOGS`` to name another folder), list
@@ -26,13 +36,41 @@ table's ``sources``):
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).parent
+
+#: model names of the catalog -> the table's (moto's) spelling
+GAP_MODELS = {"V100-32GB": "V100", "A100-80GB": "A100"}
+
+
+def read_aws_gap(path: Path) -> dict[tuple[str, str], dict]:
+    """(type, region) -> {"info": [vcpus, memory, model, count, arch], "price": float|None, "spot": float|None}
+    from the catalog CSV (spot: the cheapest zone's; price: the same in every zone, checked)."""
+    rows: dict[tuple[str, str], dict] = {}
+    with path.open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            key = (row["InstanceType"], row["Region"])
+            model = row["AcceleratorName"] or None
+            info = [int(float(row["vCPUs"])), float(row["MemoryGiB"]), GAP_MODELS.get(model, model) if model else None,
+                    int(float(row["AcceleratorCount"] or 0)), row["Arch"] or "x86_64"]
+            entry = rows.setdefault(key, {"info": info, "price": None, "spot": None})
+            if row["Price"]:
+                price = float(row["Price"])
+                if entry["price"] is not None and abs(entry["price"] - price) > 1e-9:
+                    raise ValueError(f"{path}: {key} has prices {entry['price']} and {price} in different zones")
+                entry["price"] = price
+            if row["SpotPrice"]:
+                spot = float(row["SpotPrice"])
+                entry["spot"] = spot if entry["spot"] is None else min(entry["spot"], spot)
+    return rows
+
 
 def _libcloud_pricing() -> tuple[str, dict]:
     import libcloud
@@ -59,23 +97,42 @@ def build() -> dict:
         types[name] = [info["VCpuInfo"]["DefaultVCpus"], round(info["MemoryInfo"]["SizeInMiB"] / 1024, 2), model,
                        count, arch]
     regions: dict[str, dict[str, list]] = {}
+    offered: dict[str, dict[str, set[str]]] = {}
     for path in sorted((resources / "instance_type_offerings" / "availability-zone").glob("*.json.gz")):
         region = path.name.removesuffix(".json.gz")
         zones: dict[str, set[str]] = defaultdict(set)
         for offer in json.loads(gzip.open(path).read()):
             zones[offer["InstanceType"]].add(offer["Location"].removeprefix(region))
+        offered[region] = zones
         table = {}
         for name in sorted(zones):
             price = (prices.get(name) or {}).get(region) or 0.0
             if name in types and price > 0:
-                table[name] = [price, "".join(sorted(zones[name]))]
+                table[name] = [price, "".join(sorted(zones[name])), None, "libcloud"]
         if table:
             regions[region] = table
+    gap_path = catalogs_dir() / "aws_gap.csv"
+    gaps = []
+    for (name, region), entry in sorted(read_aws_gap(gap_path).items()):
+        types.setdefault(name, entry["info"])
+        letters = "".join(sorted(offered.get(region, {}).get(name, ())))
+        regional = regions.setdefault(region, {})
+        old = regional.get(name)
+        price = entry["price"] if entry["price"] is not None else (old[0] if old else None)
+        source = "skypilot-catalog" if entry["price"] is not None else ("libcloud" if old else "none")
+        regional[name] = [price, letters or (old[1] if old else ""), entry["spot"], source]
+        if price is None:
+            gaps.append(f"{name} in {region}: the catalog lists it without an on-demand price")
     used = {name for table in regions.values() for name in table}
     return {
-        "sources": {"moto": moto.__version__, "apache-libcloud": version, "prices_updated": pricing.get("updated")},
+        "sources": {"moto": moto.__version__, "apache-libcloud": version, "prices_updated": pricing.get("updated"),
+                    "skypilot-catalog": "catalogs/v9/aws/vms.csv at 3e9a1751b1edfb3592877f242c2f8dc10fc1fc6e, "
+                                        "GPU families of us-east-1, us-east-2, us-west-2, eu-west-1 "
+                                        "(shared/catalogs/aws_gap.csv, SOURCES.md)",
+                    "gaps": gaps + ["g6/g6e, p5 and p5e: no eu-west-1 rows in the catalog; p4de: no eu-west-1 or "
+                                    "us-east-2 rows (not offered there, or not copied: not guessed)"]},
         "types": {name: types[name] for name in sorted(used)},
-        "regions": regions,
+        "regions": {region: dict(sorted(table.items())) for region, table in sorted(regions.items())},
     }
 
 

@@ -1,0 +1,45 @@
+"""`skyhive check`: per cloud, whether this machine has credentials for it and (where the cloud's API can
+say) the quotas that decide whether a GPU pool can start. Makes nothing, costs nothing."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from ...providers.base import ProvisionError
+from ...providers.cloud.base import LibcloudProvider
+from ...providers.registry import provider_class
+
+__all__ = ["CLOUDS", "check", "report"]
+
+CLOUDS = ("aws", "gcp", "azure", "digitalocean")
+
+
+def check(clouds: tuple[str, ...] = CLOUDS) -> dict[str, list[tuple[str, str]]]:
+    """cloud -> its (item, status) lines."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for name in clouds:
+        try:
+            cls = provider_class(name)
+        except ProvisionError as exc:
+            found[name] = [("available", f"no: {exc}")]
+            continue
+        if not issubclass(cls, LibcloudProvider):
+            found[name] = [("available", "not a cloud")]
+            continue
+        found[name] = cls.check()
+    return found
+
+
+def report(out: TextIO, clouds: tuple[str, ...] = CLOUDS) -> int:
+    """Print `check` as a table; 0 if at least one cloud has credentials, else 1."""
+    results = check(clouds)
+    ok = False
+    for cloud, lines in results.items():
+        out.write(f"{cloud}:\n")
+        for item, status in lines:
+            out.write(f"  {item}: {status}\n")
+            ok = ok or (item == "credentials" and status.startswith("found"))
+    usable = [c for c, lines in results.items()
+              if any(item == "credentials" and status.startswith("found") for item, status in lines)]
+    out.write(f"launch --gpus without --provider ranks offers of: {', '.join(usable) or 'none (runs locally)'}\n")
+    return 0 if ok else 1

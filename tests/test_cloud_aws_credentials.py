@@ -1,0 +1,120 @@
+"""AWS credentials through botocore's standard chain, against moto_server in the loopback-only namespace:
+profiles in ~/.aws files of a temporary HOME with no AWS_* variables; and a pool with no credentials at
+all, which must fail naming every place looked, with no cleanup warning and no cost claimed."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+import skyhive as sky
+from skyhive.providers.base import ClusterSpec, ProvisionError
+from skyhive.providers.cloud.aws import AWS
+from skyhive.providers.cloud.base import CloudTimeouts
+from skyhive.runtime.commands import inventory
+from tests.infra.moto_ec2 import NOTHING_LEFT, leftovers
+
+pytestmark = [pytest.mark.loopback_only, pytest.mark.anyio]
+
+FAST = CloudTimeouts(poll=0.05, running=30, terminate=30, cleanup=30, visibility_grace=2)
+AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE",
+            "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI")
+
+
+@pytest.fixture
+def bare_home(tmp_path, monkeypatch) -> Path:
+    """A HOME of its own and no AWS_* variable (the instance-metadata lookup off: nothing to ask here)."""
+    home = tmp_path / "home"
+    (home / ".aws").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    for var in AWS_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    return home
+
+
+def provider(moto, **kw) -> AWS:
+    return AWS(region="us-east-1", instance_type="t3.micro", image=moto.image, ssh_cidr="192.0.2.1/32",
+               endpoint=moto.endpoint, timeouts=FAST, **kw)
+
+
+async def test_a_profile_from_the_shared_credentials_file_is_used(moto_server, bare_home):
+    (bare_home / ".aws" / "credentials").write_text(
+        "[default]\naws_access_key_id = AKIADEFAULT\naws_secret_access_key = d\n"
+        "[work]\naws_access_key_id = AKIAWORKPROFILE\naws_secret_access_key = w\n")
+    aws = provider(moto_server, profile="work")
+    handles = await aws.create(ClusterSpec(pool_id="p-prof", nodes=1))
+    assert len(handles) == 1 and aws.driver.key == "AKIAWORKPROFILE"
+    assert "AKIAWORKPROFILE" not in repr(aws.describe()) and aws.describe()["profile"] == "work"
+    await aws.down("p-prof")
+    assert leftovers(moto_server.endpoint) == NOTHING_LEFT
+
+
+async def test_aws_profile_selects_a_profile_of_the_config_file(moto_server, bare_home, monkeypatch):
+    (bare_home / ".aws" / "config").write_text(
+        "[profile team]\naws_access_key_id = AKIATEAMCONFIG\naws_secret_access_key = t\nregion = us-east-1\n")
+    monkeypatch.setenv("AWS_PROFILE", "team")
+    aws = provider(moto_server)
+    await aws.create(ClusterSpec(pool_id="p-cfg", nodes=1))
+    assert aws.driver.key == "AKIATEAMCONFIG"
+    await aws.down("p-cfg")
+    monkeypatch.delenv("AWS_PROFILE")  # the checking client (boto3, moto's dummy keys) has no such profile
+    assert leftovers(moto_server.endpoint) == NOTHING_LEFT
+
+
+async def test_an_unknown_profile_names_both_files(moto_server, bare_home):
+    with pytest.raises(ProvisionError, match=r"profile 'nope' is in neither .*/\.aws/credentials nor .*/\.aws/config"):
+        await provider(moto_server, profile="nope").create(ClusterSpec(pool_id="p-noprof", nodes=1))
+    assert leftovers(moto_server.endpoint) == NOTHING_LEFT
+
+
+async def test_a_pool_without_credentials_names_every_place_and_claims_nothing(moto_server, bare_home, caplog,
+                                                                              skyhive_home):
+    aws = provider(moto_server)
+    caplog.set_level(logging.WARNING)
+    with pytest.raises(ProvisionError) as err:
+        async with sky.Pool(provider=aws, nodes=2, name="p-nocreds"):
+            pass
+    text = str(err.value)
+    assert "no credentials found" in text
+    for place in ("AWS_ACCESS_KEY_ID", f"{bare_home}/.aws/credentials", f"{bare_home}/.aws/config",
+                  "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS", "instance role", "profile="):
+        assert place in text, place
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [w for w in warnings if "clean" in w.lower()], warnings  # nothing made: nothing to clean up
+    (entry,) = [e for e in inventory.scan(include_stopped=True) if e.pool_id == "p-nocreds"]
+    assert entry.cost(time.time()) is None  # no instance ever ran: no cost
+    assert leftovers(moto_server.endpoint) == NOTHING_LEFT
+
+
+def test_check_says_where_credentials_were_found_and_reads_the_quota(moto_server, bare_home, monkeypatch):
+    from skyhive.runtime.commands.check import check
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", moto_server.endpoint)
+    (aws_line,) = [s for item, s in check(("aws",))["aws"] if item == "credentials"]
+    assert aws_line.startswith("NOT FOUND") and f"{bare_home}/.aws/credentials" in aws_line
+    (bare_home / ".aws" / "credentials").write_text("[default]\naws_access_key_id = AKIACHECK\n"
+                                                    "aws_secret_access_key = c\n")
+    lines = dict(check(("aws",))["aws"])
+    assert lines["credentials"] == "found (shared-credentials-file; key AKIA…)"
+    # moto has no EC2 quotas: the line says so, naming the error, instead of a made-up number
+    assert lines["vCPU quota us-east-1"].startswith("could not be read (")
+
+
+def test_the_profile_option_reaches_the_chain_and_the_pools_record(tmp_path, bare_home, monkeypatch, capsys):
+    from skyhive.cli import main
+
+    (bare_home / ".aws" / "credentials").write_text("[work]\naws_access_key_id = AKIAWORK\naws_secret_access_key = w\n")
+    (tmp_path / "t.yaml").write_text("run: echo hi\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AWS_PROFILE", "")  # restored after the test; --profile sets it for the command
+    assert main(["launch", "t.yaml", "--cloud", "aws", "--gpus", "T4", "--profile", "work", "--dryrun"]) == 0
+    import os
+
+    assert os.environ["AWS_PROFILE"] == "work"
+    assert AWS().describe()["profile"] == "work"
+    assert AWS().driver.key == "AKIAWORK"  # no call made: the driver only holds the key

@@ -1,0 +1,188 @@
+"""Company accounts (a zone without a subnet, no default VPC, an explicit subnet or group), multi-node GPU
+pools (cluster placement group, EFA) and default images by GPU generation: sky.AWS against moto_server
+behind FakeEC2FaultProxy (a FAKE proxy; it also serves placement groups, which moto lacks), in the
+loopback-only namespace. Every test lists the whole account afterwards."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from skyhive.cli import main
+from skyhive.providers.base import ClusterSpec, ProvisionError, RetryPolicy
+from skyhive.providers.cloud import aws_images
+from skyhive.providers.cloud.aws import AWS
+from skyhive.providers.cloud.aws_network import public_address
+from skyhive.providers.cloud.base import CloudTimeouts
+from tests.infra.moto_ec2 import NOTHING_LEFT, ec2_client, leftovers
+
+pytestmark = [pytest.mark.loopback_only, pytest.mark.anyio]
+
+FAST = CloudTimeouts(poll=0.05, running=30, terminate=30, cleanup=30, visibility_grace=2)
+
+
+def aws(moto, **kw) -> AWS:
+    kw.setdefault("instance_type", "t3.micro")
+    kw.setdefault("image", moto.image)
+    provider = AWS(region="us-east-1", ssh_cidr="192.0.2.1/32", endpoint=moto.endpoint, timeouts=FAST, **kw)
+    provider.retry = RetryPolicy(attempts=3, initial_delay=0.01, max_delay=0.02)
+    return provider
+
+
+def left(moto) -> dict[str, int]:
+    return leftovers(moto.upstream, proxy=moto.proxy)
+
+
+def instances(moto, pool_id: str) -> list[dict]:
+    tag = [{"Name": "tag:skyhive-pool", "Values": [pool_id]}]
+    return [i for r in ec2_client(moto.upstream).describe_instances(Filters=tag)["Reservations"]
+            for i in r["Instances"] if i["State"]["Name"] != "terminated"]
+
+
+def drop_default_vpc(client) -> None:
+    (vpc,) = [v["VpcId"] for v in client.describe_vpcs()["Vpcs"] if v["IsDefault"]]
+    for subnet in client.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"]:
+        client.delete_subnet(SubnetId=subnet["SubnetId"])
+    for igw in client.describe_internet_gateways(Filters=[{"Name": "attachment.vpc-id", "Values": [vpc]}])[
+            "InternetGateways"]:
+        client.detach_internet_gateway(InternetGatewayId=igw["InternetGatewayId"], VpcId=vpc)
+        client.delete_internet_gateway(InternetGatewayId=igw["InternetGatewayId"])
+    client.delete_vpc(VpcId=vpc)
+
+
+async def test_a_zone_whose_default_subnet_is_gone_is_skipped_and_named(fake_ec2_proxy):
+    moto = fake_ec2_proxy
+    client = ec2_client(moto.upstream)
+    (gone,) = client.describe_subnets(Filters=[{"Name": "availability-zone", "Values": ["us-east-1a"]},
+                                               {"Name": "default-for-az", "Values": ["true"]}])["Subnets"]
+    client.delete_subnet(SubnetId=gone["SubnetId"])
+    provider = aws(moto, zones=["us-east-1a", "us-east-1b"])
+    handles = await provider.create(ClusterSpec(pool_id="p-nosub", nodes=2))
+    assert {h.extra["zone"] for h in handles} == {"us-east-1b"}
+    await provider.down("p-nosub")
+    # only zone a, whose subnet is gone: refused, naming it and what to pass
+    only_a = aws(moto, zones=["us-east-1a"])
+    with pytest.raises(ProvisionError, match=r"us-east-1a \(no subnet in vpc-.*pass subnet=/subnets= or vpc="):
+        await only_a.create(ClusterSpec(pool_id="p-nosub2", nodes=1))
+    assert left(moto) == NOTHING_LEFT
+
+
+async def test_no_default_vpc_needs_a_subnet_and_an_explicit_one_is_used(fake_ec2_proxy):
+    moto = fake_ec2_proxy
+    client = ec2_client(moto.upstream)
+    drop_default_vpc(client)
+    with pytest.raises(ProvisionError, match="has no default VPC .*pass vpc='vpc-...' or subnet='subnet-...'"):
+        await aws(moto).create(ClusterSpec(pool_id="p-novpc", nodes=1))
+    assert left(moto) == NOTHING_LEFT
+    vpc = client.create_vpc(CidrBlock="10.42.0.0/16")["Vpc"]["VpcId"]
+    subnet = client.create_subnet(VpcId=vpc, CidrBlock="10.42.1.0/24", AvailabilityZone="us-east-1c")["Subnet"]
+    provider = aws(moto, subnet=subnet["SubnetId"])
+    handles = await provider.create(ClusterSpec(pool_id="p-sub", nodes=2))
+    assert {h.extra["zone"] for h in handles} == {"us-east-1c"}
+    assert {i["SubnetId"] for i in instances(moto, "p-sub")} == {subnet["SubnetId"]}
+    (group,) = client.describe_security_groups(Filters=[{"Name": "tag:skyhive-pool", "Values": ["p-sub"]}])[
+        "SecurityGroups"]
+    assert group["VpcId"] == vpc
+    await provider.down("p-sub")
+    assert left(moto) == NOTHING_LEFT
+
+
+async def test_an_existing_security_group_is_used_and_kept(fake_ec2_proxy):
+    moto = fake_ec2_proxy
+    client = ec2_client(moto.upstream)
+    vpc = next(v["VpcId"] for v in client.describe_vpcs()["Vpcs"] if v["IsDefault"])
+    mine = client.create_security_group(GroupName="company-ssh", Description="theirs", VpcId=vpc)["GroupId"]
+    provider = aws(moto, security_group=mine, zones=["us-east-1a"])
+    await provider.create(ClusterSpec(pool_id="p-sg", nodes=1))
+    (run,) = moto.proxy.actions("RunInstances")
+    assert run["NetworkInterface.1.SecurityGroupId.1"] == mine
+    assert not moto.proxy.actions("CreateSecurityGroup")
+    await provider.down("p-sg")
+    assert [g["GroupId"] for g in client.describe_security_groups(GroupIds=[mine])["SecurityGroups"]] == [mine]
+    client.delete_security_group(GroupId=mine)
+    assert left(moto) == NOTHING_LEFT
+
+
+async def test_multi_node_p4d_gets_a_cluster_placement_group_and_efa_deleted_with_it(fake_ec2_proxy):
+    moto = fake_ec2_proxy
+    provider = aws(moto, instance_type="p4d.24xlarge", zones=["us-east-1a"])
+    await provider.create(ClusterSpec(pool_id="p-p4d", nodes=2))
+    assert moto.proxy.placement_log == ["create skyhive-p-p4d"]
+    (run,) = moto.proxy.actions("RunInstances")
+    assert run["Placement.GroupName"] == "skyhive-p-p4d" and run["MaxCount"] == "2"
+    assert (run["NetworkInterface.1.InterfaceType"], run["NetworkInterface.1.NetworkCardIndex"]) == ("efa", "0")
+    (egress,) = moto.proxy.actions("AuthorizeSecurityGroupEgress")  # EFA: all traffic out to the group itself
+    assert egress["IpPermissions.1.Groups.1.GroupId"] == egress["GroupId"]
+    await provider.down("p-p4d")
+    assert moto.proxy.placement_log == ["create skyhive-p-p4d", "delete skyhive-p-p4d"]
+    assert left(moto) == NOTHING_LEFT
+
+
+async def test_one_node_or_cpu_pools_get_no_placement_group_and_no_efa(fake_ec2_proxy):
+    moto = fake_ec2_proxy
+    for pool, itype, nodes in (("p-one", "p4d.24xlarge", 1), ("p-cpu", "c5n.18xlarge", 2)):
+        provider = aws(moto, instance_type=itype, zones=["us-east-1a"])
+        await provider.create(ClusterSpec(pool_id=pool, nodes=nodes))
+        await provider.down(pool)
+    assert moto.proxy.placement_log == []
+    assert not any("NetworkInterface.1.InterfaceType" in run for run in moto.proxy.actions("RunInstances"))
+    with pytest.raises(ProvisionError, match="efa=True but t3.micro has no EFA"):
+        await aws(moto, efa=True).create(ClusterSpec(pool_id="p-efa", nodes=2))
+    assert left(moto) == NOTHING_LEFT
+
+
+@pytest.mark.parametrize(("itype", "image_key"), [("p3.2xlarge", "gpu-proprietary"), ("g4dn.xlarge", "gpu-oss"),
+                                                  ("p5.48xlarge", "gpu-oss"), ("t3.micro", "cpu")])
+async def test_the_default_image_follows_the_gpu_generation(fake_ec2_proxy, monkeypatch, itype, image_key):
+    moto = fake_ec2_proxy
+    client = ec2_client(moto.upstream)
+    registered = {}
+    for key, spec in aws_images.IMAGES.items():  # the account's own copies, named as AWS names them
+        name = spec.name.replace("*", " 20250101")
+        registered[key] = client.register_image(Name=name, RootDeviceName="/dev/sda1", Architecture="x86_64",
+                                                VirtualizationType="hvm")["ImageId"]
+        owner = client.describe_images(ImageIds=[registered[key]])["Images"][0]["OwnerId"]  # moto's account
+        monkeypatch.setitem(aws_images.IMAGES, key, dataclasses.replace(spec, owner=owner))
+    provider = aws(moto, instance_type=itype, image=None, zones=["us-east-1a"])
+    (handle,) = await provider.create(ClusterSpec(pool_id="p-img", nodes=1))
+    (run,) = moto.proxy.actions("RunInstances")
+    assert run["ImageId"] == registered[image_key]
+    assert handle.reach.user == "ubuntu"
+    await provider.down("p-img")
+    for image in registered.values():
+        client.deregister_image(ImageId=image)
+    assert left(moto) == NOTHING_LEFT
+
+
+async def test_an_image_given_wins_and_the_login_user_follows_it(fake_ec2_proxy):
+    moto = fake_ec2_proxy
+    client = ec2_client(moto.upstream)
+    al2023 = client.register_image(Name="al2023-ami-2023.6.20250101.0-kernel-6.1-x86_64", RootDeviceName="/dev/xvda",
+                                   Architecture="x86_64", VirtualizationType="hvm")["ImageId"]
+    provider = aws(moto, instance_type="p3.2xlarge", image=al2023, zones=["us-east-1a"])
+    (handle,) = await provider.create(ClusterSpec(pool_id="p-al", nodes=1))
+    assert moto.proxy.actions("RunInstances")[0]["ImageId"] == al2023
+    assert handle.reach.user == "ec2-user"
+    await provider.down("p-al")
+    client.deregister_image(ImageId=al2023)
+    assert left(moto) == NOTHING_LEFT
+
+
+def test_a_failed_public_address_lookup_names_ssh_cidr():
+    # in the loopback-only namespace nothing answers: the lookup fails as behind a proxy or offline
+    with pytest.raises(ProvisionError, match=r"cannot find this client's public address .*pass ssh_cidr="):
+        public_address("http://127.0.0.1:9/", timeout=2)
+
+
+def test_dryrun_gpus_t4_region_us_east_2_plans_g4dn_xlarge(tmp_path, capsys, monkeypatch):
+    (tmp_path / "t.yaml").write_text("run: echo hi\n")
+    monkeypatch.chdir(tmp_path)
+    code = main(["launch", "t.yaml", "--cloud", "aws", "--gpus", "T4", "--region", "us-east-2", "--dryrun"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "g4dn.xlarge" in out and "$0.526/h" in out
+    assert not (Path(os.environ["SKYHIVE_HOME"]) / "pools").exists() or not list(
+        (Path(os.environ["SKYHIVE_HOME"]) / "pools").iterdir())
