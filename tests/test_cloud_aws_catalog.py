@@ -54,7 +54,7 @@ def test_every_row_says_its_source_and_the_gaps_are_listed_not_guessed():
 
 
 def _catalogs() -> Path | None:
-    path = generate._catalogs() / "aws_gap.csv"
+    path = generate.catalogs_dir() / "aws_gap.csv"
     return path if path.exists() else None
 
 
