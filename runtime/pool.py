@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -59,7 +59,9 @@ class Pool(PoolCalls):
     pool starts: None, the default, draws it only when stderr is a terminal), `min_nodes` (start
     with the nodes that could be provisioned when at least this many could: the others are left
     out, recorded and destroyed — see `runtime/actors/membership.py` and docs/min_nodes.md; default:
-    every node is needed), and any `Settings`
+    every node is needed), `mounts` (buckets at paths on every node, Local included:
+    `{"/data": "s3://b/p", "/ckpt": sky.Bucket("runs", mode="MOUNT_CACHED")}`, see docs/storage.md and
+    `sky.checkpoint_dir()`), and any `Settings`
     field as a keyword (timeouts, heartbeats, restart
     limits).
 
@@ -102,6 +104,7 @@ class Pool(PoolCalls):
         keep: bool = False,
         autostop: float | None = None,
         min_nodes: int | None = None,
+        mounts: Mapping[str, Any] | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
@@ -154,6 +157,10 @@ class Pool(PoolCalls):
         self._blocking: BlockingPool | None = None
         self._client_hooks = contextlib.ExitStack()
         self._retries = 0  # calls re-run after a lost worker (`retries=`)
+        from .storage.plugin import parse_mounts
+
+        self.mounts = parse_mounts(mounts)  # bucket mounts (runtime/storage/, docs/storage.md)
+        self._storage: Any = None
 
     def __repr__(self) -> str:
         status = self._rt.log.state.status if self._rt is not None else "new"
@@ -196,6 +203,11 @@ class Pool(PoolCalls):
     async def _enter(self) -> Pool:
         image = self.image
         spec_plugins = self.plugins
+        if self.mounts:
+            from .storage.pool import open_mounts
+
+            self._storage, plugin = await open_mounts(self.mounts, self.name)
+            spec_plugins = (plugin, *spec_plugins)
         if image is not None or spec_plugins:
             from ..plugins.api import apply_transforms
 
@@ -208,7 +220,11 @@ class Pool(PoolCalls):
             progress=wants_display(self.progress), min_nodes=self.min_nodes,
         )
         self._rt.detach_on_failure = self._named is not None and self._named.attach
-        await self._rt.start()
+        try:
+            await self._rt.start()
+        except BaseException:
+            await self._close_mounts(failed=True)
+            raise
         try:
             for plugin in spec_plugins:  # client-side hooks, for the pool's lifetime
                 if isinstance(plugin, ClientHook):
@@ -245,6 +261,15 @@ class Pool(PoolCalls):
             finally:
                 if named is not None:
                     named.leave(kept=self.keep)
+                if not (named is not None and self.keep):
+                    await self._close_mounts()
+
+    async def _close_mounts(self, *, failed: bool = False) -> None:
+        if self._storage is not None:
+            from .storage.pool import close_mounts
+
+            storage, self._storage = self._storage, None
+            await close_mounts(storage, failed=failed)
 
     def __enter__(self) -> BlockingPool:
         from .blocking import BlockingPool

@@ -35,6 +35,8 @@ _EXPORTS: dict[str, str] = {
     "DigitalOcean": "skyhive.providers.cloud.digitalocean",
     "Azure": "skyhive.providers.cloud.azure",
     "Image": "skyhive.plugins.image",
+    "Bucket": "skyhive.runtime.storage.spec",
+    "checkpoint_dir": "skyhive.runtime.storage.checkpoint",
     "compute": "skyhive.runtime.compute",
     "gather": "skyhive.runtime.compute",
     "instance_info": "skyhive.runtime.onnode.context",
@@ -48,6 +50,7 @@ _EXPORTS: dict[str, str] = {
     "Captured": "skyhive.runtime.output.captured",
     # every error a user can catch (the tree is drawn in skyhive/errors.py)
     "SkyhiveError": "skyhive.errors",
+    "StorageError": "skyhive.errors",
     "ProtocolError": "skyhive.errors",
     "ProvisionError": "skyhive.errors",
     "NodeUnreachable": "skyhive.errors",
@@ -111,6 +114,9 @@ if TYPE_CHECKING:
     from skyhive.providers.accelerators import AcceleratorWarning as AcceleratorWarning
     from skyhive.runtime.compute import function as function
     from skyhive.runtime.concurrency import Worker as Worker
+    from skyhive.runtime.storage.spec import Bucket as Bucket
+    from skyhive.runtime.storage.checkpoint import checkpoint_dir as checkpoint_dir
+    from skyhive.errors import StorageError as StorageError
     from skyhive.runtime.pool import Compute as Compute
     from skyhive.runtime.pool import ComputePool as ComputePool
     from skyhive.providers.simulated import Simulated as Simulated

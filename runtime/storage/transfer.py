@@ -1,0 +1,185 @@
+"""Copies between a local folder and a bucket prefix: parallel (many objects at once, large objects in
+parts through s3transfer, the engine of boto3's transfer manager), and honest — an object is visible in
+the bucket only once its upload (or multipart upload) completed, a downloaded file appears under its name
+only once whole (written under a temporary name, then renamed), and a failed copy raises a `StorageError`
+naming the bucket, the key and the cause, with no partial file left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import IO, Any
+
+from .s3 import storage_error
+
+__all__ = ["Progress", "upload_files", "upload_dir", "download_prefix", "list_prefix", "TEMP_MARK", "is_temporary"]
+
+MiB = 1 << 20
+#: Parts of 16 MiB above 16 MiB; up to 16 requests at once.
+PART = 16 * MiB
+CONCURRENCY = 16
+#: A file whose name contains this is skyhive's (or s3transfer's) partial download: never uploaded or shown.
+TEMP_MARK = ".skyhive-part"
+
+
+def is_temporary(name: str) -> bool:
+    """Files the sync leaves alone: partial downloads and a writer's temporary names (`*.tmp`, `*~`)."""
+    base = os.path.basename(name)
+    return TEMP_MARK in base or base.endswith((".tmp", "~")) or base.startswith(".nfs")
+
+
+class Progress:
+    """Bytes done of a total, drawn on `stream` (default stderr) when it is a terminal (or `force`),
+    at most 4 times a second, and finished with a newline."""
+
+    def __init__(self, what: str, total: int, *, stream: IO[str] | None = None, force: bool = False) -> None:
+        self.what, self.total, self.done = what, total, 0
+        self.stream = stream if stream is not None else sys.stderr
+        self.show = force or (hasattr(self.stream, "isatty") and self.stream.isatty())
+        self._lock = threading.Lock()
+        self._start = self._last = time.monotonic()
+
+    def __call__(self, nbytes: int) -> None:
+        with self._lock:
+            self.done += nbytes
+            now = time.monotonic()
+            if self.show and now - self._last >= 0.25:
+                self._last = now
+                self._draw(now, "\r")
+
+    def _draw(self, now: float, end: str) -> None:
+        rate = self.done / max(now - self._start, 1e-6) / MiB
+        pct = 100.0 * self.done / self.total if self.total else 100.0
+        self.stream.write(f"{end}{self.what}: {self.done / MiB:.1f}/{self.total / MiB:.1f} MiB ({pct:.0f}%) "
+                          f"{rate:.1f} MiB/s")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.show:
+            self._draw(time.monotonic(), "\r")
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _manager(s3: Any) -> Any:
+    from s3transfer.manager import TransferConfig, TransferManager
+
+    config = TransferConfig(multipart_threshold=PART, multipart_chunksize=PART, max_request_concurrency=CONCURRENCY,
+                            max_submission_concurrency=4, max_io_queue_size=1000)
+    return TransferManager(s3, config)
+
+
+def _run_all(s3: Any, jobs: list[tuple[str, str, str]], bucket: str, op: str, progress: Progress | None) -> None:
+    """Submit every (local path, key, op) transfer at once; wait for all; raise the first failure (the
+    others are cancelled; s3transfer aborts a failed multipart upload and removes a failed download's
+    temporary file)."""
+    if not jobs:
+        return
+    from s3transfer.subscribers import BaseSubscriber
+
+    class Sub(BaseSubscriber):  # type: ignore[misc]
+        def on_progress(self, future: Any, bytes_transferred: int, **kwargs: Any) -> None:
+            if progress is not None:
+                progress(bytes_transferred)
+
+    manager = _manager(s3)
+    failed: tuple[BaseException, str] | None = None
+    futures = []
+    try:
+        for path, key in ((p, k) for p, k, _ in jobs):
+            if op == "upload":
+                futures.append((key, manager.upload(path, bucket, key, subscribers=[Sub()])))
+            else:
+                futures.append((key, manager.download(bucket, key, path, subscribers=[Sub()])))
+        for key, fut in futures:
+            try:
+                fut.result()
+            except BaseException as exc:  # noqa: BLE001 - the first failure is raised below, named
+                failed = failed or (exc, key)
+                break
+    finally:
+        if failed is not None:  # the rest cancelled (s3transfer's shutdown(cancel=True) mis-passes its
+            for _, fut in futures:  # arguments in 0.13-0.14: each future is cancelled instead)
+                fut.cancel()
+        manager.shutdown()
+        if progress is not None:
+            progress.finish()
+    if failed is not None:
+        exc, key = failed
+        doing = "uploading to" if op == "upload" else "downloading"
+        raise storage_error(exc, bucket=bucket, key=key, doing=doing) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    key: str
+    size: int
+
+
+def list_prefix(s3: Any, bucket: str, prefix: str) -> list[Listed]:
+    """Every object under `prefix` ("" for the whole bucket), as (key, size)."""
+    out = []
+    token: dict[str, str] = {}
+    start = f"{prefix}/" if prefix else ""
+    try:
+        while True:
+            page = s3.list_objects_v2(Bucket=bucket, Prefix=start, **token)
+            out.extend(Listed(o["Key"], int(o["Size"])) for o in page.get("Contents", ()))
+            if not page.get("IsTruncated"):
+                return out
+            token = {"ContinuationToken": page["NextContinuationToken"]}
+    except Exception as exc:  # noqa: BLE001
+        raise storage_error(exc, bucket=bucket, key=start, doing="listing") from exc
+
+
+def upload_files(s3: Any, bucket: str, files: Iterable[tuple[str, str]], *, what: str = "",
+                 progress: Callable[[str, int], Progress | None] | None = None) -> int:
+    """Upload (local path, key) pairs in parallel; returns the bytes uploaded."""
+    jobs = [(path, key, "upload") for path, key in files]
+    total = sum(os.path.getsize(p) for p, _, _ in jobs)
+    _run_all(s3, jobs, bucket, "upload", progress(what, total) if progress else None)
+    return total
+
+
+def upload_dir(s3: Any, bucket: str, prefix: str, local: str, *, progress: bool = False) -> int:
+    """Upload a folder (or one file) to `prefix`; returns the bytes uploaded."""
+    if os.path.isfile(local):
+        files = [(local, f"{prefix}/{os.path.basename(local)}" if prefix else os.path.basename(local))]
+    else:
+        files = []
+        for root, _, names in os.walk(local):
+            for name in sorted(names):
+                path = os.path.join(root, name)
+                if is_temporary(name) or not os.path.isfile(path):
+                    continue
+                rel = os.path.relpath(path, local).replace(os.sep, "/")
+                files.append((path, f"{prefix}/{rel}" if prefix else rel))
+    return upload_files(s3, bucket, files, what=f"upload {local} -> s3://{bucket}/{prefix}",
+                        progress=(lambda w, t: Progress(w, t, force=progress)))
+
+
+def download_prefix(s3: Any, bucket: str, prefix: str, local: str, *, progress: bool = False) -> list[str]:
+    """Download every object under `prefix` into the folder `local` (keys below the prefix become paths
+    below it); returns the relative paths written. A key that would leave `local` ("..") is refused."""
+    listed = list_prefix(s3, bucket, prefix)
+    start = f"{prefix}/" if prefix else ""
+    base = os.path.realpath(local)
+    jobs = []
+    for obj in listed:
+        rel = obj.key[len(start):]
+        if not rel or rel.endswith("/"):
+            continue  # "folder" marker objects
+        path = os.path.realpath(os.path.join(base, rel))
+        if not path.startswith(base + os.sep):
+            raise storage_error(ValueError("the key leaves the target folder"), bucket=bucket, key=obj.key,
+                                doing="downloading")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        jobs.append((path, obj.key, "download"))
+    total = sum(o.size for o in listed)
+    _run_all(s3, jobs, bucket, "download", Progress(f"download s3://{bucket}/{prefix}", total, force=progress))
+    return [os.path.relpath(p, base) for p, _, _ in jobs]

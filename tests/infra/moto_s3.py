@@ -1,0 +1,107 @@
+"""moto as the S3 endpoint for tests: a `moto_server` process on 127.0.0.1 (or another address the test
+created, e.g. the SSH tests' bridge), never any other address. The test's AWS environment is its own:
+fixed keys, its own (empty) ~/.aws files, the instance-metadata lookup off (it would go to 169.254.169.254).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+__all__ = ["S3Server", "s3", "isolated_aws_env", "start_server"]
+
+
+def isolated_aws_env(monkeypatch: pytest.MonkeyPatch, home: Path, *, keys: bool = True) -> None:
+    """This test's AWS settings only: no machine-wide files, no metadata service."""
+    for var in list(os.environ):
+        if var.startswith("AWS_"):
+            monkeypatch.delenv(var)
+    (home / "aws-config").write_text("")
+    (home / "aws-credentials").write_text("")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(home / "aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(home / "aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    if keys:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class S3Server:
+    """A running moto_server: `endpoint`, `client()` (boto3), `stop()` (cuts transfers), `start()` again."""
+
+    host: str
+    port: int
+    proc: Any = field(default=None, repr=False)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                            aws_access_key_id="testing", aws_secret_access_key="testing")
+
+    def start(self) -> None:
+        self.proc = start_server(self.host, self.port)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def keys(self, bucket: str) -> list[str]:
+        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        return sorted(o["Key"] for p in pages for o in p.get("Contents", ()))
+
+    def buckets(self) -> list[str]:
+        return sorted(b["Name"] for b in self.client().list_buckets().get("Buckets", ()))
+
+
+def start_server(host: str, port: int, netns: str | None = None) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)]
+    if netns:
+        cmd = ["ip", "netns", "exec", netns, *cmd]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                return proc
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                err = proc.stderr.read().decode() if proc.stderr else ""
+                pytest.fail(f"moto_server did not start on {host}:{port}: {err[-2000:]}")
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3Server]:
+    """moto_server (S3) on 127.0.0.1, set as the endpoint the AWS way (`AWS_ENDPOINT_URL_S3`)."""
+    isolated_aws_env(monkeypatch, tmp_path)
+    server = S3Server("127.0.0.1", _free_port("127.0.0.1"))
+    server.start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.endpoint)
+    try:
+        yield server
+    finally:
+        server.stop()
