@@ -91,7 +91,8 @@ def task_steps(task: Task, provider: Provider, *, work_id: str, task_id: str, se
     return TaskSteps(work_id=work_id, task_id=task_id, setup=task.setup if setup else None, run=task.run,
                      archive=pack_workdir(task.workdir) if task.workdir else None,
                      mounts=pack_mounts(task, pack_workdir), requirements=node_requirements(task, provider),
-                     cluster_info=cluster_info(work_id, task, provider), num_nodes=task.num_nodes)
+                     cluster_info=cluster_info(work_id, task, provider), num_nodes=task.num_nodes,
+                     buckets=task.bucket_mounts)
 
 
 def cluster_info(pool_id: str, task: Task, provider: Provider) -> str:
@@ -121,6 +122,12 @@ class _Launch:
 
         task = self.task
         env, secrets = task.env(), task.secret_env()
+        if task.bucket_mounts:  # sky.checkpoint_dir(): the same folder for every run of this task's name
+            from ..storage.plugin import CHECKPOINT_ENV, checkpoint_path
+
+            ckpt = checkpoint_path(task.bucket_mounts, task.name or "default")
+            if ckpt is not None:
+                env.setdefault(CHECKPOINT_ENV, ckpt)
         image = Image(env=env, secrets=secrets) if env or secrets else None
         spec = cluster_spec(task, self.provider)
         allocation = None if spec.spot is None else ("spot" if spec.spot else "on-demand")

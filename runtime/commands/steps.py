@@ -59,6 +59,7 @@ class TaskSteps:
     requirements: dict[str, Any] = field(default_factory=dict)
     cluster_info: str = ""
     num_nodes: int = 0  # the task's nodes: fewer than the pool has run on its first N (`skyhive exec`)
+    buckets: tuple[Any, ...] = ()  # bucket file_mounts (runtime.storage.spec.Mount): access resolved when run
 
 
 def pack_mounts(task: Task, pack: Callable[[str], bytes]) -> list[tuple[str, str, bytes, bool]]:
@@ -91,6 +92,38 @@ async def run_steps(rt: PoolRuntime, steps: TaskSteps, *, task_env: dict[str, st
     if failed is None and steps.mounts:
         failed, _ = await everywhere(rt, [channels[i] for i in leaders], "file_mounts", nodeprep.install_mounts,
                                      steps.mounts)
+    prepared = None
+    if failed is None and steps.buckets:  # buckets: checked (or made) here, downloaded on each machine
+        from ..storage import node as storage_node
+        from ..storage.buckets import prepare
+
+        prepared = await anyio.to_thread.run_sync(lambda: prepare(steps.buckets))
+        failed, _ = await everywhere(rt, [channels[i] for i in leaders], "file_mounts", storage_node.install,
+                                     prepared.mounts, steps.task_id)
+    try:
+        failed = await _setup_and_run(rt, steps, channels, leaders, runs_on, dirs, some, task_env, failed)
+    finally:
+        if prepared is not None:
+            failed = await _finish_buckets(rt, [channels[i] for i in leaders], prepared, failed)
+    return failed
+
+
+async def _finish_buckets(rt: PoolRuntime, leaders: list[WorkerChannel], prepared: Any,
+                          failed: NodeExit | None) -> NodeExit | None:
+    """Cached mounts flushed and FUSE mounts unmounted on every machine, whatever the job's outcome (a
+    flush that fails is the job's failure when nothing failed before); buckets not to keep deleted."""
+    from ..storage import node as storage_node
+    from ..storage.buckets import release
+
+    with CancelScope(shield=True):
+        flushed, _ = await everywhere(rt, leaders, "file_mounts", storage_node.finish)
+        await anyio.to_thread.run_sync(lambda: release(prepared, failed=False))
+    return failed if failed is not None else flushed
+
+
+async def _setup_and_run(rt: PoolRuntime, steps: TaskSteps, channels: list[WorkerChannel], leaders: list[int],
+                         runs_on: list[int], dirs: list[Any], some: bool, task_env: dict[str, str] | None,
+                         failed: NodeExit | None) -> NodeExit | None:
     for phase, on in (("setup", leaders), ("run", runs_on)):
         script = getattr(steps, phase)
         if failed is None and script:

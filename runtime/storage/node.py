@@ -28,7 +28,7 @@ from .s3 import Access, client
 from .spec import Mount
 from .transfer import download_prefix, is_temporary, upload_files
 
-__all__ = ["install", "flush", "unmount_all", "fuse_problem", "SYNC_INTERVAL", "target_path", "active_syncers"]
+__all__ = ["install", "flush", "finish", "unmount_all", "fuse_problem", "SYNC_INTERVAL", "target_path", "active_syncers"]
 
 log = logging.getLogger("skyhive.storage")
 
@@ -242,3 +242,11 @@ def unmount_all() -> None:
     while _fuse_mounts:
         with contextlib.suppress(Exception):
             _unmount(_fuse_mounts.pop())
+
+
+def finish() -> None:
+    """The end of a job on this machine: cached mounts flushed (`flush`), FUSE mounts unmounted."""
+    try:
+        flush()
+    finally:
+        unmount_all()
