@@ -208,3 +208,60 @@ def test_checkpoint_dir_without_a_checkpoint_mount_says_how_to_get_one(monkeypat
     monkeypatch.delenv("SKYHIVE_CHECKPOINT_DIR", raising=False)
     with pytest.raises(StorageError, match="no checkpoint mount.*MOUNT_CACHED"):
         sky.checkpoint_dir()
+
+
+# ---- MOUNT (FUSE) ---------------------------------------------------------------------------------
+
+def test_a_fuse_mount_reads_and_writes_the_bucket_where_fuse_works(s3, tmp_path):
+    problem = node.fuse_problem()
+    if problem:
+        pytest.skip(f"FUSE cannot work for this test process: {problem}")
+    _bucket(s3, "fuse-bucket", {"in/a.txt": b"from the bucket"})
+    target = tmp_path / "fuse"
+    acc = s3mod.access(Bucket("fuse-bucket"))
+    node.install([(mount_of(str(target), {"source": "s3://fuse-bucket/in", "mode": "MOUNT"}), acc)], "fuse-session")
+    try:
+        assert (target / "a.txt").read_text() == "from the bucket"
+        (target / "b.txt").write_text("written through FUSE")
+    finally:
+        node.finish()  # unmounts (rclone uploads what was written before the mount goes)
+    assert not os.path.ismount(target)
+    assert s3.client().get_object(Bucket="fuse-bucket", Key="in/b.txt")["Body"].read() == b"written through FUSE"
+
+
+def test_a_fuse_mount_is_refused_with_why_where_fuse_cannot_work(s3, tmp_path, monkeypatch):
+    _bucket(s3, "nofuse-bucket", {})
+    monkeypatch.setattr(node.shutil, "which", lambda tool: None)  # a node without rclone
+    acc = s3mod.access(Bucket("nofuse-bucket"))
+    mount = mount_of(str(tmp_path / "m"), {"source": "s3://nofuse-bucket", "mode": "MOUNT"})
+    with pytest.raises(StorageError, match=r"mode MOUNT of s3://nofuse-bucket cannot work here: rclone is not "
+                                           r"installed on this node .*MOUNT_CACHED") as info:
+        node.install([(mount, acc)], "nofuse-session")
+    assert info.value.cause == "unsupported"
+
+
+# ---- skyhive storage ls/delete --------------------------------------------------------------------------
+
+def test_storage_ls_and_delete_touch_only_the_buckets_skyhive_created(s3, tmp_path):
+    import subprocess
+    import sys
+
+    _bucket(s3, "users-own", {"keep.txt": b"mine"})
+    src = tmp_path / "seed"
+    src.mkdir()
+    (src / "a").write_text("a")
+    buckets.prepare([mount_of("/x", {"name": "made-by-sky", "source": str(src)})])
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "skyhive", "storage", *args], capture_output=True, text=True,
+                              timeout=120)
+
+    listed = cli("ls")
+    assert listed.returncode == 0 and "made-by-sky" in listed.stdout and "users-own" not in listed.stdout, listed
+    refused = cli("delete", "users-own")
+    assert refused.returncode == 1 and "users-own not created by skyhive" in refused.stderr, refused
+    assert "users-own" in s3.buckets()
+    gone = cli("delete", "--all")
+    assert gone.returncode == 0 and "deleted made-by-sky (1 objects)" in gone.stdout, gone
+    assert s3.buckets() == ["users-own"]
+    assert "no buckets created by skyhive" in cli("ls").stdout

@@ -6,7 +6,8 @@ task) runs, once per machine, and a cached mount's writes carried back to the bu
   uploaded once its size and modification time held still for one scan, so a checkpoint being written is
   not sent half-way; write checkpoints to a temporary name and rename). `flush` uploads the rest and is
   called before the job ends; what a killed node had uploaded is in the bucket, nothing later.
-- MOUNT: `rclone mount` (FUSE). Refused, saying why, where FUSE cannot work: no rclone, no /dev/fuse, or
+- MOUNT: `rclone mount` (FUSE) without a cache, as SkyPilot's MOUNT: reads stream from the bucket, a
+  written file goes to the bucket when it is closed (sequential writes only). Refused, saying why, where FUSE cannot work: no rclone, no /dev/fuse, or
   /dev/fuse not open to this user (a non-root login on a machine whose /dev/fuse is 0600).
 """
 
@@ -143,7 +144,7 @@ def _fuse_mount(mount: Mount, path: str, acc: Access) -> None:
         raise StorageError(f"mounts.{mount.target}: mode MOUNT of {mount.bucket.uri} cannot work here: {problem}",
                            bucket=mount.bucket.name, cause="unsupported")
     remote = f"skyhive:{mount.bucket.name}/{mount.bucket.prefix}".rstrip("/")
-    cmd = ["rclone", "mount", remote, path, "--daemon", "--daemon-wait", "30s", "--vfs-cache-mode", "writes",
+    cmd = ["rclone", "mount", remote, path, "--daemon", "--daemon-wait", "30s", "--vfs-cache-mode", "off",
            "--dir-cache-time", "5s"]
     done = subprocess.run(cmd, env=_rclone_env(acc), capture_output=True, text=True, timeout=120, check=False)
     if done.returncode != 0:
