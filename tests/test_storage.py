@@ -265,3 +265,29 @@ def test_storage_ls_and_delete_touch_only_the_buckets_skyhive_created(s3, tmp_pa
     assert gone.returncode == 0 and "deleted made-by-sky (1 objects)" in gone.stdout, gone
     assert s3.buckets() == ["users-own"]
     assert "no buckets created by skyhive" in cli("ls").stdout
+
+
+def test_an_upload_cut_half_way_leaves_no_object_and_the_bucket_it_made_is_named_then_deletable(s3, tmp_path,
+                                                                                                   monkeypatch, caplog):
+    from tests.infra.moto_s3 import CutProxy
+
+    src = tmp_path / "seed"
+    src.mkdir()
+    (src / "weights.bin").write_bytes(os.urandom(transfer.PART * 3))  # three parts
+    proxy = CutProxy(s3.port, cut_after=transfer.PART + (1 << 20))  # the endpoint dies inside part two
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+    try:
+        with pytest.raises(StorageError) as info:
+            buckets.prepare([mount_of("/w", {"name": "cut-upload", "source": str(src), "persistent": False})])
+        assert info.value.cause == "interrupted" and info.value.key == "weights.bin", info.value
+        assert "s3://cut-upload/weights.bin" in str(info.value)
+        assert proxy.cut.is_set()
+        # straight to the server: no object was completed; the bucket skyhive made could not be deleted
+        # through the dead endpoint, and the log says so, naming it and the command that finishes it
+        assert s3.keys("cut-upload") == []
+        assert "left bucket cut-upload" in caplog.text and "skyhive storage delete cut-upload" in caplog.text
+        proxy.restore()
+        buckets.delete_bucket(s3mod.client(s3mod.access(Bucket("cut-upload"))), "cut-upload")
+        assert "cut-upload" not in s3.buckets()
+    finally:
+        proxy.close()

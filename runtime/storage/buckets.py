@@ -87,6 +87,9 @@ def delete_bucket(s3: object, name: str) -> int:
     """Delete every object of bucket `name`, then the bucket; returns the objects deleted."""
     objects = list_prefix(s3, name, "")
     try:
+        uploads = s3.list_multipart_uploads(Bucket=name).get("Uploads", ())  # type: ignore[attr-defined]
+        for up in uploads:  # a cut upload's parts: never an object, but stored (and billed) until aborted
+            s3.abort_multipart_upload(Bucket=name, Key=up["Key"], UploadId=up["UploadId"])  # type: ignore[attr-defined]
         for start in range(0, len(objects), 1000):
             batch = [{"Key": o.key} for o in objects[start:start + 1000]]
             s3.delete_objects(Bucket=name, Delete={"Objects": batch, "Quiet": True})  # type: ignore[attr-defined]

@@ -105,3 +105,83 @@ def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3Server]:
         yield server
     finally:
         server.stop()
+
+
+class CutProxy:
+    """A TCP proxy on 127.0.0.1 in front of an endpoint that cuts every connection once `cut_after` bytes
+    went upstream (a transfer cut half-way), then refuses new ones until `restore()`."""
+
+    def __init__(self, port: int, cut_after: int) -> None:
+        import threading
+
+        self.target = port
+        self.cut_after = cut_after
+        self.sent = 0
+        self.cut = threading.Event()
+        self._lock = threading.Lock()
+        self._conns: list[socket.socket] = []
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def restore(self) -> None:
+        self.cut_after = 1 << 62
+        self.cut.clear()
+
+    def close(self) -> None:
+        self.listener.close()
+        self._cut_all()
+
+    def _cut_all(self) -> None:
+        with self._lock:
+            for conn in self._conns:
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                conn.close()
+            self._conns.clear()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                down, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.cut.is_set():
+                down.close()
+                continue
+            up = socket.create_connection(("127.0.0.1", self.target))
+            with self._lock:
+                self._conns += [down, up]
+            threading.Thread(target=self._pipe, args=(down, up, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(up, down, False), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, upstream: bool) -> None:
+        try:
+            while data := src.recv(1 << 16):
+                if upstream:
+                    with self._lock:
+                        self.sent += len(data)
+                        over = self.sent > self.cut_after
+                    if over:
+                        self.cut.set()
+                        self._cut_all()
+                        return
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.close()
+                except OSError:
+                    pass
