@@ -206,7 +206,8 @@ class Pool(PoolCalls):
         if self.mounts:
             from .storage.pool import open_mounts
 
-            self._storage, plugin = await open_mounts(self.mounts, self.name)
+            self._storage, plugin = await open_mounts(self.mounts, self.name,
+                                                      same_python=isinstance(self.provider, Local))
             spec_plugins = (plugin, *spec_plugins)
         if image is not None or spec_plugins:
             from ..plugins.api import apply_transforms

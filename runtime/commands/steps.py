@@ -98,13 +98,27 @@ async def run_steps(rt: PoolRuntime, steps: TaskSteps, *, task_env: dict[str, st
         from ..storage.buckets import prepare
 
         prepared = await anyio.to_thread.run_sync(lambda: prepare(steps.buckets))
-        failed, _ = await everywhere(rt, [channels[i] for i in leaders], "file_mounts", storage_node.install,
-                                     prepared.mounts, steps.task_id)
+        failed = await _storage_deps(rt, [channels[i] for i in leaders])
+        if failed is None:
+            failed, _ = await everywhere(rt, [channels[i] for i in leaders], "file_mounts", storage_node.install,
+                                         prepared.mounts, steps.task_id)
     try:
         failed = await _setup_and_run(rt, steps, channels, leaders, runs_on, dirs, some, task_env, failed)
     finally:
         if prepared is not None:
             failed = await _finish_buckets(rt, [channels[i] for i in leaders], prepared, failed)
+    return failed
+
+
+async def _storage_deps(rt: PoolRuntime, leaders: list[WorkerChannel]) -> NodeExit | None:
+    """boto3 on every machine: sent (runtime/storage/deps.py) to those whose Python lacks it."""
+    from ..storage import deps
+
+    bundle = await anyio.to_thread.run_sync(deps.bundle)
+    failed, missing = await everywhere(rt, leaders, "file_mounts", deps.ensure, bundle.digest)
+    lacking = [ch for ch, why in zip(leaders, missing) if why is not None]
+    if failed is None and lacking:
+        failed, _ = await everywhere(rt, lacking, "file_mounts", deps.ensure, bundle.digest, bundle.data)
     return failed
 
 

@@ -43,8 +43,10 @@ def checkpoint_path(mounts: tuple[Mount, ...] | list[Mount], job: str) -> str | 
 class BucketMounts:
     """The plugin: `mounts` with their access (resolved on the client), installed under `session`."""
 
-    def __init__(self, mounts: list[tuple[Mount, Access]], session: str, checkpoint: str | None) -> None:
+    def __init__(self, mounts: list[tuple[Mount, Access]], session: str, checkpoint: str | None,
+                 deps: Any = None) -> None:
         self.mounts = mounts
+        self.deps = deps  # a deps.Bundle for nodes whose Python may lack boto3 (None: Local, the client's own)
         self.session = session
         self.checkpoint = checkpoint
 
@@ -58,6 +60,10 @@ class BucketMounts:
     def around_app(self, info: InstanceInfo) -> Iterator[None]:
         from . import node
 
+        if self.deps is not None:
+            from .deps import ensure
+
+            ensure(self.deps.digest, self.deps.data)
         node.install(self.mounts, self.session)
         try:
             yield
