@@ -40,6 +40,13 @@ fi
 if ! have munged /usr/sbin/munged; then
     missing+=(munge)
 fi
+# bucket mounts with mode MOUNT (FUSE): rclone and fusermount3 (tests/test_storage.py skips without)
+if ! have rclone /usr/bin/rclone; then
+    missing+=(rclone)
+fi
+if ! have fusermount3 /usr/bin/fusermount3; then
+    missing+=(fuse3)
+fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
     echo "system-deps: sshd, ssh-keygen, ip and Slurm are present; nothing to install"

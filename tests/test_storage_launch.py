@@ -14,6 +14,7 @@ import signal
 import subprocess
 import textwrap
 import time
+from pathlib import Path
 import pytest
 
 from skyhive.errors import StorageError
@@ -153,3 +154,26 @@ def test_a_killed_training_job_restarted_on_a_fresh_machine_resumes_from_its_las
     while any(_alive(p) for p in killed) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_alive(p) for p in killed)
+
+
+def test_the_example_task_with_bucket_mounts_runs_as_written_and_resumes(s3, tmp_path):
+    """examples/tasks/train-buckets.yaml as written, the endpoint configured the AWS way; HOME is the
+    test's (its paths are under ~)."""
+    root = Path(__file__).resolve().parent.parent / "examples" / "tasks"
+    c = s3.client()
+    c.create_bucket(Bucket="skyhive-example-data")
+    c.put_object(Bucket="skyhive-example-data", Key="numbers/a.txt", Body=b"1 2 3\n")
+    c.put_object(Bucket="skyhive-example-data", Key="numbers/b.txt", Body=b"4\n")
+    c.create_bucket(Bucket="skyhive-example-ckpt")
+    env = {**os.environ, "HOME": str(tmp_path)}
+    first = subprocess.run([*SKYHIVE, "launch", "train-buckets.yaml"], cwd=root, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "dataset: 2 file(s)" in first.stdout and "starting from scratch" in first.stdout, first.stdout
+    assert "step 6 total 210" in first.stdout
+    assert s3.keys("skyhive-example-ckpt") == [f"bucket-train/step-{n}.json" for n in (2, 4, 6)]
+    shutil.rmtree(tmp_path / "skyhive-example")  # a fresh machine
+    second = subprocess.run([*SKYHIVE, "launch", "train-buckets.yaml"], cwd=root, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "resuming from step 6" in second.stdout and "step 12 total 780" in second.stdout, second.stdout
