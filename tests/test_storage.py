@@ -291,3 +291,29 @@ def test_an_upload_cut_half_way_leaves_no_object_and_the_bucket_it_made_is_named
         assert "cut-upload" not in s3.buckets()
     finally:
         proxy.close()
+
+
+def test_keys_the_endpoint_does_not_know_are_access_denied_naming_the_bucket(tmp_path, monkeypatch):
+    from tests.infra.moto_s3 import S3Server, _free_port
+
+    isolated_aws_env(monkeypatch, tmp_path)
+    server = S3Server("127.0.0.1", _free_port("127.0.0.1"), env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+    server.start()  # moto checking every request's keys against its IAM users (there are none)
+    try:
+        acc = s3mod.access(Bucket("locked-bucket", endpoint_url=server.endpoint))
+        with pytest.raises(StorageError, match=r"listing bucket 'locked-bucket': access denied") as info:
+            transfer.download_prefix(s3mod.client(acc), "locked-bucket", "", str(tmp_path / "d"))
+        assert info.value.cause == "access-denied" and info.value.bucket == "locked-bucket"
+    finally:
+        server.stop()
+
+
+def test_a_mount_is_copied_once_per_machine_and_session(s3, tmp_path):
+    _bucket(s3, "once-bucket", {"a.txt": b"A"})
+    acc = s3mod.access(Bucket("once-bucket"))
+    mount = mount_of(str(tmp_path / "once"), "s3://once-bucket")
+    assert node.install([(mount, acc)], "session-1") == [str(tmp_path / "once")]
+    s3.stop()  # a second worker of the same machine and session needs nothing from the endpoint
+    assert node.install([(mount, acc)], "session-1") == []
+    with pytest.raises(StorageError, match="interrupted|the transfer was cut"):
+        node.install([(mount, acc)], "session-2")  # a new launch copies again

@@ -49,6 +49,7 @@ class S3Server:
     host: str
     port: int
     proc: Any = field(default=None, repr=False)
+    env: dict[str, str] = field(default_factory=dict)  # for moto_server (e.g. IAM auth enforced)
 
     @property
     def endpoint(self) -> str:
@@ -61,7 +62,7 @@ class S3Server:
                             aws_access_key_id="testing", aws_secret_access_key="testing")
 
     def start(self) -> None:
-        self.proc = start_server(self.host, self.port)
+        self.proc = start_server(self.host, self.port, self.env)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -76,11 +77,10 @@ class S3Server:
         return sorted(b["Name"] for b in self.client().list_buckets().get("Buckets", ()))
 
 
-def start_server(host: str, port: int, netns: str | None = None) -> subprocess.Popen[bytes]:
+def start_server(host: str, port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)]
-    if netns:
-        cmd = ["ip", "netns", "exec", netns, *cmd]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                            env={**os.environ, **(env or {})})
     deadline = time.monotonic() + 60
     while True:
         try:
