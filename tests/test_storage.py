@@ -317,3 +317,27 @@ def test_a_mount_is_copied_once_per_machine_and_session(s3, tmp_path):
     assert node.install([(mount, acc)], "session-1") == []
     with pytest.raises(StorageError, match="interrupted|the transfer was cut"):
         node.install([(mount, acc)], "session-2")  # a new launch copies again
+
+
+def test_a_worker_that_finds_the_mount_done_but_its_uploader_dead_takes_the_upload_over(s3, tmp_path):
+    """A worker restarted on the same machine: the mount is there (not downloaded again), but the worker
+    that uploaded its writes is gone — the new one uploads what changed since that one's last sync."""
+    import subprocess
+    import sys
+
+    _bucket(s3, "takeover-bucket", {"old.txt": b"old"})
+    acc = s3mod.access(Bucket("takeover-bucket"))
+    target = tmp_path / "ckpt"
+    mount = mount_of(str(target), sky.Bucket("takeover-bucket", mode="MOUNT_CACHED"))
+    # the first worker: another process that installs the mount, then is gone (its syncer with it)
+    code = ("import pickle, sys; from skyhive.runtime.storage import node; "
+            "node.install(pickle.loads(sys.stdin.buffer.read()), 'takeover')")
+    import pickle
+
+    subprocess.run([sys.executable, "-c", code], input=pickle.dumps([(mount, acc)]), check=True, timeout=120)
+    assert (target / "old.txt").read_bytes() == b"old"
+    (target / "new.txt").write_text("written after the first worker died")
+    assert node.install([(mount, acc)], "takeover") == []  # not downloaded again
+    assert node.active_syncers() == [str(target)]  # but its uploads taken over
+    node.finish()
+    assert s3.keys("takeover-bucket") == ["new.txt", "old.txt"]

@@ -66,11 +66,16 @@ def _scan(root: str) -> dict[str, tuple[int, int]]:
 class _Syncer:
     """Uploads what changes in a MOUNT_CACHED folder, in the background, until `flush`."""
 
-    def __init__(self, mount: Mount, path: str, acc: Access) -> None:
-        self.mount, self.path, self.acc = mount, path, acc
+    def __init__(self, mount: Mount, path: str, acc: Access, marker: str, *, since: int | None = None) -> None:
+        self.mount, self.path, self.acc, self.marker = mount, path, acc, marker
         self.s3 = client(acc)
-        self.sent = _scan(path)  # what the bucket holds (just downloaded)
-        self.seen: dict[str, tuple[int, int]] = dict(self.sent)
+        now = _scan(path)
+        # what the bucket holds: all of it just after the download; when taking over from a worker that
+        # died, what had not changed since its last successful sync (`since`: the marker's mtime)
+        self.sent = now if since is None else {rel: sig for rel, sig in now.items() if sig[1] <= since}
+        self.seen: dict[str, tuple[int, int]] = dict(now)
+        with open(f"{marker}.owner", "w") as out:
+            out.write(str(os.getpid()))
         self.error: StorageError | None = None
         self.uploaded = 0
         self._stop = threading.Event()
@@ -100,6 +105,7 @@ class _Syncer:
             for rel in changed:
                 self.sent[rel] = now[rel]
             self.uploaded += len(changed)
+            _touch(self.marker)
             return len(changed)
 
     def flush(self) -> int:
@@ -190,6 +196,10 @@ def install(mounts: list[tuple[Mount, Access]], session: str, progress: bool = F
         fh, marker = _machine_lock(session, path)
         try:
             if os.path.exists(marker):
+                if mount.mode == "MOUNT_CACHED" and not _owner_alive(marker):  # its syncer's worker died
+                    with _lock:
+                        if path not in _syncers:
+                            _syncers[path] = _Syncer(mount, path, acc, marker, since=os.stat(marker).st_mtime_ns)
                 continue
             if mount.mode == "MOUNT":
                 _prepare_dir(mount, path)
@@ -201,18 +211,36 @@ def install(mounts: list[tuple[Mount, Access]], session: str, progress: bool = F
                 except StorageError as exc:
                     raise StorageError(f"mounts.{mount.target}: {exc}", bucket=exc.bucket, key=exc.key,
                                        cause=exc.cause) from None
-                if mount.mode == "MOUNT_CACHED":
-                    with _lock:
-                        old = _syncers.pop(path, None)
-                        if old is not None:
-                            old.flush()
-                        _syncers[path] = _Syncer(mount, path, acc)
             with open(marker, "w") as out:
                 out.write(mount.bucket.uri)
+            if mount.mode == "MOUNT_CACHED":
+                with _lock:
+                    old = _syncers.pop(path, None)
+                    if old is not None:
+                        old.flush()
+                    _syncers[path] = _Syncer(mount, path, acc, marker)
             filled.append(path)
         finally:
             fh.close()
     return filled
+
+
+def _touch(marker: str) -> None:
+    try:
+        os.utime(marker)
+    except OSError:
+        pass
+
+
+def _owner_alive(marker: str) -> bool:
+    """Whether the worker running this mount's background upload is still alive (not a zombie)."""
+    try:
+        with open(f"{marker}.owner") as fh:
+            pid = int(fh.read().strip())
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def active_syncers() -> list[str]:
