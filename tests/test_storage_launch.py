@@ -22,6 +22,7 @@ from skyhive.runtime.commands.launch import run_launch
 from skyhive.runtime.commands.taskfile import loads
 from tests.infra.moto_s3 import s3  # noqa: F401 - the fixture
 from tests.test_cli_launch import SKYHIVE, by_node
+from tests.test_clusters import clean  # noqa: F401 - the fixture (named pools downed after the test)
 
 
 def test_a_copy_mount_is_there_before_setup_and_a_sourced_bucket_is_made_then_removed(s3, tmp_path, capsys):
@@ -177,3 +178,30 @@ def test_the_example_task_with_bucket_mounts_runs_as_written_and_resumes(s3, tmp
                             text=True, timeout=300)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "resuming from step 6" in second.stdout and "step 12 total 780" in second.stdout, second.stdout
+
+
+def test_a_job_on_a_named_pool_mounts_buckets_and_flushes_its_checkpoints(clean, s3, tmp_path):
+    from tests.test_cli_launch import skyhive
+
+    c = s3.client()
+    c.create_bucket(Bucket="named-data")
+    c.put_object(Bucket="named-data", Key="in/x.txt", Body=b"named-x")
+    c.create_bucket(Bucket="named-ckpt")
+    data, ckpt = tmp_path / "data", tmp_path / "ckpt"
+    (tmp_path / "t.yaml").write_text(textwrap.dedent(f"""\
+        name: namedjob
+        resources:
+          cloud: local
+        file_mounts:
+          {data}: s3://named-data/in
+          {ckpt}:
+            name: named-ckpt
+            mode: MOUNT_CACHED
+        run: |
+          echo "read $(cat {data}/x.txt)"
+          echo done > $SKYHIVE_CHECKPOINT_DIR/marker.txt || {{ mkdir -p $SKYHIVE_CHECKPOINT_DIR && echo done > $SKYHIVE_CHECKPOINT_DIR/marker.txt; }}
+        """))
+    done = skyhive("launch", "-y", "-c", "bucketpool", "t.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "read named-x" in done.stdout
+    assert s3.keys("named-ckpt") == ["namedjob/marker.txt"]  # flushed when the job ended, the pool still up

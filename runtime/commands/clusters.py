@@ -27,7 +27,7 @@ from ..clusters.agent import ensure_agent
 from ..clusters.named import dead_workers, live_workers, new_kept_pool, set_autostop
 from ..clusters.procs import alive
 from ..clusters.stop import stop_pool
-from .launch import task_steps
+from .launch import task_env, task_steps
 from .taskfile import Task
 
 __all__ = ["task_spec", "launch_cluster", "exec_task", "down_cluster", "status_rows", "print_status", "follow_job",
@@ -133,7 +133,7 @@ def _queue(task: Task, name: str, *, setup: bool) -> jobq.Job:
     steps = task_steps(task, _provider_of(name), work_id=name, task_id=f"skyhive-{name}-{time.strftime('%Y-%m-%d-%H-%M-%S')}",
                        setup=setup)
     return jobq.submit(name, job_name=task.name or "task", steps=pickle.dumps(steps), with_setup=setup,
-                       env=task.env(), secrets=task.secret_env())
+                       env=task_env(task), secrets=task.secret_env())
 
 
 def _after_submit(name: str, job: jobq.Job, detach_run: bool, out: TextIO, err: TextIO) -> int:
