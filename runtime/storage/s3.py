@@ -100,7 +100,7 @@ def access(bucket: Bucket) -> Access:
                   token=frozen.token)
 
 
-def client(acc: Access, *, pool_size: int = 40) -> Any:
+def client(acc: Access, *, pool_size: int = 48) -> Any:
     """A boto3 S3 client for `acc` (thread-safe; `pool_size` connections for parallel transfers)."""
     boto3 = require_boto3("storage")
     from botocore.config import Config

@@ -21,10 +21,11 @@ from .s3 import storage_error
 __all__ = ["Progress", "upload_files", "upload_dir", "download_prefix", "list_prefix", "TEMP_MARK", "is_temporary"]
 
 MiB = 1 << 20
-#: Parts of 8 MiB above 8 MiB (boto3's default; more parts in flight for a single object); up to 16
-#: requests at once.
+#: Parts of 8 MiB above 8 MiB, up to 10 part requests at once (boto3's defaults); objects under a part
+#: go one request each, 32 at once.
 PART = 8 * MiB
-CONCURRENCY = 16
+CONCURRENCY = 10
+SMALL_CONCURRENCY = 32
 #: A file whose name contains this is skyhive's (or s3transfer's) partial download: never uploaded or shown.
 TEMP_MARK = ".skyhive-part"
 
@@ -160,8 +161,10 @@ def upload_files(s3: Any, bucket: str, files: Iterable[tuple[str, str]], *, what
     jobs: list[tuple[str, str, int | None]] = [(path, key, None) for path, key in files]
     total = sum(os.path.getsize(p) for p, _, _ in jobs)
     meter = progress(what, total) if progress else None
+    sizes = {path: os.path.getsize(path) for path, _, _ in jobs}
     try:
-        _run_all(s3, jobs, bucket, "upload", meter)
+        _parallel([j for j in jobs if sizes[j[0]] < PART], _put_one, s3, bucket, meter)
+        _run_all(s3, [j for j in jobs if sizes[j[0]] >= PART], bucket, "upload", meter)
     finally:
         if meter is not None:
             meter.finish()
@@ -207,38 +210,58 @@ def download_prefix(s3: Any, bucket: str, prefix: str, local: str, *, progress: 
     small = [j for j in jobs if (j[2] or 0) < PART]
     large = [j for j in jobs if (j[2] or 0) >= PART]
     try:
-        _small_downloads(s3, bucket, small, meter)
+        _parallel(small, _get_one, s3, bucket, meter)
         _run_all(s3, large, bucket, "download", meter)
     finally:
         meter.finish()
     return [os.path.relpath(p, base) for p, _, _ in jobs]
 
 
-def _small_downloads(s3: Any, bucket: str, jobs: list[tuple[str, str, int | None]], progress: Progress) -> None:
-    """Objects under one part, each one GET into a temporary name renamed when whole, many at once (less
-    machinery per object than s3transfer's download: no HEAD, no ranges, no IO queue)."""
+def _get_one(s3: Any, bucket: str, path: str, key: str, progress: Progress | None) -> None:
+    """One object in one GET, into a temporary name renamed when whole."""
+    tmp = f"{path}{TEMP_MARK}-{os.getpid()}-{threading.get_ident()}"
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+        with open(tmp, "wb") as fh:
+            for chunk in body.iter_chunks(1 << 20):
+                fh.write(chunk)
+                if progress is not None:
+                    progress(len(chunk))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _put_one(s3: Any, bucket: str, path: str, key: str, progress: Progress | None) -> None:
+    """One object in one PUT (the object exists only once the PUT succeeded)."""
+    with open(path, "rb") as fh:
+        s3.put_object(Bucket=bucket, Key=key, Body=fh)
+    if progress is not None:
+        progress(os.path.getsize(path))
+
+
+def _parallel(jobs: list[tuple[str, str, int | None]], one: Callable[..., None], s3: Any, bucket: str,
+              progress: Progress | None) -> None:
+    """Objects under one part, one request each, many at once (less machinery per object than
+    s3transfer's: no HEAD, no ranges, no IO queue). The first failure cancels the rest and is raised."""
     if not jobs:
         return
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
-    def one(path: str, key: str) -> None:
-        tmp = f"{path}{TEMP_MARK}-{os.getpid()}-{threading.get_ident()}"
-        try:
-            body = s3.get_object(Bucket=bucket, Key=key)["Body"]
-            with open(tmp, "wb") as fh:
-                for chunk in body.iter_chunks(1 << 20):
-                    fh.write(chunk)
-                    progress(len(chunk))
-            os.replace(tmp, path)
-        except BaseException as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise storage_error(exc, bucket=bucket, key=key, doing="downloading") from exc
+    doing = "uploading to" if one is _put_one else "downloading"
 
-    with ThreadPoolExecutor(max_workers=2 * CONCURRENCY, thread_name_prefix="skyhive-get") as pool:
-        futures = [pool.submit(one, path, key) for path, key, _ in jobs]
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        failed = next((f for f in futures if f.done() and f.exception() is not None), None)
+    def run(path: str, key: str) -> None:
+        try:
+            one(s3, bucket, path, key, progress)
+        except BaseException as exc:
+            raise storage_error(exc, bucket=bucket, key=key, doing=doing) from exc
+
+    with ThreadPoolExecutor(max_workers=SMALL_CONCURRENCY, thread_name_prefix="skyhive-s3") as pool:
+        futures = [pool.submit(run, path, key) for path, key, _ in jobs]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        failed = next((f for f in futures if f.done() and not f.cancelled() and f.exception() is not None), None)
         if failed is not None:
             for f in futures:
                 f.cancel()
