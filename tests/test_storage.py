@@ -343,3 +343,20 @@ def test_a_worker_that_finds_the_mount_done_but_its_uploader_dead_takes_the_uplo
     assert node.active_syncers() == [str(target)]  # but its uploads taken over
     node.finish()
     assert s3.keys("takeover-bucket") == ["new.txt", "old.txt"]
+
+
+def test_partial_files_are_never_shown_as_complete_nor_uploaded(s3, tmp_path):
+    """A copy killed earlier left a partial download (named as skyhive's): the next install removes it;
+    a writer's temporary files and partials are never uploaded from a cached mount."""
+    _bucket(s3, "partial-bucket", {"data.bin": b"whole"})
+    target = tmp_path / "p"
+    target.mkdir()
+    (target / f"data.bin{transfer.TEMP_MARK}-dead1234").write_bytes(b"half")
+    acc = s3mod.access(Bucket("partial-bucket"))
+    node.install([(mount_of(str(target), sky.Bucket("partial-bucket", mode="MOUNT_CACHED")), acc)], "partial")
+    assert sorted(p.name for p in target.iterdir()) == ["data.bin"]
+    (target / "ckpt.pt.tmp").write_text("being written")
+    (target / f"more.bin{transfer.TEMP_MARK}-x").write_text("partial")
+    (target / "ckpt.pt").write_text("done")
+    node.finish()
+    assert s3.keys("partial-bucket") == ["ckpt.pt", "data.bin"]

@@ -27,7 +27,7 @@ from ...errors import StorageError
 from ...paths import private_dir
 from .s3 import Access, client
 from .spec import Mount
-from .transfer import download_prefix, is_temporary, upload_files
+from .transfer import TEMP_MARK, download_prefix, is_temporary, upload_files
 
 __all__ = ["install", "flush", "finish", "unmount_all", "fuse_problem", "SYNC_INTERVAL", "target_path", "active_syncers"]
 
@@ -206,6 +206,7 @@ def install(mounts: list[tuple[Mount, Access]], session: str, progress: bool = F
                 _fuse_mount(mount, path, acc)
             else:
                 _prepare_dir(mount, path)
+                _remove_partials(path)
                 try:
                     download_prefix(client(acc), mount.bucket.name, mount.bucket.prefix, path, progress=progress)
                 except StorageError as exc:
@@ -223,6 +224,15 @@ def install(mounts: list[tuple[Mount, Access]], session: str, progress: bool = F
         finally:
             fh.close()
     return filled
+
+
+def _remove_partials(root: str) -> None:
+    """Partial downloads left by a copy that was killed (their names carry TEMP_MARK)."""
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            if TEMP_MARK in name:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(dirpath, name))
 
 
 def _touch(marker: str) -> None:

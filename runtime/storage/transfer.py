@@ -78,10 +78,15 @@ RANGES = 4
 
 def _manager(s3: Any, part: int = PART) -> Any:
     from s3transfer.manager import TransferConfig, TransferManager
+    from s3transfer.utils import OSUtils, random_file_extension
+
+    class Names(OSUtils):  # type: ignore[misc]
+        def get_temp_filename(self, filename: str) -> str:  # a partial download is named as skyhive's
+            return f"{filename}{TEMP_MARK}-{random_file_extension()}"
 
     config = TransferConfig(multipart_threshold=max(PART, part), multipart_chunksize=part,
                             max_request_concurrency=CONCURRENCY, max_submission_concurrency=4, max_io_queue_size=1000)
-    return TransferManager(s3, config)
+    return TransferManager(s3, config, osutil=Names())
 
 
 def _run_all(s3: Any, jobs: list[tuple[str, str, int | None]], bucket: str, op: str,
@@ -110,6 +115,7 @@ def _run_all(s3: Any, jobs: list[tuple[str, str, int | None]], bucket: str, op: 
     manager = _manager(s3, part)
     failed: tuple[BaseException, str] | None = None
     futures = []
+    finished = False
     try:
         for path, key, size in jobs:
             if op == "upload":
@@ -119,12 +125,13 @@ def _run_all(s3: Any, jobs: list[tuple[str, str, int | None]], bucket: str, op: 
         for key, fut in futures:
             try:
                 fut.result()
-            except BaseException as exc:  # noqa: BLE001 - the first failure is raised below, named
-                failed = failed or (exc, key)
+            except Exception as exc:  # noqa: BLE001 - the first failure is raised below, named
+                failed = (exc, key)
                 break
+        finished = failed is None
     finally:
-        if failed is not None:  # the rest cancelled (s3transfer's shutdown(cancel=True) mis-passes its
-            for _, fut in futures:  # arguments in 0.13-0.14: each future is cancelled instead)
+        if not finished:  # a failure, or this thread interrupted: the rest cancelled (s3transfer 0.19's
+            for _, fut in futures:  # shutdown(cancel=True) mis-passes its arguments: each future instead)
                 fut.cancel()
         manager.shutdown()
     if failed is not None:
