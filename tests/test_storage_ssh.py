@@ -11,6 +11,7 @@ import shutil
 import socket
 import textwrap
 
+import anyio
 import pytest
 
 import skyhive as sky
@@ -64,9 +65,9 @@ def test_copy_and_cached_mounts_on_ssh_hosts_through_a_task_file(netns_hosts, br
         setup: |
           echo "setup on $(hostname) reads $(cat ~/sdata/x.txt)"
         run: |
-          python3 -c "import skyhive as sky; print('ckpt', sky.checkpoint_dir())" 2>/dev/null || echo "ckpt $SKYHIVE_CHECKPOINT_DIR"
-          mkdir -p ~/$SKYHIVE_CHECKPOINT_DIR
-          echo "from $(hostname)" > ~/$SKYHIVE_CHECKPOINT_DIR/rank-$SKYPILOT_NODE_RANK.txt
+          echo "ckpt $SKYHIVE_CHECKPOINT_DIR"
+          mkdir -p $SKYHIVE_CHECKPOINT_DIR
+          echo "from $(hostname)" > $SKYHIVE_CHECKPOINT_DIR/rank-$SKYPILOT_NODE_RANK.txt
         """), cwd=str(tmp_path))
     try:
         code = run_launch(task, provider=ssh_for(hosts))
@@ -75,6 +76,7 @@ def test_copy_and_cached_mounts_on_ssh_hosts_through_a_task_file(netns_hosts, br
         nodes = by_node(out.out)
         for n, host in enumerate(hosts):
             assert f"setup on {host.hostname} reads remote-x" in nodes[n], nodes
+            assert f"ckpt {host.home}/sckpt/sshjob" in nodes[n]  # made absolute on the node
         keys = bridge_s3.keys("ssh-ckpt")
         assert keys == ["sshjob/rank-0.txt", "sshjob/rank-1.txt"], keys
         got = c.get_object(Bucket="ssh-ckpt", Key="sshjob/rank-1.txt")["Body"].read().decode()
@@ -120,3 +122,91 @@ def test_a_fuse_mount_on_a_host_whose_user_cannot_open_dev_fuse_is_refused_with_
     assert code != 0
     assert "mode MOUNT of s3://fuse-ssh cannot work here: /dev/fuse is not open to user" in err, err
     assert "never" not in err
+
+
+TRAIN = """\
+import os, pathlib, re, time
+ck = pathlib.Path(os.environ["SKYHIVE_CHECKPOINT_DIR"]).expanduser()
+ck.mkdir(parents=True, exist_ok=True)
+done = sorted(int(m.group(1)) for p in ck.iterdir() if (m := re.fullmatch(r"step-(\\d+)", p.name)))
+start = done[-1] if done else 0
+print(f"resumed at {start} on {os.uname().nodename}", flush=True)
+with open(os.path.expanduser("~/train-pids"), "a") as fh:
+    fh.write(f"{os.getpid()}\\n")
+for step in range(start + 1, 21):
+    print(f"step {step}", flush=True)
+    if step % 2 == 0:
+        tmp = ck / f"step-{step}.tmp"
+        tmp.write_text(str(step))
+        tmp.rename(ck / f"step-{step}")
+    if step == 10 and not os.path.exists(os.path.expanduser("~/release")):
+        while True:
+            time.sleep(0.2)
+print(f"finished at {step}", flush=True)
+"""
+
+
+def test_a_training_job_killed_on_one_host_resumes_on_a_fresh_host(netns_hosts, bridge_s3, tmp_path, capfd,
+                                                                    monkeypatch):
+    """The node dies mid-run (its worker, the job's shell and the trainer SIGKILLed); the same task started
+    on another host — a machine that never saw the job — resumes from the last checkpoint in the bucket."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from tests.test_ssh_pool import ssh_for
+
+    first_host, fresh_host = list(netns_hosts)[:2]
+    monkeypatch.setenv("SKYHIVE_STORAGE_SYNC_INTERVAL", "0.2")
+    c = bridge_s3.client()
+    c.create_bucket(Bucket="resume-data")
+    c.put_object(Bucket="resume-data", Key="d/a.txt", Body=b"A")
+    c.create_bucket(Bucket="resume-ckpt")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "train.py").write_text(TRAIN)
+    task = loads(textwrap.dedent("""\
+        name: hostjob
+        workdir: .
+        file_mounts:
+          rdata: s3://resume-data/d
+          rckpt:
+            name: resume-ckpt
+            mode: MOUNT_CACHED
+        run: |
+          echo "$$ $PPID" >> ~/train-pids
+          python3 train.py
+        """), cwd=str(tmp_path / "work"))
+    codes: list[int] = []
+    from skyhive.runtime.commands.launch import launch
+
+    def first_run() -> None:  # in a thread of its own (launch, not run_launch: no signal handlers there)
+        codes.append(anyio.run(lambda: launch(task, provider=ssh_for([first_host]))))
+
+    runner = threading.Thread(target=first_run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 120
+        while "hostjob/step-10" not in bridge_s3.keys("resume-ckpt"):
+            assert runner.is_alive() and time.monotonic() < deadline, capfd.readouterr()
+            time.sleep(0.2)
+        shell, worker, trainer = (int(x) for x in (first_host.home / "train-pids").read_text().split())
+        for pid in (worker, shell, trainer):
+            os.kill(pid, signal.SIGKILL)
+        runner.join(300)
+        assert not runner.is_alive() and codes and codes[0] != 0  # the first run failed with its node
+        first = capfd.readouterr().out
+        assert "step 10" in first and "step 11" not in first
+        (fresh_host.home / "release").write_text("go on")
+        assert not (fresh_host.home / "rckpt").exists()  # nothing of the job on the fresh host
+        code = run_launch(task, provider=ssh_for([fresh_host]))
+        second = capfd.readouterr()
+        assert code == 0, second.out + second.err
+        assert f"resumed at 10 on {fresh_host.hostname}" in second.out, second.out
+        steps = [int(line.rsplit(" ", 1)[1]) for line in second.out.splitlines() if " step " in f" {line.split('] ', 1)[-1]}"
+                 and line.split("] ", 1)[-1].startswith("step ")]
+        assert steps == list(range(11, 21)) and "finished at 20" in second.out, second.out
+        assert "hostjob/step-20" in bridge_s3.keys("resume-ckpt")
+    finally:
+        runner.join(60)
+        _clean([first_host, fresh_host], "rdata", "rckpt", "train-pids", "release", ".skyhive/storage-deps")

@@ -85,6 +85,9 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
     `num_nodes` a job on the pool's first N nodes (`node_env`)."""
     env = {**os.environ, **(task_env or {}), "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"),
            **node_env(task_id, phase=phase, cluster_info=cluster_info, num_nodes=num_nodes)}
+    ckpt = env.get("SKYHIVE_CHECKPOINT_DIR")  # on a bucket mount relative to the home: made absolute here
+    if ckpt:  # (docs/storage.md)
+        env["SKYHIVE_CHECKPOINT_DIR"] = os.path.join(os.path.expanduser("~"), os.path.expanduser(ckpt))
     # the node's Python environment comes first: `python`, `pip`, `torchrun` are the ones skyhive runs with
     bindir = os.path.dirname(sys.executable)
     path = env.get("PATH", os.defpath)

@@ -78,8 +78,12 @@ class S3Server:
 
 
 def start_server(host: str, port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    import tempfile
+
     cmd = [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    # its request log goes to a file: a pipe nobody reads would fill and stop the server mid-test
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - the process holds it; closed with the file object
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
                             env={**os.environ, **(env or {})})
     deadline = time.monotonic() + 60
     while True:
@@ -89,8 +93,9 @@ def start_server(host: str, port: int, env: dict[str, str] | None = None) -> sub
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                err = proc.stderr.read().decode() if proc.stderr else ""
-                pytest.fail(f"moto_server did not start on {host}:{port}: {err[-2000:]}")
+                proc.wait()
+                log.seek(0)
+                pytest.fail(f"moto_server did not start on {host}:{port}: {log.read().decode()[-2000:]}")
             time.sleep(0.1)
 
 
