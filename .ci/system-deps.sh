@@ -49,7 +49,7 @@ if ! have fusermount3 /usr/bin/fusermount3; then
 fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
-    echo "system-deps: sshd, ssh-keygen, ip and Slurm are present; nothing to install"
+    echo "system-deps: sshd, ssh-keygen, ip, Slurm, rclone and fuse3 are present; nothing to install"
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
