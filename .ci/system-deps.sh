@@ -41,6 +41,13 @@ fi
 if ! have munged /usr/sbin/munged; then
     missing+=(munge)
 fi
+# bucket mounts with mode MOUNT (FUSE): rclone and fusermount3 (tests/test_storage.py skips without)
+if ! have rclone /usr/bin/rclone; then
+    missing+=(rclone)
+fi
+if ! have fusermount3 /usr/bin/fusermount3; then
+    missing+=(fuse3)
+fi
 
 if ! have chromium /usr/bin/chromium; then
     missing+=(chromium)
@@ -50,7 +57,7 @@ if ! have chromedriver /usr/bin/chromedriver; then
 fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
-    echo "system-deps: sshd, ssh-keygen, ip and Slurm are present; nothing to install"
+    echo "system-deps: sshd, ssh-keygen, ip, Slurm, rclone and fuse3 are present; nothing to install"
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then

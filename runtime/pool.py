@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -65,7 +65,9 @@ class Pool(PoolCalls):
     pool starts: None, the default, draws it only when stderr is a terminal), `min_nodes` (start
     with the nodes that could be provisioned when at least this many could: the others are left
     out, recorded and destroyed — see `runtime/actors/membership.py` and docs/min_nodes.md; default:
-    every node is needed), and any `Settings`
+    every node is needed), `mounts` (buckets at paths on every node, Local included:
+    `{"/data": "s3://b/p", "/ckpt": sky.Bucket("runs", mode="MOUNT_CACHED")}`, see docs/storage.md and
+    `sky.checkpoint_dir()`), and any `Settings`
     field as a keyword (timeouts, heartbeats, restart
     limits).
 
@@ -112,6 +114,7 @@ class Pool(PoolCalls):
         min_nodes: int | None = None,
         order: str = "given",
         selection: str | None = None,
+        mounts: Mapping[str, Any] | None = None,
         **settings: Any,
     ) -> None:
         if isinstance(provider, Spec) or isinstance(nodes, Spec) or more_specs:  # Skyward's multi-provider form
@@ -182,6 +185,10 @@ class Pool(PoolCalls):
         self._blocking: BlockingPool | None = None
         self._client_hooks = contextlib.ExitStack()
         self._retries = 0  # calls re-run after a lost worker (`retries=`)
+        from .storage.plugin import parse_mounts
+
+        self.mounts = parse_mounts(mounts)  # bucket mounts (runtime/storage/, docs/storage.md)
+        self._storage: Any = None
 
     def __repr__(self) -> str:
         status = self._rt.log.state.status if self._rt is not None else "new"
@@ -227,6 +234,12 @@ class Pool(PoolCalls):
     async def _enter(self) -> Pool:
         image = self.image
         spec_plugins = self.plugins
+        if self.mounts:
+            from .storage.pool import open_mounts
+
+            self._storage, plugin = await open_mounts(self.mounts, self.name,
+                                                      same_python=isinstance(self.provider, Local))
+            spec_plugins = (plugin, *spec_plugins)
         if image is not None or spec_plugins:
             from ..plugins.api import apply_transforms
 
@@ -250,6 +263,7 @@ class Pool(PoolCalls):
             await self._rt.start()
         except BaseException:
             self._close_collections()
+            await self._close_mounts(failed=True)
             raise
         try:
             for plugin in spec_plugins:  # client-side hooks, for the pool's lifetime
@@ -297,6 +311,8 @@ class Pool(PoolCalls):
                 self._close_collections()
                 if named is not None:
                     named.leave(kept=self.keep)
+                if not (named is not None and self.keep):
+                    await self._close_mounts()
         leak = rt.leak_error(error)
         if leak is not None:  # what may still run (and cost) outranks the block's own error, which it names
             if isinstance(exc, anyio.get_cancelled_exc_class()):  # a cancellation goes on: said, not raised
@@ -308,6 +324,13 @@ class Pool(PoolCalls):
         store, self._collections = getattr(self, "_collections", None), None
         if store is not None:
             store.close()
+
+    async def _close_mounts(self, *, failed: bool = False) -> None:
+        if self._storage is not None:
+            from .storage.pool import close_mounts
+
+            storage, self._storage = self._storage, None
+            await close_mounts(storage, failed=failed)
 
     def __enter__(self) -> BlockingPool:
         from .blocking import BlockingPool

@@ -46,6 +46,8 @@ _EXPORTS = {  # (not annotated: `dict` is also a public name of this module, Sky
     "DigitalOcean": "skyhive.providers.cloud.digitalocean",
     "Azure": "skyhive.providers.cloud.azure",
     "Image": "skyhive.plugins.image",
+    "Bucket": "skyhive.runtime.storage.spec",
+    "checkpoint_dir": "skyhive.runtime.storage.checkpoint",
     "compute": "skyhive.runtime.compute",
     "gather": "skyhive.runtime.compute",
     "instance_info": "skyhive.runtime.onnode.context",
@@ -59,6 +61,7 @@ _EXPORTS = {  # (not annotated: `dict` is also a public name of this module, Sky
     "Captured": "skyhive.runtime.output.captured",
     # every error a user can catch (the tree is drawn in skyhive/errors.py)
     "SkyhiveError": "skyhive.errors",
+    "StorageError": "skyhive.errors",
     "ProtocolError": "skyhive.errors",
     "ProvisionError": "skyhive.errors",
     "NodeUnreachable": "skyhive.errors",
@@ -134,6 +137,9 @@ if TYPE_CHECKING:
     from skyhive.runtime.collections.api import lock as lock
     from skyhive.runtime.collections.api import queue as queue
     from skyhive.runtime.collections.api import set as set
+    from skyhive.runtime.storage.spec import Bucket as Bucket
+    from skyhive.runtime.storage.checkpoint import checkpoint_dir as checkpoint_dir
+    from skyhive.errors import StorageError as StorageError
     from skyhive.runtime.pool import Compute as Compute
     from skyhive.runtime.pool import ComputePool as ComputePool
     from skyhive.providers.simulated import Simulated as Simulated

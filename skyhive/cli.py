@@ -548,6 +548,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("clouds", nargs="*", metavar="CLOUD", help="aws, gcp, azure, digitalocean (default: all)")
     p.set_defaults(func=cmd_check)
 
+    from skyhive.runtime.commands.storage import add_parser as add_storage_parser
+
+    add_storage_parser(sub)  # `storage ls/delete` (runtime/commands/storage.py)
+
     p = sub.add_parser("timeline", help="draw a pool's per-node Gantt chart")
     p.add_argument("pool", metavar="POOL")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="FILE.png or FILE.html")

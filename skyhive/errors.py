@@ -47,7 +47,7 @@ __all__ = [
     "OutputStalled", "EventsStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
     "PoolExists", "PoolGone",
     "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
-    "IllegalTransition",
+    "IllegalTransition", "StorageError",
 ]
 
 
@@ -241,3 +241,24 @@ class HuggingFaceLoginError(SkyhiveError, RuntimeError):
 
 class IllegalTransition(SkyhiveError, RuntimeError):
     """A node was asked to move between two states the lifecycle does not connect (a skyhive bug)."""
+
+
+# ---- object storage ---------------------------------------------------------------------------------
+
+class StorageError(SkyhiveError, OSError):
+    """A bucket could not be read or written (`runtime/storage/`): the message names the bucket, the key
+    and the cause; `cause` is one of "no-credentials", "no-such-bucket", "access-denied", "no-such-key",
+    "interrupted", "disk-full", "unsupported", "error"."""
+
+    def __init__(self, message: str, *, bucket: str = "", key: str = "", cause: str = "error") -> None:
+        super().__init__(message)
+        self.bucket = bucket
+        self.key = key
+        self.cause = cause
+
+    def __reduce__(self) -> tuple:  # type: ignore[type-arg]
+        return (_storage_error, (str(self), self.bucket, self.key, self.cause))
+
+
+def _storage_error(message: str, bucket: str, key: str, cause: str) -> StorageError:
+    return StorageError(message, bucket=bucket, key=key, cause=cause)

@@ -22,10 +22,12 @@ ERRORS = {
     "OutputStalled", "EventsStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
     "PoolExists", "PoolGone", "TeardownIncomplete",
     "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
+    "StorageError",
 }
 PUBLIC = {
     "Pool", "Local", "SSH", "Slurm", "Simulated", "AWS", "GCP", "DigitalOcean", "Azure", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
     "stdout", "stderr", "silent", "OutputRecord", "Captured", "plugins", *ERRORS,
+    "Bucket", "checkpoint_dir",  # bucket mounts (docs/storage.md)
     # the seeds' spellings (docs/seeds.md)
     "ComputePool", "Compute", "function", "accelerators", "integrations", "PipIndex", "AcceleratorWarning", "Worker",
     "jobs",  # managed jobs (docs/jobs.md)

@@ -28,7 +28,7 @@ from ..clusters.agent import ensure_agent
 from ..clusters.named import dead_workers, live_workers, new_kept_pool, set_autostop
 from ..clusters.procs import alive
 from ..clusters.stop import stop_pool
-from .launch import task_steps
+from .launch import task_env, task_steps
 from .steps import TaskSteps
 from .taskfile import Task
 
@@ -92,7 +92,7 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
     # every check that needs no pool, before one exists: a variable or secret without a value, a
     # workdir too large, a mount that does not exist (a pool created first stayed UP, billed, for a
     # task that could never run)
-    job_env = (task.env(), task.secret_env())
+    job_env = (task_env(task), task.secret_env())
     try:
         rec: records.ClusterRecord | None = records.load(name)
     except PoolNotFound:
@@ -143,7 +143,7 @@ def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float 
 
 
 def _queue(task: Task, name: str, *, setup: bool) -> jobq.Job:
-    return _submit(task, name, _steps(task, name, _provider_of(name), setup=setup), (task.env(), task.secret_env()),
+    return _submit(task, name, _steps(task, name, _provider_of(name), setup=setup), (task_env(task), task.secret_env()),
                    setup=setup)
 
 

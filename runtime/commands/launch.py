@@ -35,7 +35,7 @@ from .steps import NodeExit, TaskSteps, pack_mounts, run_steps
 from .taskfile import Task
 
 __all__ = ["NodeExit", "LaunchError", "launch", "run_launch", "pack_workdir", "WORKDIR_LIMIT", "plan_spec",
-           "cluster_info", "task_steps"]
+           "cluster_info", "task_steps", "task_env"]
 
 #: The largest workdir archive shipped to the nodes (compressed); past it, list what to skip in .skyignore.
 WORKDIR_LIMIT = 256 << 20
@@ -92,7 +92,20 @@ def task_steps(task: Task, provider: Provider, *, work_id: str, task_id: str, se
                      archive=pack_workdir(task.workdir) if task.workdir else None,
                      mounts=pack_mounts(task, pack_workdir), requirements=node_requirements(task, provider),
                      cluster_info=cluster_info(work_id, task, provider), num_nodes=task.num_nodes,
-                     own_home=provider.node_homes)
+                     own_home=provider.node_homes, buckets=task.bucket_mounts)
+
+
+def task_env(task: Task) -> dict[str, str]:
+    """The task's environment, with SKYHIVE_CHECKPOINT_DIR when it mounts a bucket to keep checkpoints
+    on (`sky.checkpoint_dir()`: the same folder for every run of the task's name; docs/storage.md)."""
+    env = task.env()
+    if task.bucket_mounts:
+        from ..storage.plugin import CHECKPOINT_ENV, checkpoint_path
+
+        ckpt = checkpoint_path(task.bucket_mounts, task.name or "default")
+        if ckpt is not None:
+            env.setdefault(CHECKPOINT_ENV, ckpt)
+    return env
 
 
 def cluster_info(pool_id: str, task: Task, provider: Provider) -> str:
@@ -121,7 +134,7 @@ class _Launch:
         from ..pool import Pool
 
         task = self.task
-        env, secrets = task.env(), task.secret_env()
+        env, secrets = task_env(task), task.secret_env()
         image = Image(env=env, secrets=secrets) if env or secrets else None
         spec = cluster_spec(task, self.provider)
         allocation = None if spec.spot is None else ("spot" if spec.spot else "on-demand")

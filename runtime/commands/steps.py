@@ -64,6 +64,7 @@ class TaskSteps:
     cluster_info: str = ""
     num_nodes: int = 0  # the task's nodes: fewer than the pool has run on its first N (`skyhive exec`)
     own_home: bool = False  # each node its own home (`Provider.node_homes`): workdir, mounts and setup per node
+    buckets: tuple[Any, ...] = ()  # bucket file_mounts (runtime.storage.spec.Mount): access resolved when run
 
 
 def pack_mounts(task: Task, pack: Callable[[str], bytes]) -> list[tuple[str, str, bytes, bool]]:
@@ -102,7 +103,58 @@ async def run_steps(rt: PoolRuntime, steps: TaskSteps, *, task_env: dict[str, st
                  if own else None)
         failed, _ = await everywhere(rt, [channels[i] for i in leaders], "file_mounts", nodeprep.install_mounts,
                                      steps.mounts, per_node=homes, per_node_last=True)
-    for phase, on in (("setup", everyone if own else leaders), ("run", runs_on)):
+    prepared = None
+    # buckets: checked (or made) here, downloaded on each machine — into each node's home with own homes
+    on_buckets = everyone if own else leaders
+    if failed is None and steps.buckets:
+        from ..storage import node as storage_node
+        from ..storage.buckets import prepare
+
+        prepared = await anyio.to_thread.run_sync(lambda: prepare(steps.buckets))
+        failed = await _storage_deps(rt, [channels[i] for i in leaders])
+        if failed is None:
+            failed, _ = await everywhere(rt, [channels[i] for i in on_buckets], "file_mounts", storage_node.install,
+                                         prepared.mounts, steps.task_id,
+                                         per_node=[os.path.dirname(dirs[i]) for i in on_buckets] if own else None,
+                                         per_node_last=True)
+    try:
+        failed = await _setup_and_run(rt, steps, channels, leaders, runs_on, dirs, some, task_env, failed)
+    finally:
+        if prepared is not None:
+            failed = await _finish_buckets(rt, [channels[i] for i in on_buckets], prepared, failed)
+    return failed
+
+
+async def _storage_deps(rt: PoolRuntime, leaders: list[WorkerChannel]) -> NodeExit | None:
+    """boto3 on every machine: sent (runtime/storage/deps.py) to those whose Python lacks it."""
+    from ..storage import deps
+
+    bundle = await anyio.to_thread.run_sync(deps.bundle)
+    failed, missing = await everywhere(rt, leaders, "file_mounts", deps.ensure, bundle.digest)
+    lacking = [ch for ch, why in zip(leaders, missing) if why is not None]
+    if failed is None and lacking:
+        failed, _ = await everywhere(rt, lacking, "file_mounts", deps.ensure, bundle.digest, bundle.data)
+    return failed
+
+
+async def _finish_buckets(rt: PoolRuntime, leaders: list[WorkerChannel], prepared: Any,
+                          failed: NodeExit | None) -> NodeExit | None:
+    """Cached mounts flushed and FUSE mounts unmounted on every machine, whatever the job's outcome (a
+    flush that fails is the job's failure when nothing failed before); buckets not to keep deleted."""
+    from ..storage import node as storage_node
+    from ..storage.buckets import release
+
+    with CancelScope(shield=True):
+        flushed, _ = await everywhere(rt, leaders, "file_mounts", storage_node.finish)
+        await anyio.to_thread.run_sync(lambda: release(prepared, failed=False))
+    return failed if failed is not None else flushed
+
+
+async def _setup_and_run(rt: PoolRuntime, steps: TaskSteps, channels: list[WorkerChannel], leaders: list[int],
+                         runs_on: list[int], dirs: list[Any], some: bool, task_env: dict[str, str] | None,
+                         failed: NodeExit | None) -> NodeExit | None:
+    own = steps.own_home
+    for phase, on in (("setup", list(range(len(channels))) if own else leaders), ("run", runs_on)):
         script = getattr(steps, phase)
         if failed is None and script:
             # the job's run sees its nodes only: SKYPILOT_NUM_NODES=N, NODE_IPS of nodes 0..N-1

@@ -6,6 +6,7 @@
     envs: {EPOCHS: 3}
     workdir: .
     file_mounts: {/data: ./data}               # local files and directories
+    file_mounts: {/ds: s3://bucket/prefix, /ckpt: {name: runs, mode: MOUNT_CACHED}}   # buckets (docs/storage.md)
     setup: pip install -r requirements.txt     # once per machine
     run: torchrun ... main.py                  # on every node
 
@@ -31,13 +32,15 @@ from ...errors import TaskFileError
 from ...providers.base import ProvisionError
 from ...providers.registry import canonical
 from .taskfile_guard import BoundedLoader, read_task_text
+from ..storage.spec import is_bucket_uri
 from .values import ENV_NAME as _ENV_NAME
 from .values import parse_accelerators, parse_amount, parse_env_overrides
 
 __all__ = ["TaskFileError", "Resources", "FileMount", "Task", "load", "loads", "parse_env_overrides", "parse_amount",
            "parse_accelerators", "BUCKET_SCHEMES"]
 
-#: Sources of `file_mounts` that name cloud storage (not supported yet: an error says so).
+#: Sources of `file_mounts` that name cloud storage: s3://, gs://, gcs://, r2:// are mounted
+#: (runtime/storage/); the others are refused, saying so.
 BUCKET_SCHEMES = ("s3://", "gs://", "gcs://", "r2://", "az://", "https://", "http://", "cos://", "oci://", "nebius://")
 
 _TOP = ("name", "num_nodes", "resources", "envs", "secrets", "workdir", "file_mounts", "setup", "run")
@@ -134,6 +137,7 @@ class Task:
     secrets: tuple[tuple[str, str | None], ...] = field(default=(), repr=False)
     workdir: str | None = None  # absolute
     file_mounts: tuple[FileMount, ...] = ()
+    bucket_mounts: tuple[Any, ...] = ()  # runtime.storage.spec.Mount: buckets (s3://, the long form)
     setup: str | None = None
     run: str | None = None
     source: str = "<task>"
@@ -220,6 +224,7 @@ class _Parser:
         self.cwd = cwd
         self.warnings: list[tuple[int, str]] = []
         self.lines: dict[str, int] = {}
+        self.buckets: list[Any] = []  # bucket file_mounts (runtime/storage/)
         self.loader = BoundedLoader(text)  # SafeLoader, nesting bounded (taskfile_guard.py)
 
     def error(self, node: Node | None, path: str, problem: str) -> TaskFileError:
@@ -309,6 +314,7 @@ class _Parser:
         warnings = tuple(text for _, text in sorted(self.warnings, key=lambda w: w[0]))  # in file order
         return Task(name=name, num_nodes=num_nodes, resources=resources, envs=envs, secrets=secrets,
                     workdir=workdir, file_mounts=file_mounts, setup=setup, run=run, source=self.source, warnings=warnings,
+                    bucket_mounts=tuple(self.buckets),
                     lines=tuple(self.lines.items()))
 
     def _name(self, node: Node | None) -> str | None:
@@ -447,15 +453,40 @@ class _Parser:
         for target, vnode in entries.items():
             path = f"file_mounts.{target}"
             raw = self.value(vnode)
-            if isinstance(raw, dict) or (isinstance(raw, str) and raw.startswith(BUCKET_SCHEMES)):
-                what = raw if isinstance(raw, str) else "a storage mapping (source/name/store/mode)"
-                raise self.error(vnode, path, f"{what}: cloud-bucket mounts are not supported yet; skyhive copies "
-                                 f"local files and directories (`{target}: LOCAL_PATH`)")
+            if isinstance(raw, dict) or (isinstance(raw, str) and is_bucket_uri(raw)):
+                self.buckets.append(_bucket_mount(self, str(target), raw, vnode, path, envs))
+                continue
+            if isinstance(raw, str) and raw.startswith(BUCKET_SCHEMES):
+                raise self.error(vnode, path, f"{raw}: this kind of storage is not supported; skyhive mounts "
+                                 f"s3://, gs:// and r2:// buckets and copies local files and directories")
             if not isinstance(raw, str) or not raw.strip():
                 raise self.error(vnode, path, f"expected a local file or directory, got {_kind(vnode)}")
             where = f"{self.source}:{vnode.start_mark.line + 1}: {path}"
             out.append(FileMount.resolve(target, raw, envs, self.cwd, where))
         return tuple(out)
+
+
+def _bucket_mount(self: _Parser, target: str, raw: Any, vnode: Node, path: str, envs: Mapping[str, str]) -> Any:
+    """A bucket `file_mounts` entry as a `runtime.storage.spec.Mount` (envs filled in, a local `source`
+    taken from the directory skyhive runs in); `TaskFileError` naming the line and the entry."""
+    from ..storage.spec import mount_of
+
+    def fill(value: Any) -> Any:
+        return string.Template(value).safe_substitute(envs) if isinstance(value, str) else value
+
+    if isinstance(raw, dict):
+        raw = {k: fill(v) for k, v in raw.items()}
+        src = raw.get("source")
+        if isinstance(src, str) and not is_bucket_uri(src):
+            raw["source"] = os.path.abspath(os.path.join(self.cwd, os.path.expanduser(src)))
+            if not os.path.exists(raw["source"]):
+                raise TaskFileError(f"{self.source}:{vnode.start_mark.line + 1}: {path}.source: {src!r} does not "
+                                    f"exist ({raw['source']}; relative paths are taken from the directory you run "
+                                    f"skyhive in, as in SkyPilot)")
+    try:
+        return mount_of(fill(target), raw, where=f"{self.source}:{vnode.start_mark.line + 1}: {path}")
+    except (ValueError, TypeError) as exc:
+        raise TaskFileError(str(exc)) from None
 
 
 class _Any(tuple):  # type: ignore[type-arg]

@@ -119,6 +119,11 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
             # the packages this Python sees in the user's ~/.local stay visible to the task's `python`
             # (a venv, the usual case, has no user site)
             env["PYTHONUSERBASE"] = site.USER_BASE
+    ckpt = env.get("SKYHIVE_CHECKPOINT_DIR")  # on a bucket mount relative to the home: made absolute here
+    if ckpt:  # (docs/storage.md)
+        home = env.get("HOME") or os.path.expanduser("~")  # the node's own home where it has one
+        env["SKYHIVE_CHECKPOINT_DIR"] = os.path.join(home, home + ckpt[1:] if ckpt == "~" or ckpt.startswith("~/")
+                                                     else ckpt)
     # the node's Python environment comes first: `python`, `pip`, `torchrun` are the ones skyhive runs with
     bindir = os.path.dirname(sys.executable)
     path = env.get("PATH", os.defpath)

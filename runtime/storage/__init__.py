@@ -1,0 +1,10 @@
+"""Object storage where training needs it: buckets as file mounts (COPY, MOUNT, MOUNT_CACHED) and a job's
+checkpoint folder that survives the node. See docs/storage.md.
+
+- `spec.py` — what a mount is (`Bucket`, `Mount`, bucket URIs), pure values the client and nodes share;
+- `s3.py` — the S3 (and S3-compatible) client: endpoint and credential chains, errors naming bucket and key;
+- `transfer.py` — parallel multipart copies between a folder and a bucket, nothing partial seen as complete;
+- `node.py` — the node side: a mount put in place, a cached mount synced back, a FUSE mount;
+- `plugin.py` — `Pool(mounts=...)` as a plugin;  `checkpoint.py` — `sky.checkpoint_dir()`;
+- `buckets.py` — the buckets skyhive created (`skyhive storage ls/delete`).
+"""

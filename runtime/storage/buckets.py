@@ -1,0 +1,137 @@
+"""The client side of bucket mounts: each mount's access resolved, its bucket checked (or created, tagged
+as skyhive's, and filled from a local `source`), and the buckets skyhive created listed and deleted
+(`skyhive storage ls/delete`). A bucket skyhive did not create is never deleted unless named with force.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ...errors import StorageError
+from .s3 import Access, access, client, storage_error
+from .spec import Bucket, Mount
+from .transfer import list_prefix, upload_dir
+
+__all__ = ["TAG", "Prepared", "prepare", "release", "created_buckets", "delete_bucket", "create_bucket"]
+
+log = logging.getLogger("skyhive.storage")
+
+#: The tag on every bucket skyhive creates (value: "true").
+TAG = "skyhive-created"
+
+
+@dataclass(slots=True)
+class Prepared:
+    """Mounts with their access, ready to send to the nodes; `created` the buckets this made (deleted by
+    `release` when a mount is not persistent, or when preparing failed)."""
+
+    mounts: list[tuple[Mount, Access]] = field(default_factory=list)
+    created: list[tuple[Bucket, Access]] = field(default_factory=list)
+
+
+def create_bucket(s3: object, bucket: Bucket, acc: Access) -> None:
+    """Create `bucket` tagged as skyhive's. Raises `StorageError` naming it."""
+    try:
+        kwargs = {}
+        if acc.region not in ("us-east-1", "auto") and not acc.endpoint_url:
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": acc.region}
+        s3.create_bucket(Bucket=bucket.name, **kwargs)  # type: ignore[attr-defined]
+        s3.put_bucket_tagging(Bucket=bucket.name,  # type: ignore[attr-defined]
+                              Tagging={"TagSet": [{"Key": TAG, "Value": "true"}]})
+    except Exception as exc:  # noqa: BLE001
+        raise storage_error(exc, bucket=bucket.name, doing="creating") from exc
+
+
+def _exists(s3: object, name: str) -> bool:
+    try:
+        s3.head_bucket(Bucket=name)  # type: ignore[attr-defined]
+        return True
+    except Exception as exc:  # noqa: BLE001
+        err = storage_error(exc, bucket=name, doing="checking")
+        if err.cause == "no-such-bucket":
+            return False
+        raise err from exc
+
+
+def prepare(mounts: Sequence[Mount], *, progress: bool = False) -> Prepared:
+    """Resolve each mount's access; create and fill the buckets of mounts with a local `source`; check the
+    others exist. Raises `StorageError` naming the mount and the bucket, after deleting what it created."""
+    out = Prepared()
+    try:
+        for mount in mounts:
+            bucket = mount.bucket
+            try:
+                acc = access(bucket)
+                s3 = client(acc)
+                if bucket.source is not None:
+                    if not _exists(s3, bucket.name):
+                        create_bucket(s3, bucket, acc)
+                        out.created.append((bucket, acc))
+                    upload_dir(s3, bucket.name, bucket.prefix, bucket.source, progress=progress)
+                elif not _exists(s3, bucket.name):
+                    raise StorageError(f"bucket {bucket.name!r}: no such bucket", bucket=bucket.name,
+                                       cause="no-such-bucket")
+            except StorageError as exc:
+                where = mount.where or f"mounts[{mount.target!r}]"
+                raise StorageError(f"{where}: {exc}", bucket=exc.bucket, key=exc.key, cause=exc.cause) from None
+            out.mounts.append((mount, acc))
+    except BaseException:
+        release(out, failed=True)
+        raise
+    return out
+
+
+def delete_bucket(s3: object, name: str) -> int:
+    """Delete every object of bucket `name`, then the bucket; returns the objects deleted."""
+    objects = list_prefix(s3, name, "")
+    try:
+        uploads = s3.list_multipart_uploads(Bucket=name).get("Uploads", ())  # type: ignore[attr-defined]
+        for up in uploads:  # a cut upload's parts: never an object, but stored (and billed) until aborted
+            s3.abort_multipart_upload(Bucket=name, Key=up["Key"], UploadId=up["UploadId"])  # type: ignore[attr-defined]
+        for start in range(0, len(objects), 1000):
+            batch = [{"Key": o.key} for o in objects[start:start + 1000]]
+            s3.delete_objects(Bucket=name, Delete={"Objects": batch, "Quiet": True})  # type: ignore[attr-defined]
+        s3.delete_bucket(Bucket=name)  # type: ignore[attr-defined]
+    except Exception as exc:  # noqa: BLE001
+        raise storage_error(exc, bucket=name, doing="deleting") from exc
+    return len(objects)
+
+
+def release(prepared: Prepared, *, failed: bool = False) -> list[str]:
+    """Delete the buckets `prepared` created that are not persistent (all of them when `failed`);
+    returns their names. A bucket that cannot be deleted is logged and left (named)."""
+    gone = []
+    for bucket, acc in prepared.created:
+        if bucket.persistent and not failed:
+            continue
+        try:
+            delete_bucket(client(acc), bucket.name)
+            gone.append(bucket.name)
+        except StorageError as exc:
+            log.warning("left bucket %s (skyhive created it; `skyhive storage delete %s`): %s", bucket.name,
+                        bucket.name, exc)
+    return gone
+
+
+def _tagged(s3: object, name: str) -> bool:
+    try:
+        tags = s3.get_bucket_tagging(Bucket=name)["TagSet"]  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - no tags (NoSuchTagSet), or not ours to read
+        return False
+    return any(t.get("Key") == TAG for t in tags)
+
+
+def created_buckets(acc: Access) -> list[str]:
+    """The buckets at `acc`'s endpoint that carry skyhive's tag."""
+    s3 = client(acc)
+    try:
+        names = [b["Name"] for b in s3.list_buckets().get("Buckets", ())]
+    except Exception as exc:  # noqa: BLE001
+        raise storage_error(exc, bucket="*", doing="listing buckets at") from exc
+    return sorted(n for n in names if _tagged(s3, n))
+
+
+def is_created(acc: Access, name: str) -> bool:
+    return _tagged(client(acc), name)

@@ -1,0 +1,297 @@
+"""The node side of bucket mounts: each mount put in place at its path before the job (or the pool's first
+task) runs, once per machine, and a cached mount's writes carried back to the bucket.
+
+- COPY: the prefix downloaded into the folder (files appear whole, see transfer.py); writes stay local.
+- MOUNT_CACHED: the same download, then a background thread uploads what the job writes (a file is
+  uploaded once its size and modification time held still for one scan, so a checkpoint being written is
+  not sent half-way; write checkpoints to a temporary name and rename). `flush` uploads the rest and is
+  called before the job ends; what a killed node had uploaded is in the bucket, nothing later.
+- MOUNT: `rclone mount` (FUSE) without a cache, as SkyPilot's MOUNT: reads stream from the bucket, a
+  written file goes to the bucket when it is closed (sequential writes only). Refused, saying why, where FUSE cannot work: no rclone, no /dev/fuse, or
+  /dev/fuse not open to this user (a non-root login on a machine whose /dev/fuse is 0600).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import threading
+from typing import Any
+
+from ...errors import StorageError
+from ...paths import private_dir
+from .s3 import Access, client
+from .spec import Mount
+from .transfer import TEMP_MARK, download_prefix, is_temporary, upload_files
+
+__all__ = ["install", "flush", "finish", "unmount_all", "fuse_problem", "SYNC_INTERVAL", "target_path", "active_syncers"]
+
+log = logging.getLogger("skyhive.storage")
+
+#: Seconds between two scans of a cached mount (override: SKYHIVE_STORAGE_SYNC_INTERVAL).
+SYNC_INTERVAL = 1.0
+
+_syncers: dict[str, _Syncer] = {}
+_fuse_mounts: list[str] = []
+_lock = threading.Lock()
+
+
+def target_path(target: str, home: str | None = None) -> str:
+    """A mount's path on this node: `~` expanded, relative paths under the home directory (`home`: the
+    node's own home where nodes on one machine each have one, `Provider.node_homes`)."""
+    if home is None:
+        home = os.path.expanduser("~")
+        path = os.path.expanduser(target)
+    else:
+        path = home + target[1:] if target == "~" or target.startswith("~/") else target
+    return path if os.path.isabs(path) else os.path.join(home, path)
+
+
+def _scan(root: str) -> dict[str, tuple[int, int]]:
+    out = {}
+    for dirpath, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".skyhive")]
+        for name in names:
+            if is_temporary(name):
+                continue
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue  # renamed away while scanning
+            out[os.path.relpath(path, root).replace(os.sep, "/")] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+class _Syncer:
+    """Uploads what changes in a MOUNT_CACHED folder, in the background, until `flush`."""
+
+    def __init__(self, mount: Mount, path: str, acc: Access, marker: str, *, since: int | None = None) -> None:
+        self.mount, self.path, self.acc, self.marker = mount, path, acc, marker
+        self.s3 = client(acc)
+        now = _scan(path)
+        # what the bucket holds: all of it just after the download; when taking over from a worker that
+        # died, what had not changed since its last successful sync (`since`: the marker's mtime)
+        self.sent = now if since is None else {rel: sig for rel, sig in now.items() if sig[1] <= since}
+        self.seen: dict[str, tuple[int, int]] = dict(now)
+        with open(f"{marker}.owner", "w") as out:
+            out.write(str(os.getpid()))
+        self.error: StorageError | None = None
+        self.uploaded = 0
+        self._stop = threading.Event()
+        self._busy = threading.Lock()
+        interval = float(os.environ.get("SKYHIVE_STORAGE_SYNC_INTERVAL", SYNC_INTERVAL))
+        self._thread = threading.Thread(target=self._loop, args=(interval,), name=f"skyhive-sync {path}", daemon=True)
+        self._thread.start()
+
+    def _loop(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.sync(settled_only=True)
+            except StorageError as exc:  # kept for flush to raise; the loop tries again
+                log.warning("%s", exc)
+                self.error = exc
+
+    def sync(self, *, settled_only: bool) -> int:
+        with self._busy:
+            now = _scan(self.path)
+            changed = [rel for rel, sig in now.items() if self.sent.get(rel) != sig
+                       and (not settled_only or self.seen.get(rel) == sig)]
+            self.seen = now
+            if not changed:
+                return 0
+            bucket = self.mount.bucket
+            upload_files(self.s3, bucket.name, [(os.path.join(self.path, rel), bucket.key(rel)) for rel in changed])
+            for rel in changed:
+                self.sent[rel] = now[rel]
+            self.uploaded += len(changed)
+            _touch(self.marker)
+            return len(changed)
+
+    def flush(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        self.error = None
+        self.sync(settled_only=False)
+        return self.uploaded
+
+
+def fuse_problem(tool: str = "rclone") -> str:
+    """Why a FUSE mount cannot work for this process here ("" when it can)."""
+    if shutil.which(tool) is None:
+        return f"{tool} is not installed on this node (apt-get install {tool}, or use mode MOUNT_CACHED)"
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse does not exist on this node (no FUSE in this machine or container; use MOUNT_CACHED)"
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        return (f"/dev/fuse is not open to user {os.getuid()} on this node (mode "
+                f"{oct(os.stat('/dev/fuse').st_mode & 0o777)}; use MOUNT_CACHED, or give the user access to FUSE)")
+    if shutil.which("fusermount3") is None and shutil.which("fusermount") is None and os.getuid() != 0:
+        return "fusermount is not installed on this node (apt-get install fuse3)"
+    return ""
+
+
+def _rclone_env(acc: Access) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"RCLONE_CONFIG_SKYHIVE_TYPE": "s3", "RCLONE_CONFIG_SKYHIVE_PROVIDER": "Other" if acc.endpoint_url else "AWS",
+                "RCLONE_CONFIG_SKYHIVE_REGION": acc.region, "RCLONE_CONFIG_SKYHIVE_ENV_AUTH": "false"})
+    if acc.endpoint_url:
+        env["RCLONE_CONFIG_SKYHIVE_ENDPOINT"] = acc.endpoint_url
+        env["RCLONE_CONFIG_SKYHIVE_FORCE_PATH_STYLE"] = "true"
+    for var, value in (("ACCESS_KEY_ID", acc.access_key), ("SECRET_ACCESS_KEY", acc.secret_key),
+                       ("SESSION_TOKEN", acc.token)):
+        if value:
+            env[f"RCLONE_CONFIG_SKYHIVE_{var}"] = value
+    return env
+
+
+def _fuse_mount(mount: Mount, path: str, acc: Access) -> None:
+    problem = fuse_problem()
+    if problem:
+        raise StorageError(f"mounts.{mount.target}: mode MOUNT of {mount.bucket.uri} cannot work here: {problem}",
+                           bucket=mount.bucket.name, cause="unsupported")
+    remote = f"skyhive:{mount.bucket.name}/{mount.bucket.prefix}".rstrip("/")
+    cmd = ["rclone", "mount", remote, path, "--daemon", "--daemon-wait", "30s", "--vfs-cache-mode", "off",
+           "--dir-cache-time", "5s"]
+    done = subprocess.run(cmd, env=_rclone_env(acc), capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode != 0:
+        raise StorageError(f"mounts.{mount.target}: rclone could not mount {mount.bucket.uri} at {path}: "
+                           f"{done.stderr.strip()[-2000:]}", bucket=mount.bucket.name, cause="error")
+    _fuse_mounts.append(path)
+
+
+def _unmount(path: str) -> None:
+    tool = shutil.which("fusermount3") or shutil.which("fusermount")
+    cmd = [tool, "-u", path] if tool else ["umount", path]
+    subprocess.run(cmd, capture_output=True, timeout=60, check=False)
+
+
+def _prepare_dir(mount: Mount, path: str) -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".skyhive-probe-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.unlink(probe)
+    except OSError as exc:
+        raise StorageError(f"mounts.{mount.target}: cannot create or write the folder {path} on this node: "
+                           f"{exc.strerror or exc}", bucket=mount.bucket.name, cause="error") from None
+
+
+def _machine_lock(session: str, path: str) -> tuple[Any, str]:
+    name = hashlib.sha256(f"{session}|{path}".encode()).hexdigest()[:24]
+    state = private_dir("storage")
+    fh = open(state / f"{name}.lock", "a+")  # noqa: SIM115 - held until the caller releases it
+    fcntl.flock(fh, fcntl.LOCK_EX)
+    return fh, str(state / f"{name}.done")
+
+
+def install(mounts: list[tuple[Mount, Access]], session: str, home: str | None = None, *,
+            progress: bool = False) -> list[str]:
+    """Put each mount in place on this machine (once per `session` and machine: a second call, from
+    another worker of the same machine, finds them done). Returns the paths this call filled. Raises
+    `StorageError` naming the mount, bucket, key and cause; a failed copy leaves no partial file and no
+    record of being done."""
+    filled = []
+    for mount, acc in mounts:
+        path = target_path(mount.target, home)
+        fh, marker = _machine_lock(session, path)
+        try:
+            if os.path.exists(marker):
+                if mount.mode == "MOUNT_CACHED" and not _owner_alive(marker):  # its syncer's worker died
+                    with _lock:
+                        if path not in _syncers:
+                            _syncers[path] = _Syncer(mount, path, acc, marker, since=os.stat(marker).st_mtime_ns)
+                continue
+            if mount.mode == "MOUNT":
+                _prepare_dir(mount, path)
+                _fuse_mount(mount, path, acc)
+            else:
+                _prepare_dir(mount, path)
+                _remove_partials(path)
+                try:
+                    download_prefix(client(acc), mount.bucket.name, mount.bucket.prefix, path, progress=progress)
+                except StorageError as exc:
+                    raise StorageError(f"mounts.{mount.target}: {exc}", bucket=exc.bucket, key=exc.key,
+                                       cause=exc.cause) from None
+            with open(marker, "w") as out:
+                out.write(mount.bucket.uri)
+            if mount.mode == "MOUNT_CACHED":
+                with _lock:
+                    old = _syncers.pop(path, None)
+                    if old is not None:
+                        old.flush()
+                    _syncers[path] = _Syncer(mount, path, acc, marker)
+            filled.append(path)
+        finally:
+            fh.close()
+    return filled
+
+
+def _remove_partials(root: str) -> None:
+    """Partial downloads left by a copy that was killed (their names carry TEMP_MARK)."""
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            if TEMP_MARK in name:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(dirpath, name))
+
+
+def _touch(marker: str) -> None:
+    try:
+        os.utime(marker)
+    except OSError:
+        pass
+
+
+def _owner_alive(marker: str) -> bool:
+    """Whether the worker running this mount's background upload is still alive (not a zombie)."""
+    try:
+        with open(f"{marker}.owner") as fh:
+            pid = int(fh.read().strip())
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def active_syncers() -> list[str]:
+    with _lock:
+        return sorted(_syncers)
+
+
+def flush(paths: list[str] | None = None) -> int:
+    """Upload what the cached mounts of this process (or those at `paths`) still hold unsent, and stop
+    their background sync; returns the number of files uploaded since they were installed. Raises the
+    `StorageError` of an upload that failed."""
+    with _lock:
+        chosen = [p for p in _syncers if paths is None or p in {target_path(x) for x in paths}]
+        syncers = [_syncers.pop(p) for p in chosen]
+    total, failed = 0, None
+    for syncer in syncers:
+        try:
+            total += syncer.flush()
+        except StorageError as exc:
+            failed = failed or exc
+    if failed is not None:
+        raise failed
+    return total
+
+
+def unmount_all() -> None:
+    """Unmount this process's FUSE mounts (the pool's end)."""
+    while _fuse_mounts:
+        with contextlib.suppress(Exception):
+            _unmount(_fuse_mounts.pop())
+
+
+def finish() -> None:
+    """The end of a job on this machine: cached mounts flushed (`flush`), FUSE mounts unmounted."""
+    try:
+        flush()
+    finally:
+        unmount_all()

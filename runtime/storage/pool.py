@@ -1,0 +1,31 @@
+"""A pool's bucket mounts opened and closed (the client side of `Pool(mounts=...)`)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import anyio
+
+from . import deps
+from .buckets import Prepared, prepare, release
+from .plugin import BucketMounts, checkpoint_path
+from .spec import Mount
+
+__all__ = ["open_mounts", "close_mounts"]
+
+
+async def open_mounts(mounts: tuple[Mount, ...], pool_name: str | None, *,
+                      same_python: bool = False) -> tuple[Prepared, Any]:
+    """Check (or create and fill) the buckets; the plugin that puts the mounts in place on the workers
+    (carrying boto3 for the nodes, unless their Python is this one: `same_python`, Local)."""
+    prepared = await anyio.to_thread.run_sync(lambda: prepare(mounts))
+    session = uuid.uuid4().hex
+    bundle = None if same_python else await anyio.to_thread.run_sync(deps.bundle)
+    return prepared, BucketMounts(prepared.mounts, session, checkpoint_path(mounts, pool_name or "default"), bundle)
+
+
+async def close_mounts(prepared: Prepared, *, failed: bool = False) -> None:
+    """Delete the buckets this pool created that are not to be kept (all of them if it failed to start)."""
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(lambda: release(prepared, failed=failed))

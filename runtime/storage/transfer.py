@@ -1,0 +1,276 @@
+"""Copies between a local folder and a bucket prefix: parallel (many objects at once, large objects in
+parts through s3transfer, the engine of boto3's transfer manager), and honest — an object is visible in
+the bucket only once its upload (or multipart upload) completed, a downloaded file appears under its name
+only once whole (written under a temporary name, then renamed), and a failed copy raises a `StorageError`
+naming the bucket, the key and the cause, with no partial file left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import IO, Any
+
+from .s3 import storage_error
+
+__all__ = ["Progress", "upload_files", "upload_dir", "download_prefix", "list_prefix", "TEMP_MARK", "is_temporary"]
+
+MiB = 1 << 20
+#: Parts of 8 MiB above 8 MiB, up to 10 part requests at once (boto3's defaults); objects under a part
+#: go one request each, 32 at once.
+PART = 8 * MiB
+CONCURRENCY = 10
+SMALL_CONCURRENCY = 32
+#: A file whose name contains this is skyhive's (or s3transfer's) partial download: never uploaded or shown.
+TEMP_MARK = ".skyhive-part"
+
+
+def is_temporary(name: str) -> bool:
+    """Files the sync leaves alone: partial downloads and a writer's temporary names (`*.tmp`, `*~`)."""
+    base = os.path.basename(name)
+    return TEMP_MARK in base or base.endswith((".tmp", "~")) or base.startswith(".nfs")
+
+
+class Progress:
+    """Bytes done of a total, drawn on `stream` (default stderr) when it is a terminal (or `force`),
+    at most 4 times a second, and finished with a newline."""
+
+    def __init__(self, what: str, total: int, *, stream: IO[str] | None = None, force: bool = False) -> None:
+        self.what, self.total, self.done = what, total, 0
+        self.stream = stream if stream is not None else sys.stderr
+        self.show = force or (hasattr(self.stream, "isatty") and self.stream.isatty())
+        self._lock = threading.Lock()
+        self._start = self._last = time.monotonic()
+
+    def __call__(self, nbytes: int) -> None:
+        with self._lock:
+            self.done += nbytes
+            now = time.monotonic()
+            if self.show and now - self._last >= 0.25:
+                self._last = now
+                self._draw(now, "\r")
+
+    def _draw(self, now: float, end: str) -> None:
+        rate = self.done / max(now - self._start, 1e-6) / MiB
+        pct = 100.0 * self.done / self.total if self.total else 100.0
+        self.stream.write(f"{end}{self.what}: {self.done / MiB:.1f}/{self.total / MiB:.1f} MiB ({pct:.0f}%) "
+                          f"{rate:.1f} MiB/s")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.show:
+            self._draw(time.monotonic(), "\r")
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+#: A large object is downloaded in at most this many ranged GETs at once (as rclone's 4 streams): some
+#: endpoints (moto, small MinIO set-ups) read the whole object for every range, so 8 MiB ranges of a
+#: 1 GiB object cost 128 whole reads there; on S3 itself a few streams of a large object already fill a
+#: node's link, and many objects are downloaded in parallel anyway.
+RANGES = 4
+
+
+def _manager(s3: Any, part: int = PART) -> Any:
+    from s3transfer.manager import TransferConfig, TransferManager
+    from s3transfer.utils import OSUtils, random_file_extension
+
+    class Names(OSUtils):  # type: ignore[misc]
+        def get_temp_filename(self, filename: str) -> str:  # a partial download is named as skyhive's
+            return f"{filename}{TEMP_MARK}-{random_file_extension()}"
+
+    config = TransferConfig(multipart_threshold=max(PART, part), multipart_chunksize=part,
+                            max_request_concurrency=CONCURRENCY, max_submission_concurrency=4, max_io_queue_size=1000)
+    return TransferManager(s3, config, osutil=Names())
+
+
+def _run_all(s3: Any, jobs: list[tuple[str, str, int | None]], bucket: str, op: str,
+             progress: Progress | None) -> None:
+    """Submit every (local path, key, size if known) transfer at once; wait for all; raise the first failure (the
+    others are cancelled; s3transfer aborts a failed multipart upload and removes a failed download's
+    temporary file)."""
+    if not jobs:
+        return
+    from s3transfer.subscribers import BaseSubscriber
+
+    class Sub(BaseSubscriber):  # type: ignore[misc]
+        def __init__(self, size: int | None = None) -> None:
+            self.size = size
+
+        def on_queued(self, future: Any, **kwargs: Any) -> None:
+            if self.size is not None:  # known from the listing: no HEAD request per object
+                future.meta.provide_transfer_size(self.size)
+
+        def on_progress(self, future: Any, bytes_transferred: int, **kwargs: Any) -> None:
+            if progress is not None:
+                progress(bytes_transferred)
+
+    largest = max((size or 0 for _, _, size in jobs), default=0)
+    part = PART if op == "upload" else max(PART, -(-largest // RANGES // MiB) * MiB)
+    manager = _manager(s3, part)
+    failed: tuple[BaseException, str] | None = None
+    futures = []
+    finished = False
+    try:
+        for path, key, size in jobs:
+            if op == "upload":
+                futures.append((key, manager.upload(path, bucket, key, subscribers=[Sub()])))
+            else:
+                futures.append((key, manager.download(bucket, key, path, subscribers=[Sub(size)])))
+        for key, fut in futures:
+            try:
+                fut.result()
+            except Exception as exc:  # noqa: BLE001 - the first failure is raised below, named
+                failed = (exc, key)
+                break
+        finished = failed is None
+    finally:
+        if not finished:  # a failure, or this thread interrupted: the rest cancelled (s3transfer 0.19's
+            for _, fut in futures:  # shutdown(cancel=True) mis-passes its arguments: each future instead)
+                fut.cancel()
+        manager.shutdown()
+    if failed is not None:
+        exc, key = failed
+        doing = "uploading to" if op == "upload" else "downloading"
+        raise storage_error(exc, bucket=bucket, key=key, doing=doing) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    key: str
+    size: int
+
+
+def list_prefix(s3: Any, bucket: str, prefix: str) -> list[Listed]:
+    """Every object under `prefix` ("" for the whole bucket), as (key, size)."""
+    out = []
+    token: dict[str, str] = {}
+    start = f"{prefix}/" if prefix else ""
+    try:
+        while True:
+            page = s3.list_objects_v2(Bucket=bucket, Prefix=start, **token)
+            out.extend(Listed(o["Key"], int(o["Size"])) for o in page.get("Contents", ()))
+            if not page.get("IsTruncated"):
+                return out
+            token = {"ContinuationToken": page["NextContinuationToken"]}
+    except Exception as exc:  # noqa: BLE001
+        raise storage_error(exc, bucket=bucket, key=start, doing="listing") from exc
+
+
+def upload_files(s3: Any, bucket: str, files: Iterable[tuple[str, str]], *, what: str = "",
+                 progress: Callable[[str, int], Progress | None] | None = None) -> int:
+    """Upload (local path, key) pairs in parallel; returns the bytes uploaded."""
+    jobs: list[tuple[str, str, int | None]] = [(path, key, None) for path, key in files]
+    total = sum(os.path.getsize(p) for p, _, _ in jobs)
+    meter = progress(what, total) if progress else None
+    sizes = {path: os.path.getsize(path) for path, _, _ in jobs}
+    try:
+        _parallel([j for j in jobs if sizes[j[0]] < PART], _put_one, s3, bucket, meter)
+        _run_all(s3, [j for j in jobs if sizes[j[0]] >= PART], bucket, "upload", meter)
+    finally:
+        if meter is not None:
+            meter.finish()
+    return total
+
+
+def upload_dir(s3: Any, bucket: str, prefix: str, local: str, *, progress: bool = False) -> int:
+    """Upload a folder (or one file) to `prefix`; returns the bytes uploaded."""
+    if os.path.isfile(local):
+        files = [(local, f"{prefix}/{os.path.basename(local)}" if prefix else os.path.basename(local))]
+    else:
+        files = []
+        for root, _, names in os.walk(local):
+            for name in sorted(names):
+                path = os.path.join(root, name)
+                if is_temporary(name) or not os.path.isfile(path):
+                    continue
+                rel = os.path.relpath(path, local).replace(os.sep, "/")
+                files.append((path, f"{prefix}/{rel}" if prefix else rel))
+    return upload_files(s3, bucket, files, what=f"upload {local} -> s3://{bucket}/{prefix}",
+                        progress=(lambda w, t: Progress(w, t, force=progress)))
+
+
+def download_prefix(s3: Any, bucket: str, prefix: str, local: str, *, progress: bool = False) -> list[str]:
+    """Download every object under `prefix` into the folder `local` (keys below the prefix become paths
+    below it); returns the relative paths written. A key that would leave `local` ("..") is refused."""
+    listed = list_prefix(s3, bucket, prefix)
+    start = f"{prefix}/" if prefix else ""
+    base = os.path.realpath(local)
+    jobs = []
+    for obj in listed:
+        rel = obj.key[len(start):]
+        if not rel or rel.endswith("/"):
+            continue  # "folder" marker objects
+        path = os.path.realpath(os.path.join(base, rel))
+        if not path.startswith(base + os.sep):
+            raise storage_error(ValueError("the key leaves the target folder"), bucket=bucket, key=obj.key,
+                                doing="downloading")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        jobs.append((path, obj.key, obj.size))
+    total = sum(o.size for o in listed)
+    meter = Progress(f"download s3://{bucket}/{prefix}", total, force=progress)
+    small = [j for j in jobs if (j[2] or 0) < PART]
+    large = [j for j in jobs if (j[2] or 0) >= PART]
+    try:
+        _parallel(small, _get_one, s3, bucket, meter)
+        _run_all(s3, large, bucket, "download", meter)
+    finally:
+        meter.finish()
+    return [os.path.relpath(p, base) for p, _, _ in jobs]
+
+
+def _get_one(s3: Any, bucket: str, path: str, key: str, progress: Progress | None) -> None:
+    """One object in one GET, into a temporary name renamed when whole."""
+    tmp = f"{path}{TEMP_MARK}-{os.getpid()}-{threading.get_ident()}"
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+        with open(tmp, "wb") as fh:
+            for chunk in body.iter_chunks(1 << 20):
+                fh.write(chunk)
+                if progress is not None:
+                    progress(len(chunk))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _put_one(s3: Any, bucket: str, path: str, key: str, progress: Progress | None) -> None:
+    """One object in one PUT (the object exists only once the PUT succeeded)."""
+    with open(path, "rb") as fh:
+        s3.put_object(Bucket=bucket, Key=key, Body=fh)
+    if progress is not None:
+        progress(os.path.getsize(path))
+
+
+def _parallel(jobs: list[tuple[str, str, int | None]], one: Callable[..., None], s3: Any, bucket: str,
+              progress: Progress | None) -> None:
+    """Objects under one part, one request each, many at once (less machinery per object than
+    s3transfer's: no HEAD, no ranges, no IO queue). The first failure cancels the rest and is raised."""
+    if not jobs:
+        return
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    doing = "uploading to" if one is _put_one else "downloading"
+
+    def run(path: str, key: str) -> None:
+        try:
+            one(s3, bucket, path, key, progress)
+        except BaseException as exc:
+            raise storage_error(exc, bucket=bucket, key=key, doing=doing) from exc
+
+    with ThreadPoolExecutor(max_workers=SMALL_CONCURRENCY, thread_name_prefix="skyhive-s3") as pool:
+        futures = [pool.submit(run, path, key) for path, key, _ in jobs]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        failed = next((f for f in futures if f.done() and not f.cancelled() and f.exception() is not None), None)
+        if failed is not None:
+            for f in futures:
+                f.cancel()
+            wait(futures)
+            raise failed.exception()  # type: ignore[misc]
