@@ -173,7 +173,9 @@ def test_the_example_task_with_bucket_mounts_runs_as_written_and_resumes(s3, tmp
     assert "dataset: 2 file(s)" in first.stdout and "starting from scratch" in first.stdout, first.stdout
     assert "step 6 total 210" in first.stdout
     assert s3.keys("skyhive-example-ckpt") == [f"bucket-train/step-{n}.json" for n in (2, 4, 6)]
-    shutil.rmtree(tmp_path / "skyhive-example")  # a fresh machine
+    # on Local each node has a home of its own (docs/cli.md): the mounts went there, never into the user's
+    # real home, and the next launch's pool gets fresh node homes — a fresh machine
+    assert not (tmp_path / "skyhive-example").exists()
     second = subprocess.run([*SKYHIVE, "launch", "train-buckets.yaml"], cwd=root, env=env, capture_output=True,
                             text=True, timeout=300)
     assert second.returncode == 0, second.stdout + second.stderr
