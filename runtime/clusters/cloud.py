@@ -1,39 +1,99 @@
 """A kept cloud pool's instances: terminated by their recorded ids (`skyhive down NAME`, autostop of a
 cloud pool, a client that forgets the pool), with the provider rebuilt from the description in the
-record (no credentials there: the cloud SDK finds them as for any pool)."""
+record (no credentials there: the cloud SDK finds them as for any pool).
+
+Nothing is recorded as done that the provider has not confirmed: when terminating the instances, or
+deleting the pool's security group and key pair, fails, the record is kept and marked `leaking` (what
+may still run), the pool's log says `leaking` too (`skyhive ls` shows it without -a), and the caller
+gets `TeardownIncomplete`; a later `skyhive down NAME` retries, and forgets the pool only once the
+provider confirms (instances terminated, shutting down or not found; the shared resources deleted)."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
+import fcntl
 import logging
+import os
+import time
 
+from ...errors import TeardownIncomplete
 from ...providers.base import LocalReach, NodeHandle
 from ...providers.registry import from_description
+from ..events.log import pool_log_path, read_log
+from ..events.state import fold
+from ..events.types import PoolStopped, to_json
+from . import record as records
 from .record import ClusterRecord
 
-__all__ = ["terminate_instances"]
+__all__ = ["terminate_instances", "SHARED"]
 
 log = logging.getLogger("skyhive.clusters")
+
+#: What `leaking` names for the pool's security group and key pair (as an ordinary pool's log does).
+SHARED = "shared resources"
 
 
 def terminate_instances(rec: ClusterRecord) -> list[str]:
     """Terminate the instances of the cloud pool `rec` and wait until none is pending or running; then
     the pool's cloud resources (security group, key pair) when nothing else of the pool's tag is left.
-    Returns the instance ids. Raises the provider's error naming what failed (the record is kept)."""
+    Returns the instance ids. When the provider fails either step, the record is kept, marked leaking
+    (and the pool's log too), and `TeardownIncomplete` names the pool, what may still run and the
+    provider's error."""
     ids = rec.instances
     if not ids:
         return []
     provider = from_description(rec.provider_info["cloud"])
     handles = [NodeHandle(node=i, provider_id=pid, private_addr="", reach=LocalReach(), extra={"pool_id": rec.name})
                for i, pid in enumerate(ids)]
+    leaked: list[str] = [*ids, SHARED]  # until the provider confirms each step
 
     async def main() -> None:
-        await provider.terminate(handles)
+        await provider.terminate(handles)  # returns once none is pending or running (or found)
+        del leaked[:-1]
         if not await provider.list_owned(rec.name):
             await provider.cleanup(rec.name)
+        leaked.clear()
 
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skyhive-cloud") as ex:
-        ex.submit(asyncio.run, main()).result()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skyhive-cloud") as ex:
+            ex.submit(asyncio.run, main()).result()
+    except Exception as exc:  # noqa: BLE001 - whatever failed, the record stays until the provider confirms
+        cause = f"{type(exc).__name__}: {exc}" if not str(exc).startswith(provider.name) else str(exc)
+        mark_leaking(rec, tuple(leaked), cause)
+        left = [i for i in leaked if i != SHARED]
+        what = [f"instances {', '.join(left)} may still run (and cost)"] if left else []
+        what += ["its security group and key pair may be left"] if SHARED in leaked else []
+        raise TeardownIncomplete(
+            f"pool {rec.name!r}: the {provider.name} provider did not confirm the pool gone: {' and '.join(what)} "
+            f"({cause}). The record is kept, shown leaking by `skyhive ls` and `skyhive status`; run "
+            f"`skyhive down {rec.name}` again once {provider.name} answers", pool_id=rec.name, leaked=leaked) from exc
     log.info("pool %s: instances %s terminated", rec.name, ", ".join(ids))
     return ids
+
+
+def mark_leaking(rec: ClusterRecord, leaked: tuple[str, ...], cause: str) -> None:
+    """Keep the record with `leaking` set, and end the pool's log with a `PoolStopped` naming `leaked`
+    (its status `leaking`: `skyhive ls` lists it without -a)."""
+    records.save(dataclasses.replace(rec, leaking=leaked))
+    log.error("pool %s: leaking %s: %s", rec.name, ", ".join(leaked), cause)
+    path = pool_log_path(rec.name)
+    if not path.is_file():
+        return
+    with open(path, "r+b") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # as `skyhive down` holds it while it appends
+        size = fh.seek(0, os.SEEK_END)
+        if size:  # a torn last line (a client killed mid-write): dropped, so ours starts a line
+            fh.seek(max(0, size - 65536))
+            tail = fh.read()
+            cut = size - (len(tail) - (tail.rfind(b"\n") + 1)) if b"\n" in tail else size
+            if cut < size:
+                fh.truncate(cut)
+        state = fold(read_log(path))
+        event = PoolStopped(pool_id=rec.name, seq=state.last_seq + 1, ts=time.time(),
+                            error=f"skyhive down {rec.name}: {cause}", leaked=leaked)
+        fh.seek(0, os.SEEK_END)
+        fh.write((to_json(event) + "\n").encode("utf-8"))
+        fh.flush()
+        os.fsync(fh.fileno())

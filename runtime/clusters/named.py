@@ -102,7 +102,7 @@ def _no_live_pool(name: str) -> None:
         if live_workers(old):
             raise PoolExists(f"pool {name!r} already runs ({len(old.workers)} workers): attach to it with "
                              f"sky.Pool.attach({name!r}), or `skyhive down {name}` first")
-        if old.on_hosts:  # what a killed client or autostop left on the hosts (marks, a socket dir)
+        if old.on_hosts and not old.leaking:  # what a killed client or autostop left on the hosts (marks, a socket dir)
             from .remote import stop_remote
 
             stop_remote(old)

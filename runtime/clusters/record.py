@@ -75,6 +75,10 @@ class ClusterRecord:
     # SSH pools: what bootstrap prepared on each node's host ({"python", "pythonpath"}), by node index:
     # how a later login runs the autostop watchdog there
     node_envs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # a cloud pool whose teardown the provider did not confirm: what may still run (instance ids;
+    # "shared resources" for its security group and key pair). The record is kept, and shown, until a
+    # later `skyhive down NAME` finishes it (`clusters/cloud.py`)
+    leaking: tuple[str, ...] = ()
 
     @property
     def on_hosts(self) -> bool:
@@ -96,6 +100,7 @@ class ClusterRecord:
         try:
             data = json.loads(text)
             data["workers"] = tuple(WorkerEntry(**w) for w in data.get("workers", ()))
+            data["leaking"] = tuple(str(x) for x in data.get("leaking", ()))
             return cls(**data)
         except (ValueError, TypeError, KeyError) as exc:
             raise ValueError(f"{where}: not a named-pool record ({type(exc).__name__}: {exc})") from None

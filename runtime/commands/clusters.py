@@ -19,7 +19,7 @@ from typing import TextIO
 
 import anyio
 
-from ...errors import LaunchError, PoolGone, PoolNotFound, SSHError
+from ...errors import LaunchError, PoolGone, PoolNotFound, SSHError, TeardownIncomplete
 from ...providers.base import Provider
 from ...providers.local import Local
 from ..clusters import jobs as jobq
@@ -236,6 +236,8 @@ def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False, f
     the user chooses by fingerprint — `accept_host_keys`, or `ask` (a terminal's prompt) — see
     `clusters/hostkeys.py`."""
     err = err or sys.stderr
+    if records.load(name).leaking:  # its processes were stopped by the `down` that left it leaking
+        return _finish_leaking(name, err=err, quiet=quiet)
     try:
         ended = stop_pool(name, why=f"skyhive down {name}")
     except SSHError as exc:
@@ -260,11 +262,32 @@ def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False, f
     if rec.instances:  # a cloud pool: its instances terminated (by id) before it is forgotten
         from ..clusters.cloud import terminate_instances
 
-        ended += len(terminate_instances(rec))
+        ended += len(terminate_instances(rec))  # TeardownIncomplete: the record kept, marked leaking
     records.remove(name)
     if not quiet:
         _say(err, f"pool {name}: down ({ended} processes ended)")
     return ended
+
+
+def _finish_leaking(name: str, *, err: TextIO, quiet: bool) -> int:
+    """`down` of a cloud pool a former `down` left leaking: terminate its instances and delete its
+    security group and key pair again (`TeardownIncomplete` while the provider still fails: the record
+    stays); once the provider confirms, the pool's log says stopped and the record is forgotten.
+    `--force` changes nothing here: instances that may still run are never forgotten."""
+    from ..clusters.cloud import terminate_instances
+    from .inventory import down, find
+
+    rec = records.load(name)
+    ids = terminate_instances(rec)
+    with contextlib.suppress(PoolNotFound):
+        entry = find(name)
+        if entry.pool_id == name and entry.needs_down:  # its log said leaking: now stopped
+            down(entry, why=f"skyhive down {name}: the provider confirmed {', '.join(rec.leaking)} gone",
+                 leftovers=False)
+    records.remove(name)
+    if not quiet:
+        _say(err, f"pool {name}: down (instances {', '.join(ids)} terminated)")
+    return 0
 
 
 # ---- status ----------------------------------------------------------------------------------------
@@ -285,13 +308,19 @@ def status_rows(now: float | None = None, names: Sequence[str] = ()) -> list[dic
         except (PoolNotFound, ValueError):
             continue
         unreachable: list[str] = []
+        if rec.leaking:  # its teardown was not confirmed: shown until `skyhive down NAME` finishes it
+            rows.append(_leaking_row(rec))
+            continue
         if rec.on_hosts:  # asked on its hosts; a host's watchdog may have stopped it (autostop)
             from ..clusters.remote import live_remote
 
             live, unreachable, autostopped = live_remote(rec)
             if autostopped and not live and not unreachable:
                 if rec.autostop_down or rec.instances:  # autodown (a cloud pool's always): forgotten here
-                    down_cluster(name, quiet=True)
+                    try:
+                        down_cluster(name, quiet=True)
+                    except TeardownIncomplete:  # the record kept, marked leaking (and logged)
+                        rows.append(_leaking_row(records.load(name)))
                     continue
                 if not rec.stopped:
                     rec = dataclasses.replace(rec, stopped="autostop")
@@ -330,6 +359,13 @@ def status_rows(now: float | None = None, names: Sequence[str] = ()) -> list[dic
                      "jobs": f"{len(running)} running, {len(pending)} pending",
                      "workers": [{"node": w.node, "rank": w.rank, "pid": w.pid} for w in rec.workers]})
     return rows
+
+
+def _leaking_row(rec: records.ClusterRecord) -> dict[str, object]:
+    return {"name": rec.name, "nodes": rec.nodes, "where": f"{rec.provider}:{','.join(rec.instances)}",
+            "resources": str(rec.spec.get("resources") or "-"),
+            "state": f"LEAKING: {', '.join(rec.leaking)} (`skyhive down {rec.name}`)", "idle": "-",
+            "autostop": "-", "jobs": "-", "workers": []}
 
 
 def print_status(out: TextIO | None = None, *, names: Sequence[str] = (), as_json: bool = False) -> int:
