@@ -1,7 +1,7 @@
 """A named cloud pool whose teardown EC2 does not confirm is never forgotten (issue 22, point 1).
 
 `skyhive launch -c`/`Pool(name=, keep=True)` on AWS keeps its instance ids in the record; `skyhive
-down NAME` terminates them by id. EC2 on moto_server behind `FaultInjectingEC2Proxy` (a FAKE front that
+down NAME` terminates them by id. EC2 on moto_server behind `FakeEC2FaultProxy` (a FAKE front that
 answers chosen actions with the error AWS sends): while `TerminateInstances` and `DeleteSecurityGroup`
 fail with `InternalError`, `down` exits non-zero naming the instance ids and the cause, the record stays
 (marked leaking), `skyhive ls` (without -a) and `skyhive status` show it, and not even `--force`
@@ -22,7 +22,7 @@ from skyhive.providers.cloud.base import CloudTimeouts
 from skyhive.runtime.events.log import pool_log_path, read_log
 from skyhive.runtime.events.state import fold
 from tests.cloud_fakes import LocalMappedAWS
-from tests.infra.ec2_fault_proxy import fault_proxy
+from tests.infra.ec2_fault_proxy import FakeEC2FaultProxy
 from tests.infra.moto_ec2 import count_pool, ec2_client
 
 pytestmark = [pytest.mark.loopback_only]
@@ -47,8 +47,14 @@ def listed(pool: str) -> dict | None:
     return next((e for e in map(json.loads, done.stdout.splitlines()) if e["pool"] == pool), None)
 
 
+def failing(proxy: FakeEC2FaultProxy, *actions: str) -> None:
+    """Every call of `actions` from now on answered with EC2's InternalError."""
+    for action in actions:
+        proxy.fail(action, "InternalError", at=len(proxy.actions(action)) + 1, times=10**9)
+
+
 def test_a_named_aws_pool_whose_termination_fails_stays_leaking_until_down_finishes_it(moto_server, skyhive_home):
-    with fault_proxy(moto_server.endpoint) as proxy:
+    with FakeEC2FaultProxy(moto_server.endpoint) as proxy:
         aws = LocalMappedAWS(region="us-east-1", instance_type="t3.micro", image=moto_server.image,
                              endpoint=proxy.endpoint, ssh_cidr="192.0.2.1/32",
                              timeouts=CloudTimeouts(poll=0.05, terminate=10, cleanup=5))
@@ -58,13 +64,14 @@ def test_a_named_aws_pool_whose_termination_fails_stays_leaking_until_down_finis
         ids = json.loads(record.read_text())["provider_info"]["instances"]
         assert len(ids) == 2 and states(moto_server.endpoint, ids) == ["running", "running"]
 
-        proxy.failing = {"TerminateInstances": "InternalError", "DeleteSecurityGroup": "InternalError"}
+        terminates = len(proxy.actions("TerminateInstances"))
+        failing(proxy, "TerminateInstances", "DeleteSecurityGroup")
         failed = skyhive("down", "train")
         assert failed.returncode != 0, failed.stdout + failed.stderr
         assert "train" in failed.stderr and "InternalError" in failed.stderr, failed.stderr
         for instance in ids:
             assert instance in failed.stderr
-        assert proxy.refused["TerminateInstances"] >= 1
+        assert len(proxy.actions("TerminateInstances")) > terminates  # tried, and refused
         # nothing recorded as done that EC2 did not confirm: the record stays, marked leaking
         assert record.is_file()
         assert json.loads(record.read_text())["leaking"] == [*ids, "shared resources"]
@@ -83,7 +90,8 @@ def test_a_named_aws_pool_whose_termination_fails_stays_leaking_until_down_finis
         assert states(moto_server.endpoint, ids) == ["running", "running"]
 
         # the instances terminate, but the security group still cannot be deleted: still leaking
-        proxy.failing = {"DeleteSecurityGroup": "InternalError"}
+        proxy.faults.clear()
+        failing(proxy, "DeleteSecurityGroup")
         half = skyhive("down", "train")
         assert half.returncode != 0 and "InternalError" in half.stderr, half.stdout + half.stderr
         assert set(states(moto_server.endpoint, ids)) <= {"terminated", "shutting-down"}
@@ -93,7 +101,7 @@ def test_a_named_aws_pool_whose_termination_fails_stays_leaking_until_down_finis
         assert count_pool("train", moto_server.endpoint) == {"instances": 0, "groups": 1, "keys": 1}
 
         # EC2 answers again: down retries, the provider confirms, and only then is the pool forgotten
-        proxy.failing = {}
+        proxy.faults.clear()
         done = skyhive("down", "train")
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"pool train: down (instances {ids[0]}, {ids[1]} terminated)" in done.stderr
