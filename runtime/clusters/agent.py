@@ -36,6 +36,7 @@ import anyio
 from ..commands.steps import run_steps
 from . import jobs as jobq
 from . import record as records
+from .procs import lock_holder
 
 log = logging.getLogger("skyhive.clusters.agent")
 
@@ -51,16 +52,7 @@ def _lock_path(name: str) -> str:
 
 def agent_pid(name: str) -> int | None:
     """The pid of the pool's running agent, or None."""
-    fd = os.open(_lock_path(name), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            text = os.pread(fd, 32, 0).decode().strip()
-            return int(text) if text.isdigit() else -1
-        return None
-    finally:
-        os.close(fd)
+    return lock_holder(_lock_path(name))
 
 
 def ensure_agent(name: str) -> None:

@@ -40,6 +40,7 @@ import anyio
 
 from ...providers.accelerators import AcceleratorWarning
 from ..clusters.agent import _copy_output, _JobLog
+from ..clusters.procs import lock_holder
 from ..commands.steps import NodeExit, run_steps
 from . import store
 
@@ -53,16 +54,7 @@ _MODULE = "skyhive.runtime.managed.controller"
 
 def controller_pid(job_id: int) -> int | None:
     """The pid of the job's running controller, or None (-1: one is starting or leaving)."""
-    fd = os.open(store.lock_path(job_id), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            text = os.pread(fd, 32, 0).decode().strip()
-            return int(text) if text.isdigit() else -1
-        return None
-    finally:
-        os.close(fd)
+    return lock_holder(store.lock_path(job_id))
 
 
 def ensure_controller(job_id: int) -> int | None:
