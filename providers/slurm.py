@@ -182,7 +182,9 @@ class Slurm(Provider):
         self.runner: CommandRunner = (SSHRunner(login, key=key, known_hosts=known_hosts, connect_timeout=connect_timeout)
                                       if login else LocalRunner())
         self._jobs: dict[str, _Job] = {}
-        self._health = NodeHealth(self.runner, timeout=self.command_timeout, max_age=min(1.0, self.poll_interval))
+        # Mode 1 (this machine is the login node, so it reaches the nodes): their slurmd is probed too
+        self._health = NodeHealth(self.runner, timeout=self.command_timeout, max_age=min(1.0, self.poll_interval),
+                                  probe=not login)
 
     def __repr__(self) -> str:
         where = f" login={self.login!r}" if self.login else ""
@@ -334,21 +336,22 @@ class Slurm(Provider):
         return [(n, addrs.get(n, n)) for n in names]
 
     async def node_problem(self, handle: NodeHandle) -> str | None:
-        """The controller's verdict on the node (declared in `Provider.node_problem`): a node that does
-        not respond (its slurmd is gone) or is down, named with Slurm's state and reason; see
-        `slurm_health`."""
+        """Whether the node is lost (declared in `Provider.node_problem`): in Mode 1 its slurmd refusing
+        connections at its NodeAddr; else the controller's verdict, a node that does not respond (its
+        slurmd is gone) or is down, named with Slurm's state and reason; see `slurm_health`."""
         reach = handle.reach
         if not isinstance(reach, SlurmReach) or not reach.node_name:
             return None
-        return await self._health.problem(reach.node_name)
+        return await self._health.problem(reach.node_name, handle.private_addr)
 
     async def terminate(self, handles: Sequence[NodeHandle]) -> None:
         """Give these nodes back (declared in `Provider.terminate`). The allocation is one job: it is
         cancelled (`scancel`) once every node this provider launched in it has been terminated (at
         once or one by one, as the pool's node actors do), or at once for handles of a job it did not
         launch (`list_owned`, `skyhive down`); then this waits, at most `terminate_timeout` s, until
-        Slurm no longer lists it. A job already gone is fine. Raises `SlurmError` naming a job Slurm
-        still lists after that."""
+        Slurm no longer lists it, or lists it as COMPLETING only on nodes `node_problem` named lost
+        (Slurm drops it once its controller marks them DOWN). A job already gone is fine. Raises
+        `SlurmError` naming a job Slurm still lists after that."""
         by_job: dict[str, set[int]] = {}
         for h in handles:
             job_id = str(h.extra.get("job_id") or h.provider_id.split(":")[1])
@@ -370,9 +373,10 @@ class Slurm(Provider):
             deadline = time.monotonic() + self.terminate_timeout
             left = jobs
             while left:
-                done = await self._run("squeue", "-h", "-j", ",".join(left), "-o", "%i|%T", check=False)
-                left = [ln.split("|")[0] for ln in done.stdout.split() if "|" in ln]
-                if not left:
+                done = await self._run("squeue", "-h", "-j", ",".join(left), "-o", "%i|%T|%N", check=False)
+                listed = [ln.split("|") for ln in done.stdout.split() if ln.count("|") == 2]
+                left = [job_id for job_id, _, _ in listed]
+                if not left or await self._only_on_lost_nodes(listed):
                     break
                 if time.monotonic() > deadline:
                     raise SlurmError(f"Slurm still lists job(s) {', '.join(left)} {self.terminate_timeout:g} s "
@@ -381,6 +385,21 @@ class Slurm(Provider):
             for job in jobs:
                 self._jobs.pop(job, None)
             log.info("Slurm job(s) %s cancelled", ", ".join(jobs))
+
+    async def _only_on_lost_nodes(self, listed: list[list[str]]) -> bool:
+        """Whether every job squeue still lists (id, state, nodes) after scancel is COMPLETING only on
+        nodes named lost by `node_problem` (their slurmd is gone: nothing of the job runs there, the
+        worker was ended through its input). Slurm keeps such a job until its controller marks the
+        node DOWN (SlurmdTimeout later, 300 s by default), which no close should wait for."""
+        if not self._health.lost or any(state != "COMPLETING" or not nodes for _, state, nodes in listed):
+            return False
+        for job_id, _, nodes in listed:
+            names = set((await self._run("scontrol", "show", "hostnames", nodes)).stdout.split())
+            if not names or not names <= self._health.lost:
+                return False
+            log.warning("Slurm job %s is cancelled; Slurm lists it as COMPLETING on lost node(s) %s until "
+                        "its controller marks them DOWN", job_id, ", ".join(sorted(names)))
+        return True
 
     async def list_owned(self, pool_id: str) -> list[NodeHandle]:
         """The pool's job(s), found by name among this user's jobs (declared in `Provider.list_owned`)."""

@@ -15,9 +15,9 @@ within seconds; cancelling the job (the provider's `terminate`) ends every step 
 
 A node can be lost while its worker still answers: when its slurmd dies the step goes on, until the
 controller ends the job (`SlurmdTimeout` later, srun then exits 0). So while a worker runs, the node is
-also watched through the provider (`Provider.node_problem`: Slurm's controller flags the node as not
-responding); once it does, the worker is declared lost with that sentence (naming the Slurm node and
-the cause) and its srun ended.
+also watched through the provider (`Provider.node_problem`: its slurmd refuses connections, or
+Slurm's controller flags the node as not responding); once it does, the worker is declared lost with
+that sentence (naming the Slurm node and the cause) and its srun ended.
 
 Mode 1 (`SrunTransport`): srun runs on this machine. Mode 2 (`SrunSSHTransport`): srun runs on the
 login node over the SSH transport's connection (an exec channel whose stdin/stdout are the pipe), and
