@@ -182,6 +182,9 @@ class Slurm(Provider):
         self.runner: CommandRunner = (SSHRunner(login, key=key, known_hosts=known_hosts, connect_timeout=connect_timeout)
                                       if login else LocalRunner())
         self._jobs: dict[str, _Job] = {}
+        # pools whose launch here stopped before anything could be submitted (the login node not reached,
+        # or its host key refused): nothing of theirs exists, so `list_owned` need not (cannot) ask Slurm
+        self._unsubmitted: set[str] = set()
         # Mode 1 (this machine is the login node, so it reaches the nodes): their slurmd is probed too
         self._health = NodeHealth(self.runner, timeout=self.command_timeout, max_age=min(1.0, self.poll_interval),
                                   probe=not login)
@@ -234,6 +237,15 @@ class Slurm(Provider):
         controller does not answer: then a job sbatch may have made is cancelled by name)."""
         nodes = list(nodes)
         argv = self.sbatch_argv(spec, len(nodes))
+        self._unsubmitted.discard(spec.pool_id)
+        try:  # the login node reached and its key checked before anything is submitted
+            await self.runner.ready(timeout=self.command_timeout)
+        except TimeoutError:
+            self._unsubmitted.add(spec.pool_id)
+            raise SlurmUnreachable(f"{self.runner.where}: not reached within {self.command_timeout:g} s") from None
+        except BaseException:
+            self._unsubmitted.add(spec.pool_id)
+            raise
         # shielded (and bounded by command_timeout): a cancellation must not lose the id of a job that
         # sbatch created; it is delivered right after, and the caller terminates the handles
         with anyio.CancelScope(shield=True):
@@ -403,6 +415,8 @@ class Slurm(Provider):
 
     async def list_owned(self, pool_id: str) -> list[NodeHandle]:
         """The pool's job(s), found by name among this user's jobs (declared in `Provider.list_owned`)."""
+        if pool_id in self._unsubmitted:  # this provider's launch never reached Slurm: nothing was made
+            return []
         done = await self._run("squeue", "-h", "--me", "-n", job_name(pool_id), "-o", "%i|%T|%N")
         handles = []
         for line in done.stdout.split():

@@ -65,6 +65,10 @@ class CommandRunner(abc.ABC):
         """Run `argv`; its status and output. Raises `TimeoutError` after `timeout` s (the command is
         ended), `SlurmError` if it cannot be started at all."""
 
+    async def ready(self, *, timeout: float) -> None:
+        """Reach where the commands run (a login node: connected, its host key checked) without running
+        one; raises as `run` would. Nothing to reach on this machine."""
+
     async def close(self) -> None:
         """Release connections (idempotent)."""
 
@@ -148,6 +152,10 @@ class SSHRunner(CommandRunner):
         if self.known_hosts:
             return f"known_hosts {self.known_hosts}"
         return "the key it showed on first contact"
+
+    async def ready(self, *, timeout: float) -> None:
+        with anyio.fail_after(timeout):
+            await self.connect()
 
     async def run(self, argv: Sequence[str], *, timeout: float) -> Completed:
         import asyncssh
