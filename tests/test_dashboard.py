@@ -305,6 +305,8 @@ def test_a_managed_job_is_listed_its_log_shown_and_cancelled_from_the_page(tmp_p
     wait_until(lambda: store.load(job).state == store.CANCELLED, what="the job cancelled")
     wait_until(lambda: "CANCELLED" in _text(browser, "#log-state"), what="the page saying so")
     assert f"[skyhive] job {job} cancelled" in _text(browser, "#log")
+    marked = browser.execute_script("return Array.from(document.querySelectorAll('#log .skyhive-note'), e => e.innerText);")
+    assert any(f"job {job} cancelled" in m for m in marked), marked  # skyhive's own lines marked
     assert gone(controller), f"the controller {controller} still runs"
     assert controller_pid(job) is None
     assert live_workers(pools) == set(), "the job's workers still run"
