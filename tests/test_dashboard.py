@@ -272,6 +272,56 @@ def test_a_named_pools_job_nodes_live_log_cancel_and_down(tmp_path, clean, dashb
     wait_until(lambda: _cells(browser, row)[1] == "stopped", what="the pool shown stopped")
 
 
+# ---- a managed job: listed, its log, cancelled from the page ----------------------------------------------
+
+
+def test_a_managed_job_is_listed_its_log_shown_and_cancelled_from_the_page(tmp_path, dashboard, browser):
+    from skyhive.runtime.managed import store
+    from skyhive.runtime.managed.controller import controller_pid
+    from tests.test_managed_jobs import gone, launch, live_workers, task_file
+
+    job = launch(task_file(tmp_path, steps=100000, pause=0.3))  # runs until cancelled
+    wait_until(lambda: store.load(job).state == store.RUNNING, what="the managed job running")
+    controller = controller_pid(job)
+    assert controller and controller > 0
+    browser.get(dashboard.url)
+    _click(browser, 'a[data-nav="managed"]')
+    row = f'#managed tr[data-managed="{job}"]'
+    cells = wait_until(lambda: (c := _cells(browser, row))[2] == "RUNNING" and c, what="the job listed running")
+    assert cells[:2] == [str(job), "train"] and cells[3:6] == ["1", "0", "0/0"], cells
+    shot(browser, "7-managed-jobs")
+
+    # its one log, streamed into the page
+    _click(browser, f"{row} a.btn")
+    wait_until(lambda: "/log/managed/" in browser.current_url, what="the log page")
+    wait_until(lambda: any(line.startswith("step 2") for line in _log_lines(browser)), what="the job's lines")
+    assert _log_lines(browser)[0].startswith("start at step 0")
+    wait_until(lambda: "RUNNING" in _text(browser, "#log-state"), what="the job's state on the log page")
+    shot(browser, "8-managed-log")
+
+    # cancel from the page: confirmed, then done as `skyhive jobs cancel` does
+    pools = store.load(job).pools
+    _click_confirm(browser, "#job-cancel button")
+    wait_until(lambda: store.load(job).state == store.CANCELLED, what="the job cancelled")
+    wait_until(lambda: "CANCELLED" in _text(browser, "#log-state"), what="the page saying so")
+    assert f"[skyhive] job {job} cancelled" in _text(browser, "#log")
+    marked = browser.execute_script("return Array.from(document.querySelectorAll('#log .skyhive-note'), e => e.innerText);")
+    assert any(f"job {job} cancelled" in m for m in marked), marked  # skyhive's own lines marked
+    assert gone(controller), f"the controller {controller} still runs"
+    assert controller_pid(job) is None
+    assert live_workers(pools) == set(), "the job's workers still run"
+    browser.get(dashboard.base + "/#/managed")
+    wait_until(lambda: _cells(browser, row)[2] == "CANCELLED", what="the job shown cancelled")
+    assert not browser.find_elements("css selector", f"{row} button"), "a cancel button on an ended job"
+    # a second cancel is refused, naming the job
+    cookie = {"Cookie": f"skyhive_dashboard_{dashboard.port}={dashboard.token}", "X-Skyhive-Dashboard": "1"}
+    status, _, body = request(dashboard, f"/api/managed/{job}/cancel", method="POST", headers=cookie, body=b"{}")
+    assert status == 400 and f"managed job {job} has already ended" in json.loads(body)["error"]
+    # without the action header, refused before anything is done
+    del cookie["X-Skyhive-Dashboard"]
+    assert request(dashboard, "/api/managed/99/cancel", method="POST", headers=cookie, body=b"{}")[0] == 403
+
+
 # ---- a failed node, and a pool whose client is gone ---------------------------------------------------------
 
 

@@ -149,3 +149,56 @@ def test_a_big_task_lane_is_merged_to_a_bounded_number_of_spans(skyhive_home):
     assert len(tasks["spans"]) <= views.MAX_SPANS
     assert sum(int(s[3].split()[0]) for s in tasks["spans"]) == views.MAX_SPANS * 3
     assert [s[2] for s in tasks["spans"]].count("error") == 1  # the worst outcome of a merged run shows
+
+
+def test_managed_jobs_view_reads_events_incrementally_and_the_log_in_whole_lines(skyhive_home):
+    from skyhive.runtime.dashboard import actions
+    from skyhive.runtime.dashboard.managed_view import ManagedJobs, managed_log
+    from skyhive.runtime.managed import store
+
+    job = store.new_job("train", b"not a task", 2)
+    for kind, data in (("attempt", {"attempt": 1, "pool": "train-job1-1"}), ("running", {}),
+                       ("lost", {"detail": "node 0 lost"}), ("attempt", {"attempt": 2, "pool": "train-job1-2"}),
+                       ("running", {}), ("error", {"detail": "run failed on node 0: exit code 3"}),
+                       ("attempt", {"attempt": 3, "pool": "train-job1-3"}), ("running", {})):
+        store.append(job, kind, **data)
+    log_file = store.log_path(job)
+    log_file.write_text("step 1\n[skyhive] node lost (node 0 lost): recovering\nstep 2\npart")
+    jobs = ManagedJobs()
+    [row] = jobs.rows(now=store.load(job).submitted + 125)
+    assert (row["id"], row["name"], row["state"], row["attempts"], row["recoveries"], row["restarts"], row["age"]) \
+        == (job, "train", "RUNNING", 3, 1, "1/2", "2m")
+    assert row["pools"] == ["train-job1-1", "train-job1-2", "train-job1-3"] and not row["finished"]
+    # nobody holds its lock: shown, with what restarts it (and the lock is not taken by the look)
+    assert row["controller"] is None and "controller is not running" in row["detail"]
+    events = store.job_dir(job) / "events.jsonl"
+    read = jobs.jobs[job].offset
+    assert read == events.stat().st_size
+    # a torn line waits for its end; then only the new bytes are read
+    with open(events, "a") as fh:
+        fh.write('{"kind": "succeeded", "time": 1')
+    assert jobs.rows()[0]["state"] == "RUNNING" and jobs.jobs[job].offset == read
+    with open(events, "a") as fh:
+        fh.write('e12, "attempt": 3}\n')
+    [row] = jobs.rows()
+    assert row["state"] == "SUCCEEDED" and row["finished"] and row["controller"] is None
+    assert "controller" not in row["detail"] and len(jobs.jobs[job].events) == 10
+    # the log: everything once the job ended, the recovery line as it was written
+    part = managed_log(jobs, job, offset=0)
+    assert part["text"].endswith("step 2\npart") and "[skyhive] node lost" in part["text"] and not part["more"]
+    assert managed_log(jobs, job, offset=part["next"])["text"] == ""
+    # a job still running: whole lines only
+    other = store.new_job("second", b"", 0)
+    store.append(other, "attempt", attempt=1, pool="p")
+    store.log_path(other).write_text("one\ntw")
+    part = managed_log(jobs, other, offset=0)
+    assert part["text"] == "one\n" and part["next"] == 4 and part["job"]["state"] == "STARTING"
+    assert [r["id"] for r in jobs.rows()] == [other, job]
+    # errors name the job; nothing is made for a job that does not exist
+    with pytest.raises(LookupError, match="no managed job 99"):
+        managed_log(jobs, 99)
+    with pytest.raises(LookupError, match="no managed job 99"):
+        actions.cancel_managed_job(99)
+    assert not (store.job_dir(job).parent / "99").exists()
+    with pytest.raises(ValueError, match=f"managed job {job} has already ended \\(SUCCEEDED\\)"):
+        actions.cancel_managed_job(job)

@@ -4,7 +4,9 @@
 and workers stopped, `PoolStopped` appended to its log, its record removed); of any other pool it is
 `skyhive down POOL [--force]` (`commands.inventory.down`: the provider's nodes destroyed, leftover
 processes killed, the closing events appended). `cancel` is `skyhive cancel NAME JOB`
-(`commands.jobs.cancel_jobs`). Each blocks (processes are waited for): the app runs them in a thread.
+(`commands.jobs.cancel_jobs`); `cancel_managed_job` is `skyhive jobs cancel ID`
+(`managed.commands.cancel_managed`: the cancel recorded, then its controller waited for while it tears
+the job's pool down). Each blocks (processes are waited for): the app runs them in a thread.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ from __future__ import annotations
 import io
 import logging
 
+from ...paths import state_dir
 from ..commands.clusters import down_cluster
 from ..commands.inventory import down, find
 from ..commands.jobs import cancel_jobs, is_named
+from ..managed import store as managed_store
+from ..managed.commands import cancel_managed
 
-__all__ = ["down_pool", "cancel_job"]
+__all__ = ["down_pool", "cancel_job", "cancel_managed_job"]
 
 log = logging.getLogger("skyhive.dashboard")
 
@@ -47,3 +52,21 @@ def cancel_job(name: str, job_id: int) -> str:
     err = io.StringIO()
     cancel_jobs(name, [job_id], err=err)
     return err.getvalue().strip().removeprefix("skyhive: ")
+
+
+def cancel_managed_job(job_id: int) -> str:
+    """Cancel managed job `job_id` as `skyhive jobs cancel ID` does (its controller stops its pool and
+    records it cancelled; this waits for that); what it said. `LookupError` for a job that does not
+    exist, `ValueError` for one that has already ended, `RuntimeError` when its controller did not finish."""
+    if not (state_dir() / "managed" / str(job_id) / "events.jsonl").exists():  # (`load` would make its folder)
+        raise LookupError(f"there is no managed job {job_id} (`skyhive jobs queue` lists them)")
+    st = managed_store.load(job_id)
+    if st.state in managed_store.FINISHED:
+        raise ValueError(f"managed job {job_id} has already ended ({st.state})")
+    err = io.StringIO()
+    code = cancel_managed([job_id], err=err)
+    text = err.getvalue().strip().replace("skyhive: ", "")
+    if code != 0:
+        raise RuntimeError(text or f"managed job {job_id}: `skyhive jobs cancel` failed")
+    log.info("dashboard: managed %s", text)
+    return f"managed {text}"

@@ -28,7 +28,9 @@ from ...errors import PoolInUse, PoolNotFound
 from ...paths import state_dir
 from ...providers.base import ProvisionError
 from ..clusters import jobs as jobq
+from ..managed.store import FINISHED
 from . import actions, views
+from .managed_view import ManagedJobs, managed_log
 from .gate import ASGIApp, TokenGate
 from .watch import StateDir
 
@@ -49,8 +51,10 @@ KEEPALIVE = 15.0
 class Live:
     """What changed, for the live streams: a version bumped on every change, and a way to wait for one."""
 
-    def __init__(self, store: StateDir, after: Callable[[], object] | None = None) -> None:
+    def __init__(self, store: StateDir, after: Callable[[], object] | None = None,
+                 managed: ManagedJobs | None = None) -> None:
         self.store = store
+        self.managed = managed or ManagedJobs()
         self.after = after  # run in a thread after each look (the timelines being viewed rebuilt)
         self.version = 0
         self._changed = anyio.Event()
@@ -75,7 +79,8 @@ class Live:
         while True:
             try:
                 changed = await anyio.to_thread.run_sync(self.store.refresh)
-                named = await anyio.to_thread.run_sync(lambda: (_named_fingerprint(), self.store.clients()))
+                named = await anyio.to_thread.run_sync(
+                    lambda: (_named_fingerprint(), self.store.clients(), self.managed.fingerprint()))
                 if self.after is not None:
                     await anyio.to_thread.run_sync(self.after)
             except Exception:  # noqa: BLE001 - one bad read must not end the live updates
@@ -165,7 +170,8 @@ def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = No
                 with contextlib.suppress(LookupError):
                     build_timeline(pool_id)
 
-    live = Live(store, after=rebuild_viewed)
+    managed = ManagedJobs()
+    live = Live(store, after=rebuild_viewed, managed=managed)
 
     def json_route(fn: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -217,6 +223,16 @@ def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = No
     def job_log(request: Request) -> Any:
         return views.job_log(request.path_params["name"], request.path_params["job"],
                              offset=_int(request, "offset", 0) or 0)
+
+    def managed_jobs(request: Request) -> Any:
+        return {"jobs": managed.rows()}
+
+    def managed_job(request: Request) -> Any:
+        st = managed.get(request.path_params["job"])
+        return {"job": {**st.as_dict(), "finished": st.state in FINISHED}}
+
+    def managed_job_log(request: Request) -> Any:
+        return managed_log(managed, request.path_params["job"], offset=_int(request, "offset", 0) or 0)
 
     async def output_download(request: Request) -> Response:
         pool_id = request.path_params["pool"]
@@ -282,6 +298,15 @@ def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = No
                     return part["text"], part["next"], store.get(pool_id).state.status == "stopped"
 
                 position = _int(request, "after", -1)
+            elif q.get("managed"):
+                managed_id = int(q["managed"])
+                managed.get(managed_id)
+
+                def read(pos: int) -> tuple[str, int, bool]:
+                    part = managed_log(managed, managed_id, offset=pos)
+                    return part["text"], part["next"], part["job"]["finished"] and not part["more"]
+
+                position = _int(request, "offset", 0)
             else:
                 name, job_id = q.get("named", ""), int(q.get("job", ""))
                 jobq.load_job(name, job_id)
@@ -335,6 +360,15 @@ def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = No
         live.bump()
         return JSONResponse({"ok": True, "message": text})
 
+    async def managed_cancel(request: Request) -> Response:
+        job_id = request.path_params["job"]
+        try:
+            text = await anyio.to_thread.run_sync(lambda: actions.cancel_managed_job(job_id))
+        except (LookupError, ValueError, OSError, RuntimeError) as exc:
+            return _error(exc)
+        live.bump()
+        return JSONResponse({"ok": True, "message": text})
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(store.refresh)
@@ -358,6 +392,10 @@ def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = No
         Route("/api/named/{name}/jobs/{job:int}/log", json_route(job_log)),
         Route("/api/named/{name}/jobs/{job:int}/log/download", job_log_download),
         Route("/api/named/{name}/jobs/{job:int}/cancel", job_cancel, methods=["POST"]),
+        Route("/api/managed", json_route(managed_jobs)),
+        Route("/api/managed/{job:int}", json_route(managed_job)),
+        Route("/api/managed/{job:int}/log", json_route(managed_job_log)),
+        Route("/api/managed/{job:int}/cancel", managed_cancel, methods=["POST"]),
         Route("/api/live", live_changes),
         Route("/api/live/log", live_log),
         Mount("/static", app=StaticFiles(directory=STATIC)),

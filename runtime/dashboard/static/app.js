@@ -134,7 +134,18 @@ async function cancelJob(name, job) {
   refresh();
 }
 
+async function cancelManaged(job) {
+  if (!await confirmAction(`Cancel managed job ${job}?`, `Its controller stops its pool and records it cancelled; no recovery follows — as \`skyhive jobs cancel ${job}\`.`, "Cancel job")) return;
+  try {
+    const r = await api(`/api/managed/${job}/cancel`, {method: "POST", body: "{}"});
+    toast(r.message);
+  } catch (e) { toast(e.message, true); }
+  refresh();
+}
+
 document.addEventListener("click", ev => {
+  const managed = ev.target.closest("[data-cancel-managed]");
+  if (managed) { ev.preventDefault(); cancelManaged(managed.dataset.cancelManaged); }
   const down = ev.target.closest("[data-down]");
   if (down) { ev.preventDefault(); downPool(down.dataset.down, down.dataset.named === "1"); }
   const cancel = ev.target.closest("[data-cancel-job]");
@@ -320,19 +331,35 @@ async function namedPage() {
     </section>`).join("") : `<p class="empty">No named pools. <code>skyhive launch -c NAME task.yaml</code> creates one.</p>`}`;
 }
 
+async function managedPage() {
+  const me = view;
+  const {jobs} = await api("/api/managed");
+  if (view !== me) return;
+  main.innerHTML = `<h1>Managed jobs</h1>${jobs.length ? `<table class="grid" id="managed"><thead><tr><th class="num">Job</th><th>Name</th>
+    <th>State</th><th class="num">Attempts</th><th class="num">Recoveries</th><th>Restarts on errors</th><th>Age</th><th>Running for</th>
+    <th>Detail</th><th></th></tr></thead><tbody>${jobs.map(j => `
+    <tr data-managed="${j.id}"><td class="num">${j.id}</td><td>${esc(j.name)}</td><td>${badge(j.state)}</td><td class="num">${j.attempts}</td>
+    <td class="num">${j.recoveries}</td><td>${esc(j.restarts)}</td><td>${esc(j.age)}</td><td>${fmtDuration(j.duration)}</td>
+    <td class="detail">${esc(j.detail)}</td>
+    <td><a class="btn small" href="#/log/managed/${j.id}">log</a>
+    ${j.finished ? "" : `<button class="btn small danger" data-cancel-managed="${j.id}">cancel</button>`}</td></tr>`).join("")}</tbody></table>`
+    : `<p class="empty">No managed jobs. <code>skyhive jobs launch task.yaml</code> starts one.</p>`}`;
+}
+
 // ---- the log page --------------------------------------------------------------------------------------
 
 function logPage(kind, a, b) {
-  const title = kind === "pool" ? `pool ${a}` : `${a} · job ${b}`;
+  const title = kind === "pool" ? `pool ${a}` : kind === "managed" ? `managed job ${a}` : `${a} · job ${b}`;
   const download = kind === "pool" ? `/api/pools/${encodeURIComponent(a)}/output/download`
-                                   : `/api/named/${encodeURIComponent(a)}/jobs/${b}/log/download`;
-  const back = kind === "pool" ? `#/pool/${encodeURIComponent(a)}` : `#/pool/${encodeURIComponent(a)}`;
-  main.innerHTML = `<div class="title-row"><h1><a href="${back}">${esc(kind === "pool" ? a : a)}</a> / ${esc(kind === "pool" ? "output" : `job ${b}`)}</h1>
+                 : kind === "managed" ? null : `/api/named/${encodeURIComponent(a)}/jobs/${b}/log/download`;
+  const back = kind === "managed" ? "#/managed" : `#/pool/${encodeURIComponent(a)}`;
+  const heading = kind === "managed" ? ["managed jobs", `job ${a}`] : [a, kind === "pool" ? "output" : `job ${b}`];
+  main.innerHTML = `<div class="title-row"><h1><a href="${back}">${esc(heading[0])}</a> / ${esc(heading[1])}</h1>
       <span id="log-state"></span><span class="spacer"></span>
       <input id="log-search" type="search" placeholder="search (text or /regex/)">
       <label class="check"><input id="log-follow" type="checkbox" checked> follow</label>
-      <a class="btn" id="log-download" href="${download}" download>Download</a>
-      ${kind === "named" ? `<span id="job-cancel"></span>` : ""}</div>
+      ${download ? `<a class="btn" id="log-download" href="${download}" download>Download</a>` : ""}
+      ${kind !== "pool" ? `<span id="job-cancel"></span>` : ""}</div>
     <div class="muted small" id="log-info">waiting for lines…</div>
     <pre id="log" class="log"></pre>`;
   document.title = `skyhive · ${title}`;
@@ -351,6 +378,8 @@ function logPage(kind, a, b) {
     const m = line.match(/^(\[node (\d+)\] )(.*)$/s);
     const [prefix, rest] = m ? [m[1], m[3]] : ["", line];
     const head = prefix ? `<span class="node-prefix n${Number(m[2]) % 8}">${esc(prefix)}</span>` : "";
+    // skyhive's own lines in a job's log (a recovery, a restart, the end) are marked
+    if (!prefix && rest.startsWith("[skyhive] ")) return `<span class="skyhive-note">${highlight(rest)}</span>\n`;
     return head + highlight(rest) + "\n";
   };
   const highlight = text => {
@@ -382,7 +411,8 @@ function logPage(kind, a, b) {
     if (!atEnd && $("#log-follow").checked && pre.dataset.auto !== "1") $("#log-follow").checked = false;
   };
   const url = kind === "pool" ? `/api/live/log?pool=${encodeURIComponent(a)}&after=-1`
-                              : `/api/live/log?named=${encodeURIComponent(a)}&job=${b}&offset=0`;
+            : kind === "managed" ? `/api/live/log?managed=${encodeURIComponent(a)}&offset=0`
+                                 : `/api/live/log?named=${encodeURIComponent(a)}&job=${b}&offset=0`;
   const source = new EventSource(url);
   source.addEventListener("lines", ev => {
     const data = JSON.parse(ev.data);
@@ -408,7 +438,15 @@ function logPage(kind, a, b) {
   });
   source.onerror = () => { if (source.readyState === EventSource.CLOSED) $("#log-state").innerHTML = badge("disconnected"); };
   const jobState = async () => {
-    if (kind !== "named") return;
+    if (kind === "pool") return;
+    if (kind === "managed") {
+      try {
+        const {job} = await api(`/api/managed/${encodeURIComponent(a)}`);
+        $("#log-state").innerHTML = badge(job.state) + ` <span class="muted">attempts ${job.attempts} · recoveries ${job.recoveries}</span>`;
+        $("#job-cancel").innerHTML = job.finished ? "" : `<button class="btn danger" data-cancel-managed="${esc(a)}">Cancel job</button>`;
+      } catch (e) { $("#log-state").innerHTML = badge("error: " + e.message); }
+      return;
+    }
     try {
       const {job} = await api(`/api/named/${encodeURIComponent(a)}/jobs/${b}`);
       $("#log-state").innerHTML = badge(job.state) + (job.exit_code !== null ? ` <span class="muted">exit ${job.exit_code}</span>` : "");
@@ -537,10 +575,13 @@ async function route() {
   const hash = location.hash.replace(/^#/, "") || "/";
   const parts = hash.split("/").filter(Boolean).map(decodeURIComponent);
   document.querySelectorAll("[data-nav]").forEach(a => a.classList.toggle("active",
-    (a.dataset.nav === "named" && parts[0] === "named") || (a.dataset.nav === "pools" && parts[0] !== "named")));
+    (a.dataset.nav === "named" && parts[0] === "named") || (a.dataset.nav === "managed" && parts[0] === "managed")
+    || (a.dataset.nav === "pools" && !["named", "managed"].includes(parts[0]))));
   document.title = "skyhive dashboard";
   if (parts[0] === "pool" && parts[1]) view = {name: "pool", refresh: () => poolPage(parts[1])};
   else if (parts[0] === "named") view = {name: "named", refresh: namedPage};
+  else if (parts[0] === "managed") view = {name: "managed", refresh: managedPage};
+  else if (parts[0] === "log" && parts[1] === "managed") view = {name: "log", ...logPage("managed", parts[2])};
   else if (parts[0] === "log" && parts[1] === "pool") view = {name: "log", ...logPage("pool", parts[2])};
   else if (parts[0] === "log" && parts[1] === "named") view = {name: "log", ...logPage("named", parts[2], parts[3])};
   else view = {name: "pools", refresh: poolsPage};
