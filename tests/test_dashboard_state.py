@@ -23,7 +23,8 @@ def _pool(pool_id: str = "pool-t1", nodes: int = 2) -> EventLog:
     log.emit(PoolStarted, provider="local", nodes=nodes, processes_per_node=1, pid=os.getpid(), host="elsewhere",
              provider_config={"provider": "local", "api_token": "tok-123"}, plan={"instance_type": "m5.large",
                                                                                   "cost_per_hour": 0.5})
-    for n in range(nodes):
+    for n in range(nodes):  # billed from the first node that ran (inventory.PoolEntry.cost)
+        log.emit(NodeStateChanged, node=n, state="running", addr="127.0.0.1", provider_id=f"p-{n}")
         log.emit(NodeStateChanged, node=n, state="ready", addr="127.0.0.1", provider_id=f"p-{n}")
     log.flush()
     return log

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from ..commands.inventory import PoolEntry, client_of, pools_dir
 from ..events.state import PoolState, fold
-from ..events.types import Event, NodeProgress, OutputCapped, OutputChunk, PoolStarted, PoolStopped, from_json
+from ..events.types import (Event, NodeProgress, NodeStateChanged, OutputCapped, OutputChunk, PoolStarted, PoolStopped,
+                            from_json)
 
 __all__ = ["LineTail", "PoolWatch", "StateDir", "OUTPUT_LINES", "MAX_EVENTS", "READ_CHUNK"]
 
@@ -86,6 +87,7 @@ class PoolWatch:
         self.tail = LineTail(path)
         self.state = PoolState()
         self.started: PoolStarted | None = None
+        self.billed_from: float | None = None  # when its first node ran (inventory.PoolEntry.billed_from)
         self.events: deque[Event] = deque(maxlen=MAX_EVENTS)
         self.provider_state: dict[int, str] = {}
         self.output: deque[OutputLine] = deque(maxlen=OUTPUT_LINES)
@@ -124,6 +126,8 @@ class PoolWatch:
                 self.provider_state[ev.node] = ev.provider_state
             elif isinstance(ev, OutputCapped):
                 self.output_capped = ev.limit
+            elif isinstance(ev, NodeStateChanged) and ev.state == "running" and self.billed_from is None:
+                self.billed_from = ev.ts
             elif isinstance(ev, PoolStopped):
                 self._flush_partial()
         self.state = fold(new, self.state)
@@ -151,7 +155,7 @@ class PoolWatch:
         """The pool as `skyhive ls` sees it (status, machine, cost), from what was read so far."""
         client = "" if self.state.status == "stopped" or self.started is None else client_of(self.started)
         return PoolEntry(pool_id=self.pool_id, path=self.path, state=self.state, started=self.started,
-                         client=client, bad_lines=self.tail.bad_lines)
+                         client=client, bad_lines=self.tail.bad_lines, billed_from=self.billed_from)
 
 
 class StateDir:
