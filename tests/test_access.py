@@ -1,0 +1,212 @@
+"""Getting onto a named pool's nodes (issue 29): `skyhive ssh`, the generated SSH entries used by OpenSSH's
+own `ssh` and `rsync`, `skyhive forward`, and the `Include` line in a (temporary) ~/.ssh/config.
+
+The pools run on the real sshd hosts of the SSH tests (network namespaces, tests/infra); the
+`two_hosts` fixture (tests/test_ssh_clusters.py) takes every pool down after each test and checks that
+nothing of it is left on the hosts or here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.test_clusters import SKYHIVE, skyhive, wait_for
+from tests.test_ssh_clusters import TASK, kept_pool_pids, two_hosts  # noqa: F401 - a fixture
+from tests.test_ssh_pool import ssh_for
+
+pytestmark = [pytest.mark.slow]
+
+
+def _record(home: str, name: str = "train") -> dict:
+    return json.loads((Path(home) / "clusters" / name / "record.json").read_text())
+
+
+def test_skyhive_ssh_runs_a_command_on_each_node_in_the_jobs_directory_with_its_env(two_hosts, skyhive_home, tmp_path):
+    import io
+
+    from skyhive.runtime.commands.clusters import launch_cluster
+    from skyhive.runtime.commands.taskfile import loads
+
+    hosts = two_hosts
+    task = loads(textwrap.dedent(TASK) + "envs:\n  GREETING: hello there\n", cwd=str(tmp_path))
+    out = io.StringIO()
+    assert launch_cluster(task, "train", provider=ssh_for(hosts), out=out, err=out) == 0, out.getvalue()
+    for n, h in enumerate(hosts):
+        done = skyhive("ssh", "train", "--node", str(n), "--", 'hostname; pwd; echo "$GREETING" $SKYPILOT_NODE_RANK',
+                       cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == [h.hostname, str(h.home / ".skyhive" / "work" / "train" / f"node-{n}"),
+                                            f"hello there {n}"]
+    # the head is the default; the remote exit code comes back
+    assert skyhive("ssh", "train", "--", "hostname", cwd=tmp_path).stdout.strip() == hosts[0].hostname
+    assert skyhive("ssh", "train", "--", "exit 7", cwd=tmp_path).returncode == 7
+    # a node the pool does not have, a pool that does not exist: named
+    bad = skyhive("ssh", "train", "--node", "2", "--", "true", cwd=tmp_path)
+    assert bad.returncode == 1 and "pool 'train' has nodes 0..1: there is no node 2" in bad.stderr
+    bad = skyhive("ssh", "nope", "--", "true", cwd=tmp_path)
+    assert bad.returncode == 1 and "no named pool 'nope'" in bad.stderr
+    # the generated files: 0600 in a 0700 directory, the pinned keys under the aliases
+    ssh_dir = Path(skyhive_home) / "ssh"
+    assert oct(ssh_dir.stat().st_mode & 0o777) == "0o700"
+    for f in ("train.config", "train.known_hosts"):
+        assert oct((ssh_dir / f).stat().st_mode & 0o777) == "0o600"
+    rec = _record(skyhive_home)
+    assert (ssh_dir / "train.known_hosts").read_text() == (f"train {rec['host_keys']['0']}\n"
+                                                          f"train-worker1 {rec['host_keys']['1']}\n")
+
+
+def _read_until(fd: int, needle: bytes, timeout: float = 60) -> bytes:
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while needle not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"timed out waiting for {needle!r} on the terminal; it showed {seen[-2000:]!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the other side closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen
+
+
+def test_an_interactive_skyhive_ssh_session_through_a_pty(two_hosts, skyhive_home, tmp_path):
+    """A real terminal: the remote shell gets a pty (`tty` answers a device), a typed command's answer
+    comes back, and `exit 3` is the session's exit code."""
+    kept_pool_pids(two_hosts)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: skyhive ssh on the pty's other side
+        os.chdir(tmp_path)
+        os.execvp(SKYHIVE[0], [*SKYHIVE, "ssh", "train", "--node", "1"])
+    try:
+        os.write(fd, b"echo ANSWER-$((6*7)); tty; hostname\n")
+        seen = _read_until(fd, b"ANSWER-42")
+        seen += _read_until(fd, two_hosts[1].hostname.encode())
+        assert b"/dev/pts/" in seen, seen  # the remote shell runs on a terminal of its own
+        os.write(fd, b"exit 3\n")
+        _read_until(fd, b"\x00never", timeout=60)  # to the end of the session
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3, status
+    finally:
+        if pid:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        os.close(fd)
+
+
+def test_a_changed_host_key_is_refused_by_skyhive_ssh(two_hosts, skyhive_home, tmp_path):
+    kept_pool_pids(two_hosts)
+    path = Path(skyhive_home) / "clusters" / "train" / "record.json"
+    rec = json.loads(path.read_text())
+    good = rec["host_keys"]["1"]
+    rec["host_keys"]["1"] = good.split()[0] + " AAAAC3NzaC1lZDI1NTE5AAAAI" + "A" * 43
+    path.write_text(json.dumps(rec))
+    try:
+        done = skyhive("ssh", "train", "--node", "1", "--", "echo REACHED", cwd=tmp_path)
+        assert done.returncode == 255 and "REACHED" not in done.stdout
+        assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in done.stderr or "verification failed" in done.stderr, \
+            done.stderr
+        # node 0's key is still the pinned one: reached
+        assert skyhive("ssh", "train", "--", "echo REACHED", cwd=tmp_path).stdout.strip() == "REACHED"
+    finally:
+        rec["host_keys"]["1"] = good
+        path.write_text(json.dumps(rec))
+
+
+def test_openssh_and_rsync_reach_the_nodes_through_the_generated_entries(two_hosts, skyhive_home, tmp_path):
+    import shutil
+
+    if shutil.which("rsync") is None:
+        pytest.skip("rsync is not installed (.ci/system-deps.sh installs it)")
+    hosts = two_hosts
+    kept_pool_pids(hosts)
+    config = Path(skyhive_home) / "ssh" / "train.config"
+    text = config.read_text()
+    assert "Host train\n" in text and "Host train-worker1\n" in text and "StrictHostKeyChecking yes" in text
+    for alias, h in (("train", hosts[0]), ("train-worker1", hosts[1])):
+        done = subprocess.run(["ssh", "-F", str(config), alias, "hostname"], capture_output=True, text=True,
+                              timeout=60, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0 and done.stdout.strip() == h.hostname, done.stderr
+    src = tmp_path / "data"
+    src.mkdir()
+    (src / "a.txt").write_text("over rsync\n")
+    target = hosts[1].home / "synced"
+    try:
+        done = subprocess.run(["rsync", "-a", "-e", f"ssh -F {config}", f"{src}/", "train-worker1:synced/"],
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr
+        assert (target / "a.txt").read_text() == "over rsync\n"
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+    # down removes the pool's entries
+    assert skyhive("down", "train", cwd=tmp_path).returncode == 0
+    assert not config.exists() and not (Path(skyhive_home) / "ssh" / "train.known_hosts").exists()
+
+
+def test_skyhive_forward_reaches_a_web_server_on_a_node(two_hosts, skyhive_home, tmp_path):
+    hosts = two_hosts
+    kept_pool_pids(hosts)
+    serve = hosts[1].home / "served"
+    serve.mkdir(exist_ok=True)
+    (serve / "index.html").write_text("hello from node 1\n")
+    os.chmod(serve, 0o755)
+    os.chmod(serve / "index.html", 0o644)
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        local = s.getsockname()[1]
+    started = skyhive("ssh", "train", "--node", "1", "--",
+                      "cd ~/served && (setsid python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 & echo $!)",
+                      cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    server_pid = int(started.stdout.strip().splitlines()[-1])
+    fwd = subprocess.Popen([*SKYHIVE, "forward", "train", f"8765:{local}", "--node", "1"], cwd=tmp_path,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = fwd.stderr.readline()
+        assert f"forwarding 127.0.0.1:{local} -> train-worker1:8765" in line, line + fwd.stderr.read()
+
+        def fetch() -> str | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{local}/index.html", timeout=10) as r:
+                    return r.read().decode()
+            except OSError:
+                return None  # the server on the node may not listen yet
+
+        assert wait_for(fetch, 60, "the node's web server through the forward") == "hello from node 1\n"
+    finally:
+        fwd.terminate()
+        fwd.wait(timeout=30)
+        fwd.stdout.close()
+        fwd.stderr.close()
+        try:
+            os.kill(server_pid, 9)
+        except ProcessLookupError:
+            pass
+        import shutil
+
+        shutil.rmtree(serve, ignore_errors=True)
+    assert fwd.returncode == 0
+    # a port in use here is refused, naming it
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        done = skyhive("forward", "train", f"8765:{busy}", cwd=tmp_path)
+        assert done.returncode == 1 and f"127.0.0.1:{busy} is in use" in done.stderr
+    assert skyhive("forward", "train", "http", cwd=tmp_path).returncode == 1
