@@ -61,8 +61,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if args.cluster:  # a named pool (docs/clusters.md)
         from skyhive.runtime.commands.clusters import launch_cluster
 
-        return launch_cluster(plan.task, args.cluster, detach_run=args.detach_run, idle_minutes=args.idle_minutes,
+        code = launch_cluster(plan.task, args.cluster, detach_run=args.detach_run, idle_minutes=args.idle_minutes,
                               down=args.down, provider=plan.provider)
+        from skyhive.runtime.commands.access import offer_include_for
+
+        offer_include_for(args.cluster)  # SSH or cloud nodes: `ssh NAME` from ~/.ssh/config, asked once
+        return code
     return run_launch(plan.task, provider=plan.provider)
 
 

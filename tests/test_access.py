@@ -210,3 +210,117 @@ def test_skyhive_forward_reaches_a_web_server_on_a_node(two_hosts, skyhive_home,
         done = skyhive("forward", "train", f"8765:{busy}", cwd=tmp_path)
         assert done.returncode == 1 and f"127.0.0.1:{busy} is in use" in done.stderr
     assert skyhive("forward", "train", "http", cwd=tmp_path).returncode == 1
+
+
+# ---- ~/.ssh/config against a temporary HOME (no host needed: OpenSSH's `ssh -G` evaluates the files) --------
+
+
+@pytest.fixture
+def fake_pool(skyhive_home, tmp_path, monkeypatch):
+    """A recorded pool on two SSH hosts that are never contacted (only the files are looked at), and a
+    temporary HOME."""
+    from skyhive.runtime.clusters import record as records
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    rec = records.ClusterRecord(
+        name="train", provider="ssh", nodes=2, processes_per_node=1, cwd=str(tmp_path), socket_dir="", created=0.0,
+        provider_info={"hosts": ["alice@10.9.9.5:2222", "alice@10.9.9.6"], "key": str(tmp_path / "id_pool")},
+        cluster="c-train-x", host_keys={"0": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBBBB",
+                                        "1": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICCCC"})
+    records.save(rec)
+    yield rec, home / ".ssh" / "config"
+    records.remove("train")
+
+
+def _effective(config: Path, alias: str) -> dict[str, str]:
+    done = subprocess.run(["ssh", "-G", "-F", str(config), alias], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+
+
+def test_the_include_line_is_added_with_consent_once_kept_idempotent_and_removed(fake_pool, skyhive_home, tmp_path):
+    from skyhive.runtime.clusters import sshconfig
+
+    rec, config = fake_pool
+    before = "Host github.com\n  User git\n"
+    config.parent.mkdir(mode=0o700)
+    config.write_text(before)
+    os.chmod(config, 0o640)
+    # without the Include, OpenSSH does not know the alias, and ssh-config says how
+    assert _effective(config, "train-worker1")["hostname"] == "train-worker1"
+    done = skyhive("ssh-config", "train", cwd=tmp_path)
+    assert done.returncode == 1 and "`skyhive ssh-config --install` adds one Include line" in done.stderr
+    # the flag is the consent: one line at the top, the rest kept, the file's mode kept
+    done = skyhive("ssh-config", "--install", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = config.read_text()
+    include = f"Include {skyhive_home}/ssh/*.config"
+    assert text.splitlines()[1] == include and text.endswith(before) and text.count("Include") == 1
+    assert oct(config.stat().st_mode & 0o777) == "0o640"
+    assert sshconfig.consent() == "yes"
+    worker = _effective(config, "train-worker1")
+    assert (worker["hostname"], worker["port"], worker["user"], worker["hostkeyalias"]) == ("10.9.9.6", "22", "alice",
+                                                                                            "train-worker1")
+    assert worker["stricthostkeychecking"] == "true" and worker["identityfile"] == str(tmp_path / "id_pool")
+    assert worker["userknownhostsfile"] == f"{skyhive_home}/ssh/train.known_hosts"
+    assert _effective(config, "train")["port"] == "2222"
+    assert skyhive("ssh-config", "--install", cwd=tmp_path).returncode == 0  # again: nothing added
+    assert config.read_text() == text
+    assert skyhive("ssh-config", "train", cwd=tmp_path).returncode == 0  # no problem to report
+    # the pool goes: its entries go (the Include stays, matching nothing)
+    from skyhive.runtime.clusters import record as records
+
+    records.remove("train")
+    assert _effective(config, "train-worker1")["hostname"] == "train-worker1"
+    done = skyhive("ssh-config", "--remove", cwd=tmp_path)
+    assert done.returncode == 0 and config.read_text() == before
+    assert sshconfig.consent() == "no"
+
+
+def test_the_include_is_offered_once_on_a_terminal(fake_pool, monkeypatch):
+    import io
+
+    from skyhive.runtime.clusters import sshconfig
+    from skyhive.runtime.commands.access import offer_include
+
+    rec, config = fake_pool
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr("sys.stdin", Terminal("n\n"))
+    err = io.StringIO()
+    offer_include(rec, err)
+    assert "(asked once)? [y/N]" in err.getvalue() and not config.exists()
+    monkeypatch.setattr("sys.stdin", Terminal("y\n"))
+    again = io.StringIO()
+    offer_include(rec, again)  # asked once: the "no" is kept
+    assert again.getvalue() == "" and not config.exists()
+    (Path(os.environ["SKYHIVE_HOME"]) / "ssh" / "consent").unlink()
+    offer_include(rec, again)
+    assert sshconfig.installed(config) == 2
+
+
+def test_an_alias_defined_twice_and_a_host_star_block_that_overrides_ours_are_explained(fake_pool, skyhive_home,
+                                                                                         tmp_path):
+    from skyhive.runtime.clusters import sshconfig
+
+    rec, config = fake_pool
+    config.parent.mkdir(mode=0o700)
+    config.write_text("Host train-worker1\n  HostName 192.0.2.1\n")
+    sshconfig.install(config)
+    found = sshconfig.problems(rec, config)
+    assert len(found) == 1 and f"{config}:4: `Host train-worker1` also names 'train-worker1' (after skyhive's " \
+                               "Include at line 2)" in found[0], found
+    # a `Host *` above our Include (the user moved it) takes User; a ProxyJump for every host routes ours
+    include = sshconfig.include_line()
+    config.write_text(f"Host *\n  User root\n  ProxyJump bastion\n\n{include}\n")
+    found = sshconfig.problems(rec, config)
+    assert any(f"{config}:1 (`Host *`): sets user for 'train' to 'root' before skyhive's entry (which says 'alice'"
+               in p and "move skyhive's Include line above it" in p for p in found), found
+    assert any("sets proxyjump 'bastion'" in p and "'train-worker1'" in p for p in found), found
+    done = skyhive("ssh-config", "train", cwd=tmp_path)
+    assert done.returncode == 1 and "warning:" in done.stderr and "proxyjump" in done.stderr

@@ -23,7 +23,7 @@ from ..clusters import record as records
 from ..clusters.access import alias, check_node, config_path, local_dir, session_env, ssh_argv, write_config
 from ..clusters.record import ClusterRecord
 
-__all__ = ["ssh_session", "forward", "parse_forward", "ssh_config"]
+__all__ = ["ssh_session", "forward", "parse_forward", "ssh_config", "offer_include", "offer_include_for"]
 
 
 def _need_ssh() -> str:
@@ -217,6 +217,17 @@ def ssh_config(name: str | None, *, install: bool = False, remove: bool = False,
             err.write(f"skyhive: warning: {problem}\n")
             code = 1
     return code
+
+
+def offer_include_for(name: str) -> None:
+    """`offer_include` for the named pool `name` when it has a record (nothing otherwise)."""
+    from ...errors import PoolNotFound
+
+    try:
+        rec = records.load(name)
+    except (PoolNotFound, ValueError):
+        return
+    offer_include(rec)
 
 
 def offer_include(rec: ClusterRecord, err: TextIO | None = None) -> None:
