@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_clusters import SKYHIVE, skyhive, wait_for
+from tests.test_clusters import SKYHIVE, clean, skyhive, wait_for  # noqa: F401 - clean: a fixture
 from tests.test_ssh_clusters import TASK, kept_pool_pids, two_hosts  # noqa: F401 - a fixture
 from tests.test_ssh_pool import ssh_for
 
@@ -324,3 +324,48 @@ def test_an_alias_defined_twice_and_a_host_star_block_that_overrides_ours_are_ex
     assert any("sets proxyjump 'bastion'" in p and "'train-worker1'" in p for p in found), found
     done = skyhive("ssh-config", "train", cwd=tmp_path)
     assert done.returncode == 1 and "warning:" in done.stderr and "proxyjump" in done.stderr
+
+
+# ---- a Local pool: its nodes are this machine --------------------------------------------------------------
+
+
+def test_skyhive_ssh_on_a_local_pool_is_a_local_shell_in_the_nodes_directory(clean, tmp_path):
+    import socket
+
+    from tests.test_clusters import write
+
+    task = write(tmp_path / "t.yaml", "name: hi\nnum_nodes: 2\nenvs:\n  GREETING: local hello\nrun: |\n  echo ran\n")
+    launched = skyhive("launch", "-y", "-c", "loc", str(task), cwd=tmp_path)
+    assert launched.returncode == 0, launched.stderr
+    assert "ssh-config" not in launched.stderr  # a Local pool has no SSH entries to offer
+    done = skyhive("ssh", "loc", "--node", "1", "--", 'pwd; echo "$GREETING" $SKYHIVE_NODE_RANK; exit 5', cwd=tmp_path)
+    assert done.returncode == 5, done.stderr
+    # the nodes of one machine share the workdir node 0 unpacked
+    assert done.stdout.splitlines() == [str(Path(clean) / "work" / "loc" / "node-0"), "local hello 1"]
+    assert not (Path(clean) / "ssh" / "loc.config").exists()
+    # forward: the port is this machine's already; another local port is relayed
+    done = skyhive("forward", "loc", "8765", cwd=tmp_path)
+    assert done.returncode == 0 and "http://127.0.0.1:8765 reaches its port directly" in done.stderr
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        remote = srv.getsockname()[1]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            local = s.getsockname()[1]
+        fwd = subprocess.Popen([*SKYHIVE, "forward", "loc", f"{remote}:{local}"], cwd=tmp_path,
+                               stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            assert f"forwarding 127.0.0.1:{local} -> 127.0.0.1:{remote}" in fwd.stderr.readline()
+            with socket.create_connection(("127.0.0.1", local), timeout=30) as c:
+                conn, _ = srv.accept()
+                with conn:
+                    c.sendall(b"ping")
+                    assert conn.recv(4) == b"ping"
+                    conn.sendall(b"pong")
+                    assert c.recv(4) == b"pong"
+        finally:
+            fwd.terminate()
+            fwd.wait(timeout=30)
+            fwd.stderr.close()
+        assert fwd.returncode == 0

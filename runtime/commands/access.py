@@ -170,10 +170,13 @@ def _relay(remote: int, local: int, name: str, err: TextIO) -> int:
         async with server:
             await server.serve_forever()
 
+    old = signal.signal(signal.SIGTERM, _interrupt)  # a SIGTERM ends the relay as Ctrl-C does
     try:
         asyncio.run(main())
     except KeyboardInterrupt:
         pass
+    finally:
+        signal.signal(signal.SIGTERM, old)
     return 0
 
 
