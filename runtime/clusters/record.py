@@ -146,7 +146,7 @@ def save(record: ClusterRecord) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(record.to_json())
     os.replace(tmp, directory / "record.json")
-    from .access import write_config
+    from .sshfiles import write_config
 
     write_config(record)  # an SSH or cloud pool's SSH entries follow its record (`access.py`)
 
@@ -160,7 +160,7 @@ def remove(name: str) -> None:
     if record is not None and not record.on_hosts and record.socket_dir:
         shutil.rmtree(record.socket_dir, ignore_errors=True)  # (an SSH pool's are on its hosts)
     shutil.rmtree(cluster_dir(name), ignore_errors=True)
-    from .access import remove_config
+    from .sshfiles import remove_config
 
     remove_config(name)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...paths import private_dir, state_dir
-from .access import node_addresses
+from .sshfiles import node_addresses
 from .record import ClusterRecord
 
 __all__ = ["include_line", "user_config", "installed", "install", "uninstall", "consent", "set_consent",

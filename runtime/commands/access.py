@@ -20,7 +20,8 @@ import time
 from typing import TextIO
 
 from ..clusters import record as records
-from ..clusters.access import alias, check_node, config_path, local_dir, session_env, ssh_argv, write_config
+from ..clusters.access import check_node, local_dir, session_env, ssh_argv
+from ..clusters.sshfiles import alias, config_path, write_config
 from ..clusters.record import ClusterRecord
 
 __all__ = ["ssh_session", "forward", "parse_forward", "ssh_config", "offer_include", "offer_include_for"]
