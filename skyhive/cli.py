@@ -100,7 +100,18 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from skyhive.runtime.commands.clusters import print_status
 
-    return print_status()
+    if getattr(args, "endpoints", None):  # `status --endpoints NAME`: the pool's ports, reached from here
+        from skyhive.runtime.commands.ports import endpoints
+
+        for e in endpoints(args.endpoints):
+            print(f"{e['port']}: {e['how']}")
+        return 0
+    code = print_status()
+    if getattr(args, "access_name", None):  # `status NAME`: also how to get onto its nodes (docs/access.md)
+        from skyhive.runtime.commands.access import access_lines
+
+        print("\n".join(access_lines(args.access_name)))
+    return code
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
@@ -133,6 +144,9 @@ def _add_cluster_parsers(sub: argparse._SubParsersAction, launch: argparse.Argum
     p.set_defaults(func=cmd_exec)
 
     p = sub.add_parser("status", help="named pools: nodes, resources, state, idle time, autostop")
+    p.add_argument("access_name", nargs="?", metavar="NAME", help="also this pool's node addresses, SSH aliases, "
+                   "endpoints")
+    p.add_argument("--endpoints", metavar="NAME", help="only how each port of pool NAME is reached from here")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("queue", help="the jobs of a named pool")

@@ -55,6 +55,12 @@ def test_skyhive_ssh_runs_a_command_on_each_node_in_the_jobs_directory_with_its_
     assert bad.returncode == 1 and "pool 'train' has nodes 0..1: there is no node 2" in bad.stderr
     bad = skyhive("ssh", "nope", "--", "true", cwd=tmp_path)
     assert bad.returncode == 1 and "no named pool 'nope'" in bad.stderr
+    # status NAME: the node addresses and aliases
+    status = skyhive("status", "train", cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    for n, h in enumerate(hosts):
+        alias = "train" if n == 0 else f"train-worker{n}"
+        assert f"node {n}: {h.user}@{h.host}:22  ssh alias {alias}" in status.stdout, status.stdout
     # the generated files: 0600 in a 0700 directory, the pinned keys under the aliases
     ssh_dir = Path(skyhive_home) / "ssh"
     assert oct(ssh_dir.stat().st_mode & 0o777) == "0o700"
@@ -369,3 +375,33 @@ def test_skyhive_ssh_on_a_local_pool_is_a_local_shell_in_the_nodes_directory(cle
             fwd.wait(timeout=30)
             fwd.stderr.close()
         assert fwd.returncode == 0
+
+
+def test_resources_ports_are_parsed_in_skypilots_spellings_and_bad_ones_named(tmp_path):
+    from skyhive.runtime.commands.taskfile import TaskFileError, loads
+
+    def ports(value: str):
+        return loads(f"run: echo\nresources:\n  ports: {value}\n", cwd=str(tmp_path)).resources.ports
+
+    assert ports("8888") == ((8888, 8888),)
+    assert ports('"8000-8010"') == ((8000, 8010),)
+    assert ports('[8888, "8000-8010", 8005, 6006]') == ((6006, 6006), (8000, 8010), (8888, 8888))
+    task = loads("run: echo\nresources:\n  ports: 8888\n", cwd=str(tmp_path))
+    assert not any("ports" in w for w in task.warnings)  # accepted, not warned as unsupported
+    for bad, why in (("http", "expected a port"), ('"9000-8000"', "ends before it starts"), ("70000", "out of range")):
+        with pytest.raises(TaskFileError, match=rf":3: resources.ports: .*{why}"):
+            ports(bad)
+
+
+def test_status_endpoints_of_a_local_pool(clean, tmp_path):
+    from tests.test_clusters import write
+
+    task = write(tmp_path / "t.yaml", "name: nb\nresources:\n  ports: [8888, \"6006-6007\"]\nrun: echo ok\n")
+    assert skyhive("launch", "-y", "-c", "nb", str(task), cwd=tmp_path).returncode == 0
+    done = skyhive("status", "--endpoints", "nb", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["6006: http://127.0.0.1:6006  (this machine)",
+                                        "6007: http://127.0.0.1:6007  (this machine)",
+                                        "8888: http://127.0.0.1:8888  (this machine)"]
+    status = skyhive("status", "nb", cwd=tmp_path)
+    assert "port 8888: http://127.0.0.1:8888" in status.stdout and "node 0: this machine" in status.stdout

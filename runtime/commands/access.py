@@ -24,7 +24,7 @@ from ..clusters.access import check_node, local_dir, session_env, ssh_argv
 from ..clusters.sshfiles import alias, config_path, write_config
 from ..clusters.record import ClusterRecord
 
-__all__ = ["ssh_session", "forward", "parse_forward", "ssh_config", "offer_include", "offer_include_for"]
+__all__ = ["access_lines", "ssh_session", "forward", "parse_forward", "ssh_config", "offer_include", "offer_include_for"]
 
 
 def _need_ssh() -> str:
@@ -254,3 +254,25 @@ def offer_include(rec: ClusterRecord, err: TextIO | None = None) -> None:
         sshconfig.set_consent("yes")
     else:
         sshconfig.set_consent("no")
+
+
+def access_lines(name: str) -> list[str]:
+    """How to get onto pool `name`, for `skyhive status NAME`: each node's address and SSH alias, and
+    the endpoints of its ports."""
+    from ..clusters.sshfiles import node_addresses
+    from .ports import endpoints
+
+    rec = records.load(name)
+    lines = []
+    addresses = node_addresses(rec)
+    if addresses:
+        for a in addresses:
+            lines.append(f"node {a.node}: {a.user}@{a.host}:{a.port}  ssh alias {a.alias}  (`skyhive ssh {name}"
+                         f"{'' if a.node == 0 else f' --node {a.node}'}`)")
+        lines.append(f"ssh config: {config_path(name)}")
+    else:
+        lines += [f"node {n}: this machine ({local_dir(rec, n)})  (`skyhive ssh {name}"
+                  f"{'' if n == 0 else f' --node {n}'}`)" for n in range(rec.nodes)]
+    for e in endpoints(name):
+        lines.append(f"port {e['port']}: {e['how']}")
+    return lines

@@ -38,8 +38,11 @@ FOLLOW_POLL = 0.2  # seconds between looks at a followed job's log
 
 def task_spec(task: Task) -> dict[str, object]:
     """What a named pool is made of, as `launch -c` compares it: nodes, provider and resources."""
-    return {"num_nodes": task.num_nodes, "provider": task.resources.provider or "local",
-            "resources": task.resources.describe()}
+    spec: dict[str, object] = {"num_nodes": task.num_nodes, "provider": task.resources.provider or "local",
+                               "resources": task.resources.describe()}
+    if task.resources.ports:  # (only when set: the pools recorded before ports existed compare equal)
+        spec["ports"] = [list(r) for r in task.resources.ports]
+    return spec
 
 
 def _say(err: TextIO, text: str) -> None:
