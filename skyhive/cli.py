@@ -191,7 +191,49 @@ def cmd_ssh_config(args: argparse.Namespace) -> int:
     return ssh_config(args.name, install=args.install, remove=args.remove, yes=args.yes)
 
 
+def _confirm(args: argparse.Namespace, question: str) -> bool:
+    """True with -y or off a terminal; else the user's answer (the default is yes, as SkyPilot's)."""
+    if args.yes or not sys.stdin.isatty():
+        return True
+    sys.stderr.write(f"{question} [Y/n] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline()
+    return bool(answer) and answer.strip().lower() in ("", "y", "yes")
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from skyhive.runtime.commands.pause import stop_cluster
+
+    if not _confirm(args, f"Stop pool(s) {', '.join(args.names)} (its workers end, the machines and disks stay)?"):
+        _err("aborted: nothing was stopped")
+        return 1
+    for name in args.names:
+        stop_cluster(name)
+    return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    from skyhive.runtime.commands.pause import start_cluster
+
+    if not _confirm(args, f"Start pool(s) {', '.join(args.names)} again?"):
+        _err("aborted: nothing was started")
+        return 1
+    for name in args.names:
+        start_cluster(name)
+    return 0
+
+
 def _add_access_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stop", help="stop a named pool: its workers end; a cloud pool's instances stop, disks kept")
+    p.add_argument("names", nargs="+", metavar="NAME")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    p.set_defaults(func=cmd_stop)
+
+    p = sub.add_parser("start", help="start a stopped named pool again (a cloud pool: the same instances)")
+    p.add_argument("names", nargs="+", metavar="NAME")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    p.set_defaults(func=cmd_start)
+
     p = sub.add_parser("ssh", help="a shell (or a command) on a node of a named pool, in its job's directory")
     p.add_argument("name", metavar="NAME")
     p.add_argument("--node", type=int, default=0, help="which node (default: 0, the head)")
@@ -461,6 +503,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("pools", nargs="*", metavar="POOL")
     p.add_argument("--all", action="store_true", help="every pool that is not stopped")
     p.add_argument("--force", action="store_true", help="also pools whose client still runs")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask (as SkyPilot's; `down` asks nothing)")
     p.set_defaults(func=cmd_down)
 
     p = sub.add_parser("logs", help="the output a pool's tasks wrote (a named pool: a job's log)")

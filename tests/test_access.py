@@ -405,3 +405,30 @@ def test_status_endpoints_of_a_local_pool(clean, tmp_path):
                                         "8888: http://127.0.0.1:8888  (this machine)"]
     status = skyhive("status", "nb", cwd=tmp_path)
     assert "port 8888: http://127.0.0.1:8888" in status.stdout and "node 0: this machine" in status.stdout
+
+
+def test_stop_and_start_a_local_pool(clean, tmp_path):
+    from tests.infra.sshd import process_alive
+    from tests.test_clusters import write
+
+    task = write(tmp_path / "t.yaml", "name: hi\nnum_nodes: 2\nrun: echo ran on $SKYPILOT_NODE_RANK\n")
+    assert skyhive("launch", "-y", "-c", "loc", str(task), cwd=tmp_path).returncode == 0
+    pids = sorted(w["pid"] for w in _record(clean, "loc")["workers"])
+    stopped = skyhive("stop", "-y", "loc", cwd=tmp_path)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "pool loc: stopped" in stopped.stderr and "caches kept" in stopped.stderr
+    assert not any(process_alive(p) for p in pids)
+    assert "STOPPED (stop)" in skyhive("status", cwd=tmp_path).stdout
+    refused = skyhive("exec", "loc", str(task), cwd=tmp_path)
+    assert refused.returncode == 1 and "not running" in refused.stderr
+    assert skyhive("stop", "-y", "loc", cwd=tmp_path).stderr.strip().endswith("stopped already")
+    started = skyhive("start", "-y", "loc", cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    again = sorted(w["pid"] for w in _record(clean, "loc")["workers"])
+    assert len(again) == 2 and all(process_alive(p) for p in again) and not set(again) & set(pids)
+    ran = skyhive("exec", "loc", str(task), cwd=tmp_path)
+    assert ran.returncode == 0 and "ran on 1" in ran.stdout, ran.stderr
+    assert [ln.split()[:3] for ln in skyhive("queue", "loc", cwd=tmp_path).stdout.splitlines()[1:]] == [
+        ["1", "hi", "SUCCEEDED"], ["2", "hi", "SUCCEEDED"]]  # the jobs were kept across stop and start
+    bad = skyhive("start", "-y", "loc", cwd=tmp_path)
+    assert bad.returncode == 1 and "is not stopped" in bad.stderr

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
 from . import catalog
+from .aws_access import EC2Access
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
 from .keys import pool_key, remove_pool_key
 
@@ -84,7 +85,7 @@ DEFAULT_IMAGE = ("099720109477", "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64
 DEFAULT_GPU_IMAGE = ("amazon", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*")
 
 
-class AWS(LibcloudProvider):
+class AWS(EC2Access, LibcloudProvider):
     """Machines on AWS EC2, created per pool and destroyed with it.
 
     - `region`: where; `zones`: the zones to try, in order (default: every zone of the region that
