@@ -40,6 +40,9 @@ fi
 if ! have munged /usr/sbin/munged; then
     missing+=(munge)
 fi
+if ! have rsync /usr/bin/rsync; then
+    missing+=(rsync)  # tests/test_access.py: rsync through a named pool's generated SSH entry
+fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
     echo "system-deps: sshd, ssh-keygen, ip and Slurm are present; nothing to install"
