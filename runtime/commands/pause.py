@@ -74,7 +74,7 @@ def stop_cluster(name: str, *, provider: Provider | None = None, err: TextIO | N
     if not lock.try_acquire():
         raise lock.busy()
     try:
-        ended = stop_pool(name, why=f"skyhive stop {name}")
+        ended = stop_pool(name, why=f"skyhive stop {name}", keep_machines=True)
         if cloud is not None:
             _run(lambda: cloud.stop_nodes(rec.instances))
         records.save(dataclasses.replace(rec, stopped=STOPPED, watchdog_pid=0))
