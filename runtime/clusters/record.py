@@ -148,7 +148,12 @@ def save(record: ClusterRecord) -> None:
     os.replace(tmp, directory / "record.json")
     from .sshfiles import write_config
 
-    write_config(record)  # an SSH or cloud pool's SSH entries follow its record (`access.py`)
+    try:
+        write_config(record)  # an SSH or cloud pool's SSH entries follow its record (`sshfiles.py`)
+    except (OSError, ValueError) as exc:  # the record is what matters: `skyhive ssh` writes them again, or says why
+        import logging
+
+        logging.getLogger("skyhive.clusters").warning("pool %s: its SSH entries were not written: %s", record.name, exc)
 
 
 def remove(name: str) -> None:
