@@ -41,6 +41,8 @@ fi
 if ! have munged /usr/sbin/munged; then
     missing+=(munge)
 fi
+if ! have rsync /usr/bin/rsync; then
+    missing+=(rsync)  # tests/test_access.py: rsync through a named pool's generated SSH entry
 # bucket mounts with mode MOUNT (FUSE): rclone and fusermount3 (tests/test_storage.py skips without)
 if ! have rclone /usr/bin/rclone; then
     missing+=(rclone)

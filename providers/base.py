@@ -207,6 +207,26 @@ class Provider(abc.ABC):
     #: that no provider option takes is refused by `skyhive launch`, naming the field and the provider.
     resource_options: ClassVar[Mapping[str, str]] = {}
 
+    #: True when the provider can stop a pool's machines, keeping their disks, and start the same ones
+    #: again (`stop_nodes`, `start_nodes`): `skyhive stop`/`start` of a cloud pool. Others say so.
+    can_stop: ClassVar[bool] = False
+
+    #: True when the provider opens a pool's `resources.ports` on its firewall (`open_ports`), for the
+    #: client's address only. Every pool's ports are reached through its SSH connection anyway.
+    opens_ports: ClassVar[bool] = False
+
+    async def stop_nodes(self, ids: Sequence[str]) -> None:
+        """Stop the machines `ids` (disks kept); only where `can_stop`."""
+        raise NotImplementedError(f"provider {self.name!r} cannot stop machines and start them again")
+
+    async def start_nodes(self, ids: Sequence[str]) -> None:
+        """Start the stopped machines `ids` again (the same ones); only where `can_stop`."""
+        raise NotImplementedError(f"provider {self.name!r} cannot stop machines and start them again")
+
+    async def open_ports(self, pool_id: str, ports: Sequence[tuple[int, int]]) -> list[str]:
+        """Open `ports` on the pool's firewall for the client's address; only where `opens_ports`."""
+        return []
+
     #: True when letting go of this provider's nodes costs no round trip per node (they live in this
     #: process): the pool then closes their transports one after another and terminates all of them
     #: in one `terminate` call, instead of a task per node (`runtime/actors/teardown.py`).

@@ -72,8 +72,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
         if plan.plan.get("warning"):  # asked of a machine that lacks it (Local's GPUs): it runs without
             _err(f"warning: {plan.plan['warning']}")
 
-        return launch_cluster(plan.task, args.cluster, detach_run=args.detach_run, idle_minutes=args.idle_minutes,
+        code = launch_cluster(plan.task, args.cluster, detach_run=args.detach_run, idle_minutes=args.idle_minutes,
                               down=args.down, provider=plan.provider)
+        from skyhive.runtime.commands.access import offer_include_for
+
+        offer_include_for(args.cluster)  # SSH or cloud nodes: `ssh NAME` from ~/.ssh/config, asked once
+        return code
     return run_launch(plan.task, provider=plan.provider)
 
 
@@ -113,7 +117,19 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from skyhive.runtime.commands.clusters import print_status
 
-    return print_status(names=args.names, as_json=args.json)
+    if getattr(args, "endpoints", None):  # `status --endpoints NAME`: the pool's ports, reached from here
+        from skyhive.runtime.commands.ports import endpoints
+
+        for e in endpoints(args.endpoints):
+            print(f"{e['port']}: {e['how']}")
+        return 0
+    code = print_status(names=args.names, as_json=args.json)
+    if args.names and not args.json:  # `status NAME`: also how to get onto its nodes (docs/access.md)
+        from skyhive.runtime.commands.access import access_lines
+
+        for name in args.names:
+            print("\n".join(access_lines(name)))
+    return code
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
@@ -152,6 +168,7 @@ def _add_cluster_parsers(sub: argparse._SubParsersAction, launch: argparse.Argum
     p.add_argument("--json", action="store_true", help="one JSON object per pool")
     p.add_argument("-r", "--refresh", action="store_true", help="SkyPilot's: status always asks the workers "
                    "(and SSH hosts) as it prints")
+    p.add_argument("--endpoints", metavar="NAME", help="only how each port of pool NAME is reached from here")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("queue", help="the jobs of a named pool")
@@ -237,6 +254,100 @@ def _add_jobs_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-a", "--all", action="store_true", help="every job not finished")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask")
     p.set_defaults(func=cmd_jobs_cancel)
+
+
+# ---- onto a named pool's nodes (docs/access.md) ------------------------------------------------------
+
+
+def cmd_ssh(args: argparse.Namespace) -> int:
+    from skyhive.runtime.commands.access import ssh_session
+
+    command, node = list(args.command_args), args.node
+    while command[:1] and command[0].startswith("--node"):  # `skyhive ssh NAME --node 1 -- CMD`
+        flag = command.pop(0)
+        value = flag.partition("=")[2] or (command.pop(0) if command else "")
+        if not value.isdigit():
+            _err(f"error: --node wants a node number, not {value!r}")
+            return 2
+        node = int(value)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    return ssh_session(args.name, node=node, command=command or None)
+
+
+def cmd_forward(args: argparse.Namespace) -> int:
+    from skyhive.runtime.commands.access import forward
+
+    return forward(args.name, args.ports, node=args.node)
+
+
+def cmd_ssh_config(args: argparse.Namespace) -> int:
+    from skyhive.runtime.commands.access import ssh_config
+
+    return ssh_config(args.name, install=args.install, remove=args.remove, yes=args.yes)
+
+
+def _confirm(args: argparse.Namespace, question: str) -> bool:
+    """True with -y or off a terminal; else the user's answer (the default is yes, as SkyPilot's)."""
+    if args.yes or not sys.stdin.isatty():
+        return True
+    sys.stderr.write(f"{question} [Y/n] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline()
+    return bool(answer) and answer.strip().lower() in ("", "y", "yes")
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from skyhive.runtime.commands.pause import stop_cluster
+
+    if not _confirm(args, f"Stop pool(s) {', '.join(args.names)} (its workers end, the machines and disks stay)?"):
+        _err("aborted: nothing was stopped")
+        return 1
+    for name in args.names:
+        stop_cluster(name)
+    return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    from skyhive.runtime.commands.pause import start_cluster
+
+    if not _confirm(args, f"Start pool(s) {', '.join(args.names)} again?"):
+        _err("aborted: nothing was started")
+        return 1
+    for name in args.names:
+        start_cluster(name)
+    return 0
+
+
+def _add_access_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stop", help="stop a named pool: its workers end; a cloud pool's instances stop, disks kept")
+    p.add_argument("names", nargs="+", metavar="NAME")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    p.set_defaults(func=cmd_stop)
+
+    p = sub.add_parser("start", help="start a stopped named pool again (a cloud pool: the same instances)")
+    p.add_argument("names", nargs="+", metavar="NAME")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    p.set_defaults(func=cmd_start)
+
+    p = sub.add_parser("ssh", help="a shell (or a command) on a node of a named pool, in its job's directory")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--node", type=int, default=0, help="which node (default: 0, the head)")
+    p.add_argument("command_args", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="run this instead of a shell")
+    p.set_defaults(func=cmd_ssh)
+
+    p = sub.add_parser("forward", help="reach a port of a named pool's node from 127.0.0.1 here (through SSH)")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("ports", metavar="REMOTE_PORT[:LOCAL_PORT]")
+    p.add_argument("--node", type=int, default=0, help="which node (default: 0, the head)")
+    p.set_defaults(func=cmd_forward)
+
+    p = sub.add_parser("ssh-config", help="named pools' SSH entries; --install adds their Include to ~/.ssh/config")
+    p.add_argument("name", nargs="?", metavar="NAME")
+    p.add_argument("--install", action="store_true", help="add skyhive's Include line at the top of ~/.ssh/config")
+    p.add_argument("--remove", action="store_true", help="take skyhive's Include line out of ~/.ssh/config")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    p.set_defaults(func=cmd_ssh_config)
 
 
 # ---- pools -------------------------------------------------------------------------------------------
@@ -501,6 +612,7 @@ def _parser() -> argparse.ArgumentParser:
     add_task_flags(p)  # the task options SkyPilot users type (runtime/commands/taskflags.py)
     p.set_defaults(func=cmd_launch)
     _add_cluster_parsers(sub, p)
+    _add_access_parsers(sub)
 
     p = sub.add_parser("show-gpus", help="accelerators the clouds offer: count, instance type, hourly price")
     p.add_argument("accelerator", nargs="?", metavar="NAME[:COUNT]", help="only this accelerator (e.g. A100, A100:8)")

@@ -25,6 +25,7 @@ from . import aws_credentials, aws_images, aws_launch, catalog
 from .aws_data import (EC2_ERRORS, EC2_STATES, EFA_TYPES, LAUNCH_TAG, NODE_TAG, PLACEMENT_TAG, POOL_TAG,
                        JUST_MADE, READY_COMMAND, USER_DATA, b64, client_token, vcpu_quota)
 from .aws_network import AWSNetwork
+from .aws_access import EC2Access
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
 from .keys import pool_key, remove_pool_key
 
@@ -35,7 +36,7 @@ __all__ = ["AWS", "POOL_TAG", "NODE_TAG", "LAUNCH_TAG", "USER_DATA", "READY_COMM
 
 log = logging.getLogger(__name__)
 
-class AWS(LibcloudProvider):
+class AWS(EC2Access, LibcloudProvider):
     """Machines on AWS EC2, created per pool and destroyed with it.
 
     - `region`: where; `zones`: the zones to try, in order (default: every zone of the region that

@@ -398,6 +398,9 @@ def _fields(rec: ClusterRecord) -> dict[str, Any]:
 def refuse_stopped(rec: ClusterRecord) -> None:
     """Raise `PoolGone` when autostop stopped the pool of `rec` (checked by `Pool.attach`, and again once
     the attach lock is held: autostop stops a pool only while holding it)."""
+    if rec.stopped == "stop":  # `skyhive stop` (commands/pause.py)
+        raise PoolGone(f"pool {rec.name!r} was stopped by `skyhive stop {rec.name}`: `skyhive start {rec.name}` "
+                       "starts it again")
     if rec.stopped:
         raise PoolGone(f"pool {rec.name!r} was stopped by {rec.stopped} (it was idle past its limit): "
                        f"`skyhive launch -c {rec.name} TASK.yaml` starts it again")

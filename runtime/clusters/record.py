@@ -152,6 +152,14 @@ def save(record: ClusterRecord) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(record.to_json())
     os.replace(tmp, directory / "record.json")
+    from .sshfiles import write_config
+
+    try:
+        write_config(record)  # an SSH or cloud pool's SSH entries follow its record (`sshfiles.py`)
+    except (OSError, ValueError) as exc:  # the record is what matters: `skyhive ssh` writes them again, or says why
+        import logging
+
+        logging.getLogger("skyhive.clusters").warning("pool %s: its SSH entries were not written: %s", record.name, exc)
 
 
 def remove(name: str) -> None:
@@ -163,6 +171,9 @@ def remove(name: str) -> None:
     if record is not None and not record.on_hosts and record.socket_dir:
         shutil.rmtree(record.socket_dir, ignore_errors=True)  # (an SSH pool's are on its hosts)
     shutil.rmtree(cluster_dir(name), ignore_errors=True)
+    from .sshfiles import remove_config
+
+    remove_config(name)
 
 
 def names() -> list[str]:

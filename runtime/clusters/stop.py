@@ -39,12 +39,13 @@ def _end(pids: list[int], send: Callable[[int, int], None]) -> None:
 
 
 def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[int, str] | None = None,
-              skip: Collection[int] = ()) -> int:
+              skip: Collection[int] = (), keep_machines: bool = False) -> int:
     """End every process of pool `name` (each leads its own process group: SIGTERM, then SIGKILL after
     `GRACE`), then what their jobs left (found by `marked`), and record the
     pool stopped in its log with `why`. `watchdog=False` spares the autostop watchdog (it is the one
     calling). `host_keys` and `skip` go to `remote.stop_remote` (an SSH pool after a host-key change the
-    user confirmed). Returns how many processes were ended. Raises `PoolNotFound` naming the pool."""
+    user confirmed); `keep_machines` (`skyhive stop`) records it stopped without destroying what its
+    provider holds. Returns how many processes were ended. Raises `PoolNotFound` naming the pool."""
     rec = records.load(name)
     remote = rec.on_hosts  # its workers are on its hosts: stopped there, below
     workers = set() if remote else {w.pid for w in rec.workers if is_worker_server(w.pid)}
@@ -76,7 +77,7 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
     with contextlib.suppress(PoolNotFound):
         entry = find(name)
         if entry.pool_id == name and entry.needs_down:  # the log records it stopped
-            down(entry, force=True, why=why, leftovers=False)
+            down(entry, force=True, why=why, leftovers=False, destroy=not keep_machines)
     return ended
 
 

@@ -40,8 +40,11 @@ FOLLOW_POLL = 0.2  # seconds between looks at a followed job's log
 
 def task_spec(task: Task) -> dict[str, object]:
     """What a named pool is made of, as `launch -c` compares it: nodes, provider and resources."""
-    return {"num_nodes": task.num_nodes, "provider": task.resources.provider or "local",
-            "resources": task.resources.describe()}
+    spec: dict[str, object] = {"num_nodes": task.num_nodes, "provider": task.resources.provider or "local",
+                               "resources": task.resources.describe()}
+    if task.resources.ports:  # (only when set: the pools recorded before ports existed compare equal)
+        spec["ports"] = [list(r) for r in task.resources.ports]
+    return spec
 
 
 def _say(err: TextIO, text: str) -> None:
@@ -97,6 +100,11 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
         rec: records.ClusterRecord | None = records.load(name)
     except PoolNotFound:
         rec = None
+    if rec is not None and rec.stopped == "stop":  # `skyhive stop`: the same nodes started again, disks kept
+        from .pause import start_cluster
+
+        start_cluster(name, provider=provider if rec.instances else None, err=err)
+        rec = records.load(name)
     if rec is not None and (dead_workers(rec) or not rec.workers):
         _say(err, f"pool {name} is stopped (its workers are gone): starting it again")
         down_cluster(name, err=err, quiet=True)
@@ -140,6 +148,10 @@ def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float 
             pass  # started, recorded; leaving detaches
 
     anyio.run(create)
+    ports = [tuple(r) for r in spec.get("ports") or ()]  # type: ignore[attr-defined]
+    if ports and provider.opens_ports:  # on the pool's firewall, for this client's address only
+        opened = anyio.run(provider.open_ports, name, ports)
+        _say(err, f"pool {name}: opened {', '.join(opened)}")
 
 
 def _queue(task: Task, name: str, *, setup: bool) -> jobq.Job:

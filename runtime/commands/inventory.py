@@ -281,7 +281,8 @@ class DownReport:
     warning: str = ""  # with force: what could not be done (the pool was recorded stopped anyway)
 
 
-def down(pool: PoolEntry, *, force: bool = False, why: str = "", leftovers: bool = True) -> DownReport:
+def down(pool: PoolEntry, *, force: bool = False, why: str = "", leftovers: bool = True,
+         destroy: bool = True) -> DownReport:
     """Clean up `pool`: kill what its log says still runs, destroy what its provider owns, record it stopped.
 
     Raises `PoolInUse` if its client still runs (unless `force`), `ProvisionError` if its provider
@@ -307,7 +308,7 @@ def down(pool: PoolEntry, *, force: bool = False, why: str = "", leftovers: bool
                             f"there, or pass --force to destroy its nodes from here")
         warning = ""
         try:
-            destroyed = _destroy(pool)
+            destroyed = _destroy(pool) if destroy else 0  # (`skyhive stop`: the machines are kept)
         except ProvisionError as exc:
             if not force or pool.state.status == "leaking":  # a known leak is never recorded done unconfirmed
                 raise

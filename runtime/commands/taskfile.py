@@ -48,8 +48,8 @@ _TOP = ("name", "num_nodes", "resources", "envs", "secrets", "workdir", "file_mo
 _TOP_SKYPILOT = ("config", "service", "inputs", "outputs", "event_callback", "volumes",
                  "experimental", "storage_mounts", "pool", "docker")
 _RES = ("cloud", "provider", "infra", "accelerators", "cpus", "memory", "use_spot", "disk_size", "region", "zone",
-        "instance_type", "image_id", "hosts")
-_RES_SKYPILOT = ("disk_tier", "spot_recovery", "job_recovery", "ports", "labels", "accelerator_args",
+        "instance_type", "image_id", "hosts", "ports")
+_RES_SKYPILOT = ("disk_tier", "spot_recovery", "job_recovery", "labels", "accelerator_args",
                  "network_tier", "any_of", "ordered", "autostop", "priority", "volumes")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 
@@ -79,6 +79,7 @@ class Resources:
     hosts: tuple[str, ...] = ()
     #: the provider's own options an `infra` spelling gives (`slurm/LOGIN/PARTITION`, `ssh/POOL`'s key)
     provider_options: tuple[tuple[str, Any], ...] = ()
+    ports: tuple[tuple[int, int], ...] = ()  # (first, last) of each `ports` entry: 8888 is (8888, 8888)
 
     def describe(self) -> str:
         parts = []
@@ -428,6 +429,13 @@ class _Parser:
             if raw is not None and (not isinstance(raw, list) or not all(isinstance(h, str) and h for h in raw)):
                 raise self.error(hnode, "resources.hosts", f"expected a list of host names, got {raw!r}")
             out["hosts"] = tuple(raw or ())
+        if "ports" in res and self.value(res["ports"]) is not None:
+            from .ports import parse_ports
+
+            try:
+                out["ports"] = parse_ports(self.value(res["ports"]))
+            except ValueError as exc:
+                raise self.error(res["ports"], "resources.ports", str(exc)) from None
         return Resources(**out)
 
     def _accelerators(self, node: Node) -> tuple[str | None, int]:

@@ -1,0 +1,101 @@
+"""What AWS adds for a named pool's access and pauses: its instances stopped (EBS disks kept, billed for
+storage only) and started again with the same ids (`Provider.can_stop`), and the pool's `ports` opened
+on its security group for the client's address only (`Provider.opens_ports`); the rules go with the
+group when the pool is cleaned up.
+
+EC2 API reference: StopInstances / StartInstances (`InstanceId.N`), DescribeInstances (state names
+`pending`, `running`, `stopping`, `stopped`, `shutting-down`, `terminated`), AuthorizeSecurityGroupIngress
+(`IpPermissions.N.IpProtocol/FromPort/ToPort/IpRanges.M.CidrIp`). An instance created with
+`InstanceInitiatedShutdownBehavior=terminate` (every skyhive instance: a shutdown from inside ends its
+billing) still stops through the API: that behaviour applies to a shutdown from the OS only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import anyio
+
+from ..base import ProvisionError
+
+__all__ = ["EC2Access"]
+
+log = logging.getLogger("skyhive.providers.aws")
+
+
+class EC2Access:
+    """Mixin of `AWS` (it uses the provider's `driver`, `call`, `timeouts`, `_owned_groups`, `_ssh_cidr`)."""
+
+    can_stop: ClassVar[bool] = True
+    opens_ports: ClassVar[bool] = True
+
+    def _instances_sync(self, action: str, ids: Sequence[str]) -> None:
+        params = {"Action": action}
+        for i, instance in enumerate(ids, 1):
+            params[f"InstanceId.{i}"] = instance
+        self.driver.request(params)  # type: ignore[attr-defined]
+
+    def _states_sync(self, ids: Sequence[str]) -> dict[str, str]:
+        params = {"Action": "DescribeInstances"}
+        for i, instance in enumerate(ids, 1):
+            params[f"InstanceId.{i}"] = instance
+        body = self.driver.request(params)  # type: ignore[attr-defined]
+        states: dict[str, str] = {}
+        for item in body.iter():
+            if not item.tag.endswith("}item"):
+                continue
+            iid = next((c.text for c in item if c.tag.endswith("}instanceId")), None)
+            state = next((c for c in item if c.tag.endswith("}instanceState")), None)
+            if iid and state is not None:
+                name = next((c.text for c in state if c.tag.endswith("}name")), None)
+                states[iid] = str(name)
+        return states
+
+    async def _wait_for(self, ids: Sequence[str], want: str) -> None:
+        timeouts: Any = self.timeouts  # type: ignore[attr-defined]
+        deadline = time.monotonic() + timeouts.running
+        while True:
+            states = await self.call(self._states_sync, list(ids))  # type: ignore[attr-defined]
+            if all(states.get(i) == want for i in ids):
+                return
+            gone = [i for i in ids if states.get(i) in ("shutting-down", "terminated")]
+            if gone:
+                raise ProvisionError(f"aws: instances {', '.join(gone)} were terminated (wanted {want})", kind="fatal")
+            if time.monotonic() > deadline:
+                raise ProvisionError(f"aws: instances not {want} after {timeouts.running:.0f} s: "
+                                     + ", ".join(f"{i} {states.get(i, 'not listed')}" for i in ids), kind="fatal")
+            await anyio.sleep(timeouts.poll)
+
+    async def stop_nodes(self, ids: Sequence[str]) -> None:
+        """Stop the instances `ids` (their disks kept) and wait until each is `stopped`."""
+        await self.call(self._instances_sync, "StopInstances", list(ids))  # type: ignore[attr-defined]
+        await self._wait_for(ids, "stopped")
+        log.info("aws: instances %s stopped", ", ".join(ids))
+
+    async def start_nodes(self, ids: Sequence[str]) -> None:
+        """Start the stopped instances `ids` again and wait until each is `running`."""
+        await self.call(self._instances_sync, "StartInstances", list(ids))  # type: ignore[attr-defined]
+        await self._wait_for(ids, "running")
+        log.info("aws: instances %s started", ", ".join(ids))
+
+    def _open_ports_sync(self, pool_id: str, ports: Sequence[tuple[int, int]]) -> list[str]:
+        groups = self._owned_groups(pool_id)  # type: ignore[attr-defined]
+        if not groups:
+            raise ProvisionError(f"aws: pool {pool_id} has no security group to open ports on", kind="fatal")
+        cidr = self._ssh_cidr()  # type: ignore[attr-defined]
+        params = {"Action": "AuthorizeSecurityGroupIngress", "GroupId": groups[0]}
+        for n, (lo, hi) in enumerate(ports, 1):
+            params.update({f"IpPermissions.{n}.IpProtocol": "tcp", f"IpPermissions.{n}.FromPort": str(lo),
+                           f"IpPermissions.{n}.ToPort": str(hi), f"IpPermissions.{n}.IpRanges.1.CidrIp": cidr})
+        self.driver.request(params)  # type: ignore[attr-defined]
+        return [f"{lo}-{hi}/tcp from {cidr}" if lo != hi else f"{lo}/tcp from {cidr}" for lo, hi in ports]
+
+    async def open_ports(self, pool_id: str, ports: Sequence[tuple[int, int]]) -> list[str]:
+        """Open `ports` (tcp ranges) on the pool's security group to the client's address only; the rules
+        opened, as text. They go with the group at cleanup."""
+        if not ports:
+            return []
+        return await self.call(self._open_ports_sync, pool_id, list(ports))  # type: ignore[attr-defined]
