@@ -77,6 +77,7 @@ _EXPORTS = {  # (not annotated: `dict` is also a public name of this module, Sky
     "SetupFailed": "skyhive.errors",
     "ProviderNotAvailable": "skyhive.errors",
     "TeardownIncomplete": "skyhive.errors",
+    "NoSSH": "skyhive.errors",
     "WorkerLost": "skyhive.errors",
     "TaskTimeout": "skyhive.errors",
     "RemoteError": "skyhive.errors",
@@ -162,6 +163,7 @@ if TYPE_CHECKING:
     from skyhive.errors import PoolInUse as PoolInUse
     from skyhive.errors import PoolNotFound as PoolNotFound
     from skyhive.errors import TeardownIncomplete as TeardownIncomplete
+    from skyhive.errors import NoSSH as NoSSH
     from skyhive.errors import ProtocolError as ProtocolError
     from skyhive.errors import ProviderNotAvailable as ProviderNotAvailable
     from skyhive.errors import ProvisionError as ProvisionError

@@ -42,7 +42,7 @@ __all__ = [
     "SkyhiveError", "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
     "ProvisionError", "NodeUnreachable", "SSHError", "HostUnreachable", "HostKeyChanged", "AuthenticationFailed",
     "BootstrapError", "PythonMismatch", "SetupFailed", "SlurmError", "SlurmUnreachable", "ProviderNotAvailable", "CloudAPIError",
-    "TeardownIncomplete",
+    "TeardownIncomplete", "NoSSH",
     "WorkerLost", "TaskTimeout", "RemoteError", "SerializationError", "PoolClosed",
     "OutputStalled", "EventsStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
     "PoolExists", "PoolGone",
@@ -124,6 +124,11 @@ class SetupFailed(BootstrapError):
 
 class ProviderNotAvailable(ProvisionError):
     """A provider name skyhive knows but this install cannot use (not built yet, or a missing package)."""
+
+
+class NoSSH(SkyhiveError, ValueError):
+    """The pool's nodes are not reached over SSH (a Local pool): no SSH entry, `skyhive ssh` opens a local
+    shell instead."""
 
 
 class TeardownIncomplete(ProvisionError):

@@ -346,8 +346,8 @@ def test_skyhive_ssh_on_a_local_pool_is_a_local_shell_in_the_nodes_directory(cle
     assert "ssh-config" not in launched.stderr  # a Local pool has no SSH entries to offer
     done = skyhive("ssh", "loc", "--node", "1", "--", 'pwd; echo "$GREETING" $SKYHIVE_NODE_RANK; exit 5', cwd=tmp_path)
     assert done.returncode == 5, done.stderr
-    # the nodes of one machine share the workdir node 0 unpacked
-    assert done.stdout.splitlines() == [str(Path(clean) / "work" / "loc" / "node-0"), "local hello 1"]
+    # on Local each node has a home of its own (docs/cli.md): the shell starts in node 1's
+    assert done.stdout.splitlines() == [str(Path(clean) / "work" / "loc" / "node-1"), "local hello 1"]
     assert not (Path(clean) / "ssh" / "loc.config").exists()
     # forward: the port is this machine's already; another local port is relayed
     done = skyhive("forward", "loc", "8765", cwd=tmp_path)

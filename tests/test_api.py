@@ -22,7 +22,7 @@ ERRORS = {
     "OutputStalled", "EventsStalled", "NotOnNodeError", "TaskFileError", "LaunchError", "PoolNotFound", "PoolInUse",
     "PoolExists", "PoolGone", "TeardownIncomplete",
     "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
-    "StorageError",
+    "StorageError", "NoSSH",
 }
 PUBLIC = {
     "Pool", "Local", "SSH", "Slurm", "Simulated", "AWS", "GCP", "DigitalOcean", "Azure", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",

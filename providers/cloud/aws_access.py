@@ -27,7 +27,7 @@ log = logging.getLogger("skyhive.providers.aws")
 
 
 class EC2Access:
-    """Mixin of `AWS` (it uses the provider's `driver`, `call`, `timeouts`, `_owned_groups`, `_ssh_cidr`)."""
+    """Mixin of `AWS` (it uses the provider's `driver`, `call`, `timeouts`, `_owned_groups`, `network`)."""
 
     can_stop: ClassVar[bool] = True
     opens_ports: ClassVar[bool] = True
@@ -85,7 +85,7 @@ class EC2Access:
         groups = self._owned_groups(pool_id)  # type: ignore[attr-defined]
         if not groups:
             raise ProvisionError(f"aws: pool {pool_id} has no security group to open ports on", kind="fatal")
-        cidr = self._ssh_cidr()  # type: ignore[attr-defined]
+        cidr = self.network.ssh_cidr()  # type: ignore[attr-defined]
         params = {"Action": "AuthorizeSecurityGroupIngress", "GroupId": groups[0]}
         for n, (lo, hi) in enumerate(ports, 1):
             params.update({f"IpPermissions.{n}.IpProtocol": "tcp", f"IpPermissions.{n}.FromPort": str(lo),

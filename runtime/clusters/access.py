@@ -8,15 +8,12 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from ...errors import NoSSH
 from ...paths import state_dir
 from .record import ClusterRecord
 from .sshfiles import alias, write_config
 
 __all__ = ["remote_preamble", "ssh_argv", "local_dir", "session_env", "check_node", "NoSSH"]
-
-
-class NoSSH(ValueError):
-    """The pool's nodes are not reached over SSH (a Local pool)."""
 
 
 def _latest_env(name: str) -> dict[str, str]:
