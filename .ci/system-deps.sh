@@ -43,6 +43,7 @@ if ! have munged /usr/sbin/munged; then
 fi
 if ! have rsync /usr/bin/rsync; then
     missing+=(rsync)  # tests/test_access.py: rsync through a named pool's generated SSH entry
+fi
 # bucket mounts with mode MOUNT (FUSE): rclone and fusermount3 (tests/test_storage.py skips without)
 if ! have rclone /usr/bin/rclone; then
     missing+=(rclone)
@@ -59,7 +60,7 @@ if ! have chromedriver /usr/bin/chromedriver; then
 fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
-    echo "system-deps: sshd, ssh-keygen, ip, Slurm, rclone and fuse3 are present; nothing to install"
+    echo "system-deps: sshd, ssh-keygen, ip, Slurm, rclone, fuse3, rsync and chromium are present; nothing to install"
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
