@@ -119,3 +119,49 @@ def test_a_cloud_pools_key_pair_is_private_under_an_open_umask(skyhive_home, ope
     assert public.startswith("ssh-ed25519 ")
     assert loose(Path(skyhive_home)) == {}
     assert sorted(p.name for p in private.parent.iterdir()) == ["id_ed25519", "id_ed25519.pub"]
+
+
+def _tiny_wheel(folder: Path) -> Path:
+    """A wheel made here (no index needed) holding an executable file: pip gives such a file
+    0o777 & ~umask | 0o111 — 0o711 under the bootstrap's umask 077 — whatever the umask says."""
+    import zipfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "skytiny-0.1-py3-none-any.whl"
+    files = {"skytiny/__init__.py": b"X = 1\n", "skytiny/tool.sh": b"#!/bin/sh\necho hi\n",
+             "skytiny-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: skytiny\nVersion: 0.1\n",
+             "skytiny-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{name},,\n" for name in files) + "skytiny-0.1.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in {**files, "skytiny-0.1.dist-info/RECORD": record.encode()}.items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (0o100755 if name.endswith(".sh") else 0o100644) << 16
+            zf.writestr(info, data)
+    return path
+
+
+def test_an_environment_the_bootstrap_builds_with_pip_is_private(tmp_path):
+    """The node-side bootstrap script (what an SSH or cloud node runs) builds an Image's venv with pip;
+    venv and pip set modes of their own (activate scripts 0644, console scripts 0755, a wheel's
+    executables 0711), so the script makes the environment private after pip."""
+    import importlib.util
+    import sys
+
+    from skyhive.runtime.bootstrap import script as script_module
+
+    spec = importlib.util.spec_from_file_location("bootstrap_script_copy", script_module.__file__)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    wheel = _tiny_wheel(tmp_path / "wheels")
+    final = tmp_path / "env"
+    old = os.umask(0o077)
+    script.LOGIN_UMASK = old
+    try:
+        final.mkdir()  # as the script's `env` makes it, under its umask
+        script.build({"pip": ["skytiny"], "python": sys.executable, "pip_indexes": [], "find_links": [str(wheel.parent)],
+                      "apt": [], "setup": [], "env": {}}, str(final), None)
+    finally:
+        os.umask(old)
+    installed = list(final.glob("venv/lib/python*/site-packages/skytiny/tool.sh"))
+    assert installed and os.stat(installed[0]).st_mode & 0o100  # still executable by its owner
+    assert loose(final) == {}

@@ -174,6 +174,9 @@ def build(spec, final, incoming):
         for link in spec["find_links"]:
             argv += ["--find-links", link]
         run("pip", argv + list(spec["pip"]))
+        # venv and pip set modes of their own whatever the umask (pip: 0o777 & ~umask | 0o111 for a wheel's
+        # executables, its scripts 0755; venv's activate scripts 0644): the environment is made private
+        private(venv)
         environ["PATH"] = os.path.join(venv, "bin") + os.pathsep + environ.get("PATH", "")
         environ["VIRTUAL_ENV"] = venv
     if spec["apt"]:
