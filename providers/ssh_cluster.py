@@ -91,20 +91,27 @@ def autostop_guard(sock_dir: str, name: str) -> str:
             f"fi\n")
 
 
-def sweep_script(cluster: str, name: str, mode: str, grace: float, *, then: str = "") -> str:
+def sweep_script(cluster: str, name: str, mode: str, grace: float, *, then: str = "",
+                 from_autostop: bool = False) -> str:
     """The SSH provider's cleanup sweep (`_SWEEP`), for the named pool whose socket directory is
     `cluster`: its processes are those whose environment has `SKYHIVE_CLUSTER=<.../cluster>` (the
     workers and everything their jobs started) or whose command line names one of its sockets; its
     files are the socket directory, the autostop watchdog's directory (`<cluster>.wd`, its process is
     found by its command line) and the autostop mark (`<cluster>.autostop`); with `mode` "kill" the jobs'
-    working directories (`~/.skyhive/work/<name>`) go too, and then the shell lines `then` run."""
+    working directories (`~/.skyhive/work/<name>`) go too, and then the shell lines `then` run.
+
+    The processes include a running autostop script (`<cluster>.wd/autostop.sh`, which writes the mark
+    once it has stopped the pool): a `down` racing an autostop ends it, so no mark is written after the
+    sweep removed the files. The autostop's own sweep (`from_autostop`) leaves it out: its forked
+    subshells carry the same command line."""
     if not re.fullmatch(r"c-[A-Za-z0-9._-]+", cluster):
         raise ValueError(f"{cluster!r} is not a named pool's socket directory")
+    script = "" if from_autostop else "|\\.wd/autostop\\.sh"
     variables = {
         "MODE": mode,
         "GRACE": str(max(1, round(grace * 10))),
         "RE_ENV": f"^SKYHIVE_CLUSTER=.*/{_ere(cluster)}$",
-        "RE_CMD": f"/{_ere(cluster)}(/n[0-9]+-w[0-9]+\\.sock|\\.wd)$",
+        "RE_CMD": f"/{_ere(cluster)}(/n[0-9]+-w[0-9]+\\.sock|\\.wd{script})$",
         "RE_FILE": f"^{_ere(cluster)}(\\.wd|\\.autostop)?$",
     }
     work = f'\nrm -rf -- "$HOME/.skyhive/work/"{shlex.quote(name)}\n{then}\n' if mode == "kill" else ""

@@ -106,7 +106,8 @@ def _watchdog_script(rec: ClusterRecord, node: int, idle: float, old_only: bool 
     mark = f"echo autostop > {shlex.quote(run_dir + '/' + rec.cluster + '.autostop')}"
     if rec.instances:  # a cloud instance created to terminate on shutdown ends its own billing, client or not
         mark += "\n" + str(rec.provider_info["cloud"].get("shutdown_command") or "sudo shutdown -h now")
-    stop = autostop_guard(sock_dir, rec.name) + sweep_script(rec.cluster, rec.name, "kill", 3.0, then=mark)
+    stop = autostop_guard(sock_dir, rec.name) + sweep_script(rec.cluster, rec.name, "kill", 3.0, then=mark,
+                                                             from_autostop=True)
     interval = max(0.2, min(5.0, idle / 4))
     return (head + f"set -e\numask 077\nmkdir -p \"$WD\"\ncat > \"$WD/autostop.sh\" <<'SKYHIVE_AUTOSTOP_EOF'\n{stop}"
             f"SKYHIVE_AUTOSTOP_EOF\n"
