@@ -79,7 +79,10 @@ def test_a_named_aws_pool_whose_termination_fails_stays_leaking_until_down_finis
         assert count_pool("train", moto_server.endpoint) == {"instances": 2, "groups": 1, "keys": 1}
         entry = listed("train")  # shown without -a
         assert entry is not None and entry["status"] == "leaking" and entry["leaked"] == [*ids, "shared resources"]
-        assert fold(read_log(pool_log_path("train"))).status == "leaking"
+        leaking = fold(read_log(pool_log_path("train")))
+        assert leaking.status == "leaking"
+        # the node rows too: not `terminated` while EC2 has not confirmed it
+        assert [n.state for n in leaking.nodes] == ["ready", "ready"], [n.state for n in leaking.nodes]
         assert f"leaking: {ids[0]}, {ids[1]}" in skyhive("ls").stdout
         status = skyhive("status")
         assert status.returncode == 0 and "train" in status.stdout and "LEAKING" in status.stdout, status.stdout
@@ -111,5 +114,6 @@ def test_a_named_aws_pool_whose_termination_fails_stays_leaking_until_down_finis
         assert "train" not in skyhive("status").stdout
         state = fold(read_log(pool_log_path("train")))
         assert state.status == "stopped" and state.leaked == ()
+        assert [n.state for n in state.nodes] == ["terminated", "terminated"]
         again = skyhive("down", "train")  # the record forgotten, its log closed
         assert again.returncode == 0 and "already stopped" in again.stdout, again.stdout + again.stderr

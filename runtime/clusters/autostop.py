@@ -53,7 +53,7 @@ def autostop(name: str) -> str:
         if rec.instances:  # a cloud pool: nothing to keep stopped (instances terminate on shutdown): down
             from .cloud import terminate_instances
 
-            terminate_instances(rec)
+            terminate_instances(rec, why=f"{what}: no client for {idle}")
             records.remove(name)
         elif rec.autostop_down:
             records.remove(name)

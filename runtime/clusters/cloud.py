@@ -35,9 +35,10 @@ log = logging.getLogger("skyhive.clusters")
 SHARED = "shared resources"
 
 
-def terminate_instances(rec: ClusterRecord) -> list[str]:
+def terminate_instances(rec: ClusterRecord, *, why: str = "") -> list[str]:
     """Terminate the instances of the cloud pool `rec` and wait until none is pending or running; then
-    the pool's cloud resources (security group, key pair) when nothing else of the pool's tag is left.
+    the pool's cloud resources (security group, key pair) when nothing else of the pool's tag is left;
+    then the pool's log records its nodes terminated (with `why`), once the provider confirmed it.
     Returns the instance ids. When the provider fails either step, the record is kept, marked leaking
     (and the pool's log too), and `TeardownIncomplete` names the pool, what may still run and the
     provider's error."""
@@ -70,6 +71,9 @@ def terminate_instances(rec: ClusterRecord) -> list[str]:
             f"({cause}). The record is kept, shown leaking by `skyhive ls` and `skyhive status`; run "
             f"`skyhive down {rec.name}` again once {provider.name} answers", pool_id=rec.name, leaked=leaked) from exc
     log.info("pool %s: instances %s terminated", rec.name, ", ".join(ids))
+    from .stop import close_log
+
+    close_log(rec.name, why=why or f"instances {', '.join(ids)} terminated", destroy=False)
     return ids
 
 

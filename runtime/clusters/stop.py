@@ -72,13 +72,24 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
                            f"{name}` again once the host answers (the record is kept until then)")
         ended += sum(line.count(",") + 1 for line in done if "stopped [" in line)
     shutil.rmtree(work_root(name), ignore_errors=True)  # the jobs' working directories on this machine
+    if rec.instances and not keep_machines:
+        # a cloud pool's nodes are terminated by id (`cloud.terminate_instances`), which closes the log
+        # once the provider confirms: recorded here, a failed termination would leave the log saying
+        # `terminated` for instances that still run
+        return ended
+    close_log(name, why=why, destroy=not keep_machines)
+    return ended
+
+
+def close_log(name: str, *, why: str, destroy: bool) -> None:
+    """Record the named pool `name` stopped in its log (its workers stopped, its nodes terminated), if
+    the log does not say so already; `destroy` also has its provider destroy what it holds by tag."""
     from ..commands.inventory import down, find
 
     with contextlib.suppress(PoolNotFound):
         entry = find(name)
-        if entry.pool_id == name and entry.needs_down:  # the log records it stopped
-            down(entry, force=True, why=why, leftovers=False, destroy=not keep_machines)
-    return ended
+        if entry.pool_id == name and entry.needs_down:
+            down(entry, force=True, why=why, leftovers=False, destroy=destroy)
 
 
 def marked(socket_dir: str) -> list[int]:

@@ -274,7 +274,8 @@ def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False, f
     if rec.instances:  # a cloud pool: its instances terminated (by id) before it is forgotten
         from ..clusters.cloud import terminate_instances
 
-        ended += len(terminate_instances(rec))  # TeardownIncomplete: the record kept, marked leaking
+        # TeardownIncomplete: the record kept, marked leaking
+        ended += len(terminate_instances(rec, why=f"skyhive down {name}"))
     records.remove(name)
     if not quiet:
         _say(err, f"pool {name}: down ({ended} processes ended)")
@@ -287,15 +288,10 @@ def _finish_leaking(name: str, *, err: TextIO, quiet: bool) -> int:
     stays); once the provider confirms, the pool's log says stopped and the record is forgotten.
     `--force` changes nothing here: instances that may still run are never forgotten."""
     from ..clusters.cloud import terminate_instances
-    from .inventory import down, find
 
     rec = records.load(name)
-    ids = terminate_instances(rec)
-    with contextlib.suppress(PoolNotFound):
-        entry = find(name)
-        if entry.pool_id == name and entry.needs_down:  # its log said leaking: now stopped
-            down(entry, why=f"skyhive down {name}: the provider confirmed {', '.join(rec.leaking)} gone",
-                 leftovers=False)
+    # its log said leaking: now stopped
+    ids = terminate_instances(rec, why=f"skyhive down {name}: the provider confirmed {', '.join(rec.leaking)} gone")
     records.remove(name)
     if not quiet:
         _say(err, f"pool {name}: down (instances {', '.join(ids)} terminated)")
