@@ -68,14 +68,15 @@ def live_remote(rec: ClusterRecord) -> tuple[list[WorkerEntry], list[str], bool]
 
 
 def stop_remote(rec: ClusterRecord, *, host_keys: Mapping[int, str] | None = None,
-                skip: Collection[int] = ()) -> tuple[list[str], list[str]]:
+                skip: Collection[int] = (), keep_work: bool = False) -> tuple[list[str], list[str]]:
     """Stop the SSH pool `rec` on each of its hosts: its processes, socket directory, jobs' working
     directories. (what was done per host, failures naming the host). `host_keys` pins other keys than
     the recorded ones (node -> key: a change the user confirmed, `hostkeys.py`); the hosts of the nodes
-    in `skip` are not visited (their machine is gone)."""
+    in `skip` are not visited (their machine is gone); `keep_work` keeps the jobs' working directories
+    (`skyhive stop`)."""
     provider = provider_of(rec)
     provider.host_keys.update(host_keys or {})
-    return _run(lambda: provider.down(rec.nodes, skip=skip))
+    return _run(lambda: provider.down(rec.nodes, skip=skip, keep_work=keep_work))
 
 
 def describe(rec: ClusterRecord) -> dict[str, Any]:

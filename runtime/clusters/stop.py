@@ -45,7 +45,7 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
     pool stopped in its log with `why`. `watchdog=False` spares the autostop watchdog (it is the one
     calling). `host_keys` and `skip` go to `remote.stop_remote` (an SSH pool after a host-key change the
     user confirmed); `keep_machines` (`skyhive stop`) records it stopped without destroying what its
-    provider holds. Returns how many processes were ended. Raises `PoolNotFound` naming the pool."""
+    provider holds, and keeps the jobs' working directories (what is on the disks stays). Returns how many processes were ended. Raises `PoolNotFound` naming the pool."""
     rec = records.load(name)
     remote = rec.on_hosts  # its workers are on its hosts: stopped there, below
     workers = set() if remote else {w.pid for w in rec.workers if is_worker_server(w.pid)}
@@ -64,14 +64,15 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
     if remote:
         from .remote import stop_remote
 
-        done, failures = stop_remote(rec, host_keys=host_keys, skip=skip)
+        done, failures = stop_remote(rec, host_keys=host_keys, skip=skip, keep_work=keep_machines)
         for line in done:
             log.info("pool %s: %s", name, line)
         if failures:
             raise SSHError(f"pool {name!r}: could not stop it everywhere: {'; '.join(failures)}; run `skyhive down "
                            f"{name}` again once the host answers (the record is kept until then)")
         ended += sum(line.count(",") + 1 for line in done if "stopped [" in line)
-    shutil.rmtree(work_root(name), ignore_errors=True)  # the jobs' working directories on this machine
+    if not keep_machines:
+        shutil.rmtree(work_root(name), ignore_errors=True)  # the jobs' working directories on this machine
     from ..commands.inventory import down, find
 
     with contextlib.suppress(PoolNotFound):
