@@ -102,3 +102,26 @@ def test_stop_keeps_the_ssh_hosts_caches_and_work_start_runs_the_pool_again_down
     assert socket_dirs(hosts, "train") == [] and cluster_processes(key("train", skyhive_home)) == []
     assert not (Path(skyhive_home) / "ssh" / "train.config").exists()
     assert "no named pools" in skyhive("status", cwd=tmp_path).stdout
+
+
+@pytest.mark.parametrize("down", [False, True], ids=["stop", "down"])
+def test_the_autostop_script_on_a_cloud_instance_shuts_it_down_and_keeps_its_work_unless_down(down):
+    """The watchdog on a cloud instance has no cloud credentials: its autostop stops the pool's processes,
+    leaves its mark and shuts the OS down (the instance was made to stop on that, or to terminate with
+    --down: tests/test_access_cloud.py checks that against moto). A stopping instance keeps the jobs'
+    working directories (its disk stays); the mark an earlier autostop left on that disk is removed when
+    the watchdog starts again (`skyhive start`), or the restarted pool would be taken as autostopped."""
+    from skyhive.runtime.clusters.record import ClusterRecord, WorkerEntry
+    from skyhive.runtime.clusters.remote import _watchdog_script
+
+    run = "/home/u/.skyhive/run"
+    rec = ClusterRecord(name="idle", provider="aws", nodes=1, processes_per_node=1, cwd="/", socket_dir="",
+                        created=0.0, workers=(WorkerEntry(node=0, rank=0, pid=1, socket=f"{run}/c-idle-1/n0-w0.sock"),),
+                        autostop_minutes=5, autostop_down=down, cluster="c-idle-1",
+                        provider_info={"instances": ["i-1"], "cloud": {"shutdown_command": "sudo poweroff"}})
+    script = _watchdog_script(rec, 0, 300)
+    starter, _, stop = script.partition("cat > \"$WD/autostop.sh\"")
+    assert f"rm -f -- {run}/c-idle-1.autostop\n" in starter  # a stale mark goes before the watchdog starts
+    body = stop.split("SKYHIVE_AUTOSTOP_EOF")[1]
+    assert body.index(f"echo autostop > {run}/c-idle-1.autostop") < body.index("sudo poweroff")
+    assert ('rm -rf -- "$HOME/.skyhive/work/"idle' in body) == down

@@ -4,6 +4,7 @@ jobs left; the pool's log records it stopped. Used by `skyhive down NAME` and by
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -18,7 +19,7 @@ from . import record as records
 from .agent import agent_pid
 from .procs import alive, runs
 
-__all__ = ["stop_pool", "marked"]
+__all__ = ["stop_pool", "marked", "stopped_by_shutdown"]
 
 log = logging.getLogger("skyhive.clusters")
 
@@ -48,6 +49,7 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
     provider holds, and keeps the jobs' working directories (what is on the disks stays). Returns how many processes were ended. Raises `PoolNotFound` naming the pool."""
     rec = records.load(name)
     remote = rec.on_hosts  # its workers are on its hosts: stopped there, below
+    halted = bool(rec.instances and rec.stopped)  # its instances are stopped: nothing of it runs on them
     workers = set() if remote else {w.pid for w in rec.workers if is_worker_server(w.pid)}
     if not remote:
         workers |= {pid for w in rec.workers if (pid := server_pid(w.socket)) is not None}  # restarted since
@@ -61,7 +63,7 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
     left = [] if remote else marked(rec.socket_dir)  # what jobs started in sessions of their own (torchrun's)
     _end(left, os.kill)
     ended = len(pids) + len(left)
-    if remote:
+    if remote and not halted:
         from .remote import stop_remote
 
         done, failures = stop_remote(rec, host_keys=host_keys, skip=skip, keep_work=keep_machines)
@@ -101,3 +103,24 @@ def marked(socket_dir: str) -> list[int]:
         if needle in environ and alive(int(entry)):
             found.append(int(entry))
     return found
+
+
+def stopped_by_shutdown(rec: records.ClusterRecord) -> records.ClusterRecord:
+    """The record of the cloud pool `rec`, marked stopped by autostop (and saved, its agent and a local
+    watchdog ended, its log stopped) when the provider lists every one of its instances `stopped` while
+    the record says it runs: the autostop watchdog on the instances shut them down, and they were made
+    to stop on shutdown (`named.shutdown_on_autostop`). Any other pool's record is returned as it is,
+    without asking anyone."""
+    if not rec.instances or rec.stopped or rec.leaking:
+        return rec
+    from .cloud import instance_states
+
+    states = instance_states(rec)
+    if states is None or not all(states.get(i) == "stopped" for i in rec.instances):
+        return rec
+    log.info("pool %s: instances %s stopped themselves (autostop on them)", rec.name, ", ".join(rec.instances))
+    records.save(dataclasses.replace(rec, stopped="autostop"))  # nothing is reached on its instances now
+    stop_pool(rec.name, why="autostop: its instances shut themselves down", keep_machines=True)
+    rec = dataclasses.replace(rec, stopped="autostop", watchdog_pid=0)
+    records.save(rec)
+    return rec
