@@ -46,7 +46,9 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
     pool stopped in its log with `why`. `watchdog=False` spares the autostop watchdog (it is the one
     calling). `host_keys` and `skip` go to `remote.stop_remote` (an SSH pool after a host-key change the
     user confirmed); `keep_machines` (`skyhive stop`) records it stopped without destroying what its
-    provider holds, and keeps the jobs' working directories (what is on the disks stays). Returns how many processes were ended. Raises `PoolNotFound` naming the pool."""
+    provider holds, and keeps the jobs' working directories (what is on the disks stays). A cloud pool
+    whose instances are stopped is not visited on them (nothing of it runs there). Returns how many
+    processes were ended. Raises `PoolNotFound` naming the pool."""
     rec = records.load(name)
     remote = rec.on_hosts  # its workers are on its hosts: stopped there, below
     halted = bool(rec.instances and rec.stopped)  # its instances are stopped: nothing of it runs on them
