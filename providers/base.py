@@ -227,6 +227,21 @@ class Provider(abc.ABC):
         """Open `ports` on the pool's firewall for the client's address; only where `opens_ports`."""
         return []
 
+    #: What a machine this provider creates does when its OS shuts down (where `can_stop`): "terminate"
+    #: (the default: a machine that powers itself off ends its billing) or "stop" (its disks kept). A
+    #: kept pool whose autostop stops it (not `--down`) sets "stop": the autostop watchdog on a machine
+    #: has no cloud credentials, so it stops the machine by shutting its OS down.
+    shutdown_behavior: str = "terminate"
+
+    async def node_states(self, ids: Sequence[str]) -> dict[str, str]:
+        """The provider's state of each machine of `ids` ("running", "stopped", ...; a machine not
+        listed is gone); only where `can_stop`."""
+        raise NotImplementedError(f"provider {self.name!r} cannot stop machines and start them again")
+
+    async def set_shutdown_behavior(self, ids: Sequence[str], behavior: str) -> None:
+        """Make the machines `ids` "stop" or "terminate" when their OS shuts down; only where `can_stop`."""
+        raise NotImplementedError(f"provider {self.name!r} cannot stop machines and start them again")
+
     #: True when letting go of this provider's nodes costs no round trip per node (they live in this
     #: process): the pool then closes their transports one after another and terminates all of them
     #: in one `terminate` call, instead of a task per node (`runtime/actors/teardown.py`).

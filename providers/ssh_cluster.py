@@ -92,13 +92,14 @@ def autostop_guard(sock_dir: str, name: str) -> str:
 
 
 def sweep_script(cluster: str, name: str, mode: str, grace: float, *, then: str = "",
-                 from_autostop: bool = False) -> str:
+                 from_autostop: bool = False, keep_work: bool = False) -> str:
     """The SSH provider's cleanup sweep (`_SWEEP`), for the named pool whose socket directory is
     `cluster`: its processes are those whose environment has `SKYHIVE_CLUSTER=<.../cluster>` (the
     workers and everything their jobs started) or whose command line names one of its sockets; its
     files are the socket directory, the autostop watchdog's directory (`<cluster>.wd`, its process is
     found by its command line) and the autostop mark (`<cluster>.autostop`); with `mode` "kill" the jobs'
-    working directories (`~/.skyhive/work/<name>`) go too, and then the shell lines `then` run.
+    working directories (`~/.skyhive/work/<name>`) go too (unless `keep_work`: `skyhive stop` keeps
+    what is on the disks), and then the shell lines `then` run.
 
     The processes include a running autostop script (`<cluster>.wd/autostop.sh`, which writes the mark
     once it has stopped the pool): a `down` racing an autostop ends it, so no mark is written after the
@@ -114,7 +115,8 @@ def sweep_script(cluster: str, name: str, mode: str, grace: float, *, then: str 
         "RE_CMD": f"/{_ere(cluster)}(/n[0-9]+-w[0-9]+\\.sock|\\.wd{script})$",
         "RE_FILE": f"^{_ere(cluster)}(\\.wd|\\.autostop)?$",
     }
-    work = f'\nrm -rf -- "$HOME/.skyhive/work/"{shlex.quote(name)}\n{then}\n' if mode == "kill" else ""
+    wipe = "" if keep_work else f'\nrm -rf -- "$HOME/.skyhive/work/"{shlex.quote(name)}'
+    work = f"{wipe}\n{then}\n" if mode == "kill" else ""
     # the sweep's last line is its exit status: remove the work directory before it
     body = _SWEEP.rstrip("\n")
     head, _, last = body.rpartition("\n")
@@ -197,10 +199,11 @@ class SSHCluster(SSH):
             return "the key it showed when the pool was created"
         return super()._sweep_key_source(host)
 
-    async def down(self, nodes: int, *, grace: float = 3.0, skip: Collection[int] = ()) -> tuple[list[str], list[str]]:
+    async def down(self, nodes: int, *, grace: float = 3.0, skip: Collection[int] = (),
+                   keep_work: bool = False) -> tuple[list[str], list[str]]:
         """Stop the pool on its first `nodes` hosts (but those of the node indices in `skip`): every
         process of it (SIGTERM, SIGKILL after `grace`), its socket directory and the jobs' working
-        directories. Returns (what was done, per host; failures naming the host). Each host is tried
+        directories (kept with `keep_work`: `skyhive stop`). Returns (what was done, per host; failures naming the host). Each host is tried
         even when another fails."""
         import anyio
 
@@ -208,7 +211,7 @@ class SSHCluster(SSH):
 
         done: list[str] = []
         failures: list[str] = []
-        script = sweep_script(self.cluster, self.pool, "kill", grace)
+        script = sweep_script(self.cluster, self.pool, "kill", grace, keep_work=keep_work)
 
         async def clean(host: tuple[str | None, str, int]) -> None:
             try:

@@ -80,7 +80,9 @@ class Pool(PoolCalls):
     A named pool can outlive this client: with `keep=True` (and `name=`; Local nodes only for now)
     leaving the block detaches and leaves the workers running, `Pool.attach(name)` takes them over
     from another process, and `autostop=MINUTES` ends the workers once they have had no client that
-    long. See docs/clusters.md.
+    long. See docs/clusters.md. A kept pool's `ports` (SkyPilot's spellings: `8888`, `"8000-8010"`, or
+    a list) are reached with `skyhive forward NAME PORT`, and on a cloud that opens ports (AWS) are
+    opened on the pool's firewall for this client's address only, until the pool goes down (docs/access.md).
 
     `async with` starts the nodes (raises `ProvisionError` if they cannot be started, after
     destroying what was created) and, on exit — normal, by exception or by cancellation — drains the
@@ -115,6 +117,7 @@ class Pool(PoolCalls):
         order: str = "given",
         selection: str | None = None,
         mounts: Mapping[str, Any] | None = None,
+        ports: Any = None,
         **settings: Any,
     ) -> None:
         if isinstance(provider, Spec) or isinstance(nodes, Spec) or more_specs:  # Skyward's multi-provider form
@@ -180,6 +183,10 @@ class Pool(PoolCalls):
             from .clusters.named import keep_named
 
             self.provider, self._named = keep_named(name, self.provider, keep=keep, autostop=autostop)
+        if ports is not None:  # a kept pool's `resources.ports` (runtime/clusters/named.py opens them)
+            from .clusters.named import keep_ports
+
+            keep_ports(self._named, ports)
         self._rt: PoolRuntime | None = None
         self._collections: Any = None  # the pool's sky.dict & co. while it is open (runtime/collections/)
         self._blocking: BlockingPool | None = None

@@ -134,7 +134,15 @@ def test_a_kept_aws_pool_keeps_its_instances_attach_needs_no_cloud_and_down_term
     assert not any(alive(p) for p in pids)
 
 
-def test_autostop_of_a_kept_aws_pool_terminates_its_instances(cloud_clean, skyhive_home, monkeypatch):
+def shutdown_behaviors(server, ids: list[str]) -> list[str]:
+    client = ec2_client(server.endpoint)
+    return [client.describe_instance_attribute(InstanceId=i, Attribute="instanceInitiatedShutdownBehavior")[
+        "InstanceInitiatedShutdownBehavior"]["Value"] for i in ids]
+
+
+def test_autodown_of_a_kept_aws_pool_terminates_its_instances(cloud_clean, skyhive_home, monkeypatch):
+    """Autostop with --down: the instances terminated (and made to terminate on an OS shutdown, the
+    watchdog's way on an instance, when the autostop changes from stop to down)."""
     server = cloud_clean
     from skyhive.runtime.clusters import record as records
     from skyhive.runtime.clusters.named import set_autostop
@@ -146,9 +154,10 @@ def test_autostop_of_a_kept_aws_pool_terminates_its_instances(cloud_clean, skyhi
         pids = sorted(pool.broadcast(os.getpid))
     ids = record(skyhive_home, "idle")["provider_info"]["instances"]
     assert states(server, ids) == ["running", "running"]
+    assert shutdown_behaviors(server, ids) == ["stop", "stop"]  # autostop without --down: they stop
     monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "1")
-    rec = records.load("idle")
-    set_autostop(rec, 2, rec.autostop_down)
+    set_autostop(records.load("idle"), 2, True)  # as `launch -c idle -i 2 --down` on the running pool
+    assert shutdown_behaviors(server, ids) == ["terminate", "terminate"]
     wait_for(lambda: not (Path(skyhive_home) / "clusters" / "idle").exists(), 90, "autostop to take the pool down")
     assert set(states(server, ids)) <= {"terminated", "shutting-down"}
     assert not any(alive(p) for p in pids)
@@ -171,6 +180,7 @@ def test_launch_c_on_aws_runs_the_task_exec_reuses_the_instances_and_status_show
     assert "run 1 of 2" in out.getvalue() and '"cloud": "aws"' in out.getvalue()
     ids = record(skyhive_home, "train")["provider_info"]["instances"]
     assert states(server, ids) == ["running", "running"]
+    assert shutdown_behaviors(server, ids) == ["terminate", "terminate"]  # no autostop: an OS shutdown ends them
     out = io.StringIO()
     assert exec_task(task, "train", out=out, err=out) == 0, out.getvalue()
     assert "setup" not in out.getvalue() and "run 0 of 2" in out.getvalue()

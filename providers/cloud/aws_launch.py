@@ -45,7 +45,7 @@ def run_params(aws: AWS, spec: ClusterSpec, zone: str, count: int, token: str, l
     params = {
         "ImageId": image.id, "InstanceType": choice.instance_type, "MinCount": str(count),
         "MaxCount": str(count), "ClientToken": token, "KeyName": key_name, "UserData": b64(USER_DATA),
-        "InstanceInitiatedShutdownBehavior": "terminate", **METADATA_OPTIONS,
+        "InstanceInitiatedShutdownBehavior": "terminate" if choice.spot else aws.shutdown_behavior, **METADATA_OPTIONS,
         "BlockDeviceMapping.1.DeviceName": root_device, "BlockDeviceMapping.1.Ebs.VolumeSize": str(aws.disk_gb),
         "BlockDeviceMapping.1.Ebs.VolumeType": "gp3", "BlockDeviceMapping.1.Ebs.DeleteOnTermination": "true",
         nic + "DeviceIndex": "0", nic + "SubnetId": aws.network.subnet(zone),

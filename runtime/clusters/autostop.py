@@ -6,9 +6,11 @@ The watchdog (`runtime/worker/watchdog.py --unix-dir`) counts the connections to
 sockets: a job running or a Python client attached holds one per worker. With none for `-i MINUTES`
 it runs this, which stops the pool's processes (`stop.stop_pool`) and either records the pool as
 stopped by autostop (`skyhive status` shows it; the next `launch -c` starts it again) or, with
-`--down`, forgets it. A cloud pool's instances are terminated (by their recorded ids) and the pool
-forgotten either way: its instances terminate on shutdown, so there is no stopped state to keep, and
-this runs on the client's machine, which has the cloud credentials (the nodes have none).
+`--down`, forgets it. A cloud pool's instances are stopped through the provider's API (disks kept;
+`skyhive start NAME` starts them again), or with `--down` (or on a cloud that cannot stop machines)
+terminated by their recorded ids and the pool forgotten: this runs on the client's machine, which has
+the cloud credentials. (The watchdog on a cloud instance reached over SSH has none: it shuts the
+instance's OS down, and the instance was made to stop or terminate on that: `named.shutdown_on_autostop`.)
 
 A client may attach at the very moment the watchdog fires (it has taken the pool's attach lock but
 not connected yet, or a job was just queued and its agent is starting). So the stop happens only
@@ -49,10 +51,15 @@ def autostop(name: str) -> str:
         rec = records.load(name)
         what = "autodown" if rec.autostop_down else "autostop"
         idle = "its idle time" if rec.autostop_minutes is None else f"{rec.autostop_minutes:g} min"
-        stop_pool(name, why=f"{what}: no client for {idle}", watchdog=False)
-        if rec.instances:  # a cloud pool: nothing to keep stopped (instances terminate on shutdown): down
-            from .cloud import terminate_instances
+        from .cloud import can_stop, stop_instances, terminate_instances
 
+        # (asked first: a pool kept "stopped" has its log closed now; one taken down, only once its
+        # provider confirmed the termination)
+        stops = bool(rec.instances) and not rec.autostop_down and can_stop(rec)
+        stop_pool(name, why=f"{what}: no client for {idle}", watchdog=False, keep_machines=stops)
+        if stops and stop_instances(rec):  # a cloud pool's instances stopped, their disks kept
+            records.save(dataclasses.replace(rec, stopped=what, watchdog_pid=0))
+        elif rec.instances:  # autodown, or a cloud that cannot stop its machines: terminated
             terminate_instances(rec, why=f"{what}: no client for {idle}")
             records.remove(name)
         elif rec.autostop_down:

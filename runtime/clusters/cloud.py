@@ -17,6 +17,7 @@ import fcntl
 import logging
 import os
 import time
+from typing import Any
 
 from ...errors import TeardownIncomplete
 from ...providers.base import LocalReach, NodeHandle
@@ -27,7 +28,7 @@ from ..events.types import PoolStopped, to_json
 from . import record as records
 from .record import ClusterRecord
 
-__all__ = ["terminate_instances", "SHARED"]
+__all__ = ["terminate_instances", "can_stop", "SHARED", "stop_instances", "shutdown_behavior", "instance_states"]
 
 log = logging.getLogger("skyhive.clusters")
 
@@ -101,3 +102,52 @@ def mark_leaking(rec: ClusterRecord, leaked: tuple[str, ...], cause: str) -> Non
         fh.write((to_json(event) + "\n").encode("utf-8"))
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _cloud_call(make: Any) -> Any:
+    async def main() -> Any:
+        return await make()
+
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skyhive-cloud") as ex:
+        return ex.submit(asyncio.run, main()).result()
+
+
+def can_stop(rec: ClusterRecord) -> bool:
+    """Whether the provider of the cloud pool `rec` can stop its machines (`Provider.can_stop`)."""
+    return bool(from_description(rec.provider_info["cloud"]).can_stop)
+
+
+def stop_instances(rec: ClusterRecord) -> bool:
+    """Stop the instances of the cloud pool `rec` (disks kept) and wait until each is stopped, where its
+    provider can (`Provider.can_stop`); False (nothing done) where it cannot."""
+    provider = from_description(rec.provider_info["cloud"])
+    if not provider.can_stop:
+        return False
+    _cloud_call(lambda: provider.stop_nodes(rec.instances))
+    return True
+
+
+def shutdown_behavior(rec: ClusterRecord, behavior: str) -> None:
+    """What an OS shutdown of the cloud pool's instances does from now on ("stop": disks kept, or
+    "terminate"), where its provider can stop machines; a provider that cannot keeps terminating (a
+    warning says so when "stop" was asked)."""
+    provider = from_description(rec.provider_info["cloud"])
+    if not provider.can_stop:
+        if behavior == "stop":
+            log.warning("pool %s: provider %s cannot stop machines: its autostop takes the pool down", rec.name,
+                        provider.name)
+        return
+    _cloud_call(lambda: provider.set_shutdown_behavior(rec.instances, behavior))
+
+
+def instance_states(rec: ClusterRecord) -> dict[str, str] | None:
+    """The provider's state of each instance of the cloud pool `rec` ("running", "stopped", ...), where
+    its provider can stop machines; None where it cannot, or when it does not answer (a warning)."""
+    provider = from_description(rec.provider_info["cloud"])
+    if not provider.can_stop:
+        return None
+    try:
+        return dict(_cloud_call(lambda: provider.node_states(rec.instances)))
+    except Exception as exc:  # noqa: BLE001 - the cloud not answering leaves the record as it says
+        log.warning("pool %s: could not ask %s for its instances' states: %s", rec.name, provider.name, exc)
+        return None

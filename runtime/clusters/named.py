@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skyhive.clusters")
 
-__all__ = ["NamedPool", "keep_named", "kept_provider", "start_watchdog", "set_autostop", "new_kept_pool", "attach_provider", "live_workers", "dead_workers", "AUTOSTOP_UNIT_ENV",
+__all__ = ["NamedPool", "keep_named", "keep_ports", "shutdown_on_autostop", "kept_provider", "start_watchdog", "set_autostop", "new_kept_pool", "attach_provider", "live_workers", "dead_workers", "AUTOSTOP_UNIT_ENV",
            "minute"]
 
 #: Seconds in an autostop "minute" (tests shorten it; the default is 60).
@@ -158,7 +158,34 @@ def keep_named(name: str | None, provider: Provider, *, keep: bool, autostop: fl
     if autostop is not None and not autostop > 0:
         raise ValueError(f"Pool(autostop={autostop!r}): need a positive number of minutes, or None")
     kept = kept_provider(name, provider)
-    return kept, NamedPool(name, attach=False, keep=True, autostop_minutes=autostop)
+    named = NamedPool(name, attach=False, keep=True, autostop_minutes=autostop)
+    shutdown_on_autostop(kept, named)
+    return kept, named
+
+
+def shutdown_on_autostop(provider: Provider, named: NamedPool) -> None:
+    """A new kept cloud pool's machines stop on an OS shutdown when its autostop stops it (not `--down`):
+    the watchdog on a machine has no cloud credentials and stops it by shutting it down, its disks kept;
+    otherwise they terminate (`Provider.shutdown_behavior`)."""
+    if isinstance(provider, KeptCloud) and provider.can_stop:
+        stops = named.autostop_minutes is not None and not named.autostop_down
+        provider.shutdown_behavior = "stop" if stops else "terminate"
+
+
+def keep_ports(named: NamedPool | None, ports: Any) -> None:
+    """`Pool(ports=...)`: the kept pool's ports (SkyPilot's spellings), recorded in its shape as `launch -c`
+    records `resources.ports`, opened once it runs (`NamedPool.open`). Raises `ValueError` naming the
+    argument for a pool that is not kept or a bad port."""
+    from ..commands.ports import parse_ports
+
+    if named is None:
+        raise ValueError("Pool(ports=...) applies to a kept pool (keep=True and a name): its ports are reached "
+                         "with `skyhive forward NAME PORT`")
+    try:
+        ranges = parse_ports(ports)
+    except ValueError as exc:
+        raise ValueError(f"Pool(ports={ports!r}): {exc}") from None
+    named.spec["ports"] = [list(r) for r in ranges]
 
 
 def new_kept_pool(pool_class: Any, name: str, nodes: int, *, spec: dict[str, Any], autostop: float | None,
@@ -171,6 +198,7 @@ def new_kept_pool(pool_class: Any, name: str, nodes: int, *, spec: dict[str, Any
     assert named is not None
     named.spec = dict(spec)
     named.autostop_down = autostop_down
+    shutdown_on_autostop(pool.provider, named)
     return pool
 
 
@@ -188,6 +216,7 @@ class NamedPool:
         self.autostop_down = autostop_down
         self.who = who
         self.lock_timeout = lock_timeout
+        self.opened: list[str] = []  # the firewall rules opened for the pool's ports (`_open_ports`)
         self._lock = records.AttachLock(name, who=who)
 
     def __repr__(self) -> str:
@@ -229,6 +258,8 @@ class NamedPool:
         assert rt is not None and isinstance(pool.provider, (LocalCluster, SSHCluster, KeptCloud))
         try:
             self.started(rt, pool.provider, pool.processes_per_node)
+            if not self.attach:
+                await self._open_ports(pool.provider)
         except BaseException as exc:  # the pool runs but cannot be recorded: a new one is torn down
             try:  # (both are shielded from cancellation)
                 if self.attach:
@@ -244,6 +275,14 @@ class NamedPool:
         # a worker started later (restarted, or a replaced node's: `replace_failed`) goes into the record
         rt.tg.start_soon(follow_workers, rt.log.subscribe(), self.name)
         return pool
+
+    async def _open_ports(self, provider: Provider) -> None:
+        """A new pool's ports opened on its firewall, for this client's address only, where the provider
+        does that (`Provider.opens_ports`: AWS); they go with the pool's security group at down."""
+        ports = [(int(lo), int(hi)) for lo, hi in self.spec.get("ports") or ()]
+        if ports and provider.opens_ports:
+            self.opened = await provider.open_ports(self.name, ports)
+            log.info("pool %s: opened %s", self.name, ", ".join(self.opened))
 
     def started(self, rt: PoolRuntime, provider: Any, processes_per_node: int) -> None:
         """The workers run: write the record (a new pool) or check it still says the same (attached)."""
@@ -385,6 +424,10 @@ def set_autostop(rec: ClusterRecord, minutes: float, down: bool) -> ClusterRecor
     elif old and runs(old, "skyhive.runtime.worker.watchdog"):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(old, signal.SIGKILL)  # it leads its own session; it only watches
+    if rec.instances:  # an OS shutdown (the watchdog on an instance) now stops or terminates them
+        from .cloud import shutdown_behavior
+
+        shutdown_behavior(rec, "terminate" if down else "stop")
     rec = dataclasses.replace(rec, autostop_minutes=minutes, autostop_down=down, watchdog_pid=0)
     rec = dataclasses.replace(rec, watchdog_pid=start_watchdog(rec))
     records.save(rec)
@@ -402,5 +445,6 @@ def refuse_stopped(rec: ClusterRecord) -> None:
         raise PoolGone(f"pool {rec.name!r} was stopped by `skyhive stop {rec.name}`: `skyhive start {rec.name}` "
                        "starts it again")
     if rec.stopped:
+        again = f"`skyhive start {rec.name}` (its instances, disks kept) or " if rec.instances else ""
         raise PoolGone(f"pool {rec.name!r} was stopped by {rec.stopped} (it was idle past its limit): "
-                       f"`skyhive launch -c {rec.name} TASK.yaml` starts it again")
+                       f"{again}`skyhive launch -c {rec.name} TASK.yaml` starts it again")

@@ -68,14 +68,15 @@ def live_remote(rec: ClusterRecord) -> tuple[list[WorkerEntry], list[str], bool]
 
 
 def stop_remote(rec: ClusterRecord, *, host_keys: Mapping[int, str] | None = None,
-                skip: Collection[int] = ()) -> tuple[list[str], list[str]]:
+                skip: Collection[int] = (), keep_work: bool = False) -> tuple[list[str], list[str]]:
     """Stop the SSH pool `rec` on each of its hosts: its processes, socket directory, jobs' working
     directories. (what was done per host, failures naming the host). `host_keys` pins other keys than
     the recorded ones (node -> key: a change the user confirmed, `hostkeys.py`); the hosts of the nodes
-    in `skip` are not visited (their machine is gone)."""
+    in `skip` are not visited (their machine is gone); `keep_work` keeps the jobs' working directories
+    (`skyhive stop`)."""
     provider = provider_of(rec)
     provider.host_keys.update(host_keys or {})
-    return _run(lambda: provider.down(rec.nodes, skip=skip))
+    return _run(lambda: provider.down(rec.nodes, skip=skip, keep_work=keep_work))
 
 
 def describe(rec: ClusterRecord) -> dict[str, Any]:
@@ -103,11 +104,16 @@ def _watchdog_script(rec: ClusterRecord, node: int, idle: float, old_only: bool 
     env = rec.node_envs.get(str(node), {})
     python = str(env.get("python") or "python3")
     pythonpath = ":".join(env.get("pythonpath") or ())
-    mark = f"echo autostop > {shlex.quote(run_dir + '/' + rec.cluster + '.autostop')}"
-    if rec.instances:  # a cloud instance created to terminate on shutdown ends its own billing, client or not
+    mark_file = shlex.quote(run_dir + '/' + rec.cluster + '.autostop')
+    mark = f"echo autostop > {mark_file}"
+    # a cloud instance stops (disks kept: the mark is there when it starts again, removed below) or
+    # terminates on an OS shutdown (`named.shutdown_on_autostop`): either way its billing ends, client or not
+    head += f"rm -f -- {mark_file}\n"
+    if rec.instances:
         mark += "\n" + str(rec.provider_info["cloud"].get("shutdown_command") or "sudo shutdown -h now")
+    keep_work = bool(rec.instances) and not rec.autostop_down  # an instance that stops keeps its disk
     stop = autostop_guard(sock_dir, rec.name) + sweep_script(rec.cluster, rec.name, "kill", 3.0, then=mark,
-                                                             from_autostop=True)
+                                                             from_autostop=True, keep_work=keep_work)
     interval = max(0.2, min(5.0, idle / 4))
     return (head + f"set -e\numask 077\nmkdir -p \"$WD\"\ncat > \"$WD/autostop.sh\" <<'SKYHIVE_AUTOSTOP_EOF'\n{stop}"
             f"SKYHIVE_AUTOSTOP_EOF\n"

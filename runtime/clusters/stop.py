@@ -4,6 +4,7 @@ jobs left; the pool's log records it stopped. Used by `skyhive down NAME` and by
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -18,7 +19,7 @@ from . import record as records
 from .agent import agent_pid
 from .procs import alive, runs
 
-__all__ = ["stop_pool", "marked"]
+__all__ = ["stop_pool", "marked", "stopped_by_shutdown"]
 
 log = logging.getLogger("skyhive.clusters")
 
@@ -45,9 +46,12 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
     pool stopped in its log with `why`. `watchdog=False` spares the autostop watchdog (it is the one
     calling). `host_keys` and `skip` go to `remote.stop_remote` (an SSH pool after a host-key change the
     user confirmed); `keep_machines` (`skyhive stop`) records it stopped without destroying what its
-    provider holds. Returns how many processes were ended. Raises `PoolNotFound` naming the pool."""
+    provider holds, and keeps the jobs' working directories (what is on the disks stays). A cloud pool
+    whose instances are stopped is not visited on them (nothing of it runs there). Returns how many
+    processes were ended. Raises `PoolNotFound` naming the pool."""
     rec = records.load(name)
     remote = rec.on_hosts  # its workers are on its hosts: stopped there, below
+    halted = bool(rec.instances and rec.stopped)  # its instances are stopped: nothing of it runs on them
     workers = set() if remote else {w.pid for w in rec.workers if is_worker_server(w.pid)}
     if not remote:
         workers |= {pid for w in rec.workers if (pid := server_pid(w.socket)) is not None}  # restarted since
@@ -61,17 +65,18 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
     left = [] if remote else marked(rec.socket_dir)  # what jobs started in sessions of their own (torchrun's)
     _end(left, os.kill)
     ended = len(pids) + len(left)
-    if remote:
+    if remote and not halted:
         from .remote import stop_remote
 
-        done, failures = stop_remote(rec, host_keys=host_keys, skip=skip)
+        done, failures = stop_remote(rec, host_keys=host_keys, skip=skip, keep_work=keep_machines)
         for line in done:
             log.info("pool %s: %s", name, line)
         if failures:
             raise SSHError(f"pool {name!r}: could not stop it everywhere: {'; '.join(failures)}; run `skyhive down "
                            f"{name}` again once the host answers (the record is kept until then)")
         ended += sum(line.count(",") + 1 for line in done if "stopped [" in line)
-    shutil.rmtree(work_root(name), ignore_errors=True)  # the jobs' working directories on this machine
+    if not keep_machines:
+        shutil.rmtree(work_root(name), ignore_errors=True)  # the jobs' working directories on this machine
     if rec.instances and not keep_machines:
         # a cloud pool's nodes are terminated by id (`cloud.terminate_instances`), which closes the log
         # once the provider confirms: recorded here, a failed termination would leave the log saying
@@ -111,3 +116,24 @@ def marked(socket_dir: str) -> list[int]:
         if needle in environ and alive(int(entry)):
             found.append(int(entry))
     return found
+
+
+def stopped_by_shutdown(rec: records.ClusterRecord) -> records.ClusterRecord:
+    """The record of the cloud pool `rec`, marked stopped by autostop (and saved, its agent and a local
+    watchdog ended, its log stopped) when the provider lists every one of its instances `stopped` while
+    the record says it runs: the autostop watchdog on the instances shut them down, and they were made
+    to stop on shutdown (`named.shutdown_on_autostop`). Any other pool's record is returned as it is,
+    without asking anyone."""
+    if not rec.instances or rec.stopped or rec.leaking:
+        return rec
+    from .cloud import instance_states
+
+    states = instance_states(rec)
+    if states is None or not all(states.get(i) == "stopped" for i in rec.instances):
+        return rec
+    log.info("pool %s: instances %s stopped themselves (autostop on them)", rec.name, ", ".join(rec.instances))
+    records.save(dataclasses.replace(rec, stopped="autostop"))  # nothing is reached on its instances now
+    stop_pool(rec.name, why="autostop: its instances shut themselves down", keep_machines=True)
+    rec = dataclasses.replace(rec, stopped="autostop", watchdog_pid=0)
+    records.save(rec)
+    return rec

@@ -100,7 +100,12 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
         rec: records.ClusterRecord | None = records.load(name)
     except PoolNotFound:
         rec = None
-    if rec is not None and rec.stopped == "stop":  # `skyhive stop`: the same nodes started again, disks kept
+    if rec is not None:  # a cloud pool whose autostop shut its instances down: stopped, disks kept
+        from ..clusters.stop import stopped_by_shutdown
+
+        rec = stopped_by_shutdown(rec)
+    if rec is not None and (rec.stopped == "stop" or (rec.stopped and rec.instances)):
+        # `skyhive stop` or a cloud pool's autostop: the same nodes started again, disks kept
         from .pause import start_cluster
 
         start_cluster(name, provider=provider if rec.instances else None, err=err)
@@ -142,16 +147,16 @@ def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float 
 
     from ..pool import Pool
 
+    pool = new_kept_pool(Pool, name, task.num_nodes, spec=spec, autostop=idle_minutes, autostop_down=down,
+                         provider=provider)
+
     async def create() -> None:
-        async with new_kept_pool(Pool, name, task.num_nodes, spec=spec, autostop=idle_minutes, autostop_down=down,
-                                 provider=provider):
-            pass  # started, recorded; leaving detaches
+        async with pool:
+            pass  # started, recorded, its ports opened (on the pool's firewall, this client's address only)
 
     anyio.run(create)
-    ports = [tuple(r) for r in spec.get("ports") or ()]  # type: ignore[attr-defined]
-    if ports and provider.opens_ports:  # on the pool's firewall, for this client's address only
-        opened = anyio.run(provider.open_ports, name, ports)
-        _say(err, f"pool {name}: opened {', '.join(opened)}")
+    if pool._named.opened:
+        _say(err, f"pool {name}: opened {', '.join(pool._named.opened)}")
 
 
 def _queue(task: Task, name: str, *, setup: bool) -> jobq.Job:
@@ -250,6 +255,9 @@ def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False, f
     err = err or sys.stderr
     if records.load(name).leaking:  # its processes were stopped by the `down` that left it leaking
         return _finish_leaking(name, err=err, quiet=quiet)
+    from ..clusters.stop import stopped_by_shutdown
+
+    stopped_by_shutdown(records.load(name))  # instances that stopped themselves: nothing to reach on them
     try:
         ended = stop_pool(name, why=f"skyhive down {name}")
     except SSHError as exc:
@@ -316,13 +324,26 @@ def status_rows(now: float | None = None, names: Sequence[str] = ()) -> list[dic
         except (PoolNotFound, ValueError):
             continue
         unreachable: list[str] = []
+        if rec.instances and not rec.leaking:  # its instances may have stopped themselves (autostop on them)
+            from ..clusters.stop import stopped_by_shutdown
+
+            rec = stopped_by_shutdown(rec)
         if rec.leaking:  # its teardown was not confirmed: shown until `skyhive down NAME` finishes it
             rows.append(_leaking_row(rec))
             continue
-        if rec.on_hosts:  # asked on its hosts; a host's watchdog may have stopped it (autostop)
+        if rec.on_hosts and rec.instances and rec.stopped:  # its instances are stopped: no one to ask
+            live = []
+        elif rec.on_hosts:  # asked on its hosts; a host's watchdog may have stopped it (autostop)
             from ..clusters.remote import live_remote
 
             live, unreachable, autostopped = live_remote(rec)
+            if autostopped and not live and not unreachable and rec.instances and not rec.autostop_down:
+                from ..clusters.cloud import stop_instances  # the instances did not shut down: stopped here
+
+                if stop_instances(rec):
+                    rec = dataclasses.replace(rec, stopped="autostop", watchdog_pid=0)
+                    records.save(rec)
+                    autostopped = False
             if autostopped and not live and not unreachable:
                 if rec.autostop_down or rec.instances:  # autodown (a cloud pool's always): forgotten here
                     try:

@@ -131,7 +131,9 @@ def start_cluster(name: str, *, provider: Provider | None = None, err: TextIO | 
     """`skyhive start NAME` (see the module docstring). `provider` replaces the one rebuilt from the
     record (tests). Raises `PoolNotFound`, or `ValueError` when the pool runs."""
     err = err or sys.stderr
-    rec = records.load(name)
+    from ..clusters.stop import stopped_by_shutdown
+
+    rec = stopped_by_shutdown(records.load(name))  # autostop on its instances shut them down: stopped
     if not rec.stopped and rec.workers and (rec.on_hosts or live_workers(rec)):
         raise ValueError(f"pool {name!r} is not stopped (`skyhive stop {name}` first, or `skyhive status`)")
     if rec.instances:
