@@ -200,9 +200,17 @@ def upload_files(s3: Any, bucket: str, files: Iterable[tuple[str, str]], *, what
     return total - sum(sizes[p] for p in missing or () if p in sizes)
 
 
-def delete_keys(s3: Any, bucket: str, keys: list[str]) -> None:
-    """Delete `keys` from `bucket` (1,000 per request); a key already gone is no error. Raises
-    `StorageError` naming the first key the endpoint refused to delete."""
+def delete_keys(s3: Any, bucket: str, keys: list[str], *, one_by_one: bool = False) -> None:
+    """Delete `keys` from `bucket` (1,000 per DeleteObjects request; with `one_by_one`, a DeleteObject
+    each: GCS's XML API has no multi-object delete); a key already gone is no error. Raises `StorageError`
+    naming the first key the endpoint refused to delete."""
+    if one_by_one:
+        for key in keys:
+            try:
+                s3.delete_object(Bucket=bucket, Key=key)
+            except Exception as exc:  # noqa: BLE001
+                raise storage_error(exc, bucket=bucket, key=key, doing="deleting") from exc
+        return
     for start in range(0, len(keys), 1000):
         batch = keys[start:start + 1000]
         try:
