@@ -5,8 +5,9 @@ the same S3 endpoint in the same run — `moto_server` on 127.0.0.1, started her
     python -m bench.storage_bench --size-mib 256  # smaller, on a busy machine
     python -m bench.storage_bench --json out.json
 
-Four cases, each direction once per tool (each line and the table show /proc/loadavg): upload/download of one object of SIZE, and of 1,000 objects
-totalling SIZE. The tools: skyhive (parallel across objects, 16 MiB parts, 16 requests at once);
+Four cases, each direction once per tool: upload/download of one object of SIZE, and of 1,000 objects
+totalling SIZE (each line and the table show /proc/loadavg). The tools: skyhive (parallel across objects,
+objects under 8 MiB one request each, 16 at once; larger ones in 8 MiB parts);
 boto3 (`upload_file`/`download_file`, the transfer manager's defaults, one call per object, as a user's
 loop does it); rclone (`rclone copy`, its defaults but `--transfers 16`). Prints a Markdown table: MiB/s
 (the best of `--reps`, the tools' order rotated each rep), the client's CPU seconds (rclone's included,
