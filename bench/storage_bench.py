@@ -6,7 +6,8 @@ the same S3 endpoint in the same run — `moto_server` on 127.0.0.1, started her
     python -m bench.storage_bench --json out.json
 
 Four cases, each direction once per tool: upload/download of one object of SIZE, and of 1,000 objects
-totalling SIZE. The tools: skyhive (parallel across objects, 16 MiB parts, 16 requests at once);
+totalling SIZE (each line and the table show /proc/loadavg). The tools: skyhive (parallel across objects,
+objects under 8 MiB one request each, 16 at once; larger ones in 8 MiB parts);
 boto3 (`upload_file`/`download_file`, the transfer manager's defaults, one call per object, as a user's
 loop does it); rclone (`rclone copy`, its defaults but `--transfers 16`). Prints a Markdown table: MiB/s
 (the best of `--reps`, the tools' order rotated each rep), the client's CPU seconds (rclone's included,
@@ -53,6 +54,14 @@ def _server(port: int) -> subprocess.Popen[bytes]:
             time.sleep(0.1)
 
 
+def _loadavg() -> str:
+    """/proc/loadavg's three averages (the machine's load colours every figure: print it beside them)."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
 def _rclone_env(endpoint: str) -> dict[str, str]:
     return {**os.environ, "RCLONE_CONFIG_BENCH_TYPE": "s3", "RCLONE_CONFIG_BENCH_PROVIDER": "Other",
             "RCLONE_CONFIG_BENCH_ENDPOINT": endpoint, "RCLONE_CONFIG_BENCH_ACCESS_KEY_ID": "testing",
@@ -69,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=1, help="runs of each case per tool, the order rotated; the best kept")
     args = ap.parse_args(argv)
 
+    load_start = _loadavg()
     tmp = Path(tempfile.mkdtemp(prefix="skyhive-storage-bench-"))
     for var in [v for v in os.environ if v.startswith("AWS_")]:
         del os.environ[var]
@@ -119,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             if rate > rows.setdefault(case, {}).get(tool, 0.0):  # the best of --reps
                 rows[case][tool] = rate
                 cpu_rows.setdefault(case, {})[tool] = cpu
-            print(f"{case:<34} {tool:<8} {took:7.2f} s  {rate:8.1f} MiB/s  client CPU {cpu:6.2f} s", flush=True)
+            print(f"{case:<34} {tool:<8} {took:7.2f} s  {rate:8.1f} MiB/s  client CPU {cpu:6.2f} s  "
+                  f"load {_loadavg()}", flush=True)
 
         def reset() -> None:
             try:
@@ -171,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                 got = sum(f.stat().st_size for f in dest.iterdir())
                 if got != nbytes:
                     raise SystemExit(f"{tool}: downloaded {got} bytes of {nbytes}")
-        print()
+        print(f"\nload average (1, 5, 15 min) at the start: {load_start}; at the end: {_loadavg()}")
         print("| case | " + " | ".join(f"{t} MiB/s (CPU s)" for t in tools) + " | skyhive / best other |")
         print("|---|" + "---|" * (len(tools) + 1))
         for case, by_tool in rows.items():

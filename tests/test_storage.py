@@ -360,3 +360,80 @@ def test_partial_files_are_never_shown_as_complete_nor_uploaded(s3, tmp_path):
     (target / "ckpt.pt").write_text("done")
     node.finish()
     assert s3.keys("partial-bucket") == ["ckpt.pt", "data.bin"]
+
+
+def test_deletes_in_a_cached_mount_reach_the_bucket_once_settled_and_a_delete_racing_an_upload_wins(
+        s3, tmp_path, monkeypatch):
+    """A file deleted in a MOUNT_CACHED folder is deleted from the bucket once the deletion held for one
+    scan (as a write must), after that scan's uploads (a checkpoint renamed: the new name is in the bucket
+    before the old one goes); a file deleted before or while its upload runs ends with no object, no error
+    and no unfinished multipart upload; `finish` propagates the deletions of the last moment."""
+    monkeypatch.setenv("SKYHIVE_STORAGE_SYNC_INTERVAL", "3600")  # the scans below are the test's, one by one
+    _bucket(s3, "del-bucket", {"run/a.txt": b"A", "run/dir/b.txt": b"B", "run/dir/c.txt": b"C",
+                               "run/keep.txt": b"K", "run/step-1": b"1", "other/x.txt": b"outside the prefix"})
+    target = tmp_path / "ckpt"
+    acc = s3mod.access(Bucket("del-bucket"))
+    node.install([(mount_of(str(target), sky.Bucket("s3://del-bucket/run", mode="MOUNT_CACHED")), acc)], "del")
+    syncer = node._syncers[str(target)]
+    keys = lambda: s3.keys("del-bucket")  # noqa: E731
+
+    (target / "a.txt").unlink()
+    import shutil
+
+    shutil.rmtree(target / "dir")
+    (target / "step-1").rename(target / "step-2")
+    assert syncer.sync(settled_only=True) == 0  # seen once: nothing sent yet
+    assert "run/a.txt" in keys() and "run/step-1" in keys()
+    assert syncer.sync(settled_only=True) == 5  # step-2 up, then a.txt, dir/b.txt, dir/c.txt, step-1 gone
+    assert keys() == ["other/x.txt", "run/keep.txt", "run/step-2"]
+
+    # deleted after the scan saw it, before its upload: skipped, and keep.txt's object goes at the next scan
+    (target / "keep.txt").write_text("changed, then deleted")
+    (target / "new.txt").write_text("deleted before upload")
+    syncer.sync(settled_only=True)
+    real_upload = node.upload_files
+
+    def delete_first(s3c, bucket, files, **kw):
+        for path, _ in files:
+            os.unlink(path)
+        return real_upload(s3c, bucket, files, **kw)
+
+    monkeypatch.setattr(node, "upload_files", delete_first)
+    assert syncer.sync(settled_only=True) == 0
+    monkeypatch.setattr(node, "upload_files", real_upload)
+    assert keys() == ["other/x.txt", "run/keep.txt", "run/step-2"]  # the old keep.txt still: not settled
+    syncer.sync(settled_only=True)
+    assert keys() == ["other/x.txt", "run/step-2"]
+
+    # deleted while being uploaded: a single PUT (the file already open) completes and the next scan deletes
+    # the object; a multipart upload reading its parts fails, is aborted, and no object appears
+    (target / "small.bin").write_bytes(b"s" * 1000)
+    (target / "large.bin").write_bytes(os.urandom(transfer.PART * 2 + 1))
+    syncer.sync(settled_only=True)
+    hits = []
+
+    def unlink_during(name: str):
+        def handler(**kwargs):
+            path = target / name
+            if path.exists():
+                hits.append(name)
+                path.unlink()
+        return handler
+
+    syncer.s3.meta.events.register("before-call.s3.PutObject", unlink_during("small.bin"))
+    # before any part is opened (s3transfer opens a part's file when it sends it, after this call)
+    syncer.s3.meta.events.register("before-call.s3.CreateMultipartUpload", unlink_during("large.bin"))
+    assert syncer.sync(settled_only=True) == 1  # small.bin sent, large.bin skipped
+    assert sorted(hits) == ["large.bin", "small.bin"]
+    assert keys() == ["other/x.txt", "run/small.bin", "run/step-2"]
+    assert s3.client().list_multipart_uploads(Bucket="del-bucket").get("Uploads", []) == []
+    syncer.sync(settled_only=True)
+    syncer.sync(settled_only=True)
+    assert keys() == ["other/x.txt", "run/step-2"]
+
+    target.rename(tmp_path / "away")  # the folder itself gone (a home cleaned up): no object deleted
+    assert syncer.sync(settled_only=False) == 0 and keys() == ["other/x.txt", "run/step-2"]
+    (tmp_path / "away").rename(target)
+    (target / "step-2").unlink()  # the last moment: flushed at the end without waiting for a scan
+    node.finish()
+    assert keys() == ["other/x.txt"] and syncer.deleted == 7

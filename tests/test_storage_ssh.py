@@ -54,6 +54,8 @@ def test_copy_and_cached_mounts_on_ssh_hosts_through_a_task_file(netns_hosts, br
     c.create_bucket(Bucket="ssh-data")
     c.put_object(Bucket="ssh-data", Key="set/x.txt", Body=b"remote-x")
     c.create_bucket(Bucket="ssh-ckpt")
+    for rank in (0, 1):  # an earlier run's files: each node deletes its own, and the bucket follows
+        c.put_object(Bucket="ssh-ckpt", Key=f"sshjob/old-{rank}.txt", Body=b"old")
     task = loads(textwrap.dedent("""\
         name: sshjob
         num_nodes: 2
@@ -68,6 +70,7 @@ def test_copy_and_cached_mounts_on_ssh_hosts_through_a_task_file(netns_hosts, br
           echo "ckpt $SKYHIVE_CHECKPOINT_DIR"
           mkdir -p $SKYHIVE_CHECKPOINT_DIR
           echo "from $(hostname)" > $SKYHIVE_CHECKPOINT_DIR/rank-$SKYPILOT_NODE_RANK.txt
+          rm $SKYHIVE_CHECKPOINT_DIR/old-$SKYPILOT_NODE_RANK.txt
         """), cwd=str(tmp_path))
     try:
         code = run_launch(task, provider=ssh_for(hosts))

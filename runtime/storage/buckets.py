@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ...errors import StorageError
 from .s3 import Access, access, client, storage_error
 from .spec import Bucket, Mount
-from .transfer import list_prefix, upload_dir
+from .transfer import delete_keys, list_prefix, upload_dir
 
 __all__ = ["TAG", "Prepared", "prepare", "release", "created_buckets", "delete_bucket", "create_bucket"]
 
@@ -32,10 +32,16 @@ class Prepared:
 
 
 def create_bucket(s3: object, bucket: Bucket, acc: Access) -> None:
-    """Create `bucket` tagged as skyhive's. Raises `StorageError` naming it."""
+    """Create `bucket` tagged as skyhive's. Raises `StorageError` naming it (a GCS bucket is refused: its
+    XML API creates buckets only with the project's ID in `x-amz-project-id` and has no bucket tagging)."""
+    if bucket.store == "gcs":
+        raise StorageError(f"{bucket.uri}: skyhive does not create GCS buckets (create it first: gcloud storage "
+                           f"buckets create gs://{bucket.name}); the bucket was not found", bucket=bucket.name,
+                           cause="no-such-bucket")
     try:
         kwargs = {}
-        if acc.region not in ("us-east-1", "auto") and not acc.endpoint_url:
+        if (acc.region not in ("us-east-1", "auto") and not acc.endpoint_url) or acc.store == "r2":
+            # R2: its one region, "auto", is also its LocationConstraint (developers.cloudflare.com/r2/api/s3/api/)
             kwargs["CreateBucketConfiguration"] = {"LocationConstraint": acc.region}
         s3.create_bucket(Bucket=bucket.name, **kwargs)  # type: ignore[attr-defined]
         s3.put_bucket_tagging(Bucket=bucket.name,  # type: ignore[attr-defined]
@@ -83,16 +89,14 @@ def prepare(mounts: Sequence[Mount], *, progress: bool = False) -> Prepared:
     return out
 
 
-def delete_bucket(s3: object, name: str) -> int:
+def delete_bucket(s3: object, name: str, *, store: str = "s3") -> int:
     """Delete every object of bucket `name`, then the bucket; returns the objects deleted."""
     objects = list_prefix(s3, name, "")
     try:
         uploads = s3.list_multipart_uploads(Bucket=name).get("Uploads", ())  # type: ignore[attr-defined]
         for up in uploads:  # a cut upload's parts: never an object, but stored (and billed) until aborted
             s3.abort_multipart_upload(Bucket=name, Key=up["Key"], UploadId=up["UploadId"])  # type: ignore[attr-defined]
-        for start in range(0, len(objects), 1000):
-            batch = [{"Key": o.key} for o in objects[start:start + 1000]]
-            s3.delete_objects(Bucket=name, Delete={"Objects": batch, "Quiet": True})  # type: ignore[attr-defined]
+        delete_keys(s3, name, [o.key for o in objects], one_by_one=store == "gcs")
         s3.delete_bucket(Bucket=name)  # type: ignore[attr-defined]
     except Exception as exc:  # noqa: BLE001
         raise storage_error(exc, bucket=name, doing="deleting") from exc
@@ -107,7 +111,7 @@ def release(prepared: Prepared, *, failed: bool = False) -> list[str]:
         if bucket.persistent and not failed:
             continue
         try:
-            delete_bucket(client(acc), bucket.name)
+            delete_bucket(client(acc), bucket.name, store=acc.store)
             gone.append(bucket.name)
         except StorageError as exc:
             log.warning("left bucket %s (skyhive created it; `skyhive storage delete %s`): %s", bucket.name,

@@ -4,7 +4,8 @@ task) runs, once per machine, and a cached mount's writes carried back to the bu
 - COPY: the prefix downloaded into the folder (files appear whole, see transfer.py); writes stay local.
 - MOUNT_CACHED: the same download, then a background thread uploads what the job writes (a file is
   uploaded once its size and modification time held still for one scan, so a checkpoint being written is
-  not sent half-way; write checkpoints to a temporary name and rename). `flush` uploads the rest and is
+  not sent half-way; write checkpoints to a temporary name and rename), and deletes from the bucket what
+  the job deleted (docs/storage.md: a delete racing an upload). `flush` uploads the rest and is
   called before the job ends; what a killed node had uploaded is in the bucket, nothing later.
 - MOUNT: `rclone mount` (FUSE) without a cache, as SkyPilot's MOUNT: reads stream from the bucket, a
   written file goes to the bucket when it is closed (sequential writes only). Refused, saying why, where FUSE cannot work: no rclone, no /dev/fuse, or
@@ -27,7 +28,7 @@ from ...errors import StorageError
 from ...paths import private_dir
 from .s3 import Access, client
 from .spec import Mount
-from .transfer import TEMP_MARK, download_prefix, is_temporary, upload_files
+from .transfer import TEMP_MARK, delete_keys, download_prefix, is_temporary, upload_files
 
 __all__ = ["install", "flush", "finish", "unmount_all", "fuse_problem", "SYNC_INTERVAL", "target_path", "active_syncers"]
 
@@ -83,6 +84,7 @@ class _Syncer:
             out.write(str(os.getpid()))
         self.error: StorageError | None = None
         self.uploaded = 0
+        self.deleted = 0
         self._stop = threading.Event()
         self._busy = threading.Lock()
         interval = float(os.environ.get("SKYHIVE_STORAGE_SYNC_INTERVAL", SYNC_INTERVAL))
@@ -98,20 +100,39 @@ class _Syncer:
                 self.error = exc
 
     def sync(self, *, settled_only: bool) -> int:
+        """Upload what changed and delete from the bucket what was deleted here (both once they held still
+        for one scan, unless `settled_only` is false; deletions after the uploads, so a checkpoint renamed
+        over another is in the bucket under its new name before the old one goes). A file deleted before
+        or while it is uploaded is skipped, and its object deleted at the next scan."""
         with self._busy:
             now = _scan(self.path)
             changed = [rel for rel, sig in now.items() if self.sent.get(rel) != sig
                        and (not settled_only or self.seen.get(rel) == sig)]
+            gone = [rel for rel in self.sent if rel not in now and (not settled_only or rel not in self.seen)]
+            if gone and not os.path.isdir(self.path):  # the folder itself removed (a node's home cleaned
+                log.warning("%s: the mount's folder is gone; its objects in %s are kept", self.path,
+                            self.mount.bucket.uri)  # up): not a deletion of every object
+                gone = []
             self.seen = now
-            if not changed:
+            if not changed and not gone:
                 return 0
             bucket = self.mount.bucket
-            upload_files(self.s3, bucket.name, [(os.path.join(self.path, rel), bucket.key(rel)) for rel in changed])
+            skipped: list[str] = []
+            upload_files(self.s3, bucket.name, [(os.path.join(self.path, rel), bucket.key(rel)) for rel in changed],
+                         missing=skipped)
             for rel in changed:
-                self.sent[rel] = now[rel]
-            self.uploaded += len(changed)
+                if os.path.join(self.path, rel) in skipped:
+                    self.seen.pop(rel, None)  # known gone: its deletion is settled at the next scan
+                else:
+                    self.sent[rel] = now[rel]
+            if gone:
+                delete_keys(self.s3, bucket.name, [bucket.key(rel) for rel in gone], one_by_one=self.acc.store == "gcs")
+                for rel in gone:
+                    del self.sent[rel]
+            self.uploaded += len(changed) - len(skipped)
+            self.deleted += len(gone)
             _touch(self.marker)
-            return len(changed)
+            return len(changed) - len(skipped) + len(gone)
 
     def flush(self) -> int:
         self._stop.set()

@@ -1,5 +1,5 @@
 """The S3 client skyhive's buckets go through: boto3 (the `s3` extra), for S3 and S3-compatible endpoints
-(MinIO, R2, GCS's XML API with HMAC keys). Why boto3 and not libcloud's S3 driver: docs/storage.md.
+(MinIO, R2 at its account's endpoint, GCS's XML API with HMAC keys). Why boto3 and not libcloud's S3 driver: docs/storage.md.
 
 `access(bucket)` resolves, on the client, what a node needs to reach a bucket: the endpoint (the bucket's
 own `endpoint_url`, else AWS's chain: `AWS_ENDPOINT_URL_S3`, `AWS_ENDPOINT_URL`, `endpoint_url` in the
@@ -13,13 +13,15 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ...errors import StorageError
 from .spec import Bucket
 
-__all__ = ["Access", "access", "client", "storage_error", "require_boto3"]
+__all__ = ["Access", "access", "client", "storage_error", "require_boto3", "r2_endpoint", "R2_ENDPOINT"]
 
 log = logging.getLogger("skyhive.storage")
 
@@ -33,6 +35,7 @@ class Access:
 
     endpoint_url: str | None = None
     region: str = "us-east-1"
+    store: str = "s3"
     access_key: str | None = field(default=None, repr=False)
     secret_key: str | None = field(default=None, repr=False)
     token: str | None = field(default=None, repr=False)
@@ -63,6 +66,10 @@ def require_boto3(what: str) -> Any:
 def _endpoint(bucket: Bucket, session: Any) -> str | None:
     if bucket.endpoint_url:
         return bucket.endpoint_url
+    if bucket.store == "gcs":  # the AWS chain names an S3 endpoint, never GCS's
+        return _GCS_ENDPOINT
+    if bucket.store == "r2":
+        return r2_endpoint(bucket)
     for var in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
         if os.environ.get(var):
             return os.environ[var]
@@ -74,30 +81,84 @@ def _endpoint(bucket: Bucket, session: Any) -> str | None:
         return str(config["s3"]["endpoint_url"])
     if config.get("endpoint_url"):
         return str(config["endpoint_url"])
-    if bucket.store == "gcs":
-        return _GCS_ENDPOINT
-    if bucket.store == "r2":
-        raise StorageError(f"{bucket.uri}: an R2 bucket needs its endpoint (https://ACCOUNT.r2.cloudflarestorage.com) "
-                           f"in AWS_ENDPOINT_URL_S3, ~/.aws/config or endpoint_url", bucket=bucket.name,
-                           cause="unsupported")
     return None
 
 
+#: R2's S3 endpoint for an account (https://developers.cloudflare.com/r2/api/s3/api/).
+R2_ENDPOINT = "https://{account}.r2.cloudflarestorage.com"
+_ACCOUNT = re.compile(r"[0-9a-f]{32}\Z")  # a Cloudflare account ID: 32 hexadecimal digits
+
+
+def _cloudflare_dir() -> Path:
+    return Path(os.path.expanduser("~/.cloudflare"))
+
+
+def r2_endpoint(bucket: Bucket) -> str:
+    """`https://<account>.r2.cloudflarestorage.com`, the account from `CLOUDFLARE_ACCOUNT_ID`, else the file
+    `~/.cloudflare/accountid` (SkyPilot's). Raises `StorageError` naming both when neither has one, or the
+    place a malformed one came from."""
+    where, account = "CLOUDFLARE_ACCOUNT_ID", os.environ.get("CLOUDFLARE_ACCOUNT_ID", "").strip()
+    if not account:
+        path = _cloudflare_dir() / "accountid"
+        where = str(path)
+        try:
+            account = path.read_text().strip()
+        except OSError:
+            raise StorageError(f"{bucket.uri}: an R2 bucket needs the Cloudflare account ID: set CLOUDFLARE_ACCOUNT_ID, "
+                               f"write it to {path}, or give the bucket's endpoint_url "
+                               f"({R2_ENDPOINT.format(account='ACCOUNT')})", bucket=bucket.name,
+                               cause="unsupported") from None
+    if not _ACCOUNT.match(account.lower()):
+        raise StorageError(f"{bucket.uri}: {account!r} (from {where}) is not a Cloudflare account ID "
+                           f"(32 hexadecimal digits)", bucket=bucket.name, cause="unsupported")
+    return R2_ENDPOINT.format(account=account.lower())
+
+
+def _store_keys(bucket: Bucket) -> tuple[str, str] | None:
+    """A store's own keys, where its tools keep them: R2's in `~/.cloudflare/r2.credentials`, profile `r2`
+    (SkyPilot's spelling, AWS's file format); GCS's HMAC keys in the `[Credentials]` section of `~/.boto`
+    (`gs_access_key_id`, `gs_secret_access_key`: gsutil's). None when the file or the keys are not there."""
+    import configparser
+
+    if bucket.store == "r2":
+        path, section, names = _cloudflare_dir() / "r2.credentials", "r2", ("aws_access_key_id", "aws_secret_access_key")
+    elif bucket.store == "gcs":
+        path = Path(os.environ.get("BOTO_CONFIG") or os.path.expanduser("~/.boto"))
+        section, names = "Credentials", ("gs_access_key_id", "gs_secret_access_key")
+    else:
+        return None
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path)
+        key, secret = (parser.get(section, name, fallback="").strip() for name in names)
+    except configparser.Error as exc:
+        raise StorageError(f"{bucket.uri}: cannot read {path}: {exc}", bucket=bucket.name,
+                           cause="no-credentials") from None
+    return (key, secret) if key and secret else None
+
+
 def access(bucket: Bucket) -> Access:
-    """The endpoint, region and credentials for `bucket`, from the chains above. Raises `StorageError`
-    (cause "no-credentials") when the chain finds none."""
+    """The endpoint, region and credentials for `bucket`, from the chains above (R2 and GCS: their own
+    files first, docs/storage.md). Raises `StorageError` (cause "no-credentials") when the chain finds none."""
     boto3 = require_boto3(bucket.uri)
     session = boto3.session.Session()
     endpoint = _endpoint(bucket, session)
-    region = bucket.region or session.region_name or ("auto" if bucket.store == "r2" else "us-east-1")
+    region = bucket.region or ("auto" if bucket.store == "r2" else session.region_name or "us-east-1")
+    own = _store_keys(bucket)
+    if own is not None:
+        return Access(endpoint_url=endpoint, region=region, store=bucket.store, access_key=own[0], secret_key=own[1])
     creds = session.get_credentials()
     if creds is None:
         raise StorageError(f"{bucket.uri}: no credentials found for bucket {bucket.name!r} (set AWS_ACCESS_KEY_ID "
-                           f"and AWS_SECRET_ACCESS_KEY, or a profile in ~/.aws/credentials)", bucket=bucket.name,
-                           cause="no-credentials")
+                           f"and AWS_SECRET_ACCESS_KEY, or a profile in ~/.aws/credentials"
+                           f"{_OWN_FILES.get(bucket.store, '')})", bucket=bucket.name, cause="no-credentials")
     frozen = creds.get_frozen_credentials()
-    return Access(endpoint_url=endpoint, region=region, access_key=frozen.access_key, secret_key=frozen.secret_key,
-                  token=frozen.token)
+    return Access(endpoint_url=endpoint, region=region, store=bucket.store, access_key=frozen.access_key,
+                  secret_key=frozen.secret_key, token=frozen.token)
+
+
+_OWN_FILES = {"r2": "; R2: profile [r2] in ~/.cloudflare/r2.credentials",
+              "gcs": "; GCS: HMAC keys as gs_access_key_id/gs_secret_access_key in ~/.boto [Credentials]"}
 
 
 def client(acc: Access, *, pool_size: int = 48) -> Any:
@@ -105,8 +166,13 @@ def client(acc: Access, *, pool_size: int = 48) -> Any:
     boto3 = require_boto3("storage")
     from botocore.config import Config
 
+    # R2 and GCS's XML API refuse the CRC32 checksums botocore >= 1.36 adds to every upload by default (an
+    # `aws-chunked` trailer; a composite checksum on CompleteMultipartUpload): only where an operation needs one
+    checksums = ({"request_checksum_calculation": "when_required", "response_checksum_validation": "when_required"}
+                 if acc.store in ("r2", "gcs") else {})
     config = Config(max_pool_connections=pool_size, retries={"max_attempts": 3, "mode": "standard"},
-                    connect_timeout=10, read_timeout=60, s3={"addressing_style": "path"} if acc.endpoint_url else None)
+                    connect_timeout=10, read_timeout=60, s3={"addressing_style": "path"} if acc.endpoint_url else None,
+                    **checksums)
     return boto3.client("s3", endpoint_url=acc.endpoint_url, region_name=acc.region, aws_access_key_id=acc.access_key,
                         aws_secret_access_key=acc.secret_key, aws_session_token=acc.token, config=config)
 

@@ -18,14 +18,15 @@ from typing import IO, Any
 
 from .s3 import storage_error
 
-__all__ = ["Progress", "upload_files", "upload_dir", "download_prefix", "list_prefix", "TEMP_MARK", "is_temporary"]
+__all__ = ["Progress", "upload_files", "delete_keys", "upload_dir", "download_prefix", "list_prefix", "TEMP_MARK", "is_temporary"]
 
 MiB = 1 << 20
 #: Parts of 8 MiB above 8 MiB, up to 10 part requests at once (boto3's defaults); objects under a part
-#: go one request each, 32 at once.
+#: go one request each, 16 at once (as rclone's --transfers 16: 32 threads spent 15% more CPU per object
+#: on the GIL for no more throughput, docs/storage.md "Speed").
 PART = 8 * MiB
 CONCURRENCY = 10
-SMALL_CONCURRENCY = 32
+SMALL_CONCURRENCY = 16
 #: A file whose name contains this is skyhive's (or s3transfer's) partial download: never uploaded or shown.
 TEMP_MARK = ".skyhive-part"
 
@@ -90,7 +91,7 @@ def _manager(s3: Any, part: int = PART) -> Any:
 
 
 def _run_all(s3: Any, jobs: list[tuple[str, str, int | None]], bucket: str, op: str,
-             progress: Progress | None) -> None:
+             progress: Progress | None, *, missing: list[str] | None = None) -> None:
     """Submit every (local path, key, size if known) transfer at once; wait for all; raise the first failure (the
     others are cancelled; s3transfer aborts a failed multipart upload and removes a failed download's
     temporary file)."""
@@ -122,10 +123,13 @@ def _run_all(s3: Any, jobs: list[tuple[str, str, int | None]], bucket: str, op: 
                 futures.append((key, manager.upload(path, bucket, key, subscribers=[Sub()])))
             else:
                 futures.append((key, manager.download(bucket, key, path, subscribers=[Sub(size)])))
-        for key, fut in futures:
+        for (path, _, _), (key, fut) in zip(jobs, futures):
             try:
                 fut.result()
             except Exception as exc:  # noqa: BLE001 - the first failure is raised below, named
+                if missing is not None and op == "upload" and not os.path.exists(path):
+                    missing.append(path)  # deleted while it was read: its multipart upload was aborted
+                    continue
                 failed = (exc, key)
                 break
         finished = failed is None
@@ -163,19 +167,63 @@ def list_prefix(s3: Any, bucket: str, prefix: str) -> list[Listed]:
 
 
 def upload_files(s3: Any, bucket: str, files: Iterable[tuple[str, str]], *, what: str = "",
-                 progress: Callable[[str, int], Progress | None] | None = None) -> int:
-    """Upload (local path, key) pairs in parallel; returns the bytes uploaded."""
-    jobs: list[tuple[str, str, int | None]] = [(path, key, None) for path, key in files]
-    total = sum(os.path.getsize(p) for p, _, _ in jobs)
+                 progress: Callable[[str, int], Progress | None] | None = None,
+                 missing: list[str] | None = None) -> int:
+    """Upload (local path, key) pairs in parallel; returns the bytes uploaded. With `missing` (a list), a
+    file deleted before or while it is read is skipped and its path appended there, instead of failing the
+    copy (a cached mount's writer may delete what the scan just saw)."""
+    jobs: list[tuple[str, str, int | None]] = []
+    sizes: dict[str, int] = {}
+    for path, key in files:
+        try:
+            sizes[path] = os.path.getsize(path)
+        except FileNotFoundError:
+            if missing is None:
+                raise
+            missing.append(path)
+            continue
+        jobs.append((path, key, sizes[path]))
+    total = sum(sizes.values())
     meter = progress(what, total) if progress else None
-    sizes = {path: os.path.getsize(path) for path, _, _ in jobs}
+    put = _put_one
+    if missing is not None:
+        def put(s3: Any, bucket: str, path: str, key: str, progress: Progress | None) -> None:
+            try:
+                _put_one(s3, bucket, path, key, progress)
+            except FileNotFoundError:
+                missing.append(path)
     try:
-        _parallel([j for j in jobs if sizes[j[0]] < PART], _put_one, s3, bucket, meter)
-        _run_all(s3, [j for j in jobs if sizes[j[0]] >= PART], bucket, "upload", meter)
+        _parallel([j for j in jobs if sizes[j[0]] < PART], put, s3, bucket, meter)
+        _run_all(s3, [j for j in jobs if sizes[j[0]] >= PART], bucket, "upload", meter, missing=missing)
     finally:
         if meter is not None:
             meter.finish()
-    return total
+    return total - sum(sizes[p] for p in missing or () if p in sizes)
+
+
+def delete_keys(s3: Any, bucket: str, keys: list[str], *, one_by_one: bool = False) -> None:
+    """Delete `keys` from `bucket` (1,000 per DeleteObjects request; with `one_by_one`, a DeleteObject
+    each: GCS's XML API has no multi-object delete); a key already gone is no error. Raises `StorageError`
+    naming the first key the endpoint refused to delete."""
+    if one_by_one:
+        for key in keys:
+            try:
+                s3.delete_object(Bucket=bucket, Key=key)
+            except Exception as exc:  # noqa: BLE001
+                raise storage_error(exc, bucket=bucket, key=key, doing="deleting") from exc
+        return
+    for start in range(0, len(keys), 1000):
+        batch = keys[start:start + 1000]
+        try:
+            done = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True})
+        except Exception as exc:  # noqa: BLE001
+            raise storage_error(exc, bucket=bucket, key=batch[0], doing="deleting") from exc
+        for err in done.get("Errors", ()):
+            from botocore.exceptions import ClientError
+
+            exc = ClientError({"Error": {"Code": err.get("Code", ""), "Message": err.get("Message", "")}},
+                              "DeleteObjects")
+            raise storage_error(exc, bucket=bucket, key=err.get("Key", ""), doing="deleting") from None
 
 
 def upload_dir(s3: Any, bucket: str, prefix: str, local: str, *, progress: bool = False) -> int:
@@ -202,6 +250,7 @@ def download_prefix(s3: Any, bucket: str, prefix: str, local: str, *, progress: 
     start = f"{prefix}/" if prefix else ""
     base = os.path.realpath(local)
     jobs = []
+    made = {base}
     for obj in listed:
         rel = obj.key[len(start):]
         if not rel or rel.endswith("/"):
@@ -210,7 +259,10 @@ def download_prefix(s3: Any, bucket: str, prefix: str, local: str, *, progress: 
         if not path.startswith(base + os.sep):
             raise storage_error(ValueError("the key leaves the target folder"), bucket=bucket, key=obj.key,
                                 doing="downloading")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        folder = os.path.dirname(path)
+        if folder not in made:  # one mkdir per folder, not per object
+            os.makedirs(folder, exist_ok=True)
+            made.add(folder)
         jobs.append((path, obj.key, obj.size))
     total = sum(o.size for o in listed)
     meter = Progress(f"download s3://{bucket}/{prefix}", total, force=progress)
@@ -245,8 +297,8 @@ def _put_one(s3: Any, bucket: str, path: str, key: str, progress: Progress | Non
     """One object in one PUT (the object exists only once the PUT succeeded)."""
     with open(path, "rb") as fh:
         s3.put_object(Bucket=bucket, Key=key, Body=fh)
-    if progress is not None:
-        progress(os.path.getsize(path))
+        if progress is not None:
+            progress(os.fstat(fh.fileno()).st_size)
 
 
 def _parallel(jobs: list[tuple[str, str, int | None]], one: Callable[..., None], s3: Any, bucket: str,
