@@ -72,7 +72,7 @@ def terminate_instances(rec: ClusterRecord, *, why: str = "") -> list[str]:
             f"({cause}). The record is kept, shown leaking by `skyhive ls` and `skyhive status`; run "
             f"`skyhive down {rec.name}` again once {provider.name} answers", pool_id=rec.name, leaked=leaked) from exc
     log.info("pool %s: instances %s terminated", rec.name, ", ".join(ids))
-    from .stop import close_log
+    from .closing import close_log
 
     close_log(rec.name, why=why or f"instances {', '.join(ids)} terminated", destroy=False)
     return ids

@@ -12,7 +12,7 @@ import signal
 import time
 from collections.abc import Callable, Collection, Mapping
 
-from ...errors import PoolNotFound, SSHError
+from ...errors import SSHError
 from ..onnode.nodecmd import work_root
 from ..transport.local_detached import CLUSTER_ENV, is_worker_server, server_pid
 from . import record as records
@@ -82,19 +82,10 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
         # once the provider confirms: recorded here, a failed termination would leave the log saying
         # `terminated` for instances that still run
         return ended
+    from .closing import close_log
+
     close_log(name, why=why, destroy=not keep_machines)
     return ended
-
-
-def close_log(name: str, *, why: str, destroy: bool) -> None:
-    """Record the named pool `name` stopped in its log (its workers stopped, its nodes terminated), if
-    the log does not say so already; `destroy` also has its provider destroy what it holds by tag."""
-    from ..commands.inventory import down, find
-
-    with contextlib.suppress(PoolNotFound):
-        entry = find(name)
-        if entry.pool_id == name and entry.needs_down:
-            down(entry, force=True, why=why, leftovers=False, destroy=destroy)
 
 
 def marked(socket_dir: str) -> list[int]:
