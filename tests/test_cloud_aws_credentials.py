@@ -118,3 +118,48 @@ def test_the_profile_option_reaches_the_chain_and_the_pools_record(tmp_path, bar
     assert os.environ["AWS_PROFILE"] == "work"
     assert AWS().describe()["profile"] == "work"
     assert AWS().driver.key == "AKIAWORK"  # no call made: the driver only holds the key
+
+
+async def test_a_pool_outlives_credentials_that_expire(fake_ec2_proxy, bare_home, tmp_path):
+    """A `credential_process` profile whose keys change: each call is signed with the keys of its moment.
+    Keys about to expire (inside botocore's refresh window) are replaced before the next call, with no
+    call refused; keys that AWS refuses as expired (ExpiredToken, by the fake proxy) are renewed through
+    the chain and the call retried once; the pool ends cleanly with the newest keys."""
+    import json
+    import sys
+    from datetime import datetime, timedelta, timezone
+
+    moto = fake_ec2_proxy
+    state = tmp_path / "issued.json"
+    script = tmp_path / "issue.py"
+    script.write_text(f"import sys\nsys.stdout.write(open({str(state)!r}).read())\n")
+
+    def issue(key: str, minutes: float) -> None:
+        expiry = (datetime.now(timezone.utc) + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        state.write_text(json.dumps({"Version": 1, "AccessKeyId": key, "SecretAccessKey": f"secret-{key}",
+                                     "SessionToken": f"token-{key}", "Expiration": expiry}))
+
+    (bare_home / ".aws" / "config").write_text(f"[profile rolling]\ncredential_process = {sys.executable} {script}\n")
+    issue("ASIAFIRST", 8)  # expires in 8 minutes: botocore refreshes before every use (its 10-minute window)
+    aws = provider(moto, profile="rolling")
+    await aws.create(ClusterSpec(pool_id="p-roll", nodes=1))
+    proxy = moto.proxy
+    assert set(proxy.keys) == {"ASIAFIRST"}
+    issue("ASIASECOND", 60)  # the process now hands out new keys, valid for an hour
+    mark = len(proxy.keys)
+    assert len(await aws.call(aws.list_sync, "p-roll")) == 1
+    # the next calls (DescribeInstances, libcloud's DescribeAddresses) already signed with the new keys,
+    # none refused
+    assert proxy.keys[mark:] and set(proxy.keys[mark:]) == {"ASIASECOND"}
+    proxy.expired.add("ASIASECOND")  # AWS says they expired (a revoked session, a skewed clock)
+    issue("ASIATHIRD", 60)
+    mark = len(proxy.keys)
+    assert len(await aws.call(aws.list_sync, "p-roll")) == 1
+    # refused once, renewed, retried; then the new keys only
+    assert proxy.keys[mark:mark + 2] == ["ASIASECOND", "ASIATHIRD"] and set(proxy.keys[mark + 1:]) == {"ASIATHIRD"}
+    assert [a for a, _ in proxy.calls[mark:mark + 2]] == ["DescribeInstances", "DescribeInstances"]
+    mark = len(proxy.keys)
+    await aws.down("p-roll")
+    assert proxy.keys[mark:] and set(proxy.keys[mark:]) == {"ASIATHIRD"}
+    assert "ASIA" not in repr(aws.describe()) and "secret-" not in repr(aws.driver.connection.credentials)
+    assert leftovers(moto.upstream, proxy=proxy) == NOTHING_LEFT

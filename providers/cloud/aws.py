@@ -139,7 +139,7 @@ class AWS(EC2Access, LibcloudProvider):
 
             creds = aws_credentials.resolve(self.profile)
             self._driver = make_driver(key=creds.access_key, secret=creds.secret_key, region=self.region,
-                                       token=creds.token, endpoint=self.endpoint)
+                                       token=creds.token, endpoint=self.endpoint, credentials=creds.source)
         return self._driver
 
     @property

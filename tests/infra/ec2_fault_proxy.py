@@ -19,7 +19,13 @@ unchanged, except:
   ``InvalidPlacementGroup.InUse``. ``Placement.GroupName`` is removed before RunInstances reaches moto
   (which would ignore it) and the instances it made are remembered as members.
 
-Every request is recorded (``calls``: action and its parameters) so that tests can read what was asked.
+- expired credentials: a call signed (SigV4 ``Authorization: ... Credential=KEY/...``) with an access key
+  named in ``expired`` is refused, as AWS refuses a call whose temporary credentials have expired: HTTP
+  403, code ``ExpiredToken``, "The security token included in the request is expired" (AWS Common
+  Errors, ExpiredToken(Exception) 403; AWS re:Post "security-token-expired").
+
+Every request is recorded (``calls``: action and its parameters; ``keys``: the access key it was signed
+with) so that tests can read what was asked, and by whom.
 It is a fake: what it answers by itself is only what the rules above say.
 """
 
@@ -39,7 +45,7 @@ __all__ = ["FakeEC2FaultProxy", "Fault", "ERROR_STATUS", "error_body"]
 NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 
 #: HTTP status EC2 uses per error code (client errors 400 unless listed)
-ERROR_STATUS = {"RequestLimitExceeded": 503, "Unavailable": 503, "ServiceUnavailable": 503,
+ERROR_STATUS = {"ExpiredToken": 403, "RequestLimitExceeded": 503, "Unavailable": 503, "ServiceUnavailable": 503,
                 "InternalError": 500, "InternalFailure": 500, "AuthFailure": 401, "UnauthorizedOperation": 403}
 
 
@@ -83,6 +89,8 @@ class FakeEC2FaultProxy:
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.faults: list[Fault] = []
         self.calls: list[tuple[str, dict[str, str]]] = []
+        self.keys: list[str] = []  # the access key each call was signed with, in the order of `calls`
+        self.expired: set[str] = set()  # access keys refused as expired
         self.counts: dict[str, int] = {}
         self.placement_groups: dict[str, _PlacementGroup] = {}
         self.placement_log: list[str] = []  # "create NAME", "delete NAME"
@@ -149,8 +157,13 @@ class FakeEC2FaultProxy:
     def _answer(self, method: str, path: str, headers: dict[str, str], body: bytes,
                 params: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
         action = params.get("Action", "")
+        auth = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
+        key = auth.split("Credential=", 1)[1].split("/", 1)[0] if "Credential=" in auth else ""
         with self._lock:
             self.calls.append((action, dict(params)))
+            self.keys.append(key)
+            if key in self.expired:
+                return self._error("ExpiredToken", "The security token included in the request is expired")
             n = self.counts[action] = self.counts.get(action, 0) + 1
             fault = next((f for f in self.faults if f.action == action and f.hits(n)), None)
         if fault is not None and not fault.after_forward:
