@@ -11,6 +11,7 @@ import pytest
 from skyhive.providers.base import ClusterSpec, ProvisionError, RetryPolicy
 from skyhive.providers.cloud.aws import AWS, client_token
 from skyhive.providers.cloud.base import CloudTimeouts
+from tests.infra.fake_service_quotas import FakeServiceQuotas
 from tests.infra.moto_ec2 import NOTHING_LEFT, ec2_client, leftovers
 
 pytestmark = [pytest.mark.loopback_only, pytest.mark.anyio]
@@ -131,15 +132,20 @@ async def test_imdsv2_is_required_with_hop_limit_two(fake_ec2_proxy):
     assert left(moto) == NOTHING_LEFT
 
 
-async def test_vcpu_quota_names_the_quota_and_how_to_raise_it(fake_ec2_proxy):
+async def test_vcpu_quota_names_the_quota_and_how_to_raise_it(fake_ec2_proxy, monkeypatch):
     moto = fake_ec2_proxy
     moto.proxy.fail("RunInstances", "VcpuLimitExceeded", at=1)
     provider = aws(moto, instance_type="p3.2xlarge")
-    with pytest.raises(ProvisionError) as err:
-        await provider.create(ClusterSpec(pool_id="p-vcpu", nodes=2))
+    with FakeServiceQuotas({"L-417A185B": 0}) as quotas:  # moto has no EC2 quotas: the labelled fake
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", quotas.endpoint)
+        with pytest.raises(ProvisionError) as err:
+            await provider.create(ClusterSpec(pool_id="p-vcpu", nodes=2))
+        assert quotas.asked == [("us-east-1", "L-417A185B")]
     text = str(err.value)
     assert err.value.code == "VcpuLimitExceeded" and err.value.kind == "quota"
     assert "Running On-Demand P instances" in text and "--quota-code L-417A185B" in text
+    # the quota's value as Service Quotas states it, and what the pool needs (2 x 8 vCPUs)
+    assert "is 0 vCPUs (Service Quotas); the pool needs 16" in text and "--desired-value 16" in text
     assert len(moto.proxy.actions("RunInstances")) == 1  # no other zone: quotas are per region
     assert left(moto) == NOTHING_LEFT
 

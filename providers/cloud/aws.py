@@ -10,6 +10,7 @@ again only by that tag. libcloud's EC2 quirks under moto are corrected in `ec2_d
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -21,7 +22,7 @@ from typing import Any, ClassVar, TypeVar
 import anyio.to_thread
 
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
-from . import aws_credentials, aws_images, aws_launch, catalog
+from . import aws_credentials, aws_images, aws_launch, aws_quotas, catalog
 from .aws_data import (EC2_ERRORS, EC2_STATES, EFA_TYPES, LAUNCH_TAG, NODE_TAG, PLACEMENT_TAG, POOL_TAG,
                        JUST_MADE, READY_COMMAND, USER_DATA, b64, client_token, vcpu_quota)
 from .aws_network import AWSNetwork
@@ -183,18 +184,13 @@ class AWS(EC2Access, LibcloudProvider):
             return [("credentials", f"NOT FOUND: {exc}")]
         lines = [("credentials", f"found ({creds.method or 'unknown source'}; key {creds.access_key[:4]}…)")]
         region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-        try:
-            import botocore.config
-            import botocore.session
-
-            session = botocore.session.Session(profile=profile)
-            client = session.create_client("service-quotas", region_name=region, config=botocore.config.Config(
-                connect_timeout=5, read_timeout=10, retries={"max_attempts": 1}))
-            for code in cls.CHECKED_QUOTAS:
-                quota = client.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]
-                lines.append((f"vCPU quota {region}", f"{quota['QuotaName']} ({code}): {quota['Value']:g}"))
-        except Exception as exc:  # noqa: BLE001 - the quota is extra information: say why it is missing
-            lines.append((f"vCPU quota {region}", f"could not be read ({type(exc).__name__}: {exc})"))
+        for code in cls.CHECKED_QUOTAS:
+            try:
+                quota = aws_quotas.read_vcpu_quota(code, region, profile=profile)
+            except aws_quotas.QuotaUnreadable as exc:  # said, never guessed; the others may still be read
+                lines.append((f"vCPU quota {region} {code}", f"could not be read ({exc})"))
+            else:
+                lines.append((f"vCPU quota {region} {code}", str(quota)))
         return lines
 
     # ---- choosing the machine --------------------------------------------------------------------------
@@ -256,10 +252,18 @@ class AWS(EC2Access, LibcloudProvider):
             if exc.code == "VcpuLimitExceeded":
                 choice = self.choice(spec)
                 name, code = vcpu_quota(choice.instance_type, choice.spot)
-                extra.append(f"the vCPU quota {name!r} ({code}) of {self.region} is too low for {spec.nodes} x "
-                             f"{choice.instance_type}; ask for more: Service Quotas console, or `aws service-quotas "
+                need = spec.nodes * choice.vcpus
+                try:
+                    quota = await anyio.to_thread.run_sync(functools.partial(
+                        aws_quotas.read_vcpu_quota, code, self.region, profile=self.profile, endpoint=self.endpoint))
+                    now = f"is {quota.value:g} vCPUs (Service Quotas)"
+                except aws_quotas.QuotaUnreadable as why:
+                    now = f"could not be read ({why})"
+                extra.append(f"the vCPU quota {name!r} ({code}) of {self.region} {now}; the pool needs {need} "
+                             f"({spec.nodes} x {choice.instance_type}, {choice.vcpus} vCPUs each) beside what runs; "
+                             f"ask for more: Service Quotas console, or `aws service-quotas "
                              f"request-service-quota-increase --service-code ec2 --quota-code {code} "
-                             f"--desired-value N --region {self.region}`")
+                             f"--desired-value {need} --region {self.region}`")
             skipped = self._skipped.get(spec.pool_id)
             if skipped:
                 extra.append(f"zones skipped: {', '.join(skipped)}")
