@@ -22,8 +22,8 @@ from typing import Any, ClassVar, TypeVar
 import anyio.to_thread
 
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
-from . import aws_credentials, aws_images, aws_launch, aws_quotas, catalog
-from .aws_data import (EC2_ERRORS, EC2_STATES, EFA_TYPES, LAUNCH_TAG, NODE_TAG, PLACEMENT_TAG, POOL_TAG,
+from . import aws_credentials, aws_efa, aws_images, aws_launch, aws_quotas, catalog
+from .aws_data import (ADDRESS_TAG, EC2_ERRORS, EC2_STATES, EFA_TYPES, LAUNCH_TAG, NODE_TAG, PLACEMENT_TAG, POOL_TAG,
                        JUST_MADE, READY_COMMAND, USER_DATA, b64, client_token, vcpu_quota)
 from .aws_network import AWSNetwork
 from .aws_access import EC2Access
@@ -53,7 +53,8 @@ class AWS(EC2Access, LibcloudProvider):
     - `vpc`: a VPC id (default: the region's default VPC); `subnet` / `subnets`: the subnet (one per zone)
       nodes launch in (their zones are then the zones tried); `security_group`: an existing group id to
       use instead of a group made per pool (it must let the client SSH in and the nodes reach each other).
-    - `efa`: EFA interfaces on the types that have them (default: on, for pools of more than one node);
+    - `efa`: EFA on every network card of the types that have it (default: on, for pools of more than one
+      node); a node with several interfaces is reachable through an Elastic IP made and released with the pool;
       `placement_group`: a cluster placement group made and deleted with the pool (default: on for
       multi-node GPU pools).
     - `ssh_cidr`: who may open SSH to the nodes (default: this client's public address, looked up; "127.0.0.1/32"
@@ -222,6 +223,10 @@ class AWS(EC2Access, LibcloudProvider):
                                  f"{', '.join(sorted(EFA_TYPES))}", kind="unavailable")
         return self.efa
 
+    def efa_cards(self, spec: ClusterSpec) -> int:
+        """On how many network cards each node gets EFA: every card of the type when it uses EFA, else 0."""
+        return EFA_TYPES[self.choice(spec).instance_type] if self.uses_efa(spec) else 0
+
     def uses_placement_group(self, spec: ClusterSpec) -> bool:
         """A cluster placement group: `placement_group`, else on for multi-node GPU pools (nodes close
         together for NCCL)."""
@@ -308,7 +313,8 @@ class AWS(EC2Access, LibcloudProvider):
     def prepare_sync(self, spec: ClusterSpec) -> None:
         choice = self.choice(spec)
         log.info("aws: pool %s: %s", spec.pool_id, choice.summary())
-        key_name = self._key_pair(spec.pool_id, placement=self.uses_placement_group(spec))
+        key_name = self._key_pair(spec.pool_id, placement=self.uses_placement_group(spec),
+                                  addresses=aws_efa.several_interfaces(self.efa_cards(spec)))
         group_id = self.security_group or self.network.pool_group(spec.pool_id, efa=self.uses_efa(spec))
         placement = self.network.placement_group(spec.pool_id) if self.uses_placement_group(spec) else None
         self._shared[spec.pool_id] = (key_name, group_id, placement)
@@ -317,15 +323,16 @@ class AWS(EC2Access, LibcloudProvider):
         return {"TagSpecification.1.ResourceType": resource, "TagSpecification.1.Tag.1.Key": POOL_TAG,
                 "TagSpecification.1.Tag.1.Value": pool_id}
 
-    def _key_pair(self, pool_id: str, *, placement: bool = False) -> str:
-        """The pool's key pair (imported once). It also carries, as a tag, whether the pool has a placement
-        group, so that a cleanup in any process knows to look for one."""
+    def _key_pair(self, pool_id: str, *, placement: bool = False, addresses: bool = False) -> str:
+        """The pool's key pair (imported once). It also carries, as tags, whether the pool has a placement
+        group and Elastic IPs, so that a cleanup in any process knows to look for them."""
         name = f"skyhive-{pool_id}"
         _, public = pool_key(pool_id)
         if name not in self._owned_key_pairs(pool_id):
             tags = self._tags(pool_id, "key-pair")
-            if placement:
-                tags.update({"TagSpecification.1.Tag.2.Key": PLACEMENT_TAG, "TagSpecification.1.Tag.2.Value": name})
+            markers = ([(PLACEMENT_TAG, name)] if placement else []) + ([(ADDRESS_TAG, "yes")] if addresses else [])
+            for n, (key, value) in enumerate(markers, 2):
+                tags.update({f"TagSpecification.1.Tag.{n}.Key": key, f"TagSpecification.1.Tag.{n}.Value": value})
             self._retrying("ImportKeyPair", lambda: self.driver.request({
                 "Action": "ImportKeyPair", "KeyName": name, "PublicKeyMaterial": b64(public), **tags}))
         return name
@@ -415,6 +422,8 @@ class AWS(EC2Access, LibcloudProvider):
         keys = self._owned_key_pairs(pool_id)
         if any(PLACEMENT_TAG in tags for tags in keys.values()):  # the placement group goes before its marker
             deleted += self.network.delete_placement_group(pool_id)
+        if any(ADDRESS_TAG in tags for tags in keys.values()):  # so do the Elastic IPs
+            deleted += aws_efa.release_addresses(self, pool_id)
         for name in keys:
             self._retrying("DeleteKeyPair", lambda: self.driver.request({"Action": "DeleteKeyPair", "KeyName": name}))
             deleted.append(f"key pair {name}")
