@@ -178,3 +178,40 @@ async def test_a_launch_cancelled_while_it_retries_leaves_nothing(fake_ec2_proxy
     assert left(moto)["instances"] == 0
     await provider.cleanup("p-cancel")
     assert left(moto) == NOTHING_LEFT
+
+
+async def test_fixed_calls_are_skipped_only_where_their_answer_is_known(fake_ec2_proxy):
+    """A pool prepared from nothing by this provider: no listing before ImportKeyPair, CreateSecurityGroup
+    or the first RunInstances (nothing of the pool can exist), no DescribeAddresses with the listings, and
+    its cleanup deletes what it made by name and id with one proving listing. Where the answer is not
+    known — a second provider (another process) on the same pool, a create whose answer was lost —
+    EC2's Duplicate sends it to the listings by tag, what runs is counted, nothing is doubled, the group
+    keeps its rules, and nothing is left."""
+    moto = fake_ec2_proxy
+    proxy = moto.proxy
+    spec = ClusterSpec(pool_id="p-calls", nodes=2)
+    await aws(moto).create(spec)
+    actions = [a for a, _ in proxy.calls]
+    before_run = actions[:actions.index("RunInstances")]
+    assert not {"DescribeKeyPairs", "DescribeSecurityGroups", "DescribeInstances"} & set(before_run), before_run
+    assert "DescribeAddresses" not in actions
+    other = aws(moto)  # another process resumes the same pool: nothing is known to it
+    mark = len(proxy.calls)
+    handles = await other.create(spec)
+    later = [a for a, _ in proxy.calls[mark:]]
+    assert "RunInstances" not in later and {"DescribeKeyPairs", "DescribeSecurityGroups", "DescribeInstances"} <= set(later)
+    assert sorted(h.node for h in handles) == [0, 1] and len(ever_made(moto, "p-calls")) == 2
+    await other.down("p-calls")  # made nothing itself: finds the key pair and the group by tag
+    assert left(moto) == NOTHING_LEFT
+
+    proxy.fail("CreateSecurityGroup", "InternalError", after_forward=True,  # the next one: made, answer lost
+               at=proxy.counts["CreateSecurityGroup"] + 1)
+    mark = len(proxy.calls)
+    provider = aws(moto)
+    await provider.create(ClusterSpec(pool_id="p-lost", nodes=1))
+    (group,) = ec2_client(moto.upstream).describe_security_groups(
+        Filters=[{"Name": "tag:skyhive-pool", "Values": ["p-lost"]}])["SecurityGroups"]
+    assert {(p.get("FromPort"), p["IpProtocol"]) for p in group["IpPermissions"]} >= {(22, "tcp")}
+    assert [a for a, _ in proxy.calls[mark:]].count("CreateSecurityGroup") == 2
+    await provider.down("p-lost")
+    assert left(moto) == NOTHING_LEFT

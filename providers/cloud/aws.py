@@ -116,6 +116,10 @@ class AWS(EC2Access, LibcloudProvider):
         self._attempts: dict[tuple[str, str], int] = {}
         self._skipped: dict[str, list[str]] = {}  # pool -> "zone (why)" skipped for want of a subnet
         self._no_credentials: set[str] = set()  # pools that failed before anything could be made
+        # pool -> the markers of the key pair this provider imported for it, in this process: the pool is
+        # new here (nothing of it could run before), and cleanup needs no listing to know the key pair
+        self._imported: dict[str, dict[str, str]] = {}
+        self._launched: set[str] = set()  # pools with a launch attempt in this process
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -328,13 +332,23 @@ class AWS(EC2Access, LibcloudProvider):
         group and Elastic IPs, so that a cleanup in any process knows to look for them."""
         name = f"skyhive-{pool_id}"
         _, public = pool_key(pool_id)
-        if name not in self._owned_key_pairs(pool_id):
-            tags = self._tags(pool_id, "key-pair")
-            markers = ([(PLACEMENT_TAG, name)] if placement else []) + ([(ADDRESS_TAG, "yes")] if addresses else [])
-            for n, (key, value) in enumerate(markers, 2):
-                tags.update({f"TagSpecification.1.Tag.{n}.Key": key, f"TagSpecification.1.Tag.{n}.Value": value})
+        tags = self._tags(pool_id, "key-pair")
+        markers = ([(PLACEMENT_TAG, name)] if placement else []) + ([(ADDRESS_TAG, "yes")] if addresses else [])
+        for n, (key, value) in enumerate(markers, 2):
+            tags.update({f"TagSpecification.1.Tag.{n}.Key": key, f"TagSpecification.1.Tag.{n}.Value": value})
+        try:  # imported without a listing first: a pool that has one already is told by EC2 (Duplicate)
             self._retrying("ImportKeyPair", lambda: self.driver.request({
                 "Action": "ImportKeyPair", "KeyName": name, "PublicKeyMaterial": b64(public), **tags}))
+        except Exception as exc:
+            if self.error_code(exc) != "InvalidKeyPair.Duplicate":
+                raise
+            if name not in self._owned_key_pairs(pool_id):  # the name is taken, but not by this pool's tag
+                raise ProvisionError(f"aws: a key pair named {name} exists in {self.region} without the tag "
+                                     f"{POOL_TAG}={pool_id}: not this pool's; delete it or use another pool name",
+                                     kind="fatal") from exc
+            self._imported.pop(pool_id, None)  # made before (a retry, another process): not new here
+            return name
+        self._imported[pool_id] = dict(markers)
         return name
 
     def _owned_key_pairs(self, pool_id: str) -> dict[str, dict[str, str]]:
@@ -407,7 +421,7 @@ class AWS(EC2Access, LibcloudProvider):
         filters: dict[str, Any] = {f"tag:{POOL_TAG}": pool_id}
         if states is not None:
             filters["instance-state-name"] = list(states)
-        found = self._retrying("DescribeInstances", lambda: self.driver.list_nodes(ex_filters=filters))
+        found = self._retrying("DescribeInstances", lambda: self.driver.list_instances(filters))
         return sorted((self._handle(n, pool_id) for n in found), key=lambda h: (h.node, h.provider_id))
 
     def terminate_sync(self, provider_id: str) -> None:
@@ -419,7 +433,8 @@ class AWS(EC2Access, LibcloudProvider):
         if pool_id in self._no_credentials:
             return []
         deleted = self.network.delete_pool_groups(pool_id)
-        keys = self._owned_key_pairs(pool_id)
+        known = self._imported.get(pool_id)  # imported here: its name and markers are known, no listing needed
+        keys = {f"skyhive-{pool_id}": known} if known is not None else self._owned_key_pairs(pool_id)
         if any(PLACEMENT_TAG in tags for tags in keys.values()):  # the placement group goes before its marker
             deleted += self.network.delete_placement_group(pool_id)
         if any(ADDRESS_TAG in tags for tags in keys.values()):  # so do the Elastic IPs
@@ -430,6 +445,8 @@ class AWS(EC2Access, LibcloudProvider):
         if remove_pool_key(pool_id):
             deleted.append("the pool's private key")
         self._shared.pop(pool_id, None)
+        self._imported.pop(pool_id, None)
+        self._launched.discard(pool_id)
         return deleted
 
     # ---- records ---------------------------------------------------------------------------------------

@@ -84,13 +84,19 @@ def _launch(aws: AWS, spec: ClusterSpec, nodes: Sequence[int], zone: str) -> dic
         aws._shared[pool_id] = (f"skyhive-{pool_id}", groups[0], placement)
     with aws._lock:
         attempt = aws._attempts[(pool_id, zone)] = aws._attempts.get((pool_id, zone), 0) + 1
+        # the first launch of a pool this provider prepared from nothing (its key pair imported new here):
+        # nothing of the pool can run yet, so the count by tag before it is known to be empty. Every
+        # retry, later attempt, or pool prepared elsewhere is counted.
+        known_empty = pool_id in aws._imported and pool_id not in aws._launched
+        aws._launched.add(pool_id)
     launch_id = f"{zone}/{attempt}"
     wanted = list(nodes)
     delays = aws.retry.delays()
     tries = 0
     grace = time.monotonic() + aws.timeouts.visibility_grace
     while True:
-        present = _claim(aws, pool_id, wanted, launch_id)
+        present = {} if known_empty else _claim(aws, pool_id, wanted, launch_id)
+        known_empty = False
         missing = [i for i in wanted if i not in present]
         if not missing:
             return {i: present[i] for i in wanted}

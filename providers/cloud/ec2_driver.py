@@ -142,6 +142,23 @@ class SkyhiveEC2Driver(EC2NodeDriver):
         body = self.connection.request(self.path, params={**params, "Action": "RunInstances"}).object
         return list(self._to_nodes(body, "instancesSet/item"))
 
+    def list_instances(self, filters: dict[str, Any]) -> list[Any]:
+        """DescribeInstances with `filters` (name -> value or list of values), as libcloud nodes: one call
+        (libcloud's ``list_nodes`` adds a DescribeAddresses to merge Elastic IPs into the public
+        addresses, which EC2 already reports as the instance's ``ipAddress``)."""
+        params = {"Action": "DescribeInstances"}
+        for i, (name, values) in enumerate(filters.items(), 1):
+            params[f"Filter.{i}.Name"] = name
+            for j, value in enumerate([values] if isinstance(values, str) else list(values), 1):
+                params[f"Filter.{i}.Value.{j}"] = str(value)
+        body = self.connection.request(self.path, params=params).object
+        nodes = []
+        for el in body.iter():
+            if el.tag.rsplit("}", 1)[-1] == "reservationSet":
+                for reservation in el:
+                    nodes += self._to_nodes(reservation, "instancesSet/item")
+        return nodes
+
     def request(self, params: dict[str, str]) -> ET.Element:
         """A raw EC2 API call (for actions libcloud does not wrap); the parsed, namespace-fixed body."""
         return self.connection.request(self.path, params=params).object
