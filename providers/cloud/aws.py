@@ -190,12 +190,8 @@ class AWS(EC2Access, LibcloudProvider):
         lines = [("credentials", f"found ({creds.method or 'unknown source'}; key {creds.access_key[:4]}…)")]
         region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
         for code in cls.CHECKED_QUOTAS:
-            try:
-                quota = aws_quotas.read_vcpu_quota(code, region, profile=profile)
-            except aws_quotas.QuotaUnreadable as exc:  # said, never guessed; the others may still be read
-                lines.append((f"vCPU quota {region} {code}", f"could not be read ({exc})"))
-            else:
-                lines.append((f"vCPU quota {region} {code}", str(quota)))
+            # unread: said why, never guessed; the others may still be read
+            lines.append((f"vCPU quota {region} {code}", str(aws_quotas.read_vcpu_quota(code, region, profile=profile))))
         return lines
 
     # ---- choosing the machine --------------------------------------------------------------------------
@@ -262,12 +258,9 @@ class AWS(EC2Access, LibcloudProvider):
                 choice = self.choice(spec)
                 name, code = vcpu_quota(choice.instance_type, choice.spot)
                 need = spec.nodes * choice.vcpus
-                try:
-                    quota = await anyio.to_thread.run_sync(functools.partial(
-                        aws_quotas.read_vcpu_quota, code, self.region, profile=self.profile, endpoint=self.endpoint))
-                    now = f"is {quota.value:g} vCPUs (Service Quotas)"
-                except aws_quotas.QuotaUnreadable as why:
-                    now = f"could not be read ({why})"
+                quota = await anyio.to_thread.run_sync(functools.partial(
+                    aws_quotas.read_vcpu_quota, code, self.region, profile=self.profile, endpoint=self.endpoint))
+                now = f"is {quota.value:g} vCPUs (Service Quotas)" if quota.value is not None else str(quota)
                 extra.append(f"the vCPU quota {name!r} ({code}) of {self.region} {now}; the pool needs {need} "
                              f"({spec.nodes} x {choice.instance_type}, {choice.vcpus} vCPUs each) beside what runs; "
                              f"ask for more: Service Quotas console, or `aws service-quotas "

@@ -18,41 +18,44 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["VcpuQuota", "read_vcpu_quota", "QuotaUnreadable"]
-
-
-class QuotaUnreadable(Exception):
-    """Service Quotas did not say (no endpoint, access denied, no such quota): the reason, as text."""
+__all__ = ["VcpuQuota", "read_vcpu_quota"]
 
 
 @dataclass(frozen=True, slots=True)
 class VcpuQuota:
+    """A quota as Service Quotas states it; `value` None when it could not be read, `why` then says why
+    (no endpoint, access denied, no such quota)."""
+
     code: str  # "L-417A185B"
-    name: str  # "Running On-Demand P instances"
-    value: float  # vCPUs
     region: str
+    name: str = ""  # "Running On-Demand P instances"
+    value: float | None = None  # vCPUs
+    why: str = ""
 
     def __str__(self) -> str:
+        if self.value is None:
+            return f"could not be read ({self.why})"
         return f"{self.name} ({self.code}): {self.value:g} vCPUs"
 
 
 def read_vcpu_quota(code: str, region: str, *, profile: str | None = None, endpoint: str | None = None) -> VcpuQuota:
-    """The EC2 quota `code` of `region` as Service Quotas states it now, or `QuotaUnreadable` saying why.
+    """The EC2 quota `code` of `region` as Service Quotas states it now (`value` None and `why` when not).
     `endpoint`: the provider's EC2 endpoint (a test server): Service Quotas is then asked only at
     ``AWS_ENDPOINT_URL_SERVICE_QUOTAS``."""
     if endpoint and not os.environ.get("AWS_ENDPOINT_URL_SERVICE_QUOTAS"):
-        raise QuotaUnreadable(f"EC2 endpoint {endpoint} has no Service Quotas (set AWS_ENDPOINT_URL_SERVICE_QUOTAS)")
+        return VcpuQuota(code, region, why=f"EC2 endpoint {endpoint} has no Service Quotas (set "
+                                           f"AWS_ENDPOINT_URL_SERVICE_QUOTAS)")
     try:
         import botocore.config
         import botocore.session
     except ImportError:
-        raise QuotaUnreadable("reading quotas needs botocore, the `aws` extra") from None
+        return VcpuQuota(code, region, why="reading quotas needs botocore, the `aws` extra")
     try:
         session = botocore.session.Session(profile=profile)
         client = session.create_client("service-quotas", region_name=region, config=botocore.config.Config(
             connect_timeout=5, read_timeout=10, retries={"max_attempts": 1}))
         quota = client.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]
-        return VcpuQuota(code=str(quota.get("QuotaCode") or code), name=str(quota.get("QuotaName") or code),
-                         value=float(quota["Value"]), region=region)
+        return VcpuQuota(code=str(quota.get("QuotaCode") or code), region=region,
+                         name=str(quota.get("QuotaName") or code), value=float(quota["Value"]))
     except Exception as exc:  # noqa: BLE001 - the quota is extra information: say why it is missing
-        raise QuotaUnreadable(f"{type(exc).__name__}: {exc}") from exc
+        return VcpuQuota(code, region, why=f"{type(exc).__name__}: {exc}")
