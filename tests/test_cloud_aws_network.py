@@ -150,6 +150,18 @@ async def test_multi_node_efa_on_every_card_a_placement_group_and_elastic_ips_al
     assert left(moto) == NOTHING_LEFT  # Elastic IPs released too
 
 
+async def test_the_elastic_ip_quota_is_named_and_what_was_allocated_is_released(fake_ec2_proxy):
+    moto = fake_ec2_proxy
+    moto.proxy.fail("AllocateAddress", "AddressLimitExceeded", at=2)  # the second node's address
+    provider = aws(moto, instance_type="p4d.24xlarge", zones=["us-east-1a"])
+    with pytest.raises(ProvisionError) as err:
+        await provider.create(ClusterSpec(pool_id="p-eip", nodes=2))
+    assert err.value.kind == "quota" and "'EC2-VPC Elastic IPs' (L-0263D0A3" in str(err.value)
+    assert "efa=False" in str(err.value)
+    assert len(moto.proxy.actions("ReleaseAddress")) == 1  # the first node's, released with the pool
+    assert left(moto) == NOTHING_LEFT
+
+
 async def test_one_node_or_cpu_pools_get_no_placement_group_and_no_efa(fake_ec2_proxy):
     moto = fake_ec2_proxy
     for pool, itype, nodes in (("p-one", "p4d.24xlarge", 1), ("p-cpu", "c5n.18xlarge", 2)):

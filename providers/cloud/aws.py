@@ -266,6 +266,13 @@ class AWS(EC2Access, LibcloudProvider):
                              f"ask for more: Service Quotas console, or `aws service-quotas "
                              f"request-service-quota-increase --service-code ec2 --quota-code {code} "
                              f"--desired-value {need} --region {self.region}`")
+            if exc.code == "AddressLimitExceeded" and aws_efa.several_interfaces(self.efa_cards(spec)):
+                extra.append(f"each node of {self.choice(spec).instance_type} with EFA on every card needs an "
+                             f"Elastic IP (EC2 gives no public address to several interfaces); the quota "
+                             f"'EC2-VPC Elastic IPs' (L-0263D0A3, 5 per region by default) of {self.region} is "
+                             f"too low for {spec.nodes}: ask for more (`aws service-quotas "
+                             f"request-service-quota-increase --service-code ec2 --quota-code L-0263D0A3 "
+                             f"--desired-value N --region {self.region}`), or pass efa=False")
             skipped = self._skipped.get(spec.pool_id)
             if skipped:
                 extra.append(f"zones skipped: {', '.join(skipped)}")
