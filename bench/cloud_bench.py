@@ -10,9 +10,12 @@ process CPU time, the CPU time of the thread running skyhive's event loop (its l
 answering them, run in worker threads; the raw side has no loop), and the number of EC2 API calls. The raw floor is the smallest sequence of libcloud
 calls that does the same job: import a key, create a group with its two rules, one create_node per node,
 one RunInstances for every node (MinCount = MaxCount = nodes, tagged at creation), one listing until all
-run, one destroy_node per node, one listing, delete the group and the key. skyhive also counts what
-runs by tag before its RunInstances, numbers each instance (CreateTags), and looks for a placement group
-at cleanup. skyhive's overhead per node = (skyhive - raw) / nodes, medians over `--repeat` runs; API
+run, one destroy_node per node, one listing, delete the group and the key. skyhive also numbers each
+instance (CreateTags), reads the image (DescribeImages: its root device), lists what is still tagged
+with the pool at cleanup and proves its group gone with one listing. It skips the listings whose answer
+it knows (a pool it prepared from nothing: no key pair, group or instance of it can exist before; its
+own key pair and group deleted by name and id), and its instance listings are one DescribeInstances
+(libcloud's list_nodes adds a DescribeAddresses). skyhive's overhead per node = (skyhive - raw) / nodes, medians over `--repeat` runs; API
 calls per node = calls / nodes, and the marginal calls per added node between the smallest and largest
 pool (constant per node means this stays fixed as pools grow).
 """

@@ -157,8 +157,8 @@ class FaultInjectingFakeDriver:
         self.on_create = on_create  # called (in the worker thread) before each create goes through
         self.terminate_calls: list[str] = []
 
-    def list_nodes(self, *args: Any, **kwargs: Any) -> Any:
-        nodes = [n for n in self._driver.list_nodes(*args, **kwargs) if self._hidden.get(n.id, 0) <= 0]
+    def list_instances(self, *args: Any, **kwargs: Any) -> Any:
+        nodes = [n for n in self._driver.list_instances(*args, **kwargs) if self._hidden.get(n.id, 0) <= 0]
         for node_id in self._hidden:
             self._hidden[node_id] -= 1
         return nodes

@@ -15,6 +15,7 @@ from skyhive.providers.base import ClusterSpec, ProvisionError
 from skyhive.providers.cloud.aws import AWS
 from skyhive.providers.cloud.base import CloudTimeouts
 from skyhive.runtime.commands import inventory
+from tests.infra.fake_service_quotas import FakeServiceQuotas
 from tests.infra.moto_ec2 import NOTHING_LEFT, leftovers
 
 pytestmark = [pytest.mark.loopback_only, pytest.mark.anyio]
@@ -101,8 +102,46 @@ def test_check_says_where_credentials_were_found_and_reads_the_quota(moto_server
                                                     "aws_secret_access_key = c\n")
     lines = dict(check(("aws",))["aws"])
     assert lines["credentials"] == "found (shared-credentials-file; key AKIA…)"
-    # moto has no EC2 quotas: the line says so, naming the error, instead of a made-up number
-    assert lines["vCPU quota us-east-1"].startswith("could not be read (")
+    # moto serves Service Quotas for `vpc` only: for EC2 the line says so, naming the error, never a number
+    assert lines["vCPU quota us-east-1 L-417A185B"].startswith("could not be read (NoSuchResourceException")
+    # the fake Service Quotas (moto has none for EC2) with the account's values: read, named, per code
+    with FakeServiceQuotas({"L-417A185B": 0, "L-DB2E81BA": 8, "L-1216C47A": 640}) as quotas:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", quotas.endpoint)
+        lines = dict(check(("aws",))["aws"])
+        assert lines["vCPU quota us-east-1 L-417A185B"] == "Running On-Demand P instances (L-417A185B): 0 vCPUs"
+        assert lines["vCPU quota us-east-1 L-DB2E81BA"] == "Running On-Demand G and VT instances (L-DB2E81BA): 8 vCPUs"
+        assert lines["vCPU quota us-east-1 L-1216C47A"].endswith("(L-1216C47A): 640 vCPUs")
+        assert quotas.asked == [("us-east-1", c) for c in ("L-417A185B", "L-DB2E81BA", "L-1216C47A")]
+        quotas.deny = True  # a policy without servicequotas:GetServiceQuota: said, credentials still found
+        lines = dict(check(("aws",))["aws"])
+        assert lines["vCPU quota us-east-1 L-417A185B"].startswith("could not be read (AccessDeniedException")
+        assert lines["credentials"].startswith("found")
+
+
+def test_the_fake_service_quotas_refuses_what_the_api_refuses(monkeypatch):
+    """FakeServiceQuotas' own rules (Service Quotas API reference, GetServiceQuota), through botocore."""
+    import botocore.session
+    import requests
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFAKE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    with FakeServiceQuotas({"L-417A185B": 96}) as quotas:
+        client = botocore.session.Session().create_client("service-quotas", region_name="eu-west-1",
+                                                          endpoint_url=quotas.endpoint)
+        assert client.get_service_quota(ServiceCode="ec2", QuotaCode="L-417A185B")["Quota"]["Value"] == 96
+        for service, quota, code in (("ec2", "L-DB2E81BA", "NoSuchResourceException"),  # not held
+                                     ("vpc", "L-417A185B", "NoSuchResourceException"),
+                                     ("ec2", "1-bad", "IllegalArgumentException")):  # pattern [a-zA-Z]...
+            with pytest.raises(client.exceptions.ClientError) as err:
+                client.get_service_quota(ServiceCode=service, QuotaCode=quota)
+            assert err.value.response["Error"]["Code"] == code
+        assert quotas.asked == [("eu-west-1", "L-417A185B")]
+        unsigned = requests.post(quotas.endpoint + "/", data="{}", headers={
+            "X-Amz-Target": "ServiceQuotasV20190624.GetServiceQuota", "Content-Type": "application/x-amz-json-1.1"})
+        assert unsigned.status_code == 403 and unsigned.json()["__type"] == "MissingAuthenticationTokenException"
+        other = requests.post(quotas.endpoint + "/", data="{}", headers={
+            "X-Amz-Target": "ServiceQuotasV20190624.RequestServiceQuotaIncrease"})
+        assert other.status_code == 400 and other.json()["__type"] == "UnknownOperationException"
 
 
 def test_the_profile_option_reaches_the_chain_and_the_pools_record(tmp_path, bare_home, monkeypatch, capsys):
@@ -118,3 +157,48 @@ def test_the_profile_option_reaches_the_chain_and_the_pools_record(tmp_path, bar
     assert os.environ["AWS_PROFILE"] == "work"
     assert AWS().describe()["profile"] == "work"
     assert AWS().driver.key == "AKIAWORK"  # no call made: the driver only holds the key
+
+
+async def test_a_pool_outlives_credentials_that_expire(fake_ec2_proxy, bare_home, tmp_path):
+    """A `credential_process` profile whose keys change: each call is signed with the keys of its moment.
+    Keys about to expire (inside botocore's refresh window) are replaced before the next call, with no
+    call refused; keys that AWS refuses as expired (ExpiredToken, by the fake proxy) are renewed through
+    the chain and the call retried once; the pool ends cleanly with the newest keys."""
+    import json
+    import sys
+    from datetime import datetime, timedelta, timezone
+
+    moto = fake_ec2_proxy
+    state = tmp_path / "issued.json"
+    script = tmp_path / "issue.py"
+    script.write_text(f"import sys\nsys.stdout.write(open({str(state)!r}).read())\n")
+
+    def issue(key: str, minutes: float) -> None:
+        expiry = (datetime.now(timezone.utc) + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        state.write_text(json.dumps({"Version": 1, "AccessKeyId": key, "SecretAccessKey": f"secret-{key}",
+                                     "SessionToken": f"token-{key}", "Expiration": expiry}))
+
+    (bare_home / ".aws" / "config").write_text(f"[profile rolling]\ncredential_process = {sys.executable} {script}\n")
+    issue("ASIAFIRST", 8)  # expires in 8 minutes: botocore refreshes before every use (its 10-minute window)
+    aws = provider(moto, profile="rolling")
+    await aws.create(ClusterSpec(pool_id="p-roll", nodes=1))
+    proxy = moto.proxy
+    assert set(proxy.keys) == {"ASIAFIRST"}
+    issue("ASIASECOND", 60)  # the process now hands out new keys, valid for an hour
+    mark = len(proxy.keys)
+    assert len(await aws.call(aws.list_sync, "p-roll")) == 1
+    # the next calls (DescribeInstances, libcloud's DescribeAddresses) already signed with the new keys,
+    # none refused
+    assert proxy.keys[mark:] and set(proxy.keys[mark:]) == {"ASIASECOND"}
+    proxy.expired.add("ASIASECOND")  # AWS says they expired (a revoked session, a skewed clock)
+    issue("ASIATHIRD", 60)
+    mark = len(proxy.keys)
+    assert len(await aws.call(aws.list_sync, "p-roll")) == 1
+    # refused once, renewed, retried; then the new keys only
+    assert proxy.keys[mark:mark + 2] == ["ASIASECOND", "ASIATHIRD"] and set(proxy.keys[mark + 1:]) == {"ASIATHIRD"}
+    assert [a for a, _ in proxy.calls[mark:mark + 2]] == ["DescribeInstances", "DescribeInstances"]
+    mark = len(proxy.keys)
+    await aws.down("p-roll")
+    assert proxy.keys[mark:] and set(proxy.keys[mark:]) == {"ASIATHIRD"}
+    assert "ASIA" not in repr(aws.describe()) and "secret-" not in repr(aws.driver.connection.credentials)
+    assert leftovers(moto.upstream, proxy=proxy) == NOTHING_LEFT

@@ -11,6 +11,7 @@ import pytest
 from skyhive.providers.base import ClusterSpec, ProvisionError, RetryPolicy
 from skyhive.providers.cloud.aws import AWS, client_token
 from skyhive.providers.cloud.base import CloudTimeouts
+from tests.infra.fake_service_quotas import FakeServiceQuotas
 from tests.infra.moto_ec2 import NOTHING_LEFT, ec2_client, leftovers
 
 pytestmark = [pytest.mark.loopback_only, pytest.mark.anyio]
@@ -131,15 +132,20 @@ async def test_imdsv2_is_required_with_hop_limit_two(fake_ec2_proxy):
     assert left(moto) == NOTHING_LEFT
 
 
-async def test_vcpu_quota_names_the_quota_and_how_to_raise_it(fake_ec2_proxy):
+async def test_vcpu_quota_names_the_quota_and_how_to_raise_it(fake_ec2_proxy, monkeypatch):
     moto = fake_ec2_proxy
     moto.proxy.fail("RunInstances", "VcpuLimitExceeded", at=1)
     provider = aws(moto, instance_type="p3.2xlarge")
-    with pytest.raises(ProvisionError) as err:
-        await provider.create(ClusterSpec(pool_id="p-vcpu", nodes=2))
+    with FakeServiceQuotas({"L-417A185B": 0}) as quotas:  # moto has no EC2 quotas: the labelled fake
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", quotas.endpoint)
+        with pytest.raises(ProvisionError) as err:
+            await provider.create(ClusterSpec(pool_id="p-vcpu", nodes=2))
+        assert quotas.asked == [("us-east-1", "L-417A185B")]
     text = str(err.value)
     assert err.value.code == "VcpuLimitExceeded" and err.value.kind == "quota"
     assert "Running On-Demand P instances" in text and "--quota-code L-417A185B" in text
+    # the quota's value as Service Quotas states it, and what the pool needs (2 x 8 vCPUs)
+    assert "is 0 vCPUs (Service Quotas); the pool needs 16" in text and "--desired-value 16" in text
     assert len(moto.proxy.actions("RunInstances")) == 1  # no other zone: quotas are per region
     assert left(moto) == NOTHING_LEFT
 
@@ -171,4 +177,41 @@ async def test_a_launch_cancelled_while_it_retries_leaves_nothing(fake_ec2_proxy
     assert len(ever_made(moto, "p-cancel")) == 3
     assert left(moto)["instances"] == 0
     await provider.cleanup("p-cancel")
+    assert left(moto) == NOTHING_LEFT
+
+
+async def test_fixed_calls_are_skipped_only_where_their_answer_is_known(fake_ec2_proxy):
+    """A pool prepared from nothing by this provider: no listing before ImportKeyPair, CreateSecurityGroup
+    or the first RunInstances (nothing of the pool can exist), no DescribeAddresses with the listings, and
+    its cleanup deletes what it made by name and id with one proving listing. Where the answer is not
+    known — a second provider (another process) on the same pool, a create whose answer was lost —
+    EC2's Duplicate sends it to the listings by tag, what runs is counted, nothing is doubled, the group
+    keeps its rules, and nothing is left."""
+    moto = fake_ec2_proxy
+    proxy = moto.proxy
+    spec = ClusterSpec(pool_id="p-calls", nodes=2)
+    await aws(moto).create(spec)
+    actions = [a for a, _ in proxy.calls]
+    before_run = actions[:actions.index("RunInstances")]
+    assert not {"DescribeKeyPairs", "DescribeSecurityGroups", "DescribeInstances"} & set(before_run), before_run
+    assert "DescribeAddresses" not in actions
+    other = aws(moto)  # another process resumes the same pool: nothing is known to it
+    mark = len(proxy.calls)
+    handles = await other.create(spec)
+    later = [a for a, _ in proxy.calls[mark:]]
+    assert "RunInstances" not in later and {"DescribeKeyPairs", "DescribeSecurityGroups", "DescribeInstances"} <= set(later)
+    assert sorted(h.node for h in handles) == [0, 1] and len(ever_made(moto, "p-calls")) == 2
+    await other.down("p-calls")  # made nothing itself: finds the key pair and the group by tag
+    assert left(moto) == NOTHING_LEFT
+
+    proxy.fail("CreateSecurityGroup", "InternalError", after_forward=True,  # the next one: made, answer lost
+               at=proxy.counts["CreateSecurityGroup"] + 1)
+    mark = len(proxy.calls)
+    provider = aws(moto)
+    await provider.create(ClusterSpec(pool_id="p-lost", nodes=1))
+    (group,) = ec2_client(moto.upstream).describe_security_groups(
+        Filters=[{"Name": "tag:skyhive-pool", "Values": ["p-lost"]}])["SecurityGroups"]
+    assert {(p.get("FromPort"), p["IpProtocol"]) for p in group["IpPermissions"]} >= {(22, "tcp")}
+    assert [a for a, _ in proxy.calls[mark:]].count("CreateSecurityGroup") == 2
+    await provider.down("p-lost")
     assert left(moto) == NOTHING_LEFT

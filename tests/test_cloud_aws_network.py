@@ -106,18 +106,59 @@ async def test_an_existing_security_group_is_used_and_kept(fake_ec2_proxy):
     assert left(moto) == NOTHING_LEFT
 
 
-async def test_multi_node_p4d_gets_a_cluster_placement_group_and_efa_deleted_with_it(fake_ec2_proxy):
+@pytest.mark.parametrize("itype,cards", [("p4d.24xlarge", 4), ("p5.48xlarge", 32)])
+async def test_multi_node_efa_on_every_card_a_placement_group_and_elastic_ips_all_gone_after(fake_ec2_proxy,
+                                                                                             itype, cards):
+    """EFA on every network card (EC2 User Guide: ENA primary at card 0 device 0, EFA-only at card 0
+    device 1 and at device 0 of every further card); with several interfaces EC2 gives no public address
+    (the fake refuses AssociatePublicIpAddress and hides moto's), so each node is reachable through its
+    own Elastic IP on its primary interface, released with the pool."""
     moto = fake_ec2_proxy
-    provider = aws(moto, instance_type="p4d.24xlarge", zones=["us-east-1a"])
-    await provider.create(ClusterSpec(pool_id="p-p4d", nodes=2))
-    assert moto.proxy.placement_log == ["create skyhive-p-p4d"]
+    pool = f"p-{itype.split('.')[0]}"
+    provider = aws(moto, instance_type=itype, zones=["us-east-1a"])
+    handles = await provider.create(ClusterSpec(pool_id=pool, nodes=2))
+    assert moto.proxy.placement_log == [f"create skyhive-{pool}"]
     (run,) = moto.proxy.actions("RunInstances")
-    assert run["Placement.GroupName"] == "skyhive-p-p4d" and run["MaxCount"] == "2"
-    assert (run["NetworkInterface.1.InterfaceType"], run["NetworkInterface.1.NetworkCardIndex"]) == ("efa", "0")
+    assert run["Placement.GroupName"] == f"skyhive-{pool}" and run["MaxCount"] == "2"
+    nics = {}
+    for key, value in run.items():
+        if key.startswith("NetworkInterface."):
+            n, _, name = key[len("NetworkInterface."):].partition(".")
+            nics.setdefault(int(n), {})[name] = value
+    layout = [(nic["NetworkCardIndex"], nic["DeviceIndex"], nic["InterfaceType"]) for _, nic in sorted(nics.items())]
+    assert layout == [("0", "0", "interface"), ("0", "1", "efa-only")] + [(str(c), "0", "efa-only")
+                                                                          for c in range(1, cards)]
+    assert not any("AssociatePublicIpAddress" in nic for nic in nics.values())
     (egress,) = moto.proxy.actions("AuthorizeSecurityGroupEgress")  # EFA: all traffic out to the group itself
     assert egress["IpPermissions.1.Groups.1.GroupId"] == egress["GroupId"]
-    await provider.down("p-p4d")
-    assert moto.proxy.placement_log == ["create skyhive-p-p4d", "delete skyhive-p-p4d"]
+    client = ec2_client(moto.upstream)
+    eips = {{t["Key"]: t["Value"] for t in a["Tags"]}["skyhive-node"]: a for a in client.describe_addresses()["Addresses"]}
+    assert sorted(eips) == ["0", "1"]
+    for h in handles:  # reachable: the handle's address is its own Elastic IP, on its primary interface
+        eip = eips[str(h.node)]
+        assert h.public_addr == h.reach.host == eip["PublicIp"]
+        (primary,) = [n for i in instances(moto, pool) if i["InstanceId"] == h.provider_id
+                      for n in i["NetworkInterfaces"] if n["Attachment"]["DeviceIndex"] == 0]
+        assert eip["NetworkInterfaceId"] == primary["NetworkInterfaceId"]
+    running = [await provider.wait_running(h, lambda state: None) for h in handles]  # listed by tag again
+    assert sorted(h.public_addr for h in running) == sorted(a["PublicIp"] for a in eips.values())
+    # p5: `skyhive down` from another process, which knows the Elastic IPs only from the key pair's marker
+    downer = provider if cards == 4 else aws(moto, instance_type=itype, zones=["us-east-1a"])
+    await downer.down(pool)
+    assert moto.proxy.placement_log == [f"create skyhive-{pool}", f"delete skyhive-{pool}"]
+    assert len(moto.proxy.actions("ReleaseAddress")) == 2
+    assert left(moto) == NOTHING_LEFT  # Elastic IPs released too
+
+
+async def test_the_elastic_ip_quota_is_named_and_what_was_allocated_is_released(fake_ec2_proxy):
+    moto = fake_ec2_proxy
+    moto.proxy.fail("AllocateAddress", "AddressLimitExceeded", at=2)  # the second node's address
+    provider = aws(moto, instance_type="p4d.24xlarge", zones=["us-east-1a"])
+    with pytest.raises(ProvisionError) as err:
+        await provider.create(ClusterSpec(pool_id="p-eip", nodes=2))
+    assert err.value.kind == "quota" and "'EC2-VPC Elastic IPs' (L-0263D0A3" in str(err.value)
+    assert "efa=False" in str(err.value)
+    assert len(moto.proxy.actions("ReleaseAddress")) == 1  # the first node's, released with the pool
     assert left(moto) == NOTHING_LEFT
 
 

@@ -10,6 +10,7 @@ again only by that tag. libcloud's EC2 quirks under moto are corrected in `ec2_d
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -21,8 +22,8 @@ from typing import Any, ClassVar, TypeVar
 import anyio.to_thread
 
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
-from . import aws_credentials, aws_images, aws_launch, catalog
-from .aws_data import (EC2_ERRORS, EC2_STATES, EFA_TYPES, LAUNCH_TAG, NODE_TAG, PLACEMENT_TAG, POOL_TAG,
+from . import aws_credentials, aws_efa, aws_images, aws_launch, aws_quotas, catalog
+from .aws_data import (ADDRESS_TAG, EC2_ERRORS, EC2_STATES, EFA_TYPES, LAUNCH_TAG, NODE_TAG, PLACEMENT_TAG, POOL_TAG,
                        JUST_MADE, READY_COMMAND, USER_DATA, b64, client_token, vcpu_quota)
 from .aws_network import AWSNetwork
 from .aws_access import EC2Access
@@ -52,7 +53,8 @@ class AWS(EC2Access, LibcloudProvider):
     - `vpc`: a VPC id (default: the region's default VPC); `subnet` / `subnets`: the subnet (one per zone)
       nodes launch in (their zones are then the zones tried); `security_group`: an existing group id to
       use instead of a group made per pool (it must let the client SSH in and the nodes reach each other).
-    - `efa`: EFA interfaces on the types that have them (default: on, for pools of more than one node);
+    - `efa`: EFA on every network card of the types that have it (default: on, for pools of more than one
+      node); a node with several interfaces is reachable through an Elastic IP made and released with the pool;
       `placement_group`: a cluster placement group made and deleted with the pool (default: on for
       multi-node GPU pools).
     - `ssh_cidr`: who may open SSH to the nodes (default: this client's public address, looked up; "127.0.0.1/32"
@@ -114,6 +116,10 @@ class AWS(EC2Access, LibcloudProvider):
         self._attempts: dict[tuple[str, str], int] = {}
         self._skipped: dict[str, list[str]] = {}  # pool -> "zone (why)" skipped for want of a subnet
         self._no_credentials: set[str] = set()  # pools that failed before anything could be made
+        # pool -> the markers of the key pair this provider imported for it, in this process: the pool is
+        # new here (nothing of it could run before), and cleanup needs no listing to know the key pair
+        self._imported: dict[str, dict[str, str]] = {}
+        self._launched: set[str] = set()  # pools with a launch attempt in this process
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -139,7 +145,7 @@ class AWS(EC2Access, LibcloudProvider):
 
             creds = aws_credentials.resolve(self.profile)
             self._driver = make_driver(key=creds.access_key, secret=creds.secret_key, region=self.region,
-                                       token=creds.token, endpoint=self.endpoint)
+                                       token=creds.token, endpoint=self.endpoint, credentials=creds.source)
         return self._driver
 
     @property
@@ -183,18 +189,9 @@ class AWS(EC2Access, LibcloudProvider):
             return [("credentials", f"NOT FOUND: {exc}")]
         lines = [("credentials", f"found ({creds.method or 'unknown source'}; key {creds.access_key[:4]}…)")]
         region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-        try:
-            import botocore.config
-            import botocore.session
-
-            session = botocore.session.Session(profile=profile)
-            client = session.create_client("service-quotas", region_name=region, config=botocore.config.Config(
-                connect_timeout=5, read_timeout=10, retries={"max_attempts": 1}))
-            for code in cls.CHECKED_QUOTAS:
-                quota = client.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]
-                lines.append((f"vCPU quota {region}", f"{quota['QuotaName']} ({code}): {quota['Value']:g}"))
-        except Exception as exc:  # noqa: BLE001 - the quota is extra information: say why it is missing
-            lines.append((f"vCPU quota {region}", f"could not be read ({type(exc).__name__}: {exc})"))
+        for code in cls.CHECKED_QUOTAS:
+            # unread: said why, never guessed; the others may still be read
+            lines.append((f"vCPU quota {region} {code}", str(aws_quotas.read_vcpu_quota(code, region, profile=profile))))
         return lines
 
     # ---- choosing the machine --------------------------------------------------------------------------
@@ -226,6 +223,10 @@ class AWS(EC2Access, LibcloudProvider):
                                  f"{', '.join(sorted(EFA_TYPES))}", kind="unavailable")
         return self.efa
 
+    def efa_cards(self, spec: ClusterSpec) -> int:
+        """On how many network cards each node gets EFA: every card of the type when it uses EFA, else 0."""
+        return EFA_TYPES[self.choice(spec).instance_type] if self.uses_efa(spec) else 0
+
     def uses_placement_group(self, spec: ClusterSpec) -> bool:
         """A cluster placement group: `placement_group`, else on for multi-node GPU pools (nodes close
         together for NCCL)."""
@@ -256,10 +257,22 @@ class AWS(EC2Access, LibcloudProvider):
             if exc.code == "VcpuLimitExceeded":
                 choice = self.choice(spec)
                 name, code = vcpu_quota(choice.instance_type, choice.spot)
-                extra.append(f"the vCPU quota {name!r} ({code}) of {self.region} is too low for {spec.nodes} x "
-                             f"{choice.instance_type}; ask for more: Service Quotas console, or `aws service-quotas "
+                need = spec.nodes * choice.vcpus
+                quota = await anyio.to_thread.run_sync(functools.partial(
+                    aws_quotas.read_vcpu_quota, code, self.region, profile=self.profile, endpoint=self.endpoint))
+                now = f"is {quota.value:g} vCPUs (Service Quotas)" if quota.value is not None else str(quota)
+                extra.append(f"the vCPU quota {name!r} ({code}) of {self.region} {now}; the pool needs {need} "
+                             f"({spec.nodes} x {choice.instance_type}, {choice.vcpus} vCPUs each) beside what runs; "
+                             f"ask for more: Service Quotas console, or `aws service-quotas "
                              f"request-service-quota-increase --service-code ec2 --quota-code {code} "
-                             f"--desired-value N --region {self.region}`")
+                             f"--desired-value {need} --region {self.region}`")
+            if exc.code == "AddressLimitExceeded" and aws_efa.several_interfaces(self.efa_cards(spec)):
+                extra.append(f"each node of {self.choice(spec).instance_type} with EFA on every card needs an "
+                             f"Elastic IP (EC2 gives no public address to several interfaces); the quota "
+                             f"'EC2-VPC Elastic IPs' (L-0263D0A3, 5 per region by default) of {self.region} is "
+                             f"too low for {spec.nodes}: ask for more (`aws service-quotas "
+                             f"request-service-quota-increase --service-code ec2 --quota-code L-0263D0A3 "
+                             f"--desired-value N --region {self.region}`), or pass efa=False")
             skipped = self._skipped.get(spec.pool_id)
             if skipped:
                 extra.append(f"zones skipped: {', '.join(skipped)}")
@@ -304,7 +317,8 @@ class AWS(EC2Access, LibcloudProvider):
     def prepare_sync(self, spec: ClusterSpec) -> None:
         choice = self.choice(spec)
         log.info("aws: pool %s: %s", spec.pool_id, choice.summary())
-        key_name = self._key_pair(spec.pool_id, placement=self.uses_placement_group(spec))
+        key_name = self._key_pair(spec.pool_id, placement=self.uses_placement_group(spec),
+                                  addresses=aws_efa.several_interfaces(self.efa_cards(spec)))
         group_id = self.security_group or self.network.pool_group(spec.pool_id, efa=self.uses_efa(spec))
         placement = self.network.placement_group(spec.pool_id) if self.uses_placement_group(spec) else None
         self._shared[spec.pool_id] = (key_name, group_id, placement)
@@ -313,17 +327,28 @@ class AWS(EC2Access, LibcloudProvider):
         return {"TagSpecification.1.ResourceType": resource, "TagSpecification.1.Tag.1.Key": POOL_TAG,
                 "TagSpecification.1.Tag.1.Value": pool_id}
 
-    def _key_pair(self, pool_id: str, *, placement: bool = False) -> str:
-        """The pool's key pair (imported once). It also carries, as a tag, whether the pool has a placement
-        group, so that a cleanup in any process knows to look for one."""
+    def _key_pair(self, pool_id: str, *, placement: bool = False, addresses: bool = False) -> str:
+        """The pool's key pair (imported once). It also carries, as tags, whether the pool has a placement
+        group and Elastic IPs, so that a cleanup in any process knows to look for them."""
         name = f"skyhive-{pool_id}"
         _, public = pool_key(pool_id)
-        if name not in self._owned_key_pairs(pool_id):
-            tags = self._tags(pool_id, "key-pair")
-            if placement:
-                tags.update({"TagSpecification.1.Tag.2.Key": PLACEMENT_TAG, "TagSpecification.1.Tag.2.Value": name})
+        tags = self._tags(pool_id, "key-pair")
+        markers = ([(PLACEMENT_TAG, name)] if placement else []) + ([(ADDRESS_TAG, "yes")] if addresses else [])
+        for n, (key, value) in enumerate(markers, 2):
+            tags.update({f"TagSpecification.1.Tag.{n}.Key": key, f"TagSpecification.1.Tag.{n}.Value": value})
+        try:  # imported without a listing first: a pool that has one already is told by EC2 (Duplicate)
             self._retrying("ImportKeyPair", lambda: self.driver.request({
                 "Action": "ImportKeyPair", "KeyName": name, "PublicKeyMaterial": b64(public), **tags}))
+        except Exception as exc:
+            if self.error_code(exc) != "InvalidKeyPair.Duplicate":
+                raise
+            if name not in self._owned_key_pairs(pool_id):  # the name is taken, but not by this pool's tag
+                raise ProvisionError(f"aws: a key pair named {name} exists in {self.region} without the tag "
+                                     f"{POOL_TAG}={pool_id}: not this pool's; delete it or use another pool name",
+                                     kind="fatal") from exc
+            self._imported.pop(pool_id, None)  # made before (a retry, another process): not new here
+            return name
+        self._imported[pool_id] = dict(markers)
         return name
 
     def _owned_key_pairs(self, pool_id: str) -> dict[str, dict[str, str]]:
@@ -396,7 +421,7 @@ class AWS(EC2Access, LibcloudProvider):
         filters: dict[str, Any] = {f"tag:{POOL_TAG}": pool_id}
         if states is not None:
             filters["instance-state-name"] = list(states)
-        found = self._retrying("DescribeInstances", lambda: self.driver.list_nodes(ex_filters=filters))
+        found = self._retrying("DescribeInstances", lambda: self.driver.list_instances(filters))
         return sorted((self._handle(n, pool_id) for n in found), key=lambda h: (h.node, h.provider_id))
 
     def terminate_sync(self, provider_id: str) -> None:
@@ -408,15 +433,20 @@ class AWS(EC2Access, LibcloudProvider):
         if pool_id in self._no_credentials:
             return []
         deleted = self.network.delete_pool_groups(pool_id)
-        keys = self._owned_key_pairs(pool_id)
+        known = self._imported.get(pool_id)  # imported here: its name and markers are known, no listing needed
+        keys = {f"skyhive-{pool_id}": known} if known is not None else self._owned_key_pairs(pool_id)
         if any(PLACEMENT_TAG in tags for tags in keys.values()):  # the placement group goes before its marker
             deleted += self.network.delete_placement_group(pool_id)
+        if any(ADDRESS_TAG in tags for tags in keys.values()):  # so do the Elastic IPs
+            deleted += aws_efa.release_addresses(self, pool_id)
         for name in keys:
             self._retrying("DeleteKeyPair", lambda: self.driver.request({"Action": "DeleteKeyPair", "KeyName": name}))
             deleted.append(f"key pair {name}")
         if remove_pool_key(pool_id):
             deleted.append("the pool's private key")
         self._shared.pop(pool_id, None)
+        self._imported.pop(pool_id, None)
+        self._launched.discard(pool_id)
         return deleted
 
     # ---- records ---------------------------------------------------------------------------------------

@@ -5,19 +5,37 @@ the profile (`profile=`, else ``AWS_PROFILE``, else "default") in the shared cre
 config file, with its assume-role, SSO, web identity and ``credential_process`` settings; container
 credentials; the EC2 instance role. botocore is the ``aws`` extra (``pip install 'skyhive[aws]'``).
 Credentials are never recorded: only the profile's name is.
+
+Credentials that expire (SSO, assumed roles, web identity, ``credential_process`` with an
+``Expiration``, the instance role) are not read once: `Credentials.source` is a `LiveCredentials`, and
+the EC2 connection asks it before every signed call (botocore refreshes them ahead of their expiry,
+15 minutes before it when it can, 10 minutes before it at the latest); a call refused because its token
+expired anyway (``ExpiredToken``, ``ExpiredTokenException``, ``RequestExpired``: clock skew, a session
+revoked) runs the chain again once and is retried (`ec2_driver`). A pool may so outlive the credentials
+it started with.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..base import ProvisionError
 
-__all__ = ["Credentials", "resolve", "looked_in", "NO_CREDENTIALS"]
+__all__ = ["Credentials", "LiveCredentials", "resolve", "looked_in", "NO_CREDENTIALS", "EXPIRED_CODES"]
+
+log = logging.getLogger("skyhive.providers.aws")
 
 #: the `ProvisionError.code` of "no credentials found"
 NO_CREDENTIALS = "NoCredentials"
+
+#: the error codes of a call signed with credentials that have expired (AWS "Common Errors":
+#: ExpiredTokenException, 403; EC2's RequestExpired, 400, "can also occur if the credentials have expired";
+#: STS-style ExpiredToken)
+EXPIRED_CODES = frozenset({"ExpiredToken", "ExpiredTokenException", "RequestExpired"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +44,7 @@ class Credentials:
     secret_key: str = ""
     token: str | None = None
     method: str = ""  # where botocore found them ("env", "shared-credentials-file", "assume-role", ...)
+    source: LiveCredentials | None = field(default=None, compare=False)  # the same, as they are at each call
 
     def __repr__(self) -> str:  # never the secret
         return f"<Credentials from {self.method or 'unknown'}>"
@@ -55,9 +74,9 @@ def looked_in(profile: str | None) -> list[str]:
     ]
 
 
-def resolve(profile: str | None = None) -> Credentials:
-    """The credentials the standard chain finds, or `ProvisionError` (code ``NoCredentials``) naming every
-    place it looked and how to fix it."""
+def _chain(profile: str | None) -> Any:
+    """botocore's credentials object for `profile` (refreshable where the source expires), or
+    `ProvisionError` (code ``NoCredentials``) naming every place it looked and how to fix it."""
     try:
         import botocore.exceptions
         import botocore.session
@@ -77,5 +96,53 @@ def resolve(profile: str | None = None) -> Credentials:
         places = "; ".join(f"({i}) {p}" for i, p in enumerate(looked_in(profile), 1))
         raise ProvisionError(f"aws: no credentials found. Looked in: {places}. Run `aws configure` (or "
                              f"`aws sso login --profile NAME`), or pass profile=", kind="fatal", code=NO_CREDENTIALS)
-    frozen = found.get_frozen_credentials()
-    return Credentials(frozen.access_key, frozen.secret_key, frozen.token or None, getattr(found, "method", ""))
+    return found
+
+
+class LiveCredentials:
+    """The chain's credentials for one profile as they are now, for signing each call.
+
+    `current()` asks botocore's credentials object, which refreshes itself (runs the
+    ``credential_process`` again, renews the SSO role credentials or the assumed role) when they are
+    about to expire; `renew()` runs the whole chain again (after a call was refused as expired).
+    Thread-safe; never shows a secret."""
+
+    def __init__(self, profile: str | None, found: Any) -> None:
+        self.profile = profile
+        self._found = found
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<LiveCredentials from {self._found.method or 'unknown'}>"
+
+    def _frozen(self, found: Any) -> tuple[str, str, str | None]:
+        try:
+            frozen = found.get_frozen_credentials()  # botocore's refresh happens here
+        except Exception as exc:  # noqa: BLE001 - a credential_process that fails, an SSO token expired
+            method = found.method or "the chain"
+            raise ProvisionError(f"aws: refreshing the credentials from {method} failed: {exc} (an SSO login "
+                                 f"expired: `aws sso login`)", kind="fatal", code=NO_CREDENTIALS) from exc
+        return frozen.access_key, frozen.secret_key, frozen.token or None
+
+    def current(self) -> tuple[str, str, str | None]:
+        """(access key, secret key, session token or None), refreshed by botocore when near expiry."""
+        with self._lock:
+            found = self._found
+        return self._frozen(found)
+
+    def renew(self) -> tuple[str, str, str | None]:
+        """Run the chain again (the credentials in hand were refused as expired) and return the new ones."""
+        found = _chain(self.profile)
+        with self._lock:
+            self._found = found
+        log.info("aws: credentials renewed from %s", found.method or "the chain")
+        return self._frozen(found)
+
+
+def resolve(profile: str | None = None) -> Credentials:
+    """The credentials the standard chain finds, or `ProvisionError` (code ``NoCredentials``) naming every
+    place it looked and how to fix it. `Credentials.source` gives them as they are at each later call."""
+    found = _chain(profile)
+    live = LiveCredentials(profile, found)
+    access, secret, token = live.current()
+    return Credentials(access, secret, token, found.method or "", live)

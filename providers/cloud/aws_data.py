@@ -8,13 +8,14 @@ from collections.abc import Mapping, Sequence
 
 from .base import ErrorKind
 
-__all__ = ["POOL_TAG", "NODE_TAG", "LAUNCH_TAG", "PLACEMENT_TAG", "USER_DATA", "READY_COMMAND", "b64",
+__all__ = ["POOL_TAG", "NODE_TAG", "LAUNCH_TAG", "PLACEMENT_TAG", "ADDRESS_TAG", "USER_DATA", "READY_COMMAND", "b64",
            "EC2_ERRORS", "EC2_STATES", "JUST_MADE", "VCPU_QUOTAS", "STANDARD_QUOTA", "EFA_TYPES", "METADATA_OPTIONS",
            "vcpu_quota", "client_token"]
 
 POOL_TAG = "skyhive-pool"
 NODE_TAG = "skyhive-node"
 PLACEMENT_TAG = "skyhive-placement-group"  # on the pool's key pair: the pool has a placement group
+ADDRESS_TAG = "skyhive-elastic-ips"  # on the pool's key pair: the pool's nodes have Elastic IPs (aws_efa)
 LAUNCH_TAG = "skyhive-launch"  # which RunInstances call made an instance (not yet numbered if NODE_TAG is missing)
 
 #: What a node's user data does: installs uv (one static binary) so that bootstrap can install the client's
@@ -62,7 +63,8 @@ EC2_ERRORS: Mapping[str, ErrorKind] = {
 #: NotFound answers that, right after the pool made the thing, mean "not visible yet" (EC2 is eventually
 #: consistent for a few seconds): retried for `CloudTimeouts.visibility_grace`, then fatal
 JUST_MADE = frozenset({"InvalidGroup.NotFound", "InvalidKeyPair.NotFound", "InvalidPlacementGroup.Unknown",
-                       "InvalidInstanceID.NotFound"})
+                       "InvalidInstanceID.NotFound", "InvalidNetworkInterfaceID.NotFound",
+                       "InvalidAllocationID.NotFound"})
 
 #: the vCPU quota (Service Quotas, service "ec2") that limits each instance family, by the type's
 #: leading letters: (quota name, quota code); spot pools use the spot counterpart
@@ -80,7 +82,7 @@ STANDARD_QUOTA = (("Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) insta
                   ("All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests", "L-34B43A08"))
 
 #: instance types with EFA, and how many EFA network cards they have (EC2 User Guide, "Elastic Fabric
-#: Adapter", supported instance types). skyhive attaches one EFA interface (network card 0) per node.
+#: Adapter", supported instance types). skyhive puts EFA on every card (`aws_efa`).
 EFA_TYPES: Mapping[str, int] = {
     "p3dn.24xlarge": 1, "p4d.24xlarge": 4, "p4de.24xlarge": 4, "p5.48xlarge": 32, "p5e.48xlarge": 32,
     "p5en.48xlarge": 16, "p6-b200.48xlarge": 8, "g4dn.metal": 1, "g4dn.8xlarge": 1, "g4dn.12xlarge": 1,

@@ -10,8 +10,8 @@
 - Instances are tagged at creation with the pool and the attempt (``skyhive-launch``), then numbered
   (``skyhive-node``) one by one; instances made but not numbered are terminated before the error is
   raised, and whatever is left is found by the pool tag at the pool's end (`AWS.cleanup`).
-- Each node asks for IMDSv2 only (hop limit 2), an EFA interface and the pool's placement group where the
-  pool has them, spot one-time with terminate, and a gp3 root volume deleted with the instance.
+- Each node asks for IMDSv2 only (hop limit 2), EFA on every network card and the pool's placement group
+  where the pool has them (a node with several interfaces is then given an Elastic IP: `aws_efa`), spot one-time with terminate, and a gp3 root volume deleted with the instance.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..base import ClusterSpec, NodeHandle, ProvisionError
+from . import aws_efa
 from .aws_data import JUST_MADE, LAUNCH_TAG, METADATA_OPTIONS, NODE_TAG, POOL_TAG, USER_DATA, b64, client_token
 from .base import ErrorKind
 
@@ -41,19 +42,14 @@ def run_params(aws: AWS, spec: ClusterSpec, zone: str, count: int, token: str, l
     key_name, group_id, placement = aws._shared[spec.pool_id]
     image = aws._image(choice)
     root_device = image.extra.get("root_device_name") or "/dev/sda1"
-    nic = "NetworkInterface.1."
     params = {
         "ImageId": image.id, "InstanceType": choice.instance_type, "MinCount": str(count),
         "MaxCount": str(count), "ClientToken": token, "KeyName": key_name, "UserData": b64(USER_DATA),
         "InstanceInitiatedShutdownBehavior": "terminate" if choice.spot else aws.shutdown_behavior, **METADATA_OPTIONS,
         "BlockDeviceMapping.1.DeviceName": root_device, "BlockDeviceMapping.1.Ebs.VolumeSize": str(aws.disk_gb),
         "BlockDeviceMapping.1.Ebs.VolumeType": "gp3", "BlockDeviceMapping.1.Ebs.DeleteOnTermination": "true",
-        nic + "DeviceIndex": "0", nic + "SubnetId": aws.network.subnet(zone),
-        nic + "AssociatePublicIpAddress": "true", nic + "DeleteOnTermination": "true",
-        nic + "SecurityGroupId.1": group_id,
+        **aws_efa.interface_params(aws.network.subnet(zone), group_id, aws.efa_cards(spec)),
     }
-    if aws.uses_efa(spec):
-        params.update({nic + "InterfaceType": "efa", nic + "NetworkCardIndex": "0"})
     if placement:
         params["Placement.GroupName"] = placement
     if choice.spot:
@@ -69,7 +65,15 @@ def run_params(aws: AWS, spec: ClusterSpec, zone: str, count: int, token: str, l
 
 def launch_in_zone(aws: AWS, spec: ClusterSpec, nodes: Sequence[int], zone: str) -> list[NodeHandle]:
     """One zone attempt: the nodes of `nodes` not already running (counted by tag) in one RunInstances
-    call, retried alone; the instances it made are numbered by tag."""
+    call, retried alone; the instances it made are numbered by tag. Nodes with several network
+    interfaces (EFA on several cards) get their Elastic IP, the only way EC2 gives them a public address."""
+    present = _launch(aws, spec, nodes, zone)
+    if aws_efa.several_interfaces(aws.efa_cards(spec)):
+        present = aws_efa.attach_public_addresses(aws, spec.pool_id, present)
+    return [present[i] for i in nodes]
+
+
+def _launch(aws: AWS, spec: ClusterSpec, nodes: Sequence[int], zone: str) -> dict[int, NodeHandle]:
     pool_id = spec.pool_id
     if pool_id not in aws._shared:  # prepared by another call (or process): found again by tag
         groups = [aws.security_group] if aws.security_group else aws._owned_groups(pool_id)
@@ -80,16 +84,22 @@ def launch_in_zone(aws: AWS, spec: ClusterSpec, nodes: Sequence[int], zone: str)
         aws._shared[pool_id] = (f"skyhive-{pool_id}", groups[0], placement)
     with aws._lock:
         attempt = aws._attempts[(pool_id, zone)] = aws._attempts.get((pool_id, zone), 0) + 1
+        # the first launch of a pool this provider prepared from nothing (its key pair imported new here):
+        # nothing of the pool can run yet, so the count by tag before it is known to be empty. Every
+        # retry, later attempt, or pool prepared elsewhere is counted.
+        known_empty = pool_id in aws._imported and pool_id not in aws._launched
+        aws._launched.add(pool_id)
     launch_id = f"{zone}/{attempt}"
     wanted = list(nodes)
     delays = aws.retry.delays()
     tries = 0
     grace = time.monotonic() + aws.timeouts.visibility_grace
     while True:
-        present = _claim(aws, pool_id, wanted, launch_id)
+        present = {} if known_empty else _claim(aws, pool_id, wanted, launch_id)
+        known_empty = False
         missing = [i for i in wanted if i not in present]
         if not missing:
-            return [present[i] for i in wanted]
+            return {i: present[i] for i in wanted}
         token = client_token(pool_id, zone, attempt, missing)
         try:
             made = aws.driver.run_instances(run_params(aws, spec, zone, len(missing), token, launch_id))
@@ -112,7 +122,7 @@ def launch_in_zone(aws: AWS, spec: ClusterSpec, nodes: Sequence[int], zone: str)
             for node in made:  # made but not numbered: no one else would know them by index
                 aws._terminate_quietly(node.id)
             raise
-        return [present[i] for i in wanted]
+        return {i: present[i] for i in wanted}
 
 def _claim(aws: AWS, pool_id: str, wanted: Sequence[int], launch_id: str) -> dict[int, NodeHandle]:
     """The pool's live instances that are nodes of `wanted` (by tag); instances of this very launch

@@ -55,6 +55,7 @@ class AWSNetwork:
         self.aws = aws
         self._vpc: str | None = None
         self._subnets: dict[str, str] | None = None  # zone -> subnet id
+        self._made: dict[str, str] = {}  # pool -> the group id this process made for it
 
     @property
     def driver(self) -> Any:
@@ -146,41 +147,71 @@ class AWSNetwork:
         return public_address()
 
     def pool_group(self, pool_id: str, *, efa: bool) -> str:
-        """The pool's own group (found again by tag, or made): SSH from the client, all traffic within."""
-        owned = self.owned_groups(pool_id)
-        if owned:
-            return owned[0]
+        """The pool's own group (made, or found again by tag when EC2 says it exists): SSH from the client,
+        all traffic within."""
         cidr = self.ssh_cidr()  # before anything is made: a failed lookup leaves nothing behind
         vpc = self.vpc()
-        created = self._call("CreateSecurityGroup", lambda: self.driver.request({
-            "Action": "CreateSecurityGroup", "GroupName": f"skyhive-{pool_id}", "VpcId": vpc,
-            "GroupDescription": f"skyhive pool {pool_id}: SSH from the client, all traffic within the pool",
-            **self.aws._tags(pool_id, "security-group")}))
-        group_id = next(el.text for el in created.iter() if el.tag.endswith("}groupId"))
-        self._call("AuthorizeSecurityGroupIngress", lambda: self.driver.ex_authorize_security_group_ingress(
-            group_id, 22, 22, cidr_ips=[cidr], protocol="tcp"), just_made=True)
-        self._call("AuthorizeSecurityGroupIngress", lambda: self.driver.ex_authorize_security_group_ingress(
-            group_id, 0, 65535, group_pairs=[{"group_id": group_id}], protocol="-1"), just_made=True)
-        if efa:  # EFA traffic must also be allowed out to the group itself
-            self._call("AuthorizeSecurityGroupEgress", lambda: self.driver.request({
-                "Action": "AuthorizeSecurityGroupEgress", "GroupId": group_id,
-                "IpPermissions.1.IpProtocol": "-1", "IpPermissions.1.Groups.1.GroupId": group_id}), just_made=True)
+        try:  # made without a listing first: a group of that name in the VPC is told by EC2 (Duplicate)
+            created = self._call("CreateSecurityGroup", lambda: self.driver.request({
+                "Action": "CreateSecurityGroup", "GroupName": f"skyhive-{pool_id}", "VpcId": vpc,
+                "GroupDescription": f"skyhive pool {pool_id}: SSH from the client, all traffic within the pool",
+                **self.aws._tags(pool_id, "security-group")}))
+        except Exception as exc:
+            if self.aws.error_code(exc) != "InvalidGroup.Duplicate":
+                raise
+            owned = self.owned_groups(pool_id)
+            if not owned:
+                raise ProvisionError(f"aws: a security group named skyhive-{pool_id} exists in {vpc} without the "
+                                     f"tag {POOL_TAG}={pool_id}: not this pool's; delete it or use another pool name",
+                                     kind="fatal") from exc
+            # found again (a retry whose first answer was lost, another process): its rules are asked for
+            # again below, EC2 answering InvalidPermission.Duplicate for those it has
+            self._made.pop(pool_id, None)
+            group_id = owned[0]
+        else:
+            group_id = next(el.text for el in created.iter() if el.tag.endswith("}groupId"))
+            self._made[pool_id] = group_id
+        self._rules(group_id, cidr, efa=efa)
         return group_id
 
-    def delete_pool_groups(self, pool_id: str) -> list[str]:
-        deleted = []
-        for group_id in self.owned_groups(pool_id):
-            try:  # returns False under moto although the group is gone: the listing below decides
-                self._call("DeleteSecurityGroup", lambda: self.driver.ex_delete_security_group_by_id(group_id))
+    def _rules(self, group_id: str, cidr: str, *, efa: bool) -> None:
+        """The pool group's rules; one that is there already (InvalidPermission.Duplicate) is fine."""
+        def once(what: str, fn: Any) -> None:
+            try:
+                self._call(what, fn, just_made=True)
             except Exception as exc:
-                if self.aws.classify(exc) is not ErrorKind.NOT_FOUND:
+                if self.aws.error_code(exc) != "InvalidPermission.Duplicate":
                     raise
-            if group_id not in self.owned_groups(pool_id):
-                deleted.append(f"security group {group_id}")
-        remaining = self.owned_groups(pool_id)
-        if remaining:
-            raise ProvisionError(f"aws: security groups {remaining} of pool {pool_id} still exist", kind="fatal")
-        return deleted
+
+        once("AuthorizeSecurityGroupIngress", lambda: self.driver.ex_authorize_security_group_ingress(
+            group_id, 22, 22, cidr_ips=[cidr], protocol="tcp"))
+        once("AuthorizeSecurityGroupIngress", lambda: self.driver.ex_authorize_security_group_ingress(
+            group_id, 0, 65535, group_pairs=[{"group_id": group_id}], protocol="-1"))
+        if efa:  # EFA traffic must also be allowed out to the group itself
+            once("AuthorizeSecurityGroupEgress", lambda: self.driver.request({
+                "Action": "AuthorizeSecurityGroupEgress", "GroupId": group_id,
+                "IpPermissions.1.IpProtocol": "-1", "IpPermissions.1.Groups.1.GroupId": group_id}))
+
+    def delete_pool_groups(self, pool_id: str) -> list[str]:
+        """Delete the pool's groups: the one made here by its id, then every group still tagged with the
+        pool (one listing when there is none: the listing is also the proof they are gone)."""
+        tried: list[str] = []
+        made = self._made.get(pool_id)
+        candidates = [made] if made else self.owned_groups(pool_id)
+        while candidates:
+            for group_id in candidates:
+                try:  # returns False under moto although the group is gone: the listing below decides
+                    self._call("DeleteSecurityGroup", lambda: self.driver.ex_delete_security_group_by_id(group_id))
+                except Exception as exc:
+                    if self.aws.classify(exc) is not ErrorKind.NOT_FOUND:
+                        raise
+                tried.append(group_id)
+            remaining = self.owned_groups(pool_id)
+            if any(g in tried for g in remaining):
+                raise ProvisionError(f"aws: security groups {remaining} of pool {pool_id} still exist", kind="fatal")
+            candidates = remaining  # groups of the pool made elsewhere: deleted too
+        self._made.pop(pool_id, None)
+        return [f"security group {g}" for g in tried]
 
     # ---- the pool's cluster placement group ------------------------------------------------------------
 

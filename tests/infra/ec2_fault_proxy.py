@@ -19,7 +19,22 @@ unchanged, except:
   ``InvalidPlacementGroup.InUse``. ``Placement.GroupName`` is removed before RunInstances reaches moto
   (which would ignore it) and the instances it made are remembered as members.
 
-Every request is recorded (``calls``: action and its parameters) so that tests can read what was asked.
+- expired credentials: a call signed (SigV4 ``Authorization: ... Credential=KEY/...``) with an access key
+  named in ``expired`` is refused, as AWS refuses a call whose temporary credentials have expired: HTTP
+  403, code ``ExpiredToken``, "The security token included in the request is expired" (AWS Common
+  Errors, ExpiredToken(Exception) 403; AWS re:Post "security-token-expired").
+
+- network interfaces (RunInstances API reference, ``AssociatePublicIpAddress``: "You cannot specify more
+  than one network interface in the request"; EC2 User Guide, "Maximize network bandwidth ... with
+  multiple network cards": an EFA-only interface cannot be the primary one): a RunInstances with several
+  ``NetworkInterface.N`` and a public address asked for -> ``InvalidParameterCombination``; an
+  ``efa-only`` interface at network card 0, device 0 -> ``InvalidParameterCombination``. An instance
+  launched with several interfaces has no public address (EC2 assigns none), so its ``ipAddress`` is
+  removed from DescribeInstances answers until an Elastic IP is associated with one of its interfaces
+  (AssociateAddress ``NetworkInterfaceId``) — moto would show one regardless.
+
+Every request is recorded (``calls``: action and its parameters; ``keys``: the access key it was signed
+with) so that tests can read what was asked, and by whom.
 It is a fake: what it answers by itself is only what the rules above say.
 """
 
@@ -39,7 +54,7 @@ __all__ = ["FakeEC2FaultProxy", "Fault", "ERROR_STATUS", "error_body"]
 NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 
 #: HTTP status EC2 uses per error code (client errors 400 unless listed)
-ERROR_STATUS = {"RequestLimitExceeded": 503, "Unavailable": 503, "ServiceUnavailable": 503,
+ERROR_STATUS = {"ExpiredToken": 403, "RequestLimitExceeded": 503, "Unavailable": 503, "ServiceUnavailable": 503,
                 "InternalError": 500, "InternalFailure": 500, "AuthFailure": 401, "UnauthorizedOperation": 403}
 
 
@@ -83,9 +98,13 @@ class FakeEC2FaultProxy:
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.faults: list[Fault] = []
         self.calls: list[tuple[str, dict[str, str]]] = []
+        self.keys: list[str] = []  # the access key each call was signed with, in the order of `calls`
+        self.expired: set[str] = set()  # access keys refused as expired
         self.counts: dict[str, int] = {}
         self.placement_groups: dict[str, _PlacementGroup] = {}
         self.placement_log: list[str] = []  # "create NAME", "delete NAME"
+        self.no_public_ip: dict[str, set[str]] = {}  # instance launched with several interfaces -> its ENIs
+        self.associated: set[str] = set()  # ENIs an Elastic IP was associated with
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -149,12 +168,21 @@ class FakeEC2FaultProxy:
     def _answer(self, method: str, path: str, headers: dict[str, str], body: bytes,
                 params: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
         action = params.get("Action", "")
+        auth = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
+        key = auth.split("Credential=", 1)[1].split("/", 1)[0] if "Credential=" in auth else ""
         with self._lock:
             self.calls.append((action, dict(params)))
+            self.keys.append(key)
+            if key in self.expired:
+                return self._error("ExpiredToken", "The security token included in the request is expired")
             n = self.counts[action] = self.counts.get(action, 0) + 1
             fault = next((f for f in self.faults if f.action == action and f.hits(n)), None)
         if fault is not None and not fault.after_forward:
             return self._error(fault.code, fault.message)
+        if action == "RunInstances":
+            refused = self._refuse_interfaces(params)
+            if refused is not None:
+                return refused
         if action in ("CreatePlacementGroup", "DescribePlacementGroups", "DeletePlacementGroup"):
             answer = self._placement(action, params)
         else:
@@ -174,7 +202,64 @@ class FakeEC2FaultProxy:
                 answer = self._forward(method, path, headers, body)
         if fault is not None:
             return self._error(fault.code, fault.message)
+        return self._interfaces_seen(action, params, answer)
+
+    # ---- network interfaces (moto checks none of this) ----------------------------------------------
+
+    @staticmethod
+    def _nics(params: dict[str, str]) -> dict[str, dict[str, str]]:
+        nics: dict[str, dict[str, str]] = {}
+        for key, value in params.items():
+            if key.startswith("NetworkInterface."):
+                n, _, field_name = key[len("NetworkInterface."):].partition(".")
+                nics.setdefault(n, {})[field_name] = value
+        return nics
+
+    def _refuse_interfaces(self, params: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes] | None:
+        nics = self._nics(params)
+        if len(nics) > 1 and any(n.get("AssociatePublicIpAddress", "").lower() == "true" for n in nics.values()):
+            return self._error("InvalidParameterCombination", "The associatePublicIPAddress parameter cannot be "
+                                                              "specified when launching with multiple network interfaces.")
+        for n in nics.values():
+            if (n.get("InterfaceType") == "efa-only" and n.get("DeviceIndex", "0") == "0"
+                    and n.get("NetworkCardIndex", "0") == "0"):
+                return self._error("InvalidParameterCombination", "An EFA-only network interface cannot be the "
+                                                                  "primary network interface.")
+        return None
+
+    def _interfaces_seen(self, action: str, params: dict[str, str], answer: tuple[int, list[tuple[str, str]], bytes]
+                         ) -> tuple[int, list[tuple[str, str]], bytes]:
+        if answer[0] != 200:
+            return answer
+        if action == "AssociateAddress" and params.get("NetworkInterfaceId"):
+            self.associated.add(params["NetworkInterfaceId"])
+        if action == "RunInstances" and len(self._nics(params)) > 1:
+            for instance in self._instances(ET.fromstring(answer[2])):
+                self.no_public_ip[_text(instance, "instanceId")] = {
+                    _text(nic, "networkInterfaceId") for nic in _items(instance, "networkInterfaceSet")}
+        if action == "DescribeInstances" and self.no_public_ip:
+            root = ET.fromstring(answer[2])
+            changed = False
+            for instance in self._instances(root):
+                enis = self.no_public_ip.get(_text(instance, "instanceId"))
+                if enis is not None and not enis & self.associated:
+                    for el in [c for c in instance if _local(c) == "ipAddress"]:
+                        instance.remove(el)
+                        changed = True
+            if changed:
+                ns = root.tag[1:].split("}", 1)[0] if root.tag.startswith("{") else ""
+                ET.register_namespace("", ns)
+                return answer[0], answer[1], ET.tostring(root, encoding="utf-8", xml_declaration=True)
         return answer
+
+    @staticmethod
+    def _instances(root: ET.Element) -> list[ET.Element]:
+        found = []
+        for set_name in ("instancesSet",):
+            for el in root.iter():
+                if _local(el) == set_name:
+                    found += [c for c in el if _local(c) == "item"]
+        return found
 
     def _error(self, code: str, message: str) -> tuple[int, list[tuple[str, str]], bytes]:
         return ERROR_STATUS.get(code, 400), [("Content-Type", "text/xml;charset=UTF-8")], error_body(code, message)
@@ -262,3 +347,16 @@ class FakeEC2FaultProxy:
                 f"</requestId>{inner}</{tag}>")
         return 200, [("Content-Type", "text/xml;charset=UTF-8")], body.encode()
 
+
+def _local(el: ET.Element) -> str:
+    return el.tag.rsplit("}", 1)[-1]
+
+
+def _text(el: ET.Element, name: str) -> str:
+    found = next((c for c in el if _local(c) == name), None)
+    return (found.text or "") if found is not None else ""
+
+
+def _items(el: ET.Element, name: str) -> list[ET.Element]:
+    found = next((c for c in el if _local(c) == name), None)
+    return [c for c in found if _local(c) == "item"] if found is not None else []

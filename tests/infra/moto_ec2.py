@@ -124,17 +124,20 @@ def moto_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoEC2]:
 
 def leftovers(endpoint: str | None = None, region: str = REGION, proxy: Any = None) -> dict[str, int]:
     """Everything skyhive may make, in the whole account (not one pool's tag): live instances, security
-    groups other than the VPCs' default ones, key pairs, and (through the fake proxy) placement groups."""
+    groups other than the VPCs' default ones, key pairs, Elastic IPs, and (through the fake proxy) placement
+    groups."""
     client = ec2_client(endpoint, region)
     live = [i for r in client.describe_instances()["Reservations"] for i in r["Instances"]
             if i["State"]["Name"] not in ("terminated", "shutting-down")]
     groups = [g for g in client.describe_security_groups()["SecurityGroups"] if g["GroupName"] != "default"]
     keys = client.describe_key_pairs()["KeyPairs"]
     placement = len(proxy.placement_groups) if proxy is not None else 0
-    return {"instances": len(live), "groups": len(groups), "keys": len(keys), "placement_groups": placement}
+    addresses = client.describe_addresses()["Addresses"]
+    return {"instances": len(live), "groups": len(groups), "keys": len(keys), "placement_groups": placement,
+            "addresses": len(addresses)}
 
 
-NOTHING_LEFT = {"instances": 0, "groups": 0, "keys": 0, "placement_groups": 0}
+NOTHING_LEFT = {"instances": 0, "groups": 0, "keys": 0, "placement_groups": 0, "addresses": 0}
 
 
 @pytest.fixture
