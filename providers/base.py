@@ -334,6 +334,13 @@ class Provider(abc.ABC):
         except TypeError as exc:
             raise ProvisionError(f"cannot rebuild provider {cls.name!r} from the pool's log ({kwargs!r}): {exc}") from None
 
+    def avoiding(self, lost: Sequence[NodeHandle]) -> Provider:
+        """This provider for a new pool after the nodes `lost` were lost (preempted, unreachable, their
+        worker dead): the places they were on are tried last, or not at all — a managed job's recovery
+        never goes straight back to the host or zone that just lost it. Default: itself (a provider with
+        no choice of place)."""
+        return self
+
     def for_nodes(self, nodes: int) -> Provider:
         """This provider narrowed to what a pool of `nodes` nodes used, for `skyhive down` (a provider
         naming hosts keeps only the first `nodes`). Default: itself."""

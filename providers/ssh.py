@@ -289,6 +289,21 @@ class SSH(Provider):
                                     else " and no spare (list more hosts than nodes to have spares)"),
             node=node, kind="capacity")
 
+    def avoiding(self, lost: Sequence[NodeHandle]) -> SSH:
+        """This provider with the hosts of the `lost` nodes moved to the end of the list (declared in
+        `Provider.avoiding`): a new pool takes the other hosts first and a lost host only when nothing
+        else is left. Handles that are not this provider's SSH hosts are ignored."""
+        bad = {self._host_of(h) for h in lost if isinstance(h.reach, SSHReach)}
+        if not bad & set(self.hosts):
+            return self
+        order = ([i for i, h in enumerate(self.hosts) if h not in bad]
+                 + [i for i, h in enumerate(self.hosts) if h in bad])
+        other = copy.copy(self)
+        other.hosts = tuple(self.hosts[i] for i in order)
+        other._specs = tuple(self._specs[i] for i in order)
+        other._given = {}
+        return other
+
     def for_nodes(self, nodes: int) -> SSH:
         """This provider with only the hosts a pool of `nodes` nodes used (the first ones), for `skyhive
         down`: hosts a pool never used hold nothing of it, and need not be reachable to clean it up.

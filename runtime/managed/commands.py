@@ -15,6 +15,7 @@ import yaml
 from ...errors import TaskFileError
 from ..clusters.procs import alive
 from ..commands.taskfile import Task
+from ...providers.base import Provider
 from . import store
 from .controller import controller_pid, ensure_controller
 
@@ -39,21 +40,31 @@ def max_restarts_of(task: Task) -> int:
     return value
 
 
-def submit_job(task: Task, *, name: str | None = None, max_restarts_on_errors: int | None = None) -> int:
-    """Record the job and start its controller; the job id (the job runs without this process)."""
+def submit_job(task: Task, *, name: str | None = None, max_restarts_on_errors: int | None = None,
+               provider: Provider | None = None) -> int:
+    """Record the job and start its controller; the job id (the job runs without this process).
+    `provider`: the pools' provider (pickled with the job), instead of the task's own."""
     from ..commands.plan import plan_launch
+    from ..commands.resources import cluster_spec
 
-    plan_launch(task)  # resources the provider cannot honour: an error here, before anything is recorded
+    if provider is None:
+        plan_launch(task)  # resources the provider cannot honour: an error here, before anything is recorded
+    else:
+        cluster_spec(task, provider)
     task.env(), task.secret_env()  # a variable left without a value: an error here too
     restarts = max_restarts_of(task) if max_restarts_on_errors is None else max_restarts_on_errors
     if restarts < 0:
         raise TaskFileError(f"--max-restarts-on-errors must be >= 0, not {restarts}")
     job_name = name or task.name or "job"
-    blob = pickle.dumps({"task": task, "task_id": ""})
+    try:
+        blob = pickle.dumps({"task": task, "task_id": "", "provider": provider})
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise TypeError(f"managed job: the provider {provider!r} cannot be saved with the job: {exc}") from None
     job_id = store.new_job(job_name, blob, restarts)
     # one SKYPILOT_TASK_ID for every attempt of the job
     task_id = f"skyhive-{time.strftime('%Y-%m-%d-%H-%M-%S')}-managed-{job_id}"
-    (store.job_dir(job_id) / "task.pkl").write_bytes(pickle.dumps({"task": task, "task_id": task_id}))
+    (store.job_dir(job_id) / "task.pkl").write_bytes(pickle.dumps({"task": task, "task_id": task_id,
+                                                                                 "provider": provider}))
     ensure_controller(job_id)
     return job_id
 

@@ -49,6 +49,7 @@ log = logging.getLogger("skyhive.managed")
 __all__ = ["ensure_controller", "controller_pid", "main"]
 
 _POLL = 0.3  # seconds between looks for a cancel request
+_SWEEP_TIMEOUT = 120.0  # one pool's sweep of the machines at most
 _MODULE = "skyhive.runtime.managed.controller"
 
 
@@ -83,98 +84,214 @@ async def _watch_cancel(job_id: int, scope: anyio.CancelScope) -> None:
     scope.cancel()
 
 
-async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog) -> tuple[str, NodeExit | None, str]:
-    """One attempt on a fresh pool: ("ok"|"lost"|"error"|"cancelled"|"broken", the failure, detail)."""
+def _checkpoint_env(job_id: int, task: Any, provider: Any) -> tuple[str, str]:
+    """`SKYHIVE_CHECKPOINT_DIR` of every attempt, and what it is (for the log): this machine's folder on
+    Local (its nodes are here); on another provider the task's checkpoint bucket mount (the folder
+    `<mount>/<name>-job<ID>` there, which a fresh node fills from the bucket); without one a folder in
+    the job's working directory on the node, which does not survive the node."""
+    from ...providers.local import Local
+
+    if isinstance(provider, Local):
+        return str(store.checkpoint_dir(job_id)), "this machine's folder"
+    if task.bucket_mounts:
+        from ..storage.plugin import checkpoint_path
+
+        ckpt = checkpoint_path(task.bucket_mounts, f"{task.name or 'job'}-job{job_id}")
+        if ckpt is not None:
+            return ckpt, "the checkpoint bucket mount"
+    return (f"~/.skyhive/work/managed-job{job_id}/checkpoints",
+            "a folder on the node: it does not survive the node (mount a bucket with mode MOUNT_CACHED to keep "
+            "checkpoints across recoveries)")
+
+
+async def _sweep(provider: Any, pool_ids: list[str]) -> list[str]:
+    """What is left of these pools on the provider's machines stopped and removed (`Provider.down`: an
+    SSH host's processes and sockets of the pool, a cloud's instances by tag); the pools it could not
+    finish, each with why (a host still unreachable, an instance that would not go)."""
+    if isinstance(provider, _local()):
+        return []
+    left = []
+    for pool_id in pool_ids:
+        try:
+            with anyio.fail_after(_SWEEP_TIMEOUT):
+                await provider.down(pool_id)
+        except Exception as exc:  # noqa: BLE001 - said in the log and the job's detail; `skyhive down` can finish it
+            left.append(f"{pool_id}: {type(exc).__name__}: {exc}")
+    return left
+
+
+class _Outcome:
+    """One attempt's end: "ok" | "lost" | "error" | "cancelled" | "broken", the failure, why, the lost nodes'
+    handles (what the next attempt avoids)."""
+
+    def __init__(self, kind: str, failed: NodeExit | None = None, why: str = "", lost: tuple[Any, ...] = ()) -> None:
+        self.kind, self.failed, self.why, self.lost = kind, failed, why, lost
+
+
+async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog, avoid: list[Any]) -> _Outcome:
+    """One attempt on a fresh pool (`avoid`: nodes lost before, whose places are taken last)."""
     from ...plugins.image import Image
+    from ...errors import TeardownIncomplete
     from ..commands.launch import task_steps
     from ..commands.plan import plan_launch
     from ..commands.resources import cluster_spec
+    from ..onnode import nodecmd
     from ..pool import Pool
 
     task = spec["task"]
-    planned = plan_launch(task)
-    task, provider = planned.task, planned.provider
-    pool_id = f"{task.name or 'job'}-job{job_id}-{attempt}"
-    steps = task_steps(task, provider, work_id=f"managed-job{job_id}", task_id=spec["task_id"])
+    provider = spec.get("provider")
+    if provider is None:
+        planned = plan_launch(task)
+        task, provider = planned.task, planned.provider
+    if avoid:
+        provider = provider.avoiding(avoid)
+    name = task.name or "job"
+    pool_id = f"{name}-job{job_id}-{attempt}"
+    work_id = f"managed-job{job_id}"
+    steps = task_steps(task, provider, work_id=work_id, task_id=spec["task_id"])
     cspec = cluster_spec(task, provider)
     allocation = None if cspec.spot is None else ("spot" if cspec.spot else "on-demand")
-    env = {**task.env(), "SKYHIVE_CHECKPOINT_DIR": str(store.checkpoint_dir(job_id)), "SKYHIVE_JOB_ID": str(job_id)}
+    ckpt, what = _checkpoint_env(job_id, task, provider)
+    env = {**task.env(), "SKYHIVE_CHECKPOINT_DIR": ckpt, "SKYHIVE_JOB_ID": str(job_id)}
     secrets = task.secret_env()
     image = Image(secrets=secrets) if secrets else None  # to redact them from the log; the scripts get them below
     store.append(job_id, "attempt", attempt=attempt, pool=pool_id, pid=os.getpid())
+    if attempt == 1:
+        out.note(f"checkpoints: SKYHIVE_CHECKPOINT_DIR={ckpt} ({what})")
     failed: NodeExit | None = None
+    lost: tuple[Any, ...] = ()
     cancelled = False
+    leak = ""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", AcceleratorWarning)
         async with anyio.create_task_group() as copier:
-            async with Pool(provider=provider, nodes=task.num_nodes, name=pool_id, output=None, image=image,
-                            accelerator=cspec.accelerator, cpus=cspec.cpus, memory_gb=cspec.memory_gb,
-                            allocation=allocation) as pool:
-                out.prefix = task.num_nodes > 1
-                copier.start_soon(_copy_output, pool.output(), out)
-                store.append(job_id, "running", attempt=attempt, pool=pool_id)
-                with anyio.CancelScope() as scope:
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(_watch_cancel, job_id, scope)
-                        failed = await run_steps(pool._runtime, steps, task_env={**env, **secrets})
-                        tg.cancel_scope.cancel()
-                cancelled = scope.cancelled_caught
+            try:
+                async with Pool(provider=provider, nodes=task.num_nodes, name=pool_id, output=None, image=image,
+                                accelerator=cspec.accelerator, cpus=cspec.cpus, memory_gb=cspec.memory_gb,
+                                allocation=allocation) as pool:
+                    rt = pool._runtime
+                    out.prefix = task.num_nodes > 1
+                    copier.start_soon(_copy_output, pool.output(), out)
+                    where = ", ".join(str(n.handle.provider_id) for n in rt.nodes if n.handle is not None)
+                    store.append(job_id, "running", attempt=attempt, pool=pool_id, nodes=where)
+                    out.note(f"attempt {attempt} running on {where or provider.name}")
+                    with anyio.CancelScope() as scope:
+                        async with anyio.create_task_group() as tg:
+                            tg.start_soon(_watch_cancel, job_id, scope)
+                            failed = await run_steps(rt, steps, task_env={**env, **secrets})
+                            tg.cancel_scope.cancel()
+                    cancelled = scope.cancelled_caught
+                    if failed is not None and failed.lost:
+                        handle = rt.nodes[failed.node].handle
+                        lost = (handle,) if handle is not None else ()
+                    if not isinstance(provider, _local()):  # the job's working directory on the nodes left
+                        with anyio.move_on_after(30, shield=True):
+                            try:
+                                await pool.broadcast(nodecmd.remove, work_id)
+                            except Exception:  # noqa: BLE001 - a lost node keeps its copy: the sweep removes it
+                                pass
+            except TeardownIncomplete as exc:  # a node that could not be stopped (its host unreachable): swept later
+                leak = f"the pool's teardown was incomplete: {exc}"
     if cancelled:
-        return "cancelled", None, "cancelled while running"
+        return _Outcome("cancelled", why="cancelled while running")
+    if leak and failed is None:
+        failed = NodeExit(node=0, phase="teardown", code=1, detail=leak, lost=True)
     if failed is None:
-        return "ok", None, ""
+        return _Outcome("ok")
     why = f"{failed.phase} failed on node {failed.node}: {failed.detail or f'exit code {failed.code}'}"
-    return ("lost" if failed.lost else "error"), failed, why
+    return _Outcome("lost" if failed.lost else "error", failed, why, lost)
+
+
+def _local() -> type:
+    from ...providers.local import Local
+
+    return Local
+
+
+def _provider_of(spec: dict[str, Any]) -> Any:
+    if spec.get("provider") is not None:
+        return spec["provider"]
+    from ..commands.plan import plan_launch
+
+    return plan_launch(spec["task"]).provider
 
 
 def _run(job_id: int) -> None:
-    """Attempts until the job ends (its final event appended)."""
+    """Attempts until the job ends (its final event appended), then what is left of its pools swept."""
     spec = pickle.loads((store.job_dir(job_id) / "task.pkl").read_bytes())  # noqa: S301 - our own 0600 file
+    avoid: list[Any] = []  # nodes lost so far: the next attempts take their places last
     with open(store.log_path(job_id), "a", encoding="utf-8") as fh:
         out = _JobLog(fh, prefix=False)
-        while True:
+        try:
+            _attempts(job_id, spec, out, avoid)
+        finally:
             st = store.load(job_id)
-            if st.state in store.FINISHED:
-                return
-            if st.cancel_requested:
-                out.note(f"job {job_id} cancelled")
-                store.append(job_id, "cancelled", detail="cancelled")
-                return
-            attempt = st.attempts + 1
-            if st.attempts and st.state != store.RECOVERING:  # an attempt whose controller died
-                out.note(f"the controller was restarted (pid {os.getpid()}): attempt {st.attempts} is gone; "
-                         f"starting attempt {attempt}")
-                store.append(job_id, "lost", detail=f"the controller of attempt {st.attempts} died")
-            elif attempt > 1:
-                out.note(f"recovery: starting attempt {attempt} on fresh nodes")
-            try:
-                outcome, failed, why = anyio.run(_attempt, job_id, spec, attempt, out)
-            except Exception as exc:  # noqa: BLE001 - provisioning or a broken task: the job fails, saying so
-                while isinstance(exc, ExceptionGroup):
-                    exc = exc.exceptions[0]
-                outcome, failed, why = "broken", None, f"{type(exc).__name__}: {exc}"
-            out.flush_partial()
-            if outcome == "ok":
-                out.note(f"job {job_id} succeeded (attempt {attempt})")
-                store.append(job_id, "succeeded", attempt=attempt)
-                return
-            if outcome == "cancelled":
-                out.note(f"job {job_id} cancelled while running")
-                store.append(job_id, "cancelled", detail=why)
-                return
-            if outcome == "lost":
-                out.note(f"node lost ({why}): recovering (not counted against max_restarts_on_errors)")
-                store.append(job_id, "lost", attempt=attempt, detail=why)
-                continue
-            st = store.load(job_id)
-            if outcome == "error" and st.restarts_on_errors < st.max_restarts_on_errors:
-                out.note(f"{why}: restarting ({st.restarts_on_errors + 1} of max_restarts_on_errors="
-                         f"{st.max_restarts_on_errors})")
-                store.append(job_id, "error", attempt=attempt, detail=why, code=failed.code if failed else 1)
-                continue
-            out.note(f"job {job_id} failed: {why}")
-            store.append(job_id, "failed", attempt=attempt, detail=why, code=failed.code if failed else 1)
+            if st.state in store.FINISHED and st.pools:
+                try:
+                    left = anyio.run(_sweep, _provider_of(spec), st.pools)
+                except Exception as exc:  # noqa: BLE001 - the provider could not even be built
+                    left = [f"{type(exc).__name__}: {exc}"]
+                if left:
+                    out.note("could not clean up after the job (`skyhive down POOL` finishes it): " + "; ".join(left))
+                    store.append(job_id, "leaked", pools=left)
+
+
+def _attempts(job_id: int, spec: dict[str, Any], out: _JobLog, avoid: list[Any]) -> None:
+    while True:
+        st = store.load(job_id)
+        if st.state in store.FINISHED:
             return
+        if st.cancel_requested:
+            out.note(f"job {job_id} cancelled")
+            store.append(job_id, "cancelled", detail="cancelled")
+            return
+        attempt = st.attempts + 1
+        if st.attempts and st.state != store.RECOVERING:  # an attempt whose controller died
+            out.note(f"the controller was restarted (pid {os.getpid()}): attempt {st.attempts} is gone; "
+                     f"starting attempt {attempt}")
+            store.append(job_id, "lost", detail=f"the controller of attempt {st.attempts} died")
+            left = anyio.run(_sweep, _provider_of(spec), st.pools[-1:])  # what it left on the machines
+            if left:
+                out.note("could not clean up the dead controller's pool: " + "; ".join(left))
+        elif attempt > 1:
+            out.note(f"recovery: starting attempt {attempt} on fresh nodes")
+        try:
+            res = anyio.run(_attempt, job_id, spec, attempt, out, avoid)
+        except Exception as exc:  # noqa: BLE001 - provisioning or a broken task: the job fails, saying so
+            while isinstance(exc, ExceptionGroup):
+                exc = exc.exceptions[0]
+            res = _Outcome("broken", why=f"{type(exc).__name__}: {exc}")
+        out.flush_partial()
+        if res.kind == "ok":
+            out.note(f"job {job_id} succeeded (attempt {attempt})")
+            store.append(job_id, "succeeded", attempt=attempt)
+            return
+        if res.kind == "cancelled":
+            out.note(f"job {job_id} cancelled while running")
+            store.append(job_id, "cancelled", detail=res.why)
+            return
+        if res.kind == "lost":
+            places = [str(h.provider_id) for h in res.lost]
+            out.note(f"node lost ({res.why}): recovering (not counted against max_restarts_on_errors)"
+                     + (f"; {', '.join(places)} is tried last" if places else ""))
+            avoid.extend(res.lost)
+            # the lost attempt's pool swept before the next starts: no second copy of the program
+            # running on a node that is only unreachable from here
+            left = anyio.run(_sweep, _provider_of(spec), store.load(job_id).pools[-1:])
+            if left:
+                out.note("could not clean up the lost attempt's pool yet (retried when the job ends): " + "; ".join(left))
+            store.append(job_id, "lost", attempt=attempt, detail=res.why, places=places)
+            continue
+        st = store.load(job_id)
+        code = res.failed.code if res.failed else 1
+        if res.kind == "error" and st.restarts_on_errors < st.max_restarts_on_errors:
+            out.note(f"{res.why}: restarting ({st.restarts_on_errors + 1} of max_restarts_on_errors="
+                     f"{st.max_restarts_on_errors})")
+            store.append(job_id, "error", attempt=attempt, detail=res.why, code=code)
+            continue
+        out.note(f"job {job_id} failed: {res.why}")
+        store.append(job_id, "failed", attempt=attempt, detail=res.why, code=code)
+        return
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,7 @@ it started: SIGTERM, a grace period, then SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -124,6 +125,8 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
         home = env.get("HOME") or os.path.expanduser("~")  # the node's own home where it has one
         env["SKYHIVE_CHECKPOINT_DIR"] = os.path.join(home, home + ckpt[1:] if ckpt == "~" or ckpt.startswith("~/")
                                                      else ckpt)
+        with contextlib.suppress(OSError):  # (a managed job's folder on the node: made here)
+            os.makedirs(env["SKYHIVE_CHECKPOINT_DIR"], mode=0o700, exist_ok=True)
     # the node's Python environment comes first: `python`, `pip`, `torchrun` are the ones skyhive runs with
     bindir = os.path.dirname(sys.executable)
     path = env.get("PATH", os.defpath)
