@@ -334,6 +334,13 @@ class Provider(abc.ABC):
         except TypeError as exc:
             raise ProvisionError(f"cannot rebuild provider {cls.name!r} from the pool's log ({kwargs!r}): {exc}") from None
 
+    async def machines_gone(self, handles: Sequence[NodeHandle]) -> dict[int, str]:
+        """Of these running nodes, those whose machine the provider itself reports gone or going (a
+        cloud instance terminated, stopping or stopped: a spot preemption, someone's console), as node
+        index -> why. What a managed job's controller polls, so it does not wait for the worker's link to
+        time out. Default: none (a provider that cannot tell; the lost worker is noticed instead)."""
+        return {}
+
     def avoiding(self, lost: Sequence[NodeHandle]) -> Provider:
         """This provider for a new pool after the nodes `lost` were lost (preempted, unreachable, their
         worker dead): the places they were on are tried last, or not at all — a managed job's recovery

@@ -56,17 +56,28 @@ def submit_job(task: Task, *, name: str | None = None, max_restarts_on_errors: i
     if restarts < 0:
         raise TaskFileError(f"--max-restarts-on-errors must be >= 0, not {restarts}")
     job_name = name or task.name or "job"
-    try:
-        blob = pickle.dumps({"task": task, "task_id": "", "provider": provider})
-    except (pickle.PicklingError, TypeError, AttributeError) as exc:
-        raise TypeError(f"managed job: the provider {provider!r} cannot be saved with the job: {exc}") from None
+    saved = _saved(provider)
+    blob = pickle.dumps({"task": task, "task_id": "", "provider": saved})
     job_id = store.new_job(job_name, blob, restarts)
     # one SKYPILOT_TASK_ID for every attempt of the job
     task_id = f"skyhive-{time.strftime('%Y-%m-%d-%H-%M-%S')}-managed-{job_id}"
     (store.job_dir(job_id) / "task.pkl").write_bytes(pickle.dumps({"task": task, "task_id": task_id,
-                                                                                 "provider": provider}))
+                                                                                 "provider": saved}))
     ensure_controller(job_id)
     return job_id
+
+
+def _saved(provider: Provider | None) -> Any:
+    """The provider as the job keeps it: pickled whole, or — one holding live things (a cloud's driver,
+    locks) — its class and `describe()`, which its `from_description` rebuilds (controller.py)."""
+    if provider is None:
+        return None
+    try:
+        pickle.dumps(provider)
+        return provider
+    except (pickle.PicklingError, TypeError, AttributeError):
+        cls = type(provider)
+        return {"class": f"{cls.__module__}:{cls.__qualname__}", "description": provider.describe()}
 
 
 def _jobs() -> list[store.JobState]:

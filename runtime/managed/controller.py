@@ -49,6 +49,7 @@ log = logging.getLogger("skyhive.managed")
 __all__ = ["ensure_controller", "controller_pid", "main"]
 
 _POLL = 0.3  # seconds between looks for a cancel request
+_MACHINE_POLL = 5.0  # seconds between looks at the attempt's machines (SKYHIVE_JOBS_MACHINE_POLL)
 _SWEEP_TIMEOUT = 120.0  # one pool's sweep of the machines at most
 _MODULE = "skyhive.runtime.managed.controller"
 
@@ -76,6 +77,32 @@ def ensure_controller(job_id: int) -> int | None:
 
 def _cancelled(job_id: int) -> bool:
     return store.load(job_id).cancel_requested
+
+
+def _machine_poll() -> float:
+    """Seconds between two looks at the attempt's machines (SKYHIVE_JOBS_MACHINE_POLL, default 5)."""
+    try:
+        return max(0.05, float(os.environ.get("SKYHIVE_JOBS_MACHINE_POLL", _MACHINE_POLL)))
+    except ValueError:
+        return _MACHINE_POLL
+
+
+async def _watch_machines(provider: Any, rt: Any, gone: dict[int, str], scope: anyio.CancelScope) -> None:
+    """Until cancelled: ask the provider whether it took one of the attempt's machines (a cloud instance
+    terminated or stopped under the job: `Provider.machines_gone`); if so, note it in `gone` and stop the
+    attempt (its steps, then its pool) at once rather than when the worker's link times out."""
+    handles = [n.handle for n in rt.nodes if n.handle is not None]
+    while True:
+        await anyio.sleep(_machine_poll())
+        try:
+            found = await provider.machines_gone(handles)
+        except Exception as exc:  # noqa: BLE001 - the provider's API down for a moment: the next look
+            log.warning("looking at the attempt's machines failed: %s", exc)
+            continue
+        if found:
+            gone.update(found)
+            scope.cancel()
+            return
 
 
 async def _watch_cancel(job_id: int, scope: anyio.CancelScope) -> None:
@@ -152,7 +179,9 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
     cspec = cluster_spec(task, provider)
     allocation = None if cspec.spot is None else ("spot" if cspec.spot else "on-demand")
     ckpt, what = _checkpoint_env(job_id, task, provider)
-    env = {**task.env(), "SKYHIVE_CHECKPOINT_DIR": ckpt, "SKYHIVE_JOB_ID": str(job_id)}
+    env = {"SKYHIVE_CHECKPOINT_DIR": ckpt, **task.env(), "SKYHIVE_JOB_ID": str(job_id)}
+    if env["SKYHIVE_CHECKPOINT_DIR"] != ckpt:  # the task's own (a shared file system): kept
+        ckpt, what = env["SKYHIVE_CHECKPOINT_DIR"], "the task's own"
     secrets = task.secret_env()
     image = Image(secrets=secrets) if secrets else None  # to redact them from the log; the scripts get them below
     store.append(job_id, "attempt", attempt=attempt, pool=pool_id, pid=os.getpid())
@@ -175,15 +204,21 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
                     where = ", ".join(str(n.handle.provider_id) for n in rt.nodes if n.handle is not None)
                     store.append(job_id, "running", attempt=attempt, pool=pool_id, nodes=where)
                     out.note(f"attempt {attempt} running on {where or provider.name}")
+                    gone: dict[int, str] = {}
                     with anyio.CancelScope() as scope:
                         async with anyio.create_task_group() as tg:
                             tg.start_soon(_watch_cancel, job_id, scope)
+                            tg.start_soon(_watch_machines, provider, rt, gone, scope)
                             failed = await run_steps(rt, steps, task_env={**env, **secrets})
                             tg.cancel_scope.cancel()
-                    cancelled = scope.cancelled_caught
+                    cancelled = scope.cancelled_caught and not gone
+                    if gone:  # the provider took a machine: lost, whatever the steps said while stopped
+                        node = min(gone)
+                        failed = NodeExit(node=node, phase="run", code=1, lost=True,
+                                          detail=f"{gone[node]} (the provider took the machine)")
                     if failed is not None and failed.lost:
-                        handle = rt.nodes[failed.node].handle
-                        lost = (handle,) if handle is not None else ()
+                        lost = tuple(rt.nodes[i].handle for i in (sorted(gone) or [failed.node])
+                                     if rt.nodes[i].handle is not None)
                     if not isinstance(provider, _local()):  # the job's working directory on the nodes left
                         with anyio.move_on_after(30, shield=True):
                             try:
@@ -208,6 +243,19 @@ def _local() -> type:
     return Local
 
 
+def _rebuilt(saved: Any) -> Any:
+    """The provider `commands._saved` kept with the job: itself, or rebuilt from its class and description."""
+    if not isinstance(saved, dict):
+        return saved
+    import importlib
+
+    module, _, qualname = str(saved["class"]).partition(":")
+    cls: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        cls = getattr(cls, part)
+    return cls.from_description(saved["description"])
+
+
 def _provider_of(spec: dict[str, Any]) -> Any:
     if spec.get("provider") is not None:
         return spec["provider"]
@@ -219,6 +267,7 @@ def _provider_of(spec: dict[str, Any]) -> Any:
 def _run(job_id: int) -> None:
     """Attempts until the job ends (its final event appended), then what is left of its pools swept."""
     spec = pickle.loads((store.job_dir(job_id) / "task.pkl").read_bytes())  # noqa: S301 - our own 0600 file
+    spec["provider"] = _rebuilt(spec.get("provider"))
     avoid: list[Any] = []  # nodes lost so far: the next attempts take their places last
     with open(store.log_path(job_id), "a", encoding="utf-8") as fh:
         out = _JobLog(fh, prefix=False)
