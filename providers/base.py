@@ -237,6 +237,10 @@ class Provider(abc.ABC):
     #: machine and never touches the user's home; `setup` then runs on every node.
     node_homes: ClassVar[bool] = False
 
+    #: the cloud whose interruption notice this provider's nodes watch while a managed job runs
+    #: ("aws": EC2's spot `instance-action`, `runtime/onnode/interruption.py`); "" none
+    interruption_notices: ClassVar[str] = ""
+
     @property
     def max_nodes(self) -> int:
         """The most nodes one pool may ask of this provider: `Pool(nodes=...)` and a task's `num_nodes`

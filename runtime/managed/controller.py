@@ -39,9 +39,10 @@ from typing import Any
 import anyio
 
 from ...providers.accelerators import AcceleratorWarning
-from ..clusters.agent import _copy_output, _JobLog
+from ..clusters.agent import _JobLog
 from ..clusters.procs import lock_holder
 from ..commands.steps import NodeExit, run_steps
+from ..onnode import interruption
 from . import store
 
 log = logging.getLogger("skyhive.managed")
@@ -49,6 +50,7 @@ log = logging.getLogger("skyhive.managed")
 __all__ = ["ensure_controller", "controller_pid", "main"]
 
 _POLL = 0.3  # seconds between looks for a cancel request
+_NOTICE_GRACE = 30.0  # seconds a program has after an interruption notice (SKYHIVE_JOBS_NOTICE_GRACE)
 _MACHINE_POLL = 5.0  # seconds between looks at the attempt's machines (SKYHIVE_JOBS_MACHINE_POLL)
 _SWEEP_TIMEOUT = 120.0  # one pool's sweep of the machines at most
 _MODULE = "skyhive.runtime.managed.controller"
@@ -79,6 +81,50 @@ def _cancelled(job_id: int) -> bool:
     return store.load(job_id).cancel_requested
 
 
+def _notice_text(notice: dict[str, Any]) -> str:
+    return (f"interruption notice: {notice.get('action', '?')} at {notice.get('time', '?')}")
+
+
+def _notice_grace() -> float:
+    """Seconds a program is given after its node's interruption notice before the attempt is stopped
+    (SKYHIVE_JOBS_NOTICE_GRACE, default 30: EC2 gives two minutes, the new attempt needs the rest)."""
+    try:
+        return max(0.0, float(os.environ.get("SKYHIVE_JOBS_NOTICE_GRACE", _NOTICE_GRACE)))
+    except ValueError:
+        return _NOTICE_GRACE
+
+
+async def _copy_and_watch(job_id: int, stream: Any, out: _JobLog, notices: dict[int, dict[str, Any]]) -> None:
+    """The pool's output into the job's log; a node's interruption notice line (`interruption.MARK`)
+    noted in `notices` (node -> the notice) as it passes, and said in the log and the events."""
+    async with stream:
+        async for rec in stream:
+            if interruption.MARK in rec.text and rec.node not in notices:
+                raw = rec.text.split(interruption.MARK, 1)[1].splitlines()[0]
+                try:
+                    notice = json.loads(raw)
+                except ValueError:
+                    notice = {"action": raw.strip()}
+                notices[rec.node] = notice if isinstance(notice, dict) else {"action": str(notice)}
+                out.note(f"node {rec.node}: {_notice_text(notices[rec.node])}: the attempt ends in "
+                         f"{_notice_grace():g} s, or when the program exits, and is recovered elsewhere")
+                store.append(job_id, "notice", node=rec.node, notice=notices[rec.node])
+            out.write(rec.node, rec.local_rank, rec.stream, rec.text)
+
+
+async def _watch_notices(notices: dict[int, dict[str, Any]], gone: dict[int, str], scope: anyio.CancelScope) -> None:
+    """After a node's interruption notice, the program's grace to checkpoint (it finds the notice in
+    `$SKYHIVE_INTERRUPTION_NOTICE`); then the attempt is stopped as a lost node — before the cloud
+    takes the machine."""
+    while not notices:
+        await anyio.sleep(0.1)
+    node = min(notices)
+    text = _notice_text(notices[node])
+    await anyio.sleep(_notice_grace())
+    gone[node] = text
+    scope.cancel()
+
+
 def _machine_poll() -> float:
     """Seconds between two looks at the attempt's machines (SKYHIVE_JOBS_MACHINE_POLL, default 5)."""
     try:
@@ -100,7 +146,7 @@ async def _watch_machines(provider: Any, rt: Any, gone: dict[int, str], scope: a
             log.warning("looking at the attempt's machines failed: %s", exc)
             continue
         if found:
-            gone.update(found)
+            gone.update({n: f"{why} (the provider took the machine)" for n, why in found.items()})
             scope.cancel()
             return
 
@@ -180,6 +226,8 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
     allocation = None if cspec.spot is None else ("spot" if cspec.spot else "on-demand")
     ckpt, what = _checkpoint_env(job_id, task, provider)
     env = {"SKYHIVE_CHECKPOINT_DIR": ckpt, **task.env(), "SKYHIVE_JOB_ID": str(job_id)}
+    if provider.interruption_notices:  # the nodes watch their cloud's notice while `run` runs
+        env[interruption.WATCH_ENV] = provider.interruption_notices
     if env["SKYHIVE_CHECKPOINT_DIR"] != ckpt:  # the task's own (a shared file system): kept
         ckpt, what = env["SKYHIVE_CHECKPOINT_DIR"], "the task's own"
     secrets = task.secret_env()
@@ -200,22 +248,33 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
                                 allocation=allocation) as pool:
                     rt = pool._runtime
                     out.prefix = task.num_nodes > 1
-                    copier.start_soon(_copy_output, pool.output(), out)
+                    notices: dict[int, dict[str, Any]] = {}
+                    gone: dict[int, str] = {}
+                    copier.start_soon(_copy_and_watch, job_id, pool.output(), out, notices)
                     where = ", ".join(str(n.handle.provider_id) for n in rt.nodes if n.handle is not None)
                     store.append(job_id, "running", attempt=attempt, pool=pool_id, nodes=where)
                     out.note(f"attempt {attempt} running on {where or provider.name}")
-                    gone: dict[int, str] = {}
                     with anyio.CancelScope() as scope:
                         async with anyio.create_task_group() as tg:
                             tg.start_soon(_watch_cancel, job_id, scope)
                             tg.start_soon(_watch_machines, provider, rt, gone, scope)
+                            tg.start_soon(_watch_notices, notices, gone, scope)
                             failed = await run_steps(rt, steps, task_env={**env, **secrets})
                             tg.cancel_scope.cancel()
                     cancelled = scope.cancelled_caught and not gone
                     if gone:  # the provider took a machine: lost, whatever the steps said while stopped
                         node = min(gone)
                         failed = NodeExit(node=node, phase="run", code=1, lost=True,
-                                          detail=f"{gone[node]} (the provider took the machine)")
+                                          detail=gone[node])
+                    if failed is not None and not failed.lost and failed.code > interruption.AFTER_NOTICE:
+                        # the program failed after its node's interruption notice: not its own fault
+                        code = failed.code - interruption.AFTER_NOTICE
+                        with anyio.move_on_after(10):  # its notice line, still on its way through the output
+                            while failed.node not in notices:
+                                await anyio.sleep(0.05)
+                        notice = notices.get(failed.node) or {"action": "(notice line not read yet)"}
+                        failed = NodeExit(node=failed.node, phase=failed.phase, code=code, lost=True,
+                                          detail=f"{_notice_text(notice)}; the program then exited {code}")
                     if failed is not None and failed.lost:
                         lost = tuple(rt.nodes[i].handle for i in (sorted(gone) or [failed.node])
                                      if rt.nodes[i].handle is not None)

@@ -133,6 +133,11 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
     if bindir and bindir not in path.split(os.pathsep):
         env["PATH"] = bindir + os.pathsep + path
     shell = shutil.which("bash") or "/bin/sh"
+    watcher = None
+    if phase == "run" and env.get("SKYHIVE_INTERRUPTION_WATCH"):  # a managed job's spot node (interruption.py)
+        from .interruption import start_for
+
+        watcher = start_for(env, cwd)
     proc = subprocess.Popen([shell, "-c", BASHRC_PRELUDE + script], cwd=cwd, env=env, stdin=subprocess.DEVNULL)
     try:
         code = proc.wait()
@@ -140,7 +145,15 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
         stop_descendants(proc.pid, GRACE)
         proc.wait()
         raise
-    return 128 - code if code < 0 else code
+    finally:
+        if watcher is not None:
+            watcher.stop()
+    code = 128 - code if code < 0 else code
+    if code and watcher is not None and watcher.seen is not None:  # failed after its node's notice
+        from .interruption import AFTER_NOTICE
+
+        code += AFTER_NOTICE
+    return code
 
 
 
