@@ -21,7 +21,7 @@ import skyhive as sky
 from skyhive.providers.cloud.base import CloudTimeouts
 from tests.cloud_fakes import LocalMappedAWS
 from tests.infra.moto_ec2 import count_pool, ec2_client
-from tests.test_managed_jobs import ended, logs, wait_for
+from tests.test_managed_jobs import ended, logs, skyhive, wait_for
 
 pytestmark = [pytest.mark.loopback_only]
 
@@ -94,6 +94,8 @@ def test_a_spot_instance_terminated_under_the_job_is_replaced_in_another_zone(mo
     for pool in info["pools"]:
         assert count_pool(pool, server.endpoint) == {"instances": 0, "groups": 0, "keys": 0}, pool
     assert info["leaked"] == []
+    assert isinstance(info["cost_usd"], float) and info["cost_usd"] > 0  # t3.micro's price, both attempts
+    assert "$" in skyhive("jobs", "queue").stdout
 
 
 NOTICE_TASK = textwrap.dedent("""\

@@ -19,7 +19,7 @@ from ...providers.base import Provider
 from . import store
 from .controller import controller_pid, ensure_controller
 
-__all__ = ["submit_job", "print_jobs", "job_log", "cancel_managed", "max_restarts_of"]
+__all__ = ["submit_job", "job_cost", "print_jobs", "job_log", "cancel_managed", "max_restarts_of"]
 
 
 def max_restarts_of(task: Task) -> int:
@@ -90,6 +90,24 @@ def _jobs() -> list[store.JobState]:
     return out
 
 
+def job_cost(st: store.JobState, now: float | None = None) -> float | None:
+    """What the job's pools cost so far in USD, from each pool's log (its provider's plan and the time
+    from its first node that ran to its stop, or now: `inventory.PoolEntry.cost`); None when no pool of
+    the job is priced (Local, SSH hosts, a provider without prices)."""
+    from ..commands.inventory import pools_dir, read
+
+    now = time.time() if now is None else now
+    total: float | None = None
+    for pool in st.pools:
+        path = pools_dir() / f"{pool}.jsonl"
+        if not pool or not path.exists():
+            continue
+        cost = read(path).cost(now)
+        if cost is not None:
+            total = (total or 0.0) + cost[1]
+    return total
+
+
 def print_jobs(*, as_json: bool = False, restart: bool = True, out: TextIO | None = None) -> int:
     """Every managed job: id, name, state, attempts, recoveries. A job not finished whose controller is
     gone gets a new one (`restart`): it goes on from its events."""
@@ -101,15 +119,17 @@ def print_jobs(*, as_json: bool = False, restart: bool = True, out: TextIO | Non
     jobs = _jobs()
     if as_json:
         for st in jobs:
-            out.write(json.dumps(st.as_dict()) + "\n")
+            out.write(json.dumps({**st.as_dict(), "cost_usd": job_cost(st)}) + "\n")
         return 0
     if not jobs:
         out.write("no managed jobs\n")
         return 0
-    rows = [("ID", "NAME", "STATE", "ATTEMPTS", "RECOVERIES", "RESTARTS_ON_ERRORS", "DETAIL")]
+    rows = [("ID", "NAME", "STATE", "ATTEMPTS", "RECOVERIES", "RESTARTS_ON_ERRORS", "COST", "DETAIL")]
     for st in jobs:
+        cost = job_cost(st)
         rows.append((str(st.id), st.name, st.state, str(st.attempts), str(st.recoveries),
-                     f"{st.restarts_on_errors}/{st.max_restarts_on_errors}", st.detail[:80]))
+                     f"{st.restarts_on_errors}/{st.max_restarts_on_errors}",
+                     "-" if cost is None else f"${cost:.4f}", st.detail[:80]))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         out.write("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")
