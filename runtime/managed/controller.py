@@ -9,16 +9,21 @@ events (`store.py`) and runs attempts until one ends the job:
 - each attempt is a fresh pool (`<name>-job<ID>-<attempt>`) running the task's steps (`run_steps`:
   workdir, file mounts, setup, run) with `SKYHIVE_CHECKPOINT_DIR` (the job's checkpoint folder, the
   same across attempts), `SKYHIVE_JOB_ID` and one `SKYPILOT_TASK_ID` for every attempt;
-- a node lost (its worker died, its host unreachable: `NodeExit.lost`) → the pool is torn down and a
-  new attempt starts on fresh nodes (a recovery; not counted against `max_restarts_on_errors`);
+- a node lost (its worker died, its host unreachable: `NodeExit.lost`; its machine gone in the
+  provider's own listing: `Provider.machines_gone`, polled; an interruption notice from the node:
+  `onnode/interruption.py`) → the pool is torn down, what it left on the machines swept
+  (`Provider.down`), and a new attempt starts on fresh nodes with the lost node's place tried last
+  (`Provider.avoiding`: the SSH host, the cloud zone) — a recovery, not counted against
+  `max_restarts_on_errors`;
 - the program failing (non-zero exit) → a new attempt while `max_restarts_on_errors` allows, else
   FAILED;
 - `skyhive jobs cancel` (a `cancel` event) → the attempt's commands are stopped, its pool torn down,
-  CANCELLED.
+  CANCELLED;
+- at the end, every pool of the job is swept once more; what could not be finished is a `leaked` event.
 
 Restarted after dying (`ensure_controller` on any `jobs` command, or by hand), it goes on from the
-events: the dead controller's pool went with it (Local workers exit with their client), so a new
-attempt starts. The lock makes sure only one controller runs a job.
+events: the dead controller's pool went with it (Local workers exit with their client; elsewhere it is
+swept first), so a new attempt starts. The lock makes sure only one controller runs a job.
 """
 
 from __future__ import annotations

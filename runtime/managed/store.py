@@ -5,10 +5,13 @@
     job.log          one continuous log over every attempt, each recovery marked "[skyhive] ..."
     controller.lock  held (flock) by the job's controller, its pid inside
     controller.log   the controller's own diagnostics
-    checkpoints/     `SKYHIVE_CHECKPOINT_DIR` of every attempt (Local: the same folder across recoveries)
+    checkpoints/     `SKYHIVE_CHECKPOINT_DIR` of every attempt on Local (the same folder across recoveries;
+                     elsewhere the task's checkpoint bucket mount: controller.py)
 
-Events (`kind`): submitted, attempt (an attempt started: `attempt`, `pool`, `pid`), lost (a node was
-lost: a recovery follows, not counted against `max_restarts_on_errors`), error (the user's program
+Events (`kind`): submitted, attempt (an attempt started: `attempt`, `pool`, `pid`), running (its pool
+is up: `nodes`, their provider ids), notice (a node's interruption notice: `node`, `notice`), lost (a
+node was lost: a recovery follows, not counted against `max_restarts_on_errors`; `places` it was on),
+error (the user's program
 failed: `code`, `detail`), cancel (asked for), and one final: succeeded / failed / cancelled; after it,
 leaked (`pools`: what the controller's sweep of the machines could not finish, with why). A
 controller started again folds the events and goes on from there: an attempt that has no end event is
