@@ -130,6 +130,10 @@ files() {
     [ -d "$d" ] && [ -O "$d" ] || continue
     ls -A "$d" 2>/dev/null | grep -E -e "$RE_FILE" | while IFS= read -r f; do echo "$d/$f"; done
   done
+  d="$HOME/.skyhive/work"  # the pool's working directory (nodecmd.work_root), left by a node that was lost
+  if [ -d "$d" ] && [ -O "$d" ]; then
+    ls -A "$d" 2>/dev/null | grep -E -e "$RE_WORK" | while IFS= read -r f; do echo "$d/$f"; done
+  fi
 }
 nap() { sleep 0.1 2>/dev/null || sleep 1; }
 wait_gone() {  # wait_gone TENTHS PIDS...: the PIDS still alive after at most TENTHS tenths of a second
@@ -184,6 +188,8 @@ def _sweep_script(pool_id: str, mode: str, grace: float) -> str:
         "RE_CMD": f"(^|/){pid_re}-[0-9]+-[0-9]+\\.sock$",
         # that socket, its .log and .exit files, and a directory named after the pool
         "RE_FILE": f"^{pid_re}(-[0-9]+-[0-9]+\\.sock(\\..*)?)?$",
+        # its working directory under ~/.skyhive/work (named after the pool: `skyhive launch`, a managed job)
+        "RE_WORK": f"^{pid_re}$",
     }
     return "".join(f"{k}={shlex.quote(v)}\n" for k, v in variables.items()) + _SWEEP
 

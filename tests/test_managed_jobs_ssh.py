@@ -84,8 +84,14 @@ def _wait(predicate, job: int, what: str) -> None:
 
 
 def _nothing_left(hosts, pools: list[str], job: int) -> None:
-    """No process of the job's pools on any host, no socket of theirs, no working directory of the job."""
+    """Once the job's controller has left (its last sweep done): no process of the job's pools on any host,
+    no socket of theirs, no working directory of the job."""
+    from tests.test_managed_jobs import gone
+
     assert pools
+    pid = queue()[job]["controller_pid"]
+    assert pid and gone(pid, timeout=120), "the controller did not finish"
+    assert queue()[job]["leaked"] == []
     for pool in pools:
         assert not still_running(pool_processes(pool), timeout=IDLE + 20), pool
         for host in hosts:
@@ -147,4 +153,48 @@ def test_a_managed_job_whose_ssh_worker_is_killed_resumes_on_the_other_host(netn
         _clean([a, b], f"{tag}-ckpt", f"{tag}c-ckpt", ".skyhive/storage-deps")
         for host in (a, b):
             for name in (f"{tag}-pids", f"{tag}-release", f"{tag}c-pids"):
+                (host.home / name).unlink(missing_ok=True)
+
+
+def test_a_managed_job_whose_host_is_cut_off_resumes_elsewhere_and_the_host_is_cleaned_when_it_answers(
+        netns_hosts, bridge_s3, tmp_path, monkeypatch, skyhive_home):
+    """The host's cable cut mid-run (a partition: its worker and program live on, unreachable): the
+    worker is lost after `reconnect_timeout`, the controller cannot sweep that host yet and says so, the
+    job resumes on the other host from the bucket; the cut host answers again before the job ends, and
+    the final sweep stops the program left there — nothing of the job is left, nothing recorded leaked."""
+    a, b = list(netns_hosts)[:2]
+    monkeypatch.setenv("SKYHIVE_STORAGE_SYNC_INTERVAL", "0.2")
+    monkeypatch.setenv("SKYHIVE_JOBS_HEARTBEAT_TIMEOUT", "5")  # a silent node is lost after 5 s, not 20
+    tag = f"mp{secrets.token_hex(3)}"
+    s3 = bridge_s3
+    s3.client().create_bucket(Bucket=f"{tag}-ckpt")
+    provider = ssh_for([a, b], connect_timeout=3, reconnect_timeout=4, idle_timeout=IDLE)
+    try:
+        job = sky.jobs.launch(_job(tmp_path, tag, steps=10, hold=4),
+                              provider=provider)
+        _wait(lambda: _step_in_bucket(s3, tag, job) >= 4, job, "step 4 in the bucket")
+        worker, program = map(int, (a.home / f"{tag}-pids").read_text().split())
+        (b.home / f"{tag}-release").write_text("go on")
+        a.set_link(False)
+        _wait(lambda: queue()[job]["attempts"] == 2 and queue()[job]["state"] == "RUNNING", job,
+              "the recovery's attempt to run")
+        assert still_running({worker, program}, timeout=0) == {worker, program}  # alive, out of reach
+        a.set_link(True)
+        info = ended(job)
+        assert info["state"] == "SUCCEEDED", (info, logs(job))
+        assert (info["attempts"], info["recoveries"]) == (2, 1) and info["leaked"] == [], info
+        text = logs(job)
+        assert "WorkerLost" in text and "[skyhive] node lost" in text, text
+        assert "could not clean up the lost attempt's pool yet (retried when the job ends)" in text, text
+        assert f"resumed at 4 on {b.hostname} " in text, text
+        assert not still_running({worker, program}, timeout=10)  # the final sweep reached the host again
+        _nothing_left([a, b], info["pools"], job)
+    finally:
+        a.set_link(True)
+        for j in sky.jobs.queue():
+            if j["state"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                sky.jobs.cancel(j["id"])
+        _clean([a, b], f"{tag}-ckpt", ".skyhive/storage-deps")
+        for host in (a, b):
+            for name in (f"{tag}-pids", f"{tag}-release"):
                 (host.home / name).unlink(missing_ok=True)

@@ -130,6 +130,19 @@ async def _watch_notices(notices: dict[int, dict[str, Any]], gone: dict[int, str
     scope.cancel()
 
 
+def _pool_settings() -> dict[str, float]:
+    """The attempts' pool settings from the controller's environment: SKYHIVE_JOBS_HEARTBEAT_TIMEOUT, how
+    long a silent node (its host cut off) is given before it counts as lost (default: the pool's)."""
+    raw = os.environ.get("SKYHIVE_JOBS_HEARTBEAT_TIMEOUT")
+    if not raw:
+        return {}
+    try:
+        return {"heartbeat_timeout": float(raw)}
+    except ValueError:
+        log.warning("SKYHIVE_JOBS_HEARTBEAT_TIMEOUT=%r is not a number of seconds: ignored", raw)
+        return {}
+
+
 def _machine_poll() -> float:
     """Seconds between two looks at the attempt's machines (SKYHIVE_JOBS_MACHINE_POLL, default 5)."""
     try:
@@ -225,7 +238,7 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
         provider = provider.avoiding(avoid)
     name = task.name or "job"
     pool_id = f"{name}-job{job_id}-{attempt}"
-    work_id = f"managed-job{job_id}"
+    work_id = _work_id(job_id)
     steps = task_steps(task, provider, work_id=work_id, task_id=spec["task_id"])
     cspec = cluster_spec(task, provider)
     allocation = None if cspec.spot is None else ("spot" if cspec.spot else "on-demand")
@@ -250,7 +263,7 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
             try:
                 async with Pool(provider=provider, nodes=task.num_nodes, name=pool_id, output=None, image=image,
                                 accelerator=cspec.accelerator, cpus=cspec.cpus, memory_gb=cspec.memory_gb,
-                                allocation=allocation) as pool:
+                                allocation=allocation, **_pool_settings()) as pool:
                     rt = pool._runtime
                     out.prefix = task.num_nodes > 1
                     notices: dict[int, dict[str, Any]] = {}
@@ -283,7 +296,8 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
                     if failed is not None and failed.lost:
                         lost = tuple(rt.nodes[i].handle for i in (sorted(gone) or [failed.node])
                                      if rt.nodes[i].handle is not None)
-                    if not isinstance(provider, _local()):  # the job's working directory on the nodes left
+                    if not isinstance(provider, _local()) and not lost:  # the job's working directory removed
+                        # (after a lost node the job's last sweep removes it: nothing waits on a silent node)
                         with anyio.move_on_after(30, shield=True):
                             try:
                                 await pool.broadcast(nodecmd.remove, work_id)
@@ -299,6 +313,11 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
         return _Outcome("ok")
     why = f"{failed.phase} failed on node {failed.node}: {failed.detail or f'exit code {failed.code}'}"
     return _Outcome("lost" if failed.lost else "error", failed, why, lost)
+
+
+def _work_id(job_id: int) -> str:
+    """The job's working directory's name on its nodes, the same for every attempt."""
+    return f"managed-job{job_id}"
 
 
 def _local() -> type:
@@ -341,7 +360,11 @@ def _run(job_id: int) -> None:
             st = store.load(job_id)
             if st.state in store.FINISHED and st.pools:
                 try:
-                    left = anyio.run(_sweep, _provider_of(spec), st.pools)
+                    provider = _provider_of(spec)
+                    # machines that outlive the job (SSH hosts) also keep its working directory, which
+                    # a lost node could not remove: swept as what it is named after (nodecmd.work_root)
+                    extra = [_work_id(job_id)] if provider.fixed_machines else []
+                    left = anyio.run(_sweep, provider, st.pools + extra)
                 except Exception as exc:  # noqa: BLE001 - the provider could not even be built
                     left = [f"{type(exc).__name__}: {exc}"]
                 if left:
@@ -441,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         if store.load(job_id).state in store.FINISHED:  # Local: the nodes' directories are on this machine
             from ..onnode import nodecmd
 
-            shutil.rmtree(nodecmd.work_root(f"managed-job{job_id}"), ignore_errors=True)
+            shutil.rmtree(nodecmd.work_root(_work_id(job_id)), ignore_errors=True)
         os.ftruncate(fd, 0)
     return 0
 
