@@ -340,11 +340,14 @@ def _rebuilt(saved: Any) -> Any:
 
 
 def _provider_of(spec: dict[str, Any]) -> Any:
+    """The job's provider for its sweeps: the one given, else the task's (planned once)."""
     if spec.get("provider") is not None:
         return spec["provider"]
-    from ..commands.plan import plan_launch
+    if spec.get("planned") is None:
+        from ..commands.plan import plan_launch
 
-    return plan_launch(spec["task"]).provider
+        spec["planned"] = plan_launch(spec["task"]).provider
+    return spec["planned"]
 
 
 def _run(job_id: int) -> None:
@@ -411,12 +414,12 @@ def _attempts(job_id: int, spec: dict[str, Any], out: _JobLog, avoid: list[Any])
             out.note(f"node lost ({res.why}): recovering (not counted against max_restarts_on_errors)"
                      + (f"; {', '.join(places)} is tried last" if places else ""))
             avoid.extend(res.lost)
+            store.append(job_id, "lost", attempt=attempt, detail=res.why, places=places)
             # the lost attempt's pool swept before the next starts: no second copy of the program
             # running on a node that is only unreachable from here
             left = anyio.run(_sweep, _provider_of(spec), store.load(job_id).pools[-1:])
             if left:
                 out.note("could not clean up the lost attempt's pool yet (retried when the job ends): " + "; ".join(left))
-            store.append(job_id, "lost", attempt=attempt, detail=res.why, places=places)
             continue
         st = store.load(job_id)
         code = res.failed.code if res.failed else 1
