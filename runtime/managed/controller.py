@@ -37,7 +37,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import warnings
 from typing import Any
 
