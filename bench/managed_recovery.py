@@ -1,6 +1,10 @@
-"""Recovery time of a managed job on Local: a node's worker SIGKILLed → the job running again.
+"""Recovery time of a managed job on Local or SSH hosts: a node's worker SIGKILLed → the job running again.
 
-    python -m bench.managed_recovery [--runs 3]
+    python -m bench.managed_recovery [--runs 3] [--ssh]
+
+`--ssh` (root: tests/infra's sshd hosts in network namespaces, created and removed here): a 1-node job
+on [host a, host b]; a's worker is killed and the job recovers on b (warm: b's environment is built by
+a first job before the measured runs).
 
 Phases, from the job's events and the program's own start file: detection (the kill → the `lost`
 event), new node ready (`lost` → the new attempt's `running`: its pool up), job restarted (`running` →
@@ -62,15 +66,70 @@ def one(home: str, tmp: str) -> dict[str, float]:
             "total": restarted - killed}
 
 
+def _events(home: str, job: int) -> list[dict]:
+    path = Path(home) / "managed" / str(job) / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def one_ssh(home: str, tmp: str, hosts: list) -> dict[str, float]:
+    """One recovery on SSH hosts: the program's start files are in each host's home (the job's node
+    folder there: the hosts share this machine's file system)."""
+    import skyhive as sky
+    from tests.test_ssh_pool import ssh_for
+
+    os.environ["SKYHIVE_HOME"] = home
+    path = Path(tmp) / "task.yaml"
+    path.write_text(TASK)
+    a, b = hosts
+    job = sky.jobs.launch(str(path), provider=ssh_for([a, b], connect_timeout=3, reconnect_timeout=4))
+    ck = lambda h: h.home / ".skyhive" / "work" / f"managed-job{job}" / "checkpoints"  # noqa: E731
+    first = ck(a) / "started.0"
+    while not first.exists() or len(first.read_text().split()) < 2:
+        time.sleep(0.01)
+    worker = int(first.read_text().split()[0])
+    killed = time.time()
+    os.kill(worker, signal.SIGKILL)
+    again = ck(b) / "started.0"  # the other host: its own folder (no bucket here), so it runs on: cancelled
+    while not again.exists() or len(again.read_text().split()) < 2:
+        time.sleep(0.01)
+    restarted = float(again.read_text().split()[1])
+    evs = _events(home, job)
+    lost = next(e["time"] for e in evs if e["kind"] == "lost")
+    running = [e["time"] for e in evs if e["kind"] == "running"][1]
+    sky.jobs.cancel(job)
+    return {"detection": lost - killed, "new node ready": running - lost, "job restarted": restarted - running,
+            "total": restarted - killed}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--ssh", action="store_true", help="on sshd hosts in network namespaces (root)")
     args = parser.parse_args()
     rows: list[dict[str, float]] = []
-    for _ in range(args.runs):
-        with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as tmp:
-            rows.append(one(home, tmp))
-    print(f"managed job recovery on Local, {args.runs} runs: median (min-max) seconds")
+    if args.ssh:
+        from tests.infra.netns import NetnsHosts
+        from tests.infra.sshd import SshTestEnv
+
+        env = SshTestEnv.create()
+        hosts = NetnsHosts(env, 2)
+        try:
+            hosts.create()
+            with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as tmp:
+                os.chmod(home, 0o700)
+                for i in range(args.runs + 1):  # the first warms both hosts' environments
+                    row = one_ssh(home, tmp, list(hosts))
+                    if i:
+                        rows.append(row)
+        finally:
+            hosts.close()
+            env.close()
+    else:
+        for _ in range(args.runs):
+            with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as tmp:
+                rows.append(one(home, tmp))
+    where = "SSH hosts (network namespaces, warm)" if args.ssh else "Local"
+    print(f"managed job recovery on {where}, {args.runs} runs: median (min-max) seconds")
     for phase in rows[0]:
         values = [r[phase] for r in rows]
         print(f"  {phase:<15} {statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})")

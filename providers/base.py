@@ -252,6 +252,10 @@ class Provider(abc.ABC):
     #: machine and never touches the user's home; `setup` then runs on every node.
     node_homes: ClassVar[bool] = False
 
+    #: the cloud whose interruption notice this provider's nodes watch while a managed job runs
+    #: ("aws": EC2's spot `instance-action`, `runtime/onnode/interruption.py`); "" none
+    interruption_notices: ClassVar[str] = ""
+
     @property
     def max_nodes(self) -> int:
         """The most nodes one pool may ask of this provider: `Pool(nodes=...)` and a task's `num_nodes`
@@ -348,6 +352,20 @@ class Provider(abc.ABC):
             return cls(**kwargs)
         except TypeError as exc:
             raise ProvisionError(f"cannot rebuild provider {cls.name!r} from the pool's log ({kwargs!r}): {exc}") from None
+
+    async def machines_gone(self, handles: Sequence[NodeHandle]) -> dict[int, str]:
+        """Of these running nodes, those whose machine the provider itself reports gone or going (a
+        cloud instance terminated, stopping or stopped: a spot preemption, someone's console), as node
+        index -> why. What a managed job's controller polls, so it does not wait for the worker's link to
+        time out. Default: none (a provider that cannot tell; the lost worker is noticed instead)."""
+        return {}
+
+    def avoiding(self, lost: Sequence[NodeHandle]) -> Provider:
+        """This provider for a new pool after the nodes `lost` were lost (preempted, unreachable, their
+        worker dead): the places they were on are tried last, or not at all — a managed job's recovery
+        never goes straight back to the host or zone that just lost it. Default: itself (a provider with
+        no choice of place)."""
+        return self
 
     def for_nodes(self, nodes: int) -> Provider:
         """This provider narrowed to what a pool of `nodes` nodes used, for `skyhive down` (a provider

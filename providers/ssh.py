@@ -130,6 +130,10 @@ files() {
     [ -d "$d" ] && [ -O "$d" ] || continue
     ls -A "$d" 2>/dev/null | grep -E -e "$RE_FILE" | while IFS= read -r f; do echo "$d/$f"; done
   done
+  d="$HOME/.skyhive/work"  # the pool's working directory (nodecmd.work_root), left by a node that was lost
+  if [ -d "$d" ] && [ -O "$d" ]; then
+    ls -A "$d" 2>/dev/null | grep -E -e "$RE_WORK" | while IFS= read -r f; do echo "$d/$f"; done
+  fi
 }
 nap() { sleep 0.1 2>/dev/null || sleep 1; }
 wait_gone() {  # wait_gone TENTHS PIDS...: the PIDS still alive after at most TENTHS tenths of a second
@@ -184,6 +188,8 @@ def _sweep_script(pool_id: str, mode: str, grace: float) -> str:
         "RE_CMD": f"(^|/){pid_re}-[0-9]+-[0-9]+\\.sock$",
         # that socket, its .log and .exit files, and a directory named after the pool
         "RE_FILE": f"^{pid_re}(-[0-9]+-[0-9]+\\.sock(\\..*)?)?$",
+        # its working directory under ~/.skyhive/work (named after the pool: `skyhive launch`, a managed job)
+        "RE_WORK": f"^{pid_re}$",
     }
     return "".join(f"{k}={shlex.quote(v)}\n" for k, v in variables.items()) + _SWEEP
 
@@ -288,6 +294,21 @@ class SSH(Provider):
             f"{spec.nodes} nodes" + (f", and its spares ({', '.join(spares)}) are all used" if spares
                                     else " and no spare (list more hosts than nodes to have spares)"),
             node=node, kind="capacity")
+
+    def avoiding(self, lost: Sequence[NodeHandle]) -> SSH:
+        """This provider with the hosts of the `lost` nodes moved to the end of the list (declared in
+        `Provider.avoiding`): a new pool takes the other hosts first and a lost host only when nothing
+        else is left. Handles that are not this provider's SSH hosts are ignored."""
+        bad = {self._host_of(h) for h in lost if isinstance(h.reach, SSHReach)}
+        if not bad & set(self.hosts):
+            return self
+        order = ([i for i, h in enumerate(self.hosts) if h not in bad]
+                 + [i for i, h in enumerate(self.hosts) if h in bad])
+        other = copy.copy(self)
+        other.hosts = tuple(self.hosts[i] for i in order)
+        other._specs = tuple(self._specs[i] for i in order)
+        other._given = {}
+        return other
 
     def for_nodes(self, nodes: int) -> SSH:
         """This provider with only the hosts a pool of `nodes` nodes used (the first ones), for `skyhive

@@ -9,20 +9,26 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from skyhive.providers.base import Provider
 
 __all__ = ["launch", "queue", "cancel", "log"]
 
 
 def launch(task: str | os.PathLike[str], *, name: str | None = None,
-           max_restarts_on_errors: int | None = None) -> int:
+           max_restarts_on_errors: int | None = None, provider: Provider | None = None) -> int:
     """Submit the task file `task` as a managed job and start its controller; the job's id.
     `max_restarts_on_errors` overrides the file's `resources.job_recovery.max_restarts_on_errors`.
+    `provider` (e.g. `sky.SSH(hosts=[...], key=...)`: hosts listed beyond the task's `num_nodes` are where
+    a recovery goes) replaces the task's own; it is saved with the job for its controller.
     Raises `TaskFileError` (naming the file) for a task that cannot run, before anything is recorded."""
     from skyhive.runtime.commands.taskfile import load
     from skyhive.runtime.managed.commands import submit_job
 
-    return submit_job(load(os.fspath(task)), name=name, max_restarts_on_errors=max_restarts_on_errors)
+    return submit_job(load(os.fspath(task)), name=name, max_restarts_on_errors=max_restarts_on_errors,
+                      provider=provider)
 
 
 def queue() -> list[dict[str, Any]]:

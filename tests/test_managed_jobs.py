@@ -128,6 +128,7 @@ def test_jobs_launch_returns_and_the_controller_runs_the_job_to_its_end(tmp_path
     assert follow.returncode == 0 and follow.stdout == text
     table = skyhive("jobs", "queue")
     assert table.returncode == 0 and "SUCCEEDED" in table.stdout and "RECOVERIES" in table.stdout
+    assert "COST" in table.stdout and info["cost_usd"] is None  # Local: nothing to pay
 
 
 def test_a_node_whose_worker_is_killed_is_recovered_and_the_job_resumes_from_its_checkpoint(tmp_path, skyhive_home):

@@ -72,6 +72,7 @@ class AWS(EC2Access, LibcloudProvider):
     name: ClassVar[str] = "aws"
     error_kinds = EC2_ERRORS
     state_map = EC2_STATES
+    interruption_notices = "aws"
     retries_launch = True
     chooses = frozenset({"accelerator", "cpus", "memory_gb", "spot"})
     resource_options = {"region": "region", "zone": "zones", "instance_type": "instance_type", "image_id": "image",

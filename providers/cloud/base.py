@@ -22,6 +22,7 @@ by pool tag, terminate one node, delete what `prepare` made — and a table from
 from __future__ import annotations
 
 import abc
+import copy
 import enum
 import functools
 import logging
@@ -102,6 +103,9 @@ class LibcloudProvider(Provider):
     #: the cloud's `launch_sync` retries its own create call (idempotently: it counts what already runs
     #: before each retry); the base then calls it once per zone instead of retrying it whole
     retries_launch: ClassVar[bool] = False
+
+    #: zones where a node was just lost (`avoiding`): tried last
+    avoided_zones: tuple[str, ...] = ()
 
     def __init__(self, *, timeouts: CloudTimeouts | None = None) -> None:
         self.timeouts = timeouts or CloudTimeouts()
@@ -217,7 +221,7 @@ class LibcloudProvider(Provider):
     async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
         """See `Provider.launch`: every zone in turn; capacity moves on, quota and fatal errors stop."""
         nodes = list(nodes)
-        zones = await self.call(self.zones_sync, spec)
+        zones = self._in_order(await self.call(self.zones_sync, spec))
         if not zones:
             raise ProvisionError(f"{self.name}: no zone of this region offers the requested machine", kind="fatal")
         tried: list[str] = []
@@ -284,6 +288,43 @@ class LibcloudProvider(Provider):
                                      f"{self.timeouts.running:.0f} s (last state {last_state or 'unknown'})",
                                      node=handle.node, kind="fatal")
             await anyio.sleep(self.timeouts.poll)
+
+    async def machines_gone(self, handles: Sequence[NodeHandle]) -> dict[int, str]:
+        """See `Provider.machines_gone`: one fresh listing per pool; a node whose instance is in a state
+        that maps to terminating/terminated/failed, or that is no longer listed (past the visibility grace)."""
+        gone: dict[int, str] = {}
+        pools: dict[str, list[NodeHandle]] = {}
+        for h in handles:
+            if h.extra.get("pool_id"):
+                pools.setdefault(str(h.extra["pool_id"]), []).append(h)
+        for pool_id, hs in pools.items():
+            states = {h.provider_id: h.state for h in await self._list_fresh(pool_id)}
+            for h in hs:
+                state = states.get(h.provider_id)
+                if state is None and not self._young(h):
+                    gone[h.node] = f"instance {h.provider_id} is no longer listed by {self.name}"
+                elif state is not None and self.lifecycle_state(state) in ("terminating", "terminated", "failed"):
+                    gone[h.node] = f"instance {h.provider_id} is {state}"
+        return gone
+
+    def avoiding(self, lost: Sequence[NodeHandle]) -> LibcloudProvider:
+        """See `Provider.avoiding`: the zones the `lost` nodes were in are tried last by the new pool
+        (after every other zone of the region that offers the machine)."""
+        zones = {str(h.extra["zone"]) for h in lost if h.extra.get("zone")}
+        if not zones:
+            return self
+        other = copy.copy(self)
+        other.avoided_zones = tuple(sorted(set(self.avoided_zones) | zones))
+        return other
+
+    def _in_order(self, zones: list[str]) -> list[str]:
+        """`zones` with the avoided ones (where a node was just lost) moved to the end."""
+        if not self.avoided_zones:
+            return zones
+        last = [z for z in zones if z in self.avoided_zones]
+        if last:
+            log.info("%s: zones %s just lost a node: tried last", self.name, ", ".join(last))
+        return [z for z in zones if z not in self.avoided_zones] + last
 
     async def terminate(self, handles: Sequence[NodeHandle]) -> None:
         """See `Provider.terminate`: terminate, then re-list until none of them is pending or running."""

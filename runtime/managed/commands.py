@@ -15,10 +15,11 @@ import yaml
 from ...errors import TaskFileError
 from ..clusters.procs import alive
 from ..commands.taskfile import Task
+from ...providers.base import Provider
 from . import store
 from .controller import controller_pid, ensure_controller
 
-__all__ = ["submit_job", "print_jobs", "job_log", "cancel_managed", "max_restarts_of"]
+__all__ = ["submit_job", "job_cost", "print_jobs", "job_log", "cancel_managed", "max_restarts_of"]
 
 
 def max_restarts_of(task: Task) -> int:
@@ -39,23 +40,44 @@ def max_restarts_of(task: Task) -> int:
     return value
 
 
-def submit_job(task: Task, *, name: str | None = None, max_restarts_on_errors: int | None = None) -> int:
-    """Record the job and start its controller; the job id (the job runs without this process)."""
+def submit_job(task: Task, *, name: str | None = None, max_restarts_on_errors: int | None = None,
+               provider: Provider | None = None) -> int:
+    """Record the job and start its controller; the job id (the job runs without this process).
+    `provider`: the pools' provider (pickled with the job), instead of the task's own."""
     from ..commands.plan import plan_launch
+    from ..commands.resources import cluster_spec
 
-    plan_launch(task)  # resources the provider cannot honour: an error here, before anything is recorded
+    if provider is None:
+        plan_launch(task)  # resources the provider cannot honour: an error here, before anything is recorded
+    else:
+        cluster_spec(task, provider)
     task.env(), task.secret_env()  # a variable left without a value: an error here too
     restarts = max_restarts_of(task) if max_restarts_on_errors is None else max_restarts_on_errors
     if restarts < 0:
         raise TaskFileError(f"--max-restarts-on-errors must be >= 0, not {restarts}")
     job_name = name or task.name or "job"
-    blob = pickle.dumps({"task": task, "task_id": ""})
+    saved = _saved(provider)
+    blob = pickle.dumps({"task": task, "task_id": "", "provider": saved})
     job_id = store.new_job(job_name, blob, restarts)
     # one SKYPILOT_TASK_ID for every attempt of the job
     task_id = f"skyhive-{time.strftime('%Y-%m-%d-%H-%M-%S')}-managed-{job_id}"
-    (store.job_dir(job_id) / "task.pkl").write_bytes(pickle.dumps({"task": task, "task_id": task_id}))
+    (store.job_dir(job_id) / "task.pkl").write_bytes(pickle.dumps({"task": task, "task_id": task_id,
+                                                                                 "provider": saved}))
     ensure_controller(job_id)
     return job_id
+
+
+def _saved(provider: Provider | None) -> Any:
+    """The provider as the job keeps it: pickled whole, or — one holding live things (a cloud's driver,
+    locks) — its class and `describe()`, which its `from_description` rebuilds (controller.py)."""
+    if provider is None:
+        return None
+    try:
+        pickle.dumps(provider)
+        return provider
+    except (pickle.PicklingError, TypeError, AttributeError):
+        cls = type(provider)
+        return {"class": f"{cls.__module__}:{cls.__qualname__}", "description": provider.describe()}
 
 
 def _jobs() -> list[store.JobState]:
@@ -66,6 +88,24 @@ def _jobs() -> list[store.JobState]:
             st.detail = f"its controller is not running (`skyhive jobs queue` restarts it) {st.detail}".strip()
         out.append(st)
     return out
+
+
+def job_cost(st: store.JobState, now: float | None = None) -> float | None:
+    """What the job's pools cost so far in USD, from each pool's log (its provider's plan and the time
+    from its first node that ran to its stop, or now: `inventory.PoolEntry.cost`); None when no pool of
+    the job is priced (Local, SSH hosts, a provider without prices)."""
+    from ..commands.inventory import pools_dir, read
+
+    now = time.time() if now is None else now
+    total: float | None = None
+    for pool in st.pools:
+        path = pools_dir() / f"{pool}.jsonl"
+        if not pool or not path.exists():
+            continue
+        cost = read(path).cost(now)
+        if cost is not None:
+            total = (total or 0.0) + cost[1]
+    return total
 
 
 def print_jobs(*, as_json: bool = False, restart: bool = True, out: TextIO | None = None) -> int:
@@ -79,15 +119,17 @@ def print_jobs(*, as_json: bool = False, restart: bool = True, out: TextIO | Non
     jobs = _jobs()
     if as_json:
         for st in jobs:
-            out.write(json.dumps(st.as_dict()) + "\n")
+            out.write(json.dumps({**st.as_dict(), "cost_usd": job_cost(st)}) + "\n")
         return 0
     if not jobs:
         out.write("no managed jobs\n")
         return 0
-    rows = [("ID", "NAME", "STATE", "ATTEMPTS", "RECOVERIES", "RESTARTS_ON_ERRORS", "DETAIL")]
+    rows = [("ID", "NAME", "STATE", "ATTEMPTS", "RECOVERIES", "RESTARTS_ON_ERRORS", "COST", "DETAIL")]
     for st in jobs:
+        cost = job_cost(st)
         rows.append((str(st.id), st.name, st.state, str(st.attempts), str(st.recoveries),
-                     f"{st.restarts_on_errors}/{st.max_restarts_on_errors}", st.detail[:80]))
+                     f"{st.restarts_on_errors}/{st.max_restarts_on_errors}",
+                     "-" if cost is None else f"${cost:.4f}", st.detail[:80]))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         out.write("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")

@@ -5,11 +5,15 @@
     job.log          one continuous log over every attempt, each recovery marked "[skyhive] ..."
     controller.lock  held (flock) by the job's controller, its pid inside
     controller.log   the controller's own diagnostics
-    checkpoints/     `SKYHIVE_CHECKPOINT_DIR` of every attempt (Local: the same folder across recoveries)
+    checkpoints/     `SKYHIVE_CHECKPOINT_DIR` of every attempt on Local (the same folder across recoveries;
+                     elsewhere the task's checkpoint bucket mount: controller.py)
 
-Events (`kind`): submitted, attempt (an attempt started: `attempt`, `pool`, `pid`), lost (a node was
-lost: a recovery follows, not counted against `max_restarts_on_errors`), error (the user's program
-failed: `code`, `detail`), cancel (asked for), and one final: succeeded / failed / cancelled. A
+Events (`kind`): submitted, attempt (an attempt started: `attempt`, `pool`, `pid`), running (its pool
+is up: `nodes`, their provider ids), notice (a node's interruption notice: `node`, `notice`), lost (a
+node was lost: a recovery follows, not counted against `max_restarts_on_errors`; `places` it was on),
+error (the user's program
+failed: `code`, `detail`), cancel (asked for), and one final: succeeded / failed / cancelled; after it,
+leaked (`pools`: what the controller's sweep of the machines could not finish, with why). A
 controller started again folds the events and goes on from there: an attempt that has no end event is
 one whose controller died — its pool went with it (Local workers exit with their client), so a new
 attempt starts.
@@ -58,13 +62,16 @@ class JobState:
     detail: str = ""
     pools: list[str] = field(default_factory=list)
     controller_pid: int = 0
+    nodes: str = ""  # where the last attempt runs (its nodes' provider ids)
+    leaked: list[str] = field(default_factory=list)  # pools the controller could not clean up, with why
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "state": self.state, "submitted": self.submitted,
                 "started": self.started, "ended": self.ended, "attempts": self.attempts,
                 "recoveries": self.recoveries, "restarts_on_errors": self.restarts_on_errors,
                 "max_restarts_on_errors": self.max_restarts_on_errors, "detail": self.detail,
-                "pools": list(self.pools), "controller_pid": self.controller_pid}
+                "pools": list(self.pools), "controller_pid": self.controller_pid, "nodes": self.nodes,
+                "leaked": list(self.leaked)}
 
 
 def _root() -> Path:
@@ -144,8 +151,11 @@ def fold(job_id: int, evs: list[dict[str, Any]]) -> JobState:
     st = JobState(id=job_id)
     for ev in evs:
         kind = ev["kind"]
+        if kind == "leaked":  # after the final event: the sweep of the job's pools
+            st.leaked = [str(p) for p in ev.get("pools", ())]
+            continue
         if st.state in FINISHED:
-            break
+            continue
         if kind == "submitted":
             st.name, st.submitted = ev.get("name", ""), ev["time"]
             st.max_restarts_on_errors = int(ev.get("max_restarts_on_errors", 0))
@@ -158,6 +168,7 @@ def fold(job_id: int, evs: list[dict[str, Any]]) -> JobState:
             st.pools.append(str(ev.get("pool", "")))
         elif kind == "running":
             st.state = RUNNING
+            st.nodes = str(ev.get("nodes", ""))
         elif kind == "lost":
             st.recoveries += 1
             st.state, st.detail = RECOVERING, str(ev.get("detail", ""))

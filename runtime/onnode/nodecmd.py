@@ -17,6 +17,7 @@ it started: SIGTERM, a grace period, then SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -124,12 +125,19 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
         home = env.get("HOME") or os.path.expanduser("~")  # the node's own home where it has one
         env["SKYHIVE_CHECKPOINT_DIR"] = os.path.join(home, home + ckpt[1:] if ckpt == "~" or ckpt.startswith("~/")
                                                      else ckpt)
+        with contextlib.suppress(OSError):  # (a managed job's folder on the node: made here)
+            os.makedirs(env["SKYHIVE_CHECKPOINT_DIR"], mode=0o700, exist_ok=True)
     # the node's Python environment comes first: `python`, `pip`, `torchrun` are the ones skyhive runs with
     bindir = os.path.dirname(sys.executable)
     path = env.get("PATH", os.defpath)
     if bindir and bindir not in path.split(os.pathsep):
         env["PATH"] = bindir + os.pathsep + path
     shell = shutil.which("bash") or "/bin/sh"
+    watcher = None
+    if phase == "run" and env.get("SKYHIVE_INTERRUPTION_WATCH"):  # a managed job's spot node (interruption.py)
+        from .interruption import start_for
+
+        watcher = start_for(env, cwd)
     proc = subprocess.Popen([shell, "-c", BASHRC_PRELUDE + script], cwd=cwd, env=env, stdin=subprocess.DEVNULL)
     try:
         code = proc.wait()
@@ -137,7 +145,15 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
         stop_descendants(proc.pid, GRACE)
         proc.wait()
         raise
-    return 128 - code if code < 0 else code
+    finally:
+        if watcher is not None:
+            watcher.stop()
+    code = 128 - code if code < 0 else code
+    if code and watcher is not None and watcher.seen is not None:  # failed after its node's notice
+        from .interruption import AFTER_NOTICE
+
+        code += AFTER_NOTICE
+    return code
 
 
 
