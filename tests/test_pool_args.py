@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 import pytest
 
@@ -49,7 +50,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("kwargs", "error", "names"), BAD, ids=[repr(b[0]) for b in BAD])
+@pytest.mark.parametrize(("kwargs", "error", "names"), BAD, ids=[re.sub(r" at 0x[0-9a-f]+", "", repr(b[0])) for b in BAD])
 def test_a_bad_argument_is_refused_at_construction_naming_it(kwargs, error, names, skyhive_home):
     with pytest.raises(error, match=rf"Pool\({names}"):
         sky.Pool(provider=sky.Local(), **kwargs)
