@@ -95,14 +95,15 @@ def main(argv: list[str]) -> int:
 
 def parallel(args: list[str]) -> list[str]:
     """pytest-xdist options for the whole suite: most tests wait on real processes (sshd, Slurm,
-    workers), so the run uses well under its cores; PARALLEL test processes (default 3, `SKYHIVE_TEST_PROCS`)
-    each take whole files (`--dist loadfile`: a file's module fixtures are built once). Nothing is added
-    when the arguments choose themselves (`-n`, `-p no:xdist`) or name tests (`-k`, a path)."""
+    workers), so the run uses well under its cores: 3 test processes (`SKYHIVE_TEST_PROCS`) each take whole
+    files, and one takes every Slurm test (`--dist loadgroup`, the groups set in tests/conftest.py).
+    Nothing is added when the arguments choose themselves (`-n`, `-p no:xdist`) or name tests (`-k`, a
+    path)."""
     chosen = any(a.startswith(("-n", "--numprocesses", "--dist", "-k")) or a == "no:xdist" or not a.startswith("-")
                  for a in args)
     if chosen:
         return []
-    return ["-n", os.environ.get("SKYHIVE_TEST_PROCS", "3"), "--dist", "loadfile"]
+    return ["-n", os.environ.get("SKYHIVE_TEST_PROCS", "3"), "--dist", "loadgroup"]
 
 
 if __name__ == "__main__":

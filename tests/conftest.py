@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -40,3 +41,25 @@ def anyio_backend() -> str:
 @pytest.fixture
 def skyhive_home() -> str:
     return os.environ["SKYHIVE_HOME"]
+
+
+# ---- the suite in parallel (pytest-xdist, as `dev.py test` runs it) ------------------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # an xdist test process ignores SIGINT, and a child inherits an ignored signal: the programs the
+    # tests start must get Ctrl-C as a user's do (the Ctrl-C tests send it)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `--dist loadgroup`, a file's tests go to one test process (its module fixtures are made
+    once), and every Slurm test to the same one: a Slurm test cluster holds a machine-wide lock for as
+    long as its process lives (`tests/infra/slurm_records.py`), so a second process would wait on it."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        module = item.nodeid.split("::", 1)[0]
+        group = "slurm" if os.path.basename(module).startswith("test_slurm") else module
+        item.add_marker(pytest.mark.xdist_group(group))
