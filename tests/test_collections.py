@@ -116,9 +116,19 @@ def test_errors_name_what_and_where():
     assert broken.startswith("BrokenBarrierError")
     assert barrier == "ValueError: sky.barrier('b', n=2): it exists with n=3"
     assert consistency.startswith("ValueError: sky.dict('d', consistency='weak'): use one of eventual, strong")
-    with sky.Pool(provider=sky.Simulated(), nodes=1, output=None):
-        with pytest.raises(RuntimeError, match="served to nodes on the client's machine"):
-            sky.counter("c").increment()
+    with sky.Pool(provider=sky.Simulated(), nodes=1, output=None):  # the client reaches any pool's own
+        assert sky.counter("c").increment() == 1
+
+
+def test_a_node_that_cannot_reach_them_says_why(monkeypatch):
+    """A transport that cannot serve them (Slurm: tests/test_slurm_pool.py runs it) gives its reason to
+    the workers' environment; a task's first call raises it."""
+    from skyhive.runtime.collections.store import collections_env
+
+    for key, value in collections_env("not served here: docs/collections.md").items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(RuntimeError, match="^not served here: docs/collections.md$"):
+        sky.queue("q").put(1)
 
 
 def test_thread_slots_and_async_methods_share_them():
