@@ -91,8 +91,18 @@ def two_hosts(netns_hosts, skyhive_home):
         assert not work.exists() or list(work.iterdir()) == [], f"job working directories left on {h.hostname}"
 
 
+def counted() -> int:
+    return sky.counter("n").increment()
+
+
+def collection_dirs(hosts) -> list[Path]:
+    """The hosts' forwarded sockets of sky.dict & co. (runtime/transport/ssh_collections.py)."""
+    return [p for h in hosts for p in (h.home / ".skyhive" / "run").glob("coll-*")]
+
+
 def kept_pool_pids(hosts) -> list[int]:
     with sky.Pool(provider=ssh_for(hosts), nodes=2, name="train", keep=True, output=None) as pool:
+        assert sorted(pool.broadcast(counted)) == [1, 2]  # the collections reach a named pool's hosts
         return sorted(pool.broadcast(os.getpid))
 
 
@@ -114,16 +124,20 @@ def test_a_kept_ssh_pool_outlives_its_block_and_another_process_takes_it_over(tw
         with sky.Pool.attach("train", output=None) as pool:
             print(sorted(pool.broadcast(os.getpid)))
             print(pool.run(sum, [1, 2, 3]))
+            print(sorted(pool.broadcast(lambda: sky.counter("n").increment())))
         """, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     lines = again.stdout.strip().splitlines()
-    assert json.loads(lines[-2]) == pids and lines[-1] == "6"  # the same remote processes
+    assert json.loads(lines[-3]) == pids and lines[-2] == "6"  # the same remote processes
+    assert json.loads(lines[-1]) == [1, 2]  # this client's collections (empty at first), reached by the old workers
+    assert collection_dirs(hosts) == []  # removed when each client left
     assert all(process_alive(p) for p in pids)  # detached again
     # a third client shuts it down with keep=False: the workers end, the pool is forgotten
     with sky.Pool.attach("train", keep=False, output=None) as pool:
         assert sorted(pool.broadcast(os.getpid)) == pids
     wait_for(lambda: not any(process_alive(p) for p in pids), 30, "the workers to exit")
     assert not (Path(skyhive_home) / "clusters" / "train").exists()
+    assert collection_dirs(hosts) == []
 
 
 def test_a_changed_host_key_is_refused_on_attach(two_hosts, skyhive_home, tmp_path):

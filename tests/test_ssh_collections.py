@@ -57,7 +57,7 @@ def leftovers(hosts) -> list[str]:
     for h in hosts:
         for where in (Path(h.home) / ".skyhive" / "run", Path(f"/tmp/skyhive-{h.user}")):
             if where.is_dir():
-                found += [str(p) for p in where.iterdir() if p.name.startswith("c-")]
+                found += [str(p) for p in where.iterdir() if p.name.startswith("coll-")]
     return found
 
 
@@ -74,7 +74,7 @@ async def test_collections_on_two_ssh_hosts_survive_a_reconnect_and_leave_nothin
         for r, h in zip(first, hosts):  # the forwarded socket: the pool's user's only, on that host
             assert r["is_socket"] and r["mode"] == 0o600 and r["dir_mode"] == 0o700
             assert r["owner"] == r["dir_owner"] == r["uid"] != 0
-            assert r["path"].startswith(f"{h.home}/.skyhive/run/c-{rt.pool_id}-")
+            assert r["path"].startswith(f"{h.home}/.skyhive/run/coll-")
         transports = [node.transport for node in rt.nodes]
         connects = [t.connects for t in transports]
 

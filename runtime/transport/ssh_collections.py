@@ -2,7 +2,7 @@
 SSH underneath): reached through the node's own SSH connection, no TCP port anywhere.
 
 The client serves the collections on its private Unix socket; the host's sshd listens on a socket of
-the pool's own (`<run dir>/c-<pool>-<node>/s.sock`, its directory 0700, the socket 0600 by sshd's
+the pool's own (`<run dir>/coll-<digest of the client's socket path>-n<node>/s.sock`, its directory 0700, the socket 0600 by sshd's
 `StreamLocalBindMask`) and forwards each connection to it (OpenSSH's `streamlocal-forward`; sshd's
 `AllowStreamLocalForwarding`, on by default). Only the pool's user can open it.
 
@@ -16,15 +16,13 @@ ends, the forward is cancelled and the directory removed.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ...errors import SSHError
-from .base import CollectionsReach
-
-if TYPE_CHECKING:
-    from .ssh import SSHTransport
+from .base import CollectionsReach, CommandResult
 
 __all__ = ["CollectionsForward"]
 
@@ -33,10 +31,25 @@ log = logging.getLogger("skyhive.transport.ssh")
 _SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux (104 on macOS); keep a margin
 
 
+class _Host(Protocol):
+    """What the forward needs of its `SSHTransport` (declared here: ssh.py imports this module)."""
+
+    pool_id: str
+    node: int
+    node_env: Any  # ssh.NodeEnv, once bootstrapped
+    user: str
+    where: str
+    reach: Any  # providers.base.SSHReach
+    reconnect_timeout: float
+
+    async def connect(self) -> Any: ...
+    async def run(self, command: str, *, timeout: float | None = None) -> CommandResult: ...
+
+
 class CollectionsForward:
     """One SSH host's way to the client's collections (see the module docstring)."""
 
-    def __init__(self, transport: SSHTransport) -> None:
+    def __init__(self, transport: _Host) -> None:
         self.transport = transport
         self.client_path: str | None = None  # the client's socket, once a worker needs it
         self.directory = ""
@@ -48,9 +61,13 @@ class CollectionsForward:
     def socket(self) -> str:
         return f"{self.directory}/s.sock"
 
-    def _directory(self) -> str:
+    def _directory(self, client_path: str) -> str:
+        # named by the client's socket, which names the pool and the client's state directory: two clients'
+        # pools of one name never share it, and it is the same after a named pool is attached again (its
+        # workers know the path); short, so that a socket path fits (sun_path)
         t = self.transport
-        name = f"c-{t.pool_id}-{t.node}"
+        digest = hashlib.sha256(client_path.encode()).hexdigest()[:12]
+        name = f"coll-{digest}-n{t.node}"
         run_dir = t.node_env.run_dir if t.node_env is not None else ""
         path = f"{run_dir}/{name}"
         if not run_dir.startswith("/") or len(f"{path}/s.sock".encode()) > _SOCKET_PATH_MAX:
@@ -71,10 +88,13 @@ class CollectionsForward:
             client = self.client_path
             if client is None or (self._conn is conn and self._listener is not None):
                 return
-            self.directory = self.directory or self._directory()
+            self.directory = self.directory or self._directory(client)
             d, sock = shlex.quote(self.directory), shlex.quote(self.socket)
-            # ours and private (a directory another user made is refused), and no stale socket in the way
-            result = await conn.run(f"umask 077 && mkdir -p {d} && chmod 700 {d} && test -O {d} && rm -f {sock}",
+            parent = shlex.quote(self.directory.rsplit("/", 1)[0])
+            # ours and private, and its parent ours (a directory another user made is refused: they could
+            # swap ours), and no stale socket in the way
+            result = await conn.run(f"umask 077 && mkdir -p {d} && test -O {parent} && test ! -L {parent} && "
+                                    f"chmod 700 {parent} {d} && test -O {d} && test ! -L {d} && rm -f {sock}",
                                     timeout=30)
             if result.exit_status != 0:
                 raise SSHError(f"host {self.transport.where}: cannot make the collections' directory {self.directory}: "
