@@ -101,3 +101,20 @@ async def test_collections_on_two_ssh_hosts_survive_a_reconnect_and_leave_nothin
         assert not any(sky.lock(name).locked() for name in ("ckpt", "held-0", "held-1"))
         assert leftovers(hosts)  # the forwarded sockets are there while the pool is
     assert leftovers(hosts) == []  # and gone with it
+
+
+def use_counter() -> str:
+    try:
+        return str(sky.counter("c").increment())
+    except RuntimeError as exc:
+        return str(exc)
+
+
+async def test_a_host_that_refuses_the_forward_runs_tasks_and_says_why_collections_fail(make_sshd):
+    server = make_sshd(extra_config=["AllowStreamLocalForwarding local"])  # the workers' sockets only
+    async with sky.Pool(provider=ssh_for(server), nodes=1, output=None) as pool:
+        assert await pool.run(sum, [1, 2]) == 3  # the pool itself is fine
+        said = await pool.run(use_counter)
+    assert said.startswith("this node cannot reach the pool's distributed collections: host ")
+    assert "sshd refused to forward" in said and "AllowStreamLocalForwarding" in said
+    assert list((Path(server.home) / ".skyhive" / "run").glob("coll-*")) == []  # its directory removed at once

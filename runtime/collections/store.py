@@ -11,7 +11,8 @@ What this means for a pool (docs/collections.md):
 
 - the collections live in the client: a node that is lost (its worker killed, the machine gone)
   loses nothing of them; what a lost worker held is let go (its locks are released when its
-  connection closes), and a barrier waits for arrivals that will not come only until its timeout;
+  connection closes, or, on a node whose connection may be re-made, when its session stays away for
+  that long: `sessions.py`), and a barrier waits for arrivals that will not come only until its timeout;
 - they last as long as the pool's client: closing the pool drops them (a named pool attached again
   starts with empty collections, served at the same socket path);
 - every operation goes to the one copy, so every read sees every write before it (Skyward's

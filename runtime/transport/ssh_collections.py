@@ -74,11 +74,18 @@ class CollectionsForward:
             path = f"/tmp/skyhive-{t.user}/{name}"
         return path
 
-    async def reach(self, client_path: str) -> CollectionsReach:
+    async def reach(self, client_path: str) -> CollectionsReach | str:
         """Forward the client's socket `client_path` to the host (once per connection); where workers
-        there reach it."""
+        there reach it, or why they cannot (a host whose sshd refuses the forward still runs the pool's
+        tasks: only their calls of `sky.dict` & co. fail, saying why)."""
         self.client_path = client_path
-        await self.ensure(await self.transport.connect())
+        conn = await self.transport.connect()  # (unreachable: the worker cannot start either)
+        try:
+            await self.ensure(conn)
+        except SSHError as exc:
+            self.client_path = None
+            log.warning("%s", exc)
+            return f"this node cannot reach the pool's distributed collections: {exc} (docs/collections.md)"
         return CollectionsReach(self.socket, resume=self.transport.reconnect_timeout)
 
     async def ensure(self, conn: Any) -> None:
@@ -102,6 +109,7 @@ class CollectionsForward:
             try:
                 self._listener = await conn.forward_remote_path(self.socket, client)
             except Exception as exc:  # noqa: BLE001 - asyncssh's ChannelListenError and the like
+                await conn.run(f"rm -rf {d}", timeout=30)  # nothing of it left on the host
                 raise SSHError(f"host {self.transport.where}: sshd refused to forward {self.socket} to the pool's "
                                f"collections ({exc}; is AllowStreamLocalForwarding off?)",
                                host=self.transport.reach.host) from None
