@@ -160,3 +160,43 @@ def test_a_named_pool_attached_again_starts_with_empty_collections(clean):
         assert pool.run(read_x) == "empty"  # the worker's connection to the first client's store was closed
         sky.dict("x")["a"] = 2
         assert pool.run(read_x) == 2
+
+
+def test_a_session_keeps_its_locks_and_its_answers_when_its_connection_is_made_again(tmp_path):
+    """What an SSH node's task relies on across a reconnect (tests/test_ssh_collections.py does it for
+    real): a request sent again is answered, not applied twice; the session's locks stay its own while
+    it is away for less than its grace, and are let go once it stays away longer."""
+    import pickle
+    import socket as sockets
+
+    from skyhive.runtime.collections.store import CollectionStore, read_frame, write_frame
+
+    with CollectionStore(str(tmp_path / "s.sock")) as store:
+        def connect(session: str, grace: float) -> sockets.socket:
+            sock = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+            sock.connect(store.path)
+            write_frame(sock, pickle.dumps(("hello", session, grace)))
+            return sock
+
+        def ask(sock: sockets.socket, seq: int, *call: object) -> object:
+            write_frame(sock, pickle.dumps((seq, *call)))
+            ok, value = pickle.loads(read_frame(sock))
+            if not ok:
+                raise value
+            return value
+
+        a = connect("a", 3600.0)
+        assert ask(a, 1, "lock", "ckpt", "acquire", (True, None)) is True
+        assert ask(a, 2, "counter", "n", "add", (1,)) == 1
+        a.close()  # the connection drops (the reply to 2 may have been lost)
+        a = connect("a", 3600.0)
+        assert ask(a, 2, "counter", "n", "add", (1,)) == 1  # sent again: the same answer, counted once
+        assert ask(a, 3, "counter", "n", "add", (1,)) == 2
+        assert ask(a, 4, "lock", "ckpt", "locked", ()) is True
+        assert ask(a, 5, "lock", "ckpt", "release", ()) is None  # still this session's to release
+        b = connect("b", 0.01)
+        assert ask(b, 1, "lock", "ckpt", "acquire", (True, None)) is True
+        b.close()  # and it never comes back: let go after its grace
+        c = connect("c", 0.0)
+        assert ask(c, 1, "lock", "ckpt", "acquire", (True, WAIT)) is True
+        c.close()

@@ -26,6 +26,7 @@ What this means for a pool (docs/collections.md):
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pickle
 import socket
@@ -43,8 +44,8 @@ from .sessions import Session, Sessions
 if TYPE_CHECKING:
     from ..transport.base import CollectionsReach
 
-__all__ = ["CollectionStore", "ENV_VAR", "RESUME_ENV", "UNREACHABLE_ENV", "KINDS", "collections_env", "socket_path", "read_frame",
-           "write_frame"]
+__all__ = ["CollectionStore", "ENV_VAR", "RESUME_ENV", "UNREACHABLE_ENV", "KINDS", "collections_env", "socket_path",
+           "read_frame", "write_frame"]
 
 #: The workers' variable naming the store's socket (as the node sees it).
 ENV_VAR = "SKYHIVE_COLLECTIONS"
@@ -54,6 +55,7 @@ RESUME_ENV = "SKYHIVE_COLLECTIONS_RESUME"
 UNREACHABLE_ENV = "SKYHIVE_COLLECTIONS_UNREACHABLE"
 KINDS = ("dict", "set", "counter", "queue", "barrier", "lock")
 _HEADER = struct.Struct(">I")
+log = logging.getLogger("skyhive.collections")
 _MAX_FRAME = 64 << 20
 
 
@@ -272,6 +274,10 @@ class _Handler(socketserver.BaseRequestHandler):
                 data = session.answer(seq, lambda: self._apply(collections, kind, name, op, args, session))
                 write_frame(self.request, data)
         except OSError:
+            return
+        except Exception as exc:  # noqa: BLE001 - not our frames: this connection ends, the store goes on
+            log.warning("the pool's collections: a connection sent what is not a request (%s: %s); closed",
+                        type(exc).__name__, exc)
             return
         finally:
             self.server.open_connections.discard(self.request)

@@ -2,8 +2,8 @@
 SSH underneath): reached through the node's own SSH connection, no TCP port anywhere.
 
 The client serves the collections on its private Unix socket; the host's sshd listens on a socket of
-the pool's own (`<run dir>/coll-<digest of the client's socket path>-n<node>/s.sock`, its directory 0700, the socket 0600 by sshd's
-`StreamLocalBindMask`) and forwards each connection to it (OpenSSH's `streamlocal-forward`; sshd's
+the pool's own (`<run dir>/coll-<digest of the client's socket path>-n<node>/s.sock`, its directory
+0700, the socket 0600 by sshd's `StreamLocalBindMask`) and forwards each connection to it (OpenSSH's `streamlocal-forward`; sshd's
 `AllowStreamLocalForwarding`, on by default). Only the pool's user can open it.
 
 The forward lives as long as the SSH connection: when the connection drops and the transport
