@@ -96,13 +96,19 @@ def counted() -> int:
 
 
 def collection_dirs(hosts) -> list[Path]:
-    """The hosts' forwarded sockets of sky.dict & co. (runtime/transport/ssh_collections.py)."""
-    return [p for h in hosts for p in (h.home / ".skyhive" / "run").glob("coll-*")]
+    """The hosts' directories of pool "train"'s forwarded socket of sky.dict & co., as this state
+    directory's clients make them (runtime/transport/ssh_collections.py)."""
+    from skyhive.runtime.collections.store import socket_path
+    from skyhive.runtime.transport.ssh_collections import directory_name
+
+    names = [directory_name(socket_path("train"), node) for node in range(len(hosts))]
+    return [p for h in hosts for name in names for p in (h.home / ".skyhive" / "run").glob(name)]
 
 
 def kept_pool_pids(hosts) -> list[int]:
     with sky.Pool(provider=ssh_for(hosts), nodes=2, name="train", keep=True, output=None) as pool:
         assert sorted(pool.broadcast(counted)) == [1, 2]  # the collections reach a named pool's hosts
+        assert len(collection_dirs(hosts)) == 2  # by a socket on each (removed when the client leaves)
         return sorted(pool.broadcast(os.getpid))
 
 

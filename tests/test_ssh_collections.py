@@ -52,15 +52,6 @@ def across_the_drop() -> tuple[object, int, int]:
     return item, sky.counter("hits").increment(), sky.barrier("second", 2, timeout=WAIT).wait()
 
 
-def leftovers(hosts) -> list[str]:
-    found = []
-    for h in hosts:
-        for where in (Path(h.home) / ".skyhive" / "run", Path(f"/tmp/skyhive-{h.user}")):
-            if where.is_dir():
-                found += [str(p) for p in where.iterdir() if p.name.startswith("coll-")]
-    return found
-
-
 async def test_collections_on_two_ssh_hosts_survive_a_reconnect_and_leave_nothing(netns_hosts):
     hosts = list(netns_hosts)[:2]
     async with sky.Pool(provider=ssh_for(hosts), nodes=2, output=None) as pool:
@@ -99,8 +90,9 @@ async def test_collections_on_two_ssh_hosts_survive_a_reconnect_and_leave_nothin
         assert sorted(arrival for _, _, arrival in results) == [0, 1]
         assert sky.dict("best")["n"] == 2
         assert not any(sky.lock(name).locked() for name in ("ckpt", "held-0", "held-1"))
-        assert leftovers(hosts)  # the forwarded sockets are there while the pool is
-    assert leftovers(hosts) == []  # and gone with it
+        dirs = [Path(r["path"]).parent for r in first]
+        assert all(d.is_dir() for d in dirs)  # the forwarded sockets are there while the pool is
+    assert [d for d in dirs if d.exists()] == []  # and gone with it
 
 
 def use_counter() -> str:
@@ -117,4 +109,5 @@ async def test_a_host_that_refuses_the_forward_runs_tasks_and_says_why_collectio
         said = await pool.run(use_counter)
     assert said.startswith("this node cannot reach the pool's distributed collections: host ")
     assert "sshd refused to forward" in said and "AllowStreamLocalForwarding" in said
-    assert list((Path(server.home) / ".skyhive" / "run").glob("coll-*")) == []  # its directory removed at once
+    refused = Path(said.split("sshd refused to forward ", 1)[1].split(" ", 1)[0])
+    assert refused.name == "s.sock" and not refused.parent.exists()  # its directory removed at once

@@ -24,11 +24,17 @@ from typing import Any, Protocol
 from ...errors import SSHError
 from .base import CollectionsReach, CommandResult
 
-__all__ = ["CollectionsForward"]
+__all__ = ["CollectionsForward", "directory_name"]
 
 log = logging.getLogger("skyhive.transport.ssh")
 
 _SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux (104 on macOS); keep a margin
+
+
+def directory_name(client_path: str, node: int) -> str:
+    """The name of node `node`'s directory of the collections' socket on its host, for the client's
+    socket `client_path` (see `CollectionsForward._directory`)."""
+    return f"coll-{hashlib.sha256(client_path.encode()).hexdigest()[:12]}-n{node}"
 
 
 class _Host(Protocol):
@@ -66,8 +72,7 @@ class CollectionsForward:
         # pools of one name never share it, and it is the same after a named pool is attached again (its
         # workers know the path); short, so that a socket path fits (sun_path)
         t = self.transport
-        digest = hashlib.sha256(client_path.encode()).hexdigest()[:12]
-        name = f"coll-{digest}-n{t.node}"
+        name = directory_name(client_path, t.node)
         run_dir = t.node_env.run_dir if t.node_env is not None else ""
         path = f"{run_dir}/{name}"
         if not run_dir.startswith("/") or len(f"{path}/s.sock".encode()) > _SOCKET_PATH_MAX:
