@@ -194,6 +194,9 @@ def test_a_session_keeps_its_locks_and_its_answers_when_its_connection_is_made_a
         assert ask(a, 3, "counter", "n", "add", (1,)) == 2
         assert ask(a, 4, "lock", "ckpt", "locked", ()) is True
         assert ask(a, 5, "lock", "ckpt", "release", ()) is None  # still this session's to release
+        with pytest.raises(RuntimeError, match="request 2 came after request 5"):  # a late copy: refused
+            ask(a, 2, "counter", "n", "add", (1,))
+        assert ask(a, 6, "counter", "n", "value", ()) == 2
         b = connect("b", 0.01)
         assert ask(b, 1, "lock", "ckpt", "acquire", (True, None)) is True
         b.close()  # and it never comes back: let go after its grace

@@ -7,7 +7,7 @@ twice, each worker thread names its session (`hello`, with how long it may be aw
 and numbers its requests:
 
 - a request the store already answered (the same number again) gets the same answer again, without
-  being applied twice (an `increment` whose reply was lost in the drop is not counted twice); one
+  being applied twice (and one older than the last, a late copy, is refused) (an `increment` whose reply was lost in the drop is not counted twice); one
   still running (a `queue.get` that blocks) is waited for, and its answer given to the new connection;
 - the locks a session holds stay held while it is away, for `grace` seconds; a session that does not
   come back (its worker was lost) lets go of them then. With `grace` 0 (the client's machine, where a
@@ -16,6 +16,7 @@ and numbers its requests:
 
 from __future__ import annotations
 
+import pickle
 import threading
 from collections.abc import Callable
 from typing import Protocol
@@ -45,6 +46,8 @@ class Session:
         """The answer to request `seq`: `apply()`'s, or, for the request answered (or being answered) last,
         that answer again."""
         with self._lock:
+            if self._seq is not None and seq < self._seq:  # a late copy from a connection that broke: its
+                return pickle.dumps((False, RuntimeError(f"request {seq} came after request {self._seq}")))
             again = seq == self._seq
             if not again:
                 self._seq, self._answer = seq, b""
