@@ -186,6 +186,7 @@ def test_a_sigkilled_attached_client_leaves_the_ssh_pool_healthy(two_hosts, skyh
         client.send_signal(signal.SIGKILL)
     finally:
         client.wait(timeout=10)
+    assert len(collection_dirs(hosts)) == 2  # the killed client could not remove its collections' sockets
     try:
         again = python("""
             import os, skyhive as sky
@@ -195,6 +196,7 @@ def test_a_sigkilled_attached_client_leaves_the_ssh_pool_healthy(two_hosts, skyh
         assert again.returncode == 0, again.stderr
         assert json.loads(again.stdout.strip().splitlines()[-1]) == pids
         assert all(m.read_text() == "x" for m in marks)  # the busy task was cancelled, not run again
+        assert collection_dirs(hosts) == []  # the next client made them again, and removed them as it left
     finally:
         for m in marks:
             m.unlink(missing_ok=True)
