@@ -7,8 +7,9 @@ twice, each worker thread names its session (`hello`, with how long it may be aw
 and numbers its requests:
 
 - a request the store already answered (the same number again) gets the same answer again, without
-  being applied twice (and one older than the last, a late copy, is refused) (an `increment` whose reply was lost in the drop is not counted twice); one
+  being applied twice (an `increment` whose reply was lost in the drop is not counted twice); one
   still running (a `queue.get` that blocks) is waited for, and its answer given to the new connection;
+  one older than the last (a late copy) is refused;
 - the locks a session holds stay held while it is away, for `grace` seconds; a session that does not
   come back (its worker was lost) lets go of them then. With `grace` 0 (the client's machine, where a
   connection breaks only when its process is gone) they are let go at once.

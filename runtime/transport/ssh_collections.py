@@ -3,8 +3,9 @@ SSH underneath): reached through the node's own SSH connection, no TCP port anyw
 
 The client serves the collections on its private Unix socket; the host's sshd listens on a socket of
 the pool's own (`<run dir>/coll-<digest of the client's socket path>-n<node>/s.sock`, its directory
-0700, the socket 0600 by sshd's `StreamLocalBindMask`) and forwards each connection to it (OpenSSH's `streamlocal-forward`; sshd's
-`AllowStreamLocalForwarding`, on by default). Only the pool's user can open it.
+0700, the socket 0600 by sshd's `StreamLocalBindMask`) and forwards each connection to it (OpenSSH's
+`streamlocal-forward`; sshd's `AllowStreamLocalForwarding`, on by default). Only the pool's user can
+open it. A host whose sshd refuses the forward still runs the pool: its tasks' calls say why.
 
 The forward lives as long as the SSH connection: when the connection drops and the transport
 reconnects (`SSHTransport.connect`), the forward is made again on the new connection at the same path
