@@ -260,12 +260,12 @@ class Pool(PoolCalls):
         )
         self._rt.detach_on_failure = self._named is not None and self._named.attach
         install_hook()
-        if self.provider.node_homes:  # sky.dict & co. for nodes on this machine (runtime/collections/)
-            from .collections.store import ENV_VAR as COLLECTIONS_ENV
-            from .collections.store import CollectionStore, socket_path
+        # sky.dict & co.: served here; each node's transport makes them reachable there (runtime/collections/)
+        from .collections.store import ENV_VAR as COLLECTIONS_ENV
+        from .collections.store import CollectionStore, socket_path
 
-            self._collections = CollectionStore(socket_path(self._rt.pool_id)).start()
-            self._rt.worker_env[COLLECTIONS_ENV] = self._collections.path
+        self._collections = CollectionStore(socket_path(self._rt.pool_id)).start()
+        self._rt.worker_env[COLLECTIONS_ENV] = self._collections.path
         try:
             await self._rt.start()
         except BaseException:

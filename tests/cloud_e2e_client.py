@@ -27,8 +27,11 @@ def routes() -> list[str]:
         return [line.split()[1] for line in fh.read().splitlines()[1:] if line.strip()]
 
 
-def where() -> tuple[str, int]:
-    return socket.gethostname(), sky.instance_info().node
+def where() -> tuple[str, int, int, str]:
+    """Where it ran, the pool's counter as this node left it and the directory of the socket it reached
+    it by (sky.dict & co. reach cloud nodes too: forwarded through their SSH connection)."""
+    return (socket.gethostname(), sky.instance_info().node, sky.counter("placed").increment(),
+            os.path.dirname(os.environ["SKYHIVE_COLLECTIONS"]))
 
 
 def markers_after(seconds: float, marker_dir: str) -> list[str]:
@@ -70,7 +73,8 @@ async def main(config: dict) -> dict:
             inside = count_pool("p-e2e")
             placed = await pool.broadcast(where)
             trained = await pool.broadcast(train_ddp, 3, timeout=300)
-        return {"inside": inside, "after": count_pool("p-e2e"), "placed": placed,
+        return {"inside": inside, "after": count_pool("p-e2e"), "placed": [p[:2] for p in placed],
+                "counted": sorted(p[2] for p in placed), "collections": [p[3] for p in placed],
                 "world": [t[0] for t in trained], "heads": [t[1] for t in trained],
                 "same_params": trained[0][2] == trained[1][2]}
 

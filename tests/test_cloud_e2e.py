@@ -47,6 +47,8 @@ def test_aws_pool_on_namespace_hosts_bootstraps_trains_and_leaves_nothing(make_n
     assert seen["inside"] == {"instances": 2, "groups": 1, "keys": 1}
     assert seen["after"] == {"instances": 0, "groups": 0, "keys": 0}
     assert seen["placed"] == [[nodes[0].hostname, 0], [nodes[1].hostname, 1]]
+    assert seen["counted"] == [1, 2]  # one sky.counter for both cloud nodes (docs/collections.md)
+    assert [d for d in seen["collections"] if os.path.exists(d)] == [], "collections' sockets left on the hosts"
     assert seen["world"] == [2, 2] and seen["heads"] == [nodes[0].address] * 2 and seen["same_params"]
     for host in nodes:  # the workers are gone on the hosts (processes in that host's network namespace)
         assert workers_in(host.netns) == [], f"{host.hostname}: workers left"

@@ -116,9 +116,19 @@ def test_errors_name_what_and_where():
     assert broken.startswith("BrokenBarrierError")
     assert barrier == "ValueError: sky.barrier('b', n=2): it exists with n=3"
     assert consistency.startswith("ValueError: sky.dict('d', consistency='weak'): use one of eventual, strong")
-    with sky.Pool(provider=sky.Simulated(), nodes=1, output=None):
-        with pytest.raises(RuntimeError, match="served to nodes on the client's machine"):
-            sky.counter("c").increment()
+    with sky.Pool(provider=sky.Simulated(), nodes=1, output=None):  # the client reaches any pool's own
+        assert sky.counter("c").increment() == 1
+
+
+def test_a_node_that_cannot_reach_them_says_why(monkeypatch):
+    """A transport that cannot serve them (Slurm: tests/test_slurm_pool.py runs it) gives its reason to
+    the workers' environment; a task's first call raises it."""
+    from skyhive.runtime.collections.store import collections_env
+
+    for key, value in collections_env("not served here: docs/collections.md").items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(RuntimeError, match="^not served here: docs/collections.md$"):
+        sky.queue("q").put(1)
 
 
 def test_thread_slots_and_async_methods_share_them():
@@ -150,3 +160,46 @@ def test_a_named_pool_attached_again_starts_with_empty_collections(clean):
         assert pool.run(read_x) == "empty"  # the worker's connection to the first client's store was closed
         sky.dict("x")["a"] = 2
         assert pool.run(read_x) == 2
+
+
+def test_a_session_keeps_its_locks_and_its_answers_when_its_connection_is_made_again(tmp_path):
+    """What an SSH node's task relies on across a reconnect (tests/test_ssh_collections.py does it for
+    real): a request sent again is answered, not applied twice; the session's locks stay its own while
+    it is away for less than its grace, and are let go once it stays away longer."""
+    import pickle
+    import socket as sockets
+
+    from skyhive.runtime.collections.store import CollectionStore, read_frame, write_frame
+
+    with CollectionStore(str(tmp_path / "s.sock")) as store:
+        def connect(session: str, grace: float) -> sockets.socket:
+            sock = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+            sock.connect(store.path)
+            write_frame(sock, pickle.dumps(("hello", session, grace)))
+            return sock
+
+        def ask(sock: sockets.socket, seq: int, *call: object) -> object:
+            write_frame(sock, pickle.dumps((seq, *call)))
+            ok, value = pickle.loads(read_frame(sock))
+            if not ok:
+                raise value
+            return value
+
+        a = connect("a", 3600.0)
+        assert ask(a, 1, "lock", "ckpt", "acquire", (True, None)) is True
+        assert ask(a, 2, "counter", "n", "add", (1,)) == 1
+        a.close()  # the connection drops (the reply to 2 may have been lost)
+        a = connect("a", 3600.0)
+        assert ask(a, 2, "counter", "n", "add", (1,)) == 1  # sent again: the same answer, counted once
+        assert ask(a, 3, "counter", "n", "add", (1,)) == 2
+        assert ask(a, 4, "lock", "ckpt", "locked", ()) is True
+        assert ask(a, 5, "lock", "ckpt", "release", ()) is None  # still this session's to release
+        with pytest.raises(RuntimeError, match="request 2 came after request 5"):  # a late copy: refused
+            ask(a, 2, "counter", "n", "add", (1,))
+        assert ask(a, 6, "counter", "n", "value", ()) == 2
+        b = connect("b", 0.01)
+        assert ask(b, 1, "lock", "ckpt", "acquire", (True, None)) is True
+        b.close()  # and it never comes back: let go after its grace
+        c = connect("c", 0.0)
+        assert ask(c, 1, "lock", "ckpt", "acquire", (True, WAIT)) is True
+        c.close()

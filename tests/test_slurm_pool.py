@@ -24,7 +24,11 @@ def where() -> dict:
     import os
 
     info = sky.instance_info()
-    return {"host": socket.gethostname(), "addrs": subprocess.check_output(["hostname", "-I"], text=True).split(),
+    try:  # sky.dict & co. are not served to Slurm nodes: the first call says so (docs/collections.md)
+        collections = sky.counter("c").increment()
+    except RuntimeError as exc:
+        collections = str(exc)
+    return {"collections": collections, "host": socket.gethostname(), "addrs": subprocess.check_output(["hostname", "-I"], text=True).split(),
             "node": info.node, "head": info.head_addr, "job": os.environ.get("SLURM_JOB_ID"),
             "slurm_node": os.environ.get("SLURMD_NODENAME")}
 
@@ -43,6 +47,8 @@ async def test_broadcast_runs_on_each_slurm_node_and_the_job_ends_with_the_pool(
     assert len(jobs) == 1 and jobs[0][1:] == ("skyhive-slurm-bcast", "RUNNING")
     job_id = jobs[0][0]
     assert [r["node"] for r in results] == [0, 1]
+    assert all(r["collections"].startswith("sky.dict/set/counter/queue/barrier/lock are not served to Slurm nodes")
+               for r in results), results
     assert [(r["host"], r["slurm_node"], r["addrs"]) for r in results] == [(n.name, n.name, [n.address]) for n in nodes]
     assert {r["head"] for r in results} == {nodes[0].address}
     assert {r["job"] for r in results} == {job_id}

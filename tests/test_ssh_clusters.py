@@ -91,8 +91,24 @@ def two_hosts(netns_hosts, skyhive_home):
         assert not work.exists() or list(work.iterdir()) == [], f"job working directories left on {h.hostname}"
 
 
+def counted() -> int:
+    return sky.counter("n").increment()
+
+
+def collection_dirs(hosts) -> list[Path]:
+    """The hosts' directories of pool "train"'s forwarded socket of sky.dict & co., as this state
+    directory's clients make them (runtime/transport/ssh_collections.py)."""
+    from skyhive.runtime.collections.store import socket_path
+    from skyhive.runtime.transport.ssh_collections import directory_name
+
+    names = [directory_name(socket_path("train"), node) for node in range(len(hosts))]
+    return [p for h in hosts for name in names for p in (h.home / ".skyhive" / "run").glob(name)]
+
+
 def kept_pool_pids(hosts) -> list[int]:
     with sky.Pool(provider=ssh_for(hosts), nodes=2, name="train", keep=True, output=None) as pool:
+        assert sorted(pool.broadcast(counted)) == [1, 2]  # the collections reach a named pool's hosts
+        assert len(collection_dirs(hosts)) == 2  # by a socket on each (removed when the client leaves)
         return sorted(pool.broadcast(os.getpid))
 
 
@@ -114,16 +130,20 @@ def test_a_kept_ssh_pool_outlives_its_block_and_another_process_takes_it_over(tw
         with sky.Pool.attach("train", output=None) as pool:
             print(sorted(pool.broadcast(os.getpid)))
             print(pool.run(sum, [1, 2, 3]))
+            print(sorted(pool.broadcast(lambda: sky.counter("n").increment())))
         """, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     lines = again.stdout.strip().splitlines()
-    assert json.loads(lines[-2]) == pids and lines[-1] == "6"  # the same remote processes
+    assert json.loads(lines[-3]) == pids and lines[-2] == "6"  # the same remote processes
+    assert json.loads(lines[-1]) == [1, 2]  # this client's collections (empty at first), reached by the old workers
+    assert collection_dirs(hosts) == []  # removed when each client left
     assert all(process_alive(p) for p in pids)  # detached again
     # a third client shuts it down with keep=False: the workers end, the pool is forgotten
     with sky.Pool.attach("train", keep=False, output=None) as pool:
         assert sorted(pool.broadcast(os.getpid)) == pids
     wait_for(lambda: not any(process_alive(p) for p in pids), 30, "the workers to exit")
     assert not (Path(skyhive_home) / "clusters" / "train").exists()
+    assert collection_dirs(hosts) == []
 
 
 def test_a_changed_host_key_is_refused_on_attach(two_hosts, skyhive_home, tmp_path):
@@ -166,6 +186,7 @@ def test_a_sigkilled_attached_client_leaves_the_ssh_pool_healthy(two_hosts, skyh
         client.send_signal(signal.SIGKILL)
     finally:
         client.wait(timeout=10)
+    assert len(collection_dirs(hosts)) == 2  # the killed client could not remove its collections' sockets
     try:
         again = python("""
             import os, skyhive as sky
@@ -175,6 +196,7 @@ def test_a_sigkilled_attached_client_leaves_the_ssh_pool_healthy(two_hosts, skyh
         assert again.returncode == 0, again.stderr
         assert json.loads(again.stdout.strip().splitlines()[-1]) == pids
         assert all(m.read_text() == "x" for m in marks)  # the busy task was cancelled, not run again
+        assert collection_dirs(hosts) == []  # the next client made them again, and removed them as it left
     finally:
         for m in marks:
             m.unlink(missing_ok=True)

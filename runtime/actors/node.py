@@ -34,6 +34,8 @@ from ...errors import WorkerRestarted
 from ...protocol.info import ENV_VAR, RESTART_ENV
 from ...providers.base import NodeHandle, ProvisionError
 from ..events.types import NodeProgress, NodeStateChanged, WorkerStateChanged
+from ..collections.store import ENV_VAR as COLLECTIONS_ENV
+from ..collections.store import collections_env
 from ..onnode.setup import TASK_THREADS_ENV, python_version, skyhive_version
 from ..transport.base import Transport, WorkerProcess
 from ..transport.registry import transport_kind
@@ -372,6 +374,8 @@ class NodeActor:
         env[RESTART_ENV] = str(self.starts[rank])
         if ctx.task_threads > 1:  # the thread executor's slots (runtime/worker/threaded.py)
             env[TASK_THREADS_ENV] = str(ctx.task_threads)
+        if COLLECTIONS_ENV in env:  # sky.dict & co., as this node reaches them (runtime/collections/)
+            env.update(collections_env(await self.transport.reach_collections(env[COLLECTIONS_ENV])))
         self.starts[rank] += 1
         python = self.transport.worker_python()
         proc = await self.transport.start_worker(

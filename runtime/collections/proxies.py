@@ -5,8 +5,10 @@ store; each thread of a worker keeps its own connection to it. Every method has 
 (`await cache.get_async(key)`) that runs it in a thread.
 
 On a node the store is the one named by the worker's environment; in the client, the active pool's
-(`with pool:`). Elsewhere, or on a provider whose nodes cannot reach the client's machine, a
-`RuntimeError` says so.
+(`with pool:`). Elsewhere, or on a node that cannot reach the store (Slurm), a `RuntimeError` says so.
+A broken connection is made again and the request sent again (answered once: `sessions.py`): at once
+on the client's machine, for up to `SKYHIVE_COLLECTIONS_RESUME` seconds on a node that reaches the
+store through its SSH connection while that connection is re-made.
 """
 
 from __future__ import annotations
@@ -14,14 +16,17 @@ from __future__ import annotations
 import asyncio
 import builtins
 import functools
+import itertools
 import os
 import pickle
 import socket
 import threading
+import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .store import ENV_VAR, read_frame, write_frame
+from .store import ENV_VAR, RESUME_ENV, UNREACHABLE_ENV, read_frame, write_frame
 
 __all__ = ["SharedDict", "SharedSet", "Counter", "Queue", "Barrier", "Lock", "CONSISTENCY", "store_path"]
 
@@ -36,20 +41,38 @@ def store_path() -> str:
     path = os.environ.get(ENV_VAR)
     if path:
         return path
+    unreachable = os.environ.get(UNREACHABLE_ENV)
+    if unreachable:
+        raise RuntimeError(unreachable)
     from ..active import current
 
     pool = current()
     store = getattr(getattr(pool, "pool", pool), "_collections", None)
     if store is not None:
         return str(store.path)
-    if pool is not None:
-        raise RuntimeError("this pool's nodes cannot reach its distributed collections: they are served to nodes "
-                           "on the client's machine (Local pools) only, for now")
     raise RuntimeError("sky.dict/set/counter/queue/barrier/lock need a pool: call them in a task, or inside "
                        "`with sky.Pool(...) as pool:` in the client")
 
 
-def _connection(path: str) -> socket.socket:
+def _resume_seconds() -> float:
+    """How long a broken connection to the store is retried: a forwarded store (an SSH node) comes back
+    once the node's connection is re-made; a store on this machine is tried once more."""
+    try:
+        return max(0.0, float(os.environ.get(RESUME_ENV, "0")))
+    except ValueError:
+        return 0.0
+
+
+def _session() -> tuple[str, int]:
+    """This thread's session id and its next request number (`sessions.py`)."""
+    session = getattr(_local, "session", None)
+    if session is None:
+        session = _local.session = uuid.uuid4().hex
+        _local.seq = itertools.count(1)
+    return session, next(_local.seq)
+
+
+def _connection(path: str, session: str, grace: float) -> socket.socket:
     conns: builtins.dict[str, socket.socket] | None = getattr(_local, "conns", None)
     if conns is None:
         conns = _local.conns = {}
@@ -58,32 +81,40 @@ def _connection(path: str) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(path)
-        except OSError as exc:
+            write_frame(sock, pickle.dumps(("hello", session, grace)))
+        except OSError:
             sock.close()
-            raise RuntimeError(f"cannot reach the pool's distributed collections at {path}: {exc} "
-                               "(the pool's client is gone?)") from None
+            raise
         conns[path] = sock
     return sock
 
 
 def _call(kind: str, name: str, op: str, *args: Any) -> Any:
     path = store_path()
-    request = pickle.dumps((kind, name, op, args), protocol=5)
-    for attempt in (1, 2):  # a connection to the store of an earlier client (a named pool attached again): once more
-        sock = _connection(path)
+    resume = _resume_seconds()
+    session, seq = _session()
+    request = pickle.dumps((seq, kind, name, op, args), protocol=5)
+    deadline, attempt = 0.0, 0
+    while True:
+        attempt += 1
         try:
+            sock = _connection(path, session, resume)
             write_frame(sock, request)
             frame: bytes | None = read_frame(sock)
             problem = "" if frame is not None else "the pool's collections closed (the pool's client is gone?)"
         except OSError as exc:
-            frame, problem = None, f"the connection to the pool's collections broke: {exc}"
+            frame, problem = None, f"cannot reach the pool's distributed collections at {path}: {exc}"
         if frame is not None:
             break
-        _local.conns.pop(path, None)
-        sock.close()
-        if attempt == 2:
-            raise RuntimeError(f"sky.{kind}({name!r}).{op}: {problem}")
-    assert frame is not None
+        broken = _local.conns.pop(path, None)
+        if broken is not None:
+            broken.close()
+        if attempt == 1:  # the same request again: answered once by the store however often it is sent
+            deadline = time.monotonic() + resume
+        elif time.monotonic() >= deadline:
+            raise RuntimeError(f"sky.{kind}({name!r}).{op}: {problem} (the pool's client is gone?)")
+        else:  # a forwarded store: the node's SSH connection is being re-made
+            time.sleep(min(0.05 * attempt, 0.5))
     ok, value = pickle.loads(frame)  # noqa: S301 - from the pool's own 0600 socket
     if not ok:
         raise value

@@ -1,27 +1,32 @@
 """Where a pool's distributed collections live: in the client process, served to the workers.
 
 `CollectionStore` holds every named collection of one pool and serves them on a Unix socket (0600, in
-a 0700 directory) by one thread per connection; a worker's task connects once per thread and sends
-requests: a 4-byte big-endian length and a pickle of `(kind, name, op, args)`, answered by a pickle
-of `(True, value)` or `(False, exception)`. Blocking operations (`queue.get`, `barrier.wait`,
+a 0700 directory) by one thread per connection; a worker's task connects once per thread, says which
+session it is (`("hello", session_id, grace)`, see `sessions.py`) and sends requests: a 4-byte
+big-endian length and a pickle of `(seq, kind, name, op, args)`, answered by a pickle of
+`(True, value)` or `(False, exception)`. Blocking operations (`queue.get`, `barrier.wait`,
 `lock.acquire`) block only their connection's thread.
 
 What this means for a pool (docs/collections.md):
 
 - the collections live in the client: a node that is lost (its worker killed, the machine gone)
   loses nothing of them; what a lost worker held is let go (its locks are released when its
-  connection closes), and a barrier waits for arrivals that will not come only until its timeout;
+  connection closes, or, on a node whose connection may be re-made, when its session stays away for
+  that long: `sessions.py`), and a barrier waits for arrivals that will not come only until its timeout;
 - they last as long as the pool's client: closing the pool drops them (a named pool attached again
   starts with empty collections, served at the same socket path);
 - every operation goes to the one copy, so every read sees every write before it (Skyward's
   `consistency="strong"`; `"eventual"` is accepted and is as strong);
-- nodes that share the client's machine reach the socket (Local, named Local pools); other providers'
-  nodes get a clear error from `sky.dict(...)` & co. (not reachable yet).
+- nodes that share the client's machine reach the socket itself (Local, named Local pools); SSH and
+  cloud nodes reach it through their SSH connection, which forwards a private socket on the host to it
+  (`transport/ssh_collections.py`), again after a reconnect; Slurm nodes get a clear error from
+  `sky.dict(...)` & co. (their transport is srun's I/O: docs/collections.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pickle
 import socket
@@ -31,16 +36,26 @@ import tempfile
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...paths import private_dir
+from .sessions import Session, Sessions
 
-__all__ = ["CollectionStore", "ENV_VAR", "KINDS", "socket_path", "read_frame", "write_frame"]
+if TYPE_CHECKING:
+    from ..transport.base import CollectionsReach
 
-#: The workers' variable naming the store's socket.
+__all__ = ["CollectionStore", "ENV_VAR", "RESUME_ENV", "UNREACHABLE_ENV", "KINDS", "collections_env", "socket_path",
+           "read_frame", "write_frame"]
+
+#: The workers' variable naming the store's socket (as the node sees it).
 ENV_VAR = "SKYHIVE_COLLECTIONS"
+#: Seconds a worker keeps trying to reach a forwarded store while its node's connection is re-made.
+RESUME_ENV = "SKYHIVE_COLLECTIONS_RESUME"
+#: Set instead of ENV_VAR on a node that cannot reach the store: why (the error its tasks get).
+UNREACHABLE_ENV = "SKYHIVE_COLLECTIONS_UNREACHABLE"
 KINDS = ("dict", "set", "counter", "queue", "barrier", "lock")
 _HEADER = struct.Struct(">I")
+log = logging.getLogger("skyhive.collections")
 _MAX_FRAME = 64 << 20
 
 
@@ -71,6 +86,14 @@ def _recv(sock: socket.socket, n: int) -> bytes | None:
         parts.append(piece)
         got += len(piece)
     return b"".join(parts)
+
+
+def collections_env(reach: CollectionsReach | str) -> dict[str, str]:
+    """A worker's variables for the store, as its node reaches it (`Transport.reach_collections`): the
+    path and how long to retry it, or, on a node that cannot reach it, why (ENV_VAR then empty)."""
+    if isinstance(reach, str):
+        return {ENV_VAR: "", UNREACHABLE_ENV: reach}
+    return {ENV_VAR: reach.path, RESUME_ENV: f"{reach.resume:g}"}
 
 
 def socket_path(pool_id: str) -> str:
@@ -221,7 +244,7 @@ class _Collections:
         raise ValueError(f"sky.lock: no operation {op!r}")
 
     def release_all(self, held: set[str]) -> None:
-        """A connection ended (its task or worker is gone): the locks it held are released."""
+        """A session ended (its task or worker is gone): the locks it held are released."""
         for name in list(held):
             held.discard(name)
             with contextlib.suppress(RuntimeError):
@@ -232,29 +255,45 @@ class _Handler(socketserver.BaseRequestHandler):
     server: _Server
 
     def handle(self) -> None:
-        collections = self.server.collections
-        held: set[str] = set()  # the locks this connection holds
+        collections, sessions = self.server.collections, self.server.sessions
+        session: Session | None = None
         self.server.open_connections.add(self.request)
         try:
+            hello = read_frame(self.request)
+            if hello is None:
+                return
+            tag, session_id, grace = pickle.loads(hello)  # noqa: S301 - a 0600 socket of this user
+            if tag != "hello":
+                return
+            session = sessions.attach(str(session_id), float(grace))
             while True:
                 frame = read_frame(self.request)
                 if frame is None:
                     return
-                try:
-                    kind, name, op, args = pickle.loads(frame)  # noqa: S301 - a 0600 socket of this user
-                    reply: tuple[bool, Any] = (True, collections.call(kind, name, op, tuple(args), held))
-                except Exception as exc:  # noqa: BLE001 - goes back to the task that asked
-                    reply = (False, exc)
-                try:
-                    data = pickle.dumps(reply, protocol=5)
-                except Exception as exc:  # noqa: BLE001 - an unpicklable stored value
-                    data = pickle.dumps((False, TypeError(f"cannot send the value back: {exc}")))
+                seq, kind, name, op, args = pickle.loads(frame)  # noqa: S301 - as above
+                data = session.answer(seq, lambda: self._apply(collections, kind, name, op, args, session))
                 write_frame(self.request, data)
         except OSError:
             return
+        except Exception as exc:  # noqa: BLE001 - not our frames: this connection ends, the store goes on
+            log.warning("the pool's collections: a connection sent what is not a request (%s: %s); closed",
+                        type(exc).__name__, exc)
+            return
         finally:
             self.server.open_connections.discard(self.request)
-            collections.release_all(held)
+            if session is not None:
+                sessions.detach(session, collections)
+
+    @staticmethod
+    def _apply(collections: _Collections, kind: str, name: str, op: str, args: Any, session: Session) -> bytes:
+        try:
+            reply: tuple[bool, Any] = (True, collections.call(kind, name, op, tuple(args), session.held))
+        except Exception as exc:  # noqa: BLE001 - goes back to the task that asked
+            reply = (False, exc)
+        try:
+            return pickle.dumps(reply, protocol=5)
+        except Exception as exc:  # noqa: BLE001 - an unpicklable stored value
+            return pickle.dumps((False, TypeError(f"cannot send the value back: {exc}")))
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -263,6 +302,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
     def __init__(self, path: str, collections: _Collections) -> None:
         self.collections = collections
+        self.sessions = Sessions()
         self.open_connections: set[socket.socket] = set()
         super().__init__(path, _Handler)
 
@@ -296,6 +336,7 @@ class CollectionStore:
             return
         server.shutdown()
         server.server_close()
+        server.sessions.close()
         for conn in list(server.open_connections):  # the workers' connections end with the pool's collections
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)

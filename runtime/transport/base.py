@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import socket
 from typing import Any, Protocol
 
-__all__ = ["Receiver", "Link", "WorkerProcess", "CommandResult", "Transport"]
+__all__ = ["Receiver", "Link", "WorkerProcess", "CommandResult", "CollectionsReach", "Transport"]
 
 
 class Receiver(Protocol):
@@ -91,6 +91,17 @@ class CommandResult:
     stderr: str
 
 
+@dataclass(frozen=True, slots=True)
+class CollectionsReach:
+    """Where a node's workers reach the pool's collections (`sky.dict` & co., runtime/collections/)."""
+
+    #: the store's socket as the node sees it
+    path: str
+    #: seconds a worker keeps trying while the way to it is re-made (a reconnecting SSH connection); 0:
+    #: a broken connection means the store is gone
+    resume: float = 0.0
+
+
 class Transport(abc.ABC):
     """How a node actor reaches one node."""
 
@@ -117,6 +128,13 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     async def run(self, command: str, *, env: Mapping[str, str] | None = None, timeout: float | None = None) -> CommandResult:
         """Run a shell command on the node (bootstrap); cancelling it ends the command."""
+
+    async def reach_collections(self, client_path: str) -> CollectionsReach | str:
+        """Make the pool's collections, served by the client on the Unix socket `client_path`, reachable
+        from the node's workers (idempotent: called before each worker starts); where they reach it, or
+        why they cannot (the error their tasks get from `sky.dict` & co.). Default: they cannot."""
+        return (f"this pool's nodes ({type(self).__name__}) cannot reach its distributed collections "
+                "(sky.dict & co. are served to Local, SSH and cloud nodes: docs/collections.md)")
 
     async def close(self) -> None:
         """Release the transport (connections); workers must have been stopped first."""

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ...providers.base import LocalReach, NodeHandle
-from .base import CommandResult, Receiver, Transport, WorkerProcess
+from .base import CollectionsReach, CommandResult, Receiver, Transport, WorkerProcess
 from .registry import register_transport
 from .shm import ENV_VAR as SHM_ENV_VAR
 from .shm import socket_pair
@@ -264,6 +264,10 @@ class LocalTransport(Transport):
 
     def worker_python(self) -> str:
         return self.python
+
+    async def reach_collections(self, client_path: str) -> CollectionsReach | str:
+        """Workers on this machine reach the client's socket itself."""
+        return CollectionsReach(client_path)
 
     async def start_worker(
         self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *, label: str

@@ -33,7 +33,7 @@ from ...providers.simulated import SimulatedReach
 from ..onnode import context as onnode_context
 from ..worker.capture import TaskStream
 from ..worker.daemon import Worker
-from .base import CommandResult, Receiver, Transport, WorkerProcess
+from .base import CollectionsReach, CommandResult, Receiver, Transport, WorkerProcess
 from .registry import register_transport
 from .simulated_link import SimLink
 
@@ -257,6 +257,10 @@ class SimulatedTransport(Transport):
 
     def worker_python(self) -> str:
         return sys.executable
+
+    async def reach_collections(self, client_path: str) -> CollectionsReach | str:
+        """A simulated worker runs in the client's process: the client's socket itself."""
+        return CollectionsReach(client_path)
 
     async def start_worker(self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *,
                            label: str) -> WorkerProcess:

@@ -36,10 +36,16 @@ import anyio
 
 from ...protocol.info import ENV_VAR
 from ...providers.slurm import SlurmReach
-from .base import CommandResult, Receiver, WorkerProcess
+from .base import CollectionsReach, CommandResult, Receiver, WorkerProcess
 from .local import LocalTransport, LocalWorker
 
-__all__ = ["SrunTransport", "srun_argv", "NodeWatch"]
+__all__ = ["SrunTransport", "srun_argv", "NodeWatch", "SLURM_COLLECTIONS"]
+
+#: What a task on a Slurm node gets from `sky.dict` & co.: a worker's only way to the client is srun's
+#: I/O (the protocol pipe), with no second channel for the collections' own connections.
+SLURM_COLLECTIONS = ("sky.dict/set/counter/queue/barrier/lock are not served to Slurm nodes: their workers "
+                     "reach the client only through srun's I/O (docs/collections.md); use the frameworks' "
+                     "collectives, or a store of your own reachable from the nodes")
 
 # Keep worker LOCAL_RANK's share of the GPUs Slurm set for the step: $1 = local rank, $2 = workers on
 # the node, then the command. POSIX sh; the list is split on commas without touching "$@".
@@ -136,6 +142,10 @@ class SrunTransport(LocalTransport):
 
     def describe(self) -> dict[str, Any]:
         return {"transport": "srun", "job_id": self.reach.job_id, "node": self.reach.node_name}
+
+    async def reach_collections(self, client_path: str) -> CollectionsReach | str:
+        """Not on Slurm nodes: see `SLURM_COLLECTIONS`."""
+        return SLURM_COLLECTIONS
 
     async def start_worker(self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *,
                            label: str) -> LocalWorker:

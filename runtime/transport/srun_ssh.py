@@ -22,8 +22,8 @@ import asyncssh
 
 from ...providers.slurm import SlurmReach
 from ..settings import Settings
-from .base import Receiver, WorkerProcess
-from .srun import srun_argv
+from .base import CollectionsReach, Receiver, WorkerProcess
+from .srun import SLURM_COLLECTIONS, srun_argv
 from .ssh import NodeEnv, SSHTransport, env_stdin
 
 __all__ = ["SrunSSHTransport", "SSHPipeWorker"]
@@ -153,6 +153,10 @@ class SrunSSHTransport(SSHTransport):
     def describe(self) -> dict[str, Any]:
         return {"transport": "srun-ssh", "login": self.where, "job_id": self.slurm.job_id,
                 "node": self.slurm.node_name}
+
+    async def reach_collections(self, client_path: str) -> CollectionsReach | str:
+        """Not on Slurm nodes: see `SLURM_COLLECTIONS`."""
+        return SLURM_COLLECTIONS
 
     async def start_worker(self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *,
                            label: str) -> SSHPipeWorker:

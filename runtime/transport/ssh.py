@@ -15,6 +15,8 @@
   serves a Unix socket (0600 in a 0700 directory) itself — one process, no relay; the client reaches
   it by stream-local forwarding through this connection, over a `ResumableLink` that reconnects and
   resumes when the connection drops.
+- **Collections** (`sky.dict` & co.): the client's store forwarded to a private socket on the host
+  through this connection, made again after each reconnect (`ssh_collections.py`).
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ from ...providers.ssh import connect_ssh
 from ...providers.ssh_cluster import KeptSSHReach
 from ..onnode.setup import python_version, skyhive_version
 from ..settings import Settings
-from .base import CommandResult, Receiver, Transport, WorkerProcess
+from .base import CollectionsReach, CommandResult, Receiver, Transport, WorkerProcess
 from .registry import register_transport
+from .ssh_collections import CollectionsForward
 from .ssh_link import ResumableLink, WorkerGone
 
 if TYPE_CHECKING:
@@ -154,6 +157,7 @@ class SSHTransport(Transport):
         self.attach_hold: Any = None  # a named pool's `ssh_kept.AttachHold` on this host, once attaching
         self._lock = asyncio.Lock()
         self.connects = 0
+        self.collections = CollectionsForward(self)  # sky.dict & co. on this host (ssh_collections.py)
 
     def __repr__(self) -> str:
         return f"<SSHTransport {self.where} {'connected' if self._conn is not None else 'idle'}>"
@@ -187,8 +191,9 @@ class SSHTransport(Transport):
         async with self._lock:
             if self._conn is not None:
                 return self._conn
-            self._conn = await self._open()
-            return self._conn
+            conn = self._conn = await self._open()
+            await self.collections.after_reconnect(conn)  # the forward lives as long as its connection
+            return conn
 
     async def _open_jump(self) -> Any:
         """The connection to the jump host (`reach.proxy_jump`), opened (again) if needed: the same key
@@ -236,6 +241,7 @@ class SSHTransport(Transport):
 
     async def close(self) -> None:
         """Close the connection; with `keep_env=False` first remove the environment bootstrap built."""
+        await self.collections.close()
         env = self.node_env
         if self._conn is not None and env is not None and env.env_dir and not self.reach.keep_env:
             try:
@@ -306,6 +312,10 @@ class SSHTransport(Transport):
                 await sftp.put(list(local), remote_dir, recurse=True, preserve=True)
 
     # ---- workers -----------------------------------------------------------------------------------
+
+    async def reach_collections(self, client_path: str) -> CollectionsReach | str:
+        """Forwarded through this connection to a private socket on the host (`ssh_collections.py`)."""
+        return await self.collections.reach(client_path)
 
     def host_key_text(self) -> str:
         """The host's public key as a known_hosts entry's key part ("ssh-ed25519 AAAA..."), "" before
