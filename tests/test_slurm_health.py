@@ -48,7 +48,7 @@ def test_slurmd_port_is_read_from_the_config_or_slurms_default() -> None:
 async def test_a_refusing_slurmd_names_the_node_lost_after_refusals_in_a_row() -> None:
     port = closed_port()
     runner = FakeConfigRunner(port)
-    health = NodeHealth(runner, timeout=5, probe=True)
+    health = NodeHealth(runner, timeout=5, probe=True, probe_interval=0)
     answers = [await health.problem("n7", "127.0.0.1") for _ in range(REFUSALS)]
     assert answers[:-1] == [None] * (REFUSALS - 1)
     assert answers[-1] == (f"Slurm node n7: its slurmd does not accept connections (refused at 127.0.0.1:{port}); "
@@ -62,7 +62,7 @@ async def test_a_slurmd_that_accepts_resets_the_count_and_no_probe_without_probe
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)
         port = listener.getsockname()[1]
-        health = NodeHealth(FakeConfigRunner(port), timeout=5, probe=True)
+        health = NodeHealth(FakeConfigRunner(port), timeout=5, probe=True, probe_interval=0)
         for _ in range(REFUSALS + 1):
             assert await health.problem("n1", "127.0.0.1") is None
         listener.close()  # now refused: one refusal is not enough
@@ -72,3 +72,29 @@ async def test_a_slurmd_that_accepts_resets_the_count_and_no_probe_without_probe
     for _ in range(REFUSALS + 1):
         assert await health.problem("n1", "127.0.0.1") is None
     assert health.lost == set()
+
+
+async def test_a_slurmd_that_accepts_is_probed_once_per_interval_and_a_refusal_is_followed_at_once() -> None:
+    """Each accepted probe costs slurmd's log two error lines ("Zero Bytes were transmitted or
+    received", seen on the test cluster): while slurmd accepts, one probe per `probe_interval`; once it
+    refuses, the next poll probes again, so a dead slurmd is named as soon as without the interval."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        health = NodeHealth(FakeConfigRunner(port), timeout=5, probe=True, probe_interval=3600)
+        for _ in range(5):
+            assert await health.problem("n1", "127.0.0.1") is None
+        accepted = 0
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except BlockingIOError:
+                break
+            conn.close()
+            accepted += 1
+        assert accepted == 1
+    health = NodeHealth(FakeConfigRunner(closed_port()), timeout=5, probe=True, probe_interval=3600)
+    answers = [await health.problem("n2", "127.0.0.1") for _ in range(REFUSALS)]
+    assert answers[-1] is not None and "refused" in answers[-1] and health.lost == {"n2"}
