@@ -10,7 +10,8 @@ running until their idle timeout, by design, so that a dropped connection can re
 `destroy` of those handles stops it: the login user's processes whose environment (`COMPUTE_POOL`,
 which holds the pool id) or command line (the worker's socket path, named after the pool) says they
 belong to the pool get SIGTERM, then SIGKILL, and the pool's sockets (with their `.log`/`.exit`
-files) are removed. Other pools' workers are never touched. Both are one shell script per host
+files) are removed, and the directories of its collections' forwarded sockets (`collections_prefix`)
+that no live sshd forward still serves. Other pools' workers are never touched. Both are one shell script per host
 (`_SWEEP`), run over SSH with the pool's settings (key, `known_hosts`, no agent, no `~/.ssh/config`).
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import getpass
+import hashlib
 import json
 import logging
 import os
@@ -52,6 +54,7 @@ __all__ = [
     "parse_host",
     "resolve_host",
     "connect_ssh",
+    "collections_prefix",
 ]
 
 log = logging.getLogger("skyhive.providers.ssh")
@@ -103,7 +106,10 @@ async def connect_ssh(*, host: str, port: int, user: str, key: str | None, known
 # script travels on stdin, so no command line on the host holds the patterns it looks for. It finds
 # the login user's live processes (zombies are already dead) whose environment has the pool's
 # `COMPUTE_POOL` (the workers and what their tasks started) or whose command line names one of the
-# pool's sockets, and the pool's entries in the socket directories. Output lines: `P pid cmdline`,
+# pool's sockets, and the pool's entries in the socket directories, with the directories of its
+# collections' forwarded sockets (`RE_COLL`) but those where a live socket is still bound (a live
+# client's sshd forward: that client removes its own when it leaves; a kill waits up to GRACE for one
+# whose client just died, as its sshd session ends). Output lines: `P pid cmdline`,
 # `F path` (list); `K pid` signalled, `L pid` still there, `R path` removed (kill). Linux (/proc).
 _SWEEP = r"""
 set -u
@@ -130,10 +136,26 @@ files() {
     [ -d "$d" ] && [ -O "$d" ] || continue
     ls -A "$d" 2>/dev/null | grep -E -e "$RE_FILE" | while IFS= read -r f; do echo "$d/$f"; done
   done
+  colls "$1"
   d="$HOME/.skyhive/work"  # the pool's working directory (nodecmd.work_root), left by a node that was lost
   if [ -d "$d" ] && [ -O "$d" ]; then
     ls -A "$d" 2>/dev/null | grep -E -e "$RE_WORK" | while IFS= read -r f; do echo "$d/$f"; done
   fi
+}
+bound() {  # bound DIR: a live Unix socket is bound at DIR/s.sock (/proc/net/unix: this host's, its netns)
+  [ -r /proc/net/unix ] || return 1
+  while read -r _ _ _ _ _ _ _ path; do [ "$path" = "$1/s.sock" ] && return 0; done < /proc/net/unix
+  return 1
+}
+colls() {  # colls [TENTHS]: the pool's collections directories, but those still bound (waited for up to TENTHS)
+  for d in "$HOME/.skyhive/run" "/tmp/skyhive-$(id -un)"; do
+    [ -d "$d" ] && [ -O "$d" ] || continue
+    ls -A "$d" 2>/dev/null | grep -E -e "$RE_COLL" | while IFS= read -r f; do
+      i=0
+      while bound "$d/$f" && [ "$i" -lt "${1:-0}" ]; do nap; i=$((i + 1)); done
+      bound "$d/$f" || echo "$d/$f"
+    done
+  done
 }
 nap() { sleep 0.1 2>/dev/null || sleep 1; }
 wait_gone() {  # wait_gone TENTHS PIDS...: the PIDS still alive after at most TENTHS tenths of a second
@@ -165,9 +187,17 @@ while [ "$round" -lt 5 ]; do  # SIGKILL what is left, and whatever of the pool a
 done
 found=$({ for p in $found; do echo "$p"; done | alive; pids; } | sort -un)
 for p in $found; do echo "L $p"; done
-files | while IFS= read -r f; do rm -rf -- "$f" && echo "R $f"; done
+files "$GRACE" | while IFS= read -r f; do rm -rf -- "$f" && echo "R $f"; done
 [ -z "$found" ]
 """
+
+
+def collections_prefix(pool_key: str) -> str:
+    """How the directories of the collections' forwarded sockets of a pool begin on its hosts
+    (`<prefix>-<digest of the client's socket>-n<node>`, runtime/transport/ssh_collections.py), for
+    `pool_key`: a named pool's socket directory (`ssh_cluster.cluster_key`), else the pool id. So the
+    pool's cleanup sweep finds them without knowing the client's socket."""
+    return f"coll-{hashlib.sha256(pool_key.encode()).hexdigest()[:8]}"
 
 
 def _ere(text: str) -> str:
@@ -190,6 +220,8 @@ def _sweep_script(pool_id: str, mode: str, grace: float) -> str:
         "RE_FILE": f"^{pid_re}(-[0-9]+-[0-9]+\\.sock(\\..*)?)?$",
         # its working directory under ~/.skyhive/work (named after the pool: `skyhive launch`, a managed job)
         "RE_WORK": f"^{pid_re}$",
+        # the directories of its collections' forwarded sockets (runtime/transport/ssh_collections.py)
+        "RE_COLL": f"^{collections_prefix(pool_id)}-[0-9a-f]+-n[0-9]+$",
     }
     return "".join(f"{k}={shlex.quote(v)}\n" for k, v in variables.items()) + _SWEEP
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import SSHReach
-from .ssh import SSH, _SWEEP, _ere, sweep_report
+from .ssh import SSH, _SWEEP, _ere, collections_prefix, sweep_report
 from .ssh_config import DEFAULT_CONFIG
 
 __all__ = ["SSHCluster", "KeptSSHReach", "cluster_key", "socket_path", "sweep_script", "ATTACH_LOCK", "hold_script",
@@ -97,8 +97,9 @@ def sweep_script(cluster: str, name: str, mode: str, grace: float, *, then: str 
     `cluster`: its processes are those whose environment has `SKYHIVE_CLUSTER=<.../cluster>` (the
     workers and everything their jobs started) or whose command line names one of its sockets; its
     files are the socket directory, the autostop watchdog's directory (`<cluster>.wd`, its process is
-    found by its command line) and the autostop mark (`<cluster>.autostop`); with `mode` "kill" the jobs'
-    working directories (`~/.skyhive/work/<name>`) go too (unless `keep_work`: `skyhive stop` keeps
+    found by its command line), the autostop mark (`<cluster>.autostop`) and the directories of its
+    collections' forwarded sockets that no live sshd forward serves (`ssh.collections_prefix`); with
+    `mode` "kill" the jobs' working directories (`~/.skyhive/work/<name>`) go too (unless `keep_work`: `skyhive stop` keeps
     what is on the disks), and then the shell lines `then` run.
 
     The processes include a running autostop script (`<cluster>.wd/autostop.sh`, which writes the mark
@@ -114,6 +115,8 @@ def sweep_script(cluster: str, name: str, mode: str, grace: float, *, then: str 
         "RE_ENV": f"^SKYHIVE_CLUSTER=.*/{_ere(cluster)}$",
         "RE_CMD": f"/{_ere(cluster)}(/n[0-9]+-w[0-9]+\\.sock|\\.wd{script})$",
         "RE_FILE": f"^{_ere(cluster)}(\\.wd|\\.autostop)?$",
+        "RE_COLL": f"^{collections_prefix(cluster)}-[0-9a-f]+-n[0-9]+$",
+        "RE_WORK": "^$",  # none: the work directory goes below, in "kill" mode unless keep_work
     }
     wipe = "" if keep_work else f'\nrm -rf -- "$HOME/.skyhive/work/"{shlex.quote(name)}'
     work = f"{wipe}\n{then}\n" if mode == "kill" else ""

@@ -99,9 +99,10 @@ def collection_dirs(hosts) -> list[Path]:
     """The hosts' directories of pool "train"'s forwarded socket of sky.dict & co., as this state
     directory's clients make them (runtime/transport/ssh_collections.py)."""
     from skyhive.runtime.collections.store import socket_path
+    from skyhive.paths import state_dir
     from skyhive.runtime.transport.ssh_collections import directory_name
 
-    names = [directory_name(socket_path("train"), node) for node in range(len(hosts))]
+    names = [directory_name(key("train", str(state_dir())), socket_path("train"), node) for node in range(len(hosts))]
     return [p for h in hosts for name in names for p in (h.home / ".skyhive" / "run").glob(name)]
 
 
@@ -467,7 +468,11 @@ def test_launch_c_on_a_cloud_provider_is_refused_naming_it_and_why(tmp_path, sky
 def test_a_client_killed_while_creating_an_ssh_pool_leaves_nothing_after_down(two_hosts, skyhive_home, tmp_path):
     """SIGKILL the creating client as soon as a worker runs on a host (the record may or may not list the
     workers yet): the pool is recorded from before its first worker starts, so `skyhive down train` as
-    another process finds the hosts and leaves nothing there (checked by the fixture)."""
+    another process finds the hosts and leaves nothing there (checked by the fixture), not even the
+    directory of the collections' forwarded socket the killed client made on a host before its worker
+    started (its sshd forward died with the client's connection); another pool's such directory on the
+    same host stays."""
+    from skyhive.providers.ssh import collections_prefix
     from tests.test_clusters import skyhive
     from tests.test_ssh_pool import _known_file
 
@@ -488,9 +493,21 @@ def test_a_client_killed_while_creating_an_ssh_pool_leaves_nothing_after_down(tw
     finally:
         client.wait(timeout=10)
     assert (Path(skyhive_home) / "clusters" / "train" / "record.json").exists()
-    down = skyhive("down", "train", cwd=tmp_path)
-    assert down.returncode == 0, down.stderr
-    assert cluster_processes(key("train", skyhive_home)) == [] and socket_dirs(hosts, "train") == []
+    assert collection_dirs(hosts)  # made before the worker it is for starts: the killed client left them
+    others = [h.home / ".skyhive" / "run" / f"{collections_prefix(key('other', skyhive_home))}-0123456789ab-n0"
+              for h in hosts]  # another pool's (same user, same hosts)
+    for d in others:
+        d.mkdir(mode=0o700)
+        (d / "s.sock").write_text("")
+    try:
+        down = skyhive("down", "train", cwd=tmp_path)
+        assert down.returncode == 0, down.stderr
+        assert cluster_processes(key("train", skyhive_home)) == [] and socket_dirs(hosts, "train") == []
+        assert collection_dirs(hosts) == []
+        assert all((d / "s.sock").exists() for d in others)
+    finally:
+        for d in others:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def test_an_unreachable_host_is_unknown_in_status_and_down_keeps_the_record_until_it_answers(two_hosts, skyhive_home):

@@ -2,7 +2,9 @@
 SSH underneath): reached through the node's own SSH connection, no TCP port anywhere.
 
 The client serves the collections on its private Unix socket; the host's sshd listens on a socket of
-the pool's own (`<run dir>/coll-<digest of the client's socket path>-n<node>/s.sock`, its directory
+the pool's own (`<run dir>/coll-<pool>-<digest of the client's socket path>-n<node>/s.sock`, `<pool>`
+a digest of the pool's key (`providers.ssh.collections_prefix`) so that the pool's cleanup sweep finds
+it (`skyhive down` after a client killed outright: the sweep leaves one a live forward serves), its directory
 0700, the socket 0600 by sshd's `StreamLocalBindMask`) and forwards each connection to it (OpenSSH's
 `streamlocal-forward`; sshd's `AllowStreamLocalForwarding`, on by default). Only the pool's user can
 open it. A host whose sshd refuses the forward still runs the pool: its tasks' calls say why.
@@ -23,6 +25,8 @@ import shlex
 from typing import Any, Protocol
 
 from ...errors import SSHError
+from ...providers.ssh import collections_prefix
+from ...providers.ssh_cluster import KeptSSHReach
 from .base import CollectionsReach, CommandResult
 
 __all__ = ["CollectionsForward", "directory_name"]
@@ -32,10 +36,11 @@ log = logging.getLogger("skyhive.transport.ssh")
 _SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux (104 on macOS); keep a margin
 
 
-def directory_name(client_path: str, node: int) -> str:
-    """The name of node `node`'s directory of the collections' socket on its host, for the client's
-    socket `client_path` (see `CollectionsForward._directory`)."""
-    return f"coll-{hashlib.sha256(client_path.encode()).hexdigest()[:12]}-n{node}"
+def directory_name(pool_key: str, client_path: str, node: int) -> str:
+    """The name of node `node`'s directory of the collections' socket on its host, for the pool whose
+    key is `pool_key` (a named pool's socket directory, else the pool id: what its cleanup sweep
+    matches) and the client's socket `client_path` (see `CollectionsForward._directory`)."""
+    return f"{collections_prefix(pool_key)}-{hashlib.sha256(client_path.encode()).hexdigest()[:12]}-n{node}"
 
 
 class _Host(Protocol):
@@ -69,11 +74,13 @@ class CollectionsForward:
         return f"{self.directory}/s.sock"
 
     def _directory(self, client_path: str) -> str:
-        # named by the client's socket, which names the pool and the client's state directory: two clients'
-        # pools of one name never share it, and it is the same after a named pool is attached again (its
-        # workers know the path); short, so that a socket path fits (sun_path)
+        # named by the pool's key (so its cleanup sweep finds it) and the client's socket, which names the
+        # pool and the client's state directory: two clients' pools of one name never share it, and it is
+        # the same after a named pool is attached again (its workers know the path); short, so that a
+        # socket path fits (sun_path)
         t = self.transport
-        name = directory_name(client_path, t.node)
+        key = t.reach.cluster if isinstance(t.reach, KeptSSHReach) else t.pool_id
+        name = directory_name(key, client_path, t.node)
         run_dir = t.node_env.run_dir if t.node_env is not None else ""
         path = f"{run_dir}/{name}"
         if not run_dir.startswith("/") or len(f"{path}/s.sock".encode()) > _SOCKET_PATH_MAX:
