@@ -136,7 +136,7 @@ files() {
     [ -d "$d" ] && [ -O "$d" ] || continue
     ls -A "$d" 2>/dev/null | grep -E -e "$RE_FILE" | while IFS= read -r f; do echo "$d/$f"; done
   done
-  colls "$1"
+  colls "${1:-0}"
   d="$HOME/.skyhive/work"  # the pool's working directory (nodecmd.work_root), left by a node that was lost
   if [ -d "$d" ] && [ -O "$d" ]; then
     ls -A "$d" 2>/dev/null | grep -E -e "$RE_WORK" | while IFS= read -r f; do echo "$d/$f"; done

@@ -53,8 +53,11 @@ def across_the_drop() -> tuple[object, int, int]:
 
 
 async def test_collections_on_two_ssh_hosts_survive_a_reconnect_and_leave_nothing(netns_hosts):
+    from skyhive.providers.ssh import collections_prefix
+
     hosts = list(netns_hosts)[:2]
-    async with sky.Pool(provider=ssh_for(hosts), nodes=2, output=None) as pool:
+    provider = ssh_for(hosts)
+    async with sky.Pool(provider=provider, nodes=2, output=None) as pool:
         rt = pool._runtime
         first = await pool.broadcast(count_and_meet)
         assert [r["host"] for r in first] == [h.hostname for h in hosts]  # really on both hosts
@@ -92,6 +95,11 @@ async def test_collections_on_two_ssh_hosts_survive_a_reconnect_and_leave_nothin
         assert not any(sky.lock(name).locked() for name in ("ckpt", "held-0", "held-1"))
         dirs = [Path(r["path"]).parent for r in first]
         assert all(d.is_dir() for d in dirs)  # the forwarded sockets are there while the pool is
+        # named after the pool, so `skyhive down` finds them, but a live forward's is not the sweep's
+        assert all(d.name.startswith(collections_prefix(rt.pool_id) + "-") for d in dirs)
+        owned = await provider.list_owned(rt.pool_id)
+        assert len(owned) == 2 and all(h.extra["pids"] for h in owned)  # the sweep saw the live workers
+        assert not {str(d) for d in dirs} & {f for h in owned for f in h.extra["files"]}
     assert [d for d in dirs if d.exists()] == []  # and gone with it
 
 
