@@ -102,6 +102,14 @@ def pool_files(server, pool_id: str) -> list[Path]:
     return sorted(p for d in dirs if d.is_dir() for p in d.iterdir() if pattern.fullmatch(p.name))
 
 
+def coll_dirs(server, pool_id: str) -> list[Path]:
+    """The directories of the pool's collections' forwarded sockets on the host
+    (runtime/transport/ssh_collections.py), which a killed client leaves."""
+    from skyhive.providers.ssh import collections_prefix
+
+    return sorted((Path(server.home) / ".skyhive" / "run").glob(f"{collections_prefix(pool_id)}-*-n0"))
+
+
 def start_holder(tmp_path: Path, server, name: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
     script = tmp_path / "holder.py"
     script.write_text(HOLDER)
@@ -153,6 +161,7 @@ def test_down_stops_the_detached_workers_of_a_killed_client_and_leaves_other_poo
         before = pool_processes(victim)
         assert {worker, child} <= before
         assert [p.name.endswith(".sock") for p in pool_files(server, victim)].count(True) == 1
+        assert len(coll_dirs(server, victim)) == len(coll_dirs(server, other)) == 1  # their sshd forwards died
         other_before = pool_processes(other)
         assert set(ready[other]) <= other_before
         assert f"client gone (skyhive down {victim})" in skyhive("ls").stdout
@@ -163,7 +172,7 @@ def test_down_stops_the_detached_workers_of_a_killed_client_and_leaves_other_poo
         assert f"{victim}: stopped (0 leftover processes killed, 1 provider nodes destroyed)" in cleaned.stdout
         assert still_running(before) == set()  # SIGTERM, then SIGKILL for the child that ignores it
         assert pool_processes(victim) == set()
-        assert pool_files(server, victim) == []
+        assert pool_files(server, victim) == [] and coll_dirs(server, victim) == []
 
         state = fold(read_log(pool_log_path(victim)))
         assert state.status == "stopped" and [n.state for n in state.nodes] == ["terminated"]
@@ -177,6 +186,7 @@ def test_down_stops_the_detached_workers_of_a_killed_client_and_leaves_other_poo
         assert still_running(other_before, timeout=0) == other_before
         assert pool_processes(other) == other_before
         assert any(p.name.endswith(".sock") for p in pool_files(server, other))
+        assert len(coll_dirs(server, other)) == 1
 
         again = skyhive("down", victim)
         assert again.returncode == 0 and f"{victim}: already stopped" in again.stdout
@@ -184,7 +194,7 @@ def test_down_stops_the_detached_workers_of_a_killed_client_and_leaves_other_poo
         cleaned = skyhive("down", other)
         assert cleaned.returncode == 0, cleaned.stderr
         assert still_running(other_before) == set()
-        assert pool_files(server, other) == []
+        assert pool_files(server, other) == [] and coll_dirs(server, other) == []
         assert "no pools running" in skyhive("ls").stdout
     finally:
         for proc, _ in holders.values():
