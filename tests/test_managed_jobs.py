@@ -101,9 +101,20 @@ def gone(pid: int, timeout: float = 30.0) -> bool:
 
 
 def live_workers(pools: list[str]) -> set[int]:
-    """The job's pools' worker processes still running (other pools on this machine are not ours)."""
+    """The job's pools' worker processes still running (other pools on this machine are not ours: a
+    pool's name is the job's, `<name>-job<ID>-<attempt>`, the same in another state directory — another
+    test process's — so only the workers of this test's `SKYHIVE_HOME` count)."""
     assert pools
-    return {p for pool in pools for p in worker_pids(pool) if not gone(p, timeout=10)}
+    home = f"SKYHIVE_HOME={os.environ['SKYHIVE_HOME']}".encode()
+
+    def ours(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                return home in fh.read().split(b"\0")
+        except OSError:
+            return False
+
+    return {p for pool in pools for p in worker_pids(pool) if ours(p) and not gone(p, timeout=10)}
 
 
 def logs(job_id: int) -> str:

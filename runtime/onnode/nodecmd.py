@@ -125,8 +125,9 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
         home = env.get("HOME") or os.path.expanduser("~")  # the node's own home where it has one
         env["SKYHIVE_CHECKPOINT_DIR"] = os.path.join(home, home + ckpt[1:] if ckpt == "~" or ckpt.startswith("~/")
                                                      else ckpt)
-        with contextlib.suppress(OSError):  # (a managed job's folder on the node: made here)
-            os.makedirs(env["SKYHIVE_CHECKPOINT_DIR"], mode=0o700, exist_ok=True)
+        if env.get("SKYHIVE_JOB_ID"):  # a managed job's folder, made here; another job's only if it asks
+            with contextlib.suppress(OSError):  # (`sky.checkpoint_dir()`: an unused one is never put in its bucket)
+                os.makedirs(env["SKYHIVE_CHECKPOINT_DIR"], mode=0o700, exist_ok=True)
     # the node's Python environment comes first: `python`, `pip`, `torchrun` are the ones skyhive runs with
     bindir = os.path.dirname(sys.executable)
     path = env.get("PATH", os.defpath)
