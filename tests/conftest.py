@@ -55,11 +55,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under `--dist loadgroup`, a file's tests go to one test process (its module fixtures are made
-    once), and every Slurm test to the same one: a Slurm test cluster holds a machine-wide lock for as
-    long as its process lives (`tests/infra/slurm_records.py`), so a second process would wait on it."""
+    once); the slowest files are handed out first, so none of them starts last."""
     for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        module = item.nodeid.split("::", 1)[0]
-        group = "slurm" if os.path.basename(module).startswith("test_slurm") else module
-        item.add_marker(pytest.mark.xdist_group(group))
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    items.sort(key=lambda item: not os.path.basename(item.nodeid.split("::", 1)[0]).startswith(_SLOW_FILES))
+
+
+#: Files whose tests take minutes together (`dev.py test --durations=50`): started first.
+_SLOW_FILES = ("test_slurm", "test_clusters.py", "test_ssh_clusters.py", "test_cloud_clusters_leaking.py",
+               "test_storage_ssh.py", "test_local_image.py", "test_cloud_e2e.py", "test_seeds.py",
+               "test_cloud_leaking.py", "test_managed_jobs", "test_ssh_errors.py", "test_cli_torch.py",
+               "test_dashboard.py", "test_cloud_clusters.py")

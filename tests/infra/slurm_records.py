@@ -50,7 +50,9 @@ _held = 0  # how many clusters of this process hold the lock (a second one in th
 @contextlib.contextmanager
 def slurm_lock(timeout: float = 900.0):
     """One test run with Slurm clusters at a time on this machine (waits up to `timeout` s for another
-    run; re-entrant within a process: each cluster has its own subnet, ports, munged and files)."""
+    run; re-entrant within a process: each cluster has its own subnet, ports, munged and files). The test
+    processes of one pytest-xdist run share it (a shared lock: each has clusters of its own, as a process
+    may), so their Slurm tests run side by side; a run without xdist still excludes every other run."""
     global _held
     if _held:
         _held += 1
@@ -64,7 +66,8 @@ def slurm_lock(timeout: float = 900.0):
         deadline = time.monotonic() + timeout
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, (fcntl.LOCK_SH if os.environ.get("PYTEST_XDIST_TESTRUNUID") else fcntl.LOCK_EX)
+                            | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
