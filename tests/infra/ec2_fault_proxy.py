@@ -46,8 +46,10 @@ import threading
 import uuid
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from .loopback_http import LoopbackHTTPServer
 
 __all__ = ["FakeEC2FaultProxy", "Fault", "ERROR_STATUS", "error_body"]
 
@@ -89,7 +91,7 @@ class _PlacementGroup:
     members: set[str] = field(default_factory=set)
 
 
-class FakeEC2FaultProxy:
+class FakeEC2FaultProxy(LoopbackHTTPServer):
     """A FAKE EC2 endpoint: forwards to moto_server at `upstream` (``http://127.0.0.1:PORT``), injecting
     `faults` and serving placement groups (see the module docstring). Use as a context manager."""
 
@@ -107,22 +109,7 @@ class FakeEC2FaultProxy:
         self.associated: set[str] = set()  # ENIs an Elastic IP was associated with
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-ec2-proxy", daemon=True)
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> FakeEC2FaultProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(10)
+        super().__init__("fake-ec2-proxy")
 
     def fail(self, action: str, code: str, *, at: int = 1, times: int = 1, after_forward: bool = False) -> None:
         self.faults.append(Fault(action, code, at=at, times=times, after_forward=after_forward))

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from .loopback_http import LoopbackHTTPServer
 
 __all__ = ["FakeServiceQuotas", "EC2_VCPU_QUOTA_NAMES"]
 
@@ -44,7 +45,7 @@ _QUOTA = re.compile(r"[a-zA-Z][a-zA-Z0-9-]{1,128}")
 _TARGET = "ServiceQuotasV20190624."
 
 
-class FakeServiceQuotas:
+class FakeServiceQuotas(LoopbackHTTPServer):
     """A FAKE Service Quotas endpoint holding EC2 quota values: `values` maps quota code -> vCPUs (only the
     codes given exist). `endpoint` is ``http://127.0.0.1:PORT``; `asked` lists (region, quota code) of
     every GetServiceQuota answered. Use as a context manager."""
@@ -57,22 +58,7 @@ class FakeServiceQuotas:
         self.account = account
         self.deny = False
         self.asked: list[tuple[str, str]] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-service-quotas", daemon=True)
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> FakeServiceQuotas:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(10)
+        super().__init__("fake-service-quotas")
 
     def answer(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict]:
         """(HTTP status, JSON body) for one POST."""
