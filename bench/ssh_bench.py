@@ -30,7 +30,7 @@ Rows (medians; compare only within one run — the machine is shared and noisy):
   channel's bytes go down a pipe to ``head``, which throws them away;
 - ``arg100m again``: the same blob again (the worker's content cache; median of at least `AGAIN_REPS`
   calls) — target ≤ 5 ms. Beside it, the median time of the client's content key of the blob
-  (`runtime/keys.py`, timed on its own after each call): nearly all of the figure. The key must be
+  (`runtime/common/keys.py`, timed on its own after each call): nearly all of the figure. The key must be
   computed each call (a bytearray or array may have changed since the last one); reading 100 MiB is
   bound by memory bandwidth (~30 GB/s a core here), so the figure moves with what else runs on the
   other core (the key is hashed on both). The rest, the reference's round trip over SSH and the
@@ -73,7 +73,7 @@ class _Floor:
         import asyncssh
         import cloudpickle
 
-        from skyhive.runtime.transport.ssh import FAST_CIPHERS
+        from skyhive.runtime.kinds.ssh.transport import FAST_CIPHERS
 
         opts = self.server.connect_options(encryption_algs=list(FAST_CIPHERS))
         self.conn = await asyncssh.connect(**opts)
@@ -128,8 +128,8 @@ async def _bulk(server: Any, provider: Any, reps: int) -> dict[str, Any]:
     import asyncssh
 
     import skyhive as sky
-    from skyhive.runtime.keys import content_key
-    from skyhive.runtime.transport.ssh import FAST_CIPHERS
+    from skyhive.runtime.common.keys import content_key
+    from skyhive.runtime.kinds.ssh.transport import FAST_CIPHERS
 
     nb = 100 * 1024 * 1024
     blob = bytearray(nb)

@@ -308,7 +308,7 @@ class Provider(abc.ABC):
         """Why this running node is lost as the provider sees it now (one sentence naming the node and
         the cause: a Slurm node whose slurmd stopped answering its controller), or None. Asked every
         `heartbeat_interval` while the node's workers run, by transports whose workers can outlive
-        their node's agent (`runtime/transport/srun.py`); cheap for many nodes (one scheduler query
+        their node's agent (`runtime/kinds/slurm/srun.py`); cheap for many nodes (one scheduler query
         answers them all). Default: None (no view of the nodes' health beyond the workers')."""
         return None
 

@@ -3,7 +3,7 @@
 No machine is provisioned and no process is started: each node's worker is the real worker-side
 logic (the protocol `Connection` of the worker role, the daemon's unpickle/run/result path,
 `instance_info`, output, heartbeats) run inside the client's event loop over an in-memory transport
-(`skyhive.runtime.transport.simulated`, reach kind "simulated"). What it is for: measuring and testing
+(`skyhive.runtime.kinds.simulated.transport`, reach kind "simulated"). What it is for: measuring and testing
 the control plane (pool actor, node actors, scheduling, the event log) at the scale clusters reach,
 and exercising the supervision and provider policies with failures injected per node:
 

@@ -194,7 +194,7 @@ files "$GRACE" | while IFS= read -r f; do rm -rf -- "$f" && echo "R $f"; done
 
 def collections_prefix(pool_key: str) -> str:
     """How the directories of the collections' forwarded sockets of a pool begin on its hosts
-    (`<prefix>-<digest of the client's socket>-n<node>`, runtime/transport/ssh_collections.py), for
+    (`<prefix>-<digest of the client's socket>-n<node>`, runtime/kinds/ssh/collections.py), for
     `pool_key`: a named pool's socket directory (`ssh_cluster.cluster_key`), else the pool id. So the
     pool's cleanup sweep finds them without knowing the client's socket."""
     return f"coll-{hashlib.sha256(pool_key.encode()).hexdigest()[:8]}"
@@ -220,7 +220,7 @@ def _sweep_script(pool_id: str, mode: str, grace: float) -> str:
         "RE_FILE": f"^{pid_re}(-[0-9]+-[0-9]+\\.sock(\\..*)?)?$",
         # its working directory under ~/.skyhive/work (named after the pool: `skyhive launch`, a managed job)
         "RE_WORK": f"^{pid_re}$",
-        # the directories of its collections' forwarded sockets (runtime/transport/ssh_collections.py)
+        # the directories of its collections' forwarded sockets (runtime/kinds/ssh/collections.py)
         "RE_COLL": f"^{collections_prefix(pool_id)}-[0-9a-f]+-n[0-9]+$",
     }
     return "".join(f"{k}={shlex.quote(v)}\n" for k, v in variables.items()) + _SWEEP

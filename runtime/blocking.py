@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from . import active
-from .remote_errors import full_tracebacks
+from .common.remote_errors import full_tracebacks
 
 if TYPE_CHECKING:
     from .calls import RetryOn

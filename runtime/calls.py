@@ -20,9 +20,9 @@ import anyio
 from ..errors import TaskTimeout
 from .actors.prepared import Prepared, map_batches
 from .output.selection import OutputSpec, selector
-from .retry import NO_RETRIES, Retries, retries_of, with_retries
-from .serialize import load_value
-from .streams import ItemStream, ResultStream
+from .common.retry import NO_RETRIES, Retries, retries_of, with_retries
+from .common.serialize import load_value
+from .common.streams import ItemStream, ResultStream
 
 if TYPE_CHECKING:
     from .actors.channel import WorkerChannel
@@ -95,7 +95,7 @@ class PoolCalls:
         worker died. `output` overrides the pool's output selection for this call; with `capture`
         the result is a `Captured` holding the value and the task's output. `retries=N` re-runs the
         call (on a worker picked anew) up to N times after `WorkerLost`, or after the exception types
-        in `retry_on`; the error that ends a retried call has `attempts` (see `runtime/retry.py`).
+        in `retry_on`; the error that ends a retried call has `attempts` (see `runtime/common/retry.py`).
         """
         if output is _UNSET and not capture and not retries and not retry_on:  # (the common call)
             return await self._start(fn, args, kwargs, timeout, None)  # type: ignore[no-any-return]

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from .active import resolve
-from .retry import NO_RETRIES, Retries, retries_of
+from .common.retry import NO_RETRIES, Retries, retries_of
 
 __all__ = ["compute", "function", "ComputeFunction", "PendingCall", "PendingCompute", "PendingFunction", "Gathered",
            "gather"]

@@ -16,7 +16,7 @@ import threading
 from types import TracebackType
 from typing import Any
 
-from .remote_errors import full_tracebacks
+from .common.remote_errors import full_tracebacks
 
 __all__ = ["install_hook", "closed_by_interrupt", "cancel_in_flight"]
 

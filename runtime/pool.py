@@ -35,7 +35,7 @@ from .output.router import OutputStream
 from .output.selection import OutputSpec, selector
 from .pool_args import check_pool_args
 from .resources import ALLOCATIONS, Resources
-from .settings import Settings
+from .common.settings import Settings
 from .spec import Spec
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class Pool(PoolCalls):
         self.min_nodes = min_nodes
         unknown = set(settings) - Settings.names()
         if unknown:
-            from .suggest import unexpected_keywords
+            from .common.suggest import unexpected_keywords
 
             own = set(inspect.signature(Pool.__init__).parameters) - {"self", "settings"}
             raise TypeError(unexpected_keywords("Pool()", unknown, own | Settings.names()))

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..plugins.api import AppHook, ClientHook, TaskHook, TransformHook
 from ..plugins.image import Image
-from .settings import check_settings
+from .common.settings import check_settings
 
 __all__ = ["check_pool_args", "POOL_NAME"]
 

@@ -23,8 +23,8 @@ from typing import ClassVar
 from skyhive.errors import CloudAPIError
 from skyhive.providers.base import ClusterSpec, LocalReach, NodeHandle, Reach
 from skyhive.providers.cloud.aws import AWS
-from skyhive.runtime.transport.local import LocalTransport
-from skyhive.runtime.transport.registry import register_transport
+from skyhive.runtime.kinds.local.transport import LocalTransport
+from skyhive.runtime.nodes.registry import register_transport
 
 
 class LocalMappedAWS(AWS):
@@ -127,7 +127,7 @@ def _staged_transport(handle: NodeHandle, ctx: Any) -> _StagedTransport:
 
 
 async def _staged_bootstrap(ctx: Any, node: int, transport: _StagedTransport) -> str:
-    from skyhive.runtime.bootstrap.local import bootstrap_local
+    from skyhive.runtime.kinds.local.bootstrap import bootstrap_local
 
     await transport.provider._stage("bootstrapping")
     return await bootstrap_local(ctx, node, transport)

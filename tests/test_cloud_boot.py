@@ -12,7 +12,7 @@ import pytest
 from skyhive.errors import BootstrapError
 from skyhive.providers.base import SSHReach
 from skyhive.providers.cloud.boot import BOOT_MARKER, BOOT_SCRIPT, ready_command
-from skyhive.runtime.transport.base import CommandResult
+from skyhive.runtime.nodes.transport import CommandResult
 
 
 def test_the_boot_script_installs_uv_and_marks_the_boot_done():
@@ -55,7 +55,7 @@ class _NotReadyTransport:
 
 
 def test_bootstrap_stops_when_the_node_is_not_ready():
-    from skyhive.runtime.bootstrap import remote
+    from skyhive.runtime.kinds.ssh import bootstrap as remote
 
     ctx = types.SimpleNamespace(image=None, settings=types.SimpleNamespace(start_timeout=30),
                                 log=types.SimpleNamespace(redact=lambda s: s))

@@ -302,8 +302,8 @@ SHARED_SENT = [0]
 @pytest.fixture(params=["pipe", "shared memory"])
 def local_path(request, monkeypatch):
     """Local workers reached through the pipe alone, or with shared memory for large buffers."""
-    from skyhive.runtime.transport import shm
-    from skyhive.runtime.transport.local import LocalTransport
+    from skyhive.runtime.common import shm
+    from skyhive.runtime.kinds.local.transport import LocalTransport
     if request.param == "pipe":
         monkeypatch.setattr(LocalTransport, "share_memory", False)
     real = shm.send_fds
@@ -345,8 +345,8 @@ async def test_a_worker_that_lacks_a_referenced_buffer_gets_it_sent_and_the_call
     arr = np.arange(1 << 20, dtype=np.int64)
     async with sky.Pool(nodes=1, cache_min=MiB, **QUIET) as pool:
         [channel] = channels_of(pool)
-        from skyhive.runtime.keys import content_key
-        from skyhive.runtime.serialize import dump_args
+        from skyhive.runtime.common.keys import content_key
+        from skyhive.runtime.common.serialize import dump_args
         _, buffers = dump_args(total, (arr,), {})
         channel.cache.add(content_key(buffers[0]), len(memoryview(buffers[0]).cast("B")))  # a wrong belief
         assert await pool.run(total, arr) == int(arr.sum())  # Missing -> sent -> ran
@@ -385,7 +385,7 @@ async def test_over_ssh_the_second_send_is_a_reference_and_a_wrong_belief_falls_
         assert chunk_frames(pool) - before == 1  # the Submit alone
         [channel] = channels_of(pool)
         other = bytearray(os.urandom(4 * MiB))
-        from skyhive.runtime.keys import content_key
+        from skyhive.runtime.common.keys import content_key
         channel.cache.add(content_key(other), len(other))  # believed held, which the worker is not
         before = chunk_frames(pool)
         assert await pool.run(sha1, other) == hashlib.sha1(other).hexdigest()

@@ -42,7 +42,7 @@ class TinyReach(Reach):
 
 def tiny_transport(handle, ctx):
     """The transport for kind "tinykind": a tinycloud "VM" is this machine."""
-    from skyhive.runtime.transport.local import LocalTransport
+    from skyhive.runtime.kinds.local.transport import LocalTransport
 
     return LocalTransport(redact=ctx.log.redact)
 

@@ -121,7 +121,7 @@ def test_providers_and_plugins_never_import_the_runtime():
 
 #: Modules that host workers in the client process on purpose: a simulated node's worker IS the daemon's
 #: `Worker`, run on the client's event loop (issue 14: the real worker-side logic, no copy of it).
-WORKER_HOSTS = {"skyhive.runtime.transport.simulated"}
+WORKER_HOSTS = {"skyhive.runtime.kinds.simulated.transport"}
 
 
 def test_the_client_does_not_import_the_worker_daemon():
@@ -134,7 +134,7 @@ def test_the_client_does_not_import_the_worker_daemon():
 def test_the_node_actor_does_not_know_the_pool_actor():
     g = graph()
     assert "skyhive.runtime.actors.pool_actor" not in g["skyhive.runtime.actors.node"]
-    assert not any(t.startswith("skyhive.runtime.actors.pool") for t in g["skyhive.runtime.bootstrap.remote"])
+    assert not any(t.startswith("skyhive.runtime.actors.pool") for t in g["skyhive.runtime.kinds.ssh.bootstrap"])
 
 
 def test_a_framework_plugin_does_not_import_another_plugin():

@@ -1,4 +1,4 @@
-"""Content keys (runtime/keys.py): a large buffer is hashed in parts spread over threads, and its key
+"""Content keys (runtime/common/keys.py): a large buffer is hashed in parts spread over threads, and its key
 depends only on its bytes — not on how many threads hashed it; any changed byte, and the length,
 change the key."""
 
@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from skyhive.runtime import keys
-from skyhive.runtime.keys import PARALLEL_MIN, PART, content_key
+from skyhive.runtime.common import keys
+from skyhive.runtime.common.keys import PARALLEL_MIN, PART, content_key
 
 np = pytest.importorskip("numpy", reason="numpy (the dev extra) makes the typed buffers")
 

@@ -42,7 +42,7 @@ def channels_of(pool):
 
 @pytest.fixture(params=["pipe", "shared memory"])
 def local_path(request, monkeypatch):
-    from skyhive.runtime.transport.local import LocalTransport
+    from skyhive.runtime.kinds.local.transport import LocalTransport
     if request.param == "pipe":
         monkeypatch.setattr(LocalTransport, "share_memory", False)
     return request.param

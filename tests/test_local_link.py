@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from skyhive.runtime.transport.local import _F_SETPIPE_SZ, _PipeLink, _Writer
+from skyhive.runtime.kinds.local.transport import _F_SETPIPE_SZ, _PipeLink, _Writer
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

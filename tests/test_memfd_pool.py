@@ -14,7 +14,7 @@ import sys
 import pytest
 
 import skyhive as sky
-from skyhive.runtime.transport.shm import MemfdPool, hold, map_file
+from skyhive.runtime.common.shm import MemfdPool, hold, map_file
 
 np = pytest.importorskip("numpy")
 MiB = 1 << 20

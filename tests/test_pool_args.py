@@ -58,7 +58,7 @@ def test_a_bad_argument_is_refused_at_construction_naming_it(kwargs, error, name
 
 
 def test_settings_refuse_nan_themselves():
-    from skyhive.runtime.settings import Settings
+    from skyhive.runtime.common.settings import Settings
 
     with pytest.raises(ValueError, match=r"Settings\(heartbeat_timeout=nan\)"):
         Settings(heartbeat_timeout=NAN)

@@ -11,7 +11,7 @@ import pytest
 
 import skyhive as sky
 from skyhive.runtime.events.log import read_log
-from skyhive.runtime.transport import registry
+from skyhive.runtime.nodes import registry
 from tests.providers.staged import Broken, Staged, register_staged_transport
 
 pytestmark = pytest.mark.anyio
@@ -157,15 +157,15 @@ async def test_a_launch_that_returns_the_wrong_nodes_is_refused_and_what_it_made
     assert provider.live == set()
 
 
-def test_a_kinds_transport_module_registers_itself_when_first_needed():
-    """By convention runtime/transport/<kind>.py registers its kind on import; the registry looks there
-    for a kind it does not know yet (how "local" and "ssh" are found)."""
+def test_a_built_in_kind_is_found_through_its_entry_point_when_first_needed():
+    """The built-in kinds are declared as entry points (pyproject.toml), as another package's are: the
+    registry loads only the one a node needs, and declaring "ssh" does not import asyncssh."""
     import subprocess
     import sys
 
-    code = ("from skyhive.runtime.transport import registry as r; from skyhive.providers.base import *; "
-            "before = r.kinds(); "
+    code = ("import sys; from skyhive.runtime.nodes import registry as r; from skyhive.providers.base import *; "
+            "before = sorted(r._KINDS); "
             "h = NodeHandle(node=0, provider_id='x', private_addr='h', reach=SSHReach(host='h')); "
-            "print(before, r.transport_kind(h).kind, r.kinds())")
+            "print(before, r.transport_kind(h).kind, sorted(r._KINDS), 'asyncssh' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["[]", "ssh", "['ssh']"]
+    assert out.split() == ["[]", "ssh", "['ssh']", "False"]

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from skyhive.runtime.remote_errors import shown_traceback
+from skyhive.runtime.common.remote_errors import shown_traceback
 
 SCRIPT = textwrap.dedent("""\
     import skyhive as sky

@@ -7,7 +7,7 @@ import pickle
 import cloudpickle
 import pytest
 
-from skyhive.runtime.serialize import INBAND_MAX, OOB_MIN, _pack, dump_args, dump_function, dump_value, load_value
+from skyhive.runtime.common.serialize import INBAND_MAX, OOB_MIN, _pack, dump_args, dump_function, dump_value, load_value
 
 SCALE = 2
 
@@ -135,7 +135,7 @@ def test_user_class_instances_nested_at_any_depth_travel_by_value(tmp_path):
 
 
 def test_large_values_leave_the_pickle_and_come_back_whole():
-    from skyhive.runtime.serialize import INBAND_MAX
+    from skyhive.runtime.common.serialize import INBAND_MAX
 
     blob = b"\x01\x02" * 1_000_000
     text = "é" * 1_000_000 + "\udc80"  # a lone surrogate survives too
@@ -154,7 +154,7 @@ def test_large_values_leave_the_pickle_and_come_back_whole():
 def test_a_memoryview_leaves_the_pickle_only_from_oob_min_and_comes_back_as_a_memoryview():
     # a small view went out of band like a large one: a 10-byte argument then cost a call three times
     # a 10-byte bytes (its own Chunk frame, or shared memory on Local)
-    from skyhive.runtime.serialize import OOB_MIN, dump_args, load_value
+    from skyhive.runtime.common.serialize import OOB_MIN, dump_args, load_value
 
     for size, out_of_band in ((10, False), (OOB_MIN - 1, False), (OOB_MIN, True)):
         raw = bytes(range(256)) * (size // 256) + bytes(size % 256)
@@ -175,7 +175,7 @@ def test_a_memoryview_leaves_the_pickle_only_from_oob_min_and_comes_back_as_a_me
 
 
 def test_a_large_in_band_pickle_travels_as_a_buffer():
-    from skyhive.runtime.serialize import INBAND_MAX
+    from skyhive.runtime.common.serialize import INBAND_MAX
 
     value = list(range(200_000))  # no single large object: the pickle itself is large
     data, buffers = dump_value(value)
@@ -189,7 +189,7 @@ HUGE = 1 << 2_400_000  # a 300 KB pickle
 @pytest.mark.parametrize("value", [0, -1, 2**64, None, True, False, 2.5, float("inf"), 3j, HUGE],
                          ids=lambda v: "huge" if v is HUGE else repr(v))
 def test_scalars_round_trip_and_a_huge_one_still_travels_as_a_buffer(value):
-    from skyhive.runtime.serialize import INBAND_MAX
+    from skyhive.runtime.common.serialize import INBAND_MAX
 
     data, buffers = dump_value(value)
     assert len(data) <= INBAND_MAX

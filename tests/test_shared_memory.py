@@ -1,4 +1,4 @@
-"""Large buffers to and from Local workers travel in shared memory (runtime/transport/shm.py): memfds
+"""Large buffers to and from Local workers travel in shared memory (runtime/common/shm.py): memfds
 passed over a socket pair beside the pipes, mapped copy-on-write by the receiver. Nothing is left
 behind in /dev/shm or in open descriptors: after a call, a pool, or a SIGKILLed client.
 """

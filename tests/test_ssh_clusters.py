@@ -97,10 +97,10 @@ def counted() -> int:
 
 def collection_dirs(hosts) -> list[Path]:
     """The hosts' directories of pool "train"'s forwarded socket of sky.dict & co., as this state
-    directory's clients make them (runtime/transport/ssh_collections.py)."""
+    directory's clients make them (runtime/kinds/ssh/collections.py)."""
     from skyhive.runtime.collections.store import socket_path
     from skyhive.paths import state_dir
-    from skyhive.runtime.transport.ssh_collections import directory_name
+    from skyhive.runtime.kinds.ssh.collections import directory_name
 
     names = [directory_name(key("train", str(state_dir())), socket_path("train"), node) for node in range(len(hosts))]
     return [p for h in hosts for name in names for p in (h.home / ".skyhive" / "run").glob(name)]

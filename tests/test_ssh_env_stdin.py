@@ -39,7 +39,7 @@ async def test_a_secret_reaches_the_worker_and_no_command_line_has_it(sshd_host,
 
 
 def test_names_the_shell_cannot_export_are_refused_naming_them():
-    from skyhive.runtime.transport.ssh import env_stdin
+    from skyhive.runtime.kinds.ssh.transport import env_stdin
 
     with pytest.raises(ValueError, match=r"'BAD-NAME'"):
         env_stdin({"OK": "1", "BAD-NAME": "2"})

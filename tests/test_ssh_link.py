@@ -13,7 +13,7 @@ import pytest
 
 from skyhive.protocol.messages import Resume
 from skyhive.protocol.resume import encode_control
-from skyhive.runtime.transport.ssh_link import ResumableLink
+from skyhive.runtime.nodes.resumable import ResumableLink
 
 
 class StubChannel:

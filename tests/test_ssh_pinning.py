@@ -1,14 +1,14 @@
 """Host keys pinned on first contact (no `known_hosts`), and per-node bootstrap progress, against real
 OpenSSH (tests/infra).
 
-Pinning (runtime/transport/ssh.py `SSHTransport._known_hosts`/`_open`, ssh_link.py): without
+Pinning (runtime/kinds/ssh/transport.py `SSHTransport._known_hosts`/`_open`, ssh_link.py): without
 `known_hosts=` the key a host shows on first contact is pinned for the pool's lifetime. A reconnect
 that meets another key raises `HostKeyChanged` inside the transport; the worker link's opener turns
 it into `WorkerGone` (retrying cannot help), so the link gives up at once and its reason — the
 `HostKeyChanged` message, naming the host — becomes the in-flight call's `WorkerLost` and the
 worker's `lost` event. Restarts meet the same refusal and the node ends `failed`.
 
-Progress (runtime/bootstrap/remote.py `_Progress`): each step is a `skyhive.bootstrap` log record
+Progress (runtime/kinds/ssh/bootstrap.py `_Progress`): each step is a `skyhive.bootstrap` log record
 `node N (user@host:port): STEP`, always; on a terminal (`sys.stderr.isatty()`) a rich `Progress`
 shows a line per node. The event log only carries the node states (connecting, bootstrapping, ready
 with the outcome as detail), not the steps.

@@ -22,7 +22,7 @@ from skyhive.runtime.events.types import (
     from_json,
     to_json,
 )
-from skyhive.runtime.actors.lifecycle import IllegalTransition, NodeState, check_transition
+from skyhive.runtime.events.lifecycle import IllegalTransition, NodeState, check_transition
 from skyhive.runtime.events.log import EventLog
 from skyhive.runtime.events.state import PoolState, fold, reduce_apply
 

@@ -39,8 +39,8 @@ from ...protocol.messages import Cancel, Function, Missing, WantFunction
 from ..events.log import EventLog
 from ..events.types import TaskFinished, TaskStarted
 from ..onnode.setup import FN_CACHE_BYTES, FN_CACHE_LIMIT
-from ..transport import shm
-from ..transport.base import Link
+from ..common import shm
+from ..nodes.transport import Link
 from .call import Call
 from .prepared import Prepared
 

@@ -19,8 +19,8 @@ import anyio
 
 from ...errors import TaskTimeout, WorkerLost
 from ...protocol.messages import Result
-from ..remote_errors import rebuild_exception
-from ..serialize import load_value
+from ..common.remote_errors import rebuild_exception
+from ..common.serialize import load_value
 from .call import Call
 from .channel import WorkerChannel
 from .gather import gather_or_first_failure, lost_together
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ...plugins.image import Image
     from ..events.log import EventLog
     from ..output.router import OutputRouter
-    from ..settings import Settings
+    from ..common.settings import Settings
 
 __all__ = ["CallDispatch"]
 

@@ -33,7 +33,7 @@ import anyio
 from ...protocol.info import InstanceInfo, Peer
 from ...providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
 from ..events.types import NodeDropped
-from .lifecycle import NodeState
+from ..events.lifecycle import NodeState
 from .provisioning import with_retries
 
 if TYPE_CHECKING:

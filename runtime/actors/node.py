@@ -37,11 +37,11 @@ from ..events.types import NodeProgress, NodeStateChanged, WorkerStateChanged
 from ..collections.store import ENV_VAR as COLLECTIONS_ENV
 from ..collections.store import collections_env
 from ..onnode.setup import TASK_THREADS_ENV, python_version, skyhive_version
-from ..transport.base import Transport, WorkerProcess
-from ..transport.registry import transport_kind
+from ..nodes.transport import Transport, WorkerProcess
+from ..nodes.registry import transport_kind
 from .channel import WorkerChannel
-from .context import NodeContext
-from .lifecycle import NodeState, check_transition
+from ..nodes.context import NodeContext
+from ..events.lifecycle import NodeState, check_transition
 from .provisioning import connect_with_retry, with_retries
 
 _STATE_OF: dict[str, NodeState] = {state.value: state for state in NodeState}

@@ -31,13 +31,13 @@ from ..onnode.setup import WorkerSetup
 from ..output.progress import ProvisioningDisplay
 from ..output.router import OutputRouter
 from ..output.selection import OutputSpec
-from ..serialize import register_user_code
-from ..settings import Settings
-from ..transport.shm import MemfdPool
+from ..common.serialize import register_user_code
+from ..common.settings import Settings
+from ..common.shm import MemfdPool
 from .channel import WorkerChannel
-from .context import NodeContext
+from ..nodes.context import NodeContext
 from .dispatch import CallDispatch
-from .lifecycle import NodeState
+from ..events.lifecycle import NodeState
 from .membership import Membership
 from .node import NodeActor
 from .node import first_error as _first_error

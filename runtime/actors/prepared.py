@@ -8,9 +8,9 @@ from typing import Any
 
 from ...protocol.cache import NO_KEY
 from ...protocol.codec import submit_tail
-from ..serialize import INBAND_MAX, NO_ARGS, PickledFunction, dump_args, dump_function_cached, dump_value
-from ..transport.shm import SharedFiles
-from ..keys import content_key
+from ..common.serialize import INBAND_MAX, NO_ARGS, PickledFunction, dump_args, dump_function_cached, dump_value
+from ..common.shm import SharedFiles
+from ..common.keys import content_key
 
 __all__ = ["Prepared", "map_batches", "BATCH_BYTES"]
 

@@ -23,7 +23,7 @@ after `reconnect_timeout`). Two policies answer a loss:
   replacement is tried for it.
 
 The task that ran on the lost worker fails with `WorkerLost` either way; `retries=N` on the call re-runs
-it (`runtime/retry.py`) on a worker picked anew, which waits for the replacement when it is the only
+it (`runtime/common/retry.py`) on a worker picked anew, which waits for the replacement when it is the only
 place left. A broadcast waits for every index to be ready again, so one started after a replacement
 reaches N nodes; one in flight when a rank is lost fails at once with that rank's `WorkerLost`.
 """
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from ..events.types import NodeReplaced
-from .lifecycle import NodeState
+from ..events.lifecycle import NodeState
 from .loss import LossPolicy, LostNode
 from .node import NodeActor, final_cause, first_error
 from .provisioning import with_retries
@@ -46,8 +46,8 @@ from .provisioning import with_retries
 if TYPE_CHECKING:
     from ...providers.base import ClusterSpec, Provider
     from ..events.log import EventLog
-    from ..settings import Settings
-    from .context import NodeContext
+    from ..common.settings import Settings
+    from ..nodes.context import NodeContext
     from .startclock import StartClocks
 
 log = logging.getLogger("skyhive.pool")

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import anyio
 
-from ..settings import Settings
+from ..common.settings import Settings
 
 __all__ = ["StartClocks"]
 

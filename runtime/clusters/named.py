@@ -28,7 +28,7 @@ from ...providers.local import Local, LocalCluster
 from ...providers.ssh import SSH
 from ...providers.kept_cloud import KeptCloud, kept_cloud
 from ...providers.ssh_cluster import KeptSSHReach, SSHCluster, cluster_key
-from ..transport.local_detached import server_pid, socket_path
+from ..kinds.local.detached import server_pid, socket_path
 from . import record as records
 from .follow import follow_workers
 from .procs import runs
@@ -286,7 +286,7 @@ class NamedPool:
 
     def started(self, rt: PoolRuntime, provider: Any, processes_per_node: int) -> None:
         """The workers run: write the record (a new pool) or check it still says the same (attached)."""
-        from ..transport.ssh import SSHTransport, SSHWorker
+        from ..kinds.ssh.transport import SSHTransport, SSHWorker
 
         workers = []
         host_keys: dict[str, str] = {}

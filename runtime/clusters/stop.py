@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 
 from ...errors import SSHError
 from ..onnode.nodecmd import work_root
-from ..transport.local_detached import CLUSTER_ENV, is_worker_server, server_pid
+from ..kinds.local.detached import CLUSTER_ENV, is_worker_server, server_pid
 from . import record as records
 from .agent import agent_pid
 from .procs import alive, runs

@@ -42,7 +42,7 @@ from ...paths import private_dir
 from .sessions import Session, Sessions
 
 if TYPE_CHECKING:
-    from ..transport.base import CollectionsReach
+    from ..nodes.transport import CollectionsReach
 
 __all__ = ["CollectionStore", "ENV_VAR", "RESUME_ENV", "UNREACHABLE_ENV", "KINDS", "collections_env", "socket_path",
            "read_frame", "write_frame"]

@@ -29,7 +29,7 @@ from ...errors import PoolInUse, PoolNotFound
 from ...protocol.info import ENV_VAR
 from ...providers.base import ProvisionError
 from ...providers.registry import from_description
-from ..actors.lifecycle import NodeState, check_transition
+from ..events.lifecycle import NodeState, check_transition
 from ...paths import state_dir
 from ..events.state import PoolState, fold
 from ..events.types import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json

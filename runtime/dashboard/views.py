@@ -14,7 +14,7 @@ from dataclasses import fields
 from typing import Any
 
 from ...errors import PoolNotFound
-from ..actors.lifecycle import NodeState
+from ..events.lifecycle import NodeState
 from ..clusters import jobs as jobq
 from ..clusters import record as records
 from ..clusters.named import live_workers

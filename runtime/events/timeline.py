@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..actors.lifecycle import NodeState
+from .lifecycle import NodeState
 from .types import (
     Event,
     NodeDropped,

@@ -34,7 +34,7 @@ from collections import OrderedDict
 from typing import Any
 
 from ...protocol.cache import BufferStore
-from ..transport.shm import map_file
+from ..common.shm import map_file
 
 log = logging.getLogger("skyhive.worker.cache")
 

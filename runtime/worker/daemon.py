@@ -43,7 +43,7 @@ from ...protocol import (
 )
 from ...protocol.messages import PROTOCOL_VERSION, STDERR, STDOUT
 from ..onnode.setup import python_version, skyhive_version
-from ..transport import shm
+from ..common import shm
 from .bufcache import MemfdStore
 from .capture import FLUSH_DELAY, Flusher, TaskStream
 from .shared import attach_shared, share_result
@@ -65,7 +65,7 @@ class Worker(TaskCore):
     """The daemon's state. `run()` returns the process exit code.
 
     The task-running core (`dispatch` here; `execute`, `_reply` in `TaskCore`) is shared with the
-    in-process worker of simulated nodes (`skyhive.runtime.transport.simulated`), which overrides only
+    in-process worker of simulated nodes (`skyhive.runtime.kinds.simulated.transport`), which overrides only
     how frames are written (`_write`), how the process ends (`abandon`) and what touches the process
     (`_apply_env`).
     """

@@ -2,7 +2,7 @@
 
 Large result buffers leave as memfds passed over the shared-memory socket (`share_result`); buffers the
 client passed that way are mapped, or kept in the content cache when keyed (`attach_shared`). The
-descriptors travel beside the protocol's frames (see `skyhive.runtime.transport.shm`).
+descriptors travel beside the protocol's frames (see `skyhive.runtime.common.shm`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from ...protocol import Result, Submit
 from ...protocol.cache import KEY_SIZE, NO_KEY
-from ..transport import shm
+from ..common import shm
 from .bufcache import MemfdStore
 
 __all__ = ["attach_shared", "share_result"]

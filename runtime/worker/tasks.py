@@ -22,8 +22,8 @@ import cloudpickle
 from ...plugins.api import AppHook, TaskHook
 from ...protocol import Connection, Item, Message, ProtocolError, Result, Role, State, Submit, WantFunction
 from ..onnode.setup import FN_CACHE_BYTES, FN_CACHE_LIMIT
-from ..remote_errors import dump_exception
-from ..serialize import INBAND_MAX, dump_inline, dump_value, function_name, load_value
+from ..common.remote_errors import dump_exception
+from ..common.serialize import INBAND_MAX, dump_inline, dump_value, function_name, load_value
 from .capture import flush_streams
 
 __all__ = ["TaskCore", "TaskCancelled"]

@@ -35,7 +35,7 @@ from typing import Any
 from ...protocol import Output, Result, Submit
 from ...protocol.messages import STDERR, STDOUT
 from ..onnode.setup import TASK_THREADS_ENV
-from ..serialize import load_value
+from ..common.serialize import load_value
 from .capture import TaskStream, flush_streams
 from .tasks import TaskCancelled
 

@@ -140,8 +140,8 @@ class Staged(Provider):
 def register_staged_transport() -> None:
     """Register reach kind "staged": the real LocalTransport, whose `connect` refuses the first
     `refuse_connects` attempts with `NodeUnreachable` (as a fresh VM's sshd does)."""
-    from skyhive.runtime.transport.local import LocalTransport
-    from skyhive.runtime.transport.registry import register_transport
+    from skyhive.runtime.kinds.local.transport import LocalTransport
+    from skyhive.runtime.nodes.registry import register_transport
 
     class RefusingLocalTransport(LocalTransport):
         def __init__(self, refuse: int, **kw) -> None:

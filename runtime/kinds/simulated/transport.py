@@ -25,21 +25,20 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...errors import BootstrapError, NodeUnreachable
-from ...protocol import ProtocolError
-from ...protocol.info import ENV_VAR, RESTART_ENV, InstanceInfo
-from ...protocol.messages import STDERR, STDOUT
-from ...providers.simulated import SimulatedReach
-from ..onnode import context as onnode_context
-from ..worker.capture import TaskStream
-from ..worker.daemon import Worker
-from .base import CollectionsReach, CommandResult, Receiver, Transport, WorkerProcess
-from .registry import register_transport
-from .simulated_link import SimLink
+from ....errors import BootstrapError, NodeUnreachable
+from ....protocol import ProtocolError
+from ....protocol.info import ENV_VAR, RESTART_ENV, InstanceInfo
+from ....protocol.messages import STDERR, STDOUT
+from ....providers.simulated import SimulatedReach
+from ...onnode import context as onnode_context
+from ...worker.capture import TaskStream
+from ...worker.daemon import Worker
+from ...nodes.transport import CollectionsReach, CommandResult, Receiver, Transport, WorkerProcess
+from .link import SimLink
 
 if TYPE_CHECKING:
-    from ...providers.base import NodeHandle
-    from ..actors.context import NodeContext
+    from ....providers.base import NodeHandle
+    from ...nodes.context import NodeContext
 
 __all__ = ["SimulatedTransport", "SimulatedWorker", "simulated_transport", "bootstrap_simulated"]
 
@@ -296,4 +295,3 @@ async def bootstrap_simulated(ctx: NodeContext, node: int, transport: Transport)
     return ""
 
 
-register_transport("simulated", simulated_transport, bootstrap=bootstrap_simulated)

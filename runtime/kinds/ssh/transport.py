@@ -36,19 +36,18 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import asyncssh
 
-from ...errors import AuthenticationFailed, HostKeyChanged, SSHError
-from ...providers.base import NodeHandle, SSHReach
-from ...providers.ssh import connect_ssh
-from ...providers.ssh_cluster import KeptSSHReach
-from ..onnode.setup import python_version, skyhive_version
-from ..settings import Settings
-from .base import CollectionsReach, CommandResult, Receiver, Transport, WorkerProcess
-from .registry import register_transport
-from .ssh_collections import CollectionsForward
-from .ssh_link import ResumableLink, WorkerGone
+from ....errors import AuthenticationFailed, HostKeyChanged, SSHError
+from ....providers.base import NodeHandle, SSHReach
+from ....providers.ssh import connect_ssh
+from ....providers.ssh_cluster import KeptSSHReach
+from ...onnode.setup import python_version, skyhive_version
+from ...common.settings import Settings
+from ...nodes.transport import CollectionsReach, CommandResult, Receiver, Transport, WorkerProcess
+from .collections import CollectionsForward
+from ...nodes.resumable import ResumableLink, WorkerGone
 
 if TYPE_CHECKING:
-    from ..actors.context import NodeContext
+    from ...nodes.context import NodeContext
 
 log = logging.getLogger("skyhive.transport.ssh")
 
@@ -198,7 +197,7 @@ class SSHTransport(Transport):
     async def _open_jump(self) -> Any:
         """The connection to the jump host (`reach.proxy_jump`), opened (again) if needed: the same key
         and host-key checks as the host's (the pool's known_hosts, else its key pinned on first contact)."""
-        from ...providers.ssh import parse_host
+        from ....providers.ssh import parse_host
 
         if self._jump is not None and not self._jump.is_closed():
             return self._jump
@@ -358,7 +357,7 @@ class SSHTransport(Transport):
         replaced by the one bootstrap prepared; the worker is the socket-serving variant."""
         node_env = self.node_env or NodeEnv(python=argv[0], home="~", run_dir="~/.skyhive/run")
         if isinstance(self.reach, KeptSSHReach):  # a named pool: a known socket, maybe a takeover
-            from .ssh_kept import start_kept_worker
+            from .kept import start_kept_worker
 
             return await start_kept_worker(self, node_env, argv, env, receiver, label=label,
                                            make_worker=lambda link, pid, sock: SSHWorker(self, link, pid, sock))
@@ -464,4 +463,3 @@ def ssh_transport(handle: NodeHandle, ctx: NodeContext) -> SSHTransport:
 
 
 # the bootstrap by name: imported when a node of this kind is first bootstrapped
-register_transport("ssh", ssh_transport, bootstrap="skyhive.runtime.bootstrap.remote:bootstrap_node")

@@ -20,11 +20,11 @@ from typing import Any
 
 import asyncssh
 
-from ...providers.slurm import SlurmReach
-from ..settings import Settings
-from .base import CollectionsReach, Receiver, WorkerProcess
+from ....providers.slurm import SlurmReach
+from ...common.settings import Settings
+from ...nodes.transport import CollectionsReach, Receiver, WorkerProcess
 from .srun import SLURM_COLLECTIONS, srun_argv
-from .ssh import NodeEnv, SSHTransport, env_stdin
+from ..ssh.transport import NodeEnv, SSHTransport, env_stdin
 
 __all__ = ["SrunSSHTransport", "SSHPipeWorker"]
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import anyio
 
-from ...errors import ProvisionError
-from ...providers.ssh_cluster import KeptSSHReach, hold_script, socket_path
-from ..onnode.setup import python_version, skyhive_version
-from .base import Receiver
-from .local_detached import CLUSTER_ENV, SERVER_MODULE
-from .ssh_link import ResumableLink, connect_detached
+from ....errors import ProvisionError
+from ....providers.ssh_cluster import KeptSSHReach, hold_script, socket_path
+from ...onnode.setup import python_version, skyhive_version
+from ...nodes.transport import Receiver
+from ..local.detached import CLUSTER_ENV, SERVER_MODULE
+from ...nodes.resumable import ResumableLink, connect_detached
 
 #: Makes the transport's worker object: (link, pid, socket path) -> the worker (`SSHWorker`).
 MakeWorker = Callable[[ResumableLink, int, str], Any]

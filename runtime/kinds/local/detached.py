@@ -25,17 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ...errors import ProvisionError
-from ...providers.base import DetachedLocalReach, NodeHandle
-from ..onnode.procfs import proc_stat
-from ..onnode.setup import python_version, skyhive_version
-from .base import Receiver, WorkerProcess
-from .local import LocalTransport
-from .registry import register_transport
-from .ssh_link import ResumableLink, WorkerGone, connect_detached
+from ....errors import ProvisionError
+from ....providers.base import DetachedLocalReach, NodeHandle
+from ...onnode.procfs import proc_stat
+from ...onnode.setup import python_version, skyhive_version
+from ...nodes.transport import Receiver, WorkerProcess
+from .transport import LocalTransport
+from ...nodes.resumable import ResumableLink, WorkerGone, connect_detached
 
 if TYPE_CHECKING:
-    from ..actors.context import NodeContext
+    from ...nodes.context import NodeContext
 
 log = logging.getLogger("skyhive.transport.local")
 
@@ -248,6 +247,3 @@ def local_detached_transport(handle: NodeHandle, ctx: NodeContext) -> DetachedLo
                                   start_timeout=ctx.settings.start_timeout, redact=ctx.log.redact)
 
 
-# Local bootstrap (the image must run with this Python, or is built once): the same as plain Local nodes
-register_transport("local_detached", local_detached_transport,
-                   bootstrap="skyhive.runtime.bootstrap.local:bootstrap_local")

@@ -34,10 +34,10 @@ from typing import Any
 
 import anyio
 
-from ...protocol.info import ENV_VAR
-from ...providers.slurm import SlurmReach
-from .base import CollectionsReach, CommandResult, Receiver, WorkerProcess
-from .local import LocalTransport, LocalWorker
+from ....protocol.info import ENV_VAR
+from ....providers.slurm import SlurmReach
+from ...nodes.transport import CollectionsReach, CommandResult, Receiver, WorkerProcess
+from ..local.transport import LocalTransport, LocalWorker
 
 __all__ = ["SrunTransport", "srun_argv", "NodeWatch", "SLURM_COLLECTIONS"]
 

@@ -24,10 +24,10 @@ import logging
 import shlex
 from typing import Any, Protocol
 
-from ...errors import SSHError
-from ...providers.ssh import collections_prefix
-from ...providers.ssh_cluster import KeptSSHReach
-from .base import CollectionsReach, CommandResult
+from ....errors import SSHError
+from ....providers.ssh import collections_prefix
+from ....providers.ssh_cluster import KeptSSHReach
+from ...nodes.transport import CollectionsReach, CommandResult
 
 __all__ = ["CollectionsForward", "directory_name"]
 

@@ -19,10 +19,10 @@ if TYPE_CHECKING:
     from ...protocol.info import InstanceInfo
     from ...providers.base import ClusterSpec, NodeHandle, Provider
     from ..events.log import EventLog
-    from ..settings import Settings
-    from ..transport.shm import MemfdPool
-    from .channel import WorkerChannel
-    from .loss import LossPolicy
+    from ..common.settings import Settings
+    from ..common.shm import MemfdPool
+    from ..actors.channel import WorkerChannel
+    from ..actors.loss import LossPolicy
 
 __all__ = ["NodeContext"]
 

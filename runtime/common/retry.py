@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from ..errors import WorkerLost
+from ...errors import WorkerLost
 
 log = logging.getLogger("skyhive.pool")
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import cloudpickle
 
-from ..errors import SerializationError
-from ..protocol.codec import MAX_BUFFERS, MAX_MESSAGE
+from ...errors import SerializationError
+from ...protocol.codec import MAX_BUFFERS, MAX_MESSAGE
 from .keys import content_key
 
 __all__ = ["PickledFunction", "dump_function", "dump_function_cached", "dump_args", "dump_value", "load_value"]

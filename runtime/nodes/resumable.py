@@ -28,7 +28,7 @@ from ...protocol.codec import DEFAULT_MAX_FRAME
 from ...protocol.errors import ProtocolError
 from ...protocol.messages import PROTOCOL_VERSION, Ack, Goodbye, Hello, Resume, Welcome
 from ...protocol.resume import Inbox, Outbox, encode_control
-from .base import Receiver, WorkerProcess
+from .transport import Receiver, WorkerProcess
 
 log = logging.getLogger("skyhive.transport.ssh")
 

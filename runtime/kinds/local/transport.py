@@ -19,14 +19,13 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ...providers.base import LocalReach, NodeHandle
-from .base import CollectionsReach, CommandResult, Receiver, Transport, WorkerProcess
-from .registry import register_transport
-from .shm import ENV_VAR as SHM_ENV_VAR
-from .shm import socket_pair
+from ....providers.base import LocalReach, NodeHandle
+from ...nodes.transport import CollectionsReach, CommandResult, Receiver, Transport, WorkerProcess
+from ...common.shm import ENV_VAR as SHM_ENV_VAR
+from ...common.shm import socket_pair
 
 if TYPE_CHECKING:
-    from ..actors.context import NodeContext
+    from ...nodes.context import NodeContext
 
 __all__ = ["LocalTransport", "LocalWorker", "PIPE_SIZE", "local_transport"]
 
@@ -348,4 +347,3 @@ def local_transport(handle: NodeHandle, ctx: NodeContext) -> LocalTransport:
 
 
 # the bootstrap by name: imported when a node of this kind is first bootstrapped
-register_transport("local", local_transport, bootstrap="skyhive.runtime.bootstrap.local:bootstrap_local")

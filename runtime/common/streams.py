@@ -22,7 +22,7 @@ import asyncio
 import anyio
 from anyio.abc import ObjectReceiveStream, TaskGroup
 
-from ..errors import TaskTimeout
+from ...errors import TaskTimeout
 
 __all__ = ["ResultStream", "ItemStream"]
 

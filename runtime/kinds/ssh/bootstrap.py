@@ -37,18 +37,18 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ...providers.accelerators import devices_from_smi, warn_missing
-from ...errors import BootstrapError, PythonMismatch, SetupFailed
-from ...providers.base import ProvisionError
-from ..events.types import NodeProgress
-from ..transport.ssh import NodeEnv, SSHTransport, register_secrets
-from .output import ScriptOutput
-from .wheels import runtime_wheels
+from ....providers.accelerators import devices_from_smi, warn_missing
+from ....errors import BootstrapError, PythonMismatch, SetupFailed
+from ....providers.base import ProvisionError
+from ...events.types import NodeProgress
+from .transport import NodeEnv, SSHTransport, register_secrets
+from ...bootstrap.output import ScriptOutput
+from ...bootstrap.wheels import runtime_wheels
 
 if TYPE_CHECKING:
-    from ...plugins.image import Image
-    from ..actors.context import NodeContext
-    from ..transport.base import Transport
+    from ....plugins.image import Image
+    from ...nodes.context import NodeContext
+    from ...nodes.transport import Transport
 
 log = logging.getLogger("skyhive.bootstrap")
 
@@ -73,7 +73,7 @@ def _includes_digest(paths: tuple[str, ...]) -> str:
 def _per_pool_env() -> frozenset[str]:
     """Variables skyhive itself puts in a pool's Image with a value of that pool's own (not a build
     input): the jax plugin's coordinator port on Local."""
-    from ...plugins.jax import PORT_ENV
+    from ....plugins.jax import PORT_ENV
 
     return frozenset({PORT_ENV})
 

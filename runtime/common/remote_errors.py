@@ -11,7 +11,7 @@ import traceback
 
 import cloudpickle
 
-from ..errors import RemoteError
+from ...errors import RemoteError
 from .serialize import INBAND_MAX, cloud_dumps
 
 __all__ = ["dump_exception", "rebuild_exception", "shown_traceback", "full_tracebacks", "MAX_ERROR_TEXT"]

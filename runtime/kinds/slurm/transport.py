@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...providers.base import NodeHandle
-from ...providers.slurm import SlurmReach
-from .base import Transport
-from .registry import register_transport
+from ....providers.base import NodeHandle
+from ....providers.slurm import SlurmReach
+from ...nodes.transport import Transport
 from .srun import NodeWatch, SrunTransport
 
 if TYPE_CHECKING:
-    from ..actors.context import NodeContext
+    from ...nodes.context import NodeContext
 
 __all__ = ["srun_transport", "bootstrap_srun"]
 
@@ -37,12 +36,11 @@ async def bootstrap_srun(ctx: NodeContext, node: int, transport: Transport) -> s
     shared file system), so the image is checked here as for Local. Mode 2: the SSH bootstrap on the
     login node, whose home the nodes share."""
     if isinstance(transport, SrunTransport):
-        from ..bootstrap.local import bootstrap_local
+        from ..local.bootstrap import bootstrap_local
 
         return await bootstrap_local(ctx, node, transport)
-    from ..bootstrap.remote import bootstrap_node
+    from ..ssh.bootstrap import bootstrap_node
 
     return await bootstrap_node(ctx, node, transport)
 
 
-register_transport("slurm", srun_transport, bootstrap=bootstrap_srun)

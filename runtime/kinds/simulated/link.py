@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from .base import Receiver
+from ...nodes.transport import Receiver
 
 __all__ = ["SimLink", "Crossings", "LinkedWorker"]
 

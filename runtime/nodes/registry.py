@@ -2,29 +2,25 @@
 
 A provider says how a node is reached with a `Reach` (`LocalReach`, `SSHReach`, or its own); the node
 actor looks the reach's `kind` up here to make the node's `Transport` and to bootstrap the node. So a
-new kind of node (a Slurm allocation, a simulated node) is a reach class, a transport and one call —
+new kind of node (a Slurm allocation, a simulated node) is a reach class, a transport and one
+declaration, with no edit of the runtime. Every kind — the built-in ones in `runtime/kinds/<kind>/`
+too — is found through the entry-point group `skyhive.transports`: the entry point's name is the kind,
+its object a `TransportKind` (or a bare factory), loaded when a node of that kind first appears:
 
-    from skyhive.runtime.transport.registry import register_transport
+    [project.entry-points."skyhive.transports"]
+    mykind = "mypackage.kind:KIND"       # KIND = TransportKind("mykind", "mypackage.transport:factory")
 
-    register_transport("slurm", make_slurm_transport, bootstrap=bootstrap_slurm_node)
-
-— with no edit of the pool or node actor. By convention a kind's transport lives in
-`runtime/transport/<kind>.py` and registers itself when imported: a kind not registered yet is looked
-for there first (that is how "local" and "ssh" are found), then among entry points.
-`factory(handle, ctx)` returns a `Transport` for the node
-(`ctx` is the node's `NodeContext`); `bootstrap(ctx, node, transport)` prepares the node's environment
-and returns the detail recorded with the node's `ready` event ("cached", "built in 3.1 s", or "").
-Without a bootstrap the node is taken as ready to run workers.
-
-Factories may be given as "module:attribute" strings, imported on first use (so registering "ssh"
-does not import asyncssh). Other installed packages register kinds through the entry-point group
-`skyhive.transports`: the entry point's name is the kind, its object a `TransportKind` (or a bare
-factory).
+`register_transport(kind, factory, bootstrap=...)` does the same in code (a test, a program that
+defines its kind inline); a registration in code wins over an entry point of the same name.
+`factory(handle, ctx)` returns a `Transport` for the node (`ctx` is the node's `NodeContext`);
+`bootstrap(ctx, node, transport)` prepares the node's environment and returns the detail recorded with
+the node's `ready` event ("cached", "built in 3.1 s", or ""). Without a bootstrap the node is taken as
+ready to run workers. Factories may be given as "module:attribute" strings, imported on first use (so
+declaring "ssh" does not import asyncssh).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 from ...providers.base import NodeHandle, ProvisionError
 
 if TYPE_CHECKING:
-    from ..actors.context import NodeContext
-    from .base import Transport
+    from .context import NodeContext
+    from .transport import Transport
 
 log = logging.getLogger("skyhive.transport")
 
@@ -101,25 +97,16 @@ def transport_kind(handle: NodeHandle) -> TransportKind:
     """The registered entry for `handle.reach.kind`; raises `ProvisionError` naming the node if none."""
     kind = type(handle.reach).kind
     entry = _KINDS.get(kind)
-    if entry is None and kind.isidentifier() and _exists(f"{__package__}.{kind}"):
-        import_module(f"{__package__}.{kind}")  # runtime/transport/<kind>.py registers itself
-        entry = _KINDS.get(kind)
     if entry is None:
-        _load_entry_points()
+        for ep in entry_points(group=ENTRY_POINT_GROUP, name=kind):
+            _load(ep)
         entry = _KINDS.get(kind)
     if entry is None:
         raise ProvisionError(
             f"node {handle.node}: no transport is registered for reach kind {kind!r} "
             f"({type(handle.reach).__name__}); registered: {', '.join(kinds()) or 'none'}. "
-            "Call skyhive.runtime.transport.registry.register_transport(kind, factory).", node=handle.node)
+            "Call skyhive.runtime.nodes.registry.register_transport(kind, factory).", node=handle.node)
     return entry
-
-
-def _exists(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 def _resolve(target: Any, kind: str) -> Any:
@@ -138,17 +125,21 @@ def _load_entry_points() -> None:
         return
     _entry_points_loaded = True
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in _KINDS:
-            continue  # registered in code: that wins
-        try:
-            obj = ep.load()
-        except Exception as exc:  # noqa: BLE001 - a broken plugin package must not break other kinds
-            log.warning("entry point %s = %s (group %s) failed to load: %s", ep.name, ep.value, ENTRY_POINT_GROUP, exc)
-            continue
-        if isinstance(obj, TransportKind):
-            _KINDS[ep.name] = TransportKind(ep.name, obj.factory, obj.bootstrap)
-        elif callable(obj):
-            _KINDS[ep.name] = TransportKind(ep.name, obj)
-        else:
-            log.warning("entry point %s (group %s) is neither a TransportKind nor a factory", ep.name, ENTRY_POINT_GROUP)
+        _load(ep)
 
+
+def _load(ep: Any) -> None:
+    """Register the kind of entry point `ep` (unless code registered it already); a broken one is logged."""
+    if ep.name in _KINDS:
+        return  # registered in code: that wins
+    try:
+        obj = ep.load()
+    except Exception as exc:  # noqa: BLE001 - a broken plugin package must not break other kinds
+        log.warning("entry point %s = %s (group %s) failed to load: %s", ep.name, ep.value, ENTRY_POINT_GROUP, exc)
+        return
+    if isinstance(obj, TransportKind):
+        _KINDS[ep.name] = TransportKind(ep.name, obj.factory, obj.bootstrap)
+    elif callable(obj):
+        _KINDS[ep.name] = TransportKind(ep.name, obj)
+    else:
+        log.warning("entry point %s (group %s) is neither a TransportKind nor a factory", ep.name, ENTRY_POINT_GROUP)

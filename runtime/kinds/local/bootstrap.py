@@ -23,17 +23,17 @@ import anyio
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from ...errors import SetupFailed
-from ...providers.base import ProvisionError
-from ...paths import private_dir
-from ..events.types import NodeProgress
-from ..transport.local import LocalTransport
-from .output import ScriptOutput
+from ....errors import SetupFailed
+from ....providers.base import ProvisionError
+from ....paths import private_dir
+from ...events.types import NodeProgress
+from .transport import LocalTransport
+from ...bootstrap.output import ScriptOutput
 
 if TYPE_CHECKING:
-    from ...plugins.image import Image
-    from ..actors.context import NodeContext
-    from ..transport.base import Transport
+    from ....plugins.image import Image
+    from ...nodes.context import NodeContext
+    from ...nodes.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +151,8 @@ async def build_local_env(image: Any, transport: LocalTransport, *, node: int, t
     one SSH nodes run), once per content hash, and point `transport`'s workers at it. `on_step` hears
     each step as it starts ("venv", "pip", "setup 1/2"); `timeout` bounds each run of the script."""
     on_step = on_step or (lambda text: None)
-    from .remote import env_key  # the SSH bootstrap's cache key (imported here: it loads asyncssh)
-    from .wheels import runtime_wheels
+    from ..ssh.bootstrap import env_key  # the SSH bootstrap's cache key (imported here: it loads asyncssh)
+    from ...bootstrap.wheels import runtime_wheels
 
     want = "%d.%d" % sys.version_info[:2]
     # state_dir()/local-envs/{rt,envs}, each 0700 (created so before the script puts anything there)
@@ -240,6 +240,6 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
 
 
 def _script_text() -> str:
-    from .remote import _SCRIPT
+    from ..ssh.bootstrap import _SCRIPT
 
     return _SCRIPT
