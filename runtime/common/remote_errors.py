@@ -85,7 +85,7 @@ def _is_skyhive(path: str) -> bool:
         return False
     # runtime/, protocol/, plugins/, providers/ are siblings both in a checkout and installed (under
     # skyhive/); the package face is skyhive/ in a checkout, their parent when installed
-    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # runtime/common/ -> top
     where = [os.path.join(top, m["top"], m["rest"])]
     if m["top"] == "skyhive":
         where.append(os.path.join(top, m["rest"]))

@@ -55,7 +55,7 @@ log = logging.getLogger("skyhive.bootstrap")
 __all__ = ["bootstrap_node", "BootstrapError", "PythonMismatch", "SetupFailed", "env_key", "PROBE_TIMEOUT"]
 
 PROBE_TIMEOUT = 30.0
-_SCRIPT = (Path(__file__).parent / "script.py").read_text()
+_SCRIPT = (Path(__file__).parent.parent.parent / "bootstrap" / "script.py").read_text()
 
 
 def _includes_digest(paths: tuple[str, ...]) -> str:
