@@ -42,9 +42,9 @@ if ! have munged /usr/sbin/munged; then
     missing+=(munge)
 fi
 if ! have rsync /usr/bin/rsync; then
-    missing+=(rsync)  # tests/test_access.py: rsync through a named pool's generated SSH entry
+    missing+=(rsync)  # tests/clusters/test_access.py: rsync through a named pool's generated SSH entry
 fi
-# bucket mounts with mode MOUNT (FUSE): rclone and fusermount3 (tests/test_storage.py skips without)
+# bucket mounts with mode MOUNT (FUSE): rclone and fusermount3 (tests/storage/test_storage.py skips without)
 if ! have rclone /usr/bin/rclone; then
     missing+=(rclone)
 fi

@@ -75,7 +75,7 @@ def one_ssh(home: str, tmp: str, hosts: list) -> dict[str, float]:
     """One recovery on SSH hosts: the program's start files are in each host's home (the job's node
     folder there: the hosts share this machine's file system)."""
     import skyhive as sky
-    from tests.test_ssh_pool import ssh_for
+    from tests.kinds.ssh.test_ssh_pool import ssh_for
 
     os.environ["SKYHIVE_HOME"] = home
     path = Path(tmp) / "task.yaml"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import skyhive as sky
-from tests.test_clusters import skyhive, write
-from tests.test_ssh_pool import ssh_for
+from tests.clusters.test_clusters import skyhive, write
+from tests.kinds.ssh.test_ssh_pool import ssh_for
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,7 @@ and one for all traffic between nodes carrying the tag; the pool's SSH key in in
 (``ssh-keys``, with ``enable-oslogin: FALSE`` on the instance so that a project with OS Login on still
 takes it); labels ``skyhive-pool``/``skyhive-node`` set at creation and used to find nodes again.
 
-What GCE requires, and what is sent for it (each checked by the fake in ``tests/fake_gce.py``):
+What GCE requires, and what is sent for it (each checked by the fake in ``tests/cloud/fake_gce.py``):
 
 - Images by family: ``projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts`` (a family is not an
   image name); GPU machines get Google's deep-learning base image family, with the NVIDIA driver

@@ -5,8 +5,8 @@ the seed says happens: the process group is ready, ranks are 0..N-1, only the he
 the parameters identical, shards are aligned and disjoint.
 
 Elsewhere: seed 004 (SkyPilot's torchrun task files) runs through `skyhive launch` in
-tests/test_cli_torch.py, and `launch -c`/`exec`/`down` in tests/test_clusters.py; seed 000's Keras line
-(`plugins=[sky.plugins.jax(), sky.plugins.keras(backend="jax")]`) in tests/test_plugins_keras.py; the
+tests/commands/test_cli_torch.py, and `launch -c`/`exec`/`down` in tests/clusters/test_clusters.py; seed 000's Keras line
+(`plugins=[sky.plugins.jax(), sky.plugins.keras(backend="jax")]`) in tests/plugins/test_plugins_keras.py; the
 seeds' decorator order ("@sky.compute must be outermost") in tests/test_seed_names.py.
 """
 
