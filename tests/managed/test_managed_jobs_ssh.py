@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 
 import pytest
@@ -31,6 +32,8 @@ done = [int(m.group(1)) for f in ck.iterdir() if (m := re.fullmatch(r"step-(\\d+
 step = max(done, default=0)
 print(f"resumed at {step} on {os.uname().nodename} task {os.environ['SKYPILOT_TASK_ID']}", flush=True)
 pathlib.Path(os.path.expanduser("~/{tag}-pids")).write_text(f"{os.getppid()} {os.getpid()}")
+while os.path.exists(os.path.expanduser("~/{tag}-gate")) and not os.path.exists(os.path.expanduser("~/{tag}-finish")):
+    time.sleep(0.2)  # a host the test gated: the attempt waits here until the test lets it finish
 while step < {steps}:
     time.sleep(0.2)
     step += 1
@@ -175,11 +178,13 @@ def test_a_managed_job_whose_host_is_cut_off_resumes_elsewhere_and_the_host_is_c
         _wait(lambda: _step_in_bucket(s3, tag, job) >= 4, job, "step 4 in the bucket")
         worker, program = map(int, (a.home / f"{tag}-pids").read_text().split())
         (b.home / f"{tag}-release").write_text("go on")
+        (b.home / f"{tag}-gate").write_text("wait")  # attempt 2 waits on b until the cut host answers again
         a.set_link(False)
         _wait(lambda: queue()[job]["attempts"] == 2 and queue()[job]["state"] == "RUNNING", job,
               "the recovery's attempt to run")
         assert still_running({worker, program}, timeout=0) == {worker, program}  # alive, out of reach
         a.set_link(True)
+        (b.home / f"{tag}-finish").write_text("go on")  # the job ends only now: its last sweep can reach a
         info = ended(job)
         assert info["state"] == "SUCCEEDED", (info, logs(job))
         assert (info["attempts"], info["recoveries"]) == (2, 1) and info["leaked"] == [], info
@@ -196,5 +201,7 @@ def test_a_managed_job_whose_host_is_cut_off_resumes_elsewhere_and_the_host_is_c
                 sky.jobs.cancel(j["id"])
         _clean([a, b], f"{tag}-ckpt", ".skyhive/storage-deps")
         for host in (a, b):
-            for name in (f"{tag}-pids", f"{tag}-release"):
+            for name in (f"{tag}-pids", f"{tag}-release", f"{tag}-gate", f"{tag}-finish"):
                 (host.home / name).unlink(missing_ok=True)
+            for left in host.home.glob(".skyhive/work/managed-job*"):  # a failed run's: not the next test's
+                shutil.rmtree(left, ignore_errors=True)
