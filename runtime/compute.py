@@ -26,7 +26,7 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from .active import resolve
+from .common.active import resolve
 from .common.retry import NO_RETRIES, Retries, retries_of
 
 __all__ = ["compute", "function", "ComputeFunction", "PendingCall", "PendingCompute", "PendingFunction", "Gathered",
@@ -90,7 +90,7 @@ class PendingCall(Generic[T]):
     def __matmul__(self, pool: _AsyncPool) -> Coroutine[Any, Any, list[T]]: ...
 
     def __matmul__(self, pool: Any) -> Any:
-        """`call @ pool`: broadcast to every worker (`@ sky`: the active pool, `runtime/active.py`)."""
+        """`call @ pool`: broadcast to every worker (`@ sky`: the active pool, `runtime/common/active.py`)."""
         pool = resolve(pool)
         return pool._broadcast_call(self.fn, self.args, self.kwargs, timeout=self.timeout, retries=self.retries)
 

@@ -29,7 +29,7 @@ _EXPORTS = {  # (not annotated: `dict` is also a public name of this module, Sky
     "Spec": "skyhive.runtime.spec",
     "PendingCompute": "skyhive.runtime.compute",
     "PendingFunction": "skyhive.runtime.compute",
-    "sky": "skyhive.runtime.active",
+    "sky": "skyhive.runtime.common.active",
     # Skyward's distributed collections (docs/collections.md)
     "dict": "skyhive.runtime.collections.api",
     "set": "skyhive.runtime.collections.api",
@@ -131,7 +131,7 @@ if TYPE_CHECKING:
     from skyhive.runtime.spec import Spec as Spec
     from skyhive.runtime.compute import PendingCompute as PendingCompute
     from skyhive.runtime.compute import PendingFunction as PendingFunction
-    from skyhive.runtime.active import sky as sky
+    from skyhive.runtime.common.active import sky as sky
     from skyhive.runtime.collections.api import barrier as barrier
     from skyhive.runtime.collections.api import counter as counter
     from skyhive.runtime.collections.api import dict as dict

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..compute import refuse_above_compute
-from ..output.selection import OutputSpec, selector
+from ..common.selection import OutputSpec, selector
 from .context import NotOnNodeError, instance_info
 
 __all__ = ["stdout", "stderr", "silent"]

@@ -41,7 +41,7 @@ from ...protocol.messages import STDERR
 from ..events.log import EventLog
 from .printer import PARTIAL_DELAY, TerminalPrinter
 from .redact import NOTHING_HELD, StreamRedactor
-from .selection import OutputSpec, selector
+from ..common.selection import OutputSpec, selector
 
 if TYPE_CHECKING:
     from ..actors.call import Call
