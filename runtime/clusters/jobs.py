@@ -7,7 +7,7 @@
     jobs/<id>.log      what the job's nodes wrote ("[node N] " before each line when N > 1)
     jobs/<id>.cancel   present once `skyhive cancel` asked for the job to stop
 
-Jobs run one at a time, in id order, by the pool's agent (`agent.py`); a job is only ever rewritten
+Jobs run one at a time, in id order, by the pool's agent (`commands/agent.py`); a job is only ever rewritten
 by the agent (and by `cancel` while it is still PENDING, under the queue lock), so readers need no
 lock. Ids count from 1 per pool.
 """
