@@ -16,7 +16,7 @@ from ...errors import SSHError
 from ..onnode.nodecmd import work_root
 from ..kinds.local.detached import CLUSTER_ENV, is_worker_server, server_pid
 from . import record as records
-from ..commands.agent import agent_pid
+from .jobs import agent_pid
 from .procs import alive, runs
 
 __all__ = ["stop_pool", "marked", "stopped_by_shutdown"]

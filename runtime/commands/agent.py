@@ -36,7 +36,7 @@ import anyio
 from .steps import run_steps
 from ..clusters import jobs as jobq
 from ..clusters import record as records
-from ..clusters.procs import lock_holder
+from ..clusters.jobs import agent_lock_path, agent_pid
 
 log = logging.getLogger("skyhive.commands.agent")
 
@@ -44,15 +44,6 @@ __all__ = ["ensure_agent", "agent_pid", "run_job", "main"]
 
 _POLL = 0.3  # seconds between looks for a cancel request
 _PROBE_PATIENCE = 5.0  # seconds a starting agent waits for a lock held without a pid (see `_take`)
-
-
-def _lock_path(name: str) -> str:
-    return str(records.cluster_dir(name, create=True) / "agent.lock")
-
-
-def agent_pid(name: str) -> int | None:
-    """The pid of the pool's running agent, or None."""
-    return lock_holder(_lock_path(name))
 
 
 def ensure_agent(name: str) -> None:
@@ -210,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("usage: python -m skyhive.runtime.commands.agent NAME\n")
         return 2
     name = records.check_name(args[0])
-    fd = os.open(_lock_path(name), os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(agent_lock_path(name), os.O_RDWR | os.O_CREAT, 0o600)
     if not _take(fd):
         sys.stdout.write(json.dumps({"already": True}) + "\n")
         return 0
