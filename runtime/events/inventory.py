@@ -33,7 +33,7 @@ from .lifecycle import NodeState, check_transition
 from ...paths import state_dir
 from .state import PoolState, fold
 from .types import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
-from ..onnode.procfs import proc_stat
+from ..common.procfs import proc_stat
 
 __all__ = ["PoolNotFound", "PoolInUse", "LogTail", "PoolEntry", "DownReport", "pools_dir", "read", "scan",
            "find", "client_of", "down", "owned_summary", "DOWN_REASON"]
