@@ -154,7 +154,8 @@ def test_a_framework_plugin_does_not_import_another_plugin():
 #: (`__init__.py`, `cli.py`, `jobs.py`, `integrations.py`, `__main__.py`); `skyhive/errors.py` and
 #: `skyhive/paths.py` are counted apart from it, as the project's floor. "skyhive.runtime" is the
 #: runtime's top modules (pool.py, calls.py, compute.py, blocking.py, ...); each built-in kind of node is a
-#: folder of its own. A new folder must be placed here (the test says so).
+#: folder of its own (a kind's folder not named here is in the row "any other kind"). Any other new folder
+#: must be placed here (the test says so).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("0 the floor", ("skyhive.errors", "skyhive.paths")),
     ("0 protocol", ("skyhive.protocol",)),
@@ -170,6 +171,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                                    "skyhive.runtime.kinds.simulated")),
     ("7 kinds: ssh", ("skyhive.runtime.kinds.ssh",)),
     ("7 kinds: slurm", ("skyhive.runtime.kinds.slurm",)),
+    ("7 kinds: any other kind", ()),  # a new folder under runtime/kinds/ lands here without an edit of this table
     ("8 collections, storage", ("skyhive.runtime.collections", "skyhive.runtime.storage")),
     ("8 actors", ("skyhive.runtime.actors",)),
     ("8 clusters (named pools)", ("skyhive.runtime.clusters",)),
@@ -180,6 +182,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("10 the face", ("skyhive",)),
 ]
 RANK = {folder: i for i, (_, folders) in enumerate(LAYERS) for folder in folders}
+OTHER_KINDS = next(i for i, (name, _) in enumerate(LAYERS) if name == "7 kinds: any other kind")
+
+
+def rank(folder: str) -> int:
+    """A folder's row in LAYERS; a kind's folder not named there is in the row of other kinds."""
+    if folder not in RANK and folder.startswith("skyhive.runtime.kinds."):
+        return OTHER_KINDS
+    return RANK[folder]
+
 
 #: Edges against the layers that other branches of issue 23 remove (the lead deletes each line when
 #: merging them). Module -> module, exactly; nothing else is excused.
@@ -225,8 +236,8 @@ def upward_edges(g: dict[str, set[str]]) -> list[str]:
         a = folder_of(m)
         for t in sorted(targets):
             b = folder_of(t)
-            if a != b and RANK[b] >= RANK[a] and (m, t) not in ALLOWED_UPWARD:
-                bad.append(f"{m} ({LAYERS[RANK[a]][0]}) -> {t} ({LAYERS[RANK[b]][0]})")
+            if a != b and rank(b) >= rank(a) and (m, t) not in ALLOWED_UPWARD:
+                bad.append(f"{m} ({LAYERS[rank(a)][0]}) -> {t} ({LAYERS[rank(b)][0]})")
     return bad
 
 
@@ -241,7 +252,7 @@ def folder_graph(g: dict[str, set[str]]) -> dict[str, set[str]]:
 
 def test_every_folder_has_its_place_in_the_layers():
     found = {folder_of(m) for m in graph()}
-    assert found - set(RANK) == set(), "place these folders in LAYERS (tests/test_import_graph.py, docs/design.md)"
+    assert {f for f in found if f not in RANK and not f.startswith("skyhive.runtime.kinds.")} == set(), "place these folders in LAYERS (tests/test_import_graph.py, docs/design.md)"
     assert set(RANK) - found == set(), "LAYERS names folders that are gone"
 
 
@@ -264,6 +275,14 @@ def test_the_layer_check_fails_on_an_import_upwards_naming_both_modules():
     assert folder_of("skyhive.runtime.kinds.ssh.kept") == "skyhive.runtime.kinds.ssh"
     assert folder_of("skyhive.runtime.pool") == "skyhive.runtime" and folder_of("skyhive.cli") == "skyhive"
     assert folder_of("skyhive.providers.cloud.aws") == "skyhive.providers"
+    # a kind of node not named in LAYERS (a new one) sits above the named kinds and below the actors
+    g = {"skyhive.runtime.kinds.pod.transport": {"skyhive.runtime.kinds.ssh.transport", "skyhive.runtime.nodes.transport"},
+         "skyhive.runtime.kinds.ssh.transport": set(), "skyhive.runtime.nodes.transport": set(),
+         "skyhive.runtime.kinds.k8s.transport": {"skyhive.runtime.kinds.pod.transport"},
+         "skyhive.runtime.kinds.local.transport": {"skyhive.runtime.kinds.pod.transport"}}
+    assert upward_edges(g) == [
+        "skyhive.runtime.kinds.k8s.transport (7 kinds: any other kind) -> skyhive.runtime.kinds.pod.transport (7 kinds: any other kind)",
+        "skyhive.runtime.kinds.local.transport (7 kinds: local, simulated) -> skyhive.runtime.kinds.pod.transport (7 kinds: any other kind)"]
 
 
 def test_the_allowed_upward_edges_still_exist():
@@ -281,3 +300,17 @@ def test_the_worker_and_on_node_code_import_only_the_floor_protocol_and_onnode()
     bad = {m: sorted(t for t in ts if not t.startswith(NODE_SIDE_MAY_IMPORT) and t not in NODE_SIDE_ALSO)
            for m, ts in graph().items() if m.startswith(NODE_SIDE)}
     assert not {m: ts for m, ts in bad.items() if ts}
+
+
+def test_the_node_kind_sdk_stands_on_the_floor_and_the_actors_import_no_kind():
+    """runtime/nodes/ (what a kind imports) imports only common/, events/, protocol/, providers/, plugins/ and
+    the floor; runtime/actors/ reaches every kind through the SDK's registry, never a kind's folder."""
+    g = graph()
+    sdk_may = ("skyhive.errors", "skyhive.paths", "skyhive.protocol", "skyhive.providers", "skyhive.plugins",
+               "skyhive.runtime.common", "skyhive.runtime.events", "skyhive.runtime.nodes")
+    bad = {m: sorted(t for t in ts if not t.startswith(sdk_may) and (m, t) not in ALLOWED_UPWARD)
+           for m, ts in g.items() if m.startswith("skyhive.runtime.nodes")}
+    assert not {m: ts for m, ts in bad.items() if ts}
+    kinds = {m: sorted(t for t in ts if t.startswith("skyhive.runtime.kinds"))
+             for m, ts in g.items() if m.startswith("skyhive.runtime.actors")}
+    assert not {m: ts for m, ts in kinds.items() if ts}
