@@ -50,7 +50,7 @@ _EXPORTS = {  # (not annotated: `dict` is also a public name of this module, Sky
     "checkpoint_dir": "skyhive.runtime.storage.checkpoint",
     "compute": "skyhive.runtime.compute",
     "gather": "skyhive.runtime.compute",
-    "instance_info": "skyhive.runtime.onnode.context",
+    "instance_info": "skyhive.runtime.onnode.instance",
     "InstanceInfo": "skyhive.protocol.info",
     "Peer": "skyhive.protocol.info",
     "shard": "skyhive.runtime.onnode.shard",
@@ -191,7 +191,7 @@ if TYPE_CHECKING:
     from skyhive.providers.ssh import SSH as SSH
     from skyhive.runtime.compute import compute as compute
     from skyhive.runtime.compute import gather as gather
-    from skyhive.runtime.onnode.context import instance_info as instance_info
+    from skyhive.runtime.onnode.instance import instance_info as instance_info
     from skyhive.runtime.onnode.filters import silent as silent
     from skyhive.runtime.onnode.filters import stderr as stderr
     from skyhive.runtime.onnode.filters import stdout as stdout

@@ -266,11 +266,11 @@ def test_the_folders_form_a_dag_and_import_only_downwards():
 def test_the_layer_check_fails_on_an_import_upwards_naming_both_modules():
     g = {"skyhive.runtime.common.serialize": {"skyhive.runtime.actors.channel", "skyhive.errors"},
          "skyhive.runtime.actors.channel": {"skyhive.runtime.common.serialize"},
-         "skyhive.runtime.events.log": {"skyhive.runtime.onnode.context"},  # the same entry counts too
-         "skyhive.runtime.onnode.context": set(), "skyhive.errors": set()}
+         "skyhive.runtime.events.log": {"skyhive.runtime.onnode.instance"},  # the same entry counts too
+         "skyhive.runtime.onnode.instance": set(), "skyhive.errors": set()}
     bad = upward_edges(g)
     assert bad == ["skyhive.runtime.common.serialize (2 runtime/common) -> skyhive.runtime.actors.channel (8 actors)",
-                   "skyhive.runtime.events.log (3 events, onnode) -> skyhive.runtime.onnode.context (3 events, onnode)"]
+                   "skyhive.runtime.events.log (3 events, onnode) -> skyhive.runtime.onnode.instance (3 events, onnode)"]
     assert cycles(folder_graph(g)) == [["skyhive.runtime.actors", "skyhive.runtime.common"]]
     assert folder_of("skyhive.runtime.kinds.ssh.kept") == "skyhive.runtime.kinds.ssh"
     assert folder_of("skyhive.runtime.pool") == "skyhive.runtime" and folder_of("skyhive.cli") == "skyhive"

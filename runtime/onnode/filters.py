@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..common.selection import OutputSpec, selector
-from .context import NotOnNodeError, instance_info
+from .instance import NotOnNodeError, instance_info
 from .marked import refuse_above_compute
 
 __all__ = ["stdout", "stderr", "silent"]

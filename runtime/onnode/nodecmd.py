@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from ...paths import private_dir, state_dir
-from .context import instance_info
+from .instance import instance_info
 from .nodeprep import extract
 from ..common.procfs import proc_stat
 

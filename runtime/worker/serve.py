@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable
 
 from ...protocol.messages import STDERR, STDOUT
-from ..onnode.context import set_instance_info
+from ..onnode.instance import set_instance_info
 from .capture import FdPump
 from .daemon import WorkerDaemon
 

@@ -229,7 +229,7 @@ class TaskCore(abc.ABC):
         return True
 
     def _setup(self, setup: Any) -> None:
-        from ..onnode.context import instance_info
+        from ..onnode.instance import instance_info
 
         self._apply_env(setup.env)
         if self.setup_info is not None:  # a detached worker taken over by a new client: set up already

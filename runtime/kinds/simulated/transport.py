@@ -30,7 +30,7 @@ from ....protocol import ProtocolError
 from ....protocol.info import ENV_VAR, RESTART_ENV, InstanceInfo
 from ....protocol.messages import STDERR, STDOUT
 from ....providers.simulated import SimulatedReach
-from ...onnode import context as onnode_context
+from ...onnode import instance as onnode_instance
 from ...worker.capture import TaskStream
 from ...worker.daemon import WorkerDaemon
 from ...nodes.transport import CollectionsReach, CommandResult, Receiver, Transport, WorkerProcess
@@ -188,8 +188,8 @@ class SimulatedWorker(WorkerDaemon, WorkerProcess):
             self._execute_here(sub)
 
     def _execute_here(self, sub: Any) -> None:
-        saved = onnode_context._current
-        onnode_context.set_instance_info(self.info)
+        saved = onnode_instance._current
+        onnode_instance.set_instance_info(self.info)
         output = _shared_output()
         running, output.worker = output.worker, self
         try:
@@ -197,7 +197,7 @@ class SimulatedWorker(WorkerDaemon, WorkerProcess):
                 self.execute(sub)  # (flushes both streams when the task ends)
         finally:
             output.worker = running
-            onnode_context.set_instance_info(saved)
+            onnode_instance.set_instance_info(saved)
 
     def _label(self) -> str:
         return f"node {self.info.node}" if self.info is not None else "?"
