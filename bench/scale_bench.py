@@ -54,7 +54,7 @@ def measure(nodes: int, profile: str = "", map_items: int = 0) -> dict[str, Any]
     import anyio
 
     import skyhive as sky
-    from skyhive.runtime.commands.inventory import scan
+    from skyhive.runtime.events.inventory import scan
     from skyhive.runtime.events.log import EventLog
 
     out: dict[str, Any] = {"nodes": nodes}

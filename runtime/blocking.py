@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from . import active
+from .common import active
 from .common.remote_errors import full_tracebacks
 
 if TYPE_CHECKING:
     from .calls import RetryOn
     from .compute import PendingCall
-    from .output.selection import OutputSpec
+    from .common.selection import OutputSpec
     from .output.router import OutputRecord
     from .events.state import PoolState
 
@@ -83,7 +83,7 @@ class BlockingPool:
         except BaseException as exc:
             self._portal_cm.__exit__(type(exc), exc, exc.__traceback__)
             raise
-        self._active = active.enter(self)  # `f(x) >> sky` in this block (runtime/active.py)
+        self._active = active.enter(self)  # `f(x) >> sky` in this block (runtime/common/active.py)
         return self
 
     def __exit__(self, *exc: Any) -> None:

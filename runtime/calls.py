@@ -19,7 +19,7 @@ import anyio
 
 from ..errors import TaskTimeout
 from .actors.prepared import Prepared, map_batches
-from .output.selection import OutputSpec, selector
+from .common.selection import OutputSpec, selector
 from .common.retry import NO_RETRIES, Retries, retries_of, with_retries
 from .common.serialize import load_value
 from .common.streams import ItemStream, ResultStream

@@ -26,8 +26,9 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from .active import resolve
+from .common.active import resolve
 from .common.retry import NO_RETRIES, Retries, retries_of
+from .onnode.marked import PoolFunction
 
 __all__ = ["compute", "function", "ComputeFunction", "PendingCall", "PendingCompute", "PendingFunction", "Gathered",
            "gather"]
@@ -90,7 +91,7 @@ class PendingCall(Generic[T]):
     def __matmul__(self, pool: _AsyncPool) -> Coroutine[Any, Any, list[T]]: ...
 
     def __matmul__(self, pool: Any) -> Any:
-        """`call @ pool`: broadcast to every worker (`@ sky`: the active pool, `runtime/active.py`)."""
+        """`call @ pool`: broadcast to every worker (`@ sky`: the active pool, `runtime/common/active.py`)."""
         pool = resolve(pool)
         return pool._broadcast_call(self.fn, self.args, self.kwargs, timeout=self.timeout, retries=self.retries)
 
@@ -127,7 +128,7 @@ class PendingCall(Generic[T]):
         return self.fn(*self.args, **self.kwargs)
 
 
-class ComputeFunction(Generic[P, T]):
+class ComputeFunction(PoolFunction, Generic[P, T]):
     """A function marked to run on a pool: calling it (with the function's own parameters, checked by a
     type checker) makes a `PendingCall`."""
 
@@ -148,18 +149,6 @@ class ComputeFunction(Generic[P, T]):
     def local(self, *args: P.args, **kwargs: P.kwargs) -> T:
         """Call the function here, in this process."""
         return self.__skyhive_fn__(*args, **kwargs)
-
-
-def refuse_above_compute(fn: Any, decorator: str) -> None:
-    """Raise `TypeError` when `decorator` (a worker-side one: `@sky.integrations.torch`, `@sky.stdout`)
-    was put above `@sky.compute`: it would then wrap the pending call made here, not the function that
-    runs on the node, and silently do nothing there."""
-    if isinstance(fn, ComputeFunction):
-        name = getattr(fn.__skyhive_fn__, "__name__", "fn")
-        raise TypeError(
-            f"{decorator} goes below @sky.compute, not above it: it must wrap the function that runs on the "
-            f"node, and here it wraps the @sky.compute of {name!r}. Write:\n    @sky.compute\n    {decorator}\n"
-            f"    def {name}(...): ...")
 
 
 @overload

@@ -32,7 +32,7 @@ from .events.stream import EventStream
 from .interrupt import cancel_in_flight, closed_by_interrupt, install_hook
 from .output.progress import wants_display
 from .output.router import OutputStream
-from .output.selection import OutputSpec, selector
+from .common.selection import OutputSpec, selector
 from .pool_args import check_pool_args
 from .resources import ALLOCATIONS, Resources
 from .common.settings import Settings
@@ -233,9 +233,9 @@ class Pool(PoolCalls):
         if self._rt is not None:
             raise RuntimeError("a Pool can be entered once; make a new Pool for a new pool")
         entered = await (self._enter() if self._named is None else self._named.open(self, self._enter))
-        from . import active
+        from .common import active
 
-        self._active = active.enter(self)  # `f(x) >> sky` in this block (runtime/active.py)
+        self._active = active.enter(self)  # `f(x) >> sky` in this block (runtime/common/active.py)
         return entered
 
     async def _enter(self) -> Pool:
@@ -283,7 +283,7 @@ class Pool(PoolCalls):
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        from . import active
+        from .common import active
 
         active.leave(getattr(self, "_active", None))
         self._active = None

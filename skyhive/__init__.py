@@ -29,7 +29,7 @@ _EXPORTS = {  # (not annotated: `dict` is also a public name of this module, Sky
     "Spec": "skyhive.runtime.spec",
     "PendingCompute": "skyhive.runtime.compute",
     "PendingFunction": "skyhive.runtime.compute",
-    "sky": "skyhive.runtime.active",
+    "sky": "skyhive.runtime.common.active",
     # Skyward's distributed collections (docs/collections.md)
     "dict": "skyhive.runtime.collections.api",
     "set": "skyhive.runtime.collections.api",
@@ -50,7 +50,7 @@ _EXPORTS = {  # (not annotated: `dict` is also a public name of this module, Sky
     "checkpoint_dir": "skyhive.runtime.storage.checkpoint",
     "compute": "skyhive.runtime.compute",
     "gather": "skyhive.runtime.compute",
-    "instance_info": "skyhive.runtime.onnode.context",
+    "instance_info": "skyhive.runtime.onnode.instance",
     "InstanceInfo": "skyhive.protocol.info",
     "Peer": "skyhive.protocol.info",
     "shard": "skyhive.runtime.onnode.shard",
@@ -131,7 +131,7 @@ if TYPE_CHECKING:
     from skyhive.runtime.spec import Spec as Spec
     from skyhive.runtime.compute import PendingCompute as PendingCompute
     from skyhive.runtime.compute import PendingFunction as PendingFunction
-    from skyhive.runtime.active import sky as sky
+    from skyhive.runtime.common.active import sky as sky
     from skyhive.runtime.collections.api import barrier as barrier
     from skyhive.runtime.collections.api import counter as counter
     from skyhive.runtime.collections.api import dict as dict
@@ -191,7 +191,7 @@ if TYPE_CHECKING:
     from skyhive.providers.ssh import SSH as SSH
     from skyhive.runtime.compute import compute as compute
     from skyhive.runtime.compute import gather as gather
-    from skyhive.runtime.onnode.context import instance_info as instance_info
+    from skyhive.runtime.onnode.instance import instance_info as instance_info
     from skyhive.runtime.onnode.filters import silent as silent
     from skyhive.runtime.onnode.filters import stderr as stderr
     from skyhive.runtime.onnode.filters import stdout as stdout

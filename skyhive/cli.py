@@ -118,7 +118,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from skyhive.runtime.commands.clusters import print_status
 
     if getattr(args, "endpoints", None):  # `status --endpoints NAME`: the pool's ports, reached from here
-        from skyhive.runtime.commands.ports import endpoints
+        from skyhive.runtime.clusters.ports import endpoints
 
         for e in endpoints(args.endpoints):
             print(f"{e['port']}: {e['how']}")
@@ -370,7 +370,7 @@ def _nodes(states: list[str], replaced: int = 0, dropped: int = 0) -> str:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from skyhive.runtime.commands.inventory import owned_summary, scan
+    from skyhive.runtime.events.inventory import owned_summary, scan
 
     entries = scan(include_stopped=args.all)
     owned = {e.pool_id: owned_summary(e) for e in entries}
@@ -425,7 +425,7 @@ def _ask(prompt: str) -> str:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from skyhive.runtime.commands.inventory import PoolInUse, down, find, scan
+    from skyhive.runtime.events.inventory import PoolInUse, down, find, scan
 
     if args.all == bool(args.pools):
         _err("error: give pool ids, or --all")
@@ -468,7 +468,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def _follow(args: argparse.Namespace, on_lines: Callable[[list[str]], bool]) -> int:
     """Feed the pool log's complete lines to `on_lines` (True = the pool stopped); with --follow, keep at it."""
-    from skyhive.runtime.commands.inventory import LogTail, client_of, find
+    from skyhive.runtime.events.inventory import LogTail, client_of, find
 
     entry = find(args.pool)
     tail = LogTail(entry.path)
@@ -576,7 +576,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_timeline(args: argparse.Namespace) -> int:
-    from skyhive.runtime.commands.inventory import LogTail, find
+    from skyhive.runtime.events.inventory import LogTail, find
     from skyhive.runtime.events.timeline import write
     from skyhive.runtime.events.timeline_groups import group
 

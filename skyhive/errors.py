@@ -1,7 +1,7 @@
 """Every error a skyhive user can catch, in one tree under `SkyhiveError`.
 
     SkyhiveError
-    ├── ProtocolError (LocalProtocolError, RemoteProtocolError)      the wire protocol (protocol/errors.py)
+    ├── ProtocolError (LocalProtocolError, RemoteProtocolError)      the wire protocol
     ├── ProvisionError                 a node could not be created, reached or set up
     │   ├── NodeUnreachable            it did not answer (retried while a fresh node starts)
     │   ├── SSHError                   an SSH host could not be used
@@ -23,9 +23,9 @@
     ├── WorkerRestarted, CoordinatorPortInUse, KerasBackendMismatch, HuggingFaceLoginError    plugins
     └── IllegalTransition              a lifecycle move the table forbids (a skyhive bug)
 
-Defined here, at the top of the package and importing only `protocol/errors.py` (the root, which the
-sans-IO protocol needs without importing anything else), so that the runtime, the providers and the
-plugins all raise the same classes without importing each other. Every message says what failed and
+Defined here, on the project's floor: this module imports nothing of the project (nor does `paths.py`),
+so every layer — the sans-IO protocol (`protocol/errors.py` re-exports its four), the runtime, the
+providers, the plugins — raises the same classes without importing each other (`tests/test_import_graph.py`). Every message says what failed and
 where (node, host, file, line) and, when there is one, what to do.
 
 Not here, on purpose: control flow that never reaches a caller — `TaskCancelled` (a BaseException
@@ -35,8 +35,6 @@ raised inside a worker's task thread) and `WorkerGone` (the SSH link's internal 
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from .protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError, SkyhiveError
 
 __all__ = [
     "SkyhiveError", "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
@@ -49,6 +47,22 @@ __all__ = [
     "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
     "IllegalTransition", "StorageError",
 ]
+
+
+class SkyhiveError(Exception):
+    """Base class of every error skyhive raises on purpose."""
+
+
+class ProtocolError(SkyhiveError):
+    """The wire protocol was broken: a bad frame, an unknown message, or a version mismatch."""
+
+
+class LocalProtocolError(ProtocolError):
+    """We misused the protocol (sent something the state machine does not allow)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer misbehaved: it sent bytes that are not a valid frame or message."""
 
 
 # ---- nodes -----------------------------------------------------------------------------------------

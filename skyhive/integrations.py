@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .plugins.api import with_plugin
-from .runtime.compute import refuse_above_compute
+from .runtime.onnode.marked import refuse_above_compute
 from .plugins.huggingface import huggingface as _huggingface
 from .plugins.jax import jax as _jax
 from .plugins.keras import keras as _keras

@@ -1,6 +1,8 @@
 """Dependencies point one way: the import graph, built from the source (every import, including those
 inside functions and under `TYPE_CHECKING`), has no cycle; `protocol/` imports nothing else of the
-project; `providers/` and `plugins/` never import `skyhive.runtime`."""
+project but its floor (`skyhive/errors.py`, `skyhive/paths.py`, which import nothing of it);
+`providers/` and `plugins/` never import `skyhive.runtime`. Folder by folder, the project is a stack of
+layers (`LAYERS` below, drawn in docs/design.md): a folder imports only folders below it."""
 
 from __future__ import annotations
 
@@ -107,8 +109,8 @@ def test_no_import_cycle():
         "\n".join(" <-> ".join(c) for c in found)
 
 
-def test_protocol_imports_nothing_else_of_the_project():
-    bad = {m: sorted(t for t in ts if not t.startswith("skyhive.protocol"))
+def test_protocol_imports_nothing_else_of_the_project_but_the_floor():
+    bad = {m: sorted(t for t in ts if not t.startswith("skyhive.protocol") and t not in ("skyhive.errors", "skyhive.paths"))
            for m, ts in graph().items() if m.startswith("skyhive.protocol")}
     assert not {m: ts for m, ts in bad.items() if ts}
 
@@ -143,3 +145,172 @@ def test_a_framework_plugin_does_not_import_another_plugin():
     bad = {m: sorted(t for t in ts if t.startswith("skyhive.plugins") and t not in shared)
            for m, ts in graph().items() if m.startswith("skyhive.plugins.") and m not in shared}
     assert not {m: ts for m, ts in bad.items() if ts}
+
+
+# ---- folders as layers (issue 23) ------------------------------------------------------------------
+
+#: The project's folders, bottom to top: a folder imports only folders of LOWER entries (never one of its
+#: own entry, never one above). docs/design.md draws the same table. "skyhive" is the face package
+#: (`__init__.py`, `cli.py`, `jobs.py`, `integrations.py`, `__main__.py`); `skyhive/errors.py` and
+#: `skyhive/paths.py` are counted apart from it, as the project's floor. "skyhive.runtime" is the
+#: runtime's top modules (pool.py, calls.py, compute.py, blocking.py, ...); each built-in kind of node is a
+#: folder of its own (a kind's folder not named here is in the row "any other kind"). Any other new folder
+#: must be placed here (the test says so).
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("0 the floor", ("skyhive.errors", "skyhive.paths")),
+    ("0 protocol", ("skyhive.protocol",)),
+    ("1 providers", ("skyhive.providers",)),
+    ("1 plugins", ("skyhive.plugins",)),
+    ("2 runtime/common", ("skyhive.runtime.common",)),
+    ("3 events, onnode", ("skyhive.runtime.events", "skyhive.runtime.onnode")),
+    ("3 worker", ("skyhive.runtime.worker",)),
+    ("4 output", ("skyhive.runtime.output",)),
+    ("5 nodes (the node-kind SDK)", ("skyhive.runtime.nodes",)),
+    ("6 bootstrap", ("skyhive.runtime.bootstrap",)),
+    ("7 kinds: local, simulated", ("skyhive.runtime.kinds", "skyhive.runtime.kinds.local",
+                                   "skyhive.runtime.kinds.simulated")),
+    ("7 kinds: ssh", ("skyhive.runtime.kinds.ssh",)),
+    ("7 kinds: slurm", ("skyhive.runtime.kinds.slurm",)),
+    ("7 kinds: any other kind", ()),  # a new folder under runtime/kinds/ lands here without an edit of this table
+    ("8 collections, storage", ("skyhive.runtime.collections", "skyhive.runtime.storage")),
+    ("8 actors", ("skyhive.runtime.actors",)),
+    ("8 clusters (named pools)", ("skyhive.runtime.clusters",)),
+    ("8 the runtime's top modules", ("skyhive.runtime",)),
+    ("9 commands", ("skyhive.runtime.commands",)),
+    ("9 managed", ("skyhive.runtime.managed",)),
+    ("9 dashboard", ("skyhive.runtime.dashboard",)),
+    ("10 the face", ("skyhive",)),
+]
+RANK = {folder: i for i, (_, folders) in enumerate(LAYERS) for folder in folders}
+OTHER_KINDS = next(i for i, (name, _) in enumerate(LAYERS) if name == "7 kinds: any other kind")
+
+
+def rank(folder: str) -> int:
+    """A folder's row in LAYERS; a kind's folder not named there is in the row of other kinds."""
+    if folder not in RANK and folder.startswith("skyhive.runtime.kinds."):
+        return OTHER_KINDS
+    return RANK[folder]
+
+
+#: Edges against the layers that other branches of issue 23 remove (the lead deletes each line when
+#: merging them). Module -> module, exactly; nothing else is excused.
+ALLOWED_UPWARD: set[tuple[str, str]] = {
+    # k23b (runtime/nodes/, runtime/bootstrap/, runtime/kinds/): NodeContext names the actors' types
+    ("skyhive.runtime.nodes.context", "skyhive.runtime.actors.channel"),
+    ("skyhive.runtime.nodes.context", "skyhive.runtime.actors.loss"),
+    # k23b: the wheels find skyhive's source through the face package
+    ("skyhive.runtime.bootstrap.wheels", "skyhive"),
+    # k23b: Local bootstrap reuses the SSH bootstrap's script and cache key (bootstrap over a Shell)
+    ("skyhive.runtime.kinds.local.bootstrap", "skyhive.runtime.kinds.ssh.bootstrap"),
+}
+
+#: What the worker daemon and the on-node code may import: the floor, protocol/, runtime/common/ and onnode/;
+#: plus, by name, the plugins' hook types the worker runs (`around_app`, `around_task`) and the node's
+#: devices the resource check reads (both in layer 1, imported by a worker on purpose).
+NODE_SIDE = ("skyhive.runtime.worker", "skyhive.runtime.onnode")
+NODE_SIDE_MAY_IMPORT = ("skyhive.errors", "skyhive.paths", "skyhive.protocol", "skyhive.runtime.common",
+                        "skyhive.runtime.onnode", "skyhive.runtime.worker")
+NODE_SIDE_ALSO = {"skyhive.plugins.api", "skyhive.providers.accelerators"}
+
+
+def folder_of(module: str) -> str:
+    """The folder (a node of the layer table) `module` belongs to."""
+    parts = module.split(".")
+    if module in ("skyhive.errors", "skyhive.paths"):
+        return module
+    if len(parts) == 1 or parts[1] not in ("runtime", "protocol", "providers", "plugins"):
+        return "skyhive"  # the face package
+    if parts[1] != "runtime":
+        return ".".join(parts[:2])
+    if len(parts) >= 4 and parts[2] == "kinds":
+        return ".".join(parts[:4])
+    if len(parts) >= 3 and (ROOT / "runtime" / parts[2]).is_dir():
+        return ".".join(parts[:3])
+    return "skyhive.runtime"
+
+
+def upward_edges(g: dict[str, set[str]]) -> list[str]:
+    """Each import from a folder to one of its own layer entry or above: 'importer -> imported (layers)'."""
+    bad = []
+    for m, targets in sorted(g.items()):
+        a = folder_of(m)
+        for t in sorted(targets):
+            b = folder_of(t)
+            if a != b and rank(b) >= rank(a) and (m, t) not in ALLOWED_UPWARD:
+                bad.append(f"{m} ({LAYERS[rank(a)][0]}) -> {t} ({LAYERS[rank(b)][0]})")
+    return bad
+
+
+def folder_graph(g: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {folder_of(m): set() for m in g}
+    for m, targets in g.items():
+        out[folder_of(m)].update(folder_of(t) for t in targets if (m, t) not in ALLOWED_UPWARD)
+    for f in out:
+        out[f].discard(f)
+    return out
+
+
+def test_every_folder_has_its_place_in_the_layers():
+    found = {folder_of(m) for m in graph()}
+    assert {f for f in found if f not in RANK and not f.startswith("skyhive.runtime.kinds.")} == set(), "place these folders in LAYERS (tests/test_import_graph.py, docs/design.md)"
+    assert set(RANK) - found == set(), "LAYERS names folders that are gone"
+
+
+def test_the_folders_form_a_dag_and_import_only_downwards():
+    g = graph()
+    bad = upward_edges(g)
+    assert not bad, "imports against the layers (see LAYERS):\n" + "\n".join(bad)
+    assert not cycles(folder_graph(g))
+
+
+def test_the_layer_check_fails_on_an_import_upwards_naming_both_modules():
+    g = {"skyhive.runtime.common.serialize": {"skyhive.runtime.actors.channel", "skyhive.errors"},
+         "skyhive.runtime.actors.channel": {"skyhive.runtime.common.serialize"},
+         "skyhive.runtime.events.log": {"skyhive.runtime.onnode.instance"},  # the same entry counts too
+         "skyhive.runtime.onnode.instance": set(), "skyhive.errors": set()}
+    bad = upward_edges(g)
+    assert bad == ["skyhive.runtime.common.serialize (2 runtime/common) -> skyhive.runtime.actors.channel (8 actors)",
+                   "skyhive.runtime.events.log (3 events, onnode) -> skyhive.runtime.onnode.instance (3 events, onnode)"]
+    assert cycles(folder_graph(g)) == [["skyhive.runtime.actors", "skyhive.runtime.common"]]
+    assert folder_of("skyhive.runtime.kinds.ssh.kept") == "skyhive.runtime.kinds.ssh"
+    assert folder_of("skyhive.runtime.pool") == "skyhive.runtime" and folder_of("skyhive.cli") == "skyhive"
+    assert folder_of("skyhive.providers.cloud.aws") == "skyhive.providers"
+    # a kind of node not named in LAYERS (a new one) sits above the named kinds and below the actors
+    g = {"skyhive.runtime.kinds.pod.transport": {"skyhive.runtime.kinds.ssh.transport", "skyhive.runtime.nodes.transport"},
+         "skyhive.runtime.kinds.ssh.transport": set(), "skyhive.runtime.nodes.transport": set(),
+         "skyhive.runtime.kinds.k8s.transport": {"skyhive.runtime.kinds.pod.transport"},
+         "skyhive.runtime.kinds.local.transport": {"skyhive.runtime.kinds.pod.transport"}}
+    assert upward_edges(g) == [
+        "skyhive.runtime.kinds.k8s.transport (7 kinds: any other kind) -> skyhive.runtime.kinds.pod.transport (7 kinds: any other kind)",
+        "skyhive.runtime.kinds.local.transport (7 kinds: local, simulated) -> skyhive.runtime.kinds.pod.transport (7 kinds: any other kind)"]
+
+
+def test_the_allowed_upward_edges_still_exist():
+    """An excused edge that is gone must leave the list, so the list only ever shrinks."""
+    g = graph()
+    assert {(m, t) for m, t in ALLOWED_UPWARD if t not in g.get(m, ())} == set()
+
+
+def test_errors_and_paths_are_the_floor_importing_nothing_of_the_project():
+    g = graph()
+    assert g["skyhive.errors"] == set() and g["skyhive.paths"] == set()
+
+
+def test_the_worker_and_on_node_code_import_only_the_floor_protocol_and_onnode():
+    bad = {m: sorted(t for t in ts if not t.startswith(NODE_SIDE_MAY_IMPORT) and t not in NODE_SIDE_ALSO)
+           for m, ts in graph().items() if m.startswith(NODE_SIDE)}
+    assert not {m: ts for m, ts in bad.items() if ts}
+
+
+def test_the_node_kind_sdk_stands_on_the_floor_and_the_actors_import_no_kind():
+    """runtime/nodes/ (what a kind imports) imports only common/, events/, protocol/, providers/, plugins/ and
+    the floor; runtime/actors/ reaches every kind through the SDK's registry, never a kind's folder."""
+    g = graph()
+    sdk_may = ("skyhive.errors", "skyhive.paths", "skyhive.protocol", "skyhive.providers", "skyhive.plugins",
+               "skyhive.runtime.common", "skyhive.runtime.events", "skyhive.runtime.nodes")
+    bad = {m: sorted(t for t in ts if not t.startswith(sdk_may) and (m, t) not in ALLOWED_UPWARD)
+           for m, ts in g.items() if m.startswith("skyhive.runtime.nodes")}
+    assert not {m: ts for m, ts in bad.items() if ts}
+    kinds = {m: sorted(t for t in ts if t.startswith("skyhive.runtime.kinds"))
+             for m, ts in g.items() if m.startswith("skyhive.runtime.actors")}
+    assert not {m: ts for m, ts in kinds.items() if ts}

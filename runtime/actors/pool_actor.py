@@ -30,7 +30,7 @@ from ..events.types import NodeStateChanged, PoolDetached, PoolStarted, PoolStop
 from ..onnode.setup import WorkerSetup
 from ..output.progress import ProvisioningDisplay
 from ..output.router import OutputRouter
-from ..output.selection import OutputSpec
+from ..common.selection import OutputSpec
 from ..common.serialize import register_user_code
 from ..common.settings import Settings
 from ..common.shm import MemfdPool

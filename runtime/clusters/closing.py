@@ -12,7 +12,7 @@ __all__ = ["close_log"]
 def close_log(name: str, *, why: str, destroy: bool) -> None:
     """Record the named pool `name` stopped in its log (its workers stopped, its nodes terminated), if
     the log does not say so already; `destroy` also has its provider destroy what it holds by tag."""
-    from ..commands.inventory import down, find
+    from ..events.inventory import down, find
 
     with contextlib.suppress(PoolNotFound):
         entry = find(name)

@@ -7,7 +7,7 @@
     jobs/<id>.log      what the job's nodes wrote ("[node N] " before each line when N > 1)
     jobs/<id>.cancel   present once `skyhive cancel` asked for the job to stop
 
-Jobs run one at a time, in id order, by the pool's agent (`agent.py`); a job is only ever rewritten
+Jobs run one at a time, in id order, by the pool's agent (`commands/agent.py`); a job is only ever rewritten
 by the agent (and by `cancel` while it is still PENDING, under the queue lock), so readers need no
 lock. Ids count from 1 per pool.
 """
@@ -27,9 +27,9 @@ from typing import Any, TextIO
 
 from ...paths import private_dir
 from . import record as records
-from .procs import alive
+from .procs import alive, lock_holder
 
-__all__ = ["Job", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "FAILED_SETUP", "CANCELLED", "FINISHED", "jobs_dir", "submit",
+__all__ = ["agent_lock_path", "agent_pid", "Job", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "FAILED_SETUP", "CANCELLED", "FINISHED", "jobs_dir", "submit",
            "load_job", "save_job", "list_jobs", "next_pending", "request_cancel", "cancel_requested", "log_path",
            "steps_path", "queue_lock", "reap_orphans"]
 
@@ -182,3 +182,14 @@ def request_cancel(name: str, job_id: int) -> Job:
 
 def cancel_requested(name: str, job_id: int) -> bool:
     return _path(name, job_id, ".cancel").exists()
+
+
+def agent_lock_path(name: str) -> str:
+    """The lock the pool's job agent (`commands/agent.py`) holds while it runs; here, beside the queue,
+    so that `clusters/stop.py` finds the agent without importing it (the agent sits above the pool)."""
+    return str(records.cluster_dir(name, create=True) / "agent.lock")
+
+
+def agent_pid(name: str) -> int | None:
+    """The pid of the pool's running agent, or None."""
+    return lock_holder(agent_lock_path(name))

@@ -176,7 +176,7 @@ def keep_ports(named: NamedPool | None, ports: Any) -> None:
     """`Pool(ports=...)`: the kept pool's ports (SkyPilot's spellings), recorded in its shape as `launch -c`
     records `resources.ports`, opened once it runs (`NamedPool.open`). Raises `ValueError` naming the
     argument for a pool that is not kept or a bad port."""
-    from ..commands.ports import parse_ports
+    from .ports import parse_ports
 
     if named is None:
         raise ValueError("Pool(ports=...) applies to a kept pool (keep=True and a name): its ports are reached "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..onnode.procfs import proc_stat
+from ..common.procfs import proc_stat
 
 __all__ = ["alive", "runs", "lock_holder"]
 

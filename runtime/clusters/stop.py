@@ -16,7 +16,7 @@ from ...errors import SSHError
 from ..onnode.nodecmd import work_root
 from ..kinds.local.detached import CLUSTER_ENV, is_worker_server, server_pid
 from . import record as records
-from .agent import agent_pid
+from .jobs import agent_pid
 from .procs import alive, runs
 
 __all__ = ["stop_pool", "marked", "stopped_by_shutdown"]
@@ -57,7 +57,7 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
         workers |= {pid for w in rec.workers if (pid := server_pid(w.socket)) is not None}  # restarted since
     pids = sorted(workers)
     agent = agent_pid(name)
-    if agent and agent > 0 and runs(agent, "skyhive.runtime.clusters.agent"):
+    if agent and agent > 0 and runs(agent, "skyhive.runtime.commands.agent"):
         pids.append(agent)
     if watchdog and rec.watchdog_pid and runs(rec.watchdog_pid, "skyhive.runtime.worker.watchdog"):
         pids.append(rec.watchdog_pid)

@@ -44,7 +44,7 @@ def store_path() -> str:
     unreachable = os.environ.get(UNREACHABLE_ENV)
     if unreachable:
         raise RuntimeError(unreachable)
-    from ..active import current
+    from ..common.active import current
 
     pool = current()
     store = getattr(getattr(pool, "pool", pool), "_collections", None)

@@ -260,7 +260,7 @@ def access_lines(name: str) -> list[str]:
     """How to get onto pool `name`, for `skyhive status NAME`: each node's address and SSH alias, and
     the endpoints of its ports."""
     from ..clusters.sshfiles import node_addresses
-    from .ports import endpoints
+    from ..clusters.ports import endpoints
 
     rec = records.load(name)
     lines = []

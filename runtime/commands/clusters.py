@@ -3,7 +3,7 @@
 A named pool's nodes are Local nodes whose workers are detached daemons (`runtime/clusters/`). The
 commands never run a job themselves: `launch -c` creates the pool when it does not run (or reuses it
 when the task asks for the same shape), then, like `exec`, queues a job and makes sure the pool's
-agent runs it (`clusters/agent.py`); without `-d` they then follow the job's log to its end and exit
+agent runs it (`commands/agent.py`); without `-d` they then follow the job's log to its end and exit
 with its exit code. Ctrl-C while following stops following only: the job goes on (`skyhive cancel`).
 """
 
@@ -24,7 +24,7 @@ from ...providers.base import Provider
 from ...providers.local import Local
 from ..clusters import jobs as jobq
 from ..clusters import record as records
-from ..clusters.agent import ensure_agent
+from .agent import ensure_agent
 from ..clusters.named import dead_workers, live_workers, new_kept_pool, set_autostop
 from ..clusters.procs import alive
 from ..clusters.stop import stop_pool

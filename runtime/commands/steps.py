@@ -1,5 +1,5 @@
 """The steps of a task on a pool's nodes, shared by `skyhive launch` (a pool of its own) and the job
-agent of a named pool (`runtime/clusters/agent.py`).
+agent of a named pool (`runtime/commands/agent.py`).
 
 On every node what the task's resources ask is checked (machines that exist already). Then the
 workdir is unpacked, the `file_mounts` are copied and `setup` runs: on a provider with `node_homes`

@@ -430,7 +430,7 @@ class _Parser:
                 raise self.error(hnode, "resources.hosts", f"expected a list of host names, got {raw!r}")
             out["hosts"] = tuple(raw or ())
         if "ports" in res and self.value(res["ports"]) is not None:
-            from .ports import parse_ports
+            from ..clusters.ports import parse_ports
 
             try:
                 out["ports"] = parse_ports(self.value(res["ports"]))

@@ -16,7 +16,7 @@ import logging
 
 from ...paths import state_dir
 from ..commands.clusters import down_cluster
-from ..commands.inventory import down, find
+from ..events.inventory import down, find
 from ..commands.jobs import cancel_jobs, is_named
 from ..managed import store as managed_store
 from ..managed.commands import cancel_managed

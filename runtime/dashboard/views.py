@@ -19,7 +19,7 @@ from ..clusters import jobs as jobq
 from ..clusters import record as records
 from ..clusters.named import live_workers
 from ..clusters.procs import alive
-from ..commands.inventory import DOWN_REASON
+from ..events.inventory import DOWN_REASON
 from ..events.log import EventLog
 from ..events.timeline import STATE_COLORS, TASK_COLORS, Lane, Span, build
 from ..events.timeline_groups import group

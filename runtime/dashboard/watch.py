@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..commands.inventory import PoolEntry, client_of, pools_dir
+from ..events.inventory import PoolEntry, client_of, pools_dir
 from ..events.state import PoolState, fold
 from ..events.types import (Event, NodeProgress, NodeStateChanged, OutputCapped, OutputChunk, PoolStarted, PoolStopped,
                             from_json)

@@ -94,7 +94,7 @@ def job_cost(st: store.JobState, now: float | None = None) -> float | None:
     """What the job's pools cost so far in USD, from each pool's log (its provider's plan and the time
     from its first node that ran to its stop, or now: `inventory.PoolEntry.cost`); None when no pool of
     the job is priced (Local, SSH hosts, a provider without prices)."""
-    from ..commands.inventory import pools_dir, read
+    from ..events.inventory import pools_dir, read
 
     now = time.time() if now is None else now
     total: float | None = None

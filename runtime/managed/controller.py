@@ -3,7 +3,7 @@
     python -m skyhive.runtime.managed.controller JOB_ID
 
 One controller per job, a detached process of this machine (its own session, no terminal, like a
-named pool's agent: `clusters/agent.py`), holding the job's `controller.lock`. It folds the job's
+named pool's agent: `commands/agent.py`), holding the job's `controller.lock`. It folds the job's
 events (`store.py`) and runs attempts until one ends the job:
 
 - each attempt is a fresh pool (`<name>-job<ID>-<attempt>`) running the task's steps (`run_steps`:
@@ -43,7 +43,7 @@ from typing import Any
 import anyio
 
 from ...providers.accelerators import AcceleratorWarning
-from ..clusters.agent import _JobLog
+from ..commands.agent import _JobLog
 from ..clusters.procs import lock_holder
 from ..commands.steps import NodeExit, run_steps
 from ..onnode import interruption

@@ -19,9 +19,9 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..compute import refuse_above_compute
-from ..output.selection import OutputSpec, selector
-from .context import NotOnNodeError, instance_info
+from ..common.selection import OutputSpec, selector
+from .instance import NotOnNodeError, instance_info
+from .marked import refuse_above_compute
 
 __all__ = ["stdout", "stderr", "silent"]
 

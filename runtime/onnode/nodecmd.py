@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 
 from ...paths import private_dir, state_dir
-from .context import instance_info
+from .instance import instance_info
 from .nodeprep import extract
-from .procfs import proc_stat
+from ..common.procfs import proc_stat
 
 __all__ = ["work_root", "node_home", "prepare", "remove", "node_env", "run_script", "stop_descendants", "GRACE",
            "WORKDIR_NAME", "BASHRC_PRELUDE"]

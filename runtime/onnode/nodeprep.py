@@ -15,7 +15,7 @@ import sys
 import tarfile
 from typing import Any
 
-from .context import instance_info
+from .instance import instance_info
 
 __all__ = ["machine_key", "unmet", "require", "install_mounts", "target_path", "extract"]
 

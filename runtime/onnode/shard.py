@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TypeVar, overload
 
-from .context import NotOnNodeError, instance_info
+from .instance import NotOnNodeError, instance_info
 
 __all__ = ["shard"]
 

@@ -33,7 +33,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ...errors import OutputStalled
 from ...protocol.info import InstanceInfo
@@ -41,11 +41,47 @@ from ...protocol.messages import STDERR
 from ..events.log import EventLog
 from .printer import PARTIAL_DELAY, TerminalPrinter
 from .redact import NOTHING_HELD, StreamRedactor
-from .selection import OutputSpec, selector
+from ..common.selection import OutputSpec, selector
 
-if TYPE_CHECKING:
-    from ..actors.call import Call
-    from ..actors.channel import WorkerChannel
+
+
+class Pausable(Protocol):
+    """A worker's link, as the router sees it: reading from it can be paused and resumed."""
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+class OutputSource(Protocol):
+    """The worker an `Output` frame came from, as the router sees it (the client's worker channel,
+    `actors/channel.py`, which sits above this layer): where it runs, its link, and its heartbeat clock,
+    which the router keeps fresh while the silence is its own."""
+
+    last_seen: float
+
+    @property
+    def node(self) -> int: ...
+
+    @property
+    def local_rank(self) -> int: ...
+
+    @property
+    def link(self) -> Pausable | None: ...
+
+
+class OutputCall(Protocol):
+    """The call an `Output` frame belongs to, as the router sees it (`actors/call.py`): its task id, its
+    options (`show`), and where `capture=True` collects its text (None: not captured)."""
+
+    @property
+    def task_id(self) -> int: ...
+
+    @property
+    def options(self) -> Any: ...
+
+    @property
+    def outputs(self) -> list[tuple[int, str]] | None: ...
 
 __all__ = [
     "OutputRecord",
@@ -106,7 +142,7 @@ class OutputRouter:
         # with secrets, a secret split across Output frames must not pass: see output/redact.py
         self._redactor = StreamRedactor(log.secrets) if log.secrets else None
         self._subscribers: list[_Queue] = []
-        self._paused: dict[WorkerChannel, None] = {}  # channels whose reading we paused, in order
+        self._paused: dict[OutputSource, None] = {}  # channels whose reading we paused, in order
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
@@ -132,7 +168,7 @@ class OutputRouter:
 
     # ---- delivering --------------------------------------------------------------------------------
 
-    def deliver(self, channel: WorkerChannel, call: Call | None, stream: int, text: str) -> None:
+    def deliver(self, channel: OutputSource, call: OutputCall | None, stream: int, text: str) -> None:
         redactor = self._redactor
         if redactor is not None:
             key = (channel.node, channel.local_rank, stream)
@@ -151,7 +187,7 @@ class OutputRouter:
             call, text = held
             self._deliver(None, key[0], key[1], call, key[2], text)  # type: ignore[arg-type]
 
-    def _deliver(self, channel: WorkerChannel | None, node: int, rank: int, call: Call | None, stream: int,
+    def _deliver(self, channel: OutputSource | None, node: int, rank: int, call: OutputCall | None, stream: int,
                  text: str) -> None:
         name = _NAMES.get(stream, "stdout")
         task = call.task_id if call is not None else 0
@@ -175,7 +211,7 @@ class OutputRouter:
             if self._printer.pending:
                 self._schedule()
 
-    def _shown(self, call: Call | None, node: int, rank: int) -> bool:
+    def _shown(self, call: OutputCall | None, node: int, rank: int) -> bool:
         show = call.options.get("show") if call is not None and call.options else None
         if show is None:
             key = (node, rank)
@@ -217,7 +253,7 @@ class OutputRouter:
             self._subscribers.append(queue)
         return OutputStream(self, queue)
 
-    def _pause(self, channel: WorkerChannel) -> None:
+    def _pause(self, channel: OutputSource) -> None:
         if channel in self._paused or channel.link is None:
             return
         if not self._paused:

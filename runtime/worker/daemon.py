@@ -51,7 +51,7 @@ from .tasks import TaskCancelled, TaskCore
 
 log = logging.getLogger("skyhive.worker")
 
-__all__ = ["Worker", "TaskCancelled"]
+__all__ = ["WorkerDaemon", "TaskCancelled"]
 
 _CANCEL_SIGNAL = signal.SIGUSR1
 #: Socket mode: an `Ack` of the client's frames goes out at least this often while some are unacknowledged.
@@ -61,8 +61,9 @@ _IOV_MAX = 512  # pieces per writev (the kernel takes at most 1024)
 _SMALL_READ = 4096
 
 
-class Worker(TaskCore):
-    """The daemon's state. `run()` returns the process exit code.
+class WorkerDaemon(TaskCore):
+    """The daemon's state. `run()` returns the process exit code. (Not `sky.Worker`, in
+    `runtime/concurrency.py`: that is the user's choice of processes and threads per rank.)
 
     The task-running core (`dispatch` here; `execute`, `_reply` in `TaskCore`) is shared with the
     in-process worker of simulated nodes (`skyhive.runtime.kinds.simulated.transport`), which overrides only
@@ -89,7 +90,7 @@ class Worker(TaskCore):
         lighter stand-ins (`transport/simulated.py`: one thread, ~10 objects fewer per node)."""
         self.fd_in = fd_in
         self.fd_out = fd_out
-        self._fd_writes = type(self)._write is Worker._write
+        self._fd_writes = type(self)._write is WorkerDaemon._write
         self.pending: collections.deque[Submit | None] = collections.deque()
         self.read_lock = threading.Lock()
         self._writing = 0

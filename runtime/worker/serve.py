@@ -1,7 +1,7 @@
 """Setting up a worker process: the protocol's file descriptors, fd 1/2 turned into pipes pumped as
 output frames, the log on the original stderr, this node's instance info — then the daemon's loop.
 
-Split from `daemon.py` (the `Worker` every mode shares): this is what a real worker *process* does
+Split from `daemon.py` (the `WorkerDaemon` every mode shares): this is what a real worker *process* does
 before it serves, which in-process workers (`sky.Simulated`) never do.
 """
 
@@ -14,16 +14,16 @@ import traceback
 from collections.abc import Callable
 
 from ...protocol.messages import STDERR, STDOUT
-from ..onnode.context import set_instance_info
+from ..onnode.instance import set_instance_info
 from .capture import FdPump
-from .daemon import Worker
+from .daemon import WorkerDaemon
 
 log = logging.getLogger("skyhive.worker")
 
 __all__ = ["serve"]
 
 
-def serve(fd_in: int = 0, fd_out: int = 1, *, make_worker: Callable[[], Worker] | None = None) -> int:
+def serve(fd_in: int = 0, fd_out: int = 1, *, make_worker: Callable[[], WorkerDaemon] | None = None) -> int:
     """Set up the process (fds, streams, instance info) and run the daemon until `Shutdown`.
 
     The protocol travels on `fd_in`/`fd_out` (pipes: the Local transport), or, with `make_worker`,
@@ -46,7 +46,7 @@ def serve(fd_in: int = 0, fd_out: int = 1, *, make_worker: Callable[[], Worker] 
     slots = task_threads()
     os.environ.pop(THREADS_ENV, None)  # not for the processes tasks start
     if make_worker is None:
-        worker = (Worker if slots == 1 else threaded_class(Worker))(proto_in, proto_out)
+        worker = (WorkerDaemon if slots == 1 else threaded_class(WorkerDaemon))(proto_in, proto_out)
     else:
         worker = make_worker()
     if slots > 1:  # `sky.Worker(concurrency=N)` with the thread executor (runtime/worker/threaded.py)

@@ -1,7 +1,7 @@
 """`SocketWorker`: the worker daemon in SSH mode, serving its Unix socket and the resume layer itself.
 
 Split from `daemon.py`, which holds the worker every mode shares (the Local provider's pipe mode
-uses `Worker` alone).
+uses `WorkerDaemon` alone).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ...protocol.codec import DEFAULT_MAX_FRAME
 from ...protocol.messages import PROTOCOL_VERSION, Ack, Goodbye, Resume
 from ...protocol.resume import Inbox, Outbox, encode_control
 from .bufcache import MemfdStore
-from .daemon import ACK_DELAY, _IOV_MAX, Worker
+from .daemon import ACK_DELAY, _IOV_MAX, WorkerDaemon
 from .leave import leave
 
 log = logging.getLogger("skyhive.worker")
@@ -38,7 +38,7 @@ log = logging.getLogger("skyhive.worker")
 __all__ = ["SocketWorker"]
 
 
-class SocketWorker(Worker):
+class SocketWorker(WorkerDaemon):
     """The daemon in SSH mode: it serves its Unix socket itself and speaks the resume layer.
 
     One client connection at a time (a new one replaces the current one). The client's stream is
@@ -201,7 +201,7 @@ class SocketWorker(Worker):
     # ---- serving the socket ------------------------------------------------------------------------
 
     def poll(self, block: bool) -> bool:
-        """Serve the socket once (see `Worker.poll`): blocking, until something arrives or a timer
+        """Serve the socket once (see `WorkerDaemon.poll`): blocking, until something arrives or a timer
         (ack, idle) is due; False when the worker should end (idle too long, protocol error)."""
         if not self.read_lock.acquire(blocking=block):
             return True

@@ -1,7 +1,7 @@
 """`TaskCore`: what a worker does with one task — find its function (loaded once, asked for again
 when this worker no longer holds it), load its arguments, run it (plugins' task hooks around it, a
 generator streamed as `Item` frames), and answer with one `Result`. Transport-free: a subclass sends
-the frames (`send`, `send_value`, `send_result`; the daemon's `Worker` over its file descriptors, the
+the frames (`send`, `send_value`, `send_result`; `WorkerDaemon` over its file descriptors, the
 simulated nodes' worker in memory) and owns the task's output streams (`_streams`).
 """
 
@@ -229,7 +229,7 @@ class TaskCore(abc.ABC):
         return True
 
     def _setup(self, setup: Any) -> None:
-        from ..onnode.context import instance_info
+        from ..onnode.instance import instance_info
 
         self._apply_env(setup.env)
         if self.setup_info is not None:  # a detached worker taken over by a new client: set up already

@@ -1,7 +1,7 @@
 """Task threads: one worker process running up to N tasks at once (`sky.Worker(concurrency=N)` with
 the thread executor, Skyward's default).
 
-`ThreadSlots` is mixed into a worker (`Worker` on pipes, `SocketWorker` on its Unix socket) when the
+`ThreadSlots` is mixed into a worker (`WorkerDaemon` on pipes, `SocketWorker` on its Unix socket) when the
 process is started with `SKYHIVE_TASK_THREADS=N` (N > 1). The main thread keeps reading frames; each
 `Submit` is handed to one of N task threads, so heartbeats, `Cancel` and new tasks are served while
 tasks run (the client sends a worker more tasks than one: it picks the least busy worker). Per task:
@@ -96,7 +96,7 @@ class _Router(io.TextIOBase):
 
 
 class ThreadSlots:
-    """The mixin (see the module docstring): `class ThreadedWorker(ThreadSlots, Worker)`."""
+    """The mixin (see the module docstring): `class ThreadedWorker(ThreadSlots, WorkerDaemon)`."""
 
     slots: int = 1
 

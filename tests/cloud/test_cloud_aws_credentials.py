@@ -14,7 +14,7 @@ import skyhive as sky
 from skyhive.providers.base import ClusterSpec, ProvisionError
 from skyhive.providers.cloud.aws import AWS
 from skyhive.providers.cloud.base import CloudTimeouts
-from skyhive.runtime.commands import inventory
+from skyhive.runtime.events import inventory
 from tests.infra.fake_service_quotas import FakeServiceQuotas
 from tests.infra.moto_ec2 import NOTHING_LEFT, leftovers
 

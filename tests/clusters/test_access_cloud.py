@@ -109,7 +109,7 @@ def test_a_kept_pool_opens_its_ports_as_a_named_one_keeps_them_across_stop_and_s
     `launch -c` does with `resources.ports`), listed as its endpoints, opened again without a duplicate
     at `skyhive start`, gone with the group when the library takes the pool down."""
     from skyhive.runtime.commands.pause import start_cluster, stop_cluster
-    from skyhive.runtime.commands.ports import endpoints
+    from skyhive.runtime.clusters.ports import endpoints
 
     server = cloud_clean
     with pytest.raises(ValueError, match=r"Pool\(ports=\.\.\.\) applies to a kept pool \(keep=True and a name\)"):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from skyhive.runtime.commands import clusters
-from skyhive.runtime.commands.inventory import scan
+from skyhive.runtime.events.inventory import scan
 from skyhive.runtime.clusters import record as records
 from skyhive.runtime.commands.taskfile import load
 from tests.clusters.test_clusters import clean, running_under, skyhive, write  # noqa: F401 - `clean` is a fixture

@@ -424,8 +424,8 @@ def digest_kept():
 
 def store_refills() -> int:
     import gc
-    from skyhive.runtime.worker.daemon import Worker
-    [worker] = [o for o in gc.get_objects() if isinstance(o, Worker)]
+    from skyhive.runtime.worker.daemon import WorkerDaemon
+    [worker] = [o for o in gc.get_objects() if isinstance(o, WorkerDaemon)]
     return worker.conn.store.statistics()["refilled"]
 
 

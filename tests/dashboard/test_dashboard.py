@@ -362,7 +362,7 @@ def test_a_failed_node_shows_its_cause_and_a_gone_clients_pool_is_taken_down(tmp
         lines = [client.stdout.readline(), client.stdout.readline()]
         assert lines[0].startswith("LOST") and lines[1].startswith("POOL"), lines
         pool_id = lines[1].split()[1]
-        from skyhive.runtime.commands.inventory import find
+        from skyhive.runtime.events.inventory import find
 
         worker = [w.pid for n in find(pool_id).state.nodes for w in n.workers if n.node == 0][0]
         browser.get(dashboard.base + f"/?token={dashboard.token}#/pool/{pool_id}")
@@ -399,7 +399,7 @@ def test_a_failed_node_shows_its_cause_and_a_gone_clients_pool_is_taken_down(tmp
         _click_confirm(browser, "#down-slot button")
         wait_until(lambda: "stopped" in _text(browser, "#toast"), what="the toast")
         wait_until(lambda: _text(browser, "#pool-status") == "stopped", what="the pool shown stopped")
-        from skyhive.runtime.commands.inventory import DOWN_REASON, _leftovers
+        from skyhive.runtime.events.inventory import DOWN_REASON, _leftovers
 
         assert find(pool_id).state.status == "stopped" and DOWN_REASON in find(pool_id).state.error
         assert _leftovers(pool_id) == [] and state_of(worker) in (None, "Z")
@@ -424,7 +424,7 @@ def test_down_of_a_pool_whose_client_runs_asks_to_force(tmp_path, dashboard):
                                   body=b"{}", headers={"X-Skyhive-Dashboard": "1"})
         assert status == 409 and json.loads(body)["force"] is True
         assert f"in use by process {client.pid}" in json.loads(body)["error"]
-        from skyhive.runtime.commands.inventory import find
+        from skyhive.runtime.events.inventory import find
 
         assert find(pool_id).state.status == "running"
     finally:

@@ -20,7 +20,7 @@ from skyhive.runtime.events.log import EventLog, read_log
 from skyhive.runtime.events.types import OutputChunk
 from skyhive.runtime.output.router import OutputRouter, OutputStalled
 from skyhive.runtime.output.printer import PARTIAL_DELAY, PROGRESS_EVERY, TerminalPrinter
-from skyhive.runtime.output.selection import selector
+from skyhive.runtime.common.selection import selector
 from skyhive.runtime.worker.capture import MAX_PIECE, FdPump, TaskStream
 
 pytestmark = pytest.mark.anyio

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skyhive.protocol.info import ENV_VAR, InstanceInfo
-from skyhive.runtime.onnode.context import NotOnNodeError, set_instance_info
+from skyhive.runtime.onnode.instance import NotOnNodeError, set_instance_info
 from skyhive.runtime.onnode.shard import shard
 
 # Speed is measured in bench/, never asserted in a test: no Hypothesis deadline.

@@ -171,7 +171,7 @@ def send_hostile_frame():
     import struct
     import time
 
-    [worker] = [o for o in gc.get_objects() if type(o).__name__ == "Worker" and hasattr(o, "fd_out")]
+    [worker] = [o for o in gc.get_objects() if type(o).__name__ == "WorkerDaemon" and hasattr(o, "fd_out")]
     with worker.write_lock:
         size = 64 * 1024 * 1024
         os.write(worker.fd_out, struct.pack(">I", size) + b"\xdd" + struct.pack(">I", size - 5) + b"\xc0" * 4096)

@@ -37,8 +37,8 @@ def rss_mib() -> float:
 
 def held() -> tuple[int, int]:
     """(on the worker) How many functions it holds loaded, and the sum of their pickled sizes."""
-    from skyhive.runtime.worker.daemon import Worker
-    [worker] = [o for o in gc.get_objects() if isinstance(o, Worker)]
+    from skyhive.runtime.worker.daemon import WorkerDaemon
+    [worker] = [o for o in gc.get_objects() if isinstance(o, WorkerDaemon)]
     return len(worker.fns), worker.fn_bytes_held
 
 

@@ -30,8 +30,8 @@ def total(arr, x):
 
 def store_hits() -> int:
     """(on the worker) How often its content cache resolved a buffer sent by reference."""
-    from skyhive.runtime.worker.daemon import Worker
-    [worker] = [o for o in gc.get_objects() if isinstance(o, Worker)]
+    from skyhive.runtime.worker.daemon import WorkerDaemon
+    [worker] = [o for o in gc.get_objects() if isinstance(o, WorkerDaemon)]
     store = worker.conn.store
     return store.hits if store is not None else -1
 
@@ -119,8 +119,8 @@ async def test_a_function_whose_first_task_was_cancelled_before_it_started_still
 
 def forget_functions() -> int:
     """(on the worker) Drop every loaded function, as its cache does when full."""
-    from skyhive.runtime.worker.daemon import Worker
-    [worker] = [o for o in gc.get_objects() if isinstance(o, Worker)]
+    from skyhive.runtime.worker.daemon import WorkerDaemon
+    [worker] = [o for o in gc.get_objects() if isinstance(o, WorkerDaemon)]
     n = len(worker.fns)
     worker.fns.clear()
     return n
@@ -155,15 +155,15 @@ async def test_a_worker_that_lost_a_large_function_fails_one_call_and_the_next_b
 
 def held_functions() -> int:
     """(on the worker) How many functions it holds loaded."""
-    from skyhive.runtime.worker.daemon import Worker
-    [worker] = [o for o in gc.get_objects() if isinstance(o, Worker)]
+    from skyhive.runtime.worker.daemon import WorkerDaemon
+    [worker] = [o for o in gc.get_objects() if isinstance(o, WorkerDaemon)]
     return len(worker.fns)
 
 
 def holds(fn_id: bytes) -> bool:
     """(on the worker) Whether it holds the function `fn_id` loaded."""
-    from skyhive.runtime.worker.daemon import Worker
-    [worker] = [o for o in gc.get_objects() if isinstance(o, Worker)]
+    from skyhive.runtime.worker.daemon import WorkerDaemon
+    [worker] = [o for o in gc.get_objects() if isinstance(o, WorkerDaemon)]
     return fn_id in worker.fns
 
 

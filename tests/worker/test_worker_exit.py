@@ -42,8 +42,8 @@ def test_a_worker_leading_its_own_group_still_takes_its_task_children_with_it(tm
         import os, subprocess, sys
         child = subprocess.Popen(["sleep", "300"])  # a process a task would have started
         open({str(marker)!r}, "w").write(str(child.pid))
-        from skyhive.runtime.worker.daemon import Worker
-        w = Worker(0, 1)
+        from skyhive.runtime.worker.daemon import WorkerDaemon
+        w = WorkerDaemon(0, 1)
         w.failure = "protocol error from the client: test"
         w.abandon()
         """)

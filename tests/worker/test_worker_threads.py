@@ -14,7 +14,7 @@ import pytest
 
 import skyhive as sky
 from skyhive.runtime.worker.capture import Flusher
-from skyhive.runtime.worker.daemon import _CANCEL_SIGNAL, TaskCancelled, Worker
+from skyhive.runtime.worker.daemon import _CANCEL_SIGNAL, TaskCancelled, WorkerDaemon
 
 LIMIT = 120
 
@@ -53,7 +53,7 @@ def test_flusher_does_not_shadow_thread_internals():
 def test_a_deferred_cancel_finished_by_an_output_thread_reaches_the_main_thread():
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
-    worker = Worker(r_in, w_out)
+    worker = WorkerDaemon(r_in, w_out)
     old = signal.signal(_CANCEL_SIGNAL, worker._on_cancel_signal)
     thread_errors: list[BaseException] = []
 

@@ -27,7 +27,7 @@ import anyio
 
 from ....errors import ProvisionError
 from ....providers.base import DetachedLocalReach, NodeHandle
-from ...onnode.procfs import proc_stat
+from ...common.procfs import proc_stat
 from ...onnode.setup import python_version, skyhive_version
 from ...nodes.transport import Receiver, WorkerProcess
 from .transport import LocalTransport

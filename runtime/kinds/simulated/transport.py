@@ -1,6 +1,6 @@
 """The "simulated" reach kind: an in-memory transport and an in-process worker — a simulation.
 
-Each simulated node's worker is the daemon's own `Worker` (the protocol `Connection` of the worker
+Each simulated node's worker is the worker daemon itself, `WorkerDaemon` (the protocol `Connection` of the worker
 role, the same unpickle/run/result path, `instance_info`, output, `Pong` for heartbeats) with only
 its edges replaced: frames go to the client's channel as bytes through a callback instead of a pipe,
 bytes from the client are parsed in a loop callback instead of a reader thread, and "the process
@@ -30,9 +30,9 @@ from ....protocol import ProtocolError
 from ....protocol.info import ENV_VAR, RESTART_ENV, InstanceInfo
 from ....protocol.messages import STDERR, STDOUT
 from ....providers.simulated import SimulatedReach
-from ...onnode import context as onnode_context
+from ...onnode import instance as onnode_instance
 from ...worker.capture import TaskStream
-from ...worker.daemon import Worker
+from ...worker.daemon import WorkerDaemon
 from ...nodes.transport import CollectionsReach, CommandResult, Receiver, Transport, WorkerProcess
 from .link import SimLink
 
@@ -87,10 +87,10 @@ def _shared_output() -> _SharedOutput:
     return shared
 
 
-class SimulatedWorker(Worker, WorkerProcess):
-    """The daemon's `Worker`, run in the client's event loop; also its own `WorkerProcess` handle.
+class SimulatedWorker(WorkerDaemon, WorkerProcess):
+    """The worker daemon (`WorkerDaemon`), run in the client's event loop; also its own `WorkerProcess` handle.
 
-    The worker process's own parts (`Worker._open_process`) are stand-ins here: one thread runs
+    The worker process's own parts (`WorkerDaemon._open_process`) are stand-ins here: one thread runs
     every simulated worker's tasks, so no locks; output goes through the thread's shared pair of
     streams (`_SharedOutput`); the plugins' exit stack is made when a plugin needs one; no file
     descriptor is read.
@@ -141,7 +141,7 @@ class SimulatedWorker(Worker, WorkerProcess):
         """Made on first use: most pools have no plugin with `around_app`."""
         return contextlib.ExitStack()
 
-    # ---- the edges the daemon's Worker leaves to us ---------------------------------------------
+    # ---- the edges WorkerDaemon leaves to us --------------------------------------------------------
 
     def _write(self, data: bytes | list[Any]) -> None:
         self.link.deliver(b"".join(data) if isinstance(data, list) else bytes(data))
@@ -188,8 +188,8 @@ class SimulatedWorker(Worker, WorkerProcess):
             self._execute_here(sub)
 
     def _execute_here(self, sub: Any) -> None:
-        saved = onnode_context._current
-        onnode_context.set_instance_info(self.info)
+        saved = onnode_instance._current
+        onnode_instance.set_instance_info(self.info)
         output = _shared_output()
         running, output.worker = output.worker, self
         try:
@@ -197,7 +197,7 @@ class SimulatedWorker(Worker, WorkerProcess):
                 self.execute(sub)  # (flushes both streams when the task ends)
         finally:
             output.worker = running
-            onnode_context.set_instance_info(saved)
+            onnode_instance.set_instance_info(saved)
 
     def _label(self) -> str:
         return f"node {self.info.node}" if self.info is not None else "?"

@@ -1,6 +1,6 @@
 """The queue agent of a named pool: runs its jobs one after another, whoever submitted them.
 
-    python -m skyhive.runtime.clusters.agent NAME
+    python -m skyhive.runtime.commands.agent NAME
 
 `skyhive launch -c` and `skyhive exec` only queue a job (`jobs.submit`) and make sure an agent runs
 (`ensure_agent`); with `-d` they return at once, else they follow the job's log. The agent is a
@@ -33,12 +33,12 @@ from typing import IO, Any
 
 import anyio
 
-from ..commands.steps import run_steps
-from . import jobs as jobq
-from . import record as records
-from .procs import lock_holder
+from .steps import run_steps
+from ..clusters import jobs as jobq
+from ..clusters import record as records
+from ..clusters.jobs import agent_lock_path, agent_pid
 
-log = logging.getLogger("skyhive.clusters.agent")
+log = logging.getLogger("skyhive.commands.agent")
 
 __all__ = ["ensure_agent", "agent_pid", "run_job", "main"]
 
@@ -46,20 +46,11 @@ _POLL = 0.3  # seconds between looks for a cancel request
 _PROBE_PATIENCE = 5.0  # seconds a starting agent waits for a lock held without a pid (see `_take`)
 
 
-def _lock_path(name: str) -> str:
-    return str(records.cluster_dir(name, create=True) / "agent.lock")
-
-
-def agent_pid(name: str) -> int | None:
-    """The pid of the pool's running agent, or None."""
-    return lock_holder(_lock_path(name))
-
-
 def ensure_agent(name: str) -> None:
     """Start the pool's agent unless one runs (it exits once it has nothing to do)."""
     if agent_pid(name) is not None:
         return
-    out = subprocess.run([sys.executable, "-m", "skyhive.runtime.clusters.agent", name], stdin=subprocess.DEVNULL,
+    out = subprocess.run([sys.executable, "-m", "skyhive.runtime.commands.agent", name], stdin=subprocess.DEVNULL,
                          capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         raise RuntimeError(f"pool {name!r}: the job agent did not start: {(out.stderr or out.stdout).strip()[-2000:]}")
@@ -207,10 +198,10 @@ def _take(fd: int, patience: float = _PROBE_PATIENCE) -> bool:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        sys.stderr.write("usage: python -m skyhive.runtime.clusters.agent NAME\n")
+        sys.stderr.write("usage: python -m skyhive.runtime.commands.agent NAME\n")
         return 2
     name = records.check_name(args[0])
-    fd = os.open(_lock_path(name), os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(agent_lock_path(name), os.O_RDWR | os.O_CREAT, 0o600)
     if not _take(fd):
         sys.stdout.write(json.dumps({"already": True}) + "\n")
         return 0

@@ -56,7 +56,7 @@ def spell(ranges: Any) -> list[str]:
 def endpoints(name: str) -> list[dict[str, Any]]:
     """The named pool's ports and how each is reached from here: {"port", "node", "how"} per port
     (a range: its first port)."""
-    from ..clusters import record as records
+    from . import record as records
 
     rec = records.load(name)
     out = []

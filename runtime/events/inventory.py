@@ -29,11 +29,11 @@ from ...errors import PoolInUse, PoolNotFound
 from ...protocol.info import ENV_VAR
 from ...providers.base import ProvisionError
 from ...providers.registry import from_description
-from ..events.lifecycle import NodeState, check_transition
+from .lifecycle import NodeState, check_transition
 from ...paths import state_dir
-from ..events.state import PoolState, fold
-from ..events.types import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
-from ..onnode.procfs import proc_stat
+from .state import PoolState, fold
+from .types import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
+from ..common.procfs import proc_stat
 
 __all__ = ["PoolNotFound", "PoolInUse", "LogTail", "PoolEntry", "DownReport", "pools_dir", "read", "scan",
            "find", "client_of", "down", "owned_summary", "DOWN_REASON"]
