@@ -13,9 +13,10 @@ its object a `NodeKind` (or a bare factory), loaded when a node of that kind fir
 `register_transport(kind, factory, bootstrap=...)` does the same in code (a test, a program that
 defines its kind inline); a registration in code wins over an entry point of the same name.
 `factory(handle, ctx)` returns a `Transport` for the node (`ctx` is the node's `NodeContext`);
-`bootstrap(ctx, node, transport)` prepares the node's environment and returns the detail recorded with
-the node's `ready` event ("cached", "built in 3.1 s", or ""). Without a bootstrap the node is taken as
-ready to run workers. Factories may be given as "module:attribute" strings, imported on first use (so
+`bootstrap(ctx, node, transport)` prepares the node's environment and returns a `Prepared`: the detail
+recorded with the node's `ready` event ("cached", "built in 3.1 s", or "") and the `NodeEnv` handed to the
+transport (`Transport.use_env`); an older bootstrap may return the detail alone. Without a bootstrap the
+node is taken as ready to run workers. Factories may be given as "module:attribute" strings, imported on first use (so
 declaring "ssh" does not import asyncssh).
 
 A kind is declared once, as a `NodeKind` (`TransportKind` is its older name, kept for the packages that
