@@ -93,7 +93,7 @@ async def _script(shell: Shell, spec: dict[str, Any], *, python: str, env: dict[
                   on_step: Any, timeout: float, redact: Any, limit: str = "Settings.start_timeout") -> tuple[bool, str]:
     """Run the node-side script; (cached, output). Raises `SetupFailed` with its error and output, or
     naming the step (and pip's package) it was at when it ran past `timeout` (the setting `limit`)."""
-    out = ScriptOutput(on_step, where=shell.where)
+    out = ScriptOutput(on_step, where=shell.label)
     command = f"exec {shlex.quote(python)} -c {shlex.quote(SCRIPT)} {shlex.quote(json.dumps(spec))}"
     try:
         result = await shell.run(command, env=env, timeout=timeout,
@@ -131,7 +131,7 @@ async def prepare_remote(ctx: NodeContext, node: int, shell: Shell) -> Prepared:
     the node and its host."""
 
     def step(text: str) -> None:  # logged, and shown by the pool's provisioning display
-        log.info("node %d (%s): %s", node, shell.where, text)
+        log.info("node %d (%s): %s", node, shell.label, text)
         ctx.log.emit(NodeProgress, node=node, detail=text)
 
     started = time.monotonic()
@@ -148,7 +148,7 @@ async def prepare_remote(ctx: NodeContext, node: int, shell: Shell) -> Prepared:
         outcome = f"failed: {str(exc).splitlines()[0]}"
         raise
     finally:
-        log.info("node %d (%s): %s (%.2f s)", node, shell.where, outcome, time.monotonic() - started)
+        log.info("node %d (%s): %s (%.2f s)", node, shell.label, outcome, time.monotonic() - started)
 
 
 async def _start_watchdog(shell: Shell, *, python: str, rt_dir: str, state_dir: str) -> None:

@@ -59,8 +59,10 @@ class Shell(abc.ABC):
     """One node as bootstrap sees it. Subclasses implement `run` and `put`; the attributes are facts
     about the node, with the defaults of a node that shares nothing with this machine."""
 
-    #: the node in messages ("host alice@10.0.0.5", "node 2 (fake-exec)")
+    #: the node in messages ("host alice@10.0.0.5", "fake exec node 2")
     where: str = "the node"
+    #: the node in log lines, one word ("alice@10.0.0.5:2222")
+    label: str = "node"
     #: the host named by the errors bootstrap raises (`ProvisionError.host`), None for none
     host: str | None = None
     #: the interpreter the node's configuration names (None: bootstrap looks for python3.X, then python3)

@@ -67,6 +67,7 @@ class SSHShell(Shell):
         reach = transport.reach
         self.transport = transport
         self.where = f"host {transport.where}"
+        self.label = transport.where
         self.host = reach.host
         self.python = reach.python
         self.ready_command = reach.ready_command or None

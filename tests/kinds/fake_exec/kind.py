@@ -117,6 +117,7 @@ class FakeExecShell(Shell):
     def __init__(self, home: str, node: int) -> None:
         self.home = home
         self.where = f"fake exec node {node}"
+        self.label = f"fake-exec-{node}"
         self.python = node_python()
 
     async def run(self, command: str, *, env: Mapping[str, str] | None = None, timeout: float | None = None,
