@@ -5,7 +5,6 @@ declare themselves as a third party's would (`NodeKind`, `same_machine`)."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
