@@ -80,17 +80,77 @@ class Stamp:
 
 def stamp():
     return Stamp()
+
+
+# ---- "tinyshell": tinycloud's VMs that do not share the client's Python; skyhive's bootstrap prepares
+# them over the Shell their transport gives (a VM's home is a directory the test owns)
+
+import sys
+
+from skyhive.runtime.kinds.local.shell import LocalShell, run_here
+from skyhive.runtime.kinds.local.transport import LocalTransport
+from skyhive.runtime.nodes.registry import BOOTSTRAP_OVER_SHELL, NodeKind
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TinyShellReach(Reach):
+    kind: ClassVar[str] = "tinyshell"
+    home: str
+
+
+class TinyShell(LocalShell):
+    """A tinyshell VM's commands: `sh -c` in its home, with HOME there; its Python named, not this one."""
+
+    same_machine = False
+
+    def __init__(self, home):
+        super().__init__(where=f"tinyshell VM {home}", cwd=home)
+        self.python = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+    async def run(self, command, *, env=None, timeout=None, on_line=None, lifeline=False):
+        return await run_here(command, env={**(env or {}), "HOME": self.cwd}, timeout=timeout, cwd=self.cwd,
+                              on_line=on_line, lifeline=lifeline)
+
+
+class TinyShellTransport(LocalTransport):
+    def __init__(self, home, redact):
+        super().__init__(cwd=home, redact=redact)
+        self.home = home
+
+    def shell(self):
+        return TinyShell(self.home)
+
+
+def tinyshell_transport(handle, ctx):
+    return TinyShellTransport(handle.reach.home, ctx.log.redact)
+
+
+TINYSHELL = NodeKind("tinyshell", tinyshell_transport, bootstrap=BOOTSTRAP_OVER_SHELL)
+
+
+class TinyShellCloud(TinyCloud):
+    name = "tinyshell"
+
+    async def launch(self, spec, nodes):
+        handles = await super().launch(spec, nodes)
+        homes = _vms().parent / "homes"
+        for h in handles:  # a VM's disk outlives the pool (a second pool finds its environment built)
+            (homes / f"vm-{h.node}").mkdir(parents=True, exist_ok=True)
+        return [NodeHandle(node=h.node, provider_id=h.provider_id, private_addr=h.private_addr,
+                           reach=TinyShellReach(home=str(homes / f"vm-{h.node}"))) for h in handles]
 '''
 
 ENTRY_POINTS = '''\
 [skyhive.providers]
 tinycloud = tinycloud:TinyCloud
+tinyshell = tinycloud:TinyShellCloud
 
 [skyhive.plugins]
 stamp = tinycloud:stamp
 
 [skyhive.transports]
 tinykind = tinycloud:tiny_transport
+tinyshell = tinycloud:TINYSHELL
 '''
 
 
@@ -166,6 +226,30 @@ def test_a_third_party_plugin_is_a_factory_under_sky_plugins(tinycloud):
 
     with sky.Pool(nodes=1, plugins=[sky.plugins.stamp()]) as pool:
         assert pool.run(stamp) == "stamped"
+
+
+@pytest.mark.anyio
+async def test_a_third_party_kind_gets_skyhives_bootstrap_over_its_shell(tinycloud):
+    """Its kind declares skyhive's bootstrap (`BOOTSTRAP_OVER_SHELL`) and its transport a `Shell`: an
+    Image's variables and setup reach its VMs (the runtime shipped, the setup run there, the content cache
+    hit by a second pool) with no edit of skyhive — and no transport class of skyhive's asked about."""
+    from skyhive.providers import registry
+
+    def seen() -> tuple[str, str, str]:
+        with open("setup-saw") as fh:  # workers start in the VM's home, as bootstrap found it
+            return os.getcwd(), os.environ["TINY_GREETING"], fh.read().strip()
+
+    image = sky.Image(env={"TINY_GREETING": "hi"}, setup=['echo "$TINY_GREETING from setup" > "$HOME/setup-saw"'])
+    details = []
+    for _ in range(2):
+        async with sky.Pool(provider=registry.from_cli("tinyshell"), nodes=2, image=image) as pool:
+            homes = [str(tinycloud.parent / "homes" / f"vm-{i}") for i in range(2)]
+            assert await pool.broadcast(seen) == [(h, "hi", "hi from setup") for h in homes]
+            details.append([e.detail for e in pool._runtime.log.recent
+                            if isinstance(e, NodeStateChanged) and e.state == "ready"])
+    assert all(" built in " in d for d in details[0]) and len(details[0]) == 2, details
+    assert all(" cached " in d for d in details[1]) and len(details[1]) == 2, details
+    assert list(tinycloud.iterdir()) == []  # the VMs were terminated
 
 
 def test_a_provider_that_is_not_built_yet_says_so(tmp_path, monkeypatch, capsys):

@@ -136,7 +136,7 @@ def test_the_client_does_not_import_the_worker_daemon():
 def test_the_node_actor_does_not_know_the_pool_actor():
     g = graph()
     assert "skyhive.runtime.actors.pool_actor" not in g["skyhive.runtime.actors.node"]
-    assert not any(t.startswith("skyhive.runtime.actors.pool") for t in g["skyhive.runtime.kinds.ssh.bootstrap"])
+    assert not any(t.startswith("skyhive.runtime.actors.pool") for t in g["skyhive.runtime.bootstrap.remote"])
 
 
 def test_a_framework_plugin_does_not_import_another_plugin():

@@ -1,1 +1,5 @@
-"""Preparing a node to run workers: a check for Local nodes, wheels and an environment for SSH and cloud nodes."""
+"""Preparing any node to run workers, over its `Shell` (`runtime/nodes/shell.py`): `node.py` (the
+bootstrap a kind declares), `remote.py` (a node with a Python of its own: runtime wheels and the Image's
+environment, cached by content hash), `here.py` (a node sharing this machine's Python: the Image checked,
+or built here), `envkey.py` (the cache key), `wheels.py` (the wheels shipped), `script.py` (what runs on
+the node, standard library only), `output.py` (reading the script's output)."""

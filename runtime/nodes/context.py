@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ...plugins.image import Image
@@ -21,10 +21,22 @@ if TYPE_CHECKING:
     from ..events.log import EventLog
     from ..common.settings import Settings
     from ..common.shm import MemfdPool
-    from ..actors.channel import WorkerChannel
-    from ..actors.loss import LossPolicy
 
-__all__ = ["NodeContext"]
+__all__ = ["NodeContext", "LossPolicy", "WorkerChannel"]
+
+
+class LossPolicy(Protocol):
+    """What a lost worker means to its pool, as a node sees it (`actors/loss.py` implements it): the SDK
+    declares only what it calls, so it imports nothing above it."""
+
+    def note(self, node: Any) -> str: ...
+    def take_over(self, node: Any, rank: int, reason: str, cause: BaseException | None) -> bool: ...
+    def replacing(self, index: int | None = None) -> bool: ...
+
+
+#: One worker's protocol connection (`actors/channel.py: WorkerChannel`), opaque to the SDK: the pool's
+#: callbacks take it as they got it.
+WorkerChannel = Any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -5,22 +5,29 @@ actor looks the reach's `kind` up here to make the node's `Transport` and to boo
 new kind of node (a Slurm allocation, a simulated node) is a reach class, a transport and one
 declaration, with no edit of the runtime. Every kind — the built-in ones in `runtime/kinds/<kind>/`
 too — is found through the entry-point group `skyhive.transports`: the entry point's name is the kind,
-its object a `TransportKind` (or a bare factory), loaded when a node of that kind first appears:
+its object a `NodeKind` (or a bare factory), loaded when a node of that kind first appears:
 
     [project.entry-points."skyhive.transports"]
-    mykind = "mypackage.kind:KIND"       # KIND = TransportKind("mykind", "mypackage.transport:factory")
+    mykind = "mypackage.kind:KIND"       # KIND = NodeKind("mykind", "mypackage.transport:factory")
 
 `register_transport(kind, factory, bootstrap=...)` does the same in code (a test, a program that
 defines its kind inline); a registration in code wins over an entry point of the same name.
 `factory(handle, ctx)` returns a `Transport` for the node (`ctx` is the node's `NodeContext`);
-`bootstrap(ctx, node, transport)` prepares the node's environment and returns the detail recorded with
-the node's `ready` event ("cached", "built in 3.1 s", or ""). Without a bootstrap the node is taken as
-ready to run workers. Factories may be given as "module:attribute" strings, imported on first use (so
+`bootstrap(ctx, node, transport)` prepares the node's environment and returns a `Prepared`: the detail
+recorded with the node's `ready` event ("cached", "built in 3.1 s", or "") and the `NodeEnv` handed to the
+transport (`Transport.use_env`); an older bootstrap may return the detail alone. Without a bootstrap the
+node is taken as ready to run workers. Factories may be given as "module:attribute" strings, imported on first use (so
 declaring "ssh" does not import asyncssh).
+
+A kind is declared once, as a `NodeKind` (`TransportKind` is its older name, kept for the packages that
+use it): the reach kind, the transport factory, the bootstrap (skyhive's own, `BOOTSTRAP_OVER_SHELL`,
+prepares any node over the transport's `Shell`), and whether its nodes share this machine's Python and
+files (`same_machine`: what a plugin or `skyhive launch` asks instead of "is this Local?").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -32,51 +39,71 @@ from ...providers.base import NodeHandle, ProvisionError
 
 if TYPE_CHECKING:
     from .context import NodeContext
+    from .shell import Prepared
     from .transport import Transport
 
 log = logging.getLogger("skyhive.transport")
 
-__all__ = ["TransportKind", "TransportFactory", "Bootstrap", "register_transport", "unregister_transport",
-           "transport_kind", "kinds",
+__all__ = ["NodeKind", "TransportKind", "TransportFactory", "Bootstrap", "register_transport",
+           "unregister_transport", "transport_kind", "node_kind", "kinds", "BOOTSTRAP_OVER_SHELL",
            "ENTRY_POINT_GROUP"]
 
 TransportFactory = Callable[[NodeHandle, "NodeContext"], "Transport"]
-Bootstrap = Callable[["NodeContext", int, "Transport"], Awaitable[str]]
+#: `bootstrap(ctx, node, transport)`: a `Prepared` (the `ready` detail and the workers' `NodeEnv`), or
+#: the detail alone (a bootstrap that sets its transport up itself)
+Bootstrap = Callable[["NodeContext", int, "Transport"], Awaitable["Prepared | str"]]
 
 #: Entry-point group through which other packages add reach kinds.
 ENTRY_POINT_GROUP = "skyhive.transports"
 
+#: skyhive's bootstrap, for any kind whose transport has a `Shell` (`Transport.shell()`): the Image's
+#: environment built on the node over it (runtime wheels, venv, pip, env, setup; cached by content), or —
+#: for a node that shares this machine's Python (`Shell.same_machine`) — checked or built here
+BOOTSTRAP_OVER_SHELL = "skyhive.runtime.bootstrap.node:bootstrap_node"
+
 
 @dataclass(frozen=True, slots=True)
-class TransportKind:
-    """How nodes of one reach kind are served: a transport factory and, optionally, a bootstrap."""
+class NodeKind:
+    """One kind of node, declared once: how its nodes are reached (`kind`, the `Reach.kind` of its
+    provider's handles), the transport factory, the bootstrap (None: nodes are ready as they come), and
+    whether its nodes share this machine's Python and files (`same_machine`: Local; never a remote host)."""
 
     kind: str
     factory: TransportFactory | str
     bootstrap: Bootstrap | str | None = None
+    same_machine: bool = False
 
     def make_transport(self, handle: NodeHandle, ctx: NodeContext) -> Transport:
         """The transport for `handle`'s node."""
         return _resolve(self.factory, self.kind)(handle, ctx)  # type: ignore[no-any-return]
 
     async def bootstrap_node(self, ctx: NodeContext, node: int, transport: Transport) -> str:
-        """Prepare the node's environment; the detail for its `ready` event."""
+        """Prepare the node's environment, hand it to the transport (`Transport.use_env`); the detail
+        for its `ready` event."""
         if self.bootstrap is None:
             return ""
-        return await _resolve(self.bootstrap, self.kind)(ctx, node, transport)  # type: ignore[no-any-return]
+        done = await _resolve(self.bootstrap, self.kind)(ctx, node, transport)
+        if isinstance(done, str):  # a bootstrap that set its transport up itself
+            return done
+        if done.env is not None:
+            await transport.use_env(done.env)
+        return str(done.detail)
 
 
-_KINDS: dict[str, TransportKind] = {}
+#: The older name of `NodeKind` (packages declare their kinds with it).
+TransportKind = NodeKind
+
+_KINDS: dict[str, NodeKind] = {}
 _entry_points_loaded = False
 
 
 def register_transport(kind: str, factory: TransportFactory | str, *,
-                       bootstrap: Bootstrap | str | None = None) -> TransportKind:
+                       bootstrap: Bootstrap | str | None = None, same_machine: bool = False) -> NodeKind:
     """Serve nodes whose reach has `kind` with `factory` (and `bootstrap`). Registering a kind again
     replaces it (the last registration wins). Returns the registered entry."""
     if not kind or not isinstance(kind, str):
         raise ValueError(f"register_transport: kind must be a non-empty string, not {kind!r}")
-    entry = TransportKind(kind, factory, bootstrap)
+    entry = NodeKind(kind, factory, bootstrap, same_machine)
     _KINDS[kind] = entry
     return entry
 
@@ -93,14 +120,20 @@ def kinds() -> list[str]:
     return sorted(_KINDS)
 
 
-def transport_kind(handle: NodeHandle) -> TransportKind:
-    """The registered entry for `handle.reach.kind`; raises `ProvisionError` naming the node if none."""
-    kind = type(handle.reach).kind
+def node_kind(kind: str) -> NodeKind | None:
+    """The declaration of reach kind `kind` (registered in code, else from its entry point), or None."""
     entry = _KINDS.get(kind)
     if entry is None:
         for ep in entry_points(group=ENTRY_POINT_GROUP, name=kind):
             _load(ep)
         entry = _KINDS.get(kind)
+    return entry
+
+
+def transport_kind(handle: NodeHandle) -> NodeKind:
+    """The registered entry for `handle.reach.kind`; raises `ProvisionError` naming the node if none."""
+    kind = type(handle.reach).kind
+    entry = node_kind(kind)
     if entry is None:
         raise ProvisionError(
             f"node {handle.node}: no transport is registered for reach kind {kind!r} "
@@ -137,9 +170,9 @@ def _load(ep: Any) -> None:
     except Exception as exc:  # noqa: BLE001 - a broken plugin package must not break other kinds
         log.warning("entry point %s = %s (group %s) failed to load: %s", ep.name, ep.value, ENTRY_POINT_GROUP, exc)
         return
-    if isinstance(obj, TransportKind):
-        _KINDS[ep.name] = TransportKind(ep.name, obj.factory, obj.bootstrap)
+    if isinstance(obj, NodeKind):
+        _KINDS[ep.name] = dataclasses.replace(obj, kind=ep.name)
     elif callable(obj):
-        _KINDS[ep.name] = TransportKind(ep.name, obj)
+        _KINDS[ep.name] = NodeKind(ep.name, obj)
     else:
-        log.warning("entry point %s (group %s) is neither a TransportKind nor a factory", ep.name, ENTRY_POINT_GROUP)
+        log.warning("entry point %s (group %s) is neither a NodeKind nor a factory", ep.name, ENTRY_POINT_GROUP)

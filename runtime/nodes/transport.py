@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import socket
 from typing import Any, Protocol
 
+from .shell import CommandResult, NodeEnv, Shell
+
 __all__ = ["Receiver", "Link", "WorkerProcess", "CommandResult", "CollectionsReach", "Transport"]
 
 
@@ -84,14 +86,6 @@ class WorkerProcess(abc.ABC):
 
 
 @dataclass(frozen=True, slots=True)
-class CommandResult:
-    command: str
-    exit_status: int
-    stdout: str
-    stderr: str
-
-
-@dataclass(frozen=True, slots=True)
 class CollectionsReach:
     """Where a node's workers reach the pool's collections (`sky.dict` & co., runtime/collections/)."""
 
@@ -118,6 +112,20 @@ class Transport(abc.ABC):
     def worker_python(self) -> str:
         """The interpreter that runs workers on the node (bootstrap may still replace it)."""
         return "python3"
+
+    #: what bootstrap prepared on the node (set by `use_env`), None before or without a bootstrap
+    node_env: NodeEnv | None = None
+
+    def shell(self) -> Shell:
+        """The node's `Shell`, through which bootstrap prepares it (`runtime/bootstrap/`). Default: none,
+        so a kind whose transport has no shell cannot use skyhive's bootstrap (it may declare its own, or
+        none)."""
+        raise NotImplementedError(f"{type(self).__name__} has no shell: its kind cannot use skyhive's bootstrap")
+
+    async def use_env(self, env: NodeEnv) -> None:
+        """Run the node's workers with what bootstrap prepared (`env`). Default: kept as `node_env`, for
+        `start_worker` to read."""
+        self.node_env = env
 
     @abc.abstractmethod
     async def start_worker(

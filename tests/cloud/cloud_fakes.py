@@ -126,11 +126,11 @@ def _staged_transport(handle: NodeHandle, ctx: Any) -> _StagedTransport:
     return _StagedTransport(_STAGED[handle.reach.pool_id], redact=ctx.log.redact)
 
 
-async def _staged_bootstrap(ctx: Any, node: int, transport: _StagedTransport) -> str:
-    from skyhive.runtime.kinds.local.bootstrap import bootstrap_local
+async def _staged_bootstrap(ctx: Any, node: int, transport: _StagedTransport) -> Any:
+    from skyhive.runtime.bootstrap.node import bootstrap_node
 
     await transport.provider._stage("bootstrapping")
-    return await bootstrap_local(ctx, node, transport)
+    return await bootstrap_node(ctx, node, transport)
 
 
 register_transport("staged-local", _staged_transport, bootstrap=_staged_bootstrap)

@@ -55,11 +55,12 @@ class _NotReadyTransport:
 
 
 def test_bootstrap_stops_when_the_node_is_not_ready():
-    from skyhive.runtime.kinds.ssh import bootstrap as remote
+    from skyhive.runtime.bootstrap import remote
+    from skyhive.runtime.kinds.ssh.shell import SSHShell
 
     ctx = types.SimpleNamespace(image=None, settings=types.SimpleNamespace(start_timeout=30),
                                 log=types.SimpleNamespace(redact=lambda s: s))
     transport = _NotReadyTransport()
     with pytest.raises(BootstrapError, match="not ready \\(exit 3\\).*no working NVIDIA driver"):
-        anyio.run(remote._bootstrap, ctx, 0, transport, lambda text: None)
+        anyio.run(remote._bootstrap, ctx, 0, SSHShell(transport), lambda text: None)
     assert transport.commands == [transport.reach.ready_command]  # no probe, no environment built

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ....providers.base import LocalReach, NodeHandle
+from ...nodes.shell import NodeEnv, Shell
 from ...nodes.transport import CollectionsReach, CommandResult, Receiver, Transport, WorkerProcess
 from ...common.shm import ENV_VAR as SHM_ENV_VAR
 from ...common.shm import socket_pair
@@ -263,6 +264,21 @@ class LocalTransport(Transport):
 
     def worker_python(self) -> str:
         return self.python
+
+    def shell(self) -> Shell:
+        """This machine: bootstrap checks the Image against this Python, or builds it here (`build_env`)."""
+        from .shell import LocalShell
+
+        return LocalShell(cwd=self.cwd, build_env=self.build_env)
+
+    async def use_env(self, env: NodeEnv) -> None:
+        """Workers run the interpreter and path bootstrap prepared (`python -P`: its runtime first)."""
+        self.node_env = env
+        self.python = env.python
+        if env.pythonpath:
+            self.worker_env = {"PYTHONPATH": os.pathsep.join(env.pythonpath)}
+        if env.cwd:
+            self.cwd = env.cwd
 
     async def reach_collections(self, client_path: str) -> CollectionsReach | str:
         """Workers on this machine reach the client's socket itself."""

@@ -4,7 +4,8 @@ Each worker is one job step, `srun --jobid J -w NODE -N1 -n1 --overlap -u python
 skyhive.runtime.worker`: srun carries its stdin/stdout byte for byte, so they are the protocol pipe, as
 with the Local transport (whose pipe machinery this reuses). `--overlap` lets the steps share the
 allocation (the holding job keeps it) and each other's CPUs and GPUs. The environment (`COMPUTE_POOL`,
-the image's variables) travels with srun (`--export=ALL`, its default).
+the image's variables) travels with srun (`--export=ALL`, its default). The pipes are a `LocalTransport`'s,
+held (not inherited): `SrunTransport` is a transport of its own kind.
 
 GPUs: every step on a node sees all the GPUs Slurm gave the job there (`CUDA_VISIBLE_DEVICES` as Slurm
 sets it). With several workers per node, worker `local_rank` keeps its share of that list, in Slurm's
@@ -36,7 +37,8 @@ import anyio
 
 from ....protocol.info import ENV_VAR
 from ....providers.slurm import SlurmReach
-from ...nodes.transport import CollectionsReach, CommandResult, Receiver, WorkerProcess
+from ...nodes.shell import NodeEnv, Shell
+from ...nodes.transport import CollectionsReach, CommandResult, Receiver, Transport, WorkerProcess
 from ..local.transport import LocalTransport, LocalWorker
 
 __all__ = ["SrunTransport", "srun_argv", "NodeWatch", "SLURM_COLLECTIONS"]
@@ -130,18 +132,32 @@ class NodeWatch:
             worker.kill()
 
 
-class SrunTransport(LocalTransport):
+class SrunTransport(Transport):
     """Mode 1: srun runs on this machine; the worker's pipes are srun's (see the module docstring)."""
 
-    share_memory = False  # the worker runs on a Slurm node, maybe another machine
-
     def __init__(self, reach: SlurmReach, *, redact: Any = None, watch: NodeWatch | None = None) -> None:
-        super().__init__(python=reach.python, cwd=reach.cwd, redact=redact)
+        # the pipes to srun are a Local transport's; no memfds: the worker runs on a Slurm node
+        self.local = LocalTransport(python=reach.python, cwd=reach.cwd, redact=redact)
+        self.local.share_memory = False
         self.reach = reach
         self.watch = watch
 
     def describe(self) -> dict[str, Any]:
         return {"transport": "srun", "job_id": self.reach.job_id, "node": self.reach.node_name}
+
+    def worker_python(self) -> str:
+        return self.local.worker_python()
+
+    def shell(self) -> Shell:
+        """This machine's: the nodes share its file system, so bootstrap checks the Image against this
+        Python, as for Local (never building one: `build_env` off)."""
+        from ..local.shell import LocalShell
+
+        return LocalShell(where=f"Slurm node {self.reach.node_name}", cwd=self.local.cwd, build_env=False)
+
+    async def use_env(self, env: NodeEnv) -> None:
+        self.node_env = env
+        await self.local.use_env(env)
 
     async def reach_collections(self, client_path: str) -> CollectionsReach | str:
         """Not on Slurm nodes: see `SLURM_COLLECTIONS`."""
@@ -149,8 +165,8 @@ class SrunTransport(LocalTransport):
 
     async def start_worker(self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *,
                            label: str) -> LocalWorker:
-        worker = await super().start_worker(srun_argv(self.reach, argv, env), env, receiver,
-                                            label=f"{label} ({self.reach.node_name})")
+        worker = await self.local.start_worker(srun_argv(self.reach, argv, env), env, receiver,
+                                               label=f"{label} ({self.reach.node_name})")
         if self.watch is not None:
             self.watch.start(worker, receiver)
         return worker
@@ -159,5 +175,8 @@ class SrunTransport(LocalTransport):
                   timeout: float | None = None) -> CommandResult:
         """Run a shell command on the node, as one more step of the job."""
         wrapped = shlex.join(srun_argv(self.reach, ["sh", "-c", command]))
-        result = await super().run(wrapped, env=env, timeout=timeout)
+        result = await self.local.run(wrapped, env=env, timeout=timeout)
         return CommandResult(command, result.exit_status, result.stdout, result.stderr)
+
+    async def close(self) -> None:
+        await self.local.close()

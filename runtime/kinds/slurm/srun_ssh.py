@@ -1,13 +1,13 @@
 """srun over SSH (the Slurm provider's Mode 2): the client reaches the cluster through a login node.
 
-`SrunSSHTransport` is the SSH transport to the login node (the same connection code, host key pinned by
-the provider on first contact and carried in the reach), with one change: a worker is not a detached
-daemon on the login node but a job step, `srun --jobid J -w NODE ... python -m skyhive.runtime.worker`,
+`SrunSSHTransport` holds an SSH transport to the login node (the same connection code, host key pinned by
+the provider on first contact and carried in the reach) and differs in its workers: a worker is not a
+detached daemon on the login node but a job step, `srun --jobid J -w NODE ... python -m skyhive.runtime.worker`,
 started in an SSH exec channel whose stdin/stdout are srun's, and so the worker's protocol pipe
 (`SSHPipeWorker`). Closing the channel ends srun, which ends the step; cancelling the job ends all.
 
-Bootstrap is the SSH transport's, on the login node: the environment it builds in the login user's home
-is what the nodes run, as Slurm clusters share home directories between login and compute nodes.
+Bootstrap runs over the login node's shell (`shell()`): the environment it builds in the login user's
+home is what the nodes run, as Slurm clusters share home directories between login and compute nodes.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import asyncssh
 
 from ....providers.slurm import SlurmReach
 from ...common.settings import Settings
-from ...nodes.transport import CollectionsReach, Receiver, WorkerProcess
+from ...nodes.shell import Shell
+from ...nodes.transport import CollectionsReach, CommandResult, Receiver, Transport, WorkerProcess
 from .srun import SLURM_COLLECTIONS, srun_argv
 from ..ssh.transport import NodeEnv, SSHTransport, env_stdin
 
@@ -140,19 +141,42 @@ class SSHPipeWorker(WorkerProcess):
         self._chan.close()
 
 
-class SrunSSHTransport(SSHTransport):
+class SrunSSHTransport(Transport):
     """Mode 2: Slurm's `srun` on the login node over SSH. See the module docstring."""
-
-    can_resume = False
 
     def __init__(self, reach: SlurmReach, *, pool_id: str, settings: Settings | None = None) -> None:
         assert reach.login is not None
-        super().__init__(reach.login, pool_id=pool_id, settings=settings)
+        self.login = SSHTransport(reach.login, pool_id=pool_id, settings=settings)
         self.slurm = reach
+
+    @property
+    def where(self) -> str:
+        return self.login.where
 
     def describe(self) -> dict[str, Any]:
         return {"transport": "srun-ssh", "login": self.where, "job_id": self.slurm.job_id,
                 "node": self.slurm.node_name}
+
+    def worker_python(self) -> str:
+        return self.login.worker_python()
+
+    async def connect(self) -> Any:
+        """The connection to the login node (see `SSHTransport.connect`)."""
+        return await self.login.connect()
+
+    def shell(self) -> Shell:
+        """The login node's: bootstrap builds the Image in its home, which the compute nodes share."""
+        return self.login.shell()
+
+    async def run(self, command: str, *, env: Mapping[str, str] | None = None,
+                  timeout: float | None = None) -> CommandResult:
+        """On the login node."""
+        return await self.login.run(command, env=env, timeout=timeout)
+
+    async def close(self) -> None:
+        """Close the login node's connection (removing the environment bootstrap built, unless kept)."""
+        self.login.node_env = self.node_env
+        await self.login.close()
 
     async def reach_collections(self, client_path: str) -> CollectionsReach | str:
         """Not on Slurm nodes: see `SLURM_COLLECTIONS`."""

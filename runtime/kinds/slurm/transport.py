@@ -1,5 +1,5 @@
-"""Reach kind "slurm" (nodes of a `sky.Slurm` allocation): its transport factory and bootstrap, as
-registered in `registry`. Mode 1 (`SlurmReach.login` is None): srun on this machine (`srun`). Mode 2:
+"""Reach kind "slurm" (nodes of a `sky.Slurm` allocation): its transport factory, as registered in
+`registry` (bootstrap is skyhive's, over the transport's shell). Mode 1 (`SlurmReach.login` is None): srun on this machine (`srun`). Mode 2:
 srun on the login node over SSH (`srun_ssh`)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from .srun import NodeWatch, SrunTransport
 if TYPE_CHECKING:
     from ...nodes.context import NodeContext
 
-__all__ = ["srun_transport", "bootstrap_srun"]
+__all__ = ["srun_transport"]
 
 
 def srun_transport(handle: NodeHandle, ctx: NodeContext) -> Transport:
@@ -29,18 +29,3 @@ def srun_transport(handle: NodeHandle, ctx: NodeContext) -> Transport:
     from .srun_ssh import SrunSSHTransport
 
     return SrunSSHTransport(reach, pool_id=ctx.pool_id, settings=ctx.settings)
-
-
-async def bootstrap_srun(ctx: NodeContext, node: int, transport: Transport) -> str:
-    """The bootstrap registered for reach kind "slurm". Mode 1: the nodes run this interpreter (a
-    shared file system), so the image is checked here as for Local. Mode 2: the SSH bootstrap on the
-    login node, whose home the nodes share."""
-    if isinstance(transport, SrunTransport):
-        from ..local.bootstrap import bootstrap_local
-
-        return await bootstrap_local(ctx, node, transport)
-    from ..ssh.bootstrap import bootstrap_node
-
-    return await bootstrap_node(ctx, node, transport)
-
-

@@ -1,6 +1,6 @@
-"""SSH nodes: hosts reached over SSH (`sky.SSH`, and every cloud's instances)."""
+"""SSH nodes: hosts reached over SSH (`sky.SSH`, and every cloud's instances); bootstrap builds the Image on
+each host over its `SSHShell`."""
 
-from ...nodes.registry import TransportKind
+from ...nodes.registry import BOOTSTRAP_OVER_SHELL, NodeKind
 
-KIND = TransportKind("ssh", "skyhive.runtime.kinds.ssh.transport:ssh_transport",
-                     bootstrap="skyhive.runtime.kinds.ssh.bootstrap:bootstrap_node")
+KIND = NodeKind("ssh", "skyhive.runtime.kinds.ssh.transport:ssh_transport", bootstrap=BOOTSTRAP_OVER_SHELL)

@@ -6,7 +6,7 @@
 - **Host keys pinned**: by `known_hosts=` or `host_key=` when given; otherwise the key seen on first
   contact is pinned for this transport's (the pool's) lifetime, so a reconnect to a different key is
   refused (`HostKeyChanged`, naming the host).
-- **Commands** (`run`): the environment travels on the command's stdin, read and exported by the remote
+- **Commands** (`run`; the host as bootstrap's `Shell`, with SFTP for files: `shell.py`): the environment travels on the command's stdin, read and exported by the remote
   shell before the command runs (`env_stdin`) — never on a command line, which every user of the host
   can read in `ps` (sshd rarely accepts env requests); cancelling or timing out closes the channel,
   which ends the remote command. Commands run with `lifeline=True` also watch their stdin and kill
@@ -30,7 +30,6 @@ import logging
 import os
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -42,6 +41,8 @@ from ....providers.ssh import connect_ssh
 from ....providers.ssh_cluster import KeptSSHReach
 from ...onnode.setup import python_version, skyhive_version
 from ...common.settings import Settings
+from ...nodes.shell import NodeEnv, Shell
+from .shell import SSHShell, register_secrets
 from ...nodes.transport import CollectionsReach, CommandResult, Receiver, Transport, WorkerProcess
 from .collections import CollectionsForward
 from ...nodes.resumable import ResumableLink, WorkerGone
@@ -59,33 +60,6 @@ _SOCKET_PATH_MAX = 100
 _WORKER_IDS = itertools.count(1)  # sun_path holds 108 bytes on Linux (104 on macOS); keep a margin
 
 
-class _RedactSecrets(logging.Filter):
-    """asyncssh logs every command line at INFO: mask secret values, should one ever be part of one."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.values: set[str] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self.values:
-            text = record.getMessage()
-            masked = text
-            for value in sorted(self.values, key=len, reverse=True):
-                masked = masked.replace(shlex.quote(value), "***").replace(value, "***")
-            if masked != text:
-                record.msg, record.args = masked, ()
-        return True
-
-
-_redactor = _RedactSecrets()
-logging.getLogger("asyncssh").addFilter(_redactor)
-
-
-def register_secrets(values: frozenset[str] | set[str]) -> None:
-    """Values that must never appear in a log line."""
-    _redactor.values.update(v for v in values if v)
-
-
 #: Reads the byte count, then exactly that many bytes of `export K='v'` lines, from stdin, and runs them.
 _READ_ENV = 'IFS= read -r _skyhive_n && eval "$(head -c "$_skyhive_n")" && '
 
@@ -101,18 +75,6 @@ def env_stdin(env: Mapping[str, str] | None) -> tuple[str, str]:
         raise ValueError(f"environment variable names must be shell identifiers: {', '.join(map(repr, bad))}")
     block = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     return _READ_ENV, f"{len(block.encode())}\n{block}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NodeEnv:
-    """What bootstrap prepared on the node: the interpreter and paths the worker runs with."""
-
-    python: str
-    home: str
-    pythonpath: tuple[str, ...] = ()
-    cwd: str | None = None
-    run_dir: str = ""
-    env_dir: str = ""
 
 
 class _Client(asyncssh.SSHClient):
@@ -180,6 +142,10 @@ class SSHTransport(Transport):
 
     def worker_python(self) -> str:
         return self.reach.python or "python3"
+
+    def shell(self) -> Shell:
+        """The host over this connection: bootstrap builds the Image there (`runtime/bootstrap/remote.py`)."""
+        return SSHShell(self)
 
     async def connect(self) -> Any:
         """The live connection, opened (again) if needed. Raises `SSHError` subclasses naming the host
@@ -301,14 +267,6 @@ class SSHTransport(Transport):
                 proc.stdin.close()
         status = result.exit_status if result.exit_status is not None else -1
         return CommandResult(command, status, "".join(out), "".join(err))
-
-    async def upload(self, local: Sequence[str], remote_dir: str) -> None:
-        """Copy local files and directories (recursively) into `remote_dir` (created 0700) by SFTP."""
-        conn = await self.connect()
-        async with conn.start_sftp_client() as sftp:
-            await sftp.makedirs(remote_dir, attrs=asyncssh.SFTPAttrs(permissions=0o700), exist_ok=True)
-            if local:
-                await sftp.put(list(local), remote_dir, recurse=True, preserve=True)
 
     # ---- workers -----------------------------------------------------------------------------------
 

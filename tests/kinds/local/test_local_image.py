@@ -10,7 +10,7 @@ from importlib import metadata
 import pytest
 
 import skyhive as sky
-from skyhive.runtime.kinds.local.bootstrap import check_local_image
+from skyhive.runtime.bootstrap.here import check_local_image
 
 PYTEST = metadata.version("pytest")
 
@@ -322,7 +322,7 @@ def test_the_environment_key_ignores_skyhives_per_pool_variables():
     # Image's env): that must not make each pool build its environment again
     import types
 
-    from skyhive.runtime.kinds.ssh.bootstrap import env_key
+    from skyhive.runtime.bootstrap.envkey import env_key
 
     pool = types.SimpleNamespace(provider=sky.Local(), accelerator=None)
     image = sky.Image(pip=["skyhive-probe-pkg==1.2.3"])

@@ -13,7 +13,7 @@ import pytest
 
 import skyhive as sky
 from skyhive.providers.ssh import AuthenticationFailed, HostKeyChanged, HostUnreachable
-from skyhive.runtime.kinds.ssh.bootstrap import PythonMismatch, SetupFailed
+from skyhive.errors import PythonMismatch, SetupFailed
 from tests.infra.sshd import DEFAULT_USER, find_free_port, process_alive
 from tests.kinds.ssh.test_ssh_pool import ssh_for
 

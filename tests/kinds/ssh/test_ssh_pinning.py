@@ -8,7 +8,7 @@ it into `WorkerGone` (retrying cannot help), so the link gives up at once and it
 `HostKeyChanged` message, naming the host — becomes the in-flight call's `WorkerLost` and the
 worker's `lost` event. Restarts meet the same refusal and the node ends `failed`.
 
-Progress (runtime/kinds/ssh/bootstrap.py `_Progress`): each step is a `skyhive.bootstrap` log record
+Progress (runtime/bootstrap/remote.py): each step is a `skyhive.bootstrap` log record
 `node N (user@host:port): STEP`, always; on a terminal (`sys.stderr.isatty()`) a rich `Progress`
 shows a line per node. The event log only carries the node states (connecting, bootstrapping, ready
 with the outcome as detail), not the steps.

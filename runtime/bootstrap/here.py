@@ -1,5 +1,8 @@
-"""The Local provider's "bootstrap": workers use this interpreter, so check the image can run here:
-every package installed, at a version the image allows (a pin is honoured or refused, never ignored)."""
+"""Bootstrap a node that shares this machine's Python and files (`Shell.same_machine`: Local, Slurm over a
+shared file system): its workers use this interpreter, so check the image can run here — every package
+installed, at a version the image allows (a pin is honoured or refused, never ignored) — or, where the
+shell allows it (`Shell.build_env`), build the Image's environment here with the node-side script the
+remote bootstrap runs, once per content hash."""
 
 from __future__ import annotations
 
@@ -23,21 +26,22 @@ import anyio
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from ....errors import SetupFailed
-from ....providers.base import ProvisionError
-from ....paths import private_dir
-from ...events.types import NodeProgress
-from .transport import LocalTransport
-from ...bootstrap.output import ScriptOutput
+from ...errors import SetupFailed
+from ...providers.base import ProvisionError
+from ...paths import private_dir
+from ..events.types import NodeProgress
+from ..nodes.shell import NodeEnv, Prepared, Shell
+from .envkey import SCRIPT, env_key
+from .output import ScriptOutput
+from .wheels import runtime_wheels
 
 if TYPE_CHECKING:
-    from ....plugins.image import Image
-    from ...nodes.context import NodeContext
-    from ...nodes.transport import Transport
+    from ...plugins.image import Image
+    from ..nodes.context import NodeContext
 
 log = logging.getLogger(__name__)
 
-__all__ = ["bootstrap_local", "check_local_image", "image_problems", "build_local_env", "import_name"]
+__all__ = ["prepare_here", "check_local_image", "image_problems", "build_local_env", "import_name"]
 
 # distributions whose import name differs from the project name
 _IMPORT_NAMES = {
@@ -96,15 +100,15 @@ def _problem(req: str) -> str | None:
     return None
 
 
-async def bootstrap_local(ctx: NodeContext, node: int, transport: Transport) -> str:
-    """The bootstrap registered for reach kind "local": this Python when it satisfies the Image (the
-    fast path, no detail); else the Image's environment built once (cached by content hash; the
-    default, `Local(build_env=False)` turns it off); else `ProvisionError` naming what differs."""
-    build = isinstance(transport, LocalTransport) and transport.build_env
-    if not build or not image_problems(ctx.image):
+async def prepare_here(ctx: NodeContext, node: int, shell: Shell) -> Prepared:
+    """Bootstrap a node that shares this machine's Python: this Python when it satisfies the Image (the
+    fast path, no detail, the transport's defaults stand); else, where `shell.build_env` allows it, the
+    Image's environment built once (cached by content hash; `Local(build_env=False)` turns it off); else
+    `ProvisionError` naming what differs."""
+    if not shell.build_env or not image_problems(ctx.image):
         check_local_image(ctx.image, node=node)
-        return ""
-    assert isinstance(transport, LocalTransport) and ctx.image is not None
+        return Prepared()
+    assert ctx.image is not None
     _check_python(ctx.image, node=node)
 
     def on_step(text: str) -> None:
@@ -113,8 +117,8 @@ async def bootstrap_local(ctx: NodeContext, node: int, transport: Transport) -> 
 
     try:
         with ctx.building():  # bounded by build_timeout, not by the pool's start_timeout
-            return await build_local_env(ctx.image, transport, node=node, timeout=ctx.settings.build_timeout,
-                                         on_step=on_step)
+            return await build_local_env(ctx.image, node=node, timeout=ctx.settings.build_timeout,
+                                         on_step=on_step, cwd=shell.cwd, redact=ctx.log.redact)
     except SetupFailed as exc:  # say why there was a build at all: what this Python lacks
         raise SetupFailed(f"{exc}\n(Local builds an environment for this pool because this Python does not "
                           f"satisfy its Image: {'; '.join(image_problems(ctx.image))}; Local(build_env=False) "
@@ -145,14 +149,14 @@ def image_problems(image: Any) -> list[str]:
     return problems
 
 
-async def build_local_env(image: Any, transport: LocalTransport, *, node: int, timeout: float,
-                          on_step: Callable[[str], None] | None = None) -> str:
+async def build_local_env(image: Any, *, node: int, timeout: float, on_step: Callable[[str], None] | None = None,
+                          cwd: str | None = None, redact: Callable[[str], str] | None = None) -> Prepared:
     """Build `image`'s environment under the state directory with the node-side bootstrap script (the
-    one SSH nodes run), once per content hash, and point `transport`'s workers at it. `on_step` hears
-    each step as it starts ("venv", "pip", "setup 1/2"); `timeout` bounds each run of the script."""
+    one remote nodes run), once per content hash; the `NodeEnv` that points workers at it. `on_step`
+    hears each step as it starts ("venv", "pip", "setup 1/2"); `timeout` bounds each run of the script;
+    `cwd` is the workers' directory (on their path after the Image's files)."""
     on_step = on_step or (lambda text: None)
-    from ..ssh.bootstrap import env_key  # the SSH bootstrap's cache key (imported here: it loads asyncssh)
-    from ...bootstrap.wheels import runtime_wheels
+    redact = redact or (lambda text: text)
 
     want = "%d.%d" % sys.version_info[:2]
     # state_dir()/local-envs/{rt,envs}, each 0700 (created so before the script puts anything there)
@@ -164,7 +168,7 @@ async def build_local_env(image: Any, transport: LocalTransport, *, node: int, t
         src = Path(tempfile.mkdtemp(prefix="incoming-", dir=rt_root))
         for path in wheels.paths:  # the script consumes (removes) its source directory
             shutil.copy(path, src / path.name)
-        await _run_script(transport, {"action": "runtime", "dir": str(rt_dir), "src": str(src)}, {},
+        await _run_script(redact, {"action": "runtime", "dir": str(rt_dir), "src": str(src)}, {},
                           node=node, timeout=timeout, on_step=lambda text: on_step(f"runtime: {text}"))
     incoming = ""
     if image.includes and not (env_dir / ".ready").exists():
@@ -176,22 +180,21 @@ async def build_local_env(image: Any, transport: LocalTransport, *, node: int, t
     spec = {"action": "env", "dir": str(env_dir), "incoming": incoming, "python": sys.executable,
             "pip": list(image.pip), "pip_indexes": list(image.pip_indexes),
             "find_links": list(image.find_links), "apt": list(image.apt), "setup": list(image.setup)}
-    cached = await _run_script(transport, spec, image.all_env(), node=node, timeout=timeout, on_step=on_step)
-    if image.pip:
-        transport.python = str(env_dir / "venv" / "bin" / "python")
+    cached = await _run_script(redact, spec, image.all_env(), node=node, timeout=timeout, on_step=on_step)
     # the runtime first; then the Image's files and the working directory (where the user's own
     # modules are), which `python -P` no longer puts in front
-    paths = [str(rt_dir), *([str(env_dir / "files")] if image.includes else []), transport.cwd or os.getcwd()]
-    transport.worker_env = {"PYTHONPATH": os.pathsep.join(paths)}
-    return f"local env {env_dir.name} {'cached' if cached else 'built'}"
+    paths = (str(rt_dir), *([str(env_dir / "files")] if image.includes else []), cwd or os.getcwd())
+    env = NodeEnv(python=str(env_dir / "venv" / "bin" / "python") if image.pip else sys.executable,
+                  pythonpath=paths, env_dir=str(env_dir))
+    return Prepared(f"local env {env_dir.name} {'cached' if cached else 'built'}", env)
 
 
-async def _run_script(transport: LocalTransport, spec: dict[str, Any], env: Mapping[str, str], *,
+async def _run_script(redact: Callable[[str], str], spec: dict[str, Any], env: Mapping[str, str], *,
                       node: int, timeout: float, on_step: Callable[[str], None]) -> bool:
     """Run the bootstrap script here, its steps reported as they start; True when its directory was
     already complete (cached). Raises `SetupFailed` naming the step that failed or ran out of time."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _script_text(), json.dumps(spec), stdin=asyncio.subprocess.PIPE,
+        sys.executable, "-c", SCRIPT, json.dumps(spec), stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, **env},
         start_new_session=True)  # stdin stays open: the lifeline (the script cleans up when it closes)
     assert proc.stdout is not None
@@ -200,7 +203,7 @@ async def _run_script(transport: LocalTransport, spec: dict[str, Any], env: Mapp
     async def read() -> None:
         assert proc.stdout is not None
         async for raw in proc.stdout:
-            out.feed(transport.redact(raw.decode(errors="replace").rstrip("\n")))
+            out.feed(redact(raw.decode(errors="replace").rstrip("\n")))
         await proc.wait()
 
     try:
@@ -237,9 +240,3 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
-
-
-def _script_text() -> str:
-    from ..ssh.bootstrap import _SCRIPT
-
-    return _SCRIPT
