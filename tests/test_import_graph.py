@@ -195,13 +195,6 @@ def rank(folder: str) -> int:
 #: Edges against the layers that other branches of issue 23 remove (the lead deletes each line when
 #: merging them). Module -> module, exactly; nothing else is excused.
 ALLOWED_UPWARD: set[tuple[str, str]] = {
-    # k23b (runtime/nodes/, runtime/bootstrap/, runtime/kinds/): NodeContext names the actors' types
-    ("skyhive.runtime.nodes.context", "skyhive.runtime.actors.channel"),
-    ("skyhive.runtime.nodes.context", "skyhive.runtime.actors.loss"),
-    # k23b: the wheels find skyhive's source through the face package
-    ("skyhive.runtime.bootstrap.wheels", "skyhive"),
-    # k23b: Local bootstrap reuses the SSH bootstrap's script and cache key (bootstrap over a Shell)
-    ("skyhive.runtime.kinds.local.bootstrap", "skyhive.runtime.kinds.ssh.bootstrap"),
 }
 
 #: What the worker daemon and the on-node code may import: the floor, protocol/, runtime/common/ and onnode/;

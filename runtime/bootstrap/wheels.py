@@ -58,9 +58,9 @@ def _write_wheel(target: Path, files: list[tuple[str, bytes]], dist_info: str) -
 
 
 def _source_root() -> Path | None:
-    import skyhive
+    from ... import paths  # skyhive/paths.py: a floor module beside the face package, in skyhive/
 
-    root = Path(skyhive.__file__).resolve().parent.parent
+    root = Path(paths.__file__).resolve().parent.parent
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
         try:
