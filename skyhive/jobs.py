@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from skyhive.runtime.managed.handle import ManagedJob
@@ -30,14 +31,14 @@ T = TypeVar("T")
 
 @overload
 def launch(task: PendingCall[T], *, name: str | None = None, max_restarts_on_errors: int | None = None,
-           provider: Provider | None = None, image: Image | None = None) -> ManagedJob[T]: ...
+           provider: Provider | Sequence[Provider] | None = None, image: Image | None = None) -> ManagedJob[T]: ...
 @overload
 def launch(task: str | os.PathLike[str], *, name: str | None = None, max_restarts_on_errors: int | None = None,
-           provider: Provider | None = None) -> int: ...
+           provider: Provider | Sequence[Provider] | None = None) -> int: ...
 
 
 def launch(task: Any, *, name: str | None = None, max_restarts_on_errors: int | None = None,
-           provider: Provider | None = None, image: Image | None = None) -> Any:
+           provider: Provider | Sequence[Provider] | None = None, image: Image | None = None) -> Any:
     """Submit a managed job and start its controller; it runs without this process.
 
     - A task file (`"train.yaml"`): returns the job's id. `max_restarts_on_errors` overrides the file's
@@ -45,6 +46,8 @@ def launch(task: Any, *, name: str | None = None, max_restarts_on_errors: int | 
       hosts listed beyond the task's `num_nodes` are where a recovery goes) replaces the task's own; it
       is saved with the job for its controller. Raises `TaskFileError` (naming the file) for a task that
       cannot run, before anything is recorded.
+    - `provider` may be a list (`[sky.AWS(region="us-east-1"), sky.AWS(region="us-west-2")]`), tried in
+      order as a pool's is; a recovery tries the region (the candidate) that just lost a node last.
     - A call of a `@sky.compute` function (`train(epochs=3)`): runs it on one node of `provider` (default
       `sky.Local()`, with `image`'s packages and environment) and returns a `ManagedJob` whose `result()`
       (or `await`) gives the function's return value once the job ends. A lost node is recovered (the call
@@ -52,6 +55,11 @@ def launch(task: Any, *, name: str | None = None, max_restarts_on_errors: int | 
       restarted while `max_restarts_on_errors` (default 0) allows, then raised by `result()`.
     """
     from skyhive.runtime.compute import ComputeFunction, PendingCall
+
+    if isinstance(provider, (list, tuple)):
+        from skyhive.providers.fallback import Fallback
+
+        provider = Fallback(provider)
 
     if isinstance(task, ComputeFunction):
         raise TypeError(f"sky.jobs.launch({task.__name__}): call the function to say its arguments: "

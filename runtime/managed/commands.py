@@ -111,9 +111,14 @@ def submit_call(call: Any, *, name: str | None = None, max_restarts_on_errors: i
 
 def _saved(provider: Provider | None) -> Any:
     """The provider as the job keeps it: pickled whole, or — one holding live things (a cloud's driver,
-    locks) — its class and `describe()`, which its `from_description` rebuilds (controller.py)."""
+    locks) — its class and `describe()`, which its `from_description` rebuilds (controller.py); a
+    `Fallback` as its candidates, each kept so."""
+    from ...providers.fallback import Fallback
+
     if provider is None:
         return None
+    if isinstance(provider, Fallback):  # each candidate kept as itself (its own class, not the registry's)
+        return {"fallback": [_saved(p) for p in provider.providers], "order": provider.order}
     try:
         pickle.dumps(provider)
         return provider

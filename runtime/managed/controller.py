@@ -206,6 +206,10 @@ def _rebuilt(saved: Any) -> Any:
     """The provider `commands._saved` kept with the job: itself, or rebuilt from its class and description."""
     if not isinstance(saved, dict):
         return saved
+    if "fallback" in saved:
+        from ...providers.fallback import Fallback
+
+        return Fallback([_rebuilt(p) for p in saved["fallback"]], order=saved.get("order") or "given")
     import importlib
 
     module, _, qualname = str(saved["class"]).partition(":")
