@@ -56,18 +56,20 @@ def launch(task: Any, *, name: str | None = None, max_restarts_on_errors: int | 
     """
     from skyhive.runtime.compute import ComputeFunction, PendingCall
 
+    chosen: Provider | None
     if isinstance(provider, (list, tuple)):
         from skyhive.providers.fallback import Fallback
 
-        provider = Fallback(provider)
-
+        chosen = Fallback(provider)
+    else:
+        chosen = provider  # type: ignore[assignment]  # (another Sequence: refused by the submit, naming it)
     if isinstance(task, ComputeFunction):
-        raise TypeError(f"sky.jobs.launch({task.__name__}): call the function to say its arguments: "
-                        f"sky.jobs.launch({task.__name__}(...))")
+        fn = getattr(task, "__name__", "fn")
+        raise TypeError(f"sky.jobs.launch({fn}): call the function to say its arguments: sky.jobs.launch({fn}(...))")
     if isinstance(task, PendingCall):
         from skyhive.runtime.managed.commands import submit_call
 
-        job_id = submit_call(task, name=name, provider=provider, image=image,
+        job_id = submit_call(task, name=name, provider=chosen, image=image,
                              max_restarts_on_errors=0 if max_restarts_on_errors is None else max_restarts_on_errors)
         return ManagedJob(job_id)
     if image is not None:
@@ -76,7 +78,7 @@ def launch(task: Any, *, name: str | None = None, max_restarts_on_errors: int | 
     from skyhive.runtime.managed.commands import submit_job
 
     return submit_job(load(os.fspath(task)), name=name, max_restarts_on_errors=max_restarts_on_errors,
-                      provider=provider)
+                      provider=chosen)
 
 
 def queue() -> list[dict[str, Any]]:

@@ -62,7 +62,7 @@ _MODULE = "skyhive.runtime.managed.controller"
 
 def controller_pid(job_id: int) -> int | None:
     """The pid of the job's running controller, or None (-1: one is starting or leaving)."""
-    return lock_holder(store.lock_path(job_id))
+    return lock_holder(str(store.lock_path(job_id)))
 
 
 def ensure_controller(job_id: int) -> int | None:
@@ -81,7 +81,7 @@ def ensure_controller(job_id: int) -> int | None:
     return int(report.get("pid") or 0) or controller_pid(job_id)
 
 
-def _pool_settings() -> dict[str, float]:
+def _pool_settings() -> dict[str, Any]:
     """The attempts' pool settings from the controller's environment: SKYHIVE_JOBS_HEARTBEAT_TIMEOUT, how
     long a silent node (its host cut off) is given before it counts as lost (default: the pool's)."""
     raw = os.environ.get("SKYHIVE_JOBS_HEARTBEAT_TIMEOUT")
@@ -294,6 +294,7 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
     down: the next attempt is provisioned while the lost one is stopped and swept (a `stopped` event),
     and runs the steps only after that. Returns once every attempt has stopped."""
     previous: anyio.Event | None = None  # set once the last lost attempt is stopped and swept
+    restarted = True  # the first turn of this controller: an earlier one may have died mid-recovery
     async with anyio.create_task_group() as attempts:
         while True:
             st = store.load(job_id)
@@ -312,7 +313,12 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
                 if left:
                     out.note("could not clean up the dead controller's pool: " + "; ".join(left))
             elif attempt > 1:
+                if restarted:  # the lost attempt's stop was not seen by this controller: swept first
+                    left = await _sweep(_provider_of(spec), st.pools[-1:])
+                    if left:
+                        out.note("could not clean up the lost attempt's pool: " + "; ".join(left))
                 out.note(f"recovery: starting attempt {attempt} on fresh nodes")
+            restarted = False
             decided, stopped = anyio.Event(), anyio.Event()
             box: dict[str, _Outcome] = {}
 
@@ -414,7 +420,10 @@ def main(argv: list[str] | None = None) -> int:
             if not st.outcome:
                 store.append(job_id, "ending", outcome="failed",
                              detail=f"the controller failed: {type(exc).__name__}: {exc}")
-            store.append(job_id, "leaked", pools=[f"the controller failed before its sweep: {exc}"])
+            if st.pools:  # it may have left something: shown, and `jobs cancel` sweeps again
+                store.append(job_id, "leaked", pools=[f"the controller failed before its sweep: {exc}"])
+            else:  # no pool was ever made: nothing to clean up
+                store.append(job_id, "failed", detail=f"the controller failed: {type(exc).__name__}: {exc}")
     finally:
         os.ftruncate(fd, 0)
     return 0
