@@ -6,20 +6,23 @@ One controller per job, a detached process of this machine (its own session, no 
 named pool's agent: `clusters/agent.py`), holding the job's `controller.lock`. It folds the job's
 events (`store.py`) and runs attempts until one ends the job:
 
-- each attempt is a fresh pool (`<name>-job<ID>-<attempt>`) running the task's steps (`run_steps`:
-  workdir, file mounts, setup, run) with `SKYHIVE_CHECKPOINT_DIR` (the job's checkpoint folder, the
+- each attempt is a fresh pool (`<name>-job<ID>-<attempt>`) running the job's work (work.py: a task's
+  steps — workdir, file mounts, setup, run —; function.py: a `@sky.compute` call) with `SKYHIVE_CHECKPOINT_DIR` (the job's checkpoint folder, the
   same across attempts), `SKYHIVE_JOB_ID` and one `SKYPILOT_TASK_ID` for every attempt;
 - a node lost (its worker died, its host unreachable: `NodeExit.lost`; its machine gone in the
   provider's own listing: `Provider.machines_gone`, polled; an interruption notice from the node:
   `onnode/interruption.py`) → the pool is torn down, what it left on the machines swept
-  (`Provider.down`), and a new attempt starts on fresh nodes with the lost node's place tried last
-  (`Provider.avoiding`: the SSH host, the cloud zone) — a recovery, not counted against
-  `max_restarts_on_errors`;
+  (`Provider.down`; then a `stopped` event), and meanwhile a new attempt is provisioned on fresh nodes
+  with the lost node's place tried last (`Provider.avoiding`: the SSH host, the cloud zone, the
+  fallback's region); its work starts only once the lost attempt is stopped — a recovery, not counted
+  against `max_restarts_on_errors`;
 - the program failing (non-zero exit) → a new attempt while `max_restarts_on_errors` allows, else
   FAILED;
 - `skyhive jobs cancel` (a `cancel` event) → the attempt's commands are stopped, its pool torn down,
   CANCELLED;
-- at the end, every pool of the job is swept once more; what could not be finished is a `leaked` event.
+- at the end the outcome is an `ending` event (CLEANING), every pool of the job is swept once more, and
+  only then the final event is written; a sweep that could not finish is a `leaked` event instead
+  (LEAKED: `jobs cancel` starts the controller again, which sweeps again).
 
 Restarted after dying (`ensure_controller` on any `jobs` command, or by hand), it goes on from the
 events: the dead controller's pool went with it (Local workers exit with their client; elsewhere it is
