@@ -7,8 +7,10 @@ on [host a, host b]; a's worker is killed and the job recovers on b (warm: b's e
 a first job before the measured runs).
 
 Phases, from the job's events and the program's own start file: detection (the kill → the `lost`
-event), new node ready (`lost` → the new attempt's `running`: its pool up), job restarted (`running` →
-the program started again, past the workdir/setup steps). Uses a throwaway SKYHIVE_HOME.
+event), new node ready (`lost` → the new attempt's `running`: its pool up), old attempt stopped (`lost` →
+the lost attempt's `stopped`: its pool torn down and swept, beside the new one's provisioning), job
+restarted (the later of the two → the program started again, past the workdir/setup steps). Uses a
+throwaway SKYHIVE_HOME.
 """
 
 from __future__ import annotations
@@ -60,10 +62,17 @@ def one(home: str, tmp: str) -> dict[str, float]:
         if any(e["kind"] in ("succeeded", "failed", "cancelled") for e in evs):
             break
         time.sleep(0.05)
+    return _phases(evs, killed, restarted)
+
+
+def _phases(evs: list[dict], killed: float, restarted: float) -> dict[str, float]:
     lost = next(e["time"] for e in evs if e["kind"] == "lost")
     running = [e["time"] for e in evs if e["kind"] == "running"][1]
-    return {"detection": lost - killed, "new node ready": running - lost, "job restarted": restarted - running,
-            "total": restarted - killed}
+    # (`stopped`: since the replacement is provisioned beside the lost attempt's teardown; before, the
+    # teardown came before `lost`)
+    stopped = next((e["time"] for e in evs if e["kind"] == "stopped"), lost)
+    return {"detection": lost - killed, "new node ready": running - lost, "old attempt stopped": stopped - lost,
+            "job restarted": restarted - max(running, stopped), "total": restarted - killed}
 
 
 def _events(home: str, job: int) -> list[dict]:
@@ -94,11 +103,8 @@ def one_ssh(home: str, tmp: str, hosts: list) -> dict[str, float]:
         time.sleep(0.01)
     restarted = float(again.read_text().split()[1])
     evs = _events(home, job)
-    lost = next(e["time"] for e in evs if e["kind"] == "lost")
-    running = [e["time"] for e in evs if e["kind"] == "running"][1]
     sky.jobs.cancel(job)
-    return {"detection": lost - killed, "new node ready": running - lost, "job restarted": restarted - running,
-            "total": restarted - killed}
+    return _phases(evs, killed, restarted)
 
 
 def main() -> int:
@@ -132,7 +138,7 @@ def main() -> int:
     print(f"managed job recovery on {where}, {args.runs} runs: median (min-max) seconds")
     for phase in rows[0]:
         values = [r[phase] for r in rows]
-        print(f"  {phase:<15} {statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})")
+        print(f"  {phase:<20} {statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})")
     return 0
 
 

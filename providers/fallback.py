@@ -13,10 +13,16 @@ table has one); a candidate that cannot plan the pool, or whose price is unknown
 
 `skyhive down` rebuilds every candidate from the log and asks each for what it holds by tag, so a
 client killed in the middle of a fallback leaves nothing behind in any region.
+
+A managed job's recovery (`avoiding`): every node is marked with the candidate that launched it
+(`NodeHandle.extra["fallback_member"]`: its cloud and region); after a loss, that candidate is tried
+last — the job never goes straight back to the region that just preempted it — and itself avoids the
+lost zones. `machines_gone` asks each node's own candidate.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +39,9 @@ log = logging.getLogger(__name__)
 #: ProvisionError kinds after which the next provider is tried ("unavailable": nothing in that region
 #: satisfies the pool, e.g. an accelerator it does not offer).
 MOVE_ON = frozenset({"capacity", "quota", "unavailable"})
+
+#: `NodeHandle.extra` key: the label ("aws us-east-1") of the candidate that launched the node
+MEMBER = "fallback_member"
 
 #: how candidates are ordered: as given, or by the price of the machine each plans for the pool
 ORDERS = {"given": "given", "first": "given", "price": "price", "cheapest": "price"}  # Skyward: first/cheapest
@@ -65,6 +74,10 @@ class Fallback(Provider):
         # what every member chooses by (a member that cannot would otherwise be asked in vain)
         self.chooses = frozenset.intersection(*(p.chooses for p in providers))  # type: ignore[misc]
         self.fixed_machines = all(p.fixed_machines for p in providers)  # type: ignore[misc]
+        notices = {p.interruption_notices for p in providers}  # the nodes' watch, when every candidate agrees
+        self.interruption_notices = notices.pop() if len(notices) == 1 else ""  # type: ignore[misc]
+        #: labels of candidates that just lost nodes: tried last, the most recent loss at the very end
+        self.tried_last: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"<Fallback {self.providers!r} chosen={self.chosen!r}>"
@@ -118,7 +131,11 @@ class Fallback(Provider):
         if self.chosen is not None:
             return await self.chosen.launch(spec, nodes)
         errors: list[ProvisionError] = []
-        ordered = [p for p, _ in self._plans(spec)] if self.order == "price" else self.providers
+        ordered = [p for p, _ in self._plans(spec)] if self.order == "price" else list(self.providers)
+        if self.tried_last:  # (stable: the others first, in their order)
+            last = {label: i for i, label in enumerate(self.tried_last)}
+            ordered.sort(key=lambda p: last.get(self._label(p), -1))
+            log.info("pool %s: %s just lost a node: tried last", spec.pool_id, ", ".join(self.tried_last))
         for provider in ordered:
             try:
                 provider.plan(spec)
@@ -144,7 +161,8 @@ class Fallback(Provider):
         chosen = self._require()
         if self.skipped:  # recorded in the pool's log as the node's first provider state
             report(f"using {self._label(chosen)} (skipped {'; '.join(self.skipped)})")
-        return await chosen.wait_running(handle, report)
+        running = await chosen.wait_running(handle, report)
+        return dataclasses.replace(running, extra={**running.extra, MEMBER: self._label(chosen)})
 
     async def node_problem(self, handle: NodeHandle) -> str | None:
         return await self.chosen.node_problem(handle) if self.chosen is not None else None
@@ -169,6 +187,38 @@ class Fallback(Provider):
         for provider in self.providers:
             found += await provider.down(pool_id)
         return found
+
+    # ---- a managed job's recovery ------------------------------------------------------------------------
+
+    def _mine(self, provider: Provider, handles: Sequence[NodeHandle]) -> list[NodeHandle]:
+        label = self._label(provider)
+        return [h for h in handles if h.extra.get(MEMBER) == label]
+
+    async def machines_gone(self, handles: Sequence[NodeHandle]) -> dict[int, str]:
+        """See `Provider.machines_gone`: each node asked of the candidate that launched it."""
+        gone: dict[int, str] = {}
+        for provider in self.providers:
+            mine = self._mine(provider, handles)
+            if mine:
+                gone.update(await provider.machines_gone(mine))
+        return gone
+
+    def avoiding(self, lost: Sequence[NodeHandle]) -> Fallback:
+        """See `Provider.avoiding`: the candidates that launched the `lost` nodes are tried last (the one
+        that lost a node most recently at the very end), each itself avoiding the places lost (a cloud's
+        zones); a fresh fallback, nothing chosen yet."""
+        labels = [str(h.extra[MEMBER]) for h in lost if h.extra.get(MEMBER)]
+        if not labels:
+            return self
+        tried: list[str] = []
+        for label in [*self.tried_last, *labels]:  # in order of loss: a label lost again moves to the end
+            if label in tried:
+                tried.remove(label)
+            tried.append(label)
+        other = Fallback([p.avoiding(mine) if (mine := self._mine(p, lost)) else p for p in self.providers],
+                         order=self.order)
+        other.tried_last = tuple(tried)
+        return other
 
     # ---- policy ----------------------------------------------------------------------------------------
 

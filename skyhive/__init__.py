@@ -96,6 +96,7 @@ _EXPORTS = {  # (not annotated: `dict` is also a public name of this module, Sky
     "CoordinatorPortInUse": "skyhive.errors",
     "KerasBackendMismatch": "skyhive.errors",
     "HuggingFaceLoginError": "skyhive.errors",
+    "ManagedJobError": "skyhive.errors",
 }
 _SUBMODULES = {"plugins": "skyhive.plugins", "accelerators": "skyhive.providers.accelerators",
                "integrations": "skyhive.integrations", "jobs": "skyhive.jobs"}
@@ -151,6 +152,7 @@ if TYPE_CHECKING:
     from skyhive.errors import HostKeyChanged as HostKeyChanged
     from skyhive.errors import HostUnreachable as HostUnreachable
     from skyhive.errors import HuggingFaceLoginError as HuggingFaceLoginError
+    from skyhive.errors import ManagedJobError as ManagedJobError
     from skyhive.errors import KerasBackendMismatch as KerasBackendMismatch
     from skyhive.errors import LaunchError as LaunchError
     from skyhive.errors import NodeUnreachable as NodeUnreachable

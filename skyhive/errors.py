@@ -20,6 +20,7 @@
     ├── OutputStalled, EventsStalled, NotOnNodeError
     ├── TaskFileError (LaunchError)    `skyhive launch`
     ├── PoolNotFound (PoolGone), PoolInUse, PoolExists    `skyhive logs/down`, named pools
+    ├── ManagedJobError                a managed job ended without a result (`sky.jobs`)
     ├── WorkerRestarted, CoordinatorPortInUse, KerasBackendMismatch, HuggingFaceLoginError    plugins
     └── IllegalTransition              a lifecycle move the table forbids (a skyhive bug)
 
@@ -281,3 +282,17 @@ class StorageError(SkyhiveError, OSError):
 
 def _storage_error(message: str, bucket: str, key: str, cause: str) -> StorageError:
     return StorageError(message, bucket=bucket, key=key, cause=cause)
+
+
+# ---- managed jobs -----------------------------------------------------------------------------------
+
+class ManagedJobError(SkyhiveError):
+    """A managed job (`sky.jobs.launch(fn(...))`) ended without a result to give: cancelled, or failed
+    other than by its function raising (that exception is raised itself). `job_id`, its `state`
+    ("FAILED", "CANCELLED") and `detail` (why, as `skyhive jobs queue` shows it)."""
+
+    def __init__(self, message: str, *, job_id: int = 0, state: str = "", detail: str = "") -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.state = state
+        self.detail = detail

@@ -23,6 +23,7 @@ ERRORS = {
     "PoolExists", "PoolGone", "TeardownIncomplete",
     "WorkerRestarted", "CoordinatorPortInUse", "KerasBackendMismatch", "HuggingFaceLoginError",
     "StorageError", "NoSSH",
+    "ManagedJobError",  # managed jobs (docs/jobs.md)
 }
 PUBLIC = {
     "Pool", "Local", "SSH", "Slurm", "Simulated", "AWS", "GCP", "DigitalOcean", "Azure", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",

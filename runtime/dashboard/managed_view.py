@@ -123,7 +123,7 @@ class ManagedJobs:
             finished = st.state in store.FINISHED
             pid = None if finished else controller_running(st.id)
             detail = st.detail
-            if not finished and pid is None:
+            if not finished and pid is None and st.state != store.LEAKED:  # (LEAKED: `jobs cancel` sweeps again)
                 detail = f"its controller is not running (`skyhive jobs queue` restarts it) {detail}".strip()
             out.append({**st.as_dict(), "detail": detail, "finished": finished, "controller": pid,
                         "age": _age(now - st.submitted) if st.submitted else "-",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import pickle
@@ -19,7 +20,7 @@ from ...providers.base import Provider
 from . import store
 from .controller import controller_pid, ensure_controller
 
-__all__ = ["submit_job", "job_cost", "print_jobs", "job_log", "cancel_managed", "max_restarts_of"]
+__all__ = ["submit_job", "submit_call", "job_cost", "print_jobs", "job_log", "cancel_managed", "max_restarts_of"]
 
 
 def max_restarts_of(task: Task) -> int:
@@ -67,11 +68,57 @@ def submit_job(task: Task, *, name: str | None = None, max_restarts_on_errors: i
     return job_id
 
 
+def submit_call(call: Any, *, name: str | None = None, max_restarts_on_errors: int = 0, provider: Any = None,
+                image: Any = None) -> int:
+    """Record a `@sky.compute` call as a managed job and start its controller; the job id. `provider`
+    defaults to `Local()`. Raises `TypeError` for what is not such a call (or a generator function's),
+    `ValueError` for a bad `max_restarts_on_errors`, `SerializationError` for a call that cannot be saved."""
+    from ...errors import SerializationError
+    from ...plugins.image import Image
+    from ...providers.local import Local
+    from ..common.serialize import cloud_dumps
+    from ..compute import PendingCall
+
+    if not isinstance(call, PendingCall):
+        raise TypeError(f"sky.jobs.launch() takes a task file or a call of a @sky.compute function "
+                        f"(`train(epochs=3)`), not {type(call).__name__}")
+    if inspect.isgeneratorfunction(call.fn) or inspect.iscoroutinefunction(call.fn):
+        raise TypeError(f"sky.jobs.launch({getattr(call.fn, '__qualname__', call.fn)}(...)): a managed job runs a plain "
+                        f"function returning its result, not a generator or coroutine function")
+    if isinstance(max_restarts_on_errors, bool) or not isinstance(max_restarts_on_errors, int) \
+            or max_restarts_on_errors < 0:
+        raise ValueError(f"sky.jobs.launch(max_restarts_on_errors={max_restarts_on_errors!r}): need a whole number >= 0")
+    provider = Local() if provider is None else provider
+    if not isinstance(provider, Provider):
+        raise TypeError(f"sky.jobs.launch(provider=...): need a provider (sky.Local(), sky.SSH(...), ...), "
+                        f"not {type(provider).__name__}")
+    if image is not None and not isinstance(image, Image):
+        raise TypeError(f"sky.jobs.launch(image=...): need a sky.Image, not {type(image).__name__}")
+    fn_name = getattr(call.fn, "__name__", "job")
+    try:
+        blob = cloud_dumps((call.fn, call.args, call.kwargs, call.timeout))
+    except Exception as exc:  # noqa: BLE001 - named: which call could not be saved
+        raise SerializationError(f"sky.jobs.launch({fn_name}(...)): the call cannot be saved with the job: "
+                                 f"{type(exc).__name__}: {exc}") from None
+    job_name = name or fn_name
+    spec = {"call": blob, "name": job_name, "task_id": "", "provider": _saved(provider), "image": image}
+    job_id = store.new_job(job_name, pickle.dumps(spec), max_restarts_on_errors)
+    spec["task_id"] = f"skyhive-{time.strftime('%Y-%m-%d-%H-%M-%S')}-managed-{job_id}"  # one for every attempt
+    (store.job_dir(job_id) / "task.pkl").write_bytes(pickle.dumps(spec))
+    ensure_controller(job_id)
+    return job_id
+
+
 def _saved(provider: Provider | None) -> Any:
     """The provider as the job keeps it: pickled whole, or — one holding live things (a cloud's driver,
-    locks) — its class and `describe()`, which its `from_description` rebuilds (controller.py)."""
+    locks) — its class and `describe()`, which its `from_description` rebuilds (controller.py); a
+    `Fallback` as its candidates, each kept so."""
+    from ...providers.fallback import Fallback
+
     if provider is None:
         return None
+    if isinstance(provider, Fallback):  # each candidate kept as itself (its own class, not the registry's)
+        return {"fallback": [_saved(p) for p in provider.providers], "order": provider.order}
     try:
         pickle.dumps(provider)
         return provider
@@ -84,7 +131,9 @@ def _jobs() -> list[store.JobState]:
     out = []
     for job_id in store.list_ids():
         st = store.load(job_id)
-        if st.state not in store.FINISHED and controller_pid(job_id) is None:
+        if st.state == store.LEAKED:
+            st.detail = f"{st.detail} (`skyhive jobs cancel {job_id}` sweeps again)"
+        elif st.state not in store.FINISHED and controller_pid(job_id) is None:
             st.detail = f"its controller is not running (`skyhive jobs queue` restarts it) {st.detail}".strip()
         out.append(st)
     return out
@@ -114,7 +163,8 @@ def print_jobs(*, as_json: bool = False, restart: bool = True, out: TextIO | Non
     out = out or sys.stdout
     if restart:
         for job_id in store.list_ids():
-            if store.load(job_id).state not in store.FINISHED and controller_pid(job_id) is None:
+            # (not a LEAKED job: its sweep failed; `jobs cancel` tries it again)
+            if store.load(job_id).state not in (*store.FINISHED, store.LEAKED) and controller_pid(job_id) is None:
                 ensure_controller(job_id)
     jobs = _jobs()
     if as_json:
@@ -150,7 +200,7 @@ def job_log(job_id: int, *, follow: bool = False, out: TextIO | None = None) -> 
                 pos = fh.tell()
             out.write(chunk)
             out.flush()
-        if not follow or store.load(job_id).state in store.FINISHED and not _grew(path, pos):
+        if not follow or store.load(job_id).state in (*store.FINISHED, store.LEAKED) and not _grew(path, pos):
             break
         time.sleep(0.3)
     st = store.load(job_id)
@@ -163,7 +213,9 @@ def _grew(path: Any, pos: int) -> bool:
 
 def cancel_managed(job_ids: list[int], *, all_jobs: bool = False, wait: float = 120.0,
                    err: TextIO | None = None) -> int:
-    """Cancel jobs (or every job not finished) and wait for their controllers to finish tearing down."""
+    """Cancel jobs (or every job not finished) and wait for their controllers to finish tearing down. A
+    job whose end is decided but not cleaned up (CLEANING, LEAKED) is swept again; a job without a
+    controller gets one, which records the cancel only once its pools are swept."""
     err = err or sys.stderr
     ids = [st.id for st in _jobs() if st.state not in store.FINISHED] if all_jobs else list(job_ids)
     if not ids:
@@ -181,13 +233,17 @@ def cancel_managed(job_ids: list[int], *, all_jobs: bool = False, wait: float = 
             err.write(f"skyhive: job {job_id} has already ended ({st.state})\n")
             continue
         store.append(job_id, "cancel")
-        if controller_pid(job_id) is None:  # nobody runs it: record the end here
-            store.append(job_id, "cancelled", detail="cancelled (its controller was not running)")
+        if controller_pid(job_id) is None:  # nobody runs it: a controller sweeps its pools and records the end
+            try:
+                ensure_controller(job_id)
+            except RuntimeError as exc:
+                err.write(f"skyhive: error: {exc}\n")
+                code = 1
     deadline = time.monotonic() + wait
     for job_id in ids:
         while time.monotonic() < deadline:
             pid = controller_pid(job_id)
-            if pid is None and store.load(job_id).state in store.FINISHED:
+            if pid is None and store.load(job_id).state in (*store.FINISHED, store.LEAKED):
                 break
             time.sleep(0.2)
         else:
@@ -197,5 +253,10 @@ def cancel_managed(job_ids: list[int], *, all_jobs: bool = False, wait: float = 
             err.write(f"skyhive: job {job_id}: its controller did not finish in {wait:.0f}s (sent SIGTERM)\n")
             code = 1
             continue
-        err.write(f"skyhive: job {job_id} {store.load(job_id).state.lower()}\n")
+        st = store.load(job_id)
+        if st.state not in store.FINISHED:  # its controller left without recording the end: a sweep failed
+            err.write(f"skyhive: job {job_id}: {st.detail}\n")
+            code = 1
+            continue
+        err.write(f"skyhive: job {job_id} {st.state.lower()}\n")
     return code

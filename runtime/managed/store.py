@@ -12,8 +12,12 @@ Events (`kind`): submitted, attempt (an attempt started: `attempt`, `pool`, `pid
 is up: `nodes`, their provider ids), notice (a node's interruption notice: `node`, `notice`), lost (a
 node was lost: a recovery follows, not counted against `max_restarts_on_errors`; `places` it was on),
 error (the user's program
-failed: `code`, `detail`), cancel (asked for), and one final: succeeded / failed / cancelled; after it,
-leaked (`pools`: what the controller's sweep of the machines could not finish, with why). A
+failed: `code`, `detail`), cancel (asked for); then ending (the job's outcome decided: `outcome` is
+succeeded / failed / cancelled, with its `detail`, `code`, `attempt`) while the controller sweeps every
+pool of the job (state CLEANING), and only once that sweep is confirmed the final event: succeeded /
+failed / cancelled. A sweep that could not finish is leaked instead (`pools`: what is left, with why;
+state LEAKED, not finished: `skyhive jobs cancel` sweeps again and records the end, `skyhive down POOL`
+finishes a pool by hand). A
 controller started again folds the events and goes on from there: an attempt that has no end event is
 one whose controller died — its pool went with it (Local workers exit with their client), so a new
 attempt starts.
@@ -33,11 +37,13 @@ from typing import Any
 
 from ...paths import private_dir
 
-__all__ = ["JobState", "PENDING", "STARTING", "RUNNING", "RECOVERING", "SUCCEEDED", "FAILED", "CANCELLED",
+__all__ = ["JobState", "PENDING", "STARTING", "RUNNING", "RECOVERING", "CLEANING", "LEAKED", "SUCCEEDED", "FAILED", "CANCELLED",
            "FINISHED", "job_dir", "new_job", "append", "events", "fold", "load", "list_ids", "checkpoint_dir",
            "log_path", "lock_path"]
 
 PENDING, STARTING, RUNNING, RECOVERING = "PENDING", "STARTING", "RUNNING", "RECOVERING"
+#: the outcome is decided, the job's pools are being swept; the sweep could not finish (what is left shown)
+CLEANING, LEAKED = "CLEANING", "LEAKED"
 SUCCEEDED, FAILED, CANCELLED = "SUCCEEDED", "FAILED", "CANCELLED"
 FINISHED = (SUCCEEDED, FAILED, CANCELLED)
 _FINAL = {"succeeded": SUCCEEDED, "failed": FAILED, "cancelled": CANCELLED}
@@ -64,6 +70,8 @@ class JobState:
     controller_pid: int = 0
     nodes: str = ""  # where the last attempt runs (its nodes' provider ids)
     leaked: list[str] = field(default_factory=list)  # pools the controller could not clean up, with why
+    outcome: str = ""  # "succeeded" | "failed" | "cancelled" once decided (`ending`), before the sweep confirms it
+    ending: dict[str, Any] = field(default_factory=dict)  # the `ending` event's data: what the final event says
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "state": self.state, "submitted": self.submitted,
@@ -71,7 +79,7 @@ class JobState:
                 "recoveries": self.recoveries, "restarts_on_errors": self.restarts_on_errors,
                 "max_restarts_on_errors": self.max_restarts_on_errors, "detail": self.detail,
                 "pools": list(self.pools), "controller_pid": self.controller_pid, "nodes": self.nodes,
-                "leaked": list(self.leaked)}
+                "leaked": list(self.leaked), "outcome": self.outcome}
 
 
 def _root() -> Path:
@@ -151,8 +159,11 @@ def fold(job_id: int, evs: list[dict[str, Any]]) -> JobState:
     st = JobState(id=job_id)
     for ev in evs:
         kind = ev["kind"]
-        if kind == "leaked":  # after the final event: the sweep of the job's pools
+        if kind == "leaked":  # the sweep of the job's pools could not finish (after a final event: older jobs)
             st.leaked = [str(p) for p in ev.get("pools", ())]
+            if st.state not in FINISHED:
+                st.state = LEAKED
+                st.detail = f"{st.outcome or 'ended'}; not cleaned up: " + "; ".join(st.leaked)
             continue
         if st.state in FINISHED:
             continue
@@ -177,8 +188,13 @@ def fold(job_id: int, evs: list[dict[str, Any]]) -> JobState:
             st.state, st.detail = RECOVERING, str(ev.get("detail", ""))
         elif kind == "cancel":
             st.cancel_requested = True
+        elif kind == "ending":
+            st.outcome = str(ev.get("outcome", "failed"))
+            st.ending = {k: v for k, v in ev.items() if k not in ("kind", "time", "outcome")}
+            st.state, st.detail = CLEANING, str(ev.get("detail", ""))
         elif kind in _FINAL:
             st.state, st.ended, st.detail = _FINAL[kind], ev["time"], str(ev.get("detail", ""))
+            st.outcome, st.leaked = kind, []  # the sweep confirmed: nothing left
     return st
 
 

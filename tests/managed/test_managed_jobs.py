@@ -331,3 +331,99 @@ def test_the_event_log_survives_a_torn_line_and_bad_commands_say_what_is_wrong(t
     assert out.returncode == 2 and "name the jobs to cancel, or --all" in out.stderr
     out = skyhive("jobs", "cancel", "42", "-y")
     assert out.returncode == 1 and "no managed job 42" in out.stderr
+
+
+def test_a_job_is_shown_ended_only_once_its_cleanup_is_confirmed_and_a_failed_one_stays_shown(tmp_path, skyhive_home):
+    import skyhive as sky
+    from tests.managed.gated import GatedLocal
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    job = sky.jobs.launch(task_file(tmp_path, steps=1, pause=0.1), provider=GatedLocal(str(gate)))
+    wait_for(lambda: list(gate.glob("down.*")), what="the job's last sweep")
+    # the program succeeded, its pools are being swept: not shown SUCCEEDED yet
+    info = queue()[job]
+    assert info["state"] == "CLEANING" and info["outcome"] == "succeeded" and info["ended"] is None, info
+    (gate / "fail").touch()  # the sweep fails (a host unreachable)
+    info = wait_for(lambda: (j := queue()[job])["state"] == "LEAKED" and j, what="the sweep to fail")
+    assert any(f"train-job{job}-1" in p and "host unreachable" in p for p in info["leaked"]), info
+    assert "not cleaned up" in info["detail"] and info["ended"] is None
+    assert gone(info["controller_pid"])  # the controller left; `jobs queue` does not start it again
+    assert queue()[job]["state"] == "LEAKED" and gone(info["controller_pid"])
+    table = skyhive("jobs", "queue")
+    assert table.returncode == 0 and "LEAKED" in table.stdout
+    assert "could not clean up after the job" in logs(job)
+    # a cancel that cannot finish the sweep either says so and leaves it shown
+    out = skyhive("jobs", "cancel", str(job), "-y")
+    assert out.returncode == 1 and "not cleaned up" in out.stderr, out.stderr
+    assert queue()[job]["state"] == "LEAKED"
+    # once the sweep can go through, `jobs cancel` finishes it and the job's own outcome is recorded
+    (gate / "fail").unlink()
+    (gate / "go").touch()
+    out = skyhive("jobs", "cancel", str(job), "-y")
+    assert out.returncode == 0 and f"job {job} succeeded" in out.stderr, out.stderr
+    info = queue()[job]
+    assert info["state"] == "SUCCEEDED" and info["leaked"] == [] and info["ended"], info
+    assert not live_workers(info["pools"])
+
+
+# a program that says so when it starts while a copy of it still runs (an earlier start's pid alive) or
+# before the lost attempt's sweep went through (the gate's `down.*` there, its `go` not yet)
+OVERLAP = textwrap.dedent("""\
+    name: train
+    envs:
+      GATE: {gate}
+    run: |
+      exec python3 -c '
+      import glob, os, time
+      d = os.environ["SKYHIVE_CHECKPOINT_DIR"]; p = os.path.join(d, "step"); gate = os.environ["GATE"]
+      step = int(open(p).read()) if os.path.exists(p) else 0
+      for f in glob.glob(os.path.join(d, "started.*")):
+          pid = int(open(f).read().split()[1])
+          try:
+              alive = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] != "Z"
+          except OSError:
+              alive = False
+          if alive:
+              open(os.path.join(d, "overlap"), "a").write("%s still runs\\n" % f)
+      if glob.glob(os.path.join(gate, "down.*")) and not os.path.exists(os.path.join(gate, "go")):
+          open(os.path.join(d, "overlap"), "a").write("started before the sweep\\n")
+      open(os.path.join(d, "started.%d" % step), "w").write("%d %d" % (os.getppid(), os.getpid()))
+      while step < 6:
+          time.sleep(0.2); step += 1
+          open(p + ".tmp", "w").write(str(step)); os.replace(p + ".tmp", p)
+      '
+""")
+
+
+def test_a_recovery_provisions_beside_the_lost_attempts_teardown_and_never_runs_two_copies(tmp_path, skyhive_home):
+    import skyhive as sky
+    from skyhive.runtime.managed import store
+    from tests.managed.gated import GatedLocal
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    path = tmp_path / "task.yaml"
+    path.write_text(OVERLAP.format(gate=gate))
+    job = sky.jobs.launch(str(path), provider=GatedLocal(str(gate)))
+    wait_for(lambda: step_of(skyhive_home, job) >= 2, what="two steps")
+    worker, program = map(int, (ckpt(skyhive_home, job) / "started.0").read_text().split())
+    os.kill(worker, signal.SIGKILL)
+    # the lost attempt is being stopped (its sweep held at the gate) ...
+    wait_for(lambda: (gate / f"down.train-job{job}-1").exists(), what="the lost attempt's sweep")
+    # ... while the replacement's pool is provisioned and comes up beside it
+    wait_for(lambda: [e for e in store.events(job) if e["kind"] == "running" and e.get("attempt") == 2],
+             what="attempt 2's pool to run while attempt 1 is being stopped")
+    info = queue()[job]
+    assert info["attempts"] == 2 and info["recoveries"] == 1 and not (gate / "go").exists()
+    # but its program waits for the lost attempt to be stopped: one copy at a time
+    assert [p.name for p in ckpt(skyhive_home, job).glob("started.*")] == ["started.0"]
+    (gate / "go").touch()
+    info = ended(job)
+    assert info["state"] == "SUCCEEDED" and info["attempts"] == 2 and info["recoveries"] == 1, info
+    assert not (ckpt(skyhive_home, job) / "overlap").exists(), (ckpt(skyhive_home, job) / "overlap").read_text()
+    assert len(list(ckpt(skyhive_home, job).glob("started.*"))) == 2 and step_of(skyhive_home, job) == 6
+    kinds = [(e["kind"], e.get("attempt")) for e in store.events(job)]
+    assert kinds.index(("running", 2)) < kinds.index(("stopped", 1))  # provisioned beside the teardown
+    assert "attempt 2 waits for attempt 1 to be stopped" in logs(job)
+    assert gone(program) and not live_workers(info["pools"])

@@ -20,7 +20,7 @@ import pytest
 import skyhive as sky
 from skyhive.providers.cloud.base import CloudTimeouts
 from tests.cloud.cloud_fakes import LocalMappedAWS
-from tests.infra.moto_ec2 import count_pool, ec2_client
+from tests.infra.moto_ec2 import count_pool, ec2_client, register_image
 from tests.managed.test_managed_jobs import ended, logs, skyhive, wait_for
 
 pytestmark = [pytest.mark.loopback_only]
@@ -48,9 +48,10 @@ TASK = textwrap.dedent("""\
 """)
 
 
-def instances(endpoint: str, pool_id: str) -> list[dict]:
+def instances(endpoint: str, pool_id: str, region: str = "us-east-1") -> list[dict]:
     tag = [{"Name": "tag:skyhive-pool", "Values": [pool_id]}]
-    return [i for r in ec2_client(endpoint).describe_instances(Filters=tag)["Reservations"] for i in r["Instances"]]
+    return [i for r in ec2_client(endpoint, region).describe_instances(Filters=tag)["Reservations"]
+            for i in r["Instances"]]
 
 
 def test_a_spot_instance_terminated_under_the_job_is_replaced_in_another_zone(moto_server, skyhive_home, tmp_path,
@@ -177,3 +178,44 @@ def test_a_spot_interruption_notice_starts_the_recovery_before_the_instance_goes
         assert info["leaked"] == []
     finally:
         imds.close()
+
+
+def test_a_job_preempted_in_one_region_recovers_in_the_next_never_straight_back(moto_server, skyhive_home, tmp_path,
+                                                                                 monkeypatch):
+    """provider=[us-east-1, us-west-2]: the first attempt runs in us-east-1 (first in the list); its
+    instance is taken → the recovery goes to us-west-2, not back to the region that just preempted it,
+    although us-east-1 comes first and has capacity."""
+    from tests.managed.test_managed_jobs import gone
+
+    server = moto_server
+    monkeypatch.setenv("SKYHIVE_JOBS_MACHINE_POLL", "0.2")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (tmp_path / "task.yaml").write_text(TASK.format(ckpt=ckpt).replace("name: spotjob", "name: regionjob"))
+    common = dict(instance_type="t3.micro", spot=True, endpoint=server.endpoint, ssh_cidr="192.0.2.1/32",
+                  timeouts=CloudTimeouts(poll=0.05))
+    east = LocalMappedAWS(region="us-east-1", image=server.image, **common)
+    west = LocalMappedAWS(region="us-west-2", image=register_image(server.endpoint, "us-west-2"), **common)
+    job = sky.jobs.launch(tmp_path / "task.yaml", provider=[east, west])
+    wait_for(lambda: (ckpt / "step").exists() and (ckpt / "step").read_text() == "3", what="step 3")
+    (first,) = [i for i in instances(server.endpoint, f"regionjob-job{job}-1") if i["State"]["Name"] == "running"]
+    assert instances(server.endpoint, f"regionjob-job{job}-1", "us-west-2") == []
+    worker, program = map(int, (ckpt / "started.0").read_text().split())
+    (ckpt / "release").write_text("go on")
+    ec2_client(server.endpoint).terminate_instances(InstanceIds=[first["InstanceId"]])  # the preemption
+    info = ended(job)
+    assert info["state"] == "SUCCEEDED", (info, logs(job))
+    assert (info["attempts"], info["recoveries"]) == (2, 1), info
+    text = logs(job)
+    assert f"instance {first['InstanceId']} is " in text and (ckpt / "step").read_text() == "8"
+    # the replacement is in the other region; nothing of it in the one that preempted the job
+    (second,) = instances(server.endpoint, f"regionjob-job{job}-2", "us-west-2")
+    assert second["Placement"]["AvailabilityZone"].startswith("us-west-2")
+    assert instances(server.endpoint, f"regionjob-job{job}-2") == []
+    # nothing left in either region
+    assert gone(worker) and gone(program)
+    for pool in info["pools"]:
+        for region in ("us-east-1", "us-west-2"):
+            assert count_pool(pool, server.endpoint, region) == {"instances": 0, "groups": 0, "keys": 0}, (pool, region)
+    assert info["leaked"] == []

@@ -182,6 +182,8 @@ def test_a_managed_job_whose_host_is_cut_off_resumes_elsewhere_and_the_host_is_c
         a.set_link(False)
         _wait(lambda: queue()[job]["attempts"] == 2 and queue()[job]["state"] == "RUNNING", job,
               "the recovery's attempt to run")
+        # the replacement's pool is up beside the lost attempt's sweep, which cannot reach the host
+        _wait(lambda: "could not clean up the lost attempt's pool yet" in logs(job), job, "the sweep to give up")
         assert still_running({worker, program}, timeout=0) == {worker, program}  # alive, out of reach
         a.set_link(True)
         (b.home / f"{tag}-finish").write_text("go on")  # the job ends only now: its last sweep can reach a

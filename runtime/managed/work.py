@@ -1,0 +1,125 @@
+"""What one attempt of a managed job runs on its pool: a task file's steps (`TaskWork`) or a
+`@sky.compute` call (`function.FunctionWork`). The controller (controller.py) owns everything around
+it — the pool, the output, the watchers for cancel, machines gone and interruption notices, recovery."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from ..commands.steps import NodeExit
+from ..onnode import interruption
+from . import store
+
+__all__ = ["Work", "TaskWork", "work_id", "checkpoint_env"]
+
+
+def work_id(job_id: int) -> str:
+    """The job's working directory's name on its nodes, the same for every attempt."""
+    return f"managed-job{job_id}"
+
+
+def checkpoint_env(job_id: int, task: Any, provider: Any) -> tuple[str, str]:
+    """`SKYHIVE_CHECKPOINT_DIR` of every attempt, and what it is (for the log): this machine's folder on
+    Local (its nodes are here); on another provider the task's checkpoint bucket mount (the folder
+    `<mount>/<name>-job<ID>` there, which a fresh node fills from the bucket); without one a folder in
+    the job's working directory on the node, which does not survive the node. (`task` None: a function
+    job, which has no mounts of its own.)"""
+    from ...providers.local import Local
+
+    if isinstance(provider, Local):
+        return str(store.checkpoint_dir(job_id)), "this machine's folder"
+    if task is not None and task.bucket_mounts:
+        from ..storage.plugin import checkpoint_path
+
+        ckpt = checkpoint_path(task.bucket_mounts, f"{task.name or 'job'}-job{job_id}")
+        if ckpt is not None:
+            return ckpt, "the checkpoint bucket mount"
+    return (f"~/.skyhive/work/{work_id(job_id)}/checkpoints",
+            "a folder on the node: it does not survive the node (mount a bucket with mode MOUNT_CACHED to keep "
+            "checkpoints across recoveries)")
+
+
+class Work(abc.ABC):
+    """One attempt's work: the pool it needs (`provider`, `nodes`, `pool_options`), the checkpoint
+    folder (`checkpoint`, `checkpoint_what` for the log), and `run` on the pool once it is up."""
+
+    provider: Any
+    nodes: int
+    name: str
+    checkpoint: str
+    checkpoint_what: str
+
+    @abc.abstractmethod
+    def pool_options(self) -> dict[str, Any]:
+        """Keyword arguments of the attempt's `Pool` besides provider, nodes, name and output."""
+
+    @abc.abstractmethod
+    async def run(self, pool: Any) -> NodeExit | None:
+        """Run the job's user code on the pool: None when it succeeded, else the node that did not
+        (`lost=True`: its worker or machine was lost, a recovery; otherwise the user's own failure)."""
+
+    async def finished(self, pool: Any) -> None:
+        """After a run that lost no node, before the pool is torn down (default: nothing)."""
+        return None
+
+
+class TaskWork(Work):
+    """A task file's steps (workdir, file mounts, setup, run) with the job's environment."""
+
+    def __init__(self, job_id: int, spec: dict[str, Any], avoid: list[Any]) -> None:
+        from ..commands.launch import task_steps
+        from ..commands.plan import plan_launch
+        from ..commands.resources import cluster_spec
+
+        task = spec["task"]
+        provider = spec.get("provider")
+        if provider is None:
+            planned = plan_launch(task)
+            task, provider = planned.task, planned.provider
+        if avoid:
+            provider = provider.avoiding(avoid)
+        self.job_id, self.task, self.provider = job_id, task, provider
+        self.nodes, self.name = task.num_nodes, task.name or "job"
+        self.steps = task_steps(task, provider, work_id=work_id(job_id), task_id=spec["task_id"])
+        self.cspec = cluster_spec(task, provider)
+        ckpt, what = checkpoint_env(job_id, task, provider)
+        env = {"SKYHIVE_CHECKPOINT_DIR": ckpt, **task.env(), "SKYHIVE_JOB_ID": str(job_id)}
+        if provider.interruption_notices:  # the nodes watch their cloud's notice while `run` runs
+            env[interruption.WATCH_ENV] = provider.interruption_notices
+        if env["SKYHIVE_CHECKPOINT_DIR"] != ckpt:  # the task's own (a shared file system): kept
+            ckpt, what = env["SKYHIVE_CHECKPOINT_DIR"], "the task's own"
+        self.checkpoint, self.checkpoint_what = ckpt, what
+        self.secrets = task.secret_env()
+        self.env = env
+
+    def pool_options(self) -> dict[str, Any]:
+        from ...plugins.image import Image
+
+        cspec = self.cspec
+        allocation = None if cspec.spot is None else ("spot" if cspec.spot else "on-demand")
+        # the secrets in the Image only to redact them from the log; the scripts get them in `run`
+        image = Image(secrets=self.secrets) if self.secrets else None
+        return {"image": image, "accelerator": cspec.accelerator, "cpus": cspec.cpus, "memory_gb": cspec.memory_gb,
+                "allocation": allocation}
+
+    async def run(self, pool: Any) -> NodeExit | None:
+        from ..commands.steps import run_steps
+
+        return await run_steps(pool._runtime, self.steps, task_env={**self.env, **self.secrets})
+
+    async def finished(self, pool: Any) -> None:
+        """The job's working directory removed from the nodes (off Local; after a lost node the job's
+        last sweep removes it instead: nothing waits on a silent node)."""
+        import anyio
+
+        from ...providers.local import Local
+        from ..onnode import nodecmd
+
+        if isinstance(self.provider, Local):
+            return
+        with anyio.move_on_after(30, shield=True):
+            try:
+                await pool.broadcast(nodecmd.remove, work_id(self.job_id))
+            except Exception:  # noqa: BLE001 - a lost node keeps its copy: the sweep removes it
+                pass
