@@ -245,12 +245,14 @@ class Pool(PoolCalls):
             from .storage.pool import open_mounts
 
             self._storage, plugin = await open_mounts(self.mounts, self.name,
-                                                      same_python=isinstance(self.provider, Local))
+                                                      same_python=self.provider.same_machine)
             spec_plugins = (plugin, *spec_plugins)
         if image is not None or spec_plugins:
-            from ..plugins.api import apply_transforms
+            from ..plugins.api import PoolView, apply_transforms
 
-            image = apply_transforms(spec_plugins, image, self)
+            view = PoolView(provider=self.provider.name, same_machine=self.provider.same_machine,
+                            accelerator=self.accelerator, nodes=self.nodes, processes_per_node=self.processes_per_node)
+            image = apply_transforms(spec_plugins, image, view)
         self._rt = PoolRuntime(
             provider=self.provider, nodes=self.nodes, processes_per_node=self.processes_per_node,
             plugins=spec_plugins, image=image, output=self.output_spec, settings=self.settings,

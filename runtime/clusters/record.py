@@ -79,6 +79,13 @@ class ClusterRecord:
     # "shared resources" for its security group and key pair). The record is kept, and shown, until a
     # later `skyhive down NAME` finishes it (`clusters/cloud.py`)
     leaking: tuple[str, ...] = ()
+    # the node kind whose keep support keeps the pool (`runtime/nodes/keep.py`): "local", "ssh" (a cloud's
+    # instances too), or another package's; records written before it existed: "ssh" with a `cluster`
+    keeper: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.keeper:
+            object.__setattr__(self, "keeper", "ssh" if self.cluster else "local")
 
     @property
     def on_hosts(self) -> bool:
@@ -168,8 +175,8 @@ def remove(name: str) -> None:
         record = load(name)
     except (PoolNotFound, ValueError):
         record = None
-    if record is not None and not record.on_hosts and record.socket_dir:
-        shutil.rmtree(record.socket_dir, ignore_errors=True)  # (an SSH pool's are on its hosts)
+    if record is not None and record.socket_dir:  # (a pool on other hosts has its sockets there: none here)
+        shutil.rmtree(record.socket_dir, ignore_errors=True)
     shutil.rmtree(cluster_dir(name), ignore_errors=True)
     from .sshfiles import remove_config
 

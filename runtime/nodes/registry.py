@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("skyhive.transport")
 
 __all__ = ["TransportKind", "TransportFactory", "Bootstrap", "register_transport", "unregister_transport",
-           "transport_kind", "kinds",
+           "transport_kind", "kind_named", "kinds",
            "ENTRY_POINT_GROUP"]
 
 TransportFactory = Callable[[NodeHandle, "NodeContext"], "Transport"]
@@ -54,6 +54,9 @@ class TransportKind:
     kind: str
     factory: TransportFactory | str
     bootstrap: Bootstrap | str | None = None
+    # how the kind's nodes are kept and found again (a named pool): a `nodes.keep.KeepSupport`, or
+    # "module:attr" naming one; None: its pools cannot be kept
+    keep: Any = None
 
     def make_transport(self, handle: NodeHandle, ctx: NodeContext) -> Transport:
         """The transport for `handle`'s node."""
@@ -71,12 +74,12 @@ _entry_points_loaded = False
 
 
 def register_transport(kind: str, factory: TransportFactory | str, *,
-                       bootstrap: Bootstrap | str | None = None) -> TransportKind:
+                       bootstrap: Bootstrap | str | None = None, keep: Any = None) -> TransportKind:
     """Serve nodes whose reach has `kind` with `factory` (and `bootstrap`). Registering a kind again
     replaces it (the last registration wins). Returns the registered entry."""
     if not kind or not isinstance(kind, str):
         raise ValueError(f"register_transport: kind must be a non-empty string, not {kind!r}")
-    entry = TransportKind(kind, factory, bootstrap)
+    entry = TransportKind(kind, factory, bootstrap, keep)
     _KINDS[kind] = entry
     return entry
 
@@ -93,14 +96,20 @@ def kinds() -> list[str]:
     return sorted(_KINDS)
 
 
-def transport_kind(handle: NodeHandle) -> TransportKind:
-    """The registered entry for `handle.reach.kind`; raises `ProvisionError` naming the node if none."""
-    kind = type(handle.reach).kind
+def kind_named(kind: str) -> TransportKind | None:
+    """The registered entry for reach kind `kind` (its entry point loaded when needed), or None."""
     entry = _KINDS.get(kind)
     if entry is None:
         for ep in entry_points(group=ENTRY_POINT_GROUP, name=kind):
             _load(ep)
         entry = _KINDS.get(kind)
+    return entry
+
+
+def transport_kind(handle: NodeHandle) -> TransportKind:
+    """The registered entry for `handle.reach.kind`; raises `ProvisionError` naming the node if none."""
+    kind = type(handle.reach).kind
+    entry = kind_named(kind)
     if entry is None:
         raise ProvisionError(
             f"node {handle.node}: no transport is registered for reach kind {kind!r} "
@@ -138,7 +147,7 @@ def _load(ep: Any) -> None:
         log.warning("entry point %s = %s (group %s) failed to load: %s", ep.name, ep.value, ENTRY_POINT_GROUP, exc)
         return
     if isinstance(obj, TransportKind):
-        _KINDS[ep.name] = TransportKind(ep.name, obj.factory, obj.bootstrap)
+        _KINDS[ep.name] = TransportKind(ep.name, obj.factory, obj.bootstrap, obj.keep)
     elif callable(obj):
         _KINDS[ep.name] = TransportKind(ep.name, obj)
     else:

@@ -4,6 +4,7 @@ Unix socket so that they outlive the client (a kept Local pool, `runtime/cluster
 from ...nodes.registry import TransportKind
 
 KIND = TransportKind("local", "skyhive.runtime.kinds.local.transport:local_transport",
-                     bootstrap="skyhive.runtime.kinds.local.bootstrap:bootstrap_local")
+                     bootstrap="skyhive.runtime.kinds.local.bootstrap:bootstrap_local",
+                     keep="skyhive.runtime.kinds.local.keep:KEEP")
 DETACHED = TransportKind("local_detached", "skyhive.runtime.kinds.local.detached:local_detached_transport",
                          bootstrap="skyhive.runtime.kinds.local.bootstrap:bootstrap_local")

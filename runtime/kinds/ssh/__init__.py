@@ -3,4 +3,5 @@
 from ...nodes.registry import TransportKind
 
 KIND = TransportKind("ssh", "skyhive.runtime.kinds.ssh.transport:ssh_transport",
-                     bootstrap="skyhive.runtime.kinds.ssh.bootstrap:bootstrap_node")
+                     bootstrap="skyhive.runtime.kinds.ssh.bootstrap:bootstrap_node",
+                     keep="skyhive.runtime.kinds.ssh.keep:KEEP")
