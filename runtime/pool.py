@@ -191,6 +191,7 @@ class Pool(PoolCalls):
         self._collections: Any = None  # the pool's sky.dict & co. while it is open (runtime/collections/)
         self._blocking: BlockingPool | None = None
         self._client_hooks = contextlib.ExitStack()
+        self._running = contextlib.AsyncExitStack()  # the runtime's task group, while the pool runs (`_enter`)
         self._retries = 0  # calls re-run after a lost worker (`retries=`)
         from .storage.plugin import parse_mounts
 
@@ -268,11 +269,16 @@ class Pool(PoolCalls):
 
         self._collections = CollectionStore(socket_path(self._rt.pool_id)).start()
         self._rt.worker_env[COLLECTIONS_ENV] = self._collections.path
+        self._running = contextlib.AsyncExitStack()  # the runtime's task group: entered with `async with`
         try:
+            await self._running.enter_async_context(self._rt.running())
             await self._rt.start()
         except BaseException:
-            self._close_collections()
-            await self._close_mounts(failed=True)
+            try:
+                await self._running.aclose()
+            finally:
+                self._close_collections()
+                await self._close_mounts(failed=True)
             raise
         try:
             for plugin in spec_plugins:  # client-side hooks, for the pool's lifetime
@@ -315,7 +321,7 @@ class Pool(PoolCalls):
                 await rt.close(error)
         finally:
             try:
-                await rt._exit_tg()
+                await self._running.aclose()  # the runtime's task group left
             finally:
                 self._close_collections()
                 if named is not None:

@@ -222,17 +222,10 @@ class NamedPool:
             self.started(rt, pool.provider, pool.processes_per_node)
             if not self.attach:
                 await self._open_ports(pool.provider)
-        except BaseException as exc:  # the pool runs but cannot be recorded: a new one is torn down
-            try:  # (both are shielded from cancellation)
-                if self.attach:
-                    await rt.detach()
-                else:
-                    await rt.close(f"{type(exc).__name__}: {exc}")
-            finally:
-                try:
-                    await rt._exit_tg()
-                finally:
-                    self.leave(kept=self.attach)
+        except BaseException as exc:  # the pool runs but cannot be recorded: a new one is torn down (and
+            # forgotten), an attached one detached: the pool leaves as its block would (`Pool.__aexit__`)
+            pool.keep = self.attach
+            await pool.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         # a worker started later (restarted, or a replaced node's: `replace_failed`) goes into the record
         rt.tg.start_soon(follow_workers, rt.log.subscribe(), self.name)
