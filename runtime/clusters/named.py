@@ -210,8 +210,8 @@ class NamedPool:
                 self.keeper = keep_support_of(rec)
                 pool.provider = self.keeper.attach_provider(rec, nodes=pool.nodes)
             elif isinstance(pool.provider, KeptProvider):  # recorded before any worker starts, where the kind says
-                nodes, per_node = pool.nodes, pool.processes_per_node
-                pool.provider.on_launch(lambda keeper, inner: self._provisional(keeper, inner, nodes, per_node))
+                kept, nodes, per_node = pool.provider, pool.nodes, pool.processes_per_node
+                kept.on_launch(lambda keeper, inner: self._provisional(keeper, inner, kept.ctx, nodes, per_node))
             await enter()
         except BaseException:
             self.leave(kept=self.attach)
@@ -278,13 +278,12 @@ class NamedPool:
             rec = dataclasses.replace(rec, watchdog_pid=start_watchdog(rec))
         records.save(rec)
 
-    def _provisional(self, keeper: KeepSupport, provider: Provider, nodes: int, processes_per_node: int) -> None:
+    def _provisional(self, keeper: KeepSupport, provider: Provider, ctx: KeepContext, nodes: int,
+                     processes_per_node: int) -> None:
         """Record a new pool before any worker starts, where its kind says so (SSH hosts: no workers yet): a
         client killed while it creates the pool leaves a record that `skyhive down NAME` (or the next
         `launch -c NAME`) uses to clean its nodes — the workers have no idle timeout, nothing else would
         end them."""
-        ctx = KeepContext(pool=self.name, socket_dir=records.socket_dir(self.name),
-                          cluster=cluster_key(self.name, str(state_dir())))
         fields = keeper.provisional(provider, ctx, nodes)
         if fields is not None:
             records.save(ClusterRecord(name=self.name, provider=provider.name, nodes=nodes,
