@@ -50,6 +50,11 @@ def _files(root: Path = ROOT) -> list[Path]:
     return sorted(p for folder in SOURCES for p in (root / folder).rglob("*.py"))
 
 
+@functools.lru_cache(maxsize=None)
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
 def _rel(path: Path, root: Path = ROOT) -> str:
     return path.relative_to(root).as_posix()
 
@@ -98,7 +103,7 @@ def specific_classes() -> tuple[dict[str, str], dict[str, str]]:
     reach, transport and worker class in the source."""
     defs: dict[str, tuple[str, ast.ClassDef]] = {}
     for path in _files():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(_parse(path)):
             if isinstance(node, ast.ClassDef):
                 defs.setdefault(node.name, (_rel(path), node))
 
