@@ -89,9 +89,16 @@ class ClusterRecord:
 
     @property
     def on_hosts(self) -> bool:
-        """True when the workers are on other hosts, reached over SSH (an SSH pool, a cloud pool's
-        instances): its sockets are there, under `cluster`."""
-        return bool(self.cluster)
+        """True when the workers are on other machines (an SSH pool, a cloud pool's instances): what the
+        kind that keeps the pool says (`KeepSupport.same_machine`); a kind not installed here: whether the
+        record names a socket directory elsewhere (`cluster`)."""
+        from ..nodes.keep import keep_support
+
+        try:
+            support = keep_support(self.keeper)
+        except Exception:  # noqa: BLE001 - a kind whose package is broken: the record's own word
+            support = None
+        return not support.same_machine if support is not None else bool(self.cluster)
 
     @property
     def instances(self) -> list[str]:
