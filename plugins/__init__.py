@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import WorkerRestarted as WorkerRestarted
 from .api import InstanceInfo as InstanceInfo
 from .api import Plugin as Plugin
+from .api import PoolView as PoolView
 from .api import apply_transforms as apply_transforms
 from .huggingface import huggingface as huggingface
 from .jax import jax as jax
@@ -29,7 +30,7 @@ from .joblib import sklearn as sklearn
 from .keras import keras as keras
 from .torch import torch as torch
 
-__all__ = ["Plugin", "InstanceInfo", "apply_transforms", "torch", "jax", "keras", "huggingface",
+__all__ = ["Plugin", "PoolView", "InstanceInfo", "apply_transforms", "torch", "jax", "keras", "huggingface",
            "joblib", "sklearn", "WorkerRestarted", "installed", "ENTRY_POINT_GROUP"]
 
 #: Entry-point group through which other packages add plugins (name = "module:factory").

@@ -3,6 +3,8 @@
 
 - `transform(image, pool) -> image` — client side, before the nodes are set up: add pip packages,
   indexes, environment variables (use the `Image.with_*` helpers so plugins do not clobber each other).
+  `pool` is a `PoolView`: what a plugin may know of the pool (its provider's name, whether the nodes
+  are this machine, the accelerator asked for, nodes, processes per node), never the pool itself.
 - `around_app(info)` — on the worker, a context manager entered once per worker process before its
   first task and exited at shutdown (set up a process group in it, tear it down in its `finally`).
 - `around_task(info)` — on the worker, a context manager around each task.
@@ -20,6 +22,7 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ..errors import WorkerRestarted
@@ -29,7 +32,7 @@ from ..protocol.info import InstanceInfo as InstanceInfo
 if TYPE_CHECKING:
     from .image import Image
 
-__all__ = ["Plugin", "TransformHook", "AppHook", "TaskHook", "ClientHook", "InstanceInfo", "apply_transforms", "requirement",
+__all__ = ["Plugin", "PoolView", "TransformHook", "AppHook", "TaskHook", "ClientHook", "InstanceInfo", "apply_transforms", "requirement",
            "refuse_if_restarted", "restarted_message", "with_plugin"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,11 +41,22 @@ _CONSTRAINT = re.compile(r"\s*(===|==|!=|~=|<=|>=|<|>)")
 _VERSION = re.compile(r"[0-9][0-9A-Za-z.+!*-]*\Z")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolView:
+    """What a plugin's `transform` sees of the pool it is applied to."""
+
+    provider: str  # the provider's name ("local", "ssh", "aws", a third party's)
+    same_machine: bool  # the nodes are this machine (its Python, files and devices): Local
+    accelerator: str | None = None  # what the pool asked for ("A100:8"), None when nothing
+    nodes: int = 1
+    processes_per_node: int = 1
+
+
 @runtime_checkable
 class TransformHook(Protocol):
     """Client side, when the pool opens, before any node is set up."""
 
-    def transform(self, image: Image, pool: Any) -> Image:
+    def transform(self, image: Image, pool: PoolView | None) -> Image:
         """Return a new `Image` with what the plugin needs (use `Image.with_*`); never mutate `image`."""
         ...
 
@@ -85,8 +99,9 @@ class Plugin:
         return f"<plugin {self.name}>"
 
 
-def apply_transforms(plugins: Sequence[Any], image: Image | None, pool: Any) -> Image:
-    """Run every plugin's `transform` in order, starting from `image` (an empty `Image` if None)."""
+def apply_transforms(plugins: Sequence[Any], image: Image | None, pool: PoolView | None) -> Image:
+    """Run every plugin's `transform` in order, starting from `image` (an empty `Image` if None); `pool`
+    is what they see of the pool (None: no pool, e.g. a plugin applied to an image alone)."""
     from .image import Image
 
     image = image if image is not None else Image()

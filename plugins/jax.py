@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CoordinatorPortInUse
-from .api import InstanceInfo, Plugin, refuse_if_restarted
+from .api import InstanceInfo, Plugin, PoolView, refuse_if_restarted
 
 if TYPE_CHECKING:
     from .image import Image
@@ -93,11 +93,11 @@ class JaxPlugin(Plugin):
     def __repr__(self) -> str:
         return f"<plugin jax {self.package}>"
 
-    def transform(self, image: Image, pool: Any) -> Image:
-        """Add the jax package; on a Local pool, pick the coordinator's port (see the module)."""
+    def transform(self, image: Image, pool: PoolView | None) -> Image:
+        """Add the jax package; on a pool whose nodes are this machine (Local), pick the coordinator's
+        port (see the module)."""
         image = image.with_pip(self.package)
-        provider = getattr(pool, "provider", None)
-        if getattr(provider, "name", None) == "local" and PORT_ENV not in image.env:
+        if pool is not None and pool.same_machine and PORT_ENV not in image.env:
             image = image.with_env(**{PORT_ENV: str(_free_port())})
         return image
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import WorkerRestarted
 from ..protocol.info import RESTART_ENV
-from .api import InstanceInfo, Plugin, refuse_if_restarted, requirement
+from .api import InstanceInfo, Plugin, PoolView, refuse_if_restarted, requirement
 
 if TYPE_CHECKING:
     from .image import Image
@@ -148,16 +148,17 @@ class TorchPlugin(Plugin):
 
     # -- client side ---------------------------------------------------------------------------
 
-    def transform(self, image: Image, pool: Any) -> Image:
-        """Add the torch packages and the wheel index for the pool's accelerator (CPU if none). A Local
-        pool runs on this machine's GPUs whatever it asked for (Local warns when they differ), so
-        there the index follows this machine: CUDA wheels only where `nvidia-smi` lists a GPU."""
-        if getattr(getattr(pool, "provider", None), "name", None) == "local":
+    def transform(self, image: Image, pool: PoolView | None) -> Image:
+        """Add the torch packages and the wheel index for the pool's accelerator (CPU if none). A pool
+        whose nodes are this machine (Local) runs on its GPUs whatever it asked for (Local warns when
+        they differ), so there the index follows this machine: CUDA wheels only where `nvidia-smi`
+        lists a GPU."""
+        if pool is not None and pool.same_machine:
             from ..providers.accelerators import local_devices
 
             index = INDEX.format(flavour=self.cuda if local_devices() else "cpu")
         else:
-            index = wheel_index(self.cuda, getattr(pool, "accelerator", None))
+            index = wheel_index(self.cuda, pool.accelerator if pool is not None else None)
         return image.with_pip(*self.requirements).with_pip_indexes(index)
 
     # -- worker side ---------------------------------------------------------------------------

@@ -207,6 +207,12 @@ class Provider(abc.ABC):
     #: that no provider option takes is refused by `skyhive launch`, naming the field and the provider.
     resource_options: ClassVar[Mapping[str, str]] = {}
 
+    #: What this provider cannot do, each with the reason (shown in the error that refuses it):
+    #: {"keep": "a Slurm allocation ends with the client's job ..."} refuses `Pool(name=..., keep=True)` and
+    #: `skyhive launch -c` on it. A capability not named here is offered (keeping a pool then goes through
+    #: the keep support its nodes' kind declares: `runtime/nodes/keep.py`).
+    unsupported: ClassVar[Mapping[str, str]] = {}
+
     #: True when the provider can stop a pool's machines, keeping their disks, and start the same ones
     #: again (`stop_nodes`, `start_nodes`): `skyhive stop`/`start` of a cloud pool. Others say so.
     can_stop: ClassVar[bool] = False
@@ -251,6 +257,11 @@ class Provider(abc.ABC):
     #: home of its own (`HOME`, the workdir at `~/sky_workdir` there), so a task behaves as on a fresh
     #: machine and never touches the user's home; `setup` then runs on every node.
     node_homes: ClassVar[bool] = False
+
+    #: True when the nodes are this machine, with its Python and files (Local): a plugin may use this
+    #: machine's devices and paths as the nodes' own, a task's workdir needs no copy. (The node kinds'
+    #: declarations will say it per kind, `runtime/nodes/registry.py`; until then the provider says it.)
+    same_machine: ClassVar[bool] = False
 
     #: the cloud whose interruption notice this provider's nodes watch while a managed job runs
     #: ("aws": EC2's spot `instance-action`, `runtime/onnode/interruption.py`); "" none

@@ -59,6 +59,9 @@ class Fallback(Provider):
     """Several providers tried in order (see the module docstring)."""
 
     name: ClassVar[str] = "fallback"
+    #: (see `Provider.unsupported`)
+    unsupported: ClassVar[Mapping[str, str]] = {
+        "keep": "a pool tried on several providers in turn is not kept; name the one provider to keep it on"}
 
     def __init__(self, providers: Sequence[Provider], order: str = "given") -> None:
         if order not in ORDERS:

@@ -28,6 +28,7 @@ class Local(Provider):
     """
 
     name = "local"
+    same_machine = True  # (see `Provider.same_machine`)
     node_homes = True  # a task file's steps never touch this user's home (`runtime/onnode/nodecmd.py`)
 
     def __init__(self, *, cwd: str | None = None, build_env: bool = True) -> None:

@@ -55,6 +55,9 @@ class Simulated(Provider):
     """Simulated nodes (see the module docstring): cheap enough for 10,000 in one process."""
 
     name = "simulated"
+    #: (see `Provider.unsupported`)
+    unsupported: ClassVar[Mapping[str, str]] = {
+        "keep": "simulated nodes live inside the client's process and end with it"}
     bulk_teardown = True  # in-process nodes: one `terminate` for all of them
     state_map = {"pending": "provisioning", "running": "running", "terminated": "terminated",
                  "failed": "failed"}

@@ -24,7 +24,7 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -144,6 +144,10 @@ class Slurm(Provider):
     """
 
     name = "slurm"
+    #: (see `Provider.unsupported`)
+    unsupported: ClassVar[Mapping[str, str]] = {
+        "keep": "a Slurm allocation ends with the client's job (srun steps are children of it); keeping one "
+                "would need a batch job holding the allocation, which is not built"}
     chooses = frozenset({"accelerator"})  # as a gres request (see `gres_for`)
     transient_errors: ClassVar[tuple[type[BaseException], ...]] = (SlurmUnreachable,)
     state_map: ClassVar[dict[str, str]] = {

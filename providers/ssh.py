@@ -195,7 +195,7 @@ files "$GRACE" | while IFS= read -r f; do rm -rf -- "$f" && echo "R $f"; done
 def collections_prefix(pool_key: str) -> str:
     """How the directories of the collections' forwarded sockets of a pool begin on its hosts
     (`<prefix>-<digest of the client's socket>-n<node>`, runtime/kinds/ssh/collections.py), for
-    `pool_key`: a named pool's socket directory (`ssh_cluster.cluster_key`), else the pool id. So the
+    `pool_key`: a named pool's socket directory (`runtime/nodes/keep.py` `cluster_key`), else the pool id. So the
     pool's cleanup sweep finds them without knowing the client's socket."""
     return f"coll-{hashlib.sha256(pool_key.encode()).hexdigest()[:8]}"
 

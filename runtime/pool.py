@@ -191,6 +191,7 @@ class Pool(PoolCalls):
         self._collections: Any = None  # the pool's sky.dict & co. while it is open (runtime/collections/)
         self._blocking: BlockingPool | None = None
         self._client_hooks = contextlib.ExitStack()
+        self._running = contextlib.AsyncExitStack()  # the runtime's task group, while the pool runs (`_enter`)
         self._retries = 0  # calls re-run after a lost worker (`retries=`)
         from .storage.plugin import parse_mounts
 
@@ -245,12 +246,14 @@ class Pool(PoolCalls):
             from .storage.pool import open_mounts
 
             self._storage, plugin = await open_mounts(self.mounts, self.name,
-                                                      same_python=isinstance(self.provider, Local))
+                                                      same_python=self.provider.same_machine)
             spec_plugins = (plugin, *spec_plugins)
         if image is not None or spec_plugins:
-            from ..plugins.api import apply_transforms
+            from ..plugins.api import PoolView, apply_transforms
 
-            image = apply_transforms(spec_plugins, image, self)
+            view = PoolView(provider=self.provider.name, same_machine=self.provider.same_machine,
+                            accelerator=self.accelerator, nodes=self.nodes, processes_per_node=self.processes_per_node)
+            image = apply_transforms(spec_plugins, image, view)
         self._rt = PoolRuntime(
             provider=self.provider, nodes=self.nodes, processes_per_node=self.processes_per_node,
             plugins=spec_plugins, image=image, output=self.output_spec, settings=self.settings,
@@ -266,11 +269,16 @@ class Pool(PoolCalls):
 
         self._collections = CollectionStore(socket_path(self._rt.pool_id)).start()
         self._rt.worker_env[COLLECTIONS_ENV] = self._collections.path
+        self._running = contextlib.AsyncExitStack()  # the runtime's task group: entered with `async with`
         try:
+            await self._running.enter_async_context(self._rt.running())
             await self._rt.start()
         except BaseException:
-            self._close_collections()
-            await self._close_mounts(failed=True)
+            try:
+                await self._running.aclose()
+            finally:
+                self._close_collections()
+                await self._close_mounts(failed=True)
             raise
         try:
             for plugin in spec_plugins:  # client-side hooks, for the pool's lifetime
@@ -313,7 +321,7 @@ class Pool(PoolCalls):
                 await rt.close(error)
         finally:
             try:
-                await rt._exit_tg()
+                await self._running.aclose()  # the runtime's task group left
             finally:
                 self._close_collections()
                 if named is not None:

@@ -8,6 +8,7 @@ marker file in a directory the test owns, so the test can see what `skyhive down
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from skyhive.providers.base import NodeHandle, Provider, Reach
+from skyhive.runtime.nodes.registry import TransportKind
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,8 +53,14 @@ def _vms() -> Path:
     return Path(os.environ["TINYCLOUD_STATE"])
 
 
+#: kind "tinykind": its transport, and how its nodes are kept (a named pool): a "VM" is this machine, so
+#: they are kept as Local nodes are (detached workers on this machine's Unix sockets)
+KIND = TransportKind("tinykind", tiny_transport, keep="skyhive.runtime.kinds.local.keep:KEEP")
+
+
 class TinyCloud(Provider):
     name = "tinycloud"
+    fixed_machines = False  # its "VMs" are made to order: a kept pool records them, `down` terminates them
 
     async def launch(self, spec, nodes):
         handles = []
@@ -149,7 +157,7 @@ tinyshell = tinycloud:TinyShellCloud
 stamp = tinycloud:stamp
 
 [skyhive.transports]
-tinykind = tinycloud:tiny_transport
+tinykind = tinycloud:KIND
 tinyshell = tinycloud:TINYSHELL
 '''
 
@@ -268,3 +276,46 @@ def test_a_provider_that_is_not_built_yet_says_so(tmp_path, monkeypatch, capsys)
     monkeypatch.chdir(tmp_path)
     assert main(["launch", "t.yaml", "--provider", "zzcloud"]) == 1
     assert "not built yet" in capsys.readouterr().err
+
+
+def test_a_third_party_kind_keeps_a_named_pool_launch_detach_attach_down(tinycloud, tmp_path):
+    """keep=True on the third party's provider and kind, with nothing of it in skyhive (issue 23, point 3):
+    the pool is made and left (its "VMs" and workers stay), a new process attaches to the same workers
+    (what they loaded is still there), `skyhive down` ends the workers and terminates the VMs by the ids
+    its record holds."""
+    from tinycloud import TinyCloud
+
+    from skyhive.runtime.clusters import record as records
+    from tests.infra.sshd import process_alive
+
+    def load(value):
+        import builtins
+
+        builtins.tiny_loaded = value  # the worker keeps it: the next client finds it
+        return os.getpid()
+
+    with sky.Pool(provider=TinyCloud(), nodes=2, name="tiny", keep=True) as pool:
+        pids = sorted(pool.broadcast(load, "weights"))
+    assert sorted(p.name for p in tinycloud.iterdir()) == ["tiny.0", "tiny.1"]  # the "VMs" stay
+    assert all(process_alive(pid) for pid in pids)  # and their workers
+    rec = records.load("tiny")
+    assert (rec.provider, rec.keeper, rec.instances) == ("tinycloud", "local", ["tiny.0", "tiny.1"])
+
+    script = textwrap.dedent("""\
+        import builtins, json, os
+        import skyhive as sky
+        with sky.Pool.attach("tiny") as pool:
+            print(json.dumps(sorted(pool.broadcast(lambda: (os.getpid(), builtins.tiny_loaded)))))
+    """)
+    attached = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180,
+                              cwd=tmp_path)
+    assert attached.returncode == 0, attached.stderr
+    assert [tuple(x) for x in json.loads(attached.stdout)] == [(pid, "weights") for pid in pids]
+
+    done = skyhive("down", "tiny", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert list(tinycloud.iterdir()) == []  # terminated by the recorded ids
+    assert not any(process_alive(pid) for pid in pids)  # (`down` waits until they are gone)
+    assert "tiny" not in records.names()
+    assert fold(read_log(pool_log_path("tiny"))).status == "stopped"
+

@@ -80,6 +80,11 @@ class Azure(LibcloudProvider):
     """
 
     name: ClassVar[str] = "azure"
+    #: (see `Provider.unsupported`)
+    unsupported: ClassVar[Mapping[str, str]] = {
+        "keep": "kept cloud pools are built and tested for aws only (its instances' reach, idle watchdog and "
+                "termination by recorded instance id); use a pool without a name, or give the instances to "
+                "sky.SSH(hosts=...) to keep a pool on them"}
     chooses = frozenset({"accelerator", "spot"})  # cpus/memory only narrow an accelerator's sizes: refused alone
     resource_options = {"region": "region", "zone": "zones", "instance_type": "vm_size", "disk_size": "disk_gb"}
     error_kinds = AZURE_ERRORS

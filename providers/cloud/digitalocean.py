@@ -70,6 +70,11 @@ class DigitalOcean(LibcloudProvider):
     """
 
     name: ClassVar[str] = "digitalocean"
+    #: (see `Provider.unsupported`)
+    unsupported: ClassVar[Mapping[str, str]] = {
+        "keep": "kept cloud pools are built and tested for aws only (its instances' reach, idle watchdog and "
+                "termination by recorded instance id); use a pool without a name, or give the instances to "
+                "sky.SSH(hosts=...) to keep a pool on them"}
     chooses = frozenset({"accelerator"})  # from the shipped table
     resource_options = {"region": "region", "instance_type": "size", "image_id": "image"}
     error_kinds = DO_ERRORS

@@ -102,6 +102,11 @@ class GCP(LibcloudProvider):
     """
 
     name: ClassVar[str] = "gcp"
+    #: (see `Provider.unsupported`)
+    unsupported: ClassVar[Mapping[str, str]] = {
+        "keep": "kept cloud pools are built and tested for aws only (its instances' reach, idle watchdog and "
+                "termination by recorded instance id); use a pool without a name, or give the instances to "
+                "sky.SSH(hosts=...) to keep a pool on them"}
     chooses = frozenset({"accelerator", "spot"})
     resource_options = {"region": "region", "zone": "zones", "instance_type": "machine_type", "image_id": "image",
                         "disk_size": "disk_gb"}

@@ -10,13 +10,14 @@ restarted by its supervisor.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -113,10 +114,31 @@ class PoolRuntime(CallDispatch):
 
     # ---- start -------------------------------------------------------------------------------------
 
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[PoolRuntime]:
+        """The pool's task group (its heartbeats, its nodes' tasks), for as long as the pool runs: the
+        only way it is entered. `start`, then `close` or `detach`, run inside it; leaving cancels what
+        is left in it.
+
+            async with rt.running():
+                await rt.start()
+                ...
+                await rt.close()
+        """
+        async with anyio.create_task_group() as tg:
+            self.tg = tg
+            try:
+                yield self
+            finally:
+                self.tg = None
+                tg.cancel_scope.cancel()
+
     async def start(self) -> None:
+        """Start the pool's nodes (inside `running()`). On failure the nodes are closed (or, taking over a
+        named pool, detached) before the error is raised."""
+        if self.tg is None:
+            raise RuntimeError(f"pool {self.pool_id}: PoolRuntime.start() runs inside `async with rt.running()`")
         self.loop = asyncio.get_running_loop()  # (asyncio's lookup makes a getpid() syscall per call)
-        self.tg = anyio.create_task_group()
-        await self.tg.__aenter__()
         self.tg.start_soon(self._heartbeats)
         display = None
         if self.progress:
@@ -136,7 +158,6 @@ class PoolRuntime(CallDispatch):
                 await self.detach()
             else:
                 await self.close(error)
-            await self._exit_tg()
             leak = self.leak_error(error)
             if leak is not None:  # the money first: what may still run, and the start's failure with it
                 raise leak from failure
@@ -446,8 +467,3 @@ class PoolRuntime(CallDispatch):
             + (f". The pool closed because of: {cause}" if cause else ""),
             pool_id=self.pool_id, leaked=state.leaked)
 
-    async def _exit_tg(self) -> None:
-        tg, self.tg = self.tg, None
-        if tg is not None:
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)

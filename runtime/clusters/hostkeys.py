@@ -63,7 +63,7 @@ class ChangedKey:
 def changed_host_keys(rec: ClusterRecord) -> list[ChangedKey]:
     """The hosts of the SSH pool `rec` whose key is not the recorded one (hosts that do not answer are
     left out: their key is unknown, and `down` names them as unreachable)."""
-    from .remote import _run, provider_of
+    from ..kinds.ssh.keep import _run, provider_of  # (host keys are what the SSH kind pins: its own module)
 
     provider = provider_of(rec)
     nodes = sorted({int(k) for k in rec.host_keys if int(k) < rec.nodes})

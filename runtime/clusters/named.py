@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -21,16 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ...errors import PoolExists, PoolGone
-from ...providers.base import Provider
+from ...errors import PoolExists, PoolGone, ProvisionError
 from ...paths import state_dir
-from ...providers.local import Local, LocalCluster
-from ...providers.ssh import SSH
-from ...providers.kept_cloud import KeptCloud, kept_cloud
-from ...providers.ssh_cluster import KeptSSHReach, SSHCluster, cluster_key
-from ..kinds.local.detached import server_pid, socket_path
+from ...providers.base import Provider
+from ...providers.local import Local
+from ..nodes.keep import KeepContext, KeepSupport, cluster_key, keep_support_of
 from . import record as records
 from .follow import follow_workers
+from .kept import KeptProvider
 from .procs import runs
 from .record import ClusterRecord, WorkerEntry
 
@@ -54,42 +50,20 @@ def minute() -> float:
         raise ValueError(f"{AUTOSTOP_UNIT_ENV}={os.environ[AUTOSTOP_UNIT_ENV]!r} is not a number of seconds") from None
 
 
-#: Why a provider's pool cannot be kept (yet), by provider name (the error says it).
-_CLOUD = ("kept cloud pools are built and tested for aws only (its instances' reach, idle watchdog and "
-          "termination by recorded instance id); use a pool without a name, or give the instances to "
-          "sky.SSH(hosts=...) to keep a pool on them")
-_CANNOT_KEEP = {
-    "slurm": "a Slurm allocation ends with the client's job (srun steps are children of it); keeping one "
-             "would need a batch job holding the allocation, which is not built",
-    "azure": _CLOUD, "gcp": _CLOUD, "digitalocean": _CLOUD,
-}
+def kept_provider(name: str, provider: Provider) -> KeptProvider:
+    """The provider of a new kept pool: `provider`, its running nodes kept by the keep support of their
+    kind (`clusters/kept.py`, `runtime/nodes/keep.py`).
 
-
-def cannot_keep(provider: str) -> str:
-    """Why pools of `provider` cannot be kept (outlive their client)."""
-    return _CANNOT_KEEP.get(provider, "its nodes' workers cannot outlive the client yet (kept pools run on the "
-                                      "local and ssh providers)")
-
-
-def kept_provider(name: str, provider: Provider) -> Provider:
-    """The provider of a new kept pool: `provider`'s nodes with detached workers (Local:
-    `LocalCluster`; SSH: `SSHCluster`).
-
-    Raises `ValueError` naming the provider and why for one whose nodes cannot outlive the client,
-    and `PoolExists` when a pool by that name still runs."""
+    Raises `ValueError` naming the provider and why for one that cannot keep a pool
+    (`Provider.unsupported["keep"]`), and `PoolExists` when a pool by that name still runs."""
     records.check_name(name)
-    if provider.name == "aws":  # its instances kept, their workers detached (providers/kept_cloud.py)
-        _no_live_pool(name)
-        return kept_cloud(provider, pool=name, socket_dir=records.socket_dir(name),
-                          cluster=cluster_key(name, str(state_dir())))
-    if type(provider) not in (Local, SSH):
-        raise ValueError(f"Pool(name={name!r}, keep=True): provider {provider.name!r} cannot keep a pool: "
-                         f"{cannot_keep(provider.name)}")
+    reason = provider.unsupported.get("keep")
+    if reason:
+        raise ValueError(f"Pool(name={name!r}, keep=True): provider {provider.name!r} cannot keep a pool: {reason}")
     _no_live_pool(name)
     # the workers never leave by themselves: autostop is the pool's watchdog (`start_watchdog`)
-    if isinstance(provider, SSH):
-        return SSHCluster.from_ssh(provider, pool=name, cluster=cluster_key(name, str(state_dir())))
-    return LocalCluster(socket_dir=records.socket_dir(name), cwd=provider.cwd, build_env=provider.build_env)
+    return KeptProvider(provider, KeepContext(pool=name, socket_dir=records.socket_dir(name),
+                                              cluster=cluster_key(name, str(state_dir()))))
 
 
 def _no_live_pool(name: str) -> None:
@@ -102,10 +76,9 @@ def _no_live_pool(name: str) -> None:
         if live_workers(old):
             raise PoolExists(f"pool {name!r} already runs ({len(old.workers)} workers): attach to it with "
                              f"sky.Pool.attach({name!r}), or `skyhive down {name}` first")
-        if old.on_hosts and not old.leaking:  # what a killed client or autostop left on the hosts (marks, a socket dir)
-            from .remote import stop_remote
-
-            stop_remote(old)
+        if not old.leaking:  # what a killed client or autostop left on the nodes (marks, a socket dir)
+            for failure in keep_support_of(old).leftovers(old):
+                log.warning("pool %s: %s", name, failure)
         if old.instances:  # its instances may still run (billed): terminated before it is forgotten
             from .cloud import terminate_instances
 
@@ -113,34 +86,21 @@ def _no_live_pool(name: str) -> None:
         records.remove(name)  # what is left of a pool whose workers all died
 
 
-def attach_provider(rec: ClusterRecord, *, check: bool = True) -> Provider:
-    """The provider that takes the workers of `rec` over. Raises `PoolGone` naming the pool and the
-    workers that died (an SSH pool's are checked by the takeover itself, on its hosts; `check=False`
-    skips the local check too)."""
-    if rec.on_hosts:
-        from .remote import provider_of
-
-        return provider_of(rec)
-    dead = dead_workers(rec) if check else []
-    if dead:
-        which = ", ".join(f"node {w.node} worker {w.rank} (pid {w.pid})" for w in dead)
-        raise PoolGone(f"pool {rec.name!r}: its workers died ({which}); `skyhive down {rec.name}` cleans up, "
-                       f"`skyhive launch -c {rec.name} TASK.yaml` starts it again")
-    return LocalCluster(socket_dir=rec.socket_dir, attach=True, cwd=rec.cwd)
+def attach_provider(rec: ClusterRecord, *, check: bool = True, nodes: int | None = None) -> Provider:
+    """The provider that takes the workers of `rec` over (`nodes` of them: all when None), from the kind
+    that keeps the pool. Raises `PoolGone` naming the pool and the workers that died where that is seen
+    without a login (`check=False` skips it; an SSH pool's are checked by the takeover itself)."""
+    return keep_support_of(rec).attach_provider(rec, nodes=nodes, check=check)
 
 
 def live_workers(rec: ClusterRecord) -> list[WorkerEntry]:
     """The record's workers whose socket a worker still serves (a worker restarted by a client since the
-    record was written serves the same socket under another pid). An SSH pool's are asked on its
-    hosts (one login each); a host that cannot be reached counts as not live."""
-    if rec.on_hosts:
-        from .remote import live_remote
-
-        live, errors, _ = live_remote(rec)
-        for error in errors:
-            log.warning("pool %s: %s", rec.name, error)
-        return live
-    return [w for w in rec.workers if server_pid(w.socket) is not None]
+    record was written serves the same socket under another pid). Asked where they run (an SSH pool's
+    on its hosts, one login each); a host that cannot be reached counts as not live."""
+    live, errors, _ = keep_support_of(rec).live(rec)
+    for error in errors:
+        log.warning("pool %s: %s", rec.name, error)
+    return list(live)
 
 
 def dead_workers(rec: ClusterRecord) -> list[WorkerEntry]:
@@ -148,7 +108,7 @@ def dead_workers(rec: ClusterRecord) -> list[WorkerEntry]:
     return [w for w in rec.workers if (w.node, w.rank) not in live] if rec.workers else []
 
 
-def keep_named(name: str | None, provider: Provider, *, keep: bool, autostop: float | None) -> tuple[LocalCluster, NamedPool]:
+def keep_named(name: str | None, provider: Provider, *, keep: bool, autostop: float | None) -> tuple[KeptProvider, NamedPool]:
     """`Pool(name=..., keep=True, autostop=...)`: the provider of the new kept pool and its named half.
     Raises `ValueError` naming the argument, `PoolExists` when a pool by that name runs."""
     if not keep:
@@ -167,7 +127,7 @@ def shutdown_on_autostop(provider: Provider, named: NamedPool) -> None:
     """A new kept cloud pool's machines stop on an OS shutdown when its autostop stops it (not `--down`):
     the watchdog on a machine has no cloud credentials and stops it by shutting it down, its disks kept;
     otherwise they terminate (`Provider.shutdown_behavior`)."""
-    if isinstance(provider, KeptCloud) and provider.can_stop:
+    if isinstance(provider, KeptProvider) and provider.can_stop:
         stops = named.autostop_minutes is not None and not named.autostop_down
         provider.shutdown_behavior = "stop" if stops else "terminate"
 
@@ -217,6 +177,7 @@ class NamedPool:
         self.who = who
         self.lock_timeout = lock_timeout
         self.opened: list[str] = []  # the firewall rules opened for the pool's ports (`_open_ports`)
+        self.keeper: KeepSupport | None = None  # the kind that keeps an attached pool (its record says)
         self._lock = records.AttachLock(name, who=who)
 
     def __repr__(self) -> str:
@@ -245,32 +206,26 @@ class NamedPool:
         await self.enter()
         try:
             if self.attach:  # workers may have died since Pool.attach() looked
-                pool.provider = attach_provider(records.load(self.name))
-                if isinstance(pool.provider, SSHCluster):
-                    pool.provider = pool.provider.for_nodes(pool.nodes)
-            elif isinstance(pool.provider, SSHCluster):
-                self._provisional(pool.provider, pool)
+                rec = records.load(self.name)
+                self.keeper = keep_support_of(rec)
+                pool.provider = self.keeper.attach_provider(rec, nodes=pool.nodes)
+            elif isinstance(pool.provider, KeptProvider):  # recorded before any worker starts, where the kind says
+                kept, nodes, per_node = pool.provider, pool.nodes, pool.processes_per_node
+                kept.on_launch(lambda keeper, inner: self._provisional(keeper, inner, kept.ctx, nodes, per_node))
             await enter()
         except BaseException:
             self.leave(kept=self.attach)
             raise
         rt = pool._rt
-        assert rt is not None and isinstance(pool.provider, (LocalCluster, SSHCluster, KeptCloud))
+        assert rt is not None
         try:
             self.started(rt, pool.provider, pool.processes_per_node)
             if not self.attach:
                 await self._open_ports(pool.provider)
-        except BaseException as exc:  # the pool runs but cannot be recorded: a new one is torn down
-            try:  # (both are shielded from cancellation)
-                if self.attach:
-                    await rt.detach()
-                else:
-                    await rt.close(f"{type(exc).__name__}: {exc}")
-            finally:
-                try:
-                    await rt._exit_tg()
-                finally:
-                    self.leave(kept=self.attach)
+        except BaseException as exc:  # the pool runs but cannot be recorded: a new one is torn down (and
+            # forgotten), an attached one detached: the pool leaves as its block would (`Pool.__aexit__`)
+            pool.keep = self.attach
+            await pool.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         # a worker started later (restarted, or a replaced node's: `replace_failed`) goes into the record
         rt.tg.start_soon(follow_workers, rt.log.subscribe(), self.name)
@@ -284,83 +239,56 @@ class NamedPool:
             self.opened = await provider.open_ports(self.name, ports)
             log.info("pool %s: opened %s", self.name, ", ".join(self.opened))
 
-    def started(self, rt: PoolRuntime, provider: Any, processes_per_node: int) -> None:
-        """The workers run: write the record (a new pool) or check it still says the same (attached)."""
-        from ..kinds.ssh.transport import SSHTransport, SSHWorker
-
-        workers = []
+    def started(self, rt: PoolRuntime, provider: Provider, processes_per_node: int) -> None:
+        """The workers run: write the record (a new pool) or check it still says the same (attached). What
+        it holds of the nodes comes from the kind that keeps them (`KeepSupport.workers`, `node_facts`,
+        `record_fields`): the transports report it, this walks none of them."""
+        keeper = self.keeper if self.attach else provider.keeper if isinstance(provider, KeptProvider) else None
+        if keeper is None:
+            raise ProvisionError(f"pool {self.name}: no node of it runs, nothing to record")
+        workers: list[WorkerEntry] = []
         host_keys: dict[str, str] = {}
         node_envs: dict[str, dict[str, Any]] = {}
         for node in rt.nodes:
-            if isinstance(node.transport, SSHTransport):
-                host_keys[str(node.index)] = node.transport.host_key_text()
-                env = node.transport.node_env
-                if env is not None:
-                    node_envs[str(node.index)] = {"python": env.python, "pythonpath": list(env.pythonpath)}
-            for rank, proc in enumerate(node.processes):
-                if proc is None:
-                    continue
-                if isinstance(proc, SSHWorker):
-                    path = proc.socket
-                else:
-                    path = socket_path(provider.socket_dir if isinstance(provider, LocalCluster)
-                                       else provider.kept_socket_dir, node.index, rank)
-                workers.append(WorkerEntry(node=node.index, rank=rank, pid=proc.pid, socket=path))
+            facts = keeper.node_facts(node.transport)
+            if "host_key" in facts:
+                host_keys[str(node.index)] = str(facts["host_key"])
+            if "env" in facts:
+                node_envs[str(node.index)] = dict(facts["env"])
+            workers += [WorkerEntry(node=w.node, rank=w.rank, pid=w.pid, socket=w.socket)
+                        for w in keeper.workers(node.index, node.transport, node.processes)]
         if self.attach:
             old = records.load(self.name)
-            rec = ClusterRecord(**{**_fields(old), "workers": tuple(workers)})
-        elif isinstance(provider, KeptCloud):
-            rec = self._cloud_record(rt, provider, processes_per_node, tuple(workers), host_keys, node_envs)
+            rec = dataclasses.replace(old, workers=tuple(workers))
         else:
-            kept = isinstance(provider, SSHCluster)
-            rec = ClusterRecord(name=self.name, provider="ssh" if kept else "local", nodes=len(rt.nodes),
+            assert isinstance(provider, KeptProvider)
+            inner = provider.inner
+            handles = [node.handle for node in rt.nodes if node.handle is not None]
+            fields = keeper.record_fields(inner, handles, provider.ctx)
+            info = dict(fields.pop("provider_info", {}))
+            if not inner.fixed_machines:  # machines made to order: recorded by id, what `down` terminates
+                info.update(cloud=inner.describe(), instances=[h.provider_id for h in handles])
+            rec = ClusterRecord(name=self.name, provider=inner.name, nodes=len(rt.nodes),
                                 processes_per_node=processes_per_node, concurrency=rt.context.concurrency,
-                                task_threads=rt.context.task_threads,
-                                cwd=os.getcwd() if kept else provider.cwd or os.getcwd(),
-                                socket_dir="" if kept else provider.socket_dir, created=time.time(),
-                                workers=tuple(workers), spec=self.spec, autostop_minutes=self.autostop_minutes,
-                                autostop_down=self.autostop_down,
-                                provider_info=provider.recorded() if kept else {},
-                                cluster=provider.cluster if kept else "", host_keys=host_keys,
-                                node_envs=node_envs)
+                                task_threads=rt.context.task_threads, created=time.time(), workers=tuple(workers),
+                                spec=self.spec, autostop_minutes=self.autostop_minutes,
+                                autostop_down=self.autostop_down, provider_info=info, host_keys=host_keys,
+                                node_envs=node_envs, keeper=keeper.kind, **fields)
         if not self.attach and self.autostop_minutes is not None:
             rec = dataclasses.replace(rec, watchdog_pid=start_watchdog(rec))
         records.save(rec)
 
-    def _provisional(self, provider: SSHCluster, pool: Any) -> None:
-        """Record a new SSH pool before any worker starts (no workers yet): a client killed while it
-        creates the pool leaves a record that `skyhive down NAME` (or the next `launch -c NAME`) uses to
-        clean its hosts — the workers have no idle timeout, nothing else would end them."""
-        records.save(ClusterRecord(name=self.name, provider="ssh", nodes=pool.nodes,
-                                   processes_per_node=pool.processes_per_node, cwd=os.getcwd(), socket_dir="",
-                                   created=time.time(), spec=self.spec, provider_info=provider.recorded(),
-                                   cluster=provider.cluster))
-
-    def _cloud_record(self, rt: PoolRuntime, provider: KeptCloud, processes_per_node: int,
-                      workers: tuple[WorkerEntry, ...], host_keys: dict[str, str],
-                      node_envs: dict[str, dict[str, Any]]) -> ClusterRecord:
-        """The record of a new kept cloud pool: its instance ids and the provider's description (what
-        `down` terminates with), and how its nodes are reached (SSH: as an SSH pool's record says)."""
-        handles = [node.handle for node in rt.nodes]
-        assert all(h is not None for h in handles)
-        info: dict[str, Any] = {"cloud": provider.describe(),  # type: ignore[attr-defined]
-                                "instances": [h.provider_id for h in handles if h is not None]}
-        reaches = [h.reach for h in handles if h is not None]
-        on_hosts = all(isinstance(r, KeptSSHReach) for r in reaches)
-        if on_hosts:
-            first = reaches[0]
-            assert isinstance(first, KeptSSHReach)
-            info.update(hosts=[f"{r.user}@{r.host}:{r.port}" for r in reaches if isinstance(r, KeptSSHReach)],
-                        key=first.key, known_hosts=None, python=first.python, use_agent=first.use_agent,
-                        connect_timeout=first.connect_timeout, reconnect_timeout=first.reconnect_timeout)
-        return ClusterRecord(name=self.name, provider=str(info["cloud"].get("provider", "cloud")), nodes=len(rt.nodes),
-                             processes_per_node=processes_per_node, concurrency=rt.context.concurrency,
-                             task_threads=rt.context.task_threads,
-                             cwd=os.getcwd(), socket_dir="" if on_hosts else provider.kept_socket_dir,
-                             created=time.time(), workers=workers, spec=self.spec,
-                             autostop_minutes=self.autostop_minutes, autostop_down=self.autostop_down,
-                             provider_info=info, cluster=provider.kept_cluster if on_hosts else "",
-                             host_keys=host_keys if on_hosts else {}, node_envs=node_envs)
+    def _provisional(self, keeper: KeepSupport, provider: Provider, ctx: KeepContext, nodes: int,
+                     processes_per_node: int) -> None:
+        """Record a new pool before any worker starts, where its kind says so (SSH hosts: no workers yet): a
+        client killed while it creates the pool leaves a record that `skyhive down NAME` (or the next
+        `launch -c NAME`) uses to clean its nodes — the workers have no idle timeout, nothing else would
+        end them."""
+        fields = keeper.provisional(provider, ctx, nodes)
+        if fields is not None:
+            records.save(ClusterRecord(name=self.name, provider=provider.name, nodes=nodes,
+                                       processes_per_node=processes_per_node, created=time.time(), spec=self.spec,
+                                       keeper=keeper.kind, **fields))
 
     def leave(self, *, kept: bool) -> None:
         """Release the lock; a pool not kept is forgotten (its record removed)."""
@@ -378,10 +306,11 @@ class NamedPool:
             rec = records.load(self.name)
         except Exception:  # noqa: BLE001 - no record (a pool that never started): nothing on any host
             rec = None
-        if rec is not None and rec.on_hosts:
-            from .remote import stop_remote
-
-            _, failures = stop_remote(rec)
+        if rec is not None:
+            try:
+                failures = keep_support_of(rec).leftovers(rec)
+            except ProvisionError as exc:
+                failures = [str(exc)]
             if failures:
                 log.warning("pool %s: could not clean up on every host: %s", self.name, "; ".join(failures))
         if rec is not None and rec.instances:
@@ -393,35 +322,21 @@ class NamedPool:
 
 def start_watchdog(rec: ClusterRecord) -> int:
     """Start the pool's autostop watchdog (`runtime/worker/watchdog.py`, watching the connections to
-    the workers' sockets); its pid. It runs `clusters.autostop NAME` after `autostop_minutes` idle."""
+    the workers' sockets) where the kind that keeps it runs it (this machine, or each host); its pid
+    here (0: on the nodes). It runs `clusters.autostop NAME` after `autostop_minutes` idle."""
     assert rec.autostop_minutes is not None
     idle = rec.autostop_minutes * minute()
-    if rec.on_hosts:  # one on each host, watching the pool's sockets there (see remote.py)
-        from .remote import start_remote_watchdogs
-
-        start_remote_watchdogs(rec, idle)
-        return 0
     command = f"{shlex.quote(sys.executable)} -m skyhive.runtime.clusters.autostop {shlex.quote(rec.name)}"
-    argv = [sys.executable, "-m", "skyhive.runtime.worker.watchdog", "--idle", f"{idle:g}", "--unix-dir",
-            rec.socket_dir, "--interval", f"{max(0.2, min(5.0, idle / 4)):g}",
-            "--state-dir", str(records.cluster_dir(rec.name)), "--command", command]
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
-    try:
-        return int(json.loads(done.stdout.strip().splitlines()[-1])["pid"])
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise RuntimeError(f"pool {rec.name!r}: the autostop watchdog did not start: "
-                           f"{(done.stderr or done.stdout).strip()[-2000:]}") from None
+    return keep_support_of(rec).start_watchdog(rec, idle, command=command,
+                                               state_dir=str(records.cluster_dir(rec.name)))
 
 
 def set_autostop(rec: ClusterRecord, minutes: float, down: bool) -> ClusterRecord:
     """Give the running pool of `rec` a new autostop: its watchdog (if any) replaced by one for
     `minutes` (and `down`); the record saved and returned."""
     old = rec.watchdog_pid
-    if rec.on_hosts:
-        from .remote import stop_remote_watchdogs
-
-        stop_remote_watchdogs(rec)
-    elif old and runs(old, "skyhive.runtime.worker.watchdog"):
+    keep_support_of(rec).stop_watchdog(rec)  # one on the nodes
+    if old and runs(old, "skyhive.runtime.worker.watchdog"):  # one here
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(old, signal.SIGKILL)  # it leads its own session; it only watches
     if rec.instances:  # an OS shutdown (the watchdog on an instance) now stops or terminates them
@@ -432,10 +347,6 @@ def set_autostop(rec: ClusterRecord, minutes: float, down: bool) -> ClusterRecor
     rec = dataclasses.replace(rec, watchdog_pid=start_watchdog(rec))
     records.save(rec)
     return rec
-
-
-def _fields(rec: ClusterRecord) -> dict[str, Any]:
-    return {name: getattr(rec, name) for name in rec.__dataclass_fields__}
 
 
 def refuse_stopped(rec: ClusterRecord) -> None:

@@ -79,12 +79,26 @@ class ClusterRecord:
     # "shared resources" for its security group and key pair). The record is kept, and shown, until a
     # later `skyhive down NAME` finishes it (`clusters/cloud.py`)
     leaking: tuple[str, ...] = ()
+    # the node kind whose keep support keeps the pool (`runtime/nodes/keep.py`): "local", "ssh" (a cloud's
+    # instances too), or another package's; records written before it existed: "ssh" with a `cluster`
+    keeper: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.keeper:
+            object.__setattr__(self, "keeper", "ssh" if self.cluster else "local")
 
     @property
     def on_hosts(self) -> bool:
-        """True when the workers are on other hosts, reached over SSH (an SSH pool, a cloud pool's
-        instances): its sockets are there, under `cluster`."""
-        return bool(self.cluster)
+        """True when the workers are on other machines (an SSH pool, a cloud pool's instances): what the
+        kind that keeps the pool says (`KeepSupport.same_machine`); a kind not installed here: whether the
+        record names a socket directory elsewhere (`cluster`)."""
+        from ..nodes.keep import keep_support
+
+        try:
+            support = keep_support(self.keeper)
+        except Exception:  # noqa: BLE001 - a kind whose package is broken: the record's own word
+            support = None
+        return not support.same_machine if support is not None else bool(self.cluster)
 
     @property
     def instances(self) -> list[str]:
@@ -168,8 +182,8 @@ def remove(name: str) -> None:
         record = load(name)
     except (PoolNotFound, ValueError):
         record = None
-    if record is not None and not record.on_hosts and record.socket_dir:
-        shutil.rmtree(record.socket_dir, ignore_errors=True)  # (an SSH pool's are on its hosts)
+    if record is not None and record.socket_dir:  # (a pool on other hosts has its sockets there: none here)
+        shutil.rmtree(record.socket_dir, ignore_errors=True)
     shutil.rmtree(cluster_dir(name), ignore_errors=True)
     from .sshfiles import remove_config
 

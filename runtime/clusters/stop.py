@@ -13,13 +13,13 @@ import time
 from collections.abc import Callable, Collection, Mapping
 
 from ...errors import SSHError
+from ..nodes.keep import keep_support_of
 from ..onnode.nodecmd import work_root
-from ..kinds.local.detached import CLUSTER_ENV, is_worker_server, server_pid
 from . import record as records
 from .jobs import agent_pid
 from .procs import alive, runs
 
-__all__ = ["stop_pool", "marked", "stopped_by_shutdown"]
+__all__ = ["stop_pool", "stopped_by_shutdown"]
 
 log = logging.getLogger("skyhive.clusters")
 
@@ -42,39 +42,35 @@ def _end(pids: list[int], send: Callable[[int, int], None]) -> None:
 def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[int, str] | None = None,
               skip: Collection[int] = (), keep_machines: bool = False) -> int:
     """End every process of pool `name` (each leads its own process group: SIGTERM, then SIGKILL after
-    `GRACE`), then what their jobs left (found by `marked`), and record the
+    `GRACE`), then what their jobs left (the kind that keeps the pool finds both: `KeepSupport.worker_groups`,
+    `left_behind`), then what runs of it on its nodes elsewhere (`KeepSupport.stop`), and record the
     pool stopped in its log with `why`. `watchdog=False` spares the autostop watchdog (it is the one
-    calling). `host_keys` and `skip` go to `remote.stop_remote` (an SSH pool after a host-key change the
+    calling). `host_keys` and `skip` go to `KeepSupport.stop` (an SSH pool after a host-key change the
     user confirmed); `keep_machines` (`skyhive stop`) records it stopped without destroying what its
     provider holds, and keeps the jobs' working directories (what is on the disks stays). A cloud pool
     whose instances are stopped is not visited on them (nothing of it runs there). Returns how many
     processes were ended. Raises `PoolNotFound` naming the pool."""
     rec = records.load(name)
-    remote = rec.on_hosts  # its workers are on its hosts: stopped there, below
+    keeper = keep_support_of(rec)  # the kind that keeps it: where its workers run, how they are stopped
     halted = bool(rec.instances and rec.stopped)  # its instances are stopped: nothing of it runs on them
-    workers = set() if remote else {w.pid for w in rec.workers if is_worker_server(w.pid)}
-    if not remote:
-        workers |= {pid for w in rec.workers if (pid := server_pid(w.socket)) is not None}  # restarted since
-    pids = sorted(workers)
+    pids = keeper.worker_groups(rec)  # its workers on this machine
     agent = agent_pid(name)
     if agent and agent > 0 and runs(agent, "skyhive.runtime.commands.agent"):
         pids.append(agent)
     if watchdog and rec.watchdog_pid and runs(rec.watchdog_pid, "skyhive.runtime.worker.watchdog"):
         pids.append(rec.watchdog_pid)
     _end(pids, os.killpg)
-    left = [] if remote else marked(rec.socket_dir)  # what jobs started in sessions of their own (torchrun's)
+    left = keeper.left_behind(rec)  # what jobs started in sessions of their own (torchrun's)
     _end(left, os.kill)
     ended = len(pids) + len(left)
-    if remote and not halted:
-        from .remote import stop_remote
-
-        done, failures = stop_remote(rec, host_keys=host_keys, skip=skip, keep_work=keep_machines)
-        for line in done:
+    if not halted:  # and on its nodes elsewhere (an SSH pool's hosts)
+        result = keeper.stop(rec, host_keys=host_keys, skip=skip, keep_work=keep_machines)
+        for line in result.done:
             log.info("pool %s: %s", name, line)
-        if failures:
-            raise SSHError(f"pool {name!r}: could not stop it everywhere: {'; '.join(failures)}; run `skyhive down "
-                           f"{name}` again once the host answers (the record is kept until then)")
-        ended += sum(line.count(",") + 1 for line in done if "stopped [" in line)
+        if result.failures:
+            raise SSHError(f"pool {name!r}: could not stop it everywhere: {'; '.join(result.failures)}; run `skyhive "
+                           f"down {name}` again once the host answers (the record is kept until then)")
+        ended += result.ended
     if not keep_machines:
         shutil.rmtree(work_root(name), ignore_errors=True)  # the jobs' working directories on this machine
     if rec.instances and not keep_machines:
@@ -86,27 +82,6 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
 
     close_log(name, why=why, destroy=not keep_machines)
     return ended
-
-
-def marked(socket_dir: str) -> list[int]:
-    """Live processes of our user started under the named pool whose socket directory is
-    `socket_dir` (they carry it in `SKYHIVE_CLUSTER`). A pool's name may be used by another state
-    directory on this machine, so processes are never matched by the name."""
-    needle = f"{CLUSTER_ENV}={socket_dir}\0".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            if os.stat(f"/proc/{entry}").st_uid != os.getuid():
-                continue
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                environ = fh.read() + b"\0"
-        except OSError:
-            continue
-        if needle in environ and alive(int(entry)):
-            found.append(int(entry))
-    return found
 
 
 def stopped_by_shutdown(rec: records.ClusterRecord) -> records.ClusterRecord:

@@ -54,11 +54,13 @@ def _say(err: TextIO, text: str) -> None:
 
 
 def _require_keepable(task: Task, command: str) -> None:
-    provider = task.resources.provider or "local"
-    if provider not in ("local", "ssh", "aws"):
-        from ..clusters.named import cannot_keep
+    """Refuse a provider that says it cannot keep a pool (`Provider.unsupported["keep"]`), with its reason."""
+    from ...providers.registry import provider_class
 
-        raise LaunchError(f"{command}: provider {provider!r} cannot keep a named pool: {cannot_keep(provider)} "
+    provider = task.resources.provider or "local"
+    reason = provider_class(provider).unsupported.get("keep")
+    if reason:
+        raise LaunchError(f"{command}: provider {provider!r} cannot keep a named pool: {reason} "
                           f"(`skyhive launch` without -c runs a task on {provider} once)")
 
 
@@ -69,10 +71,10 @@ def _provider_of(name: str) -> Provider:
         from ...providers.registry import from_description
 
         return from_description(rec.provider_info["cloud"])
-    if rec.on_hosts:
-        from ..clusters.remote import provider_of
+    if rec.on_hosts:  # its hosts, as the kind that keeps it reaches them
+        from ..nodes.keep import keep_support_of
 
-        return provider_of(rec)
+        return keep_support_of(rec).attach_provider(rec, check=False)
     return Local()
 
 
@@ -334,9 +336,9 @@ def status_rows(now: float | None = None, names: Sequence[str] = ()) -> list[dic
         if rec.on_hosts and rec.instances and rec.stopped:  # its instances are stopped: no one to ask
             live = []
         elif rec.on_hosts:  # asked on its hosts; a host's watchdog may have stopped it (autostop)
-            from ..clusters.remote import live_remote
+            from ..nodes.keep import keep_support_of
 
-            live, unreachable, autostopped = live_remote(rec)
+            live, unreachable, autostopped = keep_support_of(rec).live(rec)
             if autostopped and not live and not unreachable and rec.instances and not rec.autostop_down:
                 from ..clusters.cloud import stop_instances  # the instances did not shut down: stopped here
 

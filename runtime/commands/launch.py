@@ -27,7 +27,6 @@ from anyio import CancelScope
 from ...errors import LaunchError
 from ...providers.accelerators import AcceleratorWarning
 from ...providers.base import ClusterSpec, Provider
-from ...providers.local import Local
 from ..onnode import nodecmd
 from .plan import plan_launch
 from .resources import cluster_spec, node_requirements
@@ -158,14 +157,14 @@ class _Launch:
                     failed = await run_steps(pool._runtime, steps)
                     if failed is not None:
                         self.report(failed)
-                    if not isinstance(self.provider, Local):
+                    if not self.provider.same_machine:  # the nodes' copies are on them
                         with anyio.move_on_after(30, shield=True):
                             try:
                                 await pool.broadcast(nodecmd.remove, self.pool_id)
                             except Exception as exc:  # a lost node keeps its copy; the run's outcome stands
                                 self.say(f"warning: could not remove the nodes' workdir copies: {exc}")
         finally:
-            if isinstance(self.provider, Local):  # the nodes' directories are on this machine
+            if self.provider.same_machine:  # the nodes' directories are on this machine
                 shutil.rmtree(nodecmd.work_root(self.pool_id), ignore_errors=True)
         if failed is None:
             self.say(f"done: every node exited 0 (pool {self.pool_id}; `skyhive logs {self.pool_id}`)")

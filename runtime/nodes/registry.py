@@ -72,6 +72,9 @@ class NodeKind:
     factory: TransportFactory | str
     bootstrap: Bootstrap | str | None = None
     same_machine: bool = False
+    # how the kind's nodes are kept and found again (a named pool): a `nodes.keep.KeepSupport`, or
+    # "module:attr" naming one; None: its pools cannot be kept
+    keep: Any = None
 
     def make_transport(self, handle: NodeHandle, ctx: NodeContext) -> Transport:
         """The transport for `handle`'s node."""
@@ -98,12 +101,13 @@ _entry_points_loaded = False
 
 
 def register_transport(kind: str, factory: TransportFactory | str, *,
-                       bootstrap: Bootstrap | str | None = None, same_machine: bool = False) -> NodeKind:
+                       bootstrap: Bootstrap | str | None = None, same_machine: bool = False,
+                       keep: Any = None) -> NodeKind:
     """Serve nodes whose reach has `kind` with `factory` (and `bootstrap`). Registering a kind again
     replaces it (the last registration wins). Returns the registered entry."""
     if not kind or not isinstance(kind, str):
         raise ValueError(f"register_transport: kind must be a non-empty string, not {kind!r}")
-    entry = NodeKind(kind, factory, bootstrap, same_machine)
+    entry = NodeKind(kind, factory, bootstrap, same_machine, keep)
     _KINDS[kind] = entry
     return entry
 

@@ -112,7 +112,7 @@ def test_the_autostop_script_on_a_cloud_instance_shuts_it_down_and_keeps_its_wor
     working directories (its disk stays); the mark an earlier autostop left on that disk is removed when
     the watchdog starts again (`skyhive start`), or the restarted pool would be taken as autostopped."""
     from skyhive.runtime.clusters.record import ClusterRecord, WorkerEntry
-    from skyhive.runtime.clusters.remote import _watchdog_script
+    from skyhive.runtime.kinds.ssh.keep import _watchdog_script
 
     run = "/home/u/.skyhive/run"
     rec = ClusterRecord(name="idle", provider="aws", nodes=1, processes_per_node=1, cwd="/", socket_dir="",

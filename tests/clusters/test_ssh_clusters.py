@@ -57,7 +57,7 @@ def key(name: str, home: str) -> str:
     """The socket directory name of this state directory's pool `name` on its hosts: every process check
     is scoped to it (the namespace hosts share this machine's process table with other test runs, which
     may have a pool of the same name)."""
-    from skyhive.providers.ssh_cluster import cluster_key
+    from skyhive.runtime.nodes.keep import cluster_key
 
     return cluster_key(name, home)
 

@@ -1,4 +1,4 @@
-"""The named SSH pool's cleanup sweep (`providers/ssh_cluster.py`), run here with `sh -s` as the hosts
+"""The named SSH pool's cleanup sweep (`runtime/kinds/ssh/cluster.py`), run here with `sh -s` as the hosts
 run it (no SSH needed: a host's sweep only reads /proc and the login user's home).
 
 A `down` that races the pool's autostop — its watchdog has found the pool idle and runs
@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 
-from skyhive.providers.ssh_cluster import sweep_script
+from skyhive.runtime.kinds.ssh.cluster import sweep_script
 
 CLUSTER = "c-race-0123abcd"
 

@@ -34,7 +34,7 @@ def test_transform_adds_jax_and_on_local_pools_a_free_coordinator_port():
     image = sky.plugins.jax().transform(sky.Image(pip=["numpy"]), None)
     assert image.pip == ("numpy", "jax") and PORT_ENV not in image.env  # not Local: head_port + 1
     assert sky.plugins.jax(package="jax[cuda12]").transform(sky.Image(), None).pip == ("jax[cuda12]",)
-    local = sky.Pool(provider=sky.Local(), nodes=2)
+    local = sky.plugins.PoolView(provider="local", same_machine=True, nodes=2)
     port = int(sky.plugins.jax().transform(sky.Image(), local).env[PORT_ENV])
     check_port_free(port)
     given = sky.Image(env={PORT_ENV: "4321"})

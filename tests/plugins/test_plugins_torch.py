@@ -89,17 +89,17 @@ def test_cuda_detection(accelerator, cuda):
 
 
 def test_transform_adds_packages_and_the_index_for_the_pool_without_clobbering():
-    class GpuPool:
-        accelerator = "A100"
+    gpu_pool = sky.plugins.PoolView(provider="aws", same_machine=False, accelerator="A100")
+    no_accelerator = sky.plugins.PoolView(provider="aws", same_machine=False)
 
     base = Image(pip=["numpy"], pip_indexes=["file:///opt/pypi/simple"], env={"A": "1"})
     plugin = sky.plugins.torch(vision="latest", cuda="cu124")
-    gpu = plugin.transform(base, GpuPool())
+    gpu = plugin.transform(base, gpu_pool)
     assert gpu.pip == ("numpy", "torch", "torchvision")
     assert gpu.pip_indexes == ("file:///opt/pypi/simple", "https://download.pytorch.org/whl/cu124")
     assert dict(gpu.env) == {"A": "1"}
     # a pool has no accelerator yet: CPU wheels; applying twice adds nothing twice
-    cpu = plugin.transform(plugin.transform(base, object()), object())
+    cpu = plugin.transform(plugin.transform(base, no_accelerator), None)
     assert cpu.pip_indexes == ("file:///opt/pypi/simple", CPU) and cpu.pip.count("torch") == 1
 
 
@@ -358,17 +358,16 @@ async def test_after_a_rank_is_lost_the_next_call_carries_the_real_cause():
 def test_on_local_the_wheel_index_follows_this_machine_not_the_accelerator_asked(monkeypatch):
     # seed 003's `accelerator="A100"` on Local: no A100 here (Local warns), so a build must not fetch
     # CUDA wheels for a CPU machine; a machine whose nvidia-smi lists a GPU gets them even unasked
-    import types
-
     import skyhive.providers.accelerators as accelerators
+    from skyhive.plugins import PoolView
 
     plugin = sky.plugins.torch(cuda="cu124")
-    asked_a100 = types.SimpleNamespace(provider=sky.Local(), accelerator="A100")
+    asked_a100 = PoolView(provider="local", same_machine=True, accelerator="A100")
     monkeypatch.setattr(accelerators, "local_devices", lambda: ())
     assert plugin.transform(Image(), asked_a100).pip_indexes == (CPU,)
     monkeypatch.setattr(accelerators, "local_devices", lambda: ("NVIDIA L4",))
-    unasked = types.SimpleNamespace(provider=sky.Local(), accelerator=None)
+    unasked = PoolView(provider="local", same_machine=True, accelerator=None)
     assert plugin.transform(Image(), unasked).pip_indexes == ("https://download.pytorch.org/whl/cu124",)
     # elsewhere the accelerator asked for decides, as before
-    ssh_a100 = types.SimpleNamespace(provider=sky.SSH(hosts=["10.0.0.2"]), accelerator="A100")
+    ssh_a100 = PoolView(provider="ssh", same_machine=False, accelerator="A100")
     assert plugin.transform(Image(), ssh_a100).pip_indexes == ("https://download.pytorch.org/whl/cu124",)

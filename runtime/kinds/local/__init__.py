@@ -5,6 +5,6 @@ machine's Python and files: bootstrap checks the Image here (or builds it, `Loca
 from ...nodes.registry import BOOTSTRAP_OVER_SHELL, NodeKind
 
 KIND = NodeKind("local", "skyhive.runtime.kinds.local.transport:local_transport",
-                bootstrap=BOOTSTRAP_OVER_SHELL, same_machine=True)
+                bootstrap=BOOTSTRAP_OVER_SHELL, same_machine=True, keep="skyhive.runtime.kinds.local.keep:KEEP")
 DETACHED = NodeKind("local_detached", "skyhive.runtime.kinds.local.detached:local_detached_transport",
                     bootstrap=BOOTSTRAP_OVER_SHELL, same_machine=True)

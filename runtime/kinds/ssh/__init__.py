@@ -3,4 +3,5 @@ each host over its `SSHShell`."""
 
 from ...nodes.registry import BOOTSTRAP_OVER_SHELL, NodeKind
 
-KIND = NodeKind("ssh", "skyhive.runtime.kinds.ssh.transport:ssh_transport", bootstrap=BOOTSTRAP_OVER_SHELL)
+KIND = NodeKind("ssh", "skyhive.runtime.kinds.ssh.transport:ssh_transport", bootstrap=BOOTSTRAP_OVER_SHELL,
+                keep="skyhive.runtime.kinds.ssh.keep:KEEP")

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from ....errors import SSHError
 from ....providers.ssh import collections_prefix
-from ....providers.ssh_cluster import KeptSSHReach
+from .cluster import KeptSSHReach
 from ...nodes.transport import CollectionsReach, CommandResult
 
 __all__ = ["CollectionsForward", "directory_name"]

@@ -1,4 +1,4 @@
-"""The workers of a named pool's SSH node (`providers.ssh_cluster.KeptSSHReach`): started on a socket
+"""The workers of a named pool's SSH node (`kinds.ssh.cluster.KeptSSHReach`): started on a socket
 whose path depends only on the pool, node and rank, marked with `SKYHIVE_CLUSTER` (so `skyhive down`
 finds them and whatever their jobs started), and — when the client attaches to a running pool — taken
 over (`Hello(takeover=True)`: the worker keeps its process and starts a new session with this client).
@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 
 from ....errors import ProvisionError
-from ....providers.ssh_cluster import KeptSSHReach, hold_script, socket_path
+from .cluster import KeptSSHReach, hold_script, socket_path
 from ...onnode.setup import python_version, skyhive_version
 from ...nodes.transport import Receiver
 from ..local.detached import CLUSTER_ENV, SERVER_MODULE
@@ -58,7 +58,7 @@ HOLD_TIMEOUT = 60.0
 
 
 class AttachHold:
-    """The client's hold on a named pool's attach lock on one host (`providers.ssh_cluster.ATTACH_LOCK`),
+    """The client's hold on a named pool's attach lock on one host (`kinds.ssh.cluster.ATTACH_LOCK`),
     taken before its first worker there is taken over: a remote process keeps a shared lock for as long
     as the SSH connection lives (closing the transport, or losing the client, ends it), so the host's
     autostop does not stop the pool while this client attaches. Taken once per transport; waits while
@@ -111,7 +111,7 @@ async def start_kept_worker(transport: Any, node_env: Any, argv: Sequence[str], 
         transport._attached.add(rank)
         if transport.attach_hold is None:
             transport.attach_hold = AttachHold()
-        sock_dir = posixpath.dirname(sock)  # (the autostop mark is beside it: runtime/clusters/remote.py)
+        sock_dir = posixpath.dirname(sock)  # (the autostop mark is beside it: runtime/kinds/ssh/keep.py)
         await transport.attach_hold.take(transport, sock_dir, f"{posixpath.dirname(sock_dir)}/{reach.cluster}.autostop",
                                          reach.pool)
         pid = await remote_server_pid(transport, sock)

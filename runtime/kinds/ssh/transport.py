@@ -38,7 +38,7 @@ import asyncssh
 from ....errors import AuthenticationFailed, HostKeyChanged, SSHError
 from ....providers.base import NodeHandle, SSHReach
 from ....providers.ssh import connect_ssh
-from ....providers.ssh_cluster import KeptSSHReach
+from .cluster import KeptSSHReach
 from ...onnode.setup import python_version, skyhive_version
 from ...common.settings import Settings
 from ...nodes.shell import NodeEnv, Shell

@@ -11,23 +11,25 @@ without asking anyone, and takes it over (`Hello(takeover=True)`). The workers n
 themselves (`idle_timeout` is infinite): the pool ends with `skyhive down NAME` (`down`, below) or
 its autostop watchdog.
 
-What a later process needs is in the pool's record (`runtime/clusters/record.py`): `describe()` (hosts,
+(The kind's keep support, `keep.py`, makes it; a new pool is made with the `SSH` provider itself, its
+running nodes kept by `keep.SSHKeep.keep_handle`; this class reaches a recorded pool's hosts.) What a
+later process needs is in the pool's record (`runtime/clusters/record.py`): `describe()` (hosts,
 user, key *path*, known_hosts path, python, timeouts — never a secret) and the host key each host showed
 (`host_keys`), pinned on every later connection.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shlex
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import SSHReach
-from .ssh import SSH, _SWEEP, _ere, collections_prefix, sweep_report
-from .ssh_config import DEFAULT_CONFIG
+from ....providers.base import SSHReach
+from ....providers.ssh import SSH, _SWEEP, _ere, collections_prefix, sweep_report
+from ....providers.ssh_config import DEFAULT_CONFIG
+from ...nodes.keep import cluster_key
 
 __all__ = ["SSHCluster", "KeptSSHReach", "cluster_key", "socket_path", "sweep_script", "ATTACH_LOCK", "hold_script",
            "autostop_guard"]
@@ -41,12 +43,6 @@ class KeptSSHReach(SSHReach):
     cluster: str
     pool: str
     attach: bool = False
-
-
-def cluster_key(name: str, state_dir: str) -> str:
-    """The directory name of pool `name`'s sockets on its hosts (unique per client state directory)."""
-    digest = hashlib.sha256(str(state_dir).encode()).hexdigest()[:8]
-    return f"c-{name}-{digest}"
 
 
 def socket_path(run_dir: str, cluster: str, node: int, rank: int) -> str:
@@ -210,7 +206,7 @@ class SSHCluster(SSH):
         even when another fails."""
         import anyio
 
-        from ..errors import SSHError
+        from ....errors import SSHError
 
         done: list[str] = []
         failures: list[str] = []

@@ -1,5 +1,7 @@
-"""A named pool on SSH hosts, seen from a command that holds no connection to them: rebuild its
-provider from the record (pinned host keys), find which of its workers still run, stop it on every host.
+"""Keeping SSH nodes (`SSHKeep`, the "ssh" kind's keep support; a cloud's instances are kept the same
+way): a new pool's running nodes reached with detached workers on a socket per (pool, node, rank) and
+no idle timeout (`KeptSSHReach`); from the record, the pool's hosts reached again (pinned host keys),
+which of its workers still run, the pool stopped on every host, the autostop watchdog on each host.
 
 The calls here are synchronous (the CLI's and the autostop's); each runs its SSH logins on an event loop
 of its own in a worker thread, so they also work when called from inside a running loop.
@@ -9,17 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import json
+import os
 import posixpath
 import shlex
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
-from ...errors import SSHError
-from ...providers.ssh_cluster import SSHCluster, autostop_guard, sweep_script
-from .record import ClusterRecord, WorkerEntry
+from ....errors import ProvisionError, SSHError
+from ....providers.base import NodeHandle, Provider, SSHReach
+from ....providers.ssh import SSH
+from ...nodes.keep import KeepContext, KeepSupport, KeptRecord, KeptWorker, StopResult
+from .cluster import KeptSSHReach, SSHCluster, autostop_guard, sweep_script
+from .transport import SSHTransport, SSHWorker
 
-__all__ = ["provider_of", "live_remote", "stop_remote", "start_remote_watchdogs", "stop_remote_watchdogs"]
+__all__ = ["SSHKeep", "KEEP", "provider_of", "live_remote", "stop_remote", "start_remote_watchdogs",
+           "stop_remote_watchdogs"]
+
+ClusterRecord = KeptRecord
+WorkerEntry = Any
 
 T = TypeVar("T")
 
@@ -77,11 +88,6 @@ def stop_remote(rec: ClusterRecord, *, host_keys: Mapping[int, str] | None = Non
     provider = provider_of(rec)
     provider.host_keys.update(host_keys or {})
     return _run(lambda: provider.down(rec.nodes, skip=skip, keep_work=keep_work))
-
-
-def describe(rec: ClusterRecord) -> dict[str, Any]:
-    """Where the pool runs, for `skyhive status`."""
-    return {"hosts": list(rec.provider_info.get("hosts", ()))[: rec.nodes]}
 
 
 #: Ends the pool's autostop watchdog on a host (found by its `--state-dir <run dir>/<cluster>.wd`).
@@ -158,3 +164,80 @@ def stop_remote_watchdogs(rec: ClusterRecord) -> None:
                                for n in nodes))
 
     _run(stop)
+
+
+class SSHKeep(KeepSupport):
+    """The "ssh" kind's keep support (see `runtime/nodes/keep.py`): SSH hosts, and the clouds' instances."""
+
+    kind = "ssh"
+    same_machine = False
+
+    def keep_handle(self, handle: NodeHandle, ctx: KeepContext) -> NodeHandle:
+        reach = handle.reach
+        if isinstance(reach, KeptSSHReach):
+            return handle
+        if not isinstance(reach, SSHReach):
+            raise ProvisionError(f"pool {ctx.pool}: node {handle.node} is reached as {type(reach).kind!r}, not over "
+                                 "SSH", node=handle.node)
+        fields = {f.name: getattr(reach, f.name) for f in dataclasses.fields(reach)}
+        # the workers wait for the next client, however long, and run from the environment bootstrap built;
+        # the node's own idle watchdog (it powers a machine off once no SSH client is connected) is left
+        # out: the pool's autostop replaces it
+        fields.update(idle_timeout=float("inf"), idle_shutdown=0.0, keep_env=True)
+        return dataclasses.replace(handle, reach=KeptSSHReach(**fields, cluster=ctx.cluster, pool=ctx.pool))
+
+    def provisional(self, provider: Provider, ctx: KeepContext, nodes: int) -> dict[str, Any] | None:
+        # your hosts: recorded before the first worker starts (the workers have no idle timeout: a client
+        # killed while creating the pool would leave them to no one); a cloud's instances are found by tag
+        if not isinstance(provider, SSH):
+            return None
+        return {"cwd": os.getcwd(), "socket_dir": "", "cluster": ctx.cluster,
+                "provider_info": SSHCluster.from_ssh(provider, pool=ctx.pool, cluster=ctx.cluster).recorded()}
+
+    def record_fields(self, provider: Provider, handles: Sequence[NodeHandle], ctx: KeepContext) -> dict[str, Any]:
+        if isinstance(provider, SSH):
+            info = SSHCluster.from_ssh(provider, pool=ctx.pool, cluster=ctx.cluster).recorded()
+        else:  # a cloud's instances: how they are reached, as an SSH pool's hosts are
+            reaches = [h.reach for h in handles if isinstance(h.reach, KeptSSHReach)]
+            first = reaches[0]
+            info = {"hosts": [f"{r.user}@{r.host}:{r.port}" for r in reaches], "key": first.key, "known_hosts": None,
+                    "python": first.python, "use_agent": first.use_agent, "connect_timeout": first.connect_timeout,
+                    "reconnect_timeout": first.reconnect_timeout}
+        return {"cwd": os.getcwd(), "socket_dir": "", "cluster": ctx.cluster, "provider_info": info}
+
+    def workers(self, node: int, transport: Any, processes: Sequence[Any]) -> list[KeptWorker]:
+        return [KeptWorker(node=node, rank=rank, pid=proc.pid, socket=proc.socket)
+                for rank, proc in enumerate(processes) if isinstance(proc, SSHWorker)]
+
+    def node_facts(self, transport: Any) -> dict[str, Any]:
+        if not isinstance(transport, SSHTransport):
+            return {}
+        facts: dict[str, Any] = {"host_key": transport.host_key_text()}
+        env = transport.node_env
+        if env is not None:
+            facts["env"] = {"python": env.python, "pythonpath": list(env.pythonpath)}
+        return facts
+
+    def attach_provider(self, rec: KeptRecord, *, nodes: int | None = None, check: bool = True) -> Provider:
+        # (its workers are checked by the takeover itself, on its hosts)
+        provider = provider_of(rec)
+        return provider if nodes is None else provider.for_nodes(nodes)
+
+    def live(self, rec: KeptRecord) -> tuple[list[Any], list[str], bool]:
+        return live_remote(rec)
+
+    def stop(self, rec: KeptRecord, *, host_keys: Mapping[int, str] | None = None, skip: Collection[int] = (),
+             keep_work: bool = False) -> StopResult:
+        done, failures = stop_remote(rec, host_keys=host_keys, skip=skip, keep_work=keep_work)
+        ended = sum(line.count(",") + 1 for line in done if "stopped [" in line)
+        return StopResult(ended, tuple(done), tuple(failures))
+
+    def start_watchdog(self, rec: KeptRecord, idle: float, *, command: str, state_dir: str) -> int:
+        start_remote_watchdogs(rec, idle)  # one on each host, watching the pool's sockets there
+        return 0
+
+    def stop_watchdog(self, rec: KeptRecord) -> None:
+        stop_remote_watchdogs(rec)
+
+
+KEEP = SSHKeep()
