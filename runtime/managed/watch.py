@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 
-from ..clusters.agent import _JobLog
+from ..commands.agent import _JobLog
 from ..onnode import interruption
 from . import store
 

@@ -20,7 +20,7 @@ from ....errors import PoolGone
 from ....providers.base import DetachedLocalReach, LocalReach, NodeHandle, Provider
 from ....providers.local import LocalCluster
 from ...nodes.keep import KeepContext, KeepSupport, KeptRecord, KeptWorker
-from ...onnode.procfs import proc_stat
+from ...common.procfs import proc_stat
 from .detached import CLUSTER_ENV, DetachedWorker, is_worker_server, server_pid
 
 __all__ = ["LocalKeep", "KEEP", "marked"]
