@@ -190,7 +190,7 @@ async def test_client_only_class_instances_travel_by_value_at_any_depth(client_o
 
 @pytest.mark.slow
 async def test_large_values_and_client_only_classes_over_ssh(sshd_host, client_only_module):
-    from .test_ssh_pool import ssh_for
+    from tests.kinds.ssh.test_ssh_pool import ssh_for
 
     Box = client_only_module.Box
     blob = os.urandom(1000) * 100_000  # 100 MB over the resumable SSH link, both ways

@@ -120,5 +120,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         report = TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, rec["outcome"], longrepr,
                             rec["when"], sections=[tuple(s) for s in rec["sections"]], duration=rec["duration"])
         ihook.pytest_runtest_logreport(report=report)
+    # what pytest's own protocol does after an item: tear down the collectors `nextitem` does not share (an
+    # item before this one kept those it shares with this one, which ran elsewhere; left set up, the next
+    # item in another folder fails with "previous item was not torn down properly")
+    item.session._setupstate.teardown_exact(nextitem)
     ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
