@@ -25,9 +25,7 @@ def checkpoint_env(job_id: int, task: Any, provider: Any) -> tuple[str, str]:
     `<mount>/<name>-job<ID>` there, which a fresh node fills from the bucket); without one a folder in
     the job's working directory on the node, which does not survive the node. (`task` None: a function
     job, which has no mounts of its own.)"""
-    from ...providers.local import Local
-
-    if isinstance(provider, Local):
+    if provider.same_machine:  # the nodes share this machine's files (Local)
         return str(store.checkpoint_dir(job_id)), "this machine's folder"
     if task is not None and task.bucket_mounts:
         from ..storage.plugin import checkpoint_path
@@ -113,10 +111,9 @@ class TaskWork(Work):
         last sweep removes it instead: nothing waits on a silent node)."""
         import anyio
 
-        from ...providers.local import Local
         from ..onnode import nodecmd
 
-        if isinstance(self.provider, Local):
+        if self.provider.same_machine:  # the nodes' folders are this machine's: nothing to remove there
             return
         with anyio.move_on_after(30, shield=True):
             try:
