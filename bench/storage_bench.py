@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.objects):
             (many / f"obj-{i:05d}.bin").write_bytes(block[i % 7:] + block[: i % 7])
         plain = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-        sky_client = s3mod.client(s3mod.access(Bucket("bench-bucket")))
+        sky_access = s3mod.access(Bucket("bench-bucket"))
+        sky_client = s3mod.client(sky_access)
         rows: dict[str, dict[str, float]] = {}
 
         cpu_rows: dict[str, dict[str, float]] = {}
@@ -170,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                                        prefix, str(src)))
                     dest = fresh(tmp / "dest")
                     timed(f"download {label}", tool, nbytes,
-                          lambda: transfer.download_prefix(sky_client, "bench-bucket", prefix, str(dest)))
+                          lambda: transfer.download_prefix(sky_client, "bench-bucket", prefix, str(dest),
+                                                           access=sky_access))
                 elif tool == "boto3":
                     timed(f"upload {label}", tool, nbytes, lambda: boto3_up(src, prefix))
                     dest = fresh(tmp / "dest")

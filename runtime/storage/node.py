@@ -235,7 +235,8 @@ def install(mounts: list[tuple[Mount, Access]], session: str, home: str | None =
                 _prepare_dir(mount, path)
                 _remove_partials(path)
                 try:
-                    download_prefix(client(acc), mount.bucket.name, mount.bucket.prefix, path, progress=progress)
+                    download_prefix(client(acc), mount.bucket.name, mount.bucket.prefix, path, progress=progress,
+                                    access=acc)
                 except StorageError as exc:
                     raise StorageError(f"mounts.{mount.target}: {exc}", bucket=exc.bucket, key=exc.key,
                                        cause=exc.cause) from None
