@@ -4,6 +4,7 @@ the same S3 endpoint in the same run — `moto_server` on 127.0.0.1, started her
     python -m bench.storage_bench                 # 1 GiB: one object, and 1,000 objects of 1 MiB
     python -m bench.storage_bench --size-mib 256  # smaller, on a busy machine
     python -m bench.storage_bench --json out.json
+    python -m bench.storage_bench --cases many --reps 3   # the 1,000 objects only, best of 3 (order rotated)
 
 Four cases, each direction once per tool: upload/download of one object of SIZE, and of 1,000 objects
 totalling SIZE (each line and the table show /proc/loadavg). The tools: skyhive (parallel across objects,
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--no-rclone", action="store_true")
     ap.add_argument("--reps", type=int, default=1, help="runs of each case per tool, the order rotated; the best kept")
+    ap.add_argument("--cases", choices=("all", "one", "many"), default="all",
+                    help="one object, many objects, or both (default)")
     args = ap.parse_args(argv)
 
     load_start = _loadavg()
@@ -160,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
                            capture_output=True)
 
         tools = ["skyhive", "boto3"] + ([] if args.no_rclone or not shutil.which("rclone") else ["rclone"])
-        for label, src, count in ((f"one object of {args.size_mib} MiB", one, 1),
-                                  (f"{args.objects} objects of {each // 1024} KiB", many, args.objects)):
+        cases = [(f"one object of {args.size_mib} MiB", one, 1),
+                 (f"{args.objects} objects of {each // 1024} KiB", many, args.objects)]
+        for label, src, count in [c for c in cases if args.cases == "all" or (args.cases == "one") == (c[2] == 1)]:
             nbytes = sum(f.stat().st_size for f in src.iterdir())
             for tool in [t for rep in range(args.reps) for t in (tools[rep % len(tools):] + tools[:rep % len(tools)])]:
                 reset()
