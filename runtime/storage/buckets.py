@@ -85,7 +85,7 @@ def prepare(mounts: Sequence[Mount], *, progress: bool = False) -> Prepared:
                     if not _exists(s3, bucket.name):
                         create_bucket(s3, bucket, acc)
                         out.created.append((bucket, acc))
-                    upload_dir(s3, bucket.name, bucket.prefix, bucket.source, progress=progress)
+                    upload_dir(s3, bucket.name, bucket.prefix, bucket.source, progress=progress, access=acc)
                 elif not _exists(s3, bucket.name):
                     raise StorageError(f"bucket {bucket.name!r}: no such bucket", bucket=bucket.name,
                                        cause="no-such-bucket")

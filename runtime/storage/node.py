@@ -119,7 +119,7 @@ class _Syncer:
             bucket = self.mount.bucket
             skipped: list[str] = []
             upload_files(self.s3, bucket.name, [(os.path.join(self.path, rel), bucket.key(rel)) for rel in changed],
-                         missing=skipped)
+                         missing=skipped, access=self.acc)
             for rel in changed:
                 if os.path.join(self.path, rel) in skipped:
                     self.seen.pop(rel, None)  # known gone: its deletion is settled at the next scan

@@ -1,11 +1,12 @@
-"""Direct GETs (runtime/storage/direct.py): small objects fetched with a request signed by skyhive and sent on
-the boto3 client's own connection pool, botocore making any GET that does not come back whole. Checked
-against botocore's own signer, and against `moto_server` verifying every request's signature (its IAM
-enforcement on): a wrong signature would be refused there and the objects would come through botocore."""
+"""Direct GETs and PUTs (runtime/storage/direct.py): small objects sent and fetched with requests signed by
+skyhive on the boto3 client's own connection pool, botocore making any request that does not succeed whole.
+Checked against botocore's own signer, and against `moto_server` verifying every request's signature (its
+IAM enforcement on): a wrong signature would be refused there and the objects would go through botocore."""
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import logging
 import os
@@ -38,6 +39,16 @@ def test_the_signature_is_the_one_botocore_computes(monkeypatch, token):
                                     now=when.replace(tzinfo=datetime.timezone.utc).timestamp())
         assert ours["Authorization"] == request.headers["Authorization"], key
         assert ours.get("x-amz-security-token") == token
+        # a PUT over http: the body's SHA-256 signed, its CRC32 in a signed header (what DirectPut sends)
+        body = os.urandom(999)
+        url = url.replace("https://", "http://")
+        crc = {"x-amz-checksum-crc32": "AAAAAA==", "x-amz-sdk-checksum-algorithm": "CRC32"}
+        request = AWSRequest(method="PUT", url=url, headers=dict(crc), data=body)
+        botocore.auth.S3SigV4Auth(Credentials("AKIDEXAMPLE", "secret/key+x", token), "s3", "eu-west-1").add_auth(request)
+        ours = direct.sigv4_headers("PUT", url, region="eu-west-1", access_key="AKIDEXAMPLE", secret_key="secret/key+x",
+                                    token=token, extra=crc, payload_hash=hashlib.sha256(body).hexdigest(),
+                                    now=when.replace(tzinfo=datetime.timezone.utc).timestamp())
+        assert ours["Authorization"] == request.headers["Authorization"], key
 
 
 @pytest.fixture
@@ -62,22 +73,43 @@ def signed_s3(tmp_path, monkeypatch):
         server.stop()
 
 
-def test_small_objects_come_by_direct_gets_the_endpoint_verified_and_botocore_takes_what_is_not_whole(
+def test_small_objects_go_by_direct_puts_and_gets_the_endpoint_verified_and_botocore_takes_what_is_not_whole(
         signed_s3, tmp_path, monkeypatch, caplog):
     acc = s3mod.access(Bucket("direct-bucket"))
     s3 = s3mod.client(acc)
     s3.create_bucket(Bucket="direct-bucket")
     bodies = {f"run/{key}.{i}": os.urandom(1000 + 7 * i) for i, key in enumerate(AWKWARD * 3)}
-    for key, body in bodies.items():
-        s3.put_object(Bucket="direct-bucket", Key=key, Body=body)  # CRC32 stored (boto3's default): checked on GET
     made: list[direct.DirectGet] = []
-    learn = direct.DirectGet.learn.__func__  # type: ignore[attr-defined]
+    puts: list[direct.DirectPut] = []
 
-    def watched(cls, *args, **kwargs):
-        made.append(learn(cls, *args, **kwargs))
-        return made[-1]
+    def watch(kind, into):
+        learn = kind.learn.__func__  # type: ignore[attr-defined]
 
-    monkeypatch.setattr(direct.DirectGet, "learn", classmethod(watched))
+        def watched(cls, *args, **kwargs):
+            into.append(learn(cls, *args, **kwargs))
+            return into[-1]
+
+        monkeypatch.setattr(kind, "learn", classmethod(watched))
+
+    watch(direct.DirectGet, made)
+    watch(direct.DirectPut, puts)
+
+    # uploaded from a folder: all but the first (botocore's, watched) by a direct PUT, moto verifying its
+    # signature; each with its CRC32, which the store keeps (and checks on GET below)
+    src = tmp_path / "src"
+    for key, body in bodies.items():
+        if "//" in key:
+            s3.put_object(Bucket="direct-bucket", Key=key, Body=body)  # no such file name: botocore's PUT
+            continue
+        (src / key[4:]).parent.mkdir(parents=True, exist_ok=True)
+        (src / key[4:]).write_bytes(body)
+    transfer.upload_dir(s3, "direct-bucket", "run", str(src), access=acc)
+    files = sum(1 for key in bodies if "//" not in key)
+    assert puts[-1] is not None and puts[-1].direct == files - 1 and not puts[-1].disabled
+    for key, body in bodies.items():
+        got = s3.get_object(Bucket="direct-bucket", Key=key, ChecksumMode="ENABLED")
+        assert got["Body"].read() == body and got["ChecksumCRC32"], key
+    puts.clear()
 
     def fetched(target) -> dict[str, bytes]:  # (a key's "//" is one folder on disk)
         return {f"run/{p.relative_to(target).as_posix()}": p.read_bytes() for p in target.rglob("*") if p.is_file()}
@@ -114,6 +146,22 @@ def test_small_objects_come_by_direct_gets_the_endpoint_verified_and_botocore_ta
     transfer.download_prefix(s3, "direct-bucket", "run", str(target), access=acc)
     assert fetched(target) == on_disk and made[-1].disabled and made[-1].direct == 0
     monkeypatch.setattr(direct.DirectGet, "fetch", real_fetch)
+    real_send = direct.DirectPut.send
+
+    def stale_put(self, key, body):  # the same for a PUT: refused, then botocore's PUT with the right keys
+        self._acc = s3mod.Access(endpoint_url=acc.endpoint_url, access_key=acc.access_key, secret_key="wrong")
+        return real_send(self, key, body)
+
+    monkeypatch.setattr(direct.DirectPut, "send", stale_put)
+    (src / "a b+c=d.txt.0").write_bytes(b"changed")
+    (src / "plain.bin.4").write_bytes(b"changed too")
+    transfer.upload_files(s3, "direct-bucket", [(str(src / n), f"run/{n}") for n in ("a b+c=d.txt.0", "plain.bin.4")],
+                          access=acc)
+    assert puts[-1].disabled and puts[-1].direct == 0
+    assert s3.get_object(Bucket="direct-bucket", Key="run/plain.bin.4")["Body"].read() == b"changed too"
+    monkeypatch.setattr(direct.DirectPut, "send", real_send)
+    for key in ("run/a b+c=d.txt.0", "run/plain.bin.4"):
+        s3.put_object(Bucket="direct-bucket", Key=key, Body=bodies[key])  # back as they were
 
     # an object gone between the listing and its GET: botocore's error, naming it; no file of it, no partial file
     gone = sorted(bodies)[3]
