@@ -171,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                 reset()
                 prefix = f"{tool}-{count}"
                 if tool == "skyhive":
-                    timed(f"upload {label}", tool, nbytes, lambda: transfer.upload_dir(sky_client, "bench-bucket",
-                                                                                       prefix, str(src), access=sky_access))
+                    timed(f"upload {label}", tool, nbytes, lambda: transfer.upload_dir(
+                        sky_client, "bench-bucket", prefix, str(src), access=sky_access))
                     dest = fresh(tmp / "dest")
                     timed(f"download {label}", tool, nbytes,
                           lambda: transfer.download_prefix(sky_client, "bench-bucket", prefix, str(dest),

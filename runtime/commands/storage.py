@@ -103,7 +103,8 @@ def list_buckets(endpoint: str | None = None, out: TextIO | None = None, *, name
             failed = 1
             continue
         size = sum(o.size for o in objects)
-        out.write(f"{_uri(store, name):<48} {len(objects):>8} {size / (1 << 20):>8.1f} MiB  {'yes' if created else 'no'}\n")
+        mark = "yes" if created else "no"
+        out.write(f"{_uri(store, name):<48} {len(objects):>8} {size / (1 << 20):>8.1f} MiB  {mark}\n")
     return failed
 
 

@@ -283,9 +283,9 @@ class DirectPut:
         acc = self._acc
         extra = ({"x-amz-checksum-crc32": base64.b64encode(zlib.crc32(body).to_bytes(4, "big")).decode(),
                   "x-amz-sdk-checksum-algorithm": "CRC32"} if self._crc32 else None)
+        payload = hashlib.sha256(body).hexdigest() if self._sign_payload else "UNSIGNED-PAYLOAD"
         headers = sigv4_headers("PUT", url, region=self._region, access_key=acc.access_key or "",
-                                secret_key=acc.secret_key or "", token=acc.token, extra=extra,
-                                payload_hash=hashlib.sha256(body).hexdigest() if self._sign_payload else "UNSIGNED-PAYLOAD")
+                                secret_key=acc.secret_key or "", token=acc.token, extra=extra, payload_hash=payload)
         headers["Content-Length"] = str(len(body))
         try:
             response = self._session.send(_Request(url, headers, "PUT", body))

@@ -19,8 +19,8 @@ from typing import IO, Any
 from .direct import DirectGet, DirectPut
 from .s3 import Access, storage_error
 
-__all__ = ["Progress", "upload_files", "delete_keys", "upload_dir", "download_prefix", "list_prefix", "TEMP_MARK", "is_temporary",
-           "CREATED_MARKER"]
+__all__ = ["Progress", "upload_files", "delete_keys", "upload_dir", "download_prefix", "list_prefix", "TEMP_MARK",
+           "is_temporary", "CREATED_MARKER"]
 
 MiB = 1 << 20
 #: Parts of 8 MiB above 8 MiB, up to 10 part requests at once (boto3's defaults); objects under a part
