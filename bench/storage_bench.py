@@ -4,6 +4,7 @@ the same S3 endpoint in the same run — `moto_server` on 127.0.0.1, started her
     python -m bench.storage_bench                 # 1 GiB: one object, and 1,000 objects of 1 MiB
     python -m bench.storage_bench --size-mib 256  # smaller, on a busy machine
     python -m bench.storage_bench --json out.json
+    python -m bench.storage_bench --cases many --reps 3   # the 1,000 objects only, best of 3 (order rotated)
 
 Four cases, each direction once per tool: upload/download of one object of SIZE, and of 1,000 objects
 totalling SIZE (each line and the table show /proc/loadavg). The tools: skyhive (parallel across objects,
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--no-rclone", action="store_true")
     ap.add_argument("--reps", type=int, default=1, help="runs of each case per tool, the order rotated; the best kept")
+    ap.add_argument("--cases", choices=("all", "one", "many"), default="all",
+                    help="one object, many objects, or both (default)")
     args = ap.parse_args(argv)
 
     load_start = _loadavg()
@@ -112,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.objects):
             (many / f"obj-{i:05d}.bin").write_bytes(block[i % 7:] + block[: i % 7])
         plain = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-        sky_client = s3mod.client(s3mod.access(Bucket("bench-bucket")))
+        sky_access = s3mod.access(Bucket("bench-bucket"))
+        sky_client = s3mod.client(sky_access)
         rows: dict[str, dict[str, float]] = {}
 
         cpu_rows: dict[str, dict[str, float]] = {}
@@ -159,18 +163,20 @@ def main(argv: list[str] | None = None) -> int:
                            capture_output=True)
 
         tools = ["skyhive", "boto3"] + ([] if args.no_rclone or not shutil.which("rclone") else ["rclone"])
-        for label, src, count in ((f"one object of {args.size_mib} MiB", one, 1),
-                                  (f"{args.objects} objects of {each // 1024} KiB", many, args.objects)):
+        cases = [(f"one object of {args.size_mib} MiB", one, 1),
+                 (f"{args.objects} objects of {each // 1024} KiB", many, args.objects)]
+        for label, src, count in [c for c in cases if args.cases == "all" or (args.cases == "one") == (c[2] == 1)]:
             nbytes = sum(f.stat().st_size for f in src.iterdir())
             for tool in [t for rep in range(args.reps) for t in (tools[rep % len(tools):] + tools[:rep % len(tools)])]:
                 reset()
                 prefix = f"{tool}-{count}"
                 if tool == "skyhive":
-                    timed(f"upload {label}", tool, nbytes, lambda: transfer.upload_dir(sky_client, "bench-bucket",
-                                                                                       prefix, str(src)))
+                    timed(f"upload {label}", tool, nbytes, lambda: transfer.upload_dir(
+                        sky_client, "bench-bucket", prefix, str(src), access=sky_access))
                     dest = fresh(tmp / "dest")
                     timed(f"download {label}", tool, nbytes,
-                          lambda: transfer.download_prefix(sky_client, "bench-bucket", prefix, str(dest)))
+                          lambda: transfer.download_prefix(sky_client, "bench-bucket", prefix, str(dest),
+                                                           access=sky_access))
                 elif tool == "boto3":
                     timed(f"upload {label}", tool, nbytes, lambda: boto3_up(src, prefix))
                     dest = fresh(tmp / "dest")

@@ -1,6 +1,9 @@
-"""`skyhive storage ls` and `skyhive storage delete`: the buckets skyhive created (tagged `skyhive-created`
-when it made them for a file mount's local `source`), at the endpoint the AWS chain names (or
-`--endpoint-url`). A bucket skyhive did not create is never deleted, unless named with `--force`.
+"""`skyhive storage ls` and `skyhive storage delete`: the buckets skyhive created (marked when it made them
+for a file mount's local `source`: a bucket tag on S3, an object on R2 and GCS, runtime/storage/buckets.py),
+on every store this machine is set up for — S3 at the endpoint the AWS chain names, R2 when its account ID
+is found, GCS when HMAC keys are in ~/.boto (`--store` picks some; `--endpoint-url` points one store
+elsewhere). A bucket skyhive did not create is never listed or deleted unless named (`s3://b`, `r2://b`,
+`gs://b`, or a plain name for S3), and never deleted unless also `--force`.
 """
 
 from __future__ import annotations
@@ -11,73 +14,144 @@ from typing import TextIO
 
 from ...errors import StorageError
 
-__all__ = ["add_parser", "list_buckets", "delete_buckets"]
+__all__ = ["add_parser", "list_buckets", "delete_buckets", "STORES"]
+
+#: The stores, in the order they are listed, and their URI schemes.
+STORES = ("s3", "r2", "gcs")
+_SCHEME = {"s3": "s3", "r2": "r2", "gcs": "gs"}
 
 
-def _access(endpoint: str | None):  # type: ignore[no-untyped-def]
+def _stores(stores: list[str] | None, endpoint: str | None) -> list[str]:
+    """The stores to look at: those named (each must be set up), else every one this machine is set up for."""
+    from ..storage.s3 import store_configured
+
+    if endpoint is not None and (not stores or len(stores) != 1):
+        if stores:
+            raise StorageError("skyhive storage: --endpoint-url points one store elsewhere: name one --store",
+                               cause="error")
+        return ["s3"]  # --endpoint-url alone: an S3-compatible endpoint, as before
+    if stores:
+        return list(dict.fromkeys(stores))
+    return [s for s in STORES if store_configured(s)]
+
+
+def _access(store: str, endpoint: str | None):  # type: ignore[no-untyped-def]
     from ..storage.s3 import access
     from ..storage.spec import Bucket
 
-    return access(Bucket("skyhive-storage-cli", endpoint_url=endpoint))
+    return access(Bucket("skyhive-storage-cli", store=store, endpoint_url=endpoint))
 
 
-def list_buckets(endpoint: str | None = None, out: TextIO | None = None) -> int:
-    """Print the buckets skyhive created, one a line, with their object count and size."""
-    from ..storage.buckets import created_buckets
-    from ..storage.s3 import client
-    from ..storage.transfer import list_prefix
+def _named(names: list[str]) -> list[tuple[str, str]]:
+    """(store, bucket) of each name: a bucket URI, or a plain name (S3)."""
+    from ..storage.spec import SCHEMES, parse_uri
 
-    out = out or sys.stdout
-    acc = _access(endpoint)
-    names = created_buckets(acc)
-    if not names:
-        out.write("no buckets created by skyhive\n")
-        return 0
-    s3 = client(acc)
-    out.write(f"{'BUCKET':<40} {'OBJECTS':>8} {'SIZE':>12}\n")
+    out = []
     for name in names:
-        objects = list_prefix(s3, name, "")
+        if "://" in name:
+            scheme = name.split("://", 1)[0].lower()
+            if scheme not in SCHEMES:
+                raise StorageError(f"skyhive storage: {name!r}: not a bucket URI (s3://, r2://, gs://)", cause="error")
+            bucket = parse_uri(name, where=name)
+            if bucket.prefix:
+                raise StorageError(f"skyhive storage: {name!r}: name a whole bucket (no path after it)", cause="error")
+            out.append((bucket.store, bucket.name))
+        else:
+            out.append(("s3", name))
+    return out
+
+
+def _uri(store: str, name: str) -> str:
+    return f"{_SCHEME[store]}://{name}"
+
+
+def list_buckets(endpoint: str | None = None, out: TextIO | None = None, *, names: list[str] | None = None,
+                 stores: list[str] | None = None, err: TextIO | None = None) -> int:
+    """Print the buckets skyhive created on every store looked at (and the `names` given, created or not),
+    one a line, with their object count and size. A store that cannot be listed is named on `err` and
+    the exit status is 1; the others are listed still."""
+    from ..storage.buckets import all_buckets, is_created
+    from ..storage.s3 import client
+    from ..storage.transfer import CREATED_MARKER, list_prefix
+
+    out, err = out or sys.stdout, err or sys.stderr
+    rows: list[tuple[str, str, bool]] = []  # (store, bucket, created by skyhive)
+    failed = 0
+    wanted = _named(names or [])
+    look = _stores(stores, endpoint) if not wanted else sorted({s for s, _ in wanted}, key=STORES.index)
+    clients = {}
+    for store in look:
+        try:
+            acc = _access(store, endpoint)
+            s3 = clients[store] = client(acc)
+            if wanted:
+                rows += [(store, n, is_created(s3, n, store)) for s, n in wanted if s == store]
+            else:
+                rows += [(store, n, True) for n in all_buckets(s3, store) if is_created(s3, n, store)]
+        except StorageError as exc:
+            err.write(f"skyhive storage ls: {store}: {exc}\n")
+            failed = 1
+    if not rows:
+        out.write(f"no buckets created by skyhive ({', '.join(look) or 'no store set up'})\n")
+        return failed
+    out.write(f"{'BUCKET':<48} {'OBJECTS':>8} {'SIZE':>12}  CREATED BY SKYHIVE\n")
+    for store, name, created in rows:
+        try:
+            objects = [o for o in list_prefix(clients[store], name, "") if o.key != CREATED_MARKER]
+        except StorageError as exc:
+            err.write(f"skyhive storage ls: {_uri(store, name)}: {exc}\n")
+            failed = 1
+            continue
         size = sum(o.size for o in objects)
-        out.write(f"{name:<40} {len(objects):>8} {size / (1 << 20):>9.1f} MiB\n")
-    return 0
+        mark = "yes" if created else "no"
+        out.write(f"{_uri(store, name):<48} {len(objects):>8} {size / (1 << 20):>8.1f} MiB  {mark}\n")
+    return failed
 
 
 def delete_buckets(names: list[str], *, all_created: bool = False, force: bool = False, endpoint: str | None = None,
-                   out: TextIO | None = None) -> int:
-    """Delete the named buckets (or every bucket skyhive created with `all_created`), objects included.
-    A named bucket without skyhive's tag is refused (exit 1, naming it) unless `force`."""
+                   out: TextIO | None = None, stores: list[str] | None = None) -> int:
+    """Delete the named buckets (URIs, or plain names for S3), or with `all_created` every bucket skyhive
+    created on the stores looked at, objects included. A named bucket without skyhive's mark is refused
+    (exit 1, naming it, nothing deleted) unless `force`."""
     from ..storage.buckets import created_buckets, delete_bucket, is_created
     from ..storage.s3 import client
 
     out = out or sys.stdout
-    acc = _access(endpoint)
+    targets = _named(names)
     if all_created:
-        names = [*names, *created_buckets(acc)]
-    if not names:
+        for store in _stores(stores, endpoint):
+            targets += [(store, n) for n in created_buckets(_access(store, endpoint))]
+    if not targets:
         raise StorageError("skyhive storage delete: name the buckets, or --all for every bucket skyhive created",
                            cause="error")
-    s3 = client(acc)
-    refused = [n for n in names if not force and not is_created(acc, n)]
+    targets = list(dict.fromkeys(targets))
+    clients = {store: client(_access(store, endpoint)) for store in {s for s, _ in targets}}
+    refused = [_uri(s, n) for s, n in targets if not force and not is_created(clients[s], n, s)]
     if refused:
-        raise StorageError(f"skyhive storage delete: {', '.join(refused)} not created by skyhive (no "
-                           f"skyhive-created tag, or no such bucket): not deleted; pass --force to delete a bucket "
-                           f"skyhive did not create", bucket=refused[0], cause="access-denied")
-    for name in dict.fromkeys(names):
-        count = delete_bucket(s3, name)
-        out.write(f"deleted {name} ({count} objects)\n")
+        raise StorageError(f"skyhive storage delete: {', '.join(refused)} not created by skyhive (no skyhive "
+                           f"mark, or no such bucket): not deleted; pass --force to delete a bucket skyhive did "
+                           f"not create", bucket=refused[0].split("://", 1)[1], cause="access-denied")
+    for store, name in targets:
+        count = delete_bucket(clients[store], name, store=store)
+        out.write(f"deleted {_uri(store, name)} ({count} objects)\n")
     return 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """`storage ls` and `storage delete` on the CLI."""
-    p = sub.add_parser("storage", help="buckets skyhive created for file mounts: ls, delete")
+    p = sub.add_parser("storage", help="buckets skyhive created for file mounts (S3, R2, GCS): ls, delete")
     verbs = p.add_subparsers(dest="storage_command", required=True)
-    ls = verbs.add_parser("ls", help="the buckets skyhive created")
-    ls.add_argument("--endpoint-url", metavar="URL", help="the S3 endpoint (default: the AWS chain's)")
-    ls.set_defaults(func=lambda a: list_buckets(a.endpoint_url))
-    rm = verbs.add_parser("delete", help="delete buckets skyhive created, with their objects")
-    rm.add_argument("names", nargs="*", metavar="BUCKET")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", action="append", choices=STORES, metavar="STORE",
+                        help="s3, r2 or gcs (repeatable; default: every store this machine is set up for)")
+    common.add_argument("--endpoint-url", metavar="URL",
+                        help="the endpoint of the one --store named (alone: an S3-compatible endpoint)")
+    ls = verbs.add_parser("ls", parents=[common], help="the buckets skyhive created (and any named)")
+    ls.add_argument("names", nargs="*", metavar="BUCKET", help="s3://b, r2://b, gs://b, or a name (S3)")
+    ls.set_defaults(func=lambda a: list_buckets(a.endpoint_url, names=a.names, stores=a.store))
+    rm = verbs.add_parser("delete", parents=[common], help="delete buckets skyhive created, with their objects")
+    rm.add_argument("names", nargs="*", metavar="BUCKET", help="s3://b, r2://b, gs://b, or a name (S3)")
     rm.add_argument("--all", action="store_true", help="every bucket skyhive created")
     rm.add_argument("--force", action="store_true", help="also a named bucket skyhive did not create")
-    rm.add_argument("--endpoint-url", metavar="URL", help="the S3 endpoint (default: the AWS chain's)")
-    rm.set_defaults(func=lambda a: delete_buckets(a.names, all_created=a.all, force=a.force, endpoint=a.endpoint_url))
+    rm.set_defaults(func=lambda a: delete_buckets(a.names, all_created=a.all, force=a.force, endpoint=a.endpoint_url,
+                                                  stores=a.store))

@@ -1,6 +1,12 @@
-"""The client side of bucket mounts: each mount's access resolved, its bucket checked (or created, tagged
+"""The client side of bucket mounts: each mount's access resolved, its bucket checked (or created, marked
 as skyhive's, and filled from a local `source`), and the buckets skyhive created listed and deleted
 (`skyhive storage ls/delete`). A bucket skyhive did not create is never deleted unless named with force.
+
+How a bucket is marked as skyhive's depends on what the store's S3 API has: S3 (and S3-compatible
+endpoints) a bucket tag, `skyhive-created=true`; R2 and GCS's XML API have no bucket tagging (R2's S3 API
+compatibility table lists Get/PutBucketTagging as not implemented; GCS's XML API has no tagging), so there
+the mark is an object, `.skyhive-created`, at the bucket's root (never downloaded into a mount, never
+touched by a cached mount's sync).
 """
 
 from __future__ import annotations
@@ -12,14 +18,17 @@ from dataclasses import dataclass, field
 from ...errors import StorageError
 from .s3 import Access, access, client, storage_error
 from .spec import Bucket, Mount
-from .transfer import delete_keys, list_prefix, upload_dir
+from .transfer import CREATED_MARKER, delete_keys, list_prefix, upload_dir
 
-__all__ = ["TAG", "Prepared", "prepare", "release", "created_buckets", "delete_bucket", "create_bucket"]
+__all__ = ["TAG", "CREATED_MARKER", "Prepared", "prepare", "release", "created_buckets", "delete_bucket",
+           "create_bucket", "is_created", "TAGGED_STORES"]
 
 log = logging.getLogger("skyhive.storage")
 
-#: The tag on every bucket skyhive creates (value: "true").
+#: The tag on every bucket skyhive creates (value: "true") where the store has bucket tags.
 TAG = "skyhive-created"
+#: The stores whose S3 API has bucket tagging; the others carry `CREATED_MARKER` instead.
+TAGGED_STORES = frozenset({"s3"})
 
 
 @dataclass(slots=True)
@@ -32,20 +41,21 @@ class Prepared:
 
 
 def create_bucket(s3: object, bucket: Bucket, acc: Access) -> None:
-    """Create `bucket` tagged as skyhive's. Raises `StorageError` naming it (a GCS bucket is refused: its
-    XML API creates buckets only with the project's ID in `x-amz-project-id` and has no bucket tagging)."""
-    if bucket.store == "gcs":
-        raise StorageError(f"{bucket.uri}: skyhive does not create GCS buckets (create it first: gcloud storage "
-                           f"buckets create gs://{bucket.name}); the bucket was not found", bucket=bucket.name,
-                           cause="no-such-bucket")
+    """Create `bucket` marked as skyhive's (a tag, or the marker object where the store has no bucket tags).
+    Raises `StorageError` naming it. A GCS bucket is created in `acc.project` (the `x-amz-project-id`
+    header, `client`), else in the default project of the HMAC key's interoperable access."""
     try:
         kwargs = {}
         if (acc.region not in ("us-east-1", "auto") and not acc.endpoint_url) or acc.store == "r2":
             # R2: its one region, "auto", is also its LocationConstraint (developers.cloudflare.com/r2/api/s3/api/)
             kwargs["CreateBucketConfiguration"] = {"LocationConstraint": acc.region}
         s3.create_bucket(Bucket=bucket.name, **kwargs)  # type: ignore[attr-defined]
-        s3.put_bucket_tagging(Bucket=bucket.name,  # type: ignore[attr-defined]
-                              Tagging={"TagSet": [{"Key": TAG, "Value": "true"}]})
+        if acc.store in TAGGED_STORES:
+            s3.put_bucket_tagging(Bucket=bucket.name,  # type: ignore[attr-defined]
+                                  Tagging={"TagSet": [{"Key": TAG, "Value": "true"}]})
+        else:
+            s3.put_object(Bucket=bucket.name, Key=CREATED_MARKER,  # type: ignore[attr-defined]
+                          Body=b"created by skyhive for a file mount; `skyhive storage delete` deletes it\n")
     except Exception as exc:  # noqa: BLE001
         raise storage_error(exc, bucket=bucket.name, doing="creating") from exc
 
@@ -75,7 +85,7 @@ def prepare(mounts: Sequence[Mount], *, progress: bool = False) -> Prepared:
                     if not _exists(s3, bucket.name):
                         create_bucket(s3, bucket, acc)
                         out.created.append((bucket, acc))
-                    upload_dir(s3, bucket.name, bucket.prefix, bucket.source, progress=progress)
+                    upload_dir(s3, bucket.name, bucket.prefix, bucket.source, progress=progress, access=acc)
                 elif not _exists(s3, bucket.name):
                     raise StorageError(f"bucket {bucket.name!r}: no such bucket", bucket=bucket.name,
                                        cause="no-such-bucket")
@@ -90,7 +100,8 @@ def prepare(mounts: Sequence[Mount], *, progress: bool = False) -> Prepared:
 
 
 def delete_bucket(s3: object, name: str, *, store: str = "s3") -> int:
-    """Delete every object of bucket `name`, then the bucket; returns the objects deleted."""
+    """Delete every object of bucket `name`, then the bucket; returns the objects deleted (skyhive's marker
+    not counted)."""
     objects = list_prefix(s3, name, "")
     try:
         uploads = s3.list_multipart_uploads(Bucket=name).get("Uploads", ())  # type: ignore[attr-defined]
@@ -100,7 +111,7 @@ def delete_bucket(s3: object, name: str, *, store: str = "s3") -> int:
         s3.delete_bucket(Bucket=name)  # type: ignore[attr-defined]
     except Exception as exc:  # noqa: BLE001
         raise storage_error(exc, bucket=name, doing="deleting") from exc
-    return len(objects)
+    return sum(1 for o in objects if o.key != CREATED_MARKER)
 
 
 def release(prepared: Prepared, *, failed: bool = False) -> list[str]:
@@ -119,23 +130,28 @@ def release(prepared: Prepared, *, failed: bool = False) -> list[str]:
     return gone
 
 
-def _tagged(s3: object, name: str) -> bool:
+def is_created(s3: object, name: str, store: str = "s3") -> bool:
+    """Whether bucket `name` carries skyhive's mark (its tag, or its marker object); False when it has none,
+    does not exist, or its mark cannot be read."""
     try:
-        tags = s3.get_bucket_tagging(Bucket=name)["TagSet"]  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - no tags (NoSuchTagSet), or not ours to read
+        if store in TAGGED_STORES:
+            tags = s3.get_bucket_tagging(Bucket=name)["TagSet"]  # type: ignore[attr-defined]
+            return any(t.get("Key") == TAG for t in tags)
+        s3.head_object(Bucket=name, Key=CREATED_MARKER)  # type: ignore[attr-defined]
+        return True
+    except Exception:  # noqa: BLE001 - no tags (NoSuchTagSet), no marker, no bucket, or not ours to read
         return False
-    return any(t.get("Key") == TAG for t in tags)
+
+
+def all_buckets(s3: object, store: str = "s3") -> list[str]:
+    """Every bucket at `s3`'s endpoint (GCS: in the client's project). Raises `StorageError` naming the store."""
+    try:
+        return sorted(b["Name"] for b in s3.list_buckets().get("Buckets", ()))  # type: ignore[attr-defined]
+    except Exception as exc:  # noqa: BLE001
+        raise storage_error(exc, bucket="*", doing=f"listing the {store} buckets at") from exc
 
 
 def created_buckets(acc: Access) -> list[str]:
-    """The buckets at `acc`'s endpoint that carry skyhive's tag."""
+    """The buckets at `acc`'s endpoint that carry skyhive's mark."""
     s3 = client(acc)
-    try:
-        names = [b["Name"] for b in s3.list_buckets().get("Buckets", ())]
-    except Exception as exc:  # noqa: BLE001
-        raise storage_error(exc, bucket="*", doing="listing buckets at") from exc
-    return sorted(n for n in names if _tagged(s3, n))
-
-
-def is_created(acc: Access, name: str) -> bool:
-    return _tagged(client(acc), name)
+    return [n for n in all_buckets(s3, acc.store) if is_created(s3, n, acc.store)]

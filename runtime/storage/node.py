@@ -119,7 +119,7 @@ class _Syncer:
             bucket = self.mount.bucket
             skipped: list[str] = []
             upload_files(self.s3, bucket.name, [(os.path.join(self.path, rel), bucket.key(rel)) for rel in changed],
-                         missing=skipped)
+                         missing=skipped, access=self.acc)
             for rel in changed:
                 if os.path.join(self.path, rel) in skipped:
                     self.seen.pop(rel, None)  # known gone: its deletion is settled at the next scan
@@ -235,7 +235,8 @@ def install(mounts: list[tuple[Mount, Access]], session: str, home: str | None =
                 _prepare_dir(mount, path)
                 _remove_partials(path)
                 try:
-                    download_prefix(client(acc), mount.bucket.name, mount.bucket.prefix, path, progress=progress)
+                    download_prefix(client(acc), mount.bucket.name, mount.bucket.prefix, path, progress=progress,
+                                    access=acc)
                 except StorageError as exc:
                     raise StorageError(f"mounts.{mount.target}: {exc}", bucket=exc.bucket, key=exc.key,
                                        cause=exc.cause) from None

@@ -21,7 +21,8 @@ from typing import Any
 from ...errors import StorageError
 from .spec import Bucket
 
-__all__ = ["Access", "access", "client", "storage_error", "require_boto3", "r2_endpoint", "R2_ENDPOINT"]
+__all__ = ["Access", "access", "client", "storage_error", "require_boto3", "r2_endpoint", "R2_ENDPOINT", "gcs_project",
+           "store_configured"]
 
 log = logging.getLogger("skyhive.storage")
 
@@ -39,6 +40,9 @@ class Access:
     access_key: str | None = field(default=None, repr=False)
     secret_key: str | None = field(default=None, repr=False)
     token: str | None = field(default=None, repr=False)
+    #: GCS: the Google Cloud project buckets are created and listed in (`x-amz-project-id`); None: the
+    #: default project of the HMAC key's interoperable access.
+    project: str | None = None
 
     def env(self) -> dict[str, str]:
         """The same access as AWS environment variables (for rclone, s3fs, and the task's scripts)."""
@@ -137,6 +141,43 @@ def _store_keys(bucket: Bucket) -> tuple[str, str] | None:
     return (key, secret) if key and secret else None
 
 
+def gcs_project() -> str | None:
+    """The Google Cloud project, as Google's tools find it: `GOOGLE_CLOUD_PROJECT`, `CLOUDSDK_CORE_PROJECT`,
+    else `project` in the `[core]` section of gcloud's active configuration (`$CLOUDSDK_CONFIG`, default
+    ~/.config/gcloud: `configurations/config_<active_config>`). None when none says."""
+    import configparser
+
+    for var in ("GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"):
+        if os.environ.get(var, "").strip():
+            return os.environ[var].strip()
+    folder = Path(os.environ.get("CLOUDSDK_CONFIG") or os.path.expanduser("~/.config/gcloud"))
+    try:
+        active = os.environ.get("CLOUDSDK_ACTIVE_CONFIG_NAME") or (folder / "active_config").read_text().strip()
+    except OSError:
+        active = "default"
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(folder / "configurations" / f"config_{active or 'default'}")
+        return parser.get("core", "project", fallback="").strip() or None
+    except configparser.Error:
+        return None
+
+
+def store_configured(store: str) -> bool:
+    """Whether this machine is set up for `store` without a bucket's own endpoint: S3 always (the AWS chain
+    decides); R2 when the account ID is found; GCS when HMAC keys are in ~/.boto (the AWS chain's keys are
+    never GCS's)."""
+    if store == "r2":
+        try:
+            r2_endpoint(Bucket("skyhive-probe", store="r2"))
+        except StorageError:
+            return False
+        return True
+    if store == "gcs":
+        return _store_keys(Bucket("skyhive-probe", store="gcs")) is not None
+    return True
+
+
 def access(bucket: Bucket) -> Access:
     """The endpoint, region and credentials for `bucket`, from the chains above (R2 and GCS: their own
     files first, docs/storage.md). Raises `StorageError` (cause "no-credentials") when the chain finds none."""
@@ -144,9 +185,11 @@ def access(bucket: Bucket) -> Access:
     session = boto3.session.Session()
     endpoint = _endpoint(bucket, session)
     region = bucket.region or ("auto" if bucket.store == "r2" else session.region_name or "us-east-1")
+    project = gcs_project() if bucket.store == "gcs" else None
     own = _store_keys(bucket)
     if own is not None:
-        return Access(endpoint_url=endpoint, region=region, store=bucket.store, access_key=own[0], secret_key=own[1])
+        return Access(endpoint_url=endpoint, region=region, store=bucket.store, access_key=own[0], secret_key=own[1],
+                      project=project)
     creds = session.get_credentials()
     if creds is None:
         raise StorageError(f"{bucket.uri}: no credentials found for bucket {bucket.name!r} (set AWS_ACCESS_KEY_ID "
@@ -154,7 +197,7 @@ def access(bucket: Bucket) -> Access:
                            f"{_OWN_FILES.get(bucket.store, '')})", bucket=bucket.name, cause="no-credentials")
     frozen = creds.get_frozen_credentials()
     return Access(endpoint_url=endpoint, region=region, store=bucket.store, access_key=frozen.access_key,
-                  secret_key=frozen.secret_key, token=frozen.token)
+                  secret_key=frozen.secret_key, token=frozen.token, project=project)
 
 
 _OWN_FILES = {"r2": "; R2: profile [r2] in ~/.cloudflare/r2.credentials",
@@ -173,8 +216,17 @@ def client(acc: Access, *, pool_size: int = 48) -> Any:
     config = Config(max_pool_connections=pool_size, retries={"max_attempts": 3, "mode": "standard"},
                     connect_timeout=10, read_timeout=60, s3={"addressing_style": "path"} if acc.endpoint_url else None,
                     **checksums)
-    return boto3.client("s3", endpoint_url=acc.endpoint_url, region_name=acc.region, aws_access_key_id=acc.access_key,
-                        aws_secret_access_key=acc.secret_key, aws_session_token=acc.token, config=config)
+    s3 = boto3.client("s3", endpoint_url=acc.endpoint_url, region_name=acc.region, aws_access_key_id=acc.access_key,
+                      aws_secret_access_key=acc.secret_key, aws_session_token=acc.token, config=config)
+    if acc.project:  # GCS's XML API creates and lists buckets in the project this header names
+        project = acc.project
+
+        def name_the_project(request: Any, **_: Any) -> None:
+            request.headers["x-amz-project-id"] = project
+
+        for op in ("CreateBucket", "ListBuckets"):
+            s3.meta.events.register(f"before-sign.s3.{op}", name_the_project)
+    return s3
 
 
 _CAUSES = {

@@ -16,9 +16,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import IO, Any
 
-from .s3 import storage_error
+from .direct import DirectGet, DirectPut
+from .s3 import Access, storage_error
 
-__all__ = ["Progress", "upload_files", "delete_keys", "upload_dir", "download_prefix", "list_prefix", "TEMP_MARK", "is_temporary"]
+__all__ = ["Progress", "upload_files", "delete_keys", "upload_dir", "download_prefix", "list_prefix", "TEMP_MARK",
+           "is_temporary", "CREATED_MARKER"]
 
 MiB = 1 << 20
 #: Parts of 8 MiB above 8 MiB, up to 10 part requests at once (boto3's defaults); objects under a part
@@ -29,12 +31,16 @@ CONCURRENCY = 10
 SMALL_CONCURRENCY = 16
 #: A file whose name contains this is skyhive's (or s3transfer's) partial download: never uploaded or shown.
 TEMP_MARK = ".skyhive-part"
+#: The object that marks a bucket skyhive created on a store without bucket tags (buckets.py): at the
+#: bucket's root, never downloaded into a mount, never uploaded or deleted by a cached mount's sync.
+CREATED_MARKER = ".skyhive-created"
 
 
 def is_temporary(name: str) -> bool:
-    """Files the sync leaves alone: partial downloads and a writer's temporary names (`*.tmp`, `*~`)."""
+    """Files the sync leaves alone: partial downloads, a writer's temporary names (`*.tmp`, `*~`), and the
+    name of skyhive's created-bucket marker."""
     base = os.path.basename(name)
-    return TEMP_MARK in base or base.endswith((".tmp", "~")) or base.startswith(".nfs")
+    return TEMP_MARK in base or base.endswith((".tmp", "~")) or base.startswith(".nfs") or base == CREATED_MARKER
 
 
 class Progress:
@@ -168,10 +174,11 @@ def list_prefix(s3: Any, bucket: str, prefix: str) -> list[Listed]:
 
 def upload_files(s3: Any, bucket: str, files: Iterable[tuple[str, str]], *, what: str = "",
                  progress: Callable[[str, int], Progress | None] | None = None,
-                 missing: list[str] | None = None) -> int:
+                 missing: list[str] | None = None, access: Access | None = None) -> int:
     """Upload (local path, key) pairs in parallel; returns the bytes uploaded. With `missing` (a list), a
     file deleted before or while it is read is skipped and its path appended there, instead of failing the
-    copy (a cached mount's writer may delete what the scan just saw)."""
+    copy (a cached mount's writer may delete what the scan just saw). With `access` (the keys `s3` was
+    made with), files under one part after the first go by `DirectPut` (botocore PUTs any it could not)."""
     jobs: list[tuple[str, str, int | None]] = []
     sizes: dict[str, int] = {}
     for path, key in files:
@@ -185,15 +192,25 @@ def upload_files(s3: Any, bucket: str, files: Iterable[tuple[str, str]], *, what
         jobs.append((path, key, sizes[path]))
     total = sum(sizes.values())
     meter = progress(what, total) if progress else None
-    put = _put_one
-    if missing is not None:
-        def put(s3: Any, bucket: str, path: str, key: str, progress: Progress | None) -> None:
-            try:
-                _put_one(s3, bucket, path, key, progress)
-            except FileNotFoundError:
-                missing.append(path)
+    direct: list[DirectPut | None] = [None]
+
+    def put(s3: Any, bucket: str, path: str, key: str, progress: Progress | None) -> None:
+        try:
+            _put_one(s3, bucket, path, key, progress, direct=direct[0])
+        except FileNotFoundError:
+            if missing is None:
+                raise
+            missing.append(path)
+
+    small = [j for j in jobs if sizes[j[0]] < PART]
     try:
-        _parallel([j for j in jobs if sizes[j[0]] < PART], put, s3, bucket, meter)
+        if access is not None and len(small) > 1:
+            path, key, _ = small.pop(0)
+            try:  # the first through botocore, watched: the others are sent as it sent that one
+                direct[0] = DirectPut.learn(s3, access, bucket, key, lambda: put(s3, bucket, path, key, meter))
+            except BaseException as exc:
+                raise storage_error(exc, bucket=bucket, key=key, doing="uploading to") from exc
+        _parallel(small, put, s3, bucket, meter, doing="uploading to")
         _run_all(s3, [j for j in jobs if sizes[j[0]] >= PART], bucket, "upload", meter, missing=missing)
     finally:
         if meter is not None:
@@ -226,8 +243,9 @@ def delete_keys(s3: Any, bucket: str, keys: list[str], *, one_by_one: bool = Fal
             raise storage_error(exc, bucket=bucket, key=err.get("Key", ""), doing="deleting") from None
 
 
-def upload_dir(s3: Any, bucket: str, prefix: str, local: str, *, progress: bool = False) -> int:
-    """Upload a folder (or one file) to `prefix`; returns the bytes uploaded."""
+def upload_dir(s3: Any, bucket: str, prefix: str, local: str, *, progress: bool = False,
+               access: Access | None = None) -> int:
+    """Upload a folder (or one file) to `prefix`; returns the bytes uploaded (`access`: see `upload_files`)."""
     if os.path.isfile(local):
         files = [(local, f"{prefix}/{os.path.basename(local)}" if prefix else os.path.basename(local))]
     else:
@@ -240,12 +258,15 @@ def upload_dir(s3: Any, bucket: str, prefix: str, local: str, *, progress: bool 
                 rel = os.path.relpath(path, local).replace(os.sep, "/")
                 files.append((path, f"{prefix}/{rel}" if prefix else rel))
     return upload_files(s3, bucket, files, what=f"upload {local} -> s3://{bucket}/{prefix}",
-                        progress=(lambda w, t: Progress(w, t, force=progress)))
+                        progress=(lambda w, t: Progress(w, t, force=progress)), access=access)
 
 
-def download_prefix(s3: Any, bucket: str, prefix: str, local: str, *, progress: bool = False) -> list[str]:
+def download_prefix(s3: Any, bucket: str, prefix: str, local: str, *, progress: bool = False,
+                    access: Access | None = None) -> list[str]:
     """Download every object under `prefix` into the folder `local` (keys below the prefix become paths
-    below it); returns the relative paths written. A key that would leave `local` ("..") is refused."""
+    below it); returns the relative paths written. A key that would leave `local` ("..") is refused.
+    With `access` (the keys `s3` was made with), objects under one part after the first are fetched by
+    `DirectGet` (less CPU per object; botocore still makes any GET that does not come back whole)."""
     listed = list_prefix(s3, bucket, prefix)
     start = f"{prefix}/" if prefix else ""
     base = os.path.realpath(local)
@@ -253,8 +274,8 @@ def download_prefix(s3: Any, bucket: str, prefix: str, local: str, *, progress: 
     made = {base}
     for obj in listed:
         rel = obj.key[len(start):]
-        if not rel or rel.endswith("/"):
-            continue  # "folder" marker objects
+        if not rel or rel.endswith("/") or obj.key == CREATED_MARKER:
+            continue  # "folder" marker objects, and skyhive's mark on a bucket it created
         path = os.path.realpath(os.path.join(base, rel))
         if not path.startswith(base + os.sep):
             raise storage_error(ValueError("the key leaves the target folder"), bucket=bucket, key=obj.key,
@@ -264,28 +285,44 @@ def download_prefix(s3: Any, bucket: str, prefix: str, local: str, *, progress: 
             os.makedirs(folder, exist_ok=True)
             made.add(folder)
         jobs.append((path, obj.key, obj.size))
-    total = sum(o.size for o in listed)
+    total = sum(size or 0 for _, _, size in jobs)
     meter = Progress(f"download s3://{bucket}/{prefix}", total, force=progress)
     small = [j for j in jobs if (j[2] or 0) < PART]
     large = [j for j in jobs if (j[2] or 0) >= PART]
     try:
-        _parallel(small, _get_one, s3, bucket, meter)
+        one: Callable[..., None] = _get_one
+        if access is not None and len(small) > 1:
+            path, key, _ = small.pop(0)
+            try:  # the first through botocore, watched: the others are sent as it sent that one
+                getter = DirectGet.learn(s3, access, bucket, key, lambda: _get_one(s3, bucket, path, key, meter))
+            except BaseException as exc:
+                raise storage_error(exc, bucket=bucket, key=key, doing="downloading") from exc
+            if getter is not None:
+                def one(s3: Any, bucket: str, path: str, key: str, progress: Progress | None) -> None:
+                    _get_one(s3, bucket, path, key, progress, direct=getter)
+        _parallel(small, one, s3, bucket, meter)
         _run_all(s3, large, bucket, "download", meter)
     finally:
         meter.finish()
     return [os.path.relpath(p, base) for p, _, _ in jobs]
 
 
-def _get_one(s3: Any, bucket: str, path: str, key: str, progress: Progress | None) -> None:
-    """One object in one GET, into a temporary name renamed when whole."""
+def _get_one(s3: Any, bucket: str, path: str, key: str, progress: Progress | None, *,
+             direct: DirectGet | None = None) -> None:
+    """One object in one GET, into a temporary name renamed when whole: through `direct` when it brings
+    the whole object, else (and for the error) through botocore."""
     tmp = f"{path}{TEMP_MARK}-{os.getpid()}-{threading.get_ident()}"
     try:
-        body = s3.get_object(Bucket=bucket, Key=key)["Body"]
         with open(tmp, "wb") as fh:
-            for chunk in body.iter_chunks(1 << 20):
-                fh.write(chunk)
-                if progress is not None:
-                    progress(len(chunk))
+            if direct is None or not direct.fetch(key, fh.write, progress):
+                if direct is not None:
+                    fh.seek(0)
+                    fh.truncate()
+                body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+                for chunk in body.iter_chunks(1 << 20):
+                    fh.write(chunk)
+                    if progress is not None:
+                        progress(len(chunk))
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -293,23 +330,25 @@ def _get_one(s3: Any, bucket: str, path: str, key: str, progress: Progress | Non
         raise
 
 
-def _put_one(s3: Any, bucket: str, path: str, key: str, progress: Progress | None) -> None:
-    """One object in one PUT (the object exists only once the PUT succeeded)."""
+def _put_one(s3: Any, bucket: str, path: str, key: str, progress: Progress | None, *,
+             direct: DirectPut | None = None) -> None:
+    """One object in one PUT (the object exists only once the PUT succeeded): through `direct` when it
+    takes it, else (and for the error) through botocore."""
     with open(path, "rb") as fh:
-        s3.put_object(Bucket=bucket, Key=key, Body=fh)
+        if direct is None or not direct.send(key, fh.read()):
+            fh.seek(0)
+            s3.put_object(Bucket=bucket, Key=key, Body=fh)
         if progress is not None:
             progress(os.fstat(fh.fileno()).st_size)
 
 
 def _parallel(jobs: list[tuple[str, str, int | None]], one: Callable[..., None], s3: Any, bucket: str,
-              progress: Progress | None) -> None:
+              progress: Progress | None, *, doing: str = "downloading") -> None:
     """Objects under one part, one request each, many at once (less machinery per object than
     s3transfer's: no HEAD, no ranges, no IO queue). The first failure cancels the rest and is raised."""
     if not jobs:
         return
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-
-    doing = "uploading to" if one is _put_one else "downloading"
 
     def run(path: str, key: str) -> None:
         try:

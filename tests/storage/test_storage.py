@@ -264,7 +264,7 @@ def test_storage_ls_and_delete_touch_only_the_buckets_skyhive_created(s3, tmp_pa
     assert refused.returncode == 1 and "users-own not created by skyhive" in refused.stderr, refused
     assert "users-own" in s3.buckets()
     gone = cli("delete", "--all")
-    assert gone.returncode == 0 and "deleted made-by-sky (1 objects)" in gone.stdout, gone
+    assert gone.returncode == 0 and "deleted s3://made-by-sky (1 objects)" in gone.stdout, gone
     assert s3.buckets() == ["users-own"]
     assert "no buckets created by skyhive" in cli("ls").stdout
 

@@ -32,7 +32,7 @@ class Requests:
             c.meta.events.register("before-send.s3", self._record)
             return c
 
-        for module in (node, buckets):
+        for module in (node, buckets, s3mod):  # s3mod: the `skyhive storage` commands' clients
             monkeypatch.setattr(module, "client", recording)
 
     def _record(self, request, **kwargs):
@@ -88,15 +88,17 @@ def test_r2_goes_to_the_accounts_endpoint_with_r2_keys_and_transfers_through_the
     (tmp_path / "ckpt" / "step-1").write_text("1")
     (tmp_path / "ckpt" / "vocab.txt").unlink()
     node.finish()
-    assert s3.keys("r2-data") == ["step-1", "weights.bin"]
+    # the bucket skyhive created is marked by an object: R2 has no bucket tagging (its S3 API compatibility table)
+    assert s3.keys("r2-data") == [buckets.CREATED_MARKER, "step-1", "weights.bin"]
+    assert not (tmp_path / "ckpt" / buckets.CREATED_MARKER).exists() and "PutBucketTagging" not in requests.ops()
     assert requests.credentials() == {"r2-key/auto"}
     assert {"PutObject", "UploadPart", "CompleteMultipartUpload", "GetObject", "DeleteObjects"} <= requests.ops()
     # no CRC32 checksum on uploads (boto3's default since 1.36, which R2 refused): only on the operations whose
     # API requires one
-    assert requests.checksummed() == ["DeleteObjects", "PutBucketTagging"]
+    assert requests.checksummed() == ["DeleteObjects"]
 
 
-def test_gcs_goes_to_its_xml_api_with_hmac_keys_deletes_one_by_one_and_never_creates_a_bucket(s3, tmp_path,
+def test_gcs_goes_to_its_xml_api_with_hmac_keys_deletes_one_by_one_and_creates_buckets_in_the_project(s3, tmp_path,
                                                                                                monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("BOTO_CONFIG", raising=False)
@@ -111,11 +113,19 @@ def test_gcs_goes_to_its_xml_api_with_hmac_keys_deletes_one_by_one_and_never_cre
     src = tmp_path / "seed"
     src.mkdir()
     (src / "a.txt").write_text("a")
-    with pytest.raises(StorageError, match=r"gs://g-data: skyhive does not create GCS buckets \(create it first: "
-                                           r"gcloud storage buckets create gs://g-data\)") as info:
-        buckets.prepare([mount_of("/d", {"name": "g-data", "store": "gcs", "source": str(src),
-                                         "endpoint_url": s3.endpoint})])
-    assert info.value.cause == "no-such-bucket" and s3.buckets() == []
+    # a bucket for a local source is created in the project Google's tools name (GOOGLE_CLOUD_PROJECT here), and
+    # marked by an object (the XML API has no bucket tagging)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "my-project")
+    prepared = buckets.prepare([mount_of(str(tmp_path / "made"), {"name": "g-made", "store": "gcs", "source": str(src),
+                                                                  "endpoint_url": s3.endpoint, "mode": "COPY"})])
+    assert [b.name for b, _ in prepared.created] == ["g-made"]
+    assert s3.keys("g-made") == [buckets.CREATED_MARKER, "a.txt"]
+    created = [h for op, h in requests.seen if op == "CreateBucket"]
+    assert len(created) == 1 and created[0]["x-amz-project-id"] == "my-project"
+    assert "PutBucketTagging" not in requests.ops()
+    node.install(prepared.mounts, "gcs-made-session")
+    assert sorted(p.name for p in (tmp_path / "made").iterdir()) == ["a.txt"]  # the marker stays in the bucket
+    requests.seen.clear()
 
     s3.client().create_bucket(Bucket="g-data")
     for i in range(3):
@@ -133,3 +143,82 @@ def test_gcs_goes_to_its_xml_api_with_hmac_keys_deletes_one_by_one_and_never_cre
     assert "DeleteObjects" not in ops and ops.count("DeleteObject") == 2  # no multi-object delete in GCS's XML API
     assert {"UploadPart", "CompleteMultipartUpload", "ListObjectsV2", "GetObject"} <= set(ops)
     assert requests.checksummed() == []  # no CRC32 trailer or composite checksum (GCS refused them)
+
+
+def test_storage_ls_and_delete_cover_s3_r2_and_gcs_and_touch_only_the_buckets_skyhive_created(s3, tmp_path, monkeypatch,
+                                                                                                capsys):
+    """`skyhive storage ls/delete` on every store set up here: S3 at moto (the AWS chain's endpoint), R2 and then
+    GCS at a second moto standing in at their endpoints (R2's account endpoint, GCS's XML API)."""
+    from skyhive.cli import main
+    from skyhive.runtime.commands import storage as cli
+    from tests.infra.moto_s3 import S3Server, _free_port
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for var in ("CLOUDFLARE_ACCOUNT_ID", "BOTO_CONFIG", "GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT", "CLOUDSDK_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    assert cli._stores(None, None) == ["s3"]  # neither R2's account nor GCS's HMAC keys here: S3 only
+    with pytest.raises(StorageError, match="--endpoint-url points one store elsewhere: name one --store"):
+        cli._stores(["s3", "r2"], "http://127.0.0.1:1")
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(["storage", *args])
+        got = capsys.readouterr()
+        return code, got.out, got.err
+
+    code, _, err = run("ls", "--store", "r2")  # a store named but not set up: named, with what is missing
+    assert code == 1 and "skyhive storage ls: r2: " in err and "CLOUDFLARE_ACCOUNT_ID" in err, err
+
+    other = S3Server("127.0.0.1", _free_port("127.0.0.1"))
+    other.start()
+    try:
+        src = tmp_path / "seed"
+        src.mkdir()
+        (src / "a.txt").write_text("a")
+        s3.client().create_bucket(Bucket="users-own")
+        buckets.prepare([mount_of("/s", {"name": "sky-s3", "source": str(src)})])
+        # R2 set up: its account (moto standing in at its endpoint) and its keys
+        monkeypatch.setenv("CLOUDFLARE_ACCOUNT_ID", ACCOUNT)
+        monkeypatch.setattr(s3mod, "R2_ENDPOINT", other.endpoint)
+        (tmp_path / ".cloudflare").mkdir()
+        (tmp_path / ".cloudflare" / "r2.credentials").write_text(
+            "[r2]\naws_access_key_id = r2-key\naws_secret_access_key = r2-secret\n")
+        other.client().create_bucket(Bucket="r2-users")
+        buckets.prepare([mount_of("/r", {"name": "sky-r2", "store": "r2", "source": str(src)})])
+        assert cli._stores(None, None) == ["s3", "r2"]
+
+        requests = Requests(monkeypatch)
+        code, out, err = run("ls")
+        assert code == 0 and err == "", err
+        listed = [line.split()[0] for line in out.splitlines()[1:]]
+        assert listed == ["s3://sky-s3", "r2://sky-r2"], out  # never the users' own buckets
+        assert {"r2-key/auto", "testing/us-east-1"} == requests.credentials()
+        code, out, _ = run("ls", "r2://r2-users", "users-own")
+        assert code == 0 and "r2://r2-users" in out and "s3://users-own" in out and " no\n" in out, out
+
+        code, _, err = run("delete", "r2://r2-users", "sky-s3")
+        assert code == 1 and "r2://r2-users not created by skyhive" in err and "sky-s3" not in err, err
+        assert "sky-s3" in s3.buckets() and "r2-users" in other.buckets()  # nothing deleted
+        code, out, _ = run("delete", "--all")
+        assert code == 0 and "deleted s3://sky-s3 (1 objects)" in out and "deleted r2://sky-r2 (1 objects)" in out, out
+        assert s3.buckets() == ["users-own"] and other.buckets() == ["r2-users"]
+
+        # GCS set up instead of R2 (the same moto now standing in for GCS's XML API): HMAC keys and a project
+        monkeypatch.delenv("CLOUDFLARE_ACCOUNT_ID")
+        monkeypatch.setattr(s3mod, "_GCS_ENDPOINT", other.endpoint)
+        (tmp_path / ".boto").write_text("[Credentials]\ngs_access_key_id = GOOG1KEY\ngs_secret_access_key = hmac\n")
+        monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "my-project")
+        assert cli._stores(None, None) == ["s3", "gcs"]
+        buckets.prepare([mount_of("/g", {"name": "sky-gs", "store": "gcs", "source": str(src)})])
+        requests.seen.clear()
+        code, out, _ = run("ls")
+        assert code == 0 and [line.split()[0] for line in out.splitlines()[1:]] == ["gs://sky-gs"], out
+        listing = [h for op, h in requests.seen if op == "ListBuckets" and "GOOG1KEY" in h["authorization"]]
+        assert listing and all(h["x-amz-project-id"] == "my-project" for h in listing)
+        requests.seen.clear()
+        code, out, _ = run("delete", "--all")
+        assert code == 0 and out == "deleted gs://sky-gs (1 objects)\n", out
+        ops = [op for op, _ in requests.seen]
+        assert "DeleteObjects" not in ops and ops.count("DeleteObject") == 2  # a.txt and the marker, one by one
+        assert other.buckets() == ["r2-users"] and s3.buckets() == ["users-own"]
+    finally:
+        other.stop()
