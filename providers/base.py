@@ -355,6 +355,30 @@ class Provider(abc.ABC):
         return {"provider": self.name}
 
     @classmethod
+    def check(cls) -> list[tuple[str, str]] | None:
+        """What `skyhive check` says about this provider on this machine, as (item, status) lines, without
+        making anything; None: nothing to check (not a cloud). The clouds override it (`LibcloudProvider`)."""
+        return None
+
+    @classmethod
+    def infra(cls, text: str, parts: Sequence[str], **files: str | None) -> dict[str, Any]:
+        """SkyPilot's `--infra` spelling `text` for this provider (`parts`: what follows its name, split at
+        "/"): the `region`, `zone` and `hosts` it names and the provider's own `options` (name, value pairs).
+        Raises `ValueError` saying what is expected. `files` name files a spelling may read
+        (`ssh_node_pools`). Default, a cloud's: NAME, NAME/REGION, NAME/REGION/ZONE (`*`: any region)."""
+        head = text.strip().split("/", 1)[0]
+        if len(parts) > 2:
+            raise ValueError(f"{text!r}: expected {head}, {head}/REGION or {head}/REGION/ZONE")
+        region = parts[0] if parts and parts[0] not in ("", "*") else None
+        zone = parts[1] if len(parts) == 2 and parts[1] else None
+        return {"region": region, "zone": zone}
+
+    def candidates(self) -> Sequence[Provider] | None:
+        """The providers this one tries in turn (`Fallback`), each to be saved as itself where a pool's
+        provider is saved (a managed job); None for a provider that provisions its nodes itself."""
+        return None
+
+    @classmethod
     def from_description(cls, desc: Mapping[str, Any]) -> Provider:
         """Rebuild the provider from its `describe()` (what `skyhive down` does with a pool's log).
         Default: `cls(**desc_without_"provider")`. Raises `ProvisionError` if that does not fit."""

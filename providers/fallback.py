@@ -82,6 +82,9 @@ class Fallback(Provider):
         #: labels of candidates that just lost nodes: tried last, the most recent loss at the very end
         self.tried_last: tuple[str, ...] = ()
 
+    def candidates(self) -> Sequence[Provider]:
+        return self.providers
+
     def __repr__(self) -> str:
         return f"<Fallback {self.providers!r} chosen={self.chosen!r}>"
 

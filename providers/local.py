@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Sequence
+from typing import Any
 
 from .accelerators import local_devices, mismatch, parse, warn_missing
 from .base import ClusterSpec, DetachedLocalReach, LocalReach, NodeHandle, Provider
@@ -26,6 +27,13 @@ class Local(Provider):
     Each node gets its own `instance_info()`; `head_addr` is 127.0.0.1 and `head_port` a free port
     picked for the pool. Nothing outlives the pool: workers exit when the client's pipe closes.
     """
+
+    @classmethod
+    def infra(cls, text: str, parts: Sequence[str], **files: str | None) -> dict[str, Any]:
+        """`local`: this machine, nothing more to say."""
+        if parts:
+            raise ValueError(f"{text!r}: local has no regions or zones (this machine is the one node)")
+        return {}
 
     name = "local"
     same_machine = True  # (see `Provider.same_machine`)

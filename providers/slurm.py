@@ -143,6 +143,17 @@ class Slurm(Provider):
     - `sbatch_args`: more `sbatch` options, verbatim.
     """
 
+    @classmethod
+    def infra(cls, text: str, parts: Sequence[str], **files: str | None) -> dict[str, Any]:
+        """`slurm` (this machine's), `slurm/LOGIN` (reached by logging in to LOGIN, `*`: this machine's) or
+        `slurm/LOGIN/PARTITION`."""
+        if len(parts) > 2 or any(not part for part in parts):
+            raise ValueError(f"{text!r}: expected slurm, slurm/LOGIN or slurm/LOGIN/PARTITION")
+        options = [("login", parts[0])] if parts and parts[0] != "*" else []
+        if len(parts) == 2:
+            options.append(("partition", parts[1]))
+        return {"options": tuple(options)}
+
     name = "slurm"
     #: (see `Provider.unsupported`)
     unsupported: ClassVar[Mapping[str, str]] = {

@@ -259,6 +259,19 @@ class SSH(Provider):
     taken again). `sky.SSH(hosts=[a, b, c])` with `nodes=2`: c is the spare.
     """
 
+    @classmethod
+    def infra(cls, text: str, parts: Sequence[str], **files: str | None) -> dict[str, Any]:
+        """`ssh` (the hosts from --hosts) or `ssh/POOL`: the hosts and key of SkyPilot's SSH Node Pool POOL
+        (`~/.sky/ssh_node_pools.yaml`, or `files["ssh_node_pools"]`)."""
+        from .ssh_config import ssh_node_pool
+
+        if not parts:
+            return {}
+        if len(parts) != 1 or not parts[0]:
+            raise ValueError(f"{text!r}: expected ssh/POOL, one SSH Node Pool name")
+        hosts, options = ssh_node_pool(parts[0], pools_file=files.get("ssh_node_pools"))
+        return {"hosts": hosts, "options": options}
+
     name = "ssh"
 
     def __init__(self, hosts: list[str] | tuple[str, ...], *, user: str | None = None, key: str | None = None,

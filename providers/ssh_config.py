@@ -18,7 +18,12 @@ import re
 import shlex
 from dataclasses import dataclass
 
-__all__ = ["HostConfig", "lookup", "parse_host", "resolve_host", "DEFAULT_CONFIG"]
+import yaml
+
+__all__ = ["HostConfig", "lookup", "parse_host", "resolve_host", "DEFAULT_CONFIG", "ssh_node_pool", "SSH_NODE_POOLS"]
+
+#: SkyPilot's file of SSH Node Pools (read where `--infra ssh/POOL` names one).
+SSH_NODE_POOLS = "~/.sky/ssh_node_pools.yaml"
 
 DEFAULT_CONFIG = "~/.ssh/config"
 _KEYS = {"hostname": "hostname", "user": "user", "port": "port", "identityfile": "identity_file",
@@ -151,3 +156,46 @@ def resolve_host(spec: str, *, user: str | None = None, port: int = 22, ssh_conf
         jump = f"{j_user + '@' if j_user else ''}[{j_addr}]:{j_port}" if ":" in j_addr else \
             f"{j_user + '@' if j_user else ''}{j_addr}:{j_port}"
     return (host_user, cfg.hostname or name, host_port), (cfg.identity_file, jump)
+
+
+def ssh_node_pool(name: str, *, pools_file: str | None = None) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """SSH Node Pool `name` from SkyPilot's `~/.sky/ssh_node_pools.yaml`: its hosts (head first, as
+    `USER@HOST`) and the pool's options (its key). A missing file or pool, a password, or hosts with different keys is a
+    `ValueError` naming the file and the pool."""
+    path = os.path.expanduser(pools_file or SSH_NODE_POOLS)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            pools = yaml.safe_load(fh) or {}
+    except FileNotFoundError:
+        raise ValueError(f"ssh/{name}: no SSH Node Pools file {path} (SkyPilot's format: `{name}: {{hosts: "
+                         f"[HOST, ...]}}`), or pass the hosts with --hosts") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"ssh/{name}: cannot read {path}: {exc}") from None
+    if not isinstance(pools, dict) or name not in pools:
+        known = ", ".join(sorted(map(str, pools))) if isinstance(pools, dict) and pools else "none"
+        raise ValueError(f"ssh/{name}: {path} has no pool {name!r} (it has: {known})")
+    pool = pools[name]
+    if not isinstance(pool, dict) or not isinstance(pool.get("hosts"), list) or not pool["hosts"]:
+        raise ValueError(f"ssh/{name}: {path}: pool {name!r} needs a non-empty `hosts` list")
+    user, key = pool.get("user"), pool.get("identity_file")
+    hosts: list[str] = []
+    for entry in pool["hosts"]:
+        if isinstance(entry, dict):
+            if "password" in entry or "password" in pool:
+                raise ValueError(f"ssh/{name}: {path}: passwords are not supported; skyhive logs in with keys")
+            host = entry.get("ip")
+            if not isinstance(host, str) or not host:
+                raise ValueError(f"ssh/{name}: {path}: a host entry needs `ip`, got {entry!r}")
+            if entry.get("identity_file") not in (None, key):
+                if key is not None or len(pool["hosts"]) > 1:
+                    raise ValueError(f"ssh/{name}: {path}: hosts with different identity files are not "
+                                     f"supported (one key per pool)")
+                key = entry["identity_file"]
+            host_user = entry.get("user") or user
+            hosts.append(f"{host_user}@{host}" if host_user else host)
+        elif isinstance(entry, str) and entry:
+            hosts.append(f"{user}@{entry}" if user and "@" not in entry else entry)
+        else:
+            raise ValueError(f"ssh/{name}: {path}: expected a host name or a mapping, got {entry!r}")
+    options = (("key", os.path.expanduser(str(key))),) if key else ()
+    return tuple(hosts), options

@@ -26,23 +26,10 @@ SOURCES = ("skyhive", "runtime", "providers", "plugins", "protocol")
 ROOTS = {"Provider", "Reach", "Transport", "WorkerProcess"}
 KINDS = ("local", "ssh", "slurm", "simulated")
 
-#: What is left outside this test's rule (none of it in `runtime/clusters/`, `runtime/pool.py`, `plugins/` or
-#: `runtime/commands/{launch,clusters}.py`, which ask declared capabilities), each entry (file, the class or
-#: name it switches on) -> how many times. It only shrinks: an entry that no longer matches fails the test
-#: (remove it).
-ALLOWED: dict[tuple[str, str], int] = {
-    # `skyhive check` probes cloud credentials of the libcloud providers only (to become a declared
-    # capability of a provider: "can check its credentials offline")
-    ("runtime/commands/check.py", "LibcloudProvider"): 1,
-    # `--infra` spellings (SkyPilot's "ssh/HOST", "slurm", "local"): parsed by name into a provider's
-    # options (to become each provider's own parser of its `--infra` form)
-    ("runtime/commands/infra.py", "'ssh'"): 1,
-    ("runtime/commands/infra.py", "'slurm'"): 1,
-    ("runtime/commands/infra.py", "'local'"): 1,
-    # a managed job saves a `Fallback` (the provider list, not a kind) as its candidates, each kept as itself
-    # (to become a declared "how I am saved" of a provider)
-    ("runtime/managed/commands.py", "Fallback"): 1,
-}
+#: Exceptions to the rule, each entry (file, the class or name it switches on) -> how many times: none
+#: (the last ones, `skyhive check`, the `--infra` spellings and a managed job's saved Fallback, now ask
+#: `Provider.check`, `Provider.infra` and `Provider.candidates`). It only shrinks.
+ALLOWED: dict[tuple[str, str], int] = {}
 
 
 def _files(root: Path = ROOT) -> list[Path]:

@@ -113,12 +113,11 @@ def _saved(provider: Provider | None) -> Any:
     """The provider as the job keeps it: pickled whole, or — one holding live things (a cloud's driver,
     locks) — its class and `describe()`, which its `from_description` rebuilds (controller.py); a
     `Fallback` as its candidates, each kept so."""
-    from ...providers.fallback import Fallback
-
     if provider is None:
         return None
-    if isinstance(provider, Fallback):  # each candidate kept as itself (its own class, not the registry's)
-        return {"fallback": [_saved(p) for p in provider.providers], "order": provider.order}
+    candidates = provider.candidates()
+    if candidates is not None:  # a Fallback: each candidate kept as itself (its own class, not the registry's)
+        return {"fallback": [_saved(p) for p in candidates], "order": provider.describe().get("order", "given")}
     try:
         pickle.dumps(provider)
         return provider
