@@ -320,11 +320,9 @@ def test_a_build_stuck_downloading_a_package_is_stopped_naming_that_package(stal
 def test_the_environment_key_ignores_skyhives_per_pool_variables():
     # the jax plugin gives each Local pool a coordinator port of its own (SKYHIVE_JAX_PORT in the
     # Image's env): that must not make each pool build its environment again
-    import types
-
     from skyhive.runtime.bootstrap.envkey import env_key
 
-    pool = types.SimpleNamespace(provider=sky.Local(), accelerator=None)
+    pool = sky.plugins.PoolView(provider="local", same_machine=True)  # what a Local pool's plugins see
     image = sky.Image(pip=["skyhive-probe-pkg==1.2.3"])
     first, second = (sky.plugins.jax().transform(image, pool) for _ in range(2))
     assert first.env["SKYHIVE_JAX_PORT"] != second.env["SKYHIVE_JAX_PORT"]  # two pools, two ports
