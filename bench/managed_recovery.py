@@ -1,10 +1,16 @@
 """Recovery time of a managed job on Local or SSH hosts: a node's worker SIGKILLed → the job running again.
 
-    python -m bench.managed_recovery [--runs 3] [--ssh]
+    python -m bench.managed_recovery [--runs 3] [--ssh] [--nodes 1|2]
 
 `--ssh` (root: tests/infra's sshd hosts in network namespaces, created and removed here): a 1-node job
 on [host a, host b]; a's worker is killed and the job recovers on b (warm: b's environment is built by
 a first job before the measured runs).
+
+`--nodes 2`: a 2-node job (on Local; with `--ssh` on [a, b, c]); node 1's worker is killed and only that
+node is replaced in the job's pool (docs/jobs.md), then both ranks' programs start again. Its phases:
+detection (the kill → the `replaced` event), new node ready (→ the pool's next `running`: the
+replacement up, the other rank's script stopped), job restarted (→ the later of the two ranks' programs
+started again).
 
 Phases, from the job's events and the program's own start file: detection (the kill → the `lost`
 event), new node ready (`lost` → the new attempt's `running`: its pool up), old attempt stopped (`lost` →
@@ -107,10 +113,70 @@ def one_ssh(home: str, tmp: str, hosts: list) -> dict[str, float]:
     return _phases(evs, killed, restarted)
 
 
+GANG = """\
+name: gang
+num_nodes: 2
+run: |
+  exec python3 -c '
+  import os, time
+  d = os.environ["SKYHIVE_CHECKPOINT_DIR"]; rank = os.environ["SKYPILOT_NODE_RANK"]
+  n = len([f for f in os.listdir(d) if f.startswith("started.%s." % rank)])
+  open(os.path.join(d, "started.%s.%d" % (rank, n)), "w").write("%d %r" % (os.getppid(), time.time()))
+  time.sleep(600)
+  '
+"""
+
+
+def _started(path: Path) -> float | None:
+    try:
+        words = path.read_text().split()
+    except FileNotFoundError:
+        return None
+    return float(words[1]) if len(words) >= 2 else None
+
+
+def one_gang(home: str, tmp: str, hosts: list | None = None) -> dict[str, float]:
+    """A 2-node job, node 1's worker killed, replaced in place (on SSH hosts: b by the spare c)."""
+    import skyhive as sky
+
+    os.environ["SKYHIVE_HOME"] = home
+    path = Path(tmp) / "gang.yaml"
+    path.write_text(GANG)
+    if hosts is None:
+        job = sky.jobs.launch(str(path))
+        folder = Path(home) / "managed" / str(job) / "checkpoints"
+        first = {0: folder / "started.0.0", 1: folder / "started.1.0"}
+        again = {0: folder / "started.0.1", 1: folder / "started.1.1"}
+    else:
+        from tests.kinds.ssh.test_ssh_pool import ssh_for
+
+        a, b, c = hosts
+        job = sky.jobs.launch(str(path), provider=ssh_for([a, b, c], connect_timeout=3, reconnect_timeout=4))
+        ck = lambda h: h.home / ".skyhive" / "work" / f"managed-job{job}" / "checkpoints"  # noqa: E731
+        first = {0: ck(a) / "started.0.0", 1: ck(b) / "started.1.0"}
+        again = {0: ck(a) / "started.0.1", 1: ck(c) / "started.1.0"}  # c's own folder: its first start
+    while any(_started(p) is None for p in first.values()):
+        time.sleep(0.01)
+    worker = int(first[1].read_text().split()[0])
+    killed = time.time()
+    os.kill(worker, signal.SIGKILL)
+    while any(_started(p) is None for p in again.values()):
+        time.sleep(0.01)
+    restarted = max(t for t in (_started(p) for p in again.values()) if t is not None)
+    evs = _events(home, job)
+    sky.jobs.cancel(job)
+    replaced = next(e["time"] for e in evs if e["kind"] == "replaced")
+    running = [e["time"] for e in evs if e["kind"] == "running"][1]
+    return {"detection": replaced - killed, "new node ready": running - replaced,
+            "job restarted": restarted - running, "total": restarted - killed}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--ssh", action="store_true", help="on sshd hosts in network namespaces (root)")
+    parser.add_argument("--nodes", type=int, choices=(1, 2), default=1,
+                        help="2: a 2-node job whose lost node is replaced in place")
     args = parser.parse_args()
     rows: list[dict[str, float]] = []
     if args.ssh:
@@ -118,13 +184,13 @@ def main() -> int:
         from tests.infra.sshd import SshTestEnv
 
         env = SshTestEnv.create()
-        hosts = NetnsHosts(env, 2)
+        hosts = NetnsHosts(env, args.nodes + 1)
         try:
             hosts.create()
             with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as tmp:
                 os.chmod(home, 0o700)
-                for i in range(args.runs + 1):  # the first warms both hosts' environments
-                    row = one_ssh(home, tmp, list(hosts))
+                for i in range(args.runs + 1):  # the first warms every host's environment
+                    row = one_gang(home, tmp, list(hosts)) if args.nodes == 2 else one_ssh(home, tmp, list(hosts))
                     if i:
                         rows.append(row)
         finally:
@@ -133,9 +199,11 @@ def main() -> int:
     else:
         for _ in range(args.runs):
             with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as tmp:
-                rows.append(one(home, tmp))
+                os.chmod(home, 0o700)
+                rows.append(one_gang(home, tmp) if args.nodes == 2 else one(home, tmp))
     where = "SSH hosts (network namespaces, warm)" if args.ssh else "Local"
-    print(f"managed job recovery on {where}, {args.runs} runs: median (min-max) seconds")
+    what = "a 2-node job, one node replaced in place" if args.nodes == 2 else "a 1-node job"
+    print(f"managed job recovery on {where}, {what}, {args.runs} runs: median (min-max) seconds")
     for phase in rows[0]:
         values = [r[phase] for r in rows]
         print(f"  {phase:<20} {statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})")

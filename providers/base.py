@@ -402,6 +402,22 @@ class Provider(abc.ABC):
         no choice of place)."""
         return self
 
+    async def sweep_lost(self, pool_id: str, lost: Sequence[NodeHandle]) -> None:
+        """What pool `pool_id` left on the machines of these lost nodes — a dead worker's orphaned
+        programs — stopped, while the pool runs on (a managed job's node replaced in place: its program
+        must not run beside the new round). Raises when that cannot be done (the machine unreachable),
+        naming it. Default: nothing (a cloud instance the pool replaced was terminated with everything on
+        it; a Local worker's programs die with its process group)."""
+        return None
+
+    def avoid_in_place(self, lost: Sequence[NodeHandle]) -> None:
+        """A running pool lost these nodes and replaces them (`Pool(replace_failed=True)`; a managed job's
+        node replaced in place, its other nodes kept): the places they were on are tried last by this
+        provider's later launches. Unlike `avoiding`, the pool keeps this provider — its other nodes stay
+        where they are. Default: nothing (a provider with no choice of place; an SSH pool's replacement
+        takes a spare host, never one it handed out before)."""
+        return None
+
     def for_nodes(self, nodes: int) -> Provider:
         """This provider narrowed to what a pool of `nodes` nodes used, for `skyhive down` (a provider
         naming hosts keeps only the first `nodes`). Default: itself."""

@@ -226,6 +226,21 @@ class Fallback(Provider):
         other.tried_last = tuple(tried)
         return other
 
+    async def sweep_lost(self, pool_id: str, lost: Sequence[NodeHandle]) -> None:
+        """See `Provider.sweep_lost`: each node's candidate sweeps its own."""
+        for provider in self.providers:
+            mine = self._mine(provider, lost)
+            if mine:
+                await provider.sweep_lost(pool_id, mine)
+
+    def avoid_in_place(self, lost: Sequence[NodeHandle]) -> None:
+        """See `Provider.avoid_in_place`: the pool's nodes stay with the candidate it chose (one cloud and
+        region for a gang), which tries the lost places last."""
+        for provider in ([self.chosen] if self.chosen is not None else self.providers):
+            mine = self._mine(provider, lost)
+            if mine:
+                provider.avoid_in_place(mine)
+
     # ---- policy ----------------------------------------------------------------------------------------
 
     def is_transient(self, exc: BaseException) -> bool:

@@ -398,6 +398,14 @@ class SSH(Provider):
                 tg.start_soon(visit, index, host)
         return sorted(handles, key=lambda h: h.node)
 
+    async def sweep_lost(self, pool_id: str, lost: Sequence[NodeHandle]) -> None:
+        """See `Provider.sweep_lost`: on each lost node's host, the pool's processes (its dead worker's
+        orphaned programs) and sockets, as `terminate` stops what `list_owned` found — that host only
+        (the pool's other hosts run on). Raises `SSHError` naming a host it could not clean."""
+        mine = [replace(h, extra={**h.extra, "pool_id": pool_id}) for h in lost if isinstance(h.reach, SSHReach)]
+        if mine:
+            await self.terminate(mine)
+
     async def terminate(self, handles: Sequence[NodeHandle]) -> None:
         """Stop what `list_owned` found (declared in `Provider.terminate`); idempotent.
 

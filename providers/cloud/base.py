@@ -317,6 +317,13 @@ class LibcloudProvider(Provider):
         other.avoided_zones = tuple(sorted(set(self.avoided_zones) | zones))
         return other
 
+    def avoid_in_place(self, lost: Sequence[NodeHandle]) -> None:
+        """See `Provider.avoid_in_place`: a replacement for a node of this pool goes to the zone it was
+        in only after every other zone of the region that offers the machine."""
+        zones = {str(h.extra["zone"]) for h in lost if h.extra.get("zone")}
+        if zones - set(self.avoided_zones):
+            self.avoided_zones = tuple(sorted(set(self.avoided_zones) | zones))
+
     def _in_order(self, zones: list[str]) -> list[str]:
         """`zones` with the avoided ones (where a node was just lost) moved to the end."""
         if not self.avoided_zones:

@@ -86,6 +86,7 @@ class PoolRuntime(CallDispatch):
         self._launching = False  # a `launch` in flight, or one that answered wrongly: `close` asks list_owned
         self.launching = 0  # replacements' launches in flight (`actors/replace.py`): the same, for them
         self.teardown_errors: list[str] = []  # why `close` could not confirm everything gone
+        self.replace_failed = replace_failed
         self.loss_policy: LossPolicy = ReplaceFailed(self) if replace_failed else RestartInPlace()
         self.start_clocks = StartClocks(settings)  # start_timeout bounds that a node's build lifts
         self.context = NodeContext(
@@ -369,6 +370,15 @@ class PoolRuntime(CallDispatch):
                     return None
                 channels.append(c)
         return channels
+
+    def replace_node(self, index: int, reason: str) -> bool:
+        """Replace node `index` now, as if its worker had been lost (`Pool(replace_failed=True)` only):
+        its machine is going — the provider took it, or it had an interruption notice — whatever its
+        link says yet. What ran there fails with `WorkerLost`; calls wait for the replacement. False
+        when the pool does not replace nodes or is closing; True when the replacement is under way."""
+        if not (self.open and self.replace_failed and 0 <= index < len(self.nodes)):
+            return False
+        return self.loss_policy.take_over(self.nodes[index], 0, reason, None)
 
     async def all_channels(self) -> list[WorkerChannel]:
         """Every worker in rank order, waiting (bounded) for any that is restarting."""

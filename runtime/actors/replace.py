@@ -10,7 +10,8 @@ after `reconnect_timeout`). Two policies answer a loss:
 - `ReplaceFailed` (`Pool(replace_failed=True)`): the node is lost for good. The pool fails what ran on
   it (`WorkerLost`, saying the node is being replaced), stops what is left of it, destroys it through
   its provider (`terminate([handle])`), records `NodeReplaced`, and asks the same provider for a fresh
-  node for the same index through the same per-node phases as at start (`launch([index])`,
+  node for the same index through the same per-node phases as at start (`launch([index])`, the lost
+  node's place tried last: `Provider.avoid_in_place`,
   `wait_running`, connect, bootstrap, workers). The index keeps its rank: the replacement gets the same
   `instance_info().node`/`rank` and the current peers. Calls wait for it (bounded by `start_timeout`).
   An index is replaced at most `max_restarts` times within `restart_window` (the supervisor's own
@@ -188,6 +189,8 @@ class ReplaceFailed(LossPolicy):
         rt.nodes[index] = new
         new.move(NodeState.PROVISIONING)
         provider, spec = rt.provider, rt.spec
+        if old.handle is not None:  # the lost node's place (a cloud's zone) is tried last by its replacement
+            provider.avoid_in_place([old.handle])
         rt.launching += 1  # a launch in flight: close asks list_owned if it never answers
         handles = []
         try:

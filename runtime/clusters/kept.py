@@ -150,5 +150,11 @@ class KeptProvider(Provider):
     def avoiding(self, lost: Sequence[NodeHandle]) -> Provider:
         return KeptProvider(self.inner.avoiding(lost), self.ctx)
 
+    async def sweep_lost(self, pool_id: str, lost: Sequence[NodeHandle]) -> None:
+        await self.inner.sweep_lost(pool_id, lost)
+
+    def avoid_in_place(self, lost: Sequence[NodeHandle]) -> None:
+        self.inner.avoid_in_place(lost)
+
     def for_nodes(self, nodes: int) -> Provider:
         return self.inner.for_nodes(nodes)

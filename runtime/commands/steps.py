@@ -72,10 +72,13 @@ def pack_mounts(task: Task, pack: Callable[[str], bytes]) -> list[tuple[str, str
     return [(m.target, m.source, pack(m.source), os.path.isdir(m.source)) for m in task.file_mounts]
 
 
-async def run_steps(rt: PoolRuntime, steps: TaskSteps, *, task_env: dict[str, str] | None = None) -> NodeExit | None:
+async def run_steps(rt: PoolRuntime, steps: TaskSteps, *, task_env: dict[str, str] | None = None,
+                    fresh: frozenset[int] | None = None) -> NodeExit | None:
     """Run `steps` on every node of `rt` (see the module docstring); the first failure, or None.
     `task_env` (variables and secret values) goes to the scripts only, not to the workers (a named
-    pool's job; `skyhive launch` gives them to its pool's workers as the Image instead)."""
+    pool's job; `skyhive launch` gives them to its pool's workers as the Image instead). `fresh`: the
+    steps ran on this pool before and only these nodes are new (a managed job's node replaced in place):
+    `setup` runs on their machines only — the others made theirs —, everything else everywhere again."""
     channels = await rt.all_channels()
     # a job on some of a named pool's nodes runs on the first N; the workdir, mounts and setup are for
     # every machine of the pool (as SkyPilot's setup on a cluster), so a later job on all nodes finds them
@@ -118,7 +121,12 @@ async def run_steps(rt: PoolRuntime, steps: TaskSteps, *, task_env: dict[str, st
                                          per_node=[os.path.dirname(dirs[i]) for i in on_buckets] if own else None,
                                          per_node_last=True)
     try:
-        failed = await _setup_and_run(rt, steps, channels, leaders, runs_on, dirs, some, task_env, failed)
+        if fresh is not None:  # setup only where a fresh node is: one per machine, or each with own homes
+            news = {keys[i] for i in fresh if i < len(keys)}
+            set_up = [i for i in (everyone if own else leaders) if (i in fresh if own else keys[i] in news)]
+        else:
+            set_up = everyone if own else leaders
+        failed = await _setup_and_run(rt, steps, channels, set_up, runs_on, dirs, some, task_env, failed)
     finally:
         if prepared is not None:
             failed = await _finish_buckets(rt, [channels[i] for i in on_buckets], prepared, failed)
@@ -150,11 +158,11 @@ async def _finish_buckets(rt: PoolRuntime, leaders: list[WorkerChannel], prepare
     return failed if failed is not None else flushed
 
 
-async def _setup_and_run(rt: PoolRuntime, steps: TaskSteps, channels: list[WorkerChannel], leaders: list[int],
+async def _setup_and_run(rt: PoolRuntime, steps: TaskSteps, channels: list[WorkerChannel], set_up: list[int],
                          runs_on: list[int], dirs: list[Any], some: bool, task_env: dict[str, str] | None,
                          failed: NodeExit | None) -> NodeExit | None:
     own = steps.own_home
-    for phase, on in (("setup", list(range(len(channels))) if own else leaders), ("run", runs_on)):
+    for phase, on in (("setup", set_up), ("run", runs_on)):
         script = getattr(steps, phase)
         if failed is None and script:
             # the job's run sees its nodes only: SKYPILOT_NUM_NODES=N, NODE_IPS of nodes 0..N-1

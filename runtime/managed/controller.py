@@ -9,9 +9,12 @@ events (`store.py`) and runs attempts until one ends the job:
 - each attempt is a fresh pool (`<name>-job<ID>-<attempt>`) running the job's work (work.py: a task's
   steps — workdir, file mounts, setup, run —; function.py: a `@sky.compute` call) with `SKYHIVE_CHECKPOINT_DIR` (the job's checkpoint folder, the
   same across attempts), `SKYHIVE_JOB_ID` and one `SKYPILOT_TASK_ID` for every attempt;
+- a node of a multi-node task lost (see below for how a loss is seen) → that node alone is replaced in
+  the attempt's pool and the steps run again on every node (inplace.py); when it cannot be, as for
+  one node:
 - a node lost (its worker died, its host unreachable: `NodeExit.lost`; its machine gone in the
   provider's own listing: `Provider.machines_gone`, polled; an interruption notice from the node:
-  `onnode/interruption.py`) → the pool is torn down, what it left on the machines swept
+  `onnode/interruption.py`, the next attempt provisioned at the notice) → the pool is torn down, what it left on the machines swept
   (`Provider.down`; then a `stopped` event), and meanwhile a new attempt is provisioned on fresh nodes
   with the lost node's place tried last (`Provider.avoiding`: the SSH host, the cloud zone, the
   fallback's region); its work starts only once the lost attempt is stopped — a recovery, not counted
@@ -52,6 +55,7 @@ from ..commands.steps import NodeExit
 from ..onnode import interruption
 from . import store
 from .function import FunctionWork
+from .inplace import SWEEP_TIMEOUT, replace_in_place, why_failed
 from .watch import AFTER_NOTICE_WAIT, copy_and_watch, notice_text, watch_cancel, watch_machines, watch_notices
 from .work import TaskWork, Work, work_id
 
@@ -59,7 +63,6 @@ log = logging.getLogger("skyhive.managed")
 
 __all__ = ["ensure_controller", "controller_pid", "main"]
 
-_SWEEP_TIMEOUT = 120.0  # one pool's sweep of the machines at most
 _MODULE = "skyhive.runtime.managed.controller"
 
 
@@ -104,7 +107,7 @@ async def _sweep(provider: Any, pool_ids: list[str]) -> list[str]:
     left = []
     for pool_id in pool_ids:
         try:
-            with anyio.fail_after(_SWEEP_TIMEOUT):
+            with anyio.fail_after(SWEEP_TIMEOUT):
                 await provider.down(pool_id)
         except Exception as exc:  # noqa: BLE001 - said in the log and the job's detail; `skyhive down` can finish it
             left.append(f"{pool_id}: {type(exc).__name__}: {exc}")
@@ -112,21 +115,34 @@ async def _sweep(provider: Any, pool_ids: list[str]) -> list[str]:
 
 
 class _Outcome:
-    """One attempt's end: "ok" | "lost" | "error" | "cancelled" | "broken", the failure, why, the lost nodes'
-    handles (what the next attempt avoids)."""
+    """One attempt's end: "ok" | "lost" | "error" | "cancelled" | "broken" | "unneeded", the failure, why,
+    the lost nodes' handles (what the next attempt avoids); "unneeded": an attempt started on its
+    predecessor's interruption notice whose predecessor then ended the job (`previous`: how)."""
 
-    def __init__(self, kind: str, failed: NodeExit | None = None, why: str = "", lost: tuple[Any, ...] = ()) -> None:
-        self.kind, self.failed, self.why, self.lost = kind, failed, why, lost
+    def __init__(self, kind: str, failed: NodeExit | None = None, why: str = "", lost: tuple[Any, ...] = (),
+                 previous: _Outcome | None = None) -> None:
+        self.kind, self.failed, self.why, self.lost, self.previous = kind, failed, why, lost, previous
+
+
+class _Stop:
+    """An attempt stopped (`event`: nothing of it runs any more) and how it ended (`outcome`, None if
+    it never said: its task was cancelled) — what the attempt after it waits for before its steps."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.outcome: _Outcome | None = None
 
 
 async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog, avoid: list[Any],
-                   previous: anyio.Event | None = None, on_lost: Any = None) -> _Outcome:
+                   previous: _Stop | None = None, on_lost: Any = None) -> _Outcome:
     """One attempt on a fresh pool (`avoid`: nodes lost before, whose places are taken last).
 
     `previous` (a recovery): set once the lost attempt before this one is stopped and swept — this
     attempt's pool is provisioned meanwhile, but its steps (the user's code) start only after it, so two
-    copies of the job never run at once. `on_lost(outcome)`: called as soon as this attempt is known lost,
-    before its pool is torn down, so that the next attempt's provisioning starts beside the teardown."""
+    copies of the job never run at once; if it ended the job instead (its program finished after an
+    interruption notice) this attempt is "unneeded" and runs nothing. `on_lost(outcome)`: called as
+    soon as this attempt is known lost — at an interruption notice, before the program's grace; else
+    before its pool is torn down — so that the next attempt's provisioning starts beside it."""
     from ...errors import TeardownIncomplete
     from ..pool import Pool
 
@@ -140,12 +156,13 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
     lost: tuple[Any, ...] = ()
     cancelled = False
     leak = ""
+    unneeded: _Outcome | None = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", AcceleratorWarning)
         async with anyio.create_task_group() as copier:
             try:
                 async with Pool(provider=provider, nodes=work.nodes, name=pool_id, output=None,
-                                **work.pool_options(), **_pool_settings()) as pool:
+                                replace_failed=work.in_place, **work.pool_options(), **_pool_settings()) as pool:
                     rt = pool._runtime
                     out.prefix = work.nodes > 1
                     notices: dict[int, dict[str, Any]] = {}
@@ -157,14 +174,31 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
                     with anyio.CancelScope() as scope:
                         async with anyio.create_task_group() as tg:
                             tg.start_soon(watch_cancel, job_id, scope)
-                            tg.start_soon(watch_machines, provider, rt, gone, scope)
-                            tg.start_soon(watch_notices, notices, gone, scope)
-                            if previous is not None and not previous.is_set():
+                            tg.start_soon(watch_machines, provider, rt, gone, scope, work.in_place)
+
+                            def noticed(node: int, text: str) -> None:  # the next attempt provisions now
+                                handle = rt.nodes[node].handle
+                                if on_lost is not None:
+                                    ends = NodeExit(node=node, phase="run", code=1, lost=True, detail=text)
+                                    on_lost(_Outcome("lost", ends, why_failed(ends), (handle,) if handle is not None else ()))
+
+                            tg.start_soon(watch_notices, notices, gone, scope, rt if work.in_place else None, noticed)
+                            if previous is not None and not previous.event.is_set():
                                 out.note(f"attempt {attempt} waits for attempt {attempt - 1} to be stopped")
-                                await previous.wait()
-                            failed = await work.run(pool)
+                                await previous.event.wait()
+                            if previous is not None and previous.outcome is not None and previous.outcome.kind != "lost":
+                                unneeded = previous.outcome  # it ended the job after its notice: nothing to run
+                                tg.cancel_scope.cancel()
+                            ran_on = [n.handle for n in rt.nodes]  # (a lost node's replacement may come fast)
+                            failed = None if unneeded is not None else await work.run(pool)
+                            while work.in_place and failed is not None and not gone:
+                                again = await replace_in_place(job_id, attempt, pool, failed, ran_on, notices, out, avoid)
+                                if again is None:  # not a lost node, or it could not be replaced
+                                    break
+                                ran_on = [n.handle for n in rt.nodes]
+                                failed = await work.run(pool, fresh=again)
                             tg.cancel_scope.cancel()
-                    cancelled = scope.cancelled_caught and not gone
+                    cancelled = scope.cancelled_caught and not gone and unneeded is None
                     if gone:  # the provider took a machine: lost, whatever the steps said while stopped
                         node = min(gone)
                         failed = NodeExit(node=node, phase="run", code=1, lost=True,
@@ -182,27 +216,26 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
                         lost = tuple(rt.nodes[i].handle for i in (sorted(gone) or [failed.node])
                                      if rt.nodes[i].handle is not None)
                         if on_lost is not None:  # the next attempt provisions while this pool is torn down
-                            on_lost(_Outcome("lost", failed, _why(failed), lost))
-                    if not lost:
+                            on_lost(_Outcome("lost", failed, why_failed(failed), lost))
+                    if not lost and unneeded is None:
                         await work.finished(pool)
             except TeardownIncomplete as exc:  # a node that could not be stopped (its host unreachable): swept later
                 leak = f"the pool's teardown was incomplete: {exc}"
+    if unneeded is not None:
+        return _Outcome("unneeded", why=f"attempt {attempt - 1} ended the job after its interruption notice",
+                        previous=unneeded)
     if cancelled:
         return _Outcome("cancelled", why="cancelled while running")
     if leak and failed is None:
         failed = NodeExit(node=0, phase="teardown", code=1, detail=leak, lost=True)
     if failed is None:
         return _Outcome("ok")
-    return _Outcome("lost" if failed.lost else "error", failed, _why(failed), lost)
+    return _Outcome("lost" if failed.lost else "error", failed, why_failed(failed), lost)
 
 
 def work_for(job_id: int, spec: dict[str, Any], avoid: list[Any]) -> Work:
     """The attempt's work from the job's saved spec: a `@sky.compute` call (`"call"` in it) or a task."""
     return FunctionWork(job_id, spec, avoid) if "call" in spec else TaskWork(job_id, spec, avoid)
-
-
-def _why(failed: NodeExit) -> str:
-    return f"{failed.phase} failed on node {failed.node}: {failed.detail or f'exit code {failed.code}'}"
 
 
 def _rebuilt(saved: Any) -> Any:
@@ -238,7 +271,7 @@ def _run(job_id: int) -> None:
     only then the final event appended (`_clean_up`)."""
     spec = pickle.loads((store.job_dir(job_id) / "task.pkl").read_bytes())  # noqa: S301 - our own 0600 file
     spec["provider"] = _rebuilt(spec.get("provider"))
-    avoid: list[Any] = []  # nodes lost so far: the next attempts take their places last
+    avoid: list[Any] = store.load_avoided(job_id)  # nodes lost so far (kept across restarts): taken last
     with open(store.log_path(job_id), "a", encoding="utf-8") as fh:
         out = _JobLog(fh, prefix=False)
         try:
@@ -296,7 +329,7 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
     """Attempts until the job's outcome is decided. A lost attempt is reported before its pool is torn
     down: the next attempt is provisioned while the lost one is stopped and swept (a `stopped` event),
     and runs the steps only after that. Returns once every attempt has stopped."""
-    previous: anyio.Event | None = None  # set once the last lost attempt is stopped and swept
+    previous: _Stop | None = None  # the last lost attempt: set once it is stopped and swept
     restarted = True  # the first turn of this controller: an earlier one may have died mid-recovery
     async with anyio.create_task_group() as attempts:
         while True:
@@ -322,23 +355,28 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
                         out.note("could not clean up the lost attempt's pool: " + "; ".join(left))
                 out.note(f"recovery: starting attempt {attempt} on fresh nodes")
             restarted = False
-            decided, stopped = anyio.Event(), anyio.Event()
+            decided, stopped = anyio.Event(), _Stop()
             box: dict[str, _Outcome] = {}
 
             def report(res: _Outcome, box: dict[str, _Outcome] = box, decided: anyio.Event = decided) -> None:
                 box.setdefault("res", res)
                 decided.set()
 
-            attempts.start_soon(_one_attempt, job_id, spec, attempt, out, list(avoid), previous, report, stopped)
+            attempts.start_soon(_one_attempt, job_id, spec, attempt, out, avoid, previous, report, stopped)
             await decided.wait()
             res = box["res"]
+            if res.kind == "unneeded" and res.previous is not None:  # the one before ended the job after all
+                out.note(f"attempt {attempt} was not needed: {res.why} ({res.previous.kind})")
+                store.append(job_id, "unneeded", attempt=attempt, detail=res.why)
+                await stopped.event.wait()
+                res, attempt = res.previous, attempt - 1
             if res.kind == "ok":
-                await stopped.wait()
+                await stopped.event.wait()
                 out.note(f"job {job_id} succeeded (attempt {attempt})")
                 _end(job_id, out, "succeeded", attempt=attempt)
                 return
             if res.kind == "cancelled":
-                await stopped.wait()
+                await stopped.event.wait()
                 out.note(f"job {job_id} cancelled while running")
                 _end(job_id, out, "cancelled", detail=res.why)
                 return
@@ -346,11 +384,12 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
                 places = [str(h.provider_id) for h in res.lost]
                 out.note(f"node lost ({res.why}): recovering (not counted against max_restarts_on_errors)"
                          + (f"; {', '.join(places)} is tried last" if places else ""))
-                avoid.extend(res.lost)
+                avoid.extend(h for h in res.lost if h not in avoid)
+                store.save_avoided(job_id, avoid)
                 store.append(job_id, "lost", attempt=attempt, detail=res.why, places=places)
                 previous = stopped
                 continue
-            await stopped.wait()
+            await stopped.event.wait()
             st = store.load(job_id)
             code = res.failed.code if res.failed else 1
             if res.kind == "error" and st.restarts_on_errors < st.max_restarts_on_errors:
@@ -364,7 +403,7 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
 
 
 async def _one_attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog, avoid: list[Any],
-                       previous: anyio.Event | None, report: Any, stopped: anyio.Event) -> None:
+                       previous: _Stop | None, report: Any, stopped: _Stop) -> None:
     """An attempt, its outcome `report`ed (a lost one before its teardown), then — lost — its pool swept
     (`Provider.down`: an orphaned program on a node only unreachable from here stopped too); `stopped`
     set once nothing of it runs (what the next attempt's steps wait for)."""
@@ -376,7 +415,7 @@ async def _one_attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _Jo
                 exc = exc.exceptions[0]
             res = _Outcome("broken", why=f"{type(exc).__name__}: {exc}")
         if previous is not None:  # never stopped before the attempt it replaced
-            await previous.wait()
+            await previous.event.wait()
         out.flush_partial()
         if res.kind == "lost":
             left = await _sweep(_provider_of(spec), store.load(job_id).pools[attempt - 1:attempt])
@@ -384,9 +423,10 @@ async def _one_attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _Jo
                 out.note("could not clean up the lost attempt's pool yet (retried when the job ends): "
                          + "; ".join(left) + f" -- attempt {attempt + 1} runs anyway: a copy may still run there")
             store.append(job_id, "stopped", attempt=attempt, leaked=left)
+        stopped.outcome = res
         report(res)
     finally:
-        stopped.set()
+        stopped.event.set()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,12 +5,17 @@
     job.log          one continuous log over every attempt, each recovery marked "[skyhive] ..."
     controller.lock  held (flock) by the job's controller, its pid inside
     controller.log   the controller's own diagnostics
+    avoided.pkl      the handles of the nodes lost so far, whose places later attempts take last (0600)
     checkpoints/     `SKYHIVE_CHECKPOINT_DIR` of every attempt on Local (the same folder across recoveries;
                      elsewhere the task's checkpoint bucket mount: controller.py)
 
 Events (`kind`): submitted, attempt (an attempt started: `attempt`, `pool`, `pid`), running (its pool
-is up: `nodes`, their provider ids), notice (a node's interruption notice: `node`, `notice`), lost (a
-node was lost: a recovery follows, not counted against `max_restarts_on_errors`; `places` it was on),
+is up: `nodes`, their provider ids; again after a node replaced in place), notice (a node's
+interruption notice: `node`, `notice`), lost (a node was lost: a new attempt follows, not counted
+against `max_restarts_on_errors`; `places` it was on), replaced (a multi-node attempt's lost `node`
+replaced in its pool, the others kept: a recovery too; `places`), unneeded (an attempt started at its
+predecessor's interruption notice that ran nothing, the predecessor having ended the job: neither it
+nor that recovery is counted),
 error (the user's program
 failed: `code`, `detail`), cancel (asked for); then ending (the job's outcome decided: `outcome` is
 succeeded / failed / cancelled, with its `detail`, `code`, `attempt`) while the controller sweeps every
@@ -38,7 +43,7 @@ from typing import Any
 from ...paths import private_dir
 
 __all__ = ["JobState", "PENDING", "STARTING", "RUNNING", "RECOVERING", "CLEANING", "LEAKED", "SUCCEEDED", "FAILED", "CANCELLED",
-           "FINISHED", "job_dir", "new_job", "append", "events", "fold", "load", "list_ids", "checkpoint_dir",
+           "FINISHED", "job_dir", "new_job", "append", "save_avoided", "load_avoided", "events", "fold", "load", "list_ids", "checkpoint_dir",
            "log_path", "lock_path"]
 
 PENDING, STARTING, RUNNING, RECOVERING = "PENDING", "STARTING", "RUNNING", "RECOVERING"
@@ -96,6 +101,37 @@ def log_path(job_id: int) -> Path:
 
 def lock_path(job_id: int) -> Path:
     return job_dir(job_id) / "controller.lock"
+
+
+def save_avoided(job_id: int, handles: list[Any]) -> None:
+    """The nodes lost so far (their handles: what later attempts take last, `Provider.avoiding`), kept
+    for a controller started again (0600; written whole to a temporary name, then renamed)."""
+    import pickle
+
+    path = job_dir(job_id) / "avoided.pkl"
+    tmp = path.with_name(f".avoided.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(pickle.dumps(list(handles)))
+    os.replace(tmp, path)
+
+
+def load_avoided(job_id: int) -> list[Any]:
+    """What `save_avoided` kept ([] when nothing was lost, or the file cannot be read: the places are
+    then tried in their usual order, said in the log)."""
+    import logging
+    import pickle
+
+    path = job_dir(job_id) / "avoided.pkl"
+    try:
+        handles = pickle.loads(path.read_bytes())  # noqa: S301 - our own 0600 file
+    except FileNotFoundError:
+        return []
+    except Exception as exc:  # noqa: BLE001 - a torn or foreign file: the recovery goes on without it
+        logging.getLogger("skyhive.managed").warning("managed job %d: %s unreadable (%s): the places lost "
+                                                     "before are not avoided", job_id, path, exc)
+        return []
+    return list(handles) if isinstance(handles, list) else []
 
 
 def checkpoint_dir(job_id: int) -> Path:
@@ -180,9 +216,12 @@ def fold(job_id: int, evs: list[dict[str, Any]]) -> JobState:
         elif kind == "running":
             st.state = RUNNING
             st.nodes = str(ev.get("nodes", ""))
-        elif kind == "lost":
+        elif kind in ("lost", "replaced"):  # replaced: one node of the attempt, in its pool
             st.recoveries += 1
             st.state, st.detail = RECOVERING, str(ev.get("detail", ""))
+        elif kind == "unneeded":  # started on its predecessor's notice, which then ended the job itself
+            st.attempts = max(0, st.attempts - 1)
+            st.recoveries = max(0, st.recoveries - 1)
         elif kind == "error":
             st.restarts_on_errors += 1
             st.state, st.detail = RECOVERING, str(ev.get("detail", ""))

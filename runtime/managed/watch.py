@@ -61,17 +61,45 @@ async def copy_and_watch(job_id: int, stream: Any, out: _JobLog, notices: dict[i
             out.write(rec.node, rec.local_rank, rec.stream, rec.text)
 
 
-async def watch_notices(notices: dict[int, dict[str, Any]], gone: dict[int, str], scope: anyio.CancelScope) -> None:
+async def watch_notices(notices: dict[int, dict[str, Any]], gone: dict[int, str], scope: anyio.CancelScope,
+                        rt: Any = None, noticed: Any = None) -> None:
     """After a node's interruption notice, the program's grace to checkpoint (it finds the notice in
     `$SKYHIVE_INTERRUPTION_NOTICE`); then the attempt is stopped as a lost node — before the cloud
-    takes the machine."""
-    while not notices:
-        await anyio.sleep(0.1)
-    node = min(notices)
-    text = notice_text(notices[node])
+    takes the machine. `noticed(node, text)` is told at the notice itself (the next attempt is
+    provisioned during the grace). In place (`rt`: a pool that replaces its nodes, a multi-node task)
+    only that node is replaced after its grace (`PoolRuntime.replace_node`), the attempt going on; each
+    notice once."""
+    if rt is None:
+        while not notices:
+            await anyio.sleep(0.1)
+        node = min(notices)
+        text = notice_text(notices[node])
+        if noticed is not None:
+            noticed(node, text)
+        await anyio.sleep(_notice_grace())
+        gone[node] = text
+        scope.cancel()
+        return
+    seen: set[tuple[int, int]] = set()  # (node, the handle noticed): a replacement's own notice counts anew
+    async with anyio.create_task_group() as tg:
+        while True:
+            for node in sorted(notices):
+                handle = rt.nodes[node].handle
+                if handle is not None and (node, id(handle)) not in seen:
+                    seen.add((node, id(handle)))
+                    tg.start_soon(_replace_after_grace, rt, node, handle, notice_text(notices[node]), gone, scope)
+            await anyio.sleep(0.1)
+
+
+async def _replace_after_grace(rt: Any, node: int, handle: Any, text: str, gone: dict[int, str],
+                               scope: anyio.CancelScope) -> None:
+    """Node `node`'s grace after its notice, then it is replaced — unless it was already (its program
+    exited first and the controller replaced it). A pool that cannot replace it ends the attempt."""
     await anyio.sleep(_notice_grace())
-    gone[node] = text
-    scope.cancel()
+    if rt.nodes[node].handle is handle and not rt.loss_policy.replacing(node):
+        if not rt.replace_node(node, f"{text}: its grace ended"):
+            gone[node] = text
+            scope.cancel()
 
 
 def _machine_poll() -> float:
@@ -82,20 +110,32 @@ def _machine_poll() -> float:
         return _MACHINE_POLL
 
 
-async def watch_machines(provider: Any, rt: Any, gone: dict[int, str], scope: anyio.CancelScope) -> None:
+async def watch_machines(provider: Any, rt: Any, gone: dict[int, str], scope: anyio.CancelScope,
+                         in_place: bool = False) -> None:
     """Until cancelled: ask the provider whether it took one of the attempt's machines (a cloud instance
     terminated or stopped under the job: `Provider.machines_gone`); if so, note it in `gone` and stop the
-    attempt (its steps, then its pool) at once rather than when the worker's link times out."""
-    handles = [n.handle for n in rt.nodes if n.handle is not None]
+    attempt (its steps, then its pool) at once rather than when the worker's link times out. In place
+    (a multi-node task on a pool that replaces its nodes) only those nodes are replaced
+    (`PoolRuntime.replace_node`) and the attempt goes on; the nodes are looked up anew each time."""
     while True:
         await anyio.sleep(_machine_poll())
+        asked = {n.index: n.handle for n in rt.nodes
+                 if n.handle is not None and not (in_place and rt.loss_policy.replacing(n.index))}
         try:
-            found = await provider.machines_gone(handles)
+            found = await provider.machines_gone(list(asked.values()))
         except Exception as exc:  # noqa: BLE001 - the provider's API down for a moment: the next look
             log.warning("looking at the attempt's machines failed: %s", exc)
             continue
-        if found:
-            gone.update({n: f"{why} (the provider took the machine)" for n, why in found.items()})
+        found = {n: why for n, why in found.items() if n in asked}
+        if not found:
+            continue
+        for n, why in sorted(found.items()):
+            why = f"{why} (the provider took the machine)"
+            if in_place:
+                if rt.nodes[n].handle is not asked[n] or rt.loss_policy.replacing(n) or rt.replace_node(n, why):
+                    continue  # replaced already, or its replacement under way now
+            gone[n] = why
+        if gone:
             scope.cancel()
             return
 

@@ -52,10 +52,17 @@ class Work(abc.ABC):
     def pool_options(self) -> dict[str, Any]:
         """Keyword arguments of the attempt's `Pool` besides provider, nodes, name and output."""
 
+    @property
+    def in_place(self) -> bool:
+        """Whether a lost node is replaced inside the attempt's pool (its other nodes kept, the work run
+        again on all of them: `run(pool, fresh=...)`) rather than by a new attempt on fresh nodes."""
+        return False
+
     @abc.abstractmethod
-    async def run(self, pool: Any) -> NodeExit | None:
+    async def run(self, pool: Any, fresh: frozenset[int] | None = None) -> NodeExit | None:
         """Run the job's user code on the pool: None when it succeeded, else the node that did not
-        (`lost=True`: its worker or machine was lost, a recovery; otherwise the user's own failure)."""
+        (`lost=True`: its worker or machine was lost, a recovery; otherwise the user's own failure).
+        `fresh` (with `in_place`): it ran on this pool before and these nodes replaced lost ones."""
 
     async def finished(self, pool: Any) -> None:
         """After a run that lost no node, before the pool is torn down (default: nothing)."""
@@ -101,10 +108,17 @@ class TaskWork(Work):
         return {"image": image, "accelerator": cspec.accelerator, "cpus": cspec.cpus, "memory_gb": cspec.memory_gb,
                 "allocation": allocation}
 
-    async def run(self, pool: Any) -> NodeExit | None:
+    @property
+    def in_place(self) -> bool:
+        """A multi-node task: a lost node is replaced alone, the healthy machines (and what setup made
+        on them) kept; `run` restarts on every node together (its peers' ranks and addresses change,
+        and a process group — torch, jax — cannot take a new member). One node: a new attempt."""
+        return self.nodes > 1
+
+    async def run(self, pool: Any, fresh: frozenset[int] | None = None) -> NodeExit | None:
         from ..commands.steps import run_steps
 
-        return await run_steps(pool._runtime, self.steps, task_env={**self.env, **self.secrets})
+        return await run_steps(pool._runtime, self.steps, task_env={**self.env, **self.secrets}, fresh=fresh)
 
     async def finished(self, pool: Any) -> None:
         """The job's working directory removed from the nodes (off Local; after a lost node the job's

@@ -36,15 +36,20 @@ TRAIN = textwrap.dedent("""\
           time.sleep({pause}); step += 1
           open(p + ".tmp", "w").write(str(step)); os.replace(p + ".tmp", p)
           print("step", step, flush=True)
+          {hold}
       {after}
       '
 """)
 
 
+# the program waits at step 3 until the test writes `release` in the checkpoint folder (no timing margin)
+HOLD_AT_3 = 'while step == 3 and not os.path.exists(os.path.join(d, "release")): time.sleep(0.1)'
+
+
 def task_file(tmp_path: Path, *, steps: int = 12, pause: float = 0.3, extra: str = "", after: str = "",
-              name: str = "task.yaml") -> str:
+              name: str = "task.yaml", hold: str = "pass") -> str:
     path = tmp_path / name
-    path.write_text(TRAIN.format(steps=steps, pause=pause, extra=extra, after=after))
+    path.write_text(TRAIN.format(steps=steps, pause=pause, extra=extra, after=after, hold=hold))
     return str(path)
 
 
@@ -143,7 +148,7 @@ def test_jobs_launch_returns_and_the_controller_runs_the_job_to_its_end(tmp_path
 
 
 def test_a_node_whose_worker_is_killed_is_recovered_and_the_job_resumes_from_its_checkpoint(tmp_path, skyhive_home):
-    job = launch(task_file(tmp_path))
+    job = launch(task_file(tmp_path, hold=HOLD_AT_3))  # (held at step 3: the recovery resumes at 3, runs on)
     wait_for(lambda: step_of(skyhive_home, job) >= 3, what="three steps")
     started = sorted(ckpt(skyhive_home, job).glob("started.*"))
     assert [p.name for p in started] == ["started.0.0"]
@@ -227,13 +232,14 @@ def test_cancel_stops_the_job_and_leaves_no_process(tmp_path, skyhive_home):
 
 
 def test_a_controller_killed_mid_job_is_started_again_and_resumes_without_a_second_copy(tmp_path, skyhive_home):
-    job = launch(task_file(tmp_path, steps=14, pause=0.3))
+    job = launch(task_file(tmp_path, steps=14, pause=0.3, hold=HOLD_AT_3))
     wait_for(lambda: step_of(skyhive_home, job) >= 3, what="three steps")
     worker, program = map(int, (ckpt(skyhive_home, job) / "started.0.0").read_text().split())
     first = queue()[job]["controller_pid"]
     os.kill(first, signal.SIGKILL)
     # the dead controller's pool goes with it: its worker and its program end
     assert gone(worker) and gone(program)
+    (ckpt(skyhive_home, job) / "release").write_text("go on")
     info = queue()  # `jobs queue` starts a controller for a job left without one
     info = ended(job)
     assert info["state"] == "SUCCEEDED", info
@@ -257,22 +263,84 @@ def test_a_controller_sent_sigterm_cancels_its_job_and_tears_its_pool_down(tmp_p
     assert not live_workers(info["pools"])
 
 
-def test_a_two_node_job_recovers_when_one_nodes_worker_is_killed(tmp_path, skyhive_home):
-    job = launch(task_file(tmp_path, steps=12, extra="num_nodes: 2"))
-    wait_for(lambda: step_of(skyhive_home, job) >= 3, what="three steps")
-    wait_for(lambda: list(ckpt(skyhive_home, job).glob("started.1.*")), what="node 1 to start")
-    worker, program = map(int, (ckpt(skyhive_home, job) / "started.1.0").read_text().split())
+# a gang of two: each start of a rank's program takes the next number (start.<rank>.<n>, O_EXCL) and
+# records whether a program of an earlier round — of any rank — still runs (two copies at once)
+GANG = textwrap.dedent("""\
+    name: gang
+    num_nodes: 2
+    setup: |
+      echo $$ >> "$SKYHIVE_CHECKPOINT_DIR/setup.$SKYPILOT_NODE_RANK"
+    run: |
+      exec python3 -c '
+      import glob, os, time
+      d = os.environ["SKYHIVE_CHECKPOINT_DIR"]; rank = os.environ["SKYPILOT_NODE_RANK"]
+      n = 0
+      while True:
+          try:
+              fd = os.open(os.path.join(d, "start.%s.%d" % (rank, n)), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+              break
+          except FileExistsError:
+              n += 1
+      os.write(fd, b"%d %d" % (os.getppid(), os.getpid())); os.close(fd)
+      for f in glob.glob(os.path.join(d, "start.*.*")):
+          if int(f.rsplit(".", 1)[1]) < n:
+              pid = int(open(f).read().split()[1])
+              try:
+                  state = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0]
+              except OSError:
+                  continue
+              if state != "Z":
+                  open(os.path.join(d, "overlap"), "a").write("%s round %d: %s runs\\n" % (rank, n, f))
+      p = os.path.join(d, "step." + rank)
+      step = int(open(p).read()) if os.path.exists(p) else 0
+      print("round", n, "start at step", step, flush=True)
+      while step < {steps}:
+          time.sleep(0.3); step += 1
+          open(p + ".tmp", "w").write(str(step)); os.replace(p + ".tmp", p)
+          while step == 2 and not os.path.exists(os.path.join(d, "release")):
+              time.sleep(0.1)  # the first round waits here until the test has killed node 1
+      print("done", flush=True)
+      '
+""")
+
+
+def test_a_two_node_job_replaces_only_the_lost_node_and_restarts_the_gang(tmp_path, skyhive_home):
+    path = tmp_path / "gang.yaml"
+    path.write_text(GANG.format(steps=12))
+    job = launch(str(path))
+    folder = ckpt(skyhive_home, job)
+    wait_for(lambda: (folder / "start.1.0").exists() and (folder / "start.0.0").exists(), what="both nodes")
+    wait_for(lambda: all((folder / f"step.{r}").exists() and int((folder / f"step.{r}").read_text() or 0) >= 2
+                         for r in "01"), what="two steps on each node")
+    kept, first0 = map(int, (folder / "start.0.0").read_text().split())
+    worker, first1 = map(int, (folder / "start.1.0").read_text().split())
     os.kill(worker, signal.SIGKILL)
     info = ended(job)
-    assert info["state"] == "SUCCEEDED" and info["recoveries"] == 1 and info["attempts"] == 2, info
     text = logs(job)
-    # both nodes' lines, prefixed; each node resumed from its own checkpoint
-    starts = sorted(line for line in text.splitlines() if "start at step" in line)
-    assert len(starts) == 4 and all(line.startswith("[node ") for line in starts), starts
-    resumed = [line for line in starts if "start at step 0 " not in line]
-    assert len(resumed) == 2 and all(int(line.split()[5]) >= 1 for line in resumed), starts
-    assert "on node 1" in text and step_of(skyhive_home, job) == 12
-    assert gone(program) and not live_workers(info["pools"])
+    # one attempt, one pool: only the lost node was replaced
+    assert info["state"] == "SUCCEEDED", (info, text)
+    assert (info["attempts"], info["recoveries"], len(info["pools"])) == (1, 1, 1), (info, text)
+    # node 0 kept its worker (its machine): the gang's run restarted there in the same worker
+    again0, second0 = map(int, (folder / "start.0.1").read_text().split())
+    again1, second1 = map(int, (folder / "start.1.1").read_text().split())
+    assert again0 == kept and second0 != first0
+    assert again1 != worker and second1 != first1
+    assert not (folder / "start.0.2").exists() and not (folder / "start.1.2").exists()
+    # setup ran again on the replacement only; never two rounds at once; both resumed from their checkpoints
+    assert len((folder / "setup.0").read_text().split()) == 1
+    assert len((folder / "setup.1").read_text().split()) == 2
+    assert not (folder / "overlap").exists(), (folder / "overlap").read_text()
+    assert (folder / "step.0").read_text() == "12" and (folder / "step.1").read_text() == "12"
+    rounds = [line for line in text.splitlines() if "round 1 start at step" in line]
+    assert len(rounds) == 2 and all(int(line.split()[-1]) >= 1 for line in rounds), text
+    assert "replacing only it" in text and "node 1 replaced" in text, text
+    from skyhive.runtime.managed import store
+
+    kinds = [e["kind"] for e in store.events(job)]
+    assert "replaced" in kinds and "lost" not in kinds, kinds
+    for pid in (worker, first0, first1, second0, second1):
+        assert gone(pid), pid
+    assert not live_workers(info["pools"])
 
 
 def test_cancel_during_a_recovery_leaves_nothing(tmp_path, skyhive_home):

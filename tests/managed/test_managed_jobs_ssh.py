@@ -207,3 +207,72 @@ def test_a_managed_job_whose_host_is_cut_off_resumes_elsewhere_and_the_host_is_c
                 (host.home / name).unlink(missing_ok=True)
             for left in host.home.glob(".skyhive/work/managed-job*"):  # a failed run's: not the next test's
                 shutil.rmtree(left, ignore_errors=True)
+
+
+GANG = """\
+name: {tag}
+num_nodes: 2
+setup: |
+  echo "setup $SKYPILOT_NODE_RANK" >> ~/{tag}-setup
+run: |
+  echo "$PPID $$" > ~/{tag}-pids
+  echo "rank $SKYPILOT_NODE_RANK on $(hostname) peers $(echo $SKYPILOT_NODE_IPS | tr '\\n' ' ')"
+  n=0
+  while [ ! -f ~/{tag}-finish ] && [ $n -lt 3000 ]; do sleep 0.2; n=$((n+1)); done
+"""
+
+
+def test_a_two_node_ssh_job_replaces_only_the_lost_host_and_a_restarted_controller_still_avoids_it(
+        netns_hosts, tmp_path, skyhive_home):
+    """Two nodes on [a, b, c]: node 1's worker (on b) is killed → only node 1 is replaced, by the spare c
+    (a keeps its worker and what setup made; setup runs on c only; the run restarts on a and c). Then
+    the controller is SIGKILLed: started again, its new attempt (fresh nodes) still takes b last — the
+    places lost are kept with the job, not in the dead controller's memory — so it runs on a and c."""
+    from tests.managed.test_managed_jobs import gone
+
+    a, b, c = list(netns_hosts)[:3]
+    tag = f"mg{secrets.token_hex(3)}"
+    (tmp_path / "task.yaml").write_text(GANG.format(tag=tag))
+    provider = ssh_for([a, b, c], connect_timeout=3, reconnect_timeout=4, idle_timeout=IDLE)
+    pids = {h.hostname: h.home / f"{tag}-pids" for h in (a, b, c)}
+    try:
+        job = sky.jobs.launch(str(tmp_path / "task.yaml"), provider=provider)
+        _wait(lambda: pids[a.hostname].exists() and pids[b.hostname].exists(), job, "the run on a and b")
+        worker_a, script_a = map(int, pids[a.hostname].read_text().split())
+        worker_b, script_b = map(int, pids[b.hostname].read_text().split())
+        os.kill(worker_b, signal.SIGKILL)
+        _wait(lambda: pids[c.hostname].exists() and pids[a.hostname].read_text().split()[1] != str(script_a), job,
+              "the run restarted on a and c")
+        info = queue()[job]
+        assert (info["attempts"], info["recoveries"], len(info["pools"])) == (1, 1, 1), info
+        assert ssh_id(a) in info["nodes"] and ssh_id(c) in info["nodes"] and ssh_id(b) not in info["nodes"], info
+        assert int(pids[a.hostname].read_text().split()[0]) == worker_a  # a kept its worker: not re-provisioned
+        assert not still_running({script_a, script_b, worker_b}, timeout=10)  # never two rounds at once
+        assert (a.home / f"{tag}-setup").read_text() == "setup 0\n"  # setup again on c only
+        assert (c.home / f"{tag}-setup").read_text() == "setup 1\n"
+        text = logs(job)
+        assert "replacing only it" in text and f"node 1 replaced ({ssh_id(b)} -> {ssh_id(c)})" in text, text
+
+        # the controller killed and started again (`jobs queue` does): a new attempt, b still taken last
+        os.kill(info["controller_pid"], signal.SIGKILL)
+        for path in pids.values():
+            path.unlink(missing_ok=True)
+        _wait(lambda: (j := queue()[job])["attempts"] == 2 and j["state"] == "RUNNING", job, "attempt 2")
+        _wait(lambda: pids[a.hostname].exists() and pids[c.hostname].exists(), job, "attempt 2's run on a and c")
+        info = queue()[job]
+        assert ssh_id(b) not in info["nodes"] and not pids[b.hostname].exists(), (info, logs(job))
+        for h in (a, b, c):
+            (h.home / f"{tag}-finish").write_text("done")
+        info = ended(job)
+        assert info["state"] == "SUCCEEDED", (info, logs(job))
+        assert gone(worker_a) and gone(worker_b)
+        _nothing_left([a, b, c], info["pools"], job)
+    finally:
+        for j in sky.jobs.queue():
+            if j["state"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                sky.jobs.cancel(j["id"])
+        for host in (a, b, c):
+            for name in ("pids", "setup", "finish"):
+                (host.home / f"{tag}-{name}").unlink(missing_ok=True)
+            for left in host.home.glob(".skyhive/work/managed-job*"):
+                shutil.rmtree(left, ignore_errors=True)

@@ -1,0 +1,98 @@
+"""A node of a multi-node managed job replaced inside its attempt's pool (docs/jobs.md, "What is
+recovered"): the other nodes keep their machines, the lost one's place is tried last, what it left on its
+machine is stopped, and the steps run again on every node with setup on the new one only. The controller
+(controller.py) calls `replace_in_place` when an attempt's steps end with a lost node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from ..commands.agent import _JobLog
+from ..commands.steps import NodeExit
+from ..onnode import interruption
+from . import store
+from .watch import notice_text
+
+__all__ = ["replace_in_place", "why_failed", "SWEEP_TIMEOUT"]
+
+SWEEP_TIMEOUT = 120.0  # one pool's (or one lost machine's) sweep at most
+
+
+def why_failed(failed: NodeExit) -> str:
+    return f"{failed.phase} failed on node {failed.node}: {failed.detail or f'exit code {failed.code}'}"
+
+
+async def replace_in_place(job_id: int, attempt: int, pool: Any, failed: NodeExit, ran_on: list[Any],
+                           notices: dict[int, dict[str, Any]], out: _JobLog, avoid: list[Any]) -> frozenset[int] | None:
+    """A multi-node attempt whose node `failed.node` was lost (its worker or host, its machine taken, its
+    interruption notice): that node alone is replaced in the attempt's pool (`Pool(replace_failed=True)`,
+    the lost place tried last: `Provider.avoid_in_place`), the other nodes' scripts having stopped; the
+    nodes to run the steps again with (`fresh`: setup runs there only). None: not a lost node, or no
+    replacement came — the attempt ends and a new one starts on fresh nodes (`lost`). `ran_on`: the
+    nodes' handles when the steps started (the lost one may be replaced already)."""
+    from ...errors import WorkerLost
+
+    rt = pool._runtime
+    index = failed.node
+    if not 0 <= index < len(rt.nodes) or index >= len(ran_on):
+        return None
+    old = ran_on[index]
+    if not failed.lost and failed.code > interruption.AFTER_NOTICE and index in notices:
+        # its program exited after the node's interruption notice: the node goes now, not at the grace's end
+        why = f"{notice_text(notices[index])}; the program then exited {failed.code - interruption.AFTER_NOTICE}"
+        if (rt.nodes[index].handle is old and not rt.loss_policy.replacing(index)
+                and not rt.replace_node(index, why)):
+            return None
+        failed = NodeExit(node=index, phase=failed.phase, code=1, lost=True, detail=why)
+    if not failed.lost:
+        return None
+    old_id = str(old.provider_id) if old is not None else f"node {index}"
+    out.note(f"node {index} lost ({why_failed(failed)}): replacing only it, the other {len(rt.nodes) - 1} kept; "
+             f"run restarts on every node together (not counted against max_restarts_on_errors)")
+    if old is not None:
+        avoid.append(old)
+        store.save_avoided(job_id, avoid)
+    store.append(job_id, "replaced", attempt=attempt, node=index, detail=why_failed(failed), places=[old_id])
+    # the other nodes' scripts were cancelled (`everywhere`): their calls end once the scripts are gone
+    # (or their workers are killed after cancel_grace, and lost in turn)
+    settings = rt.settings
+    with anyio.move_on_after(settings.cancel_grace + settings.stop_timeout + 5):
+        while any(c is not None and c.calls for n in rt.nodes for c in n.channels):
+            await anyio.sleep(0.05)
+    # what the lost node left on its machine (its dead worker's program) stopped, beside its replacement
+    left: list[str] = []
+    refused: list[WorkerLost] = []
+
+    async def sweep() -> None:
+        if old is None:
+            return
+        try:
+            with anyio.fail_after(SWEEP_TIMEOUT):
+                await rt.provider.sweep_lost(rt.pool_id, [old])
+        except Exception as exc:  # noqa: BLE001 - said in the log; the job's last sweep tries again
+            left.append(f"{old_id}: {type(exc).__name__}: {exc}")
+
+    async def replacement() -> None:
+        try:
+            await rt.all_channels()  # the replacement ready (bounded by start_timeout), or WorkerLost
+        except WorkerLost as exc:
+            refused.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sweep)
+        tg.start_soon(replacement)
+    if left:
+        out.note("could not clean up the lost node's machine yet (retried when the job ends): " + "; ".join(left)
+                 + " -- a copy may still run there")
+    if refused:
+        out.note(f"node {index} could not be replaced in place ({refused[0]}): starting a new attempt")
+        return None
+    notices.pop(index, None)  # a notice of the replacement counts anew
+    new = rt.nodes[index].handle
+    where = ", ".join(str(n.handle.provider_id) for n in rt.nodes if n.handle is not None)
+    store.append(job_id, "running", attempt=attempt, pool=rt.pool_id, nodes=where)
+    out.note(f"node {index} replaced ({old_id} -> {new.provider_id if new is not None else '?'}): "
+             f"run starts again on {where}")
+    return frozenset({index})
