@@ -87,6 +87,17 @@ def ensure_controller(job_id: int) -> int | None:
     return int(report.get("pid") or 0) or controller_pid(job_id)
 
 
+def _capacity_retry(times: int) -> float:
+    """Seconds before trying again after `times` attempts in a row found no capacity: from
+    SKYHIVE_JOBS_CAPACITY_RETRY (default 30) doubling, at most 10 minutes (a spot job waits for room as
+    long as it takes; nothing is paid for meanwhile)."""
+    try:
+        first = max(0.05, float(os.environ.get("SKYHIVE_JOBS_CAPACITY_RETRY", "30")))
+    except ValueError:
+        first = 30.0
+    return min(first * 2 ** (times - 1), max(first, 600.0))
+
+
 def _pool_settings() -> dict[str, Any]:
     """The attempts' pool settings from the controller's environment: SKYHIVE_JOBS_HEARTBEAT_TIMEOUT, how
     long a silent node (its host cut off) is given before it counts as lost (default: the pool's)."""
@@ -120,8 +131,9 @@ class _Outcome:
     predecessor's interruption notice whose predecessor then ended the job (`previous`: how)."""
 
     def __init__(self, kind: str, failed: NodeExit | None = None, why: str = "", lost: tuple[Any, ...] = (),
-                 previous: _Outcome | None = None) -> None:
+                 previous: _Outcome | None = None, capacity: bool = False) -> None:
         self.kind, self.failed, self.why, self.lost, self.previous = kind, failed, why, lost, previous
+        self.capacity = capacity  # "broken" because no place had room for its nodes: tried again later
 
 
 class _Stop:
@@ -330,6 +342,7 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
     down: the next attempt is provisioned while the lost one is stopped and swept (a `stopped` event),
     and runs the steps only after that. Returns once every attempt has stopped."""
     previous: _Stop | None = None  # the last lost attempt: set once it is stopped and swept
+    full = 0  # attempts in a row that found no capacity anywhere
     restarted = True  # the first turn of this controller: an earlier one may have died mid-recovery
     async with anyio.create_task_group() as attempts:
         while True:
@@ -341,7 +354,7 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
                 _end(job_id, out, "cancelled", detail="cancelled")
                 return
             attempt = st.attempts + 1
-            if st.attempts and st.state != store.RECOVERING:  # an attempt whose controller died
+            if st.attempts and st.state not in (store.RECOVERING, store.PENDING):  # its controller died
                 out.note(f"the controller was restarted (pid {os.getpid()}): attempt {st.attempts} is gone; "
                          f"starting attempt {attempt}")
                 store.append(job_id, "lost", detail=f"the controller of attempt {st.attempts} died")
@@ -353,7 +366,8 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
                     left = await _sweep(_provider_of(spec), st.pools[-1:])
                     if left:
                         out.note("could not clean up the lost attempt's pool: " + "; ".join(left))
-                out.note(f"recovery: starting attempt {attempt} on fresh nodes")
+                out.note(f"recovery: starting attempt {attempt} on fresh nodes" if st.state != store.PENDING
+                         else f"starting attempt {attempt}")
             restarted = False
             decided, stopped = anyio.Event(), _Stop()
             box: dict[str, _Outcome] = {}
@@ -390,6 +404,17 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
                 previous = stopped
                 continue
             await stopped.event.wait()
+            if res.kind == "broken" and res.capacity:  # no room anywhere now: tried again until cancelled
+                full += 1
+                delay = _capacity_retry(full)
+                out.note(f"no capacity for attempt {attempt} ({res.why}): trying again in {delay:g} s "
+                         f"(`skyhive jobs cancel {job_id}` gives up)")
+                store.append(job_id, "waiting", attempt=attempt, detail=res.why, retry_in=delay)
+                with anyio.move_on_after(delay):
+                    while not store.load(job_id).cancel_requested:
+                        await anyio.sleep(0.3)
+                continue
+            full = 0
             st = store.load(job_id)
             code = res.failed.code if res.failed else 1
             if res.kind == "error" and st.restarts_on_errors < st.max_restarts_on_errors:
@@ -411,9 +436,12 @@ async def _one_attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _Jo
         try:
             res = await _attempt(job_id, spec, attempt, out, avoid, previous, report)
         except Exception as exc:  # noqa: BLE001 - provisioning or a broken task: the job fails, saying so
+            from ...errors import ProvisionError
+
             while isinstance(exc, ExceptionGroup):
                 exc = exc.exceptions[0]
-            res = _Outcome("broken", why=f"{type(exc).__name__}: {exc}")
+            res = _Outcome("broken", why=f"{type(exc).__name__}: {exc}",
+                           capacity=isinstance(exc, ProvisionError) and exc.kind == "capacity")
         if previous is not None:  # never stopped before the attempt it replaced
             await previous.event.wait()
         out.flush_partial()

@@ -15,7 +15,8 @@ interruption notice: `node`, `notice`), lost (a node was lost: a new attempt fol
 against `max_restarts_on_errors`; `places` it was on), replaced (a multi-node attempt's lost `node`
 replaced in its pool, the others kept: a recovery too; `places`), unneeded (an attempt started at its
 predecessor's interruption notice that ran nothing, the predecessor having ended the job: neither it
-nor that recovery is counted),
+nor that recovery is counted), waiting (an attempt found no capacity anywhere — a `ProvisionError` of kind
+"capacity" —: another is tried after `retry_in` seconds, until cancelled),
 error (the user's program
 failed: `code`, `detail`), cancel (asked for); then ending (the job's outcome decided: `outcome` is
 succeeded / failed / cancelled, with its `detail`, `code`, `attempt`) while the controller sweeps every
@@ -222,6 +223,9 @@ def fold(job_id: int, evs: list[dict[str, Any]]) -> JobState:
         elif kind == "unneeded":  # started on its predecessor's notice, which then ended the job itself
             st.attempts = max(0, st.attempts - 1)
             st.recoveries = max(0, st.recoveries - 1)
+        elif kind == "waiting":  # an attempt found no capacity anywhere: another one later
+            st.state = RECOVERING if st.recoveries else PENDING
+            st.detail = f"waiting for capacity: {ev.get('detail', '')}"
         elif kind == "error":
             st.restarts_on_errors += 1
             st.state, st.detail = RECOVERING, str(ev.get("detail", ""))

@@ -495,3 +495,38 @@ def test_a_recovery_provisions_beside_the_lost_attempts_teardown_and_never_runs_
     assert kinds.index(("running", 2)) < kinds.index(("stopped", 1))  # provisioned beside the teardown
     assert "attempt 2 waits for attempt 1 to be stopped" in logs(job)
     assert gone(program) and not live_workers(info["pools"])
+
+
+def test_a_job_that_finds_no_capacity_waits_for_it_and_can_be_cancelled_while_waiting(tmp_path, skyhive_home,
+                                                                                        monkeypatch):
+    """No place has room (a cloud's capacity error): the job is not failed — it waits, trying again with
+    backoff, shown as PENDING with why — and runs once there is room; a job cancelled while it waits ends
+    CANCELLED at once with nothing made."""
+    import skyhive as sky
+    from tests.managed.gated import FullLocal
+
+    monkeypatch.setenv("SKYHIVE_JOBS_CAPACITY_RETRY", "0.2")  # (the controller inherits it)
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))  # it unpickles FullLocal
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "full").touch()
+    job = sky.jobs.launch(task_file(tmp_path, steps=2, pause=0.1), provider=FullLocal(str(gate)), name="full")
+    wait_for(lambda: len(list(gate.glob("refused.*"))) >= 2, what="two launches refused")
+    info = wait_for(lambda: (j := queue()[job])["state"] == "PENDING" and j, what="the job waiting (backoff)")
+    assert "waiting for capacity" in info["detail"], info
+    assert "no capacity for the nodes in any zone" in info["detail"], info
+    (gate / "full").unlink()
+    info = ended(job)
+    text = logs(job)
+    assert info["state"] == "SUCCEEDED", (info, text)
+    assert info["recoveries"] == 0 and info["attempts"] >= 3, info
+    assert "no capacity for attempt 1" in text and "trying again in" in text and "step 2" in text, text
+
+    (gate / "full").touch()
+    job2 = sky.jobs.launch(task_file(tmp_path, steps=2, pause=0.1, name="t2.yaml"), provider=FullLocal(str(gate)),
+                           name="full2")
+    wait_for(lambda: queue()[job2]["state"] == "PENDING" and queue()[job2]["attempts"] >= 1, what="job 2 waiting")
+    assert sky.jobs.cancel(job2) == "CANCELLED"
+    info2 = queue()[job2]
+    assert info2["state"] == "CANCELLED" and gone(info2["controller_pid"]), info2
+    assert not (ckpt(skyhive_home, job2) / "started.0.0").exists()
