@@ -17,7 +17,7 @@ distributed job with a dead member would hang).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +26,14 @@ from anyio import CancelScope
 
 from ...errors import NodeUnreachable, WorkerLost
 from ..onnode import nodecmd, nodeprep
+from ..onnode.interruption import AFTER_NOTICE
 
 if TYPE_CHECKING:
     from ..actors.channel import WorkerChannel
     from ..actors.pool_actor import PoolRuntime
     from .taskfile import Task
 
-__all__ = ["NodeExit", "TaskSteps", "run_steps", "everywhere", "pack_mounts"]
+__all__ = ["NodeExit", "TaskSteps", "OnLost", "run_steps", "everywhere", "pack_mounts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,19 +68,30 @@ class TaskSteps:
     buckets: tuple[Any, ...] = ()  # bucket file_mounts (runtime.storage.spec.Mount): access resolved when run
 
 
+#: what a node lost during `run` becomes, given the node and its failure (`run_steps(on_lost=...)`)
+OnLost = Callable[[int, "NodeExit"], Awaitable["NodeExit | None"]]
+
+
 def pack_mounts(task: Task, pack: Callable[[str], bytes]) -> list[tuple[str, str, bytes, bool]]:
     """The task's file mounts, each packed with `pack` (a path that does not exist fails there)."""
     return [(m.target, m.source, pack(m.source), os.path.isdir(m.source)) for m in task.file_mounts]
 
 
 async def run_steps(rt: PoolRuntime, steps: TaskSteps, *, task_env: dict[str, str] | None = None,
-                    fresh: frozenset[int] | None = None) -> NodeExit | None:
+                    fresh: frozenset[int] | None = None, only: frozenset[int] | None = None,
+                    on_lost: OnLost | None = None) -> NodeExit | None:
     """Run `steps` on every node of `rt` (see the module docstring); the first failure, or None.
     `task_env` (variables and secret values) goes to the scripts only, not to the workers (a named
     pool's job; `skyhive launch` gives them to its pool's workers as the Image instead). `fresh`: the
     steps ran on this pool before and only these nodes are new (a managed job's node replaced in place):
-    `setup` runs on their machines only — the others made theirs —, everything else everywhere again."""
+    `setup` runs on their machines only — the others made theirs —, everything else everywhere again.
+    `only`: the steps on these nodes alone (a replacement joining a job whose other nodes run on; the
+    job's buckets are then not released here). `on_lost(node, failure)`: called when a node is lost
+    during `run` (or its program exits after an interruption notice) instead of stopping the others —
+    what it returns is that node's outcome (None: it finished after all, elsewhere)."""
     channels = await rt.all_channels()
+    if only is not None:
+        channels = [c for c in channels if c.node in only]
     # a job on some of a named pool's nodes runs on the first N; the workdir, mounts and setup are for
     # every machine of the pool (as SkyPilot's setup on a cluster), so a later job on all nodes finds them
     some = 0 < steps.num_nodes < len(rt.nodes)
@@ -122,14 +134,16 @@ async def run_steps(rt: PoolRuntime, steps: TaskSteps, *, task_env: dict[str, st
                                          per_node_last=True)
     try:
         if fresh is not None:  # setup only where a fresh node is: one per machine, or each with own homes
-            news = {keys[i] for i in fresh if i < len(keys)}
-            set_up = [i for i in (everyone if own else leaders) if (i in fresh if own else keys[i] in news)]
+            news = {keys[p] for p, c in enumerate(channels) if c.node in fresh}
+            set_up = [p for p in (everyone if own else leaders)
+                      if (channels[p].node in fresh if own else keys[p] in news)]
         else:
             set_up = everyone if own else leaders
-        failed = await _setup_and_run(rt, steps, channels, set_up, runs_on, dirs, some, task_env, failed)
+        failed = await _setup_and_run(rt, steps, channels, set_up, runs_on, dirs, some, task_env, failed, on_lost)
     finally:
         if prepared is not None:
-            failed = await _finish_buckets(rt, [channels[i] for i in on_buckets], prepared, failed)
+            failed = await _finish_buckets(rt, [channels[i] for i in on_buckets], prepared, failed,
+                                           release_them=only is None)
     return failed
 
 
@@ -146,7 +160,7 @@ async def _storage_deps(rt: PoolRuntime, leaders: list[WorkerChannel]) -> NodeEx
 
 
 async def _finish_buckets(rt: PoolRuntime, leaders: list[WorkerChannel], prepared: Any,
-                          failed: NodeExit | None) -> NodeExit | None:
+                          failed: NodeExit | None, release_them: bool = True) -> NodeExit | None:
     """Cached mounts flushed and FUSE mounts unmounted on every machine, whatever the job's outcome (a
     flush that fails is the job's failure when nothing failed before); buckets not to keep deleted."""
     from ..storage import node as storage_node
@@ -154,13 +168,14 @@ async def _finish_buckets(rt: PoolRuntime, leaders: list[WorkerChannel], prepare
 
     with CancelScope(shield=True):
         flushed, _ = await everywhere(rt, leaders, "file_mounts", storage_node.finish)
-        await anyio.to_thread.run_sync(lambda: release(prepared, failed=False))
+        if release_them:
+            await anyio.to_thread.run_sync(lambda: release(prepared, failed=False))
     return failed if failed is not None else flushed
 
 
 async def _setup_and_run(rt: PoolRuntime, steps: TaskSteps, channels: list[WorkerChannel], set_up: list[int],
                          runs_on: list[int], dirs: list[Any], some: bool, task_env: dict[str, str] | None,
-                         failed: NodeExit | None) -> NodeExit | None:
+                         failed: NodeExit | None, on_lost: OnLost | None = None) -> NodeExit | None:
     own = steps.own_home
     for phase, on in (("setup", set_up), ("run", runs_on)):
         script = getattr(steps, phase)
@@ -170,14 +185,17 @@ async def _setup_and_run(rt: PoolRuntime, steps: TaskSteps, channels: list[Worke
             extra = (task_env or None, steps.num_nodes if narrow else 0, own)
             failed, _ = await everywhere(rt, [channels[i] for i in on], phase, nodecmd.run_script, script,
                                          steps.task_id, phase, steps.cluster_info, *extra,
-                                         per_node=[dirs[i] for i in on])
+                                         per_node=[dirs[i] for i in on], on_lost=on_lost if phase == "run" else None)
     return failed
 
 
 async def everywhere(rt: PoolRuntime, channels: list[WorkerChannel], phase: str, fn: Callable[..., Any], *args: Any,
-                     per_node: list[Any] | None = None, per_node_last: bool = False) -> tuple[NodeExit | None, list[Any]]:
+                     per_node: list[Any] | None = None, per_node_last: bool = False,
+                     on_lost: OnLost | None = None) -> tuple[NodeExit | None, list[Any]]:
     """Run `fn` on every node at once; the first failure (non-zero int or exception) stops the rest.
-    `per_node[i]` is channel i's first argument (its last with `per_node_last`)."""
+    `per_node[i]` is channel i's first argument (its last with `per_node_last`). `on_lost`: a node lost
+    (or exiting after its interruption notice) is handed to it instead, the others going on; its answer
+    is that node's outcome."""
     results: list[Any] = [None] * len(channels)
     first: list[NodeExit] = []
 
@@ -196,6 +214,12 @@ async def everywhere(rt: PoolRuntime, channels: list[WorkerChannel], phase: str,
             if not (isinstance(value, int) and value != 0):
                 return
             failure = NodeExit(channel.node, phase, value)
+        if on_lost is not None and (failure.lost or failure.code > AFTER_NOTICE):
+            again = await on_lost(channel.node, failure)
+            if again is None:
+                results[i] = 0
+                return
+            failure = again
         if not first:
             first.append(failure)
             scope.cancel()

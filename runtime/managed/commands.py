@@ -20,7 +20,7 @@ from ...providers.base import Provider
 from . import store
 from .controller import controller_pid, ensure_controller
 
-__all__ = ["submit_job", "submit_call", "job_cost", "print_jobs", "job_log", "cancel_managed", "max_restarts_of"]
+__all__ = ["restart_of", "submit_job", "submit_call", "job_cost", "print_jobs", "job_log", "cancel_managed", "max_restarts_of"]
 
 
 def max_restarts_of(task: Task) -> int:
@@ -41,6 +41,27 @@ def max_restarts_of(task: Task) -> int:
     return value
 
 
+def restart_of(task: Task) -> str:
+    """`resources.job_recovery.restart` of the task file (a skyhive key): "gang" (the default: a node
+    replaced in a multi-node job restarts `run` on every node, as a torch/JAX process group needs) or
+    "node" (only the replaced node's `run` starts again; the others go on: nodes that work alone).
+    `TaskFileError` naming the file for anything else."""
+    try:
+        with open(task.source, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError):
+        return "gang"
+    rec = ((doc or {}).get("resources") or {}).get("job_recovery") if isinstance(doc, dict) else None
+    if not isinstance(rec, dict) or "restart" not in rec:
+        return "gang"
+    value = rec["restart"]
+    if value not in ("gang", "node"):
+        raise TaskFileError(f"{task.line_of('resources')}: resources.job_recovery.restart must be gang (every "
+                            f"node's run starts again when one node is replaced) or node (only that node's), "
+                            f"not {value!r}")
+    return str(value)
+
+
 def submit_job(task: Task, *, name: str | None = None, max_restarts_on_errors: int | None = None,
                provider: Provider | None = None) -> int:
     """Record the job and start its controller; the job id (the job runs without this process).
@@ -53,6 +74,7 @@ def submit_job(task: Task, *, name: str | None = None, max_restarts_on_errors: i
     else:
         cluster_spec(task, provider)
     task.env(), task.secret_env()  # a variable left without a value: an error here too
+    restart = restart_of(task)
     restarts = max_restarts_of(task) if max_restarts_on_errors is None else max_restarts_on_errors
     if restarts < 0:
         raise TaskFileError(f"--max-restarts-on-errors must be >= 0, not {restarts}")
@@ -63,7 +85,7 @@ def submit_job(task: Task, *, name: str | None = None, max_restarts_on_errors: i
     # one SKYPILOT_TASK_ID for every attempt of the job
     task_id = f"skyhive-{time.strftime('%Y-%m-%d-%H-%M-%S')}-managed-{job_id}"
     (store.job_dir(job_id) / "task.pkl").write_bytes(pickle.dumps({"task": task, "task_id": task_id,
-                                                                                 "provider": saved}))
+                                                                                 "provider": saved, "restart": restart}))
     ensure_controller(job_id)
     return job_id
 

@@ -55,6 +55,7 @@ from ..commands.steps import NodeExit
 from ..onnode import interruption
 from . import store
 from .function import FunctionWork
+from .outcome import Outcome, Stop
 from .inplace import SWEEP_TIMEOUT, replace_in_place, why_failed
 from .watch import AFTER_NOTICE_WAIT, copy_and_watch, notice_text, watch_cancel, watch_machines, watch_notices
 from .work import TaskWork, Work, work_id
@@ -125,28 +126,8 @@ async def _sweep(provider: Any, pool_ids: list[str]) -> list[str]:
     return left
 
 
-class _Outcome:
-    """One attempt's end: "ok" | "lost" | "error" | "cancelled" | "broken" | "unneeded", the failure, why,
-    the lost nodes' handles (what the next attempt avoids); "unneeded": an attempt started on its
-    predecessor's interruption notice whose predecessor then ended the job (`previous`: how)."""
-
-    def __init__(self, kind: str, failed: NodeExit | None = None, why: str = "", lost: tuple[Any, ...] = (),
-                 previous: _Outcome | None = None, capacity: bool = False) -> None:
-        self.kind, self.failed, self.why, self.lost, self.previous = kind, failed, why, lost, previous
-        self.capacity = capacity  # "broken" because no place had room for its nodes: tried again later
-
-
-class _Stop:
-    """An attempt stopped (`event`: nothing of it runs any more) and how it ended (`outcome`, None if
-    it never said: its task was cancelled) — what the attempt after it waits for before its steps."""
-
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-        self.outcome: _Outcome | None = None
-
-
 async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog, avoid: list[Any],
-                   previous: _Stop | None = None, on_lost: Any = None) -> _Outcome:
+                   previous: Stop | None = None, on_lost: Any = None) -> Outcome:
     """One attempt on a fresh pool (`avoid`: nodes lost before, whose places are taken last).
 
     `previous` (a recovery): set once the lost attempt before this one is stopped and swept — this
@@ -168,7 +149,7 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
     lost: tuple[Any, ...] = ()
     cancelled = False
     leak = ""
-    unneeded: _Outcome | None = None
+    unneeded: Outcome | None = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", AcceleratorWarning)
         async with anyio.create_task_group() as copier:
@@ -192,7 +173,7 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
                                 handle = rt.nodes[node].handle
                                 if on_lost is not None:
                                     ends = NodeExit(node=node, phase="run", code=1, lost=True, detail=text)
-                                    on_lost(_Outcome("lost", ends, why_failed(ends), (handle,) if handle is not None else ()))
+                                    on_lost(Outcome("lost", ends, why_failed(ends), (handle,) if handle is not None else ()))
 
                             tg.start_soon(watch_notices, notices, gone, scope, rt if work.in_place else None, noticed)
                             if previous is not None and not previous.event.is_set():
@@ -202,8 +183,20 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
                                 unneeded = previous.outcome  # it ended the job after its notice: nothing to run
                                 tg.cancel_scope.cancel()
                             ran_on = [n.handle for n in rt.nodes]  # (a lost node's replacement may come fast)
-                            failed = None if unneeded is not None else await work.run(pool)
-                            while work.in_place and failed is not None and not gone:
+
+                            async def alone(node: int, lost_exit: NodeExit) -> NodeExit | None:
+                                """`restart: node`: the lost node replaced and its steps run there alone."""
+                                again = await replace_in_place(job_id, attempt, pool, lost_exit, ran_on, notices,
+                                                               out, avoid, gang=False)
+                                if again is None:
+                                    return lost_exit
+                                ran_on[node] = rt.nodes[node].handle
+                                return await work.rerun_node(pool, node, on_lost=alone)
+
+                            node_mode = work.in_place and work.restart_node
+                            failed = (None if unneeded is not None
+                                      else await work.run(pool, on_lost=alone if node_mode else None))
+                            while work.in_place and not node_mode and failed is not None and not gone:
                                 again = await replace_in_place(job_id, attempt, pool, failed, ran_on, notices, out, avoid)
                                 if again is None:  # not a lost node, or it could not be replaced
                                     break
@@ -228,21 +221,21 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
                         lost = tuple(rt.nodes[i].handle for i in (sorted(gone) or [failed.node])
                                      if rt.nodes[i].handle is not None)
                         if on_lost is not None:  # the next attempt provisions while this pool is torn down
-                            on_lost(_Outcome("lost", failed, why_failed(failed), lost))
+                            on_lost(Outcome("lost", failed, why_failed(failed), lost))
                     if not lost and unneeded is None:
                         await work.finished(pool)
             except TeardownIncomplete as exc:  # a node that could not be stopped (its host unreachable): swept later
                 leak = f"the pool's teardown was incomplete: {exc}"
     if unneeded is not None:
-        return _Outcome("unneeded", why=f"attempt {attempt - 1} ended the job after its interruption notice",
+        return Outcome("unneeded", why=f"attempt {attempt - 1} ended the job after its interruption notice",
                         previous=unneeded)
     if cancelled:
-        return _Outcome("cancelled", why="cancelled while running")
+        return Outcome("cancelled", why="cancelled while running")
     if leak and failed is None:
         failed = NodeExit(node=0, phase="teardown", code=1, detail=leak, lost=True)
     if failed is None:
-        return _Outcome("ok")
-    return _Outcome("lost" if failed.lost else "error", failed, why_failed(failed), lost)
+        return Outcome("ok")
+    return Outcome("lost" if failed.lost else "error", failed, why_failed(failed), lost)
 
 
 def work_for(job_id: int, spec: dict[str, Any], avoid: list[Any]) -> Work:
@@ -341,7 +334,7 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
     """Attempts until the job's outcome is decided. A lost attempt is reported before its pool is torn
     down: the next attempt is provisioned while the lost one is stopped and swept (a `stopped` event),
     and runs the steps only after that. Returns once every attempt has stopped."""
-    previous: _Stop | None = None  # the last lost attempt: set once it is stopped and swept
+    previous: Stop | None = None  # the last lost attempt: set once it is stopped and swept
     full = 0  # attempts in a row that found no capacity anywhere
     restarted = True  # the first turn of this controller: an earlier one may have died mid-recovery
     async with anyio.create_task_group() as attempts:
@@ -369,10 +362,10 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
                 out.note(f"recovery: starting attempt {attempt} on fresh nodes" if st.state != store.PENDING
                          else f"starting attempt {attempt}")
             restarted = False
-            decided, stopped = anyio.Event(), _Stop()
-            box: dict[str, _Outcome] = {}
+            decided, stopped = anyio.Event(), Stop()
+            box: dict[str, Outcome] = {}
 
-            def report(res: _Outcome, box: dict[str, _Outcome] = box, decided: anyio.Event = decided) -> None:
+            def report(res: Outcome, box: dict[str, Outcome] = box, decided: anyio.Event = decided) -> None:
                 box.setdefault("res", res)
                 decided.set()
 
@@ -428,7 +421,7 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
 
 
 async def _one_attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog, avoid: list[Any],
-                       previous: _Stop | None, report: Any, stopped: _Stop) -> None:
+                       previous: Stop | None, report: Any, stopped: Stop) -> None:
     """An attempt, its outcome `report`ed (a lost one before its teardown), then — lost — its pool swept
     (`Provider.down`: an orphaned program on a node only unreachable from here stopped too); `stopped`
     set once nothing of it runs (what the next attempt's steps wait for)."""
@@ -440,7 +433,7 @@ async def _one_attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _Jo
 
             while isinstance(exc, ExceptionGroup):
                 exc = exc.exceptions[0]
-            res = _Outcome("broken", why=f"{type(exc).__name__}: {exc}",
+            res = Outcome("broken", why=f"{type(exc).__name__}: {exc}",
                            capacity=isinstance(exc, ProvisionError) and exc.kind == "capacity")
         if previous is not None:  # never stopped before the attempt it replaced
             await previous.event.wait()

@@ -77,7 +77,7 @@ class FunctionWork(Work):
         image = self.image or Image()
         return {"image": dataclasses.replace(image, env={**image.env, **self.env})}
 
-    async def run(self, pool: Any, fresh: frozenset[int] | None = None) -> NodeExit | None:
+    async def run(self, pool: Any, fresh: frozenset[int] | None = None, on_lost: Any = None) -> NodeExit | None:
         from ..compute import PendingCall
 
         try:

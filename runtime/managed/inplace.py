@@ -25,13 +25,15 @@ def why_failed(failed: NodeExit) -> str:
 
 
 async def replace_in_place(job_id: int, attempt: int, pool: Any, failed: NodeExit, ran_on: list[Any],
-                           notices: dict[int, dict[str, Any]], out: _JobLog, avoid: list[Any]) -> frozenset[int] | None:
+                           notices: dict[int, dict[str, Any]], out: _JobLog, avoid: list[Any],
+                           gang: bool = True) -> frozenset[int] | None:
     """A multi-node attempt whose node `failed.node` was lost (its worker or host, its machine taken, its
     interruption notice): that node alone is replaced in the attempt's pool (`Pool(replace_failed=True)`,
     the lost place tried last: `Provider.avoid_in_place`), the other nodes' scripts having stopped; the
     nodes to run the steps again with (`fresh`: setup runs there only). None: not a lost node, or no
     replacement came — the attempt ends and a new one starts on fresh nodes (`lost`). `ran_on`: the
-    nodes' handles when the steps started (the lost one may be replaced already)."""
+    nodes' handles when the steps started (the lost one may be replaced already). `gang` False
+    (`job_recovery.restart: node`): the other nodes' programs go on; only this node starts again."""
     from ...errors import WorkerLost
 
     rt = pool._runtime
@@ -50,7 +52,8 @@ async def replace_in_place(job_id: int, attempt: int, pool: Any, failed: NodeExi
         return None
     old_id = str(old.provider_id) if old is not None else f"node {index}"
     out.note(f"node {index} lost ({why_failed(failed)}): replacing only it, the other {len(rt.nodes) - 1} kept; "
-             f"run restarts on every node together (not counted against max_restarts_on_errors)")
+             + ("run restarts on every node together" if gang else "the others' run goes on")
+             + " (not counted against max_restarts_on_errors)")
     if old is not None:
         avoid.append(old)
         store.save_avoided(job_id, avoid)
@@ -58,7 +61,7 @@ async def replace_in_place(job_id: int, attempt: int, pool: Any, failed: NodeExi
     # the other nodes' scripts were cancelled (`everywhere`): their calls end once the scripts are gone
     # (or their workers are killed after cancel_grace, and lost in turn)
     settings = rt.settings
-    with anyio.move_on_after(settings.cancel_grace + settings.stop_timeout + 5):
+    with anyio.move_on_after(settings.cancel_grace + settings.stop_timeout + 5 if gang else 0):
         while any(c is not None and c.calls for n in rt.nodes for c in n.channels):
             await anyio.sleep(0.05)
     # what the lost node left on its machine (its dead worker's program) stopped, beside its replacement
@@ -94,5 +97,5 @@ async def replace_in_place(job_id: int, attempt: int, pool: Any, failed: NodeExi
     where = ", ".join(str(n.handle.provider_id) for n in rt.nodes if n.handle is not None)
     store.append(job_id, "running", attempt=attempt, pool=rt.pool_id, nodes=where)
     out.note(f"node {index} replaced ({old_id} -> {new.provider_id if new is not None else '?'}): "
-             f"run starts again on {where}")
+             + (f"run starts again on {where}" if gang else f"its steps start on {new.provider_id if new else '?'}"))
     return frozenset({index})

@@ -7,7 +7,7 @@ from __future__ import annotations
 import abc
 from typing import Any
 
-from ..commands.steps import NodeExit
+from ..commands.steps import NodeExit, OnLost
 from ..onnode import interruption
 from . import store
 
@@ -58,11 +58,22 @@ class Work(abc.ABC):
         again on all of them: `run(pool, fresh=...)`) rather than by a new attempt on fresh nodes."""
         return False
 
+    @property
+    def restart_node(self) -> bool:
+        """With `in_place`: only the replaced node's work starts again (`rerun_node`), the others going on
+        (`run(on_lost=...)`); else every node's restarts together."""
+        return False
+
     @abc.abstractmethod
-    async def run(self, pool: Any, fresh: frozenset[int] | None = None) -> NodeExit | None:
+    async def run(self, pool: Any, fresh: frozenset[int] | None = None, on_lost: OnLost | None = None) -> NodeExit | None:
         """Run the job's user code on the pool: None when it succeeded, else the node that did not
         (`lost=True`: its worker or machine was lost, a recovery; otherwise the user's own failure).
-        `fresh` (with `in_place`): it ran on this pool before and these nodes replaced lost ones."""
+        `fresh` (with `in_place`): it ran on this pool before and these nodes replaced lost ones.
+        `on_lost` (with `restart_node`): a node lost while the others go on is handed to it."""
+
+    async def rerun_node(self, pool: Any, node: int, on_lost: OnLost | None = None) -> NodeExit | None:
+        """The work on `node` alone, a replacement joining the others (`restart_node`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not restart one node alone")
 
     async def finished(self, pool: Any) -> None:
         """After a run that lost no node, before the pool is torn down (default: nothing)."""
@@ -97,6 +108,7 @@ class TaskWork(Work):
         self.checkpoint, self.checkpoint_what = ckpt, what
         self.secrets = task.secret_env()
         self.env = env
+        self.restart = str(spec.get("restart") or "gang")
 
     def pool_options(self) -> dict[str, Any]:
         from ...plugins.image import Image
@@ -115,10 +127,23 @@ class TaskWork(Work):
         and a process group — torch, jax — cannot take a new member). One node: a new attempt."""
         return self.nodes > 1
 
-    async def run(self, pool: Any, fresh: frozenset[int] | None = None) -> NodeExit | None:
+    @property
+    def restart_node(self) -> bool:
+        """`resources.job_recovery.restart: node` (`commands.restart_of`): nodes that work alone."""
+        return self.restart == "node"
+
+    async def run(self, pool: Any, fresh: frozenset[int] | None = None, on_lost: OnLost | None = None) -> NodeExit | None:
         from ..commands.steps import run_steps
 
-        return await run_steps(pool._runtime, self.steps, task_env={**self.env, **self.secrets}, fresh=fresh)
+        return await run_steps(pool._runtime, self.steps, task_env={**self.env, **self.secrets}, fresh=fresh,
+                               on_lost=on_lost)
+
+    async def rerun_node(self, pool: Any, node: int, on_lost: OnLost | None = None) -> NodeExit | None:
+        """Every step on `node` alone (workdir, file mounts, setup, run): a replacement joining the job."""
+        from ..commands.steps import run_steps
+
+        return await run_steps(pool._runtime, self.steps, task_env={**self.env, **self.secrets},
+                               only=frozenset({node}), on_lost=on_lost)
 
     async def finished(self, pool: Any) -> None:
         """The job's working directory removed from the nodes (off Local; after a lost node the job's

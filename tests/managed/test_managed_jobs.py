@@ -530,3 +530,42 @@ def test_a_job_that_finds_no_capacity_waits_for_it_and_can_be_cancelled_while_wa
     info2 = queue()[job2]
     assert info2["state"] == "CANCELLED" and gone(info2["controller_pid"]), info2
     assert not (ckpt(skyhive_home, job2) / "started.0.0").exists()
+
+
+def test_restart_node_replaces_the_lost_node_and_lets_the_others_run_on(tmp_path, skyhive_home):
+    """`resources.job_recovery.restart: node` (nodes that work alone): node 1 lost → only node 1 is
+    replaced and only its steps run again; node 0's program is never stopped or restarted."""
+    path = tmp_path / "alone.yaml"
+    path.write_text(GANG.format(steps=12).replace(
+        "num_nodes: 2\n", "num_nodes: 2\nresources:\n  job_recovery:\n    restart: node\n", 1))
+    job = launch(str(path))
+    folder = ckpt(skyhive_home, job)
+    wait_for(lambda: all((folder / f"step.{r}").exists() and int((folder / f"step.{r}").read_text() or 0) >= 2
+                         for r in "01"), what="two steps on each node")
+    _, first0 = map(int, (folder / "start.0.0").read_text().split())
+    worker, first1 = map(int, (folder / "start.1.0").read_text().split())
+    os.kill(worker, signal.SIGKILL)
+    wait_for(lambda: (folder / "start.1.1").exists(), what="node 1 started again")
+    assert state_of(first0) not in (None, "Z")  # node 0's program still runs, held at step 2
+    (folder / "release").write_text("go on")
+    info = ended(job)
+    text = logs(job)
+    assert info["state"] == "SUCCEEDED", (info, text)
+    assert (info["attempts"], info["recoveries"], len(info["pools"])) == (1, 1, 1), (info, text)
+    assert not (folder / "start.0.1").exists()  # node 0 ran once, to the end
+    assert int((folder / "start.1.1").read_text().split()[0]) != worker
+    assert len((folder / "setup.0").read_text().split()) == 1 and len((folder / "setup.1").read_text().split()) == 2
+    overlap = (folder / "overlap").read_text() if (folder / "overlap").exists() else ""
+    assert "start.1.0 runs" not in overlap, overlap  # never two copies of node 1's program
+    assert (folder / "step.0").read_text() == "12" and (folder / "step.1").read_text() == "12"
+    assert text.count("[node 0] round 0 start at step 0") == 1 and "[node 1] round 1 start at step" in text, text
+    assert "the others' run goes on" in text, text
+    assert gone(first0) and gone(first1) and not live_workers(info["pools"])
+
+
+def test_a_bad_job_recovery_restart_is_refused_naming_the_file(tmp_path, skyhive_home):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: bad\nresources:\n  job_recovery:\n    restart: sometimes\nrun: echo hi\n")
+    out = skyhive("jobs", "launch", str(path), "-y")
+    assert out.returncode != 0 and "bad.yaml" in out.stderr and "job_recovery.restart" in out.stderr, out.stderr
+    assert queue() == {}
