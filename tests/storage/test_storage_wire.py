@@ -19,12 +19,16 @@ from tests.infra.moto_s3 import s3  # noqa: F401 - the fixture
 class KeepAliveRelay:
     """HTTP/1.1 on 127.0.0.1 in front of moto_server (port `target`), keeping its clients' connections:
     `connections` accepted, `gets` (the keys of the GETs answered or cut, in order); `cut`: keys whose next
-    answer ends half-way through its body (the connection then closed); `drop_every`: a client's connection
-    is closed, unannounced, after that many answers."""
+    answer ends half-way through its body (the connection then closed); `garble`: keys whose next answer
+    has a head line that is no header; `chunked`: keys whose answers come in chunked transfer encoding
+    (no Content-Length, as HTTP/1.1 allows); `drop_every`: a client's connection is closed, unannounced,
+    after that many answers."""
 
     def __init__(self, target: int, *, drop_every: int = 0) -> None:
         self.target, self.drop_every = target, drop_every
         self.cut: set[str] = set()
+        self.garble: set[str] = set()
+        self.chunked: set[str] = set()
         self.connections = 0
         self.gets: list[str] = []
         self._lock = threading.Lock()
@@ -78,17 +82,26 @@ class KeepAliveRelay:
                         answer += data
                 answer_head, _, answer_body = answer.partition(b"\r\n\r\n")
                 kept = [line for line in answer_head.split(b"\r\n") if not line.lower().startswith(b"connection:")]
-                out = b"\r\n".join(kept) + b"\r\n\r\n"
                 method, target = head.split(b" ", 2)[:2]
                 key = unquote(target.decode().split("?", 1)[0]).split("/", 2)[-1]  # path style: /bucket/key
+                cut = False
                 if method == b"GET" and "?" not in target.decode():
                     with self._lock:
                         self.gets.append(key)
-                        cut = key in self.cut
+                        cut, garble = key in self.cut, key in self.garble
                         self.cut.discard(key)
-                    if cut:
-                        down.sendall(out + answer_body[: len(answer_body) // 2])
-                        return
+                        self.garble.discard(key)
+                        chunked = key in self.chunked
+                    if garble:
+                        kept.insert(1, b"this line is no header")
+                    if chunked:
+                        kept = [line for line in kept if not line.lower().startswith(b"content-length:")]
+                        kept.append(b"Transfer-Encoding: chunked")
+                        answer_body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(answer_body), answer_body)
+                out = b"\r\n".join(kept) + b"\r\n\r\n"
+                if cut:
+                    down.sendall(out + answer_body[: len(answer_body) // 2])
+                    return
                 down.sendall(out + answer_body)
                 served += 1
                 if self.drop_every and served % self.drop_every == 0:
@@ -99,7 +112,7 @@ class KeepAliveRelay:
             down.close()
 
 
-def test_direct_gets_reuse_the_connection_the_server_keeps_and_a_body_cut_half_way_is_fetched_again(
+def test_direct_gets_reuse_the_connection_the_server_keeps_and_botocore_fetches_what_the_wire_does_not_read_whole(
         s3, tmp_path, monkeypatch):
     plain = s3.client()
     plain.create_bucket(Bucket="wire-bucket")
@@ -148,6 +161,26 @@ def test_direct_gets_reuse_the_connection_the_server_keeps_and_a_body_cut_half_w
         assert fetched(target) == bodies
         assert made[-1].direct == len(bodies) - 2 and not made[-1].disabled
         assert relay.gets.count(cut) == 2 and not relay.cut
+        assert not any(transfer.TEMP_MARK in p.name for p in target.iterdir())
+
+        # a head the wire does not read (a line that is no header): that object through botocore, the
+        # others still direct
+        garbled = "run/o03.bin"
+        relay.garble = {garbled}
+        relay.gets.clear()
+        target = tmp_path / "three"
+        target.mkdir()
+        transfer.download_prefix(s3c, "wire-bucket", "run", str(target), access=acc)
+        assert fetched(target) == bodies
+        assert made[-1].direct == len(bodies) - 2 and not made[-1].disabled and relay.gets.count(garbled) == 2
+
+        # a body without a Content-Length (chunked): botocore reads it, and every object after it
+        relay.chunked = set(bodies)
+        target = tmp_path / "four"
+        target.mkdir()
+        transfer.download_prefix(s3c, "wire-bucket", "run", str(target), access=acc)
+        assert fetched(target) == bodies
+        assert made[-1].disabled and made[-1].direct == 0
         assert not any(transfer.TEMP_MARK in p.name for p in target.iterdir())
     finally:
         relay.close()
