@@ -111,7 +111,7 @@ class Wire:
         timeouts, socket options), or None where it would not send them straight over plain http (https,
         a proxy, a session of another kind)."""
         parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname:
+        if parts.scheme != "http" or not parts.hostname or "@" in parts.netloc:
             return None
         try:
             proxied = session._proxy_config.proxy_url_for(url)
