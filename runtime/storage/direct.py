@@ -1,7 +1,9 @@
 """Whole-object GETs with less per-request work than botocore's client: the request is signed here (AWS
-Signature V4, about 40 Python calls) and sent on the boto3 client's own HTTP session (its connection pool,
-proxies, TLS settings and timeouts), skipping botocore's per-request machinery (parameter validation,
-serialisation, ~30 events, response parsing: ~4,400 calls per object, docs/storage.md "Speed").
+Signature V4, about 40 Python calls) and sent over plain http by `wire.Wire` (~200 calls per object: a
+socket per thread, the body received into a buffer), or, where the endpoint is https or reached through a
+proxy, on the boto3 client's own HTTP session (its connection pool, proxies, TLS settings and timeouts),
+skipping botocore's per-request machinery either way (parameter validation, serialisation, ~30 events,
+response parsing: ~4,400 calls per object, docs/storage.md "Speed").
 
 It is a fast path only, never the word on an error: `DirectGet.learn` copies what botocore itself sent
 for one GET (the URL, so addressing style, endpoint and region redirects are botocore's; the signing
@@ -15,6 +17,7 @@ botocore). So a download through it fails, or is whole, exactly as one through b
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import logging
@@ -26,6 +29,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from .s3 import Access
+from .wire import Wire
 
 __all__ = ["DirectGet", "DirectPut", "sigv4_headers", "EMPTY_SHA256"]
 
@@ -38,6 +42,12 @@ _ALGORITHM = "AWS4-HMAC-SHA256"
 
 def _hmac(key: bytes, text: str) -> bytes:
     return hmac.new(key, text.encode(), hashlib.sha256).digest()
+
+
+@functools.lru_cache(maxsize=16)
+def _signing_key(secret_key: str, day: str, region: str) -> bytes:
+    """SigV4's key for a day and region (4 HMACs): the same for every request of a day, so made once."""
+    return _hmac(_hmac(_hmac(_hmac(f"AWS4{secret_key}".encode(), day), region), "s3"), "aws4_request")
 
 
 def sigv4_headers(method: str, url: str, *, region: str, access_key: str, secret_key: str,
@@ -61,8 +71,7 @@ def sigv4_headers(method: str, url: str, *, region: str, access_key: str, secret
                            header_list, payload_hash])
     scope = f"{day}/{region}/s3/aws4_request"
     to_sign = f"{_ALGORITHM}\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-    key = _hmac(_hmac(_hmac(_hmac(f"AWS4{secret_key}".encode(), day), region), "s3"), "aws4_request")
-    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    signature = hmac.new(_signing_key(secret_key, day, region), to_sign.encode(), hashlib.sha256).hexdigest()
     del signed["host"]  # the HTTP layer sends it from the URL
     signed["Authorization"] = f"{_ALGORITHM} Credential={access_key}/{scope}, SignedHeaders={header_list}, " \
                               f"Signature={signature}"
@@ -143,14 +152,40 @@ def _watch(s3: Any, op: str, acc: Access, bucket: str, key: str, run: Callable[[
     return url[: len(url) - len(quoted)], region, headers
 
 
+class _Urllib3Reply:
+    """A urllib3 response (botocore's session: https, proxies) read as a `wire.Reply` is."""
+
+    __slots__ = ("status", "headers", "length", "_raw", "_whole")
+
+    def __init__(self, response: Any) -> None:
+        self.status, self.headers, self._raw, self._whole = response.status_code, response.headers, response.raw, False
+        length = response.headers.get("content-length")
+        self.length = int(length) if length is not None and length.isdigit() else -1
+
+    def chunks(self) -> Any:
+        read = self._raw.read
+        while chunk := read(1 << 20):
+            yield chunk
+        self._whole = True
+
+    def release(self) -> None:
+        if not self._whole:  # a connection with an unread or doubtful body is never reused
+            self._raw.close()
+        self._raw.release_conn()
+
+
 class DirectGet:
-    """GETs of whole objects of one bucket, signed here and sent on `s3`'s HTTP session. Made by `learn`
-    from a GET botocore made; `fetch` does one more. Thread-safe (botocore's session is; this holds no
-    state that changes but `disabled` and the count `direct`)."""
+    """GETs of whole objects of one bucket, signed here and sent on plain http by `wire.Wire` (a connection
+    per thread, reused while the server keeps it), else (https, a proxy) on `s3`'s HTTP session. Made by
+    `learn` from a GET botocore made; `fetch` does one more; `close` closes the wire's connections.
+    Thread-safe (botocore's session is, the wire keeps a connection per thread; this holds no state that
+    changes but `disabled` and the count `direct`)."""
 
     def __init__(self, s3: Any, acc: Access, base: str, region: str, checksum_mode: bool) -> None:
         self._session = s3._endpoint.http_session
         self._acc, self._base, self._region, self._checksum_mode = acc, base, region, checksum_mode
+        self._wire = Wire.for_session(self._session, base)
+        self._path = urlsplit(base).path
         self.disabled = False
         self._count = threading.Lock()
         self.direct = 0  # GETs answered here (the rest went through botocore)
@@ -166,43 +201,52 @@ class DirectGet:
         base, region, headers = seen
         return cls(s3, acc, base, region, headers.get("x-amz-checksum-mode", "").upper() == "ENABLED")
 
-    def fetch(self, key: str, write: Callable[[bytes], object], progress: Callable[[int], None] | None = None) -> bool:
-        """GET `key`, each chunk of its body to `write`. True when the whole object came (status 200, every
-        byte of its Content-Length, its checksum matching); False otherwise (what `write` got then is to be
-        thrown away, what `progress` was told is taken back, and the GET made again through botocore, which
-        names the error). After a status other than 200, every later `fetch` returns False at once
-        (`disabled`): botocore handles what follows."""
+    def close(self) -> None:
+        """Close the connections the wire keeps (botocore's session keeps its own)."""
+        if self._wire is not None:
+            self._wire.close()
+
+    def fetch(self, key: str, write: Callable[[Any], object], progress: Callable[[int], None] | None = None) -> bool:
+        """GET `key`, each chunk of its body (bytes or a memoryview, valid during the call) to `write`. True
+        when the whole object came (status 200, every byte of its Content-Length, its checksum matching);
+        False otherwise (what `write` got then is to be thrown away, what `progress` was told is taken
+        back, and the GET made again through botocore, which names the error). After a status other than
+        200, or a 200 this path cannot read whole (no Content-Length), every later `fetch` returns False at
+        once (`disabled`): botocore handles what follows."""
         if self.disabled:
             return False
-        url = self._base + quote(key, safe="/~")
+        quoted = quote(key, safe="/~")
+        url = self._base + quoted
         acc = self._acc
         headers = sigv4_headers("GET", url, region=self._region, access_key=acc.access_key or "",
                                 secret_key=acc.secret_key or "", token=acc.token,
                                 extra={"x-amz-checksum-mode": "ENABLED"} if self._checksum_mode else None)
         count = 0
         whole = False
-        response = None
+        reply: Any = None
         try:
-            response = self._session.send(_Request(url, headers))
-            if response.status_code != 200:
+            if self._wire is not None:
+                reply = self._wire.get(self._path + quoted, headers)
+            else:
+                reply = _Urllib3Reply(self._session.send(_Request(url, headers)))
+            if reply.status != 200 or reply.length < 0:
                 self.disabled = True
-                log.debug("direct GET of %s: HTTP %s; botocore takes over", url, response.status_code)
+                log.debug("direct GET of %s: HTTP %s, Content-Length %s; botocore takes over", url, reply.status,
+                          reply.headers.get("content-length"))
                 return False
-            got = response.headers
-            length = got.get("content-length")
-            check = self._checksum(got)
+            check = self._checksum(reply.headers)
             if check is False:
                 return False
-            raw = response.raw
-            while chunk := raw.read(1 << 20):
+            update = check[2].update if check is not None else None
+            for chunk in reply.chunks():
                 count += len(chunk)
                 write(chunk)
-                if check is not None:
-                    check[2].update(chunk)
+                if update is not None:
+                    update(chunk)
                 if progress is not None:
                     progress(len(chunk))
-            if length is None or count != int(length):
-                log.debug("direct GET of %s: %d bytes of %s; botocore takes over", url, count, length)
+            if count != reply.length:
+                log.debug("direct GET of %s: %d bytes of %d; botocore takes over", url, count, reply.length)
                 return False
             if check is not None and base64.b64encode(check[2].digest()).decode() != check[1]:
                 log.warning("direct GET of %s: %s does not match the body; botocore GETs it again", url, check[0])
@@ -217,10 +261,8 @@ class DirectGet:
         finally:
             if not whole and progress is not None and count:
                 progress(-count)
-            if response is not None:
-                if not whole:  # a connection with an unread or doubtful body is never reused
-                    response.raw.close()
-                response.raw.release_conn()
+            if reply is not None:
+                reply.release()
 
     def _checksum(self, got: Any) -> tuple[str, str, Any] | None | bool:
         """The body's checksum to check (header name, value, a running digest), None when there is none to

@@ -289,6 +289,7 @@ def download_prefix(s3: Any, bucket: str, prefix: str, local: str, *, progress: 
     meter = Progress(f"download s3://{bucket}/{prefix}", total, force=progress)
     small = [j for j in jobs if (j[2] or 0) < PART]
     large = [j for j in jobs if (j[2] or 0) >= PART]
+    getter: DirectGet | None = None
     try:
         one: Callable[..., None] = _get_one
         if access is not None and len(small) > 1:
@@ -303,6 +304,8 @@ def download_prefix(s3: Any, bucket: str, prefix: str, local: str, *, progress: 
         _parallel(small, one, s3, bucket, meter)
         _run_all(s3, large, bucket, "download", meter)
     finally:
+        if getter is not None:
+            getter.close()
         meter.finish()
     return [os.path.relpath(p, base) for p, _, _ in jobs]
 
