@@ -208,3 +208,54 @@ def test_gcp_and_azure_nodes_watch_their_clouds_notice(tmp_path):
     assert interruption.start_for({interruption.WATCH_ENV: "digitalocean"}, str(tmp_path)) is None
     with pytest.raises(ValueError, match="unknown cloud 'digitalocean'"):
         source_for("digitalocean")
+
+
+def test_a_managed_job_on_a_noticed_node_finishes_in_its_grace_and_the_next_attempt_is_not_needed(
+        tmp_path, monkeypatch, skyhive_home):
+    """End to end through the job's controller, on Local nodes watching GCE's and then Azure's notice
+    (the GCP and Azure providers' own managed jobs need their APIs reachable from the detached
+    controller, which the in-process fakes of those APIs are not): the notice reaches the controller,
+    which logs and records it and provisions the next attempt at once; the program, told by the notice
+    file, finishes in its grace, so that attempt runs nothing."""
+    import skyhive as sky
+    from skyhive.runtime.managed import store
+    from tests.managed.noticed import AzureNoticedLocal, GCENoticedLocal
+    from tests.managed.test_managed_jobs import ended, logs, queue, wait_for
+    from tests.managed.test_managed_jobs_aws import NOTICE_TASK, ROOT
+
+    monkeypatch.setenv("SKYHIVE_INTERRUPTION_INTERVAL", "0.1")
+    monkeypatch.setenv("SKYHIVE_JOBS_NOTICE_GRACE", "600")  # the program's own exit ends the attempt
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the controller unpickles the test's provider
+    gce, imds = FakeGCEMetadata(), FakeAzureScheduledEvents()
+    try:
+        monkeypatch.setenv("GCE_METADATA_HOST", gce.host)  # the nodes' watchers ask the fakes
+        monkeypatch.setenv("SKYHIVE_AZURE_IMDS_ENDPOINT", imds.endpoint)
+        for cloud, provider, asked, notify in (("gcp", GCENoticedLocal(), lambda: gce.asked, gce.preempt),
+                                               ("azure", AzureNoticedLocal(), lambda: imds.asked, imds.evict)):
+            ckpt = tmp_path / cloud
+            ckpt.mkdir()
+            (ckpt / "finish").write_text("finish in the grace")
+            (tmp_path / f"{cloud}.yaml").write_text(NOTICE_TASK.format(ckpt=ckpt))
+            job = sky.jobs.launch(tmp_path / f"{cloud}.yaml", provider=provider)
+            wait_for(lambda: (ckpt / "step").exists() and (ckpt / "step").read_text() == "3", what=f"{cloud} step 3")
+            looked = asked()
+            wait_for(lambda: asked() > looked, what=f"the {cloud} node's watcher")
+            notify()
+            wait_for(lambda: queue()[job]["attempts"] == 2, what=f"{cloud}: the next attempt provisioned")
+            (ckpt / "release").write_text("go on")
+            info = ended(job)
+            text = logs(job)
+            assert info["state"] == "SUCCEEDED", (info, text)
+            assert (info["attempts"], info["recoveries"]) == (1, 0), (info, text)
+            (notice,) = [e["notice"] for e in store.events(job) if e["kind"] == "notice"]
+            assert notice["action"] == "terminate" and notice["cloud"] == cloud, notice
+            (told,) = [line.split(" on ", 1)[1] for line in text.splitlines() if line.startswith("checkpointed at step 3")]
+            assert json.loads(told) == notice, text  # the program read the same notice from its file
+            said = f"[skyhive] node 0: interruption notice: terminate at {notice['time']}: the attempt ends in 600 s"
+            assert said in text and "attempt 2 was not needed" in text, text
+            assert "finished at step 6" in text and text.count("start at step") == 1, text
+            assert info["leaked"] == []
+        assert imds.acknowledged == [] and gce.refused == [] and imds.refused == []
+    finally:
+        gce.close()
+        imds.close()
