@@ -7,7 +7,8 @@ metadata": "Query metadata server", "Waiting for updates"; "Detect if a VM was p
 metadata server's troubleshooting page for its status codes):
 - a request without the header `Metadata-Flavor: Google` is 403 (the retired `X-Google-Metadata-Request`
   header is no substitute);
-- a request carrying `X-Forwarded-For` is refused (403): the server answers no proxied request;
+- a request carrying `X-Forwarded-For` is rejected ("Query VM metadata": the server answers no proxied
+  request; the page names no status: 403, the troubleshooting page's "the request fails security checks");
 - only GET (else 405); a path it does not hold is 404; `timeout_sec` that is not a whole number is 400;
 - every answer carries `Metadata-Flavor: Google` and the value's `ETag`;
 - `instance/preempted` is ``FALSE`` until `preempt()`, then ``TRUE``;
