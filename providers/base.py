@@ -264,7 +264,8 @@ class Provider(abc.ABC):
     same_machine: ClassVar[bool] = False
 
     #: the cloud whose interruption notice this provider's nodes watch while a managed job runs
-    #: ("aws": EC2's spot `instance-action`, `runtime/onnode/interruption.py`); "" none
+    #: ("aws": EC2's spot `instance-action`; "gcp": GCE's `preempted`; "azure": Scheduled Events' `Preempt`;
+    #: `runtime/onnode/notices/`); "" none
     interruption_notices: ClassVar[str] = ""
 
     @property

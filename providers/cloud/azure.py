@@ -86,6 +86,7 @@ class Azure(LibcloudProvider):
                 "termination by recorded instance id); use a pool without a name, or give the instances to "
                 "sky.SSH(hosts=...) to keep a pool on them"}
     chooses = frozenset({"accelerator", "spot"})  # cpus/memory only narrow an accelerator's sizes: refused alone
+    interruption_notices = "azure"  # a spot VM's eviction (Scheduled Events' Preempt, runtime/onnode/notices/azure.py)
     resource_options = {"region": "region", "zone": "zones", "instance_type": "vm_size", "disk_size": "disk_gb"}
     error_kinds = AZURE_ERRORS
     state_map = {"pending": "provisioning", "running": "running", "stopping": "terminating",

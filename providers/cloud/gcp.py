@@ -108,6 +108,7 @@ class GCP(LibcloudProvider):
                 "termination by recorded instance id); use a pool without a name, or give the instances to "
                 "sky.SSH(hosts=...) to keep a pool on them"}
     chooses = frozenset({"accelerator", "spot"})
+    interruption_notices = "gcp"  # a spot VM's preemption (`instance/preempted`, runtime/onnode/notices/gce.py)
     resource_options = {"region": "region", "zone": "zones", "instance_type": "machine_type", "image_id": "image",
                         "disk_size": "disk_gb"}
     error_kinds = GCE_ERRORS

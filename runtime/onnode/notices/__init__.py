@@ -1,0 +1,54 @@
+"""Each cloud's spot interruption notice, read from inside the node: one small client per cloud behind
+`NoticeSource` (`notice()`: the notice now, normalised to ``{"action", "time", ...}``, or None when none
+is scheduled; OSError when the service does not answer). `runtime/onnode/interruption.py` polls the one
+the node's provider names (`Provider.interruption_notices`) and reports what it finds.
+
+- ``aws``: EC2's ``spot/instance-action`` through IMDSv2 (`ec2.py`);
+- ``gcp``: GCE's ``instance/preempted`` on the metadata server (`gce.py`);
+- ``azure``: Azure's Scheduled Events, a ``Preempt`` event (`azure.py`).
+
+Standard library only (this runs in the worker).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+__all__ = ["NoticeSource", "CLOUDS", "source_for"]
+
+
+class NoticeSource(Protocol):
+    """One cloud's notice, read from the node (see the package docstring)."""
+
+    #: seconds between looks when the environment does not say (each cloud's own advice)
+    interval: float
+    #: True when a look itself waits for the value to change (GCE's hanging GET): no pause after it
+    hangs: bool
+
+    def notice(self) -> dict[str, Any] | None:
+        """The interruption notice now, normalised (``action``, ``time`` in UTC ISO 8601 with ``Z``), or
+        None when none is scheduled. Raises OSError when the service does not answer, ValueError when its
+        answer is garbled."""
+        ...
+
+
+#: the clouds whose notice can be watched (the values of `Provider.interruption_notices`)
+CLOUDS = ("aws", "gcp", "azure")
+
+
+def source_for(cloud: str, wait: float = 5.0) -> NoticeSource:
+    """The client for `cloud`'s notice, at its default endpoint (each module says how it is overridden);
+    `wait`: the longest one look may hold the connection open (GCE's hanging GET)."""
+    if cloud == "aws":
+        from .ec2 import EC2Notice
+
+        return EC2Notice()
+    if cloud == "gcp":
+        from .gce import GCENotice
+
+        return GCENotice(wait=wait)
+    if cloud == "azure":
+        from .azure import AzureNotice
+
+        return AzureNotice()
+    raise ValueError(f"interruption notices: unknown cloud {cloud!r} (expected one of {', '.join(CLOUDS)})")
