@@ -241,8 +241,11 @@ def test_a_two_node_ssh_job_replaces_only_the_lost_host_and_a_restarted_controll
         worker_a, script_a = map(int, pids[a.hostname].read_text().split())
         worker_b, script_b = map(int, pids[b.hostname].read_text().split())
         os.kill(worker_b, signal.SIGKILL)
-        _wait(lambda: pids[c.hostname].exists() and pids[a.hostname].read_text().split()[1] != str(script_a), job,
-              "the run restarted on a and c")
+        def restarted() -> bool:  # (a script rewriting its file may be read half-written: not yet)
+            words = pids[a.hostname].read_text().split() if pids[a.hostname].exists() else []
+            return pids[c.hostname].exists() and len(words) == 2 and words[1] != str(script_a)
+
+        _wait(restarted, job, "the run restarted on a and c")
         info = queue()[job]
         assert (info["attempts"], info["recoveries"], len(info["pools"])) == (1, 1, 1), info
         assert ssh_id(a) in info["nodes"] and ssh_id(c) in info["nodes"] and ssh_id(b) not in info["nodes"], info
