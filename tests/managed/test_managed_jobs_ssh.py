@@ -237,7 +237,10 @@ def test_a_two_node_ssh_job_replaces_only_the_lost_host_and_a_restarted_controll
     pids = {h.hostname: h.home / f"{tag}-pids" for h in (a, b, c)}
     try:
         job = sky.jobs.launch(str(tmp_path / "task.yaml"), provider=provider)
-        _wait(lambda: pids[a.hostname].exists() and pids[b.hostname].exists(), job, "the run on a and b")
+        def written(h) -> bool:
+            return pids[h.hostname].exists() and len(pids[h.hostname].read_text().split()) == 2
+
+        _wait(lambda: written(a) and written(b), job, "the run on a and b")
         worker_a, script_a = map(int, pids[a.hostname].read_text().split())
         worker_b, script_b = map(int, pids[b.hostname].read_text().split())
         os.kill(worker_b, signal.SIGKILL)
@@ -261,7 +264,7 @@ def test_a_two_node_ssh_job_replaces_only_the_lost_host_and_a_restarted_controll
         for path in pids.values():
             path.unlink(missing_ok=True)
         _wait(lambda: (j := queue()[job])["attempts"] == 2 and j["state"] == "RUNNING", job, "attempt 2")
-        _wait(lambda: pids[a.hostname].exists() and pids[c.hostname].exists(), job, "attempt 2's run on a and c")
+        _wait(lambda: written(a) and written(c), job, "attempt 2's run on a and c")
         info = queue()[job]
         assert ssh_id(b) not in info["nodes"] and not pids[b.hostname].exists(), (info, logs(job))
         for h in (a, b, c):
