@@ -107,9 +107,19 @@ async def test_the_skyhive_directory_on_an_ssh_host_is_private(sshd_host, tmp_pa
         assert await pool.run(answer) == 42
         running = loose(state)  # the worker's socket and its directory, while it runs
     assert {name for name in ("rt", "envs", "run") if (state / name).is_dir()} == {"rt", "envs", "run"}
-    assert list(state.glob("envs/*/files/data.txt"))
-    assert running == {}
-    assert loose(state) == {}
+    ours = {p.parent.parent.name for p in state.glob("envs/*/files/data.txt")}
+    assert ours
+    # the host is shared with the session's other tests: another Image's environment may hold what its
+    # user's setup commands made under the login's own umask (docs: they are the user's commands, e.g.
+    # tests/kinds/ssh/test_ssh_pool.py's `echo built > marker`) — skyhive's own files are checked there
+    # as here, and this Image's environment whole
+
+    def ours_only(found: dict[str, str]) -> dict[str, str]:
+        return {k: v for k, v in found.items()
+                if not (k.startswith("envs/") and k.count("/") >= 2 and k.split("/")[1] not in ours)}
+
+    assert ours_only(running) == {}
+    assert ours_only(loose(state)) == {}
 
 
 def test_a_cloud_pools_key_pair_is_private_under_an_open_umask(skyhive_home, open_umask):
