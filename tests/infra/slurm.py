@@ -88,6 +88,24 @@ class LoginHost:
         return _netns_pids(self.netns)
 
 
+def _controller_port() -> int:
+    """A port for slurmctld that nothing uses on any address now, below the kernel's ephemeral range
+    (32768-60999 by default), so no client's outgoing connection is handed it before slurmctld binds it
+    (a port found by binding port 0 is an ephemeral one: any connection may take it meanwhile)."""
+    import random
+    import socket
+
+    for _ in range(200):
+        port = random.randint(20000, 32000)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
+    return find_free_port("0.0.0.0")
+
+
 class SlurmCluster:
     """A controller and `nodes` slurmd nodes, each with `gpus` fake GPUs. See the module docstring.
 
@@ -222,7 +240,7 @@ class SlurmCluster:
                 self._add_namespace(ns, veth, address)
                 self.nodes.append(SlurmNode(i, f"skyslurm-n{i}", ns, address, veth))
         self._net = net
-        self.port = find_free_port(self.bridge_address)
+        self.port = _controller_port()
         self._write_files()
         self._start_munged()
         self._start_controller()
@@ -334,14 +352,26 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         self._wait(lambda: self.munge_socket.exists(), "munged's socket", self._munged)
 
     def _start_controller(self) -> None:
+        """slurmctld on `self.port`; if another process took that port meanwhile (it binds every
+        address: cx17 saw "Address already in use" once in a loaded whole-suite run), a new port, twice."""
         script = 'echo "$0" > /proc/sys/kernel/hostname && exec "$@"'
-        self._ctld = self._popen(["unshare", "--uts", "--", "sh", "-c", script, "skyslurm-ctl",
-                                  "slurmctld", "-D", "-f", str(self.conf)], "slurmctld")
 
         def answers() -> bool:
             return self.run("scontrol", "ping", check=False, timeout=10).stdout.find("UP") >= 0
 
-        self._wait(answers, "slurmctld (scontrol ping)", self._ctld)
+        for attempt in range(3):
+            seen = len(self.log("slurmctld"))
+            self._ctld = self._popen(["unshare", "--uts", "--", "sh", "-c", script, "skyslurm-ctl",
+                                      "slurmctld", "-D", "-f", str(self.conf)], "slurmctld")
+            try:
+                self._wait(answers, "slurmctld (scontrol ping)", self._ctld)
+                return
+            except RuntimeError:
+                taken = "Address already in use" in self.log("slurmctld")[seen:]
+                if attempt == 2 or not taken or self._ctld.poll() is None:
+                    raise
+            old, self.port = self.port, _controller_port()
+            self.conf.write_text(self.conf.read_text().replace(f"SlurmctldPort={old}\n", f"SlurmctldPort={self.port}\n"))
 
     def _start_slurmd(self, node: SlurmNode) -> None:
         hosts = self.dir / "etc" / "hosts"
