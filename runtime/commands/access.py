@@ -143,8 +143,14 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _relay(remote: int, local: int, name: str, err: TextIO) -> int:
-    """127.0.0.1:`local` relayed to 127.0.0.1:`remote` on this machine, until Ctrl-C."""
+    """127.0.0.1:`local` relayed to 127.0.0.1:`remote` on this machine, until Ctrl-C or SIGTERM.
+
+    The signals are the event loop's (`add_signal_handler`), not a handler raising KeyboardInterrupt:
+    one raised at an arbitrary point inside the loop was lost when it landed while a connection was
+    closing, and the relay then outlived its SIGTERM (CI's stop 33)."""
     import asyncio
+
+    writers: set[asyncio.StreamWriter] = set()
 
     async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -156,28 +162,37 @@ def _relay(remote: int, local: int, name: str, err: TextIO) -> int:
                 writer.close()
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        ends = {writer}
+        writers.add(writer)
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", remote)
+            ends.add(up_writer)
+            writers.add(up_writer)
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True)
         except OSError:
-            writer.close()
-            return
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True)
+            pass
+        finally:
+            writers.difference_update(ends)
+            for end in ends:
+                end.close()
 
     async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stop = loop.create_future()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
         server = await asyncio.start_server(serve, "127.0.0.1", local)
         err.write(f"skyhive: pool {name} runs on this machine: forwarding 127.0.0.1:{local} -> 127.0.0.1:{remote} "
                   f"(Ctrl-C stops)\n")
         err.flush()
-        async with server:
-            await server.serve_forever()
+        try:
+            await stop
+        finally:
+            server.close()
+            for writer in list(writers):  # the open connections end now, not when their peers close
+                writer.transport.abort()
 
-    old = signal.signal(signal.SIGTERM, _interrupt)  # a SIGTERM ends the relay as Ctrl-C does
-    try:
-        asyncio.run(main())
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    asyncio.run(main())
     return 0
 
 

@@ -11,12 +11,15 @@ name would be found "stopped by autostop" by the next client attaching.
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 
 from skyhive.runtime.kinds.ssh.cluster import sweep_script
 
-CLUSTER = "c-race-0123abcd"
+# unique per test process: the sweep matches the script by its command line, whatever the HOME, so
+# another xdist process's `down` sweep of a same-named pool would end this one's script (cx18)
+CLUSTER = f"c-race-{secrets.token_hex(4)}"
 
 
 def start_autostop_script(home) -> subprocess.Popen:
