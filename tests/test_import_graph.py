@@ -96,7 +96,7 @@ def test_the_graph_sees_the_modules_and_their_imports():
     assert "skyhive.runtime.actors.node" in g["skyhive.runtime.actors.pool_actor"]
     # a lazy import inside a function is an edge too
     assert "skyhive.runtime.output.captured" in g["skyhive.runtime.actors.dispatch"]
-    assert "skyhive.runtime.commands.launch" in g["skyhive.cli"]
+    assert "skyhive.runtime.commands.launch" in g["skyhive.cli.launch"]
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -151,7 +151,7 @@ def test_a_framework_plugin_does_not_import_another_plugin():
 
 #: The project's folders, bottom to top: a folder imports only folders of LOWER entries (never one of its
 #: own entry, never one above). docs/design.md draws the same table. "skyhive" is the face package
-#: (`__init__.py`, `cli.py`, `jobs.py`, `integrations.py`, `__main__.py`); `skyhive/errors.py` and
+#: (`__init__.py`, `cli/`, `jobs.py`, `integrations.py`, `__main__.py`); `skyhive/errors.py` and
 #: `skyhive/paths.py` are counted apart from it, as the project's floor. "skyhive.runtime" is the
 #: runtime's top modules (pool.py, calls.py, compute.py, blocking.py, ...); each built-in kind of node is a
 #: folder of its own (a kind's folder not named here is in the row "any other kind"). Any other new folder
