@@ -472,7 +472,7 @@ def test_a_client_killed_while_creating_an_ssh_pool_leaves_nothing_after_down(tw
     directory of the collections' forwarded socket the killed client made on a host before its worker
     started (its sshd forward died with the client's connection); another pool's such directory on the
     same host stays."""
-    from skyhive.providers.ssh import collections_prefix
+    from skyhive.providers.ssh_sweep import collections_prefix
     from tests.clusters.test_clusters import skyhive
     from tests.kinds.ssh.test_ssh_pool import _known_file
 

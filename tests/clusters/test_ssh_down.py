@@ -105,7 +105,7 @@ def pool_files(server, pool_id: str) -> list[Path]:
 def coll_dirs(server, pool_id: str) -> list[Path]:
     """The directories of the pool's collections' forwarded sockets on the host
     (runtime/kinds/ssh/collections.py), which a killed client leaves."""
-    from skyhive.providers.ssh import collections_prefix
+    from skyhive.providers.ssh_sweep import collections_prefix
 
     return sorted((Path(server.home) / ".skyhive" / "run").glob(f"{collections_prefix(pool_id)}-*-n0"))
 

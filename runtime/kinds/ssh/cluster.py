@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ....providers.base import SSHReach
-from ....providers.ssh import SSH, _SWEEP, _ere, collections_prefix, sweep_report
+from ....providers.ssh import SSH
+from ....providers.ssh_sweep import SWEEP, collections_prefix, ere, sweep_report
 from ....providers.ssh_config import DEFAULT_CONFIG
 from ...nodes.keep import cluster_key
 
@@ -89,7 +90,7 @@ def autostop_guard(sock_dir: str, name: str) -> str:
 
 def sweep_script(cluster: str, name: str, mode: str, grace: float, *, then: str = "",
                  from_autostop: bool = False, keep_work: bool = False) -> str:
-    """The SSH provider's cleanup sweep (`_SWEEP`), for the named pool whose socket directory is
+    """The SSH provider's cleanup sweep (`SWEEP`), for the named pool whose socket directory is
     `cluster`: its processes are those whose environment has `SKYHIVE_CLUSTER=<.../cluster>` (the
     workers and everything their jobs started) or whose command line names one of its sockets; its
     files are the socket directory, the autostop watchdog's directory (`<cluster>.wd`, its process is
@@ -108,16 +109,16 @@ def sweep_script(cluster: str, name: str, mode: str, grace: float, *, then: str 
     variables = {
         "MODE": mode,
         "GRACE": str(max(1, round(grace * 10))),
-        "RE_ENV": f"^SKYHIVE_CLUSTER=.*/{_ere(cluster)}$",
-        "RE_CMD": f"/{_ere(cluster)}(/n[0-9]+-w[0-9]+\\.sock|\\.wd{script})$",
-        "RE_FILE": f"^{_ere(cluster)}(\\.wd|\\.autostop)?$",
+        "RE_ENV": f"^SKYHIVE_CLUSTER=.*/{ere(cluster)}$",
+        "RE_CMD": f"/{ere(cluster)}(/n[0-9]+-w[0-9]+\\.sock|\\.wd{script})$",
+        "RE_FILE": f"^{ere(cluster)}(\\.wd|\\.autostop)?$",
         "RE_COLL": f"^{collections_prefix(cluster)}-[0-9a-f]+-n[0-9]+$",
         "RE_WORK": "^$",  # none: the work directory goes below, in "kill" mode unless keep_work
     }
     wipe = "" if keep_work else f'\nrm -rf -- "$HOME/.skyhive/work/"{shlex.quote(name)}'
     work = f"{wipe}\n{then}\n" if mode == "kill" else ""
     # the sweep's last line is its exit status: remove the work directory before it
-    body = _SWEEP.rstrip("\n")
+    body = SWEEP.rstrip("\n")
     head, _, last = body.rpartition("\n")
     return "".join(f"{k}={shlex.quote(v)}\n" for k, v in variables.items()) + head + work + "\n" + last + "\n"
 

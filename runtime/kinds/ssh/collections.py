@@ -25,7 +25,7 @@ import shlex
 from typing import Any, Protocol
 
 from ....errors import SSHError
-from ....providers.ssh import collections_prefix
+from ....providers.ssh_sweep import collections_prefix
 from .cluster import KeptSSHReach
 from ...nodes.transport import CollectionsReach, CommandResult
 

@@ -53,7 +53,7 @@ def across_the_drop() -> tuple[object, int, int]:
 
 
 async def test_collections_on_two_ssh_hosts_survive_a_reconnect_and_leave_nothing(netns_hosts):
-    from skyhive.providers.ssh import collections_prefix
+    from skyhive.providers.ssh_sweep import collections_prefix
 
     hosts = list(netns_hosts)[:2]
     provider = ssh_for(hosts)
