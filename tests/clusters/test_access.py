@@ -8,14 +8,17 @@ nothing of it is left on the hosts or here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
 import select
+import socket
 import subprocess
 import textwrap
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,18 @@ from tests.clusters.test_ssh_clusters import TASK, kept_pool_pids, two_hosts  # 
 from tests.kinds.ssh.test_ssh_pool import ssh_for
 
 pytestmark = [pytest.mark.slow]
+
+
+@contextlib.contextmanager
+def listener_and_free_port() -> Iterator[tuple[socket.socket, int, int]]:
+    """A socket listening on 127.0.0.1 (the node's port, REMOTE) and a free port to reach it from (LOCAL)."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            local = s.getsockname()[1]
+        yield srv, srv.getsockname()[1], local
 
 
 def _record(home: str, name: str = "train") -> dict:
@@ -172,8 +187,6 @@ def test_skyhive_forward_reaches_a_web_server_on_a_node(two_hosts, skyhive_home,
     (serve / "index.html").write_text("hello from node 1\n")
     os.chmod(serve, 0o755)
     os.chmod(serve / "index.html", 0o644)
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         local = s.getsockname()[1]
@@ -337,8 +350,6 @@ def test_an_alias_defined_twice_and_a_host_star_block_that_overrides_ours_are_ex
 
 
 def test_skyhive_ssh_on_a_local_pool_is_a_local_shell_in_the_nodes_directory(clean, tmp_path):
-    import socket
-
     from tests.clusters.test_clusters import write
 
     task = write(tmp_path / "t.yaml", "name: hi\nnum_nodes: 2\nenvs:\n  GREETING: local hello\nrun: |\n  echo ran\n")
@@ -353,13 +364,7 @@ def test_skyhive_ssh_on_a_local_pool_is_a_local_shell_in_the_nodes_directory(cle
     # forward: the port is this machine's already; another local port is relayed
     done = skyhive("forward", "loc", "8765", cwd=tmp_path)
     assert done.returncode == 0 and "http://127.0.0.1:8765 reaches its port directly" in done.stderr
-    with socket.socket() as srv:
-        srv.bind(("127.0.0.1", 0))
-        srv.listen()
-        remote = srv.getsockname()[1]
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            local = s.getsockname()[1]
+    with listener_and_free_port() as (srv, remote, local):
         fwd = subprocess.Popen([*SKYHIVE, "forward", "loc", f"{remote}:{local}"], cwd=tmp_path,
                                stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
@@ -383,19 +388,12 @@ def test_the_local_relay_ends_at_a_sigterm_that_lands_as_a_connection_closes(tmp
     """CI's stop 33: the relay's SIGTERM raised KeyboardInterrupt at whatever the event loop was doing;
     landing while a relayed connection closed, it was lost and the relay ran on (about one try in five
     here). Each try: one relayed exchange, both ends closed, SIGTERM at once."""
-    import socket
     import sys
 
     code = "import sys; from skyhive.runtime.commands.access import _relay; " \
            "sys.exit(_relay(int(sys.argv[1]), int(sys.argv[2]), 'p', sys.stderr))"
     for _ in range(8):
-        with socket.socket() as srv:
-            srv.bind(("127.0.0.1", 0))
-            srv.listen()
-            remote = srv.getsockname()[1]
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                local = s.getsockname()[1]
+        with listener_and_free_port() as (srv, remote, local):
             relay = subprocess.Popen([sys.executable, "-c", code, str(remote), str(local)], cwd=tmp_path,
                                      stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             try:
