@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -114,12 +115,25 @@ def test_the_browser_without_the_token_is_refused(dashboard, browser):
 # ---- a named Local pool running a job: nodes, live log, cancel, down ---------------------------------------
 
 
-def _click(browser, selector: str) -> None:
-    """Click what `selector` finds (found again if the live page redrew it meanwhile)."""
+def _click(browser, selector: str, *, until=None) -> None:
+    """Click what `selector` finds (found again if the live page redrew it meanwhile). With `until`, click
+    again until `until()` holds: a live page that redraws its table between the press and the release of a
+    click loses that click without an error (the two land on different elements), as a person's would."""
     def click() -> bool:
         browser.find_element("css selector", selector).click()
         return True
-    wait_until(click, what=f"{selector} to click")
+
+    def clicked() -> bool:
+        if until():
+            return True
+        wait_until(click, what=f"{selector} to click")
+        for _ in range(25):  # a moment for the click's effect, then (if it was lost) the next try
+            if until():
+                return True
+            time.sleep(0.2)
+        return False
+
+    wait_until(click if until is None else clicked, what=f"{selector} to click")
 
 
 def _click_confirm(browser, selector: str) -> None:
@@ -174,7 +188,7 @@ def test_a_named_pools_job_nodes_live_log_cancel_and_down(tmp_path, clean, dashb
     shot(browser, "1-pools")
 
     # the pool page: its nodes (lifecycle and workers), its job, its timeline and events
-    _click(browser, f"{row} a")
+    _click(browser, f"{row} a", until=lambda: "#/pool/" in browser.current_url)
     wait_until(lambda: len(browser.find_elements("css selector", "#nodes tbody tr")) == 2, what="the nodes table")
     assert _column(browser, "#nodes", 0) == {"0", "1"}
     assert _column(browser, "#nodes", 1) == {"ready"}
@@ -212,7 +226,7 @@ def test_a_named_pools_job_nodes_live_log_cancel_and_down(tmp_path, clean, dashb
     shot(browser, "2-pool")
 
     # the job's log: lines arrive live, with node prefixes; the secret never shows
-    _click(browser, "#jobs a.btn")
+    _click(browser, "#jobs a.btn", until=lambda: "#/log/" in browser.current_url)
     wait_until(lambda: any(ln.startswith("[node 1] tick 3") for ln in _log_lines(browser)), what="the log's lines")
     seen = len(_log_lines(browser))
     url = browser.current_url
@@ -285,6 +299,8 @@ def test_a_managed_job_is_listed_its_log_shown_and_cancelled_from_the_page(tmp_p
         _managed_job_on_the_page(job, dashboard, browser, store, controller_pid, gone, live_workers)
     finally:  # a failed step above must not leave the job running (it would never end)
         if store.load(job).state not in store.FINISHED:
+            import skyhive as sky
+
             sky.jobs.cancel(job)
 
 
@@ -300,7 +316,7 @@ def _managed_job_on_the_page(job, dashboard, browser, store, controller_pid, gon
     shot(browser, "7-managed-jobs")
 
     # its one log, streamed into the page
-    _click(browser, f"{row} a.btn")
+    _click(browser, f"{row} a.btn", until=lambda: "/log/managed/" in browser.current_url)
     wait_until(lambda: "/log/managed/" in browser.current_url, what="the log page")
     wait_until(lambda: any(line.startswith("step 2") for line in _log_lines(browser)), what="the job's lines")
     # the job's own first line (after skyhive's notes, such as where its checkpoints go)
