@@ -143,8 +143,7 @@ class SSHRunner(CommandRunner):
             return os.path.expanduser(self.known_hosts)
         if self.host_key is None:
             return None
-        import asyncssh
-
+        from .sshlib import asyncssh
         name = self.host if self.port == 22 else f"[{self.host}]:{self.port}"
         return asyncssh.import_known_hosts(f"{name} {self.host_key}\n")
 
@@ -158,8 +157,7 @@ class SSHRunner(CommandRunner):
             await self.connect()
 
     async def run(self, argv: Sequence[str], *, timeout: float) -> Completed:
-        import asyncssh
-
+        from .sshlib import asyncssh
         with anyio.fail_after(timeout):
             conn = await self.connect()
             try:

@@ -66,8 +66,7 @@ async def connect_ssh(*, host: str, port: int, user: str, key: str | None, known
     `options` go to `asyncssh.connect` as they are (ciphers, keepalives, a client factory).
     Used by the SSH provider (sweeps for `skyhive down`) and the SSH transport (the pool's connection).
     """
-    import asyncssh
-
+    from .sshlib import asyncssh
     where = f"{user}@{host}" + (f":{port}" if port != 22 else "")
     kwargs: dict[str, Any] = dict(
         host=host, port=port, username=user, known_hosts=known_hosts, config=None,
@@ -353,8 +352,7 @@ class SSH(Provider):
 
     async def _sweep(self, host: tuple[str | None, str, int], script: str) -> str:
         """Run the sweep `script` on `host`; its stdout. Raises `SSHError` subclasses naming the host."""
-        import asyncssh
-
+        from .sshlib import asyncssh
         user, addr, port = host
         user = user or getpass.getuser()
         where = self._show((user, addr, port))

@@ -31,8 +31,7 @@ def pool_key(pool_id: str, *, create: bool = True) -> tuple[Path, str]:
         return private, public.read_text().strip()
     if not create:
         return private, ""
-    import asyncssh
-
+    from ..sshlib import asyncssh
     directory = private_dir("cloud", pool_id)
     key = asyncssh.generate_private_key("ssh-ed25519", comment=f"skyhive-{pool_id}")
     fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -33,8 +33,7 @@ log = logging.getLogger("skyhive.clusters")
 
 def fingerprint(key: str) -> str:
     """The SHA256 fingerprint of an OpenSSH public key ("ssh-ed25519 AAAA..."), as `ssh-keygen -l` shows it."""
-    import asyncssh
-
+    from ...providers.sshlib import asyncssh
     return str(asyncssh.import_public_key(key).get_fingerprint("sha256"))
 
 
@@ -69,8 +68,7 @@ def changed_host_keys(rec: ClusterRecord) -> list[ChangedKey]:
     nodes = sorted({int(k) for k in rec.host_keys if int(k) < rec.nodes})
 
     async def look() -> list[ChangedKey]:
-        import asyncssh
-
+        from ...providers.sshlib import asyncssh
         async def one(node: int) -> ChangedKey | None:
             _, addr, port = provider.hosts[node]
             try:

@@ -78,14 +78,6 @@ def test_an_unknown_region_is_refused_naming_the_known_ones():
         catalog.choose("aws", "mars-1")
 
 
-def test_the_shipped_table_is_what_the_generator_makes():
-    pytest.importorskip("moto", reason="the generator reads moto's instance data (dev extra)")
-    from skyhive.providers.cloud.data import generate
-
-    shipped = json.loads(resources.files("skyhive.providers.cloud.data").joinpath("aws.json").read_text())
-    assert generate.build() == shipped
-
-
 def test_skyhive_launch_plans_the_aws_machine_and_refuses_what_a_provider_cannot_honour(tmp_path):
     from skyhive.runtime.commands.plan import plan_launch
     from skyhive.runtime.commands.taskfile import TaskFileError, loads

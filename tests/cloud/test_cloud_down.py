@@ -20,6 +20,7 @@ from skyhive.providers.cloud import catalog
 from skyhive.providers.cloud.aws import AWS
 from skyhive.providers.cloud.base import CloudTimeouts
 from tests.infra.moto_ec2 import count_pool
+from tests.procs import Lines
 
 pytestmark = [pytest.mark.loopback_only]
 
@@ -48,11 +49,13 @@ def test_down_after_a_killed_client_leaves_nothing_of_that_pool_only(moto_server
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     client = subprocess.Popen([sys.executable, "-c", CLIENT, endpoint, moto_server.image], cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = Lines(client.stdout), Lines(client.stderr)
     try:
-        line = client.stdout.readline()
-        if line.strip() != "READY":
-            client.wait(30)
-            pytest.fail(f"the client did not get its pool: {line}{client.stderr.read()[-3000:]}")
+        try:
+            out.wait_for(lambda line: line.strip() == "READY", 300, "the client's pool")
+        except AssertionError as e:
+            client.kill()
+            pytest.fail(f"the client did not get its pool: {e}\n{err.rest()[-3000:]}")
         assert count_pool("p-victim", endpoint) == {"instances": 2, "groups": 1, "keys": 1}
         client.send_signal(signal.SIGKILL)
         client.wait(30)

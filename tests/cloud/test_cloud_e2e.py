@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.procs import Lines
 
 pytestmark = [
     pytest.mark.slow,
@@ -96,11 +97,13 @@ def test_idle_watchdog_keeps_a_connected_node_and_shuts_down_one_whose_client_wa
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SKYHIVE_HOME": skyhive_home}
     proc = subprocess.Popen(client.exec_argv([sys.executable, "-m", "tests.cloud.cloud_e2e_client", json.dumps(config)]),
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = Lines(proc.stdout), Lines(proc.stderr)
     try:
-        line = proc.stdout.readline()
-        if not line.startswith("FIRED DURING LONG TASK:"):
+        try:
+            line = out.wait_for("FIRED DURING LONG TASK:", 300, "the client's long task")
+        except AssertionError as e:
             proc.kill()
-            pytest.fail(f"the client did not run its long task: {line}{proc.stderr.read()[-4000:]}")
+            pytest.fail(f"the client did not run its long task: {e}\n{err.rest()[-4000:]}")
         assert json.loads(line.split(":", 1)[1]) == [[], []]  # connected for 3x idle: no watchdog fired
         assert sorted(os.listdir(marker_dir)) == []
         proc.kill()  # SIGKILL: its SSH connections drop, nothing of skyhive runs on the client any more

@@ -26,6 +26,7 @@ import pytest
 from tests.clusters.test_clusters import SKYHIVE, clean, skyhive, wait_for  # noqa: F401 - clean: a fixture
 from tests.clusters.test_ssh_clusters import TASK, kept_pool_pids, two_hosts  # noqa: F401 - a fixture
 from tests.kinds.ssh.test_ssh_pool import ssh_for
+from tests.procs import Lines
 
 pytestmark = [pytest.mark.slow]
 
@@ -197,9 +198,9 @@ def test_skyhive_forward_reaches_a_web_server_on_a_node(two_hosts, skyhive_home,
     server_pid = int(started.stdout.strip().splitlines()[-1])
     fwd = subprocess.Popen([*SKYHIVE, "forward", "train", f"8765:{local}", "--node", "1"], cwd=tmp_path,
                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err = Lines(fwd.stderr)
     try:
-        line = fwd.stderr.readline()
-        assert f"forwarding 127.0.0.1:{local} -> train-worker1:8765" in line, line + fwd.stderr.read()
+        err.wait_for(f"forwarding 127.0.0.1:{local} -> train-worker1:8765", 120, "skyhive forward's first line")
 
         def fetch() -> str | None:
             try:
@@ -213,7 +214,6 @@ def test_skyhive_forward_reaches_a_web_server_on_a_node(two_hosts, skyhive_home,
         fwd.terminate()
         fwd.wait(timeout=30)
         fwd.stdout.close()
-        fwd.stderr.close()
         try:
             os.kill(server_pid, 9)
         except ProcessLookupError:
@@ -367,8 +367,9 @@ def test_skyhive_ssh_on_a_local_pool_is_a_local_shell_in_the_nodes_directory(cle
     with listener_and_free_port() as (srv, remote, local):
         fwd = subprocess.Popen([*SKYHIVE, "forward", "loc", f"{remote}:{local}"], cwd=tmp_path,
                                stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        err = Lines(fwd.stderr)
         try:
-            assert f"forwarding 127.0.0.1:{local} -> 127.0.0.1:{remote}" in fwd.stderr.readline()
+            err.wait_for(f"forwarding 127.0.0.1:{local} -> 127.0.0.1:{remote}", 120, "skyhive forward's first line")
             with socket.create_connection(("127.0.0.1", local), timeout=30) as c:
                 conn, _ = srv.accept()
                 with conn:
@@ -379,7 +380,6 @@ def test_skyhive_ssh_on_a_local_pool_is_a_local_shell_in_the_nodes_directory(cle
         finally:
             fwd.terminate()
             fwd.wait(timeout=30)
-            fwd.stderr.close()
         assert fwd.returncode == 0
 
 
@@ -396,20 +396,20 @@ def test_the_local_relay_ends_at_a_sigterm_that_lands_as_a_connection_closes(tmp
         with listener_and_free_port() as (srv, remote, local):
             relay = subprocess.Popen([sys.executable, "-c", code, str(remote), str(local)], cwd=tmp_path,
                                      stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            err = Lines(relay.stderr)
             try:
-                assert "forwarding" in relay.stderr.readline()
+                err.wait_for("forwarding", 120, "the relay's first line")
                 with socket.create_connection(("127.0.0.1", local), timeout=30) as c:
                     conn, _ = srv.accept()
                     with conn:
                         c.sendall(b"ping")
                         assert conn.recv(4) == b"ping"
                 relay.terminate()
-                assert relay.wait(timeout=60) == 0, relay.stderr.read()
+                assert relay.wait(timeout=60) == 0, err.rest()
             finally:
                 if relay.poll() is None:
                     relay.kill()
                     relay.wait()
-                relay.stderr.close()
 
 def test_resources_ports_are_parsed_in_skypilots_spellings_and_bad_ones_named(tmp_path):
     from skyhive.runtime.commands.taskfile import TaskFileError, loads

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import state_of
+from tests.procs import Lines, state_of
 from tests.clusters.test_clusters import clean, python, record  # noqa: F401 - `clean` is a fixture
 
 SKYHIVE = [sys.executable, "-m", "skyhive"]
@@ -55,13 +55,17 @@ def test_autostop_gives_up_while_a_client_is_attached_and_stops_the_pool_once_it
     pids = _kept(tmp_path, "race")
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(HOLDER.format(name="race"))], cwd=tmp_path,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines, errs = Lines(holder.stdout), Lines(holder.stderr)
     try:
-        assert holder.stdout.readline().strip() == "attached"  # the client holds the pool now
+        lines.wait_for(lambda line: line.strip() == "attached", 120, "the client attached")  # it holds the pool now
         fired = _autostop("race", tmp_path)  # the watchdog fires at this instant
         assert fired.returncode == 75, fired.stderr  # KEEP_WATCHING: the watchdog watches on
         assert "busy" in fired.stdout and "in use by pid" in fired.stdout
         assert _alive(pids) and record(home, "race")["stopped"] == ""
-        out, err = holder.communicate("go\n", timeout=60)  # the client goes on with the same workers
+        holder.stdin.write("go\n")  # the client goes on with the same workers
+        holder.stdin.close()
+        holder.wait(timeout=60)
+        out, err = lines.rest(), errs.rest()
     finally:
         if holder.poll() is None:
             holder.kill()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import state_of
+from tests.procs import Lines, state_of
 
 SKYHIVE = [sys.executable, "-m", "skyhive"]
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"
@@ -418,12 +418,14 @@ def test_autostop_ends_an_idle_pool_and_status_says_so(tmp_path, clean, monkeypa
             time.sleep(3)
             print(sorted(pool.broadcast(os.getpid)), flush=True)
         """)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines, errs = Lines(client.stdout), Lines(client.stderr)
     try:
-        assert client.stdout.readline().strip() == "attached", client.stderr.read()
+        lines.wait_for(lambda line: line.strip() == "attached", 120, "the client attached")
         monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "1")  # a test "minute" is one second from now on
         watchdog = set_autostop(records.load("idle"), 2, down).watchdog_pid  # (what `launch -c -i` does)
         go.write_text("go")
-        out, err = client.communicate(timeout=120)
+        client.wait(timeout=120)
+        out, err = lines.rest(), errs.rest()
     finally:
         client.kill()
     assert client.returncode == 0, err
@@ -539,7 +541,7 @@ def test_jobs_wait_for_an_attached_client_and_a_waiting_job_can_be_cancelled(tmp
                 time.sleep(0.1)
         """)], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
     try:
-        assert client.stdout.readline().strip() == "attached"
+        Lines(client.stdout).wait_for(lambda line: line.strip() == "attached", 120, "the client attached")
         short = write(tmp_path / "short.yaml", SLOW.format(n=1))
         assert skyhive("exec", "-d", "busy", str(short), cwd=tmp_path).returncode == 0  # job 2
         assert skyhive("exec", "-d", "busy", str(short), cwd=tmp_path).returncode == 0  # job 3

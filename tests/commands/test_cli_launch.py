@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
 from skyhive.runtime.events.log import read_log
 from skyhive.runtime.events.state import fold
-from tests.procs import wait_gone
+from tests.procs import Lines, wait_gone
 
 SKYHIVE = [sys.executable, "-m", "skyhive"]
 
@@ -130,22 +128,16 @@ def test_sigint_stops_every_node_command_and_tears_down(tmp_path, skyhive_home):
         """)
     proc = subprocess.Popen([*SKYHIVE, "launch", "forever.yaml", "--env", f"PIDS={pids_dir}"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout], daemon=True).start()
+    out, err = Lines(proc.stdout), Lines(proc.stderr)
     try:
         started: set[str] = set()
-        deadline = time.monotonic() + 120
-        while started != {"[node 0] started", "[node 1] started"}:
-            assert time.monotonic() < deadline and proc.poll() is None, "the task did not start on both nodes"
-            try:
-                started.add(lines.get(timeout=1).strip())
-            except queue.Empty:
-                pass
+        out.wait_for(lambda line: started.add(line.strip()) or started >= {"[node 0] started", "[node 1] started"},
+                     120, "the task started on both nodes")
         script_pids = {int(p) for f in pids_dir.iterdir() for p in f.read_text().split()}
         assert len(script_pids) == 4  # bash and its sleep, on each node
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=60)
-        stderr = proc.stderr.read()
+        stderr = err.rest(60)
     finally:
         if proc.poll() is None:
             proc.kill()

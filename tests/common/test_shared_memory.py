@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import textwrap
 import time
 
 import pytest
+from tests.procs import Lines
 
 from skyhive.protocol import Connection, LocalProtocolError, RemoteProtocolError, Result, Role, Submit
 from skyhive.protocol.codec import encode
@@ -145,8 +147,10 @@ def test_a_sigkilled_client_leaves_no_worker_and_nothing_in_dev_shm(tmp_path):
     script.write_text(CLIENT)
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
-        pids = [int(p) for p in proc.stdout.readline().split()]
-        assert pids and proc.stdout.readline().strip() == "sent"
+        out = Lines(proc.stdout)
+        pids = [int(p) for p in out.wait_for(re.compile(r"^\d+( \d+)*$"), 120, "the workers' pids").split()]
+        assert pids
+        out.wait_for(lambda line: line.strip() == "sent", 120, "the argument sent")
         assert any(skyhive_memfds(pid) or _maps_memfd(pid) for pid in pids)  # the worker holds the argument
     finally:
         proc.send_signal(signal.SIGKILL)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.dashboard.dashboard_infra import Dashboard, browser, dashboard, shot, wait_until  # noqa: F401 - fixtures
-from tests.procs import state_of
+from tests.procs import Lines, state_of
 from tests.clusters.test_clusters import clean, running_under, skyhive, write  # noqa: F401 - `clean`: a fixture
 
 pytestmark = pytest.mark.slow
@@ -374,10 +374,9 @@ def test_a_failed_node_shows_its_cause_and_a_gone_clients_pool_is_taken_down(tmp
     client = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CLIENT)], stdout=subprocess.PIPE, text=True,
                               cwd=tmp_path)
     try:
-        assert client.stdout is not None
-        lines = [client.stdout.readline(), client.stdout.readline()]
-        assert lines[0].startswith("LOST") and lines[1].startswith("POOL"), lines
-        pool_id = lines[1].split()[1]
+        out = Lines(client.stdout)
+        out.wait_for(lambda line: line.startswith("LOST"), 120, "the client's LOST line")
+        pool_id = out.wait_for(lambda line: line.startswith("POOL"), 120, "the client's POOL line").split()[1]
         from skyhive.runtime.events.inventory import find
 
         worker = [w.pid for n in find(pool_id).state.nodes for w in n.workers if n.node == 0][0]
@@ -433,9 +432,9 @@ def test_down_of_a_pool_whose_client_runs_asks_to_force(tmp_path, dashboard):
     client = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CLIENT)], stdout=subprocess.PIPE, text=True,
                               cwd=tmp_path)
     try:
-        assert client.stdout is not None
-        client.stdout.readline()
-        pool_id = client.stdout.readline().split()[1]
+        out = Lines(client.stdout)
+        out.wait_for(lambda line: line.startswith("LOST"), 120, "the client's LOST line")
+        pool_id = out.wait_for(lambda line: line.startswith("POOL"), 120, "the client's POOL line").split()[1]
         status, _, body = request(dashboard, f"/api/pools/{pool_id}/down?token={dashboard.token}", method="POST",
                                   body=b"{}", headers={"X-Skyhive-Dashboard": "1"})
         assert status == 409 and json.loads(body)["force"] is True

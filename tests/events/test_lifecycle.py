@@ -13,7 +13,7 @@ import pytest
 import skyhive as sky
 from skyhive.runtime.events.log import read_log
 from skyhive.runtime.events.state import fold
-from tests.procs import alive, state_of, wait_gone, worker_pids
+from tests.procs import Lines, alive, state_of, wait_gone, worker_pids
 
 pytestmark = pytest.mark.anyio
 
@@ -247,7 +247,7 @@ async def test_a_killed_client_leaves_no_worker_even_mid_task(tmp_path):
     script.write_text(HOLDER)
     proc = subprocess.Popen([sys.executable, str(script), name], stdout=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout.readline().strip() == "running"
+        Lines(proc.stdout).wait_for(lambda line: line.strip() == "running", 120, "the holder's task running")
         pids = worker_pids(name)
         assert len(pids) == 1
         proc.kill()  # the client dies while its worker runs a 120 s task

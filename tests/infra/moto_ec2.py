@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -98,8 +99,11 @@ def moto_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoEC2]:
     _require_namespace()
     _env(monkeypatch)
     port = _free_port()
+    # its log (a line per request) goes to a file: a pipe nobody reads fills and stops the server, and a
+    # read of a pipe whose writer lives on never returns
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -108,7 +112,8 @@ def moto_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoEC2]:
                     break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    err = proc.stderr.read().decode() if proc.stderr else ""
+                    log.seek(0)
+                    err = log.read().decode(errors="replace")
                     pytest.fail(f"moto_server did not start on 127.0.0.1:{port}: {err[-2000:]}")
                 time.sleep(0.1)
         endpoint = f"http://127.0.0.1:{port}"
@@ -120,6 +125,7 @@ def moto_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoEC2]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.close()
 
 
 def leftovers(endpoint: str | None = None, region: str = REGION, proxy: Any = None) -> dict[str, int]:

@@ -25,8 +25,10 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -241,6 +243,35 @@ class NetnsHost:
 
     def rotate_host_key(self, **kw) -> str:
         return self.sshd.rotate_host_key(**kw)
+
+    @contextlib.contextmanager
+    def private_dev_fuse(self, mode: int) -> Iterator[None]:
+        """While in the block, this host's logins see a /dev/fuse of their own with `mode`, owned by root: a
+        character device with FUSE's numbers (10, 229) bind-mounted over /dev/fuse in the mount namespace of
+        the host's sshd (`ip netns exec` gave it one of its own), which every SSH session inherits. The
+        machine's /dev/fuse and its mode are untouched, whatever they are (0666 here, 0660 or 0600
+        elsewhere): a test makes the condition it is about."""
+        pid = self.sshd.pid
+        if pid is None:
+            raise RuntimeError(f"{self.hostname}: its sshd is not running")
+        node = self.dir / "dev-fuse"
+        node.unlink(missing_ok=True)
+        os.mknod(node, stat.S_IFCHR | mode, os.makedev(10, 229))
+        os.chmod(node, mode)  # mknod's mode passes through the umask
+        os.chown(node, 0, 0)
+        enter = ["nsenter", "-t", str(pid), "-m", "--"]
+        subprocess.run([*enter, "mount", "--bind", str(node), "/dev/fuse"], check=True, capture_output=True,
+                       timeout=30)
+        try:
+            # what the host's user sees there now (su: root's mount namespace, the user's permissions)
+            seen = subprocess.run([*enter, "su", "-s", "/bin/sh", self.user, "-c", "test -r /dev/fuse -a -w /dev/fuse"],
+                                  capture_output=True, text=True, timeout=30)
+            if (seen.returncode == 0) != (mode & 0o006 == 0o006):
+                raise RuntimeError(f"{self.hostname}: /dev/fuse mode {oct(mode)} did not take for {self.user}: {seen}")
+            yield
+        finally:
+            subprocess.run([*enter, "umount", "/dev/fuse"], check=False, capture_output=True, timeout=30)
+            node.unlink(missing_ok=True)
 
     def exec_argv(self, argv: list[str]) -> list[str]:
         """``argv`` wrapped to run as root on this host: its network namespace, its /etc/netns files,

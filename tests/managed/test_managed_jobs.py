@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import state_of, worker_pids
+from tests.procs import Lines, state_of, worker_pids
 
 SKYHIVE = [sys.executable, "-m", "skyhive"]
 
@@ -202,10 +202,9 @@ def test_a_bad_max_restarts_on_errors_is_refused_before_anything_is_submitted(tm
 def test_the_job_finishes_after_its_client_is_killed_right_after_launch(tmp_path, skyhive_home):
     proc = subprocess.Popen([*SKYHIVE, "jobs", "launch", task_file(tmp_path, steps=4, pause=0.2), "-y"],
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
-    line = proc.stdout.readline()
+    line = Lines(proc.stdout).wait_for("managed job ", 120, "jobs launch's first line")
     os.killpg(proc.pid, signal.SIGKILL)  # the client and anything left in its group
     proc.wait()
-    proc.stdout.close()
     job = int(line.split("managed job ", 1)[1].split()[0])
     info = ended(job)
     assert info["state"] == "SUCCEEDED" and step_of(skyhive_home, job) == 4

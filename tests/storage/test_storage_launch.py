@@ -23,6 +23,7 @@ from skyhive.runtime.commands.taskfile import loads
 from tests.infra.moto_s3 import s3  # noqa: F401 - the fixture
 from tests.commands.test_cli_launch import SKYHIVE, by_node
 from tests.clusters.test_clusters import clean  # noqa: F401 - the fixture (named pools downed after the test)
+from tests.procs import Lines
 
 
 def test_a_copy_mount_is_there_before_setup_and_a_sourced_bucket_is_made_then_removed(s3, tmp_path, capsys):
@@ -119,12 +120,13 @@ def test_a_killed_training_job_restarted_on_a_fresh_machine_resumes_from_its_las
     client = subprocess.Popen([*SKYHIVE, "launch", "t.yaml"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
     killed: list[int] = []
+    out = Lines(client.stdout)
     try:
         deadline = time.monotonic() + 300
         while "resumable/step-10" not in s3.keys("ckpt-bucket"):  # uploaded in the background, mid-run
             if client.poll() is not None or time.monotonic() > deadline:
                 client.kill()
-                raise AssertionError(f"no checkpoint reached the bucket: {client.stdout.read()}")  # type: ignore[union-attr]
+                raise AssertionError(f"no checkpoint reached the bucket: {out.rest()}")
             time.sleep(0.2)
         # the node dies: its worker, the job's processes, and the client that ran it, all SIGKILLed
         shell, worker, trainer = (int(x) for x in pids.read_text().split())
@@ -136,7 +138,7 @@ def test_a_killed_training_job_restarted_on_a_fresh_machine_resumes_from_its_las
         if client.poll() is None:
             client.kill()
             client.wait()
-    first_run = client.stdout.read()  # type: ignore[union-attr]
+    first_run = out.rest(60)
     assert "step 10" in first_run and "step 11" not in first_run, first_run
     assert {"resumable/step-2", "resumable/step-10"} <= set(s3.keys("ckpt-bucket"))
     # a fresh machine: nothing of the first run on its disk

@@ -2,7 +2,7 @@
 endpoint — `moto_server` on the test bridge's own address, created by the test — through the bridge and
 nothing else. Their Python has no boto3: skyhive sends the client's (runtime/storage/deps.py). COPY and
 MOUNT_CACHED through a task file and through `Pool(mounts=...)`; MOUNT refused with why (the test users are
-not root, and /dev/fuse is 0600 here: FUSE works for root, in the namespaces too, not for them).
+not root, and the test makes /dev/fuse 0600 for them on that host, whatever the machine's mode is).
 """
 
 from __future__ import annotations
@@ -120,7 +120,10 @@ def test_a_fuse_mount_on_a_host_whose_user_cannot_open_dev_fuse_is_refused_with_
     bridge_s3.client().create_bucket(Bucket="fuse-ssh")
     task = loads("file_mounts:\n  fmnt:\n    source: s3://fuse-ssh\n    mode: MOUNT\nrun: echo never\n",
                  cwd=str(tmp_path))
-    code = run_launch(task, provider=ssh_for(list(netns_hosts)[:1]))
+    host = list(netns_hosts)[0]
+    # the host's user cannot open its /dev/fuse: one of its own, 0600 and root's, whatever this machine's is
+    with host.private_dev_fuse(0o600):
+        code = run_launch(task, provider=ssh_for([host]))
     err = capfd.readouterr().err
     assert code != 0
     assert "mode MOUNT of s3://fuse-ssh cannot work here: /dev/fuse is not open to user" in err, err

@@ -2,6 +2,10 @@
 
     python -m skyhive.providers.cloud.data.generate        # needs the dev extra (moto)
 
+Run it in the environment ``python3 dev.py test`` makes: the two packages are then the versions
+``requirements/test.lock`` pins, which the table's ``sources`` record and tests/cloud/test_cloud_aws_catalog.py
+compares with the lock — a release of moto moves the table only when the lock moves (``dev.py test --latest``).
+
 Sources, both offline: moto's ``ec2/resources/instance_types.json.gz`` (vCPUs, memory, GPU model and
 count per type) and ``instance_type_offerings/availability-zone/<region>.json.gz`` (which zones offer
 which type), and apache-libcloud's ``data/pricing.json`` (Linux on-demand prices per region; 0 means

@@ -18,8 +18,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import asyncssh
-
+from ....providers.sshlib import asyncssh
 from ....providers.slurm import SlurmReach
 from ...common.settings import Settings
 from ...nodes.shell import Shell

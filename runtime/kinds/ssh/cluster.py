@@ -185,8 +185,7 @@ class SSHCluster(SSH):
 
     def _sweep_known_hosts(self, host: tuple[str | None, str, int]) -> Any:
         """The known hosts a cleanup login checks: the key recorded for that host, else the pool's file."""
-        import asyncssh
-
+        from ....providers.sshlib import asyncssh
         for index, h in enumerate(self.hosts):
             if h == host and index in self.host_keys:
                 _, addr, port = host

@@ -11,8 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import PurePosixPath
 from typing import Any, Protocol
 
-import asyncssh
-
+from ....providers.sshlib import asyncssh
 from ....providers.base import SSHReach
 from ...nodes.shell import CommandResult, Shell
 

@@ -33,8 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import asyncssh
-
+from ....providers.sshlib import asyncssh
 from ....errors import AuthenticationFailed, HostKeyChanged, SSHError
 from ....providers.base import NodeHandle, SSHReach
 from ....providers.ssh import connect_ssh

@@ -20,6 +20,7 @@ import pytest
 import skyhive as sky
 from tests.infra.slurm import SlurmCluster
 from tests.kinds.slurm.test_slurm_pool import _occupy, assert_clean
+from tests.procs import Lines
 
 pytestmark = pytest.mark.anyio
 
@@ -70,7 +71,7 @@ def _killed_client(tmp_path: Path, cluster: SlurmCluster, pool: str, minutes: in
     script.write_text(CLIENT)
     proc = subprocess.Popen([sys.executable, str(script), pool, str(minutes)], stdout=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "open"
+        Lines(proc.stdout).wait_for(lambda line: line.strip() == "open", 120, "the client opened its pool")
         _wait(lambda: len(cluster.worker_processes()) == 2, 30, "a worker on each node")
         (job, _name, state), = _pool_jobs(cluster, pool)
         assert state == "RUNNING"
