@@ -159,12 +159,12 @@ def test_a_websocket_without_the_token_is_refused_cleanly(dashboard):
 
 
 def test_a_request_naming_an_unknown_pool_creates_nothing(dashboard, skyhive_home):
-    jar = auth(dashboard)
+    token = f"token={dashboard.token}"
     for path in ("/api/named/nosuch/jobs/1", "/api/named/nosuch/jobs/1/log", "/api/named/nosuch/jobs/1/log?before=-1",
                  "/api/named/nosuch/jobs/1/log/download", "/api/live/log?named=nosuch&job=1"):
-        status, _, body = request(dashboard, path, headers=jar)
+        status, _, body = request(dashboard, f"{path}{'&' if '?' in path else '?'}{token}")
         assert status == 404 and b"nosuch" in body, (path, status, body)
-    status, _, _ = request(dashboard, "/api/named/..%2F..%2Fetc/jobs/1", headers=jar)
+    status, _, _ = request(dashboard, f"/api/named/..%2F..%2Fetc/jobs/1?{token}")
     assert status in (400, 404)
     assert not (Path(skyhive_home) / "clusters").exists() or list((Path(skyhive_home) / "clusters").iterdir()) == []
 
@@ -246,9 +246,9 @@ def test_a_pools_log_page_says_it_shows_the_end_and_its_download_has_every_line(
     token = f"token={dashboard.token}"
     wait_until(lambda: json.loads(request(dashboard, f"/api/pools/pool-out?{token}")[2]).get("status") == "stopped",
                what="the dashboard to have read the pool's log")
-    for body in (request(dashboard, f"/api/pools/pool-out/output/download?{token}")[2],
-                 _ticket_download(dashboard, "/api/pools/pool-out/output/download")):
-        lines = body.decode().splitlines()
+    for get in (lambda: request(dashboard, f"/api/pools/pool-out/output/download?{token}")[2],  # (as a script would)
+                lambda: _ticket_download(dashboard, "/api/pools/pool-out/output/download")):  # (as the page does)
+        lines = get().decode().splitlines()
         assert len(lines) == total and lines[0] == "[node 0] out 0" and lines[-1] == f"[node 0] out {total - 1}"
 
     browser.get(dashboard.base + f"/#token={dashboard.token}&/log/pool/pool-out")
