@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 __all__ = ["TokenGate", "new_token", "ACTION_HEADER", "ASGIApp", "TICKET_SECONDS", "CODE_SECONDS"]
 
@@ -148,7 +148,8 @@ class TokenGate:
         if not isinstance(path, str) or not path.startswith("/api/") or not path.endswith("/download"):
             await _answer(send, 400, {"error": "a ticket is for a download path (/api/.../download)"})
             return
-        await _answer(send, 200, {"ticket": self._once.issue(path, TICKET_SECONDS), "seconds": TICKET_SECONDS})
+        # (for the path as the request will be routed: percent-escapes decoded, as in the ASGI scope)
+        await _answer(send, 200, {"ticket": self._once.issue(unquote(path), TICKET_SECONDS), "seconds": TICKET_SECONDS})
 
     async def _session(self, receive: Receive, send: Send) -> None:
         """The `--open` code exchanged, once, for the token."""

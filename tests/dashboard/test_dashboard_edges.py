@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard.dashboard_infra import (Dashboard, auth, browser, dashboard, start_dashboard,  # noqa: F401
-                                             stop_dashboard, wait_until)
+from tests.dashboard.dashboard_infra import (Dashboard, auth, browser, dashboard, shot,  # noqa: F401
+                                             start_dashboard, stop_dashboard, wait_until)
 from tests.dashboard.test_dashboard import _cells, _log_lines, _text, request
 
 pytest.importorskip("starlette", reason="the dashboard extra (starlette, uvicorn) is not installed")
@@ -313,6 +313,7 @@ def test_a_big_job_log_shows_its_end_first_loads_earlier_parts_and_downloads_eve
     at = loaded.index(first_shown)
     assert at > 0 and loaded[at - 1].startswith(f"line {number - 1:08d} ")
     assert [int(ln.split()[1]) for ln in loaded] == list(range(int(loaded[0].split()[1]), count))
+    shot(browser, "9-big-log-earlier")
     # it still follows the log: a line written now is shown (read on from the end, nothing twice)
     with open(path, "ab") as fh:
         fh.write(b"the live line\n")
