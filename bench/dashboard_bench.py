@@ -104,7 +104,7 @@ def _browser_loads(url: str, base: str, pool: str, repeat: int = 3) -> dict[str,
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
     out: dict[str, list[float]] = {"pools page": [], "pool page (nodes + timeline)": []}
     try:
-        driver.get(url)  # the token, then the cookie
+        driver.get(url)  # the token, then kept in the tab (sessionStorage: about:blank and back keep it)
         for _ in range(repeat):
             for name, target, ready in (
                 ("pools page", base + "/#/", "return document.querySelectorAll('#pools tbody tr').length > 0"),
