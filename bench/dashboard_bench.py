@@ -65,7 +65,7 @@ def _load() -> str:
 class Client:
     def __init__(self, port: int, token: str) -> None:
         self.port = port
-        self.headers = {"Cookie": f"skyhive_dashboard_{port}={token}"}
+        self.headers = {"Authorization": f"Bearer {token}"}
 
     def get(self, path: str) -> tuple[float, int, int]:
         """(seconds, status, bytes) of one GET."""
@@ -104,7 +104,7 @@ def _browser_loads(url: str, base: str, pool: str, repeat: int = 3) -> dict[str,
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
     out: dict[str, list[float]] = {"pools page": [], "pool page (nodes + timeline)": []}
     try:
-        driver.get(url)  # the token, then the cookie
+        driver.get(url)  # the token, then kept in the tab (sessionStorage: about:blank and back keep it)
         for _ in range(repeat):
             for name, target, ready in (
                 ("pools page", base + "/#/", "return document.querySelectorAll('#pools tbody tr').length > 0"),
@@ -145,7 +145,7 @@ def run(nodes: int, grow: float, browser: bool) -> dict[str, Any]:
             dash = subprocess.Popen([sys.executable, "-m", "skyhive", "dashboard", "--port", "0"], env=env,
                                     stdout=subprocess.PIPE, text=True)
             assert dash.stdout is not None
-            found = re.search(r"http://127\.0\.0\.1:(\d+)/\?token=(\S+)", dash.stdout.readline())
+            found = re.search(r"http://127\.0\.0\.1:(\d+)/#token=(\S+)", dash.stdout.readline())
             if not found:
                 raise RuntimeError("the dashboard printed no URL")
             client = Client(int(found.group(1)), found.group(2))
@@ -170,7 +170,7 @@ def run(nodes: int, grow: float, browser: bool) -> dict[str, Any]:
                 results[name] = _median(client, path)
             results["timeline cached"] = _median(client, f"/api/pools/{pool}/timeline")
             if browser:
-                url = f"http://127.0.0.1:{client.port}/?token={client.headers['Cookie'].split('=', 1)[1]}"
+                url = f"http://127.0.0.1:{client.port}/#token={client.headers['Authorization'].split(' ', 1)[1]}"
                 results["browser"] = _browser_loads(url, f"http://127.0.0.1:{client.port}", pool)
             # responsiveness while the log grows
             size0 = log.stat().st_size

@@ -116,8 +116,9 @@ def save_job(name: str, job: Job) -> None:
 
 
 def load_job(name: str, job_id: int) -> Job:
-    """Job `job_id` of pool `name`; `LookupError` naming both if there is none."""
-    path = _path(name, job_id, ".json")
+    """Job `job_id` of pool `name`; `LookupError` naming both if there is none. Creates nothing (the
+    dashboard asks for any name a URL holds)."""
+    path = records.cluster_dir(name) / "jobs" / f"{job_id}.json"
     try:
         data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -22,6 +22,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
+from starlette.concurrency import iterate_in_threadpool as iterate_in_thread
 from starlette.staticfiles import StaticFiles
 
 from ...errors import PoolInUse, PoolNotFound
@@ -29,10 +30,10 @@ from ...paths import state_dir
 from ...providers.base import ProvisionError
 from ..clusters import jobs as jobq
 from ..managed.store import FINISHED
-from . import actions, views
-from .managed_view import ManagedJobs, managed_log
-from .gate import ASGIApp, TokenGate
-from .watch import StateDir
+from . import actions, logrange, views
+from .managed_view import ManagedJobs, managed_log, managed_log_path
+from .gate import TokenGate
+from .watch import StateDir, output_text
 
 __all__ = ["make_app", "Live", "POLL"]
 
@@ -131,13 +132,19 @@ def _opt_int(request: Request, name: str) -> int | None:
     return _int(request, name, -1) if request.query_params.get(name, "") != "" else None
 
 
+def _download(body: AsyncIterator[bytes], filename: str) -> Response:
+    return StreamingResponse(body, media_type="text/plain; charset=utf-8",
+                             headers={"content-disposition": f'attachment; filename="{filename}"'})
+
+
 def _sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = None) -> ASGIApp:
+def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = None,
+             on_stop: Callable[[], None] | None = None) -> TokenGate:
     """The dashboard app over the state directory, behind `TokenGate` with `token`; `port()` is the
-    port it is served on (the Host header and the cookie name depend on it)."""
+    port it is served on (the Host header depends on it); `on_stop` runs as the server stops."""
     store = store or StateDir()
     # a pool's timeline, built once per change of its log by the refresher for the pools whose page
     # asked for it in the last minute (so the page gets it at once) and once ahead for each pool that
@@ -211,7 +218,8 @@ def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = No
         return build_timeline(pool_id)
 
     def output(request: Request) -> Any:
-        return views.output_lines(store, request.path_params["pool"], after=_int(request, "after", -1))
+        return views.output_lines(store, request.path_params["pool"], after=_int(request, "after", -1),
+                                  before=_opt_int(request, "before"), limit=max(1, min(_int(request, "limit", 5000), 5000)))
 
     def named(request: Request) -> Any:
         return {"named": views.named_rows()}
@@ -222,7 +230,7 @@ def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = No
 
     def job_log(request: Request) -> Any:
         return views.job_log(request.path_params["name"], request.path_params["job"],
-                             offset=_int(request, "offset", 0) or 0)
+                             offset=_int(request, "offset", 0) or 0, before=_opt_int(request, "before"))
 
     def managed_jobs(request: Request) -> Any:
         return {"jobs": managed.rows()}
@@ -232,45 +240,37 @@ def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = No
         return {"job": {**st.as_dict(), "finished": st.state in FINISHED}}
 
     def managed_job_log(request: Request) -> Any:
-        return managed_log(managed, request.path_params["job"], offset=_int(request, "offset", 0) or 0)
+        return managed_log(managed, request.path_params["job"], offset=_int(request, "offset", 0) or 0,
+                           before=_opt_int(request, "before"))
 
     async def output_download(request: Request) -> Response:
+        """The pool's whole output, read from its log on disk (the page holds only the last lines)."""
         pool_id = request.path_params["pool"]
         try:
-            store.get(pool_id)
+            path = store.get(pool_id).path
         except LookupError as exc:
             return _error(exc)
-
-        async def body() -> AsyncIterator[bytes]:
-            after = -1
-            while True:
-                part = await anyio.to_thread.run_sync(lambda: views.output_lines(store, pool_id, after=after))
-                if not part["lines"]:
-                    return
-                after = part["next"]
-                yield part["text"].encode()
-
-        return StreamingResponse(body(), media_type="text/plain; charset=utf-8",
-                                 headers={"content-disposition": f'attachment; filename="{pool_id}.log"'})
+        return _download(iterate_in_thread(t.encode() for t in output_text(path)), f"{pool_id}.log")
 
     async def job_log_download(request: Request) -> Response:
+        """Every byte of a named pool's job log (its secret values redacted)."""
         name, job_id = request.path_params["name"], request.path_params["job"]
         try:
-            first = await anyio.to_thread.run_sync(lambda: views.job_log(name, job_id, offset=0))
+            job = await anyio.to_thread.run_sync(lambda: jobq.load_job(name, job_id))
         except (LookupError, ValueError) as exc:
             return _error(exc)
+        redact = (lambda text: views.redact_job(job, text)) if job.secrets else None
+        chunks = logrange.download(jobq.log_path(name, job_id), job.state in jobq.FINISHED, redact)
+        return _download(iterate_in_thread(chunks), f"{name}-job{job_id}.log")
 
-        async def body() -> AsyncIterator[bytes]:
-            part = first
-            while True:
-                yield part["text"].encode()
-                if not part["more"]:
-                    return
-                offset = part["next"]
-                part = await anyio.to_thread.run_sync(lambda: views.job_log(name, job_id, offset=offset))
-
-        return StreamingResponse(body(), media_type="text/plain; charset=utf-8",
-                                 headers={"content-disposition": f'attachment; filename="{name}-job{job_id}.log"'})
+    async def managed_log_download(request: Request) -> Response:
+        job_id = request.path_params["job"]
+        try:
+            st = await anyio.to_thread.run_sync(lambda: managed.get(job_id))
+        except LookupError as exc:
+            return _error(exc)
+        chunks = logrange.download(managed_log_path(job_id), st.state in FINISHED)
+        return _download(iterate_in_thread(chunks), f"managed-job{job_id}.log")
 
     async def live_changes(request: Request) -> Response:
         async def stream() -> AsyncIterator[bytes]:
@@ -374,8 +374,12 @@ def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = No
         await anyio.to_thread.run_sync(store.refresh)
         async with anyio.create_task_group() as tg:
             tg.start_soon(live.poll)
-            yield
-            tg.cancel_scope.cancel()
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+                if on_stop is not None:
+                    on_stop()
 
     routes = [
         Route("/", index),
@@ -395,6 +399,7 @@ def make_app(*, token: str, port: Callable[[], int], store: StateDir | None = No
         Route("/api/managed", json_route(managed_jobs)),
         Route("/api/managed/{job:int}", json_route(managed_job)),
         Route("/api/managed/{job:int}/log", json_route(managed_job_log)),
+        Route("/api/managed/{job:int}/log/download", managed_log_download),
         Route("/api/managed/{job:int}/cancel", managed_cancel, methods=["POST"]),
         Route("/api/live", live_changes),
         Route("/api/live/log", live_log),

@@ -18,11 +18,9 @@ from typing import Any
 from ...paths import state_dir
 from ..clusters.procs import alive
 from ..managed import store
+from . import logrange
 
-__all__ = ["ManagedJobs", "managed_log", "LOG_CHUNK"]
-
-#: Bytes of a job's log sent per request at most.
-LOG_CHUNK = 1 << 20
+__all__ = ["ManagedJobs", "managed_log", "managed_log_path"]
 
 
 def _age(seconds: float) -> str:
@@ -132,21 +130,19 @@ class ManagedJobs:
         return out
 
 
-def managed_log(jobs: ManagedJobs, job_id: int, *, offset: int = 0) -> dict[str, Any]:
-    """Job `job_id`'s one log (every attempt, each recovery a `[skyhive] ...` line) from byte `offset`:
-    whole lines while the job runs, at most `LOG_CHUNK` bytes; `next` is where to ask from next time.
+def managed_log_path(job_id: int) -> Path:
+    """Where job `job_id`'s one log is (whether it exists or not)."""
+    return _root() / str(job_id) / "job.log"
+
+
+def managed_log(jobs: ManagedJobs, job_id: int, *, offset: int = 0, before: int | None = None) -> dict[str, Any]:
+    """Job `job_id`'s one log (every attempt, each recovery a `[skyhive] ...` line) from byte `offset`
+    (or, with `before`, the part that ends there; -1: the end): whole lines while the job runs, at most
+    `logrange.CHUNK` bytes; `start` is where the text begins, `next` where to read forward from.
     (The controller's pool redacts the task's secrets before a line reaches this log.)"""
-    offset = max(0, offset)
     st = jobs.get(job_id)  # before the log: once finished, what the log holds is complete
     finished = st.state in store.FINISHED
-    data = b""
-    with contextlib.suppress(FileNotFoundError), open(_root() / str(job_id) / "job.log", "rb") as fh:
-        fh.seek(offset)
-        data = fh.read(LOG_CHUNK)
-    more = len(data) == LOG_CHUNK
-    if (more or not finished) and b"\n" in data:
-        data = data[: data.rfind(b"\n") + 1]
-    elif not finished and not more:
-        data = b""
-    return {"text": data.decode("utf-8", errors="replace"), "next": offset + len(data), "more": more,
-            "job": {**st.as_dict(), "finished": finished}}
+    path = managed_log_path(job_id)
+    part = logrange.forward(path, offset, finished) if before is None else logrange.backward(path, before, finished)
+    return {"text": part.data.decode("utf-8", errors="replace"), "start": part.start, "next": part.next,
+            "size": part.size, "more": part.more, "job": {**st.as_dict(), "finished": finished}}

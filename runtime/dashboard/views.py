@@ -24,6 +24,7 @@ from ..events.log import EventLog
 from ..events.timeline import STATE_COLORS, TASK_COLORS, Lane, Span, build
 from ..events.timeline_groups import group
 from ..events.types import Event, TaskFinished, TaskSubmitted
+from . import logrange
 from .watch import PoolWatch, StateDir
 
 __all__ = ["pool_rows", "pool_detail", "node_rows", "event_rows", "timeline_json", "output_lines", "named_rows",
@@ -33,8 +34,6 @@ __all__ = ["pool_rows", "pool_detail", "node_rows", "event_rows", "timeline_json
 MAX_SPANS = 2000
 #: Events listed per request at most.
 MAX_EVENT_ROWS = 1000
-#: Bytes of a job's log sent per request at most.
-LOG_CHUNK = 1 << 20
 _SECRET_WORDS = ("secret", "token", "password", "passwd", "credential", "private_key", "api_key", "apikey")
 
 
@@ -240,14 +239,28 @@ def _merge(spans: tuple[Span, ...]) -> tuple[Span, ...]:
     return tuple(out)
 
 
-def output_lines(store: StateDir, pool_id: str, *, after: int = -1, limit: int = 5000) -> dict[str, Any]:
-    """The pool's output lines numbered after `after` (`[node N] ` before each)."""
+def output_lines(store: StateDir, pool_id: str, *, after: int = -1, before: int | None = None,
+                 limit: int = 5000) -> dict[str, Any]:
+    """The pool's output lines numbered after `after` (`[node N] ` before each) or, with `before`, the
+    last `limit` numbered below it (-1: the newest). `start` is the first one's number, `next` the last
+    one's (read on from it with `after`); `first` is the oldest the dashboard still holds (it keeps the
+    last `watch.OUTPUT_LINES`: the whole output is the download's), `total` how many there were."""
     with store.lock:
         watch = store.get(pool_id)
-        lines = [ln for ln in _tail(watch, after) if ln.index > after][:limit]
+        if before is None:
+            lines = [ln for ln in _tail(watch, after) if ln.index > after][:limit]
+        else:
+            end = watch.output_count if before < 0 else before
+            lines = [ln for ln in _tail(watch, end - limit - 1) if ln.index < end]
         total, capped = watch.output_count, watch.output_capped
+        first = watch.output[0].index if watch.output else total
     text = "".join(f"[node {ln.node}] {ln.text}\n" for ln in lines)
-    return {"text": text, "next": lines[-1].index if lines else after, "total": total, "capped": capped,
+    if before is None:
+        start, nxt = (lines[0].index if lines else after + 1), (lines[-1].index if lines else after)
+    else:
+        start = lines[0].index if lines else min(end, total)
+        nxt = lines[-1].index if lines else start - 1
+    return {"text": text, "start": start, "next": nxt, "total": total, "capped": capped, "first": first,
             "lines": len(lines)}
 
 
@@ -312,22 +325,18 @@ def named_rows() -> list[dict[str, Any]]:
     return rows
 
 
-def job_log(name: str, job_id: int, *, offset: int = 0) -> dict[str, Any]:
-    """Job `job_id`'s log from byte `offset`: whole lines (the rest once the job ended), at most
-    `LOG_CHUNK` bytes, its secret values redacted; `next` is the offset to ask from next time."""
-    offset = max(0, offset)
+def job_log(name: str, job_id: int, *, offset: int = 0, before: int | None = None) -> dict[str, Any]:
+    """Job `job_id`'s log from byte `offset` (or, with `before`, the part that ends there; -1: the end):
+    whole lines (the rest once the job ended), at most `logrange.CHUNK` bytes, its secret values
+    redacted; `start` is where the text begins, `next` the offset to read forward from, `size` the
+    log's size."""
     job = jobq.load_job(name, job_id)  # before the log: once FINISHED, what the log holds is complete
-    data = b""
-    with contextlib.suppress(FileNotFoundError), open(jobq.log_path(name, job_id), "rb") as fh:
-        fh.seek(offset)
-        data = fh.read(LOG_CHUNK)
-    more = len(data) == LOG_CHUNK
-    if (more or job.state not in jobq.FINISHED) and b"\n" in data:
-        data = data[: data.rfind(b"\n") + 1]
-    elif job.state not in jobq.FINISHED and not more:  # (a line of a whole chunk goes as it is)
-        data = b""
-    text = redact_job(job, data.decode("utf-8", errors="replace"))
-    return {"text": text, "next": offset + len(data), "job": job_json(job), "more": more}
+    finished = job.state in jobq.FINISHED
+    path = jobq.log_path(name, job_id)
+    part = logrange.forward(path, offset, finished) if before is None else logrange.backward(path, before, finished)
+    text = redact_job(job, part.data.decode("utf-8", errors="replace"))
+    return {"text": text, "start": part.start, "next": part.next, "size": part.size, "job": job_json(job),
+            "more": part.more}
 
 
 def redact_job(job: jobq.Job, text: str) -> str:

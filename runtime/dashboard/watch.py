@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,9 +24,11 @@ from ..events.state import PoolState, fold
 from ..events.types import (Event, NodeProgress, NodeStateChanged, OutputCapped, OutputChunk, PoolStarted, PoolStopped,
                             from_json)
 
-__all__ = ["LineTail", "PoolWatch", "StateDir", "OUTPUT_LINES", "MAX_EVENTS", "READ_CHUNK"]
+__all__ = ["LineTail", "OutputLines", "PoolWatch", "StateDir", "output_text", "OUTPUT_LINES", "MAX_EVENTS",
+           "READ_CHUNK"]
 
-#: Output lines of a pool kept for its log page (older ones are dropped; `skyhive logs` has them all).
+#: Output lines of a pool kept for its log page (older ones are not held: the page says so, and its
+#: Download, like `skyhive logs`, reads them all from the log).
 OUTPUT_LINES = 50_000
 #: Events kept per pool for its event list and timeline (a pool past this many keeps the newest).
 MAX_EVENTS = 2_000_000
@@ -78,6 +81,46 @@ class OutputLine:
     text: str
 
 
+class OutputLines:
+    """A pool's output chunks as whole lines, per node, worker and stream (a line split over chunks is
+    joined; what is left when the pool stops is flushed as a last line)."""
+
+    def __init__(self) -> None:
+        self._partial: dict[tuple[int, int, str], str] = {}
+
+    def add(self, ev: OutputChunk) -> list[tuple[int, str, str]]:
+        """The lines `ev` completes, as (node, stream, text)."""
+        key = (ev.node, ev.local_rank, ev.stream)
+        text = self._partial.pop(key, "") + ev.text
+        *complete, rest = text.split("\n")
+        if rest:
+            self._partial[key] = rest
+        return [(ev.node, ev.stream, line) for line in complete]
+
+    def flush(self) -> list[tuple[int, str, str]]:
+        out = [(node, stream, rest) for (node, _, stream), rest in sorted(self._partial.items())]
+        self._partial.clear()
+        return out
+
+
+def output_text(path: Path) -> Iterator[str]:
+    """Every line of a pool's output, `[node N] ` before each, read from its log on disk a part at a
+    time: what the pool log page's Download sends (the page itself holds the last `OUTPUT_LINES`)."""
+    tail, lines = LineTail(path), OutputLines()
+    while True:
+        events = tail.events()
+        if not events:
+            break
+        out = []
+        for ev in events:
+            if isinstance(ev, OutputChunk):
+                out.extend(lines.add(ev))
+            elif isinstance(ev, PoolStopped):
+                out.extend(lines.flush())
+        if out:
+            yield "".join(f"[node {node}] {text}\n" for node, _, text in out)
+
+
 class PoolWatch:
     """One pool's log, read incrementally (see the module docstring)."""
 
@@ -94,7 +137,7 @@ class PoolWatch:
         self.output_count = 0  # lines of output seen (the next line's index)
         self.output_capped = 0  # the log's output limit, once an OutputCapped event said it was reached
         self.version = 0  # bumped whenever new events arrived
-        self._partial: dict[tuple[int, int, str], str] = {}
+        self._lines = OutputLines()
 
     def refresh(self) -> bool:
         """Read what was appended since the last call and apply it; True if anything was."""
@@ -136,20 +179,14 @@ class PoolWatch:
         return True
 
     def _add_output(self, ev: OutputChunk) -> None:
-        key = (ev.node, ev.local_rank, ev.stream)
-        text = self._partial.pop(key, "") + ev.text
-        *complete, rest = text.split("\n")
-        if rest:
-            self._partial[key] = rest
-        for line in complete:
-            self.output.append(OutputLine(self.output_count, ev.node, ev.stream, line))
+        for node, stream, line in self._lines.add(ev):
+            self.output.append(OutputLine(self.output_count, node, stream, line))
             self.output_count += 1
 
     def _flush_partial(self) -> None:
-        for (node, _, stream), rest in sorted(self._partial.items()):
-            self.output.append(OutputLine(self.output_count, node, stream, rest))
+        for node, stream, line in self._lines.flush():
+            self.output.append(OutputLine(self.output_count, node, stream, line))
             self.output_count += 1
-        self._partial.clear()
 
     def entry(self) -> PoolEntry:
         """The pool as `skyhive ls` sees it (status, machine, cost), from what was read so far."""

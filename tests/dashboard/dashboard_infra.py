@@ -26,24 +26,24 @@ CHROMEDRIVER = ("/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver")
 @dataclass
 class Dashboard:
     proc: subprocess.Popen[str]
-    url: str  # with the token
+    url: str  # with the token (in the fragment: #token=...)
     base: str  # http://127.0.0.1:PORT
     token: str
     port: int
     output: Path  # what it printed (its log: read it when a test fails)
 
 
-def start_dashboard(output: Path) -> Dashboard:
-    """`skyhive dashboard --port 0` in its own process (what it prints goes to `output`, read for its
-    URL: a pipe nobody reads would stall it once full)."""
+def start_dashboard(output: Path, *args: str, env: dict[str, str] | None = None) -> Dashboard:
+    """`skyhive dashboard --port 0 [ARGS]` in its own process (what it prints goes to `output`, read
+    for its URL: a pipe nobody reads would stall it once full)."""
     pytest.importorskip("starlette", reason="the dashboard extra (starlette, uvicorn) is not installed")
     pytest.importorskip("uvicorn", reason="the dashboard extra (starlette, uvicorn) is not installed")
     with open(output, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "skyhive", "dashboard", "--port", "0"], stdout=out,
-                                stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
+        proc = subprocess.Popen([sys.executable, "-m", "skyhive", "dashboard", "--port", "0", *args], stdout=out,
+                                stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
     deadline = time.monotonic() + 120
     while True:
-        found = re.search(r"(http://127\.0\.0\.1:(\d+))/\?token=(\S+)", output.read_text())
+        found = re.search(r"(http://127\.0\.0\.1:(\d+))/[#?]token=(\S+)", output.read_text())
         if found:
             return Dashboard(proc, found.group(0), found.group(1), found.group(3), int(found.group(2)), output)
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -51,6 +51,11 @@ def start_dashboard(output: Path) -> Dashboard:
             proc.wait()
             raise AssertionError(f"skyhive dashboard printed no URL: {output.read_text()!r}")
         time.sleep(0.05)
+
+
+def auth(dash: Dashboard) -> dict[str, str]:
+    """The header a script sends the token in (the page sends the same)."""
+    return {"Authorization": f"Bearer {dash.token}"}
 
 
 def stop_dashboard(dash: Dashboard) -> None:

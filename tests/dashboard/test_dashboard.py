@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dashboard.dashboard_infra import Dashboard, browser, dashboard, shot, wait_until  # noqa: F401 - fixtures
+from tests.dashboard.dashboard_infra import Dashboard, auth, browser, dashboard, shot, wait_until  # noqa: F401 - fixtures
 from tests.procs import Lines, state_of
 from tests.clusters.test_clusters import clean, running_under, skyhive, write  # noqa: F401 - `clean`: a fixture
 
@@ -74,21 +74,24 @@ def _listening_addresses(port: int) -> set[str]:
 def test_every_request_needs_the_token_and_it_listens_on_loopback_only(dashboard):
     dash = dashboard
     assert _listening_addresses(dash.port) == {"0100007F"}, "not bound to 127.0.0.1 only"
-    paths = ["/", "/api/pools", "/api/named", "/api/live", "/api/live/log?pool=x", "/static/app.js",
-             "/api/pools/x/timeline"]
+    paths = ["/api/pools", "/api/named", "/api/live", "/api/live/log?pool=x", "/api/pools/x/timeline",
+             "/api/pools/x/output/download", "/api/named/x/jobs/1/log/download"]
     for path in paths:
         status, _, body = request(dash, path)
         assert status == 403 and b"token" in body, (path, status, body)
         sep = "&" if "?" in path else "?"
         status, _, _ = request(dash, f"{path}{sep}token=not-{dash.token}")
         assert status == 403, (path, status)
-    status, headers, body = request(dash, f"/?token={dash.token}")
-    assert status == 200 and b"skyhive dashboard" in body
-    cookie = headers["set-cookie"]
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and dash.token in cookie
-    assert "frame-ancestors 'none'" in headers["content-security-policy"]
-    jar = {"Cookie": cookie.split(";")[0]}
-    status, _, body = request(dash, "/api/pools", headers=jar)  # the cookie alone, after the first visit
+        assert request(dash, path, headers={"Authorization": f"Bearer not-{dash.token}"})[0] == 403, path
+    # the page's own code (no data) is served on loopback without the token; nothing sets a cookie
+    for path in ("/", "/static/app.js"):
+        status, headers, body = request(dash, path)
+        assert status == 200 and "set-cookie" not in headers, (path, status)
+        assert "frame-ancestors 'none'" in headers["content-security-policy"]
+        assert dash.token.encode() not in body
+    jar = auth(dash)
+    status, headers, body = request(dash, "/api/pools", headers=jar)  # the token in the header
+    assert "set-cookie" not in headers
     assert status == 200 and json.loads(body) == {"pools": [], "version": json.loads(body)["version"]}
     status, headers, _ = request(dash, "/api/live", headers=jar, read=False)
     assert status == 200 and headers["content-type"].startswith("text/event-stream")
@@ -105,7 +108,7 @@ def test_every_request_needs_the_token_and_it_listens_on_loopback_only(dashboard
 
 def test_the_browser_without_the_token_is_refused(dashboard, browser):
     browser.get(dashboard.base + "/")
-    assert "forbidden" in browser.find_element("tag name", "body").text
+    wait_until(lambda: "forbidden" in browser.find_element("tag name", "body").text, what="the page refusing")
     shot(browser, "0-no-token")
     browser.get(dashboard.url)
     wait_until(lambda: "Pools" in browser.find_element("tag name", "h1").text, what="the pools page")
@@ -243,7 +246,7 @@ def test_a_named_pools_job_nodes_live_log_cancel_and_down(tmp_path, clean, dashb
     assert browser.find_elements("css selector", "#log mark")
     shot(browser, "3b-job-log-search")
     # download: the whole log as a file, redacted
-    cookie = {"Cookie": f"skyhive_dashboard_{dashboard.port}={dashboard.token}"}
+    cookie = auth(dashboard)
     status, headers, body = request(dashboard, "/api/named/web/jobs/1/log/download", headers=cookie)
     assert status == 200 and "attachment" in headers["content-disposition"]
     assert b"[node 1] tick 1\n" in body and SECRET.encode() not in body
@@ -339,7 +342,7 @@ def _managed_job_on_the_page(job, dashboard, browser, store, controller_pid, gon
     wait_until(lambda: _cells(browser, row)[2] == "CANCELLED", what="the job shown cancelled")
     assert not browser.find_elements("css selector", f"{row} button"), "a cancel button on an ended job"
     # a second cancel is refused, naming the job
-    cookie = {"Cookie": f"skyhive_dashboard_{dashboard.port}={dashboard.token}", "X-Skyhive-Dashboard": "1"}
+    cookie = {**auth(dashboard), "X-Skyhive-Dashboard": "1"}
     status, _, body = request(dashboard, f"/api/managed/{job}/cancel", method="POST", headers=cookie, body=b"{}")
     assert status == 400 and f"managed job {job} has already ended" in json.loads(body)["error"]
     # without the action header, refused before anything is done

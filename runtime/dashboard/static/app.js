@@ -5,10 +5,39 @@
 const $ = (sel, root = document) => root.querySelector(sel);
 const main = $("#main");
 
-// The token came in the URL; the server answered with a cookie that carries it from now on, so the
-// address bar need not keep showing it.
-if (location.search.includes("token=")) {
-  history.replaceState(null, "", location.pathname + location.hash);
+// The token: no cookie carries it (a browser sends a cookie for 127.0.0.1 to every port of 127.0.0.1, so
+// any local server would get it). The URL `skyhive dashboard` printed has it in the fragment (never sent
+// to a server); this tab keeps it in sessionStorage (this origin's, port included) and sends it in a
+// header. `--open` gives a one-time code instead, exchanged here once for the token. (docs/dashboard.md)
+const TOKEN_KEY = "skyhive-dashboard-token";
+let token = sessionStorage.getItem(TOKEN_KEY) || "";
+// (the URL's token, or the code exchanged for one: at the start, and when the address changes to one)
+async function takeToken() {
+  const query = new URLSearchParams(location.search);
+  const frag = location.hash.match(/^#(token|code)=([A-Za-z0-9_-]+)&?(.*)$/);
+  let rest = location.hash;
+  if (query.get("token")) token = query.get("token");
+  if (frag) {
+    rest = frag[3] ? "#" + frag[3] : "";
+    if (frag[1] === "token") token = frag[2];
+    else {
+      const resp = await fetch("/api/session", {method: "POST", body: JSON.stringify({code: frag[2]}),
+        headers: {"Content-Type": "application/json", "X-Skyhive-Dashboard": "1"}, credentials: "omit"});
+      const body = await resp.json().catch(() => ({}));
+      if (resp.ok && body.token) token = body.token;
+    }
+  }
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  if (query.get("token") || frag) history.replaceState(null, "", location.pathname + rest);
+}
+
+function noToken() {
+  main.innerHTML = `<p class="empty" id="no-token">forbidden: this tab has no token for this dashboard. Open the URL
+    <code>skyhive dashboard</code> printed (it carries <code>#token=…</code>).</p>`;
+}
+
+function authHeaders(extra = {}) {
+  return {"Authorization": `Bearer ${token}`, ...extra};
 }
 
 function esc(text) {
@@ -16,9 +45,9 @@ function esc(text) {
 }
 
 async function api(path, options = {}) {
-  const init = {credentials: "same-origin", ...options};
+  const init = {credentials: "omit", ...options, headers: authHeaders(options.headers || {})};
   if (init.method && init.method !== "GET") {
-    init.headers = {"Content-Type": "application/json", "X-Skyhive-Dashboard": "1", ...(init.headers || {})};
+    init.headers = {"Content-Type": "application/json", "X-Skyhive-Dashboard": "1", ...init.headers};
   }
   const resp = await fetch(path, init);
   let body = null;
@@ -27,9 +56,98 @@ async function api(path, options = {}) {
     const err = new Error(body.error || `${resp.status}`);
     err.status = resp.status;
     err.body = body;
+    if (resp.status === 403 && !init.method) noToken();
     throw err;
   }
   return body;
+}
+
+// A Server-Sent Events stream read through fetch (an EventSource cannot send the token's header):
+// `handlers[event](data)` for each event, until the stream ends or `signal` aborts it.
+async function stream(path, handlers, signal) {
+  const resp = await fetch(path, {headers: authHeaders(), credentials: "omit", signal, cache: "no-store"});
+  if (!resp.ok) { const e = new Error(`${resp.status} ${resp.statusText}`); e.status = resp.status; throw e; }
+  if (handlers.open) handlers.open();
+  const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  for (;;) {
+    const {value, done} = await reader.read();
+    if (done) return;
+    buf += value;
+    let cut;
+    while ((cut = buf.indexOf("\n\n")) >= 0) {
+      const block = buf.slice(0, cut);
+      buf = buf.slice(cut + 2);
+      let event = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event: ")) event = line.slice(7);
+        else if (line.startsWith("data: ")) data.push(line.slice(6));
+      }
+      if (data.length && handlers[event]) handlers[event](JSON.parse(data.join("\n")));
+    }
+  }
+}
+
+// A download: the browser follows a link itself (no header), so the page asks for a one-time ticket
+// for that path first.
+async function download(path) {
+  try {
+    const {ticket} = await api("/api/ticket", {method: "POST", body: JSON.stringify({path})});
+    const a = document.createElement("a");
+    a.href = `${path}?ticket=${encodeURIComponent(ticket)}`;
+    a.download = "";
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+  } catch (e) { toast(e.message, true); }
+}
+
+// Change an element's HTML only when it differs (what the user may be pressing stays the same element).
+function setHtml(el, html) {
+  if (el && el._html !== html) { el.innerHTML = html; el._html = html; }
+}
+
+// A table's body patched in place: rows keyed by `key` keep their element while they are listed, and
+// only the cells whose HTML changed are rewritten, so a click pressed on a row and released after a live
+// update lands on the same element. `rows`: [{key, cls, data: {attr: value}, cells: [[class, html], ...]}]
+function patchRows(tbody, rows) {
+  const old = new Map(Array.from(tbody.children, tr => [tr.dataset.key, tr]));
+  let prev = null;
+  for (const r of rows) {
+    let tr = old.get(r.key);
+    if (tr) old.delete(r.key);
+    else { tr = document.createElement("tr"); tr.dataset.key = r.key; }
+    for (const [k, v] of Object.entries(r.data || {})) if (tr.dataset[k] !== String(v)) tr.dataset[k] = v;
+    if (tr.className !== (r.cls || "")) tr.className = r.cls || "";
+    r.cells.forEach(([cls, html], i) => {
+      let td = tr.children[i];
+      if (!td) { td = document.createElement("td"); tr.appendChild(td); }
+      if (td.className !== cls) td.className = cls;
+      setHtml(td, html);
+    });
+    while (tr.children.length > r.cells.length) tr.lastChild.remove();
+    const want = prev ? prev.nextSibling : tbody.firstChild;
+    if (want !== tr) tbody.insertBefore(tr, want);
+    prev = tr;
+  }
+  for (const tr of old.values()) tr.remove();
+}
+
+// A table in `box` (made once, then patched), or `empty` when there are no rows; `foot` below it.
+function tableIn(box, id, cls, head, rows, empty, foot = "") {
+  if (!rows.length && empty) {
+    if (box._shape !== "empty") { box.innerHTML = ""; box._shape = "empty"; }
+    setHtml(box, empty);
+    return;
+  }
+  if (box._shape !== id) {
+    box.innerHTML = `<table class="${cls}" id="${id}"><thead><tr>${head}</tr></thead><tbody></tbody></table><div class="table-foot"></div>`;
+    box._shape = id;
+    box._html = undefined;
+  }
+  patchRows(box.querySelector("tbody"), rows);
+  setHtml(box.querySelector(".table-foot"), foot);
 }
 
 function fmtTime(ts) {
@@ -161,83 +279,85 @@ async function poolsPage() {
   const [{pools}, {named}] = await Promise.all([api("/api/pools"), api("/api/named")]);
   if (view !== me) return;  // the user went elsewhere meanwhile: this page is not shown any more
   const running = pools.filter(p => p.status !== "stopped");
-  const rows = pools.map(p => `
-    <tr class="${p.status === "stopped" ? "dim" : ""}" data-pool="${esc(p.pool)}">
-      <td><a href="#/pool/${encodeURIComponent(p.pool)}">${esc(p.pool)}</a>${p.named ? ' <span class="tag">named</span>' : ""}</td>
-      <td>${badge(p.status)}</td>
-      <td>${esc(p.provider)}</td>
-      <td class="num">${p.nodes}</td>
-      <td class="num good-text">${p.ready}</td>
-      <td class="num ${p.failed ? "bad-text" : ""}">${p.failed}</td>
-      <td>${esc(p.machine)}</td>
-      <td class="num">${p.per_hour === null ? "-" : money(p.per_hour) + "/h"}</td>
-      <td class="num">${money(p.spent)}</td>
-      <td class="num">${esc(p.age)}</td>
-      <td>${esc(p.autostop)}</td>
-      <td>${p.problems.length ? `<span class="bad-text" title="${esc(p.problems.map(x => x.cause).join("\n"))}">${p.problems.length} problem${p.problems.length > 1 ? "s" : ""}</span>` : ""}</td>
-      <td>${p.can_down ? `<button class="btn small danger" data-down="${esc(p.pool)}" data-named="${p.named ? 1 : 0}">down</button>` : ""}</td>
-    </tr>`).join("");
+  const rows = pools.map(p => ({key: p.pool, cls: p.status === "stopped" ? "dim" : "", data: {pool: p.pool}, cells: [
+    ["", `<a href="#/pool/${encodeURIComponent(p.pool)}">${esc(p.pool)}</a>${p.named ? ' <span class="tag">named</span>' : ""}`],
+    ["", badge(p.status)],
+    ["", esc(p.provider)],
+    ["num", String(p.nodes)],
+    ["num good-text", String(p.ready)],
+    [`num ${p.failed ? "bad-text" : ""}`, String(p.failed)],
+    ["", esc(p.machine)],
+    ["num", p.per_hour === null ? "-" : money(p.per_hour) + "/h"],
+    ["num", money(p.spent)],
+    ["num", esc(p.age)],
+    ["", esc(p.autostop)],
+    ["", p.problems.length ? `<span class="bad-text" title="${esc(p.problems.map(x => x.cause).join("\n"))}">${p.problems.length} problem${p.problems.length > 1 ? "s" : ""}</span>` : ""],
+    ["", p.can_down ? `<button class="btn small danger" data-down="${esc(p.pool)}" data-named="${p.named ? 1 : 0}">down</button>` : ""],
+  ]}));
   const spent = pools.reduce((a, p) => a + (p.spent || 0), 0);
   const perHour = running.reduce((a, p) => a + (p.per_hour || 0), 0);
-  main.innerHTML = `
-    <section class="cards">
+  if (!$("#pools-page")) {
+    main.innerHTML = `<div id="pools-page"><section class="cards" id="pools-cards"></section><h1>Pools</h1>
+      <div id="pools-problems"></div><div id="pools-box"></div></div>`;
+  }
+  setHtml($("#pools-cards"), `
       <div class="card"><div class="label">Pools running</div><div class="value">${running.length}</div></div>
       <div class="card"><div class="label">Nodes up</div><div class="value">${running.reduce((a, p) => a + p.ready, 0)}</div></div>
       <div class="card"><div class="label">Failed nodes</div><div class="value ${running.some(p => p.failed) ? "bad-text" : ""}">${pools.reduce((a, p) => a + p.failed, 0)}</div></div>
       <div class="card"><div class="label">Burning</div><div class="value">${money(perHour)}/h</div></div>
       <div class="card"><div class="label">Spent (all pools)</div><div class="value">${money(spent)}</div></div>
-      <div class="card"><div class="label">Named pools</div><div class="value">${named.length}</div></div>
-    </section>
-    <h1>Pools</h1>
-    ${problemsHtml(running.flatMap(p => p.problems.filter(x => /gone|failed/.test(x.cause)).slice(0, 3)))}
-    ${pools.length ? `<table class="grid" id="pools">
-      <thead><tr><th>Pool</th><th>Status</th><th>Provider</th><th class="num">Nodes</th><th class="num">Ready</th>
+      <div class="card"><div class="label">Named pools</div><div class="value">${named.length}</div></div>`);
+  setHtml($("#pools-problems"), problemsHtml(running.flatMap(p => p.problems.filter(x => /gone|failed/.test(x.cause)).slice(0, 3))));
+  tableIn($("#pools-box"), "pools", "grid", `<th>Pool</th><th>Status</th><th>Provider</th><th class="num">Nodes</th><th class="num">Ready</th>
       <th class="num">Failed</th><th>Machine</th><th class="num">$/h</th><th class="num">Cost so far</th><th class="num">Age</th>
-      <th>Autostop</th><th>Problems</th><th></th></tr></thead><tbody>${rows}</tbody></table>`
-      : `<p class="empty">No pools yet. Start one with <code>skyhive launch task.yaml</code> or <code>sky.Pool(...)</code> in Python.</p>`}`;
+      <th>Autostop</th><th>Problems</th><th></th>`, rows,
+    `<p class="empty">No pools yet. Start one with <code>skyhive launch task.yaml</code> or <code>sky.Pool(...)</code> in Python.</p>`);
 }
 
-function nodesTable(data) {
-  return `<table class="grid" id="nodes"><thead><tr><th class="num">Node</th><th>Lifecycle</th><th>Provider state</th><th>Address</th>
-    <th>Provider id</th><th>Workers</th><th>Detail</th></tr></thead><tbody>${data.nodes.map(n => `
-    <tr class="${n.state === "failed" ? "failed-row" : ""}" data-node="${n.node}">
-      <td class="num">${n.node}</td><td>${badge(n.state)}</td><td>${esc(n.provider_state || "-")}</td>
-      <td><code>${esc(n.addr || "-")}</code></td><td><code>${esc(n.provider_id || "-")}</code></td>
-      <td>${n.workers.map(w => `<span class="worker ${esc(w.state)}" title="worker ${w.rank}: ${esc(w.state)}, pid ${w.pid}, ${w.restarts} restarts">${w.rank}:${esc(w.state)}${w.restarts ? ` ↻${w.restarts}` : ""}</span>`).join(" ") || "-"}</td>
-      <td class="detail">${esc(n.dropped ? `left out: ${n.dropped}` : n.detail)}${n.replacements ? ` <span class="tag">replaced ×${n.replacements}</span>` : ""}</td>
-    </tr>`).join("")}</tbody></table>
-    ${data.total > data.nodes.length ? `<div class="pager">nodes ${data.offset}–${data.offset + data.nodes.length - 1} of ${data.total}
+function nodesTable(box, data) {
+  const rows = data.nodes.map(n => ({key: String(n.node), cls: n.state === "failed" ? "failed-row" : "", data: {node: n.node}, cells: [
+    ["num", String(n.node)], ["", badge(n.state)], ["", esc(n.provider_state || "-")],
+    ["", `<code>${esc(n.addr || "-")}</code>`], ["", `<code>${esc(n.provider_id || "-")}</code>`],
+    ["", n.workers.map(w => `<span class="worker ${esc(w.state)}" title="worker ${w.rank}: ${esc(w.state)}, pid ${w.pid}, ${w.restarts} restarts">${w.rank}:${esc(w.state)}${w.restarts ? ` ↻${w.restarts}` : ""}</span>`).join(" ") || "-"],
+    ["detail", `${esc(n.dropped ? `left out: ${n.dropped}` : n.detail)}${n.replacements ? ` <span class="tag">replaced ×${n.replacements}</span>` : ""}`],
+  ]}));
+  const pager = data.total > data.nodes.length ? `<div class="pager">nodes ${data.offset}–${data.offset + data.nodes.length - 1} of ${data.total}
       <button class="btn small" data-page="-1" ${data.offset === 0 ? "disabled" : ""}>◀</button>
-      <button class="btn small" data-page="1" ${data.offset + data.nodes.length >= data.total ? "disabled" : ""}>▶</button></div>` : ""}`;
+      <button class="btn small" data-page="1" ${data.offset + data.nodes.length >= data.total ? "disabled" : ""}>▶</button></div>` : "";
+  tableIn(box, "nodes", "grid", `<th class="num">Node</th><th>Lifecycle</th><th>Provider state</th><th>Address</th>
+    <th>Provider id</th><th>Workers</th><th>Detail</th>`, rows, null, pager);
 }
 
-function eventsTable(data) {
-  return `<table class="grid compact" id="events"><thead><tr><th class="num">Seq</th><th>Time</th><th>Type</th><th class="num">Node</th><th>What</th></tr></thead>
-    <tbody>${data.events.map(e => {
-      const rest = Object.entries(e).filter(([k]) => !["seq", "ts", "type", "node"].includes(k))
-        .map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`).join("  ");
-      return `<tr class="ev-${esc(e.type)}"><td class="num">${e.seq}</td><td>${esc(fmtTime(e.ts))}</td><td>${esc(e.type)}</td>
-        <td class="num">${e.node ?? ""}</td><td class="detail">${esc(rest)}</td></tr>`;
-    }).join("")}</tbody></table>${data.more ? `<p class="muted">showing the newest ${data.events.length}; narrow the filter to see more</p>` : ""}`;
+function eventsTable(box, data) {
+  const rows = data.events.map(e => {
+    const rest = Object.entries(e).filter(([k]) => !["seq", "ts", "type", "node"].includes(k))
+      .map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`).join("  ");
+    return {key: String(e.seq), cls: `ev-${e.type}`, cells: [["num", String(e.seq)], ["", esc(fmtTime(e.ts))], ["", esc(e.type)],
+      ["num", String(e.node ?? "")], ["detail", esc(rest)]]};
+  });
+  tableIn(box, "events", "grid compact", `<th class="num">Seq</th><th>Time</th><th>Type</th><th class="num">Node</th><th>What</th>`, rows, null,
+    data.more ? `<p class="muted">showing the newest ${data.events.length}; narrow the filter to see more</p>` : "");
 }
 
-function jobsTable(pool, jobs) {
-  if (!jobs || !jobs.length) return `<p class="muted">No jobs.</p>`;
-  return `<table class="grid" id="jobs"><thead><tr><th class="num">Job</th><th>Name</th><th>State</th><th>Started</th><th>Duration</th>
-    <th class="num">Exit</th><th>Detail</th><th></th></tr></thead><tbody>${jobs.slice().reverse().map(j => `
-    <tr><td class="num">${j.id}</td><td>${esc(j.name)}</td><td>${badge(j.state)}</td><td>${esc(fmtTime(j.started))}</td>
-    <td>${fmtDuration(j.duration)}</td><td class="num">${j.exit_code ?? ""}</td><td class="detail">${esc(j.detail)}</td>
-    <td><a class="btn small" href="#/log/named/${encodeURIComponent(pool)}/${j.id}">log</a>
-    ${j.finished ? "" : `<button class="btn small danger" data-cancel-job="${j.id}" data-pool="${esc(pool)}">cancel</button>`}</td></tr>`).join("")}</tbody></table>`;
+function jobsTable(box, pool, jobs) {
+  const rows = (jobs || []).slice().reverse().map(j => ({key: String(j.id), data: {job: j.id}, cells: [
+    ["num", String(j.id)], ["", esc(j.name)], ["", badge(j.state)], ["", esc(fmtTime(j.started))],
+    ["", fmtDuration(j.duration)], ["num", String(j.exit_code ?? "")], ["detail", esc(j.detail)],
+    ["", `<a class="btn small" href="#/log/named/${encodeURIComponent(pool)}/${j.id}">log</a>
+    ${j.finished ? "" : `<button class="btn small danger" data-cancel-job="${j.id}" data-pool="${esc(pool)}">cancel</button>`}`],
+  ]}));
+  tableIn(box, "jobs", "grid", `<th class="num">Job</th><th>Name</th><th>State</th><th>Started</th><th>Duration</th>
+    <th class="num">Exit</th><th>Detail</th><th></th>`, rows, `<p class="muted">No jobs.</p>`);
 }
 
-function tasksTable(tasks) {
-  if (!tasks.length) return `<p class="muted">No tasks.</p>`;
-  return `<table class="grid compact" id="tasks"><thead><tr><th class="num">Task</th><th>Function</th><th class="num">Node</th><th class="num">Worker</th>
-    <th>Submitted</th><th>Outcome</th><th>Took</th><th>Error</th></tr></thead><tbody>${tasks.map(t => `
-    <tr><td class="num">${t.task}</td><td><code>${esc(t.fn)}</code>${t.items > 1 ? ` ×${t.items}` : ""}</td><td class="num">${t.node}</td>
-    <td class="num">${t.rank}</td><td>${esc(fmtTime(t.submitted))}</td><td>${badge(t.outcome)}</td><td>${fmtDuration(t.seconds)}</td>
-    <td class="detail">${esc(t.error)}</td></tr>`).join("")}</tbody></table>`;
+function tasksTable(box, tasks) {
+  const rows = tasks.map(t => ({key: String(t.task), cells: [
+    ["num", String(t.task)], ["", `<code>${esc(t.fn)}</code>${t.items > 1 ? ` ×${t.items}` : ""}`], ["num", String(t.node)],
+    ["num", String(t.rank)], ["", esc(fmtTime(t.submitted))], ["", badge(t.outcome)], ["", fmtDuration(t.seconds)],
+    ["detail", esc(t.error)],
+  ]}));
+  tableIn(box, "tasks", "grid compact", `<th class="num">Task</th><th>Function</th><th class="num">Node</th><th class="num">Worker</th>
+    <th>Submitted</th><th>Outcome</th><th>Took</th><th>Error</th>`, rows, `<p class="muted">No tasks.</p>`);
 }
 
 async function poolPage(pool) {
@@ -277,31 +397,32 @@ async function poolPage(pool) {
     };
     st.timelineAt = 0;
   }
-  $("#pool-status").innerHTML = badge(p.status);
-  $("#down-slot").innerHTML = p.can_down ? `<button class="btn danger" data-down="${esc(pool)}" data-named="${p.named ? 1 : 0}">Down pool</button>` : "";
-  $("#pool-cards").innerHTML = `
+  setHtml($("#pool-status"), badge(p.status));
+  setHtml($("#down-slot"), p.can_down ? `<button class="btn danger" data-down="${esc(pool)}" data-named="${p.named ? 1 : 0}">Down pool</button>` : "");
+  setHtml($("#pool-cards"), `
     <div class="card"><div class="label">Provider</div><div class="value small-value">${esc(p.provider)}</div></div>
     <div class="card"><div class="label">Nodes ready / failed</div><div class="value"><span class="good-text">${p.ready}</span> / <span class="${p.failed ? "bad-text" : ""}">${p.failed}</span> <span class="muted small">of ${p.nodes}</span></div></div>
     <div class="card"><div class="label">Machine</div><div class="value small-value">${esc(p.machine)}</div></div>
     <div class="card"><div class="label">Cost</div><div class="value small-value">${p.per_hour === null ? "-" : money(p.per_hour) + "/h · " + money(p.spent)}</div></div>
     <div class="card"><div class="label">Age</div><div class="value small-value">${esc(p.age)}</div><div class="muted small">${esc(fmtTime(p.started))}</div></div>
     <div class="card"><div class="label">Autostop</div><div class="value small-value">${esc(p.autostop)}</div></div>
-    <div class="card"><div class="label">Client</div><div class="value small-value">${p.client_pid ? `pid ${p.client_pid}` : "-"}</div><div class="muted small">${esc(p.host)}</div></div>`;
-  $("#pool-problems").innerHTML = problemsHtml(p.problems) +
-    (p.ended && !p.problems.length ? `<div class="note">stopped: ${esc(p.ended)}</div>` : "");
+    <div class="card"><div class="label">Client</div><div class="value small-value">${p.client_pid ? `pid ${p.client_pid}` : "-"}</div><div class="muted small">${esc(p.host)}</div></div>`);
+  setHtml($("#pool-problems"), problemsHtml(p.problems) +
+    (p.ended && !p.problems.length ? `<div class="note">stopped: ${esc(p.ended)}</div>` : ""));
   const sel = $("#node-state");
   const states = Object.keys(p.states);
-  sel.innerHTML = `<option value="">every state (${p.nodes})</option>` + states.map(s => `<option value="${esc(s)}">${esc(s)} (${p.states[s]})</option>`).join("");
+  setHtml(sel, `<option value="">every state (${p.nodes})</option>` + states.map(s => `<option value="${esc(s)}">${esc(s)} (${p.states[s]})</option>`).join(""));
   sel.value = st.nodeState;
-  $("#nodes-box").innerHTML = nodesTable(nodes);
+  nodesTable($("#nodes-box"), nodes);
   const evSel = $("#ev-type");
-  evSel.innerHTML = `<option value="">every type</option>` + Object.entries(p.event_types).map(([t, n]) => `<option value="${esc(t)}">${esc(t)} (${n})</option>`).join("");
+  setHtml(evSel, `<option value="">every type</option>` + Object.entries(p.event_types).map(([t, n]) => `<option value="${esc(t)}">${esc(t)} (${n})</option>`).join(""));
   evSel.value = st.evType;
-  $("#events-box").innerHTML = eventsTable(events);
-  $("#jobs-section").innerHTML = p.named ? `<h2>Jobs</h2>${jobsTable(pool, p.jobs)}` : "";
+  eventsTable($("#events-box"), events);
+  setHtml($("#jobs-section"), p.named ? `<h2>Jobs</h2><div id="jobs-box"></div>` : "");
+  if (p.named) jobsTable($("#jobs-box"), pool, p.jobs);
   const t = p.tasks;
   $("#task-counts").textContent = `${t.submitted} submitted · ${t.ok} ok · ${t.failed} failed · ${t.cancelled} cancelled · ${t.lost} lost · ${t.in_flight} running`;
-  $("#tasks-box").innerHTML = tasksTable(p.recent_tasks);
+  tasksTable($("#tasks-box"), p.recent_tasks);
   // the timeline is redrawn at most every 2 s while the pool changes (a big pool's is the costly part)
   const now = Date.now();
   if (!(now - st.timelineAt > 2000 || first)) {  // drawn less than 2 s ago: once more when they are up
@@ -321,51 +442,98 @@ async function namedPage() {
   const me = view;
   const {named} = await api("/api/named");
   if (view !== me) return;
-  main.innerHTML = `<h1>Named pools</h1>${named.length ? named.map(n => `
-    <section class="named" data-named="${esc(n.name)}">
-      <div class="title-row"><h2><a href="#/pool/${encodeURIComponent(n.name)}">${esc(n.name)}</a></h2>${badge(n.state)}
+  if (!$("#named-page")) main.innerHTML = `<div id="named-page"><h1>Named pools</h1><div id="named-list"></div></div>`;
+  const list = $("#named-list");
+  if (!named.length) {
+    setHtml(list, `<p class="empty">No named pools. <code>skyhive launch -c NAME task.yaml</code> creates one.</p>`);
+    return;
+  }
+  if (list.querySelector(".empty")) { list.innerHTML = ""; list._html = undefined; }
+  // a section per pool, kept while the pool is listed (its parts patched as a table's rows are)
+  const old = new Map(Array.from(list.children, el => [el.dataset.named, el]));
+  let prev = null;
+  for (const n of named) {
+    let sec = old.get(n.name);
+    if (sec) old.delete(n.name);
+    else {
+      sec = document.createElement("section");
+      sec.className = "named";
+      sec.dataset.named = n.name;
+      sec.innerHTML = `<div class="named-head"></div><div class="named-fix"></div><div class="named-jobs"></div>`;
+    }
+    setHtml(sec.querySelector(".named-head"), `<div class="title-row"><h2><a href="#/pool/${encodeURIComponent(n.name)}">${esc(n.name)}</a></h2>${badge(n.state)}
       <span class="muted">${esc(n.provider)} · ${n.nodes} nodes · ${n.live_workers ?? "?"}/${n.workers} workers live · autostop ${esc(n.autostop)} · ${n.running} running, ${n.pending} pending</span>
-      <span class="spacer"></span><button class="btn small danger" data-down="${esc(n.name)}" data-named="1">down</button></div>
-      ${n.fix ? problemsHtml([{cause: `pool ${n.name} is ${n.state}`, fix: n.fix}]) : ""}
-      ${jobsTable(n.name, n.jobs)}
-    </section>`).join("") : `<p class="empty">No named pools. <code>skyhive launch -c NAME task.yaml</code> creates one.</p>`}`;
+      <span class="spacer"></span><button class="btn small danger" data-down="${esc(n.name)}" data-named="1">down</button></div>`);
+    setHtml(sec.querySelector(".named-fix"), n.fix ? problemsHtml([{cause: `pool ${n.name} is ${n.state}`, fix: n.fix}]) : "");
+    jobsTable(sec.querySelector(".named-jobs"), n.name, n.jobs);
+    const want = prev ? prev.nextSibling : list.firstChild;
+    if (want !== sec) list.insertBefore(sec, want);
+    prev = sec;
+  }
+  for (const el of old.values()) el.remove();
 }
 
 async function managedPage() {
   const me = view;
   const {jobs} = await api("/api/managed");
   if (view !== me) return;
-  main.innerHTML = `<h1>Managed jobs</h1>${jobs.length ? `<table class="grid" id="managed"><thead><tr><th class="num">Job</th><th>Name</th>
+  if (!$("#managed-page")) main.innerHTML = `<div id="managed-page"><h1>Managed jobs</h1><div id="managed-box"></div></div>`;
+  const rows = jobs.map(j => ({key: String(j.id), data: {managed: j.id}, cells: [
+    ["num", String(j.id)], ["", esc(j.name)], ["", badge(j.state)], ["num", String(j.attempts)],
+    ["num", String(j.recoveries)], ["", esc(j.restarts)], ["", esc(j.age)], ["", fmtDuration(j.duration)],
+    ["detail", esc(j.detail)],
+    ["", `<a class="btn small" href="#/log/managed/${j.id}">log</a>
+    ${j.finished ? "" : `<button class="btn small danger" data-cancel-managed="${j.id}">cancel</button>`}`],
+  ]}));
+  tableIn($("#managed-box"), "managed", "grid", `<th class="num">Job</th><th>Name</th>
     <th>State</th><th class="num">Attempts</th><th class="num">Recoveries</th><th>Restarts on errors</th><th>Age</th><th>Running for</th>
-    <th>Detail</th><th></th></tr></thead><tbody>${jobs.map(j => `
-    <tr data-managed="${j.id}"><td class="num">${j.id}</td><td>${esc(j.name)}</td><td>${badge(j.state)}</td><td class="num">${j.attempts}</td>
-    <td class="num">${j.recoveries}</td><td>${esc(j.restarts)}</td><td>${esc(j.age)}</td><td>${fmtDuration(j.duration)}</td>
-    <td class="detail">${esc(j.detail)}</td>
-    <td><a class="btn small" href="#/log/managed/${j.id}">log</a>
-    ${j.finished ? "" : `<button class="btn small danger" data-cancel-managed="${j.id}">cancel</button>`}</td></tr>`).join("")}</tbody></table>`
-    : `<p class="empty">No managed jobs. <code>skyhive jobs launch task.yaml</code> starts one.</p>`}`;
+    <th>Detail</th><th></th>`, rows, `<p class="empty">No managed jobs. <code>skyhive jobs launch task.yaml</code> starts one.</p>`);
 }
 
 // ---- the log page --------------------------------------------------------------------------------------
 
+// Lines a log page holds while it follows a log (the oldest parts are let go past it; "load earlier"
+// brings them back).
+const MAX_LOG_LINES = 50000;
+
+function fmtBytes(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1 << 20) return `${(n / 1024).toFixed(1)} KiB`;
+  if (n < 1 << 30) return `${(n / (1 << 20)).toFixed(1)} MiB`;
+  return `${(n / (1 << 30)).toFixed(2)} GiB`;
+}
+
+// A log page: the end of the log first, then what it gains as it is written (a live stream read on from
+// where the end stopped); earlier parts are loaded on demand ("load earlier": a pool's output by line
+// numbers, a job's log by byte ranges). Download saves every byte (a one-time ticket, then a link).
 function logPage(kind, a, b) {
   const title = kind === "pool" ? `pool ${a}` : kind === "managed" ? `managed job ${a}` : `${a} · job ${b}`;
-  const download = kind === "pool" ? `/api/pools/${encodeURIComponent(a)}/output/download`
-                 : kind === "managed" ? null : `/api/named/${encodeURIComponent(a)}/jobs/${b}/log/download`;
-  const back = kind === "managed" ? "#/managed" : `#/pool/${encodeURIComponent(a)}`;
+  const enc = encodeURIComponent;
+  const base = kind === "pool" ? `/api/pools/${enc(a)}/output` : kind === "managed" ? `/api/managed/${enc(a)}/log`
+                                                              : `/api/named/${enc(a)}/jobs/${b}/log`;
+  const back = kind === "managed" ? "#/managed" : `#/pool/${enc(a)}`;
   const heading = kind === "managed" ? ["managed jobs", `job ${a}`] : [a, kind === "pool" ? "output" : `job ${b}`];
   main.innerHTML = `<div class="title-row"><h1><a href="${back}">${esc(heading[0])}</a> / ${esc(heading[1])}</h1>
       <span id="log-state"></span><span class="spacer"></span>
       <input id="log-search" type="search" placeholder="search (text or /regex/)">
       <label class="check"><input id="log-follow" type="checkbox" checked> follow</label>
-      ${download ? `<a class="btn" id="log-download" href="${download}" download>Download</a>` : ""}
+      <button class="btn" id="log-download">Download</button>
       ${kind !== "pool" ? `<span id="job-cancel"></span>` : ""}</div>
-    <div class="muted small" id="log-info">waiting for lines…</div>
+    <div class="muted small"><span id="log-info">loading the end of the log…</span>
+      <button class="btn small hidden" id="log-earlier">load earlier</button></div>
     <pre id="log" class="log"></pre>`;
   document.title = `skyhive · ${title}`;
+  $("#log-download").onclick = () => download(`${base}/download`);
   const pre = $("#log");
-  const lines = [];
-  let partial = "";
+  const lines = [];    // the lines loaded, oldest first
+  const chunks = [];   // the parts they came in, [{start, count}]: let go of from the front whole
+  let partial = "";    // the start of a line whose end has not come yet
+  let startPos = 0;    // where lines[0] begins: a byte offset (a pool: a line number)
+  let pos = 0;         // where the live stream reads on from (a pool: the last line number it had)
+  let earlier = false; // something before lines[0] can be loaded
+  let held = 0;        // a pool: the oldest line the dashboard holds (the download has those before)
+  let ended = false;
+  const ctl = new AbortController();
   const matcher = () => {
     const q = $("#log-search").value;
     if (!q) return null;
@@ -396,13 +564,64 @@ function logPage(kind, a, b) {
     }
     return out + esc(text.slice(last));
   };
+  const info = () => {
+    const m = matcher();
+    let text = m ? `${lines.filter(l => m.test(l)).length} of ${lines.length} lines match` : `${lines.length} lines`;
+    if (earlier) text += kind === "pool" ? ` · the end of the output: the ${startPos} lines before it are not shown`
+                                         : ` · the end of the log: the ${fmtBytes(startPos)} before it are not shown`;
+    if (kind === "pool" && held > 0 && startPos <= held) {
+      text += ` · the dashboard holds the last ${MAX_LOG_LINES.toLocaleString("en")} lines of a pool's output: the ${held} before them are in Download`;
+    }
+    $("#log-info").textContent = text;
+    $("#log-earlier").classList.toggle("hidden", !earlier);
+  };
+  const follow = () => {
+    if ($("#log-follow").checked) { pre.dataset.auto = "1"; pre.scrollTop = pre.scrollHeight; setTimeout(() => pre.dataset.auto = "", 50); }
+  };
   const render = () => {
     const m = matcher();
-    const shown = m ? lines.filter(l => m.test(l)) : lines;
-    const last = shown.slice(-20000);
-    pre.innerHTML = last.map(lineHtml).join("");
-    $("#log-info").textContent = m ? `${shown.length} of ${lines.length} lines match` : `${lines.length} lines`;
-    if ($("#log-follow").checked) pre.scrollTop = pre.scrollHeight;
+    pre.innerHTML = (m ? lines.filter(l => m.test(l)) : lines).map(lineHtml).join("");
+    info();
+    follow();
+  };
+  const append = (text, start) => {
+    const parts = (partial + text).split("\n");
+    partial = parts.pop();
+    if (!parts.length) return;
+    chunks.push({start, count: parts.length});
+    const m = matcher();
+    let html = "";
+    for (const line of parts) {
+      lines.push(line);
+      if (!m || m.test(line)) html += lineHtml(line);
+    }
+    if (lines.length > MAX_LOG_LINES && chunks.length > 1) {
+      while (lines.length > MAX_LOG_LINES && chunks.length > 1) lines.splice(0, chunks.shift().count);
+      startPos = chunks[0].start;
+      earlier = true;
+      render();
+      return;
+    }
+    pre.insertAdjacentHTML("beforeend", html);
+    info();
+    follow();
+  };
+  $("#log-earlier").onclick = async () => {
+    try {
+      const part = await api(`${base}?before=${startPos}`);
+      const parts = part.text.split("\n");
+      if (parts[parts.length - 1] === "") parts.pop();
+      if (parts.length) { chunks.unshift({start: part.start, count: parts.length}); lines.splice(0, 0, ...parts); }
+      startPos = part.start;
+      earlier = kind === "pool" ? part.start > part.first : part.start > 0;
+      if (kind === "pool") held = part.first;
+      $("#log-follow").checked = false;
+      const height = pre.scrollHeight, top = pre.scrollTop;
+      render();
+      pre.dataset.auto = "1";
+      pre.scrollTop = top + pre.scrollHeight - height;  // what was in view stays in view
+      setTimeout(() => pre.dataset.auto = "", 50);
+    } catch (e) { toast(e.message, true); }
   };
   $("#log-search").oninput = render;
   $("#log-follow").onchange = () => { if ($("#log-follow").checked) pre.scrollTop = pre.scrollHeight; };
@@ -410,33 +629,33 @@ function logPage(kind, a, b) {
     const atEnd = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 8;
     if (!atEnd && $("#log-follow").checked && pre.dataset.auto !== "1") $("#log-follow").checked = false;
   };
-  const url = kind === "pool" ? `/api/live/log?pool=${encodeURIComponent(a)}&after=-1`
-            : kind === "managed" ? `/api/live/log?managed=${encodeURIComponent(a)}&offset=0`
-                                 : `/api/live/log?named=${encodeURIComponent(a)}&job=${b}&offset=0`;
-  const source = new EventSource(url);
-  source.addEventListener("lines", ev => {
-    const data = JSON.parse(ev.data);
-    const text = partial + data.text;
-    const parts = text.split("\n");
-    partial = parts.pop();
-    const m = matcher();
-    for (const line of parts) {
-      lines.push(line);
-      if (!m || m.test(line)) {
-        pre.insertAdjacentHTML("beforeend", lineHtml(line));
+  const finish = () => {
+    if (partial) { lines.push(partial); pre.insertAdjacentHTML("beforeend", lineHtml(partial)); partial = ""; info(); follow(); }
+    $("#log-state").innerHTML = badge("ended");
+    jobState();
+  };
+  const live = async () => {
+    while (!ended && !ctl.signal.aborted) {
+      const url = kind === "pool" ? `/api/live/log?pool=${enc(a)}&after=${pos}`
+                : kind === "managed" ? `/api/live/log?managed=${enc(a)}&offset=${pos}`
+                                     : `/api/live/log?named=${enc(a)}&job=${b}&offset=${pos}`;
+      try {
+        await stream(url, {
+          lines: d => { const at = kind === "pool" ? pos + 1 : pos; pos = d.next; append(d.text, at); },
+          end: () => { ended = true; },
+        }, ctl.signal);
+      } catch (e) {
+        if (ctl.signal.aborted) return;
+        if (e.status === 403) { noToken(); return; }
+        if (e.status) { $("#log-state").innerHTML = badge("error: " + e.message); return; }
+      }
+      if (ended) { finish(); return; }
+      if (!ctl.signal.aborted) {  // the stream broke off (the dashboard restarted?): on from where it was
+        $("#log-state").innerHTML = badge("disconnected");
+        await new Promise(r => setTimeout(r, 1000));
       }
     }
-    if (lines.length > 50000) { lines.splice(0, lines.length - 50000); render(); }
-    $("#log-info").textContent = m ? `${lines.filter(l => m.test(l)).length} of ${lines.length} lines match` : `${lines.length} lines`;
-    if ($("#log-follow").checked) { pre.dataset.auto = "1"; pre.scrollTop = pre.scrollHeight; setTimeout(() => pre.dataset.auto = "", 50); }
-  });
-  source.addEventListener("end", () => {
-    if (partial) { lines.push(partial); pre.insertAdjacentHTML("beforeend", lineHtml(partial)); partial = ""; }
-    $("#log-state").innerHTML = badge("ended");
-    source.close();
-    jobState();
-  });
-  source.onerror = () => { if (source.readyState === EventSource.CLOSED) $("#log-state").innerHTML = badge("disconnected"); };
+  };
   const jobState = async () => {
     if (kind === "pool") return;
     if (kind === "managed") {
@@ -453,8 +672,23 @@ function logPage(kind, a, b) {
       $("#job-cancel").innerHTML = job.finished ? "" : `<button class="btn danger" data-cancel-job="${b}" data-pool="${esc(a)}">Cancel job</button>`;
     } catch (e) { $("#log-state").innerHTML = badge("error: " + e.message); }
   };
+  (async () => {
+    try {
+      const part = await api(`${base}?before=-1`);
+      if (ctl.signal.aborted) return;
+      startPos = part.start;
+      pos = part.next;
+      earlier = kind === "pool" ? part.start > part.first : part.start > 0;
+      if (kind === "pool") held = part.first;
+      append(part.text, part.start);
+      info();
+      live();
+    } catch (e) {
+      if (!ctl.signal.aborted) $("#log-info").textContent = `the log could not be read: ${e.message}`;
+    }
+  })();
   jobState();
-  return {leave: () => source.close(), refresh: jobState};
+  return {leave: () => ctl.abort(), refresh: jobState};
 }
 
 // ---- the timeline: SVG drawn from events/timeline.py's lanes and spans ------------------------------------
@@ -605,21 +839,39 @@ async function refresh() {
   return refreshing;
 }
 
-function connectLive() {
+async function connectLive() {
   const live = $("#live");
-  const source = new EventSource("/api/live");
-  source.addEventListener("changed", () => {
-    live.textContent = "live"; live.className = "live on";
-    if (view && view.name !== "log") refresh();
-    else if (view && view.refresh) view.refresh();
-  });
-  source.onopen = () => { live.textContent = "live"; live.className = "live on"; };
-  source.onerror = () => { live.textContent = "reconnecting…"; live.className = "live off"; };
+  for (;;) {
+    try {
+      await stream("/api/live", {
+        open: () => { live.textContent = "live"; live.className = "live on"; },
+        changed: () => {
+          live.textContent = "live"; live.className = "live on";
+          if (view && view.name !== "log") refresh();
+          else if (view && view.refresh) view.refresh();
+        },
+      });
+    } catch (e) {
+      if (e.status === 403) { live.textContent = "no token"; live.className = "live off"; return; }
+    }
+    live.textContent = "reconnecting…"; live.className = "live off";
+    await new Promise(r => setTimeout(r, 1000));
+  }
 }
 
 // ages and the cost so far change with the clock, not with the logs: a look every 10 s as well
 setInterval(() => { if (view && view.name !== "log" && !document.hidden) refresh(); }, 10000);
 
-window.addEventListener("hashchange", route);
-route();
-connectLive();
+let started = false;
+async function start() {
+  await takeToken();
+  if (!token) { noToken(); return; }
+  route();
+  if (!started) { started = true; connectLive(); }
+}
+
+window.addEventListener("hashchange", () => {
+  if (/^#(token|code)=/.test(location.hash)) start();  // the printed URL pasted into a tab already open
+  else if (started) route();
+});
+start();
