@@ -387,6 +387,8 @@ def test_a_failed_node_shows_its_cause_and_a_gone_clients_pool_is_taken_down(tmp
         node1 = '#nodes tr[data-node="1"]'
         wait_until(lambda: "failed" in _text(browser, node1), what="node 1 failed")
         assert "exited with status 7" in _text(browser, node1), _text(browser, node1)
+        # the problems panel is drawn from the same change, but not necessarily in the same frame as the row
+        wait_until(lambda: "node 1 failed" in _text(browser, "#pool-problems"), what="the pool's problems naming node 1")
         problems = _text(browser, "#pool-problems")
         assert "node 1 failed" in problems and "exited with status 7" in problems, problems
         assert f"skyhive down {pool_id}" in problems
