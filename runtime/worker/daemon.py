@@ -330,6 +330,9 @@ class WorkerDaemon(TaskCore):
         """
         if code is None:
             code = 1 if self.failure else 0
+        from .leave import run_before_leaving
+
+        run_before_leaving(log.warning)  # (a cached mount's last upload, before the group is killed)
         try:
             if os.getpgid(0) == os.getpid():
                 if threading.current_thread() is threading.main_thread():
