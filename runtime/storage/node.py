@@ -354,6 +354,7 @@ def flush_before_exit() -> None:
     upload (`_Syncer.last_flush`), or its unsent files kept and named. Registered with the worker's
     `before_leaving` when a cached mount starts; runs in a signal handler, so no lock is waited on forever."""
     deadline = time.monotonic() + float(os.environ.get("SKYHIVE_EXIT_FLUSH_TIME", EXIT_FLUSH_TIME))
+    _writers_gone(time.monotonic() + WRITERS_GRACE)
     if not _lock.acquire(timeout=5):
         log.warning("the cached mounts' registry is busy; their last upload is skipped")
         return
@@ -367,6 +368,26 @@ def flush_before_exit() -> None:
             syncer.last_flush(deadline)
         except Exception:  # noqa: BLE001 - the others still get theirs
             log.exception("%s: the last upload failed", _shown(syncer.path))
+
+
+#: Seconds the processes a worker's tasks started get, once told to stop, to write their last files
+#: (a job trapping SIGTERM saves a checkpoint) before the last upload scans the folders.
+WRITERS_GRACE = 3.0
+
+
+def _writers_gone(deadline: float) -> None:
+    """Wait (until `deadline`) for the other processes of the group this worker leads to end: they were
+    sent SIGTERM (by `skyhive down`'s signal to the group, or the worker's `stop_tasks_first`)."""
+    from ..common.procfs import group_members
+
+    me = os.getpid()
+    try:
+        if os.getpgid(0) != me:
+            return
+    except OSError:
+        return
+    while group_members(me, but=me) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _exit_hook() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -38,7 +39,8 @@ with open({written!r}, "a") as log:
 
 def _writer_task(tmp_path: Path, bucket: str) -> Path:
     """A task that writes a checkpoint every 50 ms into its checkpoint folder (in the node's own home,
-    `~/ckpt`), naming each in `written` once it is complete; returns `written`."""
+    `~/ckpt`), naming each in `written` once it is complete; returns `written` (and its worker's pid is
+    written to `worker`)."""
     written = tmp_path / "written"
     (tmp_path / "writer.py").write_text(WRITER.format(written=str(written)))
     (tmp_path / "t.yaml").write_text(textwrap.dedent(f"""\
@@ -50,6 +52,7 @@ def _writer_task(tmp_path: Path, bucket: str) -> Path:
             name: {bucket}
             mode: MOUNT_CACHED
         run: |
+          echo $PPID > {tmp_path}/worker
           python {tmp_path}/writer.py
         """))
     return written
@@ -80,6 +83,54 @@ def test_down_uploads_every_checkpoint_a_running_job_wrote_before_deleting_the_n
     assert not (Path(clean) / "work" / "ckpool").exists()  # the node's home went with the pool, after the upload
     assert not list((Path(clean) / "storage" / "unsent").glob("*"))  # nothing needed keeping
     assert s3.client().list_multipart_uploads(Bucket="ck-down").get("Uploads", []) == []
+
+
+KEPT_POOL = """\
+import skyhive as sky
+
+def write():
+    folder = sky.checkpoint_dir()
+    for n in range(30):
+        (folder / f"f-{{n}}.txt").write_text(str(n))
+    return len(list(folder.iterdir()))
+
+mounts = {{{target!r}: sky.Bucket("ck-keep", mode="MOUNT_CACHED")}}
+with sky.Pool(provider=sky.Local(), nodes=1, name="ckkeep", keep=True, mounts=mounts, output=None) as pool:
+    print("wrote", pool.run(write), flush=True)
+"""
+
+
+def test_stop_uploads_what_a_kept_pool_s_cached_mount_still_held(clean, s3, tmp_path):
+    """A kept Python pool (`Pool(name=..., keep=True, mounts=...)`) whose last task wrote files, its
+    background sync slowed to every 10 minutes: `skyhive stop` (the path autostop takes too) uploads them."""
+    s3.client().create_bucket(Bucket="ck-keep")
+    (tmp_path / "keep.py").write_text(KEPT_POOL.format(target=str(tmp_path / "ck")))
+    env = {**os.environ, "SKYHIVE_STORAGE_SYNC_INTERVAL": "600"}
+    ran = subprocess.run([sys.executable, "keep.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=240)
+    assert ran.returncode == 0 and "wrote 30" in ran.stdout, ran.stdout + ran.stderr
+    stopped = skyhive("stop", "ckkeep", "-y", cwd=tmp_path)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert s3.keys("ck-keep") == sorted(f"ckkeep/f-{n}.txt" for n in range(30))
+
+
+def test_a_killed_client_s_workers_upload_every_checkpoint_before_they_exit(s3, tmp_path):
+    """`skyhive launch` (no name) SIGKILLed while its job writes: the workers, their client gone, upload
+    what their cached mount holds before they exit."""
+    s3.client().create_bucket(Bucket="ck-client")
+    written = _writer_task(tmp_path, "ck-client")
+    client = subprocess.Popen([*SKYHIVE, "launch", "-y", "t.yaml"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        _wait("checkpoints in the bucket", lambda: len(s3.keys("ck-client")) >= 5)
+    finally:
+        client.kill()
+        client.wait()
+    worker = int((tmp_path / "worker").read_text())
+    _wait("the worker gone", lambda: not _alive(worker), 120)
+    wrote = _written(written)
+    keys = set(s3.keys("ck-client"))
+    assert wrote and not set(wrote) - keys, f"written but not in the bucket: {sorted(set(wrote) - keys)}"
 
 
 def test_down_keeps_and_names_the_checkpoints_it_could_not_upload(clean, s3, tmp_path, monkeypatch):
