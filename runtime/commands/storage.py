@@ -113,7 +113,7 @@ def _show_unfinished(out: TextIO, listed: list[tuple[str, str]], clients: dict[s
     """The multipart uploads left open in the buckets listed (any uploader's: their parts are stored and
     billed, no object shows them), and those skyhive started on this machine and did not finish
     (runtime/storage/uploads.py), wherever they go."""
-    from ..storage.uploads import open_uploads, unfinished
+    from ..storage.journal import open_uploads, unfinished
 
     lines, failed = [], 0
     seen = set()

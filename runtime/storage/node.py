@@ -391,7 +391,7 @@ def _writers_gone(deadline: float) -> None:
 
 
 def _exit_hook() -> None:
-    from ..worker.leave import before_leaving
+    from ..common.leaving import before_leaving
 
     before_leaving(flush_before_exit)
 
