@@ -179,8 +179,8 @@ class _Syncer:
             self._busy.release()
             try:
                 self.sync(settled_only=False)
-            except StorageError as exc:
-                problem = str(exc)
+            except Exception as exc:  # noqa: BLE001 - whatever it was, what is unsent is kept below
+                problem = _shown(str(exc)) if isinstance(exc, StorageError) else f"{type(exc).__name__}: {_shown(str(exc))}"
         else:
             problem = "the upload under way did not end in time"
         left = self.unsent() if os.path.isdir(self.path) else []

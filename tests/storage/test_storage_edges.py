@@ -254,3 +254,30 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_the_last_upload_keeps_what_it_cannot_send_undecodable_names_included(s3, tmp_path, skyhive_home,
+                                                                              monkeypatch):
+    """In process: a cached mount whose endpoint is gone when its worker ends keeps every unsent file,
+    one whose name is not UTF-8 included, under its own bytes, and names them in UNSENT.txt."""
+    import skyhive as sky
+    from skyhive.runtime.storage import node, s3 as s3mod
+    from skyhive.runtime.storage.spec import Bucket, mount_of
+
+    s3.client().create_bucket(Bucket="ck-last")
+    monkeypatch.setenv("SKYHIVE_STORAGE_SYNC_INTERVAL", "600")  # only the last upload sends
+    target = tmp_path / "ck"
+    node.install([(mount_of(str(target), sky.Bucket("ck-last", mode="MOUNT_CACHED")),
+                   s3mod.access(Bucket("ck-last")))], "last-upload")
+    (target / "ok.bin").write_bytes(b"ok")
+    with open(os.path.join(os.fsencode(target), b"bad-\xff.bin"), "wb") as fh:
+        fh.write(b"bad")
+    s3.stop()  # the endpoint gone
+    node.flush_before_exit()
+    assert node.active_syncers() == []
+    kept = list((Path(skyhive_home) / "storage" / "unsent").iterdir())
+    assert len(kept) == 1, kept
+    assert sorted(os.listdir(os.fsencode(kept[0]))) == [b"UNSENT.txt", b"bad-\xff.bin", b"ok.bin"]
+    manifest = (kept[0] / "UNSENT.txt").read_text().splitlines()
+    assert manifest[:2] == [f"folder: {target}", "bucket: s3://ck-last"]
+    assert sorted(manifest[2:]) == ["bad-\\xff.bin", "ok.bin"]
