@@ -354,7 +354,6 @@ def flush_before_exit() -> None:
     upload (`_Syncer.last_flush`), or its unsent files kept and named. Registered with the worker's
     `before_leaving` when a cached mount starts; runs in a signal handler, so no lock is waited on forever."""
     deadline = time.monotonic() + float(os.environ.get("SKYHIVE_EXIT_FLUSH_TIME", EXIT_FLUSH_TIME))
-    _writers_gone(time.monotonic() + WRITERS_GRACE)
     if not _lock.acquire(timeout=5):
         log.warning("the cached mounts' registry is busy; their last upload is skipped")
         return
@@ -363,6 +362,9 @@ def flush_before_exit() -> None:
         _syncers.clear()
     finally:
         _lock.release()
+    if not syncers:  # (all flushed at their job's end)
+        return
+    _writers_gone(time.monotonic() + WRITERS_GRACE)
     for syncer in syncers:
         try:
             syncer.last_flush(deadline)
