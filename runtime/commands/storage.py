@@ -112,7 +112,7 @@ def _show_unfinished(out: TextIO, listed: list[tuple[str, str]], clients: dict[s
                      err: TextIO | None = None) -> int:
     """The multipart uploads left open in the buckets listed (any uploader's: their parts are stored and
     billed, no object shows them), and those skyhive started on this machine and did not finish
-    (runtime/storage/uploads.py), wherever they go."""
+    (runtime/storage/journal.py), wherever they go."""
     from ..storage.journal import open_uploads, unfinished
 
     lines, failed = [], 0
@@ -135,7 +135,8 @@ def _show_unfinished(out: TextIO, listed: list[tuple[str, str]], clients: dict[s
         lines.append(f"{_uri(up.store, up.bucket)}/{up.key}  (upload {up.upload_id}, started here; {who})")
     if lines:
         out.write(f"\nunfinished uploads ({len(lines)}; their parts are stored and billed until aborted: "
-                  f"`skyhive down` aborts those of the pools it ends, `skyhive storage delete` a bucket's):\n")
+                  f"`skyhive down` aborts those skyhive started whose process ended, `skyhive storage delete` a "
+                  f"bucket's):\n")
         out.writelines(f"  {line}\n" for line in lines)
     return failed
 
