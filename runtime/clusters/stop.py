@@ -25,16 +25,20 @@ log = logging.getLogger("skyhive.clusters")
 
 #: Seconds between SIGTERM and SIGKILL.
 GRACE = 3.0
+#: ... for a pool's workers that ran a cached bucket mount: they upload what it holds before they exit
+#: (runtime/storage/node.py `flush_before_exit`, bounded by its EXIT_FLUSH_TIME, below this); one that
+#: has nothing to upload exits at once.
+WORKER_GRACE = 60.0
 
 
-def _end(pids: list[int], send: Callable[[int, int], None]) -> None:
+def _end(pids: list[int], send: Callable[[int, int], None], grace: float = GRACE) -> None:
     """SIGTERM `pids` (with `send`: `os.killpg` for group leaders, `os.kill` for single processes),
-    then SIGKILL those still alive after `GRACE`."""
+    then SIGKILL those still alive after `grace`."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 send(pid, sig)
-        deadline = time.monotonic() + GRACE
+        deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(alive(p) for p in pids):
             time.sleep(0.05)
 
@@ -59,7 +63,11 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
         pids.append(agent)
     if watchdog and rec.watchdog_pid and runs(rec.watchdog_pid, "skyhive.runtime.worker.watchdog"):
         pids.append(rec.watchdog_pid)
-    _end(pids, os.killpg)
+    from ..storage.kept import mount_owners
+
+    began = time.time()
+    _end(pids, os.killpg, WORKER_GRACE if mount_owners() & set(pids) else GRACE)  # (a cached mount's last upload)
+    _after_workers(name, began)
     left = keeper.left_behind(rec)  # what jobs started in sessions of their own (torchrun's)
     _end(left, os.kill)
     ended = len(pids) + len(left)
@@ -82,6 +90,22 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
 
     close_log(name, why=why, destroy=not keep_machines)
     return ended
+
+
+def _after_workers(name: str, began: float) -> None:
+    """Once the pool's workers on this machine ended: the files their cached mounts could not upload
+    (kept by them, runtime/storage/kept.py) named, and the multipart uploads they left unfinished
+    aborted (runtime/storage/uploads.py)."""
+    from ..storage.kept import kept_since
+    from ..storage.uploads import abort_orphans
+
+    for path, uri, count in kept_since(began):
+        log.warning("pool %s: %d file(s) could not be uploaded to %s; kept in %s (see UNSENT.txt there)", name,
+                    count, uri, path)
+    try:
+        abort_orphans()
+    except Exception as exc:  # noqa: BLE001 - named; the pool is taken down all the same
+        log.warning("pool %s: unfinished uploads could not be aborted: %s", name, exc)
 
 
 def stopped_by_shutdown(rec: records.ClusterRecord) -> records.ClusterRecord:

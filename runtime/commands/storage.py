@@ -93,7 +93,7 @@ def list_buckets(endpoint: str | None = None, out: TextIO | None = None, *, name
             failed = 1
     if not rows:
         out.write(f"no buckets created by skyhive ({', '.join(look) or 'no store set up'})\n")
-        return failed
+        return _show_unfinished(out, [], {}) or failed
     out.write(f"{'BUCKET':<48} {'OBJECTS':>8} {'SIZE':>12}  CREATED BY SKYHIVE\n")
     for store, name, created in rows:
         try:
@@ -105,6 +105,39 @@ def list_buckets(endpoint: str | None = None, out: TextIO | None = None, *, name
         size = sum(o.size for o in objects)
         mark = "yes" if created else "no"
         out.write(f"{_uri(store, name):<48} {len(objects):>8} {size / (1 << 20):>8.1f} MiB  {mark}\n")
+    return _show_unfinished(out, [(store, name) for store, name, _ in rows], clients, err) or failed
+
+
+def _show_unfinished(out: TextIO, listed: list[tuple[str, str]], clients: dict[str, object],
+                     err: TextIO | None = None) -> int:
+    """The multipart uploads left open in the buckets listed (any uploader's: their parts are stored and
+    billed, no object shows them), and those skyhive started on this machine and did not finish
+    (runtime/storage/journal.py), wherever they go."""
+    from ..storage.journal import open_uploads, unfinished
+
+    lines, failed = [], 0
+    seen = set()
+    for store, name in listed:
+        try:
+            found = open_uploads(clients[store], name)
+        except Exception as exc:  # noqa: BLE001 - named; the others are shown still
+            if err is not None:
+                err.write(f"skyhive storage ls: {_uri(store, name)}: cannot list its unfinished uploads: {exc}\n")
+            failed = 1
+            continue
+        for key, upload_id, _ in found:
+            seen.add((name, upload_id))
+            lines.append(f"{_uri(store, name)}/{key}  (upload {upload_id})")
+    for up in unfinished():
+        if (up.bucket, up.upload_id) in seen:
+            continue
+        who = "its process runs" if up.alive else f"its process {up.pid} ended"
+        lines.append(f"{_uri(up.store, up.bucket)}/{up.key}  (upload {up.upload_id}, started here; {who})")
+    if lines:
+        out.write(f"\nunfinished uploads ({len(lines)}; their parts are stored and billed until aborted: "
+                  f"`skyhive down` aborts those skyhive started whose process ended, `skyhive storage delete` a "
+                  f"bucket's):\n")
+        out.writelines(f"  {line}\n" for line in lines)
     return failed
 
 

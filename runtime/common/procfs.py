@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["proc_stat"]
+__all__ = ["proc_stat", "group_members"]
 
 
 def proc_stat(pid: int) -> list[str] | None:
@@ -16,3 +16,16 @@ def proc_stat(pid: int) -> list[str] | None:
             return fh.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def group_members(pgrp: int, *, but: int = 0) -> list[int]:
+    """The live (not zombie) processes of process group `pgrp`, `but` that one."""
+    import os
+
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != but:
+            stat = proc_stat(int(entry))
+            if stat is not None and stat[0] != "Z" and int(stat[2]) == pgrp:
+                out.append(int(entry))
+    return out

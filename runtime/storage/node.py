@@ -20,8 +20,11 @@ import hashlib
 import logging
 import os
 import shutil
+import stat
 import subprocess
+import sys
 import threading
+import time
 from typing import Any
 
 from ...errors import StorageError
@@ -30,7 +33,8 @@ from .s3 import Access, client
 from .spec import Mount
 from .transfer import TEMP_MARK, delete_keys, download_prefix, is_temporary, upload_files
 
-__all__ = ["install", "flush", "finish", "unmount_all", "fuse_problem", "SYNC_INTERVAL", "target_path", "active_syncers"]
+__all__ = ["install", "flush", "finish", "unmount_all", "fuse_problem", "SYNC_INTERVAL", "target_path", "active_syncers",
+           "flush_before_exit"]
 
 log = logging.getLogger("skyhive.storage")
 
@@ -53,7 +57,14 @@ def target_path(target: str, home: str | None = None) -> str:
     return path if os.path.isabs(path) else os.path.join(home, path)
 
 
-def _scan(root: str) -> dict[str, tuple[int, int]]:
+def _shown(path: str) -> str:
+    """A path as text that any log or terminal takes (a name's undecodable bytes as \\xNN)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _scan(root: str, special: set[str] | None = None) -> dict[str, tuple[int, int]]:
+    """The regular files under `root` as relative path -> (size, mtime). Special files (a FIFO, a socket,
+    a device: reading one can block forever) are skipped, each named in a warning once per `special`."""
     out = {}
     for dirpath, dirs, names in os.walk(root):
         dirs[:] = [d for d in dirs if not d.startswith(".skyhive")]
@@ -65,6 +76,16 @@ def _scan(root: str) -> dict[str, tuple[int, int]]:
                 st = os.stat(path)
             except FileNotFoundError:
                 continue  # renamed away while scanning
+            except OSError as exc:  # a dangling loop of links, a name too long: named, not fatal
+                log.warning("%s: skipped, cannot be read: %s", _shown(path), exc.strerror or exc)
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                if special is None or path not in special:
+                    log.warning("%s: skipped, not a regular file (a FIFO, socket or device is never uploaded)",
+                                _shown(path))
+                    if special is not None:
+                        special.add(path)
+                continue
             out[os.path.relpath(path, root).replace(os.sep, "/")] = (st.st_size, st.st_mtime_ns)
     return out
 
@@ -75,7 +96,8 @@ class _Syncer:
     def __init__(self, mount: Mount, path: str, acc: Access, marker: str, *, since: int | None = None) -> None:
         self.mount, self.path, self.acc, self.marker = mount, path, acc, marker
         self.s3 = client(acc)
-        now = _scan(path)
+        self.special: set[str] = set()  # special files already named in a warning
+        now = _scan(path, self.special)
         # what the bucket holds: all of it just after the download; when taking over from a worker that
         # died, what had not changed since its last successful sync (`since`: the marker's mtime)
         self.sent = now if since is None else {rel: sig for rel, sig in now.items() if sig[1] <= since}
@@ -86,7 +108,7 @@ class _Syncer:
         self.uploaded = 0
         self.deleted = 0
         self._stop = threading.Event()
-        self._busy = threading.Lock()
+        self._busy = threading.RLock()  # (re-entered by `last_flush` in a signal handler that interrupted a sync)
         interval = float(os.environ.get("SKYHIVE_STORAGE_SYNC_INTERVAL", SYNC_INTERVAL))
         self._thread = threading.Thread(target=self._loop, args=(interval,), name=f"skyhive-sync {path}", daemon=True)
         self._thread.start()
@@ -105,7 +127,7 @@ class _Syncer:
         over another is in the bucket under its new name before the old one goes). A file deleted before
         or while it is uploaded is skipped, and its object deleted at the next scan."""
         with self._busy:
-            now = _scan(self.path)
+            now = _scan(self.path, self.special)
             changed = [rel for rel, sig in now.items() if self.sent.get(rel) != sig
                        and (not settled_only or self.seen.get(rel) == sig)]
             gone = [rel for rel in self.sent if rel not in now and (not settled_only or rel not in self.seen)]
@@ -139,7 +161,36 @@ class _Syncer:
         self._thread.join()
         self.error = None
         self.sync(settled_only=False)
+        for path in sorted(self.special):  # (the job's end: said in its output, not only in the worker's log)
+            sys.stderr.write(f"skyhive: {_shown(path)}: skipped, not a regular file (a FIFO, socket or device is "
+                             f"never uploaded to {self.mount.bucket.uri})\n")
         return self.uploaded
+
+    def unsent(self) -> list[str]:
+        """The files here whose last change the bucket does not hold."""
+        return sorted(rel for rel, sig in _scan(self.path, self.special).items() if self.sent.get(rel) != sig)
+
+    def last_flush(self, deadline: float) -> None:
+        """The worker is ending: upload what is unsent, by `deadline` (monotonic). What could not be
+        uploaded is copied where the pool's end does not delete it (kept.py) and named in a warning."""
+        self._stop.set()
+        problem = ""
+        if self._busy.acquire(timeout=max(0.0, deadline - time.monotonic())):  # (the loop's sync ends first)
+            self._busy.release()
+            try:
+                self.sync(settled_only=False)
+            except Exception as exc:  # noqa: BLE001 - whatever it was, what is unsent is kept below
+                problem = _shown(str(exc)) if isinstance(exc, StorageError) else f"{type(exc).__name__}: {_shown(str(exc))}"
+        else:
+            problem = "the upload under way did not end in time"
+        left = self.unsent() if os.path.isdir(self.path) else []
+        if left:
+            from .kept import keep
+
+            where = keep(self.path, left, self.mount.bucket.uri)
+            log.warning("%s: %d file(s) could not be uploaded to %s (%s); kept in %s: %s", _shown(self.path),
+                        len(left), self.mount.bucket.uri, problem or "not uploaded", _shown(where),
+                        ", ".join(_shown(rel) for rel in left[:20]) + (" ..." if len(left) > 20 else ""))
 
 
 def fuse_problem(tool: str = "rclone") -> str:
@@ -218,6 +269,7 @@ def install(mounts: list[tuple[Mount, Access]], session: str, home: str | None =
     `StorageError` naming the mount, bucket, key and cause; a failed copy leaves no partial file and no
     record of being done."""
     filled = []
+    _abort_orphans([acc for _, acc in mounts])  # an earlier worker's upload killed mid-way on this machine
     for mount, acc in mounts:
         path = target_path(mount.target, home)
         fh, marker = _machine_lock(session, path)
@@ -227,6 +279,7 @@ def install(mounts: list[tuple[Mount, Access]], session: str, home: str | None =
                     with _lock:
                         if path not in _syncers:
                             _syncers[path] = _Syncer(mount, path, acc, marker, since=os.stat(marker).st_mtime_ns)
+                            _exit_hook()
                 continue
             if mount.mode == "MOUNT":
                 _prepare_dir(mount, path)
@@ -246,8 +299,13 @@ def install(mounts: list[tuple[Mount, Access]], session: str, home: str | None =
                 with _lock:
                     old = _syncers.pop(path, None)
                     if old is not None:
-                        old.flush()
+                        try:
+                            old.flush()
+                        except StorageError:
+                            _syncers[path] = old  # (its unsent files still known: kept when the worker ends)
+                            raise
                     _syncers[path] = _Syncer(mount, path, acc, marker)
+                    _exit_hook()
             filled.append(path)
         finally:
             fh.close()
@@ -286,19 +344,77 @@ def active_syncers() -> list[str]:
         return sorted(_syncers)
 
 
+#: Seconds a worker that is ending (SIGTERM, its client gone) gives its cached mounts' last upload; the
+#: one ending it waits longer before SIGKILL (`clusters/stop.py`'s WORKER_GRACE).
+EXIT_FLUSH_TIME = 45.0
+
+
+def flush_before_exit() -> None:
+    """The worker is ending (`skyhive down`/`stop`, autostop, its client gone): every cached mount's last
+    upload (`_Syncer.last_flush`), or its unsent files kept and named. Registered with the worker's
+    `before_leaving` when a cached mount starts; runs in a signal handler, so no lock is waited on forever."""
+    deadline = time.monotonic() + float(os.environ.get("SKYHIVE_EXIT_FLUSH_TIME", EXIT_FLUSH_TIME))
+    if not _lock.acquire(timeout=5):
+        log.warning("the cached mounts' registry is busy; their last upload is skipped")
+        return
+    try:
+        syncers = list(_syncers.values())
+        _syncers.clear()
+    finally:
+        _lock.release()
+    if not syncers:  # (all flushed at their job's end)
+        return
+    _writers_gone(time.monotonic() + WRITERS_GRACE)
+    for syncer in syncers:
+        try:
+            syncer.last_flush(deadline)
+        except Exception:  # noqa: BLE001 - the others still get theirs
+            log.exception("%s: the last upload failed", _shown(syncer.path))
+
+
+#: Seconds the processes a worker's tasks started get, once told to stop, to write their last files
+#: (a job trapping SIGTERM saves a checkpoint) before the last upload scans the folders.
+WRITERS_GRACE = 3.0
+
+
+def _writers_gone(deadline: float) -> None:
+    """Wait (until `deadline`) for the other processes of the group this worker leads to end: they were
+    sent SIGTERM (by `skyhive down`'s signal to the group, or the worker's `stop_tasks_first`)."""
+    from ..common.procfs import group_members
+
+    me = os.getpid()
+    try:
+        if os.getpgid(0) != me:
+            return
+    except OSError:
+        return
+    while group_members(me, but=me) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _exit_hook() -> None:
+    from ..common.leaving import before_leaving
+
+    before_leaving(flush_before_exit)
+
+
 def flush(paths: list[str] | None = None) -> int:
     """Upload what the cached mounts of this process (or those at `paths`) still hold unsent, and stop
     their background sync; returns the number of files uploaded since they were installed. Raises the
     `StorageError` of an upload that failed."""
     with _lock:
         chosen = [p for p in _syncers if paths is None or p in {target_path(x) for x in paths}]
-        syncers = [_syncers.pop(p) for p in chosen]
+        syncers = [_syncers[p] for p in chosen]
     total, failed = 0, None
-    for syncer in syncers:
-        try:
+    for syncer in syncers:  # (each stays registered until flushed: a SIGTERM meanwhile still finds it, and
+        try:                 # one that failed is tried again when the worker ends, its unsent files kept)
             total += syncer.flush()
         except StorageError as exc:
             failed = failed or exc
+            continue
+        with _lock:
+            if _syncers.get(syncer.path) is syncer:
+                del _syncers[syncer.path]
     if failed is not None:
         raise failed
     return total
@@ -311,9 +427,22 @@ def unmount_all() -> None:
             _unmount(_fuse_mounts.pop())
 
 
+def _abort_orphans(accesses: list[Access]) -> None:
+    from .uploads import abort_orphans
+
+    try:
+        abort_orphans(accesses)
+    except Exception as exc:  # noqa: BLE001 - named; the mounts work all the same
+        log.warning("unfinished uploads of ended processes could not be aborted: %s", exc)
+
+
 def finish() -> None:
-    """The end of a job on this machine: cached mounts flushed (`flush`), FUSE mounts unmounted."""
+    """The end of a job on this machine: cached mounts flushed (`flush`), FUSE mounts unmounted, and
+    the multipart uploads of processes that died here mid-copy aborted (uploads.py)."""
+    with _lock:
+        accesses = [s.acc for s in _syncers.values()]
     try:
         flush()
     finally:
         unmount_all()
+        _abort_orphans(accesses)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -13,6 +14,8 @@ from .plugin import BucketMounts, checkpoint_path
 from .spec import Mount
 
 __all__ = ["open_mounts", "close_mounts"]
+
+log = logging.getLogger("skyhive.storage")
 
 
 async def open_mounts(mounts: tuple[Mount, ...], pool_name: str | None, *,
@@ -29,3 +32,15 @@ async def close_mounts(prepared: Prepared, *, failed: bool = False) -> None:
     """Delete the buckets this pool created that are not to be kept (all of them if it failed to start)."""
     with anyio.CancelScope(shield=True):
         await anyio.to_thread.run_sync(lambda: release(prepared, failed=failed))
+        await anyio.to_thread.run_sync(lambda: _abort_orphans(prepared))
+
+
+def _abort_orphans(prepared: Prepared) -> None:
+    """The multipart uploads left by processes that died mid-copy on this machine (a Local pool's
+    killed worker, a killed client's upload of a `source`), aborted (uploads.py)."""
+    from .uploads import abort_orphans
+
+    try:
+        abort_orphans([acc for _, acc in prepared.mounts])
+    except Exception as exc:  # noqa: BLE001 - named; the pool is closed all the same
+        log.warning("unfinished uploads could not be aborted: %s", exc)

@@ -226,6 +226,9 @@ def client(acc: Access, *, pool_size: int = 48) -> Any:
 
         for op in ("CreateBucket", "ListBuckets"):
             s3.meta.events.register(f"before-sign.s3.{op}", name_the_project)
+    from .journal import journal
+
+    journal(s3, endpoint_url=acc.endpoint_url, store=acc.store, region=acc.region)  # (a killed upload is aborted later)
     return s3
 
 

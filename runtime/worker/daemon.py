@@ -330,6 +330,10 @@ class WorkerDaemon(TaskCore):
         """
         if code is None:
             code = 1 if self.failure else 0
+        from ..common.leaving import run_before_leaving, stop_tasks_first
+
+        stop_tasks_first()  # (the tasks' processes stop writing; then a cached mount's last upload)
+        run_before_leaving(log.warning)
         try:
             if os.getpgid(0) == os.getpid():
                 if threading.current_thread() is threading.main_thread():
@@ -359,6 +363,9 @@ class WorkerDaemon(TaskCore):
                 self.app_stack.close()  # plugin teardown (around_app's finally)
             except Exception:
                 log.exception("plugin teardown failed")
+            from ..common.leaving import run_before_leaving
+
+            run_before_leaving(log.warning)  # (or wait for the thread running them: the client went away)
             flusher.stop()
             self.stdout.flush()
             self.stderr.flush()

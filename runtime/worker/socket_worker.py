@@ -423,7 +423,7 @@ class SocketWorker(WorkerDaemon):
 
     def _on_term(self, signum: int, frame: Any) -> None:
         log.warning("terminated by signal %d", signum)
-        self.abandon(-signum)
+        leave(self.path, -signum, log.info, stop_tasks=False)  # (skyhive's stop signals the whole group)
 
     def finish(self, code: int) -> None:
         """After `Shutdown`: say `Goodbye`, wait until everything is acknowledged (or no client came

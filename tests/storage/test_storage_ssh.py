@@ -7,6 +7,7 @@ not root, and the test makes /dev/fuse 0600 for them on that host, whatever the 
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import textwrap
@@ -216,3 +217,58 @@ def test_a_training_job_killed_on_one_host_resumes_on_a_fresh_host(netns_hosts, 
     finally:
         runner.join(60)
         _clean([first_host, fresh_host], "rdata", "rckpt", "train-pids", "release", ".skyhive/storage-deps")
+
+
+def _start_writer() -> str:
+    """A process of this worker's (its process group) writing a checkpoint every 50 ms into the job's
+    checkpoint folder, each named in ~/written once complete."""
+    import subprocess
+    import sys
+
+    folder = sky.checkpoint_dir()
+    code = ("import os, sys, time\n"
+            "folder, log = sys.argv[1], open(os.path.expanduser('~/written'), 'a')\n"
+            "n = 0\n"
+            "while True:\n"
+            "    n += 1\n"
+            "    tmp = os.path.join(folder, f'ckpt-{n}.bin.tmp')\n"
+            "    open(tmp, 'wb').write(b'x' * 4096)\n"
+            "    os.replace(tmp, os.path.join(folder, f'ckpt-{n}.bin'))\n"
+            "    log.write(f'ckpt-{n}.bin\\n'); log.flush()\n"
+            "    time.sleep(0.05)\n")
+    subprocess.Popen([sys.executable, "-c", code, str(folder)], stdin=subprocess.DEVNULL)
+    return str(folder)
+
+
+def test_down_of_a_kept_ssh_pool_uploads_every_checkpoint_its_job_wrote(netns_hosts, bridge_s3, skyhive_home):
+    """Issue 36 point 1 on an SSH host: `skyhive down` SIGTERMs the pool's processes there; the worker
+    uploads what its cached mount holds before it exits."""
+    import time
+
+    from skyhive.runtime.commands.clusters import down_cluster
+    from tests.kinds.ssh.test_ssh_pool import ssh_for
+
+    host = list(netns_hosts)[0]
+    bridge_s3.client().create_bucket(Bucket="ssh-down")
+    mounts = {"sckpt": sky.Bucket("ssh-down", mode="MOUNT_CACHED")}
+    try:
+        with sky.Pool(provider=ssh_for([host]), nodes=1, name="skw", keep=True, mounts=mounts, output=None) as pool:
+            pool.run(_start_writer)
+        deadline = time.monotonic() + 120
+        while len(bridge_s3.keys("ssh-down")) < 5:  # the background upload runs, the client gone
+            assert time.monotonic() < deadline, "no checkpoint reached the bucket"
+            time.sleep(0.2)
+        down_cluster("skw", quiet=True)
+        wrote = {f"skw/{n}" for n in (host.home / "written").read_text().split()}
+        keys = set(bridge_s3.keys("ssh-down"))
+        assert wrote and not wrote - keys, f"written but not in the bucket: {sorted(wrote - keys)}"
+    finally:
+        from skyhive.errors import PoolNotFound
+
+        with contextlib.suppress(PoolNotFound):  # (taken down above, unless the test failed before)
+            down_cluster("skw", quiet=True)
+        _clean([host], "sckpt", "written", ".skyhive/storage-deps")
+    from tests.clusters.test_ssh_clusters import cluster_processes, key
+
+    assert cluster_processes(key("skw", skyhive_home)) == []  # nothing of the pool left on the host
+    assert not (host.home / ".skyhive" / "work").exists() or not list((host.home / ".skyhive" / "work").iterdir())
