@@ -78,6 +78,13 @@ def live_remote(rec: ClusterRecord) -> tuple[list[WorkerEntry], list[str], bool]
     return _run(look)
 
 
+#: Seconds between the SIGTERM of `down`, `stop` and autostop and their SIGKILL on a host: a worker that ran a
+#: cached bucket mount uploads what it still holds before it exits (runtime/storage/node.py, bounded below
+#: this, as runtime/clusters/stop.py allows on this machine). The sweep goes on as soon as the pool's
+#: processes are gone, so a pool without such a mount is not held up.
+EXIT_GRACE = 60.0
+
+
 def stop_remote(rec: ClusterRecord, *, host_keys: Mapping[int, str] | None = None,
                 skip: Collection[int] = (), keep_work: bool = False) -> tuple[list[str], list[str]]:
     """Stop the SSH pool `rec` on each of its hosts: its processes, socket directory, jobs' working
@@ -87,7 +94,7 @@ def stop_remote(rec: ClusterRecord, *, host_keys: Mapping[int, str] | None = Non
     (`skyhive stop`)."""
     provider = provider_of(rec)
     provider.host_keys.update(host_keys or {})
-    return _run(lambda: provider.down(rec.nodes, skip=skip, keep_work=keep_work))
+    return _run(lambda: provider.down(rec.nodes, grace=EXIT_GRACE, skip=skip, keep_work=keep_work))
 
 
 #: Ends the pool's autostop watchdog on a host (found by its `--state-dir <run dir>/<cluster>.wd`).
@@ -118,7 +125,7 @@ def _watchdog_script(rec: ClusterRecord, node: int, idle: float, old_only: bool 
     if rec.instances:
         mark += "\n" + str(rec.provider_info["cloud"].get("shutdown_command") or "sudo shutdown -h now")
     keep_work = bool(rec.instances) and not rec.autostop_down  # an instance that stops keeps its disk
-    stop = autostop_guard(sock_dir, rec.name) + sweep_script(rec.cluster, rec.name, "kill", 3.0, then=mark,
+    stop = autostop_guard(sock_dir, rec.name) + sweep_script(rec.cluster, rec.name, "kill", EXIT_GRACE, then=mark,
                                                              from_autostop=True, keep_work=keep_work)
     interval = max(0.2, min(5.0, idle / 4))
     return (head + f"set -e\numask 077\nmkdir -p \"$WD\"\ncat > \"$WD/autostop.sh\" <<'SKYHIVE_AUTOSTOP_EOF'\n{stop}"
