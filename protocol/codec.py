@@ -33,6 +33,7 @@ __all__ = [
     "decode_body",
     "decode_message",
     "escape_text",
+    "escape_values",
 ]
 
 HEADER = struct.Struct(">I")
@@ -214,7 +215,7 @@ def encode(msg: Message) -> bytes:
     try:
         body = _packb(values)
     except UnicodeEncodeError:  # (rare: checked only when packing failed, so every other frame pays nothing)
-        body = _packb(_escaped(values))
+        body = _packb(escape_values(values))
     return _pack_len(len(body)) + body
 
 
@@ -239,15 +240,15 @@ def _escape_one(match: re.Match[str]) -> str:
     return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
 
 
-def _escaped(value: Any) -> Any:
+def escape_values(value: Any) -> Any:
     """`value` (wire values: str, bytes, numbers, and tuples, lists and dicts of them) with every str
     in it escaped (`escape_text`)."""
     if value.__class__ is str:
         return escape_text(value)
     if isinstance(value, (tuple, list)):
-        return type(value)(_escaped(v) for v in value)
+        return type(value)(escape_values(v) for v in value)
     if isinstance(value, dict):
-        return {_escaped(k): _escaped(v) for k, v in value.items()}
+        return {escape_values(k): escape_values(v) for k, v in value.items()}
     return value
 
 
@@ -277,7 +278,7 @@ def submit_tail(*, fn_id: bytes, fn: bytes, args: bytes, batch: bool, options: d
         try:
             packed = _pack_one(options)
         except UnicodeEncodeError:  # (an output filter's text, say: escaped as `encode` does)
-            packed = _pack_one(_escaped(options))
+            packed = _pack_one(escape_values(options))
         head, rest = _SUBMIT_HEADS[8], _BATCH_NO_SIZES[batch] + packed
     elif batch:
         head, rest = _SUBMIT_HEADS[7], _BATCH_NO_SIZES[True]
