@@ -6,9 +6,11 @@ worker goes on. Real Local workers."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
+import anyio
 import pytest
 
 import skyhive as sky
@@ -34,6 +36,10 @@ def raise_unpicklable_naming_a_bad_file() -> None:
     raise Unpicklable(f"flush failed at {os.fsdecode(b'bad-' + bytes([0xFF]) + b'.bin')}")
 
 
+def log_naming_a_bad_file() -> None:
+    logging.getLogger("user.code").error("cannot read %s", os.fsdecode(b"bad-" + bytes([0xFF]) + b".bin"))
+
+
 def name_and_pid() -> tuple[str, int]:
     return os.fsdecode(b"bad-" + bytes([0xFF]) + b".bin"), os.getpid()
 
@@ -52,3 +58,15 @@ async def test_an_error_naming_a_non_utf8_file_reaches_the_caller_and_the_worker
         # the same worker answers: none was lost
         assert await pool.run(name_and_pid) == (BAD, pid)
         assert pool.statistics()["tasks_lost"] == 0
+
+
+async def test_the_workers_log_line_naming_a_non_utf8_file_is_written_escaped(caplog):
+    """The worker's diagnostics (its `logging`, forwarded by the Local transport) used to fail on such
+    a line ("--- Logging error ---" in the task's output, the line itself lost)."""
+    with caplog.at_level(logging.WARNING, logger="skyhive.transport.local"):
+        async with sky.Pool(provider=sky.Local(), nodes=1) as pool:
+            await pool.run(log_naming_a_bad_file)
+            with anyio.fail_after(30):  # (the worker's stderr is read as it comes)
+                while not any("cannot read bad-\\udcff.bin" in r.getMessage() for r in caplog.records):
+                    await anyio.sleep(0.05)
+    assert not any("Logging error" in r.getMessage() for r in caplog.records)
