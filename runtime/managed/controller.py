@@ -348,13 +348,10 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
                 _end(job_id, out, "cancelled", detail="cancelled")
                 return
             attempt = st.attempts + 1
-            if st.attempts and st.state not in (store.RECOVERING, store.PENDING) and st.recoveries >= st.max_recoveries:
-                why = (f"the controller of attempt {st.attempts} died after {st.recoveries} recoveries, the job's "
-                       f"limit (max_recoveries={st.max_recoveries})")
-                out.note(f"job {job_id} failed: {why}")
-                _end(job_id, out, "failed", attempt=st.attempts, detail=why, code=1)
-                return
-            if st.attempts and st.state not in (store.RECOVERING, store.PENDING):  # its controller died
+            died = st.attempts and st.state not in (store.RECOVERING, store.PENDING)  # its controller died
+            if died and st.recoveries >= st.max_recoveries:
+                return _out_of_recoveries(job_id, out, st, st.attempts, f"the controller of attempt {st.attempts} died")
+            if died:
                 out.note(f"the controller was restarted (pid {os.getpid()}): attempt {st.attempts} is gone; "
                          f"starting attempt {attempt}")
                 store.append(job_id, "lost", detail=f"the controller of attempt {st.attempts} died")
@@ -396,13 +393,8 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
                 _end(job_id, out, "cancelled", detail=res.why)
                 return
             if res.kind == "lost" and st.recoveries >= st.max_recoveries:  # (st: this attempt's replacements too)
-                st = store.load(job_id)
-                why = (f"node lost ({res.why}) after {st.recoveries} recoveries, the job's limit (max_recoveries="
-                       f"{st.max_recoveries}: resources.job_recovery.max_recoveries or SKYHIVE_JOBS_MAX_RECOVERIES)")
                 await stopped.event.wait()
-                out.note(f"job {job_id} failed: {why}")
-                _end(job_id, out, "failed", attempt=attempt, detail=why, code=1)
-                return
+                return _out_of_recoveries(job_id, out, st, attempt, f"node lost ({res.why})")
             if res.kind == "lost":
                 places = [str(h.provider_id) for h in res.lost]
                 out.note(f"node lost ({res.why}): recovering (not counted against max_restarts_on_errors)"
@@ -434,6 +426,14 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
             out.note(f"job {job_id} failed: {res.why}")
             _end(job_id, out, "failed", attempt=attempt, detail=res.why, code=code)
             return
+
+
+def _out_of_recoveries(job_id: int, out: _JobLog, st: store.JobState, attempt: int, loss: str) -> None:
+    """The job fails: `loss` came after the last recovery its `max_recoveries` allows."""
+    why = (f"{loss} after {st.recoveries} recoveries, the job's limit (max_recoveries={st.max_recoveries}: "
+           "resources.job_recovery.max_recoveries or SKYHIVE_JOBS_MAX_RECOVERIES)")
+    out.note(f"job {job_id} failed: {why}")
+    _end(job_id, out, "failed", attempt=attempt, detail=why, code=1)
 
 
 async def _one_attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog, avoid: list[Any],
