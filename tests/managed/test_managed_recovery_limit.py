@@ -79,3 +79,28 @@ def test_a_managed_job_whose_error_names_a_non_utf8_file_ends_with_that_error(sk
     assert "ckpt-\\xff.bin" in info["detail"], info["detail"]
     assert len(list((Path(skyhive_home) / "managed" / str(job.id) / "checkpoints").glob("try.*"))) == 1
     assert gone(info["controller_pid"]) and not live_workers(info["pools"])
+
+
+# node 1 of 2 kills its own worker every time: replaced in place (a recovery), then lost again
+LOSE_NODE_1 = textwrap.dedent("""\
+    name: gang
+    num_nodes: 2
+    resources:
+      job_recovery:
+        max_recoveries: 1
+    run: |
+      echo "node $SKYPILOT_NODE_RANK" >> "$SKYHIVE_CHECKPOINT_DIR/runs"
+      if [ "$SKYPILOT_NODE_RANK" = 1 ]; then kill -9 $PPID; fi
+      for i in $(seq 600); do sleep 0.1; done
+    """)
+
+
+def test_a_node_replaced_in_place_counts_and_the_next_loss_past_the_limit_fails_the_job(tmp_path, skyhive_home):
+    path = tmp_path / "gang.yaml"
+    path.write_text(LOSE_NODE_1)
+    job = launch(str(path))
+    info = ended(job)
+    assert info["state"] == "FAILED" and info["recoveries"] == 1, info
+    assert "after 1 recoveries" in info["detail"] and "max_recoveries=1" in info["detail"], info["detail"]
+    assert "replacing only it" in logs(job)
+    assert gone(info["controller_pid"]) and not live_workers(info["pools"])
