@@ -8,6 +8,7 @@ large buffer is never packed into, or unpacked out of, a msgpack `bin` (each of 
 from __future__ import annotations
 
 import operator
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import MISSING, fields
@@ -31,6 +32,8 @@ __all__ = [
     "encode_value_result",
     "decode_body",
     "decode_message",
+    "escape_text",
+    "escape_values",
 ]
 
 HEADER = struct.Struct(">I")
@@ -206,10 +209,47 @@ _pack_len = HEADER.pack
 def encode(msg: Message) -> bytes:
     """The frame (length prefix included) for `msg`: its tag and wire values, those at the end that
     are at their defaults left out (but a `Hello`'s or `Welcome`'s: see `_WHOLE`). `Chunk` goes
-    through `encode_chunk_header`."""
+    through `encode_chunk_header`. Text that is not valid Unicode travels escaped (`escape_text`)."""
     cls = type(msg)
-    body = _packb((cls.tag, *_SCHEMA[cls].wire_values(msg)))
+    values = (cls.tag, *_SCHEMA[cls].wire_values(msg))
+    try:
+        body = _packb(values)
+    except UnicodeEncodeError:  # (rare: checked only when packing failed, so every other frame pays nothing)
+        body = _packb(escape_values(values))
     return _pack_len(len(body)) + body
+
+
+def escape_text(text: str) -> str:
+    """`text` as valid Unicode, which UTF-8 (the wire's text encoding) can carry: each lone surrogate
+    Python uses for an undecodable byte (`os.fsdecode(b"bad-\\xff")`, a file name that is not UTF-8)
+    becomes that byte's escape (`bad-\\xff`), any other lone surrogate its `\\udXXX` escape; valid
+    text is returned as it is. Text from a peer is decoded strictly: a sender escapes, never the
+    receiver."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _SURROGATE.sub(_escape_one, text)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def escape_values(value: Any) -> Any:
+    """`value` (wire values: str, bytes, numbers, and tuples, lists and dicts of them) with every str
+    in it escaped (`escape_text`)."""
+    if value.__class__ is str:
+        return escape_text(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(escape_values(v) for v in value)
+    if isinstance(value, dict):
+        return {escape_values(k): escape_values(v) for k, v in value.items()}
+    return value
 
 
 # Templates of the two messages every call makes (a `Submit` without buffers, an ok `Result` without
@@ -235,7 +275,11 @@ def submit_tail(*, fn_id: bytes, fn: bytes, args: bytes, batch: bool, options: d
             if type(value) is not want:
                 raise TypeError(f"Submit.{name} should be {want.__name__}, got {type(value).__name__}")
     if options:
-        head, rest = _SUBMIT_HEADS[8], _BATCH_NO_SIZES[batch] + _pack_one(options)
+        try:
+            packed = _pack_one(options)
+        except UnicodeEncodeError:  # (an output filter's text, say: escaped as `encode` does)
+            packed = _pack_one(escape_values(options))
+        head, rest = _SUBMIT_HEADS[8], _BATCH_NO_SIZES[batch] + packed
     elif batch:
         head, rest = _SUBMIT_HEADS[7], _BATCH_NO_SIZES[True]
     else:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from .common import active
+from .interrupt import deferred_sigint
 from .common.remote_errors import full_tracebacks
 
 if TYPE_CHECKING:
@@ -97,12 +99,8 @@ class BlockingPool:
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._portal is None:
             raise RuntimeError("the pool is not open: use `with sky.Pool(...) as pool:`")
-        future = self._portal.start_task_soon(functools.partial(fn, *args, **kwargs))
         try:
-            return future.result()
-        except KeyboardInterrupt:  # Ctrl-C: the call is cancelled, on the node too, before the pool closes
-            future.cancel()
-            raise
+            return _wait_for(self._portal, functools.partial(fn, *args, **kwargs))
         except Exception as exc:
             if getattr(exc, "remote_traceback", None) is None or full_tracebacks():
                 raise
@@ -239,11 +237,42 @@ async def _open_output(pool: AsyncPool, kwargs: dict[str, Any]) -> Any:
     return pool.output(**kwargs)
 
 
+#: How long a call interrupted by Ctrl-C is waited for, once cancelled, before `KeyboardInterrupt` is
+#: raised (its cancellation sends `Cancel` to the nodes and returns: this is a bound, not a pause).
+_CANCEL_WAIT = 30.0
+
+
+async def _until_done(call: Callable[[], Any], ended: threading.Event) -> Any:
+    try:
+        return await call()
+    finally:
+        ended.set()
+
+
+def _wait_for(portal: BlockingPortal, call: Callable[[], Any]) -> Any:
+    """`await call()` on the portal's loop, from this thread. Ctrl-C (in the main thread) is held back
+    while the call is handed over and raised only while waiting for it (`interrupt.deferred_sigint`):
+    the call is then cancelled — on the nodes too — and has ended before `KeyboardInterrupt` reaches
+    the script, which may catch it and go on using the pool (a second Ctrl-C stops that wait)."""
+    ended = threading.Event()
+    with deferred_sigint() as guard:
+        future = portal.start_task_soon(_until_done, call, ended)
+        try:
+            return guard.wait(future.result) if guard is not None else future.result()
+        except KeyboardInterrupt:
+            future.cancel()
+            if guard is not None:
+                guard.wait(lambda: ended.wait(_CANCEL_WAIT))
+            else:
+                ended.wait(_CANCEL_WAIT)
+            raise
+
+
 def _records(portal: BlockingPortal, stream: Any) -> Iterator[Any]:
     try:
         while True:
             try:
-                yield portal.call(stream.__anext__)
+                yield _wait_for(portal, stream.__anext__)
             except StopAsyncIteration:
                 return
     finally:

@@ -7,18 +7,29 @@ nothing the user can act on. So the first pool a process enters wraps `sys.excep
 `KeyboardInterrupt` after such a pool closed prints one line naming the pools; any other exception,
 or SKYHIVE_TRACEBACK=full, goes to the hook that was there before. The exit status stays Python's for
 Ctrl-C (killed by SIGINT: 130 in a shell). An interrupt the script catches itself prints nothing.
+
+A blocking call (`with sky.Pool(...) as pool: pool.broadcast(...)`) holds Ctrl-C back while it hands
+its work to the pool's event loop thread (`deferred_sigint`): the `KeyboardInterrupt` is raised only
+where the call waits for its result (or at once after the hand-over, when Ctrl-C came during it), so
+the call is always known and cancelled — on the nodes too — before the script sees the interrupt. A
+script that catches it goes on with a pool that works: the next call runs (docs/design.md). Without
+this, Ctrl-C could land inside the hand-over and leave the call running unseen (the next call queued
+behind it), or inside the portal's machinery.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
 from .common.remote_errors import full_tracebacks
 
-__all__ = ["install_hook", "closed_by_interrupt", "cancel_in_flight"]
+__all__ = ["install_hook", "closed_by_interrupt", "cancel_in_flight", "deferred_sigint", "SigintGuard"]
 
 _lock = threading.Lock()
 _closed: list[str] = []  # pools closed by Ctrl-C or cancellation, in order
@@ -66,3 +77,54 @@ def _hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType |
               "cancelled on the nodes (SKYHIVE_TRACEBACK=full shows the traceback)", file=sys.stderr, flush=True)
         return
     (_previous or sys.__excepthook__)(exc_type, exc, tb)
+
+
+class SigintGuard:
+    """Ctrl-C held back by `deferred_sigint`: raised by `wait` (at once if it came before), never
+    elsewhere in the block."""
+
+    __slots__ = ("pending", "waiting")
+
+    def __init__(self) -> None:
+        self.pending = False  # Ctrl-C came while not waiting: raised by the next `wait` or at the block's end
+        self.waiting = False
+
+    def __repr__(self) -> str:
+        return f"<SigintGuard pending={self.pending} waiting={self.waiting}>"
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.waiting:
+            self.waiting = False
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def wait(self, fn: Callable[[], Any]) -> Any:
+        """`fn()` (a wait), which Ctrl-C interrupts with `KeyboardInterrupt`; raised at once when Ctrl-C
+        came since the block began."""
+        if self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
+        self.waiting = True
+        try:
+            return fn()
+        finally:
+            self.waiting = False
+
+
+@contextmanager
+def deferred_sigint() -> Iterator[SigintGuard | None]:
+    """In the main thread with Python's own SIGINT handler: a `SigintGuard` for the block (SIGINT
+    held back but where `guard.wait` waits; one left pending at the block's end is raised then); else
+    None (another thread, or a handler of the script's own: nothing changes)."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield None
+        return
+    guard = SigintGuard()
+    signal.signal(signal.SIGINT, guard.handle)
+    try:
+        yield guard
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if guard.pending:  # (came after the last wait: the block's work is done, the interrupt is the script's)
+        raise KeyboardInterrupt

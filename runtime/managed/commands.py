@@ -20,23 +20,36 @@ from ...providers.base import Provider
 from . import store
 from .controller import controller_pid, ensure_controller
 
-__all__ = ["restart_of", "submit_job", "submit_call", "job_cost", "print_jobs", "job_log", "cancel_managed", "max_restarts_of"]
+__all__ = ["restart_of", "submit_job", "submit_call", "job_cost", "print_jobs", "job_log", "cancel_managed", "max_restarts_of",
+           "max_recoveries_of"]
 
 
 def max_restarts_of(task: Task) -> int:
     """`resources.job_recovery.max_restarts_on_errors` of the task file (SkyPilot's spelling), 0 if absent;
     `TaskFileError` naming the file for a value that is not a whole number >= 0."""
+    value = _recovery_count(task, "max_restarts_on_errors")
+    return 0 if value is None else value
+
+
+def max_recoveries_of(task: Task) -> int | None:
+    """`resources.job_recovery.max_recoveries` of the task file (a skyhive key: how many lost nodes the
+    job recovers before it fails), None if absent; `TaskFileError` naming the file for a value that is
+    not a whole number >= 0."""
+    return _recovery_count(task, "max_recoveries")
+
+
+def _recovery_count(task: Task, key: str) -> int | None:
     try:
         with open(task.source, encoding="utf-8") as fh:
             doc = yaml.safe_load(fh)
     except (OSError, yaml.YAMLError):
-        return 0
+        return None
     rec = ((doc or {}).get("resources") or {}).get("job_recovery") if isinstance(doc, dict) else None
-    if not isinstance(rec, dict) or "max_restarts_on_errors" not in rec:
-        return 0
-    value = rec["max_restarts_on_errors"]
+    if not isinstance(rec, dict) or key not in rec:
+        return None
+    value = rec[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TaskFileError(f"{task.line_of('resources')}: resources.job_recovery.max_restarts_on_errors must be "
+        raise TaskFileError(f"{task.line_of('resources')}: resources.job_recovery.{key} must be "
                             f"a whole number >= 0, not {value!r}")
     return value
 
@@ -81,7 +94,7 @@ def submit_job(task: Task, *, name: str | None = None, max_restarts_on_errors: i
     job_name = name or task.name or "job"
     saved = _saved(provider)
     blob = pickle.dumps({"task": task, "task_id": "", "provider": saved})
-    job_id = store.new_job(job_name, blob, restarts)
+    job_id = store.new_job(job_name, blob, restarts, max_recoveries_of(task))
     # one SKYPILOT_TASK_ID for every attempt of the job
     task_id = f"skyhive-{time.strftime('%Y-%m-%d-%H-%M-%S')}-managed-{job_id}"
     (store.job_dir(job_id) / "task.pkl").write_bytes(pickle.dumps({"task": task, "task_id": task_id,

@@ -18,7 +18,8 @@ events (`store.py`) and runs attempts until one ends the job:
   (`Provider.down`; then a `stopped` event), and meanwhile a new attempt is provisioned on fresh nodes
   with the lost node's place tried last (`Provider.avoiding`: the SSH host, the cloud zone, the
   fallback's region); its work starts only once the lost attempt is stopped — a recovery, not counted
-  against `max_restarts_on_errors`;
+  against `max_restarts_on_errors`; after `max_recoveries` of them (`store.DEFAULT_MAX_RECOVERIES`) a lost
+  node fails the job instead, naming the limit;
 - the program failing (non-zero exit) → a new attempt while `max_restarts_on_errors` allows, else
   FAILED;
 - `skyhive jobs cancel` (a `cancel` event) → the attempt's commands are stopped, its pool torn down,
@@ -277,7 +278,7 @@ def _run(job_id: int) -> None:
     spec = pickle.loads((store.job_dir(job_id) / "task.pkl").read_bytes())  # noqa: S301 - our own 0600 file
     spec["provider"] = _rebuilt(spec.get("provider"))
     avoid: list[Any] = store.load_avoided(job_id)  # nodes lost so far (kept across restarts): taken last
-    with open(store.log_path(job_id), "a", encoding="utf-8") as fh:
+    with open(store.log_path(job_id), "a", encoding="utf-8", errors="backslashreplace") as fh:  # (bad file names)
         out = _JobLog(fh, prefix=False)
         try:
             _attempts(job_id, spec, out, avoid)
@@ -347,7 +348,10 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
                 _end(job_id, out, "cancelled", detail="cancelled")
                 return
             attempt = st.attempts + 1
-            if st.attempts and st.state not in (store.RECOVERING, store.PENDING):  # its controller died
+            died = st.attempts and st.state not in (store.RECOVERING, store.PENDING)  # its controller died
+            if died and st.recoveries >= st.max_recoveries:
+                return _out_of_recoveries(job_id, out, st, st.attempts, f"the controller of attempt {st.attempts} died")
+            if died:
                 out.note(f"the controller was restarted (pid {os.getpid()}): attempt {st.attempts} is gone; "
                          f"starting attempt {attempt}")
                 store.append(job_id, "lost", detail=f"the controller of attempt {st.attempts} died")
@@ -377,6 +381,7 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
                 store.append(job_id, "unneeded", attempt=attempt, detail=res.why)
                 await stopped.event.wait()
                 res, attempt = res.previous, attempt - 1
+            st = store.load(job_id)
             if res.kind == "ok":
                 await stopped.event.wait()
                 out.note(f"job {job_id} succeeded (attempt {attempt})")
@@ -387,6 +392,9 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
                 out.note(f"job {job_id} cancelled while running")
                 _end(job_id, out, "cancelled", detail=res.why)
                 return
+            if res.kind == "lost" and st.recoveries >= st.max_recoveries:  # (st: this attempt's replacements too)
+                await stopped.event.wait()
+                return _out_of_recoveries(job_id, out, st, attempt, f"node lost ({res.why})")
             if res.kind == "lost":
                 places = [str(h.provider_id) for h in res.lost]
                 out.note(f"node lost ({res.why}): recovering (not counted against max_restarts_on_errors)"
@@ -418,6 +426,14 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
             out.note(f"job {job_id} failed: {res.why}")
             _end(job_id, out, "failed", attempt=attempt, detail=res.why, code=code)
             return
+
+
+def _out_of_recoveries(job_id: int, out: _JobLog, st: store.JobState, attempt: int, loss: str) -> None:
+    """The job fails: `loss` came after the last recovery its `max_recoveries` allows."""
+    why = (f"{loss} after {st.recoveries} recoveries, the job's limit (max_recoveries={st.max_recoveries}: "
+           "resources.job_recovery.max_recoveries or SKYHIVE_JOBS_MAX_RECOVERIES)")
+    out.note(f"job {job_id} failed: {why}")
+    _end(job_id, out, "failed", attempt=attempt, detail=why, code=1)
 
 
 async def _one_attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog, avoid: list[Any],

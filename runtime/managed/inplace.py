@@ -50,6 +50,8 @@ async def replace_in_place(job_id: int, attempt: int, pool: Any, failed: NodeExi
         failed = NodeExit(node=index, phase=failed.phase, code=1, lost=True, detail=why)
     if not failed.lost:
         return None
+    if (st := store.load(job_id)).recoveries >= st.max_recoveries:  # a lost attempt: the controller fails the job
+        return None
     old_id = str(old.provider_id) if old is not None else f"node {index}"
     out.note(f"node {index} lost ({why_failed(failed)}): replacing only it, the other {len(rt.nodes) - 1} kept; "
              + ("run restarts on every node together" if gang else "the others' run goes on")

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -42,10 +43,13 @@ from pathlib import Path
 from typing import Any
 
 from ...paths import private_dir
+from ...protocol.codec import escape_values
+
+log = logging.getLogger("skyhive.managed")
 
 __all__ = ["JobState", "PENDING", "STARTING", "RUNNING", "RECOVERING", "CLEANING", "LEAKED", "SUCCEEDED", "FAILED", "CANCELLED",
-           "FINISHED", "job_dir", "new_job", "append", "save_avoided", "load_avoided", "events", "fold", "load", "list_ids", "checkpoint_dir",
-           "log_path", "lock_path"]
+           "FINISHED", "job_dir", "new_job", "DEFAULT_MAX_RECOVERIES", "default_max_recoveries", "append",
+           "save_avoided", "load_avoided", "events", "fold", "load", "list_ids", "checkpoint_dir", "log_path", "lock_path"]
 
 PENDING, STARTING, RUNNING, RECOVERING = "PENDING", "STARTING", "RUNNING", "RECOVERING"
 #: the outcome is decided, the job's pools are being swept; the sweep could not finish (what is left shown)
@@ -57,8 +61,9 @@ _FINAL = {"succeeded": SUCCEEDED, "failed": FAILED, "cancelled": CANCELLED}
 
 @dataclass(slots=True)
 class JobState:
-    """A managed job as its events tell it. `recoveries`: attempts started after a lost node;
-    `restarts_on_errors`: attempts started after the user's program failed."""
+    """A managed job as its events tell it. `recoveries`: attempts started after a lost node (and nodes
+    replaced in place), at most `max_recoveries`; `restarts_on_errors`: attempts started after the
+    user's program failed."""
 
     id: int
     name: str = ""
@@ -70,6 +75,7 @@ class JobState:
     recoveries: int = 0
     restarts_on_errors: int = 0
     max_restarts_on_errors: int = 0
+    max_recoveries: int = 0  # (set from the `submitted` event: DEFAULT_MAX_RECOVERIES for older jobs)
     cancel_requested: bool = False
     detail: str = ""
     pools: list[str] = field(default_factory=list)
@@ -83,7 +89,8 @@ class JobState:
         return {"id": self.id, "name": self.name, "state": self.state, "submitted": self.submitted,
                 "started": self.started, "ended": self.ended, "attempts": self.attempts,
                 "recoveries": self.recoveries, "restarts_on_errors": self.restarts_on_errors,
-                "max_restarts_on_errors": self.max_restarts_on_errors, "detail": self.detail,
+                "max_restarts_on_errors": self.max_restarts_on_errors, "max_recoveries": self.max_recoveries,
+                "detail": self.detail,
                 "pools": list(self.pools), "controller_pid": self.controller_pid, "nodes": self.nodes,
                 "leaked": list(self.leaked), "outcome": self.outcome}
 
@@ -154,8 +161,11 @@ def list_ids() -> list[int]:
     return sorted(int(p.name) for p in _root().iterdir() if p.name.isdigit() and (p / "events.jsonl").exists())
 
 
-def new_job(name: str, task_blob: bytes, max_restarts_on_errors: int) -> int:
-    """A new job's id, its task written and its `submitted` event appended."""
+def new_job(name: str, task_blob: bytes, max_restarts_on_errors: int, max_recoveries: int | None = None) -> int:
+    """A new job's id, its task written and its `submitted` event appended. `max_recoveries`: how many
+    times a lost node may be recovered before the job fails (None: `default_max_recoveries()`)."""
+    if max_recoveries is None:
+        max_recoveries = default_max_recoveries()
     with _ids_lock():
         ids = [int(p.name) for p in _root().iterdir() if p.name.isdigit()]
         job_id = max(ids, default=0) + 1
@@ -163,13 +173,35 @@ def new_job(name: str, task_blob: bytes, max_restarts_on_errors: int) -> int:
         fd = os.open(d / "task.pkl", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(task_blob)
-        append(job_id, "submitted", name=name, max_restarts_on_errors=max_restarts_on_errors)
+        append(job_id, "submitted", name=name, max_restarts_on_errors=max_restarts_on_errors,
+               max_recoveries=max_recoveries)
     return job_id
+
+
+#: How many recoveries (lost nodes: attempts started again, nodes replaced in place) one job gets when
+#: neither its task (`resources.job_recovery.max_recoveries`) nor SKYHIVE_JOBS_MAX_RECOVERIES says: a
+#: job whose node is lost every time (a worker that dies at the same point of every attempt) fails
+#: after that many, naming why, instead of starting machines for ever. docs/jobs.md.
+DEFAULT_MAX_RECOVERIES = 25
+
+
+def default_max_recoveries() -> int:
+    """SKYHIVE_JOBS_MAX_RECOVERIES (a whole number >= 0) or `DEFAULT_MAX_RECOVERIES` (also, with a
+    warning, for a value that is not such a number)."""
+    raw = os.environ.get("SKYHIVE_JOBS_MAX_RECOVERIES", "").strip()
+    if not raw:
+        return DEFAULT_MAX_RECOVERIES
+    if not raw.isdigit():
+        log.warning("SKYHIVE_JOBS_MAX_RECOVERIES=%r is not a whole number >= 0: %d used", raw, DEFAULT_MAX_RECOVERIES)
+        return DEFAULT_MAX_RECOVERIES
+    return int(raw)
 
 
 def append(job_id: int, kind: str, **data: Any) -> None:
     """Append one event (a single write on an O_APPEND file: lines never interleave)."""
-    line = json.dumps({"kind": kind, "time": time.time(), **data}, sort_keys=True) + "\n"
+    # (text that is not valid Unicode, as a non-UTF-8 file name in an error, escaped: every reader of
+    # the events prints them)
+    line = json.dumps({"kind": kind, "time": time.time(), **escape_values(data)}, sort_keys=True) + "\n"
     fd = os.open(job_dir(job_id) / "events.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         os.write(fd, line.encode())
@@ -207,6 +239,7 @@ def fold(job_id: int, evs: list[dict[str, Any]]) -> JobState:
         if kind == "submitted":
             st.name, st.submitted = ev.get("name", ""), ev["time"]
             st.max_restarts_on_errors = int(ev.get("max_restarts_on_errors", 0))
+            st.max_recoveries = int(ev.get("max_recoveries", DEFAULT_MAX_RECOVERIES))
         elif kind == "controller":
             st.controller_pid = int(ev.get("pid", 0))
         elif kind == "attempt":

@@ -2,7 +2,8 @@
 
 `prepare` gives each node its working directory with the task's workdir unpacked into it (over what
 an earlier job left there: a named pool's `exec` finds what `launch -c` shipped and `setup` made, as
-SkyPilot keeps `~/sky_workdir`); `run_script` runs `setup` or `run` there as a bash subprocess with the
+SkyPilot keeps `~/sky_workdir`); `run_script` runs `setup` or `run` there as a bash subprocess (the script
+read from a private file, never an argument) with the
 SkyPilot-style environment, after sourcing `~/.bashrc` as SkyPilot's scripts do, and returns its exit
 code.
 
@@ -25,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,7 +35,7 @@ from .instance import instance_info
 from .nodeprep import extract
 from ..common.procfs import proc_stat
 
-__all__ = ["work_root", "node_home", "prepare", "remove", "node_env", "run_script", "stop_descendants", "GRACE",
+__all__ = ["work_root", "node_home", "prepare", "remove", "node_env", "run_script", "script_file", "stop_descendants", "GRACE",
            "WORKDIR_NAME", "BASHRC_PRELUDE"]
 
 #: The workdir's name in a node's own home (SkyPilot's `~/sky_workdir`).
@@ -139,14 +141,18 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
         from .interruption import start_for
 
         watcher = start_for(env, cwd)
-    proc = subprocess.Popen([shell, "-c", BASHRC_PRELUDE + script], cwd=cwd, env=env, stdin=subprocess.DEVNULL)
+    path = script_file(BASHRC_PRELUDE + script, phase)
     try:
-        code = proc.wait()
-    except BaseException:  # cancelled (the worker raises TaskCancelled here), or anything else
-        stop_descendants(proc.pid, GRACE)
-        proc.wait()
-        raise
+        proc = subprocess.Popen([shell, path], cwd=cwd, env=env, stdin=subprocess.DEVNULL)
+        try:
+            code = proc.wait()
+        except BaseException:  # cancelled (the worker raises TaskCancelled here), or anything else
+            stop_descendants(proc.pid, GRACE)
+            proc.wait()
+            raise
     finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
         if watcher is not None:
             watcher.stop()
     code = 128 - code if code < 0 else code
@@ -156,6 +162,16 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
         code += AFTER_NOTICE
     return code
 
+
+
+def script_file(text: str, phase: str) -> str:
+    """A new private file (0600, in the state directory's `scripts/`) holding `text`: a script is run
+    from a file, never given as an argument — one argument is limited to 128 KiB (`Argument list too
+    long`) and every local user reads a process's arguments (`ps`). The caller removes it."""
+    fd, path = tempfile.mkstemp(prefix=f"{phase}-", suffix=".sh", dir=private_dir("scripts"))
+    with open(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:  # (the user's bytes as they were)
+        fh.write(text)
+    return path
 
 
 def stop_descendants(root: int, grace: float) -> None:

@@ -35,7 +35,8 @@ def serve(fd_in: int = 0, fd_out: int = 1, *, make_worker: Callable[[], WorkerDa
     if make_worker is None:
         proto_in, proto_out = os.dup(fd_in), os.dup(fd_out)
     logging.basicConfig(
-        stream=os.fdopen(diag, "w", buffering=1), level=os.environ.get("SKYHIVE_WORKER_LOG", "WARNING"),
+        # (errors escaped: a message naming a file whose name is not UTF-8 is written, not lost)
+        stream=os.fdopen(diag, "w", buffering=1, errors="backslashreplace"), level=os.environ.get("SKYHIVE_WORKER_LOG", "WARNING"),
         format="skyhive-worker[%(process)d] %(levelname)s %(message)s",
     )
     devnull = os.open(os.devnull, os.O_RDONLY)
