@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import signal
 import socket
 import subprocess
 import sys
@@ -21,7 +22,8 @@ from skyhive.runtime.clusters import record as records
 from skyhive.runtime.events.inventory import scan
 from skyhive.runtime.events.log import pool_log_path
 from skyhive.runtime.events.types import NodeStateChanged, PoolDetached, PoolStarted, PoolStopped, to_json
-from tests.clusters.test_clusters import SKYHIVE, clean, running_under, skyhive, write  # noqa: F401 - a fixture
+from tests.clusters.test_clusters import SKYHIVE, clean, running_under, skyhive, wait_for, write  # noqa: F401 - a fixture
+from tests.procs import state_of
 
 TASK = "num_nodes: 2\nresources:\n  cloud: local\nrun: echo hi from $SKYPILOT_NODE_RANK\n"
 
@@ -114,6 +116,28 @@ def test_a_launch_that_made_nothing_leaves_nothing_in_the_name(tmp_path, clean):
     assert down.returncode == 0, down.stdout + down.stderr
     assert "pool jq: down" in down.stderr
     assert records.names() == [] and running_under(clean) == []
+
+
+@pytest.mark.loopback_only
+def test_a_failed_launch_over_a_dead_pool_leaves_its_log_closed_not_kept(tmp_path, clean):
+    """A named pool whose workers died is taken down by the next `launch -c` of its name; when that launch
+    makes nothing, its lines are cut and the dead pool's log still ends stopped (not `kept (named pool)`)."""
+    launch("jq", tmp_path)
+    for w in records.load("jq").workers:
+        os.kill(w.pid, signal.SIGKILL)
+    wait_for(lambda: all(state_of(w.pid) in (None, "Z") for w in records.load("jq").workers), what="workers to die")
+    home = tmp_path / "home"
+    (home / ".aws").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(HOME=str(home), AWS_EC2_METADATA_DISABLED="true")
+    failed = subprocess.run([*SKYHIVE, "launch", "-y", "-c", "jq", "--infra", "aws", str(tmp_path / "task.yaml")],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert failed.returncode == 1 and "aws: no credentials found" in failed.stderr, failed.stdout + failed.stderr
+    assert records.names() == []
+    (entry,) = scan(include_stopped=True)
+    assert (entry.pool_id, entry.status, entry.state.provider) == ("jq", "stopped", "local")
+    assert entry.state.error == "skyhive down jq"  # (`launch -c` took the dead pool down first)
+    assert running_under(clean) == []
 
 
 def test_ls_reads_the_pool_that_now_has_the_name(tmp_path):
