@@ -163,20 +163,10 @@ def _saved(provider: Provider | None) -> Any:
         return {"class": f"{cls.__module__}:{cls.__qualname__}", "description": provider.describe()}
 
 
-def _load(job_id: int) -> store.JobState | None:
-    """The job's state; None, with a warning naming its folder, when its record cannot be read at all (a
-    folder written by hand, a disk error): one job never keeps the commands from the others."""
-    try:
-        return store.load(job_id)
-    except (OSError, LookupError) as exc:
-        log.warning("managed job %d: its record %s cannot be read (%s): skipped", job_id, store.job_dir(job_id), exc)
-        return None
-
-
 def _jobs() -> list[store.JobState]:
     out = []
     for job_id in store.list_ids():
-        st = _load(job_id)
+        st = store.load_listed(job_id)
         if st is None:
             continue
         if st.state == store.LEAKED:
@@ -217,7 +207,7 @@ def print_jobs(*, as_json: bool = False, restart: bool = True, out: TextIO | Non
     out = out or sys.stdout
     if restart:
         for job_id in store.list_ids():
-            st = _load(job_id)
+            st = store.load_listed(job_id)
             # (not a LEAKED job: its sweep failed; `jobs cancel` tries it again)
             if st is None or st.state in (*store.FINISHED, store.LEAKED) or controller_pid(job_id) is not None:
                 continue

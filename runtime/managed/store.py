@@ -46,7 +46,7 @@ from ...paths import private_dir
 
 __all__ = ["JobState", "PENDING", "STARTING", "RUNNING", "RECOVERING", "CLEANING", "LEAKED", "SUCCEEDED", "FAILED", "CANCELLED",
            "FINISHED", "job_dir", "new_job", "append", "save_avoided", "load_avoided", "events", "fold", "load", "list_ids", "checkpoint_dir",
-           "log_path", "open_log", "lock_path"]
+           "log_path", "open_log", "lock_path", "load_listed"]
 
 PENDING, STARTING, RUNNING, RECOVERING = "PENDING", "STARTING", "RUNNING", "RECOVERING"
 #: the outcome is decided, the job's pools are being swept; the sweep could not finish (what is left shown)
@@ -268,3 +268,14 @@ def _apply(st: JobState, ev: dict[str, Any]) -> None:
 
 def load(job_id: int) -> JobState:
     return fold(job_id, events(job_id))
+
+
+def load_listed(job_id: int) -> JobState | None:
+    """The job's state for a listing (`jobs queue`, `sky.jobs.queue()`); None, with a warning naming its
+    folder, when its record cannot be read at all (a folder written by hand, a disk error): one job never
+    keeps a listing from the others."""
+    try:
+        return load(job_id)
+    except (OSError, LookupError) as exc:
+        log.warning("managed job %d: its record %s cannot be read (%s): skipped", job_id, job_dir(job_id), exc)
+        return None

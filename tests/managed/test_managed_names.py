@@ -122,5 +122,6 @@ def test_jobs_queue_survives_any_record_on_disk(tmp_path, skyhive_home):
     assert sorted(jobs) == [1, 2, 3, 5]
     assert (jobs[1]["name"], jobs[1]["cost_usd"]) == (long, None)
     assert jobs[3]["name"] == "odd\x1b[31m\nname" and jobs[3]["attempts"] == 0
+    assert sorted(j["id"] for j in sky.jobs.queue()) == [1, 2, 3, 5]  # from Python too
     assert running_under(skyhive_home) == []  # no controller started for a finished job
     assert sorted(os.listdir(Path(skyhive_home) / "pools")) == []
