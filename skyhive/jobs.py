@@ -82,10 +82,11 @@ def launch(task: Any, *, name: str | None = None, max_restarts_on_errors: int | 
 
 
 def queue() -> list[dict[str, Any]]:
-    """Every managed job as `skyhive jobs queue --json` prints it (state, attempts, recoveries, ...)."""
+    """Every managed job as `skyhive jobs queue --json` prints it (state, attempts, recoveries, ...); a job
+    whose record cannot be read is left out with a warning naming its folder."""
     from skyhive.runtime.managed import store
 
-    return [store.load(job_id).as_dict() for job_id in store.list_ids()]
+    return [st.as_dict() for st in map(store.load_listed, store.list_ids()) if st is not None]
 
 
 def log(job_id: int) -> str:

@@ -94,6 +94,31 @@ async def test_everything_under_the_state_directory_is_private_under_an_open_uma
     assert loose(home) == {}
 
 
+def test_a_managed_jobs_files_are_private_under_an_open_umask(tmp_path, skyhive_home, open_umask):
+    """`managed/<ID>/`: the events, the task, the controller's lock and log, and the job's log (which was
+    created 0644: issue 36, point 12)."""
+    import json
+    import time
+
+    from skyhive.runtime.managed.controller import controller_pid
+
+    task = write(tmp_path / "t.yaml", "resources:\n  cloud: local\nrun: echo managed hello\n")
+    launched = skyhive("jobs", "launch", "-y", str(task), cwd=tmp_path, timeout=120)
+    assert launched.returncode == 0, launched.stderr
+    deadline = time.monotonic() + 120
+    while True:
+        queue = skyhive("jobs", "queue", "--json", cwd=tmp_path)
+        (job,) = map(json.loads, queue.stdout.splitlines())
+        if job["state"] == "SUCCEEDED" and controller_pid(1) is None:  # its controller has left
+            break
+        assert job["state"] not in ("FAILED", "CANCELLED") and time.monotonic() < deadline, job
+        time.sleep(0.2)
+    folder = Path(skyhive_home) / "managed" / "1"
+    assert "managed hello" in (folder / "job.log").read_text()
+    assert oct(os.stat(folder / "job.log").st_mode & 0o777) == "0o600"
+    assert loose(Path(skyhive_home)) == {}
+
+
 async def test_the_skyhive_directory_on_an_ssh_host_is_private(sshd_host, tmp_path):
     state = sshd_host.home / ".skyhive"
     for old in (state, state / "rt", state / "envs", state / "run"):  # left open by an older bootstrap

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ...errors import SSHError
 from .record import ClusterRecord
 
-__all__ = ["ChangedKey", "fingerprint", "changed_host_keys", "decide", "Decision"]
+__all__ = ["ChangedKey", "fingerprint", "changed_host_keys", "decide", "Decision", "not_reached"]
 
 log = logging.getLogger("skyhive.clusters")
 
@@ -134,3 +134,20 @@ def decide(changed: list[ChangedKey], *, accept: Collection[str], ask: Callable[
             f"trusts the new key and stops the pool there, `--accept-host-key RECORDED` forgets the host "
             f"(its machine is gone; nothing is stopped there)", host=undecided[0].host)
     return Decision(pin=pin, forget=frozenset(forget))
+
+
+def not_reached(rec: ClusterRecord, errors: list[str], *, command: str) -> SSHError:
+    """Why `command` (say `exec train`) cannot use the SSH pool `rec` whose hosts could not be asked
+    (`errors`, from `KeepSupport.live`): a host that shows another key than the recorded one is named with
+    both fingerprints and what to do — its workers may well run there still; otherwise the hosts that
+    did not answer. Never "its workers are gone": that is not known."""
+    changed = changed_host_keys(rec) if rec.host_keys else []
+    if changed:
+        return SSHError(
+            f"{command}: pool {rec.name!r} cannot be reached: " + "; ".join(c.describe() for c in changed)
+            + f". Its workers may still run there. If the host was reinstalled or replaced, `skyhive down --force "
+            f"{rec.name}` takes the pool down choosing by fingerprint (then `skyhive launch -c {rec.name}` makes it "
+            f"anew, pinning the new key); if not, someone may be intercepting the connection: do not trust it",
+            host=changed[0].host)
+    return SSHError(f"{command}: pool {rec.name!r}: could not ask its hosts whether its workers run: "
+                    + "; ".join(errors) + " (try again once they answer; `skyhive status` shows the pool)")

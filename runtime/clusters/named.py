@@ -24,6 +24,7 @@ from ...paths import state_dir
 from ...providers.base import Provider
 from ...providers.local import Local
 from ..nodes.keep import KeepContext, KeepSupport, cluster_key, keep_support_of
+from . import attempt
 from . import record as records
 from .follow import follow_workers
 from .kept import KeptProvider
@@ -204,6 +205,7 @@ class NamedPool:
         """Enter `pool` (the `Pool`; `enter` starts it) as this named pool: lock, (re)check the workers when
         attaching, start, write the record. A pool that fails to start is forgotten unless attached."""
         await self.enter()
+        log_end = None if self.attach else attempt.mark(self.name)
         try:
             if self.attach:  # workers may have died since Pool.attach() looked
                 rec = records.load(self.name)
@@ -214,7 +216,11 @@ class NamedPool:
                 kept.on_launch(lambda keeper, inner: self._provisional(keeper, inner, kept.ctx, nodes, per_node))
             await enter()
         except BaseException:
-            self.leave(kept=self.attach)
+            try:
+                self.leave(kept=self.attach)
+            finally:  # a new pool that made nothing leaves nothing in its name (`attempt.py`)
+                if log_end is not None:
+                    attempt.forget_if_nothing_made(self.name, log_end)
             raise
         rt = pool._rt
         assert rt is not None

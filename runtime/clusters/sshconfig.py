@@ -12,6 +12,7 @@ that does it.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import re
@@ -44,11 +45,20 @@ def user_config() -> Path:
     return Path.home() / ".ssh" / "config"
 
 
-def _lines(path: Path) -> list[str]:
+def _read(path: Path) -> bytes:
+    """The bytes of the user's config (through a symlink), b"" when there is none; `OSError` naming it."""
     try:
-        return path.read_text(encoding="utf-8").splitlines()
+        return path.read_bytes()
     except FileNotFoundError:
-        return []
+        return b""
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot read your SSH config {path}: {exc.strerror}") from None
+
+
+def _lines(path: Path) -> list[str]:
+    """The config's lines, for reading only: bytes that are not UTF-8 (a Latin-1 comment) are kept as they
+    are (`surrogateescape`), never an error; CRLF ends a line as LF does."""
+    return _read(path).decode("utf-8", errors="surrogateescape").splitlines()
 
 
 def installed(path: Path | None = None) -> int:
@@ -60,39 +70,72 @@ def installed(path: Path | None = None) -> int:
     return 0
 
 
+def _write(path: Path, data: bytes) -> None:
+    """Replace the user's config with `data` atomically (a temporary file beside it, renamed over it), its
+    mode kept (0600 for a new one). A symlink (a dotfile manager's) is kept: the file it points to is the
+    one replaced. `OSError` naming the file when it cannot be written."""
+    target = Path(os.path.realpath(path))  # the file at the end of a chain of symlinks (itself if none)
+    tmp = target.with_name(f".{target.name}.skyhive.{os.getpid()}")
+    try:
+        mode = target.stat().st_mode & 0o777
+    except FileNotFoundError:
+        mode = 0o600
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, mode)
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        through = f" (the file its symlink points to, {target})" if target != path else ""
+        raise OSError(exc.errno, f"cannot write your SSH config {path}{through}: {exc.strerror}") from None
+
+
+def _newline(data: bytes) -> bytes:
+    """The line ending the file uses (CRLF when its first line ends so; LF otherwise)."""
+    first = data.find(b"\n")
+    return b"\r\n" if first > 0 and data[first - 1:first] == b"\r" else b"\n"
+
+
 def install(path: Path | None = None) -> bool:
     """Add skyhive's `Include` at the top of the user's config (creating `~/.ssh` 0700 and the file
-    0600 when missing). False when it was there already (nothing written)."""
+    0600 when missing), in the file's own line ending; every byte of the user's kept as it was, after
+    ours. False when it was there already (nothing written)."""
     path = path or user_config()
     if installed(path):
         return False
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    old = path.read_text(encoding="utf-8") if path.exists() else ""
-    mode = (path.stat().st_mode & 0o777) if path.exists() else 0o600
-    tmp = path.with_name(f".{path.name}.skyhive.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(f"{MARK}\n{include_line()}\n\n{old}")
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    if not os.path.lexists(path):
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    old = _read(path)
+    nl = _newline(old)
+    ours = MARK.encode() + nl + os.fsencode(include_line()) + nl + nl
+    _write(path, ours + old)
     return True
 
 
 def uninstall(path: Path | None = None) -> bool:
-    """Take skyhive's `Include` (and its comment, and the blank line after) out of the user's config.
-    False when it was not there."""
+    """Take skyhive's `Include` (and its comment just above, and one blank line just after) out of the user's
+    config; every other byte kept as it was. False when it was not there."""
     path = path or user_config()
-    lines = _lines(path)
-    at = installed(path)
-    if not at:
+    old = _read(path)
+    lines = old.splitlines(keepends=True)
+    want = os.fsencode(include_line())
+    at = next((i for i, line in enumerate(lines) if line.strip() == want), None)
+    if at is None:
         return False
-    start, end = at - 1, at
-    if start > 0 and lines[start - 1] == MARK:
+    start, end = at, at + 1
+    if start > 0 and lines[start - 1].rstrip(b"\r\n") == MARK.encode():
         start -= 1
     if end < len(lines) and not lines[end].strip():
         end += 1
-    rest = lines[:start] + lines[end:]
-    path.write_text("\n".join(rest) + ("\n" if rest else ""), encoding="utf-8")
+    _write(path, b"".join(lines[:start] + lines[end:]))
     return True
 
 

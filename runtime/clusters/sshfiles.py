@@ -4,6 +4,7 @@
     <state dir>/ssh/                      0700
         NAME.config                       0600: `Host NAME` (node 0), `Host NAME-worker1`, ... (one per node)
         NAME.known_hosts                  0600: the host key each node showed when the pool was created
+        NAME.hosts                        0600: the same keys by address, for the SSH provider of `skyhive start`
 
 Each entry names the node's address, port and user, the pool's key (`IdentitiesOnly`), and pins the
 recorded host key: `UserKnownHostsFile` is the pool's file only, `GlobalKnownHostsFile /dev/null`,
@@ -26,7 +27,7 @@ from typing import Any, Protocol
 from ...paths import private_dir, state_dir
 
 __all__ = ["PoolRecord", "NodeAddress", "alias", "node_addresses", "config_path", "known_hosts_path", "config_text",
-           "known_hosts_text", "write_config", "remove_config"]
+           "known_hosts_text", "write_config", "remove_config", "hosts_path"]
 
 log = logging.getLogger("skyhive.clusters")
 
@@ -89,6 +90,12 @@ def known_hosts_path(name: str) -> Path:
     return state_dir() / "ssh" / f"{name}.known_hosts"
 
 
+def hosts_path(name: str) -> Path:
+    """The pool's pinned host keys by address (`[host]:port KEY`): the known_hosts file of the plain SSH
+    provider that `skyhive start` brings the pool back with (`commands/pause.py`); removed with the rest."""
+    return state_dir() / "ssh" / f"{name}.hosts"
+
+
 def _quote(value: str) -> str:
     """A value in ssh_config: quoted when it holds a space (ssh_config's quoting is double quotes)."""
     if any(c in value for c in '"\n'):
@@ -146,6 +153,6 @@ def write_config(rec: PoolRecord) -> Path | None:
 
 
 def remove_config(name: str) -> None:
-    """Forget the pool's SSH entries (its config and known_hosts files)."""
-    for path in (config_path(name), known_hosts_path(name)):
+    """Forget the pool's SSH files (its config, known_hosts and hosts files)."""
+    for path in (config_path(name), known_hosts_path(name), hosts_path(name)):
         path.unlink(missing_ok=True)

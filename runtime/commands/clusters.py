@@ -26,6 +26,7 @@ from ..clusters import jobs as jobq
 from ..clusters import record as records
 from .agent import ensure_agent
 from ..clusters.named import dead_workers, live_workers, new_kept_pool, set_autostop
+from ..nodes.keep import keep_support_of
 from ..clusters.procs import alive
 from ..clusters.stop import stop_pool
 from .launch import task_env, task_steps
@@ -72,8 +73,6 @@ def _provider_of(name: str) -> Provider:
 
         return from_description(rec.provider_info["cloud"])
     if rec.on_hosts:  # its hosts, as the kind that keeps it reaches them
-        from ..nodes.keep import keep_support_of
-
         return keep_support_of(rec).attach_provider(rec, check=False)
     return Local()
 
@@ -200,7 +199,12 @@ def exec_task(task: Task, name: str, *, detach_run: bool = False, out: TextIO | 
     out, err = out or sys.stdout, err or sys.stderr
     _require_keepable(task, f"exec {name}")
     rec = records.load(name)
-    if dead_workers(rec) or not rec.workers:
+    live, unreachable, _ = keep_support_of(rec).live(rec) if rec.workers else ([], [], False)
+    if unreachable and len(live) < len(rec.workers) and rec.on_hosts and not rec.stopped:
+        from ..clusters.hostkeys import not_reached  # (a host-key change, or hosts that do not answer: said so)
+
+        raise not_reached(rec, unreachable, command=f"exec {name}")
+    if not rec.workers or len(live) < len(rec.workers):
         raise PoolGone(f"pool {name!r} is not running (its workers are gone): `skyhive launch -c {name} TASK.yaml` "
                        f"starts it again")
     # fewer nodes than the pool has: the job runs on the first N (`TaskSteps.num_nodes`), as SkyPilot's
@@ -336,8 +340,6 @@ def status_rows(now: float | None = None, names: Sequence[str] = ()) -> list[dic
         if rec.on_hosts and rec.instances and rec.stopped:  # its instances are stopped: no one to ask
             live = []
         elif rec.on_hosts:  # asked on its hosts; a host's watchdog may have stopped it (autostop)
-            from ..nodes.keep import keep_support_of
-
             live, unreachable, autostopped = keep_support_of(rec).live(rec)
             if autostopped and not live and not unreachable and rec.instances and not rec.autostop_down:
                 from ..clusters.cloud import stop_instances  # the instances did not shut down: stopped here

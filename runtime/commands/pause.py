@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TextIO, TypeVar
@@ -112,17 +113,20 @@ def _hosts_provider(rec: records.ClusterRecord) -> Provider:
     file of the pool's, written from the record)."""
     from ...paths import private_dir
     from ...providers.ssh import SSH
-    from ..clusters.sshfiles import node_addresses
+    from ..clusters.sshfiles import hosts_path, node_addresses
 
     info = rec.provider_info
-    known = private_dir("ssh") / f"{rec.name}.hosts"
+    private_dir("ssh")
+    known = hosts_path(rec.name)  # (removed with the pool's other SSH files, at `down`)
     lines = []
     for a in node_addresses(rec):
         where = a.host if a.port == 22 else f"[{a.host}]:{a.port}"
         if a.host_key:
             lines.append(f"{where} {a.host_key}\n")
-    known.write_text("".join(lines), encoding="utf-8")
-    known.chmod(0o600)
+    fd = os.open(known, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write("".join(lines))
+    os.chmod(known, 0o600)
     return SSH(hosts=list(info["hosts"]), key=info.get("key"), known_hosts=str(known), python=info.get("python"),
                use_agent=bool(info.get("use_agent")), connect_timeout=float(info.get("connect_timeout", 10.0)))
 

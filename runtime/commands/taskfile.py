@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -34,6 +33,7 @@ from ...providers.registry import canonical
 from .taskfile_guard import BoundedLoader, read_task_text
 from ..storage.spec import is_bucket_uri
 from .values import ENV_NAME as _ENV_NAME
+from .values import TASK_NAME
 from .values import parse_accelerators, parse_amount, parse_env_overrides
 
 __all__ = ["TaskFileError", "Resources", "FileMount", "Task", "load", "loads", "parse_env_overrides", "parse_amount",
@@ -51,7 +51,7 @@ _RES = ("cloud", "provider", "infra", "accelerators", "cpus", "memory", "use_spo
         "instance_type", "image_id", "hosts", "ports")
 _RES_SKYPILOT = ("disk_tier", "spot_recovery", "job_recovery", "labels", "accelerator_args",
                  "network_tier", "any_of", "ordered", "autostop", "priority", "volumes")
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
+_NAME = TASK_NAME
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

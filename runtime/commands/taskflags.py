@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .taskfile import Task, TaskFileError, load
-from .values import ENV_NAME, parse_accelerators, parse_amount, parse_env_overrides
+from .values import ENV_NAME, check_task_name, parse_accelerators, parse_amount, parse_env_overrides
 
 __all__ = ["add_task_flags", "task_from_args", "read_env_file", "resource_overrides", "idle_minutes"]
 
@@ -96,8 +96,8 @@ def task_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None =
         hosts = hosts or infra.hosts
     task = task.with_overrides(nodes=args.nodes, provider=provider, hosts=hosts, env=env, secrets=secrets,
                                workdir=args.workdir, resources=resources)
-    if getattr(args, "task_name", None):  # SkyPilot's -n/--name
-        task = replace(task, name=args.task_name)
+    if getattr(args, "task_name", None) is not None:  # SkyPilot's -n/--name (an empty one is refused too)
+        task = replace(task, name=check_task_name(args.task_name, "-n/--name"))
     return task
 
 

@@ -9,10 +9,23 @@ from collections.abc import Mapping
 
 from ...errors import TaskFileError
 
-__all__ = ["ENV_NAME", "parse_env_overrides", "parse_amount", "parse_accelerators"]
+__all__ = ["ENV_NAME", "TASK_NAME", "NAME_RULE", "check_task_name", "parse_env_overrides", "parse_amount", "parse_accelerators"]
 
 #: A valid environment variable name.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: A task's name (the task file's `name`, `-n/--name`), which also names a managed job: it names files and
+#: pools (`<name>-job<ID>-<attempt>`), so it is a plain file name, short enough to leave room for those.
+TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
+NAME_RULE = "a letter or digit, then letters, digits, '.', '_' or '-', at most 63 characters in all"
+
+
+def check_task_name(value: str, where: str) -> str:
+    """`value` when it is a task's name (`TASK_NAME`), else `TaskFileError` saying `where` and the rule."""
+    if not TASK_NAME.match(value):
+        raise TaskFileError(f"{where} {value!r}: a name is {NAME_RULE} (it names files and pools)")
+    return value
+
+
 _ACCEL = re.compile(r"([A-Za-z][A-Za-z0-9_-]*)(?::(\d+(?:\.\d+)?|\.\d+))?\Z")
 
 

@@ -148,10 +148,27 @@ def read(path: Path) -> PoolEntry:
     tail = LogTail(path)
     events = tail.events()
     state = fold(events)  # batched: one `apply` per event copied the state ~9 times per node
-    started = next((ev for ev in events if isinstance(ev, PoolStarted)), None)
-    ran = next((ev.ts for ev in events if isinstance(ev, NodeStateChanged) and ev.state == "running"), None)
+    started, ran = _current(events)
     return PoolEntry(pool_id=path.stem, path=path, state=state, started=started,
                      client=_client(state, started), bad_lines=tail.bad_lines, billed_from=ran)
+
+
+def _current(events: list[Event]) -> tuple[PoolStarted | None, float | None]:
+    """The `PoolStarted` of the pool the log is about now, and when its first node ran. A named pool's log
+    holds every pool that had its name, one after another (each stopped before the next started), and
+    each attach of a kept pool adds a `PoolStarted` to the same pool: the one that counts (its provider,
+    machine and price) is the first after the last `PoolStopped` before the end."""
+    started: PoolStarted | None = None
+    ran: float | None = None
+    closed = False
+    for ev in events:
+        if isinstance(ev, PoolStarted) and (started is None or closed):
+            started, ran, closed = ev, None, False
+        elif isinstance(ev, PoolStopped):
+            closed = True
+        elif ran is None and started is not None and isinstance(ev, NodeStateChanged) and ev.state == "running":
+            ran = ev.ts
+    return started, ran
 
 
 def scan(*, include_stopped: bool = False) -> list[PoolEntry]:

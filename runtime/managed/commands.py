@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import os
 import pickle
 import signal
@@ -16,12 +17,15 @@ import yaml
 from ...errors import TaskFileError
 from ..clusters.procs import alive
 from ..commands.taskfile import Task
+from ..commands.values import NAME_RULE, TASK_NAME
 from ...providers.base import Provider
 from . import store
 from .controller import controller_pid, ensure_controller
 
 __all__ = ["restart_of", "submit_job", "submit_call", "job_cost", "print_jobs", "job_log", "cancel_managed", "max_restarts_of",
            "max_recoveries_of"]
+
+log = logging.getLogger("skyhive.managed")
 
 
 def max_restarts_of(task: Task) -> int:
@@ -91,7 +95,7 @@ def submit_job(task: Task, *, name: str | None = None, max_restarts_on_errors: i
     restarts = max_restarts_of(task) if max_restarts_on_errors is None else max_restarts_on_errors
     if restarts < 0:
         raise TaskFileError(f"--max-restarts-on-errors must be >= 0, not {restarts}")
-    job_name = name or task.name or "job"
+    job_name = _job_name(name, task.name or "job")
     saved = _saved(provider)
     blob = pickle.dumps({"task": task, "task_id": "", "provider": saved})
     job_id = store.new_job(job_name, blob, restarts, max_recoveries_of(task))
@@ -135,13 +139,24 @@ def submit_call(call: Any, *, name: str | None = None, max_restarts_on_errors: i
     except Exception as exc:  # noqa: BLE001 - named: which call could not be saved
         raise SerializationError(f"sky.jobs.launch({fn_name}(...)): the call cannot be saved with the job: "
                                  f"{type(exc).__name__}: {exc}") from None
-    job_name = name or fn_name
+    job_name = _job_name(name, fn_name if TASK_NAME.match(fn_name) else "job")
     spec = {"call": blob, "name": job_name, "task_id": "", "provider": _saved(provider), "image": image}
     job_id = store.new_job(job_name, pickle.dumps(spec), max_restarts_on_errors)
     spec["task_id"] = f"skyhive-{time.strftime('%Y-%m-%d-%H-%M-%S')}-managed-{job_id}"  # one for every attempt
     (store.job_dir(job_id) / "task.pkl").write_bytes(pickle.dumps(spec))
     ensure_controller(job_id)
     return job_id
+
+
+def _job_name(name: str | None, default: str) -> str:
+    """The job's name: `name` (given: `ValueError` saying the rule when it cannot be one, before anything is
+    recorded — it names the job's pools and their files), else `default`."""
+    if name is None:
+        return default
+    if not isinstance(name, str) or not TASK_NAME.match(name):
+        raise ValueError(f"sky.jobs.launch(name={name!r}): a managed job's name is {NAME_RULE} (it names the "
+                         "job's pools and their files)")
+    return name
 
 
 def _saved(provider: Provider | None) -> Any:
@@ -164,7 +179,9 @@ def _saved(provider: Provider | None) -> Any:
 def _jobs() -> list[store.JobState]:
     out = []
     for job_id in store.list_ids():
-        st = store.load(job_id)
+        st = store.load_listed(job_id)
+        if st is None:
+            continue
         if st.state == store.LEAKED:
             st.detail = f"{st.detail} (`skyhive jobs cancel {job_id}` sweeps again)"
         elif st.state not in store.FINISHED and controller_pid(job_id) is None:
@@ -182,10 +199,16 @@ def job_cost(st: store.JobState, now: float | None = None) -> float | None:
     now = time.time() if now is None else now
     total: float | None = None
     for pool in st.pools:
-        path = pools_dir() / f"{pool}.jsonl"
-        if not pool or not path.exists():
+        if not pool or "/" in pool or "\0" in pool:  # (an odd record's: never a path outside the pools' folder)
             continue
-        cost = read(path).cost(now)
+        path = pools_dir() / f"{pool}.jsonl"
+        try:
+            if not path.is_file():
+                continue
+            cost = read(path).cost(now)
+        except OSError as exc:  # a name too long for a file, an unreadable log: the job is listed without it
+            log.warning("managed job %d: pool %.80s: its log cannot be read (%s)", st.id, pool, exc)
+            continue
         if cost is not None:
             total = (total or 0.0) + cost[1]
     return total
@@ -197,9 +220,14 @@ def print_jobs(*, as_json: bool = False, restart: bool = True, out: TextIO | Non
     out = out or sys.stdout
     if restart:
         for job_id in store.list_ids():
+            st = store.load_listed(job_id)
             # (not a LEAKED job: its sweep failed; `jobs cancel` tries it again)
-            if store.load(job_id).state not in (*store.FINISHED, store.LEAKED) and controller_pid(job_id) is None:
+            if st is None or st.state in (*store.FINISHED, store.LEAKED) or controller_pid(job_id) is not None:
+                continue
+            try:
                 ensure_controller(job_id)
+            except (RuntimeError, OSError, ValueError) as exc:  # listed as it is: its controller is not running
+                log.warning("managed job %d: %s", job_id, exc)
     jobs = _jobs()
     if as_json:
         for st in jobs:
@@ -211,13 +239,22 @@ def print_jobs(*, as_json: bool = False, restart: bool = True, out: TextIO | Non
     rows = [("ID", "NAME", "STATE", "ATTEMPTS", "RECOVERIES", "RESTARTS_ON_ERRORS", "COST", "DETAIL")]
     for st in jobs:
         cost = job_cost(st)
-        rows.append((str(st.id), st.name, st.state, str(st.attempts), str(st.recoveries),
+        rows.append((str(st.id), _shown(st.name, 63, mark=True), st.state, str(st.attempts), str(st.recoveries),
                      f"{st.restarts_on_errors}/{st.max_restarts_on_errors}",
-                     "-" if cost is None else f"${cost:.4f}", st.detail[:80]))
+                     "-" if cost is None else f"${cost:.4f}", _shown(st.detail, 80)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         out.write("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")
     return 0
+
+
+def _shown(text: str, width: int, *, mark: bool = False) -> str:
+    """`text` for one cell of a table on a terminal: a control character (a newline, an escape sequence of
+    an odd record) escaped, at most `width` characters (`mark`: a cut one ends in "...")."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    if len(text) <= width:
+        return text
+    return text[: width - 3] + "..." if mark else text[:width]
 
 
 def job_log(job_id: int, *, follow: bool = False, out: TextIO | None = None) -> int:

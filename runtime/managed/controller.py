@@ -278,7 +278,7 @@ def _run(job_id: int) -> None:
     spec = pickle.loads((store.job_dir(job_id) / "task.pkl").read_bytes())  # noqa: S301 - our own 0600 file
     spec["provider"] = _rebuilt(spec.get("provider"))
     avoid: list[Any] = store.load_avoided(job_id)  # nodes lost so far (kept across restarts): taken last
-    with open(store.log_path(job_id), "a", encoding="utf-8", errors="backslashreplace") as fh:  # (bad file names)
+    with store.open_log(job_id) as fh:  # (escapes text naming a non-UTF-8 file)
         out = _JobLog(fh, prefix=False)
         try:
             _attempts(job_id, spec, out, avoid)

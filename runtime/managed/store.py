@@ -40,22 +40,23 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ...paths import private_dir
 from ...protocol.codec import escape_values
 
-log = logging.getLogger("skyhive.managed")
-
 __all__ = ["JobState", "PENDING", "STARTING", "RUNNING", "RECOVERING", "CLEANING", "LEAKED", "SUCCEEDED", "FAILED", "CANCELLED",
            "FINISHED", "job_dir", "new_job", "DEFAULT_MAX_RECOVERIES", "default_max_recoveries", "append",
-           "save_avoided", "load_avoided", "events", "fold", "load", "list_ids", "checkpoint_dir", "log_path", "lock_path"]
+           "save_avoided", "load_avoided", "events", "fold", "load", "list_ids", "checkpoint_dir", "log_path",
+           "open_log", "lock_path", "load_listed"]
 
 PENDING, STARTING, RUNNING, RECOVERING = "PENDING", "STARTING", "RUNNING", "RECOVERING"
 #: the outcome is decided, the job's pools are being swept; the sweep could not finish (what is left shown)
 CLEANING, LEAKED = "CLEANING", "LEAKED"
 SUCCEEDED, FAILED, CANCELLED = "SUCCEEDED", "FAILED", "CANCELLED"
 FINISHED = (SUCCEEDED, FAILED, CANCELLED)
+log = logging.getLogger("skyhive.managed")
+_warned: set[tuple[int, int]] = set()  # (job, event number) of the odd events already warned about
 _FINAL = {"succeeded": SUCCEEDED, "failed": FAILED, "cancelled": CANCELLED}
 
 
@@ -105,6 +106,13 @@ def job_dir(job_id: int) -> Path:
 
 def log_path(job_id: int) -> Path:
     return job_dir(job_id) / "job.log"
+
+
+def open_log(job_id: int) -> TextIO:
+    """The job's log, opened to append (created 0600, like the rest of the job's state: what a job prints
+    is for its user only)."""
+    fd = os.open(log_path(job_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    return os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace")  # (text naming a non-UTF-8 file)
 
 
 def lock_path(job_id: int) -> Path:
@@ -215,7 +223,7 @@ def events(job_id: int) -> list[dict[str, Any]]:
     if not path.exists():
         raise LookupError(f"there is no managed job {job_id} (`skyhive jobs queue` lists them)")
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
         with contextlib.suppress(ValueError):
             event = json.loads(line)
             if isinstance(event, dict) and isinstance(event.get("kind"), str):
@@ -224,55 +232,82 @@ def events(job_id: int) -> list[dict[str, Any]]:
 
 
 def fold(job_id: int, evs: list[dict[str, Any]]) -> JobState:
-    """The job's state from its events, in order."""
+    """The job's state from its events, in order. An event that cannot be read (a field missing or of
+    another type: a record written by hand, or by another version) is skipped with a warning naming the
+    job and the event: one odd record never keeps `skyhive jobs queue` from the others."""
     st = JobState(id=job_id)
-    for ev in evs:
-        kind = ev["kind"]
-        if kind == "leaked":  # the sweep of the job's pools could not finish (after a final event: older jobs)
-            st.leaked = [str(p) for p in ev.get("pools", ())]
-            if st.state not in FINISHED:
-                st.state = LEAKED
-                st.detail = f"{st.outcome or 'ended'}; not cleaned up: " + "; ".join(st.leaked)
-            continue
-        if st.state in FINISHED:
-            continue
-        if kind == "submitted":
-            st.name, st.submitted = ev.get("name", ""), ev["time"]
-            st.max_restarts_on_errors = int(ev.get("max_restarts_on_errors", 0))
-            st.max_recoveries = int(ev.get("max_recoveries", DEFAULT_MAX_RECOVERIES))
-        elif kind == "controller":
-            st.controller_pid = int(ev.get("pid", 0))
-        elif kind == "attempt":
-            st.attempts += 1
-            st.state = STARTING
-            st.started = st.started or ev["time"]
-            st.pools.append(str(ev.get("pool", "")))
-        elif kind == "running":
-            st.state = RUNNING
-            st.nodes = str(ev.get("nodes", ""))
-        elif kind in ("lost", "replaced"):  # replaced: one node of the attempt, in its pool
-            st.recoveries += 1
-            st.state, st.detail = RECOVERING, str(ev.get("detail", ""))
-        elif kind == "unneeded":  # started on its predecessor's notice, which then ended the job itself
-            st.attempts = max(0, st.attempts - 1)
-            st.recoveries = max(0, st.recoveries - 1)
-        elif kind == "waiting":  # an attempt found no capacity anywhere: another one later
-            st.state = RECOVERING if st.recoveries else PENDING
-            st.detail = f"waiting for capacity: {ev.get('detail', '')}"
-        elif kind == "error":
-            st.restarts_on_errors += 1
-            st.state, st.detail = RECOVERING, str(ev.get("detail", ""))
-        elif kind == "cancel":
-            st.cancel_requested = True
-        elif kind == "ending":
-            st.outcome = str(ev.get("outcome", "failed"))
-            st.ending = {k: v for k, v in ev.items() if k not in ("kind", "time", "outcome")}
-            st.state, st.detail = CLEANING, str(ev.get("detail", ""))
-        elif kind in _FINAL:
-            st.state, st.ended, st.detail = _FINAL[kind], ev["time"], str(ev.get("detail", ""))
-            st.outcome, st.leaked = kind, []  # the sweep confirmed: nothing left
+    for number, ev in enumerate(evs):
+        try:
+            _apply(st, ev)
+        except (KeyError, TypeError, ValueError) as exc:
+            if (job_id, number) in _warned:  # (a job is folded several times by one command: said once)
+                continue
+            _warned.add((job_id, number))
+            log.warning("managed job %d: an event of %s skipped (%s: %s): %.200r", job_id,
+                        job_dir(job_id) / "events.jsonl", type(exc).__name__, exc, ev)
     return st
+
+
+def _apply(st: JobState, ev: dict[str, Any]) -> None:
+    """Fold one event into `st` (in place). Everything that can fail (`KeyError`, `TypeError`, `ValueError`:
+    an odd event) is read before `st` changes: a skipped event leaves no part of itself."""
+    kind, when = ev["kind"], float(ev["time"])
+    if kind == "leaked":  # the sweep of the job's pools could not finish (after a final event: older jobs)
+        st.leaked = [str(p) for p in ev.get("pools", ())]
+        if st.state not in FINISHED:
+            st.state = LEAKED
+            st.detail = f"{st.outcome or 'ended'}; not cleaned up: " + "; ".join(st.leaked)
+        return
+    if st.state in FINISHED:
+        return
+    if kind == "submitted":
+        restarts = int(ev.get("max_restarts_on_errors", 0))
+        recoveries = int(ev.get("max_recoveries", DEFAULT_MAX_RECOVERIES))
+        st.name, st.submitted, st.max_restarts_on_errors = str(ev.get("name", "")), when, restarts
+        st.max_recoveries = recoveries
+    elif kind == "controller":
+        st.controller_pid = int(ev.get("pid", 0))
+    elif kind == "attempt":
+        st.attempts += 1
+        st.state = STARTING
+        st.started = st.started or when
+        st.pools.append(str(ev.get("pool", "")))
+    elif kind == "running":
+        st.state = RUNNING
+        st.nodes = str(ev.get("nodes", ""))
+    elif kind in ("lost", "replaced"):  # replaced: one node of the attempt, in its pool
+        st.recoveries += 1
+        st.state, st.detail = RECOVERING, str(ev.get("detail", ""))
+    elif kind == "unneeded":  # started on its predecessor's notice, which then ended the job itself
+        st.attempts = max(0, st.attempts - 1)
+        st.recoveries = max(0, st.recoveries - 1)
+    elif kind == "waiting":  # an attempt found no capacity anywhere: another one later
+        st.state = RECOVERING if st.recoveries else PENDING
+        st.detail = f"waiting for capacity: {ev.get('detail', '')}"
+    elif kind == "error":
+        st.restarts_on_errors += 1
+        st.state, st.detail = RECOVERING, str(ev.get("detail", ""))
+    elif kind == "cancel":
+        st.cancel_requested = True
+    elif kind == "ending":
+        st.outcome = str(ev.get("outcome", "failed"))
+        st.ending = {k: v for k, v in ev.items() if k not in ("kind", "time", "outcome")}
+        st.state, st.detail = CLEANING, str(ev.get("detail", ""))
+    elif kind in _FINAL:
+        st.state, st.ended, st.detail = _FINAL[kind], when, str(ev.get("detail", ""))
+        st.outcome, st.leaked = kind, []  # the sweep confirmed: nothing left
 
 
 def load(job_id: int) -> JobState:
     return fold(job_id, events(job_id))
+
+
+def load_listed(job_id: int) -> JobState | None:
+    """The job's state for a listing (`jobs queue`, `sky.jobs.queue()`); None, with a warning naming its
+    folder, when its record cannot be read at all (a folder written by hand, a disk error): one job never
+    keeps a listing from the others."""
+    try:
+        return load(job_id)
+    except (OSError, LookupError) as exc:
+        log.warning("managed job %d: its record %s cannot be read (%s): skipped", job_id, job_dir(job_id), exc)
+        return None

@@ -14,10 +14,14 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from skyhive.runtime.commands.plan import plan_launch
     from skyhive.runtime.commands.taskflags import task_from_args
 
+    if args.cluster is not None:  # `-c ''` too is refused, naming the rule: never an unnamed pool instead
+        from skyhive.runtime.clusters.record import check_name
+
+        check_name(args.cluster)
     task = task_from_args(args)
     for warning in task.warnings:
         err(f"warning: {warning}")
-    if not args.cluster and (args.detach_run or args.idle_minutes is not None or args.down):
+    if args.cluster is None and (args.detach_run or args.idle_minutes is not None or args.down):
         err("error: -d, -i and --down apply to a named pool: add -c NAME")
         return 2
     plan = plan_launch(task)  # resources the provider cannot honour, or no machine that fits: an error here
@@ -38,7 +42,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         if not answer or answer.strip().lower() not in ("", "y", "yes"):
             err("aborted: nothing was created")
             return 1
-    if args.cluster:  # a named pool (docs/clusters.md)
+    if args.cluster is not None:  # a named pool (docs/clusters.md)
         from skyhive.runtime.commands.clusters import launch_cluster
 
         if plan.plan.get("warning"):  # asked of a machine that lacks it (Local's GPUs): it runs without

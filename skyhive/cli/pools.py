@@ -7,8 +7,12 @@ import json
 import sys
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from .common import ask, confirm, err
+
+if TYPE_CHECKING:
+    from skyhive.runtime.events.inventory import PoolEntry
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
@@ -188,24 +192,60 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from skyhive.runtime.events.inventory import PoolInUse, down, find, scan
+    from skyhive.runtime.events.inventory import find
 
     if args.all == bool(args.pools):
         err("error: give pool ids, or --all")
         return 2
-    code = 0
-    if not args.all:  # named pools: their workers, agent and record
-        from skyhive.runtime.commands.clusters import down_cluster
-        from skyhive.runtime.commands.jobs import is_named
+    if args.all:
+        return _down_all(args)
+    from skyhive.runtime.commands.jobs import is_named
 
-        named = [p for p in args.pools if is_named(p)]
-        for name in named:
-            down_cluster(name, force=args.force, accept_host_keys=args.accept_host_key or (),
-                         ask=ask if args.force and sys.stdin.isatty() else None)
-        args.pools = [p for p in args.pools if p not in named]
-        if not args.pools:
-            return 0
-    entries = scan() if args.all else [find(p) for p in args.pools]
+    named = [p for p in args.pools if is_named(p)]  # named pools: their workers, agent and record
+    for name in named:
+        _down_named(name, args)
+    pools = [p for p in args.pools if p not in named]
+    return _down_logged([find(p) for p in pools], args) if pools else 0
+
+
+def _down_named(name: str, args: argparse.Namespace) -> None:
+    from skyhive.runtime.commands.clusters import down_cluster
+
+    down_cluster(name, force=args.force, accept_host_keys=args.accept_host_key or (),
+                 ask=ask if args.force and sys.stdin.isatty() else None)
+
+
+def _down_all(args: argparse.Namespace) -> int:
+    """`down -a`, as SkyPilot's: every pool ends with nothing running and no record. A named pool is taken
+    down as `down NAME` takes it (its workers, agent, watchdog, record); its log is never cleaned up on its
+    own (its workers would end and its record stay: a broken pool). Then every other pool not stopped."""
+    from skyhive.runtime.clusters import record as records
+    from skyhive.runtime.events.inventory import scan
+
+    named = records.names()
+    others = [e for e in scan() if e.pool_id not in named]
+    if not named and not others:
+        print("no pools to clean up")
+        return 0
+    listed = [f"{n} (named)" for n in named] + [e.pool_id for e in others]
+    if not confirm(args, f"Take down every pool: {', '.join(listed)}?"):
+        err("aborted: nothing was taken down")
+        return 1
+    code = 0
+    for name in named:
+        try:
+            _down_named(name, args)
+        except Exception as exc:  # one pool's failure (an unreachable host) must not stop the others
+            err(f"error: {name}: {exc}")
+            code = 1
+    return max(code, _down_logged(others, args))
+
+
+def _down_logged(entries: list[PoolEntry], args: argparse.Namespace) -> int:
+    """Clean up the pools of `entries` (from their logs): 1 when one could not be."""
+    from skyhive.runtime.events.inventory import PoolInUse, down
+
+    code = 0
     for entry in entries:
         try:
             report = down(entry, force=args.force)
@@ -214,7 +254,7 @@ def cmd_down(args: argparse.Namespace) -> int:
             code = 1
             continue
         except Exception as exc:  # one pool's failure (an unreachable host) must not stop the others
-            err(f"error: {getattr(entry, 'pool_id', entry)}: {exc}")
+            err(f"error: {entry.pool_id}: {exc}")
             code = 1
             continue
         if report.warning:
@@ -224,8 +264,6 @@ def cmd_down(args: argparse.Namespace) -> int:
         else:
             print(f"{report.pool_id}: stopped ({report.killed} leftover processes killed, "
                   f"{report.destroyed} provider nodes destroyed)")
-    if args.all and not entries:
-        print("no pools to clean up")
     return code
 
 
@@ -237,7 +275,8 @@ def add_inventory_parsers(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("down", help="clean up pools whose client is gone")
     p.add_argument("pools", nargs="*", metavar="POOL")
-    p.add_argument("-a", "--all", action="store_true", help="every pool that is not stopped")
+    p.add_argument("-a", "--all", action="store_true", help="every pool: named ones taken down and forgotten "
+                   "(as `down NAME`), and every other pool that is not stopped (asked first on a terminal)")
     p.add_argument("--force", action="store_true", help="also pools whose client still runs; a named SSH pool "
                    "whose host key changed: choose per host by fingerprint (asked on a terminal)")
     p.add_argument("--accept-host-key", action="append", metavar="FINGERPRINT",

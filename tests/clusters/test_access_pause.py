@@ -101,6 +101,7 @@ def test_stop_keeps_the_ssh_hosts_caches_and_work_start_runs_the_pool_again_down
     assert not (hosts[1].home / ".skyhive" / "work" / "train").exists()
     assert socket_dirs(hosts, "train") == [] and cluster_processes(key("train", skyhive_home)) == []
     assert not (Path(skyhive_home) / "ssh" / "train.config").exists()
+    assert sorted(p.name for p in (Path(skyhive_home) / "ssh").glob("train.*")) == []  # `start`'s train.hosts too
     assert "no named pools" in skyhive("status", cwd=tmp_path).stdout
 
 

@@ -348,6 +348,7 @@ def test_workdir_flag_ships_its_directory_over_the_files_and_a_missing_one_is_a_
     (["-c", "p", "-i", "inf"], "-i/--idle-minutes-to-autostop: inf: autostop needs a positive, finite number"),
     (["-c", "p", "-i", "soon"], "argument -i/--idle-minutes-to-autostop: 'soon' is not a number of minutes"),
     (["-c", "bad/name"], "'bad/name' cannot name a pool"),
+    (["-c", ""], "'' cannot name a pool: use a letter"),  # not an unnamed pool instead (issue 36, point 12)
     (["-c"], "the following arguments are required: TASK.yaml"),  # -c took the file as the name
     (["--dryrun=1"], "--dryrun: ignored explicit argument '1'"),
     (["--down=yes", "-c", "p"], "--down: ignored explicit argument 'yes'"),
