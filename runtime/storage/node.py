@@ -62,9 +62,11 @@ def _shown(path: str) -> str:
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
-def _scan(root: str, special: set[str] | None = None) -> dict[str, tuple[int, int]]:
+def _scan(root: str, special: set[str] | None = None, unkeyed: set[str] | None = None) -> dict[str, tuple[int, int]]:
     """The regular files under `root` as relative path -> (size, mtime). Special files (a FIFO, a socket,
-    a device: reading one can block forever) are skipped, each named in a warning once per `special`."""
+    a device: reading one can block forever) are skipped, each named in a warning once per `special`; so are
+    files whose name is not UTF-8, which an object key must be (S3's "Naming Amazon S3 objects"; GCS and R2
+    alike): named once per `unkeyed`, which collects their relative paths (kept at the end, `last_flush`)."""
     out = {}
     for dirpath, dirs, names in os.walk(root):
         dirs[:] = [d for d in dirs if not d.startswith(".skyhive")]
@@ -86,7 +88,17 @@ def _scan(root: str, special: set[str] | None = None) -> dict[str, tuple[int, in
                     if special is not None:
                         special.add(path)
                 continue
-            out[os.path.relpath(path, root).replace(os.sep, "/")] = (st.st_size, st.st_mtime_ns)
+            rel = os.path.relpath(path, root).replace(os.sep, "/")
+            try:
+                rel.encode("utf-8")
+            except UnicodeEncodeError:  # undecodable bytes of the name, as os.fsdecode gives them
+                if unkeyed is None or rel not in unkeyed:
+                    log.warning("%s: skipped, its name is not UTF-8, which an object key must be (it is kept "
+                                "where the pool's end keeps what it could not upload)", _shown(path))
+                    if unkeyed is not None:
+                        unkeyed.add(rel)
+                continue
+            out[rel] = (st.st_size, st.st_mtime_ns)
     return out
 
 
@@ -97,7 +109,8 @@ class _Syncer:
         self.mount, self.path, self.acc, self.marker = mount, path, acc, marker
         self.s3 = client(acc)
         self.special: set[str] = set()  # special files already named in a warning
-        now = _scan(path, self.special)
+        self.unkeyed: set[str] = set()  # files whose name cannot be a key (relative paths), already named
+        now = _scan(path, self.special, self.unkeyed)
         # what the bucket holds: all of it just after the download; when taking over from a worker that
         # died, what had not changed since its last successful sync (`since`: the marker's mtime)
         self.sent = now if since is None else {rel: sig for rel, sig in now.items() if sig[1] <= since}
@@ -127,7 +140,7 @@ class _Syncer:
         over another is in the bucket under its new name before the old one goes). A file deleted before
         or while it is uploaded is skipped, and its object deleted at the next scan."""
         with self._busy:
-            now = _scan(self.path, self.special)
+            now = _scan(self.path, self.special, self.unkeyed)
             changed = [rel for rel, sig in now.items() if self.sent.get(rel) != sig
                        and (not settled_only or self.seen.get(rel) == sig)]
             gone = [rel for rel in self.sent if rel not in now and (not settled_only or rel not in self.seen)]
@@ -164,11 +177,21 @@ class _Syncer:
         for path in sorted(self.special):  # (the job's end: said in its output, not only in the worker's log)
             sys.stderr.write(f"skyhive: {_shown(path)}: skipped, not a regular file (a FIFO, socket or device is "
                              f"never uploaded to {self.mount.bucket.uri})\n")
+        present = sorted(rel for rel in self.unkeyed if os.path.lexists(os.path.join(self.path, rel)))
+        if present:  # kept now: the pool's end may delete the folder, and this syncer is done with
+            from .kept import keep
+
+            where = keep(self.path, present, self.mount.bucket.uri)
+            for rel in present:
+                sys.stderr.write(f"skyhive: {_shown(os.path.join(self.path, rel))}: skipped, its name is not UTF-8, "
+                                 f"which a key of {self.mount.bucket.uri} must be; a copy is kept in {_shown(where)}\n")
         return self.uploaded
 
     def unsent(self) -> list[str]:
         """The files here whose last change the bucket does not hold."""
-        return sorted(rel for rel, sig in _scan(self.path, self.special).items() if self.sent.get(rel) != sig)
+        changed = [rel for rel, sig in _scan(self.path, self.special, self.unkeyed).items() if self.sent.get(rel) != sig]
+        present = [rel for rel in self.unkeyed if os.path.lexists(os.path.join(self.path, rel))]
+        return sorted(changed + present)
 
     def last_flush(self, deadline: float) -> None:
         """The worker is ending: upload what is unsent, by `deadline` (monotonic). What could not be

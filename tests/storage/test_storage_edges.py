@@ -202,6 +202,41 @@ def test_a_fifo_or_socket_in_a_cached_mount_is_skipped_with_a_warning_and_the_jo
     assert skyhive("down", "fifopool", "-y", cwd=tmp_path).returncode == 0
 
 
+def test_a_file_whose_name_is_not_utf8_is_kept_and_named_and_the_others_still_reach_the_bucket(clean, s3, tmp_path):
+    """An object key is UTF-8 (S3's API reference, "Naming Amazon S3 objects"): a file named with other bytes
+    cannot be uploaded under its name. It is skipped with a warning naming it (escaped), kept where the pool's
+    end keeps what it could not upload, and the folder's other files are uploaded as usual; the job ends well
+    and its worker lives on (issue 36 point 3: the flush killed the worker)."""
+    s3.client().create_bucket(Bucket="ck-names")
+    (tmp_path / "t.yaml").write_text(textwrap.dedent("""\
+        name: namesjob
+        resources:
+          cloud: local
+        file_mounts:
+          ~/ckpt:
+            name: ck-names
+            mode: MOUNT_CACHED
+        run: |
+          mkdir -p "$SKYHIVE_CHECKPOINT_DIR"
+          cd "$SKYHIVE_CHECKPOINT_DIR"
+          python -c "open(b'bad-\\xff.bin', 'wb').write(b'x' * 10)"
+          echo kept > ok.txt
+          sleep 2.5
+        """))
+    code, out = _run_to_end(["launch", "-y", "-c", "namespool", "t.yaml"], tmp_path)
+    assert code == 0, out
+    assert s3.keys("ck-names") == ["namesjob/ok.txt"]
+    assert "bad-\\xff.bin: skipped, its name is not UTF-8" in out, out
+    again = skyhive("exec", "namespool", "t.yaml", cwd=tmp_path)  # the same worker takes the next job
+    assert again.returncode == 0, again.stderr
+    done = skyhive("down", "namespool", "-y", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    kept = [p for p in (Path(clean) / "storage" / "unsent").rglob("*") if p.is_file() and p.name != "UNSENT.txt"]
+    # a copy at each job's end (two jobs ran), under the name's own bytes
+    assert [os.fsencode(p.name) for p in kept] == [b"bad-\xff.bin"] * 2, kept
+    assert all(p.read_bytes() == b"x" * 10 for p in kept)
+
+
 def test_a_killed_upload_is_shown_by_storage_ls_and_aborted_at_down(clean, s3, tmp_path, monkeypatch):
     s3.client().create_bucket(Bucket="ck-mpu")
     # the endpoint goes away inside the big file's second part (what goes before it is a few KiB)
