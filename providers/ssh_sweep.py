@@ -11,7 +11,7 @@ import shlex
 
 from .base import ProvisionError
 
-__all__ = ["SWEEP", "collections_prefix", "ere", "sweep_report", "sweep_script"]
+__all__ = ["SWEEP", "collections_prefix", "ere", "kept_report", "sweep_report", "sweep_script"]
 
 
 # The sweep run on each host by `list_owned` (MODE=list) and `destroy` (MODE=kill), with `sh -s`: the
@@ -22,7 +22,8 @@ __all__ = ["SWEEP", "collections_prefix", "ere", "sweep_report", "sweep_script"]
 # collections' forwarded sockets (`RE_COLL`) but those where a live socket is still bound (a live
 # client's sshd forward: that client removes its own when it leaves; a kill waits up to GRACE for one
 # whose client just died, as its sshd session ends). Output lines: `P pid cmdline`,
-# `F path` (list); `K pid` signalled, `L pid` still there, `R path` removed (kill). Linux (/proc).
+# `F path` (list); `K pid` signalled, `L pid` still there, `R path` removed, `U path` a folder of files
+# the ending workers could not upload and kept (kill). Linux (/proc).
 SWEEP = r"""
 set -u
 me=$$
@@ -84,6 +85,7 @@ if [ "$MODE" = list ]; then
   files | sed 's/^/F /'
   exit 0
 fi
+t0=$(mktemp 2>/dev/null) || t0=""  # what the pool's workers keep from here on is new (`U path` below)
 found=$(pids)
 for p in $found; do echo "K $p"; done
 [ -n "$found" ] && kill -TERM $found 2>/dev/null
@@ -100,6 +102,11 @@ done
 found=$({ for p in $found; do echo "$p"; done | alive; pids; } | sort -un)
 for p in $found; do echo "L $p"; done
 files "$GRACE" | while IFS= read -r f; do rm -rf -- "$f" && echo "R $f"; done
+d="$HOME/.skyhive/storage/unsent"  # what the ending workers could not upload (runtime/storage/kept.py)
+if [ -n "$t0" ]; then
+  [ -d "$d" ] && find "$d" -mindepth 1 -maxdepth 1 -newer "$t0" 2>/dev/null | sed 's/^/U /'
+  rm -f -- "$t0"
+fi
 [ -z "$found" ]
 """
 
@@ -138,6 +145,12 @@ def sweep_script(pool_id: str, mode: str, grace: float) -> str:
         "RE_COLL": f"^{collections_prefix(pool_id)}-[0-9a-f]+-n[0-9]+$",
     }
     return "".join(f"{k}={shlex.quote(v)}\n" for k, v in variables.items()) + SWEEP
+
+
+def kept_report(out: str) -> list[str]:
+    """The folders a kill sweep found new in the host's `~/.skyhive/storage/unsent/`: files the pool's ending
+    workers could not upload to their bucket, kept there (`UNSENT.txt` in each lists them)."""
+    return [ln[2:] for ln in out.splitlines() if ln.startswith("U ")]
 
 
 def sweep_report(out: str) -> tuple[list[int], list[str], list[str]]:

@@ -272,3 +272,44 @@ def test_down_of_a_kept_ssh_pool_uploads_every_checkpoint_its_job_wrote(netns_ho
 
     assert cluster_processes(key("skw", skyhive_home)) == []  # nothing of the pool left on the host
     assert not (host.home / ".skyhive" / "work").exists() or not list((host.home / ".skyhive" / "work").iterdir())
+
+
+def test_down_of_a_kept_ssh_pool_names_what_its_host_could_not_upload(netns_hosts, bridge_s3, skyhive_home, caplog):
+    """The bucket's endpoint gone before `skyhive down`: the host's worker keeps what it could not upload in
+    the host's state directory, and `down` names that folder and the host (issue 36 point 1: every way a
+    pool ends flushes, or says which files it could not upload and keeps them)."""
+    import logging
+    import time
+
+    from skyhive.runtime.commands.clusters import down_cluster
+    from tests.kinds.ssh.test_ssh_pool import ssh_for
+
+    host = list(netns_hosts)[0]
+    bridge_s3.client().create_bucket(Bucket="ssh-cut")
+    mounts = {"sckpt": sky.Bucket("ssh-cut", mode="MOUNT_CACHED")}
+    unsent = host.home / ".skyhive" / "storage" / "unsent"
+    try:
+        with sky.Pool(provider=ssh_for([host]), nodes=1, name="skc", keep=True, mounts=mounts, output=None) as pool:
+            pool.run(_start_writer)
+        deadline = time.monotonic() + 120
+        while len(bridge_s3.keys("ssh-cut")) < 3:  # the background upload runs, the client gone
+            assert time.monotonic() < deadline, "no checkpoint reached the bucket"
+            time.sleep(0.2)
+        bridge_s3.stop()  # the endpoint is gone: the last upload cannot be made
+        with caplog.at_level(logging.WARNING, logger="skyhive"):
+            down_cluster("skc", quiet=True)
+        named = [r.getMessage() for r in caplog.records if "could not upload" in r.getMessage()]
+        assert len(named) == 1 and host.address in named[0] and str(unsent) in named[0], named
+        (folder,) = [p for p in unsent.iterdir()]
+        assert str(folder) in named[0]
+        listed = (folder / "UNSENT.txt").read_text().splitlines()
+        wrote = (host.home / "written").read_text().split()
+        # the last checkpoint, written after the endpoint went, is kept and listed
+        assert "bucket: s3://ssh-cut" in listed and any(ln.endswith(wrote[-1]) for ln in listed), listed
+        assert list(folder.rglob(wrote[-1])), sorted(folder.rglob("*"))
+    finally:
+        from skyhive.errors import PoolNotFound
+
+        with contextlib.suppress(PoolNotFound):
+            down_cluster("skc", quiet=True)
+        _clean([host], "sckpt", "written", ".skyhive/storage-deps", ".skyhive/storage")

@@ -20,6 +20,7 @@ user, key *path*, known_hosts path, python, timeouts — never a secret) and the
 
 from __future__ import annotations
 
+import logging
 import re
 import shlex
 from collections.abc import Collection, Mapping, Sequence
@@ -28,9 +29,11 @@ from typing import Any
 
 from ....providers.base import SSHReach
 from ....providers.ssh import SSH
-from ....providers.ssh_sweep import SWEEP, collections_prefix, ere, sweep_report
+from ....providers.ssh_sweep import SWEEP, collections_prefix, ere, kept_report, sweep_report
 from ....providers.ssh_config import DEFAULT_CONFIG
 from ...nodes.keep import cluster_key
+
+log = logging.getLogger("skyhive.ssh")
 
 __all__ = ["SSHCluster", "KeptSSHReach", "cluster_key", "socket_path", "sweep_script", "ATTACH_LOCK", "hold_script",
            "autostop_guard"]
@@ -220,6 +223,9 @@ class SSHCluster(SSH):
                 return
             killed, left, _ = sweep_report(out)
             done.append(f"{self._show(host)}: stopped {killed or 'nothing'}")
+            for folder in kept_report(out):
+                log.warning("pool %s: on host %s, files its workers could not upload to their bucket are kept in "
+                            "%s (UNSENT.txt there lists them)", self.pool, self._show(host), folder)
             if left:
                 failures.append(f"host {self._show(host)}: processes {', '.join(left)} of pool {self.pool} "
                                 f"survived SIGKILL")
