@@ -16,7 +16,6 @@ import logging
 import os
 import socket
 import time
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -64,7 +63,7 @@ class PoolRuntime(CallDispatch):
                  concurrency: int = 1, replace_failed: bool = False, progress: bool = False,
                  task_threads: int = 1,
                  min_nodes: int | None = None) -> None:
-        self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
+        self.pool_id = name or f"pool-{os.urandom(5).hex()}"  # (not uuid: its import costs)
         self.provider = provider
         self.settings = settings
         self.plugins = list(plugins)
