@@ -48,15 +48,33 @@ sys.stderr.write("RESULT " + json.dumps({"pool": pool_id, "workers": workers, "s
 """
 
 
-def run_script() -> tuple[dict, str]:
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300)
+ASYNC_SCRIPT = r"""
+import asyncio, json, sys
+import skyhive as sky
+
+def nop():
+    return 1
+
+async def main():
+    async with sky.Pool(provider=sky.Local(), nodes=2, output=None) as pool:
+        workers = [w.pid for node in pool.state.nodes for w in node.workers]
+        await pool.run(nop)
+    return pool.id, workers
+
+pool_id, workers = asyncio.run(main())
+sys.stderr.write("RESULT " + json.dumps({"pool": pool_id, "workers": workers}) + "\n")
+"""
+
+
+def run_script(script: str = SCRIPT) -> tuple[dict, str, str]:
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     line = next(x for x in reversed(done.stderr.splitlines()) if x.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):]), done.stdout
+    return json.loads(line[len("RESULT "):]), done.stdout, done.stderr
 
 
 def test_the_workers_are_gone_when_with_returns():
-    found, _ = run_script()
+    found, _, _ = run_script()
     assert len(found["workers"]) == 2 and all(s not in (None, "Z") for s in found["seen"])
     assert sorted(found["pids"]) == sorted(found["workers"])  # the tasks ran in those processes
     # not a zombie either: each worker was waited for before `with` returned
@@ -66,7 +84,7 @@ def test_the_workers_are_gone_when_with_returns():
 
 
 def test_the_close_loses_no_output_line_and_no_last_event():
-    found, stdout = run_script()
+    found, stdout, _ = run_script()
     for text in ("whole line x", "fd line x", "partial line x"):  # printed here, once per node
         assert sum(text in line for line in stdout.splitlines()) == 2, (text, stdout)
     events = list(read_log(pool_log_path(found["pool"])))
@@ -77,3 +95,15 @@ def test_the_close_loses_no_output_line_and_no_last_event():
         text = "".join(e.text for e in events if isinstance(e, OutputChunk) and e.node == node)
         for piece in ("whole line x\n", "fd line x\n", "partial line x"):
             assert piece in text, (node, text)
+
+
+def test_under_asyncio_run_the_close_records_each_workers_stop_and_prints_no_error():
+    """`async with` under plain `asyncio.run` (no anyio.run): a worker's pipe closing is handled in a
+    protocol callback outside any task, where anyio could not tell the event loop — each worker's
+    `stopped` was lost and a `NoEventLoopError` traceback printed per worker."""
+    found, _, stderr = run_script(ASYNC_SCRIPT)
+    assert "Traceback" not in stderr and "NoEventLoopError" not in stderr, stderr
+    events = list(read_log(pool_log_path(found["pool"])))
+    stopped = {e.pid for e in events if isinstance(e, WorkerStateChanged) and e.state == "stopped"}
+    assert stopped == set(found["workers"]), [e for e in events if isinstance(e, WorkerStateChanged)]
+    assert isinstance(events[-1], PoolStopped) and events[-1].error == ""
