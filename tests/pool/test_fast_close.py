@@ -107,3 +107,38 @@ def test_under_asyncio_run_the_close_records_each_workers_stop_and_prints_no_err
     stopped = {e.pid for e in events if isinstance(e, WorkerStateChanged) and e.state == "stopped"}
     assert stopped == set(found["workers"]), [e for e in events if isinstance(e, WorkerStateChanged)]
     assert isinstance(events[-1], PoolStopped) and events[-1].error == ""
+
+
+RESTART_SCRIPT = r"""
+import asyncio, json, os, signal, sys, time
+import skyhive as sky
+
+def pid():
+    return os.getpid()
+
+async def main():
+    async with sky.Pool(provider=sky.Local(), nodes=1, output=None) as pool:
+        first = await pool.run(pid)
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while True:  # until the node shows a ready worker with another pid (the restart), or the deadline
+            workers = pool.state.nodes[0].workers
+            if any(w.state == "ready" and w.pid not in (0, first) for w in workers) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        second = await pool.run(pid)
+    return first, second
+
+first, second = asyncio.run(main())
+sys.stderr.write("RESULT " + json.dumps({"first": first, "second": second}) + "\n")
+"""
+
+
+def test_under_asyncio_run_a_lost_worker_is_restarted():
+    """The same callback starts the restart of a worker lost while the pool runs: under plain
+    `asyncio.run` it failed (`NoEventLoopError`), the worker was never restarted and the next call
+    failed with `WorkerLost`."""
+    found, _, stderr = run_script(RESTART_SCRIPT)
+    assert found["second"] != found["first"], found
+    assert "NoEventLoopError" not in stderr, stderr
+
