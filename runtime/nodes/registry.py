@@ -3,9 +3,10 @@
 A provider says how a node is reached with a `Reach` (`LocalReach`, `SSHReach`, or its own); the node
 actor looks the reach's `kind` up here to make the node's `Transport` and to bootstrap the node. So a
 new kind of node (a Slurm allocation, a simulated node) is a reach class, a transport and one
-declaration, with no edit of the runtime. Every kind — the built-in ones in `runtime/kinds/<kind>/`
-too — is found through the entry-point group `skyhive.transports`: the entry point's name is the kind,
-its object a `NodeKind` (or a bare factory), loaded when a node of that kind first appears:
+declaration, with no edit of the runtime. Other packages' kinds are found through the entry-point
+group `skyhive.transports` (skyhive declares its own there too, but finds them by name, `_BUILT_IN`,
+without reading every installed package's metadata): the entry point's name is the kind, its object a
+`NodeKind` (or a bare factory), loaded when a node of that kind first appears:
 
     [project.entry-points."skyhive.transports"]
     mykind = "mypackage.kind:KIND"       # KIND = NodeKind("mykind", "mypackage.transport:factory")
