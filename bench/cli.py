@@ -8,6 +8,7 @@ workers, floor workers) is killed afterwards by pid. Each cold start is a fresh 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import importlib.metadata
 import importlib.util
@@ -212,6 +213,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="Markdown report, overwritten (default: bench/results.md)")
     ap.add_argument("--cold-runs", type=int, default=None,
                     help="fresh starts per system for `cold` (default 5, quick 2)")
+    ap.add_argument("--script-runs", type=int, default=None,
+                    help="whole lives of the short script per system, in turns (default 7, quick 2)")
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds allowed per system's warm run (default 900, quick 120)")
     ap.add_argument("-v", "--verbose", action="store_true",
@@ -226,10 +229,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return a
 
 
+def _script_rounds(results: dict[str, dict], ready: list[str], runs: int) -> None:
+    """The short script's whole life (`bench.script_life`), skyhive's and the floor's in turns, each a
+    fresh process: both systems' results get `scripts` (seconds), or `script_error`."""
+    systems = tuple(s for s in ("floor", "skyhive") if s in ready)
+    if len(systems) < 2 or runs < 1:
+        return
+    from bench import script_life
+
+    print(f"the short script's whole life, {runs} rounds: floor and skyhive in turns …", flush=True)
+    load = _load()
+    try:
+        times = script_life.measure(runs, systems)
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        for system in systems:
+            results[system]["script_error"] = f"{type(exc).__name__}: {exc}"[:400]
+        print(f"script: failed: {exc}", flush=True)
+        return
+    for system in systems:
+        results[system]["scripts"] = times[system]
+        results[system]["script_load"] = load
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     params = Params.quick() if a.quick else Params()
     cold_runs = a.cold_runs if a.cold_runs is not None else params.cold_runs
+    if a.script_runs is not None:
+        params = dataclasses.replace(params, script_runs=a.script_runs)
+    script_runs = params.script_runs
     warm_timeout = a.timeout or (120.0 if a.quick else 900.0)
     cold_timeout = 60.0 if a.quick else 180.0
     command = " ".join(["python -m bench", *(sys.argv[1:] if argv is None else argv)])
@@ -272,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     res["cold_errors"].append(c.get("reason", "failed"))
                     print(f"{system}: cold start failed: {c.get('reason')}", flush=True)
+        _script_rounds(results, ready, script_runs)
     except KeyboardInterrupt:
         print("interrupted; reporting what was measured", flush=True)
     elapsed = time.perf_counter() - t_all
@@ -284,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(md.console)
     print(f"\nwritten to {out}   ({elapsed:.0f} s in all)")
-    failed = any(r.get("status") == "error" or r.get("cold_errors")
+    failed = any(r.get("status") == "error" or r.get("cold_errors") or r.get("script_error")
                  or any("error" in w for w in r.get("workloads", {}).values())
                  for r in results.values())
     if failed:

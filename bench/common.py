@@ -62,12 +62,14 @@ class Params:
     arg1g_reps: int = 3
     shared_items: int = 1000
     cold_runs: int = 5
+    script_runs: int = 7  # the short script's whole life, fresh processes in turns with the floor's
     budget_s: float = 120.0  # per warm workload; a loop past it stops early and says so
 
     @classmethod
     def quick(cls) -> "Params":
         return cls(rtt_warmup=50, rtt_n=300, bcast_warmup=20, bcast_n=100, map_reps=1,
-                   map_min_s=0.3, arg_reps=2, arg1g_reps=1, cold_runs=2, budget_s=30.0)
+                   map_min_s=0.3, arg_reps=2, arg1g_reps=1, cold_runs=2, script_runs=2,
+                   budget_s=30.0)
 
 
 def median(xs: list[float]) -> float:

@@ -50,6 +50,8 @@ def metrics(p: Params, cold_runs: int) -> list[Metric]:
                "throughput", {"floor": "map10k_batched", "skyhive": "map10k"}),
         Metric(f"cold, s (median of {cold_runs} fresh starts)", "cold", "cold_s", "time",
                "start time"),
+        Metric(f"script: import → pool → first call → close, s (median of {p.script_runs}, in turns)", "script",
+               "", "time", "script time", {"floor": "script", "skyhive": "script"}),
         Metric(f"arg{p.arg_mib}m, GB/s (median of {p.arg_reps})", "arg100m", "gb_per_s", "gbs",
                "throughput"),
         Metric(f"arg1g ({p.arg1g_mib} MiB), GB/s (median of {p.arg1g_reps})", "arg1g", "gb_per_s", "gbs",
@@ -96,6 +98,9 @@ def value(results: dict, system: str, m: Metric) -> float | None:
     if workload == "cold":
         xs = [c[m.field] for c in res.get("colds", []) if m.field in c]
         return statistics.median(xs) if xs else None
+    if workload == "script":
+        xs = res.get("scripts") or []
+        return statistics.median(xs) if xs else None
     w = res.get("workloads", {}).get(workload, {})
     return w.get(m.field)
 
@@ -108,7 +113,8 @@ def cell(results: dict, system: str, m: Metric) -> str:
         return "not run"
     if res.get("status") == "unavailable":
         return "n/a"
-    if res.get("workloads", {}).get(workload, {}).get("skipped"):
+    if res.get("workloads", {}).get(workload, {}).get("skipped") or (
+            workload == "script" and not res.get("scripts") and not res.get("script_error")):
         return "not run"
     v = value(results, system, m)
     return "error" if v is None else fmt_value(m, v)
@@ -130,7 +136,8 @@ def status_cell(res: dict | None) -> str:
     if st == "unavailable":
         return "not installed" if "pip install" in str(res.get("reason")) else "not available"
     w = res.get("workloads", {})
-    bad = [k for k, v in w.items() if "error" in v] + (["cold"] if res.get("cold_errors") else [])
+    bad = [k for k, v in w.items() if "error" in v] + (["cold"] if res.get("cold_errors") else []) + (
+        ["script"] if res.get("script_error") else [])
     if st == "ok" and not bad:
         return "ok"
     return "partial" if w else "error"
@@ -206,6 +213,8 @@ def render(results: dict, systems: list[str], facts: dict, p: Params, cold_runs:
                                     f"{p.budget_s:g} s), the median is of those")
         for e in r.get("cold_errors", []):
             status_lines.append(f"{s} cold: {e}")
+        if r.get("script_error"):
+            status_lines.append(f"{s} script: {r['script_error']}")
 
     legend = ("Ratios are the first system's figure divided by the other's: \"2.0× ray "
               "latency\" = takes twice as long as Ray; \"3.0× ray throughput\" = does three "
@@ -274,6 +283,14 @@ def _notes(results: dict, p: Params, cold_runs: int) -> list[str]:
         f"- **cold**: in a fresh process, after the library is imported: pool/cluster start → "
         f"first result of `nop`, 2 workers; median of {cold_runs} fresh processes, run in "
         "rounds over the systems. Import time and shutdown time are listed below, not included.",
+        f"- **script**: the whole life of the script a user writes first, in a fresh interpreter from spawn "
+        "to exit (`python -c`, bytecode caches on: `PYTHONDONTWRITEBYTECODE` removed, one unmeasured run "
+        "each first) — skyhive's `import skyhive as sky; with sky.Pool(provider=sky.Local(), nodes=2, "
+        "output=None) as pool: pool.run(nop)` beside the floor's: two bare Python workers (`python -c`) "
+        "that import cloudpickle and msgpack, answer a line and exit when their stdin closes, the script "
+        f"waiting for both (`bench/script_life.py`). {p.script_runs} rounds, floor and skyhive in turn, the "
+        "order reversed every other round; median of each. Unlike **cold**, import, Python's own start "
+        "and the close are in it.",
         f"- **arg{mib}m**: a {mib} MiB numpy uint8 array passed as the argument of `nbytes` on "
         f"both workers; GB/s = 2 × {mib} MiB / time (GB = 10^9 bytes); one warm-up, median of "
         f"{p.arg_reps}.",
@@ -325,6 +342,10 @@ def _notes(results: dict, p: Params, cold_runs: int) -> list[str]:
                          f"{statistics.median(imp):.2f} s, shutdown "
                          f"{statistics.median(shut):.2f} s (medians)" if imp and shut else
                          f"- {s} cold starts (s): {runs}")
+        if r.get("scripts"):
+            load = r.get("script_load")
+            extra.append(f"- {s} script lives (s): " + ", ".join(f"{t:.3f}" for t in r["scripts"])
+                         + (f" (1-minute load average {load:.2f} when they started)" if load is not None else ""))
         w = r.get("workloads", {})
         for k in ("map10k", "map10k_batched"):
             ts = w.get(k, {}).get("all_s")

@@ -15,7 +15,6 @@ Plugins of other installed packages come through the entry-point group `skyhive.
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import Any
 
 from ..errors import WorkerRestarted as WorkerRestarted
@@ -40,10 +39,14 @@ _BUILT_IN = ("torch", "jax", "keras", "huggingface", "joblib", "sklearn")
 
 def installed() -> list[str]:
     """The plugin factories available as `sky.plugins.NAME`: skyhive's own and entry points."""
+    from importlib.metadata import entry_points  # (on use: reading every package's metadata is slow)
+
     return sorted({*_BUILT_IN, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))})
 
 
 def __getattr__(name: str) -> Any:
+    from importlib.metadata import entry_points
+
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
             factory = ep.load()

@@ -7,7 +7,6 @@ import socket
 from collections.abc import Sequence
 from typing import Any
 
-from .accelerators import local_devices, mismatch, parse, warn_missing
 from .base import ClusterSpec, DetachedLocalReach, LocalReach, NodeHandle, Provider
 
 __all__ = ["Local", "LocalCluster"]
@@ -54,6 +53,8 @@ class Local(Provider):
         `Provider.plan`): `{"accelerator": "L4:2", "warning": "..."}`, or nothing."""
         if not spec.accelerator:
             return {}
+        from .accelerators import local_devices, mismatch, parse  # (it reads its tables on import)
+
         message = mismatch(parse(spec.accelerator), local_devices(), where="Local (this machine)")
         return {"accelerator": str(spec.accelerator), "warning": message} if message else {}
 
@@ -62,6 +63,8 @@ class Local(Provider):
         cwd = self.cwd or os.getcwd()
         devices: tuple[str, ...] = ()
         if spec.accelerator:  # this machine is what it is: say so when it lacks what was asked
+            from .accelerators import local_devices, warn_missing
+
             devices = local_devices()
             warn_missing(spec.accelerator, devices, where="Local (this machine)")
         handles = []

@@ -20,7 +20,6 @@ import anyio
 
 from ..errors import PoolClosed
 from ..plugins.api import ClientHook
-from ..providers.accelerators import Accelerator
 from ..providers.base import Provider
 from ..providers.limits import check_node_count
 from ..providers.local import Local
@@ -40,6 +39,7 @@ from .spec import Spec
 
 if TYPE_CHECKING:
     from ..plugins.image import Image
+    from ..providers.accelerators import Accelerator
     from .clusters.named import NamedPool
     from .blocking import BlockingPool
 

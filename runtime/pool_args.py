@@ -14,7 +14,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..plugins.api import AppHook, ClientHook, TaskHook, TransformHook
-from ..plugins.image import Image
 from .common.settings import check_settings
 
 __all__ = ["check_pool_args", "POOL_NAME"]
@@ -30,9 +29,12 @@ def check_pool_args(*, plugins: Any, image: Any, name: Any, log_events: Any, pro
     """Raise `TypeError`/`ValueError` naming the first bad argument; the plugins as a tuple."""
     if isinstance(processes_per_node, bool):
         raise TypeError(f"Pool(processes_per_node={processes_per_node!r}): need a positive whole number")
-    if image is not None and not isinstance(image, Image):
-        hint = " (an instance: sky.Image(...))" if image is Image else ""
-        raise TypeError(f"Pool(image={image!r}): need a sky.Image{hint} or None, got {type(image).__name__}")
+    if image is not None:
+        from ..plugins.image import Image  # (here: a pool without an Image never needs it)
+
+        if not isinstance(image, Image):
+            hint = " (an instance: sky.Image(...))" if image is Image else ""
+            raise TypeError(f"Pool(image={image!r}): need a sky.Image{hint} or None, got {type(image).__name__}")
     if name is not None:
         if not isinstance(name, str):
             raise TypeError(f"Pool(name={name!r}): need a str, got {type(name).__name__}")

@@ -5,10 +5,10 @@ plugins read `accelerator` (torch: the CUDA wheel index for an NVIDIA GPU)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..providers import accelerators
-from ..providers.accelerators import Accelerator
+if TYPE_CHECKING:
+    from ..providers.accelerators import Accelerator
 
 __all__ = ["ALLOCATIONS", "Resources"]
 
@@ -31,7 +31,11 @@ class Resources:
             raise TypeError("Pool() got both vcpus= and cpus= (the same thing): give one")
         if allocation is not None and allocation not in ALLOCATIONS:
             raise ValueError(f"Pool(allocation={allocation!r}): use one of {', '.join(ALLOCATIONS)}")
-        return cls(accelerator=accelerators.parse(accelerator, where="Pool(accelerator)"),
+        if accelerator is not None:  # (the accelerator tables are read on import: only when one is asked for)
+            from ..providers.accelerators import parse
+
+            accelerator = parse(accelerator, where="Pool(accelerator)")
+        return cls(accelerator=accelerator,
                    cpus=_positive("vcpus" if cpus is None else "cpus", vcpus if cpus is None else cpus),
                    memory_gb=_positive("memory_gb", memory_gb), allocation=allocation)
 

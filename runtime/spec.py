@@ -24,10 +24,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..providers.accelerators import Accelerator
 from ..providers.base import ClusterSpec, Provider, ProvisionError
+
+if TYPE_CHECKING:
+    from ..providers.accelerators import Accelerator
 
 __all__ = ["Spec", "SELECTIONS", "pool_arguments"]
 

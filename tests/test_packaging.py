@@ -22,3 +22,12 @@ def test_every_source_folder_with_modules_is_a_listed_package():
                 rel = os.path.relpath(root, ROOT / folder)
                 found.add(name if rel == "." else f"{name}.{rel.replace(os.sep, '.')}")
     assert sorted(found - listed) == [], "folders with modules that pyproject.toml's `packages` does not list"
+
+
+def test_the_version_the_workers_report_is_pyprojects():
+    """`skyhive_version()` (sent in every handshake) is the package's own `__version__`, read without
+    the distribution's metadata: it must be the version pyproject installs."""
+    from skyhive.runtime.onnode.setup import skyhive_version
+
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+    assert skyhive_version() == project["version"]

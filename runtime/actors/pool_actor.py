@@ -16,7 +16,6 @@ import logging
 import os
 import socket
 import time
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -64,7 +63,7 @@ class PoolRuntime(CallDispatch):
                  concurrency: int = 1, replace_failed: bool = False, progress: bool = False,
                  task_threads: int = 1,
                  min_nodes: int | None = None) -> None:
-        self.pool_id = name or f"pool-{uuid.uuid4().hex[:10]}"
+        self.pool_id = name or f"pool-{os.urandom(5).hex()}"  # (not uuid: its import costs)
         self.provider = provider
         self.settings = settings
         self.plugins = list(plugins)
@@ -140,6 +139,7 @@ class PoolRuntime(CallDispatch):
         if self.tg is None:
             raise RuntimeError(f"pool {self.pool_id}: PoolRuntime.start() runs inside `async with rt.running()`")
         self.loop = asyncio.get_running_loop()  # (asyncio's lookup makes a getpid() syscall per call)
+        _name_the_event_loop()
         self.tg.start_soon(self._heartbeats)
         display = None
         if self.progress:
@@ -477,3 +477,19 @@ class PoolRuntime(CallDispatch):
             + (f". The pool closed because of: {cause}" if cause else ""),
             pool_id=self.pool_id, leaked=state.leaked)
 
+
+def _name_the_event_loop() -> None:
+    """Say, in this context, which event loop runs the pool, for the callbacks its transports run.
+
+    A worker's pipe closing is seen in a protocol callback, which starts a task in the pool's task
+    group (`NodeActor._worker_closed`). anyio finds its backend through sniffio, which outside any
+    task knows the loop only if `current_async_library_cvar` says so: `anyio.run` (and so the
+    blocking `with sky.Pool`) sets it, plain `asyncio.run` does not — there each worker's `stopped`
+    at the close was lost to a `NoEventLoopError` printed on stderr. Callbacks run in a copy of the
+    context their transport was made in, which inherits this one."""
+    try:
+        import sniffio
+    except ImportError:  # anyio then takes any running asyncio loop for asyncio: nothing to say
+        return
+    if sniffio.current_async_library_cvar.get() is None:
+        sniffio.current_async_library_cvar.set(sniffio.current_async_library())

@@ -18,13 +18,10 @@ import signal
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-
-from packaging.requirements import InvalidRequirement, Requirement
 
 from ...errors import SetupFailed
 from ...providers.base import ProvisionError
@@ -33,7 +30,6 @@ from ..events.types import NodeProgress
 from ..nodes.shell import NodeEnv, Prepared, Shell
 from .envkey import SCRIPT, env_key
 from .output import ScriptOutput
-from .wheels import runtime_wheels
 
 if TYPE_CHECKING:
     from ...plugins.image import Image
@@ -80,6 +76,10 @@ def check_local_image(image: Image | None, *, node: int) -> None:
 
 def _problem(req: str) -> str | None:
     """Why `req` is not satisfied by this Python, or None when it is."""
+    from importlib import metadata  # (here, not at the top: a pool without an Image never needs them)
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         parsed = Requirement(req)
     except InvalidRequirement:
@@ -161,6 +161,8 @@ async def build_local_env(image: Any, *, node: int, timeout: float, on_step: Cal
     want = "%d.%d" % sys.version_info[:2]
     # state_dir()/local-envs/{rt,envs}, each 0700 (created so before the script puts anything there)
     rt_root, env_root = private_dir("local-envs", "rt"), private_dir("local-envs", "envs")
+    from .wheels import runtime_wheels
+
     wheels = await anyio.to_thread.run_sync(runtime_wheels)
     rt_dir = rt_root / wheels.digest[:16]
     env_dir = env_root / env_key(image, want, sys.executable)

@@ -17,7 +17,6 @@ the number of threads. Keys only need to agree within one client: the worker tak
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 import threading
@@ -30,6 +29,8 @@ try:  # optional: a much faster hash than any in hashlib
     def _digest(view: memoryview) -> bytes:
         return xxhash.xxh3_128_digest(view)
 except ImportError:  # pragma: no cover - depends on the environment
+    import hashlib
+
     def _digest(view: memoryview) -> bytes:
         return hashlib.blake2b(view, digest_size=16).digest()
 

@@ -15,12 +15,12 @@ as an out-of-band buffer itself: the in-band part is then empty and buffer 0 is 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import io
 import os
 import pickle
 import sys
-import sysconfig
 import types
 import weakref
 from collections.abc import Callable
@@ -34,16 +34,23 @@ from .keys import content_key
 
 __all__ = ["PickledFunction", "dump_function", "dump_function_cached", "dump_args", "dump_value", "load_value"]
 
-# Where installed code lives: the interpreter's library folders, and the folder skyhive's own
-# dependencies were installed into (on a node, skyhive's runtime folder, outside site-packages: its
-# cloudpickle must never be taken for the user's code and pickled by value).
-_installed_roots = tuple(
-    os.path.realpath(p)
-    for p in {
-        *(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
-        os.path.dirname(os.path.dirname(cloudpickle.__file__)),
-    }
-)
+
+@functools.cache
+def _installed_roots() -> tuple[str, ...]:
+    """Where installed code lives: the interpreter's library folders, and the folder skyhive's own
+    dependencies were installed into (on a node, skyhive's runtime folder, outside site-packages: its
+    cloudpickle must never be taken for the user's code and pickled by value). Found on first use: a
+    worker never needs them, and importing `sysconfig` was ~5 ms of its start on a loaded machine."""
+    import sysconfig
+
+    return tuple(
+        os.path.realpath(p)
+        for p in {
+            *(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
+            os.path.dirname(os.path.dirname(cloudpickle.__file__)),
+        }
+    )
+
 _by_value_checked: dict[str, bool] = {}
 #: `dump_args` of no arguments
 NO_ARGS = pickle.dumps(((), {}), protocol=5)
@@ -70,7 +77,7 @@ def _register_module_name(name: str | None) -> None:
         return
     module = sys.modules.get(name)
     path = getattr(module, "__file__", None)
-    user = bool(path) and not os.path.realpath(path).startswith(_installed_roots)
+    user = bool(path) and not os.path.realpath(path).startswith(_installed_roots())
     top = name.partition(".")[0]
     user = user and top != "skyhive"
     _by_value_checked[name] = user

@@ -3,9 +3,10 @@
 A provider says how a node is reached with a `Reach` (`LocalReach`, `SSHReach`, or its own); the node
 actor looks the reach's `kind` up here to make the node's `Transport` and to bootstrap the node. So a
 new kind of node (a Slurm allocation, a simulated node) is a reach class, a transport and one
-declaration, with no edit of the runtime. Every kind — the built-in ones in `runtime/kinds/<kind>/`
-too — is found through the entry-point group `skyhive.transports`: the entry point's name is the kind,
-its object a `NodeKind` (or a bare factory), loaded when a node of that kind first appears:
+declaration, with no edit of the runtime. Other packages' kinds are found through the entry-point
+group `skyhive.transports` (skyhive declares its own there too, but finds them by name, `_BUILT_IN`,
+without reading every installed package's metadata): the entry point's name is the kind, its object a
+`NodeKind` (or a bare factory), loaded when a node of that kind first appears:
 
     [project.entry-points."skyhive.transports"]
     mykind = "mypackage.kind:KIND"       # KIND = NodeKind("mykind", "mypackage.transport:factory")
@@ -32,7 +33,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import import_module
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from ...providers.base import NodeHandle, ProvisionError
@@ -98,6 +98,16 @@ TransportKind = NodeKind
 
 _KINDS: dict[str, NodeKind] = {}
 _entry_points_loaded = False
+#: skyhive's own kinds (also declared as its entry points, for `kinds()`): found by name without
+#: reading every installed package's metadata (importing importlib.metadata and scanning ~300
+#: distributions' entry points was ~30-60 ms of every pool's start on a machine with many packages)
+_BUILT_IN = {
+    "local": "skyhive.runtime.kinds.local:KIND",
+    "local_detached": "skyhive.runtime.kinds.local:DETACHED",
+    "ssh": "skyhive.runtime.kinds.ssh:KIND",
+    "slurm": "skyhive.runtime.kinds.slurm:KIND",
+    "simulated": "skyhive.runtime.kinds.simulated:KIND",
+}
 
 
 def register_transport(kind: str, factory: TransportFactory | str, *,
@@ -125,9 +135,14 @@ def kinds() -> list[str]:
 
 
 def node_kind(kind: str) -> NodeKind | None:
-    """The declaration of reach kind `kind` (registered in code, else from its entry point), or None."""
+    """The declaration of reach kind `kind` (registered in code, else one of skyhive's own, else from its
+    entry point), or None."""
     entry = _KINDS.get(kind)
+    if entry is None and kind in _BUILT_IN:
+        entry = _KINDS[kind] = _resolve(_BUILT_IN[kind], kind)
     if entry is None:
+        from importlib.metadata import entry_points
+
         for ep in entry_points(group=ENTRY_POINT_GROUP, name=kind):
             _load(ep)
         entry = _KINDS.get(kind)
@@ -161,6 +176,8 @@ def _load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
+    from importlib.metadata import entry_points
+
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         _load(ep)
 

@@ -7,7 +7,6 @@ unpickles `WorkerSetup` from here.
 
 from __future__ import annotations
 
-import functools
 import sys
 from typing import Any
 
@@ -38,18 +37,14 @@ def python_version() -> str:
     return "%d.%d.%d" % sys.version_info[:3]
 
 
-@functools.cache
 def skyhive_version() -> str:
-    """The installed skyhive version ("0+unknown" when it is not installed as a distribution).
+    """skyhive's version: the package's own `__version__` (pyproject's `version`, which a test ties to it).
 
-    Looked up once per process: reading the distribution's metadata parses its METADATA file (an
-    email parser), which twice per worker start was the largest cost of a 3,000-node pool's start."""
-    try:
-        from importlib.metadata import version
-
-        return version("skyhive")
-    except Exception:
-        return "0+unknown"
+    Not read from the distribution's metadata: that imports importlib.metadata (zipfile, email, csv)
+    and parses METADATA with an email parser, in the client and in every worker process — the
+    largest part of a worker's start after Python itself."""
+    # (`skyhive`, the package, is imported before any of its modules, this one included)
+    return str(getattr(sys.modules.get("skyhive"), "__version__", "0+unknown"))
 
 
 #: The environment variable that starts a worker process with N task threads (`sky.Worker`'s thread

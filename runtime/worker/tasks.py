@@ -19,7 +19,6 @@ from typing import Any
 
 import cloudpickle
 
-from ...plugins.api import AppHook, TaskHook
 from ...protocol import Connection, Item, Message, ProtocolError, Result, Role, State, Submit, WantFunction
 from ..onnode.setup import FN_CACHE_BYTES, FN_CACHE_LIMIT
 from ..common.remote_errors import dump_exception
@@ -229,6 +228,8 @@ class TaskCore(abc.ABC):
         return True
 
     def _setup(self, setup: Any) -> None:
+        # (here: a pool without plugins never sends a setup, and its workers never import the plugins)
+        from ...plugins.api import AppHook, TaskHook
         from ..onnode.instance import instance_info
 
         self._apply_env(setup.env)
