@@ -103,9 +103,11 @@ class Lines:
         predicate), within `timeout` seconds; AssertionError naming `what` and showing what the stream said
         when it ends first or the time runs out."""
         if isinstance(match, str):
-            test: Callable[[str], bool] = match.__contains__  # type: ignore[assignment]
+            text = match
+            test: Callable[[str], bool] = lambda line: text in line  # noqa: E731
         elif isinstance(match, re.Pattern):
-            test = lambda line: match.search(line) is not None  # noqa: E731
+            pattern = match
+            test = lambda line: pattern.search(line) is not None  # noqa: E731
         else:
             test = match
         deadline = time.monotonic() + timeout
