@@ -14,9 +14,14 @@ from pathlib import Path
 
 from ...paths import private_dir
 
-__all__ = ["keep", "kept_since", "MANIFEST", "mount_owners"]
+__all__ = ["keep", "kept_since", "MANIFEST", "mount_owners", "shown"]
 
 MANIFEST = "UNSENT.txt"
+
+
+def shown(path: str) -> str:
+    """A path as text that any log, terminal or manifest takes (a name's undecodable bytes as \\xNN)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def keep(root: str, rels: list[str], uri: str) -> str:
@@ -40,8 +45,7 @@ def keep(root: str, rels: list[str], uri: str) -> str:
             copied.append(rel)
         except OSError:
             continue  # gone meanwhile
-    lines = [f"folder: {os.fsencode(root).decode('utf-8', 'backslashreplace')}", f"bucket: {uri}",
-             *(os.fsencode(rel).decode("utf-8", "backslashreplace") for rel in copied)]
+    lines = [f"folder: {shown(root)}", f"bucket: {uri}", *(shown(rel) for rel in copied)]
     (dest / MANIFEST).write_text("\n".join(lines) + "\n")
     return str(dest)
 

@@ -30,6 +30,8 @@ from typing import Any
 from ...errors import StorageError
 from ...paths import private_dir
 from .s3 import Access, client
+from .kept import keep
+from .kept import shown as _shown
 from .spec import Mount
 from .transfer import TEMP_MARK, delete_keys, download_prefix, is_temporary, upload_files
 
@@ -57,9 +59,6 @@ def target_path(target: str, home: str | None = None) -> str:
     return path if os.path.isabs(path) else os.path.join(home, path)
 
 
-def _shown(path: str) -> str:
-    """A path as text that any log or terminal takes (a name's undecodable bytes as \\xNN)."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _scan(root: str, special: set[str] | None = None, unkeyed: set[str] | None = None) -> dict[str, tuple[int, int]]:
@@ -177,10 +176,8 @@ class _Syncer:
         for path in sorted(self.special):  # (the job's end: said in its output, not only in the worker's log)
             sys.stderr.write(f"skyhive: {_shown(path)}: skipped, not a regular file (a FIFO, socket or device is "
                              f"never uploaded to {self.mount.bucket.uri})\n")
-        present = sorted(rel for rel in self.unkeyed if os.path.lexists(os.path.join(self.path, rel)))
+        present = self._unkeyed_present()
         if present:  # kept now: the pool's end may delete the folder, and this syncer is done with
-            from .kept import keep
-
             where = keep(self.path, present, self.mount.bucket.uri)
             for rel in present:
                 sys.stderr.write(f"skyhive: {_shown(os.path.join(self.path, rel))}: skipped, its name is not UTF-8, "
@@ -190,8 +187,11 @@ class _Syncer:
     def unsent(self) -> list[str]:
         """The files here whose last change the bucket does not hold."""
         changed = [rel for rel, sig in _scan(self.path, self.special, self.unkeyed).items() if self.sent.get(rel) != sig]
-        present = [rel for rel in self.unkeyed if os.path.lexists(os.path.join(self.path, rel))]
-        return sorted(changed + present)
+        return sorted(changed + self._unkeyed_present())
+
+    def _unkeyed_present(self) -> list[str]:
+        """The files here whose name cannot be a key (never uploaded) that are still here."""
+        return sorted(rel for rel in self.unkeyed if os.path.lexists(os.path.join(self.path, rel)))
 
     def last_flush(self, deadline: float) -> None:
         """The worker is ending: upload what is unsent, by `deadline` (monotonic). What could not be
@@ -208,8 +208,6 @@ class _Syncer:
             problem = "the upload under way did not end in time"
         left = self.unsent() if os.path.isdir(self.path) else []
         if left:
-            from .kept import keep
-
             where = keep(self.path, left, self.mount.bucket.uri)
             log.warning("%s: %d file(s) could not be uploaded to %s (%s); kept in %s: %s", _shown(self.path),
                         len(left), self.mount.bucket.uri, problem or "not uploaded", _shown(where),
