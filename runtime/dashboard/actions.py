@@ -15,11 +15,11 @@ import io
 import logging
 
 from ...paths import state_dir
-from ..commands.clusters import down_cluster
+from ..control.pools import down_cluster
 from ..events.inventory import down, find
-from ..commands.jobs import cancel_jobs, is_named
-from ..managed import store as managed_store
-from ..managed.commands import cancel_managed
+from ..control.queue import cancel_jobs, is_named
+from ..control.managed import store as managed_store
+from ..control.managed.commands import cancel_managed
 
 __all__ = ["down_pool", "cancel_job", "cancel_managed_job"]
 

@@ -167,7 +167,7 @@ def test_an_agent_starting_while_its_lock_is_probed_waits_for_the_probe_instead_
     path = records.cluster_dir("probed", create=True) / "agent.lock"
     probe = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # what `agent_pid()` does: lock, write no pid
     fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    agent = subprocess.Popen([sys.executable, "-m", "skyhive.runtime.commands.agent", "probed"], cwd=tmp_path,
+    agent = subprocess.Popen([sys.executable, "-m", "skyhive.runtime.control.agent", "probed"], cwd=tmp_path,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         def opened() -> bool:  # the agent has the lock file open: it is at its first try
@@ -196,7 +196,7 @@ def test_a_job_log_never_cuts_one_nodes_line_with_anothers():
     log holds each node's line whole (it failed seed 004's test about 1 run in 3 before)."""
     import io
 
-    from skyhive.runtime.commands.agent import _JobLog
+    from skyhive.runtime.control.agent import _JobLog
 
     fh = io.StringIO()
     log = _JobLog(fh, prefix=True)

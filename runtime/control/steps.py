@@ -31,7 +31,7 @@ from ..onnode.interruption import AFTER_NOTICE
 if TYPE_CHECKING:
     from ..actors.channel import WorkerChannel
     from ..actors.pool_actor import PoolRuntime
-    from .taskfile import Task
+    from ..commands.taskfile import Task
 
 __all__ = ["NodeExit", "TaskSteps", "OnLost", "run_steps", "everywhere", "pack_mounts"]
 

@@ -1,6 +1,6 @@
 """A managed job's controller: runs the job to its end without the client, recovering lost nodes.
 
-    python -m skyhive.runtime.managed.controller JOB_ID
+    python -m skyhive.runtime.control.managed.controller JOB_ID
 
 One controller per job, a detached process of this machine (its own session, no terminal, like a
 named pool's agent: `commands/agent.py`), holding the job's `controller.lock`. It folds the job's
@@ -49,11 +49,11 @@ from typing import Any
 
 import anyio
 
-from ...providers.accelerators import AcceleratorWarning
-from ..commands.agent import _JobLog
-from ..clusters.procs import lock_holder
-from ..commands.steps import NodeExit
-from ..onnode import interruption
+from ....providers.accelerators import AcceleratorWarning
+from ..agent import _JobLog
+from ...clusters.procs import lock_holder
+from ..steps import NodeExit
+from ...onnode import interruption
 from . import store
 from .function import FunctionWork
 from .outcome import Outcome, Stop
@@ -65,7 +65,7 @@ log = logging.getLogger("skyhive.managed")
 
 __all__ = ["ensure_controller", "controller_pid", "main"]
 
-_MODULE = "skyhive.runtime.managed.controller"
+_MODULE = "skyhive.runtime.control.managed.controller"
 
 
 def controller_pid(job_id: int) -> int | None:
@@ -137,8 +137,8 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
     interruption notice) this attempt is "unneeded" and runs nothing. `on_lost(outcome)`: called as
     soon as this attempt is known lost — at an interruption notice, before the program's grace; else
     before its pool is torn down — so that the next attempt's provisioning starts beside it."""
-    from ...errors import TeardownIncomplete
-    from ..pool import Pool
+    from ....errors import TeardownIncomplete
+    from ...pool import Pool
 
     work = work_for(job_id, spec, avoid)
     provider = work.provider
@@ -249,7 +249,7 @@ def _rebuilt(saved: Any) -> Any:
     if not isinstance(saved, dict):
         return saved
     if "fallback" in saved:
-        from ...providers.fallback import Fallback
+        from ....providers.fallback import Fallback
 
         return Fallback([_rebuilt(p) for p in saved["fallback"]], order=saved.get("order") or "given")
     import importlib
@@ -266,7 +266,7 @@ def _provider_of(spec: dict[str, Any]) -> Any:
     if spec.get("provider") is not None:
         return spec["provider"]
     if spec.get("planned") is None:
-        from ..commands.plan import plan_launch
+        from ...commands.plan import plan_launch
 
         spec["planned"] = plan_launch(spec["task"]).provider
     return spec["planned"]
@@ -311,7 +311,7 @@ def _clean_up(job_id: int, spec: dict[str, Any], out: _JobLog) -> None:
         left = anyio.run(_sweep, provider, st.pools + extra) if st.pools else []
     except Exception as exc:  # noqa: BLE001 - the provider could not even be built
         left = [f"{type(exc).__name__}: {exc}"]
-    from ..onnode import nodecmd
+    from ...onnode import nodecmd
 
     try:
         shutil.rmtree(nodecmd.work_root(work_id(job_id)), ignore_errors=False)
@@ -445,7 +445,7 @@ async def _one_attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _Jo
         try:
             res = await _attempt(job_id, spec, attempt, out, avoid, previous, report)
         except Exception as exc:  # noqa: BLE001 - provisioning or a broken task: the job fails, saying so
-            from ...errors import ProvisionError
+            from ....errors import ProvisionError
 
             while isinstance(exc, ExceptionGroup):
                 exc = exc.exceptions[0]
@@ -479,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     except BlockingIOError:
         sys.stdout.write(json.dumps({"already": True}) + "\n")
         return 0
-    from ..onnode.daemonize import daemonize
+    from ...onnode.daemonize import daemonize
 
     ready_fd, _ = daemonize(str(store.job_dir(job_id) / "controller.log"))  # the lock is inherited
     os.ftruncate(fd, 0)

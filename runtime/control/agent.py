@@ -1,6 +1,6 @@
 """The queue agent of a named pool: runs its jobs one after another, whoever submitted them.
 
-    python -m skyhive.runtime.commands.agent NAME
+    python -m skyhive.runtime.control.agent NAME
 
 `skyhive launch -c` and `skyhive exec` only queue a job (`jobs.submit`) and make sure an agent runs
 (`ensure_agent`); with `-d` they return at once, else they follow the job's log. The agent is a
@@ -50,7 +50,7 @@ def ensure_agent(name: str) -> None:
     """Start the pool's agent unless one runs (it exits once it has nothing to do)."""
     if agent_pid(name) is not None:
         return
-    out = subprocess.run([sys.executable, "-m", "skyhive.runtime.commands.agent", name], stdin=subprocess.DEVNULL,
+    out = subprocess.run([sys.executable, "-m", "skyhive.runtime.control.agent", name], stdin=subprocess.DEVNULL,
                          capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         raise RuntimeError(f"pool {name!r}: the job agent did not start: {(out.stderr or out.stdout).strip()[-2000:]}")
@@ -198,7 +198,7 @@ def _take(fd: int, patience: float = _PROBE_PATIENCE) -> bool:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        sys.stderr.write("usage: python -m skyhive.runtime.commands.agent NAME\n")
+        sys.stderr.write("usage: python -m skyhive.runtime.control.agent NAME\n")
         return 2
     name = records.check_name(args[0])
     fd = os.open(agent_lock_path(name), os.O_RDWR | os.O_CREAT, 0o600)

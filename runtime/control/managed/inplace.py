@@ -9,9 +9,9 @@ from typing import Any
 
 import anyio
 
-from ..commands.agent import _JobLog
-from ..commands.steps import NodeExit
-from ..onnode import interruption
+from ..agent import _JobLog
+from ..steps import NodeExit
+from ...onnode import interruption
 from . import store
 from .watch import notice_text
 
@@ -34,7 +34,7 @@ async def replace_in_place(job_id: int, attempt: int, pool: Any, failed: NodeExi
     replacement came — the attempt ends and a new one starts on fresh nodes (`lost`). `ran_on`: the
     nodes' handles when the steps started (the lost one may be replaced already). `gang` False
     (`job_recovery.restart: node`): the other nodes' programs go on; only this node starts again."""
-    from ...errors import WorkerLost
+    from ....errors import WorkerLost
 
     rt = pool._runtime
     index = failed.node

@@ -11,8 +11,8 @@ from typing import Any
 
 import anyio
 
-from ..commands.agent import _JobLog
-from ..onnode import interruption
+from ..agent import _JobLog
+from ...onnode import interruption
 from . import store
 
 __all__ = ["cancelled", "notice_text", "copy_and_watch", "watch_notices", "watch_machines", "watch_cancel",

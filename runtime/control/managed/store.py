@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from ...paths import private_dir
-from ...protocol.codec import escape_values
+from ....paths import private_dir
+from ....protocol.codec import escape_values
 
 __all__ = ["JobState", "PENDING", "STARTING", "RUNNING", "RECOVERING", "CLEANING", "LEAKED", "SUCCEEDED", "FAILED", "CANCELLED",
            "FINISHED", "job_dir", "new_job", "DEFAULT_MAX_RECOVERIES", "default_max_recoveries", "append",
