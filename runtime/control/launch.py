@@ -154,7 +154,7 @@ class _Launch:
                 async with Pool(provider=self.provider, nodes=task.num_nodes, name=self.pool_id, output="all",
                                 image=image, accelerator=spec.accelerator, cpus=spec.cpus, memory_gb=spec.memory_gb,
                                 allocation=allocation) as pool:
-                    failed = await run_steps(pool._runtime, steps)
+                    failed = await run_steps(pool.driver(), steps)
                     if failed is not None:
                         self.report(failed)
                     if not self.provider.same_machine:  # the nodes' copies are on them

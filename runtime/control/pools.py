@@ -156,8 +156,8 @@ def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float 
             pass  # started, recorded, its ports opened (on the pool's firewall, this client's address only)
 
     anyio.run(create)
-    if pool._named.opened:
-        _say(err, f"pool {name}: opened {', '.join(pool._named.opened)}")
+    if pool.named.opened:
+        _say(err, f"pool {name}: opened {', '.join(pool.named.opened)}")
 
 
 def _queue(task: Task, name: str, *, setup: bool) -> jobq.Job:

@@ -196,10 +196,10 @@ def test_a_job_log_never_cuts_one_nodes_line_with_anothers():
     log holds each node's line whole (it failed seed 004's test about 1 run in 3 before)."""
     import io
 
-    from skyhive.runtime.control.agent import _JobLog
+    from skyhive.runtime.control.joblog import JobLog
 
     fh = io.StringIO()
-    log = _JobLog(fh, prefix=True)
+    log = JobLog(fh, prefix=True)
     log.write(0, 0, "stdout", "rank 0: training complete")
     log.write(1, 0, "stdout", "rank 1: training complete\n")
     log.write(0, 0, "stdout", "\n")
@@ -215,6 +215,6 @@ def test_a_job_log_never_cuts_one_nodes_line_with_anothers():
         "[skyhive] job 1 succeeded",
     ]
     single = io.StringIO()
-    one = _JobLog(single, prefix=False)  # one node: written as it comes (progress bars stream)
+    one = JobLog(single, prefix=False)  # one node: written as it comes (progress bars stream)
     one.write(0, 0, "stdout", "50%\r")
     assert single.getvalue() == "50%\r"

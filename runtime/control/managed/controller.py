@@ -50,7 +50,7 @@ from typing import Any
 import anyio
 
 from ....providers.accelerators import AcceleratorWarning
-from ..agent import _JobLog
+from ..joblog import JobLog
 from ...clusters.procs import lock_holder
 from ..steps import NodeExit
 from ...onnode import interruption
@@ -127,7 +127,7 @@ async def _sweep(provider: Any, pool_ids: list[str]) -> list[str]:
     return left
 
 
-async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog, avoid: list[Any],
+async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: JobLog, avoid: list[Any],
                    previous: Stop | None = None, on_lost: Any = None) -> Outcome:
     """One attempt on a fresh pool (`avoid`: nodes lost before, whose places are taken last).
 
@@ -157,51 +157,51 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
             try:
                 async with Pool(provider=provider, nodes=work.nodes, name=pool_id, output=None,
                                 replace_failed=work.in_place, **work.pool_options(), **_pool_settings()) as pool:
-                    rt = pool._runtime
+                    driver = pool.driver()
                     out.prefix = work.nodes > 1
                     notices: dict[int, dict[str, Any]] = {}
                     gone: dict[int, str] = {}
                     copier.start_soon(copy_and_watch, job_id, pool.output(), out, notices)
-                    where = ", ".join(str(n.handle.provider_id) for n in rt.nodes if n.handle is not None)
+                    where = ", ".join(str(n.handle.provider_id) for n in driver.nodes() if n.handle is not None)
                     store.append(job_id, "running", attempt=attempt, pool=pool_id, nodes=where)
                     out.note(f"attempt {attempt} running on {where or provider.name}")
                     with anyio.CancelScope() as scope:
                         async with anyio.create_task_group() as tg:
                             tg.start_soon(watch_cancel, job_id, scope)
-                            tg.start_soon(watch_machines, provider, rt, gone, scope, work.in_place)
+                            tg.start_soon(watch_machines, provider, driver, gone, scope, work.in_place)
 
                             def noticed(node: int, text: str) -> None:  # the next attempt provisions now
-                                handle = rt.nodes[node].handle
+                                handle = driver.node(node).handle
                                 if on_lost is not None:
                                     ends = NodeExit(node=node, phase="run", code=1, lost=True, detail=text)
                                     on_lost(Outcome("lost", ends, why_failed(ends), (handle,) if handle is not None else ()))
 
-                            tg.start_soon(watch_notices, notices, gone, scope, rt if work.in_place else None, noticed)
+                            tg.start_soon(watch_notices, notices, gone, scope, driver if work.in_place else None, noticed)
                             if previous is not None and not previous.event.is_set():
                                 out.note(f"attempt {attempt} waits for attempt {attempt - 1} to be stopped")
                                 await previous.event.wait()
                             if previous is not None and previous.outcome is not None and previous.outcome.kind != "lost":
                                 unneeded = previous.outcome  # it ended the job after its notice: nothing to run
                                 tg.cancel_scope.cancel()
-                            ran_on = [n.handle for n in rt.nodes]  # (a lost node's replacement may come fast)
+                            ran_on = [n.handle for n in driver.nodes()]  # (a lost node's replacement may come fast)
 
                             async def alone(node: int, lost_exit: NodeExit) -> NodeExit | None:
                                 """`restart: node`: the lost node replaced and its steps run there alone."""
-                                again = await replace_in_place(job_id, attempt, pool, lost_exit, ran_on, notices,
+                                again = await replace_in_place(job_id, attempt, driver, lost_exit, ran_on, notices,
                                                                out, avoid, gang=False)
                                 if again is None:
                                     return lost_exit
-                                ran_on[node] = rt.nodes[node].handle
+                                ran_on[node] = driver.node(node).handle
                                 return await work.rerun_node(pool, node, on_lost=alone)
 
                             node_mode = work.in_place and work.restart_node
                             failed = (None if unneeded is not None
                                       else await work.run(pool, on_lost=alone if node_mode else None))
                             while work.in_place and not node_mode and failed is not None and not gone:
-                                again = await replace_in_place(job_id, attempt, pool, failed, ran_on, notices, out, avoid)
+                                again = await replace_in_place(job_id, attempt, driver, failed, ran_on, notices, out, avoid)
                                 if again is None:  # not a lost node, or it could not be replaced
                                     break
-                                ran_on = [n.handle for n in rt.nodes]
+                                ran_on = [n.handle for n in driver.nodes()]
                                 failed = await work.run(pool, fresh=again)
                             tg.cancel_scope.cancel()
                     cancelled = scope.cancelled_caught and not gone and unneeded is None
@@ -219,8 +219,8 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
                         failed = NodeExit(node=failed.node, phase=failed.phase, code=code, lost=True,
                                           detail=f"{notice_text(notice)}; the program then exited {code}")
                     if failed is not None and failed.lost:
-                        lost = tuple(rt.nodes[i].handle for i in (sorted(gone) or [failed.node])
-                                     if rt.nodes[i].handle is not None)
+                        lost = tuple(h for i in (sorted(gone) or [failed.node])
+                                     if (h := driver.node(i).handle) is not None)
                         if on_lost is not None:  # the next attempt provisions while this pool is torn down
                             on_lost(Outcome("lost", failed, why_failed(failed), lost))
                     if not lost and unneeded is None:
@@ -279,7 +279,7 @@ def _run(job_id: int) -> None:
     spec["provider"] = _rebuilt(spec.get("provider"))
     avoid: list[Any] = store.load_avoided(job_id)  # nodes lost so far (kept across restarts): taken last
     with store.open_log(job_id) as fh:  # (escapes text naming a non-UTF-8 file)
-        out = _JobLog(fh, prefix=False)
+        out = JobLog(fh, prefix=False)
         try:
             _attempts(job_id, spec, out, avoid)
         except Exception as exc:  # noqa: BLE001 - recorded: the job fails rather than stay RUNNING for ever
@@ -289,13 +289,13 @@ def _run(job_id: int) -> None:
         _clean_up(job_id, spec, out)
 
 
-def _end(job_id: int, out: _JobLog, outcome: str, **data: Any) -> None:
+def _end(job_id: int, out: JobLog, outcome: str, **data: Any) -> None:
     """The job's outcome decided: an `ending` event (state CLEANING); the final one follows the sweep."""
     out.flush_partial()
     store.append(job_id, "ending", outcome=outcome, **data)
 
 
-def _clean_up(job_id: int, spec: dict[str, Any], out: _JobLog) -> None:
+def _clean_up(job_id: int, spec: dict[str, Any], out: JobLog) -> None:
     """Every pool of the job swept (`Provider.down`: machines that outlive the job — SSH hosts — also
     lose its working directory, which a lost node could not remove), its working directory on this
     machine removed (Local nodes'), and then the final event — the job's end recorded once nothing of it
@@ -327,11 +327,11 @@ def _clean_up(job_id: int, spec: dict[str, Any], out: _JobLog) -> None:
     store.append(job_id, st.outcome, **st.ending)
 
 
-def _attempts(job_id: int, spec: dict[str, Any], out: _JobLog, avoid: list[Any]) -> None:
+def _attempts(job_id: int, spec: dict[str, Any], out: JobLog, avoid: list[Any]) -> None:
     anyio.run(_attempts_async, job_id, spec, out, avoid)
 
 
-async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid: list[Any]) -> None:
+async def _attempts_async(job_id: int, spec: dict[str, Any], out: JobLog, avoid: list[Any]) -> None:
     """Attempts until the job's outcome is decided. A lost attempt is reported before its pool is torn
     down: the next attempt is provisioned while the lost one is stopped and swept (a `stopped` event),
     and runs the steps only after that. Returns once every attempt has stopped."""
@@ -428,7 +428,7 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
             return
 
 
-def _out_of_recoveries(job_id: int, out: _JobLog, st: store.JobState, attempt: int, loss: str) -> None:
+def _out_of_recoveries(job_id: int, out: JobLog, st: store.JobState, attempt: int, loss: str) -> None:
     """The job fails: `loss` came after the last recovery its `max_recoveries` allows."""
     why = (f"{loss} after {st.recoveries} recoveries, the job's limit (max_recoveries={st.max_recoveries}: "
            "resources.job_recovery.max_recoveries or SKYHIVE_JOBS_MAX_RECOVERIES)")
@@ -436,7 +436,7 @@ def _out_of_recoveries(job_id: int, out: _JobLog, st: store.JobState, attempt: i
     _end(job_id, out, "failed", attempt=attempt, detail=why, code=1)
 
 
-async def _one_attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog, avoid: list[Any],
+async def _one_attempt(job_id: int, spec: dict[str, Any], attempt: int, out: JobLog, avoid: list[Any],
                        previous: Stop | None, report: Any, stopped: Stop) -> None:
     """An attempt, its outcome `report`ed (a lost one before its teardown), then — lost — its pool swept
     (`Provider.down`: an orphaned program on a node only unreachable from here stopped too); `stopped`

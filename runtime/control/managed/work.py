@@ -135,14 +135,14 @@ class TaskWork(Work):
     async def run(self, pool: Any, fresh: frozenset[int] | None = None, on_lost: OnLost | None = None) -> NodeExit | None:
         from ..steps import run_steps
 
-        return await run_steps(pool._runtime, self.steps, task_env={**self.env, **self.secrets}, fresh=fresh,
+        return await run_steps(pool.driver(), self.steps, task_env={**self.env, **self.secrets}, fresh=fresh,
                                on_lost=on_lost)
 
     async def rerun_node(self, pool: Any, node: int, on_lost: OnLost | None = None) -> NodeExit | None:
         """Every step on `node` alone (workdir, file mounts, setup, run): a replacement joining the job."""
         from ..steps import run_steps
 
-        return await run_steps(pool._runtime, self.steps, task_env={**self.env, **self.secrets},
+        return await run_steps(pool.driver(), self.steps, task_env={**self.env, **self.secrets},
                                only=frozenset({node}), on_lost=on_lost)
 
     async def finished(self, pool: Any) -> None:
