@@ -20,6 +20,7 @@ from ...commands.taskfile import Task
 from ...commands.values import NAME_RULE, TASK_NAME
 from ....providers.base import Provider
 from . import store
+from .events import CancelAsked
 from .controller import controller_pid, ensure_controller
 
 __all__ = ["restart_of", "submit_job", "submit_call", "job_cost", "print_jobs", "job_log", "cancel_managed", "max_restarts_of",
@@ -303,7 +304,7 @@ def cancel_managed(job_ids: list[int], *, all_jobs: bool = False, wait: float = 
         if st.state in store.FINISHED:
             err.write(f"skyhive: job {job_id} has already ended ({st.state})\n")
             continue
-        store.append(job_id, "cancel")
+        store.record(job_id, CancelAsked())
         if controller_pid(job_id) is None:  # nobody runs it: a controller sweeps its pools and records the end
             try:
                 ensure_controller(job_id)

@@ -56,7 +56,10 @@ from ..steps import NodeExit
 from ...onnode import interruption
 from . import store
 from .function import FunctionWork
+from .events import (AttemptStarted, CancelAsked, ControllerStarted, Ended, Ending, ErrorExit, Leaked, Lost, Running,
+                     Stopped, Unneeded, Waiting)
 from .outcome import Outcome, Stop
+from .policy import Action, RestartPolicy
 from .inplace import SWEEP_TIMEOUT, replace_in_place, why_failed
 from .watch import AFTER_NOTICE_WAIT, copy_and_watch, notice_text, watch_cancel, watch_machines, watch_notices
 from .work import TaskWork, Work, work_id
@@ -89,17 +92,6 @@ def ensure_controller(job_id: int) -> int | None:
     return int(report.get("pid") or 0) or controller_pid(job_id)
 
 
-def _capacity_retry(times: int) -> float:
-    """Seconds before trying again after `times` attempts in a row found no capacity: from
-    SKYHIVE_JOBS_CAPACITY_RETRY (default 30) doubling, at most 10 minutes (a spot job waits for room as
-    long as it takes; nothing is paid for meanwhile)."""
-    try:
-        first = max(0.05, float(os.environ.get("SKYHIVE_JOBS_CAPACITY_RETRY", "30")))
-    except ValueError:
-        first = 30.0
-    return min(first * 2 ** (times - 1), max(first, 600.0))
-
-
 def _pool_settings() -> dict[str, Any]:
     """The attempts' pool settings from the controller's environment: SKYHIVE_JOBS_HEARTBEAT_TIMEOUT, how
     long a silent node (its host cut off) is given before it counts as lost (default: the pool's)."""
@@ -128,7 +120,7 @@ async def _sweep(provider: Any, pool_ids: list[str]) -> list[str]:
 
 
 async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: JobLog, avoid: list[Any],
-                   previous: Stop | None = None, on_lost: Any = None) -> Outcome:
+                   policy: RestartPolicy, previous: Stop | None = None, on_lost: Any = None) -> Outcome:
     """One attempt on a fresh pool (`avoid`: nodes lost before, whose places are taken last).
 
     `previous` (a recovery): set once the lost attempt before this one is stopped and swept — this
@@ -140,10 +132,10 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: JobLog,
     from ....errors import TeardownIncomplete
     from ...pool import Pool
 
-    work = work_for(job_id, spec, avoid)
+    work = work_for(job_id, spec, avoid, policy)
     provider = work.provider
     pool_id = f"{work.name}-job{job_id}-{attempt}"
-    store.append(job_id, "attempt", attempt=attempt, pool=pool_id, pid=os.getpid())
+    store.record(job_id, AttemptStarted(attempt=attempt, pool=pool_id, pid=os.getpid()))
     if attempt == 1:
         out.note(f"checkpoints: SKYHIVE_CHECKPOINT_DIR={work.checkpoint} ({work.checkpoint_what})")
     failed: NodeExit | None = None
@@ -163,7 +155,7 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: JobLog,
                     gone: dict[int, str] = {}
                     copier.start_soon(copy_and_watch, job_id, pool.output(), out, notices)
                     where = ", ".join(str(n.handle.provider_id) for n in driver.nodes() if n.handle is not None)
-                    store.append(job_id, "running", attempt=attempt, pool=pool_id, nodes=where)
+                    store.record(job_id, Running(attempt=attempt, pool=pool_id, nodes=where))
                     out.note(f"attempt {attempt} running on {where or provider.name}")
                     with anyio.CancelScope() as scope:
                         async with anyio.create_task_group() as tg:
@@ -239,9 +231,10 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: JobLog,
     return Outcome("lost" if failed.lost else "error", failed, why_failed(failed), lost)
 
 
-def work_for(job_id: int, spec: dict[str, Any], avoid: list[Any]) -> Work:
-    """The attempt's work from the job's saved spec: a `@sky.compute` call (`"call"` in it) or a task."""
-    return FunctionWork(job_id, spec, avoid) if "call" in spec else TaskWork(job_id, spec, avoid)
+def work_for(job_id: int, spec: dict[str, Any], avoid: list[Any], policy: RestartPolicy) -> Work:
+    """The attempt's work from the job's saved spec: a `@sky.compute` call (`"call"` in it) or a task
+    (its lost node restarted as `policy.restart` says)."""
+    return FunctionWork(job_id, spec, avoid) if "call" in spec else TaskWork(job_id, spec, avoid, policy.restart)
 
 
 def _rebuilt(saved: Any) -> Any:
@@ -292,7 +285,7 @@ def _run(job_id: int) -> None:
 def _end(job_id: int, out: JobLog, outcome: str, **data: Any) -> None:
     """The job's outcome decided: an `ending` event (state CLEANING); the final one follows the sweep."""
     out.flush_partial()
-    store.append(job_id, "ending", outcome=outcome, **data)
+    store.record(job_id, Ending(outcome=outcome, data=data))
 
 
 def _clean_up(job_id: int, spec: dict[str, Any], out: JobLog) -> None:
@@ -304,7 +297,7 @@ def _clean_up(job_id: int, spec: dict[str, Any], out: JobLog) -> None:
     if not st.outcome or st.state in store.FINISHED:
         return
     if st.state == store.LEAKED:  # a sweep again (`jobs cancel`): CLEANING while it runs
-        store.append(job_id, "ending", outcome=st.outcome, **st.ending)
+        store.record(job_id, Ending(outcome=st.outcome, data=st.ending))
     try:
         provider = _provider_of(spec)
         extra = [work_id(job_id)] if provider.fixed_machines else []
@@ -322,9 +315,10 @@ def _clean_up(job_id: int, spec: dict[str, Any], out: JobLog) -> None:
     if left:
         out.note("could not clean up after the job (`skyhive jobs cancel " + str(job_id) + "` sweeps again, "
                  "`skyhive down POOL` finishes a pool): " + "; ".join(left))
-        store.append(job_id, "leaked", pools=left)
+        store.record(job_id, Leaked(pools=tuple(left)))
         return
-    store.append(job_id, st.outcome, **st.ending)
+    data = dict(st.ending)
+    store.record(job_id, Ended(outcome=st.outcome, detail=str(data.pop("detail", "")), data=data))
 
 
 def _attempts(job_id: int, spec: dict[str, Any], out: JobLog, avoid: list[Any]) -> None:
@@ -337,6 +331,7 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: JobLog, avoid:
     and runs the steps only after that. Returns once every attempt has stopped."""
     previous: Stop | None = None  # the last lost attempt: set once it is stopped and swept
     full = 0  # attempts in a row that found no capacity anywhere
+    policy = RestartPolicy.of(spec, store.load(job_id))  # what follows each attempt (policy.py)
     restarted = True  # the first turn of this controller: an earlier one may have died mid-recovery
     async with anyio.create_task_group() as attempts:
         while True:
@@ -349,12 +344,12 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: JobLog, avoid:
                 return
             attempt = st.attempts + 1
             died = st.attempts and st.state not in (store.RECOVERING, store.PENDING)  # its controller died
-            if died and st.recoveries >= st.max_recoveries:
+            if died and st.recoveries >= policy.max_recoveries:
                 return _out_of_recoveries(job_id, out, st, st.attempts, f"the controller of attempt {st.attempts} died")
             if died:
                 out.note(f"the controller was restarted (pid {os.getpid()}): attempt {st.attempts} is gone; "
                          f"starting attempt {attempt}")
-                store.append(job_id, "lost", detail=f"the controller of attempt {st.attempts} died")
+                store.record(job_id, Lost(detail=f"the controller of attempt {st.attempts} died"))
                 left = await _sweep(_provider_of(spec), st.pools[-1:])  # what it left on the machines
                 if left:
                     out.note("could not clean up the dead controller's pool: " + "; ".join(left))
@@ -373,58 +368,53 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: JobLog, avoid:
                 box.setdefault("res", res)
                 decided.set()
 
-            attempts.start_soon(_one_attempt, job_id, spec, attempt, out, avoid, previous, report, stopped)
+            attempts.start_soon(_one_attempt, job_id, spec, attempt, out, avoid, previous, report, stopped, policy)
             await decided.wait()
             res = box["res"]
             if res.kind == "unneeded" and res.previous is not None:  # the one before ended the job after all
                 out.note(f"attempt {attempt} was not needed: {res.why} ({res.previous.kind})")
-                store.append(job_id, "unneeded", attempt=attempt, detail=res.why)
+                store.record(job_id, Unneeded(attempt=attempt, detail=res.why))
                 await stopped.event.wait()
                 res, attempt = res.previous, attempt - 1
-            st = store.load(job_id)
-            if res.kind == "ok":
+            st = store.load(job_id)  # (this attempt's recoveries in place counted)
+            decision = policy.decide(res, st, full)
+            if decision.action is not Action.RECOVER:  # a recovery provisions while the lost attempt stops
                 await stopped.event.wait()
+            full = full + 1 if decision.action is Action.WAIT else 0
+            if decision.action is Action.SUCCEED:
                 out.note(f"job {job_id} succeeded (attempt {attempt})")
                 _end(job_id, out, "succeeded", attempt=attempt)
                 return
-            if res.kind == "cancelled":
-                await stopped.event.wait()
+            if decision.action is Action.CANCEL:
                 out.note(f"job {job_id} cancelled while running")
-                _end(job_id, out, "cancelled", detail=res.why)
+                _end(job_id, out, "cancelled", detail=decision.why)
                 return
-            if res.kind == "lost" and st.recoveries >= st.max_recoveries:  # (st: this attempt's replacements too)
-                await stopped.event.wait()
-                return _out_of_recoveries(job_id, out, st, attempt, f"node lost ({res.why})")
-            if res.kind == "lost":
+            if decision.action is Action.RECOVER:
                 places = [str(h.provider_id) for h in res.lost]
                 out.note(f"node lost ({res.why}): recovering (not counted against max_restarts_on_errors)"
                          + (f"; {', '.join(places)} is tried last" if places else ""))
                 avoid.extend(h for h in res.lost if h not in avoid)
                 store.save_avoided(job_id, avoid)
-                store.append(job_id, "lost", attempt=attempt, detail=res.why, places=places)
+                store.record(job_id, Lost(attempt=attempt, detail=res.why, places=tuple(places)))
                 previous = stopped
                 continue
-            await stopped.event.wait()
-            if res.kind == "broken" and res.capacity:  # no room anywhere now: tried again until cancelled
-                full += 1
-                delay = _capacity_retry(full)
-                out.note(f"no capacity for attempt {attempt} ({res.why}): trying again in {delay:g} s "
+            if decision.action is Action.WAIT:  # no room anywhere now: tried again until cancelled
+                out.note(f"no capacity for attempt {attempt} ({res.why}): trying again in {decision.delay:g} s "
                          f"(`skyhive jobs cancel {job_id}` gives up)")
-                store.append(job_id, "waiting", attempt=attempt, detail=res.why, retry_in=delay)
-                with anyio.move_on_after(delay):
+                store.record(job_id, Waiting(attempt=attempt, detail=res.why, retry_in=decision.delay))
+                with anyio.move_on_after(decision.delay):
                     while not store.load(job_id).cancel_requested:
                         await anyio.sleep(0.3)
                 continue
-            full = 0
-            st = store.load(job_id)
-            code = res.failed.code if res.failed else 1
-            if res.kind == "error" and st.restarts_on_errors < st.max_restarts_on_errors:
+            if decision.action is Action.RESTART:
                 out.note(f"{res.why}: restarting ({st.restarts_on_errors + 1} of max_restarts_on_errors="
                          f"{st.max_restarts_on_errors})")
-                store.append(job_id, "error", attempt=attempt, detail=res.why, code=code)
+                store.record(job_id, ErrorExit(attempt=attempt, detail=res.why, code=decision.code))
                 continue
+            if decision.out_of_recoveries:
+                return _out_of_recoveries(job_id, out, st, attempt, f"node lost ({res.why})")
             out.note(f"job {job_id} failed: {res.why}")
-            _end(job_id, out, "failed", attempt=attempt, detail=res.why, code=code)
+            _end(job_id, out, "failed", attempt=attempt, detail=res.why, code=decision.code)
             return
 
 
@@ -437,13 +427,13 @@ def _out_of_recoveries(job_id: int, out: JobLog, st: store.JobState, attempt: in
 
 
 async def _one_attempt(job_id: int, spec: dict[str, Any], attempt: int, out: JobLog, avoid: list[Any],
-                       previous: Stop | None, report: Any, stopped: Stop) -> None:
+                       previous: Stop | None, report: Any, stopped: Stop, policy: RestartPolicy) -> None:
     """An attempt, its outcome `report`ed (a lost one before its teardown), then — lost — its pool swept
     (`Provider.down`: an orphaned program on a node only unreachable from here stopped too); `stopped`
     set once nothing of it runs (what the next attempt's steps wait for)."""
     try:
         try:
-            res = await _attempt(job_id, spec, attempt, out, avoid, previous, report)
+            res = await _attempt(job_id, spec, attempt, out, avoid, policy, previous, report)
         except Exception as exc:  # noqa: BLE001 - provisioning or a broken task: the job fails, saying so
             from ....errors import ProvisionError
 
@@ -459,7 +449,7 @@ async def _one_attempt(job_id: int, spec: dict[str, Any], attempt: int, out: Job
             if left:
                 out.note("could not clean up the lost attempt's pool yet (retried when the job ends): "
                          + "; ".join(left) + f" -- attempt {attempt + 1} runs anyway: a copy may still run there")
-            store.append(job_id, "stopped", attempt=attempt, leaked=left)
+            store.record(job_id, Stopped(attempt=attempt, leaked=tuple(left)))
         stopped.outcome = res
         report(res)
     finally:
@@ -484,13 +474,13 @@ def main(argv: list[str] | None = None) -> int:
     ready_fd, _ = daemonize(str(store.job_dir(job_id) / "controller.log"))  # the lock is inherited
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
-    store.append(job_id, "controller", pid=os.getpid())
+    store.record(job_id, ControllerStarted(pid=os.getpid()))
     os.write(ready_fd, json.dumps({"pid": os.getpid()}).encode())
     os.close(ready_fd)
     logging.basicConfig(level=logging.WARNING, format=f"skyhive-jobs[{os.getpid()}] %(asctime)s %(message)s")
     # SIGTERM (a shutdown, `jobs cancel` giving up waiting) is a cancel: the attempt's pool is torn down
     # by the usual path rather than left to the provider
-    signal.signal(signal.SIGTERM, lambda *_: store.append(job_id, "cancel", reason="SIGTERM"))
+    signal.signal(signal.SIGTERM, lambda *_: store.record(job_id, CancelAsked(reason="SIGTERM")))
     try:
         _run(job_id)
     except BaseException as exc:  # noqa: BLE001 - recorded: never left RUNNING, never shown ended uncleaned
@@ -498,12 +488,12 @@ def main(argv: list[str] | None = None) -> int:
         st = store.load(job_id)
         if st.state not in store.FINISHED and st.state != store.LEAKED:
             if not st.outcome:
-                store.append(job_id, "ending", outcome="failed",
-                             detail=f"the controller failed: {type(exc).__name__}: {exc}")
+                store.record(job_id, Ending(outcome="failed",
+                                            data={"detail": f"the controller failed: {type(exc).__name__}: {exc}"}))
             if st.pools:  # it may have left something: shown, and `jobs cancel` sweeps again
-                store.append(job_id, "leaked", pools=[f"the controller failed before its sweep: {exc}"])
+                store.record(job_id, Leaked(pools=(f"the controller failed before its sweep: {exc}",)))
             else:  # no pool was ever made: nothing to clean up
-                store.append(job_id, "failed", detail=f"the controller failed: {type(exc).__name__}: {exc}")
+                store.record(job_id, Ended(outcome="failed", detail=f"the controller failed: {type(exc).__name__}: {exc}"))
     finally:
         os.ftruncate(fd, 0)
     return 0

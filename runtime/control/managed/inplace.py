@@ -13,6 +13,7 @@ from ..joblog import JobLog
 from ..steps import NodeExit
 from ...onnode import interruption
 from . import store
+from .events import Replaced, Running
 from .watch import notice_text
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ async def replace_in_place(job_id: int, attempt: int, driver: PoolDriver, failed
     if old is not None:
         avoid.append(old)
         store.save_avoided(job_id, avoid)
-    store.append(job_id, "replaced", attempt=attempt, node=index, detail=why_failed(failed), places=[old_id])
+    store.record(job_id, Replaced(attempt=attempt, node=index, detail=why_failed(failed), places=(old_id,)))
     # the other nodes' scripts were cancelled (`everywhere`): their calls end once the scripts are gone
     # (or their workers are killed after cancel_grace, and lost in turn) — each end a pool event
     if gang:
@@ -98,7 +99,7 @@ async def replace_in_place(job_id: int, attempt: int, driver: PoolDriver, failed
     notices.pop(index, None)  # a notice of the replacement counts anew
     new = driver.node(index).handle
     where = ", ".join(str(n.handle.provider_id) for n in driver.nodes() if n.handle is not None)
-    store.append(job_id, "running", attempt=attempt, pool=driver.pool_id, nodes=where)
+    store.record(job_id, Running(attempt=attempt, pool=driver.pool_id, nodes=where))
     out.note(f"node {index} replaced ({old_id} -> {new.provider_id if new is not None else '?'}): "
              + (f"run starts again on {where}" if gang else f"its steps start on {new.provider_id if new else '?'}"))
     return frozenset({index})

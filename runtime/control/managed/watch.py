@@ -14,6 +14,7 @@ import anyio
 from ..joblog import JobLog
 from ...onnode import interruption
 from . import store
+from .events import Notice
 
 if TYPE_CHECKING:
     from ...nodes.driver import PoolDriver
@@ -60,7 +61,7 @@ async def copy_and_watch(job_id: int, stream: Any, out: JobLog, notices: dict[in
                 notices[rec.node] = notice if isinstance(notice, dict) else {"action": str(notice)}
                 out.note(f"node {rec.node}: {notice_text(notices[rec.node])}: the attempt ends in "
                          f"{_notice_grace():g} s, or when the program exits, and is recovered elsewhere")
-                store.append(job_id, "notice", node=rec.node, notice=notices[rec.node])
+                store.record(job_id, Notice(node=rec.node, notice=notices[rec.node]))
             out.write(rec.node, rec.local_rank, rec.stream, rec.text)
 
 

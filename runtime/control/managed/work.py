@@ -83,7 +83,7 @@ class Work(abc.ABC):
 class TaskWork(Work):
     """A task file's steps (workdir, file mounts, setup, run) with the job's environment."""
 
-    def __init__(self, job_id: int, spec: dict[str, Any], avoid: list[Any]) -> None:
+    def __init__(self, job_id: int, spec: dict[str, Any], avoid: list[Any], restart: str = "gang") -> None:
         from ..launch import task_steps
         from ...commands.plan import plan_launch
         from ...commands.resources import cluster_spec
@@ -108,7 +108,7 @@ class TaskWork(Work):
         self.checkpoint, self.checkpoint_what = ckpt, what
         self.secrets = task.secret_env()
         self.env = env
-        self.restart = str(spec.get("restart") or "gang")
+        self.restart = restart  # `RestartPolicy.restart`: "gang" or "node"
 
     def pool_options(self) -> dict[str, Any]:
         from ....plugins.image import Image
@@ -129,7 +129,7 @@ class TaskWork(Work):
 
     @property
     def restart_node(self) -> bool:
-        """`resources.job_recovery.restart: node` (`commands.restart_of`): nodes that work alone."""
+        """`resources.job_recovery.restart: node` (the job's `RestartPolicy`): nodes that work alone."""
         return self.restart == "node"
 
     async def run(self, pool: Any, fresh: frozenset[int] | None = None, on_lost: OnLost | None = None) -> NodeExit | None:
