@@ -374,7 +374,7 @@ class Pool(PoolCalls):
         """What drives this open pool from outside it (`runtime/control/`: a task's steps, a managed
         job's node replaced in place): its nodes as views, replacing one, waiting until no call runs,
         calls on chosen workers — the `PoolDriver` contract (`runtime/nodes/driver.py`). Raises
-        `PoolClosed` when the pool is not open."""
+        `PoolClosed` before the pool is entered; once it is closed, the driver's waits and calls raise it."""
         from .actors.driver import RuntimeDriver
 
         return RuntimeDriver(self._runtime)
