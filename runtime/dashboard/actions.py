@@ -1,6 +1,6 @@
 """What the dashboard's buttons do: the same code the CLI runs, so each is recorded as the CLI's is.
 
-`down` of a named pool is `skyhive down NAME` (`commands.clusters.down_cluster`: its agent, watchdog
+`down` of a named pool is `skyhive down NAME` (`control.pools.down_cluster`: its agent, watchdog
 and workers stopped, `PoolStopped` appended to its log, its record removed); of any other pool it is
 `skyhive down POOL [--force]` (`commands.inventory.down`: the provider's nodes destroyed, leftover
 processes killed, the closing events appended). `cancel` is `skyhive cancel NAME JOB`
