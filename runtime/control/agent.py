@@ -42,7 +42,7 @@ from ..clusters.jobs import agent_lock_path, agent_pid
 if TYPE_CHECKING:
     from ..nodes.driver import PoolDriver
 
-log = logging.getLogger("skyhive.commands.agent")
+log = logging.getLogger("skyhive.control.agent")
 
 __all__ = ["ensure_agent", "agent_pid", "run_job", "main"]
 

@@ -3,7 +3,7 @@
 A named pool's nodes are Local nodes whose workers are detached daemons (`runtime/clusters/`). The
 commands never run a job themselves: `launch -c` creates the pool when it does not run (or reuses it
 when the task asks for the same shape), then, like `exec`, queues a job and makes sure the pool's
-agent runs it (`commands/agent.py`); without `-d` they then follow the job's log to its end and exit
+agent runs it (`control/agent.py`); without `-d` they then follow the job's log to its end and exit
 with its exit code. Ctrl-C while following stops following only: the job goes on (`skyhive cancel`).
 """
 

@@ -1,6 +1,6 @@
 """`skyhive queue NAME`, `skyhive cancel NAME [JOB...]` and `skyhive logs NAME [JOB]`: a named pool's jobs.
 
-The queue itself is `runtime/clusters/jobs.py`; its agent (`commands/agent.py`) runs the jobs.
+The queue itself is `runtime/clusters/jobs.py`; its agent (`control/agent.py`) runs the jobs.
 """
 
 from __future__ import annotations

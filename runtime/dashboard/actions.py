@@ -4,7 +4,7 @@
 and workers stopped, `PoolStopped` appended to its log, its record removed); of any other pool it is
 `skyhive down POOL [--force]` (`commands.inventory.down`: the provider's nodes destroyed, leftover
 processes killed, the closing events appended). `cancel` is `skyhive cancel NAME JOB`
-(`commands.jobs.cancel_jobs`); `cancel_managed_job` is `skyhive jobs cancel ID`
+(`control.queue.cancel_jobs`); `cancel_managed_job` is `skyhive jobs cancel ID`
 (`managed.commands.cancel_managed`: the cancel recorded, then its controller waited for while it tears
 the job's pool down). Each blocks (processes are waited for): the app runs them in a thread.
 """

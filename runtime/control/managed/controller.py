@@ -3,7 +3,7 @@
     python -m skyhive.runtime.control.managed.controller JOB_ID
 
 One controller per job, a detached process of this machine (its own session, no terminal, like a
-named pool's agent: `commands/agent.py`), holding the job's `controller.lock`. It folds the job's
+named pool's agent: `control/agent.py`), holding the job's `controller.lock`. It folds the job's
 events (`store.py`) and runs attempts until one ends the job:
 
 - each attempt is a fresh pool (`<name>-job<ID>-<attempt>`) running the job's work (work.py: a task's
