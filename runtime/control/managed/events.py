@@ -229,5 +229,6 @@ def to_record(event: JobEvent) -> dict[str, Any]:
         if f.name == "time":
             continue
         value = getattr(event, f.name)
-        out[f.name] = list(value) if isinstance(value, tuple) else value
+        if value is not None:  # (a field not known, as an older version wrote it: left out)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
     return out
