@@ -175,6 +175,18 @@ class SSH(Provider):
         user, host, port = h
         return (f"{user}@" if user else "") + host + (f":{port}" if port != 22 else "")
 
+    #: a host (user, address, port) as the user wrote it: `user@host:port` (the SSH kind names hosts so)
+    show_host = _show
+
+    @property
+    def host_specs(self) -> tuple[Any, ...]:
+        """The hosts as given (before `ssh_config` resolved them): what a kept pool's provider is rebuilt from."""
+        return self._specs
+
+    async def sweep_host(self, host: tuple[str | None, str, int], script: str) -> str:
+        """Run the shell `script` on `host` (one SSH command, no worker): its output."""
+        return await self._sweep(host, script)
+
     async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
         """Names the hosts for these node indices, in list order (declared in `Provider.launch`);
         nothing is created."""

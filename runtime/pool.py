@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from ..providers.accelerators import Accelerator
     from .clusters.named import NamedPool
     from .blocking import BlockingPool
+    from .nodes.driver import PoolDriver
 
 __all__ = ["Pool", "ComputePool", "Compute", "ALLOCATIONS"]
 
@@ -362,6 +363,21 @@ class Pool(PoolCalls):
         if self._rt is None:
             raise PoolClosed("the pool is not open: use `async with Pool(...) as pool`")
         return self._rt
+
+    @property
+    def named(self) -> NamedPool | None:
+        """The named-pool half of a kept (`keep=True`, `autostop=`) or attached pool
+        (`runtime/clusters/named.py`: its record, its lock, what `launch -c` sets on it), else None."""
+        return self._named
+
+    def driver(self) -> PoolDriver:
+        """What drives this open pool from outside it (`runtime/control/`: a task's steps, a managed
+        job's node replaced in place): its nodes as views, replacing one, waiting until no call runs,
+        calls on chosen workers — the `PoolDriver` contract (`runtime/nodes/driver.py`). Raises
+        `PoolClosed` before the pool is entered; once it is closed, the driver's waits and calls raise it."""
+        from .actors.driver import RuntimeDriver
+
+        return RuntimeDriver(self._runtime)
 
     @property
     def id(self) -> str:

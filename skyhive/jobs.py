@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from skyhive.runtime.managed.handle import ManagedJob
+from skyhive.runtime.control.managed.handle import ManagedJob
 
 if TYPE_CHECKING:
     from skyhive.plugins.image import Image
@@ -67,7 +67,7 @@ def launch(task: Any, *, name: str | None = None, max_restarts_on_errors: int | 
         fn = getattr(task, "__name__", "fn")
         raise TypeError(f"sky.jobs.launch({fn}): call the function to say its arguments: sky.jobs.launch({fn}(...))")
     if isinstance(task, PendingCall):
-        from skyhive.runtime.managed.commands import submit_call
+        from skyhive.runtime.control.managed.commands import submit_call
 
         job_id = submit_call(task, name=name, provider=chosen, image=image,
                              max_restarts_on_errors=0 if max_restarts_on_errors is None else max_restarts_on_errors)
@@ -75,7 +75,7 @@ def launch(task: Any, *, name: str | None = None, max_restarts_on_errors: int | 
     if image is not None:
         raise TypeError("sky.jobs.launch(image=...) is for a @sky.compute call; a task file says its own setup")
     from skyhive.runtime.commands.taskfile import load
-    from skyhive.runtime.managed.commands import submit_job
+    from skyhive.runtime.control.managed.commands import submit_job
 
     return submit_job(load(os.fspath(task)), name=name, max_restarts_on_errors=max_restarts_on_errors,
                       provider=chosen)
@@ -84,14 +84,14 @@ def launch(task: Any, *, name: str | None = None, max_restarts_on_errors: int | 
 def queue() -> list[dict[str, Any]]:
     """Every managed job as `skyhive jobs queue --json` prints it (state, attempts, recoveries, ...); a job
     whose record cannot be read is left out with a warning naming its folder."""
-    from skyhive.runtime.managed import store
+    from skyhive.runtime.control.managed import store
 
     return [st.as_dict() for st in map(store.load_listed, store.list_ids()) if st is not None]
 
 
 def log(job_id: int) -> str:
     """The job's log so far (every attempt, each recovery marked); `LookupError` for no such job."""
-    from skyhive.runtime.managed import store
+    from skyhive.runtime.control.managed import store
 
     store.load(job_id)
     path = store.log_path(job_id)
@@ -103,8 +103,8 @@ def cancel(job_id: int, *, wait: float = 120.0) -> str:
     `LookupError` for no such job."""
     import io
 
-    from skyhive.runtime.managed import store
-    from skyhive.runtime.managed.commands import cancel_managed
+    from skyhive.runtime.control.managed import store
+    from skyhive.runtime.control.managed.commands import cancel_managed
 
     store.load(job_id)
     cancel_managed([job_id], wait=wait, err=io.StringIO())

@@ -100,7 +100,7 @@ def test_a_managed_jobs_files_are_private_under_an_open_umask(tmp_path, skyhive_
     import json
     import time
 
-    from skyhive.runtime.managed.controller import controller_pid
+    from skyhive.runtime.control.managed.controller import controller_pid
 
     task = write(tmp_path / "t.yaml", "resources:\n  cloud: local\nrun: echo managed hello\n")
     launched = skyhive("jobs", "launch", "-y", str(task), cwd=tmp_path, timeout=120)

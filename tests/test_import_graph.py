@@ -96,7 +96,7 @@ def test_the_graph_sees_the_modules_and_their_imports():
     assert "skyhive.runtime.actors.node" in g["skyhive.runtime.actors.pool_actor"]
     # a lazy import inside a function is an edge too
     assert "skyhive.runtime.output.captured" in g["skyhive.runtime.actors.dispatch"]
-    assert "skyhive.runtime.commands.launch" in g["skyhive.cli.launch"]
+    assert "skyhive.runtime.control.launch" in g["skyhive.cli.launch"]
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -150,7 +150,8 @@ def test_a_framework_plugin_does_not_import_another_plugin():
 # ---- folders as layers (issue 23) ------------------------------------------------------------------
 
 #: The project's folders, bottom to top: a folder imports only folders of LOWER entries (never one of its
-#: own entry, never one above). docs/design.md draws the same table. "skyhive" is the face package
+#: own entry, never one above); each row's label starts with its own number (its rank), so no two rows
+#: read as one layer. docs/design.md draws the same table. "skyhive" is the face package
 #: (`__init__.py`, `cli/`, `jobs.py`, `integrations.py`, `__main__.py`); `skyhive/errors.py` and
 #: `skyhive/paths.py` are counted apart from it, as the project's floor. "skyhive.runtime" is the
 #: runtime's top modules (pool.py, calls.py, compute.py, blocking.py, ...); each built-in kind of node is a
@@ -158,31 +159,31 @@ def test_a_framework_plugin_does_not_import_another_plugin():
 #: must be placed here (the test says so).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("0 the floor", ("skyhive.errors", "skyhive.paths")),
-    ("0 protocol", ("skyhive.protocol",)),
-    ("1 providers", ("skyhive.providers",)),
-    ("1 plugins", ("skyhive.plugins",)),
-    ("2 runtime/common", ("skyhive.runtime.common",)),
-    ("3 events, onnode", ("skyhive.runtime.events", "skyhive.runtime.onnode")),
-    ("3 worker", ("skyhive.runtime.worker",)),
-    ("4 output", ("skyhive.runtime.output",)),
-    ("5 nodes (the node-kind SDK)", ("skyhive.runtime.nodes",)),
-    ("6 bootstrap", ("skyhive.runtime.bootstrap",)),
-    ("7 kinds: local, simulated", ("skyhive.runtime.kinds", "skyhive.runtime.kinds.local",
-                                   "skyhive.runtime.kinds.simulated")),
-    ("7 kinds: ssh", ("skyhive.runtime.kinds.ssh",)),
-    ("7 kinds: slurm", ("skyhive.runtime.kinds.slurm",)),
-    ("7 kinds: any other kind", ()),  # a new folder under runtime/kinds/ lands here without an edit of this table
-    ("8 collections, storage", ("skyhive.runtime.collections", "skyhive.runtime.storage")),
-    ("8 actors", ("skyhive.runtime.actors",)),
-    ("8 clusters (named pools)", ("skyhive.runtime.clusters",)),
-    ("8 the runtime's top modules", ("skyhive.runtime",)),
-    ("9 commands", ("skyhive.runtime.commands",)),
-    ("9 managed", ("skyhive.runtime.managed",)),
-    ("9 dashboard", ("skyhive.runtime.dashboard",)),
-    ("10 the face", ("skyhive",)),
+    ("1 protocol", ("skyhive.protocol",)),
+    ("2 providers", ("skyhive.providers",)),
+    ("3 plugins", ("skyhive.plugins",)),
+    ("4 runtime/common", ("skyhive.runtime.common",)),
+    ("5 events, onnode", ("skyhive.runtime.events", "skyhive.runtime.onnode")),
+    ("6 worker", ("skyhive.runtime.worker",)),
+    ("7 output", ("skyhive.runtime.output",)),
+    ("8 nodes (the node-kind SDK)", ("skyhive.runtime.nodes",)),
+    ("9 bootstrap", ("skyhive.runtime.bootstrap",)),
+    ("10 kinds: local, simulated", ("skyhive.runtime.kinds", "skyhive.runtime.kinds.local",
+                                    "skyhive.runtime.kinds.simulated")),
+    ("11 kinds: ssh", ("skyhive.runtime.kinds.ssh",)),
+    ("12 kinds: slurm", ("skyhive.runtime.kinds.slurm",)),
+    ("13 kinds: any other kind", ()),  # a new folder under runtime/kinds/ lands here without an edit of this table
+    ("14 collections, storage", ("skyhive.runtime.collections", "skyhive.runtime.storage")),
+    ("15 actors", ("skyhive.runtime.actors",)),
+    ("16 clusters (named pools)", ("skyhive.runtime.clusters",)),
+    ("17 the runtime's top modules", ("skyhive.runtime",)),
+    ("18 commands (what to run)", ("skyhive.runtime.commands",)),
+    ("19 control (what drives a live pool)", ("skyhive.runtime.control",)),
+    ("20 dashboard", ("skyhive.runtime.dashboard",)),
+    ("21 the face", ("skyhive",)),
 ]
 RANK = {folder: i for i, (_, folders) in enumerate(LAYERS) for folder in folders}
-OTHER_KINDS = next(i for i, (name, _) in enumerate(LAYERS) if name == "7 kinds: any other kind")
+OTHER_KINDS = next(i for i, (name, _) in enumerate(LAYERS) if name.endswith(" kinds: any other kind"))
 
 
 def rank(folder: str) -> int:
@@ -243,6 +244,14 @@ def folder_graph(g: dict[str, set[str]]) -> dict[str, set[str]]:
     return out
 
 
+def test_each_row_of_the_layers_has_its_own_label_numbered_by_its_rank():
+    labels = [name for name, _ in LAYERS]
+    assert len(set(labels)) == len(labels)
+    assert [int(name.split()[0]) for name in labels] == list(range(len(LAYERS)))
+    assert rank("skyhive.runtime.commands") < rank("skyhive.runtime.control") < rank("skyhive.runtime.dashboard")
+    assert rank("skyhive.runtime") < rank("skyhive.runtime.control")
+
+
 def test_every_folder_has_its_place_in_the_layers():
     found = {folder_of(m) for m in graph()}
     assert {f for f in found if f not in RANK and not f.startswith("skyhive.runtime.kinds.")} == set(), "place these folders in LAYERS (tests/test_import_graph.py, docs/design.md)"
@@ -262,8 +271,8 @@ def test_the_layer_check_fails_on_an_import_upwards_naming_both_modules():
          "skyhive.runtime.events.log": {"skyhive.runtime.onnode.instance"},  # the same entry counts too
          "skyhive.runtime.onnode.instance": set(), "skyhive.errors": set()}
     bad = upward_edges(g)
-    assert bad == ["skyhive.runtime.common.serialize (2 runtime/common) -> skyhive.runtime.actors.channel (8 actors)",
-                   "skyhive.runtime.events.log (3 events, onnode) -> skyhive.runtime.onnode.instance (3 events, onnode)"]
+    assert bad == ["skyhive.runtime.common.serialize (4 runtime/common) -> skyhive.runtime.actors.channel (15 actors)",
+                   "skyhive.runtime.events.log (5 events, onnode) -> skyhive.runtime.onnode.instance (5 events, onnode)"]
     assert cycles(folder_graph(g)) == [["skyhive.runtime.actors", "skyhive.runtime.common"]]
     assert folder_of("skyhive.runtime.kinds.ssh.kept") == "skyhive.runtime.kinds.ssh"
     assert folder_of("skyhive.runtime.pool") == "skyhive.runtime" and folder_of("skyhive.cli") == "skyhive"
@@ -274,8 +283,8 @@ def test_the_layer_check_fails_on_an_import_upwards_naming_both_modules():
          "skyhive.runtime.kinds.k8s.transport": {"skyhive.runtime.kinds.pod.transport"},
          "skyhive.runtime.kinds.local.transport": {"skyhive.runtime.kinds.pod.transport"}}
     assert upward_edges(g) == [
-        "skyhive.runtime.kinds.k8s.transport (7 kinds: any other kind) -> skyhive.runtime.kinds.pod.transport (7 kinds: any other kind)",
-        "skyhive.runtime.kinds.local.transport (7 kinds: local, simulated) -> skyhive.runtime.kinds.pod.transport (7 kinds: any other kind)"]
+        "skyhive.runtime.kinds.k8s.transport (13 kinds: any other kind) -> skyhive.runtime.kinds.pod.transport (13 kinds: any other kind)",
+        "skyhive.runtime.kinds.local.transport (10 kinds: local, simulated) -> skyhive.runtime.kinds.pod.transport (13 kinds: any other kind)"]
 
 
 def test_the_allowed_upward_edges_still_exist():

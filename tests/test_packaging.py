@@ -1,6 +1,6 @@
 """Every folder of the source is a package the wheel ships (pyproject's explicit `packages` list): a
 folder missing there works from this checkout (the editable install maps whole folders) and is missing
-from the runtime wheel that nodes install — found for `runtime/collections` and `runtime/managed`."""
+from the runtime wheel that nodes install — found for `runtime/collections` and `runtime/control/managed`."""
 
 from __future__ import annotations
 

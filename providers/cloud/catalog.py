@@ -89,6 +89,11 @@ class Choice:
                 "spot_price_per_hour": self.spot_price_per_hour, "price_source": self.price_source}
 
 
+def table(cloud: str) -> dict[str, Any]:
+    """The machine table this install ships for `cloud` (its "regions", "types", ...), as read once."""
+    return _table(cloud)
+
+
 @functools.cache
 def _table(cloud: str) -> dict[str, Any]:
     try:

@@ -62,7 +62,8 @@ class ChangedKey:
 def changed_host_keys(rec: ClusterRecord) -> list[ChangedKey]:
     """The hosts of the SSH pool `rec` whose key is not the recorded one (hosts that do not answer are
     left out: their key is unknown, and `down` names them as unreachable)."""
-    from ..kinds.ssh.keep import _run, provider_of  # (host keys are what the SSH kind pins: its own module)
+    from ..common.bridge import run_sync
+    from ..kinds.ssh.keep import provider_of  # (host keys are what the SSH kind pins: its own module)
 
     provider = provider_of(rec)
     nodes = sorted({int(k) for k in rec.host_keys if int(k) < rec.nodes})
@@ -83,13 +84,13 @@ def changed_host_keys(rec: ClusterRecord) -> list[ChangedKey]:
             recorded = rec.host_keys[str(node)].split()
             if now[:2] == recorded[:2]:
                 return None
-            return ChangedKey(node=node, host=provider._show(provider.hosts[node]), recorded=" ".join(recorded[:2]),
+            return ChangedKey(node=node, host=provider.show_host(provider.hosts[node]), recorded=" ".join(recorded[:2]),
                               now=" ".join(now[:2]))
 
         found = await asyncio.gather(*(one(n) for n in nodes))
         return [c for c in found if c is not None]
 
-    return _run(look)
+    return run_sync(look)
 
 
 @dataclass(frozen=True, slots=True)

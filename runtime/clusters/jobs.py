@@ -7,7 +7,7 @@
     jobs/<id>.log      what the job's nodes wrote ("[node N] " before each line when N > 1)
     jobs/<id>.cancel   present once `skyhive cancel` asked for the job to stop
 
-Jobs run one at a time, in id order, by the pool's agent (`commands/agent.py`); a job is only ever rewritten
+Jobs run one at a time, in id order, by the pool's agent (`control/agent.py`); a job is only ever rewritten
 by the agent (and by `cancel` while it is still PENDING, under the queue lock), so readers need no
 lock. Ids count from 1 per pool.
 """
@@ -186,7 +186,7 @@ def cancel_requested(name: str, job_id: int) -> bool:
 
 
 def agent_lock_path(name: str) -> str:
-    """The lock the pool's job agent (`commands/agent.py`) holds while it runs; here, beside the queue,
+    """The lock the pool's job agent (`control/agent.py`) holds while it runs; here, beside the queue,
     so that `clusters/stop.py` finds the agent without importing it (the agent sits above the pool)."""
     return str(records.cluster_dir(name, create=True) / "agent.lock")
 

@@ -32,7 +32,7 @@ from .procs import runs
 from .record import ClusterRecord, WorkerEntry
 
 if TYPE_CHECKING:
-    from ..actors.pool_actor import PoolRuntime
+    from ..nodes.driver import PoolDriver
 
 log = logging.getLogger("skyhive.clusters")
 
@@ -155,7 +155,7 @@ def new_kept_pool(pool_class: Any, name: str, nodes: int, *, spec: dict[str, Any
     that creates the kept Local pool `name` (`skyhive launch -c`): its record also holds `spec` (what a
     later `launch -c` compares) and whether autostop takes it down."""
     pool = pool_class(provider=provider or Local(), nodes=nodes, name=name, keep=True, output=None, autostop=autostop)
-    named = pool._named
+    named = pool.named
     assert named is not None
     named.spec = dict(spec)
     named.autostop_down = autostop_down
@@ -222,10 +222,9 @@ class NamedPool:
                 if log_end is not None:
                     attempt.forget_if_nothing_made(self.name, log_end)
             raise
-        rt = pool._rt
-        assert rt is not None
+        driver = pool.driver()
         try:
-            self.started(rt, pool.provider, pool.processes_per_node)
+            self.started(driver, pool.provider, pool.processes_per_node, pool.worker)
             if not self.attach:
                 await self._open_ports(pool.provider)
         except BaseException as exc:  # the pool runs but cannot be recorded: a new one is torn down (and
@@ -234,7 +233,7 @@ class NamedPool:
             await pool.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         # a worker started later (restarted, or a replaced node's: `replace_failed`) goes into the record
-        rt.tg.start_soon(follow_workers, rt.log.subscribe(), self.name)
+        driver.spawn(follow_workers, driver.events(), self.name)
         return pool
 
     async def _open_ports(self, provider: Provider) -> None:
@@ -245,17 +244,19 @@ class NamedPool:
             self.opened = await provider.open_ports(self.name, ports)
             log.info("pool %s: opened %s", self.name, ", ".join(self.opened))
 
-    def started(self, rt: PoolRuntime, provider: Provider, processes_per_node: int) -> None:
+    def started(self, driver: PoolDriver, provider: Provider, processes_per_node: int, worker: Any) -> None:
         """The workers run: write the record (a new pool) or check it still says the same (attached). What
         it holds of the nodes comes from the kind that keeps them (`KeepSupport.workers`, `node_facts`,
-        `record_fields`): the transports report it, this walks none of them."""
+        `record_fields`): the transports report it, this walks none of them. `worker`: the pool's
+        `sky.Worker` (its task processes and threads per rank, recorded)."""
         keeper = self.keeper if self.attach else provider.keeper if isinstance(provider, KeptProvider) else None
         if keeper is None:
             raise ProvisionError(f"pool {self.name}: no node of it runs, nothing to record")
         workers: list[WorkerEntry] = []
         host_keys: dict[str, str] = {}
         node_envs: dict[str, dict[str, Any]] = {}
-        for node in rt.nodes:
+        nodes = driver.nodes()
+        for node in nodes:
             facts = keeper.node_facts(node.transport)
             if "host_key" in facts:
                 host_keys[str(node.index)] = str(facts["host_key"])
@@ -269,14 +270,14 @@ class NamedPool:
         else:
             assert isinstance(provider, KeptProvider)
             inner = provider.inner
-            handles = [node.handle for node in rt.nodes if node.handle is not None]
+            handles = [node.handle for node in nodes if node.handle is not None]
             fields = keeper.record_fields(inner, handles, provider.ctx)
             info = dict(fields.pop("provider_info", {}))
             if not inner.fixed_machines:  # machines made to order: recorded by id, what `down` terminates
                 info.update(cloud=inner.describe(), instances=[h.provider_id for h in handles])
-            rec = ClusterRecord(name=self.name, provider=inner.name, nodes=len(rt.nodes),
-                                processes_per_node=processes_per_node, concurrency=rt.context.concurrency,
-                                task_threads=rt.context.task_threads, created=time.time(), workers=tuple(workers),
+            rec = ClusterRecord(name=self.name, provider=inner.name, nodes=len(nodes),
+                                processes_per_node=processes_per_node, concurrency=worker.processes,
+                                task_threads=worker.threads, created=time.time(), workers=tuple(workers),
                                 spec=self.spec, autostop_minutes=self.autostop_minutes,
                                 autostop_down=self.autostop_down, provider_info=info, host_keys=host_keys,
                                 node_envs=node_envs, keeper=keeper.kind, **fields)

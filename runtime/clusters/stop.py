@@ -59,7 +59,7 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
     halted = bool(rec.instances and rec.stopped)  # its instances are stopped: nothing of it runs on them
     pids = keeper.worker_groups(rec)  # its workers on this machine
     agent = agent_pid(name)
-    if agent and agent > 0 and runs(agent, "skyhive.runtime.commands.agent"):
+    if agent and agent > 0 and runs(agent, "skyhive.runtime.control.agent"):
         pids.append(agent)
     if watchdog and rec.watchdog_pid and runs(rec.watchdog_pid, "skyhive.runtime.worker.watchdog"):
         pids.append(rec.watchdog_pid)

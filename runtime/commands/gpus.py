@@ -23,7 +23,7 @@ def clouds() -> list[str]:
     """The clouds whose machine table this install ships."""
     data = resources.files("skyhive.providers.cloud.data")
     names = (p.name.removesuffix(".json") for p in data.iterdir() if p.name.endswith(".json"))
-    return sorted(n for n in names if "regions" in catalog._table(n))  # accelerators.json is no machine table
+    return sorted(n for n in names if "regions" in catalog.table(n))  # accelerators.json is no machine table
 
 
 def _default_region(cloud: str) -> str | None:
@@ -33,7 +33,7 @@ def _default_region(cloud: str) -> str | None:
 
 
 def _has_gpus(cloud: str, region: str | None) -> bool:
-    types = catalog._table(cloud)["regions"].get(region or "", {})
+    types = catalog.table(cloud)["regions"].get(region or "", {})
     return any((info := catalog.instance(cloud, t)) is not None and info.accelerators for t in types)
 
 
@@ -62,7 +62,7 @@ def gpu_records(accelerator: str | None = None, *, cloud: str | None = None, reg
         raise TaskFileError(f"show-gpus --cloud {cloud}: no machine table for it (known: {', '.join(known)})")
     rows: list[tuple[str, int, float, str, dict[str, Any]]] = []
     for name in [cloud.lower()] if cloud else known:
-        table = catalog._table(name)
+        table = catalog.table(name)
         if region is not None and region not in table["regions"]:
             if cloud is not None:
                 raise TaskFileError(f"show-gpus --region {region}: {name} has no region {region!r}")

@@ -1,10 +1,10 @@
 """What the dashboard's buttons do: the same code the CLI runs, so each is recorded as the CLI's is.
 
-`down` of a named pool is `skyhive down NAME` (`commands.clusters.down_cluster`: its agent, watchdog
+`down` of a named pool is `skyhive down NAME` (`control.pools.down_cluster`: its agent, watchdog
 and workers stopped, `PoolStopped` appended to its log, its record removed); of any other pool it is
 `skyhive down POOL [--force]` (`commands.inventory.down`: the provider's nodes destroyed, leftover
 processes killed, the closing events appended). `cancel` is `skyhive cancel NAME JOB`
-(`commands.jobs.cancel_jobs`); `cancel_managed_job` is `skyhive jobs cancel ID`
+(`control.queue.cancel_jobs`); `cancel_managed_job` is `skyhive jobs cancel ID`
 (`managed.commands.cancel_managed`: the cancel recorded, then its controller waited for while it tears
 the job's pool down). Each blocks (processes are waited for): the app runs them in a thread.
 """
@@ -15,11 +15,11 @@ import io
 import logging
 
 from ...paths import state_dir
-from ..commands.clusters import down_cluster
+from ..control.pools import down_cluster
 from ..events.inventory import down, find
-from ..commands.jobs import cancel_jobs, is_named
-from ..managed import store as managed_store
-from ..managed.commands import cancel_managed
+from ..control.queue import cancel_jobs, is_named
+from ..control.managed import store as managed_store
+from ..control.managed.commands import cancel_managed
 
 __all__ = ["down_pool", "cancel_job", "cancel_managed_job"]
 

@@ -29,7 +29,7 @@ from ...errors import PoolInUse, PoolNotFound
 from ...paths import state_dir
 from ...providers.base import ProvisionError
 from ..clusters import jobs as jobq
-from ..managed.store import FINISHED
+from ..control.managed.store import FINISHED
 from . import actions, logrange, views
 from .managed_view import ManagedJobs, managed_log, managed_log_path
 from .gate import TokenGate

@@ -17,7 +17,7 @@ from typing import Any
 
 from ...paths import state_dir
 from ..clusters.procs import alive
-from ..managed import store
+from ..control.managed import store
 from . import logrange
 
 __all__ = ["ManagedJobs", "managed_log", "managed_log_path"]

@@ -7,7 +7,7 @@ import os
 from ...errors import NotOnNodeError
 from ...protocol.info import ENV_VAR, InstanceInfo
 
-__all__ = ["instance_info", "set_instance_info", "NotOnNodeError"]
+__all__ = ["instance_info", "set_instance_info", "current_instance_info", "NotOnNodeError"]
 
 _current: InstanceInfo | None = None
 
@@ -16,6 +16,11 @@ def set_instance_info(info: InstanceInfo | None) -> None:
     """Set this process's `InstanceInfo` (called by the worker daemon at start-up)."""
     global _current
     _current = info
+
+
+def current_instance_info() -> InstanceInfo | None:
+    """What `set_instance_info` set last in this process (None: nothing; the environment not read)."""
+    return _current
 
 
 def instance_info() -> InstanceInfo:

@@ -166,6 +166,10 @@ class WorkerDaemon(TaskCore):
     def _tick(self) -> None:
         self.poll_during_task()
 
+    def write_output(self, stream: int, text: str) -> None:
+        """Send what the task wrote on `stream` to the client (what a hosted worker's streams call)."""
+        self._output(stream, text)
+
     def _output(self, stream: int, text: str) -> None:
         task = self.current or 0
         try:

@@ -10,7 +10,7 @@ from .common import err
 
 def cmd_jobs_launch(args: argparse.Namespace) -> int:
     from skyhive.runtime.commands.taskflags import task_from_args
-    from skyhive.runtime.managed.commands import submit_job
+    from skyhive.runtime.control.managed.commands import submit_job
 
     task = task_from_args(args)
     for warning in task.warnings:
@@ -25,19 +25,19 @@ def cmd_jobs_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_queue(args: argparse.Namespace) -> int:
-    from skyhive.runtime.managed.commands import print_jobs
+    from skyhive.runtime.control.managed.commands import print_jobs
 
     return print_jobs(as_json=args.json)
 
 
 def cmd_jobs_logs(args: argparse.Namespace) -> int:
-    from skyhive.runtime.managed.commands import job_log
+    from skyhive.runtime.control.managed.commands import job_log
 
     return job_log(args.job, follow=args.follow)
 
 
 def cmd_jobs_cancel(args: argparse.Namespace) -> int:
-    from skyhive.runtime.managed.commands import cancel_managed
+    from skyhive.runtime.control.managed.commands import cancel_managed
 
     if not args.jobs and not args.all:
         err("error: name the jobs to cancel, or --all")

@@ -10,7 +10,7 @@ from .common import err, table
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from skyhive.runtime.commands.launch import run_launch
+    from skyhive.runtime.control.launch import run_launch
     from skyhive.runtime.commands.plan import plan_launch
     from skyhive.runtime.commands.taskflags import task_from_args
 
@@ -43,7 +43,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
             err("aborted: nothing was created")
             return 1
     if args.cluster is not None:  # a named pool (docs/clusters.md)
-        from skyhive.runtime.commands.clusters import launch_cluster
+        from skyhive.runtime.control.pools import launch_cluster
 
         if plan.plan.get("warning"):  # asked of a machine that lacks it (Local's GPUs): it runs without
             err(f"warning: {plan.plan['warning']}")

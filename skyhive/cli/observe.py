@@ -47,11 +47,11 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from skyhive.runtime.commands.jobs import is_named, job_logs
+    from skyhive.runtime.control.queue import is_named, job_logs
     from skyhive.runtime.events.types import OutputCapped, OutputChunk, PoolStopped, from_json
 
     if args.status or args.sync_down:  # SkyPilot's forms, for a named pool's jobs
-        from skyhive.runtime.commands.jobs import job_status, sync_down
+        from skyhive.runtime.control.queue import job_status, sync_down
 
         return job_status(args.pool, args.job) if args.status else sync_down(args.pool, args.job)
     if is_named(args.pool) and (args.job is not None or _has_jobs(args.pool)):

@@ -16,14 +16,14 @@ if TYPE_CHECKING:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    from skyhive.runtime.commands.clusters import exec_task
+    from skyhive.runtime.control.pools import exec_task
     from skyhive.runtime.commands.taskflags import task_from_args
 
     return exec_task(task_from_args(args), args.name, detach_run=args.detach_run)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from skyhive.runtime.commands.clusters import print_status
+    from skyhive.runtime.control.pools import print_status
 
     if getattr(args, "endpoints", None):  # `status --endpoints NAME`: the pool's ports, reached from here
         from skyhive.runtime.clusters.ports import endpoints
@@ -41,13 +41,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
-    from skyhive.runtime.commands.jobs import print_queue
+    from skyhive.runtime.control.queue import print_queue
 
     return print_queue(args.name, as_json=args.json)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from skyhive.runtime.commands.jobs import cancel_jobs
+    from skyhive.runtime.control.queue import cancel_jobs
 
     return cancel_jobs(args.name, args.jobs, all_jobs=args.all)
 
@@ -199,7 +199,7 @@ def cmd_down(args: argparse.Namespace) -> int:
         return 2
     if args.all:
         return _down_all(args)
-    from skyhive.runtime.commands.jobs import is_named
+    from skyhive.runtime.control.queue import is_named
 
     named = [p for p in args.pools if is_named(p)]  # named pools: their workers, agent and record
     for name in named:
@@ -209,7 +209,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def _down_named(name: str, args: argparse.Namespace) -> None:
-    from skyhive.runtime.commands.clusters import down_cluster
+    from skyhive.runtime.control.pools import down_cluster
 
     down_cluster(name, force=args.force, accept_host_keys=args.accept_host_key or (),
                  ask=ask if args.force and sys.stdin.isatty() else None)

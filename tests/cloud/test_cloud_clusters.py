@@ -59,7 +59,7 @@ def alive(pid: int) -> bool:
 def cloud_clean(moto_server, skyhive_home):
     yield moto_server
     from skyhive.runtime.clusters import record as records
-    from skyhive.runtime.commands.clusters import down_cluster
+    from skyhive.runtime.control.pools import down_cluster
 
     for name in records.names():
         down_cluster(name, quiet=True)
@@ -98,7 +98,7 @@ def test_a_kept_aws_pool_keeps_its_instances_attach_needs_no_cloud_and_down_term
     ids = rec["provider_info"]["instances"]
     assert rec["provider"] == "aws" and len(ids) == 2 and states(server, ids) == ["running", "running"]
     assert "AWS_SECRET_ACCESS_KEY" not in json.dumps(rec) and "testing" not in json.dumps(rec)
-    from skyhive.runtime.commands.clusters import status_rows
+    from skyhive.runtime.control.pools import status_rows
 
     [row] = status_rows()
     assert row["state"] == "UP" and row["where"] == "aws:" + ",".join(ids)
@@ -167,7 +167,7 @@ def test_launch_c_on_aws_runs_the_task_exec_reuses_the_instances_and_status_show
         cloud_clean, skyhive_home, tmp_path):
     import io
 
-    from skyhive.runtime.commands.clusters import down_cluster, exec_task, launch_cluster, status_rows
+    from skyhive.runtime.control.pools import down_cluster, exec_task, launch_cluster, status_rows
     from skyhive.runtime.commands.taskfile import loads
 
     server = cloud_clean

@@ -50,7 +50,7 @@ def _record(home: str, name: str = "train") -> dict:
 def test_skyhive_ssh_runs_a_command_on_each_node_in_the_jobs_directory_with_its_env(two_hosts, skyhive_home, tmp_path):
     import io
 
-    from skyhive.runtime.commands.clusters import launch_cluster
+    from skyhive.runtime.control.pools import launch_cluster
     from skyhive.runtime.commands.taskfile import loads
 
     hosts = two_hosts

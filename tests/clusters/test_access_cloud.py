@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.loopback_only]
 
 def test_stop_keeps_the_instances_start_runs_the_same_ones_and_down_after_stop_leaves_nothing(
         cloud_clean, skyhive_home, tmp_path):
-    from skyhive.runtime.commands.clusters import down_cluster, status_rows
+    from skyhive.runtime.control.pools import down_cluster, status_rows
     from skyhive.runtime.commands.pause import start_cluster, stop_cluster
 
     server = cloud_clean
@@ -73,7 +73,7 @@ def test_a_provider_that_cannot_stop_says_so_and_nothing_is_touched(cloud_clean,
 
 def test_resources_ports_open_on_the_security_group_for_the_client_only_and_go_at_down(
         cloud_clean, skyhive_home, tmp_path):
-    from skyhive.runtime.commands.clusters import down_cluster, launch_cluster
+    from skyhive.runtime.control.pools import down_cluster, launch_cluster
     from skyhive.runtime.commands.taskfile import loads
 
     server = cloud_clean
@@ -149,7 +149,7 @@ def test_autostop_of_a_kept_aws_pool_stops_its_instances_and_start_runs_them_aga
 
     from skyhive.runtime.clusters import record as records
     from skyhive.runtime.clusters.named import set_autostop
-    from skyhive.runtime.commands.clusters import down_cluster, status_rows
+    from skyhive.runtime.control.pools import down_cluster, status_rows
     from skyhive.runtime.commands.pause import start_cluster
     from tests.cloud.test_cloud_clusters import shutdown_behaviors
     from tests.clusters.test_clusters import wait_for

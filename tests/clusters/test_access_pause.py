@@ -42,7 +42,7 @@ def test_stop_keeps_the_ssh_hosts_caches_and_work_start_runs_the_pool_again_down
     its own, which finds the hosts, key and pinned host keys in the record) brings the same pool back on
     the same hosts from those caches and a job runs; a second stop and `down` leave nothing on the hosts
     (the fixture checks processes, socket directories and working directories)."""
-    from skyhive.runtime.commands.clusters import launch_cluster
+    from skyhive.runtime.control.pools import launch_cluster
     from skyhive.runtime.commands.taskfile import loads
 
     hosts = two_hosts

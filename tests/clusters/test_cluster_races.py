@@ -167,7 +167,7 @@ def test_an_agent_starting_while_its_lock_is_probed_waits_for_the_probe_instead_
     path = records.cluster_dir("probed", create=True) / "agent.lock"
     probe = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # what `agent_pid()` does: lock, write no pid
     fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    agent = subprocess.Popen([sys.executable, "-m", "skyhive.runtime.commands.agent", "probed"], cwd=tmp_path,
+    agent = subprocess.Popen([sys.executable, "-m", "skyhive.runtime.control.agent", "probed"], cwd=tmp_path,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         def opened() -> bool:  # the agent has the lock file open: it is at its first try
@@ -196,10 +196,10 @@ def test_a_job_log_never_cuts_one_nodes_line_with_anothers():
     log holds each node's line whole (it failed seed 004's test about 1 run in 3 before)."""
     import io
 
-    from skyhive.runtime.commands.agent import _JobLog
+    from skyhive.runtime.control.joblog import JobLog
 
     fh = io.StringIO()
-    log = _JobLog(fh, prefix=True)
+    log = JobLog(fh, prefix=True)
     log.write(0, 0, "stdout", "rank 0: training complete")
     log.write(1, 0, "stdout", "rank 1: training complete\n")
     log.write(0, 0, "stdout", "\n")
@@ -215,6 +215,6 @@ def test_a_job_log_never_cuts_one_nodes_line_with_anothers():
         "[skyhive] job 1 succeeded",
     ]
     single = io.StringIO()
-    one = _JobLog(single, prefix=False)  # one node: written as it comes (progress bars stream)
+    one = JobLog(single, prefix=False)  # one node: written as it comes (progress bars stream)
     one.write(0, 0, "stdout", "50%\r")
     assert single.getvalue() == "50%\r"

@@ -61,7 +61,7 @@ def test_a_replaced_nodes_worker_is_in_the_record_attached_to_and_downed(tmp_pat
         """, cwd=tmp_path)
     assert attached.returncode == 0, attached.stderr
     assert json.loads(attached.stdout.strip().splitlines()[-1]) == after  # the replacement is the pool's worker
-    from skyhive.runtime.commands.clusters import down_cluster
+    from skyhive.runtime.control.pools import down_cluster
 
     assert down_cluster("rep", quiet=True) >= 2
     assert all(state_of(p) in (None, "Z") for p in after)  # (`clean` checks nothing else is left)

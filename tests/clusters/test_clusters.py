@@ -99,7 +99,7 @@ def clean(skyhive_home):
     """Takes every named pool down at the end and checks nothing is left: processes, sockets, records."""
     yield skyhive_home
     from skyhive.runtime.clusters import record as records
-    from skyhive.runtime.commands.clusters import down_cluster
+    from skyhive.runtime.control.pools import down_cluster
 
     socket_dirs = []
     for name in records.names():

@@ -38,7 +38,7 @@ def test_the_installed_asyncssh_warns_when_imported_bare():
 def test_skyhive_commands_and_a_users_script_on_an_ssh_pool_print_no_dependency_warning(two_hosts, tmp_path):
     import io
 
-    from skyhive.runtime.commands.clusters import launch_cluster
+    from skyhive.runtime.control.pools import launch_cluster
     from skyhive.runtime.commands.taskfile import loads
 
     hosts = two_hosts

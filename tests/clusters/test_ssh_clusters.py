@@ -71,7 +71,7 @@ def two_hosts(netns_hosts, skyhive_home):
     hosts = list(netns_hosts)[:2]
     yield hosts
     from skyhive.runtime.clusters import record as records
-    from skyhive.runtime.commands.clusters import down_cluster
+    from skyhive.runtime.control.pools import down_cluster
 
     names = records.names()
     for name in names:
@@ -204,7 +204,7 @@ def test_a_sigkilled_attached_client_leaves_the_ssh_pool_healthy(two_hosts, skyh
 
 
 def test_down_stops_the_workers_and_what_their_jobs_started_on_every_host(two_hosts, skyhive_home, tmp_path):
-    from skyhive.runtime.commands.clusters import down_cluster
+    from skyhive.runtime.control.pools import down_cluster
 
     hosts = two_hosts
     pids = kept_pool_pids(hosts)
@@ -247,7 +247,7 @@ def test_launch_c_exec_queue_logs_status_down_on_ssh_hosts(two_hosts, skyhive_ho
     processes, which find the hosts, key path and pinned host keys in the pool's record."""
     import io
 
-    from skyhive.runtime.commands.clusters import launch_cluster
+    from skyhive.runtime.control.pools import launch_cluster
     from skyhive.runtime.commands.taskfile import loads
     from tests.clusters.test_clusters import skyhive
 
@@ -308,7 +308,7 @@ def test_autostop_on_ssh_hosts_stops_the_idle_workers_there(two_hosts, skyhive_h
     idle; `status` then says STOPPED (autostop), or with --down forgets the pool (and cleans the hosts)."""
     import io
 
-    from skyhive.runtime.commands.clusters import launch_cluster, status_rows
+    from skyhive.runtime.control.pools import launch_cluster, status_rows
     from skyhive.runtime.commands.taskfile import loads
 
     from skyhive.runtime.clusters import record as records
@@ -373,7 +373,7 @@ def test_autostop_on_ssh_hosts_waits_for_a_client_that_is_attaching(two_hosts, s
     import fcntl
     import io
 
-    from skyhive.runtime.commands.clusters import launch_cluster
+    from skyhive.runtime.control.pools import launch_cluster
     from skyhive.runtime.commands.taskfile import loads
 
     from skyhive.runtime.clusters import record as records
@@ -429,7 +429,7 @@ def test_file_mounts_reach_every_ssh_host_of_a_named_pool_before_setup(two_hosts
     reads them (setup runs with `set -e`), and `run` sees them too."""
     import io
 
-    from skyhive.runtime.commands.clusters import launch_cluster
+    from skyhive.runtime.control.pools import launch_cluster
     from tests.commands.test_cli_launch import by_node
     from tests.storage.test_file_mounts import _sources, home_mounts_task
 
@@ -455,7 +455,7 @@ def test_file_mounts_reach_every_ssh_host_of_a_named_pool_before_setup(two_hosts
 def test_launch_c_on_a_cloud_provider_is_refused_naming_it_and_why(tmp_path, skyhive_home):
     """No cloud call, no record: the refusal comes before anything is built."""
     from skyhive.errors import LaunchError
-    from skyhive.runtime.commands.clusters import launch_cluster
+    from skyhive.runtime.control.pools import launch_cluster
     from skyhive.runtime.commands.taskfile import loads
 
     task = loads("resources:\n  cloud: gcp\nrun: echo hi\n", cwd=str(tmp_path))
@@ -512,7 +512,7 @@ def test_a_client_killed_while_creating_an_ssh_pool_leaves_nothing_after_down(tw
 
 def test_an_unreachable_host_is_unknown_in_status_and_down_keeps_the_record_until_it_answers(two_hosts, skyhive_home):
     from skyhive.errors import SSHError
-    from skyhive.runtime.commands.clusters import down_cluster, status_rows
+    from skyhive.runtime.control.pools import down_cluster, status_rows
 
     hosts = two_hosts
     with sky.Pool(provider=ssh_for(hosts, connect_timeout=3), nodes=2, name="train", keep=True, output=None) as pool:

@@ -72,7 +72,7 @@ def test_down_force_after_a_host_key_change_trusts_the_new_key_once_its_fingerpr
 
 def test_down_force_forgets_a_host_whose_recorded_machine_is_gone_saying_nothing_was_stopped_there(
         two_hosts, skyhive_home):
-    from skyhive.runtime.commands.clusters import down_cluster
+    from skyhive.runtime.control.pools import down_cluster
 
     hosts = two_hosts
     kept_pool_pids(hosts)

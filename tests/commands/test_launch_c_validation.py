@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from skyhive.runtime.commands import clusters
+from skyhive.runtime.control import pools as clusters
 from skyhive.runtime.events.inventory import scan
 from skyhive.runtime.clusters import record as records
 from skyhive.runtime.commands.taskfile import load

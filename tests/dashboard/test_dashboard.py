@@ -293,8 +293,8 @@ def test_a_named_pools_job_nodes_live_log_cancel_and_down(tmp_path, clean, dashb
 
 
 def test_a_managed_job_is_listed_its_log_shown_and_cancelled_from_the_page(tmp_path, dashboard, browser):
-    from skyhive.runtime.managed import store
-    from skyhive.runtime.managed.controller import controller_pid
+    from skyhive.runtime.control.managed import store
+    from skyhive.runtime.control.managed.controller import controller_pid
     from tests.managed.test_managed_jobs import gone, launch, live_workers, task_file
 
     job = launch(task_file(tmp_path, steps=100000, pause=0.3))  # runs until cancelled

@@ -155,7 +155,7 @@ def test_a_big_task_lane_is_merged_to_a_bounded_number_of_spans(skyhive_home):
 def test_managed_jobs_view_reads_events_incrementally_and_the_log_in_whole_lines(skyhive_home):
     from skyhive.runtime.dashboard import actions
     from skyhive.runtime.dashboard.managed_view import ManagedJobs, managed_log
-    from skyhive.runtime.managed import store
+    from skyhive.runtime.control.managed import store
 
     job = store.new_job("train", b"not a task", 2)
     for kind, data in (("attempt", {"attempt": 1, "pool": "train-job1-1"}), ("running", {}),

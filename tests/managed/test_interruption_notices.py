@@ -218,7 +218,7 @@ def test_a_managed_job_on_a_noticed_node_finishes_in_its_grace_and_the_next_atte
     which logs and records it and provisions the next attempt at once; the program, told by the notice
     file, finishes in its grace, so that attempt runs nothing."""
     import skyhive as sky
-    from skyhive.runtime.managed import store
+    from skyhive.runtime.control.managed import store
     from tests.managed.noticed import AzureNoticedLocal, GCENoticedLocal
     from tests.managed.test_managed_jobs import ended, logs, queue, wait_for
     from tests.managed.test_managed_jobs_aws import NOTICE_TASK, ROOT

@@ -333,7 +333,7 @@ def test_a_two_node_job_replaces_only_the_lost_node_and_restarts_the_gang(tmp_pa
     rounds = [line for line in text.splitlines() if "round 1 start at step" in line]
     assert len(rounds) == 2 and all(int(line.split()[-1]) >= 1 for line in rounds), text
     assert "replacing only it" in text and "node 1 replaced" in text, text
-    from skyhive.runtime.managed import store
+    from skyhive.runtime.control.managed import store
 
     kinds = [e["kind"] for e in store.events(job)]
     assert "replaced" in kinds and "lost" not in kinds, kinds
@@ -381,7 +381,7 @@ def test_managed_jobs_from_python(tmp_path, skyhive_home):
 
 
 def test_the_event_log_survives_a_torn_line_and_bad_commands_say_what_is_wrong(tmp_path, skyhive_home):
-    from skyhive.runtime.managed import store
+    from skyhive.runtime.control.managed import store
 
     job = store.new_job("torn", b"", 2)
     store.append(job, "controller", pid=1)
@@ -465,7 +465,7 @@ OVERLAP = textwrap.dedent("""\
 
 def test_a_recovery_provisions_beside_the_lost_attempts_teardown_and_never_runs_two_copies(tmp_path, skyhive_home):
     import skyhive as sky
-    from skyhive.runtime.managed import store
+    from skyhive.runtime.control.managed import store
     from tests.managed.gated import GatedLocal
 
     gate = tmp_path / "gate"

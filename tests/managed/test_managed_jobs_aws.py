@@ -179,7 +179,7 @@ def test_a_spot_interruption_notice_starts_the_recovery_before_the_instance_goes
         assert said in text and text.index(said) < text.index("recovery: starting attempt 2"), text
         starts = [line for line in text.splitlines() if line.startswith("start at step")]
         assert starts == ["start at step 0", "start at step 3"], text
-        from skyhive.runtime.managed import store
+        from skyhive.runtime.control.managed import store
 
         assert [e["notice"] for e in store.events(job) if e["kind"] == "notice"] == [notice], [(e["kind"], e.get("notice")) for e in store.events(job)]
         # the recovery came from the notice: moto never terminated the instance by itself (the test did not
@@ -189,7 +189,7 @@ def test_a_spot_interruption_notice_starts_the_recovery_before_the_instance_goes
         for pool in info["pools"]:
             assert count_pool(pool, server.endpoint) == {"instances": 0, "groups": 0, "keys": 0}, pool
         assert info["leaked"] == []
-        from skyhive.runtime.managed import store
+        from skyhive.runtime.control.managed import store
 
         kinds = [(e["kind"], e.get("attempt")) for e in store.events(job)]
         assert kinds.index(("running", 2)) < kinds.index(("stopped", 1)), kinds

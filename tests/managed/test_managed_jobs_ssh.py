@@ -75,7 +75,7 @@ def _step_in_bucket(s3, tag: str, job: int) -> int:
 
 def _wait(predicate, job: int, what: str) -> None:
     """`wait_for`, failing with the job's log and its controller's."""
-    from skyhive.runtime.managed import store
+    from skyhive.runtime.control.managed import store
 
     try:
         wait_for(predicate, what=what)

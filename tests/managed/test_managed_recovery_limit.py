@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import skyhive as sky
-from skyhive.runtime.managed import store
+from skyhive.runtime.control.managed import store
 from tests.managed.test_managed_jobs import ended, gone, launch, live_workers, logs, skyhive
 
 # exits 0 after killing its own worker (the shell's parent): every attempt's node is lost

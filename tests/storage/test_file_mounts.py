@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from skyhive.runtime.commands.launch import run_launch
+from skyhive.runtime.control.launch import run_launch
 from skyhive.runtime.commands.taskfile import loads
 from tests.commands.test_cli_launch import by_node, pool_logs, skyhive
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from skyhive.errors import StorageError
-from skyhive.runtime.commands.launch import run_launch
+from skyhive.runtime.control.launch import run_launch
 from skyhive.runtime.commands.taskfile import loads
 from tests.infra.moto_s3 import s3  # noqa: F401 - the fixture
 from tests.commands.test_cli_launch import SKYHIVE, by_node

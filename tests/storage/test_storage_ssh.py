@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 import skyhive as sky
-from skyhive.runtime.commands.launch import run_launch
+from skyhive.runtime.control.launch import run_launch
 from skyhive.runtime.commands.taskfile import loads
 from tests.infra.moto_s3 import S3Server, isolated_aws_env
 from tests.commands.test_cli_launch import by_node
@@ -185,7 +185,7 @@ def test_a_training_job_killed_on_one_host_resumes_on_a_fresh_host(netns_hosts, 
           python3 train.py
         """), cwd=str(tmp_path / "work"))
     codes: list[int] = []
-    from skyhive.runtime.commands.launch import launch
+    from skyhive.runtime.control.launch import launch
 
     def first_run() -> None:  # in a thread of its own (launch, not run_launch: no signal handlers there)
         codes.append(anyio.run(lambda: launch(task, provider=ssh_for([first_host]))))
@@ -245,7 +245,7 @@ def test_down_of_a_kept_ssh_pool_uploads_every_checkpoint_its_job_wrote(netns_ho
     uploads what its cached mount holds before it exits."""
     import time
 
-    from skyhive.runtime.commands.clusters import down_cluster
+    from skyhive.runtime.control.pools import down_cluster
     from tests.kinds.ssh.test_ssh_pool import ssh_for
 
     host = list(netns_hosts)[0]
@@ -281,7 +281,7 @@ def test_down_of_a_kept_ssh_pool_names_what_its_host_could_not_upload(netns_host
     import logging
     import time
 
-    from skyhive.runtime.commands.clusters import down_cluster
+    from skyhive.runtime.control.pools import down_cluster
     from tests.kinds.ssh.test_ssh_pool import ssh_for
 
     host = list(netns_hosts)[0]

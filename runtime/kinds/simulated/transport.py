@@ -71,7 +71,7 @@ class _SharedOutput:
     def _sink(self, stream: int, text: str) -> None:
         worker = self.worker
         if worker is not None:
-            worker._output(stream, text)
+            worker.write_output(stream, text)
         else:  # written after its task ended, by a thread the task left running: no task to own it
             log.warning("simulated workers: %d characters of output written outside any task were dropped",
                         len(text))
@@ -188,7 +188,7 @@ class SimulatedWorker(WorkerDaemon, WorkerProcess):
             self._execute_here(sub)
 
     def _execute_here(self, sub: Any) -> None:
-        saved = onnode_instance._current
+        saved = onnode_instance.current_instance_info()
         onnode_instance.set_instance_info(self.info)
         output = _shared_output()
         running, output.worker = output.worker, self

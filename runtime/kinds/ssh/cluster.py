@@ -145,7 +145,7 @@ class SSHCluster(SSH):
 
     @classmethod
     def from_ssh(cls, ssh: SSH, *, pool: str, cluster: str) -> SSHCluster:
-        return cls(list(ssh._specs), pool=pool, cluster=cluster, key=ssh.key, ssh_config=ssh.ssh_config,
+        return cls(list(ssh.host_specs), pool=pool, cluster=cluster, key=ssh.key, ssh_config=ssh.ssh_config,
                    known_hosts=ssh.known_hosts, python=ssh.python, connect_timeout=ssh.connect_timeout,
                    reconnect_timeout=ssh.reconnect_timeout, use_agent=ssh.use_agent)
 

@@ -64,7 +64,7 @@ def live_remote(rec: ClusterRecord) -> tuple[list[WorkerEntry], list[str], bool]
 
         async def one(node: int) -> None:
             try:
-                out = await provider._sweep(provider.hosts[node], script)
+                out = await provider.sweep_host(provider.hosts[node], script)
             except SSHError as exc:
                 errors.append(str(exc))
                 return
@@ -148,7 +148,7 @@ def start_remote_watchdogs(rec: ClusterRecord, idle: float) -> None:
 
         async def one(node: int) -> None:
             try:
-                out = await provider._sweep(provider.hosts[node], _watchdog_script(rec, node, idle))
+                out = await provider.sweep_host(provider.hosts[node], _watchdog_script(rec, node, idle))
                 json.loads(out.strip().splitlines()[-1])["pid"]
             except (SSHError, ValueError, KeyError, IndexError) as exc:
                 failures.append(f"node {node}: {exc}")
@@ -167,7 +167,7 @@ def stop_remote_watchdogs(rec: ClusterRecord) -> None:
     nodes = sorted({w.node for w in rec.workers})
 
     async def stop() -> None:
-        await asyncio.gather(*(provider._sweep(provider.hosts[n], _watchdog_script(rec, n, 0, old_only=True))
+        await asyncio.gather(*(provider.sweep_host(provider.hosts[n], _watchdog_script(rec, n, 0, old_only=True))
                                for n in nodes))
 
     _run(stop)

@@ -28,10 +28,10 @@ from ...errors import LaunchError
 from ...providers.accelerators import AcceleratorWarning
 from ...providers.base import ClusterSpec, Provider
 from ..onnode import nodecmd
-from .plan import plan_launch
-from .resources import cluster_spec, node_requirements
+from ..commands.plan import plan_launch
+from ..commands.resources import cluster_spec, node_requirements
 from .steps import NodeExit, TaskSteps, pack_mounts, run_steps
-from .taskfile import Task
+from ..commands.taskfile import Task
 
 __all__ = ["NodeExit", "LaunchError", "launch", "run_launch", "pack_workdir", "WORKDIR_LIMIT", "plan_spec",
            "cluster_info", "task_steps", "task_env"]
@@ -154,7 +154,7 @@ class _Launch:
                 async with Pool(provider=self.provider, nodes=task.num_nodes, name=self.pool_id, output="all",
                                 image=image, accelerator=spec.accelerator, cpus=spec.cpus, memory_gb=spec.memory_gb,
                                 allocation=allocation) as pool:
-                    failed = await run_steps(pool._runtime, steps)
+                    failed = await run_steps(pool.driver(), steps)
                     if failed is not None:
                         self.report(failed)
                     if not self.provider.same_machine:  # the nodes' copies are on them
@@ -169,7 +169,7 @@ class _Launch:
         if failed is None:
             self.say(f"done: every node exited 0 (pool {self.pool_id}; `skyhive logs {self.pool_id}`)")
             return 0
-        from .exitcodes import FAILED
+        from ..commands.exitcodes import FAILED
 
         return FAILED  # SkyPilot's exit code for a failed job (the node's own is in the message)
 

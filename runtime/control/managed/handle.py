@@ -13,7 +13,7 @@ import time
 from collections.abc import Generator
 from typing import Any, Generic, TypeVar
 
-from ...errors import ManagedJobError
+from ....errors import ManagedJobError
 from . import store
 
 __all__ = ["ManagedJob"]

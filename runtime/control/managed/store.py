@@ -9,21 +9,13 @@
     checkpoints/     `SKYHIVE_CHECKPOINT_DIR` of every attempt on Local (the same folder across recoveries;
                      elsewhere the task's checkpoint bucket mount: controller.py)
 
-Events (`kind`): submitted, attempt (an attempt started: `attempt`, `pool`, `pid`), running (its pool
-is up: `nodes`, their provider ids; again after a node replaced in place), notice (a node's
-interruption notice: `node`, `notice`), lost (a node was lost: a new attempt follows, not counted
-against `max_restarts_on_errors`; `places` it was on), replaced (a multi-node attempt's lost `node`
-replaced in its pool, the others kept: a recovery too; `places`), unneeded (an attempt started at its
-predecessor's interruption notice that ran nothing, the predecessor having ended the job: neither it
-nor that recovery is counted), waiting (an attempt found no capacity anywhere — a `ProvisionError` of kind
-"capacity" —: another is tried after `retry_in` seconds, until cancelled),
-error (the user's program
-failed: `code`, `detail`), cancel (asked for); then ending (the job's outcome decided: `outcome` is
-succeeded / failed / cancelled, with its `detail`, `code`, `attempt`) while the controller sweeps every
-pool of the job (state CLEANING), and only once that sweep is confirmed the final event: succeeded /
-failed / cancelled. A sweep that could not finish is leaked instead (`pools`: what is left, with why;
-state LEAKED, not finished: `skyhive jobs cancel` sweeps again and records the end, `skyhive down POOL`
-finishes a pool by hand). A
+Events: one typed dataclass per kind (`events.py`: submitted, controller, attempt, running, notice, lost,
+replaced, stopped, unneeded, waiting, error, cancel, ending, then the final succeeded / failed / cancelled,
+or leaked), written with `record` as one JSON object a line (`{"kind": ..., "time": ..., fields}`, the
+format of every earlier version), folded by the pure reducer of `lifecycle.py` through its transition
+table (the job's states: PENDING, STARTING, RUNNING, RECOVERING, then CLEANING while its pools are swept
+once the outcome is decided, and SUCCEEDED / FAILED / CANCELLED once the sweep is confirmed, or LEAKED:
+`skyhive jobs cancel` sweeps again, `skyhive down POOL` finishes a pool by hand). A
 controller started again folds the events and goes on from there: an attempt that has no end event is
 one whose controller died — its pool went with it (Local workers exit with their client), so a new
 attempt starts.
@@ -38,62 +30,22 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from ...paths import private_dir
-from ...protocol.codec import escape_values
+from ....paths import private_dir
+from ....protocol.codec import escape_values
+from . import lifecycle
+from .events import JobEvent, Submitted, to_record
+from .lifecycle import (CANCELLED, CLEANING, DEFAULT_MAX_RECOVERIES, FAILED, FINISHED, LEAKED, PENDING, RECOVERING,
+                        RUNNING, STARTING, SUCCEEDED, JobState)
 
 __all__ = ["JobState", "PENDING", "STARTING", "RUNNING", "RECOVERING", "CLEANING", "LEAKED", "SUCCEEDED", "FAILED", "CANCELLED",
            "FINISHED", "job_dir", "new_job", "DEFAULT_MAX_RECOVERIES", "default_max_recoveries", "append",
            "save_avoided", "load_avoided", "events", "fold", "load", "list_ids", "checkpoint_dir", "log_path",
-           "open_log", "lock_path", "load_listed"]
+           "open_log", "lock_path", "load_listed", "record"]
 
-PENDING, STARTING, RUNNING, RECOVERING = "PENDING", "STARTING", "RUNNING", "RECOVERING"
-#: the outcome is decided, the job's pools are being swept; the sweep could not finish (what is left shown)
-CLEANING, LEAKED = "CLEANING", "LEAKED"
-SUCCEEDED, FAILED, CANCELLED = "SUCCEEDED", "FAILED", "CANCELLED"
-FINISHED = (SUCCEEDED, FAILED, CANCELLED)
 log = logging.getLogger("skyhive.managed")
-_warned: set[tuple[int, int]] = set()  # (job, event number) of the odd events already warned about
-_FINAL = {"succeeded": SUCCEEDED, "failed": FAILED, "cancelled": CANCELLED}
-
-
-@dataclass(slots=True)
-class JobState:
-    """A managed job as its events tell it. `recoveries`: attempts started after a lost node (and nodes
-    replaced in place), at most `max_recoveries`; `restarts_on_errors`: attempts started after the
-    user's program failed."""
-
-    id: int
-    name: str = ""
-    state: str = PENDING
-    submitted: float = 0.0
-    started: float | None = None
-    ended: float | None = None
-    attempts: int = 0
-    recoveries: int = 0
-    restarts_on_errors: int = 0
-    max_restarts_on_errors: int = 0
-    max_recoveries: int = 0  # (set from the `submitted` event: DEFAULT_MAX_RECOVERIES for older jobs)
-    cancel_requested: bool = False
-    detail: str = ""
-    pools: list[str] = field(default_factory=list)
-    controller_pid: int = 0
-    nodes: str = ""  # where the last attempt runs (its nodes' provider ids)
-    leaked: list[str] = field(default_factory=list)  # pools the controller could not clean up, with why
-    outcome: str = ""  # "succeeded" | "failed" | "cancelled" once decided (`ending`), before the sweep confirms it
-    ending: dict[str, Any] = field(default_factory=dict)  # the `ending` event's data: what the final event says
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "state": self.state, "submitted": self.submitted,
-                "started": self.started, "ended": self.ended, "attempts": self.attempts,
-                "recoveries": self.recoveries, "restarts_on_errors": self.restarts_on_errors,
-                "max_restarts_on_errors": self.max_restarts_on_errors, "max_recoveries": self.max_recoveries,
-                "detail": self.detail,
-                "pools": list(self.pools), "controller_pid": self.controller_pid, "nodes": self.nodes,
-                "leaked": list(self.leaked), "outcome": self.outcome}
 
 
 def _root() -> Path:
@@ -181,16 +133,16 @@ def new_job(name: str, task_blob: bytes, max_restarts_on_errors: int, max_recove
         fd = os.open(d / "task.pkl", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(task_blob)
-        append(job_id, "submitted", name=name, max_restarts_on_errors=max_restarts_on_errors,
-               max_recoveries=max_recoveries)
+        record(job_id, Submitted(name=name, max_restarts_on_errors=max_restarts_on_errors,
+                                 max_recoveries=max_recoveries))
     return job_id
 
 
 #: How many recoveries (lost nodes: attempts started again, nodes replaced in place) one job gets when
 #: neither its task (`resources.job_recovery.max_recoveries`) nor SKYHIVE_JOBS_MAX_RECOVERIES says: a
 #: job whose node is lost every time (a worker that dies at the same point of every attempt) fails
-#: after that many, naming why, instead of starting machines for ever. docs/jobs.md.
-DEFAULT_MAX_RECOVERIES = 25
+#: after that many, naming why, instead of starting machines for ever (`lifecycle.DEFAULT_MAX_RECOVERIES`).
+#: docs/jobs.md.
 
 
 def default_max_recoveries() -> int:
@@ -231,71 +183,18 @@ def events(job_id: int) -> list[dict[str, Any]]:
     return out
 
 
+def record(job_id: int, event: JobEvent) -> None:
+    """Append a typed event (`events.py`), written as every version writes it (`append`)."""
+    data = to_record(event)
+    append(job_id, data.pop("kind"), **data)
+
+
 def fold(job_id: int, evs: list[dict[str, Any]]) -> JobState:
-    """The job's state from its events, in order. An event that cannot be read (a field missing or of
-    another type: a record written by hand, or by another version) is skipped with a warning naming the
-    job and the event: one odd record never keeps `skyhive jobs queue` from the others."""
-    st = JobState(id=job_id)
-    for number, ev in enumerate(evs):
-        try:
-            _apply(st, ev)
-        except (KeyError, TypeError, ValueError) as exc:
-            if (job_id, number) in _warned:  # (a job is folded several times by one command: said once)
-                continue
-            _warned.add((job_id, number))
-            log.warning("managed job %d: an event of %s skipped (%s: %s): %.200r", job_id,
-                        job_dir(job_id) / "events.jsonl", type(exc).__name__, exc, ev)
-    return st
-
-
-def _apply(st: JobState, ev: dict[str, Any]) -> None:
-    """Fold one event into `st` (in place). Everything that can fail (`KeyError`, `TypeError`, `ValueError`:
-    an odd event) is read before `st` changes: a skipped event leaves no part of itself."""
-    kind, when = ev["kind"], float(ev["time"])
-    if kind == "leaked":  # the sweep of the job's pools could not finish (after a final event: older jobs)
-        st.leaked = [str(p) for p in ev.get("pools", ())]
-        if st.state not in FINISHED:
-            st.state = LEAKED
-            st.detail = f"{st.outcome or 'ended'}; not cleaned up: " + "; ".join(st.leaked)
-        return
-    if st.state in FINISHED:
-        return
-    if kind == "submitted":
-        restarts = int(ev.get("max_restarts_on_errors", 0))
-        recoveries = int(ev.get("max_recoveries", DEFAULT_MAX_RECOVERIES))
-        st.name, st.submitted, st.max_restarts_on_errors = str(ev.get("name", "")), when, restarts
-        st.max_recoveries = recoveries
-    elif kind == "controller":
-        st.controller_pid = int(ev.get("pid", 0))
-    elif kind == "attempt":
-        st.attempts += 1
-        st.state = STARTING
-        st.started = st.started or when
-        st.pools.append(str(ev.get("pool", "")))
-    elif kind == "running":
-        st.state = RUNNING
-        st.nodes = str(ev.get("nodes", ""))
-    elif kind in ("lost", "replaced"):  # replaced: one node of the attempt, in its pool
-        st.recoveries += 1
-        st.state, st.detail = RECOVERING, str(ev.get("detail", ""))
-    elif kind == "unneeded":  # started on its predecessor's notice, which then ended the job itself
-        st.attempts = max(0, st.attempts - 1)
-        st.recoveries = max(0, st.recoveries - 1)
-    elif kind == "waiting":  # an attempt found no capacity anywhere: another one later
-        st.state = RECOVERING if st.recoveries else PENDING
-        st.detail = f"waiting for capacity: {ev.get('detail', '')}"
-    elif kind == "error":
-        st.restarts_on_errors += 1
-        st.state, st.detail = RECOVERING, str(ev.get("detail", ""))
-    elif kind == "cancel":
-        st.cancel_requested = True
-    elif kind == "ending":
-        st.outcome = str(ev.get("outcome", "failed"))
-        st.ending = {k: v for k, v in ev.items() if k not in ("kind", "time", "outcome")}
-        st.state, st.detail = CLEANING, str(ev.get("detail", ""))
-    elif kind in _FINAL:
-        st.state, st.ended, st.detail = _FINAL[kind], when, str(ev.get("detail", ""))
-        st.outcome, st.leaked = kind, []  # the sweep confirmed: nothing left
+    """The job's state from its events, in order (`lifecycle.fold`: the typed events through the
+    reducer's transition table). An event that cannot be read (a field missing or of another type: a
+    record written by hand, or by another version) or that the job's state refuses is skipped with a
+    warning naming the job and the event: one odd record never keeps `skyhive jobs queue` from the others."""
+    return lifecycle.fold(job_id, evs, str(job_dir(job_id) / "events.jsonl"))
 
 
 def load(job_id: int) -> JobState:

@@ -1,6 +1,6 @@
 """`skyhive queue NAME`, `skyhive cancel NAME [JOB...]` and `skyhive logs NAME [JOB]`: a named pool's jobs.
 
-The queue itself is `runtime/clusters/jobs.py`; its agent (`commands/agent.py`) runs the jobs.
+The queue itself is `runtime/clusters/jobs.py`; its agent (`control/agent.py`) runs the jobs.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import TextIO
 
 from ..clusters import jobs as jobq
 from ..clusters import record as records
-from .clusters import follow_job
+from .pools import follow_job
 
 __all__ = ["print_queue", "cancel_jobs", "job_logs", "is_named", "job_status", "sync_down"]
 
@@ -97,7 +97,7 @@ def job_logs(name: str, job_id: int | None, *, follow: bool, out: TextIO | None 
 def job_status(name: str, job_id: int | None, out: TextIO | None = None) -> int:
     """`skyhive logs NAME [JOB] --status`: print `Job ID: STATE` (default: the latest job) and exit with
     SkyPilot's code for it (`exitcodes`: 102 when there is no such job). Raises `PoolNotFound`."""
-    from .exitcodes import of_state
+    from ..commands.exitcodes import of_state
 
     out = out or sys.stdout
     records.load(name)

@@ -1,9 +1,9 @@
 """A managed job's controller: runs the job to its end without the client, recovering lost nodes.
 
-    python -m skyhive.runtime.managed.controller JOB_ID
+    python -m skyhive.runtime.control.managed.controller JOB_ID
 
 One controller per job, a detached process of this machine (its own session, no terminal, like a
-named pool's agent: `commands/agent.py`), holding the job's `controller.lock`. It folds the job's
+named pool's agent: `control/agent.py`), holding the job's `controller.lock`. It folds the job's
 events (`store.py`) and runs attempts until one ends the job:
 
 - each attempt is a fresh pool (`<name>-job<ID>-<attempt>`) running the job's work (work.py: a task's
@@ -49,14 +49,17 @@ from typing import Any
 
 import anyio
 
-from ...providers.accelerators import AcceleratorWarning
-from ..commands.agent import _JobLog
-from ..clusters.procs import lock_holder
-from ..commands.steps import NodeExit
-from ..onnode import interruption
+from ....providers.accelerators import AcceleratorWarning
+from ..joblog import JobLog
+from ...clusters.procs import lock_holder
+from ..steps import NodeExit
+from ...onnode import interruption
 from . import store
 from .function import FunctionWork
+from .events import (AttemptStarted, CancelAsked, ControllerStarted, Ended, Ending, ErrorExit, Leaked, Lost, Running,
+                     Stopped, Unneeded, Waiting)
 from .outcome import Outcome, Stop
+from .policy import Action, RestartPolicy
 from .inplace import SWEEP_TIMEOUT, replace_in_place, why_failed
 from .watch import AFTER_NOTICE_WAIT, copy_and_watch, notice_text, watch_cancel, watch_machines, watch_notices
 from .work import TaskWork, Work, work_id
@@ -65,7 +68,7 @@ log = logging.getLogger("skyhive.managed")
 
 __all__ = ["ensure_controller", "controller_pid", "main"]
 
-_MODULE = "skyhive.runtime.managed.controller"
+_MODULE = "skyhive.runtime.control.managed.controller"
 
 
 def controller_pid(job_id: int) -> int | None:
@@ -87,17 +90,6 @@ def ensure_controller(job_id: int) -> int | None:
                            f"{(out.stderr or out.stdout).strip()[-2000:]}")
     report = json.loads(out.stdout.strip().splitlines()[-1])
     return int(report.get("pid") or 0) or controller_pid(job_id)
-
-
-def _capacity_retry(times: int) -> float:
-    """Seconds before trying again after `times` attempts in a row found no capacity: from
-    SKYHIVE_JOBS_CAPACITY_RETRY (default 30) doubling, at most 10 minutes (a spot job waits for room as
-    long as it takes; nothing is paid for meanwhile)."""
-    try:
-        first = max(0.05, float(os.environ.get("SKYHIVE_JOBS_CAPACITY_RETRY", "30")))
-    except ValueError:
-        first = 30.0
-    return min(first * 2 ** (times - 1), max(first, 600.0))
 
 
 def _pool_settings() -> dict[str, Any]:
@@ -127,8 +119,8 @@ async def _sweep(provider: Any, pool_ids: list[str]) -> list[str]:
     return left
 
 
-async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog, avoid: list[Any],
-                   previous: Stop | None = None, on_lost: Any = None) -> Outcome:
+async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: JobLog, avoid: list[Any],
+                   policy: RestartPolicy, previous: Stop | None = None, on_lost: Any = None) -> Outcome:
     """One attempt on a fresh pool (`avoid`: nodes lost before, whose places are taken last).
 
     `previous` (a recovery): set once the lost attempt before this one is stopped and swept — this
@@ -137,13 +129,13 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
     interruption notice) this attempt is "unneeded" and runs nothing. `on_lost(outcome)`: called as
     soon as this attempt is known lost — at an interruption notice, before the program's grace; else
     before its pool is torn down — so that the next attempt's provisioning starts beside it."""
-    from ...errors import TeardownIncomplete
-    from ..pool import Pool
+    from ....errors import TeardownIncomplete
+    from ...pool import Pool
 
-    work = work_for(job_id, spec, avoid)
+    work = work_for(job_id, spec, avoid, policy)
     provider = work.provider
     pool_id = f"{work.name}-job{job_id}-{attempt}"
-    store.append(job_id, "attempt", attempt=attempt, pool=pool_id, pid=os.getpid())
+    store.record(job_id, AttemptStarted(attempt=attempt, pool=pool_id, pid=os.getpid()))
     if attempt == 1:
         out.note(f"checkpoints: SKYHIVE_CHECKPOINT_DIR={work.checkpoint} ({work.checkpoint_what})")
     failed: NodeExit | None = None
@@ -157,51 +149,51 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
             try:
                 async with Pool(provider=provider, nodes=work.nodes, name=pool_id, output=None,
                                 replace_failed=work.in_place, **work.pool_options(), **_pool_settings()) as pool:
-                    rt = pool._runtime
+                    driver = pool.driver()
                     out.prefix = work.nodes > 1
                     notices: dict[int, dict[str, Any]] = {}
                     gone: dict[int, str] = {}
                     copier.start_soon(copy_and_watch, job_id, pool.output(), out, notices)
-                    where = ", ".join(str(n.handle.provider_id) for n in rt.nodes if n.handle is not None)
-                    store.append(job_id, "running", attempt=attempt, pool=pool_id, nodes=where)
+                    where = ", ".join(str(n.handle.provider_id) for n in driver.nodes() if n.handle is not None)
+                    store.record(job_id, Running(attempt=attempt, pool=pool_id, nodes=where))
                     out.note(f"attempt {attempt} running on {where or provider.name}")
                     with anyio.CancelScope() as scope:
                         async with anyio.create_task_group() as tg:
                             tg.start_soon(watch_cancel, job_id, scope)
-                            tg.start_soon(watch_machines, provider, rt, gone, scope, work.in_place)
+                            tg.start_soon(watch_machines, provider, driver, gone, scope, work.in_place)
 
                             def noticed(node: int, text: str) -> None:  # the next attempt provisions now
-                                handle = rt.nodes[node].handle
+                                handle = driver.node(node).handle
                                 if on_lost is not None:
                                     ends = NodeExit(node=node, phase="run", code=1, lost=True, detail=text)
                                     on_lost(Outcome("lost", ends, why_failed(ends), (handle,) if handle is not None else ()))
 
-                            tg.start_soon(watch_notices, notices, gone, scope, rt if work.in_place else None, noticed)
+                            tg.start_soon(watch_notices, notices, gone, scope, driver if work.in_place else None, noticed)
                             if previous is not None and not previous.event.is_set():
                                 out.note(f"attempt {attempt} waits for attempt {attempt - 1} to be stopped")
                                 await previous.event.wait()
                             if previous is not None and previous.outcome is not None and previous.outcome.kind != "lost":
                                 unneeded = previous.outcome  # it ended the job after its notice: nothing to run
                                 tg.cancel_scope.cancel()
-                            ran_on = [n.handle for n in rt.nodes]  # (a lost node's replacement may come fast)
+                            ran_on = [n.handle for n in driver.nodes()]  # (a lost node's replacement may come fast)
 
                             async def alone(node: int, lost_exit: NodeExit) -> NodeExit | None:
                                 """`restart: node`: the lost node replaced and its steps run there alone."""
-                                again = await replace_in_place(job_id, attempt, pool, lost_exit, ran_on, notices,
+                                again = await replace_in_place(job_id, attempt, driver, lost_exit, ran_on, notices,
                                                                out, avoid, gang=False)
                                 if again is None:
                                     return lost_exit
-                                ran_on[node] = rt.nodes[node].handle
+                                ran_on[node] = driver.node(node).handle
                                 return await work.rerun_node(pool, node, on_lost=alone)
 
                             node_mode = work.in_place and work.restart_node
                             failed = (None if unneeded is not None
                                       else await work.run(pool, on_lost=alone if node_mode else None))
                             while work.in_place and not node_mode and failed is not None and not gone:
-                                again = await replace_in_place(job_id, attempt, pool, failed, ran_on, notices, out, avoid)
+                                again = await replace_in_place(job_id, attempt, driver, failed, ran_on, notices, out, avoid)
                                 if again is None:  # not a lost node, or it could not be replaced
                                     break
-                                ran_on = [n.handle for n in rt.nodes]
+                                ran_on = [n.handle for n in driver.nodes()]
                                 failed = await work.run(pool, fresh=again)
                             tg.cancel_scope.cancel()
                     cancelled = scope.cancelled_caught and not gone and unneeded is None
@@ -219,8 +211,8 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
                         failed = NodeExit(node=failed.node, phase=failed.phase, code=code, lost=True,
                                           detail=f"{notice_text(notice)}; the program then exited {code}")
                     if failed is not None and failed.lost:
-                        lost = tuple(rt.nodes[i].handle for i in (sorted(gone) or [failed.node])
-                                     if rt.nodes[i].handle is not None)
+                        lost = tuple(h for i in (sorted(gone) or [failed.node])
+                                     if (h := driver.node(i).handle) is not None)
                         if on_lost is not None:  # the next attempt provisions while this pool is torn down
                             on_lost(Outcome("lost", failed, why_failed(failed), lost))
                     if not lost and unneeded is None:
@@ -239,9 +231,10 @@ async def _attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog
     return Outcome("lost" if failed.lost else "error", failed, why_failed(failed), lost)
 
 
-def work_for(job_id: int, spec: dict[str, Any], avoid: list[Any]) -> Work:
-    """The attempt's work from the job's saved spec: a `@sky.compute` call (`"call"` in it) or a task."""
-    return FunctionWork(job_id, spec, avoid) if "call" in spec else TaskWork(job_id, spec, avoid)
+def work_for(job_id: int, spec: dict[str, Any], avoid: list[Any], policy: RestartPolicy) -> Work:
+    """The attempt's work from the job's saved spec: a `@sky.compute` call (`"call"` in it) or a task
+    (its lost node restarted as `policy.restart` says)."""
+    return FunctionWork(job_id, spec, avoid) if "call" in spec else TaskWork(job_id, spec, avoid, policy.restart)
 
 
 def _rebuilt(saved: Any) -> Any:
@@ -249,7 +242,7 @@ def _rebuilt(saved: Any) -> Any:
     if not isinstance(saved, dict):
         return saved
     if "fallback" in saved:
-        from ...providers.fallback import Fallback
+        from ....providers.fallback import Fallback
 
         return Fallback([_rebuilt(p) for p in saved["fallback"]], order=saved.get("order") or "given")
     import importlib
@@ -266,7 +259,7 @@ def _provider_of(spec: dict[str, Any]) -> Any:
     if spec.get("provider") is not None:
         return spec["provider"]
     if spec.get("planned") is None:
-        from ..commands.plan import plan_launch
+        from ...commands.plan import plan_launch
 
         spec["planned"] = plan_launch(spec["task"]).provider
     return spec["planned"]
@@ -279,7 +272,7 @@ def _run(job_id: int) -> None:
     spec["provider"] = _rebuilt(spec.get("provider"))
     avoid: list[Any] = store.load_avoided(job_id)  # nodes lost so far (kept across restarts): taken last
     with store.open_log(job_id) as fh:  # (escapes text naming a non-UTF-8 file)
-        out = _JobLog(fh, prefix=False)
+        out = JobLog(fh, prefix=False)
         try:
             _attempts(job_id, spec, out, avoid)
         except Exception as exc:  # noqa: BLE001 - recorded: the job fails rather than stay RUNNING for ever
@@ -289,13 +282,13 @@ def _run(job_id: int) -> None:
         _clean_up(job_id, spec, out)
 
 
-def _end(job_id: int, out: _JobLog, outcome: str, **data: Any) -> None:
+def _end(job_id: int, out: JobLog, outcome: str, **data: Any) -> None:
     """The job's outcome decided: an `ending` event (state CLEANING); the final one follows the sweep."""
     out.flush_partial()
-    store.append(job_id, "ending", outcome=outcome, **data)
+    store.record(job_id, Ending(outcome=outcome, data=data))
 
 
-def _clean_up(job_id: int, spec: dict[str, Any], out: _JobLog) -> None:
+def _clean_up(job_id: int, spec: dict[str, Any], out: JobLog) -> None:
     """Every pool of the job swept (`Provider.down`: machines that outlive the job — SSH hosts — also
     lose its working directory, which a lost node could not remove), its working directory on this
     machine removed (Local nodes'), and then the final event — the job's end recorded once nothing of it
@@ -304,14 +297,14 @@ def _clean_up(job_id: int, spec: dict[str, Any], out: _JobLog) -> None:
     if not st.outcome or st.state in store.FINISHED:
         return
     if st.state == store.LEAKED:  # a sweep again (`jobs cancel`): CLEANING while it runs
-        store.append(job_id, "ending", outcome=st.outcome, **st.ending)
+        store.record(job_id, Ending(outcome=st.outcome, data=st.ending))
     try:
         provider = _provider_of(spec)
         extra = [work_id(job_id)] if provider.fixed_machines else []
         left = anyio.run(_sweep, provider, st.pools + extra) if st.pools else []
     except Exception as exc:  # noqa: BLE001 - the provider could not even be built
         left = [f"{type(exc).__name__}: {exc}"]
-    from ..onnode import nodecmd
+    from ...onnode import nodecmd
 
     try:
         shutil.rmtree(nodecmd.work_root(work_id(job_id)), ignore_errors=False)
@@ -322,21 +315,23 @@ def _clean_up(job_id: int, spec: dict[str, Any], out: _JobLog) -> None:
     if left:
         out.note("could not clean up after the job (`skyhive jobs cancel " + str(job_id) + "` sweeps again, "
                  "`skyhive down POOL` finishes a pool): " + "; ".join(left))
-        store.append(job_id, "leaked", pools=left)
+        store.record(job_id, Leaked(pools=tuple(left)))
         return
-    store.append(job_id, st.outcome, **st.ending)
+    data = dict(st.ending)
+    store.record(job_id, Ended(outcome=st.outcome, detail=str(data.pop("detail", "")), data=data))
 
 
-def _attempts(job_id: int, spec: dict[str, Any], out: _JobLog, avoid: list[Any]) -> None:
+def _attempts(job_id: int, spec: dict[str, Any], out: JobLog, avoid: list[Any]) -> None:
     anyio.run(_attempts_async, job_id, spec, out, avoid)
 
 
-async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid: list[Any]) -> None:
+async def _attempts_async(job_id: int, spec: dict[str, Any], out: JobLog, avoid: list[Any]) -> None:
     """Attempts until the job's outcome is decided. A lost attempt is reported before its pool is torn
     down: the next attempt is provisioned while the lost one is stopped and swept (a `stopped` event),
     and runs the steps only after that. Returns once every attempt has stopped."""
     previous: Stop | None = None  # the last lost attempt: set once it is stopped and swept
     full = 0  # attempts in a row that found no capacity anywhere
+    policy = RestartPolicy.of(spec, store.load(job_id))  # what follows each attempt (policy.py)
     restarted = True  # the first turn of this controller: an earlier one may have died mid-recovery
     async with anyio.create_task_group() as attempts:
         while True:
@@ -349,12 +344,12 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
                 return
             attempt = st.attempts + 1
             died = st.attempts and st.state not in (store.RECOVERING, store.PENDING)  # its controller died
-            if died and st.recoveries >= st.max_recoveries:
+            if died and st.recoveries >= policy.max_recoveries:
                 return _out_of_recoveries(job_id, out, st, st.attempts, f"the controller of attempt {st.attempts} died")
             if died:
                 out.note(f"the controller was restarted (pid {os.getpid()}): attempt {st.attempts} is gone; "
                          f"starting attempt {attempt}")
-                store.append(job_id, "lost", detail=f"the controller of attempt {st.attempts} died")
+                store.record(job_id, Lost(detail=f"the controller of attempt {st.attempts} died"))
                 left = await _sweep(_provider_of(spec), st.pools[-1:])  # what it left on the machines
                 if left:
                     out.note("could not clean up the dead controller's pool: " + "; ".join(left))
@@ -373,62 +368,57 @@ async def _attempts_async(job_id: int, spec: dict[str, Any], out: _JobLog, avoid
                 box.setdefault("res", res)
                 decided.set()
 
-            attempts.start_soon(_one_attempt, job_id, spec, attempt, out, avoid, previous, report, stopped)
+            attempts.start_soon(_one_attempt, job_id, spec, attempt, out, avoid, previous, report, stopped, policy)
             await decided.wait()
             res = box["res"]
             if res.kind == "unneeded" and res.previous is not None:  # the one before ended the job after all
                 out.note(f"attempt {attempt} was not needed: {res.why} ({res.previous.kind})")
-                store.append(job_id, "unneeded", attempt=attempt, detail=res.why)
+                store.record(job_id, Unneeded(attempt=attempt, detail=res.why))
                 await stopped.event.wait()
                 res, attempt = res.previous, attempt - 1
-            st = store.load(job_id)
-            if res.kind == "ok":
+            st = store.load(job_id)  # (this attempt's recoveries in place counted)
+            decision = policy.decide(res, st, full)
+            if decision.action is not Action.RECOVER:  # a recovery provisions while the lost attempt stops
                 await stopped.event.wait()
+            full = full + 1 if decision.action is Action.WAIT else 0
+            if decision.action is Action.SUCCEED:
                 out.note(f"job {job_id} succeeded (attempt {attempt})")
                 _end(job_id, out, "succeeded", attempt=attempt)
                 return
-            if res.kind == "cancelled":
-                await stopped.event.wait()
+            if decision.action is Action.CANCEL:
                 out.note(f"job {job_id} cancelled while running")
-                _end(job_id, out, "cancelled", detail=res.why)
+                _end(job_id, out, "cancelled", detail=decision.why)
                 return
-            if res.kind == "lost" and st.recoveries >= st.max_recoveries:  # (st: this attempt's replacements too)
-                await stopped.event.wait()
-                return _out_of_recoveries(job_id, out, st, attempt, f"node lost ({res.why})")
-            if res.kind == "lost":
+            if decision.action is Action.RECOVER:
                 places = [str(h.provider_id) for h in res.lost]
                 out.note(f"node lost ({res.why}): recovering (not counted against max_restarts_on_errors)"
                          + (f"; {', '.join(places)} is tried last" if places else ""))
                 avoid.extend(h for h in res.lost if h not in avoid)
                 store.save_avoided(job_id, avoid)
-                store.append(job_id, "lost", attempt=attempt, detail=res.why, places=places)
+                store.record(job_id, Lost(attempt=attempt, detail=res.why, places=tuple(places)))
                 previous = stopped
                 continue
-            await stopped.event.wait()
-            if res.kind == "broken" and res.capacity:  # no room anywhere now: tried again until cancelled
-                full += 1
-                delay = _capacity_retry(full)
-                out.note(f"no capacity for attempt {attempt} ({res.why}): trying again in {delay:g} s "
+            if decision.action is Action.WAIT:  # no room anywhere now: tried again until cancelled
+                out.note(f"no capacity for attempt {attempt} ({res.why}): trying again in {decision.delay:g} s "
                          f"(`skyhive jobs cancel {job_id}` gives up)")
-                store.append(job_id, "waiting", attempt=attempt, detail=res.why, retry_in=delay)
-                with anyio.move_on_after(delay):
+                store.record(job_id, Waiting(attempt=attempt, detail=res.why, retry_in=decision.delay))
+                with anyio.move_on_after(decision.delay):
                     while not store.load(job_id).cancel_requested:
                         await anyio.sleep(0.3)
                 continue
-            full = 0
-            st = store.load(job_id)
-            code = res.failed.code if res.failed else 1
-            if res.kind == "error" and st.restarts_on_errors < st.max_restarts_on_errors:
+            if decision.action is Action.RESTART:
                 out.note(f"{res.why}: restarting ({st.restarts_on_errors + 1} of max_restarts_on_errors="
                          f"{st.max_restarts_on_errors})")
-                store.append(job_id, "error", attempt=attempt, detail=res.why, code=code)
+                store.record(job_id, ErrorExit(attempt=attempt, detail=res.why, code=decision.code))
                 continue
+            if decision.out_of_recoveries:
+                return _out_of_recoveries(job_id, out, st, attempt, f"node lost ({res.why})")
             out.note(f"job {job_id} failed: {res.why}")
-            _end(job_id, out, "failed", attempt=attempt, detail=res.why, code=code)
+            _end(job_id, out, "failed", attempt=attempt, detail=res.why, code=decision.code)
             return
 
 
-def _out_of_recoveries(job_id: int, out: _JobLog, st: store.JobState, attempt: int, loss: str) -> None:
+def _out_of_recoveries(job_id: int, out: JobLog, st: store.JobState, attempt: int, loss: str) -> None:
     """The job fails: `loss` came after the last recovery its `max_recoveries` allows."""
     why = (f"{loss} after {st.recoveries} recoveries, the job's limit (max_recoveries={st.max_recoveries}: "
            "resources.job_recovery.max_recoveries or SKYHIVE_JOBS_MAX_RECOVERIES)")
@@ -436,16 +426,16 @@ def _out_of_recoveries(job_id: int, out: _JobLog, st: store.JobState, attempt: i
     _end(job_id, out, "failed", attempt=attempt, detail=why, code=1)
 
 
-async def _one_attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _JobLog, avoid: list[Any],
-                       previous: Stop | None, report: Any, stopped: Stop) -> None:
+async def _one_attempt(job_id: int, spec: dict[str, Any], attempt: int, out: JobLog, avoid: list[Any],
+                       previous: Stop | None, report: Any, stopped: Stop, policy: RestartPolicy) -> None:
     """An attempt, its outcome `report`ed (a lost one before its teardown), then — lost — its pool swept
     (`Provider.down`: an orphaned program on a node only unreachable from here stopped too); `stopped`
     set once nothing of it runs (what the next attempt's steps wait for)."""
     try:
         try:
-            res = await _attempt(job_id, spec, attempt, out, avoid, previous, report)
+            res = await _attempt(job_id, spec, attempt, out, avoid, policy, previous, report)
         except Exception as exc:  # noqa: BLE001 - provisioning or a broken task: the job fails, saying so
-            from ...errors import ProvisionError
+            from ....errors import ProvisionError
 
             while isinstance(exc, ExceptionGroup):
                 exc = exc.exceptions[0]
@@ -459,7 +449,7 @@ async def _one_attempt(job_id: int, spec: dict[str, Any], attempt: int, out: _Jo
             if left:
                 out.note("could not clean up the lost attempt's pool yet (retried when the job ends): "
                          + "; ".join(left) + f" -- attempt {attempt + 1} runs anyway: a copy may still run there")
-            store.append(job_id, "stopped", attempt=attempt, leaked=left)
+            store.record(job_id, Stopped(attempt=attempt, leaked=tuple(left)))
         stopped.outcome = res
         report(res)
     finally:
@@ -479,18 +469,18 @@ def main(argv: list[str] | None = None) -> int:
     except BlockingIOError:
         sys.stdout.write(json.dumps({"already": True}) + "\n")
         return 0
-    from ..onnode.daemonize import daemonize
+    from ...onnode.daemonize import daemonize
 
     ready_fd, _ = daemonize(str(store.job_dir(job_id) / "controller.log"))  # the lock is inherited
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
-    store.append(job_id, "controller", pid=os.getpid())
+    store.record(job_id, ControllerStarted(pid=os.getpid()))
     os.write(ready_fd, json.dumps({"pid": os.getpid()}).encode())
     os.close(ready_fd)
     logging.basicConfig(level=logging.WARNING, format=f"skyhive-jobs[{os.getpid()}] %(asctime)s %(message)s")
     # SIGTERM (a shutdown, `jobs cancel` giving up waiting) is a cancel: the attempt's pool is torn down
     # by the usual path rather than left to the provider
-    signal.signal(signal.SIGTERM, lambda *_: store.append(job_id, "cancel", reason="SIGTERM"))
+    signal.signal(signal.SIGTERM, lambda *_: store.record(job_id, CancelAsked(reason="SIGTERM")))
     try:
         _run(job_id)
     except BaseException as exc:  # noqa: BLE001 - recorded: never left RUNNING, never shown ended uncleaned
@@ -498,12 +488,12 @@ def main(argv: list[str] | None = None) -> int:
         st = store.load(job_id)
         if st.state not in store.FINISHED and st.state != store.LEAKED:
             if not st.outcome:
-                store.append(job_id, "ending", outcome="failed",
-                             detail=f"the controller failed: {type(exc).__name__}: {exc}")
+                store.record(job_id, Ending(outcome="failed",
+                                            data={"detail": f"the controller failed: {type(exc).__name__}: {exc}"}))
             if st.pools:  # it may have left something: shown, and `jobs cancel` sweeps again
-                store.append(job_id, "leaked", pools=[f"the controller failed before its sweep: {exc}"])
+                store.record(job_id, Leaked(pools=(f"the controller failed before its sweep: {exc}",)))
             else:  # no pool was ever made: nothing to clean up
-                store.append(job_id, "failed", detail=f"the controller failed: {type(exc).__name__}: {exc}")
+                store.record(job_id, Ended(outcome="failed", detail=f"the controller failed: {type(exc).__name__}: {exc}"))
     finally:
         os.ftruncate(fd, 0)
     return 0

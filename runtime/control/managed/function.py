@@ -16,8 +16,8 @@ import os
 import pickle
 from typing import Any
 
-from ...errors import NodeUnreachable, SerializationError, WorkerLost
-from ..commands.steps import NodeExit
+from ....errors import NodeUnreachable, SerializationError, WorkerLost
+from ..steps import NodeExit
 from . import store
 from .work import Work, checkpoint_env
 
@@ -31,7 +31,7 @@ def result_path(job_id: int) -> Any:
 def save_outcome(job_id: int, outcome: dict[str, Any]) -> None:
     """The call's outcome (`{"ok": True, "value": ...}` or `{"ok": False, "error": exc}`) written whole
     (a temporary file renamed), 0600; an exception that cannot be pickled is kept as its type and text."""
-    from ..common.serialize import cloud_dumps
+    from ...common.serialize import cloud_dumps
 
     try:
         data = cloud_dumps(outcome)
@@ -72,13 +72,13 @@ class FunctionWork(Work):
         self.image = spec.get("image")
 
     def pool_options(self) -> dict[str, Any]:
-        from ...plugins.image import Image
+        from ....plugins.image import Image
 
         image = self.image or Image()
         return {"image": dataclasses.replace(image, env={**image.env, **self.env})}
 
     async def run(self, pool: Any, fresh: frozenset[int] | None = None, on_lost: Any = None) -> NodeExit | None:
-        from ..compute import PendingCall
+        from ...compute import PendingCall
 
         try:
             value = await (PendingCall(self.fn, self.args, self.kwargs, self.timeout) >> pool)

@@ -3,7 +3,7 @@
 A named pool's nodes are Local nodes whose workers are detached daemons (`runtime/clusters/`). The
 commands never run a job themselves: `launch -c` creates the pool when it does not run (or reuses it
 when the task asks for the same shape), then, like `exec`, queues a job and makes sure the pool's
-agent runs it (`commands/agent.py`); without `-d` they then follow the job's log to its end and exit
+agent runs it (`control/agent.py`); without `-d` they then follow the job's log to its end and exit
 with its exit code. Ctrl-C while following stops following only: the job goes on (`skyhive cancel`).
 """
 
@@ -31,7 +31,7 @@ from ..clusters.procs import alive
 from ..clusters.stop import stop_pool
 from .launch import task_env, task_steps
 from .steps import TaskSteps
-from .taskfile import Task
+from ..commands.taskfile import Task
 
 __all__ = ["task_spec", "launch_cluster", "exec_task", "down_cluster", "status_rows", "print_status", "follow_job",
            "FOLLOW_POLL"]
@@ -107,7 +107,7 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
         rec = stopped_by_shutdown(rec)
     if rec is not None and (rec.stopped == "stop" or (rec.stopped and rec.instances)):
         # `skyhive stop` or a cloud pool's autostop: the same nodes started again, disks kept
-        from .pause import start_cluster
+        from ..commands.pause import start_cluster
 
         start_cluster(name, provider=provider if rec.instances else None, err=err)
         rec = records.load(name)
@@ -156,8 +156,8 @@ def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float 
             pass  # started, recorded, its ports opened (on the pool's firewall, this client's address only)
 
     anyio.run(create)
-    if pool._named.opened:
-        _say(err, f"pool {name}: opened {', '.join(pool._named.opened)}")
+    if pool.named.opened:
+        _say(err, f"pool {name}: opened {', '.join(pool.named.opened)}")
 
 
 def _queue(task: Task, name: str, *, setup: bool) -> jobq.Job:
@@ -212,7 +212,7 @@ def exec_task(task: Task, name: str, *, detach_run: bool = False, out: TextIO | 
     if task.num_nodes > rec.nodes:
         raise LaunchError(f"the task asks for {task.num_nodes} nodes; pool {name!r} has {rec.nodes} (a job runs "
                           f"on at most every node of its pool: `--num-nodes {rec.nodes}` or fewer, or another pool)")
-    from .resources import provider_for
+    from ..commands.resources import provider_for
 
     provider_for(task)  # what the pool's provider cannot honour (--use-spot, --region, -t, ...) is refused, not ignored
     return _after_submit(name, _queue(task, name, setup=False), detach_run, out, err)
@@ -234,7 +234,7 @@ def follow_job(name: str, job_id: int, out: TextIO, *, follow: bool = True,
                 out.write(data.decode(errors="replace"))
                 out.flush()
         if job.state in jobq.FINISHED:
-            from .exitcodes import of_state
+            from ..commands.exitcodes import of_state
 
             return of_state(job.state)
         if not follow:

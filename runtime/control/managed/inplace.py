@@ -5,15 +5,19 @@ machine is stopped, and the steps run again on every node with setup on the new 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..commands.agent import _JobLog
-from ..commands.steps import NodeExit
-from ..onnode import interruption
+from ..joblog import JobLog
+from ..steps import NodeExit
+from ...onnode import interruption
 from . import store
+from .events import Replaced, Running
 from .watch import notice_text
+
+if TYPE_CHECKING:
+    from ...nodes.driver import PoolDriver
 
 __all__ = ["replace_in_place", "why_failed", "SWEEP_TIMEOUT"]
 
@@ -24,8 +28,8 @@ def why_failed(failed: NodeExit) -> str:
     return f"{failed.phase} failed on node {failed.node}: {failed.detail or f'exit code {failed.code}'}"
 
 
-async def replace_in_place(job_id: int, attempt: int, pool: Any, failed: NodeExit, ran_on: list[Any],
-                           notices: dict[int, dict[str, Any]], out: _JobLog, avoid: list[Any],
+async def replace_in_place(job_id: int, attempt: int, driver: PoolDriver, failed: NodeExit, ran_on: list[Any],
+                           notices: dict[int, dict[str, Any]], out: JobLog, avoid: list[Any],
                            gang: bool = True) -> frozenset[int] | None:
     """A multi-node attempt whose node `failed.node` was lost (its worker or host, its machine taken, its
     interruption notice): that node alone is replaced in the attempt's pool (`Pool(replace_failed=True)`,
@@ -34,18 +38,17 @@ async def replace_in_place(job_id: int, attempt: int, pool: Any, failed: NodeExi
     replacement came — the attempt ends and a new one starts on fresh nodes (`lost`). `ran_on`: the
     nodes' handles when the steps started (the lost one may be replaced already). `gang` False
     (`job_recovery.restart: node`): the other nodes' programs go on; only this node starts again."""
-    from ...errors import WorkerLost
+    from ....errors import WorkerLost
 
-    rt = pool._runtime
     index = failed.node
-    if not 0 <= index < len(rt.nodes) or index >= len(ran_on):
+    count = len(driver.nodes())
+    if not 0 <= index < count or index >= len(ran_on):
         return None
     old = ran_on[index]
     if not failed.lost and failed.code > interruption.AFTER_NOTICE and index in notices:
         # its program exited after the node's interruption notice: the node goes now, not at the grace's end
         why = f"{notice_text(notices[index])}; the program then exited {failed.code - interruption.AFTER_NOTICE}"
-        if (rt.nodes[index].handle is old and not rt.loss_policy.replacing(index)
-                and not rt.replace_node(index, why)):
+        if driver.node(index).handle is old and not driver.replacing(index) and not driver.replace(index, why):
             return None
         failed = NodeExit(node=index, phase=failed.phase, code=1, lost=True, detail=why)
     if not failed.lost:
@@ -53,19 +56,18 @@ async def replace_in_place(job_id: int, attempt: int, pool: Any, failed: NodeExi
     if (st := store.load(job_id)).recoveries >= st.max_recoveries:  # a lost attempt: the controller fails the job
         return None
     old_id = str(old.provider_id) if old is not None else f"node {index}"
-    out.note(f"node {index} lost ({why_failed(failed)}): replacing only it, the other {len(rt.nodes) - 1} kept; "
+    out.note(f"node {index} lost ({why_failed(failed)}): replacing only it, the other {count - 1} kept; "
              + ("run restarts on every node together" if gang else "the others' run goes on")
              + " (not counted against max_restarts_on_errors)")
     if old is not None:
         avoid.append(old)
         store.save_avoided(job_id, avoid)
-    store.append(job_id, "replaced", attempt=attempt, node=index, detail=why_failed(failed), places=[old_id])
+    store.record(job_id, Replaced(attempt=attempt, node=index, detail=why_failed(failed), places=(old_id,)))
     # the other nodes' scripts were cancelled (`everywhere`): their calls end once the scripts are gone
-    # (or their workers are killed after cancel_grace, and lost in turn)
-    settings = rt.settings
-    with anyio.move_on_after(settings.cancel_grace + settings.stop_timeout + 5 if gang else 0):
-        while any(c is not None and c.calls for n in rt.nodes for c in n.channels):
-            await anyio.sleep(0.05)
+    # (or their workers are killed after cancel_grace, and lost in turn) — each end a pool event
+    if gang:
+        settings = driver.settings
+        await driver.quiet(timeout=settings.cancel_grace + settings.stop_timeout + 5)
     # what the lost node left on its machine (its dead worker's program) stopped, beside its replacement
     left: list[str] = []
     refused: list[WorkerLost] = []
@@ -75,13 +77,13 @@ async def replace_in_place(job_id: int, attempt: int, pool: Any, failed: NodeExi
             return
         try:
             with anyio.fail_after(SWEEP_TIMEOUT):
-                await rt.provider.sweep_lost(rt.pool_id, [old])
+                await driver.provider.sweep_lost(driver.pool_id, [old])
         except Exception as exc:  # noqa: BLE001 - said in the log; the job's last sweep tries again
             left.append(f"{old_id}: {type(exc).__name__}: {exc}")
 
     async def replacement() -> None:
         try:
-            await rt.all_channels()  # the replacement ready (bounded by start_timeout), or WorkerLost
+            await driver.workers()  # the replacement ready (bounded by start_timeout), or WorkerLost
         except WorkerLost as exc:
             refused.append(exc)
 
@@ -95,9 +97,9 @@ async def replace_in_place(job_id: int, attempt: int, pool: Any, failed: NodeExi
         out.note(f"node {index} could not be replaced in place ({refused[0]}): starting a new attempt")
         return None
     notices.pop(index, None)  # a notice of the replacement counts anew
-    new = rt.nodes[index].handle
-    where = ", ".join(str(n.handle.provider_id) for n in rt.nodes if n.handle is not None)
-    store.append(job_id, "running", attempt=attempt, pool=rt.pool_id, nodes=where)
+    new = driver.node(index).handle
+    where = ", ".join(str(n.handle.provider_id) for n in driver.nodes() if n.handle is not None)
+    store.record(job_id, Running(attempt=attempt, pool=driver.pool_id, nodes=where))
     out.note(f"node {index} replaced ({old_id} -> {new.provider_id if new is not None else '?'}): "
              + (f"run starts again on {where}" if gang else f"its steps start on {new.provider_id if new else '?'}"))
     return frozenset({index})

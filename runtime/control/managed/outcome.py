@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio
 
-from ..commands.steps import NodeExit
+from ..steps import NodeExit
 
 __all__ = ["Outcome", "Stop"]
 

@@ -1,6 +1,6 @@
 """The queue agent of a named pool: runs its jobs one after another, whoever submitted them.
 
-    python -m skyhive.runtime.commands.agent NAME
+    python -m skyhive.runtime.control.agent NAME
 
 `skyhive launch -c` and `skyhive exec` only queue a job (`jobs.submit`) and make sure an agent runs
 (`ensure_agent`); with `-d` they return at once, else they follow the job's log. The agent is a
@@ -29,16 +29,20 @@ import pickle
 import subprocess
 import sys
 import time
-from typing import IO, Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .joblog import JobLog
 from .steps import run_steps
 from ..clusters import jobs as jobq
 from ..clusters import record as records
 from ..clusters.jobs import agent_lock_path, agent_pid
 
-log = logging.getLogger("skyhive.commands.agent")
+if TYPE_CHECKING:
+    from ..nodes.driver import PoolDriver
+
+log = logging.getLogger("skyhive.control.agent")
 
 __all__ = ["ensure_agent", "agent_pid", "run_job", "main"]
 
@@ -50,45 +54,10 @@ def ensure_agent(name: str) -> None:
     """Start the pool's agent unless one runs (it exits once it has nothing to do)."""
     if agent_pid(name) is not None:
         return
-    out = subprocess.run([sys.executable, "-m", "skyhive.runtime.commands.agent", name], stdin=subprocess.DEVNULL,
+    out = subprocess.run([sys.executable, "-m", "skyhive.runtime.control.agent", name], stdin=subprocess.DEVNULL,
                          capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         raise RuntimeError(f"pool {name!r}: the job agent did not start: {(out.stderr or out.stdout).strip()[-2000:]}")
-
-
-class _JobLog:
-    """The job's log file: what the nodes wrote, "[node N] " before each line when there are several.
-    With several nodes only whole lines are written (a node's unfinished line waits for its end, or
-    for the job's next note), so one node's line is never cut by another's."""
-
-    def __init__(self, fh: IO[str], prefix: bool) -> None:
-        self.fh = fh
-        self.prefix = prefix
-        self.partial: dict[tuple[int, int, str], str] = {}
-
-    def write(self, node: int, rank: int, stream: str, text: str) -> None:
-        if self.prefix:
-            key = (node, rank, stream)
-            lines = (self.partial.pop(key, "") + text).splitlines(keepends=True)
-            if lines and not lines[-1].endswith(("\n", "\r")):
-                self.partial[key] = lines.pop()
-            text = "".join(f"[node {node}] {line}" for line in lines)
-            if not text:
-                return
-        self.fh.write(text)
-        self.fh.flush()
-
-    def flush_partial(self) -> None:
-        """Write the lines the nodes left unfinished, each ended."""
-        for (node, _, _), line in sorted(self.partial.items()):
-            self.fh.write(f"[node {node}] {line}\n")
-        self.partial.clear()
-        self.fh.flush()
-
-    def note(self, text: str) -> None:
-        self.flush_partial()
-        self.fh.write(f"[skyhive] {text}\n")
-        self.fh.flush()
 
 
 async def run_job(name: str, job: jobq.Job) -> jobq.Job | None:
@@ -104,7 +73,7 @@ async def run_job(name: str, job: jobq.Job) -> jobq.Job | None:
     code, detail, cancelled, phase = 1, "", False, ""
     running: jobq.Job | None = None
     with jobq.open_log(name, job.id) as fh:
-        out = _JobLog(fh, prefix=False)
+        out = JobLog(fh, prefix=False)
         try:
             pool = Pool.attach(name, image=image, output=None, wait=None)
             async with anyio.create_task_group() as copier:
@@ -112,13 +81,13 @@ async def run_job(name: str, job: jobq.Job) -> jobq.Job | None:
                     running = _start(name, job.id)
                     if running is None:
                         return None
-                    rt = pool._runtime
-                    out.prefix = len(rt.nodes) > 1
+                    driver = pool.driver()
+                    out.prefix = len(driver.nodes()) > 1
                     copier.start_soon(_copy_output, pool.output(), out)
                     with anyio.CancelScope() as scope:
                         async with anyio.create_task_group() as tg:
                             tg.start_soon(_watch_cancel, name, job.id, scope)
-                            code, detail, phase = await _run(rt, name, job)
+                            code, detail, phase = await _run(driver, name, job)
                             tg.cancel_scope.cancel()
                     cancelled = scope.cancelled_caught
                 # leaving detached the pool: the output stream ends after what it holds
@@ -152,17 +121,17 @@ def _start(name: str, job_id: int) -> jobq.Job | None:
         return job
 
 
-async def _run(rt: Any, name: str, job: jobq.Job) -> tuple[int, str, str]:
+async def _run(driver: PoolDriver, name: str, job: jobq.Job) -> tuple[int, str, str]:
     """The job's steps on every node: (0, "", "") or (exit code, what failed where, the step)."""
     steps = pickle.loads(jobq.steps_path(name, job.id).read_bytes())  # noqa: S301 - our own 0600 file
-    failed = await run_steps(rt, steps, task_env={**job.env, **job.secrets})
+    failed = await run_steps(driver, steps, task_env={**job.env, **job.secrets})
     if failed is None:
         return 0, "", ""
     return (failed.code or 1, f"{failed.phase} failed on node {failed.node}: {failed.detail or f'exit code {failed.code}'}",
             failed.phase)
 
 
-async def _copy_output(stream: Any, out: _JobLog) -> None:
+async def _copy_output(stream: Any, out: JobLog) -> None:
     async with stream:
         async for rec in stream:
             out.write(rec.node, rec.local_rank, rec.stream, rec.text)
@@ -198,7 +167,7 @@ def _take(fd: int, patience: float = _PROBE_PATIENCE) -> bool:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        sys.stderr.write("usage: python -m skyhive.runtime.commands.agent NAME\n")
+        sys.stderr.write("usage: python -m skyhive.runtime.control.agent NAME\n")
         return 2
     name = records.check_name(args[0])
     fd = os.open(agent_lock_path(name), os.O_RDWR | os.O_CREAT, 0o600)

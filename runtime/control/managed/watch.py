@@ -7,13 +7,17 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..commands.agent import _JobLog
-from ..onnode import interruption
+from ..joblog import JobLog
+from ...onnode import interruption
 from . import store
+from .events import Notice
+
+if TYPE_CHECKING:
+    from ...nodes.driver import PoolDriver
 
 __all__ = ["cancelled", "notice_text", "copy_and_watch", "watch_notices", "watch_machines", "watch_cancel",
            "AFTER_NOTICE_WAIT"]
@@ -43,7 +47,7 @@ def _notice_grace() -> float:
         return _NOTICE_GRACE
 
 
-async def copy_and_watch(job_id: int, stream: Any, out: _JobLog, notices: dict[int, dict[str, Any]]) -> None:
+async def copy_and_watch(job_id: int, stream: Any, out: JobLog, notices: dict[int, dict[str, Any]]) -> None:
     """The pool's output into the job's log; a node's interruption notice line (`interruption.MARK`)
     noted in `notices` (node -> the notice) as it passes, and said in the log and the events."""
     async with stream:
@@ -57,19 +61,19 @@ async def copy_and_watch(job_id: int, stream: Any, out: _JobLog, notices: dict[i
                 notices[rec.node] = notice if isinstance(notice, dict) else {"action": str(notice)}
                 out.note(f"node {rec.node}: {notice_text(notices[rec.node])}: the attempt ends in "
                          f"{_notice_grace():g} s, or when the program exits, and is recovered elsewhere")
-                store.append(job_id, "notice", node=rec.node, notice=notices[rec.node])
+                store.record(job_id, Notice(node=rec.node, notice=notices[rec.node]))
             out.write(rec.node, rec.local_rank, rec.stream, rec.text)
 
 
 async def watch_notices(notices: dict[int, dict[str, Any]], gone: dict[int, str], scope: anyio.CancelScope,
-                        rt: Any = None, noticed: Any = None) -> None:
+                        driver: PoolDriver | None = None, noticed: Any = None) -> None:
     """After a node's interruption notice, the program's grace to checkpoint (it finds the notice in
     `$SKYHIVE_INTERRUPTION_NOTICE`); then the attempt is stopped as a lost node — before the cloud
     takes the machine. `noticed(node, text)` is told at the notice itself (the next attempt is
-    provisioned during the grace). In place (`rt`: a pool that replaces its nodes, a multi-node task)
-    only that node is replaced after its grace (`PoolRuntime.replace_node`), the attempt going on; each
+    provisioned during the grace). In place (`driver`: a pool that replaces its nodes, a multi-node task)
+    only that node is replaced after its grace (`PoolDriver.replace`), the attempt going on; each
     notice once."""
-    if rt is None:
+    if driver is None:
         while not notices:
             await anyio.sleep(0.1)
         node = min(notices)
@@ -84,20 +88,20 @@ async def watch_notices(notices: dict[int, dict[str, Any]], gone: dict[int, str]
     async with anyio.create_task_group() as tg:
         while True:
             for node in sorted(notices):
-                handle = rt.nodes[node].handle
+                handle = driver.node(node).handle
                 if handle is not None and (node, id(handle)) not in seen:
                     seen.add((node, id(handle)))
-                    tg.start_soon(_replace_after_grace, rt, node, handle, notice_text(notices[node]), gone, scope)
+                    tg.start_soon(_replace_after_grace, driver, node, handle, notice_text(notices[node]), gone, scope)
             await anyio.sleep(0.1)
 
 
-async def _replace_after_grace(rt: Any, node: int, handle: Any, text: str, gone: dict[int, str],
+async def _replace_after_grace(driver: PoolDriver, node: int, handle: Any, text: str, gone: dict[int, str],
                                scope: anyio.CancelScope) -> None:
     """Node `node`'s grace after its notice, then it is replaced — unless it was already (its program
     exited first and the controller replaced it). A pool that cannot replace it ends the attempt."""
     await anyio.sleep(_notice_grace())
-    if rt.nodes[node].handle is handle and not rt.loss_policy.replacing(node):
-        if not rt.replace_node(node, f"{text}: its grace ended"):
+    if driver.node(node).handle is handle and not driver.replacing(node):
+        if not driver.replace(node, f"{text}: its grace ended"):
             gone[node] = text
             scope.cancel()
 
@@ -110,17 +114,17 @@ def _machine_poll() -> float:
         return _MACHINE_POLL
 
 
-async def watch_machines(provider: Any, rt: Any, gone: dict[int, str], scope: anyio.CancelScope,
+async def watch_machines(provider: Any, driver: PoolDriver, gone: dict[int, str], scope: anyio.CancelScope,
                          in_place: bool = False) -> None:
     """Until cancelled: ask the provider whether it took one of the attempt's machines (a cloud instance
     terminated or stopped under the job: `Provider.machines_gone`); if so, note it in `gone` and stop the
     attempt (its steps, then its pool) at once rather than when the worker's link times out. In place
     (a multi-node task on a pool that replaces its nodes) only those nodes are replaced
-    (`PoolRuntime.replace_node`) and the attempt goes on; the nodes are looked up anew each time."""
+    (`PoolDriver.replace`) and the attempt goes on; the nodes are looked up anew each time."""
     while True:
         await anyio.sleep(_machine_poll())
-        asked = {n.index: n.handle for n in rt.nodes
-                 if n.handle is not None and not (in_place and rt.loss_policy.replacing(n.index))}
+        asked = {n.index: n.handle for n in driver.nodes()
+                 if n.handle is not None and not (in_place and n.replacing)}
         try:
             found = await provider.machines_gone(list(asked.values()))
         except Exception as exc:  # noqa: BLE001 - the provider's API down for a moment: the next look
@@ -132,7 +136,7 @@ async def watch_machines(provider: Any, rt: Any, gone: dict[int, str], scope: an
         for n, why in sorted(found.items()):
             why = f"{why} (the provider took the machine)"
             if in_place:
-                if rt.nodes[n].handle is not asked[n] or rt.loss_policy.replacing(n) or rt.replace_node(n, why):
+                if driver.node(n).handle is not asked[n] or driver.replacing(n) or driver.replace(n, why):
                     continue  # replaced already, or its replacement under way now
             gone[n] = why
         if gone:

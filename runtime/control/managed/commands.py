@@ -14,12 +14,13 @@ from typing import Any, TextIO
 
 import yaml
 
-from ...errors import TaskFileError
-from ..clusters.procs import alive
-from ..commands.taskfile import Task
-from ..commands.values import NAME_RULE, TASK_NAME
-from ...providers.base import Provider
+from ....errors import TaskFileError
+from ...clusters.procs import alive
+from ...commands.taskfile import Task
+from ...commands.values import NAME_RULE, TASK_NAME
+from ....providers.base import Provider
 from . import store
+from .events import CancelAsked
 from .controller import controller_pid, ensure_controller
 
 __all__ = ["restart_of", "submit_job", "submit_call", "job_cost", "print_jobs", "job_log", "cancel_managed", "max_restarts_of",
@@ -83,8 +84,8 @@ def submit_job(task: Task, *, name: str | None = None, max_restarts_on_errors: i
                provider: Provider | None = None) -> int:
     """Record the job and start its controller; the job id (the job runs without this process).
     `provider`: the pools' provider (pickled with the job), instead of the task's own."""
-    from ..commands.plan import plan_launch
-    from ..commands.resources import cluster_spec
+    from ...commands.plan import plan_launch
+    from ...commands.resources import cluster_spec
 
     if provider is None:
         plan_launch(task)  # resources the provider cannot honour: an error here, before anything is recorded
@@ -112,11 +113,11 @@ def submit_call(call: Any, *, name: str | None = None, max_restarts_on_errors: i
     """Record a `@sky.compute` call as a managed job and start its controller; the job id. `provider`
     defaults to `Local()`. Raises `TypeError` for what is not such a call (or a generator function's),
     `ValueError` for a bad `max_restarts_on_errors`, `SerializationError` for a call that cannot be saved."""
-    from ...errors import SerializationError
-    from ...plugins.image import Image
-    from ...providers.local import Local
-    from ..common.serialize import cloud_dumps
-    from ..compute import PendingCall
+    from ....errors import SerializationError
+    from ....plugins.image import Image
+    from ....providers.local import Local
+    from ...common.serialize import cloud_dumps
+    from ...compute import PendingCall
 
     if not isinstance(call, PendingCall):
         raise TypeError(f"sky.jobs.launch() takes a task file or a call of a @sky.compute function "
@@ -194,7 +195,7 @@ def job_cost(st: store.JobState, now: float | None = None) -> float | None:
     """What the job's pools cost so far in USD, from each pool's log (its provider's plan and the time
     from its first node that ran to its stop, or now: `inventory.PoolEntry.cost`); None when no pool of
     the job is priced (Local, SSH hosts, a provider without prices)."""
-    from ..events.inventory import pools_dir, read
+    from ...events.inventory import pools_dir, read
 
     now = time.time() if now is None else now
     total: float | None = None
@@ -303,7 +304,7 @@ def cancel_managed(job_ids: list[int], *, all_jobs: bool = False, wait: float = 
         if st.state in store.FINISHED:
             err.write(f"skyhive: job {job_id} has already ended ({st.state})\n")
             continue
-        store.append(job_id, "cancel")
+        store.record(job_id, CancelAsked())
         if controller_pid(job_id) is None:  # nobody runs it: a controller sweeps its pools and records the end
             try:
                 ensure_controller(job_id)

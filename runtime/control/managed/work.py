@@ -7,8 +7,8 @@ from __future__ import annotations
 import abc
 from typing import Any
 
-from ..commands.steps import NodeExit, OnLost
-from ..onnode import interruption
+from ..steps import NodeExit, OnLost
+from ...onnode import interruption
 from . import store
 
 __all__ = ["Work", "TaskWork", "work_id", "checkpoint_env"]
@@ -28,7 +28,7 @@ def checkpoint_env(job_id: int, task: Any, provider: Any) -> tuple[str, str]:
     if provider.same_machine:  # the nodes share this machine's files (Local)
         return str(store.checkpoint_dir(job_id)), "this machine's folder"
     if task is not None and task.bucket_mounts:
-        from ..storage.plugin import checkpoint_path
+        from ...storage.plugin import checkpoint_path
 
         ckpt = checkpoint_path(task.bucket_mounts, f"{task.name or 'job'}-job{job_id}")
         if ckpt is not None:
@@ -83,10 +83,10 @@ class Work(abc.ABC):
 class TaskWork(Work):
     """A task file's steps (workdir, file mounts, setup, run) with the job's environment."""
 
-    def __init__(self, job_id: int, spec: dict[str, Any], avoid: list[Any]) -> None:
-        from ..commands.launch import task_steps
-        from ..commands.plan import plan_launch
-        from ..commands.resources import cluster_spec
+    def __init__(self, job_id: int, spec: dict[str, Any], avoid: list[Any], restart: str = "gang") -> None:
+        from ..launch import task_steps
+        from ...commands.plan import plan_launch
+        from ...commands.resources import cluster_spec
 
         task = spec["task"]
         provider = spec.get("provider")
@@ -108,10 +108,10 @@ class TaskWork(Work):
         self.checkpoint, self.checkpoint_what = ckpt, what
         self.secrets = task.secret_env()
         self.env = env
-        self.restart = str(spec.get("restart") or "gang")
+        self.restart = restart  # `RestartPolicy.restart`: "gang" or "node"
 
     def pool_options(self) -> dict[str, Any]:
-        from ...plugins.image import Image
+        from ....plugins.image import Image
 
         cspec = self.cspec
         allocation = None if cspec.spot is None else ("spot" if cspec.spot else "on-demand")
@@ -129,20 +129,20 @@ class TaskWork(Work):
 
     @property
     def restart_node(self) -> bool:
-        """`resources.job_recovery.restart: node` (`commands.restart_of`): nodes that work alone."""
+        """`resources.job_recovery.restart: node` (the job's `RestartPolicy`): nodes that work alone."""
         return self.restart == "node"
 
     async def run(self, pool: Any, fresh: frozenset[int] | None = None, on_lost: OnLost | None = None) -> NodeExit | None:
-        from ..commands.steps import run_steps
+        from ..steps import run_steps
 
-        return await run_steps(pool._runtime, self.steps, task_env={**self.env, **self.secrets}, fresh=fresh,
+        return await run_steps(pool.driver(), self.steps, task_env={**self.env, **self.secrets}, fresh=fresh,
                                on_lost=on_lost)
 
     async def rerun_node(self, pool: Any, node: int, on_lost: OnLost | None = None) -> NodeExit | None:
         """Every step on `node` alone (workdir, file mounts, setup, run): a replacement joining the job."""
-        from ..commands.steps import run_steps
+        from ..steps import run_steps
 
-        return await run_steps(pool._runtime, self.steps, task_env={**self.env, **self.secrets},
+        return await run_steps(pool.driver(), self.steps, task_env={**self.env, **self.secrets},
                                only=frozenset({node}), on_lost=on_lost)
 
     async def finished(self, pool: Any) -> None:
@@ -150,7 +150,7 @@ class TaskWork(Work):
         last sweep removes it instead: nothing waits on a silent node)."""
         import anyio
 
-        from ..onnode import nodecmd
+        from ...onnode import nodecmd
 
         if self.provider.same_machine:  # the nodes' folders are this machine's: nothing to remove there
             return
