@@ -255,14 +255,24 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-_WRITERS: dict[type[Event], _Writer] = {cls: _Writer(cls) for cls in EVENT_TYPES.values()}
 
 
 #: each event type's field names (`dataclasses.fields` per parsed line was a third of a replay)
 _FIELDS: dict[type[Event], frozenset[str]] = {cls: frozenset(f.name for f in fields(cls)) for cls in EVENT_TYPES.values()}
 
 
-_WRITE: dict[type[Event], Callable[[Event], str]] = {cls: w.write for cls, w in _WRITERS.items()}
+class _Writers(dict):  # type: ignore[type-arg]
+    """Each event class's writer, generated when its first event is written (a pool that never logs a
+    `NodeReplaced` does not compile its writer at import)."""
+
+    def __missing__(self, cls: type[Event]) -> Callable[[Event], str]:
+        if cls not in _FIELDS:
+            raise KeyError(cls)
+        write = self[cls] = _Writer(cls).write
+        return write
+
+
+_WRITE: dict[type[Event], Callable[[Event], str]] = _Writers()
 
 #: each event type's plain fields and the JSON types they must have (a line of the right shape with a
 #: field of another type — `"node": "x"` — would break the fold of every command that reads the log)
