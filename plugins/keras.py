@@ -14,7 +14,6 @@ distributed set-up (for torch: the torch plugin's process group).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import sys
 from collections.abc import Iterator
@@ -99,6 +98,8 @@ class KerasPlugin(Plugin):
 
 def shared_seed(info: InstanceInfo) -> int:
     """A seed every process of the pool derives alike (from the pool id), different per pool."""
+    import hashlib  # (on use: a pool without keras does not pay for it)
+
     return int.from_bytes(hashlib.sha256(info.pool_id.encode()).digest()[:4], "little")
 
 

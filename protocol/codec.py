@@ -201,7 +201,16 @@ def _fill_expr(f: Any, key: str, env: dict[str, Any]) -> str:
     return "None"  # (a field without a default is never absent: `least` counts it)
 
 
-_SCHEMA: dict[type[Message], _Schema] = {cls: _Schema(cls) for cls in TAGS.values()}
+class _Schemas(dict):  # type: ignore[type-arg]
+    """Each message class's `_Schema`, made on first use: a worker's start pays for the messages it
+    sends or reads, not for generating a decoder of every message of the protocol."""
+
+    def __missing__(self, cls: type[Message]) -> _Schema:
+        schema = self[cls] = _Schema(cls)  # (two threads may both make it: equal schemas, either kept)
+        return schema
+
+
+_SCHEMA: dict[type[Message], _Schema] = _Schemas()
 _packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 _pack_len = HEADER.pack
 
@@ -347,9 +356,19 @@ def decode_message(body: bytes | memoryview) -> Message:
     return decode(obj)
 
 
+def _first_decode(cls: type[Message]) -> Callable[[tuple[Any, ...]], Message]:
+    """The decoder of `cls` until its first frame: makes the generated one, puts it in its place."""
+
+    def decode(obj: tuple[Any, ...]) -> Message:
+        real = _DECODERS[cls.tag] = _SCHEMA[cls].decode
+        return real(obj)
+
+    return decode
+
+
 #: tag -> the decoder of its message class (`Chunk`'s frames never reach msgpack: not here)
 _DECODERS: dict[int, Callable[[tuple[Any, ...]], Message]] = {
-    tag: _SCHEMA[cls].decode for tag, cls in TAGS.items() if cls is not Chunk}
+    tag: _first_decode(cls) for tag, cls in TAGS.items() if cls is not Chunk}
 
 
 def _decode_chunk(body: memoryview) -> Chunk:

@@ -6,7 +6,6 @@ of a task can read it too) and is what `skyhive.instance_info()` returns on a no
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -143,6 +142,8 @@ class InstanceInfo:
         # the peers (the same tuple in every worker's info) are encoded once per pool, not once per
         # worker: at 10,000 nodes encoding them per worker was quadratic. "peers" comes last, so the
         # per-worker fields are at the front of the text.
+        import json  # (here and below on use: a worker reads its info only when a task asks for it)
+
         data = asdict(replace(self, peers=()))
         del data["peers"]
         head = json.dumps(data, separators=(",", ":"))
@@ -153,6 +154,8 @@ class InstanceInfo:
     @classmethod
     def from_json(cls, text: str) -> InstanceInfo:
         """Parse the JSON form; raises `ValueError` naming what is missing or wrong."""
+        import json
+
         try:
             data = json.loads(text)
             peers = tuple(Peer(**p) for p in data.pop("peers", ()))
@@ -167,6 +170,8 @@ _peers_cache: list[Any] = [None, ""]
 def _peers_json(peers: tuple[Peer, ...]) -> str:
     """`peers` as JSON, remembered for the last tuple asked (every worker of a pool shares it)."""
     if _peers_cache[0] is not peers:
+        import json
+
         _peers_cache[0] = peers
         _peers_cache[1] = json.dumps([asdict(p) for p in peers], separators=(",", ":"))
     return str(_peers_cache[1])

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
+from .record import Record
+
 __all__ = [
     "PROTOCOL_VERSION",
     "Message",
@@ -58,14 +60,14 @@ STDERR = 2
 _NOWIRE = {"wire": False}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Message:
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
+class Message(Record):
     """Base of every message. `tag` is the message's type tag on the wire."""
 
     tag: ClassVar[int] = -1
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Hello(Message):
     """Client → worker, first frame: who I am and what I accept."""
 
@@ -85,7 +87,7 @@ class Hello(Message):
     takeover: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Welcome(Message):
     """Worker → client, answer to `Hello`. A non-empty `error` means the worker refuses the client."""
 
@@ -98,7 +100,7 @@ class Welcome(Message):
     error: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Submit(Message):
     """Client → worker: run a function.
 
@@ -127,7 +129,7 @@ class Submit(Message):
     buffers: tuple[Any, ...] = field(default=(), metadata=_NOWIRE)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Started(Message):
     """Worker → client: the task left the queue and is running."""
 
@@ -135,7 +137,7 @@ class Started(Message):
     task_id: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Output(Message):
     """Worker → client: text a task wrote to `stream` (`STDOUT` or `STDERR`)."""
 
@@ -145,7 +147,7 @@ class Output(Message):
     data: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Result(Message):
     """Worker → client: a task ended.
 
@@ -168,7 +170,7 @@ class Result(Message):
     buffers: tuple[Any, ...] = field(default=(), metadata=_NOWIRE)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Cancel(Message):
     """Client → worker: stop this task (queued or running)."""
 
@@ -176,7 +178,7 @@ class Cancel(Message):
     task_id: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Ping(Message):
     """Either side: are you alive? Answered by `Pong` with the same `nonce`."""
 
@@ -184,7 +186,7 @@ class Ping(Message):
     nonce: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Pong(Message):
     """Either side: answer to `Ping`."""
 
@@ -192,7 +194,7 @@ class Pong(Message):
     nonce: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Shutdown(Message):
     """Client → worker: finish (run plugin teardown) and exit. The last frame the client sends."""
 
@@ -200,7 +202,7 @@ class Shutdown(Message):
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Chunk(Message):
     """Either side: a piece of out-of-band buffer `index` of message `ref` (a task id).
 
@@ -215,7 +217,7 @@ class Chunk(Message):
     data: Any = field(default=b"", metadata=_NOWIRE)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Resume(Message):
     """Worker → client, answer to a reconnect `Hello`: where both directions pick up again.
 
@@ -229,7 +231,7 @@ class Resume(Message):
     received: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Ack(Message):
     """Either end of a resumable link: I hold your frames up to number `seq`; drop them from replay."""
 
@@ -237,7 +239,7 @@ class Ack(Message):
     seq: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Goodbye(Message):
     """Worker → client, last control frame: the worker exited with `exit_status` (negative: signal)."""
 
@@ -245,7 +247,7 @@ class Goodbye(Message):
     exit_status: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Item(Message):
     """Worker → client: the next item a generator task yielded, while it runs.
 
@@ -259,7 +261,7 @@ class Item(Message):
     value: bytes
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Missing(Message):
     """Worker → client: buffers `indices` of task `task_id` were sent by reference (`Submit.cached`)
     and are not in the content cache (evicted, or this is a new worker): send them as `Chunk`s."""
@@ -269,7 +271,7 @@ class Missing(Message):
     indices: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class WantFunction(Message):
     """Worker → client: task `task_id` came without its function's bytes (`Submit.fn` empty: the
     client believed this worker holds `fn_id`) and this worker does not hold it (its cache of loaded
@@ -279,7 +281,7 @@ class WantFunction(Message):
     task_id: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Function(Message):
     """Client → worker, answer to `WantFunction`: the cloudpickled function of task `task_id` — or
     empty when the client cannot send it in a message (a large function travels as a buffer with

@@ -194,9 +194,11 @@ class Pool(PoolCalls):
         self._client_hooks = contextlib.ExitStack()
         self._running = contextlib.AsyncExitStack()  # the runtime's task group, while the pool runs (`_enter`)
         self._retries = 0  # calls re-run after a lost worker (`retries=`)
-        from .storage.plugin import parse_mounts
+        self.mounts: tuple[Any, ...] = ()  # bucket mounts (runtime/storage/, docs/storage.md)
+        if mounts is not None:  # (a pool without mounts does not import the storage package)
+            from .storage.plugin import parse_mounts
 
-        self.mounts = parse_mounts(mounts)  # bucket mounts (runtime/storage/, docs/storage.md)
+            self.mounts = parse_mounts(mounts)
         self._storage: Any = None
 
     def __repr__(self) -> str:

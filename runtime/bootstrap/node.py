@@ -21,6 +21,8 @@ async def bootstrap_node(ctx: NodeContext, node: int, transport: Transport) -> P
     """Prepare node `node` over its transport's shell; the `ready` detail and the workers' `NodeEnv`."""
     shell = transport.shell()
     if shell.same_machine:
+        if ctx.image is None:  # this Python as it is: nothing to check or build (nor to import for it)
+            return Prepared()
         from .here import prepare_here
 
         return await prepare_here(ctx, node, shell)

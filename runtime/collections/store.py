@@ -31,9 +31,7 @@ import os
 import pickle
 import selectors
 import socket
-import socketserver
 import struct
-import tempfile
 import threading
 from collections import deque
 from pathlib import Path
@@ -104,6 +102,8 @@ def socket_path(pool_id: str) -> str:
     path = str(private_dir("collections") / f"{pool_id}.sock")
     if len(path.encode()) <= 100:
         return path
+    import tempfile  # (only for a path too long for a socket)
+
     short = Path(tempfile.gettempdir()) / f"skyhive-{os.getuid()}"
     short.mkdir(mode=0o700, exist_ok=True)
     os.chmod(short, 0o700)
@@ -252,60 +252,86 @@ class _Collections:
                 self.locks[name].release()
 
 
-class _Handler(socketserver.BaseRequestHandler):
-    server: _Server
-
-    def handle(self) -> None:
-        collections, sessions = self.server.collections, self.server.sessions
-        session: Session | None = None
-        self.server.open_connections.add(self.request)
-        try:
-            hello = read_frame(self.request)
-            if hello is None:
-                return
-            tag, session_id, grace = pickle.loads(hello)  # noqa: S301 - a 0600 socket of this user
-            if tag != "hello":
-                return
-            session = sessions.attach(str(session_id), float(grace))
-            while True:
-                frame = read_frame(self.request)
-                if frame is None:
-                    return
-                seq, kind, name, op, args = pickle.loads(frame)  # noqa: S301 - as above
-                data = session.answer(seq, lambda: self._apply(collections, kind, name, op, args, session))
-                write_frame(self.request, data)
-        except OSError:
+def _serve(server: _Server, conn: socket.socket) -> None:
+    """One worker connection, in a thread of its own: a session's requests answered in order."""
+    collections, sessions = server.collections, server.sessions
+    session: Session | None = None
+    server.open_connections.add(conn)
+    try:
+        hello = read_frame(conn)
+        if hello is None:
             return
-        except Exception as exc:  # noqa: BLE001 - not our frames: this connection ends, the store goes on
-            log.warning("the pool's collections: a connection sent what is not a request (%s: %s); closed",
-                        type(exc).__name__, exc)
+        tag, session_id, grace = pickle.loads(hello)  # noqa: S301 - a 0600 socket of this user
+        if tag != "hello":
             return
-        finally:
-            self.server.open_connections.discard(self.request)
-            if session is not None:
-                sessions.detach(session, collections)
+        session = sessions.attach(str(session_id), float(grace))
+        while True:
+            frame = read_frame(conn)
+            if frame is None:
+                return
+            seq, kind, name, op, args = pickle.loads(frame)  # noqa: S301 - as above
+            data = session.answer(seq, lambda: _apply(collections, kind, name, op, args, session))
+            write_frame(conn, data)
+    except OSError:
+        return
+    except Exception as exc:  # noqa: BLE001 - not our frames: this connection ends, the store goes on
+        log.warning("the pool's collections: a connection sent what is not a request (%s: %s); closed",
+                    type(exc).__name__, exc)
+        return
+    finally:
+        server.open_connections.discard(conn)
+        if session is not None:
+            sessions.detach(session, collections)
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_WR)
+        conn.close()
 
-    @staticmethod
-    def _apply(collections: _Collections, kind: str, name: str, op: str, args: Any, session: Session) -> bytes:
-        try:
-            reply: tuple[bool, Any] = (True, collections.call(kind, name, op, tuple(args), session.held))
-        except Exception as exc:  # noqa: BLE001 - goes back to the task that asked
-            reply = (False, exc)
-        try:
-            return pickle.dumps(reply, protocol=5)
-        except Exception as exc:  # noqa: BLE001 - an unpicklable stored value
-            return pickle.dumps((False, TypeError(f"cannot send the value back: {exc}")))
+
+def _apply(collections: _Collections, kind: str, name: str, op: str, args: Any, session: Session) -> bytes:
+    try:
+        reply: tuple[bool, Any] = (True, collections.call(kind, name, op, tuple(args), session.held))
+    except Exception as exc:  # noqa: BLE001 - goes back to the task that asked
+        reply = (False, exc)
+    try:
+        return pickle.dumps(reply, protocol=5)
+    except Exception as exc:  # noqa: BLE001 - an unpicklable stored value
+        return pickle.dumps((False, TypeError(f"cannot send the value back: {exc}")))
 
 
-class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class _Server:
+    """The listening socket (a thread per connection, as socketserver's ThreadingMixIn does, without
+    importing it: every pool starts a store)."""
 
     def __init__(self, path: str, collections: _Collections) -> None:
         self.collections = collections
         self.sessions = Sessions()
         self.open_connections: set[socket.socket] = set()
-        super().__init__(path, _Handler)
+        self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.socket.bind(path)
+            self.socket.listen(64)
+        except BaseException:
+            self.socket.close()
+            raise
+        self.socket.setblocking(False)  # (woken by the selector: `accept` never waits)
+
+    def fileno(self) -> int:
+        return self.socket.fileno()
+
+    def handle_request(self) -> None:
+        """Take the connection waiting (if another wake-up took it, nothing) and serve it in a thread."""
+        try:
+            conn, _ = self.socket.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            log.warning("the pool's collections: accepting a connection failed: %s", exc)
+            return
+        conn.setblocking(True)
+        threading.Thread(target=_serve, args=(self, conn), name="skyhive-collections-conn", daemon=True).start()
+
+    def server_close(self) -> None:
+        self.socket.close()
 
 
 class CollectionStore:
@@ -368,9 +394,8 @@ class CollectionStore:
 
 
 def _accept(server: _Server, wake: int) -> None:
-    """The accepting thread: each connection handed to a thread of its own (`_Handler`) as it comes,
+    """The accepting thread: each connection handed to a thread of its own (`_serve`) as it comes,
     until `wake` is readable (`CollectionStore.close`)."""
-    server.timeout = 0  # `handle_request` takes the connection that is waiting; it never waits itself
     with selectors.DefaultSelector() as selector:
         selector.register(server.fileno(), selectors.EVENT_READ)
         selector.register(wake, selectors.EVENT_READ)

@@ -20,8 +20,10 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # (imported with the first large buffer: a worker's start does not need them)
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 try:  # optional: a much faster hash than any in hashlib
     import xxhash
@@ -52,6 +54,8 @@ def _helpers() -> ThreadPoolExecutor:
     parent's threads (an executor inherited from it would never run what it is given)."""
     global _pool, _pool_pid
     if _pool is None or _pool_pid != os.getpid():
+        from concurrent.futures import ThreadPoolExecutor
+
         with _pool_lock:
             if _pool is None or _pool_pid != os.getpid():
                 _pool = ThreadPoolExecutor(_HELPERS, thread_name_prefix="skyhive-hash")

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
+from ...protocol.record import Record
+
 __all__ = [
     "Event",
     "OutputCapped",
@@ -33,15 +35,15 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Event:
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
+class Event(Record):
     kind: ClassVar[str] = "event"
     pool_id: str
     seq: int
     ts: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class PoolStarted(Event):
     """A pool was opened with this provider and shape.
 
@@ -59,7 +61,7 @@ class PoolStarted(Event):
     plan: dict[str, Any] = field(default_factory=dict)  # the provider's `plan(spec)`: machine type, price
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class PoolStopped(Event):
     """The pool finished tearing down; `error` is set when it closed because of one. `leaked` names
     what the provider did not confirm gone (node provider ids; "shared resources" when its cleanup
@@ -74,7 +76,7 @@ class PoolStopped(Event):
             object.__setattr__(self, "leaked", tuple(self.leaked))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class PoolDetached(Event):
     """The client left a kept (named) pool: its nodes and workers go on running, and another client
     may attach (which logs a new `PoolStarted` with its own pid)."""
@@ -83,7 +85,7 @@ class PoolDetached(Event):
     pid: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class NodeStateChanged(Event):
     """Node `node` moved to lifecycle state `state` (see `lifecycle.NodeState`)."""
 
@@ -95,7 +97,7 @@ class NodeStateChanged(Event):
     detail: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class NodeDropped(Event):
     """Node `node` failed while the pool started and was left out (`Pool(min_nodes=...)`, see
     `runtime/actors/membership.py`): the pool goes on without it; `reason` says why it failed."""
@@ -106,7 +108,7 @@ class NodeDropped(Event):
     min_nodes: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class NodeProgress(Event):
     """Node `node` made progress inside its current lifecycle state: the provider reported its own state
     (`provider_state`, e.g. "pending" while provisioning), or a step is retried (`detail` says why)."""
@@ -117,7 +119,7 @@ class NodeProgress(Event):
     provider_state: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class WorkerStateChanged(Event):
     """Worker process `local_rank` of `node`: "starting", "ready", "lost" (with why), "stopped"."""
 
@@ -129,7 +131,7 @@ class WorkerStateChanged(Event):
     detail: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class NodeReplaced(Event):
     """Node `node` was lost for good and its node (`old_provider_id`, already terminated) is being
     replaced by a fresh one for the same index (`Pool(replace_failed=True)`, see
@@ -143,7 +145,7 @@ class NodeReplaced(Event):
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class TaskSubmitted(Event):
     """Task `task` (`items` calls: 1, or a map batch) was sent to a worker."""
 
@@ -155,7 +157,7 @@ class TaskSubmitted(Event):
     items: int = 1
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class TaskStarted(Event):
     """The worker began running task `task`."""
 
@@ -165,7 +167,7 @@ class TaskStarted(Event):
     local_rank: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class TaskFinished(Event):
     """Task `task` ended: "ok", "error" (with `error`), "cancelled" or "lost"."""
 
@@ -177,7 +179,7 @@ class TaskFinished(Event):
     error: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class OutputChunk(Event):
     """Text task `task` wrote on `node` to `stream` ("stdout" / "stderr")."""
 
@@ -189,7 +191,7 @@ class OutputChunk(Event):
     text: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class OutputCapped(Event):
     """The log holds no more task output: `limit` characters of it were logged (the pool's
     `log_output_limit`); what came after (from task `task` on `node` onwards) went to the terminal,
@@ -253,14 +255,24 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-_WRITERS: dict[type[Event], _Writer] = {cls: _Writer(cls) for cls in EVENT_TYPES.values()}
 
 
 #: each event type's field names (`dataclasses.fields` per parsed line was a third of a replay)
 _FIELDS: dict[type[Event], frozenset[str]] = {cls: frozenset(f.name for f in fields(cls)) for cls in EVENT_TYPES.values()}
 
 
-_WRITE: dict[type[Event], Callable[[Event], str]] = {cls: w.write for cls, w in _WRITERS.items()}
+class _Writers(dict):  # type: ignore[type-arg]
+    """Each event class's writer, generated when its first event is written (a pool that never logs a
+    `NodeReplaced` does not compile its writer at import)."""
+
+    def __missing__(self, cls: type[Event]) -> Callable[[Event], str]:
+        if cls not in _FIELDS:
+            raise KeyError(cls)
+        write = self[cls] = _Writer(cls).write
+        return write
+
+
+_WRITE: dict[type[Event], Callable[[Event], str]] = _Writers()
 
 #: each event type's plain fields and the JSON types they must have (a line of the right shape with a
 #: field of another type — `"node": "x"` — would break the fold of every command that reads the log)

@@ -10,6 +10,8 @@ from ...protocol.info import ENV_VAR, InstanceInfo
 __all__ = ["instance_info", "set_instance_info", "current_instance_info", "NotOnNodeError"]
 
 _current: InstanceInfo | None = None
+#: the `COMPUTE_POOL` text last parsed and what it gave (a worker parses its own on first use)
+_parsed: tuple[str, InstanceInfo] | None = None
 
 
 def set_instance_info(info: InstanceInfo | None) -> None:
@@ -31,9 +33,12 @@ def instance_info() -> InstanceInfo:
     """
     if _current is not None:
         return _current
+    global _parsed
     text = os.environ.get(ENV_VAR)
     if text:
-        return InstanceInfo.from_json(text)
+        if _parsed is None or _parsed[0] != text:
+            _parsed = (text, InstanceInfo.from_json(text))
+        return _parsed[1]
     raise NotOnNodeError(
         "instance_info() only works inside a function running on a skyhive node "
         f"(no worker context here, and ${ENV_VAR} is not set)"

@@ -14,7 +14,6 @@ import traceback
 from collections.abc import Callable
 
 from ...protocol.messages import STDERR, STDOUT
-from ..onnode.instance import set_instance_info
 from .capture import FdPump
 from .daemon import WorkerDaemon
 
@@ -29,8 +28,6 @@ def serve(fd_in: int = 0, fd_out: int = 1, *, make_worker: Callable[[], WorkerDa
     The protocol travels on `fd_in`/`fd_out` (pipes: the Local transport), or, with `make_worker`,
     however the worker it makes talks (`SocketWorker`: the detached worker's Unix socket).
     """
-    from ...protocol.info import ENV_VAR, InstanceInfo
-
     diag = os.dup(2)
     if make_worker is None:
         proto_in, proto_out = os.dup(fd_in), os.dup(fd_out)
@@ -62,8 +59,6 @@ def serve(fd_in: int = 0, fd_out: int = 1, *, make_worker: Callable[[], WorkerDa
         pump.start()
     sys.stdout = worker.stdout  # type: ignore[assignment]
     sys.stderr = worker.stderr  # type: ignore[assignment]
-    if text := os.environ.get(ENV_VAR):
-        set_instance_info(InstanceInfo.from_json(text))
     try:
         return worker.run()
     except BaseException:

@@ -23,12 +23,10 @@ tasks to end (their `Result`s go out first).
 
 from __future__ import annotations
 
-import ctypes
 import io
 import os
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from types import GeneratorType
 from typing import Any
 
@@ -103,6 +101,8 @@ class ThreadSlots:
     def start_threads(self, slots: int) -> None:
         """Run tasks on `slots` threads from now on (called once, before `run`)."""
         self.slots = slots
+        from concurrent.futures import ThreadPoolExecutor  # (a worker of one task thread never loads it)
+
         self._pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="skyhive-task")
         self._running: dict[int, int] = {}  # task id -> the ident of the thread running it
         self._submitted: set[int] = set()  # handed to the pool, not finished
@@ -151,6 +151,8 @@ class ThreadSlots:
             if parked is not None:
                 self.pending.append(parked)  # type: ignore[attr-defined]
             return
+        import ctypes  # (on the first cancel: ctypes is slow to import and most workers never need it)
+
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(TaskCancelled))
 
     def _tick(self) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 from collections.abc import Callable, Mapping
@@ -79,7 +78,10 @@ class LocalShell(Shell):
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if isinstance(source, bytes):
             target.write_bytes(source)
-        elif Path(source).is_dir():
-            shutil.copytree(source, target, dirs_exist_ok=True)
         else:
-            shutil.copy2(source, target)
+            import shutil  # (on use: a pool that puts no files does not import it, nor bz2 and lzma)
+
+            if Path(source).is_dir():
+                shutil.copytree(source, target, dirs_exist_ok=True)
+            else:
+                shutil.copy2(source, target)
