@@ -31,9 +31,11 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+import anyio.abc
+
 from ...providers.base import NodeHandle, Provider, ProvisionError
 
-__all__ = ["KeepSupport", "KeepContext", "KeptWorker", "KeptRecord", "StopResult", "keep_support", "keep_support_of",
+__all__ = ["NodeAccess", "KeepSupport", "KeepContext", "KeptWorker", "KeptRecord", "StopResult", "keep_support", "keep_support_of",
            "cluster_key"]
 
 
@@ -93,6 +95,27 @@ class KeptRecord(Protocol):
 
     @property
     def instances(self) -> list[str]: ...
+
+
+class NodeAccess(abc.ABC):
+    """How a user reaches one node of a kept pool (`skyhive ssh`, `forward`, `ssh-config`)."""
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """The node as a user knows it: "ubuntu@10.0.0.3 port 22", "pod sh-train-0 (namespace default)"."""
+
+    @abc.abstractmethod
+    def run(self, argv: Sequence[str] | None, *, tty: bool) -> int:
+        """Run `argv` (None: an interactive login shell) on the node with this process's stdin/stdout/stderr
+        (a terminal when `tty`); its exit status."""
+
+    @abc.abstractmethod
+    async def connect(self, port: int) -> anyio.abc.ByteStream:
+        """A byte stream to TCP `port` on the node's loopback (what `skyhive forward` relays each local connection to)."""
+
+    def ssh_config(self) -> str | None:
+        """`Host` lines for `skyhive ssh-config` where the node speaks SSH; None (the default) elsewhere."""
+        return None
 
 
 class KeepSupport(abc.ABC):
@@ -177,6 +200,13 @@ class KeepSupport(abc.ABC):
     def stop_watchdog(self, rec: KeptRecord) -> None:
         """End the pool's autostop watchdog where it runs elsewhere (this machine's is ended by pid)."""
         return None
+
+    # ---- reaching a node ----------------------------------------------------------------------------------
+
+    def access(self, rec: KeptRecord, node: int) -> NodeAccess:
+        """How node `node` of the kept pool `rec` is reached. Default: raises ProvisionError naming the pool and
+        the kind ("pool 'x' (kind 'y') cannot be reached: the kind declares no access")."""
+        raise ProvisionError(f"pool {rec.name!r} (kind {self.kind!r}) cannot be reached: the kind declares no access")
 
 
 
