@@ -22,13 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...paths import private_dir, state_dir
-from .sshfiles import node_addresses
+from ..kinds.ssh.keep_files import config_path, node_addresses
 from .record import ClusterRecord
 
 __all__ = ["include_line", "user_config", "installed", "install", "uninstall", "consent", "set_consent",
-           "problems", "HostBlock", "host_blocks"]
+           "problems", "HostBlock", "host_blocks", "entries_path"]
 
 MARK = "# skyhive: named pools' SSH entries (`skyhive ssh-config --remove` takes this out)"
+
+
+def entries_path(name: str) -> Path:
+    """The generated SSH entries of pool `name` (what the `Include` line reads)."""
+    return config_path(name)
 
 
 def include_line() -> str:

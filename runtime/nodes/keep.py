@@ -36,7 +36,7 @@ import anyio.abc
 from ...providers.base import NodeHandle, Provider, ProvisionError
 
 __all__ = ["NodeAccess", "KeepSupport", "KeepContext", "KeptWorker", "KeptRecord", "StopResult", "keep_support", "keep_support_of",
-           "cluster_key"]
+           "cluster_key", "node_name"]
 
 
 def cluster_key(name: str, state_dir: str) -> str:
@@ -45,6 +45,12 @@ def cluster_key(name: str, state_dir: str) -> str:
     directories may both have a pool "train" on the same host)."""
     digest = hashlib.sha256(str(state_dir).encode()).hexdigest()[:8]
     return f"c-{name}-{digest}"
+
+
+def node_name(pool: str, node: int) -> str:
+    """How a user names node `node` of the kept pool `pool`: the pool's name for the head (node 0),
+    `POOL-workerN` for node N (SkyPilot's names; an SSH pool's aliases)."""
+    return pool if node == 0 else f"{pool}-worker{node}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,14 +93,11 @@ class KeptRecord(Protocol):
     workers: Sequence[Any]  # KeptWorker-shaped entries (node, rank, pid, socket)
     autostop_down: bool
     watchdog_pid: int
-    provider_info: dict[str, Any]
+    provider_info: dict[str, Any]  # the keeping kind's own (and the machines', `runtime/clusters/cloud.py`)
     cluster: str
     host_keys: dict[str, str]
     node_envs: dict[str, dict[str, Any]]
     keeper: str
-
-    @property
-    def instances(self) -> list[str]: ...
 
 
 class NodeAccess(abc.ABC):
@@ -200,6 +203,14 @@ class KeepSupport(abc.ABC):
     def stop_watchdog(self, rec: KeptRecord) -> None:
         """End the pool's autostop watchdog where it runs elsewhere (this machine's is ended by pid)."""
         return None
+
+    def relaunch_provider(self, rec: KeptRecord) -> Provider:
+        """The provider that creates the stopped pool `rec` again over the same nodes (`skyhive start`): its
+        nodes as recorded, reached as when it was made. Default: raises `ProvisionError` naming the pool and
+        the kind (its nodes cannot be found again: `skyhive down` and `launch -c` make it anew)."""
+        raise ProvisionError(f"pool {rec.name!r} (kind {self.kind!r}) cannot be started again over the same nodes: the "
+                             f"kind does not say how; `skyhive down {rec.name}` then `skyhive launch -c {rec.name}` "
+                             "makes it anew")
 
     # ---- reaching a node ----------------------------------------------------------------------------------
 
