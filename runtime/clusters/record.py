@@ -167,7 +167,9 @@ def _write_entries(record: ClusterRecord) -> None:
 
     try:
         support = keep_support(record.keeper)
-        for node in range(record.nodes if support is not None else 0):
+        if support is None:
+            return
+        for node in range(record.nodes):
             support.access(record, node).ssh_config()
     except (OSError, ValueError, ProvisionError) as exc:  # the record is what matters: `skyhive ssh` writes
         # them again, or says why

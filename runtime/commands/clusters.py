@@ -333,6 +333,7 @@ def status_rows(now: float | None = None, names: Sequence[str] = ()) -> list[dic
         if rec.leaking:  # its teardown was not confirmed: shown until `skyhive down NAME` finishes it
             rows.append(_leaking_row(rec))
             continue
+        live: list[records.WorkerEntry]
         if not kept.here and kept.machines_stopped:  # its instances are stopped: no one to ask
             live = []
         elif not kept.here:  # asked on its nodes; a node's watchdog may have stopped it (autostop)

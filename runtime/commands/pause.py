@@ -6,8 +6,10 @@ same instances (the same ids), and the pool is created again over them: bootstra
 on their disks, new detached workers, a new record with the same instance ids. A provider that cannot
 stop says so (`Provider.can_stop`) and nothing is touched: `skyhive down NAME` is its way out.
 
-A Local or SSH pool: `stop` ends its workers, agent and watchdog (the machines stay as they are, the
-bootstrap caches on them kept); `start` starts new workers on the same nodes.
+A pool on fixed machines (Local, SSH hosts, another kind's nodes): `stop` ends its workers, agent and
+watchdog (the machines stay as they are, the bootstrap caches on them kept); `start` starts new workers on
+the same nodes, as the kind that keeps the pool finds them again (`KeepSupport.relaunch_provider`). Both
+ask the pool's `KeptPool`, never the record's shape.
 
 While stopped, the record stays (`stopped="stop"`), so `status` lists the pool as STOPPED, `skyhive
 ssh` still knows its hosts, and `down` finishes it (a stopped cloud pool's instances are terminated).
