@@ -12,15 +12,22 @@ through it. It says:
   keeps (`node_facts`: the transport reports it — a host key, the interpreter bootstrap found);
 - from the record: the provider that takes the workers over (`attach_provider`), which workers still
   live (`live`), how the pool's processes are stopped and what is left on the nodes cleaned up (`stop`),
-  and where the autostop watchdog runs (`start_watchdog`, `stop_watchdog`).
+  where the autostop watchdog runs (`start_watchdog`, `stop_watchdog`), and the provider that creates a
+  stopped pool again over the same nodes (`relaunch_provider`, `skyhive start`);
+- how a user reaches node N (`access`, a `NodeAccess`: `describe`, `run` for `skyhive ssh`, `connect` for
+  `skyhive forward`, `ssh_config` for `skyhive ssh-config`). A kind without it can be kept, not reached.
+
+What the record holds of the nodes (`provider_info`, `host_keys`, ...) is the keep support's own: above
+it, only `runtime/clusters/kept_pool.py` (`KeptPool`) and the pool's machines (`clusters/cloud.py`) read it.
 
 A provider that cannot keep a pool says so with the reason (`Provider.unsupported["keep"]`); one that can
 is wrapped (`runtime/clusters/kept.py`), and each running node is handed to the keep support of its
 reach's kind. The record names the kind that keeps it (`keeper`), so a later process finds the same
 support (a kind may reuse another's: a cloud's instances are kept as SSH nodes are).
 
-Built in: "local" (`runtime/kinds/local/keep.py`: detached workers on this machine's Unix sockets) and
-"ssh" (`runtime/kinds/ssh/keep.py`: detached workers on the hosts, their host keys pinned).
+Built in: "local" (`runtime/kinds/local/keep.py`: detached workers on this machine's Unix sockets; a
+local shell, this machine's loopback) and "ssh" (`runtime/kinds/ssh/keep.py`: detached workers on the
+hosts, their host keys pinned; `keep_access.py`: `ssh -F` with the pool's generated entries).
 """
 
 from __future__ import annotations
