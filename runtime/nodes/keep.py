@@ -42,8 +42,8 @@ import anyio.abc
 
 from ...providers.base import NodeHandle, Provider, ProvisionError
 
-__all__ = ["NodeAccess", "KeepSupport", "KeepContext", "KeptWorker", "KeptRecord", "StopResult", "keep_support", "keep_support_of",
-           "cluster_key", "node_name"]
+__all__ = ["NodeAccess", "KeepSupport", "KeepContext", "KeptWorker", "KeptRecord", "StopResult", "keep_support",
+           "keep_support_of", "cluster_key", "node_name"]
 
 
 def cluster_key(name: str, state_dir: str) -> str:
