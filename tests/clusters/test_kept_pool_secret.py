@@ -40,7 +40,7 @@ def offenders(root: Path = ROOT) -> list[str]:
             rel = path.relative_to(root).as_posix()
             if owned(rel):
                 continue
-            for line, what in shape_reads(ast.parse(path.read_text(), rel)):
+            for line, what in sorted(shape_reads(ast.parse(path.read_text(), rel))):
                 out.append(f"{rel}:{line}: {what}")
     return out
 
