@@ -299,7 +299,9 @@ def test_a_third_party_kind_keeps_a_named_pool_launch_detach_attach_down(tinyclo
     assert sorted(p.name for p in tinycloud.iterdir()) == ["tiny.0", "tiny.1"]  # the "VMs" stay
     assert all(process_alive(pid) for pid in pids)  # and their workers
     rec = records.load("tiny")
-    assert (rec.provider, rec.keeper, rec.instances) == ("tinycloud", "local", ["tiny.0", "tiny.1"])
+    from skyhive.runtime.clusters.kept_pool import KeptPool
+
+    assert (rec.provider, rec.keeper, KeptPool(rec).machines) == ("tinycloud", "local", ["tiny.0", "tiny.1"])
 
     script = textwrap.dedent("""\
         import builtins, json, os

@@ -1,19 +1,18 @@
-"""Getting onto a named pool's nodes: the command lines of `skyhive ssh` (OpenSSH with the pool's
-generated config, `sshfiles.py`), and a Local pool's session (a local shell: its nodes are this machine),
-in the job's working directory with the job's environment.
+"""Getting onto a named pool's nodes: what a session runs there (`skyhive ssh`), through the node's access
+(`KeptPool.access`: OpenSSH with the pool's generated config on SSH hosts, a local shell on this machine,
+another kind's exec): into the job's working directory, with the job's environment, then the command or
+a login shell.
 """
 
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
-from ...errors import NoSSH
 from ...paths import state_dir
+from .kept_pool import KeptPool
 from .record import ClusterRecord
-from .sshfiles import alias, write_config
 
-__all__ = ["remote_preamble", "ssh_argv", "local_dir", "session_env", "check_node", "NoSSH"]
+__all__ = ["session_argv", "session_env", "check_node"]
 
 
 def _latest_env(name: str) -> dict[str, str]:
@@ -38,44 +37,21 @@ def session_env(rec: ClusterRecord, node: int) -> dict[str, str]:
     return env
 
 
-def remote_preamble(rec: ClusterRecord, node: int) -> str:
-    """Shell lines run first on the node: into the job's working directory (the node's own, else the one
-    its machine shares; the home when no job ran) with the job's environment."""
-    work = f"$HOME/.skyhive/work/{rec.name}"
-    lines = [f'cd "{work}/node-{node}" 2>/dev/null || cd "{work}/node-0" 2>/dev/null || cd "$HOME"']
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(session_env(rec, node).items())]
-    return "\n".join(lines) + "\n"
-
-
 def check_node(rec: ClusterRecord, node: int) -> None:
-    if not 0 <= node < rec.nodes:
-        raise ValueError(f"pool {rec.name!r} has nodes 0..{rec.nodes - 1}: there is no node {node}")
+    KeptPool(rec).check_node(node)
 
 
-def ssh_argv(rec: ClusterRecord, node: int, command: list[str] | None, *, tty: bool | None = None,
-             options: list[str] | None = None) -> list[str]:
-    """The `ssh` command line for a session on node `node` of the pool `rec` (its config written
-    first): `command` (joined with spaces, as ssh does) run in the job's directory with the job's
-    environment, or with None an interactive login shell there (a pty). Raises `NoSSH` for a Local pool."""
-    check_node(rec, node)
-    path = write_config(rec)
-    if path is None:
-        raise NoSSH(f"pool {rec.name!r} runs on this machine ({rec.provider}): it has no SSH entries")
-    remote = remote_preamble(rec, node)
-    if command:
-        remote += " ".join(command) + "\n"
+def session_argv(kept: KeptPool, node: int, command: list[str] | None) -> list[str]:
+    """What a session on node `node` runs (`sh -c`): into the job's working directory (the node's own,
+    else the one its machine shares; where none is, the pool's directory on this machine, the home
+    elsewhere), with the job's environment, then `command` (joined with spaces, as ssh does) or, with
+    None, a login shell."""
+    rec = kept.rec
+    if kept.here:  # the jobs' directories are this machine's state directory's
+        work, fallback = shlex.quote(str(state_dir() / "work" / rec.name)), shlex.quote(rec.cwd) if rec.cwd else "~"
     else:
-        remote += 'exec "${SHELL:-/bin/sh}" -l\n'
-    want_tty = (command is None) if tty is None else tty
-    return ["ssh", "-F", str(path), *(["-t"] if want_tty else ["-T"]), *(options or []), alias(rec.name, node),
-            remote]
-
-
-def local_dir(rec: ClusterRecord, node: int) -> str:
-    """A Local pool's node's working directory: the latest job's there (its own, else node 0's, which
-    the nodes of one machine share), else the pool's directory."""
-    work = state_dir() / "work" / rec.name
-    for candidate in (work / f"node-{node}", work / "node-0"):
-        if candidate.is_dir():
-            return str(candidate)
-    return rec.cwd or str(Path.home())
+        work, fallback = f'"$HOME/.skyhive/work/{rec.name}"', '"$HOME"'
+    lines = [f"cd {work}/node-{node} 2>/dev/null || cd {work}/node-0 2>/dev/null || cd {fallback}"]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(session_env(rec, node).items())]
+    lines.append(" ".join(command) if command else 'exec "${SHELL:-/bin/sh}" -l')
+    return ["sh", "-c", "\n".join(lines) + "\n"]

@@ -27,6 +27,7 @@ import sys
 
 from . import jobs as jobq
 from . import record as records
+from .kept_pool import KeptPool
 from .stop import stop_pool
 
 __all__ = ["main", "autostop", "KEEP_WATCHING"]
@@ -51,16 +52,15 @@ def autostop(name: str) -> str:
         rec = records.load(name)
         what = "autodown" if rec.autostop_down else "autostop"
         idle = "its idle time" if rec.autostop_minutes is None else f"{rec.autostop_minutes:g} min"
-        from .cloud import can_stop, stop_instances, terminate_instances
-
+        kept = KeptPool(rec)
         # (asked first: a pool kept "stopped" has its log closed now; one taken down, only once its
         # provider confirmed the termination)
-        stops = bool(rec.instances) and not rec.autostop_down and can_stop(rec)
+        stops = not rec.autostop_down and kept.can_stop_machines()
         stop_pool(name, why=f"{what}: no client for {idle}", watchdog=False, keep_machines=stops)
-        if stops and stop_instances(rec):  # a cloud pool's instances stopped, their disks kept
+        if stops and kept.stop_machines():  # a cloud pool's instances stopped, their disks kept
             records.save(dataclasses.replace(rec, stopped=what, watchdog_pid=0))
-        elif rec.instances:  # autodown, or a cloud that cannot stop its machines: terminated
-            terminate_instances(rec, why=f"{what}: no client for {idle}")
+        elif kept.machines:  # autodown, or a cloud that cannot stop its machines: terminated
+            kept.terminate_machines(why=f"{what}: no client for {idle}")
             records.remove(name)
         elif rec.autostop_down:
             records.remove(name)

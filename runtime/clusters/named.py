@@ -27,7 +27,9 @@ from ..nodes.keep import KeepContext, KeepSupport, cluster_key, keep_support_of
 from . import attempt
 from . import record as records
 from .follow import follow_workers
+from .cloud import machine_fields
 from .kept import KeptProvider
+from .kept_pool import KeptPool
 from .procs import runs
 from .record import ClusterRecord, WorkerEntry
 
@@ -80,10 +82,7 @@ def _no_live_pool(name: str) -> None:
         if not old.leaking:  # what a killed client or autostop left on the nodes (marks, a socket dir)
             for failure in keep_support_of(old).leftovers(old):
                 log.warning("pool %s: %s", name, failure)
-        if old.instances:  # its instances may still run (billed): terminated before it is forgotten
-            from .cloud import terminate_instances
-
-            terminate_instances(old)
+        KeptPool(old).terminate_machines()  # its machines may still run (billed): terminated before it is forgotten
         records.remove(name)  # what is left of a pool whose workers all died
 
 
@@ -273,8 +272,7 @@ class NamedPool:
             handles = [node.handle for node in nodes if node.handle is not None]
             fields = keeper.record_fields(inner, handles, provider.ctx)
             info = dict(fields.pop("provider_info", {}))
-            if not inner.fixed_machines:  # machines made to order: recorded by id, what `down` terminates
-                info.update(cloud=inner.describe(), instances=[h.provider_id for h in handles])
+            info.update(machine_fields(inner, handles))  # machines made to order: recorded by id (`cloud.py`)
             rec = ClusterRecord(name=self.name, provider=inner.name, nodes=len(nodes),
                                 processes_per_node=processes_per_node, concurrency=worker.processes,
                                 task_threads=worker.threads, created=time.time(), workers=tuple(workers),
@@ -320,10 +318,8 @@ class NamedPool:
                 failures = [str(exc)]
             if failures:
                 log.warning("pool %s: could not clean up on every host: %s", self.name, "; ".join(failures))
-        if rec is not None and rec.instances:
-            from .cloud import terminate_instances
-
-            terminate_instances(rec)
+        if rec is not None:
+            KeptPool(rec).terminate_machines()
         records.remove(self.name)
 
 
@@ -346,10 +342,7 @@ def set_autostop(rec: ClusterRecord, minutes: float, down: bool) -> ClusterRecor
     if old and runs(old, "skyhive.runtime.worker.watchdog"):  # one here
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(old, signal.SIGKILL)  # it leads its own session; it only watches
-    if rec.instances:  # an OS shutdown (the watchdog on an instance) now stops or terminates them
-        from .cloud import shutdown_behavior
-
-        shutdown_behavior(rec, "terminate" if down else "stop")
+    KeptPool(rec).set_autostop_shutdown(down)  # an OS shutdown (the watchdog on a machine) now stops or terminates it
     rec = dataclasses.replace(rec, autostop_minutes=minutes, autostop_down=down, watchdog_pid=0)
     rec = dataclasses.replace(rec, watchdog_pid=start_watchdog(rec))
     records.save(rec)
@@ -363,6 +356,6 @@ def refuse_stopped(rec: ClusterRecord) -> None:
         raise PoolGone(f"pool {rec.name!r} was stopped by `skyhive stop {rec.name}`: `skyhive start {rec.name}` "
                        "starts it again")
     if rec.stopped:
-        again = f"`skyhive start {rec.name}` (its instances, disks kept) or " if rec.instances else ""
+        again = f"`skyhive start {rec.name}` (its instances, disks kept) or " if KeptPool(rec).machines else ""
         raise PoolGone(f"pool {rec.name!r} was stopped by {rec.stopped} (it was idle past its limit): "
                        f"{again}`skyhive launch -c {rec.name} TASK.yaml` starts it again")

@@ -1,9 +1,10 @@
 """`resources.ports` (SkyPilot's spelling: `8888`, `"8000-8010"`, or a list of those) and a named pool's
 endpoints: how each of its ports is reached from this machine (`skyhive status --endpoints NAME`).
 
-Every provider's ports are reached through the pool's SSH connection (`skyhive forward`), no port
-open to anyone; a Local pool's are this machine's. On a cloud that opens them (`Provider.opens_ports`),
-they are also open on the pool's firewall for this client's address only.
+Every provider's ports are reached through the node's access (`skyhive forward`: the pool's SSH
+connection, another kind's exec), no port open to anyone; a pool's on this machine are this machine's.
+On a cloud that opens them (`Provider.opens_ports`), they are also open on the pool's firewall for this
+client's address only.
 """
 
 from __future__ import annotations
@@ -56,15 +57,15 @@ def spell(ranges: Any) -> list[str]:
 def endpoints(name: str) -> list[dict[str, Any]]:
     """The named pool's ports and how each is reached from here: {"port", "node", "how"} per port
     (a range: its first port)."""
-    from . import record as records
+    from .kept_pool import KeptPool
 
-    rec = records.load(name)
+    kept = KeptPool.load(name)
     out = []
-    for lo, hi in rec.spec.get("ports") or ():
+    for lo, hi in kept.rec.spec.get("ports") or ():
         for port in range(int(lo), int(hi) + 1):
-            if rec.on_hosts:
-                how = f"skyhive forward {name} {port}  (then http://127.0.0.1:{port})"
-            else:
+            if kept.here:
                 how = f"http://127.0.0.1:{port}  (this machine)"
+            else:
+                how = f"skyhive forward {name} {port}  (then http://127.0.0.1:{port})"
             out.append({"port": port, "node": 0, "how": how})
     return out

@@ -66,9 +66,11 @@ class ClusterRecord:
     task_threads: int = 1  # task threads per worker process (`sky.Worker(concurrency=N)`, the thread executor)
     watchdog_pid: int = 0  # the autostop watchdog (`worker/watchdog.py --unix-dir`), while it runs
     stopped: str = ""  # "autostop" once the watchdog stopped the pool's workers
-    # SSH pools: the provider as `SSHCluster.recorded()` says (hosts, user, key *path*, known_hosts path,
-    # python: never a secret), the directory name of the sockets on the hosts, and the host key each
-    # node's host showed when the pool was created (pinned by every later connection), by node index
+    # what the kind that keeps the pool records of its nodes (an SSH pool: the provider as
+    # `SSHCluster.recorded()` says — hosts, user, key *path*, known_hosts path, python: never a secret), and of
+    # machines made to order (`cloud.py`): read only by that kind's keep support and `kept_pool.py`; the
+    # directory name of the sockets on the hosts, and the host key each node's host showed when the pool
+    # was created (pinned by every later connection), by node index
     provider_info: dict[str, Any] = field(default_factory=dict)
     cluster: str = ""
     host_keys: dict[str, str] = field(default_factory=dict)
@@ -86,24 +88,10 @@ class ClusterRecord:
     def __post_init__(self) -> None:
         if not self.keeper:
             object.__setattr__(self, "keeper", "ssh" if self.cluster else "local")
-
-    @property
-    def on_hosts(self) -> bool:
-        """True when the workers are on other machines (an SSH pool, a cloud pool's instances): what the
-        kind that keeps the pool says (`KeepSupport.same_machine`); a kind not installed here: whether the
-        record names a socket directory elsewhere (`cluster`)."""
-        from ..nodes.keep import keep_support
-
-        try:
-            support = keep_support(self.keeper)
-        except Exception:  # noqa: BLE001 - a kind whose package is broken: the record's own word
-            support = None
-        return not support.same_machine if support is not None else bool(self.cluster)
-
-    @property
-    def instances(self) -> list[str]:
-        """A cloud pool's instance ids (what `down` terminates); [] for others."""
-        return [str(i) for i in self.provider_info.get("instances", ())]
+        info = self.provider_info
+        if info.get("instances") and "power_off" not in info:  # machines recorded before `power_off` existed
+            power_off = str((info.get("cloud") or {}).get("shutdown_command") or "sudo shutdown -h now")
+            object.__setattr__(self, "provider_info", {**info, "power_off": power_off})
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
@@ -166,13 +154,25 @@ def save(record: ClusterRecord) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(record.to_json())
     os.replace(tmp, directory / "record.json")
-    from .sshfiles import write_config
+    _write_entries(record)
+
+
+def _write_entries(record: ClusterRecord) -> None:
+    """A pool whose nodes speak SSH: its SSH entries follow its record (each node's `NodeAccess.ssh_config`
+    writes them, `skyhive ssh-config`); a kind not installed here, or without access, has none."""
+    import logging
+
+    from ...errors import ProvisionError
+    from ..nodes.keep import keep_support
 
     try:
-        write_config(record)  # an SSH or cloud pool's SSH entries follow its record (`sshfiles.py`)
-    except (OSError, ValueError) as exc:  # the record is what matters: `skyhive ssh` writes them again, or says why
-        import logging
-
+        support = keep_support(record.keeper)
+        if support is None:
+            return
+        for node in range(record.nodes):
+            support.access(record, node).ssh_config()
+    except (OSError, ValueError, ProvisionError) as exc:  # the record is what matters: `skyhive ssh` writes
+        # them again, or says why
         logging.getLogger("skyhive.clusters").warning("pool %s: its SSH entries were not written: %s", record.name, exc)
 
 
@@ -185,9 +185,9 @@ def remove(name: str) -> None:
     if record is not None and record.socket_dir:  # (a pool on other hosts has its sockets there: none here)
         shutil.rmtree(record.socket_dir, ignore_errors=True)
     shutil.rmtree(cluster_dir(name), ignore_errors=True)
-    from .sshfiles import remove_config
+    from ..kinds.ssh.keep_files import remove_config
 
-    remove_config(name)
+    remove_config(name)  # its SSH entries, where its nodes spoke SSH
 
 
 def names() -> list[str]:

@@ -16,19 +16,26 @@ import contextlib
 import fnmatch
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...paths import private_dir, state_dir
-from .sshfiles import node_addresses
+from ..kinds.ssh.keep_files import config_path
+from .kept_pool import KeptPool
 from .record import ClusterRecord
 
 __all__ = ["include_line", "user_config", "installed", "install", "uninstall", "consent", "set_consent",
-           "problems", "HostBlock", "host_blocks"]
+           "problems", "HostBlock", "host_blocks", "entries_path"]
 
 MARK = "# skyhive: named pools' SSH entries (`skyhive ssh-config --remove` takes this out)"
+
+
+def entries_path(name: str) -> Path:
+    """The generated SSH entries of pool `name` (what the `Include` line reads)."""
+    return config_path(name)
 
 
 def include_line() -> str:
@@ -221,8 +228,8 @@ def problems(rec: ClusterRecord, path: Path | None = None) -> list[str]:
     skyhive's `Include` missing, an alias of ours defined there too, options set for our hosts before
     our entries or that route the connection elsewhere. Each names the line and what to do."""
     path = path or user_config()
-    addresses = node_addresses(rec)
-    if not addresses:
+    ours = _ours(rec)
+    if not ours:
         return []
     at = installed(path)
     where = f"{path}"
@@ -231,29 +238,28 @@ def problems(rec: ClusterRecord, path: Path | None = None) -> list[str]:
                 "`skyhive ssh-config --install` adds one Include line at its top"]
     out: list[str] = []
     blocks = host_blocks(path)
-    ours = _ours(rec)
-    for a in addresses:
+    for alias in ours:
         for block in blocks:
-            if block.line and a.alias in block.patterns:
+            if block.line and alias in block.patterns:
                 first = "before" if block.line < at else "after"
-                out.append(f"{where}:{block.line}: `Host {' '.join(block.patterns)}` also names {a.alias!r} ({first} "
+                out.append(f"{where}:{block.line}: `Host {' '.join(block.patterns)}` also names {alias!r} ({first} "
                            f"skyhive's Include at line {at}): OpenSSH takes each option from the first of them "
                            f"that sets it; rename or remove that entry (or the pool)")
-        seen = _effective(path, a.alias)
+        seen = _effective(path, alias)
         if not seen:
             continue
         for key in _OURS:
-            want = ours[a.alias].get(key)
+            want = ours[alias].get(key)
             if want is not None and seen.get(key) != want:
-                culprit = _who_sets(blocks, a.alias, key, before=at)
-                out.append(f"{where}{culprit}: sets {key} for {a.alias!r} to {seen.get(key)!r} before skyhive's "
+                culprit = _who_sets(blocks, alias, key, before=at)
+                out.append(f"{where}{culprit}: sets {key} for {alias!r} to {seen.get(key)!r} before skyhive's "
                            f"entry (which says {want!r}; skyhive's Include is at line {at}): move skyhive's "
                            "Include line above it")
         for key in _ROUTES:
             value = seen.get(key, "none")
             if value and value.lower() != "none":
-                culprit = _who_sets(blocks, a.alias, key, before=None)
-                out.append(f"{where}{culprit}: sets {key} {value!r} for every host it matches, {a.alias!r} "
+                culprit = _who_sets(blocks, alias, key, before=None)
+                out.append(f"{where}{culprit}: sets {key} {value!r} for every host it matches, {alias!r} "
                            f"included: the connection to the pool's node would go through it; add "
                            f"`Host !{rec.name}* ...` to that block's patterns, or `{key} none` to a `Host "
                            f"{rec.name}*` block above it")
@@ -270,14 +276,20 @@ def _who_sets(blocks: list[HostBlock], host: str, key: str, *, before: int | Non
 
 
 def _ours(rec: ClusterRecord) -> dict[str, dict[str, str]]:
-    """What `ssh -G` should show for each of our aliases (as it prints the values)."""
-    known = str(state_dir() / "ssh" / f"{rec.name}.known_hosts")
-    key = rec.provider_info.get("key")
-    out = {}
-    for a in node_addresses(rec):
-        values = {"hostname": a.host, "port": str(a.port), "user": a.user, "hostkeyalias": a.alias,
-                  "userknownhostsfile": known, "stricthostkeychecking": "true"}
-        if key:
-            values["identityfile"] = os.path.abspath(os.path.expanduser(str(key)))
-        out[a.alias] = values
+    """What `ssh -G` should show for each of our aliases (as it prints the values), read from the `Host`
+    lines each node's access gives (`NodeAccess.ssh_config`)."""
+    out: dict[str, dict[str, str]] = {}
+    alias = ""
+    for block in KeptPool(rec).ssh_entries():
+        for line in block.splitlines():
+            words = shlex.split(line, comments=True)
+            if len(words) < 2:
+                continue
+            key, value = words[0].lower(), " ".join(words[1:])
+            if key == "host":
+                alias = value
+                out[alias] = {}
+            elif alias and key in _OURS:
+                out[alias][key] = {"yes": "true", "no": "false"}.get(value, value) if key == "stricthostkeychecking" \
+                    else value
     return out

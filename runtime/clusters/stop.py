@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Collection, Mapping
 
 from ...errors import SSHError
-from ..nodes.keep import keep_support_of
 from ..onnode.nodecmd import work_root
 from . import record as records
 from .jobs import agent_pid
+from .kept_pool import KeptPool
 from .procs import alive, runs
 
 __all__ = ["stop_pool", "stopped_by_shutdown"]
@@ -54,9 +54,10 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
     provider holds, and keeps the jobs' working directories (what is on the disks stays). A cloud pool
     whose instances are stopped is not visited on them (nothing of it runs there). Returns how many
     processes were ended. Raises `PoolNotFound` naming the pool."""
-    rec = records.load(name)
-    keeper = keep_support_of(rec)  # the kind that keeps it: where its workers run, how they are stopped
-    halted = bool(rec.instances and rec.stopped)  # its instances are stopped: nothing of it runs on them
+    kept = KeptPool.load(name)
+    rec = kept.rec
+    keeper = kept.support  # the kind that keeps it: where its workers run, how they are stopped
+    halted = kept.machines_stopped  # its machines are stopped: nothing of it runs on them
     pids = keeper.worker_groups(rec)  # its workers on this machine
     agent = agent_pid(name)
     if agent and agent > 0 and runs(agent, "skyhive.runtime.control.agent"):
@@ -81,7 +82,7 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
         ended += result.ended
     if not keep_machines:
         shutil.rmtree(work_root(name), ignore_errors=True)  # the jobs' working directories on this machine
-    if rec.instances and not keep_machines:
+    if kept.machines and not keep_machines:
         # a cloud pool's nodes are terminated by id (`cloud.terminate_instances`), which closes the log
         # once the provider confirms: recorded here, a failed termination would leave the log saying
         # `terminated` for instances that still run
@@ -114,14 +115,13 @@ def stopped_by_shutdown(rec: records.ClusterRecord) -> records.ClusterRecord:
     the record says it runs: the autostop watchdog on the instances shut them down, and they were made
     to stop on shutdown (`named.shutdown_on_autostop`). Any other pool's record is returned as it is,
     without asking anyone."""
-    if not rec.instances or rec.stopped or rec.leaking:
+    machines = KeptPool(rec).machines
+    if not machines or rec.stopped or rec.leaking:
         return rec
-    from .cloud import instance_states
-
-    states = instance_states(rec)
-    if states is None or not all(states.get(i) == "stopped" for i in rec.instances):
+    states = KeptPool(rec).machine_states()
+    if states is None or not all(states.get(i) == "stopped" for i in machines):
         return rec
-    log.info("pool %s: instances %s stopped themselves (autostop on them)", rec.name, ", ".join(rec.instances))
+    log.info("pool %s: instances %s stopped themselves (autostop on them)", rec.name, ", ".join(machines))
     records.save(dataclasses.replace(rec, stopped="autostop"))  # nothing is reached on its instances now
     stop_pool(rec.name, why="autostop: its instances shut themselves down", keep_machines=True)
     rec = dataclasses.replace(rec, stopped="autostop", watchdog_pid=0)

@@ -1,72 +1,43 @@
 """`skyhive ssh NAME`, `skyhive forward NAME PORT` and `skyhive ssh-config`: onto a named pool's nodes.
 
-SSH and cloud pools are reached through OpenSSH (`ssh` on PATH) with the pool's generated config
-(`clusters/access.py`): the pool's key, its pinned host keys, `StrictHostKeyChecking yes`. A Local
-pool's nodes are this machine: a session is a local shell in the node's working directory, a port is
-reached directly.
+Each goes through the node's access, as the kind that keeps the pool declares it (`KeptPool.access`,
+`runtime/nodes/keep.py`'s `NodeAccess`): SSH and cloud pools through OpenSSH (`ssh` on PATH) with the
+pool's generated config (the pool's key, its pinned host keys, `StrictHostKeyChecking yes`); a Local
+pool's nodes are this machine (a session is a local shell, a port is reached directly); another kind's
+through its own exec.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import os
-import shutil
 import signal
 import socket
-import subprocess
 import sys
-import time
+from collections.abc import Awaitable, Callable
 from typing import TextIO
 
+import anyio
+import anyio.abc
+
+from ...errors import ProvisionError
 from ..clusters import record as records
-from ..clusters.access import check_node, local_dir, session_env, ssh_argv
-from ..clusters.sshfiles import alias, config_path, write_config
+from ..clusters.access import session_argv
+from ..clusters.kept_pool import KeptPool
 from ..clusters.record import ClusterRecord
+from ..nodes.keep import node_name
 
-__all__ = ["access_lines", "ssh_session", "forward", "parse_forward", "ssh_config", "offer_include", "offer_include_for"]
-
-
-def _need_ssh() -> str:
-    ssh = shutil.which("ssh")
-    if ssh is None:
-        raise FileNotFoundError("OpenSSH's `ssh` is not on PATH: install the OpenSSH client (openssh-client) to "
-                                "reach a pool's SSH nodes")
-    return ssh
-
-
-def _wait(proc: subprocess.Popen) -> int:
-    """Wait for `proc` as a shell waits for a foreground command: Ctrl-C and Ctrl-\\ go to it (the
-    terminal's process group), not to us; a SIGTERM to us is passed on to it. Its exit code, or 128+N
-    when signal N ended it."""
-    def pass_on(signum: int, frame: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signum)
-
-    handled = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
-    old = [signal.signal(s, signal.SIG_IGN if s != signal.SIGTERM else pass_on) for s in handled]
-    try:
-        code = proc.wait()
-    finally:
-        for s, handler in zip(handled, old):
-            signal.signal(s, handler)
-    return 128 - code if code < 0 else code
+__all__ = ["access_lines", "ssh_session", "forward", "parse_forward", "ssh_config", "offer_include", "offer_include_for",
+           "relay"]
 
 
 def ssh_session(name: str, *, node: int = 0, command: list[str] | None = None) -> int:
     """`skyhive ssh NAME [--node N] [-- COMMAND...]`: `command` (or, with None, an interactive shell)
-    on node `node` of the named pool, in the job's working directory with the job's environment.
-    Returns its exit code (128+N for a signal)."""
-    rec = records.load(name)
-    check_node(rec, node)
-    if not rec.on_hosts:  # this machine: a local shell
-        shell = os.environ.get("SHELL") or "/bin/sh"
-        argv = [shell, "-c", " ".join(command)] if command else [shell, "-i"]
-        env = {**os.environ, **session_env(rec, node)}
-        return _wait(subprocess.Popen(argv, cwd=local_dir(rec, node), env=env))
-    argv = ssh_argv(rec, node, command)
-    argv[0] = _need_ssh()
-    return _wait(subprocess.Popen(argv))
+    on node `node` of the named pool, in the job's working directory with the job's environment, through
+    the node's access (`KeptPool.access`). Returns its exit code (128+N for a signal)."""
+    kept = KeptPool.load(name)
+    access = kept.access(node)
+    return access.run(session_argv(kept, node, command), tty=command is None)
 
 
 def parse_forward(spec: str) -> tuple[int, int]:
@@ -94,105 +65,79 @@ def _bound(port: int) -> bool:
 
 def forward(name: str, spec: str, *, node: int = 0, err: TextIO | None = None) -> int:
     """`skyhive forward NAME REMOTE_PORT[:LOCAL_PORT]`: 127.0.0.1:LOCAL on this machine reaches
-    127.0.0.1:REMOTE on the node, through the pool's SSH connection, until Ctrl-C. A Local pool's port is
-    this machine's already (a different local port is relayed). Returns 0 when stopped by Ctrl-C."""
+    127.0.0.1:REMOTE on the node, each connection relayed through the node's access (`NodeAccess.connect`:
+    the pool's SSH connection, another kind's exec), until Ctrl-C. A pool on this machine has its ports here
+    already (a different local port is relayed). Returns 0 when stopped by Ctrl-C or SIGTERM."""
     err = err or sys.stderr
     remote, local = parse_forward(spec)
-    rec = records.load(name)
-    check_node(rec, node)
+    kept = KeptPool.load(name)
+    kept.check_node(node)
     if _bound(local):
         raise OSError(f"forward {spec}: 127.0.0.1:{local} is in use on this machine; pick another local port "
                       f"(`skyhive forward {name} {remote}:OTHER`)")
-    if not rec.on_hosts:
+    if kept.here:
         if local == remote:
             err.write(f"skyhive: pool {name} runs on this machine: http://127.0.0.1:{remote} reaches its port "
                       "directly\n")
             err.flush()
             return 0
         return _relay(remote, local, name, err)
-    write_config(rec)
-    argv = [_need_ssh(), "-F", str(config_path(name)), "-N", "-o", "ExitOnForwardFailure=yes",
-            "-L", f"127.0.0.1:{local}:127.0.0.1:{remote}", alias(name, node)]
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
-    old = signal.signal(signal.SIGTERM, _interrupt)  # a SIGTERM ends the forward as Ctrl-C does: ssh with it
-    try:
-        while proc.poll() is None and not _bound(local):
-            time.sleep(0.05)
-        if proc.poll() is not None:
-            return proc.returncode or 1
-        err.write(f"skyhive: forwarding 127.0.0.1:{local} -> {alias(name, node)}:{remote} "
-                  f"(http://127.0.0.1:{local}; Ctrl-C stops)\n")
-        err.flush()
-        code = proc.wait()
-    except KeyboardInterrupt:
-        code = 0
-    finally:
-        signal.signal(signal.SIGTERM, old)
-        if proc.poll() is None:
-            proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return 0 if code in (0, -signal.SIGTERM, -signal.SIGINT) else code
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+    access = kept.access(node)
+    return relay(lambda: access.connect(remote), local, err,
+                 f"skyhive: forwarding 127.0.0.1:{local} -> {node_name(name, node)}:{remote} "
+                 f"(http://127.0.0.1:{local}; Ctrl-C stops)\n")
 
 
 def _relay(remote: int, local: int, name: str, err: TextIO) -> int:
-    """127.0.0.1:`local` relayed to 127.0.0.1:`remote` on this machine, until Ctrl-C or SIGTERM.
+    """127.0.0.1:`local` relayed to 127.0.0.1:`remote` on this machine, until Ctrl-C or SIGTERM."""
+    return relay(lambda: anyio.connect_tcp("127.0.0.1", remote), local, err,
+                 f"skyhive: pool {name} runs on this machine: forwarding 127.0.0.1:{local} -> 127.0.0.1:{remote} "
+                 "(Ctrl-C stops)\n")
 
-    The signals are the event loop's (`add_signal_handler`), not a handler raising KeyboardInterrupt:
-    one raised at an arbitrary point inside the loop was lost when it landed while a connection was
-    closing, and the relay then outlived its SIGTERM (CI's stop 33)."""
-    import asyncio
 
-    writers: set[asyncio.StreamWriter] = set()
+def relay(connect: Callable[[], Awaitable[anyio.abc.ByteStream]], local: int, err: TextIO, said: str) -> int:
+    """Listen on 127.0.0.1:`local` and relay each connection to a stream `connect()` opens, until Ctrl-C
+    or SIGTERM; `said` is written to `err` once it listens. A connection whose stream cannot be opened
+    is closed, saying why.
 
-    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        finally:
-            with contextlib.suppress(OSError):
-                writer.close()
+    The signals are the event loop's (a signal receiver), not a handler raising KeyboardInterrupt: one
+    raised at an arbitrary point inside the loop was lost when it landed while a connection was closing,
+    and the relay then outlived its SIGTERM (CI's stop 33). Stopping cancels every open connection."""
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        ends = {writer}
-        writers.add(writer)
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", remote)
-            ends.add(up_writer)
-            writers.add(up_writer)
-            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True)
-        except OSError:
-            pass
-        finally:
-            writers.difference_update(ends)
-            for end in ends:
-                end.close()
+    async def pump(source: anyio.abc.ByteStream, sink: anyio.abc.ByteStream) -> None:
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError):
+            async for chunk in source:
+                await sink.send(chunk)
+        with contextlib.suppress(Exception):
+            await sink.send_eof()
+
+    async def serve(client: anyio.abc.SocketStream) -> None:
+        async with client:
+            try:
+                upstream = await connect()
+            except Exception as exc:  # noqa: BLE001 - this connection ends, saying why; the relay goes on
+                err.write(f"skyhive: forward: could not reach the node's port: {exc}\n")
+                err.flush()
+                return
+            async with upstream, anyio.create_task_group() as tg:
+                tg.start_soon(pump, client, upstream)
+                tg.start_soon(pump, upstream, client)
 
     async def main() -> None:
-        loop = asyncio.get_running_loop()
-        stop = loop.create_future()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
-        server = await asyncio.start_server(serve, "127.0.0.1", local)
-        err.write(f"skyhive: pool {name} runs on this machine: forwarding 127.0.0.1:{local} -> 127.0.0.1:{remote} "
-                  f"(Ctrl-C stops)\n")
-        err.flush()
-        try:
-            await stop
-        finally:
-            server.close()
-            for writer in list(writers):  # the open connections end now, not when their peers close
-                writer.transport.abort()
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=local)
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with listener, anyio.create_task_group() as tg:
+                tg.start_soon(listener.serve, serve)
+                err.write(said)
+                err.flush()
+                async for _ in signals:
+                    break
+                tg.cancel_scope.cancel()
 
-    asyncio.run(main())
+    try:
+        anyio.run(main)
+    except KeyboardInterrupt:  # a Ctrl-C before the receiver was installed
+        pass
     return 0
 
 
@@ -226,13 +171,14 @@ def ssh_config(name: str | None, *, install: bool = False, remove: bool = False,
                   "already\n")
     code = 0
     for pool in ([name] if name else records.names()):
-        rec = records.load(pool)
-        path = write_config(rec)
-        if path is None:
-            out.write(f"{pool}: runs on this machine (no SSH entries; `skyhive ssh {pool}` opens a local shell)\n")
+        kept = KeptPool.load(pool)
+        if not kept.ssh_entries():
+            where = "runs on this machine" if kept.here else "its nodes are not reached over SSH"
+            out.write(f"{pool}: {where} (no SSH entries; `skyhive ssh {pool}` opens a shell on its nodes)\n")
             continue
-        out.write(f"{pool}: {path} ({', '.join(alias(pool, n) for n in range(rec.nodes))})\n")
-        for problem in sshconfig.problems(rec, user):
+        out.write(f"{pool}: {sshconfig.entries_path(pool)} "
+                  f"({', '.join(node_name(pool, n) for n in range(kept.rec.nodes))})\n")
+        for problem in sshconfig.problems(kept.rec, user):
             err.write(f"skyhive: warning: {problem}\n")
             code = 1
     return code
@@ -255,7 +201,7 @@ def offer_include(rec: ClusterRecord, err: TextIO | None = None) -> None:
     from ..clusters import sshconfig
 
     err = err or sys.stderr
-    if not rec.on_hosts or sshconfig.installed() or sshconfig.consent():
+    if sshconfig.installed() or sshconfig.consent() or not KeptPool(rec).ssh_entries():
         return
     if not sys.stdin.isatty():
         err.write(f"skyhive: `skyhive ssh {rec.name}` reaches the pool; `skyhive ssh-config --install` makes "
@@ -272,22 +218,21 @@ def offer_include(rec: ClusterRecord, err: TextIO | None = None) -> None:
 
 
 def access_lines(name: str) -> list[str]:
-    """How to get onto pool `name`, for `skyhive status NAME`: each node's address and SSH alias, and
-    the endpoints of its ports."""
-    from ..clusters.sshfiles import node_addresses
+    """How to get onto pool `name`, for `skyhive status NAME`: each node as its access describes it (an
+    SSH node's address and alias), and the endpoints of its ports."""
+    from ..clusters import sshconfig
     from ..clusters.ports import endpoints
 
-    rec = records.load(name)
+    kept = KeptPool.load(name)
     lines = []
-    addresses = node_addresses(rec)
-    if addresses:
-        for a in addresses:
-            lines.append(f"node {a.node}: {a.user}@{a.host}:{a.port}  ssh alias {a.alias}  (`skyhive ssh {name}"
-                         f"{'' if a.node == 0 else f' --node {a.node}'}`)")
-        lines.append(f"ssh config: {config_path(name)}")
-    else:
-        lines += [f"node {n}: this machine ({local_dir(rec, n)})  (`skyhive ssh {name}"
-                  f"{'' if n == 0 else f' --node {n}'}`)" for n in range(rec.nodes)]
+    for n in range(kept.rec.nodes):
+        try:
+            said = kept.access(n).describe()
+        except ProvisionError as exc:
+            said = f"cannot be reached ({exc})"
+        lines.append(f"node {n}: {said}  (`skyhive ssh {name}{'' if n == 0 else f' --node {n}'}`)")
+    if kept.ssh_entries():
+        lines.append(f"ssh config: {sshconfig.entries_path(name)}")
     for e in endpoints(name):
         lines.append(f"port {e['port']}: {e['how']}")
     return lines

@@ -26,7 +26,7 @@ from ..clusters import jobs as jobq
 from ..clusters import record as records
 from .agent import ensure_agent
 from ..clusters.named import dead_workers, live_workers, new_kept_pool, set_autostop
-from ..nodes.keep import keep_support_of
+from ..clusters.kept_pool import KeptPool
 from ..clusters.procs import alive
 from ..clusters.stop import stop_pool
 from .launch import task_env, task_steps
@@ -67,14 +67,12 @@ def _require_keepable(task: Task, command: str) -> None:
 
 def _provider_of(name: str) -> Provider:
     """The provider a job of pool `name` is planned for (its SKYPILOT_CLUSTER_INFO, node checks)."""
-    rec = records.load(name)
-    if rec.instances:  # a cloud pool: its provider (region, zone for SKYPILOT_CLUSTER_INFO), no cloud call
-        from ...providers.registry import from_description
-
-        return from_description(rec.provider_info["cloud"])
-    if rec.on_hosts:  # its hosts, as the kind that keeps it reaches them
-        return keep_support_of(rec).attach_provider(rec, check=False)
-    return Local()
+    kept = KeptPool.load(name)
+    if kept.here:
+        return Local()
+    # its machines' provider (region, zone for SKYPILOT_CLUSTER_INFO; no cloud call), else its nodes as the
+    # kind that keeps it reaches them
+    return kept.plan_provider()
 
 
 def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minutes: float | None = None,
@@ -105,11 +103,12 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
         from ..clusters.stop import stopped_by_shutdown
 
         rec = stopped_by_shutdown(rec)
-    if rec is not None and (rec.stopped == "stop" or (rec.stopped and rec.instances)):
+    machines = bool(rec is not None and KeptPool(rec).machines)
+    if rec is not None and (rec.stopped == "stop" or (rec.stopped and machines)):
         # `skyhive stop` or a cloud pool's autostop: the same nodes started again, disks kept
         from ..commands.pause import start_cluster
 
-        start_cluster(name, provider=provider if rec.instances else None, err=err)
+        start_cluster(name, provider=provider if machines else None, err=err)
         rec = records.load(name)
     if rec is not None and (dead_workers(rec) or not rec.workers):
         _say(err, f"pool {name} is stopped (its workers are gone): starting it again")
@@ -198,9 +197,10 @@ def exec_task(task: Task, name: str, *, detach_run: bool = False, out: TextIO | 
     job's exit code unless `detach_run`. Raises `PoolNotFound`/`PoolGone` naming the pool."""
     out, err = out or sys.stdout, err or sys.stderr
     _require_keepable(task, f"exec {name}")
-    rec = records.load(name)
-    live, unreachable, _ = keep_support_of(rec).live(rec) if rec.workers else ([], [], False)
-    if unreachable and len(live) < len(rec.workers) and rec.on_hosts and not rec.stopped:
+    kept = KeptPool.load(name)
+    rec = kept.rec
+    live, unreachable, _ = kept.live()
+    if unreachable and len(live) < len(rec.workers) and not kept.here and not rec.stopped:
         from ..clusters.hostkeys import not_reached  # (a host-key change, or hosts that do not answer: said so)
 
         raise not_reached(rec, unreachable, command=f"exec {name}")
@@ -268,7 +268,7 @@ def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False, f
         ended = stop_pool(name, why=f"skyhive down {name}")
     except SSHError as exc:
         rec = records.load(name)
-        if not rec.on_hosts:
+        if KeptPool(rec).here:
             raise
         from ..clusters.hostkeys import changed_host_keys, decide
 
@@ -284,12 +284,9 @@ def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False, f
         ended = stop_pool(name, why=f"skyhive down --force {name}" + (
             f" after host-key changes; not stopped on {forgotten} (its machine is gone)" if forgotten else
             " after host-key changes the user confirmed"), host_keys=choice.pin, skip=choice.forget)
-    rec = records.load(name)
-    if rec.instances:  # a cloud pool: its instances terminated (by id) before it is forgotten
-        from ..clusters.cloud import terminate_instances
-
-        # TeardownIncomplete: the record kept, marked leaking
-        ended += len(terminate_instances(rec, why=f"skyhive down {name}"))
+    # a cloud pool: its instances terminated (by id) before it is forgotten (TeardownIncomplete: the record
+    # kept, marked leaking)
+    ended += len(KeptPool.load(name).terminate_machines(why=f"skyhive down {name}"))
     records.remove(name)
     if not quiet:
         _say(err, f"pool {name}: down ({ended} processes ended)")
@@ -301,11 +298,9 @@ def _finish_leaking(name: str, *, err: TextIO, quiet: bool) -> int:
     security group and key pair again (`TeardownIncomplete` while the provider still fails: the record
     stays); once the provider confirms, the pool's log says stopped and the record is forgotten.
     `--force` changes nothing here: instances that may still run are never forgotten."""
-    from ..clusters.cloud import terminate_instances
-
-    rec = records.load(name)
+    kept = KeptPool.load(name)
     # its log said leaking: now stopped
-    ids = terminate_instances(rec, why=f"skyhive down {name}: the provider confirmed {', '.join(rec.leaking)} gone")
+    ids = kept.terminate_machines(why=f"skyhive down {name}: the provider confirmed {', '.join(kept.rec.leaking)} gone")
     records.remove(name)
     if not quiet:
         _say(err, f"pool {name}: down (instances {', '.join(ids)} terminated)")
@@ -330,26 +325,27 @@ def status_rows(now: float | None = None, names: Sequence[str] = ()) -> list[dic
         except (PoolNotFound, ValueError):
             continue
         unreachable: list[str] = []
-        if rec.instances and not rec.leaking:  # its instances may have stopped themselves (autostop on them)
+        if not rec.leaking:  # its instances may have stopped themselves (autostop on them)
             from ..clusters.stop import stopped_by_shutdown
 
             rec = stopped_by_shutdown(rec)
+        kept = KeptPool(rec)
         if rec.leaking:  # its teardown was not confirmed: shown until `skyhive down NAME` finishes it
             rows.append(_leaking_row(rec))
             continue
-        if rec.on_hosts and rec.instances and rec.stopped:  # its instances are stopped: no one to ask
+        live: list[records.WorkerEntry]
+        if not kept.here and kept.machines_stopped:  # its instances are stopped: no one to ask
             live = []
-        elif rec.on_hosts:  # asked on its hosts; a host's watchdog may have stopped it (autostop)
-            live, unreachable, autostopped = keep_support_of(rec).live(rec)
-            if autostopped and not live and not unreachable and rec.instances and not rec.autostop_down:
-                from ..clusters.cloud import stop_instances  # the instances did not shut down: stopped here
-
-                if stop_instances(rec):
-                    rec = dataclasses.replace(rec, stopped="autostop", watchdog_pid=0)
-                    records.save(rec)
-                    autostopped = False
+        elif not kept.here:  # asked on its nodes; a node's watchdog may have stopped it (autostop)
+            live, unreachable, autostopped = kept.support.live(rec)
+            if autostopped and not live and not unreachable and not rec.autostop_down and kept.stop_machines():
+                # the instances did not shut down: stopped here
+                rec = dataclasses.replace(rec, stopped="autostop", watchdog_pid=0)
+                records.save(rec)
+                kept = KeptPool(rec)
+                autostopped = False
             if autostopped and not live and not unreachable:
-                if rec.autostop_down or rec.instances:  # autodown (a cloud pool's always): forgotten here
+                if rec.autostop_down or kept.machines:  # autodown (a cloud pool's always): forgotten here
                     try:
                         down_cluster(name, quiet=True)
                     except TeardownIncomplete:  # the record kept, marked leaking (and logged)
@@ -380,13 +376,7 @@ def status_rows(now: float | None = None, names: Sequence[str] = ()) -> list[dic
         idle = "-" if running or pending or state != "UP" else _age(now - last)
         autostop = "-" if rec.autostop_minutes is None else f"{rec.autostop_minutes:g} min" + (
             " (down)" if rec.autostop_down else "")
-        if rec.instances:
-            where = f"{rec.provider}:{','.join(rec.instances)}"
-        elif rec.on_hosts:
-            where = ",".join(str(h) for h in list(rec.provider_info.get("hosts", ()))[: rec.nodes])
-        else:
-            where = "local"
-        rows.append({"name": name, "nodes": rec.nodes, "where": where,
+        rows.append({"name": name, "nodes": rec.nodes, "where": kept.where(),
                      "resources": str(rec.spec.get("resources") or "-"),
                      "state": state, "idle": idle, "autostop": autostop,
                      "jobs": f"{len(running)} running, {len(pending)} pending",
@@ -395,7 +385,7 @@ def status_rows(now: float | None = None, names: Sequence[str] = ()) -> list[dic
 
 
 def _leaking_row(rec: records.ClusterRecord) -> dict[str, object]:
-    return {"name": rec.name, "nodes": rec.nodes, "where": f"{rec.provider}:{','.join(rec.instances)}",
+    return {"name": rec.name, "nodes": rec.nodes, "where": KeptPool(rec).where(),
             "resources": str(rec.spec.get("resources") or "-"),
             "state": f"LEAKING: {', '.join(rec.leaking)} (`skyhive down {rec.name}`)", "idle": "-",
             "autostop": "-", "jobs": "-", "workers": []}

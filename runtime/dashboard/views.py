@@ -17,6 +17,7 @@ from ...errors import PoolNotFound
 from ..events.lifecycle import NodeState
 from ..clusters import jobs as jobq
 from ..clusters import record as records
+from ..clusters.kept_pool import KeptPool
 from ..clusters.named import live_workers
 from ..clusters.procs import alive
 from ..events.inventory import DOWN_REASON
@@ -300,7 +301,8 @@ def named_rows() -> list[dict[str, Any]]:
         rec = _named(name)
         if rec is None:
             continue
-        if rec.on_hosts:
+        elsewhere = not KeptPool(rec).here
+        if elsewhere:
             state, live = "on hosts (`skyhive status` checks them)", None
         else:
             live = len(live_workers(rec))
@@ -321,7 +323,7 @@ def named_rows() -> list[dict[str, Any]]:
                      "jobs": [job_json(j) for j in jobs],
                      "running": sum(1 for j in jobs if j.state == jobq.RUNNING),
                      "pending": sum(1 for j in jobs if j.state == jobq.PENDING),
-                     "fix": "" if state == "UP" or rec.on_hosts else f"skyhive down {name}"})
+                     "fix": "" if state == "UP" or elsewhere else f"skyhive down {name}"})
     return rows
 
 

@@ -12,15 +12,22 @@ through it. It says:
   keeps (`node_facts`: the transport reports it — a host key, the interpreter bootstrap found);
 - from the record: the provider that takes the workers over (`attach_provider`), which workers still
   live (`live`), how the pool's processes are stopped and what is left on the nodes cleaned up (`stop`),
-  and where the autostop watchdog runs (`start_watchdog`, `stop_watchdog`).
+  where the autostop watchdog runs (`start_watchdog`, `stop_watchdog`), and the provider that creates a
+  stopped pool again over the same nodes (`relaunch_provider`, `skyhive start`);
+- how a user reaches node N (`access`, a `NodeAccess`: `describe`, `run` for `skyhive ssh`, `connect` for
+  `skyhive forward`, `ssh_config` for `skyhive ssh-config`). A kind without it can be kept, not reached.
+
+What the record holds of the nodes (`provider_info`, `host_keys`, ...) is the keep support's own: above
+it, only `runtime/clusters/kept_pool.py` (`KeptPool`) and the pool's machines (`clusters/cloud.py`) read it.
 
 A provider that cannot keep a pool says so with the reason (`Provider.unsupported["keep"]`); one that can
 is wrapped (`runtime/clusters/kept.py`), and each running node is handed to the keep support of its
 reach's kind. The record names the kind that keeps it (`keeper`), so a later process finds the same
 support (a kind may reuse another's: a cloud's instances are kept as SSH nodes are).
 
-Built in: "local" (`runtime/kinds/local/keep.py`: detached workers on this machine's Unix sockets) and
-"ssh" (`runtime/kinds/ssh/keep.py`: detached workers on the hosts, their host keys pinned).
+Built in: "local" (`runtime/kinds/local/keep.py`: detached workers on this machine's Unix sockets; a
+local shell, this machine's loopback) and "ssh" (`runtime/kinds/ssh/keep.py`: detached workers on the
+hosts, their host keys pinned; `keep_access.py`: `ssh -F` with the pool's generated entries).
 """
 
 from __future__ import annotations
@@ -31,10 +38,12 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+import anyio.abc
+
 from ...providers.base import NodeHandle, Provider, ProvisionError
 
-__all__ = ["KeepSupport", "KeepContext", "KeptWorker", "KeptRecord", "StopResult", "keep_support", "keep_support_of",
-           "cluster_key"]
+__all__ = ["NodeAccess", "KeepSupport", "KeepContext", "KeptWorker", "KeptRecord", "StopResult", "keep_support",
+           "keep_support_of", "cluster_key", "node_name"]
 
 
 def cluster_key(name: str, state_dir: str) -> str:
@@ -43,6 +52,12 @@ def cluster_key(name: str, state_dir: str) -> str:
     directories may both have a pool "train" on the same host)."""
     digest = hashlib.sha256(str(state_dir).encode()).hexdigest()[:8]
     return f"c-{name}-{digest}"
+
+
+def node_name(pool: str, node: int) -> str:
+    """How a user names node `node` of the kept pool `pool`: the pool's name for the head (node 0),
+    `POOL-workerN` for node N (SkyPilot's names; an SSH pool's aliases)."""
+    return pool if node == 0 else f"{pool}-worker{node}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,14 +100,32 @@ class KeptRecord(Protocol):
     workers: Sequence[Any]  # KeptWorker-shaped entries (node, rank, pid, socket)
     autostop_down: bool
     watchdog_pid: int
-    provider_info: dict[str, Any]
+    provider_info: dict[str, Any]  # the keeping kind's own (and the machines', `runtime/clusters/cloud.py`)
     cluster: str
     host_keys: dict[str, str]
     node_envs: dict[str, dict[str, Any]]
     keeper: str
 
-    @property
-    def instances(self) -> list[str]: ...
+
+class NodeAccess(abc.ABC):
+    """How a user reaches one node of a kept pool (`skyhive ssh`, `forward`, `ssh-config`)."""
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """The node as a user knows it: "ubuntu@10.0.0.3 port 22", "pod sh-train-0 (namespace default)"."""
+
+    @abc.abstractmethod
+    def run(self, argv: Sequence[str] | None, *, tty: bool) -> int:
+        """Run `argv` (None: an interactive login shell) on the node with this process's stdin/stdout/stderr
+        (a terminal when `tty`); its exit status."""
+
+    @abc.abstractmethod
+    async def connect(self, port: int) -> anyio.abc.ByteStream:
+        """A byte stream to TCP `port` on the node's loopback (what `skyhive forward` relays each local connection to)."""
+
+    def ssh_config(self) -> str | None:
+        """`Host` lines for `skyhive ssh-config` where the node speaks SSH; None (the default) elsewhere."""
+        return None
 
 
 class KeepSupport(abc.ABC):
@@ -177,6 +210,21 @@ class KeepSupport(abc.ABC):
     def stop_watchdog(self, rec: KeptRecord) -> None:
         """End the pool's autostop watchdog where it runs elsewhere (this machine's is ended by pid)."""
         return None
+
+    def relaunch_provider(self, rec: KeptRecord) -> Provider:
+        """The provider that creates the stopped pool `rec` again over the same nodes (`skyhive start`): its
+        nodes as recorded, reached as when it was made. Default: raises `ProvisionError` naming the pool and
+        the kind (its nodes cannot be found again: `skyhive down` and `launch -c` make it anew)."""
+        raise ProvisionError(f"pool {rec.name!r} (kind {self.kind!r}) cannot be started again over the same nodes: the "
+                             f"kind does not say how; `skyhive down {rec.name}` then `skyhive launch -c {rec.name}` "
+                             "makes it anew")
+
+    # ---- reaching a node ----------------------------------------------------------------------------------
+
+    def access(self, rec: KeptRecord, node: int) -> NodeAccess:
+        """How node `node` of the kept pool `rec` is reached. Default: raises ProvisionError naming the pool and
+        the kind ("pool 'x' (kind 'y') cannot be reached: the kind declares no access")."""
+        raise ProvisionError(f"pool {rec.name!r} (kind {self.kind!r}) cannot be reached: the kind declares no access")
 
 
 

@@ -42,7 +42,8 @@ def add_access_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("command_args", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="run this instead of a shell")
     p.set_defaults(func=cmd_ssh)
 
-    p = sub.add_parser("forward", help="reach a port of a named pool's node from 127.0.0.1 here (through SSH)")
+    p = sub.add_parser("forward", help="reach a port of a named pool's node from 127.0.0.1 here (through the node's "
+                                       "access: SSH, another kind's exec)")
     p.add_argument("name", metavar="NAME")
     p.add_argument("ports", metavar="REMOTE_PORT[:LOCAL_PORT]")
     p.add_argument("--node", type=int, default=0, help="which node (default: 0, the head)")

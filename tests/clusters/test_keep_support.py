@@ -76,6 +76,11 @@ def test_the_built_in_kinds_declare_their_keep_support_and_records_name_it():
     assert ClusterRecord.from_json(json.dumps({**old, "cluster": "", "socket_dir": "/s"}), where="x").keeper == "local"
     assert ClusterRecord.from_json(json.dumps({**old, "keeper": "tinykind"}), where="x").keeper == "tinykind"
     # where the workers are is the keeping kind's word; a kind not installed here: the record's own
-    assert ClusterRecord.from_json(json.dumps(old), where="x").on_hosts
-    assert not ClusterRecord.from_json(json.dumps({**old, "cluster": "", "socket_dir": "/s"}), where="x").on_hosts
-    assert ClusterRecord.from_json(json.dumps({**old, "keeper": "notinstalled"}), where="x").on_hosts
+    from skyhive.runtime.clusters.kept_pool import KeptPool
+
+    def here(data):
+        return KeptPool(ClusterRecord.from_json(json.dumps(data), where="x")).here
+
+    assert not here(old)
+    assert here({**old, "cluster": "", "socket_dir": "/s"})
+    assert not here({**old, "keeper": "notinstalled"})

@@ -16,14 +16,37 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
+import anyio.abc
+
 from ....errors import PoolGone
 from ....providers.base import DetachedLocalReach, LocalReach, NodeHandle, Provider
-from ....providers.local import LocalCluster
-from ...nodes.keep import KeepContext, KeepSupport, KeptRecord, KeptWorker
+from ....providers.local import Local, LocalCluster
+from ...nodes.keep import KeepContext, KeepSupport, KeptRecord, KeptWorker, NodeAccess
+from ...common.foreground import foreground
 from ...common.procfs import proc_stat
 from .detached import CLUSTER_ENV, DetachedWorker, is_worker_server, server_pid
 
-__all__ = ["LocalKeep", "KEEP", "marked"]
+__all__ = ["LocalKeep", "LocalAccess", "KEEP", "marked"]
+
+
+class LocalAccess(NodeAccess):
+    """A node of a kept pool on this machine: a session is a local shell (in `cwd`), a port is this
+    machine's loopback."""
+
+    def __init__(self, cwd: str) -> None:
+        self.cwd = cwd
+
+    def describe(self) -> str:
+        return "this machine"
+
+    def run(self, argv: Sequence[str] | None, *, tty: bool) -> int:
+        shell = os.environ.get("SHELL") or "/bin/sh"
+        return foreground(list(argv) if argv is not None else [shell, "-l"], cwd=self.cwd if os.path.isdir(self.cwd)
+                          else None)
+
+    async def connect(self, port: int) -> anyio.abc.ByteStream:
+        return await anyio.connect_tcp("127.0.0.1", int(port))
 
 
 class LocalKeep(KeepSupport):
@@ -69,6 +92,12 @@ class LocalKeep(KeepSupport):
 
     def left_behind(self, rec: KeptRecord) -> list[int]:
         return marked(rec.socket_dir)
+
+    def access(self, rec: KeptRecord, node: int) -> NodeAccess:
+        return LocalAccess(rec.cwd or os.getcwd())
+
+    def relaunch_provider(self, rec: KeptRecord) -> Provider:
+        return Local(cwd=rec.cwd)
 
     def start_watchdog(self, rec: KeptRecord, idle: float, *, command: str, state_dir: str) -> int:
         argv = [sys.executable, "-m", "skyhive.runtime.worker.watchdog", "--idle", f"{idle:g}", "--unix-dir",

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from ....errors import ProvisionError, SSHError
 from ....providers.base import NodeHandle, Provider, SSHReach
 from ....providers.ssh import SSH
-from ...nodes.keep import KeepContext, KeepSupport, KeptRecord, KeptWorker, StopResult
+from ...nodes.keep import KeepContext, KeepSupport, KeptRecord, KeptWorker, NodeAccess, StopResult
 from .cluster import KeptSSHReach, SSHCluster, autostop_guard, sweep_script
 from .transport import SSHTransport, SSHWorker
 
@@ -119,12 +119,14 @@ def _watchdog_script(rec: ClusterRecord, node: int, idle: float, old_only: bool 
     pythonpath = ":".join(env.get("pythonpath") or ())
     mark_file = shlex.quote(run_dir + '/' + rec.cluster + '.autostop')
     mark = f"echo autostop > {mark_file}"
-    # a cloud instance stops (disks kept: the mark is there when it starts again, removed below) or
-    # terminates on an OS shutdown (`named.shutdown_on_autostop`): either way its billing ends, client or not
+    # a machine made to order powers itself off once the pool stopped there (`power_off`, recorded by the
+    # pool's machines: `runtime/clusters/cloud.py`); it stops (disks kept: the mark is there when it starts
+    # again, removed below) or terminates on an OS shutdown: either way its billing ends, client or not
     head += f"rm -f -- {mark_file}\n"
-    if rec.instances:
-        mark += "\n" + str(rec.provider_info["cloud"].get("shutdown_command") or "sudo shutdown -h now")
-    keep_work = bool(rec.instances) and not rec.autostop_down  # an instance that stops keeps its disk
+    power_off = str(rec.provider_info.get("power_off") or "")  # (what the record says the machine does then)
+    if power_off:
+        mark += "\n" + power_off
+    keep_work = bool(power_off) and not rec.autostop_down  # a machine that stops keeps its disk
     stop = autostop_guard(sock_dir, rec.name) + sweep_script(rec.cluster, rec.name, "kill", EXIT_GRACE, then=mark,
                                                              from_autostop=True, keep_work=keep_work)
     interval = max(0.2, min(5.0, idle / 4))
@@ -245,6 +247,37 @@ class SSHKeep(KeepSupport):
 
     def stop_watchdog(self, rec: KeptRecord) -> None:
         stop_remote_watchdogs(rec)
+
+    def access(self, rec: KeptRecord, node: int) -> NodeAccess:
+        from .keep_access import SSHAccess
+
+        return SSHAccess(rec, node)
+
+    def relaunch_provider(self, rec: KeptRecord) -> Provider:
+        return hosts_provider(rec)
+
+
+def hosts_provider(rec: KeptRecord) -> SSH:
+    """A plain SSH provider over the SSH pool's recorded hosts, their host keys pinned (a known_hosts file
+    of the pool's, written from the record): what `skyhive start` creates the pool again with."""
+    from ....paths import private_dir
+    from .keep_files import hosts_path, node_addresses
+
+    info = rec.provider_info
+    private_dir("ssh")
+    known = hosts_path(rec.name)  # (removed with the pool's other SSH files, at `down`)
+    lines = []
+    for a in node_addresses(rec):
+        where = a.host if a.port == 22 else f"[{a.host}]:{a.port}"
+        if a.host_key:
+            lines.append(f"{where} {a.host_key}\n")
+    fd = os.open(known, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write("".join(lines))
+    os.chmod(known, 0o600)
+    return SSH(hosts=list(info.get("hosts") or ()), key=info.get("key"), known_hosts=str(known),
+               python=info.get("python"), use_agent=bool(info.get("use_agent")),
+               connect_timeout=float(info.get("connect_timeout", 10.0)))
 
 
 KEEP = SSHKeep()

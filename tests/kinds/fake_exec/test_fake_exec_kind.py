@@ -86,4 +86,4 @@ def test_the_fake_kind_is_all_under_tests():
     assert hits == []
     assert Path(fake.__file__).resolve().is_relative_to(ROOT / "tests")
     assert sorted(p.name for p in Path(fake.__file__).parent.glob("*.py")) == [
-        "__init__.py", "kind.py", "test_fake_exec_kind.py"]
+        "__init__.py", "keep.py", "kind.py", "test_fake_exec_kept.py", "test_fake_exec_kind.py"]

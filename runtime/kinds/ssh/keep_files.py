@@ -13,7 +13,8 @@ address and port, and a changed key is refused, never learnt). The files are wri
 pool's record is saved and removed with it (`record.save`, `record.remove`); `skyhive ssh` writes them
 again from the record before each login. `sshconfig.py` adds the one `Include` line to `~/.ssh/config`
 that makes `ssh NAME` find them. (The record module imports this one: the record is taken as the
-`PoolRecord` protocol here.)
+`PoolRecord` protocol here.) They are the SSH kind's keep support's (`keep_access.py` runs `ssh -F` with
+them): a record whose `provider_info` names no hosts (a pool on this machine, another kind's) has none.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ...paths import private_dir, state_dir
+from ....paths import private_dir, state_dir
+from ...nodes.keep import node_name
 
 __all__ = ["PoolRecord", "NodeAddress", "alias", "node_addresses", "config_path", "known_hosts_path", "config_text",
-           "known_hosts_text", "write_config", "remove_config", "hosts_path"]
+           "known_hosts_text", "write_config", "host_block", "remove_config", "hosts_path"]
 
 log = logging.getLogger("skyhive.clusters")
 
@@ -40,9 +42,6 @@ class PoolRecord(Protocol):
     nodes: int
     provider_info: dict[str, Any]
     host_keys: dict[str, str]
-
-    @property
-    def on_hosts(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +57,9 @@ class NodeAddress:
 
 
 def alias(name: str, node: int) -> str:
-    """The SSH alias of a pool's node: the pool's name for the head (node 0), `NAME-workerN` for node N."""
-    return name if node == 0 else f"{name}-worker{node}"
+    """The SSH alias of a pool's node: its name (`node_name`: the pool's name for the head, `NAME-workerN`
+    for node N)."""
+    return node_name(name, node)
 
 
 def node_addresses(rec: PoolRecord) -> list[NodeAddress]:
@@ -67,10 +67,8 @@ def node_addresses(rec: PoolRecord) -> list[NodeAddress]:
     other hosts (Local)."""
     import getpass
 
-    from ...providers.ssh import parse_host
+    from ....providers.ssh import parse_host
 
-    if not rec.on_hosts:
-        return []
     hosts = list(rec.provider_info.get("hosts", ()))[: rec.nodes]
     out = []
     for node, spec in enumerate(hosts):
@@ -112,28 +110,32 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def config_text(rec: PoolRecord) -> str:
-    """The pool's SSH config: one `Host` entry per node (see the module docstring)."""
+def host_block(rec: PoolRecord, a: NodeAddress) -> str:
+    """The `Host` entry of one node of the pool `rec` (see the module docstring)."""
     key = rec.provider_info.get("key")
     known = str(known_hosts_path(rec.name))
-    lines = [f"# skyhive: named pool {rec.name!r} ({rec.provider}); written by skyhive, removed at `skyhive down "
-             f"{rec.name}`"]
-    for a in node_addresses(rec):
-        lines += [f"Host {a.alias}",
-                  f"  HostName {a.host}",
-                  f"  Port {a.port}",
-                  f"  User {_quote(a.user)}",
-                  f"  HostKeyAlias {a.alias}",
-                  f"  UserKnownHostsFile {_quote(known)}",
-                  "  GlobalKnownHostsFile /dev/null",
-                  "  StrictHostKeyChecking yes",
-                  "  CheckHostIP no"]
-        if key:
-            lines += [f"  IdentityFile {_quote(os.path.abspath(os.path.expanduser(str(key))))}", "  IdentitiesOnly yes"]
-        if not rec.provider_info.get("use_agent"):
-            lines.append("  IdentityAgent none")
-        lines += ["  ServerAliveInterval 15", ""]
+    lines = [f"Host {a.alias}",
+             f"  HostName {a.host}",
+             f"  Port {a.port}",
+             f"  User {_quote(a.user)}",
+             f"  HostKeyAlias {a.alias}",
+             f"  UserKnownHostsFile {_quote(known)}",
+             "  GlobalKnownHostsFile /dev/null",
+             "  StrictHostKeyChecking yes",
+             "  CheckHostIP no"]
+    if key:
+        lines += [f"  IdentityFile {_quote(os.path.abspath(os.path.expanduser(str(key))))}", "  IdentitiesOnly yes"]
+    if not rec.provider_info.get("use_agent"):
+        lines.append("  IdentityAgent none")
+    lines += ["  ServerAliveInterval 15", ""]
     return "\n".join(lines) + "\n"
+
+
+def config_text(rec: PoolRecord) -> str:
+    """The pool's SSH config: one `Host` entry per node (see the module docstring)."""
+    head = (f"# skyhive: named pool {rec.name!r} ({rec.provider}); written by skyhive, removed at `skyhive down "
+            f"{rec.name}`\n")
+    return head + "".join(host_block(rec, a) for a in node_addresses(rec))
 
 
 def known_hosts_text(rec: PoolRecord) -> str:
