@@ -48,7 +48,7 @@ def kept_fake_exec(tmp_path, monkeypatch, skyhive_home):
         yield nodes
     finally:
         from skyhive.runtime.clusters import record as records
-        from skyhive.runtime.commands.clusters import down_cluster
+        from skyhive.runtime.control.pools import down_cluster
 
         for name in records.names():
             down_cluster(name, quiet=True)
