@@ -33,7 +33,7 @@ def cmd_jobs_queue(args: argparse.Namespace) -> int:
 def cmd_jobs_logs(args: argparse.Namespace) -> int:
     from skyhive.runtime.managed.commands import job_log
 
-    return job_log(args.job, follow=args.follow)
+    return job_log(args.job, follow=args.follow)  # following by default, as SkyPilot's `sky jobs logs`
 
 
 def cmd_jobs_cancel(args: argparse.Namespace) -> int:
@@ -68,7 +68,9 @@ def add_jobs_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_jobs_queue)
     p = jsub.add_parser("logs", help="a managed job's log (every attempt, recoveries marked)")
     p.add_argument("job", type=int, metavar="JOB")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    p.add_argument("-f", "--follow", action="store_true", default=True, help="keep printing until the job ends "
+                   "(the default, as SkyPilot's)")
+    p.add_argument("--no-follow", dest="follow", action="store_false", help="print what is there now and return")
     p.set_defaults(func=cmd_jobs_logs)
     p = jsub.add_parser("cancel", help="cancel managed jobs (their nodes are torn down)")
     p.add_argument("jobs", nargs="*", type=int, metavar="JOB")

@@ -359,7 +359,8 @@ def test_queued_jobs_run_in_order_cancel_starts_the_next_and_logs_follow(tmp_pat
 
     wait_for(lambda: states()[2] == "RUNNING", what="job 2 to run")
     assert states()[3] == states()[4] == "PENDING"  # they wait their turn
-    assert "tick" in wait_for(lambda: skyhive("logs", "q", "2", cwd=tmp_path).stdout, what="job 2 output")
+    assert "tick" in wait_for(lambda: skyhive("logs", "q", "2", "--no-follow", cwd=tmp_path).stdout,
+                                 what="job 2 output (running: not followed)")
 
     follower = subprocess.Popen([*SKYHIVE, "logs", "q", "3", "--follow"], cwd=tmp_path, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
@@ -480,7 +481,7 @@ def test_a_job_whose_agent_was_killed_fails_and_the_next_job_runs(tmp_path, clea
 
     job = wait_for(lambda: next((j for j in jobq.list_jobs("orphan") if j.id == 2 and j.state == "RUNNING"), None),
                    what="job 2 to run")
-    wait_for(lambda: "tick 2" in skyhive("logs", "orphan", "2", cwd=tmp_path).stdout, what="job 2 output")
+    wait_for(lambda: "tick 2" in skyhive("logs", "orphan", "2", "--no-follow", cwd=tmp_path).stdout, what="job 2 output")
     os.kill(job.agent_pid, signal.SIGKILL)
     short = write(tmp_path / "short.yaml", SLOW.format(n=2))
     after = skyhive("exec", "orphan", str(short), cwd=tmp_path)
