@@ -33,7 +33,9 @@ _NONE = "none"  # SkyPilot: "Passing "none" resets the config"
 
 def add_task_flags(parser: argparse.ArgumentParser, *, launch: bool = True) -> None:
     """Declare the task options on `parser` (with `launch`, also -y/--yes and --dryrun)."""
-    parser.add_argument("task", metavar="TASK.yaml|COMMAND", nargs="+",
+    # nargs "*": `--hosts H1 H2 task.yaml` hands the task to --hosts (argparse is greedy); task_from_args
+    # takes it back (`_task_after_hosts`)
+    parser.add_argument("task", metavar="TASK.yaml|COMMAND", nargs="*",
                         help="a task file, or a command to run on every node (SkyPilot's ENTRYPOINT)")
     parser.add_argument("-n", "--name", dest="task_name", metavar="NAME", help="the task's name (overrides name)")
     parser.add_argument("--nodes", "--num-nodes", type=int, help="number of nodes (overrides num_nodes)")
@@ -72,8 +74,9 @@ def task_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None =
     environ = os.environ if environ is None else environ
     if getattr(args, "profile", None):  # the AWS credential chain reads it (providers.cloud.aws_credentials)
         os.environ["AWS_PROFILE"] = args.profile
-    task = load_entrypoint(args.task)
-    hosts = tuple(h for item in args.hosts or () for h in item.split(",") if h)
+    entry, given_hosts = _task_after_hosts(list(args.task), list(args.hosts or ()))
+    task = load_entrypoint(entry)
+    hosts = tuple(h for item in given_hosts for h in item.split(",") if h)
     env: dict[str, str] = {}
     if args.env_file:
         env.update(read_env_file(args.env_file))
@@ -99,6 +102,23 @@ def task_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None =
     if getattr(args, "task_name", None) is not None:  # SkyPilot's -n/--name (an empty one is refused too)
         task = replace(task, name=check_task_name(args.task_name, "-n/--name"))
     return task
+
+
+def _task_after_hosts(task: list[str], hosts: list[str]) -> tuple[list[str], list[str]]:
+    """(the entrypoint, the hosts): argparse gives `--hosts H1 H2 task.yaml` all three words to --hosts
+    and none to the task; the task is the words from the first that is a task file on. No task at all
+    is a `TaskFileError` that says where it went."""
+    if task:
+        return task, hosts
+    at = next((i for i, word in enumerate(hosts) if word.endswith((".yaml", ".yml"))
+               or (os.path.isfile(word) and _is_yaml_mapping(word))), None)
+    if at is not None and at > 0:
+        return hosts[at:], hosts[:at]
+    if hosts:
+        raise TaskFileError(f"no task given: --hosts took every word after it ({' '.join(hosts)}); write the task "
+                            "before --hosts (`skyhive launch TASK.yaml --hosts H1 H2`) or end the hosts with "
+                            "`--` (`--hosts H1 H2 -- COMMAND`)")
+    raise TaskFileError("no task given: name a task file (TASK.yaml) or a command to run on every node")
 
 
 def load_entrypoint(entry: str | list[str]) -> Task:
