@@ -277,7 +277,7 @@ def _ours(rec: ClusterRecord) -> dict[str, dict[str, str]]:
     for a in node_addresses(rec):
         values = {"hostname": a.host, "port": str(a.port), "user": a.user, "hostkeyalias": a.alias,
                   "userknownhostsfile": known, "stricthostkeychecking": "true"}
-        if key:
-            values["identityfile"] = os.path.abspath(os.path.expanduser(str(key)))
+        if key or a.identity_file:
+            values["identityfile"] = os.path.abspath(os.path.expanduser(str(key or a.identity_file)))
         out[a.alias] = values
     return out

@@ -113,6 +113,7 @@ def _hosts_provider(rec: records.ClusterRecord) -> Provider:
     file of the pool's, written from the record)."""
     from ...paths import private_dir
     from ...providers.ssh import SSH
+    from ...providers.ssh_config import DEFAULT_CONFIG
     from ..clusters.sshfiles import hosts_path, node_addresses
 
     info = rec.provider_info
@@ -127,8 +128,10 @@ def _hosts_provider(rec: records.ClusterRecord) -> Provider:
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write("".join(lines))
     os.chmod(known, 0o600)
+    # the hosts as resolved at creation (an ~/.ssh/config alias is not looked up again: `host_options`)
     return SSH(hosts=list(info["hosts"]), key=info.get("key"), known_hosts=str(known), python=info.get("python"),
-               use_agent=bool(info.get("use_agent")), connect_timeout=float(info.get("connect_timeout", 10.0)))
+               use_agent=bool(info.get("use_agent")), connect_timeout=float(info.get("connect_timeout", 10.0)),
+               ssh_config=info.get("ssh_config", DEFAULT_CONFIG), host_options=info.get("host_options"))
 
 
 def start_cluster(name: str, *, provider: Provider | None = None, err: TextIO | None = None) -> None:
