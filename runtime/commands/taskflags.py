@@ -26,16 +26,16 @@ from typing import Any
 from .taskfile import Task, TaskFileError, load
 from .values import ENV_NAME, check_task_name, parse_accelerators, parse_amount, parse_env_overrides
 
-__all__ = ["add_task_flags", "task_from_args", "read_env_file", "resource_overrides", "idle_minutes"]
+__all__ = ["add_task_flags", "task_from_args", "task_before_hosts", "read_env_file", "resource_overrides",
+           "idle_minutes"]
 
 _NONE = "none"  # SkyPilot: "Passing "none" resets the config"
 
 
 def add_task_flags(parser: argparse.ArgumentParser, *, launch: bool = True) -> None:
     """Declare the task options on `parser` (with `launch`, also -y/--yes and --dryrun)."""
-    # nargs "*": `--hosts H1 H2 task.yaml` hands the task to --hosts (argparse is greedy); task_from_args
-    # takes it back (`_task_after_hosts`)
-    parser.add_argument("task", metavar="TASK.yaml|COMMAND", nargs="*",
+    # (`--hosts H1 H2 task.yaml` would hand the task to --hosts: `task_before_hosts` moves it first)
+    parser.add_argument("task", metavar="TASK.yaml|COMMAND", nargs="+",
                         help="a task file, or a command to run on every node (SkyPilot's ENTRYPOINT)")
     parser.add_argument("-n", "--name", dest="task_name", metavar="NAME", help="the task's name (overrides name)")
     parser.add_argument("--nodes", "--num-nodes", type=int, help="number of nodes (overrides num_nodes)")
@@ -74,9 +74,8 @@ def task_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None =
     environ = os.environ if environ is None else environ
     if getattr(args, "profile", None):  # the AWS credential chain reads it (providers.cloud.aws_credentials)
         os.environ["AWS_PROFILE"] = args.profile
-    entry, given_hosts = _task_after_hosts(list(args.task), list(args.hosts or ()))
-    task = load_entrypoint(entry)
-    hosts = tuple(h for item in given_hosts for h in item.split(",") if h)
+    task = load_entrypoint(args.task)
+    hosts = tuple(h for item in args.hosts or () for h in item.split(",") if h)
     env: dict[str, str] = {}
     if args.env_file:
         env.update(read_env_file(args.env_file))
@@ -104,21 +103,28 @@ def task_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None =
     return task
 
 
-def _task_after_hosts(task: list[str], hosts: list[str]) -> tuple[list[str], list[str]]:
-    """(the entrypoint, the hosts): argparse gives `--hosts H1 H2 task.yaml` all three words to --hosts
-    and none to the task; the task is the words from the first that is a task file on. No task at all
-    is a `TaskFileError` that says where it went."""
-    if task:
-        return task, hosts
-    at = next((i for i, word in enumerate(hosts) if word.endswith((".yaml", ".yml"))
-               or (os.path.isfile(word) and _is_yaml_mapping(word))), None)
-    if at is not None and at > 0:
-        return hosts[at:], hosts[:at]
-    if hosts:
-        raise TaskFileError(f"no task given: --hosts took every word after it ({' '.join(hosts)}); write the task "
-                            "before --hosts (`skyhive launch TASK.yaml --hosts H1 H2`) or end the hosts with "
-                            "`--` (`--hosts H1 H2 -- COMMAND`)")
-    raise TaskFileError("no task given: name a task file (TASK.yaml) or a command to run on every node")
+def task_before_hosts(argv: list[str]) -> list[str]:
+    """`argv` with a task file written after `--hosts H1 H2` moved before it: argparse gives `--hosts` every
+    word up to the next option, the task file too, and then says the task is missing. The task is the
+    words from the first that is a task file (a name ending in .yaml/.yml, or a file holding a YAML
+    mapping) to the next option. A command after the hosts cannot be told from a host: end the hosts
+    with `--` (`--hosts H1 H2 -- COMMAND`) or write the task first."""
+    out = list(argv)
+    for i, word in enumerate(out):
+        if word == "--":
+            break
+        if word != "--hosts":
+            continue
+        end = i + 1
+        while end < len(out) and not out[end].startswith("-"):
+            end += 1
+        run = out[i + 1:end]
+        at = next((k for k, w in enumerate(run) if k > 0 and (w.endswith((".yaml", ".yml"))
+                                                              or (os.path.isfile(w) and _is_yaml_mapping(w)))), None)
+        if at is not None:
+            return [*out[:i], *run[at:], "--hosts", *run[:at], *out[end:]]
+        break
+    return out
 
 
 def load_entrypoint(entry: str | list[str]) -> Task:

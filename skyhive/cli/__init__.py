@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import NoReturn
 
 from . import access, jobs, launch, observe, pools
 from .common import err
@@ -42,6 +43,15 @@ SKYPILOT_VERBS: dict[str, tuple[str | None, str]] = {
 class _Parser(argparse.ArgumentParser):
     """argparse, whose unknown sub-command names the nearest spelling (argparse's own error is a bare
     "invalid choice" and the list of every command)."""
+
+    #: `--hosts` was on the command line: a missing task is most likely a command it took as hosts
+    hosts_given = False
+
+    def error(self, message: str) -> NoReturn:
+        if self.hosts_given and "required: TASK.yaml|COMMAND" in message:
+            message += (" (--hosts takes every word up to the next option: write the task before --hosts, or "
+                        "end the hosts with `--`: `--hosts H1 H2 -- COMMAND`)")
+        super().error(message)
 
     def _check_value(self, action: argparse.Action, value: object) -> None:
         if isinstance(action, argparse._SubParsersAction) and value not in (action.choices or {}):
@@ -113,6 +123,10 @@ def _log_level(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from skyhive.runtime.commands.taskflags import task_before_hosts
+
+    argv = task_before_hosts(sys.argv[1:] if argv is None else list(argv))
+    _Parser.hosts_given = "--hosts" in argv
     parser = _parser()
     args = parser.parse_args(argv)
     if args.version:

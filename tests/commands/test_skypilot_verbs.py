@@ -140,12 +140,17 @@ def test_hosts_before_the_task_leave_the_task_to_the_task(tmp_path, skyhive_home
     assert "required" not in done.stderr
     # a command after the hosts cannot be told from a host: said so, with the two ways to write it
     cmd = skyhive("launch", "--provider", "ssh", "--hosts", "h1", "h2", "echo", "hi", "--dryrun", cwd=tmp_path)
-    assert cmd.returncode == 2 and "--hosts took every word after it (h1 h2 echo hi)" in cmd.stderr, cmd.stderr
-    assert "`--`" in cmd.stderr
+    assert cmd.returncode == 2 and "--hosts takes every word up to the next option" in cmd.stderr, cmd.stderr
+    assert "`--hosts H1 H2 -- COMMAND`" in cmd.stderr
     ended = skyhive("launch", "--dryrun", "--provider", "ssh", "--hosts", "10.213.255.2", "--", "echo", "hi",
                     cwd=tmp_path)
     assert ended.returncode == 0 and "machines: 10.213.255.2 (" in ended.stdout, ended.stderr
     assert "run: echo hi" in ended.stdout
-    nothing = skyhive("launch", cwd=tmp_path)
-    assert nothing.returncode == 2 and "no task given" in nothing.stderr
+    nothing = skyhive("launch", cwd=tmp_path)  # no --hosts: argparse's own word, no hint about hosts
+    assert nothing.returncode == 2 and "required: TASK.yaml|COMMAND" in nothing.stderr
+    assert "--hosts" not in nothing.stderr.splitlines()[-1]
+    # the exec form (NAME first) and options after the hosts
+    other = skyhive("exec", "somepool", "--hosts", "10.213.255.2", "10.213.255.3", "t.yaml", "-d", cwd=tmp_path)
+    assert other.returncode == 1 and "somepool" in other.stderr, other.stderr  # parsed: no such pool
+    assert "required" not in other.stderr and "unrecognized" not in other.stderr, other.stderr
     assert pool_logs(skyhive_home) == [] and running_under(skyhive_home) == []
