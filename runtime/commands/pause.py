@@ -82,11 +82,12 @@ def stop_cluster(name: str, *, provider: Provider | None = None, err: TextIO | N
     finally:
         lock.release()
     if cloud is not None:
-        _say(err, f"pool {name}: stopped ({ended} processes ended; instances {', '.join(rec.instances)} stopped, "
+        _say(err, f"pool {name}: stopped ({ended} process{'es' if ended != 1 else ''} ended; instances "
+                  f"{', '.join(rec.instances)} stopped, "
                   f"their disks kept: billed for storage only until `skyhive start {name}` or `skyhive down {name}`)")
     else:
-        _say(err, f"pool {name}: stopped ({ended} processes ended; the nodes and their caches kept; "
-                  f"`skyhive start {name}` starts it again)")
+        _say(err, f"pool {name}: stopped ({ended} process{'es' if ended != 1 else ''} ended; the nodes and their "
+                  f"caches kept; `skyhive start {name}` starts it again)")
 
 
 def _resumed(provider: Provider, ids: Sequence[str]) -> Provider:
