@@ -60,6 +60,8 @@ def add_jobs_parsers(sub: argparse._SubParsersAction) -> None:
     p = jsub.add_parser("launch", help="submit a task file as a managed job; returns once it is submitted")
     add_task_flags(p)
     # -n/--name (the task's flags, SkyPilot's spelling) names the job too (default: the task's name)
+    p.add_argument("--async", dest="async_submit", action="store_true", help="SkyPilot's: submit without "
+                   "tailing the log (what `skyhive jobs launch` always does)")
     p.add_argument("--max-restarts-on-errors", type=int, metavar="N", help="restarts after the program fails "
                    "(overrides resources.job_recovery.max_restarts_on_errors; lost nodes are not counted)")
     p.set_defaults(func=cmd_jobs_launch)

@@ -114,7 +114,7 @@ def add_cluster_parsers(sub: argparse._SubParsersAction, launch: argparse.Argume
     p = sub.add_parser("exec", help="run a task's `run` on a named pool (no setup), as a queued job")
     p.add_argument("name", metavar="NAME")
     add_task_flags(p, launch=False)
-    p.add_argument("-d", "--detach-run", action="store_true", help="return once the job is queued")
+    p.add_argument("-d", "--detach-run", "--async", action="store_true", help="return once the job is queued")
     p.set_defaults(func=cmd_exec)
 
     p = sub.add_parser("status", help="named pools: nodes, resources, state, idle time, autostop")
