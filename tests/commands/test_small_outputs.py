@@ -73,3 +73,20 @@ def test_a_spot_dry_run_prices_the_pool_at_the_spot_price_it_shows(moto_ec2, tmp
     assert main(["launch", "t.yaml", "--dryrun"]) == 0
     out = capsys.readouterr().out
     assert "(on-demand prices)" in out and "spot" not in out
+
+
+def _fails(tag: str) -> None:
+    raise ValueError(f"bad {tag}")
+
+
+def test_a_task_error_says_which_node_raised_it():
+    import skyhive as sky
+
+    with sky.Pool(provider=sky.Local(), nodes=2) as pool:
+        with pytest.raises(ValueError, match="bad one") as one:
+            pool.run(_fails, "one")
+        assert one.value.node in (0, 1)
+        with pytest.raises(ValueError, match="bad all") as every:
+            pool.broadcast(_fails, "all")
+        assert every.value.node in (0, 1)
+        assert f"from node {every.value.node}" in "".join(every.value.__notes__)
