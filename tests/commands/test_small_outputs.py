@@ -90,3 +90,22 @@ def test_a_task_error_says_which_node_raised_it():
             pool.broadcast(_fails, "all")
         assert every.value.node in (0, 1)
         assert f"from node {every.value.node}" in "".join(every.value.__notes__)
+
+
+def test_a_named_pools_timeline_after_stop_and_start_shows_it_up_and_the_stop_as_a_stop(tmp_path, clean):
+    from skyhive.runtime.events.inventory import LogTail, find
+    from skyhive.runtime.events.timeline import build
+
+    (tmp_path / "t.yaml").write_text("run: echo up\n")
+    assert skyhive("launch", "-y", "-c", "tl", "t.yaml", cwd=tmp_path).returncode == 0
+    assert skyhive("stop", "-y", "tl", cwd=tmp_path).returncode == 0
+    assert skyhive("start", "-y", "tl", cwd=tmp_path).returncode == 0
+    drawn = skyhive("timeline", "tl", "-o", "tl.html", cwd=tmp_path)
+    assert drawn.returncode == 0, drawn.stderr
+    html = (tmp_path / "tl.html").read_text()
+    assert "still running at the last event" in html and "cleaned up by skyhive down" not in html
+    tl = build(LogTail(find("tl").path).events())
+    assert not tl.stopped
+    spans = [s for lane in tl.lanes for s in lane.spans]
+    assert all(s.end >= s.start for s in spans), [s for s in spans if s.end < s.start]
+    assert any(s.label == "skyhive stop tl" for s in spans), spans  # the stop, drawn as what it was
