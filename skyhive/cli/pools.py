@@ -209,7 +209,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         for e in entries:
             print(json.dumps({
                 "pool": e.pool_id, "provider": e.state.provider, "status": e.status, "client_pid": e.state.pid,
-                "host": e.state.host, "started": e.state.started, "stopped": e.state.stopped or None,
+                "host": e.state.host, "started": e.state.started, "created": e.state.created or e.state.started,
+                "stopped": e.state.stopped or None,
                 "nodes": [n.state for n in e.state.nodes], "error": e.state.error, "log": str(e.path),
                 "replaced": {str(n.node): list(n.replaced_ids) for n in e.state.nodes if n.replaced_ids} or None,
                 "dropped": {str(n.node): n.dropped for n in e.state.nodes if n.dropped} or None,
@@ -235,7 +236,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
             status = f"[red]leaking[/]: {', '.join(e.state.leaked)} (skyhive down {e.pool_id})"
         elif e.state.error and e.status == "stopped":
             status = f"stopped: {e.state.error[:60]}"
-        age = _age(now - e.state.started) if e.state.started else "-"
+        born = e.state.created or e.state.started  # a named pool's age counts from its first start
+        age = _age(now - born) if born else "-"
         cost = e.cost(now)
         spent = f"${cost[0]:.4g}/h, ${cost[1]:.2f} so far" if cost else "-"
         provider = e.state.provider or "-"

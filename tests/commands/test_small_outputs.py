@@ -109,3 +109,22 @@ def test_a_named_pools_timeline_after_stop_and_start_shows_it_up_and_the_stop_as
     spans = [s for lane in tl.lanes for s in lane.spans]
     assert all(s.end >= s.start for s in spans), [s for s in spans if s.end < s.start]
     assert any(s.label == "skyhive stop tl" for s in spans), spans  # the stop, drawn as what it was
+
+
+def test_ls_age_counts_from_a_named_pools_first_start_not_its_latest(tmp_path, clean):
+    import json
+
+    (tmp_path / "t.yaml").write_text("run: echo up\n")
+    assert skyhive("launch", "-y", "-c", "old", "t.yaml", cwd=tmp_path).returncode == 0
+
+    def row() -> dict:
+        listed = skyhive("ls", "-a", "--json", cwd=tmp_path)
+        return next(r for r in map(json.loads, listed.stdout.splitlines()) if r["pool"] == "old")
+
+    first = row()
+    assert skyhive("stop", "-y", "old", cwd=tmp_path).returncode == 0
+    assert skyhive("start", "-y", "old", cwd=tmp_path).returncode == 0
+    assert skyhive("exec", "old", "t.yaml", cwd=tmp_path).returncode == 0  # attaches: another start in the log
+    after = row()
+    assert after["started"] > first["started"]  # the latest start moved on
+    assert after["created"] == first["created"] <= first["started"]  # the age did not
