@@ -323,8 +323,10 @@ def test_named_pool_errors_name_the_pool(tmp_path, clean):
     failed = skyhive("exec", "shape", str(failing), cwd=tmp_path)
     assert failed.returncode == 100 and re.search(r"run failed on node [01]: exit code 3", failed.stdout)
     assert skyhive("queue", "shape", cwd=tmp_path).stdout.splitlines()[-1].split()[:3] == ["2", "fails", "FAILED"]
-    latest = skyhive("logs", "shape", cwd=tmp_path)
-    assert latest.returncode == 0 and "[skyhive] job 2 failed" in latest.stdout
+    latest = skyhive("logs", "shape", cwd=tmp_path)  # followed (the default) to the failed job's end: 100
+    assert latest.returncode == 100 and "[skyhive] job 2 failed" in latest.stdout
+    now = skyhive("logs", "shape", "--no-follow", cwd=tmp_path)  # what is there, exit 0
+    assert now.returncode == 0 and "[skyhive] job 2 failed" in now.stdout
     assert "not a named pool" in skyhive("logs", "plain-pool", "1", cwd=tmp_path).stderr
     bad = skyhive("launch", "-y", "-c", "bad/name", str(task), cwd=tmp_path)
     assert bad.returncode != 0 and "'bad/name' cannot name a pool" in bad.stderr
