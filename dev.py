@@ -51,9 +51,19 @@ LOCK_INPUTS = ["pyproject.toml", "requirements/tools.in",
 LOCK_TARGET = ["--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28"]
 
 
-def run(*cmd: str | os.PathLike[str], **kw) -> None:
+def run(*cmd: str | os.PathLike[str], quiet: bool = False, **kw) -> None:
+    """Run `cmd` in the checkout, showing it; with `quiet`, its output only when it fails (setuptools'
+    9-line "Editable installation ... same name as your package" banner came before the demo's output
+    on every first run)."""
     print("+", " ".join(str(c) for c in cmd), flush=True)
-    subprocess.run([str(c) for c in cmd], check=True, cwd=ROOT, **kw)
+    if not quiet:
+        subprocess.run([str(c) for c in cmd], check=True, cwd=ROOT, **kw)
+        return
+    done = subprocess.run([str(c) for c in cmd], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, errors="replace", **kw)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout)
+        raise subprocess.CalledProcessError(done.returncode, done.args, output=done.stdout)
 
 
 def setup(kind: str, venv: Path = VENV, lock: Path = LOCK, force: bool = False) -> None:
@@ -73,11 +83,11 @@ def setup(kind: str, venv: Path = VENV, lock: Path = LOCK, force: bool = False) 
         run(*pip, "--upgrade", "-c", lock, "pip")  # the lock's pip, before it installs anything else
         if kind == "test":
             run(*pip, "-r", lock)
-            run(*pip, "--no-deps", "--no-build-isolation", "-e", ".")
+            run(*pip, "--no-deps", "--no-build-isolation", "-e", ".", quiet=True)
             run(py, "-m", "pip", "check")  # the lock satisfies every requirement of what it installed
         else:
             run(*pip, "-c", lock, "setuptools", "wheel")
-            run(*pip, "-c", lock, "--no-build-isolation", "-e", f".{extras}")
+            run(*pip, "-c", lock, "--no-build-isolation", "-e", f".{extras}", quiet=True)
         stamp.write_text(digest)
     type_checker_view(venv)
 

@@ -140,16 +140,23 @@ class SSH(Provider):
                  known_hosts: str | None = None, python: str | None = None, port: int = 22,
                  connect_timeout: float = SSH_CONNECT_TIMEOUT, reconnect_timeout: float = SSH_RECONNECT_TIMEOUT,
                  idle_timeout: float = SSH_IDLE_TIMEOUT,
-                 use_agent: bool = False, keep_env: bool = True, ssh_config: str | None = DEFAULT_CONFIG) -> None:
+                 use_agent: bool = False, keep_env: bool = True, ssh_config: str | None = DEFAULT_CONFIG,
+                 host_options: Sequence[Sequence[str | None]] | None = None) -> None:
         if isinstance(hosts, str) or not hosts:
             raise ValueError("SSH(hosts=[...]) needs a non-empty list of hosts")
+        if host_options is not None and len(host_options) != len(hosts):
+            raise ValueError(f"SSH(host_options=...) gives {len(host_options)} entries for {len(hosts)} hosts")
         self.ssh_config = ssh_config
         self._specs = tuple(hosts)
-        # per resolved host: its own key (IdentityFile) and jump host (ProxyJump), from ssh_config
+        # per resolved host: its own key (IdentityFile) and jump host (ProxyJump), from ssh_config, or as
+        # resolved before (`host_options`, a named pool's record: its aliases are never looked up again)
         self._via: dict[tuple[str | None, str, int], tuple[str | None, str | None]] = {}
         resolved = []
-        for h in hosts:
+        for i, h in enumerate(hosts):
             host, via = resolve_host(h, user=user, port=port, ssh_config=ssh_config)
+            if host_options is not None:
+                own_key, jump = host_options[i]
+                via = (own_key or None, jump or None)
             resolved.append(host)
             self._via[host] = via
         self.hosts = tuple(resolved)
@@ -169,6 +176,17 @@ class SSH(Provider):
 
     def __repr__(self) -> str:
         return f"SSH(hosts={[self._show(h) for h in self.hosts]!r})"
+
+    def resolved(self) -> tuple[list[str], list[tuple[str | None, str | None]]]:
+        """The hosts as `ssh_config` resolved them, once, when this provider was made (`ssh -G ALIAS`'s
+        HostName, Port, User: `user@address:port`, every part written out) and per host its
+        (IdentityFile, ProxyJump): what a named pool records, so that every later command reaches the
+        same hosts however the file changes (`SSH(hosts, ssh_config=None, host_options=...)`)."""
+        hosts = []
+        for user, addr, port in self.hosts:
+            where = f"[{addr}]" if ":" in addr else addr
+            hosts.append(f"{user or getpass.getuser()}@{where}:{port}")
+        return hosts, [self._via.get(h, (None, None)) for h in self.hosts]
 
     @staticmethod
     def _show(h: tuple[str | None, str, int]) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from .common.active import resolve
 from .common.retry import NO_RETRIES, Retries, retries_of
@@ -37,6 +37,13 @@ T = TypeVar("T")
 R = TypeVar("R")
 Y = TypeVar("Y")
 P = ParamSpec("P")
+G = TypeVar("G", covariant=True)  # what `gather(...) >> pool` gives: the tuple of the calls' results
+T1 = TypeVar("T1")
+T2 = TypeVar("T2")
+T3 = TypeVar("T3")
+T4 = TypeVar("T4")
+T5 = TypeVar("T5")
+T6 = TypeVar("T6")
 
 
 class _PlainPool(Protocol):
@@ -119,7 +126,7 @@ class PendingCall(Generic[T]):
         pool = resolve(pool)
         return pool._submit_call(self.fn, self.args, self.kwargs, timeout=self.timeout)
 
-    def __and__(self, other: PendingCall[Any] | Gathered) -> Gathered:
+    def __and__(self, other: PendingCall[Any] | Gathered[Any]) -> Gathered[tuple[Any, ...]]:
         """`a & b`: a gather of both (`(a & b) >> pool` gives a tuple)."""
         return Gathered((self,)) & other
 
@@ -178,8 +185,9 @@ function = compute
 PendingCompute = PendingFunction = PendingCall
 
 
-class Gathered:
-    """Several pending calls to spread over a pool's workers (`gather(...) >> pool`, `a & b`)."""
+class Gathered(Generic[G]):
+    """Several pending calls to spread over a pool's workers (`gather(...) >> pool`, `a & b`); `G` is what
+    `>> pool` gives (the tuple of the calls' result types, for a type checker)."""
 
     def __init__(self, calls: tuple[PendingCall[Any], ...], *, stream: bool = False, ordered: bool = True,
                  timeout: float | None = None) -> None:
@@ -197,13 +205,18 @@ class Gathered:
     def __len__(self) -> int:
         return len(self.calls)
 
-    def __and__(self, other: PendingCall[Any] | Gathered) -> Gathered:
+    def __and__(self, other: PendingCall[Any] | Gathered[Any]) -> Gathered[tuple[Any, ...]]:
         more = other.calls if isinstance(other, Gathered) else (other,)
         return Gathered(self.calls + tuple(more), stream=self.stream, ordered=self.ordered, timeout=self.timeout)
 
-    def with_timeout(self, timeout: float) -> Gathered:
+    def with_timeout(self, timeout: float) -> Gathered[G]:
         """The same gather, each call bounded by `timeout` seconds."""
         return Gathered(self.calls, stream=self.stream, ordered=self.ordered, timeout=timeout)
+
+    @overload
+    def __rshift__(self, pool: _PlainPool) -> G: ...
+    @overload
+    def __rshift__(self, pool: _AsyncPool) -> Coroutine[Any, Any, G]: ...
 
     def __rshift__(self, pool: Any) -> Any:
         """A tuple of results in call order; with `stream=True` an iterator (async iterator on an
@@ -214,8 +227,35 @@ class Gathered:
         return pool._gather_calls(list(self.calls), timeout=self.timeout)
 
 
+# typed per number of calls (a tuple of their result types); with stream=True, or more than six calls, Any
+@overload
+def gather(c1: PendingCall[T1], /, *, stream: Literal[False] = False, ordered: bool = True,
+           timeout: float | None = None) -> Gathered[tuple[T1]]: ...
+@overload
+def gather(c1: PendingCall[T1], c2: PendingCall[T2], /, *, stream: Literal[False] = False, ordered: bool = True,
+           timeout: float | None = None) -> Gathered[tuple[T1, T2]]: ...
+@overload
+def gather(c1: PendingCall[T1], c2: PendingCall[T2], c3: PendingCall[T3], /, *, stream: Literal[False] = False,
+           ordered: bool = True, timeout: float | None = None) -> Gathered[tuple[T1, T2, T3]]: ...
+@overload
+def gather(c1: PendingCall[T1], c2: PendingCall[T2], c3: PendingCall[T3], c4: PendingCall[T4], /, *,
+           stream: Literal[False] = False, ordered: bool = True,
+           timeout: float | None = None) -> Gathered[tuple[T1, T2, T3, T4]]: ...
+@overload
+def gather(c1: PendingCall[T1], c2: PendingCall[T2], c3: PendingCall[T3], c4: PendingCall[T4], c5: PendingCall[T5],
+           /, *, stream: Literal[False] = False, ordered: bool = True,
+           timeout: float | None = None) -> Gathered[tuple[T1, T2, T3, T4, T5]]: ...
+@overload
+def gather(c1: PendingCall[T1], c2: PendingCall[T2], c3: PendingCall[T3], c4: PendingCall[T4], c5: PendingCall[T5],
+           c6: PendingCall[T6], /, *, stream: Literal[False] = False, ordered: bool = True,
+           timeout: float | None = None) -> Gathered[tuple[T1, T2, T3, T4, T5, T6]]: ...
+@overload
 def gather(*calls: PendingCall[Any], stream: bool = False, ordered: bool = True,
-           timeout: float | None = None) -> Gathered:
+           timeout: float | None = None) -> Gathered[Any]: ...
+
+
+def gather(*calls: PendingCall[Any], stream: bool = False, ordered: bool = True,
+           timeout: float | None = None) -> Gathered[Any]:
     """Group calls: `sky.gather(f(1), g(2)) >> pool` runs them spread over the workers and gives a
     tuple in call order. With `stream=True` the results come as they are ready (`ordered=False`:
     in completion order). `timeout` bounds each call that has none of its own."""

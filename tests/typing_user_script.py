@@ -31,7 +31,8 @@ def blocking() -> None:
         items: list[int] = [i for i in count(3) >> pool]
         future = pool.submit(add, 2, "y")
         done: float = future.result()
-        print(one, every, total, each, later, items, done)
+        pair: tuple[int, int] = sky.gather(square(2), square(3)) >> pool
+        print(one, every, total, each, later, items, done, pair)
 
 
 async def concurrent() -> None:
@@ -41,7 +42,8 @@ async def concurrent() -> None:
         total: float = await pool.run(add, 1, "x")
         each: list[float] = await pool.broadcast(add, 1, "x", retries=2)
         items: list[int] = [i async for i in count(3) >> pool]
-        print(one, every, total, each, items)
+        pair: tuple[int, int] = await (sky.gather(square(2), square(3)) >> pool)
+        print(one, every, total, each, items, pair)
 
 
 def mistakes() -> None:
@@ -49,6 +51,7 @@ def mistakes() -> None:
         pool.run(add, "one", "x")  # E: a str for an int
         square("three")  # E: a str for an int
         wrong: str = square(3) >> pool  # E: an int is not a str
+        wrong_pair: tuple[str, int] = sky.gather(square(2), square(3)) >> pool  # E: gather's results are typed
 
 
 blocking()

@@ -334,17 +334,18 @@ def start_watchdog(rec: ClusterRecord) -> int:
                                                state_dir=str(records.cluster_dir(rec.name)))
 
 
-def set_autostop(rec: ClusterRecord, minutes: float, down: bool) -> ClusterRecord:
+def set_autostop(rec: ClusterRecord, minutes: float | None, down: bool) -> ClusterRecord:
     """Give the running pool of `rec` a new autostop: its watchdog (if any) replaced by one for
-    `minutes` (and `down`); the record saved and returned."""
+    `minutes` (and `down`); `minutes=None` cancels it (no watchdog). The record saved and returned."""
     old = rec.watchdog_pid
     keep_support_of(rec).stop_watchdog(rec)  # one on the nodes
     if old and runs(old, "skyhive.runtime.worker.watchdog"):  # one here
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(old, signal.SIGKILL)  # it leads its own session; it only watches
     KeptPool(rec).set_autostop_shutdown(down)  # an OS shutdown (the watchdog on a machine) now stops or terminates it
-    rec = dataclasses.replace(rec, autostop_minutes=minutes, autostop_down=down, watchdog_pid=0)
-    rec = dataclasses.replace(rec, watchdog_pid=start_watchdog(rec))
+    rec = dataclasses.replace(rec, autostop_minutes=minutes, autostop_down=down and minutes is not None, watchdog_pid=0)
+    if minutes is not None:
+        rec = dataclasses.replace(rec, watchdog_pid=start_watchdog(rec))
     records.save(rec)
     return rec
 

@@ -60,11 +60,12 @@ def stop_cluster(name: str, *, provider: Provider | None = None, err: TextIO | N
     finally:
         lock.release()
     if machines is not None:
-        _say(err, f"pool {name}: stopped ({ended} processes ended; instances {', '.join(kept.machines)} stopped, "
+        _say(err, f"pool {name}: stopped ({ended} process{'es' if ended != 1 else ''} ended; instances "
+                  f"{', '.join(kept.machines)} stopped, "
                   f"their disks kept: billed for storage only until `skyhive start {name}` or `skyhive down {name}`)")
     else:
-        _say(err, f"pool {name}: stopped ({ended} processes ended; the nodes and their caches kept; "
-                  f"`skyhive start {name}` starts it again)")
+        _say(err, f"pool {name}: stopped ({ended} process{'es' if ended != 1 else ''} ended; the nodes and their "
+                  f"caches kept; `skyhive start {name}` starts it again)")
 
 
 def start_cluster(name: str, *, provider: Provider | None = None, err: TextIO | None = None) -> None:

@@ -32,7 +32,8 @@ class LaunchPlan:
 
     @property
     def cost_per_hour(self) -> float | None:
-        """The pool's estimated cost per hour (USD, on-demand prices), when the provider knows it."""
+        """The pool's estimated cost per hour (USD; a spot pool's at spot prices where known), when the provider
+        knows it."""
         cost = self.plan.get("cost_per_hour")
         return float(cost) if isinstance(cost, (int, float)) else None
 
@@ -84,8 +85,11 @@ def _describe(task: Task, provider: Provider, plan: dict[str, Any]) -> list[str]
         lines.append(f"  warning: {plan['warning']}")
     cost = plan.get("cost_per_hour")
     if isinstance(cost, (int, float)):
-        spot = ", spot is less" if plan.get("spot") else ""
-        lines.append(f"  hourly cost: ${cost:.4g}/h for the pool (on-demand prices{spot})")
+        if plan.get("spot") and isinstance(plan.get("spot_price_per_hour"), (int, float)):
+            prices = "spot prices"  # (what the machine line said: the spot price, not on-demand)
+        else:
+            prices = "on-demand prices, spot is less" if plan.get("spot") else "on-demand prices"
+        lines.append(f"  hourly cost: ${cost:.4g}/h for the pool ({prices})")
     res = task.resources
     chosen = [f"{name} {getattr(res, name)}" for name in ("region", "zone", "instance_type", "disk_size", "image_id")
               if getattr(res, name) is not None]

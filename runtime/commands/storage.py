@@ -80,6 +80,7 @@ def list_buckets(endpoint: str | None = None, out: TextIO | None = None, *, name
     wanted = _named(names or [])
     look = _stores(stores, endpoint) if not wanted else sorted({s for s, _ in wanted}, key=STORES.index)
     clients = {}
+    listed: list[str] = []  # the stores that answered (one that could not be listed is said on err)
     for store in look:
         try:
             acc = _access(store, endpoint)
@@ -88,11 +89,13 @@ def list_buckets(endpoint: str | None = None, out: TextIO | None = None, *, name
                 rows += [(store, n, is_created(s3, n, store)) for s, n in wanted if s == store]
             else:
                 rows += [(store, n, True) for n in all_buckets(s3, store) if is_created(s3, n, store)]
+            listed.append(store)
         except StorageError as exc:
             err.write(f"skyhive storage ls: {store}: {exc}\n")
             failed = 1
     if not rows:
-        out.write(f"no buckets created by skyhive ({', '.join(look) or 'no store set up'})\n")
+        if listed or not look:  # "no buckets" of a store that could not be listed would be a guess
+            out.write(f"no buckets created by skyhive ({', '.join(listed) or 'no store set up'})\n")
         return _show_unfinished(out, [], {}) or failed
     out.write(f"{'BUCKET':<48} {'OBJECTS':>8} {'SIZE':>12}  CREATED BY SKYHIVE\n")
     for store, name, created in rows:

@@ -26,13 +26,15 @@ from typing import Any
 from .taskfile import Task, TaskFileError, load
 from .values import ENV_NAME, check_task_name, parse_accelerators, parse_amount, parse_env_overrides
 
-__all__ = ["add_task_flags", "task_from_args", "read_env_file", "resource_overrides", "idle_minutes"]
+__all__ = ["add_task_flags", "task_from_args", "task_before_hosts", "read_env_file", "resource_overrides",
+           "idle_minutes"]
 
 _NONE = "none"  # SkyPilot: "Passing "none" resets the config"
 
 
 def add_task_flags(parser: argparse.ArgumentParser, *, launch: bool = True) -> None:
     """Declare the task options on `parser` (with `launch`, also -y/--yes and --dryrun)."""
+    # (`--hosts H1 H2 task.yaml` would hand the task to --hosts: `task_before_hosts` moves it first)
     parser.add_argument("task", metavar="TASK.yaml|COMMAND", nargs="+",
                         help="a task file, or a command to run on every node (SkyPilot's ENTRYPOINT)")
     parser.add_argument("-n", "--name", dest="task_name", metavar="NAME", help="the task's name (overrides name)")
@@ -99,6 +101,30 @@ def task_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None =
     if getattr(args, "task_name", None) is not None:  # SkyPilot's -n/--name (an empty one is refused too)
         task = replace(task, name=check_task_name(args.task_name, "-n/--name"))
     return task
+
+
+def task_before_hosts(argv: list[str]) -> list[str]:
+    """`argv` with a task file written after `--hosts H1 H2` moved before it: argparse gives `--hosts` every
+    word up to the next option, the task file too, and then says the task is missing. The task is the
+    words from the first that is a task file (a name ending in .yaml/.yml, or a file holding a YAML
+    mapping) to the next option. A command after the hosts cannot be told from a host: end the hosts
+    with `--` (`--hosts H1 H2 -- COMMAND`) or write the task first."""
+    out = list(argv)
+    for i, word in enumerate(out):
+        if word == "--":
+            break
+        if word != "--hosts":
+            continue
+        end = i + 1
+        while end < len(out) and not out[end].startswith("-"):
+            end += 1
+        run = out[i + 1:end]
+        at = next((k for k, w in enumerate(run) if k > 0 and (w.endswith((".yaml", ".yml"))
+                                                              or (os.path.isfile(w) and _is_yaml_mapping(w)))), None)
+        if at is not None:
+            return [*out[:i], *run[at:], "--hosts", *run[:at], *out[end:]]
+        break
+    return out
 
 
 def load_entrypoint(entry: str | list[str]) -> Task:

@@ -57,7 +57,8 @@ def _cut(text: str, keep_end: bool = False) -> str:
 
 
 def rebuild_exception(data: bytes, type_name: str, message: str, tb: str, node: int | None) -> BaseException:
-    """The exception to raise in the caller: the original type when possible, else `RemoteError`."""
+    """The exception to raise in the caller: the original type when possible (its `.node` and
+    `.remote_traceback` set), else `RemoteError`."""
     where = f"node {node}" if node is not None else "the node"
     if data:
         try:
@@ -66,6 +67,8 @@ def rebuild_exception(data: bytes, type_name: str, message: str, tb: str, node: 
             exc = None
         if isinstance(exc, BaseException):
             exc.remote_traceback = tb  # type: ignore[attr-defined]
+            if "node" not in vars(exc):  # which node raised it, as `RemoteError.node` (unless the type has one)
+                exc.node = node  # type: ignore[attr-defined]
             exc.add_note(f"\nRemote traceback (from {where}):\n{shown_traceback(tb).rstrip()}")
             return exc
     err = RemoteError(type_name, message, tb, node=node)

@@ -289,7 +289,7 @@ def down_cluster(name: str, *, err: TextIO | None = None, quiet: bool = False, f
     ended += len(KeptPool.load(name).terminate_machines(why=f"skyhive down {name}"))
     records.remove(name)
     if not quiet:
-        _say(err, f"pool {name}: down ({ended} processes ended)")
+        _say(err, f"pool {name}: down ({ended} process{'es' if ended != 1 else ''} ended)")
     return ended
 
 

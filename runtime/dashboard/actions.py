@@ -33,8 +33,8 @@ def down_pool(pool_id: str, *, force: bool = False) -> str:
     if is_named(pool_id):
         err = io.StringIO()
         ended = down_cluster(pool_id, err=err)
-        log.info("dashboard: pool %s taken down (%d processes ended)", pool_id, ended)
-        return f"pool {pool_id}: down ({ended} processes ended)"
+        log.info("dashboard: pool %s taken down (%d process(es) ended)", pool_id, ended)
+        return f"pool {pool_id}: down ({ended} process{'es' if ended != 1 else ''} ended)"
     report = down(find(pool_id), force=force)  # its PoolStopped says why, as after `skyhive down`
     if report.already_stopped:
         return f"pool {report.pool_id}: already stopped"

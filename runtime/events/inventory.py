@@ -417,12 +417,12 @@ def _append_closing(fh: IO[bytes], pool: PoolEntry, *, why: str) -> None:
         for w in node.workers:
             if w.state not in ("stopped", "lost"):
                 add(WorkerStateChanged, node=node.node, local_rank=w.local_rank, state="stopped", pid=w.pid,
-                    detail=DOWN_REASON)
+                    detail=why)  # (`skyhive stop NAME` too: not "cleaned up by skyhive down")
         current = NodeState(node.state)
         for target in (NodeState.TERMINATING, NodeState.TERMINATED):
             if current not in (target, NodeState.TERMINATED):
                 check_transition(node.node, current, target)
-                add(NodeStateChanged, node=node.node, state=target.value, detail=DOWN_REASON)
+                add(NodeStateChanged, node=node.node, state=target.value, detail=why)
                 current = target
     add(PoolStopped, error=why)
     fh.seek(0, os.SEEK_END)

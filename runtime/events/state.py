@@ -61,7 +61,8 @@ class PoolState:
     pool_id: str = ""
     provider: str = ""
     status: str = "new"  # new -> running -> stopped or leaking (a kept pool: running <-> detached)
-    started: float = 0.0
+    started: float = 0.0  # the latest start (a kept pool starts again at each attach and `skyhive start`)
+    created: float = 0.0  # the first start: the pool's age (`skyhive ls`)
     stopped: float = 0.0
     error: str = ""
     pid: int = 0
@@ -145,6 +146,7 @@ def apply(state: PoolState, ev: Event) -> PoolState:
     if isinstance(ev, PoolStarted):
         return replace(
             state, pool_id=ev.pool_id, provider=ev.provider, status="running", started=ev.ts,
+            created=state.created or ev.ts,
             pid=ev.pid, host=ev.host,
             nodes=NodeTable(NodeRecord(node=i) for i in range(ev.nodes)),
         )

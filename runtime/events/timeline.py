@@ -99,7 +99,9 @@ def build(events: Iterable[Event]) -> Timeline:
     pool_id = events[0].pool_id if events else ""
     start_ev = next((e for e in events if isinstance(e, PoolStarted)), None)
     t0 = start_ev.ts if start_ev is not None else (events[0].ts if events else 0.0)
-    stop_ev = next((e for e in events if isinstance(e, PoolStopped)), None)
+    # the pool's last stop, unless it started again after it (a named pool's `stop` then `start`: up)
+    last_start = max((i for i, e in enumerate(events) if isinstance(e, PoolStarted)), default=-1)
+    stop_ev = next((e for e in reversed(events[last_start + 1:]) if isinstance(e, PoolStopped)), None)
     t_end = stop_ev.ts if stop_ev is not None else (events[-1].ts if events else t0)
     nodes = start_ev.nodes if start_ev is not None else 0
     states: dict[int, list[tuple[float, str, str]]] = {}
@@ -143,7 +145,7 @@ def build(events: Iterable[Event]) -> Timeline:
     for node in range(nodes):
         changes = states.get(node, [])
         spans = tuple(
-            Span(t, changes[i + 1][0] if i + 1 < len(changes) else end, state, detail)
+            Span(t, changes[i + 1][0] if i + 1 < len(changes) else max(end, t), state, detail)
             for i, (t, state, detail) in enumerate(changes)
         )
         lanes.append(Lane(node, f"node {node}", False, spans, tuple(marks.get(node, ()))))

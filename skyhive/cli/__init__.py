@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import NoReturn
 
 from . import access, jobs, launch, observe, pools
 from .common import err
@@ -29,8 +30,54 @@ from .common import err
 __all__ = ["main"]
 
 
+#: SkyPilot verbs skyhive spells otherwise: (the skyhive command to suggest, or None) and a note
+SKYPILOT_VERBS: dict[str, tuple[str | None, str]] = {
+    "spot": ("jobs", "SkyPilot's managed spot jobs are `skyhive jobs launch|queue|logs|cancel`"),
+    "gpunode": ("launch -c NAME --gpus NAME:COUNT", ""), "cpunode": ("launch -c NAME", ""),
+    "tpunode": ("launch -c NAME", ""),
+    "serve": (None, "skyhive has no serving: it runs tasks and functions (`skyhive launch`, `skyhive jobs launch`)"),
+    "api": (None, "skyhive has no API server: every command runs here, on this machine"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose unknown sub-command names the nearest spelling (argparse's own error is a bare
+    "invalid choice" and the list of every command)."""
+
+    #: `--hosts` was on the command line: a missing task is most likely a command it took as hosts
+    hosts_given = False
+
+    def error(self, message: str) -> NoReturn:
+        if self.hosts_given and "required: TASK.yaml|COMMAND" in message:
+            message += (" (--hosts takes every word up to the next option: write the task before --hosts, or "
+                        "end the hosts with `--`: `--hosts H1 H2 -- COMMAND`)")
+        super().error(message)
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        if isinstance(action, argparse._SubParsersAction) and value not in (action.choices or {}):
+            raise argparse.ArgumentError(None, unknown_command(self.prog, str(value), list(action.choices or {})))
+        super()._check_value(action, value)
+
+
+def unknown_command(prog: str, text: str, choices: list[str]) -> str:
+    """The error for `prog TEXT` where TEXT is no command: the nearest spelling (or what SkyPilot's verb
+    is here), then where the list is."""
+    import difflib
+
+    suggest, note = SKYPILOT_VERBS.get(text, (None, "")) if prog == "skyhive" else (None, "")
+    if suggest is None and not note:
+        near = difflib.get_close_matches(text, choices, n=1, cutoff=0.5)
+        suggest = near[0] if near else next((c for c in choices if c.startswith(text[:3])), None) if text[:3] else None
+    said = f"unknown command {text!r}"
+    if suggest is not None:
+        said += f"; did you mean `{prog} {suggest}`?"
+    if note:
+        said += f" ({note})" if suggest is not None else f": {note}"
+    return said + f" (`{prog} --help` lists the commands)"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="skyhive",
+    parser = _Parser(prog="skyhive",
                                      description="Run Python functions and tasks on a pool of machines.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     _add_log_flags(parser, default=None)
@@ -76,6 +123,10 @@ def _log_level(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from skyhive.runtime.commands.taskflags import task_before_hosts
+
+    argv = task_before_hosts(sys.argv[1:] if argv is None else list(argv))
+    _Parser.hosts_given = "--hosts" in argv
     parser = _parser()
     args = parser.parse_args(argv)
     if args.version:

@@ -33,7 +33,7 @@ def cmd_jobs_queue(args: argparse.Namespace) -> int:
 def cmd_jobs_logs(args: argparse.Namespace) -> int:
     from skyhive.runtime.control.managed.commands import job_log
 
-    return job_log(args.job, follow=args.follow)
+    return job_log(args.job, follow=args.follow)  # following by default, as SkyPilot's `sky jobs logs`
 
 
 def cmd_jobs_cancel(args: argparse.Namespace) -> int:
@@ -60,6 +60,8 @@ def add_jobs_parsers(sub: argparse._SubParsersAction) -> None:
     p = jsub.add_parser("launch", help="submit a task file as a managed job; returns once it is submitted")
     add_task_flags(p)
     # -n/--name (the task's flags, SkyPilot's spelling) names the job too (default: the task's name)
+    p.add_argument("--async", dest="async_submit", action="store_true", help="SkyPilot's: submit without "
+                   "tailing the log (what `skyhive jobs launch` always does)")
     p.add_argument("--max-restarts-on-errors", type=int, metavar="N", help="restarts after the program fails "
                    "(overrides resources.job_recovery.max_restarts_on_errors; lost nodes are not counted)")
     p.set_defaults(func=cmd_jobs_launch)
@@ -68,7 +70,9 @@ def add_jobs_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_jobs_queue)
     p = jsub.add_parser("logs", help="a managed job's log (every attempt, recoveries marked)")
     p.add_argument("job", type=int, metavar="JOB")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    p.add_argument("-f", "--follow", action="store_true", default=True, help="keep printing until the job ends "
+                   "(the default, as SkyPilot's)")
+    p.add_argument("--no-follow", dest="follow", action="store_false", help="print what is there now and return")
     p.set_defaults(func=cmd_jobs_logs)
     p = jsub.add_parser("cancel", help="cancel managed jobs (their nodes are torn down)")
     p.add_argument("jobs", nargs="*", type=int, metavar="JOB")

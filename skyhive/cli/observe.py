@@ -19,7 +19,7 @@ def _follow(args: argparse.Namespace, on_lines: Callable[[list[str]], bool]) -> 
     stopped = on_lines(tail.lines())
     quiet = 0.0
     try:
-        while args.follow and not stopped:
+        while args.follow and not stopped:  # (None, neither flag: a pool's log is printed once)
             time.sleep(0.25)
             lines = tail.lines()
             stopped = on_lines(lines)
@@ -55,7 +55,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
         return job_status(args.pool, args.job) if args.status else sync_down(args.pool, args.job)
     if is_named(args.pool) and (args.job is not None or _has_jobs(args.pool)):
-        return job_logs(args.pool, args.job, follow=args.follow)
+        # a named pool's job log follows until the job ends unless --no-follow (SkyPilot's `sky logs`)
+        return job_logs(args.pool, args.job, follow=args.follow is not False)
     if args.job is not None:
         err(f"error: {args.pool} is not a named pool: it has no jobs (`skyhive logs {args.pool}` shows its output)")
         return 2
@@ -139,7 +140,9 @@ def add_log_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("pool", metavar="POOL")
     p.add_argument("job", nargs="?", type=int, metavar="JOB", help="a named pool's job (default: the latest)")
     p.add_argument("--node", type=int, help="only this node's output (without prefixes)")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the pool stops")
+    p.add_argument("-f", "--follow", action="store_true", default=None, help="keep printing until the pool stops "
+                   "(a named pool's job log follows by default, as SkyPilot's)")
+    p.add_argument("--no-follow", dest="follow", action="store_false", help="print what is there now and return")
     p.add_argument("--status", action="store_true", help="a named pool's job: print its state, exit 0 "
                    "succeeded, 100 failed, 101 not finished, 102 no such job, 103 cancelled")
     p.add_argument("--sync-down", action="store_true", help="a named pool's job logs (all, or JOB) copied to "

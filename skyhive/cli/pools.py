@@ -25,6 +25,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from skyhive.runtime.control.pools import print_status
 
+    if args.ip:  # SkyPilot's `status --ip NAME`: the head node's address, alone on a line (for scripts)
+        return _print_ip(args.names)
     if getattr(args, "endpoints", None):  # `status --endpoints NAME`: the pool's ports, reached from here
         from skyhive.runtime.clusters.ports import endpoints
 
@@ -37,6 +39,50 @@ def cmd_status(args: argparse.Namespace) -> int:
 
         for name in args.names:
             print("\n".join(access_lines(name)))
+    return code
+
+
+def _print_ip(names: list[str]) -> int:
+    from skyhive.runtime.clusters import record as records
+    from skyhive.runtime.clusters.sshfiles import node_addresses
+
+    if len(names) != 1:
+        err("error: --ip shows one pool's head address: `skyhive status --ip NAME`")
+        return 2
+    addresses = node_addresses(records.load(names[0]))  # PoolNotFound (a LookupError) names the pool
+    print(addresses[0].host if addresses else "127.0.0.1")  # a pool on this machine: its own address
+    return 0
+
+
+def cmd_autostop(args: argparse.Namespace) -> int:
+    """SkyPilot's `autostop NAME... [-i MIN] [--down] [--cancel]`: set, replace or cancel the autostop of
+    running named pools (the default, 5 minutes idle, as SkyPilot's)."""
+    from skyhive.runtime.clusters import record as records
+    from skyhive.runtime.clusters.named import set_autostop
+
+    if args.all == bool(args.names):
+        err("error: give named pools, or --all")
+        return 2
+    if args.cancel and (args.idle_minutes is not None or args.down):
+        err("error: --cancel takes no -i or --down (it removes the pool's autostop)")
+        return 2
+    names = records.names() if args.all else args.names
+    if not names:
+        print("no named pools")
+        return 0
+    minutes = None if args.cancel else (5.0 if args.idle_minutes is None else args.idle_minutes)
+    code = 0
+    for name in names:
+        rec = records.load(name)  # PoolNotFound names the pool and the named pools there are
+        if rec.stopped:
+            err(f"error: pool {name} is stopped ({rec.stopped}): `skyhive start {name}` first")
+            code = 1
+            continue
+        set_autostop(rec, minutes, args.down)
+        if minutes is None:
+            print(f"pool {name}: autostop cancelled")
+        else:
+            print(f"pool {name}: {'down' if args.down else 'stop'} after {minutes:g} min idle")
     return code
 
 
@@ -68,7 +114,7 @@ def add_cluster_parsers(sub: argparse._SubParsersAction, launch: argparse.Argume
     p = sub.add_parser("exec", help="run a task's `run` on a named pool (no setup), as a queued job")
     p.add_argument("name", metavar="NAME")
     add_task_flags(p, launch=False)
-    p.add_argument("-d", "--detach-run", action="store_true", help="return once the job is queued")
+    p.add_argument("-d", "--detach-run", "--async", action="store_true", help="return once the job is queued")
     p.set_defaults(func=cmd_exec)
 
     p = sub.add_parser("status", help="named pools: nodes, resources, state, idle time, autostop")
@@ -77,7 +123,18 @@ def add_cluster_parsers(sub: argparse._SubParsersAction, launch: argparse.Argume
     p.add_argument("-r", "--refresh", action="store_true", help="SkyPilot's: status always asks the workers "
                    "(and SSH hosts) as it prints")
     p.add_argument("--endpoints", metavar="NAME", help="only how each port of pool NAME is reached from here")
+    p.add_argument("--ip", action="store_true", help="SkyPilot's: only the head node's address of pool NAME")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("autostop", help="set or cancel a named pool's autostop (SkyPilot's `sky autostop`)")
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("-a", "--all", action="store_true", help="every named pool")
+    p.add_argument("-i", "--idle-minutes", dest="idle_minutes", type=idle_minutes, metavar="MINUTES",
+                   help="stop after this many idle minutes (default 5)")
+    p.add_argument("--down", action="store_true", help="take the pool down instead of stopping it")
+    p.add_argument("--cancel", action="store_true", help="remove the pool's autostop")
+    p.add_argument("-y", "--yes", action="store_true", help="SkyPilot's: autostop asks nothing")
+    p.set_defaults(func=cmd_autostop)
 
     p = sub.add_parser("queue", help="the jobs of a named pool")
     p.add_argument("name", metavar="NAME")
@@ -152,7 +209,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         for e in entries:
             print(json.dumps({
                 "pool": e.pool_id, "provider": e.state.provider, "status": e.status, "client_pid": e.state.pid,
-                "host": e.state.host, "started": e.state.started, "stopped": e.state.stopped or None,
+                "host": e.state.host, "started": e.state.started, "created": e.state.created or e.state.started,
+                "stopped": e.state.stopped or None,
                 "nodes": [n.state for n in e.state.nodes], "error": e.state.error, "log": str(e.path),
                 "replaced": {str(n.node): list(n.replaced_ids) for n in e.state.nodes if n.replaced_ids} or None,
                 "dropped": {str(n.node): n.dropped for n in e.state.nodes if n.dropped} or None,
@@ -178,7 +236,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
             status = f"[red]leaking[/]: {', '.join(e.state.leaked)} (skyhive down {e.pool_id})"
         elif e.state.error and e.status == "stopped":
             status = f"stopped: {e.state.error[:60]}"
-        age = _age(now - e.state.started) if e.state.started else "-"
+        born = e.state.created or e.state.started  # a named pool's age counts from its first start
+        age = _age(now - born) if born else "-"
         cost = e.cost(now)
         spent = f"${cost[0]:.4g}/h, ${cost[1]:.2f} so far" if cost else "-"
         provider = e.state.provider or "-"

@@ -323,8 +323,10 @@ def test_named_pool_errors_name_the_pool(tmp_path, clean):
     failed = skyhive("exec", "shape", str(failing), cwd=tmp_path)
     assert failed.returncode == 100 and re.search(r"run failed on node [01]: exit code 3", failed.stdout)
     assert skyhive("queue", "shape", cwd=tmp_path).stdout.splitlines()[-1].split()[:3] == ["2", "fails", "FAILED"]
-    latest = skyhive("logs", "shape", cwd=tmp_path)
-    assert latest.returncode == 0 and "[skyhive] job 2 failed" in latest.stdout
+    latest = skyhive("logs", "shape", cwd=tmp_path)  # followed (the default) to the failed job's end: 100
+    assert latest.returncode == 100 and "[skyhive] job 2 failed" in latest.stdout
+    now = skyhive("logs", "shape", "--no-follow", cwd=tmp_path)  # what is there, exit 0
+    assert now.returncode == 0 and "[skyhive] job 2 failed" in now.stdout
     assert "not a named pool" in skyhive("logs", "plain-pool", "1", cwd=tmp_path).stderr
     bad = skyhive("launch", "-y", "-c", "bad/name", str(task), cwd=tmp_path)
     assert bad.returncode != 0 and "'bad/name' cannot name a pool" in bad.stderr
@@ -359,7 +361,8 @@ def test_queued_jobs_run_in_order_cancel_starts_the_next_and_logs_follow(tmp_pat
 
     wait_for(lambda: states()[2] == "RUNNING", what="job 2 to run")
     assert states()[3] == states()[4] == "PENDING"  # they wait their turn
-    assert "tick" in wait_for(lambda: skyhive("logs", "q", "2", cwd=tmp_path).stdout, what="job 2 output")
+    assert "tick" in wait_for(lambda: skyhive("logs", "q", "2", "--no-follow", cwd=tmp_path).stdout,
+                                 what="job 2 output (running: not followed)")
 
     follower = subprocess.Popen([*SKYHIVE, "logs", "q", "3", "--follow"], cwd=tmp_path, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
@@ -480,7 +483,7 @@ def test_a_job_whose_agent_was_killed_fails_and_the_next_job_runs(tmp_path, clea
 
     job = wait_for(lambda: next((j for j in jobq.list_jobs("orphan") if j.id == 2 and j.state == "RUNNING"), None),
                    what="job 2 to run")
-    wait_for(lambda: "tick 2" in skyhive("logs", "orphan", "2", cwd=tmp_path).stdout, what="job 2 output")
+    wait_for(lambda: "tick 2" in skyhive("logs", "orphan", "2", "--no-follow", cwd=tmp_path).stdout, what="job 2 output")
     os.kill(job.agent_pid, signal.SIGKILL)
     short = write(tmp_path / "short.yaml", SLOW.format(n=2))
     after = skyhive("exec", "orphan", str(short), cwd=tmp_path)

@@ -230,7 +230,7 @@ def test_dryrun_on_aws_shows_machine_and_hourly_cost_and_creates_nothing(moto_ec
     # each resource flag takes effect in the plan
     assert main(["launch", "t.yaml", "--dryrun", "--gpus", "A100:8", "--use-spot", "--region", "us-west-2"]) == 0
     out = capsys.readouterr().out
-    assert "p4d.24xlarge in us-west-2" in out and "spot is less" in out
+    assert "p4d.24xlarge in us-west-2" in out and "/h spot" in out and "(spot prices)" in out  # priced as shown
     assert main(["launch", "t.yaml", "--dryrun", "--gpus", "none", "--cpus", "8", "--memory", "32"]) == 0
     assert "(8 vCPU, 32 GB)" in capsys.readouterr().out  # exactly 8 and 32, as SkyPilot means it
     assert main(["launch", "t.yaml", "--dryrun", "--gpus", "none", "--cpus", "8+", "--memory", "64+"]) == 0
@@ -415,7 +415,7 @@ def test_resource_fields_from_the_task_file_take_effect_or_are_refused(tmp_path)
         return plan_launch(loads(f"resources: {{{resources}}}\nrun: echo\n", cwd=str(tmp_path)))
 
     spot = plan("cloud: aws, use_spot: true, accelerators: L4:1")  # use_spot from the file, as --use-spot
-    assert spot.plan["spot"] is True and any("spot is less" in line for line in spot.lines)
+    assert spot.plan["spot"] is True and any("(spot prices)" in line for line in spot.lines)
     assert plan("cloud: aws, use_spot: false, accelerators: L4:1").plan["spot"] is False
     with pytest.raises(ProvisionError, match="unknown region 'mars-1'"):
         plan("cloud: aws, region: mars-1")

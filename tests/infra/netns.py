@@ -307,6 +307,7 @@ class NetnsHosts:
         subnet_prefix: str = "10.213",
         per_host_home: bool = True,
         start_timeout: float = 10.0,
+        extra_config: list[str] | tuple[str, ...] = (),
     ) -> None:
         if not 1 <= count <= 250:
             raise ValueError(f"count must be between 1 and 250, not {count}")
@@ -315,6 +316,7 @@ class NetnsHosts:
         self.subnet_prefix = subnet_prefix
         self.per_host_home = per_host_home
         self.start_timeout = start_timeout
+        self.extra_config = tuple(extra_config)  # sshd_config lines of every host (`Port 22922`: a second port)
         self.token = secrets.token_hex(3)[:5]
         self.bridge = f"{BRIDGE_PREFIX}{self.token}"
         self.bridge_address: str | None = None
@@ -433,6 +435,7 @@ class NetnsHosts:
                 hostname=hostname,
                 home=home,
                 start_timeout=self.start_timeout,
+                extra_config=self.extra_config,
             )
             self.hosts.append(NetnsHost(i, ns, hostname, address, veth, host_dir, home, sshd))
         for h in self.hosts:  # start all, then wait for all

@@ -145,7 +145,8 @@ class SSHCluster(SSH):
 
     @classmethod
     def from_ssh(cls, ssh: SSH, *, pool: str, cluster: str) -> SSHCluster:
-        return cls(list(ssh.host_specs), pool=pool, cluster=cluster, key=ssh.key, ssh_config=ssh.ssh_config,
+        hosts, host_options = ssh.resolved()  # the aliases as resolved when `ssh` was made, kept so
+        return cls(hosts, pool=pool, cluster=cluster, key=ssh.key, ssh_config=None, host_options=host_options,
                    known_hosts=ssh.known_hosts, python=ssh.python, connect_timeout=ssh.connect_timeout,
                    reconnect_timeout=ssh.reconnect_timeout, use_agent=ssh.use_agent)
 
@@ -159,15 +160,19 @@ class SSHCluster(SSH):
                    known_hosts=desc.get("known_hosts"), python=desc.get("python"),
                    connect_timeout=float(desc.get("connect_timeout", 10.0)),
                    reconnect_timeout=float(desc.get("reconnect_timeout", 60.0)),
-                   use_agent=bool(desc.get("use_agent", False)), ssh_config=desc.get("ssh_config", DEFAULT_CONFIG))
+                   use_agent=bool(desc.get("use_agent", False)), ssh_config=desc.get("ssh_config", DEFAULT_CONFIG),
+                   host_options=desc.get("host_options"))
 
     def recorded(self) -> dict[str, Any]:
         """What the pool's record keeps of this provider: where the hosts are and how to log in (the
         key's *path*, never its content)."""
-        return {"provider": "ssh", "hosts": [str(h) for h in self._specs], "key": self.key,
+        # the hosts resolved (an ~/.ssh/config alias: its HostName, Port, User, IdentityFile, ProxyJump),
+        # never looked up again: `skyhive ssh`, `status`, `stop`/`start` reach what the pool was created on
+        hosts, host_options = self.resolved()
+        return {"provider": "ssh", "hosts": hosts, "host_options": [list(o) for o in host_options], "key": self.key,
                 "known_hosts": self.known_hosts, "python": self.python, "use_agent": self.use_agent,
                 "connect_timeout": self.connect_timeout, "reconnect_timeout": self.reconnect_timeout,
-                "ssh_config": self.ssh_config}
+                "ssh_config": None}
 
     def describe(self) -> dict[str, Any]:
         return super().describe()  # `skyhive down` of the pool's log rebuilds a plain SSH provider

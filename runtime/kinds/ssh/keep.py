@@ -275,9 +275,13 @@ def hosts_provider(rec: KeptRecord) -> SSH:
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write("".join(lines))
     os.chmod(known, 0o600)
+    from ....providers.ssh_config import DEFAULT_CONFIG
+
+    # the hosts as resolved at creation (an ~/.ssh/config alias is not looked up again: `host_options`)
     return SSH(hosts=list(info.get("hosts") or ()), key=info.get("key"), known_hosts=str(known),
                python=info.get("python"), use_agent=bool(info.get("use_agent")),
-               connect_timeout=float(info.get("connect_timeout", 10.0)))
+               connect_timeout=float(info.get("connect_timeout", 10.0)),
+               ssh_config=info.get("ssh_config", DEFAULT_CONFIG), host_options=info.get("host_options"))
 
 
 KEEP = SSHKeep()

@@ -54,6 +54,8 @@ class NodeAddress:
     host: str
     port: int
     host_key: str  # "ssh-ed25519 AAAA...", "" when none was recorded
+    identity_file: str = ""  # the host's own key (its ~/.ssh/config IdentityFile, resolved at creation)
+    proxy_jump: str = ""  # `user@address:port` of its jump host (its ProxyJump), "" when none
 
 
 def alias(name: str, node: int) -> str:
@@ -70,11 +72,14 @@ def node_addresses(rec: PoolRecord) -> list[NodeAddress]:
     from ....providers.ssh import parse_host
 
     hosts = list(rec.provider_info.get("hosts", ()))[: rec.nodes]
+    options = list(rec.provider_info.get("host_options") or ())  # (IdentityFile, ProxyJump) per host
     out = []
     for node, spec in enumerate(hosts):
         user, host, port = parse_host(str(spec))
+        own_key, jump = options[node] if node < len(options) else (None, None)
         out.append(NodeAddress(node=node, alias=alias(rec.name, node), user=user or getpass.getuser(), host=host,
-                               port=port, host_key=rec.host_keys.get(str(node), "")))
+                               port=port, host_key=rec.host_keys.get(str(node), ""), identity_file=own_key or "",
+                               proxy_jump=jump or ""))
     return out
 
 
@@ -123,8 +128,11 @@ def host_block(rec: PoolRecord, a: NodeAddress) -> str:
              "  GlobalKnownHostsFile /dev/null",
              "  StrictHostKeyChecking yes",
              "  CheckHostIP no"]
-    if key:
-        lines += [f"  IdentityFile {_quote(os.path.abspath(os.path.expanduser(str(key))))}", "  IdentitiesOnly yes"]
+    if key or a.identity_file:  # the pool's key, else the host's own (its ~/.ssh/config's, resolved at creation)
+        path = os.path.abspath(os.path.expanduser(str(key or a.identity_file)))
+        lines += [f"  IdentityFile {_quote(path)}", "  IdentitiesOnly yes"]
+    if a.proxy_jump:
+        lines.append(f"  ProxyJump {_quote(a.proxy_jump)}")
     if not rec.provider_info.get("use_agent"):
         lines.append("  IdentityAgent none")
     lines += ["  ServerAliveInterval 15", ""]
