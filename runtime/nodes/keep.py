@@ -127,6 +127,11 @@ class NodeAccess(abc.ABC):
         """`Host` lines for `skyhive ssh-config` where the node speaks SSH; None (the default) elsewhere."""
         return None
 
+    def ip(self) -> str | None:
+        """The node's address as `skyhive status --ip` prints it (SkyPilot's head IP); None (the default) where
+        a user reaches the node by no address of its own (a pod reached over exec)."""
+        return None
+
 
 class KeepSupport(abc.ABC):
     """How the nodes of one kind are kept and found again (see the module docstring)."""

@@ -43,14 +43,18 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _print_ip(names: list[str]) -> int:
-    from skyhive.runtime.clusters import record as records
-    from skyhive.runtime.clusters.sshfiles import node_addresses
+    from skyhive.runtime.clusters.kept_pool import KeptPool
 
     if len(names) != 1:
         err("error: --ip shows one pool's head address: `skyhive status --ip NAME`")
         return 2
-    addresses = node_addresses(records.load(names[0]))  # PoolNotFound (a LookupError) names the pool
-    print(addresses[0].host if addresses else "127.0.0.1")  # a pool on this machine: its own address
+    head = KeptPool.load(names[0]).access(0)  # PoolNotFound (a LookupError) names the pool
+    ip = head.ip()
+    if ip is None:
+        err(f"error: pool {names[0]!r} has no address of its own ({head.describe()}): reach it with "
+            f"`skyhive ssh {names[0]}`")
+        return 1
+    print(ip)
     return 0
 
 

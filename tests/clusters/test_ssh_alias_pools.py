@@ -53,7 +53,7 @@ def alias_hosts(make_netns_hosts, skyhive_home, tmp_path):
     (home / ".ssh" / "config").write_text(alias_config(hosts, (0, 1)))
     yield hosts, home
     from skyhive.runtime.clusters import record as records
-    from skyhive.runtime.commands.clusters import down_cluster
+    from skyhive.runtime.control.pools import down_cluster
 
     names = records.names()
     for name in names:

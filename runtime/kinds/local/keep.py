@@ -40,6 +40,9 @@ class LocalAccess(NodeAccess):
     def describe(self) -> str:
         return "this machine"
 
+    def ip(self) -> str | None:
+        return "127.0.0.1"  # (SkyPilot's local clusters answer their loopback too)
+
     def run(self, argv: Sequence[str] | None, *, tty: bool) -> int:
         shell = os.environ.get("SHELL") or "/bin/sh"
         return foreground(list(argv) if argv is not None else [shell, "-l"], cwd=self.cwd if os.path.isdir(self.cwd)

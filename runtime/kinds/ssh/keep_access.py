@@ -72,6 +72,9 @@ class SSHAccess(NodeAccess):
         a = self.address
         return f"{a.user}@{a.host}:{a.port}  ssh alias {a.alias}"
 
+    def ip(self) -> str | None:
+        return self.address.host
+
     def _config(self) -> str:
         path = write_config(self.rec)  # from the record, before each login: the pinned keys as recorded
         assert path is not None  # (the node has an address: __init__)
