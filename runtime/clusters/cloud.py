@@ -10,8 +10,6 @@ provider confirms (instances terminated, shutting down or not found; the shared 
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import dataclasses
 import fcntl
 import logging
@@ -23,6 +21,7 @@ from ...errors import TeardownIncomplete
 from ...providers.base import LocalReach, NodeHandle
 from ...providers.registry import from_description
 from ..events.log import pool_log_path, read_log
+from ..common import bridge
 from ..events.state import fold
 from ..events.types import PoolStopped, to_json
 from . import record as records
@@ -59,8 +58,7 @@ def terminate_instances(rec: ClusterRecord, *, why: str = "") -> list[str]:
         leaked.clear()
 
     try:
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skyhive-cloud") as ex:
-            ex.submit(asyncio.run, main()).result()
+        bridge.run(main, thread=True, name="skyhive-cloud")
     except Exception as exc:  # noqa: BLE001 - whatever failed, the record stays until the provider confirms
         cause = f"{type(exc).__name__}: {exc}" if not str(exc).startswith(provider.name) else str(exc)
         mark_leaking(rec, tuple(leaked), cause)
@@ -105,11 +103,7 @@ def mark_leaking(rec: ClusterRecord, leaked: tuple[str, ...], cause: str) -> Non
 
 
 def _cloud_call(make: Any) -> Any:
-    async def main() -> Any:
-        return await make()
-
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skyhive-cloud") as ex:
-        return ex.submit(asyncio.run, main()).result()
+    return bridge.run(make, thread=True, name="skyhive-cloud")
 
 
 def can_stop(rec: ClusterRecord) -> bool:

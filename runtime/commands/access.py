@@ -20,6 +20,7 @@ import time
 from typing import TextIO
 
 from ..clusters import record as records
+from ..common import bridge
 from ..clusters.access import check_node, local_dir, session_env, ssh_argv
 from ..clusters.sshfiles import alias, config_path, write_config
 from ..clusters.record import ClusterRecord
@@ -192,7 +193,7 @@ def _relay(remote: int, local: int, name: str, err: TextIO) -> int:
             for writer in list(writers):  # the open connections end now, not when their peers close
                 writer.transport.abort()
 
-    asyncio.run(main())
+    bridge.run(main)
     return 0
 
 

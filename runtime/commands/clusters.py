@@ -17,13 +17,13 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import TextIO
 
-import anyio
 
 from ...errors import LaunchError, PoolGone, PoolNotFound, SSHError, TeardownIncomplete
 from ...providers.base import Provider
 from ...providers.local import Local
 from ..clusters import jobs as jobq
 from ..clusters import record as records
+from ..common import bridge
 from .agent import ensure_agent
 from ..clusters.named import dead_workers, live_workers, new_kept_pool, set_autostop
 from ..nodes.keep import keep_support_of
@@ -155,7 +155,7 @@ def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float 
         async with pool:
             pass  # started, recorded, its ports opened (on the pool's firewall, this client's address only)
 
-    anyio.run(create)
+    bridge.run(create)
     if pool._named.opened:
         _say(err, f"pool {name}: opened {', '.join(pool._named.opened)}")
 

@@ -15,20 +15,18 @@ ssh` still knows its hosts, and `down` finishes it (a stopped cloud pool's insta
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import dataclasses
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TextIO, TypeVar
 
-import anyio
 
 from ...errors import PoolGone
 from ...providers.base import NodeHandle, Provider
 from ..clusters import record as records
 from ..clusters.named import live_workers, new_kept_pool
+from ..common import bridge
 from ..clusters.stop import stop_pool
 
 __all__ = ["stop_cluster", "start_cluster", "STOPPED"]
@@ -39,11 +37,7 @@ T = TypeVar("T")
 
 
 def _run(make: Callable[[], Awaitable[T]]) -> T:
-    async def main() -> T:
-        return await make()
-
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skyhive-pause") as ex:
-        return ex.submit(asyncio.run, main()).result()
+    return bridge.run(make, thread=True, name="skyhive-pause")
 
 
 def _say(err: TextIO, text: str) -> None:
@@ -161,7 +155,7 @@ def start_cluster(name: str, *, provider: Provider | None = None, err: TextIO | 
             pass
 
     try:
-        anyio.run(create)
+        bridge.run(create)
     except BaseException:
         try:
             records.load(name)
