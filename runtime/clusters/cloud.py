@@ -19,9 +19,10 @@ from typing import Any
 
 from ...errors import TeardownIncomplete
 from ...providers.base import LocalReach, NodeHandle
+from ...providers.features import Feature
 from ...providers.registry import from_description
-from ..events.log import pool_log_path, read_log
 from ..common import bridge
+from ..events.log import pool_log_path, read_log
 from ..events.state import fold
 from ..events.types import PoolStopped, to_json
 from . import record as records
@@ -107,15 +108,15 @@ def _cloud_call(make: Any) -> Any:
 
 
 def can_stop(rec: ClusterRecord) -> bool:
-    """Whether the provider of the cloud pool `rec` can stop its machines (`Provider.can_stop`)."""
-    return bool(from_description(rec.provider_info["cloud"]).can_stop)
+    """Whether the provider of the cloud pool `rec` can stop its machines (`Feature.STOP`)."""
+    return Feature.STOP in from_description(rec.provider_info["cloud"]).features
 
 
 def stop_instances(rec: ClusterRecord) -> bool:
     """Stop the instances of the cloud pool `rec` (disks kept) and wait until each is stopped, where its
-    provider can (`Provider.can_stop`); False (nothing done) where it cannot."""
+    provider can (`Feature.STOP`); False (nothing done) where it cannot."""
     provider = from_description(rec.provider_info["cloud"])
-    if not provider.can_stop:
+    if Feature.STOP not in provider.features:
         return False
     _cloud_call(lambda: provider.stop_nodes(rec.instances))
     return True
@@ -126,7 +127,7 @@ def shutdown_behavior(rec: ClusterRecord, behavior: str) -> None:
     "terminate"), where its provider can stop machines; a provider that cannot keeps terminating (a
     warning says so when "stop" was asked)."""
     provider = from_description(rec.provider_info["cloud"])
-    if not provider.can_stop:
+    if Feature.STOP not in provider.features:
         if behavior == "stop":
             log.warning("pool %s: provider %s cannot stop machines: its autostop takes the pool down", rec.name,
                         provider.name)
@@ -138,7 +139,7 @@ def instance_states(rec: ClusterRecord) -> dict[str, str] | None:
     """The provider's state of each instance of the cloud pool `rec` ("running", "stopped", ...), where
     its provider can stop machines; None where it cannot, or when it does not answer (a warning)."""
     provider = from_description(rec.provider_info["cloud"])
-    if not provider.can_stop:
+    if Feature.STOP not in provider.features:
         return None
     try:
         return dict(_cloud_call(lambda: provider.node_states(rec.instances)))

@@ -2,7 +2,7 @@
 endpoints: how each of its ports is reached from this machine (`skyhive status --endpoints NAME`).
 
 Every provider's ports are reached through the pool's SSH connection (`skyhive forward`), no port
-open to anyone; a Local pool's are this machine's. On a cloud that opens them (`Provider.opens_ports`),
+open to anyone; a Local pool's are this machine's. On a cloud that opens them (`Feature.OPEN_PORTS`),
 they are also open on the pool's firewall for this client's address only.
 """
 

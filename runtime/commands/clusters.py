@@ -55,11 +55,12 @@ def _say(err: TextIO, text: str) -> None:
 
 
 def _require_keepable(task: Task, command: str) -> None:
-    """Refuse a provider that says it cannot keep a pool (`Provider.unsupported["keep"]`), with its reason."""
+    """Refuse a provider that says it cannot keep a pool (`Feature.KEEP` not in its features), with its reason."""
+    from ...providers.features import Feature
     from ...providers.registry import provider_class
 
     provider = task.resources.provider or "local"
-    reason = provider_class(provider).unsupported.get("keep")
+    reason = provider_class(provider).features.why_not(Feature.KEEP, provider)
     if reason:
         raise LaunchError(f"{command}: provider {provider!r} cannot keep a named pool: {reason} "
                           f"(`skyhive launch` without -c runs a task on {provider} once)")

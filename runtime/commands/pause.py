@@ -1,10 +1,10 @@
 """`skyhive stop NAME` and `skyhive start NAME`: a named pool paused and resumed.
 
-A cloud pool whose provider `can_stop` (AWS): its workers, agent and watchdog are ended, then its
+A cloud pool whose provider offers `Feature.STOP` (AWS): its workers, agent and watchdog are ended, then its
 instances stopped — their disks kept (billed for storage only), nothing terminated; `start` starts the
 same instances (the same ids), and the pool is created again over them: bootstrap finds what it cached
 on their disks, new detached workers, a new record with the same instance ids. A provider that cannot
-stop says so (`Provider.can_stop`) and nothing is touched: `skyhive down NAME` is its way out.
+stop says so (`Provider.features`) and nothing is touched: `skyhive down NAME` is its way out.
 
 A Local or SSH pool: `stop` ends its workers, agent and watchdog (the machines stay as they are, the
 bootstrap caches on them kept); `start` starts new workers on the same nodes.
@@ -24,9 +24,10 @@ from typing import Any, TextIO, TypeVar
 
 from ...errors import PoolGone
 from ...providers.base import NodeHandle, Provider
+from ...providers.features import Feature
 from ..clusters import record as records
-from ..clusters.named import live_workers, new_kept_pool
 from ..common import bridge
+from ..clusters.named import live_workers, new_kept_pool
 from ..clusters.stop import stop_pool
 
 __all__ = ["stop_cluster", "start_cluster", "STOPPED"]
@@ -49,7 +50,7 @@ def _cloud(rec: records.ClusterRecord, provider: Provider | None) -> Provider:
     from ...providers.registry import from_description
 
     cloud = provider or from_description(rec.provider_info["cloud"])
-    if not cloud.can_stop:
+    if Feature.STOP not in cloud.features:
         raise ValueError(f"pool {rec.name!r}: provider {cloud.name!r} cannot stop its machines and start the same "
                          f"ones again; `skyhive down {rec.name}` ends the pool (its instances terminated)")
     return cloud

@@ -14,7 +14,7 @@ through it. It says:
   live (`live`), how the pool's processes are stopped and what is left on the nodes cleaned up (`stop`),
   and where the autostop watchdog runs (`start_watchdog`, `stop_watchdog`).
 
-A provider that cannot keep a pool says so with the reason (`Provider.unsupported["keep"]`); one that can
+A provider that cannot keep a pool says so with the reason (`Feature.KEEP` not in its `Provider.features`); one that can
 is wrapped (`runtime/clusters/kept.py`), and each running node is handed to the keep support of its
 reach's kind. The record names the kind that keeps it (`keeper`), so a later process finds the same
 support (a kind may reuse another's: a cloud's instances are kept as SSH nodes are).
