@@ -160,7 +160,7 @@ class _Syncer:
                 else:
                     self.sent[rel] = now[rel]
             if gone:
-                delete_keys(self.s3, bucket.name, [bucket.key(rel) for rel in gone], one_by_one=self.acc.store == "gcs")
+                delete_keys(self.s3, bucket.name, [bucket.key(rel) for rel in gone], one_by_one=self.acc.deletes_one_by_one)
                 for rel in gone:
                     del self.sent[rel]
             self.uploaded += len(changed) - len(skipped)
