@@ -2,7 +2,7 @@
 (MinIO, R2 at its account's endpoint, GCS's XML API with HMAC keys). Why boto3 and not libcloud's S3 driver: docs/storage.md.
 
 `access(bucket)` resolves, on the client, what a node needs to reach a bucket: the endpoint (the bucket's
-own `endpoint_url`, else its store's: `store.py`, `stores/`; S3's is AWS's chain: `AWS_ENDPOINT_URL_S3`,
+own `endpoint_url`, else its store's: `store.py`, `store_*.py`; S3's is AWS's chain: `AWS_ENDPOINT_URL_S3`,
 `AWS_ENDPOINT_URL`, `endpoint_url` in the profile of ~/.aws/config), the region, and the credentials (the
 store's own keys, else AWS's standard chain: environment, ~/.aws/credentials and config profiles, SSO, the
 instance's role). `client(access)` builds the client
@@ -19,8 +19,8 @@ from typing import Any
 from ...errors import StorageError
 from .spec import Bucket
 from .store import store_named
-from .stores.gcs import gcs_project
-from .stores.r2 import R2_ENDPOINT, r2_endpoint
+from .store_gcs import gcs_project
+from .store_r2 import R2_ENDPOINT, r2_endpoint
 
 __all__ = ["Access", "access", "client", "storage_error", "require_boto3", "r2_endpoint", "R2_ENDPOINT", "gcs_project",
            "store_configured"]

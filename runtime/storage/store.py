@@ -5,7 +5,7 @@ Everything else — access, the client, transfers, mounts, `skyhive storage ls/d
 against this contract (`s3.py`, `buckets.py`, `node.py`, `commands/storage.py`) and never compares a
 store's name. A new store is one module with a `Store` subclass plus its registration: `register_store(
 MyStore())` in code, or an entry point in the group `skyhive.stores` ("name = module:attr"). skyhive's
-own stores are in `stores/` (`s3.py`, `gcs.py`, `r2.py`), listed below by where they are declared.
+own stores are `store_s3.py`, `store_r2.py` and `store_gcs.py`, listed below by where they are declared.
 
 What the nodes need of a store travels in the bucket's `Access` (`s3.py`), resolved on the client: a node
 never looks a store up (a store registered in the client's code is unknown in a worker's process).
@@ -80,9 +80,9 @@ class Store(abc.ABC):
 _STORES: dict[str, Store] = {}
 #: skyhive's own stores, in the order `skyhive storage ls` looks at them: where each is declared
 _BUILT_IN = {
-    "s3": "skyhive.runtime.storage.stores.s3:STORE",
-    "r2": "skyhive.runtime.storage.stores.r2:STORE",
-    "gcs": "skyhive.runtime.storage.stores.gcs:STORE",
+    "s3": "skyhive.runtime.storage.store_s3:STORE",
+    "r2": "skyhive.runtime.storage.store_r2:STORE",
+    "gcs": "skyhive.runtime.storage.store_gcs:STORE",
 }
 _entry_points_loaded = False
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..store import Store
+from .store import Store
 
 __all__ = ["S3Store", "STORE"]
 

@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ....errors import StorageError
-from ..store import Store, read_keys
+from ...errors import StorageError
+from .store import Store, read_keys
 
 __all__ = ["R2Store", "STORE", "R2_ENDPOINT", "r2_endpoint"]
 
@@ -62,7 +62,7 @@ class R2Store(Store):
 
     def configured(self) -> bool:
         """When the account ID is found."""
-        from ..spec import Bucket
+        from .spec import Bucket
 
         try:
             r2_endpoint(Bucket("skyhive-probe", store=self.name))

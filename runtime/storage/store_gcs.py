@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..store import Store, read_keys
+from .store import Store, read_keys
 
 __all__ = ["GCSStore", "STORE", "gcs_project"]
 
@@ -56,7 +56,7 @@ class GCSStore(Store):
 
     def configured(self) -> bool:
         """When HMAC keys are in ~/.boto (the AWS chain's keys are never GCS's)."""
-        from ..spec import Bucket
+        from .spec import Bucket
 
         return self.own_keys(Bucket("skyhive-probe", store=self.name)) is not None
 
