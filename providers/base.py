@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..errors import NodeUnreachable, ProvisionError
+from .features import LEGACY, Feature, Features, fold_legacy
 
 __all__ = [
     "ProvisionError",
@@ -198,39 +199,44 @@ class Provider(abc.ABC):
     #: `Pool(accelerator=...)` and a task file's `resources.accelerators` (Local: this machine is what it is).
     advisory: ClassVar[frozenset[str]] = frozenset()
 
-    #: True for providers that run on machines that exist already (this machine, your hosts, a Slurm
-    #: cluster); False for those that create machines to order (clouds).
-    fixed_machines: ClassVar[bool] = True
-
     #: Task-file `resources` fields (SkyPilot's names: "region", "zone", "instance_type", "image_id",
     #: "disk_size") that this provider takes as constructor options -> the keyword argument. A field
     #: that no provider option takes is refused by `skyhive launch`, naming the field and the provider.
     resource_options: ClassVar[Mapping[str, str]] = {}
 
-    #: What this provider cannot do, each with the reason (shown in the error that refuses it):
-    #: {"keep": "a Slurm allocation ends with the client's job ..."} refuses `Pool(name=..., keep=True)` and
-    #: `skyhive launch -c` on it. A capability not named here is offered (keeping a pool then goes through
-    #: the keep support its nodes' kind declares: `runtime/nodes/keep.py`).
-    unsupported: ClassVar[Mapping[str, str]] = {}
+    #: What this provider can do, declared once (`providers/features.py`): the features it offers and,
+    #: for each it cannot offer that a user may ask of it, why — the error that refuses it (`Feature.KEEP`
+    #: refused: `Pool(name=..., keep=True)` and `skyhive launch -c` on it). By default a provider keeps
+    #: pools (through the keep support its nodes' kind declares: `runtime/nodes/keep.py`) on machines that
+    #: exist already, and nothing more. The names this replaced (`unsupported`, `can_stop`, `opens_ports`,
+    #: `fixed_machines`, `bulk_teardown`, `node_homes`, `same_machine`, `interruption_notices`) are still
+    #: read from a provider, derived from it; a subclass setting one of them has it folded in.
+    features: ClassVar[Features] = Features(Feature.KEEP)
 
-    #: True when the provider can stop a pool's machines, keeping their disks, and start the same ones
-    #: again (`stop_nodes`, `start_nodes`): `skyhive stop`/`start` of a cloud pool. Others say so.
-    can_stop: ClassVar[bool] = False
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.features = fold_legacy(cls)
 
-    #: True when the provider opens a pool's `resources.ports` on its firewall (`open_ports`), for the
-    #: client's address only. Every pool's ports are reached through its SSH connection anyway.
-    opens_ports: ClassVar[bool] = False
+    unsupported = LEGACY["unsupported"]
+    can_stop = LEGACY["can_stop"]
+    opens_ports = LEGACY["opens_ports"]
+    fixed_machines = LEGACY["fixed_machines"]
+    bulk_teardown = LEGACY["bulk_teardown"]
+    node_homes = LEGACY["node_homes"]
+    same_machine = LEGACY["same_machine"]
+    interruption_notices = LEGACY["interruption_notices"]
 
     async def stop_nodes(self, ids: Sequence[str]) -> None:
-        """Stop the machines `ids` (disks kept); only where `can_stop`."""
-        raise NotImplementedError(f"provider {self.name!r} cannot stop machines and start them again")
+        """Stop the machines `ids` (disks kept); only where `Feature.STOP` is offered."""
+        raise NotImplementedError(self.features.why_not(Feature.STOP, self.name))
 
     async def start_nodes(self, ids: Sequence[str]) -> None:
-        """Start the stopped machines `ids` again (the same ones); only where `can_stop`."""
-        raise NotImplementedError(f"provider {self.name!r} cannot stop machines and start them again")
+        """Start the stopped machines `ids` again (the same ones); only where `Feature.STOP` is offered."""
+        raise NotImplementedError(self.features.why_not(Feature.STOP, self.name))
 
     async def open_ports(self, pool_id: str, ports: Sequence[tuple[int, int]]) -> list[str]:
-        """Open `ports` on the pool's firewall for the client's address; only where `opens_ports`."""
+        """Open `ports` on the pool's firewall for the client's address; only where `Feature.OPEN_PORTS`
+        is offered (every pool's ports are reached through its SSH connection anyway)."""
         return []
 
     #: What a machine this provider creates does when its OS shuts down (where `can_stop`): "terminate"
@@ -241,32 +247,13 @@ class Provider(abc.ABC):
 
     async def node_states(self, ids: Sequence[str]) -> dict[str, str]:
         """The provider's state of each machine of `ids` ("running", "stopped", ...; a machine not
-        listed is gone); only where `can_stop`."""
-        raise NotImplementedError(f"provider {self.name!r} cannot stop machines and start them again")
+        listed is gone); only where `Feature.STOP` is offered."""
+        raise NotImplementedError(self.features.why_not(Feature.STOP, self.name))
 
     async def set_shutdown_behavior(self, ids: Sequence[str], behavior: str) -> None:
-        """Make the machines `ids` "stop" or "terminate" when their OS shuts down; only where `can_stop`."""
-        raise NotImplementedError(f"provider {self.name!r} cannot stop machines and start them again")
-
-    #: True when letting go of this provider's nodes costs no round trip per node (they live in this
-    #: process): the pool then closes their transports one after another and terminates all of them
-    #: in one `terminate` call, instead of a task per node (`runtime/actors/teardown.py`).
-    bulk_teardown: ClassVar[bool] = False
-
-    #: True when the nodes share the user's own machine (Local): a task file's steps give each node a
-    #: home of its own (`HOME`, the workdir at `~/sky_workdir` there), so a task behaves as on a fresh
-    #: machine and never touches the user's home; `setup` then runs on every node.
-    node_homes: ClassVar[bool] = False
-
-    #: True when the nodes are this machine, with its Python and files (Local): a plugin may use this
-    #: machine's devices and paths as the nodes' own, a task's workdir needs no copy. (The node kinds'
-    #: declarations will say it per kind, `runtime/nodes/registry.py`; until then the provider says it.)
-    same_machine: ClassVar[bool] = False
-
-    #: the cloud whose interruption notice this provider's nodes watch while a managed job runs
-    #: ("aws": EC2's spot `instance-action`; "gcp": GCE's `preempted`; "azure": Scheduled Events' `Preempt`;
-    #: `runtime/onnode/notices/`); "" none
-    interruption_notices: ClassVar[str] = ""
+        """Make the machines `ids` "stop" or "terminate" when their OS shuts down; only where `Feature.STOP`
+        is offered."""
+        raise NotImplementedError(self.features.why_not(Feature.STOP, self.name))
 
     @property
     def max_nodes(self) -> int:

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 import anyio
 
+from .features import Feature, Features
 from .base import ClusterSpec, NodeHandle, Provider, ProvisionError
 
 __all__ = ["Fallback"]
@@ -59,9 +60,9 @@ class Fallback(Provider):
     """Several providers tried in order (see the module docstring)."""
 
     name: ClassVar[str] = "fallback"
-    #: (see `Provider.unsupported`)
-    unsupported: ClassVar[Mapping[str, str]] = {
-        "keep": "a pool tried on several providers in turn is not kept; name the one provider to keep it on"}
+    #: (see `Provider.features`; an instance's are its candidates', `__init__`)
+    features: ClassVar[Features] = Features(cannot={
+        Feature.KEEP: "a pool tried on several providers in turn is not kept; name the one provider to keep it on"})
 
     def __init__(self, providers: Sequence[Provider], order: str = "given") -> None:
         if order not in ORDERS:
@@ -76,9 +77,12 @@ class Fallback(Provider):
         self.connect_retry = max(p.connect_retry for p in providers)  # type: ignore[misc]
         # what every member chooses by (a member that cannot would otherwise be asked in vain)
         self.chooses = frozenset.intersection(*(p.chooses for p in providers))  # type: ignore[misc]
-        self.fixed_machines = all(p.fixed_machines for p in providers)  # type: ignore[misc]
-        notices = {p.interruption_notices for p in providers}  # the nodes' watch, when every candidate agrees
-        self.interruption_notices = notices.pop() if len(notices) == 1 else ""  # type: ignore[misc]
+        # machines made to order when any candidate makes them; the nodes watch a cloud's interruption
+        # notice when every candidate agrees on it
+        notices = {p.features.notices for p in providers}
+        self.features = type(self).features.replace(  # type: ignore[misc]
+            offer=[Feature.CREATES_MACHINES] if any(Feature.CREATES_MACHINES in p.features for p in providers) else [],
+            notices=notices.pop() if len(notices) == 1 else "")
         #: labels of candidates that just lost nodes: tried last, the most recent loss at the very end
         self.tried_last: tuple[str, ...] = ()
 

@@ -7,6 +7,7 @@ import socket
 from collections.abc import Sequence
 from typing import Any
 
+from .features import Feature, Features
 from .base import ClusterSpec, DetachedLocalReach, LocalReach, NodeHandle, Provider
 
 __all__ = ["Local", "LocalCluster"]
@@ -35,8 +36,8 @@ class Local(Provider):
         return {}
 
     name = "local"
-    same_machine = True  # (see `Provider.same_machine`)
-    node_homes = True  # a task file's steps never touch this user's home (`runtime/onnode/nodecmd.py`)
+    #: the nodes are this machine; a task file's steps never touch this user's home (`runtime/onnode/nodecmd.py`)
+    features = Features(Feature.KEEP, Feature.SAME_MACHINE, Feature.NODE_HOMES)
 
     def __init__(self, *, cwd: str | None = None, build_env: bool = True) -> None:
         self.cwd = cwd

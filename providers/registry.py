@@ -27,11 +27,12 @@ from typing import Any
 
 from ..errors import ProviderNotAvailable, ProvisionError
 from .base import Provider
+from .features import Feature
 
 log = logging.getLogger("skyhive.providers")
 
 __all__ = ["PROVIDERS", "ENTRY_POINT_GROUP", "names", "planned", "canonical", "provider_class",
-           "from_description", "from_cli"]
+           "from_description", "from_cli", "offering"]
 
 #: name -> (module, class). Names are what `Provider.name` and `skyhive launch --provider` use.
 PROVIDERS: dict[str, tuple[str, str]] = {
@@ -127,13 +128,32 @@ def from_cli(name: str, *, hosts: Sequence[str] = (), options: Mapping[str, Any]
     arguments from the task's resources: see `Provider.resource_options`)."""
     key = canonical(name)
     options = dict(options or {})
-    if key == "ssh":
+    cls = provider_class(key)
+    if Feature.HOSTS in cls.features:  # it runs on the hosts the user names
         if not hosts:
-            raise ProvisionError("the ssh provider needs hosts: pass --hosts HOST [HOST ...] (head first)")
-        return provider_class(key)(hosts=list(hosts), **options)  # type: ignore[call-arg]
+            raise ProvisionError(f"the {key} provider needs hosts: pass --hosts HOST [HOST ...] (head first)")
+        return cls(hosts=list(hosts), **options)  # type: ignore[call-arg]
     if hosts:
-        raise ProvisionError(f"--hosts is for the ssh provider; provider {key!r} does not take hosts")
+        takes = [n for n, c in offering(Feature.HOSTS) if c is not None]
+        raise ProvisionError(f"--hosts is for the {' and '.join(takes) or 'ssh'} provider; provider {key!r} does "
+                             "not take hosts")
     try:
-        return provider_class(key)(**options)
+        return cls(**options)
     except ValueError as exc:  # a bad option value, e.g. a disk too small
         raise ProvisionError(f"provider {key!r}: {exc}") from None
+
+
+def offering(feature: Feature) -> list[tuple[str, type[Provider] | None]]:
+    """The registered providers whose declaration offers `feature` (`Provider.features`), built-in ones in
+    `PROVIDERS`' order and then entry points by name, each with its class; a provider that cannot be
+    loaded here is listed too, with None (its declaration cannot be read: whoever lists it says why)."""
+    found: list[tuple[str, type[Provider] | None]] = []
+    for name in [n for n in PROVIDERS if _exists(PROVIDERS[n][0])] + sorted(set(_entry_points()) - set(PROVIDERS)):
+        try:
+            cls = provider_class(name)
+        except ProvisionError:
+            found.append((name, None))
+            continue
+        if feature in cls.features:
+            found.append((name, cls))
+    return found

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 import anyio
 
+from .features import Feature, Features
 from .base import ClusterSpec, NodeHandle, Provider, ProvisionError, Reach
 
 __all__ = ["Simulated", "SimulatedReach", "STAGES"]
@@ -55,10 +56,9 @@ class Simulated(Provider):
     """Simulated nodes (see the module docstring): cheap enough for 10,000 in one process."""
 
     name = "simulated"
-    #: (see `Provider.unsupported`)
-    unsupported: ClassVar[Mapping[str, str]] = {
-        "keep": "simulated nodes live inside the client's process and end with it"}
-    bulk_teardown = True  # in-process nodes: one `terminate` for all of them
+    #: in-process nodes: one `terminate` for all of them; never kept
+    features = Features(Feature.BULK_TEARDOWN,
+                        cannot={Feature.KEEP: "simulated nodes live inside the client's process and end with it"})
     state_map = {"pending": "provisioning", "running": "running", "terminated": "terminated",
                  "failed": "failed"}
 

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import anyio
 
 from .accelerators import is_generic
+from .features import Feature, Features
 from .base import ClusterSpec, NodeHandle, Provider, ProvisionError, Reach, SSHReach
 from .slurm_health import NodeHealth
 from .slurm_cmd import CommandRunner, Completed, SlurmUnreachable, LocalRunner, SlurmError, SSHRunner
@@ -155,10 +156,9 @@ class Slurm(Provider):
         return {"options": tuple(options)}
 
     name = "slurm"
-    #: (see `Provider.unsupported`)
-    unsupported: ClassVar[Mapping[str, str]] = {
-        "keep": "a Slurm allocation ends with the client's job (srun steps are children of it); keeping one "
-                "would need a batch job holding the allocation, which is not built"}
+    features = Features(cannot={
+        Feature.KEEP: "a Slurm allocation ends with the client's job (srun steps are children of it); keeping one "
+                      "would need a batch job holding the allocation, which is not built"})
     chooses = frozenset({"accelerator"})  # as a gres request (see `gres_for`)
     transient_errors: ClassVar[tuple[type[BaseException], ...]] = (SlurmUnreachable,)
     state_map: ClassVar[dict[str, str]] = {

@@ -30,6 +30,7 @@ import anyio
 
 from ..errors import AuthenticationFailed, HostKeyChanged, HostUnreachable, SSHError
 from .ssh_config import DEFAULT_CONFIG, parse_host, resolve_host
+from .features import Feature, Features
 from .base import (
     SSH_CONNECT_TIMEOUT,
     SSH_IDLE_TIMEOUT,
@@ -135,6 +136,7 @@ class SSH(Provider):
         return {"hosts": hosts, "options": options}
 
     name = "ssh"
+    features = Features(Feature.KEEP, Feature.HOSTS)  # your hosts (`--hosts`), kept by the ssh kind
 
     def __init__(self, hosts: list[str] | tuple[str, ...], *, user: str | None = None, key: str | None = None,
                  known_hosts: str | None = None, python: str | None = None, port: int = 22,

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, TypeVar
 
 import anyio.to_thread
 
+from ..features import Feature, Features
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
 from . import aws_credentials, aws_efa, aws_images, aws_launch, aws_quotas, catalog
 from .aws_data import (ADDRESS_TAG, EC2_ERRORS, EC2_STATES, EFA_TYPES, LAUNCH_TAG, NODE_TAG, PLACEMENT_TAG, POOL_TAG,
@@ -72,7 +73,10 @@ class AWS(EC2Access, LibcloudProvider):
     name: ClassVar[str] = "aws"
     error_kinds = EC2_ERRORS
     state_map = EC2_STATES
-    interruption_notices = "aws"
+    #: instances stopped and started again, ports opened on the security group (`aws_access.py`); a
+    #: spot instance's `instance-action` watched (runtime/onnode/notices/ec2.py)
+    features = Features(Feature.KEEP, Feature.CREATES_MACHINES, Feature.STOP, Feature.OPEN_PORTS, Feature.CHECK,
+                        notices="aws")
     retries_launch = True
     chooses = frozenset({"accelerator", "cpus", "memory_gb", "spot"})
     resource_options = {"region": "region", "zone": "zones", "instance_type": "instance_type", "image_id": "image",

@@ -1,6 +1,6 @@
 """What AWS adds for a named pool's access and pauses: its instances stopped (EBS disks kept, billed for
-storage only) and started again with the same ids (`Provider.can_stop`), and the pool's `ports` opened
-on its security group for the client's address only (`Provider.opens_ports`); the rules go with the
+storage only) and started again with the same ids (`Feature.STOP`), and the pool's `ports` opened
+on its security group for the client's address only (`Feature.OPEN_PORTS`); the rules go with the
 group when the pool is cleaned up.
 
 EC2 API reference: StopInstances / StartInstances (`InstanceId.N`), DescribeInstances (state names
@@ -32,9 +32,6 @@ log = logging.getLogger("skyhive.providers.aws")
 
 class EC2Access:
     """Mixin of `AWS` (it uses the provider's `driver`, `call`, `timeouts`, `_owned_groups`, `network`)."""
-
-    can_stop: ClassVar[bool] = True
-    opens_ports: ClassVar[bool] = True
 
     def _instances_sync(self, action: str, ids: Sequence[str]) -> None:
         params = {"Action": action}

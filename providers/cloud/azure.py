@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ...errors import CloudAPIError
+from ..features import Feature, Features
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
 from . import catalog
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
@@ -80,13 +81,12 @@ class Azure(LibcloudProvider):
     """
 
     name: ClassVar[str] = "azure"
-    #: (see `Provider.unsupported`)
-    unsupported: ClassVar[Mapping[str, str]] = {
-        "keep": "kept cloud pools are built and tested for aws only (its instances' reach, idle watchdog and "
-                "termination by recorded instance id); use a pool without a name, or give the instances to "
-                "sky.SSH(hosts=...) to keep a pool on them"}
+    #: interruption notices: a spot VM's eviction (Scheduled Events' Preempt, runtime/onnode/notices/azure.py)
+    features: ClassVar[Features] = Features(Feature.CREATES_MACHINES, Feature.CHECK, notices="azure", cannot={
+        Feature.KEEP: "kept cloud pools are built and tested for aws only (its instances' reach, idle watchdog and "
+                      "termination by recorded instance id); use a pool without a name, or give the instances to "
+                      "sky.SSH(hosts=...) to keep a pool on them"})
     chooses = frozenset({"accelerator", "spot"})  # cpus/memory only narrow an accelerator's sizes: refused alone
-    interruption_notices = "azure"  # a spot VM's eviction (Scheduled Events' Preempt, runtime/onnode/notices/azure.py)
     resource_options = {"region": "region", "zone": "zones", "instance_type": "vm_size", "disk_size": "disk_gb"}
     error_kinds = AZURE_ERRORS
     state_map = {"pending": "provisioning", "running": "running", "stopping": "terminating",

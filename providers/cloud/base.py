@@ -36,6 +36,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ...errors import CloudAPIError
+from ..features import Feature, Features
 from ..base import ClusterSpec, NodeHandle, Provider, ProvisionError
 
 __all__ = ["ErrorKind", "CloudTimeouts", "LibcloudProvider", "ACTIVE_STATES"]
@@ -95,7 +96,7 @@ class LibcloudProvider(Provider):
     #: exact provider error codes -> kind; codes ending in ".NotFound" are NOT_FOUND unless listed.
     error_kinds: ClassVar[Mapping[str, ErrorKind]] = {}
 
-    fixed_machines: ClassVar[bool] = False
+    features: ClassVar[Features] = Features(Feature.KEEP, Feature.CREATES_MACHINES, Feature.CHECK)
 
     #: a fresh machine runs (for the cloud) a while before its sshd answers: retried this long
     connect_retry: ClassVar[float] = 300.0

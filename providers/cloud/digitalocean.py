@@ -24,6 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from ..features import Feature, Features
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
 from . import catalog
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
@@ -70,11 +71,10 @@ class DigitalOcean(LibcloudProvider):
     """
 
     name: ClassVar[str] = "digitalocean"
-    #: (see `Provider.unsupported`)
-    unsupported: ClassVar[Mapping[str, str]] = {
-        "keep": "kept cloud pools are built and tested for aws only (its instances' reach, idle watchdog and "
-                "termination by recorded instance id); use a pool without a name, or give the instances to "
-                "sky.SSH(hosts=...) to keep a pool on them"}
+    features: ClassVar[Features] = Features(Feature.CREATES_MACHINES, Feature.CHECK, notices="", cannot={
+        Feature.KEEP: "kept cloud pools are built and tested for aws only (its instances' reach, idle watchdog and "
+                      "termination by recorded instance id); use a pool without a name, or give the instances to "
+                      "sky.SSH(hosts=...) to keep a pool on them"})
     chooses = frozenset({"accelerator"})  # from the shipped table
     resource_options = {"region": "region", "instance_type": "size", "image_id": "image"}
     error_kinds = DO_ERRORS

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ...errors import CloudAPIError
+from ..features import Feature, Features
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
 from . import catalog
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
@@ -102,13 +103,12 @@ class GCP(LibcloudProvider):
     """
 
     name: ClassVar[str] = "gcp"
-    #: (see `Provider.unsupported`)
-    unsupported: ClassVar[Mapping[str, str]] = {
-        "keep": "kept cloud pools are built and tested for aws only (its instances' reach, idle watchdog and "
-                "termination by recorded instance id); use a pool without a name, or give the instances to "
-                "sky.SSH(hosts=...) to keep a pool on them"}
+    #: interruption notices: a spot VM's preemption (`instance/preempted`, runtime/onnode/notices/gce.py)
+    features: ClassVar[Features] = Features(Feature.CREATES_MACHINES, Feature.CHECK, notices="gcp", cannot={
+        Feature.KEEP: "kept cloud pools are built and tested for aws only (its instances' reach, idle watchdog and "
+                      "termination by recorded instance id); use a pool without a name, or give the instances to "
+                      "sky.SSH(hosts=...) to keep a pool on them"})
     chooses = frozenset({"accelerator", "spot"})
-    interruption_notices = "gcp"  # a spot VM's preemption (`instance/preempted`, runtime/onnode/notices/gce.py)
     resource_options = {"region": "region", "zone": "zones", "instance_type": "machine_type", "image_id": "image",
                         "disk_size": "disk_gb"}
     error_kinds = GCE_ERRORS

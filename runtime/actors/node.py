@@ -151,7 +151,9 @@ class NodeActor:
                                  where=handle.public_addr or handle.private_addr or handle.provider_id,
                                  on_retry=self.progress)
         self.move(NodeState.BOOTSTRAPPING)
-        detail = await kind.bootstrap_node(ctx, self.index, transport)
+        from ..bootstrap.node import bootstrap_node  # skyhive's bootstrap over a shell (`BOOTSTRAP_OVER_SHELL`)
+
+        detail = await kind.bootstrap_node(ctx, self.index, transport, over_shell=bootstrap_node)
         await ctx.wait_addresses(self.index)  # workers need every peer's address
         if len(self.channels) == 1:
             await self._start_worker(0)  # the common case: no task group, no task

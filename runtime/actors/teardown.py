@@ -6,7 +6,7 @@ waited for under one deadline, what is left is killed and waited for once more. 
 did the same (and another per node to terminate it) was 20,000 tasks for a 10,000-node pool, alive
 together, whose objects the garbage collector walked in full passes. Closing transports and
 terminating take a task per node (remote nodes need them concurrently: a cloud confirms each
-termination), except for a provider that declares `Provider.bulk_teardown` (nodes in this process):
+termination), except for a provider that declares `Feature.BULK_TEARDOWN` (nodes in this process):
 its transports are closed one after another and all its nodes terminated in one call.
 """
 

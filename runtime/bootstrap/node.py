@@ -1,4 +1,5 @@
-"""skyhive's bootstrap for any kind of node (`registry.BOOTSTRAP_OVER_SHELL`): the node's `Shell` says
+"""skyhive's bootstrap for any kind of node that declares `registry.BOOTSTRAP_OVER_SHELL` (the pool's node
+actor hands it to `NodeKind.bootstrap_node`): the node's `Shell` says
 whether it shares this machine's Python (checked or built here, `here.py`) or not (the Image built on
 the node over the shell, `remote.py`); the result is handed back to the transport (`Transport.use_env`)
 by the registry. No transport class is asked about: a new kind gets bootstrap by giving its transport a

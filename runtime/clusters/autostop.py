@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+from ..common import daemon
 from . import jobs as jobq
 from . import record as records
 from .kept_pool import KeptPool
@@ -72,11 +73,10 @@ def autostop(name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        sys.stderr.write("usage: python -m skyhive.runtime.clusters.autostop NAME\n")
+    arg = daemon.argument(argv, "skyhive.runtime.clusters.autostop", "NAME")
+    if arg is None:
         return 2
-    name = records.check_name(args[0])
+    name = records.check_name(arg)
     outcome = autostop(name)
     sys.stdout.write(f"pool {name}: {outcome}\n")
     return KEEP_WATCHING if outcome.startswith("busy") else 0

@@ -14,8 +14,6 @@ itself off), whatever kind keeps their workers; nothing else reads those fields.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import dataclasses
 import fcntl
 import logging
@@ -26,7 +24,9 @@ from typing import Any
 
 from ...errors import PoolGone, TeardownIncomplete
 from ...providers.base import LocalReach, NodeHandle, Provider
+from ...providers.features import Feature
 from ...providers.registry import from_description
+from ..common import bridge
 from ..events.log import pool_log_path, read_log
 from ..events.state import fold
 from ..events.types import PoolStopped, to_json
@@ -89,8 +89,7 @@ def terminate_instances(rec: ClusterRecord, *, why: str = "") -> list[str]:
         leaked.clear()
 
     try:
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skyhive-cloud") as ex:
-            ex.submit(asyncio.run, main()).result()
+        bridge.run(main, thread=True, name="skyhive-cloud")
     except Exception as exc:  # noqa: BLE001 - whatever failed, the record stays until the provider confirms
         cause = f"{type(exc).__name__}: {exc}" if not str(exc).startswith(provider.name) else str(exc)
         mark_leaking(rec, tuple(leaked), cause)
@@ -135,24 +134,20 @@ def mark_leaking(rec: ClusterRecord, leaked: tuple[str, ...], cause: str) -> Non
 
 
 def _cloud_call(make: Any) -> Any:
-    async def main() -> Any:
-        return await make()
-
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skyhive-cloud") as ex:
-        return ex.submit(asyncio.run, main()).result()
+    return bridge.run(make, thread=True, name="skyhive-cloud")
 
 
 def can_stop(rec: ClusterRecord) -> bool:
-    """Whether the provider of the cloud pool `rec` can stop its machines (`Provider.can_stop`)."""
-    return bool(machines_provider(rec).can_stop)
+    """Whether the provider of the cloud pool `rec` can stop its machines (`Feature.STOP`)."""
+    return Feature.STOP in machines_provider(rec).features
 
 
 def stop_instances(rec: ClusterRecord, provider: Provider | None = None) -> bool:
     """Stop the instances of the cloud pool `rec` (disks kept) and wait until each is stopped, where its
-    provider (`provider`, else the one rebuilt from the record) can (`Provider.can_stop`); False (nothing
+    provider (`provider`, else the one rebuilt from the record) can (`Feature.STOP`); False (nothing
     done) where it cannot."""
     provider = provider or machines_provider(rec)
-    if not provider.can_stop:
+    if Feature.STOP not in provider.features:
         return False
     _cloud_call(lambda: provider.stop_nodes(instance_ids(rec)))
     return True
@@ -163,7 +158,7 @@ def shutdown_behavior(rec: ClusterRecord, behavior: str) -> None:
     "terminate"), where its provider can stop machines; a provider that cannot keeps terminating (a
     warning says so when "stop" was asked)."""
     provider = machines_provider(rec)
-    if not provider.can_stop:
+    if Feature.STOP not in provider.features:
         if behavior == "stop":
             log.warning("pool %s: provider %s cannot stop machines: its autostop takes the pool down", rec.name,
                         provider.name)
@@ -175,7 +170,7 @@ def instance_states(rec: ClusterRecord) -> dict[str, str] | None:
     """The provider's state of each instance of the cloud pool `rec` ("running", "stopped", ...), where
     its provider can stop machines; None where it cannot, or when it does not answer (a warning)."""
     provider = machines_provider(rec)
-    if not provider.can_stop:
+    if Feature.STOP not in provider.features:
         return None
     try:
         return dict(_cloud_call(lambda: provider.node_states(instance_ids(rec))))
@@ -198,7 +193,7 @@ def stoppable(rec: ClusterRecord, provider: Provider | None = None) -> Provider:
     """The provider of the pool's machines (`provider`, or rebuilt from the record); `ValueError` naming the
     pool when it cannot stop its machines and start the same ones again."""
     cloud = provider or machines_provider(rec)
-    if not cloud.can_stop:
+    if Feature.STOP not in cloud.features:
         raise ValueError(f"pool {rec.name!r}: provider {cloud.name!r} cannot stop its machines and start the same "
                          f"ones again; `skyhive down {rec.name}` ends the pool (its instances terminated)")
     return cloud

@@ -62,7 +62,7 @@ class ChangedKey:
 def changed_host_keys(rec: ClusterRecord) -> list[ChangedKey]:
     """The hosts of the SSH pool `rec` whose key is not the recorded one (hosts that do not answer are
     left out: their key is unknown, and `down` names them as unreachable)."""
-    from ..common.bridge import run_sync
+    from ..common import bridge
     from ..kinds.ssh.keep import provider_of  # (host keys are what the SSH kind pins: its own module)
 
     provider = provider_of(rec)
@@ -90,7 +90,7 @@ def changed_host_keys(rec: ClusterRecord) -> list[ChangedKey]:
         found = await asyncio.gather(*(one(n) for n in nodes))
         return [c for c in found if c is not None]
 
-    return run_sync(look)
+    return bridge.run(look, thread=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
 """The provider of a new named pool (`Pool(name=..., keep=True)`, `skyhive launch -c NAME`): any provider
-that does not declare `unsupported["keep"]`, its running nodes handed to the keep support of their kind
+that offers `Feature.KEEP` (`Provider.features`), its running nodes handed to the keep support of their kind
 (`runtime/nodes/keep.py`) so that their workers outlive the client.
 
 `KeptProvider` wraps the provider (composition: the same object makes, waits for and terminates the
@@ -21,9 +21,8 @@ from ..nodes.keep import KeepContext, KeepSupport, keep_support
 __all__ = ["KeptProvider", "keeper_of_handle"]
 
 #: The class-level facts of a provider, read through to the wrapped one.
-_FACTS = ("name", "transient_errors", "retry", "state_map", "chooses", "advisory", "fixed_machines",
-          "resource_options", "can_stop", "opens_ports", "bulk_teardown", "node_homes", "interruption_notices",
-          "connect_retry", "unsupported", "same_machine")
+_FACTS = ("name", "transient_errors", "retry", "state_map", "chooses", "advisory", "features", "resource_options",
+          "connect_retry")
 
 
 def keeper_of_handle(handle: NodeHandle, pool: str) -> KeepSupport:

@@ -22,6 +22,7 @@ import anyio
 from ...errors import PoolExists, PoolGone, ProvisionError
 from ...paths import state_dir
 from ...providers.base import Provider
+from ...providers.features import Feature
 from ...providers.local import Local
 from ..nodes.keep import KeepContext, KeepSupport, cluster_key, keep_support_of
 from . import attempt
@@ -58,9 +59,9 @@ def kept_provider(name: str, provider: Provider) -> KeptProvider:
     kind (`clusters/kept.py`, `runtime/nodes/keep.py`).
 
     Raises `ValueError` naming the provider and why for one that cannot keep a pool
-    (`Provider.unsupported["keep"]`), and `PoolExists` when a pool by that name still runs."""
+    (`Feature.KEEP` not in `Provider.features`), and `PoolExists` when a pool by that name still runs."""
     records.check_name(name)
-    reason = provider.unsupported.get("keep")
+    reason = provider.features.why_not(Feature.KEEP, provider.name)
     if reason:
         raise ValueError(f"Pool(name={name!r}, keep=True): provider {provider.name!r} cannot keep a pool: {reason}")
     _no_live_pool(name)
@@ -127,7 +128,7 @@ def shutdown_on_autostop(provider: Provider, named: NamedPool) -> None:
     """A new kept cloud pool's machines stop on an OS shutdown when its autostop stops it (not `--down`):
     the watchdog on a machine has no cloud credentials and stops it by shutting it down, its disks kept;
     otherwise they terminate (`Provider.shutdown_behavior`)."""
-    if isinstance(provider, KeptProvider) and provider.can_stop:
+    if isinstance(provider, KeptProvider) and Feature.STOP in provider.features:
         stops = named.autostop_minutes is not None and not named.autostop_down
         provider.shutdown_behavior = "stop" if stops else "terminate"
 
@@ -237,9 +238,9 @@ class NamedPool:
 
     async def _open_ports(self, provider: Provider) -> None:
         """A new pool's ports opened on its firewall, for this client's address only, where the provider
-        does that (`Provider.opens_ports`: AWS); they go with the pool's security group at down."""
+        does that (`Feature.OPEN_PORTS`: AWS); they go with the pool's security group at down."""
         ports = [(int(lo), int(hi)) for lo, hi in self.spec.get("ports") or ()]
-        if ports and provider.opens_ports:
+        if ports and Feature.OPEN_PORTS in provider.features:
             self.opened = await provider.open_ports(self.name, ports)
             log.info("pool %s: opened %s", self.name, ", ".join(self.opened))
 

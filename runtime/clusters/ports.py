@@ -3,7 +3,7 @@ endpoints: how each of its ports is reached from this machine (`skyhive status -
 
 Every provider's ports are reached through the node's access (`skyhive forward`: the pool's SSH
 connection, another kind's exec), no port open to anyone; a pool's on this machine are this machine's.
-On a cloud that opens them (`Provider.opens_ports`), they are also open on the pool's firewall for this
+On a cloud that opens them (`Feature.OPEN_PORTS`), they are also open on the pool's firewall for this
 client's address only.
 """
 

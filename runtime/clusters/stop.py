@@ -59,8 +59,8 @@ def stop_pool(name: str, *, why: str, watchdog: bool = True, host_keys: Mapping[
     keeper = kept.support  # the kind that keeps it: where its workers run, how they are stopped
     halted = kept.machines_stopped  # its machines are stopped: nothing of it runs on them
     pids = keeper.worker_groups(rec)  # its workers on this machine
-    agent = agent_pid(name)
-    if agent and agent > 0 and runs(agent, "skyhive.runtime.control.agent"):
+    agent = agent_pid(name)  # the holder of the agent's lock (`common/daemon.py`): no other process holds it,
+    if agent and agent > 0 and alive(agent):  # whatever its pid's age — the lock names the agent, not its module
         pids.append(agent)
     if watchdog and rec.watchdog_pid and runs(rec.watchdog_pid, "skyhive.runtime.worker.watchdog"):
         pids.append(rec.watchdog_pid)

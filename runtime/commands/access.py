@@ -24,6 +24,7 @@ from ...errors import ProvisionError
 from ..clusters import record as records
 from ..clusters.access import session_argv
 from ..clusters.kept_pool import KeptPool
+from ..common import bridge
 from ..clusters.record import ClusterRecord
 from ..nodes.keep import node_name
 
@@ -135,7 +136,7 @@ def relay(connect: Callable[[], Awaitable[anyio.abc.ByteStream]], local: int, er
                 tg.cancel_scope.cancel()
 
     try:
-        anyio.run(main)
+        bridge.run(main)
     except KeyboardInterrupt:  # a Ctrl-C before the receiver was installed
         pass
     return 0

@@ -6,17 +6,22 @@ from __future__ import annotations
 from typing import TextIO
 
 from ...providers.base import ProvisionError
-from ...providers.registry import provider_class
+from ...providers.features import Feature
+from ...providers.registry import offering, provider_class
 
-__all__ = ["CLOUDS", "check", "report"]
-
-CLOUDS = ("aws", "gcp", "azure", "digitalocean")
+__all__ = ["clouds", "check", "report"]
 
 
-def check(clouds: tuple[str, ...] = CLOUDS) -> dict[str, list[tuple[str, str]]]:
-    """cloud -> its (item, status) lines."""
+def clouds() -> tuple[str, ...]:
+    """The providers `skyhive check` reports on: those whose declaration offers `Feature.CHECK` (the
+    clouds), and any registered one that cannot be loaded here (it is listed with why)."""
+    return tuple(name for name, _ in offering(Feature.CHECK))
+
+
+def check(names: tuple[str, ...] | None = None) -> dict[str, list[tuple[str, str]]]:
+    """cloud -> its (item, status) lines (`names`: default, `clouds()`)."""
     found: dict[str, list[tuple[str, str]]] = {}
-    for name in clouds:
+    for name in clouds() if names is None else names:
         try:
             cls = provider_class(name)
         except ProvisionError as exc:
@@ -27,10 +32,10 @@ def check(clouds: tuple[str, ...] = CLOUDS) -> dict[str, list[tuple[str, str]]]:
     return found
 
 
-def report(out: TextIO, clouds: tuple[str, ...] = CLOUDS) -> int:
+def report(out: TextIO, names: tuple[str, ...] | None = None) -> int:
     """Print `check` as a table; 0 (as SkyPilot's `sky check`: no cloud with credentials is an answer,
     not a failure — Local, SSH and Slurm need none)."""
-    results = check(clouds)
+    results = check(names)
     for cloud, lines in results.items():
         out.write(f"{cloud}:\n")
         for item, status in lines:

@@ -1,10 +1,10 @@
 """`skyhive stop NAME` and `skyhive start NAME`: a named pool paused and resumed.
 
-A cloud pool whose provider `can_stop` (AWS): its workers, agent and watchdog are ended, then its
+A cloud pool whose provider offers `Feature.STOP` (AWS): its workers, agent and watchdog are ended, then its
 instances stopped — their disks kept (billed for storage only), nothing terminated; `start` starts the
 same instances (the same ids), and the pool is created again over them: bootstrap finds what it cached
 on their disks, new detached workers, a new record with the same instance ids. A provider that cannot
-stop says so (`Provider.can_stop`) and nothing is touched: `skyhive down NAME` is its way out.
+stop says so (`Provider.features`) and nothing is touched: `skyhive down NAME` is its way out.
 
 A pool on fixed machines (Local, SSH hosts, another kind's nodes): `stop` ends its workers, agent and
 watchdog (the machines stay as they are, the bootstrap caches on them kept); `start` starts new workers on
@@ -21,11 +21,11 @@ import dataclasses
 import sys
 from typing import TextIO
 
-import anyio
 
 from ...providers.base import Provider
 from ..clusters import record as records
 from ..clusters.kept_pool import KeptPool
+from ..common import bridge
 from ..clusters.named import live_workers, new_kept_pool
 from ..clusters.stop import stop_pool
 
@@ -91,7 +91,7 @@ def start_cluster(name: str, *, provider: Provider | None = None, err: TextIO | 
             pass
 
     try:
-        anyio.run(create)
+        bridge.run(create)
     except BaseException:
         try:
             records.load(name)

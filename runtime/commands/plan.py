@@ -13,6 +13,7 @@ from typing import Any
 
 from ...errors import TaskFileError
 from ...providers.base import Provider
+from ...providers.features import Feature
 from ...providers.limits import check_node_count
 from .resources import node_requirements, pin_machine, provider_for
 from .taskfile import Task
@@ -75,9 +76,10 @@ def _describe(task: Task, provider: Provider, plan: dict[str, Any]) -> list[str]
              f"of provider {provider.name}"]
     if plan.get("summary"):
         lines.append(f"  machines: {nodes} x {plan['summary']}")
-    elif provider.fixed_machines:
-        where = {"local": "this machine", "ssh": ", ".join(task.resources.hosts)}.get(provider.name,
-                                                                                     "existing machines")
+    elif Feature.CREATES_MACHINES not in provider.features:
+        where = ("this machine" if Feature.SAME_MACHINE in provider.features
+                 else ", ".join(task.resources.hosts) if Feature.HOSTS in provider.features and task.resources.hosts
+                 else "existing machines")
         lines.append(f"  machines: {where} (nothing is created; no cloud cost)")
     if plan.get("order") == "price" and plan.get("candidates"):
         lines += _ranking(plan["candidates"], spot=bool(plan.get("spot")))

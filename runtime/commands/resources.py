@@ -1,7 +1,7 @@
 """Where a task's `resources` go: chosen by the provider, checked on each node, or refused by name.
 
 Each field of `Resources` ends in exactly one of three places, decided by what the provider declares
-(`Provider.chooses`, `Provider.fixed_machines`, `Provider.resource_options`):
+(`Provider.chooses`, `Provider.features`, `Provider.resource_options`):
 
 - **chosen**: accelerators / cpus / memory / use_spot go into the pool's `ClusterSpec` for a provider
   that picks machines by them (AWS picks the cheapest instance type that has them). When the provider

@@ -14,25 +14,31 @@ from typing import TextIO
 
 from ...errors import StorageError
 
-__all__ = ["add_parser", "list_buckets", "delete_buckets", "STORES"]
+__all__ = ["add_parser", "list_buckets", "delete_buckets", "store_names"]
 
-#: The stores, in the order they are listed, and their URI schemes.
-STORES = ("s3", "r2", "gcs")
-_SCHEME = {"s3": "s3", "r2": "r2", "gcs": "gs"}
+#: the store a plain bucket name (no URI) and `--endpoint-url` alone are on (`Bucket`'s default)
+_DEFAULT = "s3"
+
+
+def store_names() -> list[str]:
+    """The stores, in the order they are listed: every store known here (runtime/storage/store.py)."""
+    from ..storage.store import stores
+
+    return [s.name for s in stores()]
 
 
 def _stores(stores: list[str] | None, endpoint: str | None) -> list[str]:
     """The stores to look at: those named (each must be set up), else every one this machine is set up for."""
-    from ..storage.s3 import store_configured
+    from ..storage.store import stores as known, store_named
 
     if endpoint is not None and (not stores or len(stores) != 1):
         if stores:
             raise StorageError("skyhive storage: --endpoint-url points one store elsewhere: name one --store",
                                cause="error")
-        return ["s3"]  # --endpoint-url alone: an S3-compatible endpoint, as before
+        return [_DEFAULT]  # --endpoint-url alone: an S3-compatible endpoint, as before
     if stores:
-        return list(dict.fromkeys(stores))
-    return [s for s in STORES if store_configured(s)]
+        return list(dict.fromkeys(store_named(s).name for s in stores))
+    return [s.name for s in known() if s.configured()]
 
 
 def _access(store: str, endpoint: str | None):  # type: ignore[no-untyped-def]
@@ -44,25 +50,28 @@ def _access(store: str, endpoint: str | None):  # type: ignore[no-untyped-def]
 
 def _named(names: list[str]) -> list[tuple[str, str]]:
     """(store, bucket) of each name: a bucket URI, or a plain name (S3)."""
-    from ..storage.spec import SCHEMES, parse_uri
+    from ..storage.spec import is_bucket_uri, parse_uri
+    from ..storage.store import scheme_of
 
     out = []
     for name in names:
         if "://" in name:
-            scheme = name.split("://", 1)[0].lower()
-            if scheme not in SCHEMES:
-                raise StorageError(f"skyhive storage: {name!r}: not a bucket URI (s3://, r2://, gs://)", cause="error")
+            if not is_bucket_uri(name):
+                raise StorageError(f"skyhive storage: {name!r}: not a bucket URI "
+                                   f"({', '.join(scheme_of(s) + '://' for s in store_names())})", cause="error")
             bucket = parse_uri(name, where=name)
             if bucket.prefix:
                 raise StorageError(f"skyhive storage: {name!r}: name a whole bucket (no path after it)", cause="error")
             out.append((bucket.store, bucket.name))
         else:
-            out.append(("s3", name))
+            out.append((_DEFAULT, name))
     return out
 
 
 def _uri(store: str, name: str) -> str:
-    return f"{_SCHEME[store]}://{name}"
+    from ..storage.store import scheme_of
+
+    return f"{scheme_of(store)}://{name}"
 
 
 def list_buckets(endpoint: str | None = None, out: TextIO | None = None, *, names: list[str] | None = None,
@@ -78,7 +87,8 @@ def list_buckets(endpoint: str | None = None, out: TextIO | None = None, *, name
     rows: list[tuple[str, str, bool]] = []  # (store, bucket, created by skyhive)
     failed = 0
     wanted = _named(names or [])
-    look = _stores(stores, endpoint) if not wanted else sorted({s for s, _ in wanted}, key=STORES.index)
+    order = store_names()
+    look = _stores(stores, endpoint) if not wanted else sorted({s for s, _ in wanted}, key=order.index)
     clients = {}
     listed: list[str] = []  # the stores that answered (one that could not be listed is said on err)
     for store in look:
@@ -178,15 +188,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser("storage", help="buckets skyhive created for file mounts (S3, R2, GCS): ls, delete")
     verbs = p.add_subparsers(dest="storage_command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", action="append", choices=STORES, metavar="STORE",
-                        help="s3, r2 or gcs (repeatable; default: every store this machine is set up for)")
+    common.add_argument("--store", action="append", metavar="STORE",
+                        help="s3, r2, gcs or another registered store (repeatable; default: every store this "
+                             "machine is set up for)")
     common.add_argument("--endpoint-url", metavar="URL",
                         help="the endpoint of the one --store named (alone: an S3-compatible endpoint)")
     ls = verbs.add_parser("ls", parents=[common], help="the buckets skyhive created (and any named)")
-    ls.add_argument("names", nargs="*", metavar="BUCKET", help="s3://b, r2://b, gs://b, or a name (S3)")
+    ls.add_argument("names", nargs="*", metavar="BUCKET", help="s3://b, r2://b, gs://b (a store's URI), or a name (S3)")
     ls.set_defaults(func=lambda a: list_buckets(a.endpoint_url, names=a.names, stores=a.store))
     rm = verbs.add_parser("delete", parents=[common], help="delete buckets skyhive created, with their objects")
-    rm.add_argument("names", nargs="*", metavar="BUCKET", help="s3://b, r2://b, gs://b, or a name (S3)")
+    rm.add_argument("names", nargs="*", metavar="BUCKET", help="s3://b, r2://b, gs://b (a store's URI), or a name (S3)")
     rm.add_argument("--all", action="store_true", help="every bucket skyhive created")
     rm.add_argument("--force", action="store_true", help="also a named bucket skyhive did not create")
     rm.set_defaults(func=lambda a: delete_buckets(a.names, all_created=a.all, force=a.force, endpoint=a.endpoint_url,

@@ -21,13 +21,9 @@ after that look finds the lock free and starts a new agent.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
-import json
 import logging
 import os
 import pickle
-import subprocess
-import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +34,7 @@ from .steps import run_steps
 from ..clusters import jobs as jobq
 from ..clusters import record as records
 from ..clusters.jobs import agent_lock_path, agent_pid
+from ..common import bridge, daemon
 
 if TYPE_CHECKING:
     from ..nodes.driver import PoolDriver
@@ -47,17 +44,15 @@ log = logging.getLogger("skyhive.control.agent")
 __all__ = ["ensure_agent", "agent_pid", "run_job", "main"]
 
 _POLL = 0.3  # seconds between looks for a cancel request
-_PROBE_PATIENCE = 5.0  # seconds a starting agent waits for a lock held without a pid (see `_take`)
+_MODULE = "skyhive.runtime.control.agent"
+#: seconds a starting agent waits for a lock held without a pid: `agent_pid()` probing the lock, or an agent
+#: leaving (it empties the file, then unlocks) — not an agent at work (`daemon.serve`'s `patience`)
+_PROBE_PATIENCE = 5.0
 
 
 def ensure_agent(name: str) -> None:
     """Start the pool's agent unless one runs (it exits once it has nothing to do)."""
-    if agent_pid(name) is not None:
-        return
-    out = subprocess.run([sys.executable, "-m", "skyhive.runtime.control.agent", name], stdin=subprocess.DEVNULL,
-                         capture_output=True, text=True, timeout=60)
-    if out.returncode != 0:
-        raise RuntimeError(f"pool {name!r}: the job agent did not start: {(out.stderr or out.stdout).strip()[-2000:]}")
+    daemon.ensure(_MODULE, name, lock_path=agent_lock_path(name), what=f"pool {name!r}: the job agent")
 
 
 async def run_job(name: str, job: jobq.Job) -> jobq.Job | None:
@@ -149,55 +144,27 @@ def _next(name: str) -> jobq.Job | None:
     return jobq.next_pending(name)
 
 
-def _take(fd: int, patience: float = _PROBE_PATIENCE) -> bool:
-    """Take the agent lock on `fd`; False when another agent holds it. A holder that wrote no pid is
-    not an agent at work: `agent_pid()` probing the lock, or an agent leaving (it empties the file, then
-    unlocks) — wait for it (up to `patience` seconds) rather than leave the queue without an agent."""
-    deadline = time.monotonic() + patience
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if os.pread(fd, 32, 0).strip() or time.monotonic() >= deadline:
-                return False
-            time.sleep(0.01)
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        sys.stderr.write("usage: python -m skyhive.runtime.control.agent NAME\n")
+    arg = daemon.argument(argv, _MODULE, "NAME")
+    if arg is None:
         return 2
-    name = records.check_name(args[0])
-    fd = os.open(agent_lock_path(name), os.O_RDWR | os.O_CREAT, 0o600)
-    if not _take(fd):
-        sys.stdout.write(json.dumps({"already": True}) + "\n")
-        return 0
-    from ..onnode.daemonize import daemonize
+    name = records.check_name(arg)
+    return daemon.serve(agent_lock_path(name), str(records.cluster_dir(name) / "agent.log"),
+                        lambda lease: _jobs(name, lease), patience=_PROBE_PATIENCE, log_name="skyhive-agent")
 
-    ready_fd, _ = daemonize(str(records.cluster_dir(name) / "agent.log"))  # the lock is inherited
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    os.write(ready_fd, json.dumps({"pid": os.getpid()}).encode())
-    os.close(ready_fd)
-    logging.basicConfig(level=logging.WARNING, format=f"skyhive-agent[{os.getpid()}] %(asctime)s %(message)s")
+
+def _jobs(name: str, lease: daemon.Lease) -> int:
+    """The agent's loop: the pool's jobs one after another until none waits."""
     while True:
         job = _next(name)
         if job is None:
-            os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)  # leave, then look once more: a job queued now finds no agent
-            if jobq.next_pending(name) is None:
+            lease.release()  # leave, then look once more: a job queued now finds no agent
+            if jobq.next_pending(name) is None or not lease.retake():  # (else another agent took over)
                 return 0
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return 0  # another agent took over
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
             continue
         log.warning("pool %s: job %d (%s) starts", name, job.id, job.name)
         try:
-            ended = anyio.run(run_job, name, job)
+            ended = bridge.run(run_job, name, job)
         except BaseException as exc:  # noqa: BLE001 - recorded; the queue goes on
             ended = dataclasses.replace(jobq.load_job(name, job.id), state=jobq.FAILED, ended=time.time(),
                                         exit_code=1, detail=f"{type(exc).__name__}: {exc}", secrets={})

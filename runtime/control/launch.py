@@ -27,6 +27,7 @@ from anyio import CancelScope
 from ...errors import LaunchError
 from ...providers.accelerators import AcceleratorWarning
 from ...providers.base import ClusterSpec, Provider
+from ..common import bridge
 from ..onnode import nodecmd
 from ..commands.plan import plan_launch
 from ..commands.resources import cluster_spec, node_requirements
@@ -229,7 +230,7 @@ def run_launch(task: Task, *, provider: Provider | None = None, err: TextIO | No
                 tg.cancel_scope.cancel()
         return 128 + received[0] if received else code
 
-    code = anyio.run(main)
+    code = bridge.run(main)
     if failure:
         raise failure[0]
     return code

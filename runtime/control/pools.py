@@ -17,13 +17,13 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import TextIO
 
-import anyio
 
 from ...errors import LaunchError, PoolGone, PoolNotFound, SSHError, TeardownIncomplete
 from ...providers.base import Provider
 from ...providers.local import Local
 from ..clusters import jobs as jobq
 from ..clusters import record as records
+from ..common import bridge
 from .agent import ensure_agent
 from ..clusters.named import dead_workers, live_workers, new_kept_pool, set_autostop
 from ..clusters.kept_pool import KeptPool
@@ -55,11 +55,12 @@ def _say(err: TextIO, text: str) -> None:
 
 
 def _require_keepable(task: Task, command: str) -> None:
-    """Refuse a provider that says it cannot keep a pool (`Provider.unsupported["keep"]`), with its reason."""
+    """Refuse a provider that says it cannot keep a pool (`Feature.KEEP` not in its features), with its reason."""
+    from ...providers.features import Feature
     from ...providers.registry import provider_class
 
     provider = task.resources.provider or "local"
-    reason = provider_class(provider).unsupported.get("keep")
+    reason = provider_class(provider).features.why_not(Feature.KEEP, provider)
     if reason:
         raise LaunchError(f"{command}: provider {provider!r} cannot keep a named pool: {reason} "
                           f"(`skyhive launch` without -c runs a task on {provider} once)")
@@ -154,7 +155,7 @@ def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float 
         async with pool:
             pass  # started, recorded, its ports opened (on the pool's firewall, this client's address only)
 
-    anyio.run(create)
+    bridge.run(create)
     if pool.named.opened:
         _say(err, f"pool {name}: opened {', '.join(pool.named.opened)}")
 

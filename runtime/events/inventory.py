@@ -34,6 +34,7 @@ from ...paths import state_dir
 from .state import PoolState, fold
 from .types import Event, NodeStateChanged, PoolStarted, PoolStopped, WorkerStateChanged, from_json, to_json
 from ..common.procfs import proc_stat
+from ..common import bridge
 
 __all__ = ["PoolNotFound", "PoolInUse", "LogTail", "PoolEntry", "DownReport", "pools_dir", "read", "scan",
            "find", "client_of", "down", "owned_summary", "DOWN_REASON"]
@@ -362,7 +363,7 @@ def owned_summary(pool: PoolEntry, timeout: float = 10.0) -> str:
             return await provider.owned_summary(pool.pool_id)
 
     try:
-        return anyio.run(ask) or ""
+        return bridge.run(ask) or ""
     except Exception as exc:  # noqa: BLE001 - ls must list the other pools
         log.warning("pool %s: could not ask the %s provider what it holds: %s", pool.pool_id, provider.name, exc)
         return "?"
@@ -381,7 +382,7 @@ def _destroy(pool: PoolEntry) -> int:
             return len(await provider.down(pool.pool_id))  # its nodes (by tag), then what prepare made
 
     try:
-        return anyio.run(destroy)
+        return bridge.run(destroy)
     except ProvisionError:
         raise
     except TimeoutError:

@@ -20,7 +20,7 @@ through it. It says:
 What the record holds of the nodes (`provider_info`, `host_keys`, ...) is the keep support's own: above
 it, only `runtime/clusters/kept_pool.py` (`KeptPool`) and the pool's machines (`clusters/cloud.py`) read it.
 
-A provider that cannot keep a pool says so with the reason (`Provider.unsupported["keep"]`); one that can
+A provider that cannot keep a pool says so with the reason (`Feature.KEEP` not in its `Provider.features`); one that can
 is wrapped (`runtime/clusters/kept.py`), and each running node is handed to the keep support of its
 reach's kind. The record names the kind that keeps it (`keeper`), so a later process finds the same
 support (a kind may reuse another's: a cloud's instances are kept as SSH nodes are).

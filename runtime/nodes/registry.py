@@ -58,8 +58,10 @@ ENTRY_POINT_GROUP = "skyhive.transports"
 
 #: skyhive's bootstrap, for any kind whose transport has a `Shell` (`Transport.shell()`): the Image's
 #: environment built on the node over it (runtime wheels, venv, pip, env, setup; cached by content), or —
-#: for a node that shares this machine's Python (`Shell.same_machine`) — checked or built here
-BOOTSTRAP_OVER_SHELL = "skyhive.runtime.bootstrap.node:bootstrap_node"
+#: for a node that shares this machine's Python (`Shell.same_machine`) — checked or built here. A kind
+#: declares it by this name; the SDK does not know the bootstrap (it sits above, `runtime/bootstrap/`):
+#: the pool that bootstraps a node hands it in (`NodeKind.bootstrap_node(..., over_shell=...)`).
+BOOTSTRAP_OVER_SHELL = "over-shell"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +82,21 @@ class NodeKind:
         """The transport for `handle`'s node."""
         return _resolve(self.factory, self.kind)(handle, ctx)  # type: ignore[no-any-return]
 
-    async def bootstrap_node(self, ctx: NodeContext, node: int, transport: Transport) -> str:
+    async def bootstrap_node(self, ctx: NodeContext, node: int, transport: Transport, *,
+                             over_shell: Bootstrap | None = None) -> str:
         """Prepare the node's environment, hand it to the transport (`Transport.use_env`); the detail
-        for its `ready` event."""
+        for its `ready` event. `over_shell`: skyhive's bootstrap, for a kind that declares
+        `BOOTSTRAP_OVER_SHELL` (the caller's: this SDK does not import it)."""
         if self.bootstrap is None:
             return ""
-        done = await _resolve(self.bootstrap, self.kind)(ctx, node, transport)
+        if self.bootstrap == BOOTSTRAP_OVER_SHELL:
+            if over_shell is None:
+                raise ProvisionError(f"node {node}: kind {self.kind!r} is bootstrapped over its shell, and no "
+                                     "bootstrap was handed in (NodeKind.bootstrap_node(..., over_shell=...))", node=node)
+            run: Bootstrap = over_shell
+        else:
+            run = _resolve(self.bootstrap, self.kind)
+        done = await run(ctx, node, transport)
         if isinstance(done, str):  # a bootstrap that set its transport up itself
             return done
         if done.env is not None:

@@ -1,6 +1,6 @@
 """A cloud's interruption notice, watched on the node while a managed job's `run` step runs.
 
-The node's provider names its cloud (`Provider.interruption_notices`, passed down in `WATCH_ENV`): EC2's
+The node's provider names its cloud (its `Features.notices`, passed down in `WATCH_ENV`): EC2's
 spot `instance-action` (about two minutes ahead), GCE's `preempted` (about 30 s) or Azure's Scheduled
 Events `Preempt` (at least 30 s); each cloud's client is in `runtime/onnode/notices/`, behind one small
 interface, and gives the notice in one form: `{"action", "time", ...}`.
@@ -91,7 +91,7 @@ class Watcher:
 
 def start_for(env: dict[str, str], cwd: str) -> Watcher | None:
     """A watcher for a `run` script whose environment asks for one (`WATCH_ENV`: a cloud of
-    `notices.CLOUDS`); it sets `NOTICE_ENV` in `env` (a file beside the script's directory, removed with
+    `notices.CLOUDS`, which the notice modules declare); it sets `NOTICE_ENV` in `env` (a file beside the script's directory, removed with
     the job's). The looks' interval: `INTERVAL_ENV`, else the cloud's own advice."""
     cloud = env.get(WATCH_ENV, "")
     if cloud not in CLOUDS:

@@ -2,8 +2,8 @@
 as skyhive's, and filled from a local `source`), and the buckets skyhive created listed and deleted
 (`skyhive storage ls/delete`). A bucket skyhive did not create is never deleted unless named with force.
 
-How a bucket is marked as skyhive's depends on what the store's S3 API has: S3 (and S3-compatible
-endpoints) a bucket tag, `skyhive-created=true`; R2 and GCS's XML API have no bucket tagging (R2's S3 API
+How a bucket is marked as skyhive's depends on what the store's S3 API has (`Store.tags_buckets`): S3 (and
+S3-compatible endpoints) a bucket tag, `skyhive-created=true`; R2 and GCS's XML API have no bucket tagging (R2's S3 API
 compatibility table lists Get/PutBucketTagging as not implemented; GCS's XML API has no tagging), so there
 the mark is an object, `.skyhive-created`, at the bucket's root (never downloaded into a mount, never
 touched by a cached mount's sync).
@@ -18,17 +18,16 @@ from dataclasses import dataclass, field
 from ...errors import StorageError
 from .s3 import Access, access, client, storage_error
 from .spec import Bucket, Mount
+from .store import store_named
 from .transfer import CREATED_MARKER, delete_keys, list_prefix, upload_dir
 
 __all__ = ["TAG", "CREATED_MARKER", "Prepared", "prepare", "release", "created_buckets", "delete_bucket",
-           "create_bucket", "is_created", "TAGGED_STORES"]
+           "create_bucket", "is_created"]
 
 log = logging.getLogger("skyhive.storage")
 
 #: The tag on every bucket skyhive creates (value: "true") where the store has bucket tags.
 TAG = "skyhive-created"
-#: The stores whose S3 API has bucket tagging; the others carry `CREATED_MARKER` instead.
-TAGGED_STORES = frozenset({"s3"})
 
 
 @dataclass(slots=True)
@@ -46,11 +45,12 @@ def create_bucket(s3: object, bucket: Bucket, acc: Access) -> None:
     header, `client`), else in the default project of the HMAC key's interoperable access."""
     try:
         kwargs = {}
-        if (acc.region not in ("us-east-1", "auto") and not acc.endpoint_url) or acc.store == "r2":
-            # R2: its one region, "auto", is also its LocationConstraint (developers.cloudflare.com/r2/api/s3/api/)
-            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": acc.region}
+        store = store_named(acc.store)
+        location = store.location_constraint(acc)  # (R2: its one region, "auto", developers.cloudflare.com/r2/api/s3/api/)
+        if location:
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": location}
         s3.create_bucket(Bucket=bucket.name, **kwargs)  # type: ignore[attr-defined]
-        if acc.store in TAGGED_STORES:
+        if store.tags_buckets:
             s3.put_bucket_tagging(Bucket=bucket.name,  # type: ignore[attr-defined]
                                   Tagging={"TagSet": [{"Key": TAG, "Value": "true"}]})
         else:
@@ -107,7 +107,7 @@ def delete_bucket(s3: object, name: str, *, store: str = "s3") -> int:
         uploads = s3.list_multipart_uploads(Bucket=name).get("Uploads", ())  # type: ignore[attr-defined]
         for up in uploads:  # a cut upload's parts: never an object, but stored (and billed) until aborted
             s3.abort_multipart_upload(Bucket=name, Key=up["Key"], UploadId=up["UploadId"])  # type: ignore[attr-defined]
-        delete_keys(s3, name, [o.key for o in objects], one_by_one=store == "gcs")
+        delete_keys(s3, name, [o.key for o in objects], one_by_one=store_named(store).deletes_one_by_one)
         s3.delete_bucket(Bucket=name)  # type: ignore[attr-defined]
     except Exception as exc:  # noqa: BLE001
         raise storage_error(exc, bucket=name, doing="deleting") from exc
@@ -134,7 +134,7 @@ def is_created(s3: object, name: str, store: str = "s3") -> bool:
     """Whether bucket `name` carries skyhive's mark (its tag, or its marker object); False when it has none,
     does not exist, or its mark cannot be read."""
     try:
-        if store in TAGGED_STORES:
+        if store_named(store).tags_buckets:
             tags = s3.get_bucket_tagging(Bucket=name)["TagSet"]  # type: ignore[attr-defined]
             return any(t.get("Key") == TAG for t in tags)
         s3.head_object(Bucket=name, Key=CREATED_MARKER)  # type: ignore[attr-defined]

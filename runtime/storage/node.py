@@ -50,7 +50,7 @@ _lock = threading.Lock()
 
 def target_path(target: str, home: str | None = None) -> str:
     """A mount's path on this node: `~` expanded, relative paths under the home directory (`home`: the
-    node's own home where nodes on one machine each have one, `Provider.node_homes`)."""
+    node's own home where nodes on one machine each have one, `Feature.NODE_HOMES`)."""
     if home is None:
         home = os.path.expanduser("~")
         path = os.path.expanduser(target)
@@ -160,7 +160,7 @@ class _Syncer:
                 else:
                     self.sent[rel] = now[rel]
             if gone:
-                delete_keys(self.s3, bucket.name, [bucket.key(rel) for rel in gone], one_by_one=self.acc.store == "gcs")
+                delete_keys(self.s3, bucket.name, [bucket.key(rel) for rel in gone], one_by_one=self.acc.deletes_one_by_one)
                 for rel in gone:
                     del self.sent[rel]
             self.uploaded += len(changed) - len(skipped)

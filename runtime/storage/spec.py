@@ -11,24 +11,37 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["Bucket", "Mount", "MODES", "SCHEMES", "parse_uri", "mount_of", "is_bucket_uri", "checkpoint_mount"]
+from ...errors import StorageError
+from .store import scheme_of, store_for_scheme, store_named, stores
+
+__all__ = ["Bucket", "Mount", "MODES", "schemes", "parse_uri", "mount_of", "is_bucket_uri", "checkpoint_mount"]
 
 #: How a bucket reaches a node: COPY (downloaded before setup, once per machine; writes stay on the node),
 #: MOUNT (a FUSE mount: reads and writes go to the bucket), MOUNT_CACHED (a local folder filled from the
 #: bucket; what the job writes is uploaded in the background and flushed before the job ends).
 MODES = ("COPY", "MOUNT", "MOUNT_CACHED")
 
-#: URI scheme -> store. GCS and R2 are reached through their S3-compatible APIs (docs/storage.md).
-SCHEMES = {"s3": "s3", "gs": "gcs", "gcs": "gcs", "r2": "r2"}
-_STORES = ("s3", "gcs", "r2")
+
+
+def schemes() -> dict[str, str]:
+    """URI scheme -> store name, of every store known here (`store.py`: S3, GCS and R2 are reached through
+    their S3-compatible APIs, docs/storage.md; a registered store adds its own)."""
+    return {scheme: st.name for st in stores() for scheme in st.schemes}
+
+
+def __getattr__(name: str) -> Any:  # `SCHEMES`, read as before: now the stores' own declarations
+    if name == "SCHEMES":
+        return schemes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 # S3's bucket naming rules (3-63 chars, lower case, digits, dots and hyphens, starting and ending alnum)
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
 
 
 def is_bucket_uri(text: str) -> bool:
-    """Whether `text` names a bucket (`s3://`, `gs://`, `gcs://`, `r2://`)."""
+    """Whether `text` names a bucket (`s3://`, `gs://`, `gcs://`, `r2://`, a registered store's scheme)."""
     scheme, sep, _ = text.partition("://")
-    return bool(sep) and scheme.lower() in SCHEMES
+    return bool(sep) and store_for_scheme(scheme) is not None
 
 
 def _check_name(name: str, where: str) -> str:
@@ -73,11 +86,12 @@ class Bucket:
         if mode not in MODES:
             raise ValueError(f"Bucket(mode={self.mode!r}): need one of {', '.join(MODES)}")
         object.__setattr__(self, "mode", mode)
-        store = str(self.store).lower()
-        store = SCHEMES.get(store, store)
-        if store not in _STORES:
-            raise ValueError(f"Bucket(store={self.store!r}): skyhive reaches s3 (and S3-compatible endpoints), "
-                             f"gcs and r2; Azure Blob is not supported (docs/storage.md)")
+        try:
+            store = store_named(str(self.store)).name
+        except StorageError:
+            raise ValueError(f"Bucket(store={self.store!r}): skyhive reaches "
+                             f"{', '.join(s.name for s in stores())} (and S3-compatible endpoints as s3); "
+                             f"Azure Blob is not supported (docs/storage.md)") from None
         object.__setattr__(self, "store", store)
         object.__setattr__(self, "prefix", self.prefix.strip("/"))
         if self.endpoint_url is not None and not re.match(r"https?://", self.endpoint_url):
@@ -85,8 +99,7 @@ class Bucket:
 
     @property
     def uri(self) -> str:
-        scheme = {"s3": "s3", "gcs": "gs", "r2": "r2"}[self.store]
-        return f"{scheme}://{self.name}/{self.prefix}".rstrip("/")
+        return f"{scheme_of(self.store)}://{self.name}/{self.prefix}".rstrip("/")
 
     def key(self, relative: str) -> str:
         """The object key of `relative` (a path under the mount) in this bucket."""
@@ -109,11 +122,13 @@ class Mount:
 def parse_uri(uri: str, *, mode: str = "MOUNT_CACHED", where: str = "") -> Bucket:
     """`s3://bucket/prefix` (or gs://, gcs://, r2://) as a `Bucket`; `ValueError` naming `where` if not."""
     scheme, sep, rest = uri.partition("://")
-    if not sep or scheme.lower() not in SCHEMES:
-        raise ValueError(f"{where or uri}: {uri!r} is not a bucket URI (s3://, gs://, r2://)")
+    store = store_for_scheme(scheme) if sep else None
+    if store is None:
+        raise ValueError(f"{where or uri}: {uri!r} is not a bucket URI "
+                         f"({', '.join(st.schemes[0] + '://' for st in stores())})")
     name, _, prefix = rest.partition("/")
     _check_name(name, where or uri)
-    return Bucket(name=name, prefix=prefix, mode=mode, store=SCHEMES[scheme.lower()])
+    return Bucket(name=name, prefix=prefix, mode=mode, store=store.name)
 
 
 def mount_of(target: str, value: Any, *, where: str = "") -> Mount:

@@ -33,8 +33,8 @@ import stat
 import sys
 import time
 
-from ..onnode.daemonize import daemonize as _daemonize
-from ..onnode.daemonize import emit as _emit
+from ..common.daemon import daemonize as _daemonize
+from ..common.daemon import emit as _emit
 from .leave import leave
 
 __all__ = ["main", "prepare_socket"]

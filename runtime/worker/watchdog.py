@@ -15,19 +15,19 @@ shutdown, so the default command ends the billing.
 One watchdog per node (its lock, pid and log are named by hostname in the state directory): a second
 one finds the lock held and reports the first.
 It prints one JSON line, ``{"pid": N}`` (``"already": true`` when one ran), then detaches. Only the
-standard library is used (and the runtime's daemonize helper).
+standard library is used (and the runtime's daemon skeleton, `common/daemon.py`).
 """
 
 from __future__ import annotations
 
 import argparse
-import fcntl
-import json
 import os
 import socket
 import subprocess
 import sys
 import time
+
+from ..common import daemon
 
 #: TCP state "established" in /proc/net/tcp
 _ESTABLISHED = "01"
@@ -113,22 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.state_dir, mode=0o700, exist_ok=True)
     # named by host: a home shared between nodes (NFS) still gets one watchdog per node
     name = f"watchdog-{socket.gethostname()}"
-    lock_path = os.path.join(args.state_dir, f"{name}.lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        pid = os.read(fd, 64).decode().strip()
-        _say(sys.stdout, json.dumps({"pid": int(pid) if pid.isdigit() else None, "already": True}))
-        return 0
-    from ..onnode.daemonize import daemonize as _daemonize
-
-    ready_fd, _ = _daemonize(os.path.join(args.state_dir, f"{name}.log"))  # the lock fd is inherited
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    os.write(ready_fd, json.dumps({"pid": os.getpid()}).encode())
-    os.close(ready_fd)
-    return watch(args.idle, args.command, args.port, args.interval, args.unix_dir)
+    return daemon.serve(os.path.join(args.state_dir, f"{name}.lock"), os.path.join(args.state_dir, f"{name}.log"),
+                        lambda _: watch(args.idle, args.command, args.port, args.interval, args.unix_dir))
 
 
 if __name__ == "__main__":

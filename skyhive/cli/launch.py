@@ -76,9 +76,9 @@ def cmd_show_gpus(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from skyhive.runtime.commands.check import CLOUDS, report
+    from skyhive.runtime.commands.check import report
 
-    return report(sys.stdout, tuple(args.clouds) if args.clouds else CLOUDS)
+    return report(sys.stdout, tuple(args.clouds) if args.clouds else None)
 
 
 def add_launch_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -103,5 +103,5 @@ def add_show_gpus_parser(sub: argparse._SubParsersAction) -> None:
 
 def add_check_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="per cloud: credentials found? vCPU quotas (where the API says)")
-    p.add_argument("clouds", nargs="*", metavar="CLOUD", help="aws, gcp, azure, digitalocean (default: all)")
+    p.add_argument("clouds", nargs="*", metavar="CLOUD", help="a cloud's provider name (default: every provider that `skyhive check` covers)")
     p.set_defaults(func=cmd_check)

@@ -15,6 +15,7 @@ import skyhive as sky
 from skyhive.errors import StorageError
 from skyhive.runtime.storage import buckets, node, s3 as s3mod, transfer
 from skyhive.runtime.storage.spec import Bucket, mount_of
+from skyhive.runtime.storage import store_gcs as gcsstore, store_r2 as r2store
 from tests.infra.moto_s3 import s3  # noqa: F401 - the fixture
 
 ACCOUNT = "0123456789abcdef0123456789abcdef"
@@ -178,7 +179,7 @@ def test_storage_ls_and_delete_cover_s3_r2_and_gcs_and_touch_only_the_buckets_sk
         buckets.prepare([mount_of("/s", {"name": "sky-s3", "source": str(src)})])
         # R2 set up: its account (moto standing in at its endpoint) and its keys
         monkeypatch.setenv("CLOUDFLARE_ACCOUNT_ID", ACCOUNT)
-        monkeypatch.setattr(s3mod, "R2_ENDPOINT", other.endpoint)
+        monkeypatch.setattr(r2store, "R2_ENDPOINT", other.endpoint)  # (the R2 store's module: store_r2.py)
         (tmp_path / ".cloudflare").mkdir()
         (tmp_path / ".cloudflare" / "r2.credentials").write_text(
             "[r2]\naws_access_key_id = r2-key\naws_secret_access_key = r2-secret\n")
@@ -204,7 +205,7 @@ def test_storage_ls_and_delete_cover_s3_r2_and_gcs_and_touch_only_the_buckets_sk
 
         # GCS set up instead of R2 (the same moto now standing in for GCS's XML API): HMAC keys and a project
         monkeypatch.delenv("CLOUDFLARE_ACCOUNT_ID")
-        monkeypatch.setattr(s3mod, "_GCS_ENDPOINT", other.endpoint)
+        monkeypatch.setattr(gcsstore, "_GCS_ENDPOINT", other.endpoint)  # (the GCS store's module: store_gcs.py)
         (tmp_path / ".boto").write_text("[Credentials]\ngs_access_key_id = GOOG1KEY\ngs_secret_access_key = hmac\n")
         monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "my-project")
         assert cli._stores(None, None) == ["s3", "gcs"]

@@ -35,15 +35,10 @@ swept first), so a new attempt starts. The lock makes sure only one controller r
 
 from __future__ import annotations
 
-import fcntl
-import json
 import logging
 import os
 import pickle
 import shutil
-import signal
-import subprocess
-import sys
 import warnings
 from typing import Any
 
@@ -51,7 +46,7 @@ import anyio
 
 from ....providers.accelerators import AcceleratorWarning
 from ..joblog import JobLog
-from ...clusters.procs import lock_holder
+from ...common import bridge, daemon
 from ..steps import NodeExit
 from ...onnode import interruption
 from . import store
@@ -73,23 +68,15 @@ _MODULE = "skyhive.runtime.control.managed.controller"
 
 def controller_pid(job_id: int) -> int | None:
     """The pid of the job's running controller, or None (-1: one is starting or leaving)."""
-    return lock_holder(str(store.lock_path(job_id)))
+    return daemon.holder(str(store.lock_path(job_id)))
 
 
 def ensure_controller(job_id: int) -> int | None:
     """Start the job's controller unless it runs or the job has ended; its pid (None: the job ended)."""
     if store.load(job_id).state in store.FINISHED:
         return None
-    pid = controller_pid(job_id)
-    if pid is not None:
-        return pid
-    out = subprocess.run([sys.executable, "-m", _MODULE, str(job_id)], stdin=subprocess.DEVNULL,
-                         capture_output=True, text=True, timeout=60)
-    if out.returncode != 0:
-        raise RuntimeError(f"managed job {job_id}: its controller did not start: "
-                           f"{(out.stderr or out.stdout).strip()[-2000:]}")
-    report = json.loads(out.stdout.strip().splitlines()[-1])
-    return int(report.get("pid") or 0) or controller_pid(job_id)
+    return daemon.ensure(_MODULE, str(job_id), lock_path=str(store.lock_path(job_id)),
+                         what=f"managed job {job_id}: its controller")
 
 
 def _pool_settings() -> dict[str, Any]:
@@ -301,7 +288,7 @@ def _clean_up(job_id: int, spec: dict[str, Any], out: JobLog) -> None:
     try:
         provider = _provider_of(spec)
         extra = [work_id(job_id)] if provider.fixed_machines else []
-        left = anyio.run(_sweep, provider, st.pools + extra) if st.pools else []
+        left = bridge.run(_sweep, provider, st.pools + extra) if st.pools else []
     except Exception as exc:  # noqa: BLE001 - the provider could not even be built
         left = [f"{type(exc).__name__}: {exc}"]
     from ...onnode import nodecmd
@@ -322,7 +309,7 @@ def _clean_up(job_id: int, spec: dict[str, Any], out: JobLog) -> None:
 
 
 def _attempts(job_id: int, spec: dict[str, Any], out: JobLog, avoid: list[Any]) -> None:
-    anyio.run(_attempts_async, job_id, spec, out, avoid)
+    bridge.run(_attempts_async, job_id, spec, out, avoid)
 
 
 async def _attempts_async(job_id: int, spec: dict[str, Any], out: JobLog, avoid: list[Any]) -> None:
@@ -457,30 +444,22 @@ async def _one_attempt(job_id: int, spec: dict[str, Any], attempt: int, out: Job
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or not args[0].isdigit():
-        sys.stderr.write(f"usage: python -m {_MODULE} JOB_ID\n")
+    arg = daemon.argument(argv, _MODULE, "JOB_ID", check=str.isdigit)
+    if arg is None:
         return 2
-    job_id = int(args[0])
+    job_id = int(arg)
     store.load(job_id)  # LookupError for a job that does not exist
-    fd = os.open(store.lock_path(job_id), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        sys.stdout.write(json.dumps({"already": True}) + "\n")
-        return 0
-    from ...onnode.daemonize import daemonize
-
-    ready_fd, _ = daemonize(str(store.job_dir(job_id) / "controller.log"))  # the lock is inherited
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    store.record(job_id, ControllerStarted(pid=os.getpid()))
-    os.write(ready_fd, json.dumps({"pid": os.getpid()}).encode())
-    os.close(ready_fd)
-    logging.basicConfig(level=logging.WARNING, format=f"skyhive-jobs[{os.getpid()}] %(asctime)s %(message)s")
     # SIGTERM (a shutdown, `jobs cancel` giving up waiting) is a cancel: the attempt's pool is torn down
     # by the usual path rather than left to the provider
-    signal.signal(signal.SIGTERM, lambda *_: store.record(job_id, CancelAsked(reason="SIGTERM")))
+    return daemon.serve(str(store.lock_path(job_id)), str(store.job_dir(job_id) / "controller.log"),
+                        lambda _: _supervise(job_id), log_name="skyhive-jobs",
+                        started=lambda: store.record(job_id, ControllerStarted(pid=os.getpid())),
+                        on_term=lambda: store.record(job_id, CancelAsked(reason="SIGTERM")))
+
+
+def _supervise(job_id: int) -> int:
+    """The job run to its end; a controller failing is recorded (never left RUNNING, never shown ended
+    uncleaned)."""
     try:
         _run(job_id)
     except BaseException as exc:  # noqa: BLE001 - recorded: never left RUNNING, never shown ended uncleaned
@@ -494,8 +473,6 @@ def main(argv: list[str] | None = None) -> int:
                 store.record(job_id, Leaked(pools=(f"the controller failed before its sweep: {exc}",)))
             else:  # no pool was ever made: nothing to clean up
                 store.record(job_id, Ended(outcome="failed", detail=f"the controller failed: {type(exc).__name__}: {exc}"))
-    finally:
-        os.ftruncate(fd, 0)
     return 0
 
 

@@ -101,8 +101,8 @@ class TaskWork(Work):
         self.cspec = cluster_spec(task, provider)
         ckpt, what = checkpoint_env(job_id, task, provider)
         env = {"SKYHIVE_CHECKPOINT_DIR": ckpt, **task.env(), "SKYHIVE_JOB_ID": str(job_id)}
-        if provider.interruption_notices:  # the nodes watch their cloud's notice while `run` runs
-            env[interruption.WATCH_ENV] = provider.interruption_notices
+        if provider.features.notices:  # the nodes watch their cloud's notice while `run` runs
+            env[interruption.WATCH_ENV] = provider.features.notices
         if env["SKYHIVE_CHECKPOINT_DIR"] != ckpt:  # the task's own (a shared file system): kept
             ckpt, what = env["SKYHIVE_CHECKPOINT_DIR"], "the task's own"
         self.checkpoint, self.checkpoint_what = ckpt, what

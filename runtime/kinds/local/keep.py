@@ -9,10 +9,7 @@ processes in tests) may declare this support as its own keep (`keep=".../local/k
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +20,7 @@ from ....errors import PoolGone
 from ....providers.base import DetachedLocalReach, LocalReach, NodeHandle, Provider
 from ....providers.local import Local, LocalCluster
 from ...nodes.keep import KeepContext, KeepSupport, KeptRecord, KeptWorker, NodeAccess
+from ...common import daemon
 from ...common.foreground import foreground
 from ...common.procfs import proc_stat
 from .detached import CLUSTER_ENV, DetachedWorker, is_worker_server, server_pid
@@ -103,15 +101,12 @@ class LocalKeep(KeepSupport):
         return Local(cwd=rec.cwd)
 
     def start_watchdog(self, rec: KeptRecord, idle: float, *, command: str, state_dir: str) -> int:
-        argv = [sys.executable, "-m", "skyhive.runtime.worker.watchdog", "--idle", f"{idle:g}", "--unix-dir",
-                rec.socket_dir, "--interval", f"{max(0.2, min(5.0, idle / 4)):g}", "--state-dir", state_dir,
-                "--command", command]
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
-        try:
-            return int(json.loads(done.stdout.strip().splitlines()[-1])["pid"])
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise RuntimeError(f"pool {rec.name!r}: the autostop watchdog did not start: "
-                               f"{(done.stderr or done.stdout).strip()[-2000:]}") from None
+        report = daemon.start("skyhive.runtime.worker.watchdog", "--idle", f"{idle:g}", "--unix-dir", rec.socket_dir,
+                              "--interval", f"{max(0.2, min(5.0, idle / 4)):g}", "--state-dir", state_dir,
+                              "--command", command, what=f"pool {rec.name!r}: the autostop watchdog")
+        if not isinstance(report.get("pid"), int):
+            raise RuntimeError(f"pool {rec.name!r}: the autostop watchdog did not start: it answered {report}")
+        return report["pid"]
 
 
 def dead_workers(rec: KeptRecord) -> list[Any]:

@@ -10,7 +10,6 @@ of its own in a worker thread, so they also work when called from inside a runni
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import json
 import os
@@ -22,6 +21,7 @@ from typing import Any, TypeVar
 from ....errors import ProvisionError, SSHError
 from ....providers.base import NodeHandle, Provider, SSHReach
 from ....providers.ssh import SSH
+from ...common import bridge
 from ...nodes.keep import KeepContext, KeepSupport, KeptRecord, KeptWorker, NodeAccess, StopResult
 from .cluster import KeptSSHReach, SSHCluster, autostop_guard, sweep_script
 from .transport import SSHTransport, SSHWorker
@@ -36,11 +36,7 @@ T = TypeVar("T")
 
 
 def _run(make: Callable[[], Awaitable[T]]) -> T:
-    async def main() -> T:
-        return await make()
-
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skyhive-cluster") as ex:
-        return ex.submit(asyncio.run, main()).result()
+    return bridge.run(make, thread=True, name="skyhive-cluster")
 
 
 def provider_of(rec: ClusterRecord, *, attach: bool = True) -> SSHCluster:

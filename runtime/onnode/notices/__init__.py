@@ -1,7 +1,9 @@
 """Each cloud's spot interruption notice, read from inside the node: one small client per cloud behind
 `NoticeSource` (`notice()`: the notice now, normalised to ``{"action", "time", ...}``, or None when none
 is scheduled; OSError when the service does not answer). `runtime/onnode/interruption.py` polls the one
-the node's provider names (`Provider.interruption_notices`) and reports what it finds.
+the node's provider names (its `Features.notices`, `providers/features.py`) and reports what it finds.
+Each module here declares the cloud it reads (`CLOUD`) and how its client is made (`source(wait)`); the
+package finds them by that declaration, so a new cloud's notice is one new module:
 
 - ``aws``: EC2's ``spot/instance-action`` through IMDSv2 (`ec2.py`);
 - ``gcp``: GCE's ``instance/preempted`` on the metadata server (`gce.py`);
@@ -12,6 +14,8 @@ Standard library only (this runs in the worker).
 
 from __future__ import annotations
 
+import pkgutil
+from importlib import import_module
 from typing import Any, Protocol
 
 __all__ = ["NoticeSource", "CLOUDS", "source_for"]
@@ -32,23 +36,28 @@ class NoticeSource(Protocol):
         ...
 
 
-#: the clouds whose notice can be watched (the values of `Provider.interruption_notices`)
-CLOUDS = ("aws", "gcp", "azure")
+def _sources() -> dict[str, Any]:
+    """The notice modules of this package by the cloud each declares (`CLOUD`); each has
+    `source(wait)`. A new cloud's notice is one new module here declaring both."""
+    found: dict[str, Any] = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = import_module(f"{__name__}.{info.name}")
+        cloud = vars(module).get("CLOUD")
+        if isinstance(cloud, str) and callable(vars(module).get("source")):
+            found[cloud] = module
+    return found
+
+
+_SOURCES = _sources()
+
+#: the clouds whose notice can be watched (the values of a provider's `Features.notices`)
+CLOUDS = tuple(sorted(_SOURCES))
 
 
 def source_for(cloud: str, wait: float = 5.0) -> NoticeSource:
     """The client for `cloud`'s notice, at its default endpoint (each module says how it is overridden);
     `wait`: the longest one look may hold the connection open (GCE's hanging GET)."""
-    if cloud == "aws":
-        from .ec2 import EC2Notice
-
-        return EC2Notice()
-    if cloud == "gcp":
-        from .gce import GCENotice
-
-        return GCENotice(wait=wait)
-    if cloud == "azure":
-        from .azure import AzureNotice
-
-        return AzureNotice()
-    raise ValueError(f"interruption notices: unknown cloud {cloud!r} (expected one of {', '.join(CLOUDS)})")
+    module = _SOURCES.get(cloud) if isinstance(cloud, str) else None
+    if module is None:
+        raise ValueError(f"interruption notices: unknown cloud {cloud!r} (expected one of {', '.join(CLOUDS)})")
+    return module.source(wait)

@@ -29,7 +29,16 @@ import time
 import urllib.request
 from typing import Any
 
-__all__ = ["AzureNotice", "endpoint", "API_VERSION"]
+__all__ = ["CLOUD", "source", "AzureNotice", "endpoint", "API_VERSION"]
+
+#: the cloud whose notice this reads (a provider's `Features.notices`)
+CLOUD = "azure"
+
+
+def source(wait: float = 5.0) -> AzureNotice:
+    """This cloud's notice client at its default endpoint (`wait` is for hanging GETs: none here)."""
+    return AzureNotice()
+
 
 API_VERSION = "2020-07-01"  # Scheduled Events' newest version
 _FIRST_ANSWER = 120.0  # seconds the first request may take (it enables Scheduled Events for the VM)

@@ -17,7 +17,16 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-__all__ = ["EC2Notice", "endpoint"]
+__all__ = ["CLOUD", "source", "EC2Notice", "endpoint"]
+
+#: the cloud whose notice this reads (a provider's `Features.notices`)
+CLOUD = "aws"
+
+
+def source(wait: float = 5.0) -> EC2Notice:
+    """This cloud's notice client at its default endpoint (`wait` is for hanging GETs: none here)."""
+    return EC2Notice()
+
 
 _TOKEN_TTL = 21600
 

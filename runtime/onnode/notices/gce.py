@@ -25,7 +25,16 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-__all__ = ["GCENotice", "endpoint", "NOTICE_SECONDS"]
+__all__ = ["CLOUD", "source", "GCENotice", "endpoint", "NOTICE_SECONDS"]
+
+#: the cloud whose notice this reads (a provider's `Features.notices`)
+CLOUD = "gcp"
+
+
+def source(wait: float = 5.0) -> GCENotice:
+    """This cloud's notice client at its default endpoint."""
+    return GCENotice(wait=wait)
+
 
 NOTICE_SECONDS = 30  # the preemption notice GCE gives a Spot or preemptible VM
 _PATH = "/computeMetadata/v1/instance/preempted"
