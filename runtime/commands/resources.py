@@ -25,11 +25,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ...providers.fallback import Fallback
+
 from ...providers.base import ClusterSpec, Provider
 from ...providers.registry import from_cli, provider_class
 from .taskfile import Task, TaskFileError
 
-__all__ = ["provider_for", "cheapest_across_clouds", "cluster_spec", "node_requirements", "refused", "pin_machine"]
+__all__ = ["provider_for", "cheapest_across_clouds", "offers_search", "cluster_spec", "node_requirements", "refused",
+           "pin_machine"]
 
 # the ClusterSpec requirement -> (the task file field, the command-line option)
 _CHOSEN = {"accelerator": ("resources.accelerators", "--gpus"), "cpus": ("resources.cpus", "--cpus"),
@@ -42,7 +45,13 @@ def _wanted(task: Task) -> dict[str, Any]:
     """The ClusterSpec requirements the task asks for (only those it sets)."""
     res = task.resources
     out: dict[str, Any] = {}
-    if res.accelerator:
+    accelerators = {(a.accelerator, a.accelerator_count) for a in res.alternatives}
+    if res.alternatives and len(accelerators) > 1:
+        pass  # offers of different accelerators: each offer's machine is fixed (`offers_search`), not the pool's
+    elif res.alternatives and accelerators != {(None, 0)}:
+        (acc, count), = accelerators
+        out["accelerator"] = f"{acc}:{count}"
+    elif res.accelerator and not res.alternatives:
         out["accelerator"] = f"{res.accelerator}:{res.accelerator_count}"
     if res.cpus is not None:
         out["cpus"] = res.cpus
@@ -80,7 +89,10 @@ def refused(task: Task, cls: type[Provider]) -> list[str]:
 def provider_for(task: Task) -> Provider:
     """The task's provider built with its resource options; raises `TaskFileError` listing every field the
     provider cannot honour. A task that names no provider but asks for an accelerator, when credentials
-    of some cloud are found, gets the cheapest offers of those clouds (`cheapest_across_clouds`)."""
+    of some cloud are found, gets the cheapest offers of those clouds (`cheapest_across_clouds`); one with
+    `any_of` / `ordered` (or several accelerators), the search over their offers (`offers_search`)."""
+    if task.resources.alternatives:
+        return offers_search(task)
     if task.resources.provider is None and task.resources.accelerator:
         across = cheapest_across_clouds(task)
         if across is not None:
@@ -117,6 +129,47 @@ def cheapest_across_clouds(task: Task) -> Provider | None:
         raise TaskFileError(f"resources.accelerators {res.accelerator}:{res.accelerator_count}: no region of "
                             f"{', '.join(clouds)} (the clouds with credentials) offers it; see `skyhive show-gpus`")
     return Fallback(offers.candidates(ranked), order="price")
+
+
+def offers_search(task: Task) -> Fallback:
+    """`resources.any_of` (cheapest first) and `resources.ordered` (in the given order) as the offer search
+    `--gpus` does across clouds: every entry becomes its offers — one per region of its cloud that has its
+    accelerator, the machine fixed (`providers.cloud.offers`), or its provider as it is — and a `Fallback`
+    tries them, moving on at an offer that cannot be bought. Raises `TaskFileError` naming the entry an
+    offer cannot be made of."""
+    res = task.resources
+    key = "resources.any_of" if res.order == "price" else "resources.ordered"
+    providers: list[Provider] = []
+    for i, alt in enumerate(res.alternatives):
+        where = f"{task.line_of(key)}: {key}[{i}]"
+        try:
+            providers += _offers_of(replace(task, resources=alt), where)
+        except TaskFileError as exc:
+            raise TaskFileError(f"{where}: {exc}") from None
+    return Fallback(providers, order=res.order)
+
+
+def _offers_of(task: Task, where: str) -> list[Provider]:
+    from ...providers.cloud import offers
+
+    res = task.resources
+    if res.provider is None and res.accelerator:  # any cloud with credentials
+        across = cheapest_across_clouds(task)
+        if across is None:
+            raise TaskFileError(f"names no cloud and no cloud has credentials (`skyhive check`): name one with "
+                                f"infra: (e.g. infra: aws)")
+        return list(across.providers)
+    if res.provider in offers.CLOUDS and res.accelerator and res.instance_type is None:
+        ranked = [o for o in offers.rank(f"{res.accelerator}:{res.accelerator_count}", [res.provider],
+                                         spot=bool(res.use_spot), cpus=res.cpus, memory_gb=res.memory)
+                  if res.region in (None, o.region)]
+        if not ranked:
+            where_ = f"{res.provider}/{res.region}" if res.region else res.provider
+            raise TaskFileError(f"{res.accelerator}:{res.accelerator_count}: {where_} does not offer it "
+                                f"(see `skyhive show-gpus {res.accelerator}`)")
+        return [provider_for(replace(task, resources=replace(res, region=o.region, instance_type=o.instance_type)))
+                for o in ranked]
+    return [provider_for(task)]
 
 
 def cluster_spec(task: Task, provider: Provider, pool_id: str = "plan") -> ClusterSpec:
