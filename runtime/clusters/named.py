@@ -332,7 +332,10 @@ def start_watchdog(rec: ClusterRecord) -> int:
     here (0: on the nodes). It runs `clusters.autostop NAME` after `autostop_minutes` idle."""
     assert rec.autostop_minutes is not None
     idle = rec.autostop_minutes * minute()
-    command = f"{shlex.quote(sys.executable)} -m skyhive.runtime.clusters.autostop {shlex.quote(rec.name)}"
+    # a pool with an autostop hook runs it first (`commands/autostop_hook.py`, which then runs this module)
+    hooked = (records.cluster_dir(rec.name) / "autostop-hook.json").exists()
+    module = "skyhive.runtime.commands.autostop_hook" if hooked else "skyhive.runtime.clusters.autostop"
+    command = f"{shlex.quote(sys.executable)} -m {module} {shlex.quote(rec.name)}"
     return keep_support_of(rec).start_watchdog(rec, idle, command=command,
                                                state_dir=str(records.cluster_dir(rec.name)))
 
