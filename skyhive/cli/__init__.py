@@ -23,7 +23,7 @@ import argparse
 import logging
 import sys
 
-from . import access, jobs, launch, observe, pools
+from . import access, cost, jobs, launch, observe, pools
 from .common import err
 
 __all__ = ["main"]
@@ -45,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     observe.add_log_parsers(sub)
     jobs.add_jobs_parsers(sub)
     launch.add_check_parser(sub)
+    cost.add_cost_parser(sub)  # `cost-report` (runtime/commands/cost.py)
 
     from skyhive.runtime.commands.storage import add_parser as add_storage_parser
 
