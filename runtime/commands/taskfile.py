@@ -44,10 +44,10 @@ __all__ = ["TaskFileError", "Resources", "Autostop", "FileMount", "Task", "load"
 #: (runtime/storage/); the others are refused, saying so.
 BUCKET_SCHEMES = ("s3://", "gs://", "gcs://", "r2://", "az://", "https://", "http://", "cos://", "oci://", "nebius://")
 
-_TOP = ("name", "num_nodes", "resources", "envs", "secrets", "workdir", "file_mounts", "setup", "run")
+_TOP = ("name", "num_nodes", "resources", "envs", "secrets", "workdir", "file_mounts", "volumes", "setup", "run")
 # SkyPilot keys that skyhive reads past (with a warning saying it ignores them): none changes where or how
 # long the task runs
-_TOP_SKYPILOT = ("config", "inputs", "outputs", "event_callback", "volumes", "experimental", "storage_mounts", "docker")
+_TOP_SKYPILOT = ("config", "inputs", "outputs", "event_callback", "experimental", "storage_mounts", "docker")
 # SkyPilot keys that would change where or how long the task runs and skyhive cannot honour: refused
 _TOP_REFUSED = {
     "service": "skyhive does not serve (SkyServe's replicas, autoscaling); run the server as a task with "
@@ -256,7 +256,7 @@ class _Parser(ResourcesParser):
         top = self._mapping(root, "", _TOP, _TOP_SKYPILOT, _TOP_REFUSED)
         name = self._name(top.get("name"))
         num_nodes = self._int(top.get("num_nodes"), "num_nodes", default=1)
-        resources = self._resources(top.get("resources"))
+        resources = self._volumes(top.get("volumes"), self._resources(top.get("resources")))
         envs = self._env(top.get("envs"), "envs")
         secrets = self._env(top.get("secrets"), "secrets")
         both = {k for k, _ in envs} & {k for k, _ in secrets}

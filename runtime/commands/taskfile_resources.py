@@ -30,6 +30,7 @@ from yaml.nodes import MappingNode, Node, SequenceNode
 
 from ...providers.base import ProvisionError
 from ...providers.registry import canonical
+from ...providers.volumes import DEFAULT_SIZE_GB, VolumeMount
 from .values import parse_accelerators, parse_amount
 
 __all__ = ["Resources", "Autostop", "ResourcesParser", "RES_KEYS", "RES_SKYPILOT", "REFUSED", "DEFAULT_IDLE_MINUTES"]
@@ -95,6 +96,8 @@ class Resources:
     alternatives: tuple[Resources, ...] = ()
     order: str = "price"
     autostop: Autostop | None = None
+    #: the task's top-level `volumes` (persistent volumes, `providers/volumes.py`), given to the provider
+    volumes: tuple[VolumeMount, ...] = ()
 
     def describe(self) -> str:
         parts = []
@@ -117,7 +120,7 @@ class Resources:
 
 
 def _where_fields() -> tuple[str, ...]:
-    return tuple(f.name for f in fields(Resources) if f.name not in ("alternatives", "order", "autostop"))
+    return tuple(f.name for f in fields(Resources) if f.name not in ("alternatives", "order", "autostop", "volumes"))
 
 
 class ResourcesParser:
@@ -155,6 +158,33 @@ class ResourcesParser:
         elif "accelerators" in res and isinstance(self.value(res["accelerators"]), (list, dict, set)):
             base = self._accelerator_choices(res["accelerators"], base)
         return base
+
+    def _volumes(self, node: Node | None, res: Resources) -> Resources:
+        """The top-level `volumes` (`/mnt/data: NAME`, or `{name: NAME, size: GB}`) on `res` and its offers."""
+        if node is None or self.value(node) is None:
+            return res
+        entries = self._mapping(node, "volumes", _AnyKey(), ())
+        out = []
+        for target, vnode in entries.items():
+            raw = self.value(vnode)
+            path = f"volumes.{target}"
+            size = DEFAULT_SIZE_GB
+            if isinstance(raw, dict):
+                unknown = sorted(set(raw) - {"name", "size"})
+                if unknown:
+                    raise self.error(vnode, path, f"unknown key {unknown[0]!r} (a volume takes name and size)")
+                size_raw = raw.get("size", DEFAULT_SIZE_GB)
+                match = re.fullmatch(r"(\d+)\s*(Gi|GB|G)?", str(size_raw).strip())
+                if not match or int(match.group(1)) < 1:
+                    raise self.error(vnode, f"{path}.size", f"expected a size in GB (e.g. 50), got {size_raw!r}")
+                size, raw = int(match.group(1)), raw.get("name")
+            if not isinstance(raw, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", raw):
+                raise self.error(vnode, path, f"expected a volume name (letters, digits, '.', '_', '-'), got {raw!r}")
+            if not str(target).startswith("/"):
+                raise self.error(vnode, path, "the mount point must be an absolute path (e.g. /mnt/data)")
+            out.append(VolumeMount(str(target), raw, size))
+        mounts = tuple(out)
+        return replace(res, volumes=mounts, alternatives=tuple(replace(a, volumes=mounts) for a in res.alternatives))
 
     def _alternatives(self, node: Node, path: str, base: Resources, given: dict[str, Any]) -> tuple[Resources, ...]:
         """Each entry of `any_of`/`ordered`: the task's resources with the entry's keys over them (a cloud
@@ -320,3 +350,10 @@ class ResourcesParser:
             return parse_accelerators(raw)
         except ValueError as exc:
             raise self.error(node, path, str(exc)) from None
+
+
+class _AnyKey(tuple):  # type: ignore[type-arg]
+    """`known` for a mapping whose keys are free (mount points): everything is known."""
+
+    def __contains__(self, item: object) -> bool:
+        return True

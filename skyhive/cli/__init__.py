@@ -23,7 +23,7 @@ import argparse
 import logging
 import sys
 
-from . import access, cost, jobs, launch, observe, pools
+from . import access, cost, jobs, launch, observe, pools, volumes
 from .common import err
 
 __all__ = ["main"]
@@ -46,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     jobs.add_jobs_parsers(sub)
     launch.add_check_parser(sub)
     cost.add_cost_parser(sub)  # `cost-report` (runtime/commands/cost.py)
+    volumes.add_volumes_parsers(sub)  # `volumes ls/delete` (runtime/commands/volumes.py)
 
     from skyhive.runtime.commands.storage import add_parser as add_storage_parser
 
