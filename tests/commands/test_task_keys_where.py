@@ -154,3 +154,10 @@ def test_offers_on_a_named_pool_are_refused(tmp_path, capsys):
     (tmp_path / "t.yaml").write_text("resources:\n  ordered:\n    - infra: local\n    - infra: local\nrun: echo hi\n")
     assert main(["launch", "-y", "-c", "offers", str(tmp_path / "t.yaml")]) == 2
     assert "a named pool is kept on one" in capsys.readouterr().err
+
+
+def test_autostop_on_a_managed_job_is_refused(tmp_path, capsys):
+    (tmp_path / "t.yaml").write_text("resources:\n  autostop: {idle_minutes: 10, down: true}\nrun: echo hi\n")
+    assert main(["jobs", "launch", "-y", str(tmp_path / "t.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "resources.autostop: a managed job's pools are taken down when the job ends" in err
