@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..paths import private_dir
 
-__all__ = ["Volume", "VolumeMount", "DEFAULT_SIZE_GB", "record", "recorded", "forget", "mounts_of"]
+__all__ = ["Volume", "VolumeMount", "DEFAULT_SIZE_GB", "record", "recorded", "forget", "mounts_of", "mount_script"]
 
 #: a volume's size when the task does not say
 DEFAULT_SIZE_GB = 10
@@ -86,3 +87,15 @@ def recorded() -> list[tuple[Volume, dict[str, Any]]]:
 
 def forget(name: str) -> None:
     _path(name).unlink(missing_ok=True)
+
+
+def mount_script(devices: Sequence[str], target: str, what: str) -> str:
+    """The shell command that mounts the first of `devices` to appear (within 2 minutes) at `target` on a
+    node, formatting it ext4 only when it has no filesystem yet, owned by the login user; `what` names the
+    volume in its error."""
+    where = shlex.quote(target)
+    return (f"d=; for i in $(seq 1 120); do for c in {' '.join(shlex.quote(d) for d in devices)}; do "
+            f"if [ -b $c ]; then d=$c; break 2; fi; done; sleep 1; done; "
+            f"if [ -z \"$d\" ]; then echo {shlex.quote(f'skyhive: volume {what} did not appear')} >&2; exit 1; fi; "
+            f"sudo blkid $d >/dev/null 2>&1 || sudo mkfs.ext4 -q $d; sudo mkdir -p {where}; "
+            f"mountpoint -q {where} || sudo mount $d {where}; sudo chown \"$(id -u):$(id -g)\" {where}")

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import shlex
 import string
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..base import NodeHandle, ProvisionError, SSHReach
-from ..volumes import Volume, VolumeMount, mounts_of, record
+from ..volumes import Volume, VolumeMount, mount_script, mounts_of, record
 
 if TYPE_CHECKING:
     from .aws import AWS
@@ -153,16 +152,12 @@ def attach_all(aws: AWS, handle: NodeHandle) -> NodeHandle:
 
 
 def mount_command(volume_id: str, target: str, index: int) -> str:
-    """The shell command that mounts EBS volume `volume_id` at `target` on the node (formatting it ext4
-    only when it has no filesystem yet): by its NVMe serial on Nitro machines, else by its device name."""
+    """The shell command that mounts EBS volume `volume_id` at `target` on the node: by its NVMe serial on
+    Nitro machines, else by its device name (`providers.volumes.mount_script`)."""
     letter = string.ascii_lowercase[5 + index]
     serial = volume_id.replace("-", "")
-    where = shlex.quote(target)
-    return (f"d=; for i in $(seq 1 120); do for c in /dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{serial} "
-            f"/dev/xvd{letter} /dev/sd{letter}; do if [ -b $c ]; then d=$c; break 2; fi; done; sleep 1; done; "
-            f"if [ -z \"$d\" ]; then echo 'skyhive: volume {volume_id} did not appear' >&2; exit 1; fi; "
-            f"sudo blkid $d >/dev/null 2>&1 || sudo mkfs.ext4 -q $d; sudo mkdir -p {where}; "
-            f"mountpoint -q {where} || sudo mount $d {where}; sudo chown \"$(id -u):$(id -g)\" {where}")
+    return mount_script([f"/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{serial}", f"/dev/xvd{letter}",
+                         f"/dev/sd{letter}"], target, volume_id)
 
 
 def delete(aws: AWS, name: str) -> None:

@@ -79,12 +79,12 @@ def refused(task: Task, cls: type[Provider]) -> list[str]:
         problems.append(f"{field} ({flag}): the {cls.name} provider cannot honour it: {why}")
     if task.resources.volumes and "volumes" not in cls.resource_options:
         names = ", ".join(f"{v.target}: {v.name}" for v in task.resources.volumes)
-        problems.append(f"volumes ({names}): the {cls.name} provider keeps no volumes (AWS does: EBS volumes, "
+        problems.append(f"volumes ({names}): the {cls.name} provider keeps no volumes (AWS, GCP and Local do: "
                         f"docs/volumes.md); for data on {cls.name} use file_mounts or a bucket")
     for field, flag in _OPTIONS.items():
         value = getattr(task.resources, field)
         if value is not None and field not in cls.resource_options:
-            takes = ", ".join(f"resources.{f}" for f in cls.resource_options) or "none of these"
+            takes = ", ".join(f"resources.{f}" for f in cls.resource_options if f != "volumes") or "none of these"
             problems.append(f"resources.{field} ({flag} {value}): the {cls.name} provider has no such option "
                             f"(it takes {takes})")
     return problems

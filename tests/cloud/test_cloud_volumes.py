@@ -100,3 +100,94 @@ def test_volumes_on_a_provider_that_keeps_none_are_refused(tmp_path, capsys):
         loads("volumes:\n  /mnt/x: {size: 3}\nrun: x\n", source="t.yaml")
     with pytest.raises(TaskFileError, match="must be an absolute path"):
         loads("volumes:\n  data: ckpt\nrun: x\n", source="t.yaml")
+
+
+GCP_TASK = """\
+    name: keeps-data
+    resources:
+      infra: gcp/us-central1
+      instance_type: n2-standard-2
+    volumes:
+      /mnt/data: ckpt
+    run: ls /mnt/data
+    """
+
+
+def test_a_gcp_persistent_disk_survives_down_and_is_attached_again(tmp_path, monkeypatch, capsys):
+    """The same on GCP, against the FAKE GCE (tests/cloud/fake_gce.py, its rule G10 for disks)."""
+    from skyhive.providers.cloud.base import CloudTimeouts
+    from skyhive.providers.cloud.gcp import GCP
+    from tests.cloud.fake_gce import FakeGCE
+    from tests.cloud.fake_http import install_fakes
+
+    gce = FakeGCE()
+    install_fakes(monkeypatch, gce)
+    gce.service_account_file(tmp_path / "sa.json")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "sa.json"))
+
+    def launch(pool: str):  # type: ignore[no-untyped-def]
+        planned = plan_launch(loads(textwrap.dedent(GCP_TASK), source="t.yaml"))
+        provider = planned.provider
+        assert isinstance(provider, GCP)
+        provider.timeouts = CloudTimeouts(poll=0.01, running=10, terminate=10, cleanup=10)
+        handles = anyio.run(provider.create, cluster_spec(planned.task, provider, pool))
+        return provider, next(h for h in handles if h.node == 0)
+
+    def disks() -> dict[str, dict]:
+        return {name: disk for (_, name), disk in gce.disks.items()}
+
+    first, head = launch("p-gvol-1")
+    (zone, name), = gce.disks
+    assert name == "skyhive-vol-ckpt" and head.extra["zone"] == zone
+    assert disks()[name]["users"] == [f"projects/proj-1/zones/{zone}/instances/{head.provider_id.split('/')[1]}"]
+    assert "/dev/disk/by-id/google-skyhive-ckpt" in head.reach.ready_command and "/mnt/data" in head.reach.ready_command
+    anyio.run(first.down, "p-gvol-1")
+    assert gce.instances == {} and disks()[name]["users"] == []  # the pool went; its disk stayed
+
+    again, head = launch("p-gvol-2")
+    assert list(gce.disks) == [(zone, name)] and head.extra["zone"] == zone  # the same disk, in its zone
+    assert disks()[name]["users"] == [f"projects/proj-1/zones/{zone}/instances/{head.provider_id.split('/')[1]}"]
+    assert main(["volumes", "ls"]) == 0
+    listed = capsys.readouterr().out
+    assert "ckpt" in listed and " gcp " in listed and "in-use" in listed
+    assert main(["volumes", "delete", "ckpt", "-y"]) == 1 and list(gce.disks) == [(zone, name)]
+    assert "take down the pool that uses it first" in capsys.readouterr().err
+    anyio.run(again.down, "p-gvol-2")
+    assert list(gce.disks) == [(zone, name)]
+    assert main(["volumes", "delete", "ckpt", "-y"]) == 0 and gce.disks == {} and gce.firewalls == {}
+
+
+def test_a_local_volume_is_a_directory_that_outlives_its_pools(tmp_path, skyhive_home):
+    """On Local the volume is a directory of the state directory linked at the mount point: what one launch
+    writes, the next one reads; only `volumes delete` removes it (and its link)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    mount = tmp_path / "mnt" / "data"
+    (tmp_path / "t.yaml").write_text(textwrap.dedent(f"""\
+        volumes:
+          {mount}: notes
+        run: |
+          echo "run $(date +%s%N)" >> {mount}/log.txt
+          wc -l < {mount}/log.txt
+        """))
+
+    def skyhive(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "skyhive", *args], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=180)
+
+    first = skyhive("launch", "-y", "t.yaml")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip().splitlines()[-1].split()[-1] == "1"
+    data = Path(skyhive_home) / "volume-data" / "notes"
+    assert mount.is_symlink() and mount.resolve() == data.resolve()
+    second = skyhive("launch", "-y", "t.yaml")  # the pool before it is gone; its volume is not
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip().splitlines()[-1].split()[-1] == "2"
+    listed = skyhive("volumes", "ls")
+    assert "notes" in listed.stdout and "local" in listed.stdout
+    gone = skyhive("volumes", "delete", "notes", "-y")
+    assert gone.returncode == 0 and "volume notes: deleted" in gone.stdout
+    assert not data.exists() and not mount.is_symlink() and not mount.exists()
+    assert "no volumes" in skyhive("volumes", "ls").stdout
