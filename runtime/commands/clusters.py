@@ -94,6 +94,10 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
     if idle_minutes is not None and idle_minutes <= 0:
         raise ValueError(f"-i {idle_minutes:g}: autostop needs a positive number of minutes")
     autostop = task.resources.autostop  # the task file's; -i / --down win over it, as in SkyPilot
+    if autostop is not None and autostop.hook and not (provider or Local()).same_machine:
+        raise LaunchError(f"{task.line_of('resources.autostop')}: resources.autostop.hook: on SSH hosts and cloud "
+                          f"machines the pool's autostop runs on the machines themselves, where no hook can be "
+                          f"queued yet; remove the hook (autostop alone works there)")
     if autostop is not None and idle_minutes is None:
         idle_minutes, down = autostop.idle_minutes, down or autostop.down
     if down and idle_minutes is None:

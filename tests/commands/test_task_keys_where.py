@@ -161,3 +161,15 @@ def test_autostop_on_a_managed_job_is_refused(tmp_path, capsys):
     assert main(["jobs", "launch", "-y", str(tmp_path / "t.yaml")]) == 2
     err = capsys.readouterr().err
     assert "resources.autostop: a managed job's pools are taken down when the job ends" in err
+
+
+def test_an_autostop_hook_where_the_watchdog_runs_on_the_machines_is_refused(tmp_path, capsys, skyhive_home):
+    """On SSH hosts (and cloud machines) the pool's watchdog runs on each machine, where no hook can be queued:
+    refused before anything is made, never a hook that silently does not run."""
+    (tmp_path / "t.yaml").write_text("resources:\n  autostop: {idle_minutes: 10, hook: 'echo save'}\nrun: echo hi\n")
+    code = main(["launch", "-y", "-c", "hooked", str(tmp_path / "t.yaml"), "--provider", "ssh", "--hosts", "127.0.0.1"])
+    assert code == 2
+    assert "resources.autostop.hook: on SSH hosts and cloud machines" in capsys.readouterr().err
+    from pathlib import Path
+
+    assert not (Path(skyhive_home) / "clusters" / "hooked" / "record.json").exists()
