@@ -135,14 +135,20 @@ def cheapest_across_clouds(task: Task) -> Provider | None:
     return Fallback(offers.candidates(ranked), order="price")
 
 
-def offers_search(task: Task) -> Fallback:
+def offers_search(task: Task) -> Provider:
     """`resources.any_of` (cheapest first) and `resources.ordered` (in the given order) as the offer search
     `--gpus` does across clouds: every entry becomes its offers — one per region of its cloud that has its
     accelerator, the machine fixed (`providers.cloud.offers`), or its provider as it is — and a `Fallback`
-    tries them, moving on at an offer that cannot be bought. Raises `TaskFileError` naming the entry an
-    offer cannot be made of."""
+    tries them, moving on at an offer that cannot be bought. Offers that name no cloud (`accelerators:
+    [A100, H100]`) when no cloud has credentials: the first, on Local, as one accelerator would be. Raises
+    `TaskFileError` naming the entry an offer cannot be made of."""
     res = task.resources
     key = "resources.any_of" if res.order == "price" else "resources.ordered"
+    if all(a.provider is None for a in res.alternatives):
+        from ...providers.cloud import offers
+
+        if not any(offers.credentials().values()):  # no cloud: as one accelerator without credentials, Local
+            return provider_for(replace(task, resources=replace(res.alternatives[0], alternatives=())))
     providers: list[Provider] = []
     for i, alt in enumerate(res.alternatives):
         where = f"{task.line_of(key)}: {key}[{i}]"

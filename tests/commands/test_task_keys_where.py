@@ -173,3 +173,13 @@ def test_an_autostop_hook_where_the_watchdog_runs_on_the_machines_is_refused(tmp
     from pathlib import Path
 
     assert not (Path(skyhive_home) / "clusters" / "hooked" / "record.json").exists()
+
+
+def test_several_accelerators_without_cloud_credentials_stay_local_as_one_does(monkeypatch, tmp_path):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_TENANT_ID",
+                 "DIGITALOCEAN_ACCESS_TOKEN", "AWS_SHARED_CREDENTIALS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    assert isinstance(provider_for(_task("resources:\n  accelerators: [L4, T4]\nrun: x\n")), Local)
+    assert isinstance(provider_for(_task("resources:\n  accelerators: L4\nrun: x\n")), Local)
