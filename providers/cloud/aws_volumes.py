@@ -16,13 +16,11 @@ import dataclasses
 import logging
 import string
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..base import NodeHandle, ProvisionError, SSHReach
+from ..base import NodeHandle, ProvisionError
+from .aws_data import READY_COMMAND
 from ..volumes import Volume, VolumeMount, mount_script, mounts_of, record
-
-if TYPE_CHECKING:
-    from .aws import AWS
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +39,7 @@ def _child(el: Any, name: str) -> Any:
     return next((c for c in el if c.tag.rsplit("}", 1)[-1] == name), None)
 
 
-def _volumes(aws: AWS, name: str | None) -> list[Volume]:
+def _volumes(aws: Any, name: str | None) -> list[Volume]:
     params = {"Action": "DescribeVolumes", "Filter.1.Name": "tag-key", "Filter.1.Value.1": VOLUME_TAG}
     if name is not None:
         params = {"Action": "DescribeVolumes", "Filter.1.Name": f"tag:{VOLUME_TAG}", "Filter.1.Value.1": name}
@@ -62,7 +60,7 @@ def _volumes(aws: AWS, name: str | None) -> list[Volume]:
     return out
 
 
-def find(aws: AWS, name: str) -> Volume | None:
+def find(aws: Any, name: str) -> Volume | None:
     """The volume `name` in the provider's region (None when there is none); two of one name is an error."""
     found = _volumes(aws, name)
     if len(found) > 1:
@@ -71,7 +69,7 @@ def find(aws: AWS, name: str) -> Volume | None:
     return found[0] if found else None
 
 
-def ensure(aws: AWS, mount: VolumeMount, zone: str) -> Volume:
+def ensure(aws: Any, mount: VolumeMount, zone: str) -> Volume:
     """The volume of `mount`, made in `zone` when it does not exist (and recorded either way)."""
     volume = find(aws, mount.name)
     if volume is None:
@@ -90,7 +88,7 @@ def ensure(aws: AWS, mount: VolumeMount, zone: str) -> Volume:
     return volume
 
 
-def pin_zones(aws: AWS, zones: Sequence[str]) -> list[str]:
+def pin_zones(aws: Any, zones: Sequence[str]) -> list[str]:
     """`zones` narrowed to the zone the provider's existing volumes are in (all of them must share one)."""
     if not aws.volumes:
         return list(zones)
@@ -107,7 +105,7 @@ def pin_zones(aws: AWS, zones: Sequence[str]) -> list[str]:
     return [zone]
 
 
-def _wait(aws: AWS, name: str, ready: tuple[str, ...], what: str) -> Volume:
+def _wait(aws: Any, name: str, ready: tuple[str, ...], what: str) -> Volume:
     import time
 
     deadline = time.monotonic() + aws.timeouts.running
@@ -121,7 +119,7 @@ def _wait(aws: AWS, name: str, ready: tuple[str, ...], what: str) -> Volume:
         time.sleep(aws.timeouts.poll)
 
 
-def attach_all(aws: AWS, handle: NodeHandle) -> NodeHandle:
+def attach_all(aws: Any, handle: NodeHandle) -> NodeHandle:
     """Attach (making where needed) the provider's volumes to the running head node `handle`; the handle
     with its first-boot command also mounting them, and `extra["volumes"]` naming them."""
     zone = str(handle.extra.get("zone") or "")
@@ -144,10 +142,8 @@ def attach_all(aws: AWS, handle: NodeHandle) -> NodeHandle:
         record(volume, aws.describe())
         mounted[mount.target] = volume.volume_id
         commands.append(mount_command(volume.volume_id, mount.target, i))
-    reach = handle.reach
-    assert isinstance(reach, SSHReach)  # (AWS's nodes are reached over SSH)
-    first_boot = "; ".join([reach.ready_command or "true", *commands])
-    return dataclasses.replace(handle, reach=dataclasses.replace(reach, ready_command=first_boot),
+    first_boot = "; ".join([READY_COMMAND, *commands])  # (the first boot every AWS node waits for, then these)
+    return dataclasses.replace(handle, reach=dataclasses.replace(handle.reach, ready_command=first_boot),
                                extra={**handle.extra, "volumes": mounted})
 
 
@@ -160,7 +156,7 @@ def mount_command(volume_id: str, target: str, index: int) -> str:
                          f"/dev/sd{letter}"], target, volume_id)
 
 
-def delete(aws: AWS, name: str) -> None:
+def delete(aws: Any, name: str) -> None:
     """Delete volume `name` (gone already: nothing to do); refused while it is attached to an instance."""
     volume = find(aws, name)
     if volume is None:

@@ -14,13 +14,10 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..base import ProvisionError
 from ..volumes import Volume, VolumeMount, mount_script, mounts_of, record
-
-if TYPE_CHECKING:
-    from .gcp import GCP
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +31,7 @@ def gce_name(name: str) -> str:
     return re.sub(r"[^a-z0-9-]", "-", name.lower()).strip("-")[:40] or "volume"
 
 
-def _volumes(gcp: GCP, name: str | None) -> list[Volume]:
+def _volumes(gcp: Any, name: str | None) -> list[Volume]:
     wanted = f"labels.{VOLUME_LABEL} = {gce_name(name)}" if name is not None else None
     answer = gcp.client.request("GET", "aggregated/disks", params={"filter": wanted} if wanted else None)
     out = []
@@ -52,7 +49,7 @@ def _volumes(gcp: GCP, name: str | None) -> list[Volume]:
     return out
 
 
-def find(gcp: GCP, name: str) -> Volume | None:
+def find(gcp: Any, name: str) -> Volume | None:
     """The disk of volume `name` in the project (None when there is none); two of one name is an error."""
     found = _volumes(gcp, name)
     if len(found) > 1:
@@ -62,7 +59,7 @@ def find(gcp: GCP, name: str) -> Volume | None:
     return found[0] if found else None
 
 
-def ensure(gcp: GCP, zone: str) -> None:
+def ensure(gcp: Any, zone: str) -> None:
     """Make each of the provider's volumes that does not exist yet, in `zone` (and record them all)."""
     for mount in mounts_of(gcp.volumes):
         volume = find(gcp, mount.name)
@@ -80,7 +77,7 @@ def ensure(gcp: GCP, zone: str) -> None:
         record(volume, gcp.describe())
 
 
-def pin_zones(gcp: GCP, zones: Sequence[str]) -> list[str]:
+def pin_zones(gcp: Any, zones: Sequence[str]) -> list[str]:
     """`zones` narrowed to the zone the provider's existing volumes are in (all of them must share one)."""
     if not gcp.volumes:
         return list(zones)
@@ -107,7 +104,7 @@ def mount_commands(mounts: Sequence[VolumeMount]) -> list[str]:
     return [mount_script([f"/dev/disk/by-id/google-skyhive-{gce_name(m.name)}"], m.target, m.name) for m in mounts]
 
 
-def delete(gcp: GCP, name: str) -> None:
+def delete(gcp: Any, name: str) -> None:
     """Delete volume `name`'s disk (gone already: nothing to do); refused while an instance uses it."""
     volume = find(gcp, name)
     if volume is None:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from ..events import inventory
 
-__all__ = ["CostRow", "cost_rows", "total"]
+__all__ = ["CostRow", "JobLike", "cost_rows", "total"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,14 +70,21 @@ def _pool_row(entry: inventory.PoolEntry, now: float) -> CostRow:
                    f"unknown: provider {provider!r} planned no price for {entry.machine or 'its machines'}")
 
 
-def _job_rows(pools: dict[str, CostRow], now: float) -> list[CostRow]:
-    from ..managed import store
+class JobLike(Protocol):
+    """What a managed job's record says (`managed.store.JobState`; commands do not import managed)."""
 
+    id: int
+    name: str
+    state: str
+    submitted: float
+    started: float | None
+    ended: float | None
+    pools: list[str]
+
+
+def _job_rows(jobs: Sequence[JobLike], pools: dict[str, CostRow], now: float) -> list[CostRow]:
     rows = []
-    for job_id in store.list_ids():
-        state = store.load_listed(job_id)
-        if state is None:
-            continue
+    for state in jobs:
         mine = [pools[p] for p in state.pools if p in pools]
         unknown = [r for r in mine if r.cost is None]
         cost = None if unknown else sum(r.cost or 0.0 for r in mine)
@@ -85,16 +93,17 @@ def _job_rows(pools: dict[str, CostRow], now: float) -> list[CostRow]:
         providers = ",".join(sorted({r.provider for r in mine})) or "-"
         why = f"unknown: {'; '.join(r.why for r in unknown)}" if unknown else (
             "no pool ran" if not mine else f"{len(mine)} pool{'s' if len(mine) != 1 else ''}")
-        rows.append(CostRow("job", f"{job_id} {state.name}".strip(), providers, state.state, hours,
+        rows.append(CostRow("job", f"{state.id} {state.name}".strip(), providers, state.state, hours,
                             None, cost, why))
     return rows
 
 
-def cost_rows(now: float | None = None) -> list[CostRow]:
-    """Every pool (oldest first), then every managed job, of this state directory."""
+def cost_rows(jobs: Sequence[JobLike] = (), now: float | None = None) -> list[CostRow]:
+    """Every pool of this state directory (oldest first), then each of the managed `jobs` (its records, as
+    `managed.store` folds them), priced by its pools."""
     now = time.time() if now is None else now
     pools = [_pool_row(entry, now) for entry in inventory.scan(include_stopped=True)]
-    return pools + _job_rows({r.name: r for r in pools}, now)
+    return pools + _job_rows(jobs, {r.name: r for r in pools}, now)
 
 
 def total(rows: list[CostRow]) -> tuple[float, int]:

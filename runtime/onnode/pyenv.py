@@ -48,14 +48,27 @@ def pool_env(path: Path) -> Path:
     if (path / _READY).exists():
         return path
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with open(path.parent / f".{path.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    fd = os.open(path.parent / f".{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         if (path / _READY).exists():
             return path
         shutil.rmtree(path, ignore_errors=True)
         _make(path)
-        (path / _READY).touch()
+        _private(path)  # (under the state directory everything is the user's alone, whatever the umask)
+        (path / _READY).touch(mode=0o600)
+    finally:
+        os.close(fd)
     return path
+
+
+def _private(root: Path) -> None:
+    for where, dirs, files in os.walk(root):
+        os.chmod(where, 0o700)
+        for name in files:
+            full = os.path.join(where, name)
+            if not os.path.islink(full):
+                os.chmod(full, os.stat(full).st_mode & 0o700)
 
 
 def _make(path: Path) -> None:

@@ -11,8 +11,10 @@ from .common import table
 
 def cmd_cost_report(args: argparse.Namespace) -> int:
     from skyhive.runtime.commands.cost import cost_rows, total
+    from skyhive.runtime.managed import store
 
-    rows = cost_rows()
+    jobs = [st for st in (store.load_listed(i) for i in store.list_ids()) if st is not None]
+    rows = cost_rows(jobs)
     if args.json:
         for row in rows:
             print(json.dumps(row.as_dict()))
