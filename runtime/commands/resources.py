@@ -79,7 +79,7 @@ def refused(task: Task, cls: type[Provider]) -> list[str]:
         problems.append(f"{field} ({flag}): the {cls.name} provider cannot honour it: {why}")
     if task.resources.volumes and "volumes" not in cls.resource_options:
         names = ", ".join(f"{v.target}: {v.name}" for v in task.resources.volumes)
-        problems.append(f"volumes ({names}): the {cls.name} provider keeps no volumes (AWS, GCP and Local do: "
+        problems.append(f"volumes ({names}): the {cls.name} provider keeps no volumes (AWS, GCP, Azure and Local do: "
                         f"docs/volumes.md); for data on {cls.name} use file_mounts or a bucket")
     for field, flag in _OPTIONS.items():
         value = getattr(task.resources, field)

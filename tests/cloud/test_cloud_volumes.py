@@ -191,3 +191,60 @@ def test_a_local_volume_is_a_directory_that_outlives_its_pools(tmp_path, skyhive
     assert gone.returncode == 0 and "volume notes: deleted" in gone.stdout
     assert not data.exists() and not mount.is_symlink() and not mount.exists()
     assert "no volumes" in skyhive("volumes", "ls").stdout
+
+
+AZURE_TASK = """\
+    name: keeps-data
+    resources:
+      infra: azure/eastus
+      instance_type: Standard_D2s_v5
+    volumes:
+      /mnt/data: ckpt
+    run: ls /mnt/data
+    """
+
+
+def test_an_azure_managed_disk_survives_down_and_is_attached_again(monkeypatch, capsys):
+    """The same on Azure, against the FAKE ARM (tests/cloud/fake_arm.py, its rule A7 for managed disks): the
+    disk lives in a resource group of its own, which no pool's down deletes."""
+    from skyhive.providers.cloud.azure import Azure
+    from skyhive.providers.cloud.base import CloudTimeouts
+    from tests.cloud.fake_arm import FakeARM
+    from tests.cloud.fake_http import install_fakes
+
+    arm = FakeARM("99999999")
+    install_fakes(monkeypatch, arm)
+    for name, value in (("AZURE_TENANT_ID", "77777777-7777-7777-7777-777777777777"),
+                        ("AZURE_SUBSCRIPTION_ID", "99999999"),
+                        ("AZURE_CLIENT_ID", "55555555-5555-5555-5555-555555555555"),
+                        ("AZURE_CLIENT_SECRET", "p4ssw0rd")):
+        monkeypatch.setenv(name, value)
+    disk_key = ("/subscriptions/99999999/resourcegroups/skyhive-volumes-eastus/providers/microsoft.compute/disks/"
+                "skyhive-vol-ckpt")
+
+    def launch(pool: str):  # type: ignore[no-untyped-def]
+        planned = plan_launch(loads(textwrap.dedent(AZURE_TASK), source="t.yaml"))
+        provider = planned.provider
+        assert isinstance(provider, Azure)
+        provider.timeouts = CloudTimeouts(poll=0.01, running=5, terminate=5, cleanup=10)
+        handles = anyio.run(provider.create, cluster_spec(planned.task, provider, pool))
+        return provider, next(h for h in handles if h.node == 0)
+
+    first, head = launch("p-avol-1")
+    disk = arm.resources[disk_key]
+    assert disk["properties"]["diskSizeGB"] == 10 and disk["tags"] == {"skyhive-volume": "ckpt"}
+    assert disk["managedBy"].endswith("/resourceGroups/skyhive-p-avol-1/providers/Microsoft.Compute/virtualMachines/node-0")
+    assert "/dev/disk/azure/scsi1/lun0" in head.reach.ready_command and "/mnt/data" in head.reach.ready_command
+    anyio.run(first.down, "p-avol-1")
+    assert disk_key in arm.resources and "managedBy" not in arm.resources[disk_key]  # the pool's group went; not it
+
+    again, head = launch("p-avol-2")
+    assert arm.resources[disk_key]["managedBy"].endswith("/skyhive-p-avol-2/providers/Microsoft.Compute/"
+                                                         "virtualMachines/node-0")
+    assert main(["volumes", "ls"]) == 0
+    listed = capsys.readouterr().out
+    assert "ckpt" in listed and "azure" in listed and "in-use" in listed
+    assert main(["volumes", "delete", "ckpt", "-y"]) == 1 and disk_key in arm.resources
+    capsys.readouterr()
+    anyio.run(again.down, "p-avol-2")
+    assert main(["volumes", "delete", "ckpt", "-y"]) == 0 and disk_key not in arm.resources
