@@ -135,14 +135,15 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
     # on the user's own machine (Local) that is the pool's environment, so that setup cannot change the
     # user's (`pyenv.py`; the task opts out with SKYHIVE_SETUP_ENV=user)
     bindir = os.path.dirname(sys.executable)
+    path = env.get("PATH", os.defpath)
+    if bindir and bindir not in path.split(os.pathsep):
+        path = bindir + os.pathsep + path
     if own_home and uses_pool_env(env):
         made = pool_env(Path(cwd).parent.parent / "python-env")  # (work/POOL/python-env: the pool's nodes share it)
         env["VIRTUAL_ENV"] = str(made)
         env.pop("PYTHONHOME", None)
-        bindir = str(made / "bin")
-    path = env.get("PATH", os.defpath)
-    if bindir and bindir not in path.split(os.pathsep):
-        env["PATH"] = bindir + os.pathsep + path
+        path = str(made / "bin") + os.pathsep + path  # its python and pip first; the user's tools (torchrun) next
+    env["PATH"] = path
     shell = shutil.which("bash") or "/bin/sh"
     watcher = None
     if phase == "run" and env.get("SKYHIVE_INTERRUPTION_WATCH"):  # a managed job's spot node (interruption.py)
