@@ -60,6 +60,9 @@ def spent(tmp_path, skyhive_home):
     _cloud_log(home, "gcp-unpriced", "gcp", {"instance_type": "custom-8-32768"}, start=1_700_100_000.0, hours=1.0)
     yield tmp_path
     assert skyhive("down", "kept", "-y", cwd=tmp_path).returncode == 0
+    from tests.clusters.test_clusters import running_under, wait_for
+
+    wait_for(lambda: running_under(str(home)) == [], timeout=120, what="every process of the state directory to end")
 
 
 def test_cost_report_lists_every_pool_and_job_with_hours_and_cost(spent):
