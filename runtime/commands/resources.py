@@ -25,9 +25,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ...providers.fallback import Fallback
-
 from ...providers.base import ClusterSpec, Provider
+from ...providers.fallback import Fallback
 from ...providers.registry import from_cli, provider_class
 from .taskfile import Task, TaskFileError
 
@@ -153,13 +152,14 @@ def offers_search(task: Task) -> Provider:
     for i, alt in enumerate(res.alternatives):
         where = f"{task.line_of(key)}: {key}[{i}]"
         try:
-            providers += _offers_of(replace(task, resources=alt), where)
+            providers += _offers_of(replace(task, resources=alt))
         except TaskFileError as exc:
             raise TaskFileError(f"{where}: {exc}") from None
     return Fallback(providers, order=res.order)
 
 
-def _offers_of(task: Task, where: str) -> list[Provider]:
+def _offers_of(task: Task) -> list[Provider]:
+    """The offers of one `any_of` / `ordered` entry (`task` with the entry as its resources)."""
     from ...providers.cloud import offers
 
     res = task.resources
