@@ -342,6 +342,18 @@ class Provider(abc.ABC):
         """Plain values that identify this provider's configuration (for the event log and `skyhive down`)."""
         return {"provider": self.name}
 
+    def find_volume(self, name: str) -> Any:
+        """The persistent volume `name` as this provider's cloud lists it (`providers.volumes.Volume`), or
+        None when it does not exist (blocking: call it from a thread in async code). Raises `ProvisionError`
+        for a provider that keeps no volumes (the default); AWS keeps them (`cloud/aws_volumes.py`)."""
+        raise ProvisionError(f"{self.name}: this provider keeps no volumes")
+
+    def delete_volume(self, name: str) -> None:
+        """Delete the persistent volume `name` (what `skyhive volumes delete` asks, and nothing else).
+        Raises `ProvisionError` naming what holds it (an instance it is attached to) or that this provider
+        keeps no volumes (the default)."""
+        raise ProvisionError(f"{self.name}: this provider keeps no volumes")
+
     @classmethod
     def check(cls) -> list[tuple[str, str]] | None:
         """What `skyhive check` says about this provider on this machine, as (item, status) lines, without

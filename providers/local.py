@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from .features import Feature, Features
+from . import local_volumes
 from .base import ClusterSpec, DetachedLocalReach, LocalReach, NodeHandle, Provider
+from .volumes import mounts_of
 
 __all__ = ["Local", "LocalCluster"]
 
@@ -39,15 +41,32 @@ class Local(Provider):
     #: the nodes are this machine; a task file's steps never touch this user's home (`runtime/onnode/nodecmd.py`)
     features = Features(Feature.KEEP, Feature.SAME_MACHINE, Feature.NODE_HOMES)
 
-    def __init__(self, *, cwd: str | None = None, build_env: bool = True) -> None:
+    resource_options = {"volumes": "volumes"}  # a directory linked at the mount point (`local_volumes.py`)
+
+    def __init__(self, *, cwd: str | None = None, build_env: bool = True, volumes: Sequence[Any] = ()) -> None:
         self.cwd = cwd
         self.build_env = bool(build_env)
+        self.volumes = mounts_of(volumes)
         self._launched: dict[tuple[str, int], int] = {}  # (pool, node) -> launches (a replacement: > 1)
 
     advisory = frozenset({"accelerator"})  # this machine is what it is: a missing GPU warns, the work runs
 
     def __repr__(self) -> str:
         return "Local()" if self.build_env else "Local(build_env=False)"
+
+    def describe(self) -> dict[str, Any]:
+        desc: dict[str, Any] = {"provider": self.name}
+        if self.volumes:
+            desc["volumes"] = [[v.target, v.name, v.size_gb] for v in self.volumes]
+        return desc
+
+    def find_volume(self, name: str) -> Any:
+        """See `Provider.find_volume` (a directory, `local_volumes.py`)."""
+        return local_volumes.find(name)
+
+    def delete_volume(self, name: str) -> None:
+        """See `Provider.delete_volume` (a directory and its links, `local_volumes.py`)."""
+        local_volumes.delete(name, self.volumes)
 
     def plan(self, spec: ClusterSpec) -> dict[str, object]:
         """What was asked of this machine that it lacks (recorded in the pool's log; declared in
@@ -68,6 +87,8 @@ class Local(Provider):
 
             devices = local_devices()
             warn_missing(spec.accelerator, devices, where="Local (this machine)")
+        if 0 in nodes and self.volumes:
+            local_volumes.link_all(self.volumes, self.describe())
         handles = []
         for i in nodes:
             # a node launched again for the same index (a replacement) gets an id of its own

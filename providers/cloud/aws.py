@@ -23,7 +23,8 @@ import anyio.to_thread
 
 from ..features import Feature, Features
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
-from . import aws_credentials, aws_efa, aws_images, aws_launch, aws_quotas, catalog
+from ..volumes import mounts_of
+from . import aws_credentials, aws_efa, aws_images, aws_launch, aws_quotas, aws_volumes, catalog
 from .aws_data import (ADDRESS_TAG, EC2_ERRORS, EC2_STATES, EFA_TYPES, LAUNCH_TAG, NODE_TAG, PLACEMENT_TAG, POOL_TAG,
                        JUST_MADE, READY_COMMAND, USER_DATA, b64, client_token, vcpu_quota)
 from .aws_network import AWSNetwork
@@ -80,7 +81,7 @@ class AWS(EC2Access, LibcloudProvider):
     retries_launch = True
     chooses = frozenset({"accelerator", "cpus", "memory_gb", "spot"})
     resource_options = {"region": "region", "zone": "zones", "instance_type": "instance_type", "image_id": "image",
-                        "disk_size": "disk_gb"}
+                        "disk_size": "disk_gb", "volumes": "volumes"}
 
     def __init__(self, region: str = "us-east-1", zones: Sequence[str] | None = None, instance_type: str | None = None,
                  spot: bool = False, image: str | None = None, disk_gb: int = 100, ssh_user: str | None = None,
@@ -88,7 +89,8 @@ class AWS(EC2Access, LibcloudProvider):
                  shutdown_command: str = "sudo shutdown -h now", timeouts: CloudTimeouts | None = None, *,
                  profile: str | None = None, vpc: str | None = None, subnet: str | None = None,
                  subnets: Sequence[str] | None = None, security_group: str | None = None,
-                 efa: bool | None = None, placement_group: bool | None = None) -> None:
+                 efa: bool | None = None, placement_group: bool | None = None,
+                 volumes: Sequence[Any] = ()) -> None:
         super().__init__(timeouts=timeouts)
         if disk_gb < 8:
             raise ValueError(f"disk_gb must be at least 8, not {disk_gb}")
@@ -113,6 +115,7 @@ class AWS(EC2Access, LibcloudProvider):
         self.security_group = security_group
         self.efa = efa
         self.placement_group = placement_group
+        self.volumes = mounts_of(volumes)  # EBS volumes for the head node (`aws_volumes.py`)
         self._driver: Any = None
         self._network: AWSNetwork | None = None
         self._plans: dict[str, catalog.Choice] = {}
@@ -138,7 +141,8 @@ class AWS(EC2Access, LibcloudProvider):
                 "shutdown_command": self.shutdown_command,
                 "profile": self.profile or os.environ.get("AWS_PROFILE"), "vpc": self.vpc,
                 "subnets": self.subnets, "security_group": self.security_group, "efa": self.efa,
-                "placement_group": self.placement_group}
+                "placement_group": self.placement_group,
+                "volumes": [[v.target, v.name, v.size_gb] for v in self.volumes]}
 
     # ---- the driver and errors -------------------------------------------------------------------------
 
@@ -287,6 +291,21 @@ class AWS(EC2Access, LibcloudProvider):
                                  kind=exc.kind, zones_tried=exc.zones_tried, cleaned_up=exc.cleaned_up)
             raise err from exc.__cause__ or exc
 
+    async def wait_running(self, handle: NodeHandle, report: Callable[[str], None]) -> NodeHandle:
+        """See `LibcloudProvider.wait_running`; the head node also gets the pool's volumes (`aws_volumes`)."""
+        running = await super().wait_running(handle, report)
+        if self.volumes and running.node == 0:
+            running = await self.call(aws_volumes.attach_all, self, running)
+        return running
+
+    def find_volume(self, name: str) -> Any:
+        """See `Provider.find_volume` (EBS, `aws_volumes.py`)."""
+        return aws_volumes.find(self, name)
+
+    def delete_volume(self, name: str) -> None:
+        """See `Provider.delete_volume` (EBS, `aws_volumes.py`)."""
+        aws_volumes.delete(self, name)
+
     async def cleanup(self, pool_id: str) -> None:
         """See `Provider.cleanup`: first every instance still tagged with the pool is terminated (by tag,
         not by the handles anyone holds), then what `prepare` made is deleted."""
@@ -310,7 +329,7 @@ class AWS(EC2Access, LibcloudProvider):
                 "Action": "DescribeInstanceTypeOfferings", "LocationType": "availability-zone",
                 "Filter.1.Name": "instance-type", "Filter.1.Value.1": choice.instance_type}))
             offered = sorted({el.text for el in body.iter() if el.tag.endswith("}location") and el.text})
-        usable, skipped = self.network.usable_zones(offered)
+        usable, skipped = self.network.usable_zones(aws_volumes.pin_zones(self, offered))
         self._skipped[spec.pool_id] = skipped
         if skipped:
             log.warning("aws: pool %s: zones skipped: %s", spec.pool_id, ", ".join(skipped))

@@ -28,7 +28,8 @@ from typing import Any, ClassVar
 from ...errors import CloudAPIError
 from ..features import Feature, Features
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
-from . import catalog
+from ..volumes import mounts_of
+from . import azure_volumes, catalog
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
 from .boot import BOOT_SCRIPT, ready_command
 from .keys import pool_key, remove_pool_key
@@ -87,7 +88,8 @@ class Azure(LibcloudProvider):
                       "termination by recorded instance id); use a pool without a name, or give the instances to "
                       "sky.SSH(hosts=...) to keep a pool on them"})
     chooses = frozenset({"accelerator", "spot"})  # cpus/memory only narrow an accelerator's sizes: refused alone
-    resource_options = {"region": "region", "zone": "zones", "instance_type": "vm_size", "disk_size": "disk_gb"}
+    resource_options = {"region": "region", "zone": "zones", "instance_type": "vm_size", "disk_size": "disk_gb",
+                        "volumes": "volumes"}
     error_kinds = AZURE_ERRORS
     state_map = {"pending": "provisioning", "running": "running", "stopping": "terminating",
                  "stopped": "terminating", "terminated": "terminated"}
@@ -95,8 +97,10 @@ class Azure(LibcloudProvider):
     def __init__(self, region: str = "eastus", vm_size: str | None = None, spot: bool = False,
                  image: Sequence[str] | None = None,
                  disk_gb: int = 100, ssh_user: str = "skyhive", ssh_cidr: str = "0.0.0.0/0",
-                 zones: Sequence[str] | None = None, timeouts: CloudTimeouts | None = None) -> None:
+                 zones: Sequence[str] | None = None, timeouts: CloudTimeouts | None = None,
+                 volumes: Sequence[Any] = ()) -> None:
         super().__init__(timeouts=timeouts)
+        self.volumes = mounts_of(volumes)  # managed disks for the head node (`azure_volumes.py`)
         self.zones = [str(z) for z in zones] if zones else None
         for zone in self.zones or ():
             if zone not in ("1", "2", "3"):
@@ -135,7 +139,8 @@ class Azure(LibcloudProvider):
     def describe(self) -> dict[str, Any]:
         return {"provider": self.name, "region": self.region, "vm_size": self.vm_size, "spot": self.spot,
                 "image": list(self.image) if self.image else None, "disk_gb": self.disk_gb, "ssh_user": self.ssh_user,
-                "ssh_cidr": self.ssh_cidr, "zones": self.zones}
+                "ssh_cidr": self.ssh_cidr, "zones": self.zones,
+                "volumes": [[v.target, v.name, v.size_gb] for v in self.volumes]}
 
     @property
     def driver(self) -> Any:
@@ -166,6 +171,18 @@ class Azure(LibcloudProvider):
     def _path(self, pool_id: str, resource: str = "") -> str:
         base = f"/subscriptions/{self.driver.subscription_id}/resourceGroups/{self.group(pool_id)}"
         return base + resource
+
+    def arm(self, path: str, api: str, method: str = "GET", body: dict[str, Any] | None = None) -> Any:
+        """One ARM call (`_arm`): for the volume module (`azure_volumes.py`)."""
+        return self._arm(path, api, method, body)
+
+    def find_volume(self, name: str) -> Any:
+        """See `Provider.find_volume` (managed disks, `azure_volumes.py`)."""
+        return azure_volumes.find(self, name)
+
+    def delete_volume(self, name: str) -> None:
+        """See `Provider.delete_volume` (managed disks, `azure_volumes.py`)."""
+        azure_volumes.delete(self, name)
 
     def _arm(self, path: str, api: str, method: str = "GET", body: dict[str, Any] | None = None,
              params: dict[str, str] | None = None) -> Any:
@@ -244,12 +261,16 @@ class Azure(LibcloudProvider):
         properties["osProfile"]["customData"] = _b64(BOOT_SCRIPT)  # cloud-init runs it: uv at boot
         if spot:
             properties.update(priority="Spot", evictionPolicy="Delete", billingProfile={"maxPrice": -1})
+        if index == 0 and self.volumes:
+            properties["storageProfile"]["dataDisks"] = azure_volumes.data_disks(self, self.volumes)
         body = {"location": self.region, "tags": {**dict(spec.tags), POOL_TAG: spec.pool_id, NODE_TAG: str(index)},
                 "properties": properties}
         return self._path(spec.pool_id, f"/providers/Microsoft.Compute/virtualMachines/{name}"), body
 
     def launch_sync(self, spec: ClusterSpec, nodes: Sequence[int], zone: str) -> list[NodeHandle]:
         handles = []
+        if 0 in nodes and self.volumes:
+            azure_volumes.ensure(self)  # the head node's disks, made where missing
         for index in nodes:
             path, body = self.vm_request(spec, index)
             if self.zones:
@@ -329,11 +350,14 @@ class Azure(LibcloudProvider):
         size = str((props.get("hardwareProfile") or {}).get("vmSize") or "")
         info = catalog.instance("azure", size) if size else None
         gpus = info.accelerators if info else 0
+        first_boot = ready_command(gpu=bool(gpus))
+        if self.volumes and (vm.get("tags") or {}).get(NODE_TAG) == "0":  # the head node mounts the volumes
+            first_boot = "; ".join([first_boot, *azure_volumes.mount_commands(self.volumes)])
         return NodeHandle(node=int((vm.get("tags") or {}).get(NODE_TAG, -1)), provider_id=f"{pool_id}/{vm.get('name')}",
                           private_addr=private, public_addr=public, state=state, extra=extra, accelerators=gpus,
                           accelerator=info.accelerator if info else None,
                           reach=SSHReach(host=public or private, user=self.ssh_user, key=str(key_path),
-                                         ready_command=ready_command(gpu=bool(gpus))))
+                                         ready_command=first_boot))
 
 
 def _b64(text: str) -> str:

@@ -33,7 +33,8 @@ from typing import Any, ClassVar
 from ...errors import CloudAPIError
 from ..features import Feature, Features
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
-from . import catalog
+from ..volumes import mounts_of
+from . import catalog, gcp_volumes
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
 from .boot import BOOT_SCRIPT, ready_command
 from .gce_api import GCEClient, GCECredentials
@@ -110,7 +111,7 @@ class GCP(LibcloudProvider):
                       "sky.SSH(hosts=...) to keep a pool on them"})
     chooses = frozenset({"accelerator", "spot"})
     resource_options = {"region": "region", "zone": "zones", "instance_type": "machine_type", "image_id": "image",
-                        "disk_size": "disk_gb"}
+                        "disk_size": "disk_gb", "volumes": "volumes"}
     error_kinds = GCE_ERRORS
     state_map = GCE_STATES
 
@@ -118,9 +119,10 @@ class GCP(LibcloudProvider):
                  machine_type: str | None = None, spot: bool = False, image: str | None = None,
                  disk_gb: int = 100, ssh_user: str = "skyhive", ssh_cidr: str = "0.0.0.0/0",
                  network: str = "default", subnetwork: str | None = None, idle_timeout: float | None = 1800.0,
-                 timeouts: CloudTimeouts | None = None) -> None:
+                 timeouts: CloudTimeouts | None = None, volumes: Sequence[Any] = ()) -> None:
         super().__init__(timeouts=timeouts)
         self.project = project
+        self.volumes = mounts_of(volumes)  # persistent disks for the head node (`gcp_volumes.py`)
         self.region = region
         self.zones = list(zones) if zones else None
         for zone in self.zones or ():
@@ -142,7 +144,8 @@ class GCP(LibcloudProvider):
         return {"provider": self.name, "project": self.project, "region": self.region, "zones": self.zones,
                 "machine_type": self.machine_type, "spot": self.spot, "image": self.image,
                 "disk_gb": self.disk_gb, "ssh_user": self.ssh_user, "ssh_cidr": self.ssh_cidr,
-                "network": self.network, "subnetwork": self.subnetwork, "idle_timeout": self.idle_timeout}
+                "network": self.network, "subnetwork": self.subnetwork, "idle_timeout": self.idle_timeout,
+                "volumes": [[v.target, v.name, v.size_gb] for v in self.volumes]}
 
     @property
     def client(self) -> GCEClient:
@@ -219,12 +222,12 @@ class GCP(LibcloudProvider):
 
     def zones_sync(self, spec: ClusterSpec) -> list[str]:
         if self.zones:
-            return list(self.zones)
+            return gcp_volumes.pin_zones(self, self.zones)
         zones = list(self.choice(spec).zones)
-        if zones:
-            return zones
-        region = self.client.request("GET", f"regions/{self.region}")
-        return sorted(url.rsplit("/", 1)[-1] for url in region.get("zones", []))
+        if not zones:
+            region = self.client.request("GET", f"regions/{self.region}")
+            zones = sorted(url.rsplit("/", 1)[-1] for url in region.get("zones", []))
+        return gcp_volumes.pin_zones(self, zones)  # a pool with volumes: where its disks are
 
     def prepare_sync(self, spec: ClusterSpec) -> None:
         log.info("gcp: pool %s: %s", spec.pool_id, self.choice(spec).summary())
@@ -280,6 +283,8 @@ class GCP(LibcloudProvider):
             "networkInterfaces": [nic],
             "scheduling": scheduling,
         }
+        if index == 0 and self.volumes:
+            body["disks"] += gcp_volumes.disk_entries(self.volumes, zone)
         if attach:
             body["guestAccelerators"] = [{"acceleratorType": f"zones/{zone}/acceleratorTypes/{attach}",
                                           "acceleratorCount": gpus}]
@@ -294,6 +299,8 @@ class GCP(LibcloudProvider):
                                     f"{self.client.project}; skipped", 404) from exc
             raise
         handles = []
+        if 0 in nodes and self.volumes:
+            gcp_volumes.ensure(self, zone)  # the head node's disks, made in its zone where missing
         for i in nodes:
             body = self.create_request(spec, i, zone)
             self.client.wait(self.client.request("POST", f"zones/{zone}/instances", body))
@@ -346,10 +353,22 @@ class GCP(LibcloudProvider):
         gpus = sum(int(a.get("acceleratorCount", 0)) for a in attached) or (info.accelerators if info else 0)
         key_path, _ = pool_key(pool_id, create=False)
         extra: dict[str, Any] = {"pool_id": pool_id, "zone": zone, "instance_type": machine}
+        first_boot = ready_command(gpu=bool(gpus))
+        if self.volumes and labels.get(NODE_LABEL) == "0":  # the head node mounts the volumes
+            first_boot = "; ".join([first_boot, *gcp_volumes.mount_commands(self.volumes)])
+            extra["volumes"] = {v.target: f"skyhive-vol-{gcp_volumes.gce_name(v.name)}" for v in self.volumes}
         if launched_at is not None:
             extra["launched_at"] = launched_at
         return NodeHandle(node=int(labels.get(NODE_LABEL, -1)), provider_id=f"{zone}/{instance.get('name')}",
                           private_addr=private, public_addr=public, state=state, extra=extra, accelerators=gpus,
                           reach=SSHReach(host=public or private, user=self.ssh_user, key=str(key_path),
                                          idle_shutdown=self.idle_timeout or 0.0,
-                                         ready_command=ready_command(gpu=bool(gpus))))
+                                         ready_command=first_boot))
+
+    def find_volume(self, name: str) -> Any:
+        """See `Provider.find_volume` (persistent disks, `gcp_volumes.py`)."""
+        return gcp_volumes.find(self, name)
+
+    def delete_volume(self, name: str) -> None:
+        """See `Provider.delete_volume` (persistent disks, `gcp_volumes.py`)."""
+        gcp_volumes.delete(self, name)

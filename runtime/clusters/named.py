@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import shlex
@@ -330,7 +331,13 @@ def start_watchdog(rec: ClusterRecord) -> int:
     here (0: on the nodes). It runs `clusters.autostop NAME` after `autostop_minutes` idle."""
     assert rec.autostop_minutes is not None
     idle = rec.autostop_minutes * minute()
-    command = f"{shlex.quote(sys.executable)} -m skyhive.runtime.clusters.autostop {shlex.quote(rec.name)}"
+    # a pool with an autostop hook runs it first: the hook's runner, as the layer that saved the hook names it
+    # (`control/autostop_hook.py`, which then runs `clusters.autostop`)
+    module = "skyhive.runtime.clusters.autostop"
+    hook = records.cluster_dir(rec.name) / "autostop-hook.json"
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        module = str(json.loads(hook.read_text()).get("runner") or module)
+    command = f"{shlex.quote(sys.executable)} -m {module} {shlex.quote(rec.name)}"
     return keep_support_of(rec).start_watchdog(rec, idle, command=command,
                                                state_dir=str(records.cluster_dir(rec.name)))
 

@@ -26,10 +26,12 @@ from dataclasses import replace
 from typing import Any
 
 from ...providers.base import ClusterSpec, Provider
+from ...providers.fallback import Fallback
 from ...providers.registry import from_cli, provider_class
 from .taskfile import Task, TaskFileError
 
-__all__ = ["provider_for", "cheapest_across_clouds", "cluster_spec", "node_requirements", "refused", "pin_machine"]
+__all__ = ["provider_for", "cheapest_across_clouds", "offers_search", "cluster_spec", "node_requirements", "refused",
+           "pin_machine"]
 
 # the ClusterSpec requirement -> (the task file field, the command-line option)
 _CHOSEN = {"accelerator": ("resources.accelerators", "--gpus"), "cpus": ("resources.cpus", "--cpus"),
@@ -42,7 +44,13 @@ def _wanted(task: Task) -> dict[str, Any]:
     """The ClusterSpec requirements the task asks for (only those it sets)."""
     res = task.resources
     out: dict[str, Any] = {}
-    if res.accelerator:
+    accelerators = {(a.accelerator, a.accelerator_count) for a in res.alternatives}
+    if res.alternatives and len(accelerators) > 1:
+        pass  # offers of different accelerators: each offer's machine is fixed (`offers_search`), not the pool's
+    elif res.alternatives and accelerators != {(None, 0)}:
+        (acc, count), = accelerators
+        out["accelerator"] = f"{acc}:{count}"
+    elif res.accelerator and not res.alternatives:
         out["accelerator"] = f"{res.accelerator}:{res.accelerator_count}"
     if res.cpus is not None:
         out["cpus"] = res.cpus
@@ -68,10 +76,14 @@ def refused(task: Task, cls: type[Provider]) -> list[str]:
         else:
             why = f"it does not choose machines by {field.rpartition('.')[2]} yet"
         problems.append(f"{field} ({flag}): the {cls.name} provider cannot honour it: {why}")
+    if task.resources.volumes and "volumes" not in cls.resource_options:
+        names = ", ".join(f"{v.target}: {v.name}" for v in task.resources.volumes)
+        problems.append(f"volumes ({names}): the {cls.name} provider keeps no volumes (AWS, GCP, Azure and Local do: "
+                        f"docs/volumes.md); for data on {cls.name} use file_mounts or a bucket")
     for field, flag in _OPTIONS.items():
         value = getattr(task.resources, field)
         if value is not None and field not in cls.resource_options:
-            takes = ", ".join(f"resources.{f}" for f in cls.resource_options) or "none of these"
+            takes = ", ".join(f"resources.{f}" for f in cls.resource_options if f != "volumes") or "none of these"
             problems.append(f"resources.{field} ({flag} {value}): the {cls.name} provider has no such option "
                             f"(it takes {takes})")
     return problems
@@ -80,7 +92,10 @@ def refused(task: Task, cls: type[Provider]) -> list[str]:
 def provider_for(task: Task) -> Provider:
     """The task's provider built with its resource options; raises `TaskFileError` listing every field the
     provider cannot honour. A task that names no provider but asks for an accelerator, when credentials
-    of some cloud are found, gets the cheapest offers of those clouds (`cheapest_across_clouds`)."""
+    of some cloud are found, gets the cheapest offers of those clouds (`cheapest_across_clouds`); one with
+    `any_of` / `ordered` (or several accelerators), the search over their offers (`offers_search`)."""
+    if task.resources.alternatives:
+        return offers_search(task)
     if task.resources.provider is None and task.resources.accelerator:
         across = cheapest_across_clouds(task)
         if across is not None:
@@ -117,6 +132,54 @@ def cheapest_across_clouds(task: Task) -> Provider | None:
         raise TaskFileError(f"resources.accelerators {res.accelerator}:{res.accelerator_count}: no region of "
                             f"{', '.join(clouds)} (the clouds with credentials) offers it; see `skyhive show-gpus`")
     return Fallback(offers.candidates(ranked), order="price")
+
+
+def offers_search(task: Task) -> Provider:
+    """`resources.any_of` (cheapest first) and `resources.ordered` (in the given order) as the offer search
+    `--gpus` does across clouds: every entry becomes its offers — one per region of its cloud that has its
+    accelerator, the machine fixed (`providers.cloud.offers`), or its provider as it is — and a `Fallback`
+    tries them, moving on at an offer that cannot be bought. Offers that name no cloud (`accelerators:
+    [A100, H100]`) when no cloud has credentials: the first, on Local, as one accelerator would be. Raises
+    `TaskFileError` naming the entry an offer cannot be made of."""
+    res = task.resources
+    key = "resources.any_of" if res.order == "price" else "resources.ordered"
+    if all(a.provider is None for a in res.alternatives):
+        from ...providers.cloud import offers
+
+        if not any(offers.credentials().values()):  # no cloud: as one accelerator without credentials, Local
+            return provider_for(replace(task, resources=replace(res.alternatives[0], alternatives=())))
+    providers: list[Provider] = []
+    for i, alt in enumerate(res.alternatives):
+        where = f"{task.line_of(key)}: {key}[{i}]"
+        try:
+            providers += _offers_of(replace(task, resources=alt))
+        except TaskFileError as exc:
+            raise TaskFileError(f"{where}: {exc}") from None
+    return Fallback(providers, order=res.order)
+
+
+def _offers_of(task: Task) -> list[Provider]:
+    """The offers of one `any_of` / `ordered` entry (`task` with the entry as its resources)."""
+    from ...providers.cloud import offers
+
+    res = task.resources
+    if res.provider is None and res.accelerator:  # any cloud with credentials
+        across = cheapest_across_clouds(task)
+        if across is None:
+            raise TaskFileError(f"names no cloud and no cloud has credentials (`skyhive check`): name one with "
+                                f"infra: (e.g. infra: aws)")
+        return list(across.providers)
+    if res.provider in offers.CLOUDS and res.accelerator and res.instance_type is None:
+        ranked = [o for o in offers.rank(f"{res.accelerator}:{res.accelerator_count}", [res.provider],
+                                         spot=bool(res.use_spot), cpus=res.cpus, memory_gb=res.memory)
+                  if res.region in (None, o.region)]
+        if not ranked:
+            where_ = f"{res.provider}/{res.region}" if res.region else res.provider
+            raise TaskFileError(f"{res.accelerator}:{res.accelerator_count}: {where_} does not offer it "
+                                f"(see `skyhive show-gpus {res.accelerator}`)")
+        return [provider_for(replace(task, resources=replace(res, region=o.region, instance_type=o.instance_type)))
+                for o in ranked]
+    return [provider_for(task)]
 
 
 def cluster_spec(task: Task, provider: Provider, pool_id: str = "plan") -> ClusterSpec:

@@ -31,71 +31,30 @@ from ...errors import TaskFileError
 from ...providers.base import ProvisionError
 from ...providers.registry import canonical
 from .taskfile_guard import BoundedLoader, read_task_text
+from .taskfile_resources import Autostop, Resources, ResourcesParser
 from ..storage.spec import is_bucket_uri
 from .values import ENV_NAME as _ENV_NAME
 from .values import TASK_NAME
 from .values import parse_accelerators, parse_amount, parse_env_overrides
 
-__all__ = ["TaskFileError", "Resources", "FileMount", "Task", "load", "loads", "parse_env_overrides", "parse_amount",
-           "parse_accelerators", "BUCKET_SCHEMES"]
+__all__ = ["TaskFileError", "Resources", "Autostop", "FileMount", "Task", "load", "loads", "parse_env_overrides",
+           "parse_amount", "parse_accelerators", "BUCKET_SCHEMES"]
 
 #: Sources of `file_mounts` that name cloud storage: s3://, gs://, gcs://, r2:// are mounted
 #: (runtime/storage/); the others are refused, saying so.
 BUCKET_SCHEMES = ("s3://", "gs://", "gcs://", "r2://", "az://", "https://", "http://", "cos://", "oci://", "nebius://")
 
-_TOP = ("name", "num_nodes", "resources", "envs", "secrets", "workdir", "file_mounts", "setup", "run")
-# SkyPilot keys that skyhive reads past (with a warning saying it ignores them)
-_TOP_SKYPILOT = ("config", "service", "inputs", "outputs", "event_callback", "volumes",
-                 "experimental", "storage_mounts", "pool", "docker")
-_RES = ("cloud", "provider", "infra", "accelerators", "cpus", "memory", "use_spot", "disk_size", "region", "zone",
-        "instance_type", "image_id", "hosts", "ports")
-_RES_SKYPILOT = ("disk_tier", "spot_recovery", "job_recovery", "labels", "accelerator_args",
-                 "network_tier", "any_of", "ordered", "autostop", "priority", "volumes")
+_TOP = ("name", "num_nodes", "resources", "envs", "secrets", "workdir", "file_mounts", "volumes", "setup", "run")
+# SkyPilot keys that skyhive reads past (with a warning saying it ignores them): none changes where or how
+# long the task runs
+_TOP_SKYPILOT = ("config", "inputs", "outputs", "event_callback", "experimental", "storage_mounts", "docker")
+# SkyPilot keys that would change where or how long the task runs and skyhive cannot honour: refused
+_TOP_REFUSED = {
+    "service": "skyhive does not serve (SkyServe's replicas, autoscaling); run the server as a task with "
+               "`skyhive launch -c NAME` and reach it with `skyhive forward`",
+    "pool": "skyhive's pools are named with `skyhive launch -c NAME`; submit to one with `skyhive exec NAME TASK`",
+}
 _NAME = TASK_NAME
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Resources:
-    """What each node needs, in SkyPilot's terms. `provider` None means Local.
-
-    `cpus`/`memory` (GB) are exact unless `cpus_or_more`/`memory_or_more` (the `+` of `8+`), as in
-    SkyPilot; `use_spot` None means the provider's default. Where each field is honoured (or refused)
-    is `runtime.commands.resources`.
-    """
-
-    provider: str | None = None
-    accelerator: str | None = None
-    accelerator_count: int = 0
-    cpus: float | None = None
-    cpus_or_more: bool = False
-    memory: float | None = None
-    memory_or_more: bool = False
-    use_spot: bool | None = None
-    disk_size: int | None = None
-    region: str | None = None
-    zone: str | None = None
-    instance_type: str | None = None
-    image_id: str | None = None
-    hosts: tuple[str, ...] = ()
-    #: the provider's own options an `infra` spelling gives (`slurm/LOGIN/PARTITION`, `ssh/POOL`'s key)
-    provider_options: tuple[tuple[str, Any], ...] = ()
-    ports: tuple[tuple[int, int], ...] = ()  # (first, last) of each `ports` entry: 8888 is (8888, 8888)
-
-    def describe(self) -> str:
-        parts = []
-        if self.accelerator:
-            parts.append(f"{self.accelerator}:{self.accelerator_count}")
-        if self.cpus is not None:
-            parts.append(f"cpus {self.cpus:g}{'+' if self.cpus_or_more else ''}")
-        if self.memory is not None:
-            parts.append(f"memory {self.memory:g}{'+' if self.memory_or_more else ''} GB")
-        if self.use_spot:
-            parts.append("spot")
-        for name in ("instance_type", "region", "zone", "disk_size", "image_id"):
-            value = getattr(self, name)
-            if value is not None:
-                parts.append(f"{name} {value}")
-        return ", ".join(parts) or "any"
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +178,7 @@ def loads(text: str, *, source: str = "<task>", cwd: str | None = None) -> Task:
     return _Parser(text, source, cwd or os.getcwd()).task()
 
 
-class _Parser:
+class _Parser(ResourcesParser):
     def __init__(self, text: str, source: str, cwd: str) -> None:
         self.source = source
         self.cwd = cwd
@@ -260,7 +219,10 @@ class _Parser:
         finally:
             self.loader.dispose()
 
-    def _mapping(self, node: Node, path: str, known: tuple[str, ...], skypilot: tuple[str, ...]) -> dict[str, Node]:
+    def _mapping(self, node: Node, path: str, known: tuple[str, ...], skypilot: tuple[str, ...],
+                 refused: Mapping[str, str] | None = None) -> dict[str, Node]:
+        """The mapping's keys (`known` ones) and values; a key of `skypilot` is a warning, one of `refused` an
+        error naming the key and what to do (it would change where or how long the task runs)."""
         if not isinstance(node, MappingNode):
             what = "the task file" if not path else path
             raise self.error(node, path or "(top level)", f"{what} must be a mapping of keys to values, "
@@ -273,6 +235,8 @@ class _Parser:
                 raise self.error(knode, full, "keys must be strings")
             if key in out:
                 self.warn(knode, f"{full} appears twice; the last one is used")
+            if refused and key in refused:
+                raise self.error(knode, full, f"not supported: {refused[key]} (remove the key to run)")
             if key not in known:
                 if key in skypilot:
                     self.warn(knode, f"{full} is not supported by skyhive yet; ignored")
@@ -289,10 +253,10 @@ class _Parser:
         return out
 
     def _task(self, root: Node) -> Task:
-        top = self._mapping(root, "", _TOP, _TOP_SKYPILOT)
+        top = self._mapping(root, "", _TOP, _TOP_SKYPILOT, _TOP_REFUSED)
         name = self._name(top.get("name"))
         num_nodes = self._int(top.get("num_nodes"), "num_nodes", default=1)
-        resources = self._resources(top.get("resources"))
+        resources = self._volumes(top.get("volumes"), self._resources(top.get("resources")))
         envs = self._env(top.get("envs"), "envs")
         secrets = self._env(top.get("secrets"), "secrets")
         both = {k for k, _ in envs} & {k for k, _ in secrets}
@@ -365,93 +329,6 @@ class _Parser:
                 raise self.error(vnode, f"{path}.{key}", f"expected a plain value, got {_kind(vnode)}")
             out.append((key, None if value is None else str(value)))
         return tuple(out)
-
-    def _resources(self, node: Node | None) -> Resources:
-        if node is None or self.value(node) is None:
-            return Resources()
-        res = self._mapping(node, "resources", _RES, _RES_SKYPILOT)
-        out: dict[str, Any] = {}
-        for key in ("cloud", "provider", "infra"):
-            if key in res:
-                raw = self.value(res[key])
-                if raw is None:
-                    continue
-                if not isinstance(raw, str):
-                    raise self.error(res[key], f"resources.{key}", f"expected a provider name, got {raw!r}")
-                if key == "infra":  # SkyPilot's local, aws/us-east-1, ssh/POOL, slurm/LOGIN/PARTITION
-                    from .infra import parse_infra
-
-                    try:
-                        infra = parse_infra(raw)
-                    except ValueError as exc:
-                        raise self.error(res[key], "resources.infra", str(exc)) from None
-                    out.update(provider=infra.provider, provider_options=infra.options)
-                    out.update({k: v for k, v in (("region", infra.region), ("zone", infra.zone),
-                                                  ("hosts", infra.hosts)) if v})
-                    continue
-                cloud, _, rest = raw.partition("/")  # SkyPilot's infra: aws/us-east-1/us-east-1a
-                try:
-                    out["provider"] = canonical(cloud)
-                except ProvisionError as exc:
-                    raise self.error(res[key], f"resources.{key}", str(exc)) from None
-                region, _, zone = rest.partition("/")
-                if region and region != "*":
-                    out["region"] = region
-                if zone:
-                    out["zone"] = zone
-        if "accelerators" in res:
-            out["accelerator"], out["accelerator_count"] = self._accelerators(res["accelerators"])
-        for key in ("cpus", "memory"):
-            raw = self.value(res[key]) if key in res else None
-            if raw is not None:
-                try:
-                    out[key], out[f"{key}_or_more"] = parse_amount(raw, memory=key == "memory")
-                except ValueError as exc:
-                    raise self.error(res[key], f"resources.{key}", str(exc)) from None
-        if "use_spot" in res and self.value(res["use_spot"]) is not None:
-            raw = self.value(res["use_spot"])
-            if not isinstance(raw, bool):
-                raise self.error(res["use_spot"], "resources.use_spot", f"expected true or false, got {raw!r}")
-            out["use_spot"] = raw
-        if "disk_size" in res and self.value(res["disk_size"]) is not None:
-            out["disk_size"] = self._int(res["disk_size"], "resources.disk_size", default=0)
-        for key in ("region", "zone", "instance_type", "image_id"):
-            raw = self.value(res[key]) if key in res else None
-            if raw is not None:
-                if not isinstance(raw, str) or not raw.strip():
-                    raise self.error(res[key], f"resources.{key}", f"expected a name, got {raw!r}")
-                out[key] = raw.strip()
-        if "hosts" in res:
-            hnode = res["hosts"]
-            raw = self.value(hnode)
-            if isinstance(raw, str):
-                raw = raw.split()
-            if raw is not None and (not isinstance(raw, list) or not all(isinstance(h, str) and h for h in raw)):
-                raise self.error(hnode, "resources.hosts", f"expected a list of host names, got {raw!r}")
-            out["hosts"] = tuple(raw or ())
-        if "ports" in res and self.value(res["ports"]) is not None:
-            from ..clusters.ports import parse_ports
-
-            try:
-                out["ports"] = parse_ports(self.value(res["ports"]))
-            except ValueError as exc:
-                raise self.error(res["ports"], "resources.ports", str(exc)) from None
-        return Resources(**out)
-
-    def _accelerators(self, node: Node) -> tuple[str | None, int]:
-        raw = self.value(node)
-        path = "resources.accelerators"
-        if raw is None:
-            return None, 0
-        if isinstance(raw, (list, set)) and raw:
-            if len(raw) > 1:
-                self.warn(node, f"{path}: skyhive takes the first of several candidates ({sorted(map(str, raw))[0]!r} "
-                          f"of {len(raw)})")
-            raw = sorted(map(str, raw))[0] if isinstance(raw, set) else raw[0]
-        try:
-            return parse_accelerators(raw)
-        except ValueError as exc:
-            raise self.error(node, path, str(exc)) from None
 
     def _file_mounts(self, node: Node | None, envs: Mapping[str, str]) -> tuple[FileMount, ...]:
         if node is None or self.value(node) is None:

@@ -31,6 +31,7 @@ from ..clusters.procs import alive
 from ..clusters.stop import stop_pool
 from .launch import task_env, task_steps
 from .steps import TaskSteps
+from .autostop_hook import save_hook
 from ..commands.taskfile import Task
 
 __all__ = ["task_spec", "launch_cluster", "exec_task", "down_cluster", "status_rows", "print_status", "follow_job",
@@ -59,6 +60,10 @@ def _require_keepable(task: Task, command: str) -> None:
     from ...providers.features import Feature
     from ...providers.registry import provider_class
 
+    if task.resources.alternatives:
+        raise LaunchError(f"{command}: {task.line_of('resources')}: resources.any_of / ordered (or several "
+                          f"accelerators) search offers on several providers, and a named pool is kept on one: "
+                          f"name it (e.g. infra: aws/us-east-1), or launch without -c to search")
     provider = task.resources.provider or "local"
     reason = provider_class(provider).features.why_not(Feature.KEEP, provider)
     if reason:
@@ -87,6 +92,13 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
     _require_keepable(task, f"launch -c {name}")
     if idle_minutes is not None and idle_minutes <= 0:
         raise ValueError(f"-i {idle_minutes:g}: autostop needs a positive number of minutes")
+    autostop = task.resources.autostop  # the task file's; -i / --down win over it, as in SkyPilot
+    if autostop is not None and autostop.hook and not (provider or Local()).same_machine:
+        raise LaunchError(f"{task.line_of('resources.autostop')}: resources.autostop.hook: on SSH hosts and cloud "
+                          f"machines the pool's autostop runs on the machines themselves, where no hook can be "
+                          f"queued yet; remove the hook (autostop alone works there)")
+    if autostop is not None and idle_minutes is None:
+        idle_minutes, down = autostop.idle_minutes, down or autostop.down
     if down and idle_minutes is None:
         idle_minutes = 5.0  # SkyPilot's default for --down alone
     spec = task_spec(task)
@@ -124,12 +136,14 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
                               f"runs on it as it is, `skyhive down {name}` first to launch it anew")
         _say(err, f"reusing pool {name} ({rec.nodes} node{'s' if rec.nodes != 1 else ''})")
         if idle_minutes is not None:  # SkyPilot resets autostop on a reused cluster the same way
+            save_hook(name, autostop, own_home=_provider_of(name).node_homes)
             set_autostop(rec, idle_minutes, down)
             _say(err, f"pool {name}: autostop after {idle_minutes:g} min idle{' (then down)' if down else ''}")
         job = _queue(task, name, setup=True)
     else:
         provider = provider or Local()
         steps = _steps(task, name, provider, setup=True)
+        save_hook(name, autostop, own_home=provider.node_homes)  # (before the watchdog starts: it runs the hook)
         _create(task, name, spec, idle_minutes, down, err, provider)
         try:  # a failure after creation tears down what was created
             job = _submit(task, name, steps, job_env, setup=True)

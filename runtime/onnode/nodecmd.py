@@ -33,6 +33,7 @@ from pathlib import Path
 from ...paths import private_dir, state_dir
 from .instance import instance_info
 from .nodeprep import extract
+from .pyenv import pool_env, uses_pool_env
 from ..common.procfs import proc_stat
 
 __all__ = ["work_root", "node_home", "prepare", "remove", "node_env", "run_script", "script_file", "stop_descendants", "GRACE",
@@ -130,11 +131,19 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
         if env.get("SKYHIVE_JOB_ID"):  # a managed job's folder, made here; another job's only if it asks
             with contextlib.suppress(OSError):  # (`sky.checkpoint_dir()`: an unused one is never put in its bucket)
                 os.makedirs(env["SKYHIVE_CHECKPOINT_DIR"], mode=0o700, exist_ok=True)
-    # the node's Python environment comes first: `python`, `pip`, `torchrun` are the ones skyhive runs with
+    # the node's Python environment comes first: `python`, `pip`, `torchrun` are the ones skyhive runs with;
+    # on the user's own machine (Local) that is the pool's environment, so that setup cannot change the
+    # user's (`pyenv.py`; the task opts out with SKYHIVE_SETUP_ENV=user)
     bindir = os.path.dirname(sys.executable)
     path = env.get("PATH", os.defpath)
     if bindir and bindir not in path.split(os.pathsep):
-        env["PATH"] = bindir + os.pathsep + path
+        path = bindir + os.pathsep + path
+    if own_home and uses_pool_env(env):
+        made = pool_env(Path(cwd).parent.parent / "python-env")  # (work/POOL/python-env: the pool's nodes share it)
+        env["VIRTUAL_ENV"] = str(made)
+        env.pop("PYTHONHOME", None)
+        path = str(made / "bin") + os.pathsep + path  # its python and pip first; the user's tools (torchrun) next
+    env["PATH"] = path
     shell = shutil.which("bash") or "/bin/sh"
     watcher = None
     if phase == "run" and env.get("SKYHIVE_INTERRUPTION_WATCH"):  # a managed job's spot node (interruption.py)

@@ -24,7 +24,7 @@ import logging
 import sys
 from typing import NoReturn
 
-from . import access, jobs, launch, observe, pools
+from . import access, cost, jobs, launch, observe, pools, volumes
 from .common import err
 
 __all__ = ["main"]
@@ -92,6 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     observe.add_log_parsers(sub)
     jobs.add_jobs_parsers(sub)
     launch.add_check_parser(sub)
+    cost.add_cost_parser(sub)  # `cost-report` (runtime/commands/cost.py)
+    volumes.add_volumes_parsers(sub)  # `volumes ls/delete` (runtime/commands/volumes.py)
 
     from skyhive.runtime.commands.storage import add_parser as add_storage_parser
 

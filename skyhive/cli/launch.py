@@ -24,6 +24,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if args.cluster is None and (args.detach_run or args.idle_minutes is not None or args.down):
         err("error: -d, -i and --down apply to a named pool: add -c NAME")
         return 2
+    if args.cluster is None and task.resources.autostop is not None:  # never ignored: honoured with -c only
+        err(f"error: {task.line_of('resources.autostop')}: resources.autostop keeps a named pool until it is idle: "
+            f"add -c NAME (without -c the pool is taken down as soon as the task ends)")
+        return 2
     plan = plan_launch(task)  # resources the provider cannot honour, or no machine that fits: an error here
     if args.dryrun:
         print("\n".join(plan.lines))

@@ -20,6 +20,12 @@ and answers as ARM does, rule by rule; each rule names the reference it encodes:
 - A6 availability zones are "1", "2", "3" (a VM's ``zones``); a full zone answers ZonalAllocationFailed
   (https://learn.microsoft.com/azure/reliability/availability-zones-overview).
 - A5 every management call needs a bearer token the token endpoint issued (client-credentials grant).
+- A7 managed disks (https://learn.microsoft.com/rest/api/compute/disks): a VM's ``dataDisks`` entry with
+  ``createOption: Attach`` names an existing disk (404 NotFound otherwise) that no other VM holds (its
+  ``managedBy``; 409 OperationNotAllowed "already attached"); deleting a VM — or its resource group —
+  detaches its data disks whose ``deleteOption`` is Detach (the default) and deletes those marked Delete
+  (https://learn.microsoft.com/azure/virtual-machines/delete); deleting a disk a VM holds is 409
+  OperationNotAllowed.
 """
 
 from __future__ import annotations
@@ -86,6 +92,9 @@ class FakeARM:
                 return _error(409, "ResourceGroupBeingDeleted", f"The resource group '{parts[4]}' is in deprovisioning state")
             if "/virtualmachines/" in key:
                 return self._put_vm(path, key, data)
+            if "/disks/" in key and self.resources.get(key, {}).get("managedBy"):
+                return _error(409, "OperationNotAllowed", f"Disk {parts[-1]} is attached to VM "
+                                                          f"{self.resources[key]['managedBy']}.")
             stored = {"id": path, "name": path.rsplit("/", 1)[-1], **(data or {})}
             stored.setdefault("properties", {})["provisioningState"] = "Succeeded"
             self.resources[key] = stored
@@ -97,9 +106,15 @@ class FakeARM:
                 self._deleting.setdefault(group, self.group_delete_lag)  # asked again: the same deletion
                 for k in [k for k in self.resources if k == group or k.startswith(group + "/")]:
                     if k != group:
-                        self.resources.pop(k)
+                        self._release_disks(k)  # A7
+                        self.resources.pop(k, None)
                 return 202, None
+            if "/disks/" in key and self.resources.get(key, {}).get("managedBy"):  # A7
+                return _error(409, "OperationNotAllowed", f"Disk {parts[-1]} is attached to VM "
+                                                          f"{self.resources[key]['managedBy']}.")
             gone = [k for k in self.resources if k == key or k.startswith(key + "/")]
+            for k in gone:
+                self._release_disks(k)
             if "/virtualmachines/" in key:  # deleteOption: Delete takes the NIC, address and disk along
                 name = key.rsplit("/", 1)[-1]
                 gone += [k for k in self.resources if k.endswith((f"/{name}-nic", f"/{name}-ip"))]
@@ -132,6 +147,19 @@ class FakeARM:
                      if k.startswith(key + "/") and k.count("/") == key.count("/") + 1]
             return 200, {"value": items}
         return _error(404, "ResourceNotFound", f"The Resource '{path}' was not found.")
+
+    def _release_disks(self, key: str) -> None:
+        """A7: a VM that goes lets go of its data disks (Detach) or takes them along (Delete)."""
+        vm = self.resources.get(key)
+        if vm is None or "/virtualmachines/" not in key:
+            return
+        for disk in ((vm.get("properties") or {}).get("storageProfile") or {}).get("dataDisks") or []:
+            disk_key = str((disk.get("managedDisk") or {}).get("id", "")).lower()
+            if disk_key in self.resources:
+                if disk.get("deleteOption") == "Delete":
+                    self.resources.pop(disk_key)
+                else:
+                    self.resources[disk_key].pop("managedBy", None)
 
     def _public(self, stored: dict) -> dict:
         """A resource as ARM shows it: a VM's model without its instance view (A1)."""
@@ -170,6 +198,17 @@ class FakeARM:
                 if ip["properties"].get("publicIPAllocationMethod", "Static") != "Static":
                     return _error(400, "StandardSkuPublicIPAddressesMustBeStatic",
                                   "Standard sku publicIp must have AllocationMethod set to Static.")
+        attach = [str((d.get("managedDisk") or {}).get("id", "")) for d in
+                  (props.get("storageProfile") or {}).get("dataDisks") or [] if d.get("createOption") == "Attach"]
+        for disk in attach:  # A7
+            held = self.resources.get(disk.lower())
+            if held is None:
+                return _error(404, "NotFound", f"Disk {disk.rsplit('/', 1)[-1]} is not found.")
+            if held.get("managedBy") and held["managedBy"].lower() != key:
+                return _error(409, "OperationNotAllowed", f"Disk {disk.rsplit('/', 1)[-1]} is already attached to "
+                                                          f"VM {held['managedBy']}.")
+        for disk in attach:
+            self.resources[disk.lower()]["managedBy"] = path
         name = path.rsplit("/", 1)[-1]
         group = path.split("/providers/")[0]
         n = next(self._ids)

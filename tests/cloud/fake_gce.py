@@ -26,6 +26,12 @@ refuses what GCE refuses, rule by rule; each rule names the reference it encodes
   service account's signed JWT (RFC 7523) or a user's refresh token (RFC 6749 §6).
 - Capacity: `exhausted` zones fail the insert *operation* with ZONE_RESOURCE_POOL_EXHAUSTED, as GCE does
   (the insert call itself answers 200 with a RUNNING operation).
+- G10 persistent disks (https://cloud.google.com/compute/docs/reference/rest/v1/disks): zonal; a name taken
+  in the zone is 409; an instance may attach an existing disk (`disks[].source`) of its own zone only
+  (another zone's: 404), and a disk in READ_WRITE mode attaches to one instance at a time (400
+  resourceInUseByAnotherResource, https://cloud.google.com/compute/docs/disks/sharing-disks-between-vms);
+  deleting a disk an instance uses is 400 resourceInUseByAnotherResource; deleting an instance detaches
+  its disks and deletes those whose `autoDelete` is true (instances.delete).
 """
 
 from __future__ import annotations
@@ -82,6 +88,7 @@ class FakeGCE:
     def __init__(self, project: str = "proj-1") -> None:
         self.project = project
         self.instances: dict[tuple[str, str], dict] = {}  # (zone, name) -> instance
+        self.disks: dict[tuple[str, str], dict] = {}  # (zone, name) -> persistent disk (not boot disks)
         self.firewalls: dict[str, dict] = {}
         self.operations: dict[str, dict] = {}
         self.networks: dict[str, str] = {"default": "auto"}  # name -> "auto" | "custom"
@@ -184,9 +191,39 @@ class FakeGCE:
                 self._advance(instance)
                 return 200, instance
             case ("DELETE", ["zones", zone, "instances", name]):
-                if self.instances.pop((zone, name), None) is None:
+                instance = self.instances.pop((zone, name), None)
+                if instance is None:
                     return self._not_found(f"zones/{zone}/instances/{name}")
+                link = f"projects/{self.project}/zones/{zone}/instances/{name}"
+                for key, disk in list(self.disks.items()):  # G10
+                    if link in disk["users"]:
+                        disk["users"].remove(link)
+                        attached = [d for d in instance.get("disks") or [] if d.get("source", "").endswith(
+                            f"disks/{key[1]}")]
+                        if attached and attached[0].get("autoDelete"):
+                            del self.disks[key]
                 return 200, self._operation("delete", f"zones/{zone}/instances/{name}", zone)
+            case ("POST", ["zones", zone, "disks"]):
+                return self._disk(zone, data)
+            case ("GET", ["zones", zone, "disks", name]):
+                disk = self.disks.get((zone, name))
+                return (200, disk) if disk is not None else self._not_found(f"zones/{zone}/disks/{name}")
+            case ("DELETE", ["zones", zone, "disks", name]):
+                disk = self.disks.get((zone, name))
+                if disk is None:
+                    return self._not_found(f"zones/{zone}/disks/{name}")
+                if disk["users"]:  # G10
+                    return _error(400, "resourceInUseByAnotherResource", f"The disk resource 'projects/{self.project}/"
+                                  f"zones/{zone}/disks/{name}' is already being used by '{disk['users'][0]}'")
+                del self.disks[(zone, name)]
+                return 200, self._operation("delete", f"zones/{zone}/disks/{name}", zone)
+            case ("GET", ["aggregated", "disks"]):
+                match = re.fullmatch(r"labels\.([-_a-z0-9]+) = ([-_a-z0-9]+)", query.get("filter", "").strip())
+                items: dict[str, dict] = {}
+                for (zone, _), disk in sorted(self.disks.items()):
+                    if match is None or (disk.get("labels") or {}).get(match.group(1)) == match.group(2):
+                        items.setdefault(f"zones/{zone}", {"disks": []})["disks"].append(disk)
+                return 200, {"items": items}
             case ("GET", ["aggregated", "instances"]):
                 return 200, {"items": self._aggregated(query.get("filter", ""))}
             case ("GET", ["zones", _, "operations", name]) | ("GET", ["global", "operations", name]):
@@ -243,8 +280,19 @@ class FakeGCE:
         family = machine.split("-", 1)[0]
         if family not in ("e2", "n1", "n2") and zone not in self.machines.get(machine, set()):  # G3
             return self._not_found(f"zones/{zone}/machineTypes/{machine}")
-        for disk in body.get("disks") or []:  # G1
-            image = self._strip((disk.get("initializeParams") or {}).get("sourceImage", ""))
+        used = []
+        for disk in body.get("disks") or []:
+            if disk.get("source"):  # G10: an existing disk, of this zone, used by no other instance
+                where = self._strip(disk["source"]).split("/")
+                if len(where) != 4 or where[1] != zone or (zone, where[3]) not in self.disks:
+                    return self._not_found(self._strip(disk["source"]))
+                users = self.disks[(zone, where[3])]["users"]
+                if users:
+                    return _error(400, "resourceInUseByAnotherResource", f"The disk resource 'projects/{self.project}/"
+                                  f"zones/{zone}/disks/{where[3]}' is already being used by '{users[0]}'")
+                used.append(where[3])
+                continue
+            image = self._strip((disk.get("initializeParams") or {}).get("sourceImage", ""))  # G1
             if image not in IMAGES and image not in FAMILIES:
                 return self._not_found(image.removeprefix(f"projects/{self.project}/"))
         accelerators = body.get("guestAccelerators") or []
@@ -281,6 +329,8 @@ class FakeGCE:
                 "message": f"The zone 'projects/{self.project}/zones/{zone}' does not have enough resources "
                            f"available to fulfill the request. Try a different zone, or try again later."})
         n = next(self._ids)
+        for disk_name in used:
+            self.disks[(zone, disk_name)]["users"].append(f"projects/{self.project}/zones/{zone}/instances/{name}")
         self.instances[(zone, name)] = {
             **body, "id": str(1000 + n), "zone": f"{COMPUTE}/projects/{self.project}/zones/{zone}",
             "machineType": f"{COMPUTE}/projects/{self.project}/zones/{zone}/machineTypes/{machine}",
@@ -304,6 +354,20 @@ class FakeGCE:
             self._advance(instance)
             items.setdefault(f"zones/{zone}", {"instances": []})["instances"].append(instance)
         return items
+
+    def _disk(self, zone: str, body: dict) -> tuple[int, Any]:
+        if not self._zone_ok(zone):  # G2
+            return self._not_found(f"zones/{zone}")
+        name = body.get("name", "")
+        if not NAME.match(name):  # G8
+            return _error(400, "invalid", f"Invalid value for field 'resource.name': '{name}'")
+        if (zone, name) in self.disks:  # G10
+            return _error(409, "alreadyExists", f"The resource 'projects/{self.project}/zones/{zone}/disks/{name}' "
+                                                f"already exists")
+        self.disks[(zone, name)] = {**body, "id": str(next(self._ids)), "status": "READY", "users": [],
+                                    "zone": f"{COMPUTE}/projects/{self.project}/zones/{zone}",
+                                    "sizeGb": str(body.get("sizeGb", "500"))}
+        return 200, self._operation("insert", f"zones/{zone}/disks/{name}", zone)
 
     def _firewall(self, body: dict) -> tuple[int, Any]:
         name = body.get("name", "")

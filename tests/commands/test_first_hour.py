@@ -20,9 +20,11 @@ def test_an_unknown_top_level_key_is_an_error_with_a_suggestion(tmp_path, capsys
     assert not (Path(skyhive_home) / "pools").exists()  # nothing was started
     with pytest.raises(TaskFileError, match=r"t.yaml:1: colour: unknown key; the task file's keys are name, "):
         loads("colour: blue\nrun: echo\n", source="t.yaml", cwd=str(tmp_path))
-    # a SkyPilot key skyhive does not use yet, and an unknown key inside resources, stay warnings
-    task = loads("run: echo\nservice: {}\nresources:\n  disk: 3\n", source="t.yaml", cwd=str(tmp_path))
-    assert task.warnings == ("t.yaml:2: service is not supported by skyhive yet; ignored",
+    # a SkyPilot key skyhive does not use yet (one that changes neither where nor how long the task runs:
+    # `service` is refused, tests/commands/test_task_keys_where.py), and an unknown key inside resources,
+    # stay warnings
+    task = loads("run: echo\nexperimental: {}\nresources:\n  disk: 3\n", source="t.yaml", cwd=str(tmp_path))
+    assert task.warnings == ("t.yaml:2: experimental is not supported by skyhive yet; ignored",
                              "t.yaml:4: unknown key resources.disk (did you mean resources.disk_size?); ignored")
 
 

@@ -87,6 +87,9 @@ def submit_job(task: Task, *, name: str | None = None, max_restarts_on_errors: i
     from ...commands.plan import plan_launch
     from ...commands.resources import cluster_spec
 
+    if task.resources.autostop is not None:  # never ignored (issue 39): refused, saying what to do
+        raise TaskFileError(f"{task.line_of('resources.autostop')}: resources.autostop: a managed job's pools are "
+                            f"taken down when the job ends; remove the key, or keep a pool with `skyhive launch -c NAME`")
     if provider is None:
         plan_launch(task)  # resources the provider cannot honour: an error here, before anything is recorded
     else:
