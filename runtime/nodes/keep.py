@@ -33,16 +33,19 @@ hosts, their host keys pinned; `keep_access.py`: `ssh -F` with the pool's genera
 from __future__ import annotations
 
 import abc
+import contextlib
 import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+import anyio
 import anyio.abc
+from anyio.streams.stapled import StapledByteStream
 
 from ...providers.base import NodeHandle, Provider, ProvisionError
 
-__all__ = ["NodeAccess", "KeepSupport", "KeepContext", "KeptWorker", "KeptRecord", "StopResult", "keep_support",
+__all__ = ["NodeAccess", "ProcessStream", "KeepSupport", "KeepContext", "KeptWorker", "KeptRecord", "StopResult", "keep_support",
            "keep_support_of", "cluster_key", "node_name"]
 
 
@@ -131,6 +134,32 @@ class NodeAccess(abc.ABC):
         """The node's address as `skyhive status --ip` prints it (SkyPilot's head IP); None (the default) where
         a user reaches the node by no address of its own (a pod reached over exec)."""
         return None
+
+
+class ProcessStream(StapledByteStream):
+    """A process's stdin and stdout as one byte stream: what `NodeAccess.connect` returns where a port is
+    reached through a command (SSH's `ssh -W`, a relay exec'd on a pod). Closing it ends the process:
+    SIGTERM, then SIGKILL after `grace` seconds, and waits for it (no zombie)."""
+
+    def __init__(self, process: anyio.abc.Process, *, grace: float = 5.0) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        super().__init__(process.stdin, process.stdout)
+        self.process = process
+        self.grace = grace
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(Exception):
+            await super().aclose()
+        with anyio.CancelScope(shield=True):
+            if self.process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self.process.terminate()
+                with anyio.move_on_after(self.grace):
+                    await self.process.wait()
+                if self.process.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        self.process.kill()
+                    await self.process.wait()
 
 
 class KeepSupport(abc.ABC):

@@ -6,7 +6,6 @@ addresses are in the record as an SSH pool's hosts are.
 
 from __future__ import annotations
 
-import contextlib
 import shlex
 import shutil
 import subprocess
@@ -14,11 +13,10 @@ from collections.abc import Sequence
 
 import anyio
 import anyio.abc
-from anyio.streams.stapled import StapledByteStream
 
 from ....errors import NoSSH
 from ...common.foreground import foreground
-from ...nodes.keep import KeptRecord, NodeAccess
+from ...nodes.keep import KeptRecord, NodeAccess, ProcessStream
 from .keep_files import alias, host_block, node_addresses, write_config
 
 __all__ = ["SSHAccess", "need_ssh"]
@@ -31,29 +29,6 @@ def need_ssh() -> str:
         raise FileNotFoundError("OpenSSH's `ssh` is not on PATH: install the OpenSSH client (openssh-client) to "
                                 "reach a pool's SSH nodes")
     return ssh
-
-
-class _ProcessStream(StapledByteStream):
-    """A byte stream over `ssh -W`'s stdin and stdout; closing it ends the process."""
-
-    def __init__(self, process: anyio.abc.Process) -> None:
-        assert process.stdin is not None and process.stdout is not None
-        super().__init__(process.stdin, process.stdout)
-        self.process = process
-
-    async def aclose(self) -> None:
-        with contextlib.suppress(Exception):
-            await super().aclose()
-        with anyio.CancelScope(shield=True):
-            if self.process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    self.process.terminate()
-                with anyio.move_on_after(5):
-                    await self.process.wait()
-                if self.process.returncode is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        self.process.kill()
-                    await self.process.wait()
 
 
 class SSHAccess(NodeAccess):
@@ -90,7 +65,7 @@ class SSHAccess(NodeAccess):
         command = [need_ssh(), "-F", self._config(), "-T", "-o", "ExitOnForwardFailure=yes", "-W",
                    f"127.0.0.1:{int(port)}", alias(self.rec.name, self.node)]
         process = await anyio.open_process(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None)
-        return _ProcessStream(process)
+        return ProcessStream(process)
 
     def ssh_config(self) -> str | None:
         self._config()  # the files its lines name (the pool's known_hosts) are written with them

@@ -25,11 +25,10 @@ from typing import Any
 
 import anyio
 import anyio.abc
-from anyio.streams.stapled import StapledByteStream
 
 from skyhive.providers.base import DetachedLocalReach, NodeHandle, Provider
 from skyhive.runtime.kinds.local.keep import LocalKeep
-from skyhive.runtime.nodes.keep import KeepContext, KeptRecord, NodeAccess, StopResult
+from skyhive.runtime.nodes.keep import KeepContext, KeptRecord, NodeAccess, ProcessStream, StopResult
 from skyhive.runtime.nodes.registry import BOOTSTRAP_OVER_SHELL, NodeKind
 
 from .kind import MARKER, NODE_PATH, FakeExec, FakeExecReach, node_processes, node_python
@@ -61,24 +60,6 @@ def _home(rec: KeptRecord, node: int) -> str:
     return str(Path(rec.provider_info["root"]) / f"node-{node}")
 
 
-class _ExecStream(StapledByteStream):
-    """The relay's stdin and stdout as one byte stream; closing it ends the relay."""
-
-    def __init__(self, process: anyio.abc.Process) -> None:
-        assert process.stdin is not None and process.stdout is not None
-        super().__init__(process.stdin, process.stdout)
-        self.process = process
-
-    async def aclose(self) -> None:
-        with contextlib.suppress(Exception):
-            await super().aclose()
-        with anyio.CancelScope(shield=True):
-            if self.process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    self.process.kill()
-                await self.process.wait()
-
-
 class FakeExecAccess(NodeAccess):
     """FAKE: node `node` of a kept fake exec pool, reached through the fake's command runner only."""
 
@@ -100,7 +81,7 @@ class FakeExecAccess(NodeAccess):
         command = f"exec {shlex.quote(node_python())} -c {shlex.quote(RELAY)} {int(port)}"
         process = await anyio.open_process(["sh", "-c", command], cwd=self.home, env=self._env(),
                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None)
-        return _ExecStream(process)
+        return ProcessStream(process, grace=0)
 
 
 class FakeExecKeep(LocalKeep):
