@@ -43,7 +43,7 @@ from .rules import STANDARD_RESOURCES, Refused, parse_quantity, validate_pod
 
 log = logging.getLogger("tests.fake_k8s")
 
-__all__ = ["FakeCluster", "FakeNode", "MARKER", "pod_processes"]
+__all__ = ["FakeCluster", "FakeNode", "MARKER", "NAME_KEY", "pod_processes", "matches"]
 
 MARKER = "FAKE_K8S_POD"
 NODE_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -114,7 +114,7 @@ class FakeCluster:
         self.rv = 1
         self.history: list[tuple[int, str, dict[str, Any]]] = []  # (resourceVersion, type, object)
         self.compacted = 0  # a watch from below this resourceVersion is Expired
-        self.changed = asyncio.Condition()
+        self.changed = asyncio.Event()  # replaced by a fresh one at each change: a watch waits on the current one
         self.mains: dict[str, asyncio.subprocess.Process] = {}  # pod uid -> its container's main process
         self.tasks: set[asyncio.Task[Any]] = set()
         self.requests_seen: list[dict[str, Any]] = []  # every pod body a client POSTed (tests read the wire)
@@ -125,8 +125,8 @@ class FakeCluster:
         self.rv += 1
         pod["metadata"]["resourceVersion"] = str(self.rv)
         self.history.append((self.rv, kind, copy.deepcopy(pod)))
-        async with self.changed:
-            self.changed.notify_all()
+        changed, self.changed = self.changed, asyncio.Event()
+        changed.set()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -314,10 +314,14 @@ class FakeCluster:
         self.pods.clear()
 
 
+#: the key under which `matches` sees an object's name (the field selector metadata.name=NAME)
+NAME_KEY = "@metadata.name"
+
+
 def matches(obj: Mapping[str, Any], selector: str) -> bool:
     """Whether `obj`'s labels match an equality-based label selector ("a=b,c!=d,e").
     https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors"""
-    labels = obj["metadata"].get("labels") or {}
+    labels = {**(obj["metadata"].get("labels") or {}), NAME_KEY: obj["metadata"]["name"]}
     for term in filter(None, (t.strip() for t in selector.split(","))):
         if "!=" in term:
             k, v = term.split("!=", 1)
@@ -325,7 +329,8 @@ def matches(obj: Mapping[str, Any], selector: str) -> bool:
                 return False
         elif "=" in term:
             k, v = term.split("=", 1)
-            if labels.get(k.strip().rstrip("=")) != v.strip().lstrip("="):
+            k = k.strip().rstrip("=")
+            if labels.get(k) != v.strip().lstrip("="):
                 return False
         elif term.startswith("!"):
             if term[1:] in labels:

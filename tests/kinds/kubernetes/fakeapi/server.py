@@ -41,7 +41,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from .cluster import FakeCluster, FakeNode, matches
+from .cluster import NAME_KEY, FakeCluster, FakeNode, matches
 from .rules import Refused, status
 
 log = logging.getLogger("tests.fake_k8s")
@@ -99,6 +99,12 @@ class FakeAPIServer:
                 return JSONResponse(pod, status_code=201, headers=HEADERS)
             q = request.query_params
             selector = q.get("labelSelector", "")
+            field = q.get("fieldSelector", "")
+            if field:  # metadata.name=NAME is the field selector the fake serves (as a label-like match)
+                name = dict(t.split("=", 1) for t in field.split(",") if "=" in t).get("metadata.name")
+                if name is None:
+                    return _refusal(Refused("BadRequest", f'"{field}" is not a known field selector'))
+                selector = ",".join(filter(None, [selector, f"{NAME_KEY}={name}"]))
             if q.get("watch") in ("1", "true", "True"):
                 return StreamingResponse(self._watch(ns, selector, q.get("resourceVersion"),
                                                      float(q.get("timeoutSeconds") or 0) or None),
@@ -173,12 +179,11 @@ class FakeAPIServer:
                 if rv > last and obj["metadata"]["namespace"] == ns and matches(obj, selector):
                     yield json.dumps({"type": kind, "object": obj}).encode() + b"\n"
             last = cluster.rv
-            async with cluster.changed:
-                wait = None if deadline is None else max(0.0, deadline - loop.time())
-                try:
-                    await asyncio.wait_for(cluster.changed.wait(), wait)
-                except asyncio.TimeoutError:
-                    pass
+            wait = None if deadline is None else max(0.0, deadline - loop.time())
+            try:
+                await asyncio.wait_for(cluster.changed.wait(), wait)
+            except asyncio.TimeoutError:
+                pass
 
     # ---- exec ----------------------------------------------------------------------------------------
 
