@@ -27,6 +27,7 @@ from ....providers.kubernetes_api import api_error, core_api, exec_api, kubernet
 from ...nodes.shell import CommandResult, NodeEnv, Shell
 from ...nodes.transport import Receiver, Transport, WorkerProcess
 from .exec import ExecStream
+from .kept import KeptPodReach, start_kept_worker
 from .shell import READ_ENV, PodShell, env_block, exec_command
 
 if TYPE_CHECKING:
@@ -190,23 +191,19 @@ class PodTransport(Transport):
     """How a node actor reaches one pod (see the module docstring)."""
 
     def __init__(self, reach: PodReach, *, node: int = 0, redact: Callable[[str], str] | None = None,
-                 spawn: Callable[..., None] | None = None) -> None:
+                 start_timeout: float = 120.0) -> None:
         self.reach = reach
         self.node = node
         self.redact = redact or (lambda text: text)
-        self._spawn = spawn
+        self.start_timeout = start_timeout
         self.workers: list[ExecWorker] = []
         self.watch: PodWatch | None = None
         self.lost: str | None = None
+        self.kept_links: list[tuple[Receiver, Any]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def spawn(self, coro: Any) -> None:
-        """Run `coro` as a task (the pool's task group when the node gave one)."""
-        if self._spawn is not None:
-            async def run() -> None:
-                await coro
-            self._spawn(run)
-            return
+        """Run `coro` as a task of this transport's (it records its own errors)."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -243,6 +240,10 @@ class PodTransport(Transport):
                     worker.receiver.lost_reason = why
                 if worker.stream is not None:
                     worker.stream.close()
+        for receiver, link in list(self.kept_links):
+            if receiver.lost_reason is None:
+                receiver.lost_reason = why
+            link.close()
 
     async def kill_pid(self, pid: int) -> None:
         try:
@@ -253,6 +254,12 @@ class PodTransport(Transport):
     async def start_worker(self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *,
                            label: str) -> WorkerProcess:
         node_env = self.node_env or NodeEnv(python=argv[0])
+        if isinstance(self.reach, KeptPodReach):  # a kept pool: a detached worker on its socket, maybe a takeover
+            worker = await start_kept_worker(self.reach, self.node, node_env, env, receiver, label=label,
+                                             start_timeout=self.start_timeout)
+            self.kept_links.append((receiver, worker.link))
+            self._watch_pod()
+            return worker
         argv = [node_env.python, *argv[1:]]
         env = dict(env)
         if node_env.pythonpath:  # the runtime bootstrap shipped comes first, not a `skyhive/` folder in cwd
@@ -269,10 +276,13 @@ class PodTransport(Transport):
         await stream.open()
         stream.write(env_block(env))
         self.workers.append(worker)
+        self._watch_pod()
+        return worker
+
+    def _watch_pod(self) -> None:
         if self.watch is None:
             self.watch = PodWatch(self.reach, self._pod_lost)
             self.watch.start()
-        return worker
 
     async def close(self) -> None:
         if self.watch is not None:
@@ -288,4 +298,4 @@ def kubernetes_transport(handle: NodeHandle, ctx: NodeContext) -> PodTransport:
     """The registered factory for reach kind "kubernetes" (see `registry`)."""
     reach = handle.reach
     assert isinstance(reach, PodReach)
-    return PodTransport(reach, node=handle.node, redact=ctx.log.redact)
+    return PodTransport(reach, node=handle.node, redact=ctx.log.redact, start_timeout=ctx.settings.start_timeout)
