@@ -333,11 +333,19 @@ class Kubernetes(Provider):
 
     @classmethod
     def check(cls) -> list[tuple[str, str]] | None:
-        """Whether the current context answers, and what this user may do with pods there."""
+        """Whether the kubeconfig's current context answers, and whether pods can be listed in its namespace
+        (what `skyhive check` shows; nothing is made)."""
+        provider = cls()
+        where = f"namespace {provider.namespace}"
         try:
-            provider = cls()
             api = provider._api()
+        except ProvisionError as exc:
+            return [("context", f"not found: {exc}")]
+        try:
             api.list_namespaced_pod(provider.namespace, limit=1, _request_timeout=15)
         except Exception as exc:  # noqa: BLE001 - what `skyhive check` shows
-            return [("kubernetes", f"not reachable: {api_error(exc)[2]}")]
-        return [("kubernetes", f"reachable; may list pods in namespace {provider.namespace}")]
+            status, reason, message = api_error(exc)
+            if status in (401, 403):
+                return [("context", "reachable"), ("pods", f"refused in {where}: {status} {reason}: {message}")]
+            return [("context", f"not reachable: {message}")]
+        return [("context", "reachable"), ("pods", f"may list pods in {where} (docs/kubernetes.md: the Role it needs)")]

@@ -1,5 +1,6 @@
 """`skyhive check`: per cloud, whether this machine has credentials for it and (where the cloud's API can
-say) the quotas that decide whether a GPU pool can start. Makes nothing, costs nothing."""
+say) the quotas that decide whether a GPU pool can start; for Kubernetes, whether the kubeconfig's context
+answers and what it may do with pods there. Makes nothing, costs nothing."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ from typing import TextIO
 from ...providers.base import ProvisionError
 from ...providers.registry import provider_class
 
-__all__ = ["CLOUDS", "check", "report"]
+__all__ = ["CLOUDS", "CHECKED", "check", "report"]
 
 CLOUDS = ("aws", "gcp", "azure", "digitalocean")
+#: what `skyhive check` asks by default: the clouds, and the kubeconfig's current context
+CHECKED = (*CLOUDS, "kubernetes")
 
 
-def check(clouds: tuple[str, ...] = CLOUDS) -> dict[str, list[tuple[str, str]]]:
+def check(clouds: tuple[str, ...] = CHECKED) -> dict[str, list[tuple[str, str]]]:
     """cloud -> its (item, status) lines."""
     found: dict[str, list[tuple[str, str]]] = {}
     for name in clouds:
@@ -27,7 +30,7 @@ def check(clouds: tuple[str, ...] = CLOUDS) -> dict[str, list[tuple[str, str]]]:
     return found
 
 
-def report(out: TextIO, clouds: tuple[str, ...] = CLOUDS) -> int:
+def report(out: TextIO, clouds: tuple[str, ...] = CHECKED) -> int:
     """Print `check` as a table; 0 if at least one cloud has credentials, else 1."""
     results = check(clouds)
     ok = False

@@ -76,9 +76,9 @@ def cmd_show_gpus(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from skyhive.runtime.commands.check import CLOUDS, report
+    from skyhive.runtime.commands.check import CHECKED, report
 
-    return report(sys.stdout, tuple(args.clouds) if args.clouds else CLOUDS)
+    return report(sys.stdout, tuple(args.clouds) if args.clouds else CHECKED)
 
 
 def add_launch_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:

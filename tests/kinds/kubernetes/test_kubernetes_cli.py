@@ -121,3 +121,17 @@ async def test_pod_access_runs_and_forwards(fake_k8s, capfd):
     finally:
         await provider.terminate(handles)
     assert fake_k8s.cluster.pods == {}
+
+
+def test_check_says_whether_the_context_answers_and_may_list_pods(fake_k8s, tmp_path, monkeypatch):
+    from skyhive.runtime.commands.check import check
+
+    assert check(("kubernetes",))["kubernetes"] == [
+        ("context", "reachable"), ("pods", "may list pods in namespace default (docs/kubernetes.md: the Role it needs)")]
+    bad = tmp_path / "bad-kubeconfig"
+    bad.write_text(open(os.environ["KUBECONFIG"]).read().replace(fake_k8s.TOKEN, "wrong-token"))
+    monkeypatch.setenv("KUBECONFIG", str(bad))
+    lines = dict(check(("kubernetes",))["kubernetes"])
+    assert lines["context"] == "reachable" and lines["pods"].startswith("refused in namespace default: 401 Unauthorized")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    assert "not found" in dict(check(("kubernetes",))["kubernetes"])["context"]
