@@ -6,13 +6,17 @@ echo hi` is an exec in the pod (the kind's `NodeAccess`), and `skyhive down NAME
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import textwrap
 
 import pytest
 
 pytest.importorskip("kubernetes", reason="the kubernetes extra is not installed (pip install -e '.[kubernetes]')")
 
-from tests.clusters.test_clusters import record, skyhive  # noqa: E402
+from tests.clusters.test_access import listener_and_free_port  # noqa: E402
+from tests.clusters.test_clusters import SKYHIVE, record, skyhive  # noqa: E402
+from tests.procs import Lines  # noqa: E402
 from tests.kinds.kubernetes.fakeapi.cluster import pod_processes  # noqa: E402
 
 
@@ -73,8 +77,27 @@ def test_ssh_is_an_exec_in_the_pod(kube_task, fake_k8s, skyhive_home, tmp_path):
     done = skyhive("ssh", "kt", "--", "echo", "hi", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "hi"
-    done = skyhive("ssh", "kt", "--node", "1", "--", "sh", "-c", "echo $HOSTNAME; exit 3", cwd=tmp_path)
+    # (as with ssh, the words after -- are one command line for the node's shell)
+    done = skyhive("ssh", "kt", "--node", "1", "--", "echo $HOSTNAME; exit 3", cwd=tmp_path)
     assert done.returncode == 3 and done.stdout.strip().endswith("-1")
+
+    # forward: each connection over a port-forward to the pod's loopback (the fake's pods share this machine's)
+    with listener_and_free_port() as (srv, remote, local):
+        fwd = subprocess.Popen([*SKYHIVE, "forward", "kt", f"{remote}:{local}", "--node", "1"], cwd=tmp_path,
+                               stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        err = Lines(fwd.stderr)
+        try:
+            err.wait_for(f"forwarding 127.0.0.1:{local} ->", 120, "skyhive forward's first line")
+            with socket.create_connection(("127.0.0.1", local), timeout=30) as c:
+                conn, _ = srv.accept()
+                with conn:
+                    c.sendall(b"ping")
+                    assert conn.recv(4) == b"ping"
+                    conn.sendall(b"pong")
+                    assert c.recv(4) == b"pong"
+        finally:
+            fwd.terminate()
+            fwd.wait(timeout=60)
     down = skyhive("down", "kt", cwd=tmp_path, timeout=300)
     assert down.returncode == 0 and fake_k8s.cluster.pods == {}
 
