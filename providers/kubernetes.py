@@ -49,8 +49,10 @@ POOL_ANNOTATION = "skyhive.dev/pool-id"
 CONTAINER = "skyhive"
 #: an image with Python >= 3.11 (bootstrap builds the Image's environment with it)
 DEFAULT_IMAGE = "python:3.12-slim"
-#: the container's main process: waits, and ends on SIGTERM (the pod's deletion) without its grace period
-KEEPALIVE = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
+#: the container's main process: says its pid (a kept pool's autostop ends the container through it), waits,
+#: and ends on SIGTERM (the pod's deletion) without waiting out its grace period
+KEEPALIVE = ('echo $$ > "/tmp/skyhive-main-$HOSTNAME.pid"; trap \'exit 0\' TERM; '
+             "while :; do sleep 3600 & wait $!; done")
 #: the GPU product labels the scheduler can select on: NVIDIA GPU feature discovery's, GKE's
 GPU_PRODUCT_LABELS = ("nvidia.com/gpu.product", "cloud.google.com/gke-accelerator")
 #: container waiting reasons that never resolve by waiting

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import json
 import os
 import shlex
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
@@ -24,6 +25,7 @@ from ....providers.kubernetes import Kubernetes, PodReach
 from ...nodes.transport import Transport
 from ...nodes.keep import KeepContext, KeepSupport, KeptRecord, KeptWorker, StopResult
 from .access import PodAccess
+from ..local.detached import CLUSTER_ENV
 from .kept import RUN_DIR, KeptPodReach, kept_workers
 from .shell import exec_command
 
@@ -115,8 +117,16 @@ class KubernetesKeep(KeepSupport):
         async def look() -> tuple[list[Any], list[str], bool]:
             live: list[Any] = []
             errors: list[str] = []
+            autostopped = False
+            provider = _provider(rec)
             for node in sorted({w.node for w in rec.workers}):
                 reach = _reach(rec, node, attach=True)
+                why = await provider.node_problem(NodeHandle(node=node, provider_id=reach.pod, private_addr="",
+                                                             reach=reach))
+                if why is not None:  # an ended pod: its autostop ended it (Succeeded), or it is lost
+                    autostopped = autostopped or why.endswith("is Succeeded (Succeeded)")
+                    errors.append(why)
+                    continue
                 try:
                     done = await exec_command(reach, f"ls -1 {shlex.quote(RUN_DIR + '/' + rec.cluster)} 2>/dev/null; true",
                                               timeout=30)
@@ -128,9 +138,41 @@ class KubernetesKeep(KeepSupport):
                     continue
                 served = set(done.stdout.split())
                 live.extend(w for w in rec.workers if w.node == node and os.path.basename(w.socket) in served)
-            return sorted(live, key=lambda w: (w.node, w.rank)), errors, False
+            return sorted(live, key=lambda w: (w.node, w.rank)), [] if autostopped else errors, autostopped
 
         return _run(look)
+
+    def start_watchdog(self, rec: KeptRecord, idle: float, *, command: str, state_dir: str) -> int:
+        """The autostop watchdog in each pod (`runtime/worker/watchdog.py`, watching the connections to the
+        pool's sockets there): after `idle` seconds with none it ends the pool's workers and then the pod's
+        container (its main process, `KEEPALIVE`): the pod is Succeeded, its CPUs and GPUs go back to the
+        cluster. (A pod has no credentials to delete itself: `skyhive down` deletes the ended pods' objects.)
+        Returns 0: it runs in the pods."""
+        async def start() -> list[str]:
+            failures = []
+            for node in sorted({w.node for w in rec.workers}):
+                try:
+                    done = await exec_command(_reach(rec, node, attach=True), _watchdog_script(rec, node, idle), timeout=60)
+                    json.loads(done.stdout.strip().splitlines()[-1])["pid"]
+                except (ValueError, KeyError, IndexError, ProvisionError) as exc:
+                    failures.append(f"node {node}: {exc}")
+            return failures
+
+        failures = _run(start)
+        if failures:
+            raise ProvisionError(f"pool {rec.name!r}: the autostop watchdog did not start in every pod: "
+                                 f"{'; '.join(failures)}")
+        return 0
+
+    def stop_watchdog(self, rec: KeptRecord) -> None:
+        async def stop() -> None:
+            for node in sorted({w.node for w in rec.workers}):
+                wd = shlex.quote(f"{_wd(rec)}/n{node}")
+                kill = (f"for d in /proc/[0-9]*; do tr '\\0' '\\n' < $d/cmdline 2>/dev/null | grep -qxF -- {wd} && "
+                        "kill -KILL ${d#/proc/}; done; true")
+                await exec_command(_reach(rec, node, attach=True), kill, timeout=30)
+
+        _run(stop)
 
     def stop(self, rec: KeptRecord, *, host_keys: Mapping[int, str] | None = None, skip: Collection[int] = (),
              keep_work: bool = False) -> StopResult:
@@ -152,6 +194,30 @@ class KubernetesKeep(KeepSupport):
         if not 0 <= node < len(pods):
             raise ProvisionError(f"pool {rec.name!r} has no node {node} (it has {len(pods)})")
         return PodAccess(_reach(rec, node, attach=True))
+
+
+def _wd(rec: KeptRecord) -> str:
+    return f"{RUN_DIR}/{rec.cluster}.wd"
+
+
+def _watchdog_script(rec: KeptRecord, node: int, idle: float) -> str:
+    """Starts the pool's watchdog in node `node`'s pod; its `autostop.sh` ends the pool's processes there, marks
+    the pod autostopped and ends the container's main process."""
+    sock_dir = f"{RUN_DIR}/{rec.cluster}"
+    wd = f"{_wd(rec)}/n{node}"
+    env = rec.node_envs.get(str(node), {})
+    python = str(env.get("python") or "python3")
+    pythonpath = ":".join(env.get("pythonpath") or ())
+    stop = (f"for d in /proc/[0-9]*; do tr '\\0' '\\n' < $d/environ 2>/dev/null | "
+            f"grep -qxF {shlex.quote(CLUSTER_ENV + '=' + sock_dir)} && kill -KILL ${{d#/proc/}}; done\n"
+            f"echo autostop > {shlex.quote(sock_dir + '.autostop')}\n"
+            'kill -TERM "$(cat "/tmp/skyhive-main-$HOSTNAME.pid")"\n')
+    interval = max(0.2, min(5.0, idle / 4))
+    return (f"set -e\numask 077\nmkdir -p {shlex.quote(wd)}\n"
+            f"cat > {shlex.quote(wd + '/autostop.sh')} <<'SKYHIVE_AUTOSTOP_EOF'\n{stop}SKYHIVE_AUTOSTOP_EOF\n"
+            f"PYTHONPATH={shlex.quote(pythonpath)} {shlex.quote(python)} -m skyhive.runtime.worker.watchdog "
+            f"--idle {idle:g} --interval {interval:g} --unix-dir {shlex.quote(sock_dir)} --state-dir {shlex.quote(wd)} "
+            f"--command {shlex.quote('sh ' + wd + '/autostop.sh')}\n")
 
 
 async def _gone_pods(rec: KeptRecord) -> list[str]:

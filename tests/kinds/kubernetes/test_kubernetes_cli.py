@@ -158,3 +158,29 @@ def test_check_says_whether_the_context_answers_and_may_list_pods(fake_k8s, tmp_
     assert lines["context"] == "reachable" and lines["pods"].startswith("refused in namespace default: 401 Unauthorized")
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
     assert "not found" in dict(check(("kubernetes",))["kubernetes"])["context"]
+
+
+def test_autostop_ends_the_pods_and_status_deletes_them(kube_task, fake_k8s, skyhive_home, tmp_path, monkeypatch):
+    """`-i N`: a watchdog in each pod ends the pool's workers, then the container (the pod is Succeeded: its
+    CPUs and GPUs go back to the cluster) once nobody was connected for N minutes (seconds here); the pods'
+    objects are deleted by the next `skyhive status` (a pod has no credentials to delete itself)."""
+    import time
+
+    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "15")  # -i 1: 15 s (the job runs first, attached)
+    launched = skyhive("launch", "-y", "-c", "kt", str(kube_task), "--infra", "k8s", "-i", "1", cwd=tmp_path,
+                       timeout=300)
+    assert launched.returncode == 0, (launched.stdout[-3000:], launched.stderr[-4000:])
+    uids = [p["metadata"]["uid"] for p in fake_k8s.cluster.pods.values()]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        phases = [p["status"]["phase"] for p in fake_k8s.cluster.pods.values()]
+        if phases == ["Succeeded", "Succeeded"] and not [u for u in uids if pod_processes(u)]:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"autostop did not end the pods: {phases}")
+    # the next look at the pool finds it ended by its autostop, and deletes the ended pods (as a cloud
+    # pool's autostopped instances are terminated), forgetting the pool
+    status = skyhive("status", cwd=tmp_path)
+    assert status.returncode == 0 and "no named pools" in status.stdout, (status.stdout, status.stderr)
+    assert fake_k8s.cluster.pods == {}

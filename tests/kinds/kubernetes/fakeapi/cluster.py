@@ -241,12 +241,15 @@ class FakeCluster:
         self._spawn(self._watch_main(pod["metadata"]["namespace"], pod["metadata"]["name"], pod["metadata"]["uid"], proc))
 
     async def _watch_main(self, namespace: str, name: str, uid: str, proc: asyncio.subprocess.Process) -> None:
-        """The container's main process exited by itself: the pod Succeeded or Failed (restartPolicy Never
-        is all the fake does)."""
+        """The container's main process exited by itself: the container ends with every process in it, and
+        the pod Succeeded or Failed (restartPolicy Never is all the fake does)."""
         code = await proc.wait()
         pod = self.pods.get((namespace, name))
         if pod is None or pod["metadata"]["uid"] != uid or pod["metadata"].get("deletionTimestamp"):
             return
+        while pod_processes(uid):
+            _signal_all(uid, signal.SIGKILL)
+            await asyncio.sleep(0.02)
         pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
         await self._emit("MODIFIED", pod)
 
