@@ -135,35 +135,36 @@ class KeptPodWorker(WorkerProcess):
     def __init__(self, reach: PodReach, link: ResumableLink, pid: int, sock: str) -> None:
         self.reach = reach
         self.link = link  # type: ignore[assignment]
+        self.resumable = link  # (the same, typed as what it is)
         self.pid = pid
         self.socket = sock
         self._kill_task: asyncio.Task[None] | None = None
 
     def detach(self) -> None:
         """Leave the worker running (the client leaves a kept pool): close the link only."""
-        self.link.close()
+        self.resumable.close()
 
     @property
     def reconnecting(self) -> bool:
-        return self.link.reconnecting
+        return self.resumable.reconnecting
 
     async def wait(self) -> int | None:
-        await self.link.finished.wait()
+        await self.resumable.finished.wait()
         if self._kill_task is not None:
             await asyncio.shield(self._kill_task)
         return self.returncode
 
     @property
     def returncode(self) -> int | None:
-        if self.link.exit_status is not None:
-            return self.link.exit_status
+        if self.resumable.exit_status is not None:
+            return self.resumable.exit_status
         if self._kill_task is not None and self._kill_task.done():
             return -9
         return None
 
     def kill(self) -> None:
-        self.link.close()
-        if self._kill_task is None and self.link.exit_status is None:
+        self.resumable.close()
+        if self._kill_task is None and self.resumable.exit_status is None:
             command = (f"grep -q skyhive.runtime.worker.server /proc/{int(self.pid)}/cmdline 2>/dev/null && "
                        f"kill -KILL -- -{int(self.pid)} 2>/dev/null; rm -f {shlex.quote(self.socket)}; true")
             self._kill_task = asyncio.get_running_loop().create_task(self._kill(command))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shlex
+import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -41,9 +42,8 @@ __all__ = ["PodTransport", "ExecWorker", "PodWatch", "kubernetes_transport"]
 class _ExecLink:
     """The worker's protocol pipe: an exec stream's stdin and stdout (see `nodes.transport.Link`)."""
 
-    fd_socket = None
-
     def __init__(self, stream: ExecStream) -> None:
+        self.fd_socket: socket.socket | None = None  # a pod shares no memory with this machine
         self.stream = stream
 
     def write(self, data: bytes | memoryview) -> None:
@@ -255,11 +255,11 @@ class PodTransport(Transport):
                            label: str) -> WorkerProcess:
         node_env = self.node_env or NodeEnv(python=argv[0])
         if isinstance(self.reach, KeptPodReach):  # a kept pool: a detached worker on its socket, maybe a takeover
-            worker = await start_kept_worker(self.reach, self.node, node_env, env, receiver, label=label,
-                                             start_timeout=self.start_timeout)
-            self.kept_links.append((receiver, worker.link))
+            kept = await start_kept_worker(self.reach, self.node, node_env, env, receiver, label=label,
+                                           start_timeout=self.start_timeout)
+            self.kept_links.append((receiver, kept.link))
             self._watch_pod()
-            return worker
+            return kept
         argv = [node_env.python, *argv[1:]]
         env = dict(env)
         if node_env.pythonpath:  # the runtime bootstrap shipped comes first, not a `skyhive/` folder in cwd
