@@ -37,7 +37,7 @@ import anyio
 from ..errors import ProvisionError
 from . import accelerators
 from .base import ClusterSpec, NodeHandle, Provider, Reach
-from .kubernetes_api import api_error, core_api
+from .kubernetes_api import api_error, core_api, kubernetes_client
 
 log = logging.getLogger("skyhive.kubernetes")
 
@@ -55,6 +55,9 @@ KEEPALIVE = ('echo $$ > "/tmp/skyhive-main-$HOSTNAME.pid"; trap \'exit 0\' TERM;
              "while :; do sleep 3600 & wait $!; done")
 #: the GPU product labels the scheduler can select on: NVIDIA GPU feature discovery's, GKE's
 GPU_PRODUCT_LABELS = ("nvidia.com/gpu.product", "cloud.google.com/gke-accelerator")
+#: (verb, resource) a pool needs in its namespace: what `check` asks (docs/kubernetes.md: the Role)
+NEEDED = (("create", "pods"), ("get", "pods"), ("list", "pods"), ("watch", "pods"), ("delete", "pods"),
+          ("create", "pods/exec"), ("get", "pods/log"), ("create", "pods/portforward"), ("list", "events"))
 #: container waiting reasons that never resolve by waiting
 _FATAL_WAITING = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
                             "CreateContainerError"})
@@ -335,8 +338,8 @@ class Kubernetes(Provider):
 
     @classmethod
     def check(cls) -> list[tuple[str, str]] | None:
-        """Whether the kubeconfig's current context answers, and whether pods can be listed in its namespace
-        (what `skyhive check` shows; nothing is made)."""
+        """Whether the kubeconfig's current context answers, and what this user may do in its namespace: each
+        verb the pools use, asked with a SelfSubjectAccessReview (what `skyhive check` shows; nothing is made)."""
         provider = cls()
         where = f"namespace {provider.namespace}"
         try:
@@ -347,7 +350,25 @@ class Kubernetes(Provider):
             api.list_namespaced_pod(provider.namespace, limit=1, _request_timeout=15)
         except Exception as exc:  # noqa: BLE001 - what `skyhive check` shows
             status, reason, message = api_error(exc)
-            if status in (401, 403):
-                return [("context", "reachable"), ("pods", f"refused in {where}: {status} {reason}: {message}")]
-            return [("context", f"not reachable: {message}")]
-        return [("context", "reachable"), ("pods", f"may list pods in {where} (docs/kubernetes.md: the Role it needs)")]
+            if status not in (401, 403):
+                return [("context", f"not reachable: {message}")]
+            lines = [("context", "reachable"), ("pods", f"refused in {where}: {status} {reason}: {message}")]
+            if status == 401:
+                return lines
+        k8s = kubernetes_client()
+        auth = k8s.client.AuthorizationV1Api(api.api_client)
+        may, may_not = [], []
+        for verb, resource in NEEDED:
+            name, _, sub = resource.partition("/")
+            review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                      "spec": {"resourceAttributes": {"namespace": provider.namespace, "verb": verb, "resource": name,
+                                                      **({"subresource": sub} if sub else {})}}}
+            try:
+                allowed = auth.create_self_subject_access_review(review, _request_timeout=15).status.allowed
+            except Exception as exc:  # noqa: BLE001 - an API server without the review: say so, once
+                return [("context", "reachable"), ("permissions", f"cannot be asked: {api_error(exc)[2]}")]
+            (may if allowed else may_not).append(f"{verb} {resource}")
+        lines = [("context", "reachable"), ("may", f"{', '.join(may) or 'nothing'} in {where}")]
+        if may_not:
+            lines.append(("may not", f"{', '.join(may_not)} (docs/kubernetes.md: the Role a pool needs)"))
+        return lines

@@ -168,7 +168,7 @@ class PodWatch:
                         return
                 self.watch = k8s.watch.Watch()
                 for event in self.watch.stream(api.list_namespaced_pod, ns, field_selector=f"metadata.name={name}",
-                                               resource_version=version, timeout_seconds=30, _request_timeout=60):
+                                               resource_version=version, timeout_seconds=5, _request_timeout=60):
                     if self.stopped.is_set():
                         return
                     obj = event["object"]

@@ -146,11 +146,16 @@ async def test_pod_access_runs_and_forwards(fake_k8s, capfd):
     assert fake_k8s.cluster.pods == {}
 
 
-def test_check_says_whether_the_context_answers_and_may_list_pods(fake_k8s, tmp_path, monkeypatch):
+def test_check_says_whether_the_context_answers_and_what_it_may_do(fake_k8s, tmp_path, monkeypatch):
     from skyhive.runtime.commands.check import check
 
-    assert check(("kubernetes",))["kubernetes"] == [
-        ("context", "reachable"), ("pods", "may list pods in namespace default (docs/kubernetes.md: the Role it needs)")]
+    lines = dict(check(("kubernetes",))["kubernetes"])
+    assert lines["context"] == "reachable" and "may not" not in lines
+    assert lines["may"] == ("create pods, get pods, list pods, watch pods, delete pods, create pods/exec, get pods/log, "
+                            "create pods/portforward, list events in namespace default")
+    fake_k8s.denied.update({("create", "pods/exec"), ("list", "events")})
+    lines = dict(check(("kubernetes",))["kubernetes"])
+    assert lines["may not"].startswith("create pods/exec, list events (docs/kubernetes.md")
     bad = tmp_path / "bad-kubeconfig"
     bad.write_text(open(os.environ["KUBECONFIG"]).read().replace(fake_k8s.TOKEN, "wrong-token"))
     monkeypatch.setenv("KUBECONFIG", str(bad))
@@ -158,7 +163,6 @@ def test_check_says_whether_the_context_answers_and_may_list_pods(fake_k8s, tmp_
     assert lines["context"] == "reachable" and lines["pods"].startswith("refused in namespace default: 401 Unauthorized")
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
     assert "not found" in dict(check(("kubernetes",))["kubernetes"])["context"]
-
 
 def test_autostop_ends_the_pods_and_status_deletes_them(kube_task, fake_k8s, skyhive_home, tmp_path, monkeypatch):
     """`-i N`: a watchdog in each pod ends the pool's workers, then the container (the pod is Succeeded: its

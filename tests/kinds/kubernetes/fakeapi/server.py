@@ -9,6 +9,7 @@ says "FAKE kube-apiserver"): the core/v1 pod endpoints the official client calls
     GET    /api/v1/namespaces/NS/pods/NAME/exec       WebSocket, v5.channel.k8s.io / v4.channel.k8s.io
     GET    /api/v1/namespaces/NS/pods/NAME/portforward WebSocket, v4.channel.k8s.io
     GET    /api/v1/namespaces/NS/events, /api/v1/nodes, /version
+    POST   /apis/authorization.k8s.io/v1/selfsubjectaccessreviews   (allowed, unless the test denies it)
 
 Exec (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/ "connect GET exec";
 the channel framing of k8s.io/apimachinery/pkg/util/httpstream/wsstream and KEP 4006,
@@ -70,6 +71,7 @@ class FakeAPIServer:
         self._server: uvicorn.Server | None = None
         self.port = 0
         self.execs: list[dict[str, Any]] = []  # every exec asked: pod, command, protocol (tests read them)
+        self.denied: set[tuple[str, str]] = set()  # (verb, "resource[/subresource]") an access review refuses
 
     # ---- HTTP ----------------------------------------------------------------------------------------
 
@@ -145,12 +147,25 @@ class FakeAPIServer:
             items = [n.to_json() for n in cluster.nodes]
             return JSONResponse({"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": items}, headers=HEADERS)
 
+        async def access_review(request: Request) -> Response:
+            """SelfSubjectAccessReview: may this user do it? (the fake allows all but `denied`)
+            https://kubernetes.io/docs/reference/access-authn-authz/authorization/#checking-api-access"""
+            if (denied := await guard(request)) is not None:
+                return denied
+            body = json.loads(await request.body())
+            attrs = (body.get("spec") or {}).get("resourceAttributes") or {}
+            what = "/".join(filter(None, [attrs.get("resource"), attrs.get("subresource")]))
+            allowed = (attrs.get("verb"), what) not in self.denied
+            body["status"] = {"allowed": allowed, **({} if allowed else {"reason": "FAKE: denied by the test"})}
+            return JSONResponse(body, status_code=201, headers=HEADERS)
+
         async def version(request: Request) -> Response:
             return JSONResponse({"major": "1", "minor": "33", "gitVersion": "v1.33.0-fake", "platform": "FAKE"},
                                 headers=HEADERS)
 
         return Starlette(routes=[
             Route("/version", version),
+            Route("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", access_review, methods=["POST"]),
             Route("/api/v1/nodes", nodes),
             Route("/api/v1/namespaces/{ns}/events", events),
             Route("/api/v1/namespaces/{ns}/pods", pods, methods=["GET", "POST"]),
