@@ -42,7 +42,7 @@ def kube_task(tmp_path, fake_k8s, skyhive_home, monkeypatch):
 
 def test_launch_c_exec_and_down_leave_no_pod(kube_task, fake_k8s, skyhive_home, tmp_path):
     launched = skyhive("launch", "-y", "-c", "kt", str(kube_task), "--infra", "k8s", cwd=tmp_path, timeout=300)
-    assert launched.returncode == 0, launched.stderr[-4000:]
+    assert launched.returncode == 0, (launched.stdout[-3000:], launched.stderr[-3000:])
     pods = sorted(name for _, name in fake_k8s.cluster.pods)
     assert len(pods) == 2
     assert f"ran on 0 in {pods[0]}" in launched.stdout and f"ran on 1 in {pods[1]}" in launched.stdout

@@ -21,7 +21,10 @@ history a watch reads. Everything here runs on the fake API server's event loop 
   https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes
 
 A pod's processes carry `FAKE_K8S_POD=<its uid>` in their environment, so the fake (and a test) finds them all.
-Its "filesystem" is the directory `<root>/<namespace>/<name>-<uid>` (its HOME and working directory).
+Its "filesystem" is the directory `<root>/<namespace>/<name>-<uid>` (its HOME and working directory), and
+its own /tmp and hostname (the pod's name, as a real pod's): the container runs in mount and UTS namespaces of
+its own with `<pod dir>/tmp` over /tmp, which every exec enters (`exec_argv`), so nothing a pod writes in /tmp
+lands in this machine's, and each pod is a machine of its own to the code that asks (`os.uname()`).
 """
 
 from __future__ import annotations
@@ -203,6 +206,13 @@ class FakeCluster:
         meta = pod["metadata"]
         return self.root / meta["namespace"] / f"{meta['name']}-{meta['uid'][:8]}"
 
+    def exec_argv(self, pod: Mapping[str, Any], command: list[str]) -> list[str] | None:
+        """`command` run inside the running pod's mount namespace, or None when its container is not running."""
+        main = self.mains.get(pod["metadata"]["uid"])
+        if main is None or main.returncode is not None:
+            return None
+        return ["nsenter", "-t", str(main.pid), "-m", "-u", "--", *command]
+
     def pod_env(self, pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, str]:
         """A process's environment in `pod`: the container's env, HOME its directory, a bare PATH, the marker."""
         home = str(self.pod_dir(pod))
@@ -218,8 +228,15 @@ class FakeCluster:
         await self._emit("MODIFIED", pod)
         home = self.pod_dir(pod)
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (home / "tmp").mkdir(mode=0o1777, exist_ok=True)
         container = pod["spec"]["containers"][0]
         argv = [*(container.get("command") or ["sleep", "infinity"]), *(container.get("args") or [])]
+        # the container's own /tmp and hostname, as a pod has its own filesystem and its name as hostname:
+        # mount and UTS namespaces of the container's (its main process, then every exec entering them:
+        # `nsenter`) with the pod's tmp/ over /tmp
+        argv = ["unshare", "--mount", "--uts", "--propagation", "private", "--", "sh", "-c",
+                'mount --bind "$0" /tmp && hostname "$1" && shift && exec "$@"', str(home / "tmp"),
+                pod["metadata"]["name"], *argv]
         try:
             proc = await asyncio.create_subprocess_exec(*argv, cwd=home, env=self.pod_env(pod, container),
                                                         stdin=asyncio.subprocess.DEVNULL, start_new_session=True)

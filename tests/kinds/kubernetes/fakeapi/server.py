@@ -249,9 +249,14 @@ class FakeAPIServer:
             await ws.close()
             return
         want_stdin = q.get("stdin") in ("true", "1", "True")
+        inside = self.cluster.exec_argv(pod, command)
+        if inside is None:
+            await ws.send_bytes(b"\x03" + json.dumps(status("BadRequest", f"container {cname} is not running")).encode())
+            await ws.close()
+            return
         try:
             proc = await asyncio.create_subprocess_exec(
-                *command, cwd=self.cluster.pod_dir(pod), env=self.cluster.pod_env(pod, container),
+                *inside, cwd=self.cluster.pod_dir(pod), env=self.cluster.pod_env(pod, container),
                 stdin=asyncio.subprocess.PIPE if want_stdin else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
         except OSError as exc:
