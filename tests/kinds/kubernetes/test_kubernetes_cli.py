@@ -56,6 +56,12 @@ def test_launch_c_exec_and_down_leave_no_pod(kube_task, fake_k8s, skyhive_home, 
     assert again.returncode == 0, again.stderr[-4000:]
     assert "again on 0" in again.stdout  # (an inline command runs on the head node)
     assert sorted(name for _, name in fake_k8s.cluster.pods) == pods  # the same pods
+    status = skyhive("status", "kt", cwd=tmp_path)
+    assert status.returncode == 0 and " UP " in status.stdout, status.stdout
+    queue = skyhive("queue", "kt", cwd=tmp_path)
+    assert queue.returncode == 0 and "SUCCEEDED" in queue.stdout, queue.stdout
+    shown = skyhive("logs", "kt", "1", cwd=tmp_path)
+    assert shown.returncode == 0 and f"ran on 1 in {pods[1]}" in shown.stdout, (shown.stdout, shown.stderr)
 
     uids = [p["metadata"]["uid"] for p in fake_k8s.cluster.pods.values()]
     down = skyhive("down", "kt", cwd=tmp_path, timeout=300)
