@@ -34,7 +34,7 @@ PY = VENV / "bin" / "python"
 # What each command installs. torch is pinned: this exact CPU build is what the tests are run against.
 # The demo's set-up also makes `skyhive timeline POOL -o pool.png` work (Pillow, small); the examples
 # that need a framework say the one command that installs it (their first lines).
-EXTRAS = {"demo": "[timeline]", "test": "[dev,torch,jax,keras,huggingface]"}
+EXTRAS = {"demo": "[timeline]", "test": "[dev,torch,jax,keras,huggingface,kubernetes]"}
 
 #: Printed after the demo: how to reach the CLI and the examples' extras.
 NEXT = f"""

@@ -44,10 +44,11 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "digitalocean": ("skyhive.providers.cloud.digitalocean", "DigitalOcean"),
     "slurm": ("skyhive.providers.slurm", "Slurm"),
     "simulated": ("skyhive.providers.simulated", "Simulated"),
+    "kubernetes": ("skyhive.providers.kubernetes", "Kubernetes"),
     "fallback": ("skyhive.providers.fallback", "Fallback"),
 }
 # the spellings SkyPilot task files use for the same clouds
-_ALIASES = {"do": "digitalocean", "ec2": "aws", "gce": "gcp", "google": "gcp", "amazon": "aws"}
+_ALIASES = {"k8s": "kubernetes", "do": "digitalocean", "ec2": "aws", "gce": "gcp", "google": "gcp", "amazon": "aws"}
 
 #: Entry-point group through which other packages add providers (name = "module:Class").
 ENTRY_POINT_GROUP = "skyhive.providers"

@@ -41,6 +41,7 @@ _EXPORTS = {  # (not annotated: `dict` is also a public name of this module, Sky
     "SSH": "skyhive.providers.ssh",
     "Slurm": "skyhive.providers.slurm",
     "Simulated": "skyhive.providers.simulated",
+    "Kubernetes": "skyhive.providers.kubernetes",
     "AWS": "skyhive.providers.cloud.aws",
     "GCP": "skyhive.providers.cloud.gcp",
     "DigitalOcean": "skyhive.providers.cloud.digitalocean",
@@ -145,6 +146,7 @@ if TYPE_CHECKING:
     from skyhive.runtime.pool import Compute as Compute
     from skyhive.runtime.pool import ComputePool as ComputePool
     from skyhive.providers.simulated import Simulated as Simulated
+    from skyhive.providers.kubernetes import Kubernetes as Kubernetes
     from skyhive.errors import AuthenticationFailed as AuthenticationFailed
     from skyhive.errors import BootstrapError as BootstrapError
     from skyhive.errors import CloudAPIError as CloudAPIError

@@ -26,7 +26,7 @@ ERRORS = {
     "ManagedJobError",  # managed jobs (docs/jobs.md)
 }
 PUBLIC = {
-    "Pool", "Local", "SSH", "Slurm", "Simulated", "AWS", "GCP", "DigitalOcean", "Azure", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
+    "Pool", "Local", "SSH", "Slurm", "Simulated", "Kubernetes", "AWS", "GCP", "DigitalOcean", "Azure", "Image", "compute", "gather", "instance_info", "InstanceInfo", "Peer", "shard",
     "stdout", "stderr", "silent", "OutputRecord", "Captured", "plugins", *ERRORS,
     "Bucket", "checkpoint_dir",  # bucket mounts (docs/storage.md)
     # the seeds' spellings (docs/seeds.md)

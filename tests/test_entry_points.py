@@ -270,8 +270,8 @@ def test_a_provider_that_is_not_built_yet_says_so(tmp_path, monkeypatch, capsys)
     assert sorted(n for n in registry.PROVIDERS if n not in registry.names()) == registry.planned()
     with pytest.raises(sky.ProviderNotAvailable, match="provider 'zzcloud' .*not built yet"):
         registry.from_cli("zzcloud")
-    with pytest.raises(sky.ProvisionError, match="unknown provider 'k8s'.*not built yet: .*zzcloud"):
-        registry.canonical("k8s")
+    with pytest.raises(sky.ProvisionError, match="unknown provider 'nomad'.*not built yet: .*zzcloud"):
+        registry.canonical("nomad")
     (tmp_path / "t.yaml").write_text("run: echo hi\n")
     monkeypatch.chdir(tmp_path)
     assert main(["launch", "t.yaml", "--provider", "zzcloud"]) == 1

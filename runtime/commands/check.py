@@ -1,5 +1,6 @@
 """`skyhive check`: per cloud, whether this machine has credentials for it and (where the cloud's API can
-say) the quotas that decide whether a GPU pool can start. Makes nothing, costs nothing."""
+say) the quotas that decide whether a GPU pool can start; for Kubernetes, whether the kubeconfig's context
+answers and what it may do with pods there. Makes nothing, costs nothing."""
 
 from __future__ import annotations
 

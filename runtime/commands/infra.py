@@ -5,6 +5,7 @@
     ssh/POOL                   the hosts of SSH Node Pool POOL in ~/.sky/ssh_node_pools.yaml (SkyPilot's file:
                                `POOL: {hosts: [HOST | {ip: HOST, user: U, identity_file: K}], user: U,
                                identity_file: K}`); `ssh` alone takes the hosts from --hosts
+    k8s  |  kubernetes  |  k8s/CONTEXT                the kubeconfig's current context (or CONTEXT): pods
     slurm  |  slurm/LOGIN  |  slurm/LOGIN/PARTITION   this machine's Slurm, or the one reached by logging in
                                to LOGIN (a host or ~/.ssh/config alias), in that partition
 

@@ -118,6 +118,7 @@ _BUILT_IN = {
     "ssh": "skyhive.runtime.kinds.ssh:KIND",
     "slurm": "skyhive.runtime.kinds.slurm:KIND",
     "simulated": "skyhive.runtime.kinds.simulated:KIND",
+    "kubernetes": "skyhive.runtime.kinds.kubernetes:KIND",
 }
 
 

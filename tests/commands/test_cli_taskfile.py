@@ -118,8 +118,8 @@ def test_command_line_overrides_win(tmp_path, monkeypatch):
     assert task.secret_env() == {"S": "two"}  # a secret stays a secret when overridden
     with pytest.raises(TaskFileError, match="--env NOPE: no value given"):
         parse_env_overrides(["NOPE"], environ={})
-    with pytest.raises(TaskFileError, match="--provider: unknown provider 'k8s'"):
-        task.with_overrides(provider="k8s")
+    with pytest.raises(TaskFileError, match="--provider: unknown provider 'nomad'"):
+        task.with_overrides(provider="nomad")
 
 
 class FakeSSH(Provider):

@@ -62,7 +62,7 @@ def test_infra_spellings(tmp_path):
     assert pool.provider == "ssh" and pool.hosts == ("alice@10.0.0.1", "bob@10.0.0.2")
     assert pool.options == (("key", os.path.expanduser("~/.ssh/pool_key")),)
     assert parse_infra("ssh/my-box", pools_file=str(pools)) == Infra("ssh", hosts=("box-alias",))
-    for bad, message in [("local/x", "local has no regions"), ("k8s", "unknown provider 'k8s'"),
+    for bad, message in [("local/x", "local has no regions"), ("nomad", "unknown provider 'nomad'"), ("k8s/a/b", "expected k8s, kubernetes or k8s/CONTEXT"),
                          ("aws/a/b/c", "expected aws, aws/REGION or aws/REGION/ZONE"),
                          ("slurm/a/b/c", "expected slurm, slurm/LOGIN"), ("", "expected an infra")]:
         with pytest.raises(ValueError, match=message):
