@@ -26,11 +26,16 @@ _CLOUD_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION
 
 
 @pytest.fixture(autouse=True)
-def _no_cloud_credentials(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    if request.module.__name__.rpartition(".")[2].startswith("test_cloud_real"):
+def _no_cloud_credentials(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+                          tmp_path_factory: pytest.TempPathFactory) -> None:
+    module = request.module.__name__.rpartition(".")[2]
+    if module.startswith("test_cloud_real"):
         return
     for name in _CLOUD_CREDENTIALS:
         monkeypatch.delenv(name, raising=False)
+    if module != "test_kubernetes_real":  # nor the machine's Kubernetes cluster (~/.kube/config, in-cluster)
+        monkeypatch.setenv("KUBECONFIG", str(tmp_path_factory.mktemp("no-kube") / "config"))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
 
 
 @pytest.fixture
