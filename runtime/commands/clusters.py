@@ -176,12 +176,17 @@ def _submit(task: Task, name: str, steps: TaskSteps, env: tuple[dict[str, str], 
     import pickle
 
     return jobq.submit(name, job_name=task.name or "task", steps=pickle.dumps(steps), with_setup=setup,
-                       env=env[0], secrets=env[1])
+                       env=env[0], secrets=env[1], setup_only=task.run is None)
 
 
 def _after_submit(name: str, job: jobq.Job, detach_run: bool, out: TextIO, err: TextIO) -> int:
     ensure_agent(name)
-    _say(err, f"job {job.id} ({job.name}) queued on pool {name}")
+    if job.id < 0:  # setup only: SkyPilot gives it no job id, nor does the queue's listing
+        _say(err, f"setup of {job.name} queued on pool {name} (the task has no `run`: no job id)")
+    else:
+        _say(err, f"job {job.id} ({job.name}) queued on pool {name}")
+    if detach_run and job.id < 0:
+        return 0
     if detach_run:
         _say(err, f"`skyhive logs {name} {job.id} --follow` streams it, `skyhive queue {name}` lists the jobs")
         return 0
@@ -361,7 +366,7 @@ def status_rows(now: float | None = None, names: Sequence[str] = ()) -> list[dic
         else:
             live = live_workers(rec)
         jobq.reap_orphans(name)
-        all_jobs = jobq.list_jobs(name)
+        all_jobs = jobq.list_jobs(name, setup_only=True)
         running = [j for j in all_jobs if j.state == jobq.RUNNING]
         pending = [j for j in all_jobs if j.state == jobq.PENDING]
         if not rec.workers:
