@@ -7,7 +7,8 @@
     jobs/<id>.log      what the job's nodes wrote ("[node N] " before each line when N > 1)
     jobs/<id>.cancel   present once `skyhive cancel` asked for the job to stop
 
-Jobs run one at a time, in id order, by the pool's agent (`commands/agent.py`); a job is only ever rewritten
+Jobs run in the order they were queued, side by side when the resources they ask fit
+(`commands/jobsched.py`), by the pool's agent (`commands/agent.py`); a job is only ever rewritten
 by the agent (and by `cancel` while it is still PENDING, under the queue lock), so readers need no
 lock. Ids count from 1 per pool, as SkyPilot's do: a task with only `setup` (no `run`) is a job SkyPilot
 gives no id, so here it takes a negative one (-1, -2, ...), left out of the queue's listing, and the
@@ -59,6 +60,9 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict)
     agent_pid: int = 0
+    #: what the job asks of each node: {"gpus": 0.5, "cpus": 2, "memory_gb": 8} (`commands/jobsched.py`);
+    #: empty: nothing stated, the job has the pool to itself
+    demand: dict[str, float] = field(default_factory=dict)
 
     def __repr__(self) -> str:  # never the secret values
         return f"<Job {self.id} {self.name!r} {self.state}>"
@@ -143,7 +147,7 @@ def list_jobs(name: str, *, setup_only: bool = False) -> list[Job]:
 
 
 def submit(name: str, *, job_name: str, steps: bytes, with_setup: bool, env: dict[str, str],
-           secrets: dict[str, str], setup_only: bool = False) -> Job:
+           secrets: dict[str, str], setup_only: bool = False, demand: dict[str, float] | None = None) -> Job:
     """Queue a job (`steps`: its pickled `TaskSteps`); it runs after the jobs before it. Returns it.
     `setup_only` (a task with no `run`): the job takes the next negative id, SkyPilot's numbering
     giving it none."""
@@ -152,7 +156,7 @@ def submit(name: str, *, job_name: str, steps: bytes, with_setup: bool, env: dic
         job_id = min((i for i in ids if i < 0), default=0) - 1 if setup_only else max(
             (i for i in ids if i > 0), default=0) + 1
         job = Job(id=job_id, name=job_name, submitted=time.time(), with_setup=with_setup,
-                  env=dict(env), secrets=dict(secrets))
+                  env=dict(env), secrets=dict(secrets), demand=dict(demand or {}))
         _write_private(steps_path(name, job.id), steps)
         save_job(name, job)
     return job

@@ -34,7 +34,7 @@ from .taskfile_guard import BoundedLoader, read_task_text
 from ..storage.spec import is_bucket_uri
 from .values import ENV_NAME as _ENV_NAME
 from .values import TASK_NAME
-from .values import parse_accelerators, parse_amount, parse_env_overrides
+from .values import accelerator_share, parse_accelerators, parse_amount, parse_env_overrides
 
 __all__ = ["TaskFileError", "Resources", "FileMount", "Task", "load", "loads", "parse_env_overrides", "parse_amount",
            "parse_accelerators", "BUCKET_SCHEMES"]
@@ -66,6 +66,7 @@ class Resources:
     provider: str | None = None
     accelerator: str | None = None
     accelerator_count: int = 0
+    accelerator_share: float = 0.0  # the count as written when it is a share of one GPU (`L4:0.5`): 0.5
     cpus: float | None = None
     cpus_or_more: bool = False
     memory: float | None = None
@@ -401,6 +402,7 @@ class _Parser:
                     out["zone"] = zone
         if "accelerators" in res:
             out["accelerator"], out["accelerator_count"] = self._accelerators(res["accelerators"])
+            out["accelerator_share"] = accelerator_share(self.value(res["accelerators"]))
         for key in ("cpus", "memory"):
             raw = self.value(res[key]) if key in res else None
             if raw is not None:

@@ -142,9 +142,13 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
 
         watcher = start_for(env, cwd)
     path = script_file(BASHRC_PRELUDE + script, phase)
+    # the script's output is copied by this task's own thread: a worker with task threads (a named
+    # pool's jobs side by side) cannot tell by task what lands on its file descriptors 1 and 2
     try:
-        proc = subprocess.Popen([shell, path], cwd=cwd, env=env, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen([shell, path], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
         try:
+            _copy_output(proc)
             code = proc.wait()
         except BaseException:  # cancelled (the worker raises TaskCancelled here), or anything else
             stop_descendants(proc.pid, GRACE)
@@ -162,6 +166,32 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
         code += AFTER_NOTICE
     return code
 
+
+
+def _copy_output(proc: subprocess.Popen[bytes]) -> None:
+    """What `proc` writes to its stdout and stderr pipes, written to this thread's `sys.stdout` and
+    `sys.stderr` as it comes (decoded as UTF-8, bad bytes replaced), until both pipes close. Wakes at
+    least every 0.2 s, so that a cancelled task sees its `TaskCancelled` soon."""
+    import codecs
+    import selectors
+
+    streams = {proc.stdout: sys.stdout, proc.stderr: sys.stderr}
+    decoders = {pipe: codecs.getincrementaldecoder("utf-8")("replace") for pipe in streams}
+    with selectors.DefaultSelector() as sel:
+        for pipe in streams:
+            sel.register(pipe, selectors.EVENT_READ)  # type: ignore[arg-type]
+        while sel.get_map():
+            for key, _ in sel.select(timeout=0.2):
+                pipe = key.fileobj
+                data = os.read(key.fd, 65536)
+                text = decoders[pipe].decode(data, final=not data)  # type: ignore[index]
+                out = streams[pipe]  # type: ignore[index]
+                if text:
+                    out.write(text)
+                    out.flush()
+                if not data:
+                    sel.unregister(pipe)
+                    pipe.close()  # type: ignore[union-attr]
 
 
 def script_file(text: str, phase: str) -> str:
