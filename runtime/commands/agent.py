@@ -139,6 +139,7 @@ async def run_jobs(name: str, first: jobq.Job) -> list[jobq.Job]:
                         for job in waiting[:count]:
                             started = _start(name, job.id)
                             if started is not None:
+                                log.warning("pool %s: job %d (%s) starts", name, job.id, job.name)
                                 running[job.id] = jobsched.demand_of(job.demand)
                                 tg.start_soon(one, started)
                         if not running:
@@ -302,9 +303,15 @@ def main(argv: list[str] | None = None) -> int:
                 return 0  # another agent took over
             os.pwrite(fd, str(os.getpid()).encode(), 0)
             continue
-        log.warning("pool %s: job %d (%s) starts", name, job.id, job.name)
-        for ended in anyio.run(run_jobs, name, job):
-            jobq.save_job(name, ended)
+        try:
+            for ended in anyio.run(run_jobs, name, job):
+                jobq.save_job(name, ended)
+        except BaseException as exc:  # noqa: BLE001 - recorded; the queue goes on
+            with jobq.queue_lock(name):
+                for stuck in jobq.list_jobs(name, setup_only=True):  # what this agent started fails, saying why
+                    if stuck.state == jobq.RUNNING and stuck.agent_pid == os.getpid():
+                        jobq.save_job(name, dataclasses.replace(stuck, state=jobq.FAILED, ended=time.time(), exit_code=1,
+                                                                detail=f"{type(exc).__name__}: {exc}", secrets={}))
         if jobq.load_job(name, job.id).state in jobq.FINISHED:  # (one cancelled while it waited too)
             for leftover in (jobq.steps_path(name, job.id), jobq.log_path(name, job.id).with_suffix(".cancel")):
                 leftover.unlink(missing_ok=True)

@@ -27,8 +27,10 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from ...paths import private_dir, state_dir
 from .instance import instance_info
@@ -170,8 +172,11 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
 
 def _copy_output(proc: subprocess.Popen[bytes]) -> None:
     """What `proc` writes to its stdout and stderr pipes, written to this thread's `sys.stdout` and
-    `sys.stderr` as it comes (decoded as UTF-8, bad bytes replaced), until both pipes close. Wakes at
-    least every 0.2 s, so that a cancelled task sees its `TaskCancelled` soon."""
+    `sys.stderr` as it comes (decoded as UTF-8, bad bytes replaced), until `proc` has exited and what
+    it wrote is read. Wakes at least every 0.2 s, so that a cancelled task sees its `TaskCancelled`
+    soon. A program the script left running in the background still holds the pipes: what it writes
+    later goes on to this process's file descriptors 1 and 2 (the worker's own output, as it went
+    before the script's output was copied), from a thread of its own, until it closes them."""
     import codecs
     import selectors
 
@@ -181,17 +186,42 @@ def _copy_output(proc: subprocess.Popen[bytes]) -> None:
         for pipe in streams:
             sel.register(pipe, selectors.EVENT_READ)  # type: ignore[arg-type]
         while sel.get_map():
-            for key, _ in sel.select(timeout=0.2):
+            exited = proc.poll() is not None
+            ready = sel.select(timeout=0 if exited else 0.2)
+            if exited and not ready:
+                break  # the script is over and nothing more is waiting: the rest is a background program's
+            for key, _ in ready:
                 pipe = key.fileobj
                 data = os.read(key.fd, 65536)
                 text = decoders[pipe].decode(data, final=not data)  # type: ignore[index]
-                out = streams[pipe]  # type: ignore[index]
                 if text:
+                    out = streams[pipe]  # type: ignore[index]
                     out.write(text)
                     out.flush()
                 if not data:
                     sel.unregister(pipe)
                     pipe.close()  # type: ignore[union-attr]
+        left = [(key.fileobj, 1 if key.fileobj is proc.stdout else 2) for key in sel.get_map().values()]
+    if left:
+        threading.Thread(target=_pass_on, args=(left,), name="skyhive-script-output", daemon=True).start()
+
+
+def _pass_on(pipes: list[tuple[Any, int]]) -> None:
+    """Copy each pipe to its file descriptor (1 or 2) until it closes."""
+    import selectors
+
+    with selectors.DefaultSelector() as sel:
+        for pipe, fd in pipes:
+            sel.register(pipe, selectors.EVENT_READ, fd)
+        while sel.get_map():
+            for key, _ in sel.select():
+                data = os.read(key.fd, 65536)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    key.fileobj.close()  # type: ignore[union-attr]
+                    continue
+                with contextlib.suppress(OSError):
+                    os.write(key.data, data)
 
 
 def script_file(text: str, phase: str) -> str:

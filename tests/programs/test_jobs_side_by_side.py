@@ -137,3 +137,14 @@ def test_a_tasks_share_of_a_gpu_is_kept_for_the_queue(tmp_path, spelling):
     task = loads(f"resources:\n  accelerators: {spelling}\nrun: echo\n", source="t.yaml", cwd=str(tmp_path))
     assert (task.resources.accelerator, task.resources.accelerator_count, task.resources.accelerator_share) == (
         "T4", 1, 0.5)
+
+
+def test_a_job_that_leaves_a_program_in_the_background_ends_with_its_script(tmp_path, clean):
+    """The script's output is copied by its task (so that jobs side by side keep their logs apart); a
+    background program that still holds the output does not keep the job running."""
+    name = "t-bg"
+    launched = sky("launch", "-y", "-c", name, "--infra", "local", "echo up", cwd=tmp_path)
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    ran = sky("exec", name, "-n", "bg", "(sleep 600; echo late) & echo started", cwd=tmp_path)
+    assert ran.returncode == 0 and "started" in ran.stdout, ran.stdout + ran.stderr
+    assert states(name, tmp_path)["bg"] == "SUCCEEDED"
