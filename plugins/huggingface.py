@@ -9,6 +9,11 @@ nothing is written to disk, so a node shared with other users (or the Local prov
 on your own machine) keeps its own `~/.cache/huggingface/token`. With `validate=True` the token is
 also checked against the Hub (`whoami`) when the worker starts; a failure says so without the token.
 The worker's log handlers (whose records reach the client's logs) get a filter that redacts the token.
+
+Skyward's plugin object is read too: `bootstrap(pool)` gives the shell commands the plugin adds to the
+node's setup (a check that `huggingface_hub` imports, and a `snapshot_download` of each of `models=`,
+Skyward's pre-download), `decorate` and `around_client` are None (no such hook), and the transformed
+image answers `image.env["HF_TOKEN"]` (a secret: read through `env`, never listed or shown by it).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["HuggingFacePlugin", "huggingface", "HuggingFaceLoginError", "PACKAGES", "TOKEN_ENV"]
 
 PACKAGES = ("transformers", "datasets", "tokenizers", "huggingface_hub")
+_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?\Z")
 TOKEN_ENV = "HF_TOKEN"
 _LEGACY_ENV = "HUGGING_FACE_HUB_TOKEN"
 REDACTED = "***"
@@ -37,9 +44,11 @@ class HuggingFacePlugin(Plugin):
     """See `huggingface()`. The token is never pickled, printed or put in an error message."""
 
     name = "huggingface"
+    decorate = None  # Skyward's hooks this plugin does not have
+    around_client = None
 
     def __init__(self, token: str | None = None, *, packages: Sequence[str] = PACKAGES,
-                 validate: bool = False) -> None:
+                 validate: bool = False, models: Sequence[str] = ()) -> None:
         if token is None:
             token = os.environ.get(TOKEN_ENV) or None
         elif not isinstance(token, str) or not token.strip():
@@ -47,8 +56,11 @@ class HuggingFacePlugin(Plugin):
         if isinstance(packages, str):
             raise TypeError(f"huggingface(packages=...) must be a list of requirements, not a str "
                             f"(write [{packages!r}])")
+        if isinstance(models, str) or not all(isinstance(m, str) and _REPO.match(m) for m in models):
+            raise ValueError(f"huggingface(models={models!r}): give a list of Hub repo ids such as [\"org/model\"]")
         self._token = token
-        self.packages = tuple(packages)
+        self.models = tuple(models)
+        self.packages = tuple(packages) + (("huggingface_hub",) if "huggingface_hub" not in packages else ())
         self.validate = validate
         self.expects_token = token is not None
 
@@ -60,11 +72,26 @@ class HuggingFacePlugin(Plugin):
         return {**self.__dict__, "_token": None}
 
     def transform(self, image: Image, pool: Any) -> Image:
-        """Add the HuggingFace packages and, when there is a token, `HF_TOKEN` as a secret."""
-        image = image.with_pip(*self.packages)
+        """Add the HuggingFace packages, Xet's fast downloads (`HF_XET_HIGH_PERFORMANCE=1`, as Skyward
+        does), the `bootstrap` commands and, when there is a token, `HF_TOKEN` as a secret."""
+        image = image.with_pip(*self.packages).with_setup(*self.bootstrap(pool))
+        if "HF_XET_HIGH_PERFORMANCE" not in image.env and "HF_XET_HIGH_PERFORMANCE" not in image.secrets:
+            image = image.with_env(HF_XET_HIGH_PERFORMANCE="1")
         if self._token is not None:
             image = image.with_secrets(**{TOKEN_ENV: self._token})
         return image
+
+    def bootstrap(self, pool: Any) -> tuple[str, ...]:
+        """The shell commands this plugin adds to each node's setup (run in the node's environment,
+        with the image's variables): `huggingface_hub` must import, then each of `models` is
+        downloaded into the node's HuggingFace cache (`from_pretrained` then reads it from disk)."""
+        check = "python -c 'import huggingface_hub as h; print(\"huggingface_hub\", h.__version__)'"
+        if not self.models:
+            return (check,)
+        repos = ", ".join(f'"{m}"' for m in self.models)
+        download = ("python -c 'from huggingface_hub import snapshot_download; "
+                    f"[print(\"cached\", r, \"->\", snapshot_download(r), flush=True) for r in [{repos}]]'")
+        return (check, download)
 
     @contextlib.contextmanager
     def around_app(self, info: InstanceInfo) -> Iterator[None]:
@@ -135,7 +162,7 @@ def _check(token: str, info: InstanceInfo) -> None:
 
 
 def huggingface(token: str | None = None, *, packages: Sequence[str] = PACKAGES,
-                validate: bool = False) -> HuggingFacePlugin:
+                validate: bool = False, models: Sequence[str] = ()) -> HuggingFacePlugin:
     """transformers, datasets, tokenizers and huggingface_hub on every worker, logged in with `token`.
 
     `token` is a HuggingFace access token (None: the client's `$HF_TOKEN`, if any). It is exported
@@ -144,6 +171,8 @@ def huggingface(token: str | None = None, *, packages: Sequence[str] = PACKAGES,
     worker starts (needs network access to the Hub). For multi-node training combine with
     `sky.plugins.torch()`: the `Trainer` picks up the process group it sets up.
 
-    Raises `ValueError` for an empty token.
+    `models` (Skyward's spelling) are Hub repo ids downloaded on each node at setup (see `bootstrap`).
+
+    Raises `ValueError` for an empty token or a malformed repo id.
     """
-    return HuggingFacePlugin(token, packages=packages, validate=validate)
+    return HuggingFacePlugin(token, packages=packages, validate=validate, models=models)

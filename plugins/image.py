@@ -66,6 +66,34 @@ class SecretMap(FrozenMap):
         return f"{type(self).__name__}({_masked(self)!r})"
 
 
+class EnvMap(FrozenMap):
+    """`Image.env`: the plain variables, which it lists, shows and hashes; reading a secret's name
+    (`image.env["HF_TOKEN"]`, `"HF_TOKEN" in image.env`) gives the secret's value too, as Skyward's
+    images (one `env`) answer — it is never listed, shown or hashed."""
+
+    __slots__ = ("_secrets",)
+
+    def __init__(self, data: Mapping[str, str] | Iterable[tuple[str, str]] = (),
+                 secrets: Mapping[str, str] | None = None) -> None:
+        super().__init__(data)
+        self._secrets: Mapping[str, str] = secrets if secrets is not None else {}
+
+    def __getitem__(self, key: str) -> str:
+        try:
+            return self._data[key]
+        except KeyError:
+            return self._secrets[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data or key in self._secrets
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self._data, self._secrets))
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class PipIndex:
     """A package index for `Image(pip_indexes=[...])`, the seeds' spelling: `PipIndex(url=...)`.
@@ -158,8 +186,9 @@ class Image:
                 raise ValueError(
                     f"Image.apt entry {pkg!r} has whitespace: give one package per entry"
                 )
-        object.__setattr__(self, "env", FrozenMap(_env("env", self.env, secret=False)))
-        object.__setattr__(self, "secrets", SecretMap(_env("secrets", self.secrets, secret=True)))
+        secrets = SecretMap(_env("secrets", self.secrets, secret=True))
+        object.__setattr__(self, "env", EnvMap(_env("env", self.env, secret=False), secrets))
+        object.__setattr__(self, "secrets", secrets)
         both = sorted(set(self.env) & set(self.secrets))
         if both:
             raise ValueError(

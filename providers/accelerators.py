@@ -42,17 +42,39 @@ class Accelerator:
     """An accelerator model and how many of it one node needs."""
 
     name: str
-    count: int = 1
+    count: int | float = 1  # whole devices, or a share of one device under 1 (SkyPilot's `L4:0.5`)
     memory_gb: float | None = None  # per device, when the model comes in several sizes
     manufacturer: str = "NVIDIA"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise ValueError(f"accelerator name {self.name!r}: give a model name such as \"A100\"")
-        if not isinstance(self.count, int) or isinstance(self.count, bool) or self.count < 1:
-            raise ValueError(f"accelerator {self.name} count={self.count!r}: need a positive integer")
+        count = self.count
+        if isinstance(count, float) and count.is_integer() and count >= 1:
+            object.__setattr__(self, "count", int(count))  # 2.0 is 2
+        elif isinstance(count, bool) or not isinstance(count, (int, float)) or not 0 < count \
+                or (isinstance(count, float) and count > 1):
+            raise ValueError(f"accelerator {self.name} count={count!r}: need a whole number of devices "
+                             "(1, 2, 8, ...) or a share of one device under 1 (0.5)")
         if self.memory_gb is not None and not self.memory_gb > 0:
             raise ValueError(f"accelerator {self.name} memory_gb={self.memory_gb!r}: need a positive number")
+
+    @property
+    def fractional(self) -> bool:
+        """True for a share of one device (`count=0.5`): a job that asks for it may share the GPU with
+        other such jobs; the node still needs one whole device."""
+        return self.count < 1
+
+    @property
+    def devices(self) -> int:
+        """How many whole devices a node needs for this request: `count`, or 1 for a share."""
+        return max(1, int(self.count))
+
+    def per_node(self) -> Accelerator:
+        """The request for a node's machine: a share of a device asks for one whole device."""
+        if not self.fractional:
+            return self
+        return Accelerator(name=self.name, count=1, memory_gb=self.memory_gb, manufacturer=self.manufacturer)
 
     @property
     def generic(self) -> bool:
@@ -81,7 +103,7 @@ class Accelerator:
 
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*\Z")
-_SPEC = re.compile(r"\s*([A-Za-z][A-Za-z0-9_.-]*)\s*(?::\s*(\d+)\s*)?\Z")
+_SPEC = re.compile(r"\s*([A-Za-z][A-Za-z0-9_.-]*)\s*(?::\s*(\d+(?:\.\d*)?|\.\d+)\s*)?\Z")
 
 # model -> (manufacturer, default memory per device in GB); the factories below are made from it
 _CATALOG: dict[str, tuple[str, float | None]] = {
@@ -145,7 +167,7 @@ def _memory(name: str, memory: str | float | None) -> float | None:
     return float(memory)
 
 
-def Custom(name: str, *, count: int = 1, memory: str | float | None = None,  # noqa: N802 - a factory
+def Custom(name: str, *, count: int | float = 1, memory: str | float | None = None,  # noqa: N802 - a factory
            manufacturer: str = "NVIDIA") -> Accelerator:
     """An accelerator the catalog does not list: `Custom("MyGPU", memory="48GB", count=2)`."""
     return Accelerator(name=name, count=count, memory_gb=_memory(name, memory), manufacturer=manufacturer)
@@ -154,7 +176,7 @@ def Custom(name: str, *, count: int = 1, memory: str | float | None = None,  # n
 def _factory(name: str) -> Callable[..., Accelerator]:
     manufacturer = _CATALOG[name][0]
 
-    def make(*, count: int = 1, memory: str | float | None = None) -> Accelerator:
+    def make(*, count: int | float = 1, memory: str | float | None = None) -> Accelerator:
         return Accelerator(name=name, count=count, memory_gb=_memory(name, memory), manufacturer=manufacturer)
 
     make.__name__ = make.__qualname__ = name
@@ -177,10 +199,13 @@ def parse(value: object, *, where: str = "accelerator") -> Accelerator | None:
         m = _SPEC.match(value)
         if m is None:
             raise ValueError(f"{where}={value!r}: give a model name and an optional count, e.g. \"A100\" or \"A100:8\"")
-        name, count = m.group(1), int(m.group(2) or 1)
+        name, count = m.group(1), float(m.group(2) or 1)
+        if count > 1 and not count.is_integer():
+            raise ValueError(f"{where}={value!r}: a fractional count must be under 1 (a share of one device)")
         known = {n.upper(): n for n in NAMES}.get(name.upper(), name)
         manufacturer = _CATALOG.get(known, ("NVIDIA", None))[0]
-        return Accelerator(name=known, count=count, manufacturer=manufacturer)
+        return Accelerator(name=known, count=int(count) if count.is_integer() else count,
+                           manufacturer=manufacturer)
     raise TypeError(
         f"{where} must be a name such as \"A100\" / \"A100:8\" or sky.accelerators.A100(), "
         f"got {type(value).__name__}"
@@ -232,7 +257,7 @@ def mismatch(requested: Accelerator | None, devices: tuple[str, ...], *, where: 
         matching = list(devices)
     else:
         matching = [d for d in devices if requested.name.replace("_", " ").upper() in d.upper().replace("-", " ")]
-    if len(matching) >= requested.count:
+    if len(matching) >= requested.devices:
         return None
     have = ", ".join(devices) if devices else "no GPU (nvidia-smi found none)"
     return (

@@ -40,9 +40,10 @@ class Resources:
                    memory_gb=_positive("memory_gb", memory_gb), allocation=allocation)
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain values (for the provider and the event log)."""
+        """Plain values (for the provider and the event log). A share of one device (`L4(count=0.5)`,
+        SkyPilot's `L4:0.5`) asks the provider for a node with one whole device, as the task file does."""
         return {
-            "accelerator": str(self.accelerator) if self.accelerator is not None else None,
+            "accelerator": str(self.accelerator.per_node()) if self.accelerator is not None else None,
             "cpus": self.cpus, "memory_gb": self.memory_gb, "allocation": self.allocation,
             "spot": {"spot": True, "on-demand": False}.get(self.allocation or ""),
         }

@@ -13,29 +13,37 @@ is over its `max_hourly_cost` (per node, on demand) or that nothing satisfies, o
 nobody knows goes last), `"first"`: as given — and tries them in that order as a fallback
 (`providers/fallback.py`): a provider out of capacity or quota moves on to the next.
 
+Each Spec is a candidate of its own, as in Skyward: Specs may differ in `accelerator`, `vcpus`,
+`memory_gb` and `allocation` (a spot Spec and an on-demand one, say): each candidate's provider then
+gets its own Spec's values (`SpecProvider`: the pool's request with that Spec's fields put in), in
+its plan (so "cheapest" compares a spot price with an on-demand one) and in its launch. The pool itself
+reports the first candidate's values (`pool.accelerator`, what plugins see).
+
 Deliberate differences from Skyward, each an error naming the field rather than a silent ignore: the
-specs of one pool must agree on what a node is (`nodes`, `accelerator`, `vcpus`, `memory_gb`,
-`allocation`: the fallback starts one shape of pool); `region` is the provider's own option
+specs of one pool must agree on `nodes` (a pool has one size); `region` is the provider's own option
 (`sky.AWS(region=...)`); `disk_gb`, `architecture` and `ttl` have no skyhive equivalent on a Spec.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from ..providers.base import ClusterSpec, Provider, ProvisionError
+from ..providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
 
 if TYPE_CHECKING:
     from ..providers.accelerators import Accelerator
 
-__all__ = ["Spec", "SELECTIONS", "pool_arguments"]
+__all__ = ["Spec", "SELECTIONS", "pool_arguments", "SpecProvider"]
 
 #: `ComputePool(..., selection=...)` values.
 SELECTIONS = ("cheapest", "first")
 _SHAPE = ("nodes", "accelerator", "vcpus", "memory_gb", "allocation")
+#: the fields in which the Specs of one pool may differ (each candidate gets its own)
+_PER_CANDIDATE = ("accelerator", "vcpus", "memory_gb", "allocation")
 _REFUSED = {"region": "give the region to the provider, e.g. sky.AWS(region=...)",
             "disk_gb": "the cloud providers take a disk size of their own (e.g. sky.AWS(disk_gb=...))",
             "architecture": "the machine tables choose the architecture with the instance type",
@@ -72,16 +80,40 @@ class Spec:
 def _price(spec: Spec) -> float | None:
     """The spec's hourly price per node as its provider plans it (0 for machines that exist already;
     None when unknown). Raises `ProvisionError` when nothing satisfies it."""
+    wanted = {k: v for k, v in _requested(spec).items() if v is not None and k in spec.provider.chooses}
+    plan = spec.provider.plan(ClusterSpec(pool_id="plan", nodes=spec.nodes, **wanted))
+    price = plan.get("spot_price_per_hour") if spec.allocation == "spot" else None  # a spot Spec: its spot price
+    if not isinstance(price, (int, float)):
+        price = plan.get("price_per_hour")
+    if price is None and spec.provider.fixed_machines:
+        return 0.0
+    return None if price is None else float(price)
+
+
+def _requested(spec: Spec) -> dict[str, Any]:
+    """The spec's node requirements as the provider's `ClusterSpec` fields (accelerator, cpus,
+    memory_gb, allocation, spot). Raises `ValueError`/`TypeError` naming a bad value."""
     from .resources import Resources
 
     need = Resources.of(accelerator=spec.accelerator, vcpus=spec.vcpus, cpus=None, memory_gb=spec.memory_gb,
                         allocation=spec.allocation)
-    wanted = {k: v for k, v in need.as_dict().items() if v is not None and k in spec.provider.chooses}
-    plan = spec.provider.plan(ClusterSpec(pool_id="plan", nodes=spec.nodes, **wanted))
-    price = plan.get("price_per_hour")
-    if price is None and spec.provider.fixed_machines:
-        return 0.0
-    return None if price is None else float(price)
+    return need.as_dict()
+
+
+def _own_providers(specs: Sequence[Spec]) -> list[Spec]:
+    """The specs, each with a provider object of its own: one object given to several Specs (Skyward's
+    `Spec(provider=aws, allocation="spot"), Spec(provider=aws, allocation="on-demand")`) is rebuilt
+    from its description for the later ones, since a provider keeps what it planned for a pool."""
+    from ..providers.registry import from_description
+
+    seen: set[int] = set()
+    out = []
+    for s in specs:
+        if id(s.provider) in seen:
+            s = dataclasses.replace(s, provider=from_description(s.provider.describe()))
+        seen.add(id(s.provider))
+        out.append(s)
+    return out
 
 
 def pool_arguments(specs: Sequence[Spec], selection: str, given: dict[str, Any]) -> dict[str, Any]:
@@ -96,12 +128,12 @@ def pool_arguments(specs: Sequence[Spec], selection: str, given: dict[str, Any])
     both = sorted(k for k, v in given.items() if v is not None)
     if both:
         raise TypeError(f"ComputePool(Spec(...), ...): {', '.join(both)} belong in each Spec, not beside them")
-    first = specs[0]
-    for name in _SHAPE:
-        values = {repr(getattr(s, name)) for s in specs}
-        if len(values) > 1:
-            raise ValueError(f"the Specs of one pool must agree on {name} (got {', '.join(sorted(values))}): "
-                             "a pool has one shape of node; make one pool per shape")
+    specs = _own_providers(specs)
+    sizes = {repr(s.nodes) for s in specs}
+    if len(sizes) > 1:
+        raise ValueError(f"the Specs of one pool must agree on nodes (got {', '.join(sorted(sizes))}): "
+                         "a pool has one size; make one pool per size")
+    differ = [name for name in _PER_CANDIDATE if len({repr(getattr(s, name)) for s in specs}) > 1]
     priced: list[tuple[float, int, Spec]] = []
     left_out: list[str] = []
     for i, s in enumerate(specs):
@@ -119,10 +151,107 @@ def pool_arguments(specs: Sequence[Spec], selection: str, given: dict[str, Any])
         raise ProvisionError("no Spec can be used: " + "; ".join(left_out))
     if selection == "cheapest":
         priced.sort(key=lambda t: (t[0], t[1]))
-    chosen = [s.provider for _, _, s in priced]
+    if differ:  # each candidate its own Spec's values (the fields in which they differ)
+        fields_of = {"vcpus": ("cpus",), "allocation": ("allocation", "spot")}
+        keys = [k for name in differ for k in fields_of.get(name, (name,))]
+        chosen: list[Provider] = [SpecProvider(s.provider, {k: _requested(s)[k] for k in keys}) for _, _, s in priced]
+    else:
+        chosen = [s.provider for _, _, s in priced]
+    first = priced[0][2]
     return {"provider": chosen[0] if len(chosen) == 1 else chosen, "nodes": first.nodes,
             "accelerator": first.accelerator, "vcpus": first.vcpus, "memory_gb": first.memory_gb,
             "allocation": first.allocation}
+
+
+#: The class-level facts of a provider, read through to the wrapped one (as `clusters.kept` does).
+_FACTS = ("name", "transient_errors", "retry", "state_map", "chooses", "advisory", "fixed_machines",
+          "resource_options", "can_stop", "opens_ports", "bulk_teardown", "node_homes", "interruption_notices",
+          "connect_retry", "unsupported", "same_machine")
+
+
+class SpecProvider(Provider):
+    """`inner`, asked for its own Spec's values: every `ClusterSpec` it gets (plan, prepare, launch,
+    head port) has the fields of `overrides` (accelerator, cpus, memory_gb, allocation, spot) put in.
+    What a pool of Specs that differ tries as each candidate of its fallback."""
+
+    def __init__(self, inner: Provider, overrides: Mapping[str, Any]) -> None:
+        unknown = sorted(set(overrides) - {f.name for f in fields(ClusterSpec)})
+        if unknown:
+            raise TypeError(f"SpecProvider: {', '.join(unknown)} is no field of a provider's request")
+        self.inner = inner
+        self.overrides = dict(overrides)
+        for fact in _FACTS:
+            vars(self)[fact] = getattr(inner, fact)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.overrides.items())
+        return f"{self.inner!r} with {shown}" if shown else repr(self.inner)
+
+    def _spec(self, spec: ClusterSpec) -> ClusterSpec:
+        return dataclasses.replace(spec, **self.overrides)
+
+    @property
+    def max_nodes(self) -> int:
+        return self.inner.max_nodes
+
+    # ---- the phases: the wrapped provider's, with this candidate's request ------------------------------
+
+    def plan(self, spec: ClusterSpec) -> Mapping[str, Any]:
+        return self.inner.plan(self._spec(spec))
+
+    async def prepare(self, spec: ClusterSpec) -> None:
+        await self.inner.prepare(self._spec(spec))
+
+    async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
+        return await self.inner.launch(self._spec(spec), nodes)
+
+    def head_port(self, spec: ClusterSpec) -> int:
+        return self.inner.head_port(self._spec(spec))
+
+    async def wait_running(self, handle: NodeHandle, report: Callable[[str], None]) -> NodeHandle:
+        return await self.inner.wait_running(handle, report)
+
+    async def terminate(self, handles: Sequence[NodeHandle]) -> None:
+        await self.inner.terminate(handles)
+
+    async def cleanup(self, pool_id: str) -> None:
+        await self.inner.cleanup(pool_id)
+
+    async def list_owned(self, pool_id: str) -> list[NodeHandle]:
+        return await self.inner.list_owned(pool_id)
+
+    async def down(self, pool_id: str) -> list[NodeHandle]:
+        return await self.inner.down(pool_id)
+
+    async def node_problem(self, handle: NodeHandle) -> str | None:
+        return await self.inner.node_problem(handle)
+
+    async def owned_summary(self, pool_id: str) -> str | None:
+        return await self.inner.owned_summary(pool_id)
+
+    async def machines_gone(self, handles: Sequence[NodeHandle]) -> dict[int, str]:
+        return await self.inner.machines_gone(handles)
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return self.inner.is_transient(exc)
+
+    def lifecycle_state(self, provider_state: str) -> str | None:
+        return self.inner.lifecycle_state(provider_state)
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()  # `skyhive down` finds the nodes by tag: the plain provider does
+
+    def avoiding(self, lost: Sequence[NodeHandle]) -> Provider:
+        return SpecProvider(self.inner.avoiding(lost), self.overrides)
+
+    async def sweep_lost(self, pool_id: str, lost: Sequence[NodeHandle]) -> None:
+        await self.inner.sweep_lost(pool_id, lost)
+
+    def avoid_in_place(self, lost: Sequence[NodeHandle]) -> None:
+        self.inner.avoid_in_place(lost)
+
+    def for_nodes(self, nodes: int) -> Provider:
+        return self.inner.for_nodes(nodes)
 
 
 assert {f.name for f in fields(Spec)} >= set(_SHAPE) | set(_REFUSED)

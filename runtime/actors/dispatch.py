@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -34,9 +35,24 @@ if TYPE_CHECKING:
     from ..output.router import OutputRouter
     from ..common.settings import Settings
 
-__all__ = ["CallDispatch"]
+__all__ = ["CallDispatch", "collect_task_ids"]
 
 _loads = pickle.loads  # (load_value, for the usual result: pickled in band)
+
+#: where `run_prepared` notes the task ids it sends, inside `collect_task_ids` (None: nowhere)
+_TASK_IDS: contextvars.ContextVar[set[int] | None] = contextvars.ContextVar("skyhive_task_ids", default=None)
+
+
+@contextlib.contextmanager
+def collect_task_ids(ids: set[int]) -> Iterator[set[int]]:
+    """Note in `ids` the task id of every call sent by `call_on`/`run_prepared` from this context (and
+    the tasks it starts), so that their output (`OutputRecord.task`) can be told apart from other
+    calls' — a named pool's jobs side by side, each with its own log."""
+    token = _TASK_IDS.set(ids)
+    try:
+        yield ids
+    finally:
+        _TASK_IDS.reset(token)
 
 
 class CallDispatch:
@@ -115,9 +131,12 @@ class CallDispatch:
         sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]] = []
         try:
             ids = self._ids
+            noted = _TASK_IDS.get()
             for channel in channels:
                 fut: asyncio.Future[Result] = loop.create_future()
                 sent.append((channel, channel.send(next(ids), prep, options, fut), fut))  # (`send`, inline)
+                if noted is not None:
+                    noted.add(sent[-1][1].task_id)
             with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 if prep.buffers:
                     await self._send_buffers([(c, call.task_id) for c, call, _ in sent], prep.buffers)

@@ -3,7 +3,8 @@ hands out, reading the pool runtime so that nothing above the actors has to."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -88,6 +89,13 @@ class RuntimeDriver:
 
     def events(self) -> EventStream:
         return self._rt.log.subscribe()
+
+    @contextlib.contextmanager
+    def collect_task_ids(self, ids: set[int]) -> Iterator[set[int]]:
+        from .dispatch import collect_task_ids
+
+        with collect_task_ids(ids):
+            yield ids
 
     def spawn(self, fn: Callable[..., Any], *args: Any) -> None:
         if self._rt.tg is None:

@@ -47,7 +47,7 @@ def autostop(name: str) -> str:
     try:
         # (read from the job files: probing the agent's lock could make an agent starting now think
         # another one runs)
-        waiting = [j.id for j in jobq.list_jobs(name) if j.state in (jobq.PENDING, jobq.RUNNING)]
+        waiting = [j.id for j in jobq.list_jobs(name, setup_only=True) if j.state in (jobq.PENDING, jobq.RUNNING)]
         if waiting:
             return f"busy: pool {name!r} has a job queued or running (job {', '.join(map(str, waiting))})"
         rec = records.load(name)

@@ -7,9 +7,12 @@
     jobs/<id>.log      what the job's nodes wrote ("[node N] " before each line when N > 1)
     jobs/<id>.cancel   present once `skyhive cancel` asked for the job to stop
 
-Jobs run one at a time, in id order, by the pool's agent (`control/agent.py`); a job is only ever rewritten
+Jobs run in the order they were queued, side by side when the resources they ask fit
+(`commands/jobsched.py`), by the pool's agent (`control/agent.py`); a job is only ever rewritten
 by the agent (and by `cancel` while it is still PENDING, under the queue lock), so readers need no
-lock. Ids count from 1 per pool.
+lock. Ids count from 1 per pool, as SkyPilot's do: a task with only `setup` (no `run`) is a job SkyPilot
+gives no id, so here it takes a negative one (-1, -2, ...), left out of the queue's listing, and the
+next task with a `run` still becomes job 1.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from . import record as records
 from .procs import alive, lock_holder
 
 __all__ = ["agent_lock_path", "agent_pid", "Job", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "FAILED_SETUP", "CANCELLED", "FINISHED", "jobs_dir", "submit",
-           "load_job", "save_job", "list_jobs", "next_pending", "request_cancel", "cancel_requested", "log_path",
+           "load_job", "save_job", "list_jobs", "next_pending", "pending", "request_cancel", "cancel_requested", "log_path",
            "steps_path", "queue_lock", "reap_orphans"]
 
 PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED = "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"
@@ -57,6 +60,9 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict)
     agent_pid: int = 0
+    #: what the job asks of each node: {"gpus": 0.5, "cpus": 2, "memory_gb": 8} (`commands/jobsched.py`);
+    #: empty: nothing stated, the job has the pool to itself
+    demand: dict[str, float] = field(default_factory=dict)
 
     def __repr__(self) -> str:  # never the secret values
         return f"<Job {self.id} {self.name!r} {self.state}>"
@@ -126,9 +132,13 @@ def load_job(name: str, job_id: int) -> Job:
     return Job(**data)
 
 
-def list_jobs(name: str) -> list[Job]:
-    """Every job of pool `name`, by id."""
-    ids = sorted(int(p.stem) for p in jobs_dir(name).glob("*.json") if p.stem.isdigit())
+def _ids(name: str) -> list[int]:
+    return [int(p.stem) for p in jobs_dir(name).glob("*.json") if p.stem.lstrip("-").isdigit()]
+
+
+def list_jobs(name: str, *, setup_only: bool = False) -> list[Job]:
+    """Every job of pool `name`, by id (with `setup_only`, also the setup-only ones: negative ids)."""
+    ids = sorted(i for i in _ids(name) if i > 0 or setup_only)
     out = []
     for job_id in ids:
         with contextlib.suppress(LookupError, ValueError, TypeError):
@@ -137,12 +147,16 @@ def list_jobs(name: str) -> list[Job]:
 
 
 def submit(name: str, *, job_name: str, steps: bytes, with_setup: bool, env: dict[str, str],
-           secrets: dict[str, str]) -> Job:
-    """Queue a job (`steps`: its pickled `TaskSteps`); it runs after the jobs before it. Returns it."""
+           secrets: dict[str, str], setup_only: bool = False, demand: dict[str, float] | None = None) -> Job:
+    """Queue a job (`steps`: its pickled `TaskSteps`); it runs after the jobs before it. Returns it.
+    `setup_only` (a task with no `run`): the job takes the next negative id, SkyPilot's numbering
+    giving it none."""
     with queue_lock(name):
-        ids = [int(p.stem) for p in jobs_dir(name).glob("*.json") if p.stem.isdigit()]
-        job = Job(id=max(ids, default=0) + 1, name=job_name, submitted=time.time(), with_setup=with_setup,
-                  env=dict(env), secrets=dict(secrets))
+        ids = _ids(name)
+        job_id = min((i for i in ids if i < 0), default=0) - 1 if setup_only else max(
+            (i for i in ids if i > 0), default=0) + 1
+        job = Job(id=job_id, name=job_name, submitted=time.time(), with_setup=with_setup,
+                  env=dict(env), secrets=dict(secrets), demand=dict(demand or {}))
         _write_private(steps_path(name, job.id), steps)
         save_job(name, job)
     return job
@@ -152,7 +166,7 @@ def reap_orphans(name: str) -> list[Job]:
     """Jobs still RUNNING whose agent died (killed, machine rebooted) are FAILED, saying so; those."""
     reaped = []
     with queue_lock(name):
-        for job in list_jobs(name):
+        for job in list_jobs(name, setup_only=True):
             if job.state == RUNNING and not (job.agent_pid > 0 and alive(job.agent_pid)):
                 job = dataclasses.replace(job, state=FAILED, ended=time.time(), secrets={},
                                           detail=f"its agent (pid {job.agent_pid}) died while it ran")
@@ -161,9 +175,15 @@ def reap_orphans(name: str) -> list[Job]:
     return reaped
 
 
+def pending(name: str) -> list[Job]:
+    """The PENDING jobs (setup-only ones too), in the order they were queued."""
+    return sorted((j for j in list_jobs(name, setup_only=True) if j.state == PENDING),
+                  key=lambda j: (j.submitted, abs(j.id)))
+
+
 def next_pending(name: str) -> Job | None:
-    """The PENDING job with the lowest id, or None."""
-    return next((j for j in list_jobs(name) if j.state == PENDING), None)
+    """The PENDING job queued first, or None."""
+    return next(iter(pending(name)), None)
 
 
 def request_cancel(name: str, job_id: int) -> Job:

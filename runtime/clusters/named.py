@@ -151,11 +151,12 @@ def keep_ports(named: NamedPool | None, ports: Any) -> None:
 
 
 def new_kept_pool(pool_class: Any, name: str, nodes: int, *, spec: dict[str, Any], autostop: float | None,
-                  autostop_down: bool, provider: Provider | None = None) -> Any:
+                  autostop_down: bool, provider: Provider | None = None, worker: Any = None) -> Any:
     """A `Pool` (`pool_class`, given by the caller: this module does not import pool.py), not entered,
     that creates the kept Local pool `name` (`skyhive launch -c`): its record also holds `spec` (what a
-    later `launch -c` compares) and whether autostop takes it down."""
-    pool = pool_class(provider=provider or Local(), nodes=nodes, name=name, keep=True, output=None, autostop=autostop)
+    later `launch -c` compares) and whether autostop takes it down. `worker`: the workers' task slots."""
+    pool = pool_class(provider=provider or Local(), nodes=nodes, name=name, keep=True, output=None, autostop=autostop,
+                      worker=worker)
     named = pool.named
     assert named is not None
     named.spec = dict(spec)

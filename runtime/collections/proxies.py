@@ -300,6 +300,12 @@ class Barrier(_Named):
         """Block until `n` tasks wait; this one's arrival index (0..n-1)."""
         return int(self._do("wait", self.n, self.timeout))
 
+    def reset(self) -> None:
+        """Back to its first round (Skyward's `reset()`): tasks waiting now get
+        `threading.BrokenBarrierError`; with none waiting, nothing changes (a barrier is ready for its
+        next round anyway)."""
+        self._do("reset", self.n, self.timeout)
+
 
 @_with_async
 class Lock(_Named):

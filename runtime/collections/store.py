@@ -221,6 +221,9 @@ class _Collections:
                 barrier = self.barriers[name] = threading.Barrier(parties)
             elif barrier.parties != parties:
                 raise ValueError(f"sky.barrier({name!r}, n={parties}): it exists with n={barrier.parties}")
+        if op == "reset":
+            barrier.reset()
+            return None
         if op != "wait":
             raise ValueError(f"sky.barrier: no operation {op!r}")
         return barrier.wait(timeout=timeout)

@@ -35,7 +35,7 @@ from .taskfile_resources import Autostop, Resources, ResourcesParser
 from ..storage.spec import is_bucket_uri
 from .values import ENV_NAME as _ENV_NAME
 from .values import TASK_NAME
-from .values import parse_accelerators, parse_amount, parse_env_overrides
+from .values import accelerator_share, parse_accelerators, parse_amount, parse_env_overrides
 
 __all__ = ["TaskFileError", "Resources", "Autostop", "FileMount", "Task", "load", "loads", "parse_env_overrides",
            "parse_amount", "parse_accelerators", "BUCKET_SCHEMES"]

@@ -31,7 +31,7 @@ from yaml.nodes import MappingNode, Node, SequenceNode
 from ...providers.base import ProvisionError
 from ...providers.registry import canonical
 from ...providers.volumes import DEFAULT_SIZE_GB, VolumeMount
-from .values import parse_accelerators, parse_amount
+from .values import accelerator_share, parse_accelerators, parse_amount
 
 __all__ = ["Resources", "Autostop", "ResourcesParser", "RES_KEYS", "RES_SKYPILOT", "REFUSED", "DEFAULT_IDLE_MINUTES"]
 
@@ -79,6 +79,7 @@ class Resources:
     provider: str | None = None
     accelerator: str | None = None
     accelerator_count: int = 0
+    accelerator_share: float = 0.0  # the count as written when it is a share of one GPU (`L4:0.5`): 0.5
     cpus: float | None = None
     cpus_or_more: bool = False
     memory: float | None = None
@@ -299,6 +300,7 @@ class ResourcesParser:
                     out["zone"] = zone
         if "accelerators" in res:
             out["accelerator"], out["accelerator_count"] = self._accelerators(res["accelerators"], path)
+            out["accelerator_share"] = accelerator_share(self.value(res["accelerators"]))
         for key in ("cpus", "memory"):
             raw = self.value(res[key]) if key in res else None
             if raw is not None:

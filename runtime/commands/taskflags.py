@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .taskfile import Task, TaskFileError, load
-from .values import ENV_NAME, check_task_name, parse_accelerators, parse_amount, parse_env_overrides
+from .values import ENV_NAME, accelerator_share, check_task_name, parse_accelerators, parse_amount, parse_env_overrides
 
 __all__ = ["add_task_flags", "task_from_args", "task_before_hosts", "read_env_file", "resource_overrides",
            "idle_minutes"]
@@ -156,10 +156,11 @@ def resource_overrides(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if args.gpus is not None:
         if args.gpus.strip().lower() == _NONE:
-            out.update(accelerator=None, accelerator_count=0)
+            out.update(accelerator=None, accelerator_count=0, accelerator_share=0.0)
         else:
             try:
                 out["accelerator"], out["accelerator_count"] = parse_accelerators(args.gpus)
+                out["accelerator_share"] = accelerator_share(args.gpus)
             except ValueError as exc:
                 raise TaskFileError(f"--gpus {args.gpus}: {exc}") from None
     for name in ("cpus", "memory"):

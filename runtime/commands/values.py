@@ -9,7 +9,8 @@ from collections.abc import Mapping
 
 from ...errors import TaskFileError
 
-__all__ = ["ENV_NAME", "TASK_NAME", "NAME_RULE", "check_task_name", "parse_env_overrides", "parse_amount", "parse_accelerators"]
+__all__ = ["ENV_NAME", "TASK_NAME", "NAME_RULE", "check_task_name", "parse_env_overrides", "parse_amount", "parse_accelerators",
+           "accelerator_share"]
 
 #: A valid environment variable name.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -81,3 +82,19 @@ def parse_accelerators(raw: object) -> tuple[str, int]:
     if count > 1 and not count.is_integer():
         raise ValueError(f"a fractional accelerator count must be under 1 (a share of one GPU), got {m.group(2)}")
     return m.group(1), max(1, int(count))
+
+
+def accelerator_share(raw: object) -> float:
+    """The share of one GPU that `raw` asks (`L4:0.5` -> 0.5; the first of a list of candidates, as the
+    task file takes it); 0.0 when it asks whole GPUs, none, or is malformed (`parse_accelerators` says
+    why). What a named pool's job queue counts, so that two half-GPU jobs run side by side."""
+    if isinstance(raw, (list, set)) and raw:
+        raw = sorted(map(str, raw))[0] if isinstance(raw, set) else raw[0]
+    if isinstance(raw, dict) and len(raw) == 1:
+        ((name, count),) = raw.items()
+        raw = f"{name}:{count}" if count is not None else str(name)
+    m = _ACCEL.match(raw.strip()) if isinstance(raw, str) else None
+    if m is None or m.group(2) is None:
+        return 0.0
+    count = float(m.group(2))
+    return count if 0 < count < 1 else 0.0

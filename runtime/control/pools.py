@@ -38,6 +38,8 @@ __all__ = ["task_spec", "launch_cluster", "exec_task", "down_cluster", "status_r
            "FOLLOW_POLL"]
 
 FOLLOW_POLL = 0.2  # seconds between looks at a followed job's log
+#: task slots of a named pool's workers: how many of its jobs can run side by side on a node
+JOB_SLOTS = 8
 
 
 def task_spec(task: Task) -> dict[str, object]:
@@ -162,8 +164,11 @@ def _create(task: Task, name: str, spec: dict[str, object], idle_minutes: float 
 
     from ..pool import Pool
 
+    from ..concurrency import Worker
+
+    # task slots for the jobs that run side by side (commands/jobsched.py): threads that wait on a script
     pool = new_kept_pool(Pool, name, task.num_nodes, spec=spec, autostop=idle_minutes, autostop_down=down,
-                         provider=provider)
+                         provider=provider, worker=Worker(concurrency=JOB_SLOTS))
 
     async def create() -> None:
         async with pool:
@@ -189,13 +194,21 @@ def _submit(task: Task, name: str, steps: TaskSteps, env: tuple[dict[str, str], 
             setup: bool) -> jobq.Job:
     import pickle
 
+    res = task.resources
+    gpus = res.accelerator_share or (float(res.accelerator_count) if res.accelerator else 0.0)
+    demand = {k: v for k, v in (("gpus", gpus), ("cpus", res.cpus), ("memory_gb", res.memory)) if v}
     return jobq.submit(name, job_name=task.name or "task", steps=pickle.dumps(steps), with_setup=setup,
-                       env=env[0], secrets=env[1])
+                       env=env[0], secrets=env[1], setup_only=task.run is None, demand=demand)
 
 
 def _after_submit(name: str, job: jobq.Job, detach_run: bool, out: TextIO, err: TextIO) -> int:
     ensure_agent(name)
-    _say(err, f"job {job.id} ({job.name}) queued on pool {name}")
+    if job.id < 0:  # setup only: SkyPilot gives it no job id, nor does the queue's listing
+        _say(err, f"setup of {job.name} queued on pool {name} (the task has no `run`: no job id)")
+    else:
+        _say(err, f"job {job.id} ({job.name}) queued on pool {name}")
+    if detach_run and job.id < 0:
+        return 0
     if detach_run:
         _say(err, f"`skyhive logs {name} {job.id} --follow` streams it, `skyhive queue {name}` lists the jobs")
         return 0
@@ -372,7 +385,7 @@ def status_rows(now: float | None = None, names: Sequence[str] = ()) -> list[dic
         else:
             live = live_workers(rec)
         jobq.reap_orphans(name)
-        all_jobs = jobq.list_jobs(name)
+        all_jobs = jobq.list_jobs(name, setup_only=True)
         running = [j for j in all_jobs if j.state == jobq.RUNNING]
         pending = [j for j in all_jobs if j.state == jobq.PENDING]
         if not rec.workers:

@@ -115,20 +115,22 @@ def job_status(name: str, job_id: int | None, out: TextIO | None = None) -> int:
 
 
 def sync_down(name: str, job_id: int | None, out: TextIO | None = None) -> int:
-    """`skyhive logs NAME [JOB] --sync-down`: copy the logs of pool `name`'s jobs (or job `job_id`) to
-    `~/sky_logs/NAME/job-ID.log`, as SkyPilot downloads them; print where. Raises `PoolNotFound`/`LookupError`."""
+    """`skyhive logs NAME [JOB] --sync-down`: copy the log of each of pool `name`'s jobs (or of job
+    `job_id`) to `~/sky_logs/sky-<the job's submit time>/run.log` and print `Job N logs: DIR` for each,
+    as SkyPilot downloads them. Raises `PoolNotFound`/`LookupError`."""
     import shutil
     from pathlib import Path
 
     out = out or sys.stdout
     records.load(name)
     jobs = [jobq.load_job(name, job_id)] if job_id is not None else jobq.list_jobs(name)
-    target = Path("~/sky_logs").expanduser() / name
-    target.mkdir(parents=True, exist_ok=True)
     for job in jobs:
+        stamp = time.strftime("%Y-%m-%d-%H-%M-%S", time.localtime(job.submitted))
+        target = Path("~/sky_logs").expanduser() / f"sky-{stamp}-{int(job.submitted % 1 * 1e6):06d}"
+        target.mkdir(parents=True, exist_ok=True)
         source = jobq.log_path(name, job.id)
         if source.exists():
-            shutil.copyfile(source, target / f"job-{job.id}.log")
-    out.write(f"{len(jobs)} job log{'s' if len(jobs) != 1 else ''} of pool {name} in {target}\n")
+            shutil.copyfile(source, target / "run.log")
+        out.write(f"Job {job.id} logs: {target}\n")
     out.flush()
     return 0

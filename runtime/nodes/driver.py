@@ -22,6 +22,7 @@ both the implementation and its users import it).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -112,6 +113,11 @@ class PoolDriver(Protocol):
 
     def events(self) -> EventStream:
         """The pool's events from now on (an async iterator ending when the pool closes)."""
+
+    def collect_task_ids(self, ids: set[int]) -> AbstractContextManager[set[int]]:
+        """Inside it, the task id of every call made from this context (and the tasks it starts) is noted
+        in `ids`: the output those calls print carries it (`OutputRecord.task`), so that the output of
+        calls made side by side can be told apart (a named pool's jobs, each with its own log)."""
 
     def spawn(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run `fn(*args)` (an async function) for the pool's lifetime: cancelled when the pool closes."""

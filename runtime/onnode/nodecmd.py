@@ -27,8 +27,10 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from ...paths import private_dir, state_dir
 from .instance import instance_info
@@ -151,9 +153,13 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
 
         watcher = start_for(env, cwd)
     path = script_file(BASHRC_PRELUDE + script, phase)
+    # the script's output is copied by this task's own thread: a worker with task threads (a named
+    # pool's jobs side by side) cannot tell by task what lands on its file descriptors 1 and 2
     try:
-        proc = subprocess.Popen([shell, path], cwd=cwd, env=env, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen([shell, path], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
         try:
+            _copy_output(proc)
             code = proc.wait()
         except BaseException:  # cancelled (the worker raises TaskCancelled here), or anything else
             stop_descendants(proc.pid, GRACE)
@@ -171,6 +177,60 @@ def run_script(cwd: str, script: str, task_id: str, phase: str, cluster_info: st
         code += AFTER_NOTICE
     return code
 
+
+
+def _copy_output(proc: subprocess.Popen[bytes]) -> None:
+    """What `proc` writes to its stdout and stderr pipes, written to this thread's `sys.stdout` and
+    `sys.stderr` as it comes (decoded as UTF-8, bad bytes replaced), until `proc` has exited and what
+    it wrote is read. Wakes at least every 0.2 s, so that a cancelled task sees its `TaskCancelled`
+    soon. A program the script left running in the background still holds the pipes: what it writes
+    later goes on to this process's file descriptors 1 and 2 (the worker's own output, as it went
+    before the script's output was copied), from a thread of its own, until it closes them."""
+    import codecs
+    import selectors
+
+    streams = {proc.stdout: sys.stdout, proc.stderr: sys.stderr}
+    decoders = {pipe: codecs.getincrementaldecoder("utf-8")("replace") for pipe in streams}
+    with selectors.DefaultSelector() as sel:
+        for pipe in streams:
+            sel.register(pipe, selectors.EVENT_READ)  # type: ignore[arg-type]
+        while sel.get_map():
+            exited = proc.poll() is not None
+            ready = sel.select(timeout=0 if exited else 0.2)
+            if exited and not ready:
+                break  # the script is over and nothing more is waiting: the rest is a background program's
+            for key, _ in ready:
+                pipe = key.fileobj
+                data = os.read(key.fd, 65536)
+                text = decoders[pipe].decode(data, final=not data)  # type: ignore[index]
+                if text:
+                    out = streams[pipe]  # type: ignore[index]
+                    out.write(text)
+                    out.flush()
+                if not data:
+                    sel.unregister(pipe)
+                    pipe.close()  # type: ignore[union-attr]
+        left = [(key.fileobj, 1 if key.fileobj is proc.stdout else 2) for key in sel.get_map().values()]
+    if left:
+        threading.Thread(target=_pass_on, args=(left,), name="skyhive-script-output", daemon=True).start()
+
+
+def _pass_on(pipes: list[tuple[Any, int]]) -> None:
+    """Copy each pipe to its file descriptor (1 or 2) until it closes."""
+    import selectors
+
+    with selectors.DefaultSelector() as sel:
+        for pipe, fd in pipes:
+            sel.register(pipe, selectors.EVENT_READ, fd)
+        while sel.get_map():
+            for key, _ in sel.select():
+                data = os.read(key.fd, 65536)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    key.fileobj.close()  # type: ignore[union-attr]
+                    continue
+                with contextlib.suppress(OSError):
+                    os.write(key.data, data)
 
 
 def script_file(text: str, phase: str) -> str:

@@ -78,6 +78,14 @@ def unmet(requirements: dict[str, Any]) -> str:
     return "; ".join(problems)
 
 
+def node_capacity() -> tuple[int, int, float | None]:
+    """This node's GPUs (`nvidia-smi -L`), CPUs and memory in GB: what a named pool's job queue shares
+    among the jobs it runs side by side."""
+    from ...providers.accelerators import local_devices
+
+    return len(local_devices()), os.cpu_count() or 1, _memory_gb()
+
+
 def require(requirements: dict[str, Any]) -> None:
     """Raise `RuntimeError` saying what this node lacks of `requirements` (see `unmet`)."""
     problem = unmet(requirements)

@@ -24,6 +24,7 @@ tasks to end (their `Result`s go out first).
 from __future__ import annotations
 
 import io
+import logging
 import os
 import sys
 import threading
@@ -154,6 +155,22 @@ class ThreadSlots:
         import ctypes  # (on the first cancel: ctypes is slow to import and most workers never need it)
 
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(TaskCancelled))
+
+    def _take_over(self) -> bool:
+        """A new client takes a socket worker over (`SocketWorker._take_over`): tasks its threads still run
+        for the previous client (a named pool's jobs side by side whose agent died) are cancelled and this
+        connection is refused ("busy"), as for the one task of a worker without threads; the client tries
+        again."""
+        with self._idle:
+            busy = sorted(self._submitted)
+        if busy:
+            for task_id in busy:
+                self.cancel(task_id)
+            logging.getLogger(__name__).warning(
+                "a new client takes over: cancelling the previous client's %d task(s) on threads", len(busy))
+            self._refuse("busy: cancelling the previous client's tasks; try again")  # type: ignore[attr-defined]
+            return False
+        return super()._take_over()  # type: ignore[misc,no-any-return]
 
     def _tick(self) -> None:
         for pair in list(self._task_streams.values()):  # what running tasks printed, every tick

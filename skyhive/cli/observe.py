@@ -146,7 +146,7 @@ def add_log_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--status", action="store_true", help="a named pool's job: print its state, exit 0 "
                    "succeeded, 100 failed, 101 not finished, 102 no such job, 103 cancelled")
     p.add_argument("--sync-down", action="store_true", help="a named pool's job logs (all, or JOB) copied to "
-                   "~/sky_logs/POOL/")
+                   "~/sky_logs/sky-TIME/run.log, one folder per job")
     p.set_defaults(func=cmd_logs)
 
     p = sub.add_parser("events", help="the raw JSONL event log of a pool")

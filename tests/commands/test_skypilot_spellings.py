@@ -186,14 +186,15 @@ def test_multi_node_failure_as_skypilots_smoke_test(tmp_path, clean):
     assert ok.returncode == 0 and "Job 3: SUCCEEDED" in ok.stdout
     assert sky("logs", name, "9", "--status", cwd=tmp_path).returncode == 102
 
-    # logs --sync-down: the job logs land under ~/sky_logs
+    # logs --sync-down: each job's log lands in ~/sky_logs/sky-TIME/run.log, named as SkyPilot does
     home = tmp_path / "user"
     home.mkdir()
     synced = sky("logs", name, "--sync-down", cwd=tmp_path, home=home)
     assert synced.returncode == 0, synced.stderr
-    saved = home / "sky_logs" / name
-    assert sorted(p.name for p in saved.iterdir()) == ["job-1.log", "job-2.log", "job-3.log"]
-    assert "My hostname:" in (saved / "job-2.log").read_text()
+    folders = dict(ln.split(" logs: ") for ln in synced.stdout.splitlines())
+    assert sorted(folders) == ["Job 1", "Job 2", "Job 3"]
+    assert all(Path(d).parent == home / "sky_logs" and (Path(d) / "run.log").is_file() for d in folders.values())
+    assert "My hostname:" in (Path(folders["Job 2"]) / "run.log").read_text()
 
     # status --refresh, cancel -y, down -y
     refreshed = sky("status", "--refresh", cwd=tmp_path)
