@@ -34,7 +34,7 @@ def kube_task(tmp_path, fake_k8s, skyhive_home, monkeypatch):
         yield task
     finally:
         from skyhive.runtime.clusters import record as records
-        from skyhive.runtime.commands.clusters import down_cluster
+        from skyhive.runtime.control.pools import down_cluster
 
         for name in records.names():
             down_cluster(name, quiet=True)
