@@ -11,7 +11,6 @@ delete NAME` removes the directory and the links that point to it.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,4 +69,6 @@ def delete(name: str, mounts: Sequence[VolumeMount]) -> None:
         link = Path(mount.target)
         if mount.name == name and link.is_symlink() and os.path.realpath(link) == os.path.realpath(path):
             link.unlink()
+    import shutil  # (on use: every pool imports this module, few delete a volume)
+
     shutil.rmtree(path, ignore_errors=True)

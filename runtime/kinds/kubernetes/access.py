@@ -1,10 +1,7 @@
 """How a user reaches a pod of a kept Kubernetes pool (`skyhive ssh`, `forward`): `PodAccess`, the kind's
 `NodeAccess` — an exec of the command (an interactive shell when none: `kubectl exec -it`) with this process's
 stdin/stdout/stderr, and a port-forward to a port on the pod's loopback (`kubectl port-forward`). No SSH
-entries (`ssh_config` is None): a pod runs no sshd.
-
-`NodeAccess` is the control plane's contract (`runtime/nodes/keep.py`, issue 37); on a tree without it this
-module still defines `PodAccess` against the same methods, so the kind's keep support imports either way.
+entries (`ssh_config` is None): a pod runs no sshd; no address of its own for `status --ip` (`ip` is None).
 """
 
 from __future__ import annotations
@@ -23,15 +20,12 @@ from ....providers.kubernetes import PodReach
 from ....providers.kubernetes_api import api_error, exec_api, kubernetes_client
 from ....errors import ProvisionError
 
-try:  # the control plane's contract, once issue 37's KeepSupport.access is in this tree
-    from ...nodes.keep import NodeAccess as _AccessBase  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - a tree before issue 37: the same methods, without the ABC
-    _AccessBase = object  # type: ignore[assignment,misc]
+from ...nodes.keep import NodeAccess
 
 __all__ = ["PodAccess"]
 
 
-class PodAccess(_AccessBase):  # type: ignore[misc,valid-type]
+class PodAccess(NodeAccess):
     """A pod of a kept pool, reached over exec and port-forward (see the module docstring)."""
 
     def __init__(self, reach: PodReach) -> None:

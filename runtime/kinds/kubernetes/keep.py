@@ -10,8 +10,6 @@ calls on an event loop of its own in a worker thread, so they also work from ins
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import dataclasses
 import json
 import os
@@ -22,6 +20,7 @@ from typing import Any, TypeVar
 from ....errors import PoolGone, ProvisionError
 from ....providers.base import ClusterSpec, NodeHandle, Provider
 from ....providers.kubernetes import Kubernetes, PodReach
+from ...common import bridge
 from ...nodes.transport import Transport
 from ...nodes.keep import KeepContext, KeepSupport, KeptRecord, KeptWorker, StopResult
 from .access import PodAccess
@@ -35,11 +34,7 @@ T = TypeVar("T")
 
 
 def _run(make: Callable[[], Awaitable[T]]) -> T:
-    async def main() -> T:
-        return await make()
-
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skyhive-k8s-keep") as ex:
-        return ex.submit(asyncio.run, main()).result()
+    return bridge.run(make, thread=True, name="skyhive-k8s-keep")
 
 
 def _provider(rec: KeptRecord) -> Kubernetes:
