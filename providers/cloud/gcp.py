@@ -15,6 +15,10 @@ What GCE requires, and what is sent for it (each checked by the fake in ``tests/
   (installed at first boot on ``install-nvidia-driver: True``).
 - A machine with GPUs (A2/A3/A4/G2, or an N1 with ``guestAccelerators``) cannot live-migrate:
   ``onHostMaintenance: TERMINATE``. Spot is ``provisioningModel: SPOT`` (deleted on preemption).
+- The boot disk's type per machine series (``pd-balanced``; ``hyperdisk-balanced`` for A3 Mega/Ultra and A4),
+  and only the consumption models a machine is sold with (a3-highgpu-1g/2g/4g: spot, not on demand): both
+  from the table's ``machines`` (generate.py's ``GCP_SERIES``, with its source pages). GCE's default disk,
+  ``pd-standard``, is refused by G2, A3 and A4 machines.
 - Zones: from the machine table (the zones whose catalog rows offer the machine) or, for a machine not
   in it, from the region's own list; all are tried, and a zone GCE does not know is skipped.
 
@@ -43,8 +47,12 @@ __all__ = ["GCP", "GCE_ERRORS", "GCE_STATES"]
 #: The machine of a pool that names no `machine_type`.
 DEFAULT_MACHINE_TYPE = "e2-standard-2"
 DEFAULT_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
-#: Google's deep-learning base image (CUDA, the NVIDIA driver installed at first boot), for GPU machines
-DEFAULT_GPU_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11-py310"
+#: Google's deep-learning base image (CUDA 12.8, NVIDIA driver 570, Ubuntu 22.04), for GPU machines: a family
+#: of https://cloud.google.com/deep-learning-vm/docs/images (the Debian 11 families are past their end of life)
+DEFAULT_GPU_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu128-ubuntu-2204-nvidia-570"
+#: the boot disk of a machine the table does not list (every Persistent Disk machine takes it; GCE's own
+#: default, pd-standard, is refused by G2, A3 and A4 machines)
+DEFAULT_DISK_TYPE = "pd-balanced"
 #: public image projects by a bare family name's prefix (`image="debian-12"`)
 _IMAGE_PROJECTS = {"ubuntu": "ubuntu-os-cloud", "debian": "debian-cloud", "rocky": "rocky-linux-cloud",
                    "common-cu": "deeplearning-platform-release"}
@@ -205,6 +213,10 @@ class GCP(LibcloudProvider):
         info = catalog.instance("gcp", machine)
         return None, (info.accelerators if info else (1 if spec.accelerator else 0))
 
+    def disk_type(self, spec: ClusterSpec) -> str:
+        """The boot disk type of `spec`'s machine (from the table's ``machines``, whose source it records)."""
+        return catalog.boot_disk("gcp", self.choice(spec).instance_type) or DEFAULT_DISK_TYPE
+
     def image_path(self, gpu: bool) -> str:
         """The ``sourceImage`` sent: `image` as a path, a bare name as a public family, or the default."""
         image = self.image or (DEFAULT_GPU_IMAGE if gpu else DEFAULT_IMAGE)
@@ -276,7 +288,8 @@ class GCP(LibcloudProvider):
             "tags": {"items": [self.tag(spec.pool_id)]},
             "metadata": {"items": metadata},
             "disks": [{"boot": True, "autoDelete": True, "initializeParams": {
-                "sourceImage": self.image_path(bool(gpus)), "diskSizeGb": str(self.disk_gb)}}],
+                "sourceImage": self.image_path(bool(gpus)), "diskSizeGb": str(self.disk_gb),
+                "diskType": f"zones/{zone}/diskTypes/{self.disk_type(spec)}"}}],
             "networkInterfaces": [nic],
             "scheduling": scheduling,
         }

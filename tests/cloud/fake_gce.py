@@ -11,7 +11,8 @@ refuses what GCE refuses, rule by rule; each rule names the reference it encodes
   us-east1 has b, c, d; us-central1 a, b, c, f).
 - G3 machine types and accelerator types exist per zone (machineTypes/acceleratorTypes are zonal
   resources; https://cloud.google.com/compute/docs/gpus/gpu-regions-zones). Which zone offers which GPU
-  machine is taken from the shipped catalog (its rows are per zone).
+  machine is taken from ``tests/cloud/catalogs/gcp_gpu.csv`` (a copy of shared/catalogs, rows per zone),
+  never from skyhive's own table.
 - G4 GPUs cannot live-migrate: an instance with guestAccelerators, or an accelerator-optimized machine
   (A2/A3/A4/G2), needs ``scheduling.onHostMaintenance: TERMINATE`` (default MIGRATE) — 400
   "Instances with guest accelerators do not support live migration"
@@ -24,6 +25,18 @@ refuses what GCE refuses, rule by rule; each rule names the reference it encodes
 - G8 names: RFC 1035 (``[a-z]([-a-z0-9]{0,61}[a-z0-9])?``); label values lower case; duplicates 409.
 - G9 every compute call needs a bearer token the token endpoint issued; the token endpoint checks a
   service account's signed JWT (RFC 7523) or a user's refresh token (RFC 6749 §6).
+- G10 boot disk types (issue 38): ``initializeParams.diskType`` defaults to ``pd-standard`` when absent
+  (https://cloud.google.com/compute/docs/reference/rest/v1/instances/insert, ``diskType``); each machine
+  series takes only the types of `DISK_TYPES` — G2 no pd-standard; A3 Mega/Ultra and A4 Hyperdisk only
+  (https://cloud.google.com/compute/docs/accelerator-optimized-machines, "Supported disk types" per
+  series) — else 400 ``badRequest`` naming the type.
+- G11 consumption models (issue 38): a3-highgpu-1g/2g/4g, A3 Ultra and A4 are not sold on the STANDARD
+  model (Spot, Flex-start or reservations only: https://cloud.google.com/compute/docs/accelerator-optimized-machines,
+  and https://cloud.google.com/compute/docs/instances/provisioning-models) — else 400 ``badRequest``.
+- G12 image families that are deprecated answer 404: the Debian 11 deep-learning families are gone
+  (https://cloud.google.com/deep-learning-vm/docs/images lists the current ``common-cu128-ubuntu-2204-nvidia-570``).
+- Injected: `refusals` (a machine type or region -> the message of a 400 ``badRequest`` at insert), for a
+  refusal the rules above do not produce.
 - Capacity: `exhausted` zones fail the insert *operation* with ZONE_RESOURCE_POOL_EXHAUSTED, as GCE does
   (the insert call itself answers 200 with a RUNNING operation).
 """
@@ -31,9 +44,11 @@ refuses what GCE refuses, rule by rule; each rule names the reference it encodes
 from __future__ import annotations
 
 import base64
+import csv
 import itertools
 import json
 import re
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -47,27 +62,38 @@ IMAGES = {"projects/ubuntu-os-cloud/global/images/ubuntu-2204-jammy-v20251101",
           "projects/debian-cloud/global/images/debian-12-bookworm-v20251101"}
 FAMILIES = {"projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts",
             "projects/debian-cloud/global/images/family/debian-12",
-            "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11-py310"}
+            "projects/deeplearning-platform-release/global/images/family/common-cu128-ubuntu-2204-nvidia-570"}
+#: G10: boot disk types per machine series (the longest listed prefix wins); see the module docstring
+DISK_TYPES = {"e2-": {"pd-standard", "pd-balanced", "pd-ssd"}, "n1-": {"pd-standard", "pd-balanced", "pd-ssd"},
+              "n2-": {"pd-standard", "pd-balanced", "pd-ssd"}, "a2-": {"pd-standard", "pd-balanced", "pd-ssd"},
+              "g2-": {"pd-balanced", "pd-ssd"},
+              "a3-highgpu-": {"pd-balanced", "pd-ssd", "hyperdisk-balanced"},
+              "a3-edgegpu-": {"pd-balanced", "pd-ssd", "hyperdisk-balanced"},
+              "a3-megagpu-": {"hyperdisk-balanced"}, "a3-ultragpu-": {"hyperdisk-balanced"},
+              "a4-": {"hyperdisk-balanced"}}
+#: G11: machines GCE does not sell on the STANDARD (on-demand) provisioning model
+NOT_STANDARD = ("a3-highgpu-1g", "a3-highgpu-2g", "a3-highgpu-4g", "a3-ultragpu-", "a4-")
+CATALOG = Path(__file__).parent / "catalogs" / "gcp_gpu.csv"
 NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 N1_GPUS = {"nvidia-tesla-t4": "T4", "nvidia-tesla-v100": "V100", "nvidia-tesla-p100": "P100", "nvidia-tesla-p4": "P4"}
 
 
 def _catalog_offers() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """(machine -> zones, N1 GPU model -> zones) from the shipped gcp.json."""
-    from skyhive.providers.cloud import catalog
-
-    table = catalog._table("gcp")
+    """(machine -> zones, GPU model -> zones) from the catalog's rows (tests/cloud/catalogs/gcp_gpu.csv)."""
     machines: dict[str, set[str]] = {}
     gpus: dict[str, set[str]] = {}
-    for region, types in table["regions"].items():
-        for itype, (_price, letters, *_rest) in types.items():
-            zones = {f"{region}-{z}" for z in letters}
-            machine, _, attached = itype.partition("+")
-            if attached:
-                gpus.setdefault(attached.partition("x")[2], set()).update(zones)
-            else:
-                machines.setdefault(machine, set()).update(zones)
+    with CATALOG.open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            if row["InstanceType"]:
+                machines.setdefault(row["InstanceType"], set()).add(row["AvailabilityZone"])
+            elif row["AcceleratorName"]:
+                gpus.setdefault(row["AcceleratorName"], set()).add(row["AvailabilityZone"])
     return machines, gpus
+
+
+def _series(machine: str, table: dict[str, Any]) -> Any:
+    prefix = max((p for p in table if machine.startswith(p)), key=len, default=None)
+    return table.get(prefix) if prefix else None
 
 
 def _error(status: int, reason: str, message: str) -> tuple[int, dict]:
@@ -93,7 +119,15 @@ class FakeGCE:
         self.inserts: list[dict] = []  # every instances.insert body, accepted or not
         self.refused: list[str] = []  # every refusal's message
         self._ids = itertools.count(1)
-        self.machines, self.n1_gpus = _catalog_offers()
+        self.machines, self.gpus = _catalog_offers()
+        #: every zone: the documented ones of `ZONES` and every zone the catalog has a row in
+        self.zones: dict[str, set[str]] = {region: set(letters) for region, letters in ZONES.items()}
+        for zones in (*self.machines.values(), *self.gpus.values()):
+            for zone in zones:
+                region, _, letter = zone.rpartition("-")
+                self.zones.setdefault(region, set()).add(letter)
+        #: refusals to inject: a machine type or a region -> the message of a 400 badRequest at insert
+        self.refusals: dict[str, str] = {}
 
     # ---- credentials -------------------------------------------------------------------------------
 
@@ -169,10 +203,10 @@ class FakeGCE:
     def _route(self, method: str, parts: list[str], query: dict, data: Any) -> tuple[int, Any]:
         match (method, parts):
             case ("GET", ["regions", region]):
-                if region not in ZONES:
+                if region not in self.zones:
                     return self._not_found(f"regions/{region}")
                 return 200, {"name": region, "zones": [f"{COMPUTE}/projects/{self.project}/zones/{region}-{z}"
-                                                       for z in ZONES[region]]}
+                                                       for z in sorted(self.zones[region])]}
             case ("GET", ["zones", zone]):
                 return (200, {"name": zone, "status": "UP"}) if self._zone_ok(zone) else self._not_found(f"zones/{zone}")
             case ("POST", ["zones", zone, "instances"]):
@@ -209,7 +243,7 @@ class FakeGCE:
 
     def _zone_ok(self, zone: str) -> bool:
         region, _, letter = zone.rpartition("-")
-        return letter in ZONES.get(region, "") and len(letter) == 1
+        return letter in self.zones.get(region, ()) and len(letter) == 1
 
     def _operation(self, kind: str, target: str, zone: str | None, error: dict | None = None) -> dict:
         name = f"operation-{next(self._ids)}"
@@ -241,24 +275,36 @@ class FakeGCE:
                                                 f"already exists")
         machine = self._strip(body.get("machineType", "")).rsplit("/", 1)[-1]
         family = machine.split("-", 1)[0]
+        refusal = self.refusals.get(machine) or self.refusals.get(zone.rpartition("-")[0])
+        if refusal:  # injected
+            return _error(400, "badRequest", refusal)
         if family not in ("e2", "n1", "n2") and zone not in self.machines.get(machine, set()):  # G3
             return self._not_found(f"zones/{zone}/machineTypes/{machine}")
-        for disk in body.get("disks") or []:  # G1
+        for disk in body.get("disks") or []:  # G1, G12
             image = self._strip((disk.get("initializeParams") or {}).get("sourceImage", ""))
             if image not in IMAGES and image not in FAMILIES:
                 return self._not_found(image.removeprefix(f"projects/{self.project}/"))
+            disk_type = self._strip((disk.get("initializeParams") or {}).get("diskType", "")).rsplit("/", 1)[-1]
+            allowed = _series(machine, DISK_TYPES) or set()
+            if (disk_type or "pd-standard") not in allowed:  # G10
+                return _error(400, "badRequest", f"Invalid resource usage: '[{disk_type or 'pd-standard'}] disk "
+                                                 f"type is not supported by machine type {machine}.'")
         accelerators = body.get("guestAccelerators") or []
         for acc in accelerators:  # G3, G5
             kind = self._strip(acc.get("acceleratorType", "")).rsplit("/", 1)[-1]
             if family != "n1":
                 return _error(400, "invalid", f"Invalid resource usage: 'Machine type {machine} does not support "
                                               f"guest accelerators; its GPUs are attached automatically.'")
-            if zone not in self.n1_gpus.get(N1_GPUS.get(kind, ""), set()):
+            if zone not in self.gpus.get(N1_GPUS.get(kind, ""), set()):
                 return self._not_found(f"zones/{zone}/acceleratorTypes/{kind}")
         scheduling = body.get("scheduling") or {}
         gpu = bool(accelerators) or family in ("a2", "a3", "a4", "g2")
         if gpu and scheduling.get("onHostMaintenance", "MIGRATE") != "TERMINATE":  # G4
             return _error(400, "invalid", "Instances with guest accelerators do not support live migration.")
+        if scheduling.get("provisioningModel", "STANDARD") == "STANDARD" and machine.startswith(NOT_STANDARD):  # G11
+            return _error(400, "badRequest", f"Invalid value for field 'resource.scheduling.provisioningModel': "
+                                             f"'STANDARD'. Machine type {machine} is only available with the "
+                                             f"SPOT or FLEX_START provisioning model, or a reservation.")
         if scheduling.get("provisioningModel") == "SPOT":  # G6
             if scheduling.get("automaticRestart", True) or scheduling.get("onHostMaintenance") != "TERMINATE":
                 return _error(400, "invalid", "Invalid value for field 'resource.scheduling': Spot VMs require "
