@@ -121,6 +121,7 @@ class GCP(LibcloudProvider):
                         "disk_size": "disk_gb"}
     error_kinds = GCE_ERRORS
     state_map = GCE_STATES
+    retries_launch = True  # each insert is retried on its own, idempotently (`_insert`)
 
     def __init__(self, project: str | None = None, region: str = "us-central1", zones: Sequence[str] | None = None,
                  machine_type: str | None = None, spot: bool = False, image: str | None = None,
@@ -306,13 +307,44 @@ class GCP(LibcloudProvider):
                 raise CloudAPIError("zoneNotFound", f"zone {zone} does not exist for project "
                                     f"{self.client.project}; skipped", 404) from exc
             raise
-        handles = []
-        for i in nodes:
-            body = self.create_request(spec, i, zone)
-            self.client.wait(self.client.request("POST", f"zones/{zone}/instances", body))
-            instance = self.client.request("GET", f"zones/{zone}/instances/{body['name']}")
-            handles.append(self._handle(instance, spec.pool_id, launched_at=time.time()))
-        return handles
+        return [self._handle(self._insert(spec, i, zone), spec.pool_id, launched_at=time.time()) for i in nodes]
+
+    def _insert(self, spec: ClusterSpec, index: int, zone: str) -> dict[str, Any]:
+        """Create node `index` in `zone`, idempotently: only this insert is retried (transient errors, with
+        the `retry` backoff), and before each retry — and on ``alreadyExists`` — the node is looked for by its
+        name (which skyhive chose): one whose insert went through although its answer was lost is adopted,
+        never created twice, and the rest of the launch is not re-run. The instance as GCE lists it."""
+        body = self.create_request(spec, index, zone)
+        path = f"zones/{zone}/instances"
+        delays = self.retry.delays()
+        for attempt in range(len(delays) + 1):
+            if attempt and self._ours(zone, body["name"], spec.pool_id) is not None:
+                log.info("gcp: pool %s: node %s was created by an earlier try; adopted", spec.pool_id, index)
+                break
+            try:
+                self.client.wait(self.client.request("POST", path, body))
+                break
+            except CloudAPIError as exc:
+                if exc.code == "alreadyExists" and self._ours(zone, body["name"], spec.pool_id) is not None:
+                    break
+                if attempt == len(delays) or not self.is_transient(exc):
+                    raise
+                log.info("gcp: pool %s: creating node %s failed transiently (%s); retrying that call in %.1f s",
+                         spec.pool_id, index, exc, delays[attempt])
+                time.sleep(delays[attempt])
+        return self.client.request("GET", f"{path}/{body['name']}")
+
+    def _ours(self, zone: str, name: str, pool_id: str) -> dict[str, Any] | None:
+        """The instance `name` in `zone` when it is this pool's (by its label), else None."""
+        try:
+            instance = self.client.request("GET", f"zones/{zone}/instances/{name}")
+        except CloudAPIError as exc:
+            if self.classify(exc) is ErrorKind.NOT_FOUND:
+                return None
+            raise
+        label = self.tag(pool_id).removeprefix("skyhive-")
+        alive = str(instance.get("status") or "").upper() in ("PROVISIONING", "STAGING", "RUNNING")
+        return instance if alive and (instance.get("labels") or {}).get(POOL_LABEL) == label else None
 
     def list_sync(self, pool_id: str, states: Sequence[str] | None = ACTIVE_STATES) -> list[NodeHandle]:
         label = self.tag(pool_id).removeprefix("skyhive-")

@@ -35,6 +35,17 @@ refuses what GCE refuses, rule by rule; each rule names the reference it encodes
   and https://cloud.google.com/compute/docs/instances/provisioning-models) — else 400 ``badRequest``.
 - G12 image families that are deprecated answer 404: the Debian 11 deep-learning families are gone
   (https://cloud.google.com/deep-learning-vm/docs/images lists the current ``common-cu128-ubuntu-2204-nvidia-570``).
+- G13 operations take time (issue 38): an insert or delete operation answers RUNNING, and is RUNNING at
+  its first poll too; DONE from the second (zoneOperations.get:
+  https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/get; operation ``status`` is
+  PENDING, RUNNING or DONE).
+- G14 deletes pass through STOPPING (issue 38): a deleted instance is listed ``STOPPING`` at the next read,
+  gone after (https://cloud.google.com/compute/docs/instances/instance-life-cycle).
+- G15 rate limits and server errors (issue 38): `insert_faults` maps the n-th ``instances.insert`` call
+  (1-based) to (HTTP status, reason, created): 403 ``rateLimitExceeded`` creates nothing; a 5xx
+  ``backendError`` with created=True has made the instance although its answer is an error
+  (https://cloud.google.com/compute/docs/api/how-tos/api-rate-limits,
+  https://cloud.google.com/apis/design/errors). `peak` is the most instances alive at once.
 - Injected: `refusals` (a machine type or region -> the message of a 400 ``badRequest`` at insert), for a
   refusal the rules above do not produce.
 - Capacity: `exhausted` zones fail the insert *operation* with ZONE_RESOURCE_POOL_EXHAUSTED, as GCE does
@@ -128,6 +139,9 @@ class FakeGCE:
                 self.zones.setdefault(region, set()).add(letter)
         #: refusals to inject: a machine type or a region -> the message of a 400 badRequest at insert
         self.refusals: dict[str, str] = {}
+        self.insert_faults: dict[int, tuple[int, str, bool]] = {}  # G15
+        self.insert_calls = 0
+        self.peak = 0  # the most instances alive at once
 
     # ---- credentials -------------------------------------------------------------------------------
 
@@ -213,19 +227,26 @@ class FakeGCE:
                 return self._insert(zone, data)
             case ("GET", ["zones", zone, "instances", name]):
                 instance = self.instances.get((zone, name))
+                if instance is None or not self._advance(zone, name, instance):
+                    return self._not_found(f"zones/{zone}/instances/{name}")
+                return 200, self._public(instance)
+            case ("DELETE", ["zones", zone, "instances", name]):
+                instance = self.instances.get((zone, name))
                 if instance is None:
                     return self._not_found(f"zones/{zone}/instances/{name}")
-                self._advance(instance)
-                return 200, instance
-            case ("DELETE", ["zones", zone, "instances", name]):
-                if self.instances.pop((zone, name), None) is None:
-                    return self._not_found(f"zones/{zone}/instances/{name}")
+                instance["status"] = "STOPPING"  # G14: gone after one more read
+                instance.setdefault("_deleting", 1)
                 return 200, self._operation("delete", f"zones/{zone}/instances/{name}", zone)
             case ("GET", ["aggregated", "instances"]):
                 return 200, {"items": self._aggregated(query.get("filter", ""))}
             case ("GET", ["zones", _, "operations", name]) | ("GET", ["global", "operations", name]):
                 op = self.operations.get(name)
-                return (200, op) if op else self._not_found(f"operations/{name}")
+                if op is None:
+                    return self._not_found(f"operations/{name}")
+                if op.get("_polls", 0) > 0:  # G13
+                    op["_polls"] -= 1
+                    return 200, {k: v for k, v in op.items() if not k.startswith("_")} | {"status": "RUNNING"}
+                return 200, {k: v for k, v in op.items() if not k.startswith("_")}
             case ("GET", ["global", "firewalls"]):
                 return 200, {"items": list(self.firewalls.values())}
             case ("POST", ["global", "firewalls"]):
@@ -253,14 +274,24 @@ class FakeGCE:
                 "targetLink": f"{COMPUTE}/projects/{self.project}/{target}", "selfLink": link}
         if error is not None:
             done.update(error={"errors": [error]}, httpErrorStatusCode=503)
-        self.operations[name] = done
-        return {**done, "status": "RUNNING"}  # the call answers before the work is done; the poll sees DONE
+        self.operations[name] = {**done, "_polls": 1}  # G13: RUNNING at the first poll, DONE at the second
+        return {**done, "status": "RUNNING"}  # the call answers before the work is done
 
     def _strip(self, link: str) -> str:
         return re.sub(rf"^({re.escape(COMPUTE)}/)?(projects/{re.escape(self.project)}/)?", "", link or "")
 
     def _insert(self, zone: str, body: dict) -> tuple[int, Any]:
         self.inserts.append(body)
+        self.insert_calls += 1
+        fault = self.insert_faults.get(self.insert_calls)  # G15
+        if fault is not None:
+            status, reason, created = fault
+            if created:
+                self._insert_checked(zone, body)
+            return _error(status, reason, f"FAKE GCE: injected {reason} at insert #{self.insert_calls}")
+        return self._insert_checked(zone, body)
+
+    def _insert_checked(self, zone: str, body: dict) -> tuple[int, Any]:
         if not self._zone_ok(zone):  # G2
             return self._not_found(f"zones/{zone}")
         name = body.get("name", "")
@@ -333,22 +364,35 @@ class FakeGCE:
             "status": "PROVISIONING",
             "networkInterfaces": [{**(body.get("networkInterfaces") or [{}])[0], "networkIP": f"10.128.0.{n % 250 + 2}",
                                    "accessConfigs": [{"type": "ONE_TO_ONE_NAT", "natIP": f"203.0.113.{n % 250 + 2}"}]}]}
+        self.peak = max(self.peak, len(self.instances))
         return 200, self._operation("insert", f"zones/{zone}/instances/{name}", zone)
 
-    def _advance(self, instance: dict) -> None:
+    def _advance(self, zone: str, name: str, instance: dict) -> bool:
+        """One read of an instance; False when it is gone (G14: a deleted one is STOPPING for one read)."""
+        if "_deleting" in instance:
+            if instance["_deleting"] <= 0:
+                self.instances.pop((zone, name), None)
+                return False
+            instance["_deleting"] -= 1
+            return True
         instance["status"] = {"PROVISIONING": "STAGING", "STAGING": "RUNNING"}.get(instance["status"],
                                                                                    instance["status"])
+        return True
+
+    def _public(self, instance: dict) -> dict:
+        return {k: v for k, v in instance.items() if not k.startswith("_")}
 
     def _aggregated(self, text: str) -> dict:
         match = re.fullmatch(r"labels\.([-_a-z0-9]+) = ([-_a-z0-9]+)", text.strip()) if text else None
         if text and match is None:
             raise AssertionError(f"FAKE GCE: unsupported filter {text!r}")
         items: dict[str, dict] = {}
-        for (zone, _), instance in sorted(self.instances.items()):
+        for (zone, name), instance in sorted(self.instances.items()):
             if match and (instance.get("labels") or {}).get(match.group(1)) != match.group(2):
                 continue
-            self._advance(instance)
-            items.setdefault(f"zones/{zone}", {"instances": []})["instances"].append(instance)
+            if not self._advance(zone, name, instance):
+                continue
+            items.setdefault(f"zones/{zone}", {"instances": []})["instances"].append(self._public(instance))
         return items
 
     def _firewall(self, body: dict) -> tuple[int, Any]:
