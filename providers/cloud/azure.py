@@ -80,7 +80,8 @@ class Azure(LibcloudProvider):
       `image` (publisher, offer, sku,
       version), `disk_gb`, `ssh_user`, `ssh_cidr` (who may open SSH; default anywhere — key-only SSH).
     Credentials: a service principal in ``AZURE_TENANT_ID``, ``AZURE_SUBSCRIPTION_ID``, ``AZURE_CLIENT_ID``,
-    ``AZURE_CLIENT_SECRET``.
+    ``AZURE_CLIENT_SECRET``; else the Azure CLI's login (``az login``); else a managed identity
+    (`providers.cloud.azure_credentials`, the order of `azure-identity`'s default chain).
     """
 
     name: ClassVar[str] = "azure"
@@ -146,12 +147,27 @@ class Azure(LibcloudProvider):
         if self._driver is None:
             from libcloud.compute.drivers.azure_arm import AzureNodeDriver
 
-            names = ("AZURE_TENANT_ID", "AZURE_SUBSCRIPTION_ID", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET")
-            values = [os.environ.get(n) for n in names]
-            if not all(values):
-                missing = [n for n, v in zip(names, values) if not v]
-                raise ProvisionError(f"azure: set {', '.join(missing)} (a service principal)", kind="fatal")
-            self._driver = AzureNodeDriver(*values, region=self.region)
+            from .azure_credentials import service_principal, token_source
+
+            values = service_principal()
+            if values is not None:
+                self._driver = AzureNodeDriver(*values, region=self.region)
+                return self._driver
+            source = token_source()  # the Azure CLI's login or a managed identity (fatal when neither)
+            if not source.subscription:
+                raise ProvisionError(f"azure: {source.where} names no subscription: set AZURE_SUBSCRIPTION_ID",
+                                     kind="fatal")
+            from libcloud.common.azure_arm import AzureResourceManagementConnection
+
+            class TokenConnection(AzureResourceManagementConnection):  # type: ignore[misc]
+                def get_token_from_credentials(self) -> None:  # libcloud asks again 5 min before expiry
+                    self.access_token, self.expires_on = source.fetch()
+
+            class TokenDriver(AzureNodeDriver):  # type: ignore[misc]
+                connectionCls = TokenConnection
+
+            log.info("azure: credentials from %s, subscription %s", source.where, source.subscription)
+            self._driver = TokenDriver(source.tenant, source.subscription, "token", "token", region=self.region)
         return self._driver
 
     def error_code(self, exc: BaseException) -> str | None:

@@ -63,6 +63,8 @@ N1_ACCELERATORS = {"T4": "nvidia-tesla-t4", "V100": "nvidia-tesla-v100", "P100":
 log = logging.getLogger(__name__)
 
 POOL_LABEL = "skyhive-pool"
+#: a pool's tag leaves room for ``-internal`` (its second firewall rule) and ``-<index>`` in 63 characters
+MAX_TAG = 54
 NODE_LABEL = "skyhive-node"
 
 #: GCE error codes (the API's `reason`/`code` strings) -> what they mean for provisioning.
@@ -171,8 +173,17 @@ class GCP(LibcloudProvider):
 
     @staticmethod
     def tag(pool_id: str) -> str:
-        """The pool's network tag and firewall rule name (GCE names: lower case, digits, dashes)."""
-        return "skyhive-" + "".join(c if c.isalnum() else "-" for c in pool_id.lower())
+        """The pool's network tag and firewall rule name (GCE names, RFC 1035: lower case, digits, dashes,
+        63 characters at most, a letter or digit last). A pool name too long for a node's name
+        (``<tag>-<index>``) or ending in a dash is cut and given a short hash of the name; the original name
+        is kept in each instance's metadata (``skyhive-pool-name``)."""
+        spelled = "skyhive-" + "".join(c if c.isascii() and c.isalnum() else "-" for c in pool_id.lower())
+        if len(spelled) <= MAX_TAG and not spelled.endswith("-"):
+            return spelled
+        import hashlib
+
+        digest = hashlib.sha256(pool_id.encode()).hexdigest()[:8]
+        return spelled[: MAX_TAG - 9].rstrip("-") + "-" + digest
 
     # ---- the machine ------------------------------------------------------------------------------------
 
@@ -278,7 +289,8 @@ class GCP(LibcloudProvider):
         if self.subnetwork:
             nic["subnetwork"] = f"regions/{self.region}/subnetworks/{self.subnetwork}"
         metadata = [{"key": "ssh-keys", "value": f"{self.ssh_user}:{public} {self.ssh_user}"},
-                    {"key": "enable-oslogin", "value": "FALSE"}, {"key": "startup-script", "value": BOOT_SCRIPT}]
+                    {"key": "enable-oslogin", "value": "FALSE"}, {"key": "startup-script", "value": BOOT_SCRIPT},
+                    {"key": "skyhive-pool-name", "value": spec.pool_id}]
         if gpus:
             metadata.append({"key": "install-nvidia-driver", "value": "True"})
         body: dict[str, Any] = {
