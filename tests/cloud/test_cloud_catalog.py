@@ -151,3 +151,20 @@ def test_azure_names_where_an_accelerator_is_offered_and_the_ones_it_knows():
         catalog.choose("azure", "westus2", accelerator="H100")
     with pytest.raises(ProvisionError, match="offers no accelerator called 'K80' .*known: .*A100.*H100.*T4\\)"):
         catalog.choose("azure", "eastus", accelerator="K80")
+
+
+def test_the_fakes_catalogs_are_the_shared_ones():
+    """The fakes take zones, machines and sizes from tests/cloud/catalogs (so that a fresh clone has them):
+    byte-for-byte copies of shared/catalogs, checked wherever that folder is beside the checkout."""
+    from pathlib import Path
+
+    from skyhive.providers.cloud.data import generate
+
+    shared = generate.catalogs_dir()
+    if not shared.is_dir():
+        pytest.skip(f"no shared catalogs at {shared} to compare the copies with (a fresh clone: the copies are used)")
+    copies = Path(__file__).parent / "catalogs"
+    names = sorted(p.name for p in copies.iterdir() if p.suffix == ".csv")
+    assert names == ["aws_gap.csv", "azure_gap.csv", "do.csv", "gcp_gpu.csv"]
+    for name in names:
+        assert (copies / name).read_bytes() == (shared / name).read_bytes(), f"{name} differs from {shared / name}"
