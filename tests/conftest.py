@@ -26,11 +26,14 @@ _CLOUD_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION
 
 
 @pytest.fixture(autouse=True)
-def _no_cloud_credentials(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_cloud_credentials(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, _skyhive_home: str) -> None:
     if request.module.__name__.rpartition(".")[2].startswith("test_cloud_real"):
         return
     for name in _CLOUD_CREDENTIALS:
         monkeypatch.delenv(name, raising=False)
+    # the logins a cloud's own tools keep (an SSO profile in ~/.aws/config, the Azure CLI's login) count too
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AZURE_CONFIG_DIR", os.path.join(_skyhive_home, "no-azure-cli"))
 
 
 @pytest.fixture

@@ -156,14 +156,11 @@ def test_azure_names_where_an_accelerator_is_offered_and_the_ones_it_knows():
 def test_the_fakes_catalogs_are_the_shared_ones():
     """The fakes take zones, machines and sizes from tests/cloud/catalogs (so that a fresh clone has them):
     byte-for-byte copies of shared/catalogs, checked wherever that folder is beside the checkout."""
-    from pathlib import Path
+    from tests.cloud.conftest import COPIES, SHARED_CATALOGS
 
-    from skyhive.providers.cloud.data import generate
-
-    shared = generate.catalogs_dir()
+    shared, copies = SHARED_CATALOGS, COPIES
     if not shared.is_dir():
         pytest.skip(f"no shared catalogs at {shared} to compare the copies with (a fresh clone: the copies are used)")
-    copies = Path(__file__).parent / "catalogs"
     names = sorted(p.name for p in copies.iterdir() if p.suffix == ".csv")
     assert names == ["aws_gap.csv", "azure_gap.csv", "do.csv", "gcp_gpu.csv"]
     for name in names:
