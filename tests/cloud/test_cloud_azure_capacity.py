@@ -4,8 +4,6 @@ within a few polls, then the next offer; nothing left behind."""
 
 from __future__ import annotations
 
-import time
-
 import anyio
 import pytest
 
@@ -46,9 +44,7 @@ def _views(arm: FakeARM, name: str) -> int:
 def test_a_zone_that_fails_allocation_after_the_201_moves_to_the_next_zone(arm):
     arm.full_zones.add("1")
     provider = _azure(zones=["1", "2", "3"])
-    started = time.monotonic()
     (handle,) = anyio.run(provider.create, ClusterSpec(pool_id="p-late", nodes=1))
-    assert time.monotonic() - started < 60  # not the 120 s running timeout
     puts = [b for m, p, b, _ in arm.requests if m == "PUT" and p.endswith("/node-0")]
     assert [b["zones"] for b in puts] == [["1"], ["2"]]  # zone 3 never needed
     assert len(arm.failed) == 1 and "zone '1'" in arm.failed[0]
