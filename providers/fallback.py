@@ -1,9 +1,10 @@
 """Fallback across providers and regions: `Pool(provider=[sky.AWS(region="us-east-1"), sky.AWS(region="us-west-2")])`.
 
 The phases are declared in `providers.base.Provider`. `Fallback` tries its providers in order: each
-one's `plan`, `prepare` and `launch`; a failure whose kind is "capacity" or "quota" (every zone full,
-an account limit, an accelerator the region lacks) cleans up what that provider prepared and moves on;
-any other failure stops. The provider that launched the nodes serves them from then on. Which one was
+one's `plan`, `prepare` and `launch`; a failure whose kind is "capacity", "quota", "unavailable" or
+"refused" (every zone full, an account limit, an accelerator the region lacks, a machine or image the
+cloud refused there) cleans up what that provider prepared and moves on, logging why; any other failure
+(credentials, a cancelled launch) stops. The provider that launched the nodes serves them from then on. Which one was
 used and why each earlier one was skipped is logged, reported as the first node state of every node
 (so it lands in the pool's event log), and kept in `skipped`.
 
@@ -38,8 +39,9 @@ __all__ = ["Fallback"]
 log = logging.getLogger(__name__)
 
 #: ProvisionError kinds after which the next provider is tried ("unavailable": nothing in that region
-#: satisfies the pool, e.g. an accelerator it does not offer).
-MOVE_ON = frozenset({"capacity", "quota", "unavailable"})
+#: satisfies the pool, e.g. an accelerator it does not offer; "refused": the cloud refused this offer
+#: itself — a machine, image or disk it will not create there — which says nothing about the next offer).
+MOVE_ON = frozenset({"capacity", "quota", "unavailable", "refused"})
 
 #: `NodeHandle.extra` key: the label ("aws us-east-1") of the candidate that launched the node
 MEMBER = "fallback_member"

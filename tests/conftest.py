@@ -26,13 +26,16 @@ _CLOUD_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION
 
 
 @pytest.fixture(autouse=True)
-def _no_cloud_credentials(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+def _no_cloud_credentials(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, _skyhive_home: str,
                           tmp_path_factory: pytest.TempPathFactory) -> None:
     module = request.module.__name__.rpartition(".")[2]
     if module.startswith("test_cloud_real"):
         return
     for name in _CLOUD_CREDENTIALS:
         monkeypatch.delenv(name, raising=False)
+    # the logins a cloud's own tools keep (an SSO profile in ~/.aws/config, the Azure CLI's login) count too
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AZURE_CONFIG_DIR", os.path.join(_skyhive_home, "no-azure-cli"))
     if module != "test_kubernetes_real":  # nor the machine's Kubernetes cluster (~/.kube/config, in-cluster)
         monkeypatch.setenv("KUBECONFIG", str(tmp_path_factory.mktemp("no-kube") / "config"))
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)

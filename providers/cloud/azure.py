@@ -8,7 +8,10 @@ authenticated connection (`_arm`). Layout, per pool: one resource group ``skyhiv
 admit all traffic within the virtual network), a virtual network with one subnet, and one VM per node
 tagged ``skyhive-pool``/``skyhive-node`` at creation, whose NIC, public address and OS disk are deleted
 with it (``deleteOption: Delete``). `cleanup` deletes the resource group and re-reads it until it is
-gone. Spot is Azure's ``priority: Spot`` with eviction by deletion.
+gone. Spot is Azure's ``priority: Spot`` with eviction by deletion. ARM answers a VM's PUT with 201 and
+reports a failed allocation (``AllocationFailed``, ``ZonalAllocationFailed``) later, as provisioningState
+``Failed``: `launch_sync` reads each new VM's instance view until ARM has placed it, so a full zone moves
+on to the next zone (`zones`), then a `Fallback`'s next offer, instead of waiting for a VM that never runs.
 
 Sizes: without an accelerator the pool gets `vm_size` (default ``Standard_D2s_v5``). With one
 (``Pool(accelerator="V100:2")``) the cheapest GPU size of the region that has it is chosen from the shipped
@@ -68,7 +71,8 @@ AZURE_ERRORS: Mapping[str, ErrorKind] = {
 
 #: an Azure VM's power state (or provisioning state) -> the base's state words
 _STATES = {"starting": "pending", "creating": "pending", "running": "running", "stopping": "stopping",
-           "deallocating": "stopping", "stopped": "stopped", "deallocated": "stopped", "deleting": "terminated"}
+           "deallocating": "stopping", "stopped": "stopped", "deallocated": "stopped", "deleting": "terminated",
+           "failed": "stopped"}  # a VM whose allocation failed: not running, still to be deleted
 
 
 class Azure(LibcloudProvider):
@@ -78,7 +82,8 @@ class Azure(LibcloudProvider):
       `image` (publisher, offer, sku,
       version), `disk_gb`, `ssh_user`, `ssh_cidr` (who may open SSH; default anywhere — key-only SSH).
     Credentials: a service principal in ``AZURE_TENANT_ID``, ``AZURE_SUBSCRIPTION_ID``, ``AZURE_CLIENT_ID``,
-    ``AZURE_CLIENT_SECRET``.
+    ``AZURE_CLIENT_SECRET``; else the Azure CLI's login (``az login``); else a managed identity
+    (`providers.cloud.azure_credentials`, the order of `azure-identity`'s default chain).
     """
 
     name: ClassVar[str] = "azure"
@@ -147,12 +152,27 @@ class Azure(LibcloudProvider):
         if self._driver is None:
             from libcloud.compute.drivers.azure_arm import AzureNodeDriver
 
-            names = ("AZURE_TENANT_ID", "AZURE_SUBSCRIPTION_ID", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET")
-            values = [os.environ.get(n) for n in names]
-            if not all(values):
-                missing = [n for n, v in zip(names, values) if not v]
-                raise ProvisionError(f"azure: set {', '.join(missing)} (a service principal)", kind="fatal")
-            self._driver = AzureNodeDriver(*values, region=self.region)
+            from .azure_credentials import service_principal, token_source
+
+            values = service_principal()
+            if values is not None:
+                self._driver = AzureNodeDriver(*values, region=self.region)
+                return self._driver
+            source = token_source()  # the Azure CLI's login or a managed identity (fatal when neither)
+            if not source.subscription:
+                raise ProvisionError(f"azure: {source.where} names no subscription: set AZURE_SUBSCRIPTION_ID",
+                                     kind="fatal")
+            from libcloud.common.azure_arm import AzureResourceManagementConnection
+
+            class TokenConnection(AzureResourceManagementConnection):  # type: ignore[misc]
+                def get_token_from_credentials(self) -> None:  # libcloud asks again 5 min before expiry
+                    self.access_token, self.expires_on = source.fetch()
+
+            class TokenDriver(AzureNodeDriver):  # type: ignore[misc]
+                connectionCls = TokenConnection
+
+            log.info("azure: credentials from %s, subscription %s", source.where, source.subscription)
+            self._driver = TokenDriver(source.tenant, source.subscription, "token", "token", region=self.region)
         return self._driver
 
     def error_code(self, exc: BaseException) -> str | None:
@@ -277,7 +297,30 @@ class Azure(LibcloudProvider):
                 body["zones"] = [zone]
             vm = self._arm(path, COMPUTE_API, "PUT", body)
             handles.append(self._handle(vm, spec.pool_id, {}, launched_at=time.time()))
+        for handle in handles:  # ARM answers 201 at once; whether the VM got a machine comes later
+            self._allocated(spec.pool_id, handle.provider_id.partition("/")[2])
         return handles
+
+    def _allocated(self, pool_id: str, name: str) -> None:
+        """Wait until ARM has placed VM `name` (a power state, or provisioningState Succeeded), raising its
+        failure as a `CloudAPIError` with ARM's code (``ZonalAllocationFailed``, ``AllocationFailed``:
+        capacity, so the next zone is tried, then the next offer). ARM answers the PUT with 201 and reports
+        a failed allocation later as provisioningState ``Failed``, in the instance view's statuses. Bounded
+        by `timeouts.running` (then `wait_running` goes on watching)."""
+        view_path = self._path(pool_id, f"/providers/Microsoft.Compute/virtualMachines/{name}/instanceView")
+        deadline = time.monotonic() + self.timeouts.running
+        while time.monotonic() < deadline:
+            statuses = (self._arm(view_path, COMPUTE_API) or {}).get("statuses", [])
+            for status in statuses:
+                code = str(status.get("code") or "")
+                if code.lower().startswith("provisioningstate/failed"):
+                    reason = code.split("/", 2)[2] if code.count("/") >= 2 else "ProvisioningFailed"
+                    raise CloudAPIError(reason, f"VM {name}: {status.get('message') or status.get('displayStatus')}",
+                                        409)
+            codes = [str(st.get("code") or "").lower() for st in statuses]
+            if any(c.startswith("powerstate/") for c in codes) or "provisioningstate/succeeded" in codes:
+                return
+            time.sleep(self.timeouts.poll)
 
     def list_sync(self, pool_id: str, states: Sequence[str] | None = ACTIVE_STATES) -> list[NodeHandle]:
         try:

@@ -58,6 +58,9 @@ class ErrorKind(enum.Enum):
     NOT_FOUND = "not_found"  # the resource does not exist (gone, or not yet visible)
     DEPENDENCY = "dependency"  # still in use by something being deleted: retry the deletion later
     FATAL = "fatal"  # bad request, bad credentials, …: stop
+    #: the cloud refused this offer itself (a machine, image or disk it will not create here: a 4xx answer
+    #: other than authentication) — the pool stops on this cloud, and a `Fallback` moves to its next offer
+    REFUSED = "refused"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,6 +183,16 @@ class LibcloudProvider(Provider):
     def is_transient(self, exc: BaseException) -> bool:
         return self.classify(exc) is ErrorKind.TRANSIENT
 
+    def refusal(self, exc: BaseException, kind: ErrorKind) -> ErrorKind:
+        """`kind`, or REFUSED where the create call was answered with a refusal of what it asked for: a
+        fatal (or not-found: a machine type or image the zone lacks) 4xx API answer other than 401/403
+        (credentials and permissions stay fatal: no other offer of the same cloud would do better)."""
+        status = exc.status if isinstance(exc, CloudAPIError) else None
+        if kind in (ErrorKind.FATAL, ErrorKind.NOT_FOUND) and status is not None and 400 <= status < 500 \
+                and status not in (401, 403):
+            return ErrorKind.REFUSED
+        return kind
+
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking call in a worker thread, retrying transient errors with the `retry` backoff."""
         delays = self.retry.delays()
@@ -243,13 +256,15 @@ class LibcloudProvider(Provider):
                     await anyio.lowlevel.checkpoint()
                     return handles
                 except Exception as exc:
-                    kind = self.classify(exc)
+                    kind = self.refusal(exc, self.classify(exc))
                     if kind is not ErrorKind.CAPACITY:
                         cleaned = await self._shielded_terminate_nodes(spec.pool_id, nodes)
                         settled = True
                         what = f"launching nodes {nodes} in {zone} failed"
                         if kind is ErrorKind.QUOTA:
                             what = f"quota {self.error_code(exc)} reached in {zone} (no other zone tried)"
+                        elif kind is ErrorKind.REFUSED:
+                            what = f"the cloud refused nodes {nodes} in {zone}"
                         raise self._error(what, exc, kind, zones=tried, cleaned=cleaned) from exc
                     log.warning("%s: no capacity in %s (%s); trying the next zone", self.name, zone, exc)
                     failures.append(f"{zone}: {exc}")
@@ -389,7 +404,9 @@ class LibcloudProvider(Provider):
 
     async def create(self, spec: ClusterSpec) -> list[NodeHandle]:
         """See `Provider.create`; on any failure or cancellation everything tagged with the pool is
-        destroyed (found by tag, so a node whose handle never came back is not forgotten), shielded."""
+        destroyed (found by tag, so a node whose handle never came back is not forgotten), shielded. The
+        pool is planned first, as a pool's start does: what the cloud does not sell is refused before any call."""
+        self.plan(spec)
         try:
             await self.prepare(spec)
             handles = await self.launch(spec, range(spec.nodes))

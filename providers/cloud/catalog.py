@@ -2,20 +2,27 @@
 
 The tables are generated at development time (`providers/cloud/data/generate.py`) and shipped with the
 package; nothing here calls a cloud. Accelerators are spelled "A100" (any count, the cheapest wins) or
-"A100:8" (exactly 8 per node); names compare case-insensitively.
+"A100:8" (exactly 8 per node); names compare case-insensitively and mean the same on every cloud
+(`same_model`: "A100" is any A100, "A100-80GB" only the 80 GB one).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from ..base import ProvisionError
 
-__all__ = ["InstanceInfo", "Choice", "parse_accelerator", "instance", "choose", "offered", "unpriced"]
+__all__ = ["InstanceInfo", "Choice", "parse_accelerator", "instance", "choose", "offered", "unpriced", "sold",
+           "boot_disk"]
+
+#: how a machine is bought: on demand, or spot (a table's ``machines`` say which a machine is sold with;
+#: a machine they do not list is sold both ways)
+ON_DEMAND, SPOT = "on-demand", "spot"
 
 #: Without any requirement a pool gets the cheapest machine with at least this much.
 DEFAULT_CPUS = 2.0
@@ -121,15 +128,41 @@ def instance(cloud: str, instance_type: str) -> InstanceInfo | None:
                         accelerators=count, arch=arch)
 
 
+def sold(cloud: str, instance_type: str) -> tuple[str, ...]:
+    """The consumption models the cloud sells `instance_type` with ("on-demand", "spot", "flex-start"), from
+    the table's ``machines`` (its source in the table's ``sources``); both on-demand and spot where unlisted."""
+    entry = _table(cloud).get("machines", {}).get(instance_type)
+    return tuple(entry["sold"]) if entry else (ON_DEMAND, SPOT)
+
+
+def boot_disk(cloud: str, instance_type: str) -> str | None:
+    """The boot disk type the table says `instance_type` takes, or None (the cloud's default will do)."""
+    entry = _table(cloud).get("machines", {}).get(instance_type)
+    return entry.get("disk") if entry else None
+
+
+def _model(spot: bool) -> str:
+    return SPOT if spot else ON_DEMAND
+
+
+def same_model(have: str | None, want: str) -> bool:
+    """Whether a machine's GPU `have` is what `want` names, the same on every cloud: the exact name, or
+    `want` with a memory size the bare name leaves open ("A100" is any A100, "A100-80GB" or the 40 GB
+    one; "A100-80GB" is only that; "H100" is not "H100-MEGA")."""
+    if not have:
+        return False
+    have, want = have.lower(), want.lower()
+    return have == want or (have.startswith(want + "-") and re.fullmatch(r"\d+gb", have[len(want) + 1:]) is not None)
+
+
 def offered(cloud: str, accelerator: str) -> dict[str, list[int]]:
     """Region -> the counts per node (sorted) in which its instance types offer this accelerator model."""
-    name = accelerator.lower()
     table = _table(cloud)
     found: dict[str, set[int]] = {}
     for region, types in sorted(table["regions"].items()):
         for itype in types:
             info = instance(cloud, itype)
-            if info and info.accelerator and info.accelerator.lower() == name:
+            if info and same_model(info.accelerator, accelerator):
                 found.setdefault(region, set()).add(info.accelerators)
     return {region: sorted(counts) for region, counts in found.items()}
 
@@ -157,11 +190,14 @@ def choose(cloud: str, region: str, *, accelerator: str | None = None, cpus: flo
         if problem:
             raise ProvisionError(f"{cloud}: instance_type {instance_type} does not satisfy the pool: {problem}",
                                  kind="unavailable")
+        if _model(spot) not in sold(cloud, instance_type):
+            raise ProvisionError(_not_sold(cloud, region, info, spot), kind="unavailable")
         return _choice(cloud, region, info, price, nodes, spot)
     if want_name is None:
         cpus = DEFAULT_CPUS if cpus is None else cpus
         memory_gb = DEFAULT_MEMORY_GB if memory_gb is None else memory_gb
     best: tuple[float, str] | None = None
+    unsold: list[tuple[float, str]] = []  # what would fit, were it sold the way the pool buys
     for itype, row in regional.items():
         price = row[0]
         info = instance(cloud, itype)
@@ -171,14 +207,39 @@ def choose(cloud: str, region: str, *, accelerator: str | None = None, cpus: flo
             continue
         if info.arch != "x86_64":  # the default images (and most wheels users pin) are x86_64
             continue
+        if _model(spot) not in sold(cloud, itype):  # not sold the way the pool buys (GCE's a3-highgpu-1g on demand)
+            unsold.append((price, itype))
+            continue
         if best is None or (price, itype) < best:
             best = (price, itype)
+    if best is None and unsold:
+        info = instance(cloud, min(unsold)[1])
+        assert info is not None
+        raise ProvisionError(_not_sold(cloud, region, info, spot), kind="unavailable")
     if best is None:
         raise ProvisionError(_nothing_fits(cloud, region, accelerator, want_name, cpus, memory_gb, exact),
                              kind="unavailable")
     info = instance(cloud, best[1])
     assert info is not None
     return _choice(cloud, region, info, regional[best[1]], nodes, spot)
+
+
+def _not_sold(cloud: str, region: str, info: InstanceInfo, spot: bool) -> str:
+    """Why `info` cannot be bought as asked, naming how it is sold and what can be bought instead."""
+    models = sold(cloud, info.instance_type)
+    text = (f"{cloud}: {info.instance_type} is not sold {_model(spot)} (only {', '.join(models)}): "
+            f"{'ask for spot' if SPOT in models else 'it cannot be bought here'}")
+    if info.accelerator:
+        alternatives = []
+        for itype, row in sorted(_table(cloud)["regions"].get(region, {}).items(), key=lambda kv: (kv[1][0] is None,
+                                                                                                    kv[1][0] or 0)):
+            other = instance(cloud, itype)
+            if (other and itype != info.instance_type and other.accelerator == info.accelerator
+                    and _model(spot) in sold(cloud, itype)):
+                alternatives.append(f"{itype} ({other.accelerators}x {other.accelerator})")
+        text += (f", or take {', '.join(alternatives[:4])} {_model(spot)} in {region}" if alternatives
+                 else f"; no {info.accelerator} machine in {region} is sold {_model(spot)}")
+    return text
 
 
 def unpriced(cloud: str, region: str, instance_type: str, *, nodes: int, spot: bool) -> Choice:
@@ -202,7 +263,7 @@ def _choice(cloud: str, region: str, info: InstanceInfo, price: list[Any], nodes
 def _unmet(info: InstanceInfo, name: str | None, count: int | None, cpus: float | None,
            memory_gb: float | None, exact: tuple[bool, bool] = (False, False)) -> str:
     if name is not None:
-        if (info.accelerator or "").lower() != name.lower():
+        if not same_model(info.accelerator, name):
             return f"it has {info.accelerator or 'no accelerator'}, not {name}"
         if count is not None and info.accelerators != count:
             return f"it has {info.accelerators} {info.accelerator}, not {count}"

@@ -40,6 +40,23 @@ DEFAULT_IMAGE = "ubuntu-22-04-x64"
 
 log = logging.getLogger(__name__)
 
+#: characters DigitalOcean takes in a tag (https://docs.digitalocean.com/reference/api/digitalocean/#tag/Tags:
+#: "Tags may contain letters, numbers, colons, dashes, and underscores", 255 at most) and in a droplet
+#: name (hostname rules: letters, digits, dots and dashes; #tag/Droplets, "Create a New Droplet")
+_TAG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:-_")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-")
+
+
+def _spelled(name: str, allowed: frozenset[str], limit: int) -> str:
+    """`name` as it is where only `allowed` characters fit; otherwise each other character becomes a dash and
+    a hash of the original is appended (two names never collide), cut to `limit` characters."""
+    if set(name) <= allowed and len(name) <= limit:
+        return name
+    import hashlib
+
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return "".join(c if c in allowed else "-" for c in name)[: limit - 9].strip("-.") + "-" + digest
+
 
 def gpu_image(size: str) -> str:
     """DigitalOcean's GPU base image for a GPU size (Ubuntu with the NVIDIA driver): one per GPU count."""
@@ -78,6 +95,7 @@ class DigitalOcean(LibcloudProvider):
     chooses = frozenset({"accelerator"})  # from the shipped table
     resource_options = {"region": "region", "instance_type": "size", "image_id": "image"}
     error_kinds = DO_ERRORS
+    retries_launch = True  # each droplet's create is retried on its own, idempotently (`_create`)
     state_map = {"pending": "provisioning", "running": "running", "stopped": "terminating"}
 
     def __init__(self, region: str = "nyc3", regions: Sequence[str] | None = None, size: str | None = None,
@@ -122,9 +140,19 @@ class DigitalOcean(LibcloudProvider):
 
     @staticmethod
     def tags(pool_id: str, index: int | None = None) -> list[str]:
-        """The droplet tags that say a droplet belongs to the pool (and which node it is)."""
-        tags = [f"skyhive-pool:{pool_id}"]
+        """The droplet tags that say a droplet belongs to the pool (and which node it is). DigitalOcean's
+        tags take letters, digits, colons, dashes and underscores (255 at most): a pool name with anything
+        else ("exp.1") is spelled with dashes and a short hash of the name, so two pools never share a tag;
+        the droplet's name keeps the original where it can (see `droplet_name`)."""
+        tags = [f"skyhive-pool:{_spelled(pool_id, _TAG_CHARS, 200)}"]
         return tags if index is None else [*tags, f"skyhive-node:{index}"]
+
+    @staticmethod
+    def droplet_name(pool_id: str, index: int) -> str:
+        """Node `index`'s droplet name: hostname rules (letters, digits, dots, dashes; a letter or digit at
+        both ends), so ``train_gpt2-1a2b3c`` (a task's pool) becomes ``skyhive-train-gpt2-1a2b3c-<hash>-0``;
+        its tag keeps the original (underscores are tag characters)."""
+        return f"skyhive-{_spelled(pool_id, _NAME_CHARS, 200)}-{index}"
 
     # ---- the blocking primitives -----------------------------------------------------------------------
 
@@ -197,7 +225,7 @@ class DigitalOcean(LibcloudProvider):
         tag = self.tags(pool_id)[0]
         inside = {"tags": [tag]}
         return {
-            "name": f"skyhive-{pool_id}", "tags": [tag],
+            "name": self.firewall_name(pool_id), "tags": [tag],
             "inbound_rules": [
                 {"protocol": "tcp", "ports": "22", "sources": {"addresses": [self.ssh_cidr]}},
                 {"protocol": "tcp", "ports": "all", "sources": inside},
@@ -210,7 +238,12 @@ class DigitalOcean(LibcloudProvider):
 
     def _firewall_ids(self, pool_id: str) -> list[str]:
         body = self.driver.connection.request("/v2/firewalls").object or {}
-        return [fw["id"] for fw in body.get("firewalls", []) if fw.get("name") == f"skyhive-{pool_id}"]
+        return [fw["id"] for fw in body.get("firewalls", []) if fw.get("name") == self.firewall_name(pool_id)]
+
+    @staticmethod
+    def firewall_name(pool_id: str) -> str:
+        """The pool's firewall name (letters, digits, dots and dashes, as a droplet name)."""
+        return f"skyhive-{_spelled(pool_id, _NAME_CHARS, 200)}"
 
     def create_request(self, spec: ClusterSpec, index: int) -> dict[str, Any]:
         """`create_node`'s `ex_create_attr` for node `index` (what is sent besides name/size/image/region)."""
@@ -220,16 +253,39 @@ class DigitalOcean(LibcloudProvider):
         return {"tags": self.tags(spec.pool_id, index), "ssh_keys": [key.fingerprint], "private_networking": True}
 
     def launch_sync(self, spec: ClusterSpec, nodes: Sequence[int], zone: str) -> list[NodeHandle]:
+        return [self._create(spec, i, zone) for i in nodes]
+
+    def _create(self, spec: ClusterSpec, index: int, region_slug: str) -> NodeHandle:
+        """Create node `index`'s droplet, idempotently: only this create is retried (429 and 5xx, with the
+        `retry` backoff), and before each retry the droplet is looked for by its tags — a create that went
+        through although its answer was lost is adopted, never made twice (an extra droplet would be billed
+        for the pool's life)."""
         from libcloud.compute.base import NodeImage, NodeLocation, NodeSize
 
         slug = self.droplet_size(spec)
         size = NodeSize(slug, slug, 0, 0, 0, 0, self.driver)
         image = NodeImage(self.image_for(spec), self.image_for(spec), self.driver)
-        region = NodeLocation(zone, zone, "", self.driver)
-        return [self._handle(self.driver.create_node(f"skyhive-{spec.pool_id}-{i}", size, image, region,
-                                                     ex_create_attr=self.create_request(spec, i),
-                                                     ex_user_data=BOOT_SCRIPT),  # cloud-init: uv at boot
-                             spec.pool_id, launched_at=time.time()) for i in nodes]
+        region = NodeLocation(region_slug, region_slug, "", self.driver)
+        delays = self.retry.delays()
+        for attempt in range(len(delays) + 1):
+            if attempt:
+                found = [h for h in self.list_sync(spec.pool_id) if h.node == index]
+                if found:
+                    log.info("digitalocean: pool %s: node %s was created by an earlier try; adopted",
+                             spec.pool_id, index)
+                    return found[0]
+            try:
+                node = self.driver.create_node(self.droplet_name(spec.pool_id, index), size, image, region,
+                                               ex_create_attr=self.create_request(spec, index),
+                                               ex_user_data=BOOT_SCRIPT)  # cloud-init: uv at boot
+                return self._handle(node, spec.pool_id, launched_at=time.time())
+            except Exception as exc:
+                if attempt == len(delays) or not self.is_transient(exc):
+                    raise
+                log.info("digitalocean: pool %s: creating node %s failed transiently (%s); retrying that call "
+                         "in %.1f s", spec.pool_id, index, exc, delays[attempt])
+                time.sleep(delays[attempt])
+        raise AssertionError("unreachable")
 
     def list_sync(self, pool_id: str, states: Sequence[str] | None = ACTIVE_STATES) -> list[NodeHandle]:
         tag = self.tags(pool_id)[0]

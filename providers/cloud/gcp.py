@@ -15,6 +15,10 @@ What GCE requires, and what is sent for it (each checked by the fake in ``tests/
   (installed at first boot on ``install-nvidia-driver: True``).
 - A machine with GPUs (A2/A3/A4/G2, or an N1 with ``guestAccelerators``) cannot live-migrate:
   ``onHostMaintenance: TERMINATE``. Spot is ``provisioningModel: SPOT`` (deleted on preemption).
+- The boot disk's type per machine series (``pd-balanced``; ``hyperdisk-balanced`` for A3 Mega/Ultra and A4),
+  and only the consumption models a machine is sold with (a3-highgpu-1g/2g/4g: spot, not on demand): both
+  from the table's ``machines`` (generate.py's ``GCP_SERIES``, with its source pages). GCE's default disk,
+  ``pd-standard``, is refused by G2, A3 and A4 machines.
 - Zones: from the machine table (the zones whose catalog rows offer the machine) or, for a machine not
   in it, from the region's own list; all are tried, and a zone GCE does not know is skipped.
 
@@ -45,8 +49,12 @@ __all__ = ["GCP", "GCE_ERRORS", "GCE_STATES"]
 #: The machine of a pool that names no `machine_type`.
 DEFAULT_MACHINE_TYPE = "e2-standard-2"
 DEFAULT_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
-#: Google's deep-learning base image (CUDA, the NVIDIA driver installed at first boot), for GPU machines
-DEFAULT_GPU_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11-py310"
+#: Google's deep-learning base image (CUDA 12.8, NVIDIA driver 570, Ubuntu 22.04), for GPU machines: a family
+#: of https://cloud.google.com/deep-learning-vm/docs/images (the Debian 11 families are past their end of life)
+DEFAULT_GPU_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu128-ubuntu-2204-nvidia-570"
+#: the boot disk of a machine the table does not list (every Persistent Disk machine takes it; GCE's own
+#: default, pd-standard, is refused by G2, A3 and A4 machines)
+DEFAULT_DISK_TYPE = "pd-balanced"
 #: public image projects by a bare family name's prefix (`image="debian-12"`)
 _IMAGE_PROJECTS = {"ubuntu": "ubuntu-os-cloud", "debian": "debian-cloud", "rocky": "rocky-linux-cloud",
                    "common-cu": "deeplearning-platform-release"}
@@ -57,6 +65,8 @@ N1_ACCELERATORS = {"T4": "nvidia-tesla-t4", "V100": "nvidia-tesla-v100", "P100":
 log = logging.getLogger(__name__)
 
 POOL_LABEL = "skyhive-pool"
+#: a pool's tag leaves room for ``-internal`` (its second firewall rule) and ``-<index>`` in 63 characters
+MAX_TAG = 54
 NODE_LABEL = "skyhive-node"
 
 #: GCE error codes (the API's `reason`/`code` strings) -> what they mean for provisioning.
@@ -114,6 +124,7 @@ class GCP(LibcloudProvider):
                         "disk_size": "disk_gb", "volumes": "volumes"}
     error_kinds = GCE_ERRORS
     state_map = GCE_STATES
+    retries_launch = True  # each insert is retried on its own, idempotently (`_insert`)
 
     def __init__(self, project: str | None = None, region: str = "us-central1", zones: Sequence[str] | None = None,
                  machine_type: str | None = None, spot: bool = False, image: str | None = None,
@@ -165,8 +176,17 @@ class GCP(LibcloudProvider):
 
     @staticmethod
     def tag(pool_id: str) -> str:
-        """The pool's network tag and firewall rule name (GCE names: lower case, digits, dashes)."""
-        return "skyhive-" + "".join(c if c.isalnum() else "-" for c in pool_id.lower())
+        """The pool's network tag and firewall rule name (GCE names, RFC 1035: lower case, digits, dashes,
+        63 characters at most, a letter or digit last). A pool name too long for a node's name
+        (``<tag>-<index>``) or ending in a dash is cut and given a short hash of the name; the original name
+        is kept in each instance's metadata (``skyhive-pool-name``)."""
+        spelled = "skyhive-" + "".join(c if c.isascii() and c.isalnum() else "-" for c in pool_id.lower())
+        if len(spelled) <= MAX_TAG and not spelled.endswith("-"):
+            return spelled
+        import hashlib
+
+        digest = hashlib.sha256(pool_id.encode()).hexdigest()[:8]
+        return spelled[: MAX_TAG - 9].rstrip("-") + "-" + digest
 
     # ---- the machine ------------------------------------------------------------------------------------
 
@@ -207,6 +227,10 @@ class GCP(LibcloudProvider):
             return N1_ACCELERATORS[model], int(count)
         info = catalog.instance("gcp", machine)
         return None, (info.accelerators if info else (1 if spec.accelerator else 0))
+
+    def disk_type(self, spec: ClusterSpec) -> str:
+        """The boot disk type of `spec`'s machine (from the table's ``machines``, whose source it records)."""
+        return catalog.boot_disk("gcp", self.choice(spec).instance_type) or DEFAULT_DISK_TYPE
 
     def image_path(self, gpu: bool) -> str:
         """The ``sourceImage`` sent: `image` as a path, a bare name as a public family, or the default."""
@@ -268,7 +292,8 @@ class GCP(LibcloudProvider):
         if self.subnetwork:
             nic["subnetwork"] = f"regions/{self.region}/subnetworks/{self.subnetwork}"
         metadata = [{"key": "ssh-keys", "value": f"{self.ssh_user}:{public} {self.ssh_user}"},
-                    {"key": "enable-oslogin", "value": "FALSE"}, {"key": "startup-script", "value": BOOT_SCRIPT}]
+                    {"key": "enable-oslogin", "value": "FALSE"}, {"key": "startup-script", "value": BOOT_SCRIPT},
+                    {"key": "skyhive-pool-name", "value": spec.pool_id}]
         if gpus:
             metadata.append({"key": "install-nvidia-driver", "value": "True"})
         body: dict[str, Any] = {
@@ -279,7 +304,8 @@ class GCP(LibcloudProvider):
             "tags": {"items": [self.tag(spec.pool_id)]},
             "metadata": {"items": metadata},
             "disks": [{"boot": True, "autoDelete": True, "initializeParams": {
-                "sourceImage": self.image_path(bool(gpus)), "diskSizeGb": str(self.disk_gb)}}],
+                "sourceImage": self.image_path(bool(gpus)), "diskSizeGb": str(self.disk_gb),
+                "diskType": f"zones/{zone}/diskTypes/{self.disk_type(spec)}"}}],
             "networkInterfaces": [nic],
             "scheduling": scheduling,
         }
@@ -298,15 +324,46 @@ class GCP(LibcloudProvider):
                 raise CloudAPIError("zoneNotFound", f"zone {zone} does not exist for project "
                                     f"{self.client.project}; skipped", 404) from exc
             raise
-        handles = []
         if 0 in nodes and self.volumes:
             gcp_volumes.ensure(self, zone)  # the head node's disks, made in its zone where missing
-        for i in nodes:
-            body = self.create_request(spec, i, zone)
-            self.client.wait(self.client.request("POST", f"zones/{zone}/instances", body))
-            instance = self.client.request("GET", f"zones/{zone}/instances/{body['name']}")
-            handles.append(self._handle(instance, spec.pool_id, launched_at=time.time()))
-        return handles
+        return [self._handle(self._insert(spec, i, zone), spec.pool_id, launched_at=time.time()) for i in nodes]
+
+    def _insert(self, spec: ClusterSpec, index: int, zone: str) -> dict[str, Any]:
+        """Create node `index` in `zone`, idempotently: only this insert is retried (transient errors, with
+        the `retry` backoff), and before each retry — and on ``alreadyExists`` — the node is looked for by its
+        name (which skyhive chose): one whose insert went through although its answer was lost is adopted,
+        never created twice, and the rest of the launch is not re-run. The instance as GCE lists it."""
+        body = self.create_request(spec, index, zone)
+        path = f"zones/{zone}/instances"
+        delays = self.retry.delays()
+        for attempt in range(len(delays) + 1):
+            if attempt and self._ours(zone, body["name"], spec.pool_id) is not None:
+                log.info("gcp: pool %s: node %s was created by an earlier try; adopted", spec.pool_id, index)
+                break
+            try:
+                self.client.wait(self.client.request("POST", path, body))
+                break
+            except CloudAPIError as exc:
+                if exc.code == "alreadyExists" and self._ours(zone, body["name"], spec.pool_id) is not None:
+                    break
+                if attempt == len(delays) or not self.is_transient(exc):
+                    raise
+                log.info("gcp: pool %s: creating node %s failed transiently (%s); retrying that call in %.1f s",
+                         spec.pool_id, index, exc, delays[attempt])
+                time.sleep(delays[attempt])
+        return self.client.request("GET", f"{path}/{body['name']}")
+
+    def _ours(self, zone: str, name: str, pool_id: str) -> dict[str, Any] | None:
+        """The instance `name` in `zone` when it is this pool's (by its label), else None."""
+        try:
+            instance = self.client.request("GET", f"zones/{zone}/instances/{name}")
+        except CloudAPIError as exc:
+            if self.classify(exc) is ErrorKind.NOT_FOUND:
+                return None
+            raise
+        label = self.tag(pool_id).removeprefix("skyhive-")
+        alive = str(instance.get("status") or "").upper() in ("PROVISIONING", "STAGING", "RUNNING")
+        return instance if alive and (instance.get("labels") or {}).get(POOL_LABEL) == label else None
 
     def list_sync(self, pool_id: str, states: Sequence[str] | None = ACTIVE_STATES) -> list[NodeHandle]:
         label = self.tag(pool_id).removeprefix("skyhive-")

@@ -31,15 +31,40 @@ def credentials() -> dict[str, str | None]:
     aws_file = Path(os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or Path.home() / ".aws" / "credentials")
     found["aws"] = ("AWS_ACCESS_KEY_ID" if os.environ.get("AWS_ACCESS_KEY_ID")
                     else f"AWS_PROFILE {os.environ['AWS_PROFILE']}" if os.environ.get("AWS_PROFILE")
-                    else str(aws_file) if aws_file.is_file() else None)
+                    else str(aws_file) if aws_file.is_file() else _aws_config_profile())
     from .gce_api import credentials_file
 
     gcp = credentials_file()
     found["gcp"] = str(gcp) if gcp is not None and gcp.is_file() else None
-    azure = ("AZURE_TENANT_ID", "AZURE_SUBSCRIPTION_ID", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET")
-    found["azure"] = "AZURE_* (a service principal)" if all(os.environ.get(n) for n in azure) else None
+    from .azure_credentials import cli_login, service_principal
+
+    cli = cli_login()
+    found["azure"] = ("AZURE_* (a service principal)" if service_principal() is not None
+                      else f"the Azure CLI's login ({cli})" if cli else None)
     found["digitalocean"] = "DIGITALOCEAN_ACCESS_TOKEN" if os.environ.get("DIGITALOCEAN_ACCESS_TOKEN") else None
     return found
+
+
+#: settings of a profile in ~/.aws/config that give credentials without ~/.aws/credentials (SSO, an
+#: assumed role, web identity, a credential process, or keys in the config file itself)
+_AWS_CONFIG_KEYS = ("sso_session", "sso_start_url", "credential_process", "role_arn", "web_identity_token_file",
+                    "aws_access_key_id")
+
+
+def _aws_config_profile() -> str | None:
+    """Where the default profile of the AWS config file (``AWS_CONFIG_FILE``, else ``~/.aws/config``) gives
+    credentials — an SSO-only user has no credentials file — or None (nothing is asked online)."""
+    import configparser
+
+    path = Path(os.environ.get("AWS_CONFIG_FILE") or Path.home() / ".aws" / "config")
+    parser = configparser.RawConfigParser()
+    try:
+        parser.read(path)
+    except (OSError, configparser.Error):
+        return None
+    if parser.has_section("default") and any(parser.has_option("default", k) for k in _AWS_CONFIG_KEYS):
+        return f"{path} [default]"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,6 +136,11 @@ async def _staged_bootstrap(ctx: Any, node: int, transport: _StagedTransport) ->
 register_transport("staged-local", _staged_transport, bootstrap=_staged_bootstrap)
 
 
+#: the HTTP status EC2 answers an error code with (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html:
+#: client errors 400, AuthFailure 401, UnauthorizedOperation 403, server errors 500); others: 400
+EC2_STATUS = {"AuthFailure": 401, "UnauthorizedOperation": 403, "InternalError": 500}
+
+
 class FaultInjectingFakeDriver:
     """FAKE: the real libcloud EC2 driver (talking to moto) with injected errors on `run_instances` (one
     RunInstances call per zone attempt, for every node still missing).
@@ -181,7 +186,7 @@ class FaultInjectingFakeDriver:
             if self.faults.get(key):
                 code = self.faults[key].pop(0)
                 if code is not None:
-                    raise CloudAPIError(code, f"injected by the test in {zone}", 500 if code == "InternalError" else 400)
+                    raise CloudAPIError(code, f"injected by the test in {zone}", EC2_STATUS.get(code, 400))
                 break
         if self.on_create is not None:
             self.on_create()

@@ -13,14 +13,24 @@ and answers as ARM does, rule by rule; each rule names the reference it encodes:
   address without ``sku`` defaults to Basic and is refused. Standard needs static allocation.
 - A3 sizes: a size is offered only in the regions the catalog lists it in (SkuNotAvailable otherwise),
   and a size that boots Hyper-V generation 2 only refuses a generation-1 image
-  (https://learn.microsoft.com/azure/virtual-machines/generation-2).
+  (https://learn.microsoft.com/azure/virtual-machines/generation-2). Sizes, regions and generations come
+  from ``tests/cloud/catalogs/azure_gap.csv`` (a copy of shared/catalogs), never from skyhive's table.
+- A8 retired sizes are refused (issue 38): NCv3 retired on 2025-09-30
+  (https://learn.microsoft.com/azure/virtual-machines/sizes/retirement/ncv3-series-retirement).
 - A4 asynchronous deletes: deleting a resource group answers 202 and the group is still found
   ("Deleting") for `group_delete_lag` reads; a VM's delete, by contrast, completes at once here (the case
   where the pool's young nodes must not block teardown).
-- A6 availability zones are "1", "2", "3" (a VM's ``zones``); a full zone answers ZonalAllocationFailed
+- A6 availability zones are "1", "2", "3" (a VM's ``zones``)
   (https://learn.microsoft.com/azure/reliability/availability-zones-overview).
+- A7 a VM is created asynchronously (issue 38): the PUT answers 201 with provisioningState ``Creating``;
+  the state moves on only after `create_polls` reads (model or instance view), to ``Succeeded`` (instance
+  view ``PowerState/running``), or, in a zone of `full_zones` (``None`` in it: a VM without a zone), to
+  ``Failed`` with instance-view status ``ProvisioningState/failed/ZonalAllocationFailed`` (or
+  ``AllocationFailed``) — the capacity error arrives *after* the 201
+  (https://learn.microsoft.com/azure/virtual-machines/states-billing, provisioning states;
+  https://learn.microsoft.com/troubleshoot/azure/virtual-machines/windows/allocation-failure).
 - A5 every management call needs a bearer token the token endpoint issued (client-credentials grant).
-- A7 managed disks (https://learn.microsoft.com/rest/api/compute/disks): a VM's ``dataDisks`` entry with
+- A9 managed disks (https://learn.microsoft.com/rest/api/compute/disks): a VM's ``dataDisks`` entry with
   ``createOption: Attach`` names an existing disk (404 NotFound otherwise) that no other VM holds (its
   ``managedBy``; 409 OperationNotAllowed "already attached"); deleting a VM — or its resource group —
   detaches its data disks whose ``deleteOption`` is Detach (the default) and deletes those marked Delete
@@ -30,11 +40,28 @@ and answers as ARM does, rule by rule; each rule names the reference it encodes:
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+def _catalog() -> tuple[dict[str, set[str]], dict[str, str]]:
+    """(size -> regions, size -> Hyper-V generations) from tests/cloud/catalogs/azure_gap.csv."""
+    sizes: dict[str, set[str]] = {}
+    generations: dict[str, str] = {}
+    with (Path(__file__).parent / "catalogs" / "azure_gap.csv").open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            sizes.setdefault(row["InstanceType"], set()).add(row["Region"])
+            generations[row["InstanceType"]] = row["Generation"].replace(" ", "")
+    return sizes, generations
+
+
+SIZES, GENERATIONS = _catalog()
+#: A8: retired sizes (the page in the module docstring)
+RETIRED = {size: "NCv3 retired on 2025-09-30" for size in ("Standard_NC6s_v3", "Standard_NC12s_v3",
+                                                          "Standard_NC24s_v3", "Standard_NC24rs_v3")}
 GEN1_SKUS = {"22_04-lts"}  # Canonical's generation-1 Ubuntu 22.04 SKU; "-gen2" SKUs are generation 2
 
 
@@ -55,7 +82,9 @@ class FakeARM:
         self._deleting: dict[str, int] = {}
         self.tokens: set[str] = set()
         self.refused: list[str] = []
-        self.full_zones: set[str] = set()  # availability zones that answer ZonalAllocationFailed
+        self.full_zones: set[str | None] = set()  # zones (None: no zone) whose VMs fail allocation after the 201
+        self.create_polls = 2  # reads of a new VM before its provisioning state leaves Creating (A7)
+        self.failed: list[str] = []  # every allocation failure reported (A7)
         self._ids = itertools.count(1)
 
     def answer(self, method: str, url: str, headers: Any, body: bytes | None) -> tuple[int, Any]:
@@ -106,10 +135,10 @@ class FakeARM:
                 self._deleting.setdefault(group, self.group_delete_lag)  # asked again: the same deletion
                 for k in [k for k in self.resources if k == group or k.startswith(group + "/")]:
                     if k != group:
-                        self._release_disks(k)  # A7
+                        self._release_disks(k)  # A9
                         self.resources.pop(k, None)
                 return 202, None
-            if "/disks/" in key and self.resources.get(key, {}).get("managedBy"):  # A7
+            if "/disks/" in key and self.resources.get(key, {}).get("managedBy"):  # A9
                 return _error(409, "OperationNotAllowed", f"Disk {parts[-1]} is attached to VM "
                                                           f"{self.resources[key]['managedBy']}.")
             gone = [k for k in self.resources if k == key or k.startswith(key + "/")]
@@ -139,17 +168,19 @@ class FakeARM:
             vm = self.resources.get(key.removesuffix("/instanceview"))
             if vm is None:
                 return _error(404, "ResourceNotFound", f"The Resource '{path}' was not found.")
-            return 200, {"statuses": [{"code": "ProvisioningState/succeeded"}, {"code": f"PowerState/{vm['_power']}"}]}
+            return 200, {"statuses": self._vm_statuses(vm)}
         if key in self.resources:
+            if "/virtualmachines/" in key:
+                self._advance(self.resources[key])
             return 200, self._public(self.resources[key])
         if len(parts) == 8:  # a collection: /subscriptions/S/resourceGroups/G/providers/<ns>/<type>
-            items = [self._public(v) for k, v in self.resources.items()
+            items = [self._public(self._advance(v)) for k, v in self.resources.items()
                      if k.startswith(key + "/") and k.count("/") == key.count("/") + 1]
             return 200, {"value": items}
         return _error(404, "ResourceNotFound", f"The Resource '{path}' was not found.")
 
     def _release_disks(self, key: str) -> None:
-        """A7: a VM that goes lets go of its data disks (Detach) or takes them along (Delete)."""
+        """A9: a VM that goes lets go of its data disks (Detach) or takes them along (Delete)."""
         vm = self.resources.get(key)
         if vm is None or "/virtualmachines/" not in key:
             return
@@ -161,30 +192,58 @@ class FakeARM:
                 else:
                     self.resources[disk_key].pop("managedBy", None)
 
+    def _advance(self, stored: dict) -> dict:
+        """One read of a resource: a VM being created moves on after `create_polls` reads (A7)."""
+        if "_reads" not in stored or stored["properties"].get("provisioningState") != "Creating":
+            return stored
+        stored["_reads"] -= 1
+        if stored["_reads"] > 0:
+            return stored
+        zones = stored.get("zones") or [None]
+        if zones[0] in self.full_zones:
+            code = "ZonalAllocationFailed" if zones[0] else "AllocationFailed"
+            message = (f"Allocation failed. We do not have sufficient capacity for the requested VM size in "
+                       f"{'zone ' + repr(zones[0]) if zones[0] else 'this region'}. Read more about improving "
+                       f"likelihood of allocation success at http://aka.ms/allocation-guidance")
+            stored["properties"]["provisioningState"] = "Failed"
+            stored["_failure"] = (code, message)
+            self.failed.append(message)
+        else:
+            stored["properties"]["provisioningState"] = "Succeeded"
+            stored["_power"] = "running"
+        return stored
+
+    def _vm_statuses(self, vm: dict) -> list[dict]:
+        self._advance(vm)
+        state = vm["properties"]["provisioningState"]
+        if state == "Failed":
+            code, message = vm["_failure"]
+            return [{"code": f"ProvisioningState/failed/{code}", "level": "Error",
+                     "displayStatus": "Provisioning failed", "message": message}]
+        if state == "Creating":
+            return [{"code": "ProvisioningState/creating", "level": "Info", "displayStatus": "Creating"}]
+        return [{"code": "ProvisioningState/succeeded"}, {"code": f"PowerState/{vm['_power']}"}]
+
     def _public(self, stored: dict) -> dict:
         """A resource as ARM shows it: a VM's model without its instance view (A1)."""
         return {k: v for k, v in stored.items() if not k.startswith("_")}
 
     def _put_vm(self, path: str, key: str, data: dict) -> tuple[int, Any]:
-        from skyhive.providers.cloud import catalog
-
         props = data.get("properties") or {}
         size = (props.get("hardwareProfile") or {}).get("vmSize", "")
         region = data.get("location", "")
-        table = catalog._table("azure")
-        if size.startswith("Standard_N") and size not in table["regions"].get(region, {}):  # A3
+        if size in RETIRED:  # A8
+            return _error(409, "SkuNotAvailable", f"The requested VM size {size} has been retired: {RETIRED[size]}")
+        if size.startswith("Standard_N") and region not in SIZES.get(size, ()):  # A3
             return _error(409, "SkuNotAvailable", f"The requested VM size {size} is not available in location "
                                                   f"'{region}'.")
         sku = ((props.get("storageProfile") or {}).get("imageReference") or {}).get("sku", "")
-        if table.get("generations", {}).get(size) == "V2" and sku in GEN1_SKUS:  # A3
+        if GENERATIONS.get(size) == "V2" and sku in GEN1_SKUS:  # A3
             return _error(400, "BadRequest", f"The selected VM size '{size}' cannot boot Hypervisor Generation "
                                              f"'1'. Use an image of generation 2.")
         for zone in data.get("zones") or []:  # A6
             if zone not in ("1", "2", "3"):
                 return _error(400, "InvalidParameter", f"The zone(s) '{zone}' for resource '{path}' is not supported.")
-            if zone in self.full_zones:
-                return _error(409, "ZonalAllocationFailed", f"Allocation failed. We do not have sufficient capacity "
-                                                            f"for the requested VM size in zone '{zone}'.")
         nics = (props.get("networkProfile") or {}).get("networkInterfaceConfigurations") or []
         for nic in nics:
             for conf in nic["properties"]["ipConfigurations"]:
@@ -200,7 +259,7 @@ class FakeARM:
                                   "Standard sku publicIp must have AllocationMethod set to Static.")
         attach = [str((d.get("managedDisk") or {}).get("id", "")) for d in
                   (props.get("storageProfile") or {}).get("dataDisks") or [] if d.get("createOption") == "Attach"]
-        for disk in attach:  # A7
+        for disk in attach:  # A9
             held = self.resources.get(disk.lower())
             if held is None:
                 return _error(404, "NotFound", f"Disk {disk.rsplit('/', 1)[-1]} is not found.")
@@ -217,7 +276,7 @@ class FakeARM:
         nic = f"{group}/providers/Microsoft.Network/networkInterfaces/{name}-nic"
         self.resources[nic.lower()] = {"id": nic, "properties": {"virtualMachine": {"id": path}, "ipConfigurations": [
             {"properties": {"privateIPAddress": f"10.42.0.{n % 250 + 4}", "publicIPAddress": {"id": ip}}}]}}
-        stored = {"id": path, "name": name, **data, "_power": "running"}
-        stored["properties"] = {**props, "provisioningState": "Succeeded"}
+        stored = {"id": path, "name": name, **data, "_power": "starting", "_reads": self.create_polls}
+        stored["properties"] = {**props, "provisioningState": "Creating"}  # A7
         self.resources[key] = stored
         return 201, self._public(stored)

@@ -14,16 +14,34 @@ memory and refuses what the API refuses, rule by rule; each rule names the refer
   ``gpu-h100x8-base``); a GPU size needs a GPU image (GPU Droplets are created from the AI/ML-ready images).
 - D4 ``ssh_keys`` must name keys of the account (id or fingerprint); 422 otherwise.
 - D5 every call needs the bearer token (401 ``unauthorized``).
+- D6 droplet names follow hostname rules (letters, digits, dots, dashes; a letter or digit at both ends):
+  422 otherwise ("Create a New Droplet", ``name``; issue 38).
+- D7 tag names: letters, digits, colons, dashes and underscores, 255 at most ("Create a New Tag",
+  https://docs.digitalocean.com/reference/api/digitalocean/#tag/Tags/operation/tags_create; a droplet's
+  ``tags`` likewise): 422 otherwise (issue 38). Firewall names: letters, digits, dots and dashes
+  ("Create a New Firewall", ``name``).
+- D8 rate limits and server errors (issue 38): `create_faults` maps the n-th droplet create (1-based) to
+  (HTTP status, created): 429 ``too_many_requests`` creates nothing
+  (https://docs.digitalocean.com/reference/api/digitalocean/#section/Introduction/Rate-Limit); a 5xx with
+  created=True has made the droplet although the answer is an error. `peak`: most droplets alive at once.
+- Sizes and their regions come from ``tests/cloud/catalogs/do.csv`` (a copy of shared/catalogs), never
+  from skyhive's own table.
 - Droplets are ``new`` when created and ``active`` (with a public and a private address) at the next read.
 """
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
+import re
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
+HOSTNAME = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$")  # D6
+TAG = re.compile(r"^[a-zA-Z0-9:_-]{1,255}$")  # D7
+FIREWALL_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9.-]*$")  # D7
 IMAGES = {"ubuntu-22-04-x64", "ubuntu-24-04-x64", "gpu-h100x1-base", "gpu-h100x8-base"}
 
 
@@ -37,9 +55,10 @@ class FakeDO:
     hosts = ("api.digitalocean.com",)
 
     def __init__(self, token: str = "dop_v1_fake") -> None:
-        from skyhive.providers.cloud import catalog
-
         self.token = token
+        self.create_faults: dict[int, tuple[int, bool]] = {}  # D8
+        self.create_calls = 0
+        self.peak = 0
         self.keys: dict[int, dict] = {}
         self.tags: set[str] = set()
         self.firewalls: dict[str, dict] = {}
@@ -48,12 +67,13 @@ class FakeDO:
         self.refused: list[str] = []
         self.requests: list[tuple[str, str]] = []
         self._ids = itertools.count(3164494)
-        table = catalog._table("digitalocean")
         self.size_regions: dict[str, set[str]] = {}
-        for region, sizes in table["regions"].items():
-            for size in sizes:
-                self.size_regions.setdefault(size, set()).add(region)
-        self.gpu_sizes = {t for t, row in table["types"].items() if row[3]}
+        self.gpu_sizes: set[str] = set()
+        with (Path(__file__).parent / "catalogs" / "do.csv").open(newline="") as fh:
+            for row in csv.DictReader(fh):
+                self.size_regions.setdefault(row["InstanceType"], set()).add(row["Region"])
+                if row["AcceleratorName"]:
+                    self.gpu_sizes.add(row["InstanceType"])
 
     def answer(self, method: str, url: str, headers: Any, body: bytes | None) -> tuple[int, Any]:
         if headers.get("Authorization") != f"Bearer {self.token}":  # D5
@@ -85,6 +105,9 @@ class FakeDO:
                     return _error(404, "not_found", "The resource you were accessing could not be found.")
                 return 204, None
             case ("POST", ["v2", "tags"]):
+                if not TAG.match(data.get("name", "")):  # D7
+                    return _error(422, "unprocessable_entity", f"tag name {data.get('name')!r}: tags may contain "
+                                                               f"letters, numbers, colons, dashes, and underscores")
                 self.tags.add(data["name"])
                 return 201, {"tag": {"name": data["name"]}}
             case ("DELETE", ["v2", "tags", name]):
@@ -114,6 +137,8 @@ class FakeDO:
         return _error(400, "bad_request", f"FAKE DigitalOcean does not implement {method} /{'/'.join(parts)}")
 
     def _firewall(self, data: dict) -> tuple[int, Any]:
+        if not FIREWALL_NAME.match(data.get("name", "")):  # D7
+            return _error(422, "unprocessable_entity", f"name {data.get('name')!r} is invalid")
         named = list(data.get("tags") or [])
         for rule in data.get("inbound_rules") or []:
             named += (rule.get("sources") or {}).get("tags") or []
@@ -128,6 +153,23 @@ class FakeDO:
 
     def _droplet(self, data: dict) -> tuple[int, Any]:
         self.created.append(data)
+        self.create_calls += 1
+        fault = self.create_faults.get(self.create_calls)  # D8
+        if fault is not None:
+            status, created = fault
+            if created:
+                self._droplet_checked(data)
+            return _error(status, "too_many_requests" if status == 429 else "server_error",
+                          f"FAKE DigitalOcean: injected {status} at create #{self.create_calls}")
+        return self._droplet_checked(data)
+
+    def _droplet_checked(self, data: dict) -> tuple[int, Any]:
+        if not HOSTNAME.match(str(data.get("name", ""))):  # D6
+            return _error(422, "unprocessable_entity", f"{data.get('name')!r} is not a valid hostname")
+        bad = [t for t in data.get("tags") or [] if not TAG.match(t)]
+        if bad:  # D7
+            return _error(422, "unprocessable_entity", f"tag name {bad[0]!r}: tags may contain letters, numbers, "
+                                                       f"colons, dashes, and underscores")
         size, region, image = data.get("size"), data.get("region"), data.get("image")
         if size in self.size_regions and region not in self.size_regions[size]:  # D2
             return _error(422, "unprocessable_entity", f"Size is not available in this region ({size} in {region}).")
@@ -149,6 +191,7 @@ class FakeDO:
                    "size_slug": size, "networks": {"v4": [], "v6": []}, "region": {"name": region, "slug": region},
                    "tags": list(data.get("tags") or []), "user_data": data.get("user_data")}
         self.droplets[n] = droplet
+        self.peak = max(self.peak, len(self.droplets))
         return 202, {"droplet": droplet}
 
     def _advance(self, droplet: dict) -> None:

@@ -11,7 +11,8 @@ refuses what GCE refuses, rule by rule; each rule names the reference it encodes
   us-east1 has b, c, d; us-central1 a, b, c, f).
 - G3 machine types and accelerator types exist per zone (machineTypes/acceleratorTypes are zonal
   resources; https://cloud.google.com/compute/docs/gpus/gpu-regions-zones). Which zone offers which GPU
-  machine is taken from the shipped catalog (its rows are per zone).
+  machine is taken from ``tests/cloud/catalogs/gcp_gpu.csv`` (a copy of shared/catalogs, rows per zone),
+  never from skyhive's own table.
 - G4 GPUs cannot live-migrate: an instance with guestAccelerators, or an accelerator-optimized machine
   (A2/A3/A4/G2), needs ``scheduling.onHostMaintenance: TERMINATE`` (default MIGRATE) — 400
   "Instances with guest accelerators do not support live migration"
@@ -24,9 +25,32 @@ refuses what GCE refuses, rule by rule; each rule names the reference it encodes
 - G8 names: RFC 1035 (``[a-z]([-a-z0-9]{0,61}[a-z0-9])?``); label values lower case; duplicates 409.
 - G9 every compute call needs a bearer token the token endpoint issued; the token endpoint checks a
   service account's signed JWT (RFC 7523) or a user's refresh token (RFC 6749 §6).
+- G10 boot disk types (issue 38): ``initializeParams.diskType`` defaults to ``pd-standard`` when absent
+  (https://cloud.google.com/compute/docs/reference/rest/v1/instances/insert, ``diskType``); each machine
+  series takes only the types of `DISK_TYPES` — G2 no pd-standard; A3 Mega/Ultra and A4 Hyperdisk only
+  (https://cloud.google.com/compute/docs/accelerator-optimized-machines, "Supported disk types" per
+  series) — else 400 ``badRequest`` naming the type.
+- G11 consumption models (issue 38): a3-highgpu-1g/2g/4g, A3 Ultra and A4 are not sold on the STANDARD
+  model (Spot, Flex-start or reservations only: https://cloud.google.com/compute/docs/accelerator-optimized-machines,
+  and https://cloud.google.com/compute/docs/instances/provisioning-models) — else 400 ``badRequest``.
+- G12 image families that are deprecated answer 404: the Debian 11 deep-learning families are gone
+  (https://cloud.google.com/deep-learning-vm/docs/images lists the current ``common-cu128-ubuntu-2204-nvidia-570``).
+- G13 operations take time (issue 38): an insert or delete operation answers RUNNING, and is RUNNING at
+  its first poll too; DONE from the second (zoneOperations.get:
+  https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/get; operation ``status`` is
+  PENDING, RUNNING or DONE).
+- G14 deletes pass through STOPPING (issue 38): a deleted instance is listed ``STOPPING`` at the next read,
+  gone after (https://cloud.google.com/compute/docs/instances/instance-life-cycle).
+- G15 rate limits and server errors (issue 38): `insert_faults` maps the n-th ``instances.insert`` call
+  (1-based) to (HTTP status, reason, created): 403 ``rateLimitExceeded`` creates nothing; a 5xx
+  ``backendError`` with created=True has made the instance although its answer is an error
+  (https://cloud.google.com/compute/docs/api/how-tos/api-rate-limits,
+  https://cloud.google.com/apis/design/errors). `peak` is the most instances alive at once.
+- Injected: `refusals` (a machine type or region -> the message of a 400 ``badRequest`` at insert), for a
+  refusal the rules above do not produce.
 - Capacity: `exhausted` zones fail the insert *operation* with ZONE_RESOURCE_POOL_EXHAUSTED, as GCE does
   (the insert call itself answers 200 with a RUNNING operation).
-- G10 persistent disks (https://cloud.google.com/compute/docs/reference/rest/v1/disks): zonal; a name taken
+- G16 persistent disks (https://cloud.google.com/compute/docs/reference/rest/v1/disks): zonal; a name taken
   in the zone is 409; an instance may attach an existing disk (`disks[].source`) of its own zone only
   (another zone's: 404), and a disk in READ_WRITE mode attaches to one instance at a time (400
   resourceInUseByAnotherResource, https://cloud.google.com/compute/docs/disks/sharing-disks-between-vms);
@@ -37,9 +61,11 @@ refuses what GCE refuses, rule by rule; each rule names the reference it encodes
 from __future__ import annotations
 
 import base64
+import csv
 import itertools
 import json
 import re
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -53,27 +79,38 @@ IMAGES = {"projects/ubuntu-os-cloud/global/images/ubuntu-2204-jammy-v20251101",
           "projects/debian-cloud/global/images/debian-12-bookworm-v20251101"}
 FAMILIES = {"projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts",
             "projects/debian-cloud/global/images/family/debian-12",
-            "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11-py310"}
+            "projects/deeplearning-platform-release/global/images/family/common-cu128-ubuntu-2204-nvidia-570"}
+#: G10: boot disk types per machine series (the longest listed prefix wins); see the module docstring
+DISK_TYPES = {"e2-": {"pd-standard", "pd-balanced", "pd-ssd"}, "n1-": {"pd-standard", "pd-balanced", "pd-ssd"},
+              "n2-": {"pd-standard", "pd-balanced", "pd-ssd"}, "a2-": {"pd-standard", "pd-balanced", "pd-ssd"},
+              "g2-": {"pd-balanced", "pd-ssd"},
+              "a3-highgpu-": {"pd-balanced", "pd-ssd", "hyperdisk-balanced"},
+              "a3-edgegpu-": {"pd-balanced", "pd-ssd", "hyperdisk-balanced"},
+              "a3-megagpu-": {"hyperdisk-balanced"}, "a3-ultragpu-": {"hyperdisk-balanced"},
+              "a4-": {"hyperdisk-balanced"}}
+#: G11: machines GCE does not sell on the STANDARD (on-demand) provisioning model
+NOT_STANDARD = ("a3-highgpu-1g", "a3-highgpu-2g", "a3-highgpu-4g", "a3-ultragpu-", "a4-")
+CATALOG = Path(__file__).parent / "catalogs" / "gcp_gpu.csv"
 NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 N1_GPUS = {"nvidia-tesla-t4": "T4", "nvidia-tesla-v100": "V100", "nvidia-tesla-p100": "P100", "nvidia-tesla-p4": "P4"}
 
 
 def _catalog_offers() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """(machine -> zones, N1 GPU model -> zones) from the shipped gcp.json."""
-    from skyhive.providers.cloud import catalog
-
-    table = catalog._table("gcp")
+    """(machine -> zones, GPU model -> zones) from the catalog's rows (tests/cloud/catalogs/gcp_gpu.csv)."""
     machines: dict[str, set[str]] = {}
     gpus: dict[str, set[str]] = {}
-    for region, types in table["regions"].items():
-        for itype, (_price, letters, *_rest) in types.items():
-            zones = {f"{region}-{z}" for z in letters}
-            machine, _, attached = itype.partition("+")
-            if attached:
-                gpus.setdefault(attached.partition("x")[2], set()).update(zones)
-            else:
-                machines.setdefault(machine, set()).update(zones)
+    with CATALOG.open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            if row["InstanceType"]:
+                machines.setdefault(row["InstanceType"], set()).add(row["AvailabilityZone"])
+            elif row["AcceleratorName"]:
+                gpus.setdefault(row["AcceleratorName"], set()).add(row["AvailabilityZone"])
     return machines, gpus
+
+
+def _series(machine: str, table: dict[str, Any]) -> Any:
+    prefix = max((p for p in table if machine.startswith(p)), key=len, default=None)
+    return table.get(prefix) if prefix else None
 
 
 def _error(status: int, reason: str, message: str) -> tuple[int, dict]:
@@ -100,7 +137,18 @@ class FakeGCE:
         self.inserts: list[dict] = []  # every instances.insert body, accepted or not
         self.refused: list[str] = []  # every refusal's message
         self._ids = itertools.count(1)
-        self.machines, self.n1_gpus = _catalog_offers()
+        self.machines, self.gpus = _catalog_offers()
+        #: every zone: the documented ones of `ZONES` and every zone the catalog has a row in
+        self.zones: dict[str, set[str]] = {region: set(letters) for region, letters in ZONES.items()}
+        for zones in (*self.machines.values(), *self.gpus.values()):
+            for zone in zones:
+                region, _, letter = zone.rpartition("-")
+                self.zones.setdefault(region, set()).add(letter)
+        #: refusals to inject: a machine type or a region -> the message of a 400 badRequest at insert
+        self.refusals: dict[str, str] = {}
+        self.insert_faults: dict[int, tuple[int, str, bool]] = {}  # G15
+        self.insert_calls = 0
+        self.peak = 0  # the most instances alive at once
 
     # ---- credentials -------------------------------------------------------------------------------
 
@@ -176,32 +224,25 @@ class FakeGCE:
     def _route(self, method: str, parts: list[str], query: dict, data: Any) -> tuple[int, Any]:
         match (method, parts):
             case ("GET", ["regions", region]):
-                if region not in ZONES:
+                if region not in self.zones:
                     return self._not_found(f"regions/{region}")
                 return 200, {"name": region, "zones": [f"{COMPUTE}/projects/{self.project}/zones/{region}-{z}"
-                                                       for z in ZONES[region]]}
+                                                       for z in sorted(self.zones[region])]}
             case ("GET", ["zones", zone]):
                 return (200, {"name": zone, "status": "UP"}) if self._zone_ok(zone) else self._not_found(f"zones/{zone}")
             case ("POST", ["zones", zone, "instances"]):
                 return self._insert(zone, data)
             case ("GET", ["zones", zone, "instances", name]):
                 instance = self.instances.get((zone, name))
-                if instance is None:
+                if instance is None or not self._advance(zone, name, instance):
                     return self._not_found(f"zones/{zone}/instances/{name}")
-                self._advance(instance)
-                return 200, instance
+                return 200, self._public(instance)
             case ("DELETE", ["zones", zone, "instances", name]):
-                instance = self.instances.pop((zone, name), None)
+                instance = self.instances.get((zone, name))
                 if instance is None:
                     return self._not_found(f"zones/{zone}/instances/{name}")
-                link = f"projects/{self.project}/zones/{zone}/instances/{name}"
-                for key, disk in list(self.disks.items()):  # G10
-                    if link in disk["users"]:
-                        disk["users"].remove(link)
-                        attached = [d for d in instance.get("disks") or [] if d.get("source", "").endswith(
-                            f"disks/{key[1]}")]
-                        if attached and attached[0].get("autoDelete"):
-                            del self.disks[key]
+                instance["status"] = "STOPPING"  # G14: gone after one more read (its disks let go then: G16)
+                instance.setdefault("_deleting", 1)
                 return 200, self._operation("delete", f"zones/{zone}/instances/{name}", zone)
             case ("POST", ["zones", zone, "disks"]):
                 return self._disk(zone, data)
@@ -212,7 +253,7 @@ class FakeGCE:
                 disk = self.disks.get((zone, name))
                 if disk is None:
                     return self._not_found(f"zones/{zone}/disks/{name}")
-                if disk["users"]:  # G10
+                if disk["users"]:  # G16
                     return _error(400, "resourceInUseByAnotherResource", f"The disk resource 'projects/{self.project}/"
                                   f"zones/{zone}/disks/{name}' is already being used by '{disk['users'][0]}'")
                 del self.disks[(zone, name)]
@@ -228,7 +269,12 @@ class FakeGCE:
                 return 200, {"items": self._aggregated(query.get("filter", ""))}
             case ("GET", ["zones", _, "operations", name]) | ("GET", ["global", "operations", name]):
                 op = self.operations.get(name)
-                return (200, op) if op else self._not_found(f"operations/{name}")
+                if op is None:
+                    return self._not_found(f"operations/{name}")
+                if op.get("_polls", 0) > 0:  # G13
+                    op["_polls"] -= 1
+                    return 200, {k: v for k, v in op.items() if not k.startswith("_")} | {"status": "RUNNING"}
+                return 200, {k: v for k, v in op.items() if not k.startswith("_")}
             case ("GET", ["global", "firewalls"]):
                 return 200, {"items": list(self.firewalls.values())}
             case ("POST", ["global", "firewalls"]):
@@ -246,7 +292,7 @@ class FakeGCE:
 
     def _zone_ok(self, zone: str) -> bool:
         region, _, letter = zone.rpartition("-")
-        return letter in ZONES.get(region, "") and len(letter) == 1
+        return letter in self.zones.get(region, ()) and len(letter) == 1
 
     def _operation(self, kind: str, target: str, zone: str | None, error: dict | None = None) -> dict:
         name = f"operation-{next(self._ids)}"
@@ -256,14 +302,24 @@ class FakeGCE:
                 "targetLink": f"{COMPUTE}/projects/{self.project}/{target}", "selfLink": link}
         if error is not None:
             done.update(error={"errors": [error]}, httpErrorStatusCode=503)
-        self.operations[name] = done
-        return {**done, "status": "RUNNING"}  # the call answers before the work is done; the poll sees DONE
+        self.operations[name] = {**done, "_polls": 1}  # G13: RUNNING at the first poll, DONE at the second
+        return {**done, "status": "RUNNING"}  # the call answers before the work is done
 
     def _strip(self, link: str) -> str:
         return re.sub(rf"^({re.escape(COMPUTE)}/)?(projects/{re.escape(self.project)}/)?", "", link or "")
 
     def _insert(self, zone: str, body: dict) -> tuple[int, Any]:
         self.inserts.append(body)
+        self.insert_calls += 1
+        fault = self.insert_faults.get(self.insert_calls)  # G15
+        if fault is not None:
+            status, reason, created = fault
+            if created:
+                self._insert_checked(zone, body)
+            return _error(status, reason, f"FAKE GCE: injected {reason} at insert #{self.insert_calls}")
+        return self._insert_checked(zone, body)
+
+    def _insert_checked(self, zone: str, body: dict) -> tuple[int, Any]:
         if not self._zone_ok(zone):  # G2
             return self._not_found(f"zones/{zone}")
         name = body.get("name", "")
@@ -278,11 +334,14 @@ class FakeGCE:
                                                 f"already exists")
         machine = self._strip(body.get("machineType", "")).rsplit("/", 1)[-1]
         family = machine.split("-", 1)[0]
+        refusal = self.refusals.get(machine) or self.refusals.get(zone.rpartition("-")[0])
+        if refusal:  # injected
+            return _error(400, "badRequest", refusal)
         if family not in ("e2", "n1", "n2") and zone not in self.machines.get(machine, set()):  # G3
             return self._not_found(f"zones/{zone}/machineTypes/{machine}")
         used = []
         for disk in body.get("disks") or []:
-            if disk.get("source"):  # G10: an existing disk, of this zone, used by no other instance
+            if disk.get("source"):  # G16: an existing disk, of this zone, used by no other instance
                 where = self._strip(disk["source"]).split("/")
                 if len(where) != 4 or where[1] != zone or (zone, where[3]) not in self.disks:
                     return self._not_found(self._strip(disk["source"]))
@@ -292,21 +351,30 @@ class FakeGCE:
                                   f"zones/{zone}/disks/{where[3]}' is already being used by '{users[0]}'")
                 used.append(where[3])
                 continue
-            image = self._strip((disk.get("initializeParams") or {}).get("sourceImage", ""))  # G1
+            image = self._strip((disk.get("initializeParams") or {}).get("sourceImage", ""))  # G1, G12
             if image not in IMAGES and image not in FAMILIES:
                 return self._not_found(image.removeprefix(f"projects/{self.project}/"))
+            disk_type = self._strip((disk.get("initializeParams") or {}).get("diskType", "")).rsplit("/", 1)[-1]
+            allowed = _series(machine, DISK_TYPES) or set()
+            if (disk_type or "pd-standard") not in allowed:  # G10
+                return _error(400, "badRequest", f"Invalid resource usage: '[{disk_type or 'pd-standard'}] disk "
+                                                 f"type is not supported by machine type {machine}.'")
         accelerators = body.get("guestAccelerators") or []
         for acc in accelerators:  # G3, G5
             kind = self._strip(acc.get("acceleratorType", "")).rsplit("/", 1)[-1]
             if family != "n1":
                 return _error(400, "invalid", f"Invalid resource usage: 'Machine type {machine} does not support "
                                               f"guest accelerators; its GPUs are attached automatically.'")
-            if zone not in self.n1_gpus.get(N1_GPUS.get(kind, ""), set()):
+            if zone not in self.gpus.get(N1_GPUS.get(kind, ""), set()):
                 return self._not_found(f"zones/{zone}/acceleratorTypes/{kind}")
         scheduling = body.get("scheduling") or {}
         gpu = bool(accelerators) or family in ("a2", "a3", "a4", "g2")
         if gpu and scheduling.get("onHostMaintenance", "MIGRATE") != "TERMINATE":  # G4
             return _error(400, "invalid", "Instances with guest accelerators do not support live migration.")
+        if scheduling.get("provisioningModel", "STANDARD") == "STANDARD" and machine.startswith(NOT_STANDARD):  # G11
+            return _error(400, "badRequest", f"Invalid value for field 'resource.scheduling.provisioningModel': "
+                                             f"'STANDARD'. Machine type {machine} is only available with the "
+                                             f"SPOT or FLEX_START provisioning model, or a reservation.")
         if scheduling.get("provisioningModel") == "SPOT":  # G6
             if scheduling.get("automaticRestart", True) or scheduling.get("onHostMaintenance") != "TERMINATE":
                 return _error(400, "invalid", "Invalid value for field 'resource.scheduling': Spot VMs require "
@@ -337,22 +405,46 @@ class FakeGCE:
             "status": "PROVISIONING",
             "networkInterfaces": [{**(body.get("networkInterfaces") or [{}])[0], "networkIP": f"10.128.0.{n % 250 + 2}",
                                    "accessConfigs": [{"type": "ONE_TO_ONE_NAT", "natIP": f"203.0.113.{n % 250 + 2}"}]}]}
+        self.peak = max(self.peak, len(self.instances))
         return 200, self._operation("insert", f"zones/{zone}/instances/{name}", zone)
 
-    def _advance(self, instance: dict) -> None:
+    def _advance(self, zone: str, name: str, instance: dict) -> bool:
+        """One read of an instance; False when it is gone (G14: a deleted one is STOPPING for one read)."""
+        if "_deleting" in instance:
+            if instance["_deleting"] <= 0:
+                self.instances.pop((zone, name), None)
+                self._release_disks(zone, name, instance)
+                return False
+            instance["_deleting"] -= 1
+            return True
         instance["status"] = {"PROVISIONING": "STAGING", "STAGING": "RUNNING"}.get(instance["status"],
                                                                                    instance["status"])
+        return True
+
+    def _release_disks(self, zone: str, name: str, instance: dict) -> None:
+        """G16: a deleted instance lets go of its persistent disks; those attached with autoDelete go with it."""
+        link = f"projects/{self.project}/zones/{zone}/instances/{name}"
+        for key, disk in list(self.disks.items()):
+            if link in disk["users"]:
+                disk["users"].remove(link)
+                attached = [d for d in instance.get("disks") or [] if d.get("source", "").endswith(f"disks/{key[1]}")]
+                if attached and attached[0].get("autoDelete"):
+                    del self.disks[key]
+
+    def _public(self, instance: dict) -> dict:
+        return {k: v for k, v in instance.items() if not k.startswith("_")}
 
     def _aggregated(self, text: str) -> dict:
         match = re.fullmatch(r"labels\.([-_a-z0-9]+) = ([-_a-z0-9]+)", text.strip()) if text else None
         if text and match is None:
             raise AssertionError(f"FAKE GCE: unsupported filter {text!r}")
         items: dict[str, dict] = {}
-        for (zone, _), instance in sorted(self.instances.items()):
+        for (zone, name), instance in sorted(self.instances.items()):
             if match and (instance.get("labels") or {}).get(match.group(1)) != match.group(2):
                 continue
-            self._advance(instance)
-            items.setdefault(f"zones/{zone}", {"instances": []})["instances"].append(instance)
+            if not self._advance(zone, name, instance):
+                continue
+            items.setdefault(f"zones/{zone}", {"instances": []})["instances"].append(self._public(instance))
         return items
 
     def _disk(self, zone: str, body: dict) -> tuple[int, Any]:
@@ -361,7 +453,7 @@ class FakeGCE:
         name = body.get("name", "")
         if not NAME.match(name):  # G8
             return _error(400, "invalid", f"Invalid value for field 'resource.name': '{name}'")
-        if (zone, name) in self.disks:  # G10
+        if (zone, name) in self.disks:  # G16
             return _error(409, "alreadyExists", f"The resource 'projects/{self.project}/zones/{zone}/disks/{name}' "
                                                 f"already exists")
         self.disks[(zone, name)] = {**body, "id": str(next(self._ids)), "status": "READY", "users": [],

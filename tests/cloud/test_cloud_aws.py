@@ -94,7 +94,8 @@ async def test_an_unknown_image_fails_naming_it_and_leaves_nothing(moto_ec2):
     provider.image = "ami-00000000000000000"
     with pytest.raises(ProvisionError, match="ami-00000000000000000") as err:
         await provider.create(ClusterSpec(pool_id="p-noimage", nodes=1))
-    assert err.value.kind == "fatal" and err.value.code
+    # the region refused what was asked (an AMI is per region): a Fallback's next offer is tried (issue 38)
+    assert err.value.kind == "refused" and err.value.code
     assert count_pool("p-noimage") == {"instances": 0, "groups": 0, "keys": 0}
 
 

@@ -114,7 +114,9 @@ async def test_not_found_that_lasts_past_the_grace_is_fatal_and_leaves_nothing(f
     provider.timeouts = CloudTimeouts(poll=0.2, running=30, terminate=30, cleanup=30, visibility_grace=1)
     with pytest.raises(ProvisionError, match="InvalidGroup.NotFound") as err:
         await provider.create(ClusterSpec(pool_id="p-ec2", nodes=1))
-    assert err.value.kind == "fatal" and err.value.code == "InvalidGroup.NotFound"
+    # no other zone or retry here; a 4xx refusal of the create call, so a Fallback's next offer (which makes
+    # its own group) would be tried (issue 38)
+    assert err.value.kind == "refused" and err.value.code == "InvalidGroup.NotFound"
     assert left(moto) == NOTHING_LEFT
 
 

@@ -132,12 +132,15 @@ def test_a_gcp_gpu_price_is_its_host_row_plus_the_accelerator_row_of_the_same_zo
     assert choice.zones and all(z.startswith("us-east1-") for z in choice.zones)
 
 
-def test_azure_v100_is_the_cheapest_v100_size_of_the_region():
+def test_azure_t4_is_the_cheapest_t4_size_of_the_region():
+    # (was V100: Azure's NCv3 sizes retired on 2025-09-30 and are no longer in the table, issue 38)
     table = catalog._table("azure")["regions"]["eastus"]
-    choice = catalog.choose("azure", "eastus", accelerator="V100", nodes=2)
-    v100s = [t for t in table if catalog.instance("azure", t).accelerator == "V100"]
-    assert len(v100s) > 1 and choice.instance_type == min(v100s, key=lambda t: (table[t][0], t))
-    assert choice.accelerator == "V100" and choice.price_per_hour == table[choice.instance_type][0]
+    choice = catalog.choose("azure", "eastus", accelerator="T4", nodes=2)
+    t4s = [t for t in table if catalog.instance("azure", t).accelerator == "T4"]
+    assert len(t4s) > 1 and choice.instance_type == min(t4s, key=lambda t: (table[t][0], t))
+    assert choice.accelerator == "T4" and choice.price_per_hour == table[choice.instance_type][0]
+    assert not any(t.endswith("s_v3") for t in table)  # retired NCv3
+    assert "Standard_NC6s_v3" in catalog._table("azure")["sources"]["dropped"]
     four = catalog.choose("azure", "westus2", accelerator="T4:4")
     assert (four.instance_type, four.accelerators, four.vcpus) == ("Standard_NC64as_T4_v3", 4, 64)
 
@@ -146,5 +149,19 @@ def test_azure_names_where_an_accelerator_is_offered_and_the_ones_it_knows():
     with pytest.raises(ProvisionError, match=r"no instance type in westus2 has accelerator H100; "
                                              r"H100 is offered \(per node\) in: eastus"):
         catalog.choose("azure", "westus2", accelerator="H100")
-    with pytest.raises(ProvisionError, match="offers no accelerator called 'K80' .*known: .*A100.*H100.*T4.*V100"):
+    with pytest.raises(ProvisionError, match="offers no accelerator called 'K80' .*known: .*A100.*H100.*T4\\)"):
         catalog.choose("azure", "eastus", accelerator="K80")
+
+
+def test_the_fakes_catalogs_are_the_shared_ones():
+    """The fakes take zones, machines and sizes from tests/cloud/catalogs (so that a fresh clone has them):
+    byte-for-byte copies of shared/catalogs, checked wherever that folder is beside the checkout."""
+    from tests.cloud.conftest import COPIES, SHARED_CATALOGS
+
+    shared, copies = SHARED_CATALOGS, COPIES
+    if not shared.is_dir():
+        pytest.skip(f"no shared catalogs at {shared} to compare the copies with (a fresh clone: the copies are used)")
+    names = sorted(p.name for p in copies.iterdir() if p.suffix == ".csv")
+    assert names == ["aws_gap.csv", "azure_gap.csv", "do.csv", "gcp_gpu.csv"]
+    for name in names:
+        assert (copies / name).read_bytes() == (shared / name).read_bytes(), f"{name} differs from {shared / name}"

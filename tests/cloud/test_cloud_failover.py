@@ -89,7 +89,8 @@ async def test_fatal_error_stops_without_trying_other_zones(moto_ec2):
     with pytest.raises(ProvisionError, match="InvalidParameterValue") as err:
         await aws.create(ClusterSpec(pool_id="p-fatal", nodes=2))
     assert fake.create_calls == [A]
-    assert err.value.kind == "fatal" and err.value.cleaned_up
+    # a refusal of the request (400): no other zone here; a Fallback would try its next offer (issue 38)
+    assert err.value.kind == "refused" and err.value.cleaned_up
     assert count_pool("p-fatal") == NOTHING
 
 

@@ -68,13 +68,26 @@ async def test_a_region_without_the_accelerator_is_skipped(moto_ec2, skyhive_hom
 
 
 async def test_a_fatal_error_stops_without_trying_the_next(moto_ec2):
-    east = regional(EAST, {"*": ["InvalidParameterValue"]})
+    """Credentials or permissions refused (403): no other offer would do better; nothing else is tried."""
+    east = regional(EAST, {"*": ["UnauthorizedOperation"]})
     west = regional(WEST)
-    with pytest.raises(sky.ProvisionError, match="InvalidParameterValue"):
+    with pytest.raises(sky.ProvisionError, match="UnauthorizedOperation"):
         async with sky.Pool(provider=[east, west], nodes=1, name="p-fb-fatal"):
             pass
     assert west.stages == []
     assert count_pool("p-fb-fatal", region=EAST) == count_pool("p-fb-fatal", region=WEST) == NOTHING
+
+
+async def test_a_refusal_of_the_offer_moves_on_to_the_next(moto_ec2):
+    """A refusal of what was asked for in one region (InvalidParameterValue: a machine or image that region
+    will not run) says nothing of the next candidate (issue 38): it is tried, and the reason is kept."""
+    east = regional(EAST, {"*": ["InvalidParameterValue"]})
+    west = regional(WEST)
+    async with sky.Pool(provider=[east, west], nodes=1, name="p-fb-refused") as pool:
+        assert pool.provider.chosen is west
+        (skipped,) = pool.provider.skipped
+        assert skipped.startswith("aws us-east-1: refused: ") and "InvalidParameterValue" in skipped
+    assert count_pool("p-fb-refused", region=EAST) == count_pool("p-fb-refused", region=WEST) == NOTHING
 
 
 async def test_every_provider_full_is_one_error_naming_each(moto_ec2):

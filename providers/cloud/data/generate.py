@@ -16,7 +16,8 @@ Third source, for the GPU families: ``../shared/catalogs/aws_gap.csv`` (per-zone
 copied from SkyPilot's public catalog; provenance and gaps in ``SOURCES.md`` beside it; found through
 ``SKYHIVE_CATALOGS`` or the ``shared/catalogs`` folder beside the repository). It fills the types and
 regions the first two lack (p3, g5.xlarge in us-west-2, g4dn.xlarge in us-east-2, ...), its price wins
-where both have one (it is newer), and its spot price is kept (the cheapest zone's). Its zones are zone
+where both have one (it is newer), its GPU name wins (``A100-80GB`` stays its own name), and its spot
+price is kept (the dearest zone's: see `read_aws_gap`). Its zones are zone
 IDs (``use2-az1``), which name different zones in each account: zone letters stay moto's, or empty.
 A row the catalog lists without a price (p5e.48xlarge) is kept with price null and listed under
 ``sources.gaps``: said, not guessed.
@@ -34,8 +35,11 @@ table's ``sources``):
   count (`GCP_MACHINE_GPUS` says which accelerator an A2/A3/A4/G2 machine carries; N1 machines get T4,
   V100, P100 or P4 attached, listed as ``n1-standard-8+2xT4``). Zone letters are kept (``zone_separator``
   "-": ``us-east1`` + ``b`` is ``us-east1-b``), and the spot price as a third field.
+  Spot: the dearest zone's (every zone may be tried). ``machines``: per machine its boot disk type and
+  the consumption models it is sold with (`GCP_SERIES`, with the pages they come from).
 - ``do.csv``: droplet sizes per region (no spot). ``azure_gap.csv``: Azure's current GPU sizes in eastus
-  and westus2, with the Hyper-V generations each size boots (``generations``: "V2" alone needs a Gen2 image).
+  and westus2, with the Hyper-V generations each size boots (``generations``: "V2" alone needs a Gen2 image);
+  sizes retired or needing a driver the image lacks are left out (`AZURE_DROPPED`, recorded in ``sources``).
 """
 
 from __future__ import annotations
@@ -50,19 +54,19 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 
-#: model names of the catalog -> the table's (moto's) spelling
-GAP_MODELS = {"V100-32GB": "V100", "A100-80GB": "A100"}
 
 
 def read_aws_gap(path: Path) -> dict[tuple[str, str], dict]:
     """(type, region) -> {"info": [vcpus, memory, model, count, arch], "price": float|None, "spot": float|None}
-    from the catalog CSV (spot: the cheapest zone's; price: the same in every zone, checked)."""
+    from the catalog CSV (price: the same in every zone, checked; spot: the dearest zone's — the catalog's
+    zones are zone IDs, which name a different zone letter in each account, and every zone may be tried,
+    so the price a pool may pay is the highest, never the cheapest zone's)."""
     rows: dict[tuple[str, str], dict] = {}
     with path.open(newline="") as fh:
         for row in csv.DictReader(fh):
             key = (row["InstanceType"], row["Region"])
             model = row["AcceleratorName"] or None
-            info = [int(float(row["vCPUs"])), float(row["MemoryGiB"]), GAP_MODELS.get(model, model) if model else None,
+            info = [int(float(row["vCPUs"])), float(row["MemoryGiB"]), model,
                     int(float(row["AcceleratorCount"] or 0)), row["Arch"] or "x86_64"]
             entry = rows.setdefault(key, {"info": info, "price": None, "spot": None})
             if row["Price"]:
@@ -72,7 +76,7 @@ def read_aws_gap(path: Path) -> dict[tuple[str, str], dict]:
                 entry["price"] = price
             if row["SpotPrice"]:
                 spot = float(row["SpotPrice"])
-                entry["spot"] = spot if entry["spot"] is None else min(entry["spot"], spot)
+                entry["spot"] = spot if entry["spot"] is None else max(entry["spot"], spot)
     return rows
 
 
@@ -119,6 +123,7 @@ def build() -> dict:
     gaps = []
     for (name, region), entry in sorted(read_aws_gap(gap_path).items()):
         types.setdefault(name, entry["info"])
+        types[name][2] = entry["info"][2]  # the catalog's GPU name: "A100-80GB" is its own name (moto: "A100")
         letters = "".join(sorted(offered.get(region, {}).get(name, ())))
         regional = regions.setdefault(region, {})
         old = regional.get(name)
@@ -191,6 +196,40 @@ def gcp_machine_gpus(machine: str) -> tuple[str, int] | None:
 N1_ATTACHED = {"T4": (1, 2, 4), "V100": (1, 2, 4, 8), "P100": (1, 2, 4), "P4": (1, 2, 4)}
 
 
+#: Per GCE machine series (the longest prefix of a machine's name that is listed wins): the boot disk type
+#: it takes and the consumption models it is sold with. Sources: the series tables of
+#: https://cloud.google.com/compute/docs/accelerator-optimized-machines ("Supported disk types" and
+#: "consumption options" per series: G2 takes no pd-standard; A3 Mega, A3 Ultra and A4 take Hyperdisk only;
+#: a3-highgpu-1g/2g/4g are sold as Spot or Flex-start only; A3 Ultra and A4 by reservation, Spot or
+#: Flex-start: no on-demand), https://cloud.google.com/compute/docs/general-purpose-machines (E2, N1, N2:
+#: every Persistent Disk type) and https://cloud.google.com/compute/docs/disks#disk-types.
+#: "on-demand" is GCE's STANDARD provisioning model, "spot" its SPOT model.
+GCP_SERIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "e2-": ("pd-balanced", ("on-demand", "spot")),
+    "n1-": ("pd-balanced", ("on-demand", "spot")),
+    "n2-": ("pd-balanced", ("on-demand", "spot")),
+    "g2-": ("pd-balanced", ("on-demand", "spot", "flex-start")),
+    "a2-": ("pd-balanced", ("on-demand", "spot", "flex-start")),
+    "a3-highgpu-8g": ("pd-balanced", ("on-demand", "spot", "flex-start")),
+    "a3-highgpu-": ("pd-balanced", ("spot", "flex-start")),
+    "a3-edgegpu-": ("pd-balanced", ("on-demand", "spot")),
+    "a3-megagpu-": ("hyperdisk-balanced", ("on-demand", "spot", "flex-start")),
+    "a3-ultragpu-": ("hyperdisk-balanced", ("spot", "flex-start")),
+    "a4-": ("hyperdisk-balanced", ("spot", "flex-start")),
+}
+GCP_SERIES_SOURCE = ("https://cloud.google.com/compute/docs/accelerator-optimized-machines, "
+                     "https://cloud.google.com/compute/docs/general-purpose-machines")
+
+
+def gcp_series(machine: str) -> tuple[str, tuple[str, ...]]:
+    """(boot disk type, consumption models) of a GCE machine, by its series (see `GCP_SERIES`)."""
+    prefix = max((p for p in GCP_SERIES if machine.startswith(p)), key=len, default=None)
+    if prefix is None:
+        raise ValueError(f"generate: GCE machine {machine} has no series in GCP_SERIES (say its disk and "
+                         f"consumption models, with their source)")
+    return GCP_SERIES[prefix]
+
+
 def build_gcp() -> dict:
     rows, source = _rows("gcp_gpu.csv")
     hosts: dict[tuple[str, str], dict] = {}
@@ -214,7 +253,7 @@ def build_gcp() -> dict:
             current[0] = min(current[0], round(price, 5))
             current[1] = "".join(sorted(set(current[1] + letter)))
             if spot is not None:
-                current[2] = round(spot, 5) if current[2] is None else min(current[2], round(spot, 5))
+                current[2] = round(spot, 5) if current[2] is None else max(current[2], round(spot, 5))
 
     for (machine, zone), row in sorted(hosts.items()):
         region, vcpus, memory = row["Region"], int(float(row["vCPUs"])), float(row["MemoryGiB"])
@@ -242,7 +281,12 @@ def build_gcp() -> dict:
         types[machine] = [vcpus, memory, carried[0], carried[1], "x86_64"]
         spot = None if host_spot is None or gpu[1] is None else host_spot + gpu[1]
         offer(machine, region, zone, host_price + gpu[0], spot)
-    return {"sources": source, "zone_separator": "-", "types": dict(sorted(types.items())),
+    machines = {}
+    for name in sorted(types):
+        disk, sold = gcp_series(name.partition("+")[0])
+        machines[name] = {"disk": disk, "sold": list(sold)}
+    return {"sources": {**source, "series": GCP_SERIES_SOURCE}, "zone_separator": "-",
+            "types": dict(sorted(types.items())), "machines": machines,
             "regions": {r: dict(sorted(t.items())) for r, t in sorted(offers.items())}}
 
 
@@ -259,6 +303,20 @@ def build_do() -> dict:
             "regions": {r: dict(sorted(t.items())) for r, t in sorted(regions.items())}}
 
 
+#: Azure sizes the catalog still lists that cannot be bought or cannot run a pool, and why (with the page):
+AZURE_DROPPED = {
+    "Standard_NC6s_v3": "NCv3 retired 2025-09-30 (https://learn.microsoft.com/azure/virtual-machines/sizes/"
+                        "retirement/ncv3-series-retirement)",
+    "Standard_NC12s_v3": "NCv3 retired 2025-09-30 (same page)",
+    "Standard_NC24s_v3": "NCv3 retired 2025-09-30 (same page)",
+    "Standard_NC24rs_v3": "NCv3 retired 2025-09-30 (same page)",
+    "Standard_NV36ads_A10_v5": "NVadsA10 v5 needs the NVIDIA GRID driver, which the pool's image lacks "
+                               "(https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/nvadsa10v5-series)",
+    "Standard_NV36adms_A10_v5": "NVadsA10 v5 needs the GRID driver (same page)",
+    "Standard_NV72ads_A10_v5": "NVadsA10 v5 needs the GRID driver (same page)",
+}
+
+
 def build_azure() -> dict:
     rows, source = _rows("azure_gap.csv")
     types: dict[str, list] = {}
@@ -266,13 +324,16 @@ def build_azure() -> dict:
     regions: dict[str, dict[str, list]] = defaultdict(dict)
     for row in rows:
         name = row["InstanceType"]
+        if name in AZURE_DROPPED:
+            continue
         count = int(float(row["AcceleratorCount"]))
         if name == "Standard_ND96isr_H100_v5":
             count = 8  # the source says 12 (see SOURCES.md); Azure's ND H100 v5 size has 8 H100
         types[name] = [int(float(row["vCPUs"])), float(row["MemoryGiB"]), row["AcceleratorName"], count, "x86_64"]
         generations[name] = row["Generation"].replace(" ", "")
         regions[row["Region"]][name] = [float(row["Price"]), "", _price(row["SpotPrice"])]
-    return {"sources": source, "generations": dict(sorted(generations.items())), "types": dict(sorted(types.items())),
+    return {"sources": {**source, "dropped": AZURE_DROPPED},
+            "generations": dict(sorted(generations.items())), "types": dict(sorted(types.items())),
             "regions": {r: dict(sorted(t.items())) for r, t in sorted(regions.items())}}
 
 
