@@ -22,6 +22,8 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .held_warnings import hold
+
 __all__ = ["Accelerator", "AcceleratorWarning", "parse", "mismatch", "warn_missing", "local_devices",
            "devices_from_smi", "Custom", "NAMES", "GENERIC", "is_generic"]
 
@@ -244,7 +246,8 @@ def warn_missing(requested: str | Accelerator | None, devices: tuple[str, ...], 
     message = mismatch(parse(requested), devices, where=where)
     if message is not None:
         log.info("%s", message)  # shown by warnings.warn; logged for the event/diagnostic logs
-        warnings.warn(message, AcceleratorWarning, stacklevel=2)
+        if not hold(message, AcceleratorWarning):  # a pool starting shows it at the user's `Pool(` line
+            warnings.warn(message, AcceleratorWarning, stacklevel=2)
     return message
 
 

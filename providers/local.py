@@ -9,7 +9,7 @@ from typing import Any
 
 from .features import Feature, Features
 from . import local_volumes
-from .base import ClusterSpec, DetachedLocalReach, LocalReach, NodeHandle, Provider
+from .base import ClusterSpec, DetachedLocalReach, LocalReach, NodeHandle, Provider, ProvisionError
 from .volumes import mounts_of
 
 __all__ = ["Local", "LocalCluster"]
@@ -81,6 +81,11 @@ class Local(Provider):
     async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
         """Handles for these node indices, already running (declared in `Provider.launch`)."""
         cwd = self.cwd or os.getcwd()
+        unmet = _unmet(spec)
+        if unmet:  # one rule with a task's `resources.cpus`/`memory`: what does not fit is refused
+            raise ProvisionError(f"Local (this machine, {socket.gethostname()}): {unmet}; Local runs on this machine "
+                                 "as it is and cannot pick a bigger one: ask for what it has, or none",
+                                 node=min(nodes, default=0), kind="fatal")
         devices: tuple[str, ...] = ()
         if spec.accelerator:  # this machine is what it is: say so when it lacks what was asked
             from .accelerators import local_devices, warn_missing
@@ -143,3 +148,29 @@ class LocalCluster(Local):
                        accelerators=h.accelerators, accelerator=h.accelerator)
             for h in plain
         ]
+
+
+def _unmet(spec: ClusterSpec) -> str:
+    """What of `spec.cpus`/`spec.memory_gb` this machine lacks ("" when it has them): `Pool(vcpus=64)`
+    and a task's `cpus: 64+` alike (an exact count means "at least" on a machine that exists)."""
+    problems = []
+    cores = os.cpu_count() or 1
+    if spec.cpus is not None and cores < spec.cpus:
+        problems.append(f"cpus={spec.cpus:g} (Pool(vcpus=/cpus=), resources.cpus) was asked for, but it has {cores} CPUs")
+    memory = _memory_gb()
+    if spec.memory_gb is not None and memory is not None and memory < spec.memory_gb:
+        problems.append(f"memory_gb={spec.memory_gb:g} (Pool(memory_gb=), resources.memory) was asked for, "
+                        f"but it has {memory:.1f} GB")
+    return "; ".join(problems)
+
+
+def _memory_gb() -> float | None:
+    """This machine's memory in GB (`/proc/meminfo`), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) / (1 << 20)  # kB -> GiB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from ..providers.held_warnings import warn_held
 from .common import active
 from .interrupt import deferred_sigint
 from .common.remote_errors import full_tracebacks
@@ -30,6 +31,8 @@ P = ParamSpec("P")
 class AsyncPool(Protocol):
     """What `BlockingPool` drives: the async `Pool` (declared here so that this module does not import
     `pool`, which imports this one)."""
+
+    start_warnings: list[tuple[str, type[Warning]]]  # shown at the caller's line once the pool has started
 
     async def __aenter__(self) -> Any: ...
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None: ...
@@ -85,6 +88,8 @@ class BlockingPool:
         except BaseException as exc:
             self._portal_cm.__exit__(type(exc), exc, exc.__traceback__)
             raise
+        finally:  # the pool's start warnings, at the user's `with sky.Pool(...)` line (this thread)
+            warn_held(self.pool.start_warnings)
         self._active = active.enter(self)  # `f(x) >> sky` in this block (runtime/common/active.py)
         return self
 

@@ -183,7 +183,9 @@ class PoolCalls:
         """Run `fn(*args, **kwargs)` on every worker; one result each, in rank (node) order.
 
         The call is pickled once. If any worker raises, the others are cancelled and the first error
-        is raised. Raises as `run` does; `retries` re-runs the whole broadcast (every worker).
+        is raised (its type kept); the nodes that failed with it are named in its notes, in `.nodes`
+        (every failed node) and `.node_errors` (node -> error, the first one's node left out). Raises
+        as `run` does; `retries` re-runs the whole broadcast (every worker).
         """
         return await self._broadcast_call(fn, args, kwargs, timeout=timeout, options=self._options(output, capture),
                                           retries=retries_of(retries, retry_on))

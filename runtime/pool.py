@@ -191,6 +191,7 @@ class Pool(PoolCalls):
         self._rt: PoolRuntime | None = None
         self._collections: Any = None  # the pool's sky.dict & co. while it is open (runtime/collections/)
         self._blocking: BlockingPool | None = None
+        self.start_warnings: list[tuple[str, type[Warning]]] = []  # warnings held while the pool starts (`__aenter__`)
         self._client_hooks = contextlib.ExitStack()
         self._running = contextlib.AsyncExitStack()  # the runtime's task group, while the pool runs (`_enter`)
         self._retries = 0  # calls re-run after a lost worker (`retries=`)
@@ -236,7 +237,16 @@ class Pool(PoolCalls):
     async def __aenter__(self) -> Pool:
         if self._rt is not None:
             raise RuntimeError("a Pool can be entered once; make a new Pool for a new pool")
-        entered = await (self._enter() if self._named is None else self._named.open(self, self._enter))
+        from ..providers.held_warnings import held_warnings, warn_held
+
+        # a node's AcceleratorWarning is raised on the event loop (maybe another thread): shown at the
+        # caller's `Pool(` line instead — here, or by `BlockingPool.__enter__` in the caller's thread
+        try:
+            with held_warnings() as self.start_warnings:
+                entered = await (self._enter() if self._named is None else self._named.open(self, self._enter))
+        finally:
+            if self._blocking is None:
+                warn_held(self.start_warnings)
         from .common import active
 
         self._active = active.enter(self)  # `f(x) >> sky` in this block (runtime/common/active.py)

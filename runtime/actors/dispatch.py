@@ -124,8 +124,8 @@ class CallDispatch:
                            options: dict[str, Any] | None, single: bool = False) -> Any:
         """Send `prep` to every channel, wait for all results (in order), and unpack them.
 
-        The first failure cancels the other tasks and is raised. Timeout or cancellation cancels
-        them all on their workers.
+        The first failure cancels the other tasks and is raised, naming the nodes that failed with it
+        (its notes, `.nodes`, `.node_errors`). Timeout or cancellation cancels them all on their workers.
         """
         loop = asyncio.get_running_loop()
         sent: list[tuple[WorkerChannel, Call, asyncio.Future[Result]]] = []
@@ -180,8 +180,33 @@ class CallDispatch:
                     if isinstance(e, WorkerLost)]
             raise lost_together(self.pool_id, fn_name, lost)
         result = fut.result()  # a cancelled future raises CancelledError here, as awaiting it would
+        first = self._error_of(channel, call, result)
+        others = sorted(((sent[i][0].node, e) for i in failed[1:] if not sent[i][2].cancelled()
+                         for e in [self._failure(sent[i])] if e is not None), key=lambda ne: ne[0])
+        if others:  # the others that failed with it: named on the first error, whose type is kept
+            also = "; ".join(f"node {node}: {type(e).__name__}: {e}" for node, e in others)
+            first.add_note(f"(also failed on node{'s' if len(others) > 1 else ''} "
+                           f"{', '.join(str(n) for n, _ in others)}: {also})")
+            if "nodes" not in vars(first):
+                first.nodes = tuple(sorted({channel.node, *(n for n, _ in others)}))  # type: ignore[attr-defined]
+            if "node_errors" not in vars(first):
+                first.node_errors = dict(others)  # type: ignore[attr-defined]
+        raise first
+
+    def _failure(self, entry: tuple[WorkerChannel, Call, asyncio.Future[Result]]) -> BaseException | None:
+        """The error of a task that failed alongside a broadcast's first failure."""
+        channel, call, fut = entry
+        error = fut.exception()
+        return error if error is not None else self._error_of(channel, call, fut.result())
+
+    def _error_of(self, channel: WorkerChannel, call: Call, result: Result) -> BaseException:
+        """The exception a failed `Result` raises (its output flushed first)."""
         self.router.flush(channel.node, channel.local_rank)
-        self._unpack(channel, call, result)  # raises the task's error
+        try:
+            self._unpack(channel, call, result)
+        except BaseException as exc:  # the task's own error, whatever its type
+            return exc
+        raise AssertionError(f"task {call.task_id} on node {channel.node} was counted failed but succeeded")
 
     async def _send_buffers(self, targets: list[tuple[WorkerChannel, int]], buffers: list[Any]) -> None:
         if len(targets) == 1:

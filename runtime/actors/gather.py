@@ -8,7 +8,9 @@ Workers lost together (a rack losing power, the OOM killer, a partition) are det
 microseconds to milliseconds apart. When the first failure is a `WorkerLost`, the gather waits until
 no further loss has come for `SETTLE_QUIET` seconds (at most `SETTLE_MAX` in all) and raises one
 `WorkerLost` naming all of them (`.nodes`), so the caller learns the extent of the damage at once
-instead of one node per retry. A task that raised on its node is raised as it is, at once.
+instead of one node per retry. A task that raised on its node settles the same way: the first error
+is raised with the nodes that failed with it named in its notes and `.nodes` (dispatch.py), so a
+broadcast where every node fails says so instead of naming one node.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ async def gather_or_first_failure(futures: Sequence[asyncio.Future[Any]]) -> lis
     """Wait until every future is done, or one failed (a `Result` not ok, an exception, cancelled).
 
     Returns the indices of the futures that failed, in the order they failed ([] if none). After a
-    first failure that is a `WorkerLost`, waits for the losses that come with it (see the module
-    docstring); any other first failure returns at once.
+    first failure, waits for the failures that come with it (see the module docstring): at most
+    `SETTLE_MAX`, and not at all once every future is done.
     """
     failed: list[int] = [i for i, fut in enumerate(futures) if fut.done() and _failed(fut)]
     remaining = sum(not fut.done() for fut in futures)
@@ -72,7 +74,7 @@ async def gather_or_first_failure(futures: Sequence[asyncio.Future[Any]]) -> lis
     try:
         if not failed:
             await waiter[0]
-        if failed and _is_lost(futures[failed[0]]):
+        if failed:
             await _settle(failed, waiter, lambda: remaining)
     finally:
         for fut, callback in callbacks:
@@ -92,10 +94,6 @@ async def _settle(failed: list[int], waiter: list[asyncio.Future[None]], remaini
             return
         with anyio.move_on_after(quiet):
             await waiter[0]
-
-
-def _is_lost(fut: asyncio.Future[Any]) -> bool:
-    return not fut.cancelled() and isinstance(fut.exception(), WorkerLost)
 
 
 def lost_together(pool_id: str, fn_name: str, errors: Sequence[WorkerLost]) -> WorkerLost:

@@ -96,7 +96,7 @@ class PoolRuntime(CallDispatch):
             setup_worker=self._setup_worker if self.setup is not None else None,
             concurrency=concurrency, task_threads=task_threads, loss_policy=self.loss_policy, spawn=self._spawn,
             memfds=self.memfds,
-            building=self.start_clocks.building,
+            building=self.start_clocks.building, step_lines=not progress,
         )
         self.nodes = [NodeActor(self.context, i) for i in range(nodes)]
         self.detach_on_failure = False  # set for a client attaching to a named pool (`Pool.attach`)

@@ -114,6 +114,9 @@ async def prepare_here(ctx: NodeContext, node: int, shell: Shell) -> Prepared:
     def on_step(text: str) -> None:
         log.info("node %d: building the Image's environment: %s", node, text)
         ctx.log.emit(NodeProgress, node=node, detail=f"building environment: {text}")
+        if ctx.step_lines:  # no display draws the step (a script's log): one line per step, no spinner
+            print(f"skyhive: pool {ctx.pool_id} node {node}: building the Image's environment: {text}",
+                  file=sys.stderr, flush=True)
 
     try:
         with ctx.building():  # bounded by build_timeout, not by the pool's start_timeout

@@ -79,5 +79,8 @@ class NodeContext:
     #: entered around an environment build (bounded by `build_timeout` itself): lifts the pool's
     #: start deadline while it runs (`actors/startclock.py`)
     building: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
+    #: no provisioning display is drawn (stderr is no terminal, or `progress=False`): a long step of the
+    #: start (a Local environment build) says itself as a line on stderr instead
+    step_lines: bool = False
     #: the pool's reusable memfds for large arguments to workers on this machine (None: none kept)
     memfds: MemfdPool | None = None

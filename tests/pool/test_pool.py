@@ -256,3 +256,32 @@ async def test_a_call_whose_buffers_are_all_cached_may_answer_before_its_buffers
             for _ in range(40):
                 assert await pool.broadcast(lambda a: int(a[-1]), arr) == [7_999_999] * 2
         assert await pool.broadcast(os.getpid) == pids  # no worker was lost to a protocol error
+
+
+def fail_everywhere():
+    raise ValueError(f"broke on node {sky.instance_info().node}")
+
+
+async def test_a_broadcast_where_every_node_fails_names_every_node(monkeypatch):
+    # the failures come back microseconds apart; a generous settle window keeps the test free of timing
+    # (the gather stops waiting as soon as every node has answered)
+    from skyhive.runtime.actors import gather
+
+    monkeypatch.setattr(gather, "SETTLE_QUIET", 60.0)
+    monkeypatch.setattr(gather, "SETTLE_MAX", 60.0)
+    async with sky.Pool(nodes=3) as pool:
+        with anyio.fail_after(50):
+            with pytest.raises(ValueError) as caught:  # the first error's type: `except ValueError` still works
+                await pool.broadcast(fail_everywhere)
+        err = caught.value
+        first = err.node
+        others = sorted({0, 1, 2} - {first})
+        assert str(err) == f"broke on node {first}"
+        assert err.nodes == (0, 1, 2)
+        assert sorted(err.node_errors) == others
+        assert all(isinstance(e, ValueError) and str(e) == f"broke on node {n}" for n, e in err.node_errors.items())
+        note = next(n for n in err.__notes__ if n.startswith("(also failed"))
+        assert note.startswith(f"(also failed on nodes {others[0]}, {others[1]}: ")
+        for n in others:
+            assert f"node {n}: ValueError: broke on node {n}" in note
+        assert await pool.broadcast(abs, -1) == [1, 1, 1]  # the pool is fine afterwards

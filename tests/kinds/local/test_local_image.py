@@ -5,6 +5,7 @@ run with other versions than asked."""
 
 from __future__ import annotations
 
+import re
 from importlib import metadata
 
 import pytest
@@ -405,3 +406,40 @@ async def test_a_build_cancelled_mid_download_leaves_no_env_and_no_pip(stalling_
     envs = os.path.join(skyhive_home, "local-envs", "envs")
     assert [n for n in os.listdir(envs) if not n.endswith(".lock")] == []  # the half-built venv is gone
     assert not [p for p in _processes() if "pip" in p and index in p]  # and pip with it
+
+
+_BUILD_CLIENT = """
+import skyhive as sky
+
+if __name__ == "__main__":
+    image = sky.Image(setup=["echo one > first.txt", "echo two > second.txt"])
+    with sky.Pool(provider=sky.Local(), nodes=1, image=image, output=None) as pool:
+        print("RESULT", pool.run(abs, -5), pool.state.nodes[0].detail)
+"""
+
+
+def test_a_local_build_says_each_step_as_a_line_when_stderr_is_no_terminal(skyhive_home, tmp_path):
+    # a script whose output goes to a log (a pipe here): no display is drawn, so each step of the
+    # build is a line of its own on stderr instead of minutes of silence
+    import os
+    import subprocess
+    import sys
+
+    client = tmp_path / "client.py"
+    client.write_text(_BUILD_CLIENT)
+    done = subprocess.run([sys.executable, str(client)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env={**os.environ, "SKYHIVE_HOME": skyhive_home})
+    assert done.returncode == 0, done.stderr
+    assert "RESULT 5 local env" in done.stdout and done.stdout.rstrip().endswith("built"), done.stdout
+    steps = [ln for ln in done.stderr.splitlines() if "building the Image's environment: " in ln]
+    assert steps and all(re.fullmatch(r"skyhive: pool \S+ node 0: building the Image's environment: .+", ln)
+                         for ln in steps), done.stderr
+    said = [ln.split("environment: ", 1)[1] for ln in steps]
+    assert "setup 1/2" in said and "setup 2/2" in said, said
+    assert said.index("setup 1/2") < said.index("setup 2/2")
+    assert "\r" not in done.stderr and "\x1b[" not in done.stderr  # lines, not a spinner
+    # built once: a second run uses the cached environment and has no step to say
+    again = subprocess.run([sys.executable, str(client)], capture_output=True, text=True, timeout=300,
+                           cwd=tmp_path, env={**os.environ, "SKYHIVE_HOME": skyhive_home})
+    assert again.returncode == 0 and again.stdout.rstrip().endswith("cached"), (again.stdout, again.stderr)
+    assert "setup 1/2" not in again.stderr
