@@ -114,7 +114,7 @@ GCP_TASK = """\
 
 
 def test_a_gcp_persistent_disk_survives_down_and_is_attached_again(tmp_path, monkeypatch, capsys):
-    """The same on GCP, against the FAKE GCE (tests/cloud/fake_gce.py, its rule G10 for disks)."""
+    """The same on GCP, against the FAKE GCE (tests/cloud/fake_gce.py, its rule G16 for disks)."""
     from skyhive.providers.cloud.base import CloudTimeouts
     from skyhive.providers.cloud.gcp import GCP
     from tests.cloud.fake_gce import FakeGCE
@@ -205,7 +205,7 @@ AZURE_TASK = """\
 
 
 def test_an_azure_managed_disk_survives_down_and_is_attached_again(monkeypatch, capsys):
-    """The same on Azure, against the FAKE ARM (tests/cloud/fake_arm.py, its rule A7 for managed disks): the
+    """The same on Azure, against the FAKE ARM (tests/cloud/fake_arm.py, its rule A9 for managed disks): the
     disk lives in a resource group of its own, which no pool's down deletes."""
     from skyhive.providers.cloud.azure import Azure
     from skyhive.providers.cloud.base import CloudTimeouts
