@@ -8,9 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .features import Feature, Features
-from . import local_volumes
 from .base import ClusterSpec, DetachedLocalReach, LocalReach, NodeHandle, Provider, ProvisionError
-from .volumes import mounts_of
 
 __all__ = ["Local", "LocalCluster"]
 
@@ -46,7 +44,11 @@ class Local(Provider):
     def __init__(self, *, cwd: str | None = None, build_env: bool = True, volumes: Sequence[Any] = ()) -> None:
         self.cwd = cwd
         self.build_env = bool(build_env)
-        self.volumes = mounts_of(volumes)
+        self.volumes: tuple[Any, ...] = ()
+        if volumes:  # (a pool without volumes does not import them: every script's pool is one)
+            from .volumes import mounts_of
+
+            self.volumes = mounts_of(volumes)
         self._launched: dict[tuple[str, int], int] = {}  # (pool, node) -> launches (a replacement: > 1)
 
     advisory = frozenset({"accelerator"})  # this machine is what it is: a missing GPU warns, the work runs
@@ -62,10 +64,14 @@ class Local(Provider):
 
     def find_volume(self, name: str) -> Any:
         """See `Provider.find_volume` (a directory, `local_volumes.py`)."""
+        from . import local_volumes
+
         return local_volumes.find(name)
 
     def delete_volume(self, name: str) -> None:
         """See `Provider.delete_volume` (a directory and its links, `local_volumes.py`)."""
+        from . import local_volumes
+
         local_volumes.delete(name, self.volumes)
 
     def plan(self, spec: ClusterSpec) -> dict[str, object]:
@@ -93,6 +99,8 @@ class Local(Provider):
             devices = local_devices()
             warn_missing(spec.accelerator, devices, where="Local (this machine)")
         if 0 in nodes and self.volumes:
+            from . import local_volumes
+
             local_volumes.link_all(self.volumes, self.describe())
         handles = []
         for i in nodes:
