@@ -13,6 +13,7 @@ import pytest
 from skyhive.cli import main
 from skyhive.providers import registry
 from skyhive.providers.base import Provider, ProvisionError
+from skyhive.providers.features import Feature, Features
 from skyhive.providers.local import Local
 from skyhive.runtime.events.types import PoolStarted, from_json, to_json
 from skyhive.runtime.commands.taskfile import TaskFileError, load, loads, parse_env_overrides
@@ -123,9 +124,11 @@ def test_command_line_overrides_win(tmp_path, monkeypatch):
 
 
 class FakeSSH(Provider):
-    """Stands in for `sky.SSH` (built by another issue) to check what the registry passes it."""
+    """Stands in for `sky.SSH` to check what the registry passes it (it declares, as `sky.SSH` does, that
+    it runs on the hosts the user names: what `--hosts` is given to)."""
 
     name = "ssh"
+    features = Features(Feature.KEEP, Feature.HOSTS)
 
     def __init__(self, hosts, key=None):
         self.hosts, self.key = list(hosts), key

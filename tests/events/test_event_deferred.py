@@ -55,7 +55,7 @@ def _drive(log: EventLog, steps: list, *, deferred: bool) -> list:
             assert nodes == log.state.nodes
             seen.append(nodes)
         elif step == "read_state":
-            seen.append(dataclasses.replace(log.state, started=0.0))  # (the one timestamp a state holds)
+            seen.append(dataclasses.replace(log.state, started=0.0, created=0.0))  # (the timestamps a state holds)
         elif step == "read_recent":
             seen.append([_without_ts(e) for e in log.recent])
         else:
