@@ -24,7 +24,7 @@ from typing import Any
 
 from ..paths import private_dir
 
-__all__ = ["Volume", "VolumeMount", "DEFAULT_SIZE_GB", "record", "recorded", "forget", "mounts_of", "mount_script"]
+__all__ = ["Volume", "VolumeMount", "DEFAULT_SIZE_GB", "record", "recorded", "forget", "mounts_of", "mount_script", "pin_zones"]
 
 #: a volume's size when the task does not say
 DEFAULT_SIZE_GB = 10
@@ -99,3 +99,22 @@ def mount_script(devices: Sequence[str], target: str, what: str) -> str:
             f"if [ -z \"$d\" ]; then echo {shlex.quote(f'skyhive: volume {what} did not appear')} >&2; exit 1; fi; "
             f"sudo blkid $d >/dev/null 2>&1 || sudo mkfs.ext4 -q $d; sudo mkdir -p {where}; "
             f"mountpoint -q {where} || sudo mount $d {where}; sudo chown \"$(id -u):$(id -g)\" {where}")
+
+
+def pin_zones(cloud: str, found: set[str], zones: Sequence[str], *, what: str = "volumes") -> list[str]:
+    """`zones` narrowed to the one zone the task's existing volumes are in (`found`: their zones, empty when
+    none exists yet); `ProvisionError` naming `cloud` when they are in several, or in one that does not offer
+    the machine (a node attaches `what` of its own zone only)."""
+    from .base import ProvisionError
+
+    if not found:
+        return list(zones)
+    if len(found) > 1:
+        raise ProvisionError(f"{cloud}: the task's volumes are in several zones ({', '.join(sorted(found))}); a node "
+                             f"attaches {what} of its own zone only", kind="fatal")
+    (zone,) = found
+    if zone not in zones:
+        raise ProvisionError(f"{cloud}: the task's volumes are in {zone}, which does not offer the machine (zones: "
+                             f"{', '.join(zones) or 'none'})", kind="fatal")
+    return [zone]
+

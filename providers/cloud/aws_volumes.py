@@ -21,6 +21,7 @@ from typing import Any
 from ..base import NodeHandle, ProvisionError
 from .aws_data import READY_COMMAND
 from ..volumes import Volume, VolumeMount, mount_script, mounts_of, record
+from ..volumes import pin_zones as shared_pin_zones
 
 log = logging.getLogger(__name__)
 
@@ -93,16 +94,7 @@ def pin_zones(aws: Any, zones: Sequence[str]) -> list[str]:
     if not aws.volumes:
         return list(zones)
     found = {v.zone for m in mounts_of(aws.volumes) if (v := find(aws, m.name)) is not None}
-    if not found:
-        return list(zones)
-    if len(found) > 1:
-        raise ProvisionError(f"aws: the task's volumes are in several zones ({', '.join(sorted(found))}); a node "
-                             f"attaches volumes of its own zone only", kind="fatal")
-    (zone,) = found
-    if zone not in zones:
-        raise ProvisionError(f"aws: the task's volumes are in {zone}, which does not offer the machine (zones: "
-                             f"{', '.join(zones) or 'none'})", kind="fatal")
-    return [zone]
+    return shared_pin_zones("aws", found, zones, what="volumes")
 
 
 def _wait(aws: Any, name: str, ready: tuple[str, ...], what: str) -> Volume:

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..base import ProvisionError
 from ..volumes import Volume, VolumeMount, mount_script, mounts_of, record
+from ..volumes import pin_zones as shared_pin_zones
 
 log = logging.getLogger(__name__)
 
@@ -82,16 +83,7 @@ def pin_zones(gcp: Any, zones: Sequence[str]) -> list[str]:
     if not gcp.volumes:
         return list(zones)
     found = {v.zone for m in mounts_of(gcp.volumes) if (v := find(gcp, m.name)) is not None}
-    if not found:
-        return list(zones)
-    if len(found) > 1:
-        raise ProvisionError(f"gcp: the task's volumes are in several zones ({', '.join(sorted(found))}); a node "
-                             f"attaches disks of its own zone only", kind="fatal")
-    (zone,) = found
-    if zone not in zones:
-        raise ProvisionError(f"gcp: the task's volumes are in {zone}, which does not offer the machine (zones: "
-                             f"{', '.join(zones) or 'none'})", kind="fatal")
-    return [zone]
+    return shared_pin_zones("gcp", found, zones, what="disks")
 
 
 def disk_entries(mounts: Sequence[VolumeMount], zone: str) -> list[dict[str, Any]]:
