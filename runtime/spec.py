@@ -33,6 +33,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from ..providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
+from ..providers.delegating import Delegating
 
 if TYPE_CHECKING:
     from ..providers.accelerators import Accelerator
@@ -163,13 +164,7 @@ def pool_arguments(specs: Sequence[Spec], selection: str, given: dict[str, Any])
             "allocation": first.allocation}
 
 
-#: The class-level facts of a provider, read through to the wrapped one (as `clusters.kept` does).
-_FACTS = ("name", "transient_errors", "retry", "state_map", "chooses", "advisory", "fixed_machines",
-          "resource_options", "can_stop", "opens_ports", "bulk_teardown", "node_homes", "interruption_notices",
-          "connect_retry", "unsupported", "same_machine")
-
-
-class SpecProvider(Provider):
+class SpecProvider(Delegating):
     """`inner`, asked for its own Spec's values: every `ClusterSpec` it gets (plan, prepare, launch,
     head port) has the fields of `overrides` (accelerator, cpus, memory_gb, allocation, spot) put in.
     What a pool of Specs that differ tries as each candidate of its fallback."""
@@ -178,80 +173,18 @@ class SpecProvider(Provider):
         unknown = sorted(set(overrides) - {f.name for f in fields(ClusterSpec)})
         if unknown:
             raise TypeError(f"SpecProvider: {', '.join(unknown)} is no field of a provider's request")
-        self.inner = inner
+        super().__init__(inner)
         self.overrides = dict(overrides)
-        for fact in _FACTS:
-            vars(self)[fact] = getattr(inner, fact)
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self.overrides.items())
         return f"{self.inner!r} with {shown}" if shown else repr(self.inner)
 
-    def _spec(self, spec: ClusterSpec) -> ClusterSpec:
+    def request(self, spec: ClusterSpec) -> ClusterSpec:
         return dataclasses.replace(spec, **self.overrides)
 
-    @property
-    def max_nodes(self) -> int:
-        return self.inner.max_nodes
-
-    # ---- the phases: the wrapped provider's, with this candidate's request ------------------------------
-
-    def plan(self, spec: ClusterSpec) -> Mapping[str, Any]:
-        return self.inner.plan(self._spec(spec))
-
-    async def prepare(self, spec: ClusterSpec) -> None:
-        await self.inner.prepare(self._spec(spec))
-
-    async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
-        return await self.inner.launch(self._spec(spec), nodes)
-
-    def head_port(self, spec: ClusterSpec) -> int:
-        return self.inner.head_port(self._spec(spec))
-
-    async def wait_running(self, handle: NodeHandle, report: Callable[[str], None]) -> NodeHandle:
-        return await self.inner.wait_running(handle, report)
-
-    async def terminate(self, handles: Sequence[NodeHandle]) -> None:
-        await self.inner.terminate(handles)
-
-    async def cleanup(self, pool_id: str) -> None:
-        await self.inner.cleanup(pool_id)
-
-    async def list_owned(self, pool_id: str) -> list[NodeHandle]:
-        return await self.inner.list_owned(pool_id)
-
-    async def down(self, pool_id: str) -> list[NodeHandle]:
-        return await self.inner.down(pool_id)
-
-    async def node_problem(self, handle: NodeHandle) -> str | None:
-        return await self.inner.node_problem(handle)
-
-    async def owned_summary(self, pool_id: str) -> str | None:
-        return await self.inner.owned_summary(pool_id)
-
-    async def machines_gone(self, handles: Sequence[NodeHandle]) -> dict[int, str]:
-        return await self.inner.machines_gone(handles)
-
-    def is_transient(self, exc: BaseException) -> bool:
-        return self.inner.is_transient(exc)
-
-    def lifecycle_state(self, provider_state: str) -> str | None:
-        return self.inner.lifecycle_state(provider_state)
-
-    def describe(self) -> dict[str, Any]:
-        return self.inner.describe()  # `skyhive down` finds the nodes by tag: the plain provider does
-
-    def avoiding(self, lost: Sequence[NodeHandle]) -> Provider:
-        return SpecProvider(self.inner.avoiding(lost), self.overrides)
-
-    async def sweep_lost(self, pool_id: str, lost: Sequence[NodeHandle]) -> None:
-        await self.inner.sweep_lost(pool_id, lost)
-
-    def avoid_in_place(self, lost: Sequence[NodeHandle]) -> None:
-        self.inner.avoid_in_place(lost)
-
-    def for_nodes(self, nodes: int) -> Provider:
-        return self.inner.for_nodes(nodes)
+    def rewrap(self, inner: Provider) -> Provider:
+        return SpecProvider(inner, self.overrides)
 
 
 assert {f.name for f in fields(Spec)} >= set(_SHAPE) | set(_REFUSED)
