@@ -136,6 +136,9 @@ class SSHReach(Reach):
     # run before bootstrap looks at the node, until it exits (a fresh cloud machine: wait for its first-boot
     # setup, e.g. `cloud-init status --wait`); "" for none
     ready_command: str = ""
+    # run by bootstrap once the node is prepared (after its watchdog started): lifts the boot-time limit the
+    # node's boot script set (a cloud node whose client died before bootstrap shuts itself down); "" for none
+    boot_limit_off: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
