@@ -306,6 +306,12 @@ class Provider(abc.ABC):
         """The nodes this provider still holds for `pool_id` (found by tag), for cleaning up after a crash."""
         return []
 
+    async def bootstrapped(self, handle: NodeHandle) -> None:
+        """Node `handle` is bootstrapped (its idle watchdog, where it has one, runs): lift what the provider set
+        at create for a node no client would bootstrap (Azure's auto-shutdown schedule). Called by the pool
+        once per node, from the client. Default: nothing."""
+        return None
+
     async def node_problem(self, handle: NodeHandle) -> str | None:
         """Why this running node is lost as the provider sees it now (one sentence naming the node and
         the cause: a Slurm node whose slurmd stopped answering its controller), or None. Asked every

@@ -226,6 +226,9 @@ class SpecProvider(Provider):
     async def node_problem(self, handle: NodeHandle) -> str | None:
         return await self.inner.node_problem(handle)
 
+    async def bootstrapped(self, handle: NodeHandle) -> None:
+        await self.inner.bootstrapped(handle)
+
     async def owned_summary(self, pool_id: str) -> str | None:
         return await self.inner.owned_summary(pool_id)
 

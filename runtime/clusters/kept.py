@@ -98,6 +98,9 @@ class KeptProvider(Provider):
     async def wait_running(self, handle: NodeHandle, report: Callable[[str], None]) -> NodeHandle:
         return self._keep(await self.inner.wait_running(handle, report))
 
+    async def bootstrapped(self, handle: NodeHandle) -> None:
+        await self.inner.bootstrapped(handle)
+
     async def terminate(self, handles: Sequence[NodeHandle]) -> None:
         await self.inner.terminate(handles)
 

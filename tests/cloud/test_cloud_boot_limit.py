@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import base64
 import subprocess
+import time
 
 import anyio
 import pytest
 
 from skyhive.providers.base import ClusterSpec
 from skyhive.providers.cloud.aws import AWS
+from skyhive.providers.cloud.azure import Azure
 from skyhive.providers.cloud.base import CloudTimeouts
 from skyhive.providers.cloud.boot import BOOT_LIMIT, BOOT_LIMIT_OFF, BOOT_LIMIT_ON, BOOT_MARKER
 from skyhive.providers.cloud.gcp import GCP
+from tests.cloud.fake_arm import FakeARM
 from tests.cloud.fake_gce import FakeGCE
 from tests.cloud.fake_http import install_fakes
 from tests.infra.moto_ec2 import NOTHING_LEFT, ec2_client, leftovers
@@ -119,3 +122,67 @@ def test_a_gcp_node_never_bootstrapped_stops_by_its_boot_time_limit_and_down_del
     assert sorted(h.node for h in gone) == [0, 1]
     assert gce.instances == {} and gce.firewalls == {}
 
+
+
+@pytest.fixture
+def azure(monkeypatch):
+    """sky.Azure on libcloud's ARM driver, its HTTP answered by `FakeARM` (as in test_cloud_azure.py)."""
+    from libcloud.compute.drivers.azure_arm import AzureNodeDriver
+
+    arm = FakeARM("99999999")
+    install_fakes(monkeypatch, arm)
+    provider = Azure(ssh_cidr="192.0.2.1/32", timeouts=FAST)
+    provider._driver = AzureNodeDriver("77777777-7777-7777-7777-777777777777", "99999999",
+                                       "55555555-5555-5555-5555-555555555555", "p4ssw0rd", region="eastus")
+    return provider, arm
+
+
+def _schedules(arm: FakeARM) -> dict[str, dict]:
+    return {key.rsplit("/", 1)[-1]: body for key, body in arm.resources.items()
+            if "/providers/microsoft.devtestlab/schedules/" in key}
+
+
+def test_an_azure_node_never_bootstrapped_is_deallocated_by_its_auto_shutdown_and_a_bootstrapped_one_is_not(azure):
+    provider, arm = azure
+    before = time.time()
+    handles = anyio.run(provider.create, ClusterSpec(pool_id="p-ttl-az", nodes=2))
+    after = time.time()
+    schedules = _schedules(arm)
+    assert sorted(schedules) == ["shutdown-computevm-node-0", "shutdown-computevm-node-1"]
+    times = {s["properties"]["dailyRecurrence"]["time"] for s in schedules.values()}
+    allowed = {time.strftime("%H%M", time.gmtime(t)) for t in range(int(before + BOOT_LIMIT), int(after + BOOT_LIMIT) + 61)}
+    assert len(times) == 1 and times <= allowed  # an hour from the create, UTC
+    (at,) = times
+    assert all(s["properties"]["timeZoneId"] == "UTC" for s in schedules.values())
+    # node 0's client bootstrapped it (the pool calls this after bootstrap); node 1's client died before
+    anyio.run(provider.bootstrapped, handles[0])
+    assert sorted(_schedules(arm)) == ["shutdown-computevm-node-1"]
+    anyio.run(provider.bootstrapped, handles[0])  # again: nothing left to lift, no error
+    assert arm.clock_reaches(at) == ["node-1"]  # the time of day passes: Azure deallocates node 1 only
+    states = {h.node: h.state for h in anyio.run(provider.list_owned, "p-ttl-az")}
+    assert states == {0: "running", 1: "stopped"}  # deallocated: its compute no longer bills
+    anyio.run(provider.down, "p-ttl-az")
+    assert arm.resources == {}  # the group, its VMs and the schedule went with it
+
+
+def test_fake_arm_refuses_an_auto_shutdown_schedule_azure_would_refuse(azure):
+    """A10 as the fake encodes it: what skyhive sends passes, each field changed is refused."""
+    from skyhive.providers.cloud import azure_shutdown
+
+    provider, arm = azure
+    handles = anyio.run(provider.create, ClusterSpec(pool_id="p-ttl-az2", nodes=1))
+    vm = provider._path("p-ttl-az2", "/providers/Microsoft.Compute/virtualMachines/node-0")
+    good = azure_shutdown.schedule_body(vm, "eastus")
+    wrong = {"InvalidScheduleName": (azure_shutdown.schedule_path(vm).replace("shutdown-computevm-", "autostop-"), good),
+             "InvalidScheduleTaskType": (azure_shutdown.schedule_path(vm), {**good, "properties": {**good["properties"],
+                                                                               "taskType": "LabVmsShutdownTask"}}),
+             "InvalidScheduleTime": (azure_shutdown.schedule_path(vm), {**good, "properties": {**good["properties"],
+                                                                               "dailyRecurrence": {"time": "25:00"}}}),
+             "ResourceNotFound": (azure_shutdown.schedule_path(vm).replace("node-0", "node-9"),
+                        {**good, "properties": {**good["properties"], "targetResourceId": vm.replace("node-0", "node-9")}})}
+    for code, (path, body) in wrong.items():
+        with pytest.raises(Exception, match=code):
+            provider.arm(path, azure_shutdown.SCHEDULES_API, "PUT", body)
+    assert len(arm.refused) == len(wrong)
+    anyio.run(provider.down, "p-ttl-az2")
+    assert handles and arm.resources == {}
