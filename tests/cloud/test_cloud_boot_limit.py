@@ -14,8 +14,14 @@ GCE stops it (FakeGCE rule G17) — and shows what the provider and `down` then 
 from __future__ import annotations
 
 import base64
+import json
+import os
+import signal
 import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import anyio
 import pytest
@@ -27,12 +33,15 @@ from skyhive.providers.cloud.base import CloudTimeouts
 from skyhive.providers.cloud.boot import BOOT_LIMIT, BOOT_LIMIT_OFF, BOOT_LIMIT_ON, BOOT_MARKER
 from skyhive.providers.cloud.gcp import GCP
 from tests.cloud.fake_arm import FakeARM
+from tests.cloud.fake_do import FakeDO
 from tests.cloud.fake_gce import FakeGCE
 from tests.cloud.fake_http import install_fakes
 from tests.infra.moto_ec2 import NOTHING_LEFT, ec2_client, leftovers
+from tests.procs import Lines
 
 pytestmark = [pytest.mark.loopback_only]
 
+ROOT = Path(__file__).resolve().parents[2]
 FAST = CloudTimeouts(poll=0.01, running=30, terminate=30, cleanup=30, visibility_grace=1)
 
 
@@ -186,3 +195,68 @@ def test_fake_arm_refuses_an_auto_shutdown_schedule_azure_would_refuse(azure):
     assert len(arm.refused) == len(wrong)
     anyio.run(provider.down, "p-ttl-az2")
     assert handles and arm.resources == {}
+
+
+DO_CLIENT = textwrap.dedent("""
+    import os, sys
+    import pytest
+    import skyhive as sky
+    from skyhive.providers.cloud.base import CloudTimeouts
+    from skyhive.providers.cloud.digitalocean import DigitalOcean
+    from tests.cloud.fake_do import FakeDO
+    from tests.cloud.fake_http import install_fakes
+
+    state = sys.argv[1]
+
+    class Saving(FakeDO):  # FAKE DigitalOcean whose account outlives this process (it is SIGKILLed)
+        def answer(self, *args):
+            out = super().answer(*args)
+            self.save(state)
+            return out
+
+    fake = Saving()
+    install_fakes(pytest.MonkeyPatch(), fake)
+    os.environ["DIGITALOCEAN_ACCESS_TOKEN"] = fake.token
+    do = DigitalOcean(ssh_cidr="192.0.2.1/32", timeouts=CloudTimeouts(poll=0.01, running=30))
+    with sky.Pool(provider=do, nodes=2, name="p-do-killed") as pool:  # never gets past connecting
+        print("UNEXPECTED: the pool came up", flush=True)
+""")
+
+
+def test_a_digitalocean_pool_killed_right_after_create_is_seen_and_finished_by_down(monkeypatch, skyhive_home,
+                                                                                     tmp_path, capsys):
+    """DigitalOcean has nothing that ends a droplet without an API token (a powered-off droplet bills: there is
+    no boot-time limit to set), so the honest answer is that the leak is seen: the pool's record is written
+    before the create, and `skyhive ls` / `skyhive down` find the droplets by tag and delete them."""
+    from skyhive.cli import main
+
+    state = tmp_path / "do-account.pickle"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    client = subprocess.Popen([sys.executable, "-c", DO_CLIENT, str(state)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err = Lines(client.stderr)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and client.poll() is None:
+            if state.exists() and len(FakeDO.load(state).droplets) == 2:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"the client did not create its droplets: {err.rest()[-3000:]}")
+        client.send_signal(signal.SIGKILL)  # right after the create: connecting, nothing bootstrapped
+        client.wait(30)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    fake = FakeDO.load(state)
+    assert len(fake.droplets) == 2 and all("skyhive-pool:p-do-killed" in d["tags"] for d in fake.droplets.values())
+    install_fakes(monkeypatch, fake)
+    monkeypatch.setenv("DIGITALOCEAN_ACCESS_TOKEN", fake.token)
+    capsys.readouterr()
+    assert main(["ls", "--json"]) == 0
+    (entry,) = [e for e in map(json.loads, capsys.readouterr().out.splitlines()) if e["pool"] == "p-do-killed"]
+    assert (entry["provider"], entry["status"]) == ("digitalocean", "client gone")
+    assert main(["down", "p-do-killed"]) == 0
+    assert fake.droplets == {} and fake.firewalls == {} and fake.keys == {}
+    assert not any(t.startswith("skyhive-pool:") for t in fake.tags)
