@@ -33,8 +33,10 @@ BOOT_LIMIT = 3600
 BOOT_LIMIT_ON = (f"[ -e {BOOT_MARKER} ] || shutdown -h +{BOOT_LIMIT // 60} "
                  "'skyhive: boot-time limit, no client bootstrapped this node' >/dev/null 2>&1 || true")
 
-#: what bootstrap runs to lift it (as the login user: `sudo -n`, as the watchdog's `sudo shutdown -h now`)
-BOOT_LIMIT_OFF = "sudo -n shutdown -c"
+#: what bootstrap runs to lift it (as the login user: `sudo -n`, as the watchdog's `sudo shutdown -h now`); it
+#: fails only while a shutdown stays scheduled (systemd-logind's /run/systemd/shutdown/scheduled): a node
+#: bootstrapped again (a kept pool's next start) has nothing left to cancel
+BOOT_LIMIT_OFF = "sudo -n shutdown -c 2>/dev/null || [ ! -e /run/systemd/shutdown/scheduled ]"
 
 
 def limited(script: str) -> str:

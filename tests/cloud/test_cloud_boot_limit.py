@@ -260,3 +260,24 @@ def test_a_digitalocean_pool_killed_right_after_create_is_seen_and_finished_by_d
     assert main(["down", "p-do-killed"]) == 0
     assert fake.droplets == {} and fake.firewalls == {} and fake.keys == {}
     assert not any(t.startswith("skyhive-pool:") for t in fake.tags)
+
+
+@pytest.mark.parametrize(("cancel_ok", "still_scheduled", "lifted"), [
+    (True, False, True), (False, False, True), (False, True, False)])
+def test_lifting_fails_only_while_a_shutdown_stays_scheduled(tmp_path, cancel_ok, still_scheduled, lifted):
+    """BOOT_LIMIT_OFF under `sh`, with FAKE `sudo` (runs the command) and `shutdown -c` (succeeds or not) on
+    PATH, and systemd-logind's schedule file moved into `tmp_path`: a node bootstrapped again (nothing left to
+    cancel) is fine; a shutdown that stays scheduled fails bootstrap."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sudo").write_text('#!/bin/sh\n[ "$1" = -n ] && shift\nexec "$@"\n')
+    (bin_dir / "shutdown").write_text(f"#!/bin/sh\nexit {0 if cancel_ok else 1}\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    scheduled = tmp_path / "scheduled"
+    if still_scheduled:
+        scheduled.touch()
+    command = BOOT_LIMIT_OFF.replace("/run/systemd/shutdown/scheduled", str(scheduled))
+    assert command != BOOT_LIMIT_OFF
+    done = subprocess.run(["sh", "-c", command], env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, timeout=30)
+    assert (done.returncode == 0) is lifted
