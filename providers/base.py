@@ -136,6 +136,9 @@ class SSHReach(Reach):
     # run before bootstrap looks at the node, until it exits (a fresh cloud machine: wait for its first-boot
     # setup, e.g. `cloud-init status --wait`); "" for none
     ready_command: str = ""
+    # run by bootstrap once the node is prepared (after its watchdog started): lifts the boot-time limit the
+    # node's boot script set (a cloud node whose client died before bootstrap shuts itself down); "" for none
+    boot_limit_off: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -302,6 +305,12 @@ class Provider(abc.ABC):
     async def list_owned(self, pool_id: str) -> list[NodeHandle]:
         """The nodes this provider still holds for `pool_id` (found by tag), for cleaning up after a crash."""
         return []
+
+    async def bootstrapped(self, handle: NodeHandle) -> None:
+        """Node `handle` is bootstrapped (its idle watchdog, where it has one, runs): lift what the provider set
+        at create for a node no client would bootstrap (Azure's auto-shutdown schedule). Called by the pool
+        once per node, from the client. Default: nothing."""
+        return None
 
     async def node_problem(self, handle: NodeHandle) -> str | None:
         """Why this running node is lost as the provider sees it now (one sentence naming the node and

@@ -74,6 +74,9 @@ class Delegating(Provider):
     async def wait_running(self, handle: NodeHandle, report: Callable[[str], None]) -> NodeHandle:
         return await self.inner.wait_running(handle, report)
 
+    async def bootstrapped(self, handle: NodeHandle) -> None:
+        await self.inner.bootstrapped(handle)
+
     async def terminate(self, handles: Sequence[NodeHandle]) -> None:
         await self.inner.terminate(handles)
 

@@ -179,6 +179,9 @@ class Fallback(Provider):
     async def node_problem(self, handle: NodeHandle) -> str | None:
         return await self.chosen.node_problem(handle) if self.chosen is not None else None
 
+    async def bootstrapped(self, handle: NodeHandle) -> None:
+        await self._require().bootstrapped(handle)
+
     async def terminate(self, handles: Sequence[NodeHandle]) -> None:
         for provider in [self.chosen] if self.chosen else self.providers:  # unknown owner: ask each
             await provider.terminate(handles)  # (a node another provider does not know is gone for it)

@@ -60,6 +60,23 @@ async def test_every_node_walks_the_phases_and_reports_the_providers_states():
     assert provider.calls[-1] == ("cleanup", -1) and provider.live == set()
 
 
+async def test_each_node_is_told_to_its_provider_as_bootstrapped_once_before_it_turns_ready():
+    """The hook a cloud lifts its boot-time limit by (Azure's auto-shutdown schedule): after the node's
+    bootstrap, before `ready`; its failure fails the node, its transient errors are retried."""
+    provider = Staged(transient={("bootstrapped", 1): 1})
+    async with sky.Pool(provider=provider, nodes=2, name="lifted") as pool:
+        assert await pool.broadcast(node_of) == [0, 1]
+    assert provider.calls.count(("bootstrapped", 0)) == 1 and provider.calls.count(("bootstrapped", 1)) == 2
+    assert all(provider.calls.index(("wait_running", n)) < provider.calls.index(("bootstrapped", n)) for n in (0, 1))
+    assert states(events("lifted"), 0) == FULL and states(events("lifted"), 1) == FULL
+
+    failing = Staged(fail={("bootstrapped", 1)})
+    with pytest.raises(sky.ProvisionError, match="node 1: staged failure at bootstrapped"):
+        async with sky.Pool(provider=failing, nodes=2, name="unlifted"):
+            pass
+    assert "ready" not in states(events("unlifted"), 1) and failing.live == set()
+
+
 async def test_a_node_that_fails_while_starting_fails_the_pool_and_everything_is_terminated():
     provider = Staged(fail={("wait_running", 1)})
     with pytest.raises(sky.ProvisionError, match="node 1: staged failure at wait_running"):

@@ -30,6 +30,7 @@ from .aws_data import (ADDRESS_TAG, EC2_ERRORS, EC2_STATES, EFA_TYPES, LAUNCH_TA
 from .aws_network import AWSNetwork
 from .aws_access import EC2Access
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
+from .boot import BOOT_LIMIT_OFF
 from .keys import pool_key, remove_pool_key
 
 T = TypeVar("T")
@@ -499,7 +500,7 @@ class AWS(EC2Access, LibcloudProvider):
             node=int(tags.get(NODE_TAG, -1)), provider_id=node.id, private_addr=private, public_addr=public,
             reach=SSHReach(host=public or private or "", user=self._user_of(instance_type), key=str(key_path),
                            idle_shutdown=self.idle_timeout or 0.0, shutdown_command=self.shutdown_command,
-                           ready_command=READY_COMMAND),
+                           ready_command=READY_COMMAND, boot_limit_off=BOOT_LIMIT_OFF),
             accelerators=info.accelerators if info else 0, accelerator=info.accelerator if info else None,
             state=state, extra=extra,
         )

@@ -4,8 +4,16 @@ group, its cluster placement group, and the client's address that may SSH in.
 - `vpc=` names the VPC; otherwise the region's default VPC. An account with no default VPC (common in
   company accounts, and after deleting it) needs `vpc=` or `subnet=`/`subnets=`, and the error says so.
 - `subnet=`/`subnets=`: the subnets to launch in (at most one per zone); the zones tried are theirs.
-  Otherwise each zone's subnet in the VPC (its default-for-az subnet first). A zone with no subnet is
-  skipped and named, not fatal.
+  Otherwise each zone's subnet in the VPC (its default-for-az subnet first); in a VPC named by `vpc=` (a
+  company's; the default VPC is public by construction) among the **public** ones: a
+  subnet whose route table sends ``0.0.0.0/0`` to an internet gateway (``igw-``), the table being the one
+  explicitly associated with the subnet, else the VPC's main table (Amazon VPC User Guide, "Configure
+  route tables" and "Subnet route tables": https://docs.aws.amazon.com/vpc/latest/userguide/VPC_Route_Tables.html;
+  DescribeRouteTables: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeRouteTables.html).
+  A node in a private subnet has no way in for SSH from the client (it used to time out after 300 s). A zone
+  with no subnet, or only private ones, is skipped and named (with the private subnets' ids), not fatal;
+  route tables that cannot be read (a policy without ec2:DescribeRouteTables) leave every subnet a
+  candidate, with a warning.
 - The pool's group lets the client's address (`ssh_cidr`) in on port 22 and the pool's nodes reach each
   other on everything; EFA also needs the group to allow all traffic *out* to itself (EC2 User Guide,
   "Prepare an EFA-enabled security group"), which is added for EFA pools.
@@ -48,6 +56,19 @@ def public_address(url: str = CHECKIP_URL, timeout: float = 10.0) -> str:
     return text + "/32"
 
 
+def _local(el: Any) -> str:
+    return str(el.tag).rsplit("}", 1)[-1]
+
+
+def _items(el: Any, set_name: str) -> list[Any]:
+    """The ``item`` children of `el`'s direct child `set_name` (EC2's XML lists)."""
+    return [item for child in el if _local(child) == set_name for item in child if _local(item) == "item"]
+
+
+def _text(el: Any, name: str) -> str:
+    return next((str(c.text or "") for c in el if _local(c) == name), "")
+
+
 class AWSNetwork:
     """The network side of one `AWS` provider (blocking calls, run in its worker threads)."""
 
@@ -55,6 +76,8 @@ class AWSNetwork:
         self.aws = aws
         self._vpc: str | None = None
         self._subnets: dict[str, str] | None = None  # zone -> subnet id
+        self._private: dict[str, list[str]] = {}  # zone -> its subnets with no route to an internet gateway
+        self._default_vpc = False  # the VPC is the region's default one (taken when no vpc=/subnets= is given)
         self._made: dict[str, str] = {}  # pool -> the group id this process made for it
 
     @property
@@ -84,7 +107,7 @@ class AWSNetwork:
                 if not default:
                     raise ProvisionError(f"aws: region {self.aws.region} has no default VPC (company accounts often "
                                          f"delete it): pass vpc='vpc-...' or subnet='subnet-...'", kind="fatal")
-                self._vpc = default[0]
+                self._vpc, self._default_vpc = default[0], True
         return self._vpc
 
     def subnets(self) -> dict[str, str]:
@@ -108,19 +131,50 @@ class AWSNetwork:
             else:
                 vpc = self.vpc()
                 found = self._call("DescribeSubnets", lambda: self.driver.ex_list_subnets(filters={"vpc-id": vpc}))
-                chosen = {}
+                # the default VPC is public by construction (an internet gateway, and 0.0.0.0/0 to it in its
+                # main table: https://docs.aws.amazon.com/vpc/latest/userguide/default-vpc.html); moto's has
+                # neither, so it is not checked
+                public = None if self._default_vpc else self._public_subnets(vpc, [s.id for s in found])
+                chosen, private = {}, {}
                 for s in sorted(found, key=lambda s: (str(s.extra.get("default_for_az")).lower() != "true", s.id)):
-                    chosen.setdefault(s.extra.get("zone"), s.id)
+                    if public is not None and s.id not in public:
+                        private.setdefault(s.extra.get("zone"), []).append(s.id)
+                    else:
+                        chosen.setdefault(s.extra.get("zone"), s.id)
+                self._private = {zone: ids for zone, ids in private.items() if zone not in chosen}
                 self._subnets = chosen
         return self._subnets
+
+    def _public_subnets(self, vpc: str, subnets: list[str]) -> set[str] | None:
+        """Those of `subnets` (of `vpc`) whose route table has ``0.0.0.0/0`` to an internet gateway (an explicitly
+        associated table, else the main one); None when the route tables cannot be read."""
+        try:
+            body = self._call("DescribeRouteTables", lambda: self.driver.request({
+                "Action": "DescribeRouteTables", "Filter.1.Name": "vpc-id", "Filter.1.Value.1": vpc}))
+        except Exception as exc:  # a policy without ec2:DescribeRouteTables: the subnets as before
+            log.warning("aws: cannot read the route tables of %s (%s): a subnet without a route to an internet "
+                        "gateway may be chosen; pass subnet=/subnets= to choose", vpc, exc)
+            return None
+        explicit: dict[str, bool] = {}  # subnet -> its table reaches an internet gateway
+        main = False
+        for table in _items(body, "routeTableSet"):
+            reaches = any(_text(r, "destinationCidrBlock") == "0.0.0.0/0" and _text(r, "gatewayId").startswith("igw-")
+                          and _text(r, "state") in ("", "active") for r in _items(table, "routeSet"))
+            for assoc in _items(table, "associationSet"):
+                if _text(assoc, "main") == "true":
+                    main = reaches
+                elif _text(assoc, "subnetId"):
+                    explicit[_text(assoc, "subnetId")] = reaches
+        return {sid for sid in subnets if explicit.get(sid, main)}
 
     def usable_zones(self, offered: list[str]) -> tuple[list[str], list[str]]:
         """(zones to try, in `offered`'s order, that have a subnet; "zone (why)" of those skipped). With
         explicit subnets, their zones that offer the type."""
         subnets = self.subnets()
         usable = [z for z in offered if z in subnets]
-        skipped = [f"{z} (no subnet in {self.vpc() if not self.aws.subnets else 'subnets='})" for z in offered
-                   if z not in subnets]
+        skipped = [f"{z} (no subnet in {self.vpc() if not self.aws.subnets else 'subnets='})" if z not in self._private
+                   else f"{z} (its subnets {', '.join(self._private[z])} have no route to an internet gateway)"
+                   for z in offered if z not in subnets]
         if self.aws.subnets:
             skipped += [f"{z} (subnet {sid}: the type is not offered there)" for z, sid in subnets.items()
                         if z not in offered]

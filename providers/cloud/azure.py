@@ -32,7 +32,7 @@ from ...errors import CloudAPIError
 from ..features import Feature, Features
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
 from ..volumes import mounts_of
-from . import azure_volumes, catalog
+from . import azure_shutdown, azure_volumes, catalog
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
 from .boot import BOOT_SCRIPT, ready_command
 from .keys import pool_key, remove_pool_key
@@ -193,7 +193,7 @@ class Azure(LibcloudProvider):
         return base + resource
 
     def arm(self, path: str, api: str, method: str = "GET", body: dict[str, Any] | None = None) -> Any:
-        """One ARM call (`_arm`): for the volume module (`azure_volumes.py`)."""
+        """One ARM call (`_arm`): for the volume and auto-shutdown modules (`azure_volumes.py`, `azure_shutdown.py`)."""
         return self._arm(path, api, method, body)
 
     def find_volume(self, name: str) -> Any:
@@ -296,10 +296,17 @@ class Azure(LibcloudProvider):
             if self.zones:
                 body["zones"] = [zone]
             vm = self._arm(path, COMPUTE_API, "PUT", body)
+            azure_shutdown.set_limit(self, path)  # deallocated by Azure unless bootstrap lifts it
             handles.append(self._handle(vm, spec.pool_id, {}, launched_at=time.time()))
         for handle in handles:  # ARM answers 201 at once; whether the VM got a machine comes later
             self._allocated(spec.pool_id, handle.provider_id.partition("/")[2])
         return handles
+
+    async def bootstrapped(self, handle: NodeHandle) -> None:
+        """The node is bootstrapped: its auto-shutdown schedule (the boot-time limit) is deleted."""
+        pool_id, _, name = handle.provider_id.partition("/")
+        await self.call(azure_shutdown.lift, self,
+                        self._path(pool_id, f"/providers/Microsoft.Compute/virtualMachines/{name}"))
 
     def _allocated(self, pool_id: str, name: str) -> None:
         """Wait until ARM has placed VM `name` (a power state, or provisioningState Succeeded), raising its

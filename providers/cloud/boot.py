@@ -10,7 +10,7 @@ its GPUs.
 
 from __future__ import annotations
 
-__all__ = ["BOOT_SCRIPT", "BOOT_MARKER", "ready_command"]
+__all__ = ["BOOT_SCRIPT", "BOOT_MARKER", "BOOT_LIMIT", "BOOT_LIMIT_ON", "BOOT_LIMIT_OFF", "limited", "ready_command"]
 
 BOOT_MARKER = "/var/lib/skyhive-boot-done"
 
@@ -19,6 +19,31 @@ command -v uv >/dev/null 2>&1 || (curl -LsSf https://astral.sh/uv/install.sh |
     env UV_INSTALL_DIR=/usr/local/bin INSTALLER_NO_MODIFY_PATH=1 sh) || true
 touch {BOOT_MARKER}
 """
+
+#: The boot-time limit (seconds): a node that no client has bootstrapped within this time of its boot shuts
+#: itself down — on EC2 it terminates (InstanceInitiatedShutdownBehavior), on GCE it stops (the machine stops
+#: costing; its disk waits for `skyhive down`). Bootstrap lifts it (`BOOT_LIMIT_OFF`, run last, after the
+#: node's idle watchdog started), so a client killed between create and bootstrap leaves no running node for
+#: longer than this. Long enough for a slow first boot, SSH retries and an environment built at bootstrap.
+BOOT_LIMIT = 3600
+
+#: the boot script's line that sets the limit at the node's first boot only (GCE runs a startup-script at every
+#: boot; the marker is written at the end of the first): systemd's scheduled shutdown, which outlives the
+#: script and refuses non-root logins only in its last 5 minutes
+BOOT_LIMIT_ON = (f"[ -e {BOOT_MARKER} ] || shutdown -h +{BOOT_LIMIT // 60} "
+                 "'skyhive: boot-time limit, no client bootstrapped this node' >/dev/null 2>&1 || true")
+
+#: what bootstrap runs to lift it (as the login user: `sudo -n`, as the watchdog's `sudo shutdown -h now`); it
+#: fails only while a shutdown stays scheduled (systemd-logind's /run/systemd/shutdown/scheduled): a node
+#: bootstrapped again (a kept pool's next start) has nothing left to cancel
+BOOT_LIMIT_OFF = "sudo -n shutdown -c 2>/dev/null || [ ! -e /run/systemd/shutdown/scheduled ]"
+
+
+def limited(script: str) -> str:
+    """`script` with the boot-time limit set first (before anything that may fail or hang)."""
+    head, _, rest = script.partition("\n")
+    return f"{head}\n{BOOT_LIMIT_ON}\n{rest}"
+
 
 #: how long a node's first boot may take before bootstrap goes on anyway (seconds)
 BOOT_WAIT = 600

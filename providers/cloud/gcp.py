@@ -40,7 +40,7 @@ from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
 from ..volumes import mounts_of
 from . import catalog, gcp_volumes
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
-from .boot import BOOT_SCRIPT, ready_command
+from .boot import BOOT_LIMIT_OFF, BOOT_SCRIPT, limited, ready_command
 from .gce_api import GCEClient, GCECredentials
 from .keys import pool_key, remove_pool_key
 
@@ -292,7 +292,7 @@ class GCP(LibcloudProvider):
         if self.subnetwork:
             nic["subnetwork"] = f"regions/{self.region}/subnetworks/{self.subnetwork}"
         metadata = [{"key": "ssh-keys", "value": f"{self.ssh_user}:{public} {self.ssh_user}"},
-                    {"key": "enable-oslogin", "value": "FALSE"}, {"key": "startup-script", "value": BOOT_SCRIPT},
+                    {"key": "enable-oslogin", "value": "FALSE"}, {"key": "startup-script", "value": limited(BOOT_SCRIPT)},
                     {"key": "skyhive-pool-name", "value": spec.pool_id}]
         if gpus:
             metadata.append({"key": "install-nvidia-driver", "value": "True"})
@@ -420,7 +420,7 @@ class GCP(LibcloudProvider):
                           private_addr=private, public_addr=public, state=state, extra=extra, accelerators=gpus,
                           reach=SSHReach(host=public or private, user=self.ssh_user, key=str(key_path),
                                          idle_shutdown=self.idle_timeout or 0.0,
-                                         ready_command=first_boot))
+                                         ready_command=first_boot, boot_limit_off=BOOT_LIMIT_OFF))
 
     def find_volume(self, name: str) -> Any:
         """See `Provider.find_volume` (persistent disks, `gcp_volumes.py`)."""

@@ -154,6 +154,7 @@ class NodeActor:
         from ..bootstrap.node import bootstrap_node  # skyhive's bootstrap over a shell (`BOOTSTRAP_OVER_SHELL`)
 
         detail = await kind.bootstrap_node(ctx, self.index, transport, over_shell=bootstrap_node)
+        await with_retries(ctx.provider, f"node {self.index}: bootstrapped", lambda: ctx.provider.bootstrapped(handle))
         await ctx.wait_addresses(self.index)  # workers need every peer's address
         if len(self.channels) == 1:
             await self._start_worker(0)  # the common case: no task group, no task

@@ -16,7 +16,9 @@ Steps, each bounded and each failure a `ProvisionError` subclass naming the node
    (the image's indexes and find-links, given explicitly), apt (root or passwordless sudo), setup
    commands in order. Env vars and secrets reach the command through the shell's `env` (SSH: on its
    stdin), never on a command line or into a log;
-5. the node's idle watchdog, when its shell asks for one (`Shell.idle_shutdown`).
+5. the node's idle watchdog, when its shell asks for one (`Shell.idle_shutdown`);
+6. the boot-time limit a cloud node's boot script set is lifted, when its shell names how
+   (`Shell.boot_limit_off`): the node is now watched (step 5) or kept by its client.
 
 A second pool with the same image on the same node finds both directories complete and skips 3–4
 (the detail of the node's `ready` event says "cached"). The result is a `Prepared`: that detail and the
@@ -162,6 +164,16 @@ async def _start_watchdog(shell: Shell, *, python: str, rt_dir: str, state_dir: 
                              f"{(result.stderr or result.stdout).strip()[-2000:]}", host=shell.host)
 
 
+async def _lift_boot_limit(shell: Shell) -> None:
+    """Lift the boot-time limit the node's boot script set (`Shell.boot_limit_off`); a node whose limit stays
+    would shut itself down under a running pool, so failing to lift it fails bootstrap."""
+    result = await shell.run(shell.boot_limit_off, timeout=PROBE_TIMEOUT)
+    if result.exit_status != 0:
+        raise BootstrapError(f"{shell.where}: its boot-time limit could not be lifted (exit {result.exit_status}, "
+                             f"{shell.boot_limit_off!r}): {(result.stderr or result.stdout).strip()[-2000:]}",
+                             host=shell.host)
+
+
 async def _put_all(shell: Shell, paths: list[str], directory: str) -> None:
     """Put local files and directories into `directory` on the node, each under its own name."""
     for path in paths:
@@ -265,6 +277,9 @@ async def _bootstrap(ctx: NodeContext, node: int, shell: Shell, step: Callable[[
     if shell.idle_shutdown > 0:
         step("starting the idle watchdog")
         await _start_watchdog(shell, python=python, rt_dir=rt_dir, state_dir=f"{home}/.skyhive/watchdog")
+    if shell.boot_limit_off:  # the node's watchdog (or the client that keeps it) has taken over
+        step("lifting the boot-time limit")
+        await _lift_boot_limit(shell)
     if cached_env:
         return Prepared(f"env {key} cached (runtime {'cached' if cached_rt else 'shipped'})", node_env)
     return Prepared(f"env {key} built in {built:.1f} s (runtime {'cached' if cached_rt else 'shipped'})", node_env)

@@ -75,6 +75,8 @@ class Shell(abc.ABC):
     idle_shutdown: float = 0.0
     #: what that watchdog runs to shut the node down
     shutdown_command: str = ""
+    #: a command bootstrap runs last, lifting the boot-time limit a cloud node's boot script set ("" for none)
+    boot_limit_off: str = ""
     #: True when the node runs this machine's Python and sees its files (Local, Slurm sharing this
     #: machine's file system): bootstrap checks — or builds — the Image here instead of over `run`
     same_machine: bool = False

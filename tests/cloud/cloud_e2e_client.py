@@ -57,7 +57,8 @@ async def watchdog(config: dict) -> None:
 
     with mock_aws():
         idle, marker_dir = config["idle"], config["marker_dir"]
-        aws = provider(config, idle_timeout=idle, shutdown_command=f'touch "{marker_dir}/$(hostname)"')
+        aws = provider(config, idle_timeout=idle, shutdown_command=f'touch "{marker_dir}/$(hostname)"',
+                       boot_limit_off=f'touch "{config["lifted_dir"]}/$(hostname)"')
         async with sky.Pool(provider=aws, nodes=2, name="p-watchdog", start_timeout=900) as pool:
             print("FIRED DURING LONG TASK:", json.dumps(await pool.broadcast(markers_after, 3 * idle, marker_dir)), flush=True)
             await anyio.sleep(3600)

@@ -75,14 +75,17 @@ class HostMappedAWS(LocalMappedAWS):
     replaced before anything connects."""
 
     def __init__(self, *args: Any, hosts: Sequence[tuple[str, str]], key: str, known_hosts: str,
-                 ready_command: str | None = None, **kwargs: Any) -> None:
+                 ready_command: str | None = None, boot_limit_off: str = "true", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.hosts, self.key, self.known_hosts = list(hosts), key, known_hosts
         self.ready_command = ready_command  # instead of AWS's (cloud-init is not on the test hosts)
+        # instead of AWS's `sudo -n shutdown -c`: the test hosts are no booted machines with a scheduled shutdown
+        self.boot_limit_off = boot_limit_off
 
     def map_node(self, handle: NodeHandle) -> NodeHandle:
         address, user = self.hosts[handle.node]
-        reach = dataclasses.replace(handle.reach, host=address, user=user, key=self.key, known_hosts=self.known_hosts)
+        reach = dataclasses.replace(handle.reach, host=address, user=user, key=self.key, known_hosts=self.known_hosts,
+                                    boot_limit_off=self.boot_limit_off)
         if self.ready_command is not None:
             reach = dataclasses.replace(reach, ready_command=self.ready_command)
         return dataclasses.replace(handle, reach=reach, private_addr=address, public_addr=None)

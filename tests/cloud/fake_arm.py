@@ -36,6 +36,16 @@ and answers as ARM does, rule by rule; each rule names the reference it encodes:
   detaches its data disks whose ``deleteOption`` is Detach (the default) and deletes those marked Delete
   (https://learn.microsoft.com/azure/virtual-machines/delete); deleting a disk a VM holds is 409
   OperationNotAllowed.
+- A10 a VM's auto-shutdown (issue 38): ``Microsoft.DevTestLab/schedules/{name}`` in a resource group
+  (REST "Global Schedules - Create Or Update", api-version 2018-09-15:
+  https://learn.microsoft.com/rest/api/dtl/global-schedules/create-or-update) takes ``location``,
+  ``properties.taskType`` ``ComputeVmShutdownTask``, ``dailyRecurrence.time`` as ``HHmm``, a
+  ``timeZoneId``, ``status`` Enabled/Disabled and a ``targetResourceId`` naming an existing VM (404
+  otherwise); a VM's schedule must be named ``shutdown-computevm-<vm name>`` (anything else is a 400, as
+  the portal's auto-shutdown requires: hashicorp/terraform-provider-azurerm#5536). `clock_reaches("HHmm")`
+  is the fake's clock passing that time of day (UTC here): every Enabled schedule of that time deallocates its
+  VM (power state ``deallocated``: https://learn.microsoft.com/azure/virtual-machines/auto-shutdown-vm).
+  Nothing else in the fake keeps time.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -121,6 +132,10 @@ class FakeARM:
                 return _error(409, "ResourceGroupBeingDeleted", f"The resource group '{parts[4]}' is in deprovisioning state")
             if "/virtualmachines/" in key:
                 return self._put_vm(path, key, data)
+            if "/providers/microsoft.devtestlab/schedules/" in key:
+                refused = self._schedule_refusal(parts[-1], data or {})
+                if refused:
+                    return refused
             if "/disks/" in key and self.resources.get(key, {}).get("managedBy"):
                 return _error(409, "OperationNotAllowed", f"Disk {parts[-1]} is attached to VM "
                                                           f"{self.resources[key]['managedBy']}.")
@@ -178,6 +193,38 @@ class FakeARM:
                      if k.startswith(key + "/") and k.count("/") == key.count("/") + 1]
             return 200, {"value": items}
         return _error(404, "ResourceNotFound", f"The Resource '{path}' was not found.")
+
+    def _schedule_refusal(self, name: str, data: dict) -> tuple[int, dict] | None:
+        """A10: what ARM refuses in a VM's auto-shutdown schedule, or None."""
+        props = data.get("properties") or {}
+        target = str(props.get("targetResourceId") or "")
+        if not data.get("location"):
+            return _error(400, "LocationRequired", "The location property is required for this definition.")
+        if props.get("taskType") != "ComputeVmShutdownTask":
+            return _error(400, "InvalidScheduleTaskType", f"Task type {props.get('taskType')!r} is not valid here.")
+        if not re.fullmatch(r"([01]\d|2[0-3])[0-5]\d", str((props.get("dailyRecurrence") or {}).get("time", ""))):
+            return _error(400, "InvalidScheduleTime", "dailyRecurrence.time must be HHmm.")
+        if not props.get("timeZoneId") or props.get("status") not in ("Enabled", "Disabled"):
+            return _error(400, "InvalidSchedule", "timeZoneId and status (Enabled or Disabled) are required.")
+        if target.lower() not in self.resources or "/virtualmachines/" not in target.lower():
+            return _error(404, "ResourceNotFound", f"The target resource '{target}' was not found.")
+        if name != f"shutdown-computevm-{target.rsplit('/', 1)[-1].lower()}":
+            return _error(400, "InvalidScheduleName", f"The schedule of VM {target.rsplit('/', 1)[-1]} must be named "
+                                                      f"shutdown-computevm-{target.rsplit('/', 1)[-1]}.")
+        return None
+
+    def clock_reaches(self, hhmm: str) -> list[str]:
+        """A10: the time of day passes `hhmm`: each Enabled schedule of that time deallocates its VM; their names."""
+        done = []
+        for key, schedule in list(self.resources.items()):
+            props = schedule.get("properties") or {}
+            if ("/providers/microsoft.devtestlab/schedules/" in key and props.get("status") == "Enabled"
+                    and (props.get("dailyRecurrence") or {}).get("time") == hhmm):
+                vm = self.resources.get(str(props.get("targetResourceId")).lower())
+                if vm is not None:
+                    vm["_power"] = "deallocated"
+                    done.append(vm["name"])
+        return done
 
     def _release_disks(self, key: str) -> None:
         """A9: a VM that goes lets go of its data disks (Detach) or takes them along (Delete)."""

@@ -56,6 +56,10 @@ refuses what GCE refuses, rule by rule; each rule names the reference it encodes
   resourceInUseByAnotherResource, https://cloud.google.com/compute/docs/disks/sharing-disks-between-vms);
   deleting a disk an instance uses is 400 resourceInUseByAnotherResource; deleting an instance detaches
   its disks and deletes those whose `autoDelete` is true (instances.delete).
+- G17 a guest OS shutdown stops the instance (issue 38): `guest_shutdown` is what the instance's own
+  ``shutdown -h`` does — STOPPING, then TERMINATED, kept with its disks until deleted (a stopped instance
+  bills its disks, not its machine: https://cloud.google.com/compute/docs/instances/instance-life-cycle).
+  The fake runs no startup-script: a test that says a node shuts itself down calls it.
 """
 
 from __future__ import annotations
@@ -408,6 +412,10 @@ class FakeGCE:
         self.peak = max(self.peak, len(self.instances))
         return 200, self._operation("insert", f"zones/{zone}/instances/{name}", zone)
 
+    def guest_shutdown(self, zone: str, name: str) -> None:
+        """G17: the instance's OS shut down (its own ``shutdown -h``): STOPPING now, TERMINATED from the next read."""
+        self.instances[(zone, name)]["status"] = "STOPPING"
+
     def _advance(self, zone: str, name: str, instance: dict) -> bool:
         """One read of an instance; False when it is gone (G14: a deleted one is STOPPING for one read)."""
         if "_deleting" in instance:
@@ -417,8 +425,8 @@ class FakeGCE:
                 return False
             instance["_deleting"] -= 1
             return True
-        instance["status"] = {"PROVISIONING": "STAGING", "STAGING": "RUNNING"}.get(instance["status"],
-                                                                                   instance["status"])
+        instance["status"] = {"PROVISIONING": "STAGING", "STAGING": "RUNNING",
+                              "STOPPING": "TERMINATED"}.get(instance["status"], instance["status"])
         return True
 
     def _release_disks(self, zone: str, name: str, instance: dict) -> None:

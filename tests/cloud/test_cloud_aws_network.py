@@ -90,6 +90,41 @@ async def test_no_default_vpc_needs_a_subnet_and_an_explicit_one_is_used(fake_ec
     assert left(moto) == NOTHING_LEFT
 
 
+async def test_a_vpc_without_subnet_takes_subnets_that_reach_an_internet_gateway(fake_ec2_proxy):
+    """Issue 38 point 7: a company VPC whose zone c has only a private subnet (its own route table, no route
+    to the internet gateway) and whose zone d has a private one and a public one (the main table: 0.0.0.0/0
+    to the igw): the pool goes to zone d's public subnet; zone c alone is refused naming its private subnet."""
+    moto = fake_ec2_proxy
+    client = ec2_client(moto.upstream)
+    vpc = client.create_vpc(CidrBlock="10.42.0.0/16")["Vpc"]["VpcId"]
+    igw = client.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
+    client.attach_internet_gateway(InternetGatewayId=igw, VpcId=vpc)
+    (main,) = client.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["RouteTables"]
+    client.create_route(RouteTableId=main["RouteTableId"], DestinationCidrBlock="0.0.0.0/0", GatewayId=igw)
+    closed = client.create_route_table(VpcId=vpc)["RouteTable"]["RouteTableId"]  # local routes only
+
+    def subnet(cidr: str, zone: str, private: bool) -> str:
+        sid = client.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=zone)["Subnet"]["SubnetId"]
+        if private:
+            client.associate_route_table(RouteTableId=closed, SubnetId=sid)
+        return sid
+
+    only_private_c = subnet("10.42.1.0/24", "us-east-1c", private=True)
+    subnet("10.42.2.0/24", "us-east-1d", private=True)
+    public_d = subnet("10.42.3.0/24", "us-east-1d", private=False)
+    for private_first in ("10.42.4.0/24", "10.42.5.0/24"):  # more private ones in d: whichever id sorts first
+        subnet(private_first, "us-east-1d", private=True)
+    provider = aws(moto, vpc=vpc, zones=["us-east-1c", "us-east-1d"])
+    handles = await provider.create(ClusterSpec(pool_id="p-igw", nodes=2))
+    assert {h.extra["zone"] for h in handles} == {"us-east-1d"}
+    assert {i["SubnetId"] for i in instances(moto, "p-igw")} == {public_d}
+    await provider.down("p-igw")
+    with pytest.raises(ProvisionError, match=rf"us-east-1c \(its subnets {only_private_c} have no route to an "
+                                             r"internet gateway\).*pass subnet="):
+        await aws(moto, vpc=vpc, zones=["us-east-1c"]).create(ClusterSpec(pool_id="p-igw2", nodes=1))
+    assert left(moto) == NOTHING_LEFT
+
+
 async def test_an_existing_security_group_is_used_and_kept(fake_ec2_proxy):
     moto = fake_ec2_proxy
     client = ec2_client(moto.upstream)

@@ -91,8 +91,11 @@ def test_idle_watchdog_keeps_a_connected_node_and_shuts_down_one_whose_client_wa
     known.write_text("".join(h.known_hosts_line + "\n" for h in nodes))
     marker_dir = Path(tempfile.mkdtemp(prefix="skyhive-watchdog-"))
     marker_dir.chmod(0o777)  # the shutdown command runs as the nodes' login user
+    lifted_dir = Path(tempfile.mkdtemp(prefix="skyhive-lifted-"))
+    lifted_dir.chmod(0o777)
     idle = 3.0
-    config = {"mode": "watchdog", "idle": idle, "marker_dir": str(marker_dir), "key": str(nodes[0].client_key),
+    config = {"mode": "watchdog", "idle": idle, "marker_dir": str(marker_dir), "lifted_dir": str(lifted_dir),
+              "key": str(nodes[0].client_key),
               "hosts": [[h.address, h.user] for h in nodes], "known_hosts": str(known)}
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SKYHIVE_HOME": skyhive_home}
     proc = subprocess.Popen(client.exec_argv([sys.executable, "-m", "tests.cloud.cloud_e2e_client", json.dumps(config)]),
@@ -106,6 +109,8 @@ def test_idle_watchdog_keeps_a_connected_node_and_shuts_down_one_whose_client_wa
             pytest.fail(f"the client did not run its long task: {e}\n{err.rest()[-4000:]}")
         assert json.loads(line.split(":", 1)[1]) == [[], []]  # connected for 3x idle: no watchdog fired
         assert sorted(os.listdir(marker_dir)) == []
+        # bootstrap lifted each node's boot-time limit (its `boot_limit_off`, here a marker), the watchdog taking over
+        assert sorted(os.listdir(lifted_dir)) == sorted(h.hostname for h in nodes)
         proc.kill()  # SIGKILL: its SSH connections drop, nothing of skyhive runs on the client any more
         proc.wait(30)
         deadline = time.monotonic() + idle + 5 + 20  # idle, one check interval, slack
@@ -124,3 +129,4 @@ def test_idle_watchdog_keeps_a_connected_node_and_shuts_down_one_whose_client_wa
                 except ProcessLookupError:
                     pass
         shutil.rmtree(marker_dir, ignore_errors=True)
+        shutil.rmtree(lifted_dir, ignore_errors=True)

@@ -123,6 +123,9 @@ class Staged(Provider):
         return NodeHandle(node=handle.node, provider_id=handle.provider_id, private_addr="127.0.0.1",
                           reach=handle.reach, state="running")
 
+    async def bootstrapped(self, handle: NodeHandle) -> None:
+        self._enter("bootstrapped", handle.node)
+
     async def terminate(self, handles: Sequence[NodeHandle]) -> None:
         for h in handles:
             self._enter("terminate", h.node)

@@ -72,6 +72,7 @@ class SSHShell(Shell):
         self.ready_command = reach.ready_command or None
         self.idle_shutdown = reach.idle_shutdown
         self.shutdown_command = reach.shutdown_command
+        self.boot_limit_off = reach.boot_limit_off
 
     async def run(self, command: str, *, env: Mapping[str, str] | None = None, timeout: float | None = None,
                   on_line: Callable[[str, str], None] | None = None, lifeline: bool = False) -> CommandResult:
