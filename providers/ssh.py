@@ -136,7 +136,9 @@ class SSH(Provider):
         return {"hosts": hosts, "options": options}
 
     name = "ssh"
-    features = Features(Feature.KEEP, Feature.HOSTS)  # your hosts (`--hosts`), kept by the ssh kind
+    # your hosts (`--hosts`), kept by the ssh kind (whose watchdog on each host runs an autostop hook on the
+    # head); a volume is a directory on the head host (`ssh_volumes.py`)
+    features = Features(Feature.KEEP, Feature.HOSTS, Feature.AUTOSTOP_HOOK, Feature.VOLUMES)
 
     def __init__(self, hosts: list[str] | tuple[str, ...], *, user: str | None = None, key: str | None = None,
                  known_hosts: str | None = None, python: str | None = None, port: int = 22,
