@@ -24,7 +24,6 @@ import re
 import time
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import quote
 
 from ..base import NodeHandle, ProvisionError
 from ..volumes import Volume, VolumeMount, mount_script, mounts_of, record
@@ -43,8 +42,10 @@ def do_name(name: str) -> str:
     return "skyhive-vol-" + (re.sub(r"[^a-z0-9-]", "-", name.lower()).strip("-")[:52].strip("-") or "volume")
 
 
-def _request(do: Any, path: str, *, method: str = "GET", body: dict[str, Any] | None = None) -> Any:
-    answer = do.driver.connection.request(path, method=method, data=json.dumps(body) if body is not None else None)
+def _request(do: Any, path: str, *, method: str = "GET", body: dict[str, Any] | None = None,
+             params: dict[str, str] | None = None) -> Any:
+    answer = do.driver.connection.request(path, params=params, method=method,
+                                          data=json.dumps(body) if body is not None else None)
     return answer.object or {}
 
 
@@ -59,7 +60,7 @@ def _volume(name: str, raw: dict[str, Any]) -> Volume:
 def find(do: Any, name: str) -> Volume | None:
     """The volume `name` in the account (None when there is none); one of that name in several regions is an
     error (a volume's name is unique in its region only)."""
-    found = (_request(do, f"/v2/volumes?name={quote(do_name(name))}").get("volumes") or [])
+    found = (_request(do, "/v2/volumes", params={"name": do_name(name)}).get("volumes") or [])
     if len(found) > 1:
         raise ProvisionError(f"digitalocean: {len(found)} volumes are named {do_name(name)} "
                              f"({', '.join(str((v.get('region') or {}).get('slug')) for v in found)}): delete the "

@@ -379,7 +379,8 @@ def status_rows(now: float | None = None, names: Sequence[str] = ()) -> list[dic
                 kept = KeptPool(rec)
                 autostopped = False
             if autostopped and not live and not unreachable:
-                _keep_hook_report(rec, kept.support.autostop_report(rec))
+                if not rec.stopped:  # (once: the first `status` that finds the pool stopped there)
+                    _keep_hook_report(rec, kept.support.autostop_report(rec))
                 if rec.autostop_down or kept.machines:  # autodown (a cloud pool's always): forgotten here
                     try:
                         down_cluster(name, quiet=True)
