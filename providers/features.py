@@ -53,6 +53,13 @@ class Feature(enum.Enum):
     HOSTS = "hosts"
     #: `skyhive check` reports on it (`Provider.check`: a cloud's credentials)
     CHECK = "check"
+    #: a named pool's autostop runs `resources.autostop.hook` on its head node before it stops the pool
+    #: (`control/autostop_hook.py` on this machine; on SSH hosts and cloud machines the watchdog there runs
+    #: it: `runtime/kinds/ssh/keep.py`)
+    AUTOSTOP_HOOK = "autostop_hook"
+    #: persistent volumes (`volumes:`, `providers/volumes.py`): `find_volume`, `delete_volume` and the
+    #: `volumes` option (`Provider.resource_options`)
+    VOLUMES = "volumes"
 
     @property
     def what(self) -> str:
@@ -69,6 +76,8 @@ _WHAT = {
     Feature.SAME_MACHINE: "run its nodes on this machine",
     Feature.HOSTS: "run on hosts you name",
     Feature.CHECK: "be checked by `skyhive check`",
+    Feature.AUTOSTOP_HOOK: "run an autostop hook before its autostop",
+    Feature.VOLUMES: "keep persistent volumes",
 }
 
 

@@ -122,7 +122,9 @@ class Kubernetes(Provider):
     features: ClassVar[Features] = Features(Feature.KEEP, Feature.CREATES_MACHINES, Feature.CHECK, cannot={
         Feature.STOP: "a pod cannot be stopped and started again: `skyhive down NAME` deletes its pods",
         Feature.OPEN_PORTS: "a pod's ports are reached with `skyhive forward` (a port-forward over the API server), "
-                            "not opened on a firewall"})
+                            "not opened on a firewall",
+        Feature.AUTOSTOP_HOOK: "the pool's autostop runs in its pods' own watchdog, which runs no hook yet: remove "
+                               "the hook (autostop alone works there)"})
     chooses = frozenset({"accelerator", "cpus", "memory_gb"})
     state_map: ClassVar[dict[str, str]] = {"pending": "provisioning", "running": "running", "failed": "failed",
                                            "succeeded": "terminated", "terminating": "terminating"}

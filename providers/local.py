@@ -37,7 +37,7 @@ class Local(Provider):
 
     name = "local"
     #: the nodes are this machine; a task file's steps never touch this user's home (`runtime/onnode/nodecmd.py`)
-    features = Features(Feature.KEEP, Feature.SAME_MACHINE, Feature.NODE_HOMES)
+    features = Features(Feature.KEEP, Feature.SAME_MACHINE, Feature.NODE_HOMES, Feature.AUTOSTOP_HOOK, Feature.VOLUMES)
 
     resource_options = {"volumes": "volumes"}  # a directory linked at the mount point (`local_volumes.py`)
 

@@ -116,6 +116,8 @@ class SSH(Provider):
     - `connect_timeout`, `reconnect_timeout` (how long a dropped connection is retried before the
       worker counts as lost), `idle_timeout` (a detached worker with no client exits after this).
     - `keep_env`: keep the environment bootstrap built (so the next pool starts warm). Default True.
+    - `volumes`: persistent volumes (a task's `volumes:`): each a directory on the head node's host,
+      `~/.skyhive/volumes/NAME`, linked at its mount point (`ssh_volumes.py`).
 
     Hosts listed beyond the pool's `nodes` are spares: with `Pool(replace_failed=True)` a node lost for
     good is replaced by the next spare not used yet (each host serves a pool once: a lost host is not
@@ -136,14 +138,17 @@ class SSH(Provider):
         return {"hosts": hosts, "options": options}
 
     name = "ssh"
-    features = Features(Feature.KEEP, Feature.HOSTS)  # your hosts (`--hosts`), kept by the ssh kind
+    resource_options = {"volumes": "volumes"}  # a directory on the head host, linked at the mount point
+    # your hosts (`--hosts`), kept by the ssh kind (whose watchdog on each host runs an autostop hook on the
+    # head); a volume is a directory on the head host (`ssh_volumes.py`)
+    features = Features(Feature.KEEP, Feature.HOSTS, Feature.AUTOSTOP_HOOK, Feature.VOLUMES)
 
     def __init__(self, hosts: list[str] | tuple[str, ...], *, user: str | None = None, key: str | None = None,
                  known_hosts: str | None = None, python: str | None = None, port: int = 22,
                  connect_timeout: float = SSH_CONNECT_TIMEOUT, reconnect_timeout: float = SSH_RECONNECT_TIMEOUT,
                  idle_timeout: float = SSH_IDLE_TIMEOUT,
                  use_agent: bool = False, keep_env: bool = True, ssh_config: str | None = DEFAULT_CONFIG,
-                 host_options: Sequence[Sequence[str | None]] | None = None) -> None:
+                 host_options: Sequence[Sequence[str | None]] | None = None, volumes: Sequence[Any] = ()) -> None:
         if isinstance(hosts, str) or not hosts:
             raise ValueError("SSH(hosts=[...]) needs a non-empty list of hosts")
         if host_options is not None and len(host_options) != len(hosts):
@@ -172,6 +177,11 @@ class SSH(Provider):
         self.use_agent = use_agent
         self.keep_env = keep_env
         self._given: dict[str, set[int]] = {}  # pool id -> indices of the hosts handed out to it
+        self.volumes: tuple[Any, ...] = ()
+        if volumes:  # (a pool without volumes does not import them)
+            from .volumes import mounts_of
+
+            self.volumes = mounts_of(volumes)
         for name in ("connect_timeout", "reconnect_timeout", "idle_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"SSH({name}=...) must be > 0")
@@ -220,7 +230,23 @@ class SSH(Provider):
             host = i if i not in given else self._spare(spec, i, given)
             given.add(host)
             handles.append(self._handle(i, self.hosts[host]))
+            if i == 0 and self.volumes:  # the head node's host keeps the volumes, linked before its workers start
+                from . import ssh_volumes
+
+                await ssh_volumes.link_all(self, self.hosts[host], self.volumes)
         return handles
+
+    def find_volume(self, name: str) -> Any:
+        """See `Provider.find_volume` (a directory on the host that made it, `ssh_volumes.py`)."""
+        from . import ssh_volumes
+
+        return _blocking(lambda: ssh_volumes.find(self, name))
+
+    def delete_volume(self, name: str) -> None:
+        """See `Provider.delete_volume` (the directory and its link, on their host: `ssh_volumes.py`)."""
+        from . import ssh_volumes
+
+        _blocking(lambda: ssh_volumes.delete(self, name))
 
     def _spare(self, spec: ClusterSpec, node: int, given: set[int]) -> int:
         """The first spare host (listed beyond `spec.nodes`) not handed out yet, for node `node`."""
@@ -426,7 +452,19 @@ class SSH(Provider):
 
     def describe(self) -> dict[str, Any]:
         # the hosts as given (an ssh_config alias is looked up again when `skyhive down` rebuilds this)
-        return {"provider": self.name, "hosts": [str(h) for h in self._specs], "key": self.key,
+        desc = {"provider": self.name, "hosts": [str(h) for h in self._specs], "key": self.key,
                 "known_hosts": self.known_hosts, "python": self.python, "use_agent": self.use_agent,
                 "connect_timeout": self.connect_timeout, "idle_timeout": self.idle_timeout,
                 "ssh_config": self.ssh_config}
+        if self.volumes:
+            desc["volumes"] = [[v.target, v.name, v.size_gb] for v in self.volumes]
+        return desc
+
+
+def _blocking(make: Any) -> Any:
+    """Run the coroutine `make()` to its end from synchronous code (`skyhive volumes`), on an event loop of
+    its own in a thread (so that it also works when called from inside a running loop)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="skyhive-ssh") as pool:
+        return pool.submit(anyio.run, make).result()

@@ -9,8 +9,9 @@ launch goes to the zone the volume is in). The same leak rules as instances, tur
 `down`, autostop, a failed launch, a managed job's cleanup never delete a volume — only `skyhive volumes
 delete NAME` does. Which cloud keeps it is recorded here (`SKYHIVE_HOME/volumes/NAME.json`: the provider's
 description, the volume's id and zone; never a credential), so `skyhive volumes ls` asks each cloud about
-its own. A provider keeps volumes by implementing `Provider.find_volume` / `Provider.delete_volume` and
-taking the `volumes` option (`Provider.resource_options`): AWS (EBS, `providers/cloud/aws_volumes.py`).
+its own. A provider keeps volumes by declaring `Feature.VOLUMES`, implementing `Provider.find_volume` /
+`Provider.delete_volume` and taking the `volumes` option (`Provider.resource_options`): AWS (EBS,
+`providers/cloud/aws_volumes.py`), GCP, Azure, Local, SSH (a directory on the head host, `ssh_volumes.py`).
 """
 
 from __future__ import annotations

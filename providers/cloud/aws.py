@@ -78,7 +78,7 @@ class AWS(EC2Access, LibcloudProvider):
     #: instances stopped and started again, ports opened on the security group (`aws_access.py`); a
     #: spot instance's `instance-action` watched (runtime/onnode/notices/ec2.py)
     features = Features(Feature.KEEP, Feature.CREATES_MACHINES, Feature.STOP, Feature.OPEN_PORTS, Feature.CHECK,
-                        notices="aws")
+                        Feature.AUTOSTOP_HOOK, Feature.VOLUMES, notices="aws")
     retries_launch = True
     chooses = frozenset({"accelerator", "cpus", "memory_gb", "spot"})
     resource_options = {"region": "region", "zone": "zones", "instance_type": "instance_type", "image_id": "image",

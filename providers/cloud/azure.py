@@ -88,7 +88,7 @@ class Azure(LibcloudProvider):
 
     name: ClassVar[str] = "azure"
     #: interruption notices: a spot VM's eviction (Scheduled Events' Preempt, runtime/onnode/notices/azure.py)
-    features: ClassVar[Features] = Features(Feature.CREATES_MACHINES, Feature.CHECK, notices="azure", cannot={
+    features: ClassVar[Features] = Features(Feature.CREATES_MACHINES, Feature.CHECK, Feature.VOLUMES, notices="azure", cannot={
         Feature.KEEP: "kept cloud pools are built and tested for aws only (its instances' reach, idle watchdog and "
                       "termination by recorded instance id); use a pool without a name, or give the instances to "
                       "sky.SSH(hosts=...) to keep a pool on them"})

@@ -99,7 +99,7 @@ class LibcloudProvider(Provider):
     #: exact provider error codes -> kind; codes ending in ".NotFound" are NOT_FOUND unless listed.
     error_kinds: ClassVar[Mapping[str, ErrorKind]] = {}
 
-    features: ClassVar[Features] = Features(Feature.KEEP, Feature.CREATES_MACHINES, Feature.CHECK)
+    features: ClassVar[Features] = Features(Feature.KEEP, Feature.CREATES_MACHINES, Feature.CHECK, Feature.AUTOSTOP_HOOK)
 
     #: a fresh machine runs (for the cloud) a while before its sshd answers: retried this long
     connect_retry: ClassVar[float] = 300.0

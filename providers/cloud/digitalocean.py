@@ -21,12 +21,13 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..features import Feature, Features
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
-from . import catalog
+from ..volumes import mounts_of
+from . import catalog, do_volumes
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
 from .boot import BOOT_SCRIPT, ready_command
 from .keys import pool_key, remove_pool_key
@@ -84,24 +85,27 @@ class DigitalOcean(LibcloudProvider):
     - `region` ("nyc3"; `regions` to try several in order), `size` (a droplet size slug, default
       ``s-2vcpu-4gb``; with an accelerator, the cheapest GPU size that has it), `image` (an
       image slug), `ssh_user` ("root" on DigitalOcean images), `ssh_cidr` (who may open SSH).
+    - `volumes`: persistent volumes (a task's `volumes:`): Block Storage volumes attached to the head
+      droplet (`do_volumes.py`).
     Credentials: an API token in ``DIGITALOCEAN_ACCESS_TOKEN``.
     """
 
     name: ClassVar[str] = "digitalocean"
-    features: ClassVar[Features] = Features(Feature.CREATES_MACHINES, Feature.CHECK, notices="", cannot={
+    features: ClassVar[Features] = Features(Feature.CREATES_MACHINES, Feature.CHECK, Feature.VOLUMES, notices="", cannot={
         Feature.KEEP: "kept cloud pools are built and tested for aws only (its instances' reach, idle watchdog and "
                       "termination by recorded instance id); use a pool without a name, or give the instances to "
                       "sky.SSH(hosts=...) to keep a pool on them"})
     chooses = frozenset({"accelerator"})  # from the shipped table
-    resource_options = {"region": "region", "instance_type": "size", "image_id": "image"}
+    resource_options = {"region": "region", "instance_type": "size", "image_id": "image", "volumes": "volumes"}
     error_kinds = DO_ERRORS
     retries_launch = True  # each droplet's create is retried on its own, idempotently (`_create`)
     state_map = {"pending": "provisioning", "running": "running", "stopped": "terminating"}
 
     def __init__(self, region: str = "nyc3", regions: Sequence[str] | None = None, size: str | None = None,
                  image: str | None = None, ssh_user: str = "root", ssh_cidr: str = "0.0.0.0/0",
-                 timeouts: CloudTimeouts | None = None) -> None:
+                 timeouts: CloudTimeouts | None = None, volumes: Sequence[Any] = ()) -> None:
         super().__init__(timeouts=timeouts)
+        self.volumes = mounts_of(volumes)  # Block Storage volumes for the head node (`do_volumes.py`)
         self.region = region
         self.regions = list(regions) if regions else [region]
         self.size = size
@@ -112,8 +116,26 @@ class DigitalOcean(LibcloudProvider):
         self._plans: dict[str, tuple[catalog.Choice, list[str]]] = {}
 
     def describe(self) -> dict[str, Any]:
-        return {"provider": self.name, "region": self.region, "regions": self.regions, "size": self.size,
+        desc = {"provider": self.name, "region": self.region, "regions": self.regions, "size": self.size,
                 "image": self.image, "ssh_user": self.ssh_user, "ssh_cidr": self.ssh_cidr}
+        if self.volumes:
+            desc["volumes"] = [[v.target, v.name, v.size_gb] for v in self.volumes]
+        return desc
+
+    async def wait_running(self, handle: NodeHandle, report: Callable[[str], None]) -> NodeHandle:
+        """See `LibcloudProvider.wait_running`; the head node also gets the pool's volumes (`do_volumes`)."""
+        running = await super().wait_running(handle, report)
+        if self.volumes and running.node == 0:
+            running = await self.call(do_volumes.attach_all, self, running)
+        return running
+
+    def find_volume(self, name: str) -> Any:
+        """See `Provider.find_volume` (Block Storage, `do_volumes.py`)."""
+        return do_volumes.find(self, name)
+
+    def delete_volume(self, name: str) -> None:
+        """See `Provider.delete_volume` (Block Storage, `do_volumes.py`)."""
+        do_volumes.delete(self, name)
 
     @property
     def driver(self) -> Any:
@@ -157,7 +179,7 @@ class DigitalOcean(LibcloudProvider):
     # ---- the blocking primitives -----------------------------------------------------------------------
 
     def zones_sync(self, spec: ClusterSpec) -> list[str]:
-        return list(self._plan(spec)[1])
+        return do_volumes.pin_regions(self, self._plan(spec)[1])  # a pool with volumes: where they are
 
     def _plan(self, spec: ClusterSpec) -> tuple[catalog.Choice, list[str]]:
         """(the size and its price, the regions to try in order). A GPU pool goes where its size is."""

@@ -115,7 +115,7 @@ class GCP(LibcloudProvider):
 
     name: ClassVar[str] = "gcp"
     #: interruption notices: a spot VM's preemption (`instance/preempted`, runtime/onnode/notices/gce.py)
-    features: ClassVar[Features] = Features(Feature.CREATES_MACHINES, Feature.CHECK, notices="gcp", cannot={
+    features: ClassVar[Features] = Features(Feature.CREATES_MACHINES, Feature.CHECK, Feature.VOLUMES, notices="gcp", cannot={
         Feature.KEEP: "kept cloud pools are built and tested for aws only (its instances' reach, idle watchdog and "
                       "termination by recorded instance id); use a pool without a name, or give the instances to "
                       "sky.SSH(hosts=...) to keep a pool on them"})

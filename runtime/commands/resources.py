@@ -27,6 +27,7 @@ from typing import Any
 
 from ...providers.base import ClusterSpec, Provider
 from ...providers.fallback import Fallback
+from ...providers.features import Feature
 from ...providers.registry import from_cli, provider_class
 from .taskfile import Task, TaskFileError
 
@@ -76,10 +77,11 @@ def refused(task: Task, cls: type[Provider]) -> list[str]:
         else:
             why = f"it does not choose machines by {field.rpartition('.')[2]} yet"
         problems.append(f"{field} ({flag}): the {cls.name} provider cannot honour it: {why}")
-    if task.resources.volumes and "volumes" not in cls.resource_options:
+    if task.resources.volumes and Feature.VOLUMES not in cls.features:  # (what it declares: providers/features.py)
         names = ", ".join(f"{v.target}: {v.name}" for v in task.resources.volumes)
-        problems.append(f"volumes ({names}): the {cls.name} provider keeps no volumes (AWS, GCP, Azure and Local do: "
-                        f"docs/volumes.md); for data on {cls.name} use file_mounts or a bucket")
+        problems.append(f"volumes ({names}): the {cls.name} provider keeps no volumes (AWS, GCP, Azure, "
+                        f"DigitalOcean, SSH and Local do: docs/volumes.md); for data on {cls.name} use file_mounts "
+                        f"or a bucket")
     for field, flag in _OPTIONS.items():
         value = getattr(task.resources, field)
         if value is not None and field not in cls.resource_options:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import sys
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -36,6 +37,8 @@ from ..commands.taskfile import Task
 
 __all__ = ["task_spec", "launch_cluster", "exec_task", "down_cluster", "status_rows", "print_status", "follow_job",
            "FOLLOW_POLL"]
+
+log = logging.getLogger("skyhive.control.pools")
 
 FOLLOW_POLL = 0.2  # seconds between looks at a followed job's log
 #: task slots of a named pool's workers: how many of its jobs can run side by side on a node
@@ -95,10 +98,13 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
     if idle_minutes is not None and idle_minutes <= 0:
         raise ValueError(f"-i {idle_minutes:g}: autostop needs a positive number of minutes")
     autostop = task.resources.autostop  # the task file's; -i / --down win over it, as in SkyPilot
-    if autostop is not None and autostop.hook and not (provider or Local()).same_machine:
-        raise LaunchError(f"{task.line_of('resources.autostop')}: resources.autostop.hook: on SSH hosts and cloud "
-                          f"machines the pool's autostop runs on the machines themselves, where no hook can be "
-                          f"queued yet; remove the hook (autostop alone works there)")
+    if autostop is not None and autostop.hook:  # honoured where the provider declares it (providers/features.py)
+        from ...providers.features import Feature
+
+        chosen = provider or Local()
+        reason = chosen.features.why_not(Feature.AUTOSTOP_HOOK, chosen.name)
+        if reason:
+            raise LaunchError(f"{task.line_of('resources.autostop')}: resources.autostop.hook: {reason}")
     if autostop is not None and idle_minutes is None:
         idle_minutes, down = autostop.idle_minutes, down or autostop.down
     if down and idle_minutes is None:
@@ -373,6 +379,8 @@ def status_rows(now: float | None = None, names: Sequence[str] = ()) -> list[dic
                 kept = KeptPool(rec)
                 autostopped = False
             if autostopped and not live and not unreachable:
+                if not rec.stopped:  # (once: the first `status` that finds the pool stopped there)
+                    _keep_hook_report(rec, kept.support.autostop_report(rec))
                 if rec.autostop_down or kept.machines:  # autodown (a cloud pool's always): forgotten here
                     try:
                         down_cluster(name, quiet=True)
@@ -410,6 +418,19 @@ def status_rows(now: float | None = None, names: Sequence[str] = ()) -> list[dic
                      "jobs": f"{len(running)} running, {len(pending)} pending",
                      "workers": [{"node": w.node, "rank": w.rank, "pid": w.pid} for w in rec.workers]})
     return rows
+
+
+def _keep_hook_report(rec: records.ClusterRecord, report: str) -> None:
+    """What the autostop hook did on the pool's head node (its exit status and output, from the node's
+    autostop mark), logged and kept in the pool's `autostop-hook.log` (kept while the pool is: an autodown
+    pool's goes with it)."""
+    if not report:
+        return
+    log.info("pool %s: autostop hook on its head node: %s", rec.name, report)
+    path = records.cluster_dir(rec.name) / "autostop-hook.log"
+    if path.parent.is_dir() and not path.exists():  # (once: later `status` calls find the same mark)
+        path.write_text(report + "\n")
+        path.chmod(0o600)
 
 
 def _leaking_row(rec: records.ClusterRecord) -> dict[str, object]:

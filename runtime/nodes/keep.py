@@ -212,6 +212,12 @@ class KeepSupport(abc.ABC):
         """(the record's workers that a worker still serves, the hosts that could not be asked and why,
         whether the pool's own autostop stopped it on its nodes). A worker that cannot be reached is not live."""
 
+    def autostop_report(self, rec: KeptRecord) -> str:
+        """What the pool's autostop on its nodes left to say once it stopped the pool there (its hook's exit
+        status and output, `hook: exit N` then the output's last lines), "" when nothing (the default: a
+        watchdog on this machine runs the hook as a job of the pool, whose log holds its output)."""
+        return ""
+
     def worker_groups(self, rec: KeptRecord) -> list[int]:
         """This machine's worker processes of the pool, each leading its process group (ended with the
         pool's agent and watchdog: SIGTERM, then SIGKILL). Default: none here."""

@@ -24,6 +24,20 @@ memory and refuses what the API refuses, rule by rule; each rule names the refer
   (HTTP status, created): 429 ``too_many_requests`` creates nothing
   (https://docs.digitalocean.com/reference/api/digitalocean/#section/Introduction/Rate-Limit); a 5xx with
   created=True has made the droplet although the answer is an error. `peak`: most droplets alive at once.
+- D9 volume names (issue 39): lower case letters, numbers and dashes, a letter first, 64 at most ("Create a
+  New Block Storage Volume", ``name``: "Must be lowercase and be composed only of numbers, letters and '-',
+  up to a limit of 64 characters. The name must begin with a letter."): 422 otherwise. A name is unique in
+  its region (409 here: the reference names no status for it).
+- D10 volume sizes: ``size_gigabytes`` from 1 to 16384 (the Block Storage introduction: "They may be created
+  in sizes from 1GiB to 16TiB"): 422 otherwise; ``region`` is required (no snapshot is ever given).
+- D11 attach (``POST /v2/volumes/{id}/actions``, ``type: attach``): the droplet must exist (404) and be in
+  the volume's region ("Block Storage Actions": ``region`` is "the slug representing the region where the
+  volume is located"; volumes "can be moved between Droplets within a specific region"): 422 otherwise.
+- D12 a volume is attached to one droplet at a time, a droplet has at most fifteen ("Each volume may only be
+  attached to a single Droplet. However, up to fifteen volumes may be attached to a Droplet at a time."):
+  422 otherwise. Destroying a droplet detaches its volumes (they stay, ``droplet_ids`` empty).
+- D13 deleting a volume a droplet has is refused (409 here: the reference says to detach first without
+  naming a status; skyhive refuses before asking). ``DELETE /v2/volumes/{id}``: 204, 404 when gone.
 - Sizes and their regions come from ``tests/cloud/catalogs/do.csv`` (a copy of shared/catalogs), never
   from skyhive's own table.
 - Droplets are ``new`` when created and ``active`` (with a public and a private address) at the next read.
@@ -43,6 +57,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 HOSTNAME = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$")  # D6
 TAG = re.compile(r"^[a-zA-Z0-9:_-]{1,255}$")  # D7
 FIREWALL_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9.-]*$")  # D7
+VOLUME_NAME = re.compile(r"^[a-z][a-z0-9-]{0,63}$")  # D9
 IMAGES = {"ubuntu-22-04-x64", "ubuntu-24-04-x64", "gpu-h100x1-base", "gpu-h100x8-base"}
 
 
@@ -64,6 +79,7 @@ class FakeDO:
         self.tags: set[str] = set()
         self.firewalls: dict[str, dict] = {}
         self.droplets: dict[int, dict] = {}
+        self.volumes: dict[str, dict] = {}
         self.created: list[dict] = []
         self.refused: list[str] = []
         self.requests: list[tuple[str, str]] = []
@@ -150,7 +166,29 @@ class FakeDO:
             case ("DELETE", ["v2", "droplets", ident]):
                 if self.droplets.pop(int(ident), None) is None:
                     return _error(404, "not_found", "The resource you were accessing could not be found.")
+                for volume in self.volumes.values():  # D12: its volumes are detached, and stay
+                    volume["droplet_ids"] = [d for d in volume["droplet_ids"] if d != int(ident)]
                 return 204, None
+            case ("GET", ["v2", "volumes"]):
+                found = [v for v in self.volumes.values() if query.get("name", v["name"]) == v["name"]
+                         and query.get("region", v["region"]["slug"]) == v["region"]["slug"]]
+                return 200, self._page("volumes", found)
+            case ("POST", ["v2", "volumes"]):
+                return self._volume(data)
+            case ("GET", ["v2", "volumes", ident]):
+                if ident not in self.volumes:
+                    return _error(404, "not_found", "The resource you were accessing could not be found.")
+                return 200, {"volume": self.volumes[ident]}
+            case ("DELETE", ["v2", "volumes", ident]):
+                volume = self.volumes.get(ident)
+                if volume is None:
+                    return _error(404, "not_found", "The resource you were accessing could not be found.")
+                if volume["droplet_ids"]:  # D13
+                    return _error(409, "conflict", f"volume {ident} is attached to a Droplet: detach it first")
+                del self.volumes[ident]
+                return 204, None
+            case ("POST", ["v2", "volumes", ident, "actions"]):
+                return self._volume_action(ident, data)
         return _error(400, "bad_request", f"FAKE DigitalOcean does not implement {method} /{'/'.join(parts)}")
 
     def _firewall(self, data: dict) -> tuple[int, Any]:
@@ -167,6 +205,48 @@ class FakeDO:
         ident = f"fw-{next(self._ids)}"
         self.firewalls[ident] = {"id": ident, **data, "status": "succeeded"}
         return 202, {"firewall": self.firewalls[ident]}
+
+    def _volume(self, data: dict) -> tuple[int, Any]:
+        name, size, region = str(data.get("name", "")), data.get("size_gigabytes"), data.get("region")
+        if not VOLUME_NAME.match(name):  # D9
+            return _error(422, "unprocessable_entity", f"name {name!r}: must be lowercase and be composed only of "
+                                                       f"numbers, letters and '-', up to 64, beginning with a letter")
+        if not isinstance(size, int) or not 1 <= size <= 16384 or not region:  # D10
+            return _error(422, "unprocessable_entity", f"size_gigabytes {size!r} (1 to 16384) and region {region!r} "
+                                                       f"are required")
+        if any(v["name"] == name and v["region"]["slug"] == region for v in self.volumes.values()):  # D9
+            return _error(409, "conflict", f"a volume named {name} already exists in {region}")
+        ident = f"{next(self._ids):08x}-e098-11e5-b522-000f53304e51"
+        self.volumes[ident] = {"id": ident, "name": name, "size_gigabytes": size, "region": {"slug": region,
+                               "name": region}, "droplet_ids": [], "description": data.get("description", ""),
+                               "filesystem_type": "", "tags": list(data.get("tags") or []),
+                               "created_at": "2026-11-26T00:00:00Z"}
+        return 201, {"volume": self.volumes[ident]}
+
+    def _volume_action(self, ident: str, data: dict) -> tuple[int, Any]:
+        volume = self.volumes.get(ident)
+        if volume is None:
+            return _error(404, "not_found", "The resource you were accessing could not be found.")
+        droplet = self.droplets.get(int(data.get("droplet_id") or 0))
+        if droplet is None:  # D11
+            return _error(404, "not_found", f"droplet {data.get('droplet_id')!r} not found")
+        region = volume["region"]["slug"]
+        if data.get("region") != region or droplet["region"]["slug"] != region:  # D11
+            return _error(422, "unprocessable_entity", f"volume {ident} is in {region}; the Droplet is in "
+                                                       f"{droplet['region']['slug']} (request region {data.get('region')!r})")
+        if data.get("type") == "attach":
+            if volume["droplet_ids"] and volume["droplet_ids"] != [droplet["id"]]:  # D12
+                return _error(422, "unprocessable_entity", f"volume {ident} is already attached to another Droplet")
+            if sum(droplet["id"] in v["droplet_ids"] for v in self.volumes.values()) >= 15:  # D12
+                return _error(422, "unprocessable_entity", "a Droplet has at most fifteen volumes attached")
+            volume["droplet_ids"] = [droplet["id"]]
+        elif data.get("type") == "detach":
+            volume["droplet_ids"] = [d for d in volume["droplet_ids"] if d != droplet["id"]]
+        else:
+            return _error(422, "unprocessable_entity", f"unknown volume action {data.get('type')!r}")
+        action = {"id": next(self._ids), "status": "completed", "type": f"{data['type']}_volume",
+                  "resource_id": 0, "resource_type": "backend", "region_slug": region}
+        return 202, {"action": action}
 
     def _droplet(self, data: dict) -> tuple[int, Any]:
         self.created.append(data)

@@ -163,15 +163,21 @@ def test_autostop_on_a_managed_job_is_refused(tmp_path, capsys):
     assert "resources.autostop: a managed job's pools are taken down when the job ends" in err
 
 
-def test_an_autostop_hook_where_the_watchdog_runs_on_the_machines_is_refused(tmp_path, capsys, skyhive_home):
-    """On SSH hosts (and cloud machines) the pool's watchdog runs on each machine, where no hook can be queued:
-    refused before anything is made, never a hook that silently does not run."""
-    (tmp_path / "t.yaml").write_text("resources:\n  autostop: {idle_minutes: 10, hook: 'echo save'}\nrun: echo hi\n")
-    code = main(["launch", "-y", "-c", "hooked", str(tmp_path / "t.yaml"), "--provider", "ssh", "--hosts", "127.0.0.1"])
-    assert code == 2
-    assert "resources.autostop.hook: on SSH hosts and cloud machines" in capsys.readouterr().err
+def test_an_autostop_hook_where_the_watchdog_runs_no_hook_is_refused(tmp_path, skyhive_home):
+    """Kubernetes pods run the pool's autostop in a watchdog of their own, which runs no hook: refused (exit 2
+    from the CLI, a LaunchError naming the key and why) before anything is made, never a hook that silently
+    does not run. (SSH hosts and cloud machines run it: tests/clusters/test_ssh_autostop_hook.py.)"""
     from pathlib import Path
 
+    from skyhive.errors import LaunchError
+    from skyhive.providers.kubernetes import Kubernetes
+    from skyhive.runtime.commands.taskfile import loads
+    from skyhive.runtime.control.pools import launch_cluster
+
+    task = loads("resources:\n  autostop: {idle_minutes: 10, hook: 'echo save'}\nrun: echo hi\n", cwd=str(tmp_path))
+    with pytest.raises(LaunchError, match=r"resources.autostop.hook: the pool's autostop runs in its pods' own "
+                                          r"watchdog, which runs no hook yet"):
+        launch_cluster(task, "hooked", provider=Kubernetes())
     assert not (Path(skyhive_home) / "clusters" / "hooked" / "record.json").exists()
 
 

@@ -148,7 +148,7 @@ class SSHCluster(SSH):
         hosts, host_options = ssh.resolved()  # the aliases as resolved when `ssh` was made, kept so
         return cls(hosts, pool=pool, cluster=cluster, key=ssh.key, ssh_config=None, host_options=host_options,
                    known_hosts=ssh.known_hosts, python=ssh.python, connect_timeout=ssh.connect_timeout,
-                   reconnect_timeout=ssh.reconnect_timeout, use_agent=ssh.use_agent)
+                   reconnect_timeout=ssh.reconnect_timeout, use_agent=ssh.use_agent, volumes=ssh.volumes)
 
     @classmethod
     def from_record(cls, desc: Mapping[str, Any], *, pool: str, cluster: str, host_keys: Mapping[str, str],

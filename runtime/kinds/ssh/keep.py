@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import os
 import posixpath
 import shlex
@@ -28,6 +29,8 @@ from .transport import SSHTransport, SSHWorker
 
 __all__ = ["SSHKeep", "KEEP", "provider_of", "live_remote", "stop_remote", "start_remote_watchdogs",
            "stop_remote_watchdogs"]
+
+log = logging.getLogger("skyhive.kinds.ssh.keep")
 
 ClusterRecord = KeptRecord
 WorkerEntry = Any
@@ -103,7 +106,40 @@ true
 """
 
 
-def _watchdog_script(rec: ClusterRecord, node: int, idle: float, old_only: bool = False) -> str:
+#: bytes of an autostop hook's output kept in the autostop mark (its last ones)
+HOOK_OUTPUT_BYTES = 65536
+
+
+def hook_of(state_dir: str) -> tuple[str, float] | None:
+    """The pool's autostop hook (its shell script, its time limit in seconds) as the layer that launched
+    the pool saved it in the pool's state directory (`autostop-hook.json`, `control/autostop_hook.py`), or
+    None when it has none."""
+    try:
+        with open(os.path.join(state_dir, "autostop-hook.json"), encoding="utf-8") as fh:
+            saved = json.load(fh)
+        return str(saved["hook"]), float(saved["timeout"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ProvisionError(f"the autostop hook saved in {state_dir}/autostop-hook.json cannot be read: {exc}") from None
+
+
+def _hook_lines(name: str, hook: tuple[str, float], out: str) -> str:
+    """Shell lines that run the autostop `hook` on the head host before the stop: in the jobs' directory
+    (`~/.skyhive/work/NAME`, made where missing), as node 0 (SKYPILOT_NODE_RANK), for at most its time limit
+    (then TERM, KILL 10 s later), its output and exit status in `out` (the stop goes on whatever it did:
+    a hook never keeps a pool billed)."""
+    script, timeout = hook
+    work = f'"$HOME/.skyhive/work/"{shlex.quote(name)}'
+    return (f"HOOK_RC=0\n"
+            f"mkdir -p {work} && ( cd {work} && SKYPILOT_NODE_RANK=0 SKYHIVE_AUTOSTOP_HOOK=1 "
+            f"timeout --kill-after=10 {timeout:g} bash -c {shlex.quote(script)} ) </dev/null >{out} 2>&1 "
+            f"|| HOOK_RC=$?\n"
+            f"HOOK_OUT=$(tail -c {HOOK_OUTPUT_BYTES} {out} 2>/dev/null)\n")
+
+
+def _watchdog_script(rec: ClusterRecord, node: int, idle: float, old_only: bool = False,
+                     hook: tuple[str, float] | None = None) -> str:
     sock_dir = posixpath.dirname(next(w.socket for w in rec.workers if w.node == node))
     run_dir = posixpath.dirname(sock_dir)
     wd = f"{run_dir}/{rec.cluster}.wd"
@@ -115,6 +151,11 @@ def _watchdog_script(rec: ClusterRecord, node: int, idle: float, old_only: bool 
     pythonpath = ":".join(env.get("pythonpath") or ())
     mark_file = shlex.quote(run_dir + '/' + rec.cluster + '.autostop')
     mark = f"echo autostop > {mark_file}"
+    head_hook = ""
+    if hook is not None and node == min(w.node for w in rec.workers):  # the head node runs the hook, first
+        head_hook = _hook_lines(rec.name, hook, shlex.quote(f"{wd}/hook.out"))  # (the sweep removes it)
+        # what the hook did stays in the mark, after its first line (`skyhive status` relays it: `hook_report`)
+        mark = (f"{{ echo autostop; echo \"hook: exit $HOOK_RC\"; printf '%s\\n' \"$HOOK_OUT\"; }} > {mark_file}")
     # a machine made to order powers itself off once the pool stopped there (`power_off`, recorded by the
     # pool's machines: `runtime/clusters/cloud.py`); it stops (disks kept: the mark is there when it starts
     # again, removed below) or terminates on an OS shutdown: either way its billing ends, client or not
@@ -123,8 +164,8 @@ def _watchdog_script(rec: ClusterRecord, node: int, idle: float, old_only: bool 
     if power_off:
         mark += "\n" + power_off
     keep_work = bool(power_off) and not rec.autostop_down  # a machine that stops keeps its disk
-    stop = autostop_guard(sock_dir, rec.name) + sweep_script(rec.cluster, rec.name, "kill", EXIT_GRACE, then=mark,
-                                                             from_autostop=True, keep_work=keep_work)
+    stop = autostop_guard(sock_dir, rec.name) + head_hook + sweep_script(
+        rec.cluster, rec.name, "kill", EXIT_GRACE, then=mark, from_autostop=True, keep_work=keep_work)
     interval = max(0.2, min(5.0, idle / 4))
     return (head + f"set -e\numask 077\nmkdir -p \"$WD\"\ncat > \"$WD/autostop.sh\" <<'SKYHIVE_AUTOSTOP_EOF'\n{stop}"
             f"SKYHIVE_AUTOSTOP_EOF\n"
@@ -133,11 +174,12 @@ def _watchdog_script(rec: ClusterRecord, node: int, idle: float, old_only: bool 
             f"--command \"sh $WD/autostop.sh\"\n")
 
 
-def start_remote_watchdogs(rec: ClusterRecord, idle: float) -> None:
+def start_remote_watchdogs(rec: ClusterRecord, idle: float, hook: tuple[str, float] | None = None) -> None:
     """Start the autostop watchdog on each host of the SSH pool `rec` (ending one already there): after
     `idle` seconds with no connection to the pool's sockets on that host, it stops the pool's processes
-    there, removes its sockets and leaves the mark `<cluster>.autostop` (what `skyhive status` reads).
-    Raises `SSHError` naming the hosts where it did not start."""
+    there, removes its sockets and leaves the mark `<cluster>.autostop` (what `skyhive status` reads). With
+    a `hook` (script, seconds), the head host's watchdog runs it first (`_hook_lines`). Raises `SSHError`
+    naming the hosts where it did not start."""
     provider = provider_of(rec)
     nodes = sorted({w.node for w in rec.workers})
 
@@ -146,7 +188,7 @@ def start_remote_watchdogs(rec: ClusterRecord, idle: float) -> None:
 
         async def one(node: int) -> None:
             try:
-                out = await provider.sweep_host(provider.hosts[node], _watchdog_script(rec, node, idle))
+                out = await provider.sweep_host(provider.hosts[node], _watchdog_script(rec, node, idle, hook=hook))
                 json.loads(out.strip().splitlines()[-1])["pid"]
             except (SSHError, ValueError, KeyError, IndexError) as exc:
                 failures.append(f"node {node}: {exc}")
@@ -157,6 +199,20 @@ def start_remote_watchdogs(rec: ClusterRecord, idle: float) -> None:
     failures = _run(start)
     if failures:
         raise SSHError(f"pool {rec.name!r}: the autostop watchdog did not start on every host: {'; '.join(failures)}")
+
+
+def autostop_mark(rec: ClusterRecord) -> str:
+    """The text of the autostop mark on the head host of the SSH pool `rec` ("" when there is none, or the
+    host cannot be asked: logged)."""
+    node = min(w.node for w in rec.workers)
+    sock_dir = posixpath.dirname(next(w.socket for w in rec.workers if w.node == node))
+    mark = shlex.quote(f"{posixpath.dirname(sock_dir)}/{rec.cluster}.autostop")
+    provider = provider_of(rec)
+    try:
+        return _run(lambda: provider.sweep_host(provider.hosts[node], f"cat {mark} 2>/dev/null; exit 0\n"))
+    except SSHError as exc:
+        log.warning("pool %s: the autostop mark on node %d could not be read: %s", rec.name, node, exc)
+        return ""
 
 
 def stop_remote_watchdogs(rec: ClusterRecord) -> None:
@@ -237,8 +293,13 @@ class SSHKeep(KeepSupport):
         ended = sum(line.count(",") + 1 for line in done if "stopped [" in line)
         return StopResult(ended, tuple(done), tuple(failures))
 
+    def autostop_report(self, rec: KeptRecord) -> str:
+        # the head host's autostop mark: "autostop", then what its hook did (`_watchdog_script`)
+        return autostop_mark(rec).partition("\n")[2].strip("\n")
+
     def start_watchdog(self, rec: KeptRecord, idle: float, *, command: str, state_dir: str) -> int:
-        start_remote_watchdogs(rec, idle)  # one on each host, watching the pool's sockets there
+        # one on each host, watching the pool's sockets there; the head host's runs the pool's hook first
+        start_remote_watchdogs(rec, idle, hook_of(state_dir))
         return 0
 
     def stop_watchdog(self, rec: KeptRecord) -> None:
