@@ -234,11 +234,15 @@ class KeepSupport(abc.ABC):
         failures, naming the host. Default: `stop` (nothing elsewhere)."""
         return list(self.stop(rec).failures)
 
-    def start_watchdog(self, rec: KeptRecord, idle: float, *, command: str, state_dir: str) -> int:
+    def start_watchdog(self, rec: KeptRecord, idle: float, *, command: str, state_dir: str,
+                       wait_for: str = "jobs_and_ssh") -> int:
         """Start the pool's autostop watchdog (`runtime/worker/watchdog.py`), `idle` seconds; where it runs on
         this machine it runs the shell line `command` (`python -m skyhive.runtime.clusters.autostop NAME`)
         and keeps its lock and log in `state_dir`. Its pid here, 0 where it runs elsewhere (on the nodes).
-        Raises naming the pool where it did not start."""
+        `wait_for` (`resources.autostop.wait_for`): what keeps the pool from being idle — "jobs_and_ssh" a
+        connection to its workers; "jobs" and "none" only where the watchdog runs on this machine, beside the
+        pool's job queue (`launch -c` refuses them elsewhere first). Raises naming the pool where it did not
+        start."""
         raise NotImplementedError(f"nodes of kind {self.kind!r} have no autostop watchdog")
 
     def stop_watchdog(self, rec: KeptRecord) -> None:

@@ -237,7 +237,11 @@ class SSHKeep(KeepSupport):
         ended = sum(line.count(",") + 1 for line in done if "stopped [" in line)
         return StopResult(ended, tuple(done), tuple(failures))
 
-    def start_watchdog(self, rec: KeptRecord, idle: float, *, command: str, state_dir: str) -> int:
+    def start_watchdog(self, rec: KeptRecord, idle: float, *, command: str, state_dir: str,
+                       wait_for: str = "jobs_and_ssh") -> int:
+        if wait_for != "jobs_and_ssh":  # (the watchdog runs on the nodes, away from the pool's job queue)
+            raise ProvisionError(f"pool {rec.name!r}: resources.autostop.wait_for: {wait_for} is honoured on Local "
+                                 f"pools only; here a job or a client keeps the pool up (jobs_and_ssh)")
         start_remote_watchdogs(rec, idle)  # one on each host, watching the pool's sockets there
         return 0
 
