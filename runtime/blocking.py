@@ -6,11 +6,12 @@ import concurrent.futures
 import functools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from ..providers.held_warnings import warn_held
+from .call_options import UNSET, BlockingPoolWithOptions, call_options
 from .common import active
 from .interrupt import deferred_sigint
 from .common.remote_errors import full_tracebacks
@@ -113,40 +114,19 @@ class BlockingPool:
             # dispatch) say nothing; the remote traceback in its notes says where it happened
             raise exc.with_traceback(None) from exc.__cause__
 
-    # typed as `Pool.run` is: fn's own parameters checked unless a call option is given
-    @overload
-    def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
-    @overload
-    def run(self, fn: Callable[..., T], /, *args: Any, timeout: float | None, **kwargs: Any) -> T: ...
-    @overload
-    def run(self, fn: Callable[..., T], /, *args: Any, output: OutputSpec, **kwargs: Any) -> T: ...
-    @overload
-    def run(self, fn: Callable[..., T], /, *args: Any, capture: bool, **kwargs: Any) -> T: ...
-    @overload
-    def run(self, fn: Callable[..., T], /, *args: Any, retries: int, **kwargs: Any) -> T: ...
-    @overload
-    def run(self, fn: Callable[..., T], /, *args: Any, retry_on: RetryOn, **kwargs: Any) -> T: ...
-
-    def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    # typed as `Pool.run` is: one signature, fn's own parameters (call options: `options`, or keywords at run time)
+    def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """See `Pool.run`."""
-        return self._call(self.pool.run, fn, *args, **kwargs)
+        return self._call(self.pool.run, fn, *args, **kwargs)  # type: ignore[no-any-return]
 
-    @overload
-    def broadcast(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> list[T]: ...
-    @overload
-    def broadcast(self, fn: Callable[..., T], /, *args: Any, timeout: float | None, **kwargs: Any) -> list[T]: ...
-    @overload
-    def broadcast(self, fn: Callable[..., T], /, *args: Any, output: OutputSpec, **kwargs: Any) -> list[T]: ...
-    @overload
-    def broadcast(self, fn: Callable[..., T], /, *args: Any, capture: bool, **kwargs: Any) -> list[T]: ...
-    @overload
-    def broadcast(self, fn: Callable[..., T], /, *args: Any, retries: int, **kwargs: Any) -> list[T]: ...
-    @overload
-    def broadcast(self, fn: Callable[..., T], /, *args: Any, retry_on: RetryOn, **kwargs: Any) -> list[T]: ...
-
-    def broadcast(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> list[T]:
+    def broadcast(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> list[T]:
         """See `Pool.broadcast`."""
-        return self._call(self.pool.broadcast, fn, *args, **kwargs)
+        return self._call(self.pool.broadcast, fn, *args, **kwargs)  # type: ignore[no-any-return]
+
+    def options(self, *, timeout: float | None = None, output: OutputSpec = UNSET, capture: bool = False,
+                retries: int = 0, retry_on: RetryOn = ()) -> BlockingPoolWithOptions:
+        """See `Pool.options`: `pool.options(timeout=5).run(fn, x)` gives the result."""
+        return BlockingPoolWithOptions(self, call_options(timeout, output, capture, retries, retry_on))
 
     def map(self, fn: Callable[[Any], T], iterable: Iterable[Any], **kwargs: Any) -> list[T]:
         """See `Pool.map`."""

@@ -13,12 +13,13 @@ import concurrent.futures
 import contextlib
 import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import anyio
 
 from ..errors import TaskTimeout
 from .actors.prepared import Prepared, map_batches
+from .call_options import OPTION_NAMES, UNSET, CallOptions, PoolWithOptions, call_options, split_options
 from .common.selection import OutputSpec, selector
 from .common.retry import NO_RETRIES, Retries, retries_of, with_retries
 from .common.serialize import load_value
@@ -36,7 +37,9 @@ P = ParamSpec("P")
 #: what `retry_on=` takes
 RetryOn = type[Exception] | tuple[type[Exception], ...]
 #: "not given" for a call's `output=` (None is a value: print nothing)
-_UNSET: Any = object()
+_UNSET: Any = UNSET
+
+NO_OPTIONS = CallOptions()
 
 
 def _unwrap(fn: Any) -> Callable[..., Any]:
@@ -69,38 +72,33 @@ class PoolCalls:
             options["capture"] = True
         return options
 
-    # Typed for the caller: `fn`'s own parameters are checked (ParamSpec) when no call option is given;
-    # with one (each overload below requires one), the arguments are not checked.
-    @overload
-    async def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
-    @overload
-    async def run(self, fn: Callable[..., T], /, *args: Any, timeout: float | None, **kwargs: Any) -> T: ...
-    @overload
-    async def run(self, fn: Callable[..., T], /, *args: Any, output: OutputSpec, **kwargs: Any) -> T: ...
-    @overload
-    async def run(self, fn: Callable[..., T], /, *args: Any, capture: bool, **kwargs: Any) -> T: ...
-    @overload
-    async def run(self, fn: Callable[..., T], /, *args: Any, retries: int, **kwargs: Any) -> T: ...
-    @overload
-    async def run(self, fn: Callable[..., T], /, *args: Any, retry_on: RetryOn, **kwargs: Any) -> T: ...
+    def options(self, *, timeout: float | None = None, output: OutputSpec = _UNSET, capture: bool = False,
+                retries: int = 0, retry_on: RetryOn = ()) -> PoolWithOptions:
+        """This pool with call options, for typed code: `await pool.options(timeout=5).run(fn, x)` (and
+        `.broadcast`), where every argument of `run` goes to `fn`. The options are `run`'s: `timeout`
+        seconds (`TaskTimeout`), `output` (this call's output selection), `capture` (a `Captured`),
+        `retries`/`retry_on`. `ValueError` here for a wrong one (`runtime/call_options.py`)."""
+        return PoolWithOptions(self, call_options(timeout, output, capture, retries, retry_on))
 
-    async def run(self, fn: Callable[..., T], *args: Any, timeout: float | None = None,
-                  output: OutputSpec = _UNSET, capture: bool = False, retries: int = 0,
-                  retry_on: type[Exception] | tuple[type[Exception], ...] = (), **kwargs: Any) -> T:
+    # One signature, typed by `fn`'s own parameters and result: a wrong argument is one line in a type
+    # checker. Call options have their own spelling for typed code (`pool.options(...)`); as keywords
+    # they are taken out at run time, as always (`runtime/call_options.py`).
+    async def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run `fn(*args, **kwargs)` on the least busy worker and return its result.
 
         Raises what `fn` raised (same type, remote traceback in its notes; `RemoteError` if the type
         cannot be rebuilt here), `SerializationError` before sending if an argument cannot be pickled,
         `TaskTimeout` after `timeout` seconds (the task is cancelled on the node), `WorkerLost` if the
-        worker died. `output` overrides the pool's output selection for this call; with `capture`
-        the result is a `Captured` holding the value and the task's output. `retries=N` re-runs the
-        call (on a worker picked anew) up to N times after `WorkerLost`, or after the exception types
-        in `retry_on`; the error that ends a retried call has `attempts` (see `runtime/common/retry.py`).
+        worker died. Call options: `pool.options(...).run(fn, ...)`, or as keywords here: `timeout`,
+        `output` (overrides the pool's output selection for this call), `capture` (the result is a
+        `Captured` holding the value and the task's output), `retries=N` (re-runs the call, on a
+        worker picked anew, up to N times after `WorkerLost`, or after the exception types in
+        `retry_on`; the error that ends a retried call has `attempts`, see `runtime/common/retry.py`).
         """
-        if output is _UNSET and not capture and not retries and not retry_on:  # (the common call)
-            return await self._start(fn, args, kwargs, timeout, None)  # type: ignore[no-any-return]
-        return await self._run_call(fn, args, kwargs, timeout=timeout, options=self._options(output, capture),
-                                    retries=retries_of(retries, retry_on))
+        if not kwargs or OPTION_NAMES.isdisjoint(kwargs):  # (the common call)
+            return await self._start(fn, args, kwargs, None, None)  # type: ignore[no-any-return]
+        given, rest = split_options(kwargs, "run")
+        return await self._run_call(fn, args, rest, **given.keywords())
 
     def stream(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> ItemStream:
         """Run the generator function `fn(*args, **kwargs)` on the least busy worker and give its
@@ -164,31 +162,17 @@ class PoolCalls:
     def _count_retry(self) -> None:
         self._retries += 1
 
-    @overload
-    async def broadcast(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> list[T]: ...
-    @overload
-    async def broadcast(self, fn: Callable[..., T], /, *args: Any, timeout: float | None, **kwargs: Any) -> list[T]: ...
-    @overload
-    async def broadcast(self, fn: Callable[..., T], /, *args: Any, output: OutputSpec, **kwargs: Any) -> list[T]: ...
-    @overload
-    async def broadcast(self, fn: Callable[..., T], /, *args: Any, capture: bool, **kwargs: Any) -> list[T]: ...
-    @overload
-    async def broadcast(self, fn: Callable[..., T], /, *args: Any, retries: int, **kwargs: Any) -> list[T]: ...
-    @overload
-    async def broadcast(self, fn: Callable[..., T], /, *args: Any, retry_on: RetryOn, **kwargs: Any) -> list[T]: ...
-
-    async def broadcast(self, fn: Callable[..., T], *args: Any, timeout: float | None = None,
-                        output: OutputSpec = _UNSET, capture: bool = False, retries: int = 0,
-                        retry_on: type[Exception] | tuple[type[Exception], ...] = (), **kwargs: Any) -> list[T]:
+    async def broadcast(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> list[T]:
         """Run `fn(*args, **kwargs)` on every worker; one result each, in rank (node) order.
 
         The call is pickled once. If any worker raises, the others are cancelled and the first error
         is raised (its type kept); the nodes that failed with it are named in its notes, in `.nodes`
         (every failed node) and `.node_errors` (node -> error, the first one's node left out). Raises
-        as `run` does; `retries` re-runs the whole broadcast (every worker).
+        as `run` does and takes the same call options (`pool.options(...).broadcast(fn, ...)`, or
+        keywords); `retries` re-runs the whole broadcast (every worker).
         """
-        return await self._broadcast_call(fn, args, kwargs, timeout=timeout, options=self._options(output, capture),
-                                          retries=retries_of(retries, retry_on))
+        given, rest = split_options(kwargs, "broadcast") if kwargs else (NO_OPTIONS, kwargs)
+        return await self._broadcast_call(fn, args, rest, **given.keywords())
 
     async def _broadcast_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                               timeout: float | None = None, options: dict[str, Any] | None = None,

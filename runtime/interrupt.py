@@ -5,7 +5,9 @@ A pool left because of Ctrl-C (`KeyboardInterrupt` through `with sky.Pool(...)`,
 traceback Python would print next (two or three chained ones, through the event loop's internals) says
 nothing the user can act on. So the first pool a process enters wraps `sys.excepthook`: an uncaught
 `KeyboardInterrupt` after such a pool closed prints one line naming the pools; any other exception,
-or SKYHIVE_TRACEBACK=full, goes to the hook that was there before. The exit status stays Python's for
+or SKYHIVE_TRACEBACK=full, goes to the hook that was there before. A task's error (one with a
+`remote_traceback`) goes there without skyhive's own frames in its local half: the user's call line,
+then the remote traceback in its notes (issue 39 point 6). The exit status stays Python's for
 Ctrl-C (killed by SIGINT: 130 in a shell). An interrupt the script catches itself prints nothing.
 
 A blocking call (`with sky.Pool(...) as pool: pool.broadcast(...)`) holds Ctrl-C back while it hands
@@ -27,7 +29,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
-from .common.remote_errors import full_tracebacks
+from .common.remote_errors import full_tracebacks, without_skyhive_frames
 
 __all__ = ["install_hook", "closed_by_interrupt", "cancel_in_flight", "deferred_sigint", "SigintGuard"]
 
@@ -76,6 +78,9 @@ def _hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType |
         print(f"skyhive: interrupted (Ctrl-C): pool{'s' if len(pools) > 1 else ''} {named} stopped, its calls "
               "cancelled on the nodes (SKYHIVE_TRACEBACK=full shows the traceback)", file=sys.stderr, flush=True)
         return
+    if getattr(exc, "remote_traceback", None) is not None and not full_tracebacks():
+        tb = without_skyhive_frames(tb)  # the pool's call and dispatch: nothing the user wrote
+        exc.__traceback__ = tb
     (_previous or sys.__excepthook__)(exc_type, exc, tb)
 
 

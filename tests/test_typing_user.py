@@ -1,7 +1,9 @@
 """A user's script type-checks against skyhive's public API in the README's dev environment (issue 26
 point 6): mypy --strict and pyright find `skyhive` (through the stub view `dev.py` makes, as the editable
 install's import hook is invisible to them), `f(x) >> pool` / `f(x) @ pool` / `pool.run(f, ...)` have the
-function's types, and wrong arguments are errors — exactly the lines marked `# E` in the script."""
+function's types, and wrong arguments are errors — exactly the lines marked `# E` in the script, each one
+line: `run`/`broadcast` have one signature, their call options typed through `pool.options(...)` (issue 39
+point 7: a wrong argument printed "No overload variant ... matches" and an overload per option)."""
 
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ def test_mypy_strict_finds_skyhive_and_checks_the_users_calls(user_dir):
     assert not any("import-not-found" in e or "import-untyped" in e for e in errors), done.stdout
     assert {int(re.match(r"script.py:(\d+):", e).group(1)) for e in errors} == EXPECTED, done.stdout
     assert "untyped-decorator" not in done.stdout and "Any" not in "".join(errors)
+    assert "overload" not in done.stdout and len(errors) == len(EXPECTED), done.stdout  # one line per mistake
+    assert not [line for line in done.stdout.splitlines() if ": note:" in line], done.stdout
 
 
 @pytest.mark.slow
@@ -51,3 +55,4 @@ def test_pyright_strict_agrees(user_dir):
                           capture_output=True, text=True, timeout=600)
     errors = [line for line in done.stdout.splitlines() if " - error: " in line]
     assert {int(re.search(r"script.py:(\d+):", e).group(1)) for e in errors} == EXPECTED, done.stdout
+    assert "No overloads" not in done.stdout, done.stdout

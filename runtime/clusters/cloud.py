@@ -213,6 +213,6 @@ def resumed_provider(provider: Provider, ids: Sequence[str]) -> Provider:
         return [by_node[n] for n in nodes]
 
     cls = type(f"Resumed{base.__name__}", (base,), {"launch": launch, "__module__": base.__module__})
-    resumed = cls.__new__(cls)
+    resumed = object.__new__(cls)
     resumed.__dict__.update(provider.__dict__)
     return resumed

@@ -335,12 +335,15 @@ def start_watchdog(rec: ClusterRecord) -> int:
     # a pool with an autostop hook runs it first: the hook's runner, as the layer that saved the hook names it
     # (`control/autostop_hook.py`, which then runs `clusters.autostop`)
     module = "skyhive.runtime.clusters.autostop"
-    hook = records.cluster_dir(rec.name) / "autostop-hook.json"
+    hook = records.cluster_dir(rec.name) / "autostop-hook.json"  # (`autostop.SETTINGS_FILE`)
     with contextlib.suppress(FileNotFoundError, ValueError):
         module = str(json.loads(hook.read_text()).get("runner") or module)
     command = f"{shlex.quote(sys.executable)} -m {module} {shlex.quote(rec.name)}"
+    from .autostop import wait_for_of  # (`resources.autostop.wait_for`, saved beside the hook)
+
     return keep_support_of(rec).start_watchdog(rec, idle, command=command,
-                                               state_dir=str(records.cluster_dir(rec.name)))
+                                               state_dir=str(records.cluster_dir(rec.name)),
+                                               wait_for=wait_for_of(rec.name))
 
 
 def set_autostop(rec: ClusterRecord, minutes: float | None, down: bool) -> ClusterRecord:

@@ -33,7 +33,8 @@ from ...providers.registry import canonical
 from ...providers.volumes import DEFAULT_SIZE_GB, VolumeMount
 from .values import accelerator_share, parse_accelerators, parse_amount
 
-__all__ = ["Resources", "Autostop", "ResourcesParser", "RES_KEYS", "RES_SKYPILOT", "REFUSED", "DEFAULT_IDLE_MINUTES"]
+__all__ = ["Resources", "Autostop", "ResourcesParser", "RES_KEYS", "RES_SKYPILOT", "REFUSED", "DEFAULT_IDLE_MINUTES",
+           "WAIT_FOR"]
 
 #: the keys of `resources` skyhive honours
 RES_KEYS = ("cloud", "provider", "infra", "accelerators", "cpus", "memory", "use_spot", "disk_size", "region", "zone",
@@ -54,6 +55,10 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)\Z", re.IGNORECASE)
 _UNIT = {"": 1.0, "m": 1.0, "s": 1 / 60, "h": 60.0, "d": 1440.0}
 
 
+#: `resources.autostop.wait_for`'s values, SkyPilot's: what resets the idle time (`Autostop.wait_for`)
+WAIT_FOR = ("jobs_and_ssh", "jobs", "none")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Autostop:
     """`resources.autostop`: stop (or, `down`, take down) a named pool after `idle_minutes` with no job and
@@ -63,6 +68,9 @@ class Autostop:
     down: bool = False
     hook: str | None = None
     hook_timeout: float = 3600.0
+    #: what keeps the pool from being idle (SkyPilot's `wait_for`): "jobs_and_ssh" a job queued or running
+    #: or a client attached; "jobs" a job only; "none" nothing (a hard limit: stopped after `idle_minutes`)
+    wait_for: str = "jobs_and_ssh"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -255,9 +263,12 @@ class ResourcesParser:
             out["hook"] = hook
         if "hook_timeout" in keys and self.value(keys["hook_timeout"]) is not None:
             out["hook_timeout"] = float(self._int(keys["hook_timeout"], f"{path}.hook_timeout", default=3600))
-        if "wait_for" in keys and self.value(keys["wait_for"]) not in (None, "jobs_and_ssh"):
-            raise self.error(keys["wait_for"], f"{path}.wait_for", f"{self.value(keys['wait_for'])!r}: skyhive's "
-                             f"autostop waits for jobs and clients (jobs_and_ssh); remove the key to run")
+        if "wait_for" in keys and self.value(keys["wait_for"]) is not None:
+            wait_for = self.value(keys["wait_for"])
+            if wait_for not in WAIT_FOR:
+                raise self.error(keys["wait_for"], f"{path}.wait_for", f"expected one of {', '.join(WAIT_FOR)} "
+                                 f"(SkyPilot's), got {wait_for!r}")
+            out["wait_for"] = wait_for
         return Autostop(**out)
 
     def _minutes(self, node: Node, raw: Any, path: str) -> float:

@@ -8,13 +8,15 @@ import linecache
 import os
 import re
 import traceback
+from types import TracebackType
 
 import cloudpickle
 
 from ...errors import RemoteError
 from .serialize import INBAND_MAX, cloud_dumps
 
-__all__ = ["dump_exception", "rebuild_exception", "shown_traceback", "full_tracebacks", "MAX_ERROR_TEXT"]
+__all__ = ["dump_exception", "rebuild_exception", "shown_traceback", "full_tracebacks", "without_skyhive_frames",
+           "MAX_ERROR_TEXT"]
 
 #: Error text kept in a `Result` (message and traceback each): the rest is cut, saying so.
 MAX_ERROR_TEXT = 64 * 1024
@@ -88,11 +90,28 @@ def _is_skyhive(path: str) -> bool:
         return False
     # runtime/, protocol/, plugins/, providers/ are siblings both in a checkout and installed (under
     # skyhive/); the package face is skyhive/ in a checkout, their parent when installed
-    top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # runtime/common/ -> top
-    where = [os.path.join(top, m["top"], m["rest"])]
+    where = [os.path.join(_TOP, m["top"], m["rest"])]
     if m["top"] == "skyhive":
-        where.append(os.path.join(top, m["rest"]))
+        where.append(os.path.join(_TOP, m["rest"]))
     return any(os.path.isfile(p) for p in where)
+
+
+#: skyhive's own folders here: this checkout's root or the installed package (runtime/common/ -> top)
+_TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_OWN = tuple(os.path.join(_TOP, d) + os.sep for d in ("runtime", "protocol", "plugins", "providers", "skyhive"))
+
+
+def without_skyhive_frames(tb: TracebackType | None) -> TracebackType | None:
+    """The local traceback `tb` without the frames of skyhive's own files (the pool's call, its dispatch):
+    the caller's frames stay, linked to each other (`tb_next` is writable); None when none is left."""
+    kept = []
+    while tb is not None:
+        if not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_OWN):
+            kept.append(tb)
+        tb = tb.tb_next
+    for entry, after in zip(kept, kept[1:] + [None]):
+        entry.tb_next = after
+    return kept[0] if kept else None
 
 
 def full_tracebacks() -> bool:

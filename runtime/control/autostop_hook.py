@@ -9,7 +9,8 @@ directory the pool's jobs run in, its output in the job's log: `skyhive logs NAM
 (at most `hook_timeout` seconds: then it is cancelled), and then `clusters.autostop` stops the pool as
 it would have without a hook. A hook that fails or runs out of time is logged, and the stop goes on
 (SkyPilot's rule: a hook never keeps a pool billed). When a job waits or a client is attached, nothing
-runs and the watchdog watches on (the hook runs at the next idle time).
+runs and the watchdog watches on (the hook runs at the next idle time) — as `wait_for` says: with `jobs`
+an attached client does not count, with `none` nothing does (the jobs are cancelled, then the hook runs).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from ..clusters import jobs as jobq
 from ..clusters import record as records
-from ..clusters.autostop import KEEP_WATCHING
+from ..clusters.autostop import KEEP_WATCHING, cancel_jobs
 from ..clusters.autostop import main as autostop_main
 from ..commands.taskfile_resources import Autostop
 
@@ -48,15 +49,16 @@ def hook_path(name: str) -> Path:
 def save_hook(name: str, autostop: Autostop | None, *, own_home: bool) -> None:
     """Remember pool `name`'s hook (or forget it: `autostop` None or without one)."""
     path = hook_path(name)
-    if autostop is None or not autostop.hook:
+    if autostop is None or (not autostop.hook and autostop.wait_for == "jobs_and_ssh"):
         path.unlink(missing_ok=True)
         return
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_suffix(".tmp")
     # `runner`: what the pool's watchdog runs instead of `clusters.autostop` (named here, by the layer that
     # drives the pool, so that `clusters/` needs no name of a module above it)
+    # `wait_for` (what keeps the pool from being idle) is read by the watchdog's starter and by `clusters.autostop`
     tmp.write_text(json.dumps({"hook": autostop.hook, "timeout": autostop.hook_timeout, "own_home": own_home,
-                               "runner": RUNNER}))
+                               "runner": RUNNER, "wait_for": autostop.wait_for}))
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)
 
@@ -75,14 +77,22 @@ def run_hook(name: str) -> str:
     from .steps import TaskSteps
 
     hook = load_hook(name)
-    if hook is None:
+    if hook is None or not hook.get("hook"):
         return "no hook"
+    wait_for = str(hook.get("wait_for") or "jobs_and_ssh")
     lock = records.AttachLock(name, who="autostop hook")
     if not lock.try_acquire():
-        return f"busy: {lock.busy()}"
+        if wait_for == "jobs_and_ssh":
+            return f"busy: {lock.busy()}"
+        # `jobs`, `none`: an attached client does not keep the pool up, and a job (the hook is one) waits for
+        # it: the pool stops without its hook rather than stay billed for the hook's timeout
+        log.warning("pool %s: the autostop hook did not run: %s (wait_for: %s)", name, lock.busy(), wait_for)
+        return "hook skipped: a client is attached"
     lock.release()
-    if any(j.state in (jobq.PENDING, jobq.RUNNING) for j in jobq.list_jobs(name)):
+    if wait_for != "none" and any(j.state in (jobq.PENDING, jobq.RUNNING) for j in jobq.list_jobs(name)):
         return "busy: a job is queued or running"
+    if wait_for == "none":  # a hard limit: the jobs make way for the hook, then the pool stops
+        cancel_jobs(name)
     timeout = float(hook["timeout"])  # type: ignore[arg-type]
     script = f"timeout --kill-after=10 {timeout:g} bash -c {shlex.quote(str(hook['hook']))}"
     steps = TaskSteps(work_id=name, task_id=f"skyhive-{name}-autostop-hook", run=script, num_nodes=1,

@@ -105,6 +105,11 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
         reason = chosen.features.why_not(Feature.AUTOSTOP_HOOK, chosen.name)
         if reason:
             raise LaunchError(f"{task.line_of('resources.autostop')}: resources.autostop.hook: {reason}")
+    if autostop is not None and autostop.wait_for != "jobs_and_ssh" and not (provider or Local()).same_machine:
+        raise LaunchError(f"{task.line_of('resources.autostop')}: resources.autostop.wait_for: {autostop.wait_for}: on "
+                          f"SSH hosts and cloud machines the pool's autostop runs on the machines themselves, away "
+                          f"from its job queue, and waits for jobs and clients (jobs_and_ssh); remove the key (or "
+                          f"launch on Local)")
     if autostop is not None and idle_minutes is None:
         idle_minutes, down = autostop.idle_minutes, down or autostop.down
     if down and idle_minutes is None:

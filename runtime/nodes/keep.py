@@ -93,22 +93,47 @@ class StopResult:
 
 
 class KeptRecord(Protocol):
-    """A named pool's record as a kind reads it (`runtime/clusters/record.py`'s `ClusterRecord`)."""
+    """A named pool's record as a kind reads it (`runtime/clusters/record.py`'s `ClusterRecord`, frozen:
+    each field read-only)."""
 
-    name: str
-    provider: str
-    nodes: int
-    cwd: str
-    socket_dir: str
-    workers: Sequence[Any]  # KeptWorker-shaped entries (node, rank, pid, socket)
-    autostop_down: bool
-    watchdog_pid: int
-    provider_info: dict[str, Any]  # the keeping kind's own (and the machines', `runtime/clusters/cloud.py`)
-    cluster: str
-    host_keys: dict[str, str]
-    node_envs: dict[str, dict[str, Any]]
-    keeper: str
+    @property
+    def name(self) -> str: ...
 
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def nodes(self) -> int: ...
+
+    @property
+    def cwd(self) -> str: ...
+
+    @property
+    def socket_dir(self) -> str: ...
+
+    @property
+    def workers(self) -> Sequence[Any]: ...  # KeptWorker-shaped entries (node, rank, pid, socket)
+
+    @property
+    def autostop_down(self) -> bool: ...
+
+    @property
+    def watchdog_pid(self) -> int: ...
+
+    @property
+    def provider_info(self) -> dict[str, Any]: ...  # the keeping kind's own (and the machines', `runtime/clusters/cloud.py`)
+
+    @property
+    def cluster(self) -> str: ...
+
+    @property
+    def host_keys(self) -> dict[str, str]: ...
+
+    @property
+    def node_envs(self) -> dict[str, dict[str, Any]]: ...
+
+    @property
+    def keeper(self) -> str: ...
 
 class NodeAccess(abc.ABC):
     """How a user reaches one node of a kept pool (`skyhive ssh`, `forward`, `ssh-config`)."""
@@ -240,11 +265,15 @@ class KeepSupport(abc.ABC):
         failures, naming the host. Default: `stop` (nothing elsewhere)."""
         return list(self.stop(rec).failures)
 
-    def start_watchdog(self, rec: KeptRecord, idle: float, *, command: str, state_dir: str) -> int:
+    def start_watchdog(self, rec: KeptRecord, idle: float, *, command: str, state_dir: str,
+                       wait_for: str = "jobs_and_ssh") -> int:
         """Start the pool's autostop watchdog (`runtime/worker/watchdog.py`), `idle` seconds; where it runs on
         this machine it runs the shell line `command` (`python -m skyhive.runtime.clusters.autostop NAME`)
         and keeps its lock and log in `state_dir`. Its pid here, 0 where it runs elsewhere (on the nodes).
-        Raises naming the pool where it did not start."""
+        `wait_for` (`resources.autostop.wait_for`): what keeps the pool from being idle — "jobs_and_ssh" a
+        connection to its workers; "jobs" and "none" only where the watchdog runs on this machine, beside the
+        pool's job queue (`launch -c` refuses them elsewhere first). Raises naming the pool where it did not
+        start."""
         raise NotImplementedError(f"nodes of kind {self.kind!r} have no autostop watchdog")
 
     def stop_watchdog(self, rec: KeptRecord) -> None:

@@ -8,6 +8,9 @@ at it), then its watchdog is restarted with the task's own 10 minutes and a 0.2 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 from skyhive.runtime.clusters import jobs as jobq
@@ -15,7 +18,7 @@ from skyhive.runtime.clusters import record as records
 from skyhive.runtime.clusters.named import set_autostop
 from skyhive.runtime.events.log import read_log
 from tests.clusters.test_clusters import clean, record, running_under, skyhive, wait_for, write  # noqa: F401
-from tests.procs import state_of
+from tests.procs import Lines, state_of
 
 HOOKED = """\
     name: hooked
@@ -82,3 +85,115 @@ def test_a_failing_hook_does_not_keep_the_pool_up(tmp_path, clean, monkeypatch):
     wait_for(lambda: running_under(clean) == [], timeout=120, what="the workers, the agent and the watchdog to exit")
     assert marker.read_text() == "tried\n"  # it ran, failed, and the pool went down all the same
     assert not any(ln.startswith("failing ") for ln in skyhive("status", cwd=tmp_path).stdout.splitlines())
+
+
+# ---- resources.autostop.wait_for (SkyPilot's: docs/source/reference/auto-stop.rst, "Setting idleness
+# behavior"): jobs_and_ssh (the default) waits for jobs and connections, jobs only for jobs, none for nothing
+
+HARD_LIMIT = """\
+    name: notebook
+    resources:
+      autostop:
+        idle_minutes: 10
+        wait_for: none
+    run: |
+      echo started
+      sleep 600
+    """
+
+
+def _stopped_by_autostop(home: str, name: str):
+    """The pool's last `pool_stopped` event (an attached client may log its workers' end after it)."""
+    return [e for e in read_log(Path(home) / "pools" / f"{name}.jsonl") if e.kind == "pool_stopped"][-1]
+
+
+def test_wait_for_none_stops_the_pool_after_its_time_with_its_job_running(tmp_path, clean, monkeypatch):
+    home = clean
+    task = write(tmp_path / "t.yaml", HARD_LIMIT)
+    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "3600")
+    done = skyhive("launch", "-y", "-d", "-c", "notebook", str(task), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: jobq.load_job("notebook", 1).state == jobq.RUNNING, timeout=120, what="the job to run")
+    wait_for(lambda: "started" in jobq.log_path("notebook", 1).read_text(), timeout=60, what="the job's first line")
+    rec = records.load("notebook")
+    workers = sorted(w.pid for w in rec.workers)
+
+    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "0.2")  # 10 "minutes" are 2 s from now on: a hard limit
+    watchdog = set_autostop(rec, rec.autostop_minutes, rec.autostop_down).watchdog_pid
+    assert "--wait-for none" in Path(f"/proc/{watchdog}/cmdline").read_text().replace("\0", " ")
+    wait_for(lambda: all(state_of(p) in (None, "Z") for p in workers + [watchdog]), timeout=180,
+             what="the pool's workers and its watchdog to exit while the job runs")
+    job = jobq.load_job("notebook", 1)
+    assert job.state == jobq.CANCELLED, job  # the running job did not keep the pool: it was cancelled
+    last = _stopped_by_autostop(home, "notebook")
+    assert last.kind == "pool_stopped" and last.error.startswith("autostop") and "wait_for: none" in last.error
+    row = next(ln for ln in skyhive("status", cwd=tmp_path).stdout.splitlines() if ln.startswith("notebook "))
+    assert "STOPPED (autostop)" in row
+    wait_for(lambda: running_under(home) == [], timeout=60, what="the job's sleep and the agent to exit")
+
+
+def test_wait_for_jobs_stops_the_pool_under_an_attached_client_once_its_jobs_are_done(tmp_path, clean, monkeypatch):
+    home = clean
+    release = tmp_path / "release"
+    task = write(tmp_path / "t.yaml", f"""\
+        resources:
+          autostop: {{idle_minutes: 10, wait_for: jobs}}
+        run: |
+          while [ ! -e {release} ]; do sleep 0.1; done
+          echo released
+        """)
+    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "3600")
+    done = skyhive("launch", "-y", "-d", "-c", "ide", str(task), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: jobq.load_job("ide", 1).state == jobq.RUNNING, timeout=120, what="the job to run")
+    rec = records.load("ide")
+    workers = sorted(w.pid for w in rec.workers)
+    monkeypatch.setenv("SKYHIVE_AUTOSTOP_MINUTE", "0.2")
+    watchdog = set_autostop(rec, rec.autostop_minutes, rec.autostop_down).watchdog_pid
+    assert "--wait-for jobs" in Path(f"/proc/{watchdog}/cmdline").read_text().replace("\0", " ")
+    release.touch()  # the job ends: from then on, only a client is attached (below), which does not count
+    wait_for(lambda: jobq.load_job("ide", 1).state == jobq.SUCCEEDED, timeout=120, what="the job to end")
+    # (a client attaches only between jobs: it is an IDE's or a notebook's session, which `jobs` ignores)
+    client = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, time, skyhive as sky
+        pool = sky.Pool.attach("ide", output=None)
+        pool.__enter__()
+        print("attached", flush=True)
+        time.sleep(600)
+        """)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        Lines(client.stdout).wait_for(lambda line: line.strip() == "attached", 120, "the client attached")
+        wait_for(lambda: all(state_of(p) in (None, "Z") for p in workers), timeout=180,
+                 what="the pool's workers to exit under the attached client")
+        wait_for(lambda: any(e.kind == "pool_stopped" for e in read_log(Path(home) / "pools" / "ide.jsonl")),
+                 timeout=60, what="the pool recorded stopped")
+        assert client.poll() is None  # the client was still attached when the pool stopped
+        # what the client restarts of the stopped pool is ended as it comes, until the client leaves
+        wait_for(lambda: all(state_of(p) in (None, "Z") for p in running_under(home) if p not in (client.pid, watchdog)
+                             and "autostop" not in Path(f"/proc/{p}/cmdline").read_text()),
+                 timeout=60, what="no worker of the stopped pool while its client is attached")
+    finally:
+        client.kill()
+        client.wait(timeout=30)
+    wait_for(lambda: state_of(watchdog) in (None, "Z"), timeout=60, what="the watchdog to exit once the client left")
+    job = jobq.load_job("ide", 1)
+    last = _stopped_by_autostop(home, "ide")
+    assert last.kind == "pool_stopped" and "wait_for: jobs" in last.error and last.ts > job.ended
+    assert "released" in jobq.log_path("ide", 1).read_text()
+    try:
+        wait_for(lambda: running_under(home) == [], timeout=60, what="nothing of the pool left running")
+    except AssertionError:
+        raise AssertionError([Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ") for p in running_under(home)])
+
+
+def test_wait_for_takes_skypilots_three_values_and_refuses_others_naming_them(tmp_path, clean):
+    for value in ("jobs_and_ssh", "jobs", "none"):
+        task = write(tmp_path / "t.yaml", f"resources:\n  autostop: {{idle_minutes: 5, wait_for: {value}}}\nrun: echo hi\n")
+        done = skyhive("launch", "-y", "--dryrun", "-c", "d", str(task), cwd=tmp_path)
+        assert done.returncode == 0, (value, done.stderr)
+    task = write(tmp_path / "t.yaml", "resources:\n  autostop: {idle_minutes: 5, wait_for: ssh}\nrun: echo hi\n")
+    done = skyhive("launch", "-y", "-c", "d", str(task), cwd=tmp_path)
+    assert done.returncode == 2
+    assert "resources.autostop.wait_for" in done.stderr and "jobs_and_ssh, jobs, none" in done.stderr
+    assert "'ssh'" in done.stderr
+    assert records.names() == []  # nothing launched

@@ -41,7 +41,7 @@ def test_autostop_spellings_are_read(spelling, expected):
 @pytest.mark.parametrize("spelling, says", [
     ("autostop: soon", "resources.autostop: expected a positive number of minutes"),
     ("autostop: {idle_minutes: 0}", "resources.autostop.idle_minutes: expected a positive number"),
-    ("autostop: {idle_minutes: 5, wait_for: none}", "resources.autostop.wait_for"),
+    ("autostop: {idle_minutes: 5, wait_for: ssh}", "resources.autostop.wait_for: expected one of jobs_and_ssh, jobs, none"),
     ("autostop: {down: maybe}", "resources.autostop.down: expected true or false"),
 ])
 def test_a_wrong_autostop_is_an_error_naming_it(spelling, says):
@@ -179,6 +179,20 @@ def test_an_autostop_hook_where_the_watchdog_runs_no_hook_is_refused(tmp_path, s
                                           r"watchdog, which runs no hook yet"):
         launch_cluster(task, "hooked", provider=Kubernetes())
     assert not (Path(skyhive_home) / "clusters" / "hooked" / "record.json").exists()
+
+
+@pytest.mark.parametrize("value", ["jobs", "none"])
+def test_a_wait_for_where_the_watchdog_runs_on_the_machines_is_refused(tmp_path, capsys, skyhive_home, value):
+    """`wait_for: jobs|none` is honoured where the watchdog runs beside the pool's job queue (Local); on SSH
+    hosts and cloud machines it is refused before anything is made (issue 39: honoured or refused)."""
+    (tmp_path / "t.yaml").write_text(f"resources:\n  autostop: {{idle_minutes: 10, wait_for: {value}}}\nrun: echo hi\n")
+    code = main(["launch", "-y", "-c", "waits", str(tmp_path / "t.yaml"), "--provider", "ssh", "--hosts", "127.0.0.1"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"resources.autostop.wait_for: {value}: on SSH hosts and cloud machines" in err and "jobs_and_ssh" in err
+    from pathlib import Path
+
+    assert not (Path(skyhive_home) / "clusters" / "waits" / "record.json").exists()
 
 
 def test_several_accelerators_without_cloud_credentials_stay_local_as_one_does(monkeypatch, tmp_path):

@@ -25,9 +25,33 @@ SCRIPT = textwrap.dedent("""\
     """)
 
 
-def run_script(tmp_path, **env):
+ASYNC_SCRIPT = textwrap.dedent("""\
+    import anyio
+    import skyhive as sky
+
+    def task(x):
+        return 1 / x
+
+    async def main():
+        async with sky.Pool(provider=sky.Local(), nodes=1) as pool:
+            await pool.run(task, 0)
+
+    anyio.run(main)
+    """)
+
+#: the folders of skyhive's own files (a frame of one of them in the local half is skyhive's internals)
+OWN = tuple(f"/{d}/" for d in ("runtime", "protocol", "plugins", "providers", "skyhive"))
+
+
+def local_half(err):
+    """The frames of the traceback Python printed, before the remote traceback of the notes."""
+    local = err.split("Remote traceback (from")[0]
+    return [line for line in local.splitlines() if line.startswith('  File "')]
+
+
+def run_script(tmp_path, script=SCRIPT, **env):
     path = tmp_path / "user_script.py"
-    path.write_text(SCRIPT)
+    path.write_text(script)
     done = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={**os.environ, **env})
     assert done.returncode == 1, done.stderr
@@ -46,11 +70,26 @@ def test_a_remote_traceback_names_the_users_file_line_and_source_and_hides_skyhi
     assert len(err.splitlines()) < 30, err
 
 
+def test_the_local_half_of_a_task_error_is_the_users_call_line_with_no_skyhive_frame(tmp_path):
+    # issue 39 point 6: the pool's `run` and its dispatch (3 frames) stood between the call line and the
+    # remote traceback
+    path, err = run_script(tmp_path)
+    assert local_half(err) == [f'  File "{path}", line 11, in <module>'], err
+    assert f'  File "{path}", line 11, in <module>\n    pool.run(task, 0)\n' in err
+    path, err = run_script(tmp_path, ASYNC_SCRIPT)
+    frames = local_half(err)
+    assert frames[-1] == f'  File "{path}", line 9, in main', err  # the user's `await pool.run(...)` line
+    assert f'  File "{path}", line 11, in <module>' in frames  # and the user's `anyio.run(main)`
+    assert not [f for f in frames if any(d in f for d in OWN)], err
+    assert f'  File "{path}", line 5, in task\n    return 1 / x\n' in err  # the remote half
+
+
 def test_skyhive_traceback_full_shows_every_frame(tmp_path):
     path, err = run_script(tmp_path, SKYHIVE_TRACEBACK="full")
     assert "runtime/worker/tasks.py" in err and "anyio" in err
     assert f'  File "{path}", line 4, in helper\n    return 1 / x\n' in err
     assert "hidden" not in err
+    assert any("runtime/blocking.py" in f for f in local_half(err)), err  # the local half whole too
 
 
 def test_frames_the_node_could_not_read_get_their_source_line_here(tmp_path):

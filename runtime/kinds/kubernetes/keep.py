@@ -137,12 +137,16 @@ class KubernetesKeep(KeepSupport):
 
         return _run(look)
 
-    def start_watchdog(self, rec: KeptRecord, idle: float, *, command: str, state_dir: str) -> int:
+    def start_watchdog(self, rec: KeptRecord, idle: float, *, command: str, state_dir: str,
+                       wait_for: str = "jobs_and_ssh") -> int:
         """The autostop watchdog in each pod (`runtime/worker/watchdog.py`, watching the connections to the
         pool's sockets there): after `idle` seconds with none it ends the pool's workers and then the pod's
         container (its main process, `KEEPALIVE`): the pod is Succeeded, its CPUs and GPUs go back to the
         cluster. (A pod has no credentials to delete itself: `skyhive down` deletes the ended pods' objects.)
         Returns 0: it runs in the pods."""
+        if wait_for != "jobs_and_ssh":  # (the watchdog runs on the nodes, away from the pool's job queue)
+            raise ProvisionError(f"pool {rec.name!r}: resources.autostop.wait_for: {wait_for} is honoured on Local "
+                                 f"pools only; here a job or a client keeps the pool up (jobs_and_ssh)")
         async def start() -> list[str]:
             failures = []
             for node in sorted({w.node for w in rec.workers}):

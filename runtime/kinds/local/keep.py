@@ -100,9 +100,12 @@ class LocalKeep(KeepSupport):
     def relaunch_provider(self, rec: KeptRecord) -> Provider:
         return Local(cwd=rec.cwd)
 
-    def start_watchdog(self, rec: KeptRecord, idle: float, *, command: str, state_dir: str) -> int:
+    def start_watchdog(self, rec: KeptRecord, idle: float, *, command: str, state_dir: str,
+                       wait_for: str = "jobs_and_ssh") -> int:
+        # (`--jobs-dir`: the pool's queue, beside its record in `state_dir`: `clusters/jobs.py`)
         report = daemon.start("skyhive.runtime.worker.watchdog", "--idle", f"{idle:g}", "--unix-dir", rec.socket_dir,
                               "--interval", f"{max(0.2, min(5.0, idle / 4)):g}", "--state-dir", state_dir,
+                              "--wait-for", wait_for, "--jobs-dir", os.path.join(state_dir, "jobs"),
                               "--command", command, what=f"pool {rec.name!r}: the autostop watchdog")
         if not isinstance(report.get("pid"), int):
             raise RuntimeError(f"pool {rec.name!r}: the autostop watchdog did not start: it answered {report}")

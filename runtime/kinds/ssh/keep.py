@@ -297,7 +297,11 @@ class SSHKeep(KeepSupport):
         # the head host's autostop mark: "autostop", then what its hook did (`_watchdog_script`)
         return autostop_mark(rec).partition("\n")[2].strip("\n")
 
-    def start_watchdog(self, rec: KeptRecord, idle: float, *, command: str, state_dir: str) -> int:
+    def start_watchdog(self, rec: KeptRecord, idle: float, *, command: str, state_dir: str,
+                       wait_for: str = "jobs_and_ssh") -> int:
+        if wait_for != "jobs_and_ssh":  # (the watchdog runs on the nodes, away from the pool's job queue)
+            raise ProvisionError(f"pool {rec.name!r}: resources.autostop.wait_for: {wait_for} is honoured on Local "
+                                 f"pools only; here a job or a client keeps the pool up (jobs_and_ssh)")
         # one on each host, watching the pool's sockets there; the head host's runs the pool's hook first
         start_remote_watchdogs(rec, idle, hook_of(state_dir))
         return 0

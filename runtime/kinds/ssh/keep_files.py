@@ -37,11 +37,20 @@ log = logging.getLogger("skyhive.clusters")
 class PoolRecord(Protocol):
     """What the SSH files are made from: a named pool's record (`record.ClusterRecord`)."""
 
-    name: str
-    provider: str
-    nodes: int
-    provider_info: dict[str, Any]
-    host_keys: dict[str, str]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def nodes(self) -> int: ...
+
+    @property
+    def provider_info(self) -> dict[str, Any]: ...
+
+    @property
+    def host_keys(self) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True, slots=True)
