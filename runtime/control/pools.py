@@ -41,6 +41,8 @@ __all__ = ["task_spec", "launch_cluster", "exec_task", "down_cluster", "status_r
 log = logging.getLogger("skyhive.control.pools")
 
 FOLLOW_POLL = 0.2  # seconds between looks at a followed job's log
+#: seconds a followed job's end waits for the pool's agent to let the pool go (`_let_go`)
+LET_GO_WAIT = 60.0
 #: task slots of a named pool's workers: how many of its jobs can run side by side on a node
 JOB_SLOTS = 8
 
@@ -224,10 +226,25 @@ def _after_submit(name: str, job: jobq.Job, detach_run: bool, out: TextIO, err: 
         _say(err, f"`skyhive logs {name} {job.id} --follow` streams it, `skyhive queue {name}` lists the jobs")
         return 0
     try:
-        return follow_job(name, job.id, out)
+        code = follow_job(name, job.id, out)
+        _let_go(name, job.id)
+        return code
     except KeyboardInterrupt:
         _say(err, f"stopped following; job {job.id} goes on (`skyhive cancel {name} {job.id}` stops it)")
         return 130
+
+
+def _let_go(name: str, job_id: int) -> None:
+    """After the followed job `job_id` ended: wait (at most `LET_GO_WAIT` s) for the pool's agent to leave the
+    pool unless another job keeps it busy, so that what the user does next (`Pool.attach(name)`, a script's
+    `with`) finds the pool free — the agent detaches a moment after its last job's end, and an attach meanwhile
+    was refused with `PoolInUse` naming the agent."""
+    agent = jobq.agent_pid(name)
+    deadline = time.monotonic() + LET_GO_WAIT
+    while agent is not None and alive(agent) and time.monotonic() < deadline:
+        if any(j.state in (jobq.PENDING, jobq.RUNNING) and j.id != job_id for j in jobq.list_jobs(name, setup_only=True)):
+            return  # (the agent stays for those)
+        time.sleep(FOLLOW_POLL)
 
 
 def exec_task(task: Task, name: str, *, detach_run: bool = False, out: TextIO | None = None,

@@ -627,3 +627,24 @@ def test_a_worker_restarted_by_a_client_is_the_pools_worker(tmp_path, clean):
     assert int(again.stdout.strip()) == new
     assert skyhive("down", "phoenix", cwd=tmp_path).returncode == 0
     assert state_of(new) in (None, "Z")
+
+
+def test_a_followed_launch_returns_with_the_pool_free_for_the_next_client(tmp_path, clean):
+    """`skyhive launch -c NAME task.yaml` (following its job) and then, at once, `Pool.attach(NAME)` (a script's
+    next line, or the next command): the pool's job agent detaches a moment after the job's end; the launch
+    waits for that, so the attach never meets `PoolInUse` naming the agent (a race a loaded machine lost)."""
+    import io
+
+    import skyhive as sky
+    from skyhive.runtime.clusters.jobs import agent_pid
+    from skyhive.runtime.commands.taskfile import loads
+    from skyhive.runtime.control.pools import exec_task, launch_cluster
+
+    task = loads(textwrap.dedent(SIMPLE), cwd=str(tmp_path))
+    out = io.StringIO()
+    for step in range(2):  # the launch, then an exec on the same pool
+        run = launch_cluster if step == 0 else exec_task
+        assert run(task, "free", out=out, err=out) == 0, out.getvalue()
+        assert agent_pid("free") is None, f"the job agent still holds pool 'free' after the {run.__name__} returned"
+        with sky.Pool.attach("free", output=None) as pool:  # wait=0: refused at once if anything holds it
+            assert sorted(pool.broadcast(lambda: 1)) == [1, 1]
