@@ -1,0 +1,122 @@
+"""Which programs the audit counts, and what was found about each one that does not run as written.
+
+Skyward (github.com/gabfssilva/skyward, mirrored commit f43ac11): every `guides/*.py` and `sample.py`, found in
+the mirror (so a newer mirror brings its new guides). SkyPilot (github.com/skypilot-org/skypilot): the task
+files and smoke-test command sequences listed in SKYPILOT below, by path in that repository.
+
+`verdict`/`why` record the classification of a failure (made by reading the run's output); the runner never
+decides "gap" or "machine" by itself — an unrecorded failure shows as "unclassified". `edits` are the
+program-specific changes for the "after edits" run: (old text, new text, why).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GAP = "skyhive gap"
+MACHINE = "program/machine"
+
+
+@dataclass
+class Program:
+    id: str
+    origin: str                      # "skyward" | "skypilot"
+    kind: str                        # "py": run files[0] with python; "cmds": run commands with bash
+    files: list[str] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+    edits: list[tuple[str, str, str]] = field(default_factory=list)
+    verdict: str = ""
+    why: str = ""
+
+
+# What was found running each Skyward program that does not exit 0 as written (keyed by path).
+SKYWARD_FOUND: dict[str, dict] = {}
+
+
+def _sp(test: str, files: list[str], commands: list[str], **found) -> Program:
+    return Program(id=f"skypilot:{test}", origin="skypilot", kind="cmds", files=files,
+                   commands=[c.replace("{name}", "audit") for c in commands], **found)
+
+
+# SkyPilot's programs: a smoke test's command sequence (its steps, verbatim but for the cluster name, which is
+# `audit`; the teardown `sky down -y NAME` is left to the runner) and the task files it names, read from
+# github.com/skypilot-org/skypilot (tests/smoke_tests/test_basic.py's older form, where the steps are plain
+# strings, and tests/test_yamls/ + examples/ of today's master). Each id says where the steps come from.
+_TS = "1765000000"  # the smoke tests' `timestamp` value
+SKYPILOT: list[Program] = [
+    _sp("smoke/test_minimal", ["examples/minimal.yaml"], [
+        "sky launch -y -c {name} examples/minimal.yaml",
+        "sky launch -y -c {name} examples/minimal.yaml",
+        "sky logs {name} 1 --status"]),
+    _sp("smoke/test_region", ["examples/minimal.yaml"], [
+        "sky launch -y -c {name} --region us-west-2 examples/minimal.yaml",
+        "sky exec {name} examples/minimal.yaml",
+        "sky logs {name} 1 --status"]),
+    _sp("smoke/test_env_check", ["examples/env_check.yaml"], [
+        "sky launch -y -c {name} examples/env_check.yaml",
+        "sky logs {name} 1 --status"]),
+    _sp("smoke/test_job_queue", ["examples/job_queue/cluster.yaml", "examples/job_queue/job.yaml"], [
+        "sky launch -y -c {name} examples/job_queue/cluster.yaml",
+        "sky exec {name} -d examples/job_queue/job.yaml",
+        "sky exec {name} -d examples/job_queue/job.yaml",
+        "sky exec {name} -d examples/job_queue/job.yaml",
+        "sky logs {name} 2",
+        "sky queue {name}"]),
+    _sp("smoke/test_multi_node_job_queue",
+        ["examples/job_queue/cluster_multinode.yaml", "examples/job_queue/job_multinode.yaml"], [
+        "sky launch -y -c {name} examples/job_queue/cluster_multinode.yaml",
+        "sky exec {name} -d examples/job_queue/job_multinode.yaml",
+        "sky exec {name} -d examples/job_queue/job_multinode.yaml",
+        "sky exec {name} -d examples/job_queue/job_multinode.yaml",
+        "sky cancel {name} 1",
+        "sky logs {name} 2",
+        "sky queue {name}"]),
+    _sp("smoke/test_multi_hostname", ["examples/multi_hostname.yaml"], [
+        "sky launch -y -c {name} examples/multi_hostname.yaml",
+        "sky logs {name} 1 --status",
+        "sky exec {name} examples/multi_hostname.yaml",
+        "sky logs {name} 2 --status"]),
+    _sp("smoke/test_cli_logs", [], [
+        f'sky launch -y -c {{name}} "echo {_TS} 1"',
+        f'sky exec {{name}} "echo {_TS} 2"',
+        f'sky exec {{name}} "echo {_TS} 3"',
+        f'sky exec {{name}} "echo {_TS} 4"',
+        "sky logs {name} 2 --status",
+        "sky logs {name} 3 4 --sync-down",
+        "sky logs {name} * --sync-down",
+        f'sky logs {{name}} 1 | grep "{_TS} 1"',
+        f'sky logs {{name}} | grep "{_TS} 4"']),
+    # today's tests/test_yamls, each with the launch + status steps its smoke test starts with
+    _sp("test_yamls/minimal.yaml", ["tests/test_yamls/minimal.yaml"], [
+        "sky launch -y -c {name} --infra aws tests/test_yamls/minimal.yaml",
+        "sky logs {name} 1 --status",
+        'sky logs {name} --status | grep "Job 1: SUCCEEDED"']),
+    _sp("test_yamls/multi_node_sleep.yaml", ["tests/test_yamls/multi_node_sleep.yaml"], [
+        "sky launch -y -c {name} --infra aws --num-nodes 2 tests/test_yamls/multi_node_sleep.yaml",
+        "sky logs {name} 1 --status"]),
+    _sp("test_yamls/streaming_logs.yaml", ["tests/test_yamls/streaming_logs.yaml"], [
+        "sky launch -y -c {name} --infra aws tests/test_yamls/streaming_logs.yaml",
+        "sky logs {name} 1 | grep STREAM_DONE"]),
+    _sp("test_yamls/long_log_line.yaml", ["tests/test_yamls/long_log_line.yaml"], [
+        "sky launch -y -c {name} --infra aws tests/test_yamls/long_log_line.yaml",
+        "sky logs {name} 1 | grep LONG_LOG_LINE_END"]),
+    _sp("test_yamls/test_list_null_accelerators.yaml", ["tests/test_yamls/test_list_null_accelerators.yaml"], [
+        "sky launch -y -c {name} --infra aws tests/test_yamls/test_list_null_accelerators.yaml"]),
+    _sp("test_yamls/autostop.yaml", ["tests/test_yamls/autostop.yaml"], [
+        "sky launch -y -c {name} --infra aws tests/test_yamls/autostop.yaml",
+        "sky status {name}"]),
+]
+
+
+def skyward_programs(gitdir: Path) -> list[Program]:
+    names = subprocess.run(["git", f"--git-dir={gitdir}", "ls-tree", "--name-only", "HEAD", "guides/"],
+                           check=True, capture_output=True, text=True).stdout.split()
+    paths = sorted(p for p in names if p.endswith(".py")) + ["sample.py"]
+    return [Program(id=f"skyward:{p}", origin="skyward", kind="py", files=[p], **SKYWARD_FOUND.get(p, {}))
+            for p in paths]
+
+
+def programs(gitdir: Path) -> list[Program]:
+    return skyward_programs(gitdir) + list(SKYPILOT)
