@@ -91,8 +91,13 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _run_once(prog: Program, skyward: Path, skypilot: Path | None, timeout: float, edits: bool) -> tuple[int | None, str, list[str], float]:
-    top = Path(tempfile.mkdtemp(prefix="audit-" + re.sub(r"[^\w.-]", "_", prog.id) + "-"))
+def _safe(name: str) -> str:
+    return re.sub(r"[^\w.-]", "_", name)
+
+
+def _run_once(prog: Program, skyward: Path, skypilot: Path | None, timeout: float, edits: bool,
+              logs: Path | None = None) -> tuple[int | None, str, list[str], float]:
+    top = Path(tempfile.mkdtemp(prefix="audit-" + _safe(prog.id) + "-"))
     work, home = top / "work", top / "home"
     work.mkdir()
     home.mkdir()
@@ -115,7 +120,11 @@ def _run_once(prog: Program, skyward: Path, skypilot: Path | None, timeout: floa
         seconds = time.monotonic() - start
         subprocess.run([str(Path(sys.executable).parent / "skyhive"), "down", "-a", "--force", "-y"], cwd=work,
                        env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
-        return rc, out.read_text(errors="replace"), rules, seconds
+        text = out.read_text(errors="replace")
+        if logs is not None:  # the whole output, to classify a failure by reading it
+            logs.mkdir(parents=True, exist_ok=True)
+            (logs / f"{_safe(prog.id)}{'.edits' if edits else ''}.txt").write_text(text)
+        return rc, text, rules, seconds
     finally:
         shutil.rmtree(top, ignore_errors=True)
 
@@ -127,9 +136,9 @@ def _tail(text: str) -> str:
     return last.replace("|", "\\|")[:160]
 
 
-def audit(prog: Program, skyward: Path, skypilot: Path | None, timeout: float) -> Outcome:
+def audit(prog: Program, skyward: Path, skypilot: Path | None, timeout: float, logs: Path | None = None) -> Outcome:
     try:
-        rc, text, rules, seconds = _run_once(prog, skyward, skypilot, timeout, edits=False)
+        rc, text, rules, seconds = _run_once(prog, skyward, skypilot, timeout, edits=False, logs=logs)
     except (OSError, subprocess.CalledProcessError) as exc:
         return Outcome(prog, "not run", f"could not extract: {exc}")
     if rc == 0:
@@ -137,7 +146,7 @@ def audit(prog: Program, skyward: Path, skypilot: Path | None, timeout: float) -
         return Outcome(prog, "as written", "exit 0" + note, rules, seconds)
     first = Outcome(prog, "", "", rules, seconds, ("timeout: " if rc is None else f"rc {rc}: ") + _tail(text))
     if prog.edits:
-        rc2, text2, _, seconds2 = _run_once(prog, skyward, skypilot, timeout, edits=True)
+        rc2, text2, _, seconds2 = _run_once(prog, skyward, skypilot, timeout, edits=True, logs=logs)
         listed = "; ".join(f"{why}" for _old, _new, why in prog.edits)
         if rc2 == 0:
             return Outcome(prog, "after edits", listed, rules, seconds2, first.tail)
@@ -167,6 +176,8 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated program ids (default: all)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per program (default 120)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "audit" / "results.md")
+    parser.add_argument("--logs", type=Path, default=Path(tempfile.gettempdir()) / "skyhive-audit-logs",
+                        help="where each program's whole output is kept (default: %(default)s)")
     parser.add_argument("--list", action="store_true", help="print the program ids and exit")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -181,7 +192,7 @@ def main() -> None:
     outcomes = []
     for prog in chosen:
         log.info("%s ...", prog.id)
-        outcome = audit(prog, args.skyward, args.skypilot, args.timeout)
+        outcome = audit(prog, args.skyward, args.skypilot, args.timeout, args.logs)
         log.info("%s: %s (%.0f s) %s", prog.id, outcome.verdict, outcome.seconds, outcome.tail)
         outcomes.append(outcome)
         write_table(outcomes, args.out, HEADER)
