@@ -80,8 +80,8 @@ def _prepare(prog: Program, work: Path, skyward: Path, skypilot: Path | None, ed
                 new = new.replace(old, new_text)
         steps.append(new)
     script = "set -e\n" + "\n".join(steps) + "\n"
-    (work / "steps.sh").write_text(script)
-    return ["bash", "steps.sh"], rules
+    (work.parent / "steps.sh").write_text(script)  # beside the work directory: a step's `*` sees only the program's files
+    return ["bash", str(work.parent / "steps.sh")], rules
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
