@@ -98,11 +98,12 @@ def _safe(name: str) -> str:
 def _run_once(prog: Program, skyward: Path, skypilot: Path | None, timeout: float, edits: bool,
               logs: Path | None = None) -> tuple[int | None, str, list[str], float]:
     top = Path(tempfile.mkdtemp(prefix="audit-" + _safe(prog.id) + "-"))
-    work, home = top / "work", top / "home"
-    work.mkdir()
-    home.mkdir()
-    env = dict(os.environ, SKYHIVE_HOME=str(home), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-               PYTHONUNBUFFERED="1", CLUSTER="audit", JOB="audit-job")
+    work, home, user = top / "work", top / "home", top / "user"
+    for folder in (work, home, user):
+        folder.mkdir()
+    # HOME too: what a program writes under ~ (`logs --sync-down` → ~/sky_logs) goes with the directory
+    env = dict(os.environ, SKYHIVE_HOME=str(home), HOME=str(user), PYTHONUNBUFFERED="1",
+               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     env.pop("PYTHONPATH", None)
     try:
         cmd, rules = _prepare(prog, work, skyward, skypilot, edits)
@@ -179,9 +180,14 @@ def main() -> None:
     parser.add_argument("--logs", type=Path, default=Path(tempfile.gettempdir()) / "skyhive-audit-logs",
                         help="where each program's whole output is kept (default: %(default)s)")
     parser.add_argument("--list", action="store_true", help="print the program ids and exit")
+    parser.add_argument("--list-files", action="store_true", help="print the SkyPilot files --skypilot must hold")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     chosen = programs(args.skyward)
+    if args.list_files:
+        for path in sorted({f for prog in chosen if prog.origin == "skypilot" for f in prog.files}):
+            print(path)
+        return
     if args.list:
         for prog in chosen:
             print(prog.id)
@@ -200,10 +206,18 @@ def main() -> None:
 
 HEADER = """# The real-programs audit (issue 40)
 
-Made by `python -m bench.audit` (bench/audit/__main__.py); the programs and their recorded verdicts are in
-bench/audit/programs.py, the only rewrites in bench/audit/rewrite.py. "as written": exit 0 after only those
-rewrites; "after edits": exit 0 after the listed edits; otherwise the recorded reason (a skyhive gap, or the
-program/this machine: no GPU, no internet, ...) and the run's last error line."""
+Made by `python -m bench.audit --skyward GITDIR --skypilot DIR` (bench/audit/__main__.py), one program at a
+time, each in its own temporary directory and SKYHIVE_HOME, 120 s each. The programs (bench/audit/programs.py):
+every `guides/*.py` and `sample.py` of Skyward (github.com/gabfssilva/skyward, the mirror's HEAD f43ac11), and
+13 SkyPilot programs (github.com/skypilot-org/skypilot): 7 smoke tests' command sequences (their steps verbatim
+but for the cluster name, from the plain-string form of tests/smoke_tests/test_basic.py) and 6 of today's
+tests/test_yamls task files with the audit's own launch-and-check steps; `python -m bench.audit --list-files`
+names the SkyPilot files it reads. The only rewrites (bench/audit/rewrite.py, tested by
+tests/programs/test_audit_rewrite.py): `import skyward` → `import skyhive`, a cloud → `sky.Local()` (a task
+file's `cloud:`/`infra:` → `local`, `--infra X` → `--infra local`), the `sky` command → `skyhive`.
+"as written": exit 0 after only those; "after edits": exit 0 after the listed edits (the recorded reason says
+why it failed as written); otherwise the recorded reason — a skyhive gap, or the program/this machine (no
+GPU, no internet, ...) — and the run's last error line. Each program's whole output is kept under --logs."""
 
 if __name__ == "__main__":
     main()

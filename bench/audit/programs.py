@@ -80,6 +80,25 @@ def _sp(test: str, files: list[str], commands: list[str], **found) -> Program:
 # github.com/skypilot-org/skypilot (tests/smoke_tests/test_basic.py's older form, where the steps are plain
 # strings, and tests/test_yamls/ + examples/ of today's master). Each id says where the steps come from.
 _TS = "1765000000"  # the smoke tests' `timestamp` value
+# The steps of the smoke/ programs come from an older tests/test_smoke.py of SkyPilot (each step a plain
+# string; today's tests/smoke_tests/test_basic.py builds the same steps with helpers), test_cli_logs from its
+# Lambda variant with `{LAMBDA_TYPE}` (an instance-type flag of that cloud) left out by the cloud → Local rule.
+# The task files as read for this audit (path: the commit of skypilot-org/skypilot that stored them):
+SKYPILOT_FILES = {
+    "examples/env_check.yaml": "09859547c60c579af693101fb5b4114fc5cb2ee8",
+    "examples/job_queue/cluster.yaml": "1468060dd2afad96682718f27c303a8e071f70f0",
+    "examples/job_queue/cluster_multinode.yaml": "0113e58608e86478e847d1512bfac386122f797e",
+    "examples/job_queue/job.yaml": "1468060dd2afad96682718f27c303a8e071f70f0",
+    "examples/job_queue/job_multinode.yaml": "003eac8eb9c0b3f49cde93e826be314e05b04c42",
+    "examples/minimal.yaml": "16d33ceb49687ee1e6d2f9163f3b72416ee78850",
+    "examples/multi_hostname.yaml": "9ec0b8839ecaf3682854022fc1aa586d5fdf538d",
+    "tests/test_yamls/autostop.yaml": "707bccf1894e78b911a0a9cd21e33f7bba18f68a",
+    "tests/test_yamls/long_log_line.yaml": "62299c52994ea44b244dfb3cb40a8d6086af9c34",
+    "tests/test_yamls/minimal.yaml": "2d7227054e0424bc371dfc4a175ce30a118e784e",
+    "tests/test_yamls/multi_node_sleep.yaml": "68e81017e627d902a54284ee01a60efad1f07365",
+    "tests/test_yamls/streaming_logs.yaml": "d4bb793599d5f85d2a71db2cc45de0af6ebeaafa",
+    "tests/test_yamls/test_list_null_accelerators.yaml": "ca4e6a57fb7bb41179d652c527a0221cd8430f69",
+}
 SKYPILOT: list[Program] = [
     _sp("smoke/test_minimal", ["examples/minimal.yaml"], [
         "sky launch -y -c {name} examples/minimal.yaml",

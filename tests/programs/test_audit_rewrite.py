@@ -103,3 +103,13 @@ def test_command_rules_change_only_the_command_word_and_the_cloud_flag():
         assert rewrite_command(old)[0] == want, old
     assert rewrite_command("sky launch --infra aws x")[1] == ["sky → skyhive ×1", "--infra/--cloud → local ×1"]
     assert rewrite_command("echo hi") == ("echo hi", [])
+
+
+def test_the_manifest_says_where_each_skypilot_file_comes_from():
+    from bench.audit.programs import GAP, MACHINE, SKYPILOT, SKYPILOT_FILES
+
+    assert {f for prog in SKYPILOT for f in prog.files} == set(SKYPILOT_FILES)
+    assert all(len(commit) == 40 for commit in SKYPILOT_FILES.values())
+    for prog in SKYPILOT:
+        assert prog.kind == "cmds" and prog.commands and all("{name}" not in c for c in prog.commands), prog.id
+        assert prog.verdict in ("", GAP, MACHINE) and bool(prog.verdict) == bool(prog.why), prog.id
