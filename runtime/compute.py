@@ -260,3 +260,20 @@ def gather(*calls: PendingCall[Any], stream: bool = False, ordered: bool = True,
     tuple in call order. With `stream=True` the results come as they are ready (`ordered=False`:
     in completion order). `timeout` bounds each call that has none of its own."""
     return Gathered(calls, stream=stream, ordered=ordered, timeout=timeout)
+
+
+def main(fn: Callable[P, T] | None = None) -> Any:
+    """Skyward's `@sky.main` (or `@sky.main()`): marks a script's entry point. The function runs here,
+    in this process, unchanged; inside it `f(x) >> sky` / `@ sky` use the pool a `with sky.Pool(...)`
+    around (or inside) it made active, as anywhere else. Its `__sky_main__` is True, as in Skyward."""
+    if fn is None:
+        return main
+    if not callable(fn):
+        raise TypeError(f"@sky.main: decorates a function, got {type(fn).__name__} {fn!r}")
+
+    @functools.wraps(fn)
+    def entry(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    entry.__sky_main__ = True  # type: ignore[attr-defined]
+    return entry

@@ -51,6 +51,7 @@ _EXPORTS = {  # (not annotated: `dict` is also a public name of this module, Sky
     "checkpoint_dir": "skyhive.runtime.storage.checkpoint",
     "compute": "skyhive.runtime.compute",
     "gather": "skyhive.runtime.compute",
+    "main": "skyhive.runtime.compute",  # Skyward's @sky.main
     "instance_info": "skyhive.runtime.onnode.instance",
     "InstanceInfo": "skyhive.protocol.info",
     "Peer": "skyhive.protocol.info",
@@ -195,6 +196,7 @@ if TYPE_CHECKING:
     from skyhive.providers.ssh import SSH as SSH
     from skyhive.runtime.compute import compute as compute
     from skyhive.runtime.compute import gather as gather
+    from skyhive.runtime.compute import main as main
     from skyhive.runtime.onnode.instance import instance_info as instance_info
     from skyhive.runtime.onnode.filters import silent as silent
     from skyhive.runtime.onnode.filters import stderr as stderr

@@ -32,7 +32,7 @@ PUBLIC = {
     # the seeds' spellings (docs/seeds.md)
     "ComputePool", "Compute", "function", "accelerators", "integrations", "PipIndex", "AcceleratorWarning", "Worker",
     "jobs",  # managed jobs (docs/jobs.md)
-    "Spec", "PendingCompute", "PendingFunction", "sky",
+    "Spec", "PendingCompute", "PendingFunction", "sky", "main",
     "dict", "set", "counter", "queue", "barrier", "lock",  # Skyward's distributed collections
 }
 

@@ -164,9 +164,11 @@ async def _run_one(name: str, job: jobq.Job, driver: PoolDriver, logs: dict[int,
             state, detail = jobq.CANCELLED, "cancelled while running"
         else:
             state = jobq.SUCCEEDED if code == 0 else jobq.FAILED_SETUP if phase == "setup" else jobq.FAILED
-        out.note(f"job {job.id} {state.lower()}" + (f": {detail}" if detail else f" (exit code {code})"))
+        # a setup-only task has no job id (its id is negative, SkyPilot's numbering): it is named by its task
+        what = f"job {job.id}" if job.id > 0 else f"setup of {job.name}"
+        out.note(f"{what} {state.lower()}" + (f": {detail}" if detail else f" (exit code {code})"))
         logs.pop(job.id, None)
-    log.warning("pool %s: job %d %s", name, job.id, state)
+    log.warning("pool %s: %s %s", name, what, state)
     ended = dataclasses.replace(job, state=state, ended=time.time(), exit_code=None if cancelled else code,
                                 detail=detail, secrets={})
     jobq.save_job(name, ended)

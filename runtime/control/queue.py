@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Sequence
 from typing import TextIO
 
 from ..clusters import jobs as jobq
@@ -114,16 +115,38 @@ def job_status(name: str, job_id: int | None, out: TextIO | None = None) -> int:
     return of_state(job.state)
 
 
-def sync_down(name: str, job_id: int | None, out: TextIO | None = None) -> int:
-    """`skyhive logs NAME [JOB] --sync-down`: copy the log of each of pool `name`'s jobs (or of job
-    `job_id`) to `~/sky_logs/sky-<the job's submit time>/run.log` and print `Job N logs: DIR` for each,
-    as SkyPilot downloads them. Raises `PoolNotFound`/`LookupError`."""
+def _chosen_jobs(name: str, job_ids: Sequence[int | str] | None) -> list[jobq.Job]:
+    """The jobs `job_ids` name (ids, or globs over ids as SkyPilot's: `*`, `1?`), by id; all for None.
+    An id or a glob that names no job is a `LookupError` naming it."""
+    import fnmatch
+
+    if job_ids is None:
+        return jobq.list_jobs(name)
+    every = jobq.list_jobs(name)
+    chosen: dict[int, jobq.Job] = {}
+    for wanted in job_ids:
+        text = str(wanted)
+        if text.isdigit():
+            job = jobq.load_job(name, int(text))  # a clear error for an unknown id
+            chosen[job.id] = job
+            continue
+        matched = [j for j in every if fnmatch.fnmatchcase(str(j.id), text)]
+        if not matched:
+            raise LookupError(f"pool {name!r} has no job matching {text!r}")
+        chosen.update((j.id, j) for j in matched)
+    return [chosen[i] for i in sorted(chosen)]
+
+
+def sync_down(name: str, job_ids: Sequence[int | str] | None, out: TextIO | None = None) -> int:
+    """`skyhive logs NAME [JOB ...] --sync-down`: copy the log of each of pool `name`'s jobs (or of the
+    jobs `job_ids` names: ids, or globs such as `*`) to `~/sky_logs/sky-<the job's submit time>/run.log`
+    and print `Job N logs: DIR` for each, as SkyPilot downloads them. Raises `PoolNotFound`/`LookupError`."""
     import shutil
     from pathlib import Path
 
     out = out or sys.stdout
     records.load(name)
-    jobs = [jobq.load_job(name, job_id)] if job_id is not None else jobq.list_jobs(name)
+    jobs = _chosen_jobs(name, job_ids)
     for job in jobs:
         stamp = time.strftime("%Y-%m-%d-%H-%M-%S", time.localtime(job.submitted))
         target = Path("~/sky_logs").expanduser() / f"sky-{stamp}-{int(job.submitted % 1 * 1e6):06d}"

@@ -50,10 +50,22 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from skyhive.runtime.control.queue import is_named, job_logs
     from skyhive.runtime.events.types import OutputCapped, OutputChunk, PoolStopped, from_json
 
-    if args.status or args.sync_down:  # SkyPilot's forms, for a named pool's jobs
-        from skyhive.runtime.control.queue import job_status, sync_down
+    if args.sync_down:  # SkyPilot's form: several JOBs, or globs ('*'), allowed here
+        from skyhive.runtime.control.queue import sync_down
 
-        return job_status(args.pool, args.job) if args.status else sync_down(args.pool, args.job)
+        return sync_down(args.pool, args.job or None)
+    if len(args.job) > 1:
+        err(f"error: cannot stream logs of multiple jobs (IDs: {', '.join(args.job)}): pass -s/--sync-down to "
+            "download them instead")
+        return 2
+    if args.job and not args.job[0].isdigit():
+        err(f"error: invalid job ID {args.job[0]!r}: a job ID is a whole number (a glob needs -s/--sync-down)")
+        return 2
+    args.job = int(args.job[0]) if args.job else None
+    if args.status:  # SkyPilot's form, for a named pool's jobs
+        from skyhive.runtime.control.queue import job_status
+
+        return job_status(args.pool, args.job)
     if is_named(args.pool) and (args.job is not None or _has_jobs(args.pool)):
         # a named pool's job log follows until the job ends unless --no-follow (SkyPilot's `sky logs`)
         return job_logs(args.pool, args.job, follow=args.follow is not False)
@@ -138,14 +150,15 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 def add_log_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("logs", help="the output a pool's tasks wrote (a named pool: a job's log)")
     p.add_argument("pool", metavar="POOL")
-    p.add_argument("job", nargs="?", type=int, metavar="JOB", help="a named pool's job (default: the latest)")
+    p.add_argument("job", nargs="*", metavar="JOB", help="a named pool's job (default: the latest); with "
+                   "--sync-down several, or globs ('*': every job)")
     p.add_argument("--node", type=int, help="only this node's output (without prefixes)")
     p.add_argument("-f", "--follow", action="store_true", default=None, help="keep printing until the pool stops "
                    "(a named pool's job log follows by default, as SkyPilot's)")
     p.add_argument("--no-follow", dest="follow", action="store_false", help="print what is there now and return")
     p.add_argument("--status", action="store_true", help="a named pool's job: print its state, exit 0 "
                    "succeeded, 100 failed, 101 not finished, 102 no such job, 103 cancelled")
-    p.add_argument("--sync-down", action="store_true", help="a named pool's job logs (all, or JOB) copied to "
+    p.add_argument("-s", "--sync-down", action="store_true", help="a named pool's job logs (all, or JOB) copied to "
                    "~/sky_logs/sky-TIME/run.log, one folder per job")
     p.set_defaults(func=cmd_logs)
 
