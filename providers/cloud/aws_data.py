@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from .base import ErrorKind
 from .boot import BOOT_LIMIT, limited
 
-__all__ = ["POOL_TAG", "NODE_TAG", "LAUNCH_TAG", "PLACEMENT_TAG", "ADDRESS_TAG", "USER_DATA", "user_data", "READY_COMMAND", "b64",
+__all__ = ["POOL_TAG", "NODE_TAG", "LAUNCH_TAG", "PLACEMENT_TAG", "ADDRESS_TAG", "USER_DATA", "user_data",
+           "READY_COMMAND", "b64",
            "EC2_ERRORS", "EC2_STATES", "JUST_MADE", "VCPU_QUOTAS", "STANDARD_QUOTA", "EFA_TYPES", "METADATA_OPTIONS",
            "vcpu_quota", "client_token"]
 

@@ -8,8 +8,8 @@ auto-shutdown does it: a ``Microsoft.DevTestLab/schedules`` resource in the VM's
 zone, ``targetResourceId`` the VM (REST "Global Schedules - Create Or Update", api-version 2018-09-15:
 https://learn.microsoft.com/rest/api/dtl/global-schedules/create-or-update; the VM's auto-shutdown, which
 deallocates it: https://learn.microsoft.com/azure/virtual-machines/auto-shutdown-vm). The schedule is set
-to the provider's `boot_limit` (default `boot.BOOT_LIMIT`) from now, rounded up to the minute; a client that dies before bootstrap leaves a VM
-that Azure deallocates then (its disk and static public address bill on until `skyhive down` deletes the
+to the provider's `boot_limit` (default `boot.BOOT_LIMIT`) from now, rounded up to the minute; a client
+that dies before bootstrap leaves a VM that Azure deallocates then (its disk and static public address bill on until `skyhive down` deletes the
 pool's resource group, which holds the schedule too). A subscription that refuses the schedule (the
 ``Microsoft.DevTestLab`` resource provider not registered, a policy) keeps its VM without a limit, as
 before, with a warning naming why; so does `Azure(boot_limit=None)` (no schedule is put).

@@ -298,7 +298,8 @@ class GCP(LibcloudProvider):
         if self.subnetwork:
             nic["subnetwork"] = f"regions/{self.region}/subnetworks/{self.subnetwork}"
         metadata = [{"key": "ssh-keys", "value": f"{self.ssh_user}:{public} {self.ssh_user}"},
-                    {"key": "enable-oslogin", "value": "FALSE"}, {"key": "startup-script", "value": limited(BOOT_SCRIPT, self.boot_limit)},
+                    {"key": "enable-oslogin", "value": "FALSE"},
+                    {"key": "startup-script", "value": limited(BOOT_SCRIPT, self.boot_limit)},
                     {"key": "skyhive-pool-name", "value": spec.pool_id}]
         if gpus:
             metadata.append({"key": "install-nvidia-driver", "value": "True"})

@@ -148,7 +148,8 @@ def test_a_gcp_boot_limit_reaches_the_startup_script_and_none_turns_it_off(gce, 
     longer = GCP(region="us-east1", timeouts=FAST, boot_limit=90 * 60 + 30)
     anyio.run(longer.create, ClusterSpec(pool_id="p-bl-gce", nodes=2))
     (script,) = _startup_scripts(gce)
-    assert _scheduled(script, tmp_path / "longer") == ["-h +91 skyhive: boot-time limit, no client bootstrapped this node"]
+    assert _scheduled(script, tmp_path / "longer") == [
+        "-h +91 skyhive: boot-time limit, no client bootstrapped this node"]
     anyio.run(longer.down, "p-bl-gce")
     assert gce.instances == {}
     gce.inserts.clear()
