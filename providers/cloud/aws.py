@@ -30,7 +30,7 @@ from .aws_data import (ADDRESS_TAG, EC2_ERRORS, EC2_STATES, EFA_TYPES, LAUNCH_TA
 from .aws_network import AWSNetwork
 from .aws_access import EC2Access
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
-from .boot import BOOT_LIMIT_OFF
+from .boot import BOOT_LIMIT, BOOT_LIMIT_OFF, check_limit, shown, warn_off
 from .keys import pool_key, remove_pool_key
 
 T = TypeVar("T")
@@ -65,6 +65,10 @@ class AWS(EC2Access, LibcloudProvider):
     - `idle_timeout`: seconds with no client connected after which a node shuts itself down (its idle
       watchdog, started by bootstrap, runs `shutdown_command`; instances terminate on shutdown); None: no
       watchdog. A connected client keeps its nodes however long a job runs.
+    - `boot_limit`: seconds after its first boot by which a node no client has bootstrapped shuts itself down
+      (and terminates): a client killed between create and bootstrap leaves nothing running longer (default
+      3600; 600..86400; bootstrap lifts it). A bootstrap that builds a big environment for longer needs more;
+      None or 0: no limit (a warning: a killed client then leaves its nodes running until `skyhive down`).
     - `endpoint`: an EC2-compatible endpoint (``http://127.0.0.1:5000`` for moto_server) instead of AWS.
 
     Launching is idempotent: one RunInstances per zone attempt for every node still missing, with a
@@ -91,8 +95,9 @@ class AWS(EC2Access, LibcloudProvider):
                  profile: str | None = None, vpc: str | None = None, subnet: str | None = None,
                  subnets: Sequence[str] | None = None, security_group: str | None = None,
                  efa: bool | None = None, placement_group: bool | None = None,
-                 volumes: Sequence[Any] = ()) -> None:
+                 volumes: Sequence[Any] = (), boot_limit: float | None = BOOT_LIMIT) -> None:
         super().__init__(timeouts=timeouts)
+        self.boot_limit = check_limit(boot_limit, "AWS(boot_limit=...)")
         if disk_gb < 8:
             raise ValueError(f"disk_gb must be at least 8, not {disk_gb}")
         if subnet and subnets:
@@ -142,7 +147,7 @@ class AWS(EC2Access, LibcloudProvider):
                 "shutdown_command": self.shutdown_command,
                 "profile": self.profile or os.environ.get("AWS_PROFILE"), "vpc": self.vpc,
                 "subnets": self.subnets, "security_group": self.security_group, "efa": self.efa,
-                "placement_group": self.placement_group,
+                "placement_group": self.placement_group, "boot_limit": self.boot_limit,
                 "volumes": [[v.target, v.name, v.size_gb] for v in self.volumes]}
 
     # ---- the driver and errors -------------------------------------------------------------------------
@@ -209,7 +214,7 @@ class AWS(EC2Access, LibcloudProvider):
     def plan(self, spec: ClusterSpec) -> dict[str, Any]:
         """See `Provider.plan`: the chosen instance type, its price and the pool's cost per hour."""
         choice = self.choice(spec)
-        return {**choice.as_dict(), "summary": choice.summary()}
+        return {**choice.as_dict(), "summary": choice.summary(), "boot_limit": shown(self.boot_limit)}
 
     def choice(self, spec: ClusterSpec) -> catalog.Choice:
         """The instance type, its hourly price and the pool's cost per hour for `spec` (no API call)."""
@@ -221,6 +226,8 @@ class AWS(EC2Access, LibcloudProvider):
                                     nodes=spec.nodes, spot=spot, cpus_exact=spec.cpus_exact,
                                     memory_exact=spec.memory_exact)
             self._plans[spec.pool_id] = choice
+            if self.boot_limit is None:
+                warn_off(self.name, spec.pool_id)
         return choice
 
     def uses_efa(self, spec: ClusterSpec) -> bool:

@@ -7,9 +7,10 @@ import hashlib
 from collections.abc import Mapping, Sequence
 
 from .base import ErrorKind
-from .boot import limited
+from .boot import BOOT_LIMIT, limited
 
-__all__ = ["POOL_TAG", "NODE_TAG", "LAUNCH_TAG", "PLACEMENT_TAG", "ADDRESS_TAG", "USER_DATA", "READY_COMMAND", "b64",
+__all__ = ["POOL_TAG", "NODE_TAG", "LAUNCH_TAG", "PLACEMENT_TAG", "ADDRESS_TAG", "USER_DATA", "user_data",
+           "READY_COMMAND", "b64",
            "EC2_ERRORS", "EC2_STATES", "JUST_MADE", "VCPU_QUOTAS", "STANDARD_QUOTA", "EFA_TYPES", "METADATA_OPTIONS",
            "vcpu_quota", "client_token"]
 
@@ -19,13 +20,23 @@ PLACEMENT_TAG = "skyhive-placement-group"  # on the pool's key pair: the pool ha
 ADDRESS_TAG = "skyhive-elastic-ips"  # on the pool's key pair: the pool's nodes have Elastic IPs (aws_efa)
 LAUNCH_TAG = "skyhive-launch"  # which RunInstances call made an instance (not yet numbered if NODE_TAG is missing)
 
-#: What a node's user data does: sets the boot-time limit (`boot.BOOT_LIMIT`: an instance no client bootstraps
-#: shuts down, and terminates, by itself) and installs uv (one static binary) so that bootstrap can install the
-#: client's Python version when the image has another; everything else is done over SSH by the client's bootstrap.
-USER_DATA = limited("""#!/bin/sh
+#: What a node's user data does: installs uv (one static binary) so that bootstrap can install the client's
+#: Python version when the image has another; everything else is done over SSH by the client's bootstrap. Sent
+#: with the pool's boot-time limit set first (`user_data`).
+INSTALL_UV = """#!/bin/sh
 command -v uv >/dev/null 2>&1 || (curl -LsSf https://astral.sh/uv/install.sh |
     env UV_INSTALL_DIR=/usr/local/bin INSTALLER_NO_MODIFY_PATH=1 sh) || true
-""")
+"""
+
+
+def user_data(boot_limit: int | None) -> str:
+    """A node's user data: the boot-time limit (`AWS(boot_limit=)` seconds, None: none; an instance no client
+    bootstraps shuts down, and terminates, by itself), then `INSTALL_UV`."""
+    return limited(INSTALL_UV, boot_limit)
+
+
+#: the user data with the default limit (`boot.BOOT_LIMIT`)
+USER_DATA = user_data(BOOT_LIMIT)
 
 #: Bootstrap waits for this before it looks at a node (cloud-init runs the user data after sshd starts).
 READY_COMMAND = "cloud-init status --wait >/dev/null 2>&1 || true"

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..base import ClusterSpec, NodeHandle, ProvisionError
 from . import aws_efa
-from .aws_data import JUST_MADE, LAUNCH_TAG, METADATA_OPTIONS, NODE_TAG, POOL_TAG, USER_DATA, b64, client_token
+from .aws_data import JUST_MADE, LAUNCH_TAG, METADATA_OPTIONS, NODE_TAG, POOL_TAG, b64, client_token, user_data
 from .base import ErrorKind
 
 #: the provider (`aws.AWS`): typed loosely, as this module is imported by it
@@ -44,7 +44,7 @@ def run_params(aws: AWS, spec: ClusterSpec, zone: str, count: int, token: str, l
     root_device = image.extra.get("root_device_name") or "/dev/sda1"
     params = {
         "ImageId": image.id, "InstanceType": choice.instance_type, "MinCount": str(count),
-        "MaxCount": str(count), "ClientToken": token, "KeyName": key_name, "UserData": b64(USER_DATA),
+        "MaxCount": str(count), "ClientToken": token, "KeyName": key_name, "UserData": b64(user_data(aws.boot_limit)),
         "InstanceInitiatedShutdownBehavior": "terminate" if choice.spot else aws.shutdown_behavior, **METADATA_OPTIONS,
         "BlockDeviceMapping.1.DeviceName": root_device, "BlockDeviceMapping.1.Ebs.VolumeSize": str(aws.disk_gb),
         "BlockDeviceMapping.1.Ebs.VolumeType": "gp3", "BlockDeviceMapping.1.Ebs.DeleteOnTermination": "true",

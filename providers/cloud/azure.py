@@ -34,7 +34,7 @@ from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
 from ..volumes import mounts_of
 from . import azure_shutdown, azure_volumes, catalog
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
-from .boot import BOOT_SCRIPT, ready_command
+from .boot import BOOT_LIMIT, BOOT_SCRIPT, check_limit, ready_command, shown, warn_off
 from .keys import pool_key, remove_pool_key
 
 __all__ = ["Azure", "AZURE_ERRORS"]
@@ -81,6 +81,9 @@ class Azure(LibcloudProvider):
     - `region` ("eastus"), `vm_size` (default ``Standard_D2s_v5``, or by the pool's accelerator), `spot`,
       `image` (publisher, offer, sku,
       version), `disk_gb`, `ssh_user`, `ssh_cidr` (who may open SSH; default anywhere — key-only SSH).
+    - `boot_limit`: seconds after its create by which a VM no client has bootstrapped is deallocated (the VM's
+      auto-shutdown schedule, `azure_shutdown.py`; deleted once bootstrapped) — default 3600, 600..86400 (the
+      schedule is a time of day); None or 0: no schedule (a warning).
     Credentials: a service principal in ``AZURE_TENANT_ID``, ``AZURE_SUBSCRIPTION_ID``, ``AZURE_CLIENT_ID``,
     ``AZURE_CLIENT_SECRET``; else the Azure CLI's login (``az login``); else a managed identity
     (`providers.cloud.azure_credentials`, the order of `azure-identity`'s default chain).
@@ -103,8 +106,9 @@ class Azure(LibcloudProvider):
                  image: Sequence[str] | None = None,
                  disk_gb: int = 100, ssh_user: str = "skyhive", ssh_cidr: str = "0.0.0.0/0",
                  zones: Sequence[str] | None = None, timeouts: CloudTimeouts | None = None,
-                 volumes: Sequence[Any] = ()) -> None:
+                 volumes: Sequence[Any] = (), boot_limit: float | None = BOOT_LIMIT) -> None:
         super().__init__(timeouts=timeouts)
+        self.boot_limit = check_limit(boot_limit, "Azure(boot_limit=...)")
         self.volumes = mounts_of(volumes)  # managed disks for the head node (`azure_volumes.py`)
         self.zones = [str(z) for z in zones] if zones else None
         for zone in self.zones or ():
@@ -134,17 +138,19 @@ class Azure(LibcloudProvider):
                 size = self.vm_size or DEFAULT_VM_SIZE
                 choice = catalog.unpriced("azure", self.region, size, nodes=spec.nodes, spot=spot)
             self._plans[spec.pool_id] = choice
+            if self.boot_limit is None:
+                warn_off(self.name, spec.pool_id)
         return choice
 
     def plan(self, spec: ClusterSpec) -> dict[str, Any]:
         """See `Provider.plan`: the chosen size, its price (when the table has it) and the pool's cost."""
         choice = self.choice(spec)
-        return {**choice.as_dict(), "summary": choice.summary()}
+        return {**choice.as_dict(), "summary": choice.summary(), "boot_limit": shown(self.boot_limit)}
 
     def describe(self) -> dict[str, Any]:
         return {"provider": self.name, "region": self.region, "vm_size": self.vm_size, "spot": self.spot,
                 "image": list(self.image) if self.image else None, "disk_gb": self.disk_gb, "ssh_user": self.ssh_user,
-                "ssh_cidr": self.ssh_cidr, "zones": self.zones,
+                "ssh_cidr": self.ssh_cidr, "zones": self.zones, "boot_limit": self.boot_limit,
                 "volumes": [[v.target, v.name, v.size_gb] for v in self.volumes]}
 
     @property

@@ -8,11 +8,11 @@ auto-shutdown does it: a ``Microsoft.DevTestLab/schedules`` resource in the VM's
 zone, ``targetResourceId`` the VM (REST "Global Schedules - Create Or Update", api-version 2018-09-15:
 https://learn.microsoft.com/rest/api/dtl/global-schedules/create-or-update; the VM's auto-shutdown, which
 deallocates it: https://learn.microsoft.com/azure/virtual-machines/auto-shutdown-vm). The schedule is set
-to `boot.BOOT_LIMIT` from now, rounded up to the minute; a client that dies before bootstrap leaves a VM
-that Azure deallocates then (its disk and static public address bill on until `skyhive down` deletes the
+to the provider's `boot_limit` (default `boot.BOOT_LIMIT`) from now, rounded up to the minute; a client
+that dies before bootstrap leaves a VM that Azure deallocates then (its disk and static public address bill on until `skyhive down` deletes the
 pool's resource group, which holds the schedule too). A subscription that refuses the schedule (the
 ``Microsoft.DevTestLab`` resource provider not registered, a policy) keeps its VM without a limit, as
-before, with a warning naming why.
+before, with a warning naming why; so does `Azure(boot_limit=None)` (no schedule is put).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ def schedule_path(vm_path: str) -> str:
     return f"{group}/providers/Microsoft.DevTestLab/schedules/shutdown-computevm-{name}"
 
 
-def schedule_body(vm_path: str, location: str, now: float | None = None) -> dict[str, Any]:
-    """The schedule's body: a daily shutdown at `BOOT_LIMIT` seconds from `now` (UTC, whole minutes up)."""
-    at = time.gmtime(math.ceil(((time.time() if now is None else now) + BOOT_LIMIT) / 60) * 60)
+def schedule_body(vm_path: str, location: str, now: float | None = None, limit: int = BOOT_LIMIT) -> dict[str, Any]:
+    """The schedule's body: a daily shutdown at `limit` seconds from `now` (UTC, whole minutes up)."""
+    at = time.gmtime(math.ceil(((time.time() if now is None else now) + limit) / 60) * 60)
     return {"location": location, "properties": {
         "status": "Enabled", "taskType": "ComputeVmShutdownTask", "timeZoneId": "UTC",
         "dailyRecurrence": {"time": f"{at.tm_hour:02d}{at.tm_min:02d}"}, "targetResourceId": vm_path,
@@ -49,9 +49,13 @@ def schedule_body(vm_path: str, location: str, now: float | None = None) -> dict
 
 def set_limit(azure: Any, vm_path: str) -> None:
     """Put the VM's auto-shutdown schedule (just after its PUT). A refusal other than a transient one is
-    logged and the VM goes on without a limit; a transient one is raised (the launch call is retried)."""
+    logged and the VM goes on without a limit; a transient one is raised (the launch call is retried). With
+    `azure.boot_limit` None (off) nothing is put."""
+    if azure.boot_limit is None:
+        return
     try:
-        azure.arm(schedule_path(vm_path), SCHEDULES_API, "PUT", schedule_body(vm_path, azure.region))
+        azure.arm(schedule_path(vm_path), SCHEDULES_API, "PUT",
+                  schedule_body(vm_path, azure.region, limit=azure.boot_limit))
     except Exception as exc:
         if azure.classify(exc) is ErrorKind.TRANSIENT:
             raise
@@ -60,7 +64,10 @@ def set_limit(azure: Any, vm_path: str) -> None:
 
 
 def lift(azure: Any, vm_path: str) -> None:
-    """Delete the VM's auto-shutdown schedule: the node is bootstrapped (gone already: nothing to do)."""
+    """Delete the VM's auto-shutdown schedule: the node is bootstrapped (gone already, or none was put: nothing
+    to do)."""
+    if azure.boot_limit is None:
+        return
     try:
         azure.arm(schedule_path(vm_path), SCHEDULES_API, "DELETE")
     except Exception as exc:

@@ -10,7 +10,14 @@ its GPUs.
 
 from __future__ import annotations
 
-__all__ = ["BOOT_SCRIPT", "BOOT_MARKER", "BOOT_LIMIT", "BOOT_LIMIT_ON", "BOOT_LIMIT_OFF", "limited", "ready_command"]
+import logging
+import math
+from typing import Any
+
+__all__ = ["BOOT_SCRIPT", "BOOT_MARKER", "BOOT_LIMIT", "BOOT_LIMIT_MIN", "BOOT_LIMIT_MAX", "BOOT_LIMIT_ON",
+           "BOOT_LIMIT_OFF", "check_limit", "warn_off", "shown", "limit_on", "limited", "ready_command"]
+
+log = logging.getLogger(__name__)
 
 BOOT_MARKER = "/var/lib/skyhive-boot-done"
 
@@ -20,18 +27,62 @@ command -v uv >/dev/null 2>&1 || (curl -LsSf https://astral.sh/uv/install.sh |
 touch {BOOT_MARKER}
 """
 
-#: The boot-time limit (seconds): a node that no client has bootstrapped within this time of its boot shuts
-#: itself down — on EC2 it terminates (InstanceInitiatedShutdownBehavior), on GCE it stops (the machine stops
-#: costing; its disk waits for `skyhive down`). Bootstrap lifts it (`BOOT_LIMIT_OFF`, run last, after the
-#: node's idle watchdog started), so a client killed between create and bootstrap leaves no running node for
-#: longer than this. Long enough for a slow first boot, SSH retries and an environment built at bootstrap.
+#: The default boot-time limit (seconds; each cloud provider's `boot_limit` option): a node that no client has
+#: bootstrapped within this time of its boot shuts itself down — on EC2 it terminates
+#: (InstanceInitiatedShutdownBehavior), on GCE it stops (the machine stops costing; its disk waits for
+#: `skyhive down`). Bootstrap lifts it (`BOOT_LIMIT_OFF`, run last, after the node's idle watchdog started), so a
+#: client killed between create and bootstrap leaves no running node for longer than this. Long enough for a
+#: slow first boot, SSH retries and an environment built at bootstrap; a bootstrap that builds for longer needs
+#: a larger `boot_limit`.
 BOOT_LIMIT = 3600
 
-#: the boot script's line that sets the limit at the node's first boot only (GCE runs a startup-script at every
-#: boot; the marker is written at the end of the first): systemd's scheduled shutdown, which outlives the
-#: script and refuses non-root logins only in its last 5 minutes
-BOOT_LIMIT_ON = (f"[ -e {BOOT_MARKER} ] || shutdown -h +{BOOT_LIMIT // 60} "
-                 "'skyhive: boot-time limit, no client bootstrapped this node' >/dev/null 2>&1 || true")
+#: the bounds of `boot_limit` (seconds): systemd's scheduled shutdown refuses non-root logins in its last 5
+#: minutes and a first boot takes minutes, so a shorter limit could end a node before any client got in; Azure's
+#: auto-shutdown is a time of day, so a limit past a day would wrap around to an earlier time
+BOOT_LIMIT_MIN = 600
+BOOT_LIMIT_MAX = 86400
+
+
+def check_limit(value: Any, where: str) -> int | None:
+    """`value` as a boot-time limit in whole seconds (None: off), or `ValueError` naming it and `where`
+    (``"AWS(boot_limit=...)"``). None or 0 turn the limit off; anything else must be a number of seconds in
+    [`BOOT_LIMIT_MIN`, `BOOT_LIMIT_MAX`]."""
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{where}: boot_limit must be seconds (a number), or None/0 for no limit, not {value!r}")
+    if not BOOT_LIMIT_MIN <= value <= BOOT_LIMIT_MAX:
+        raise ValueError(f"{where}: boot_limit={value!r} is outside {BOOT_LIMIT_MIN}..{BOOT_LIMIT_MAX} seconds (a "
+                         "node refuses logins in the last 5 minutes before its scheduled shutdown, and Azure's "
+                         "auto-shutdown is a time of day); None or 0 turns the limit off")
+    return math.ceil(value)
+
+
+def warn_off(cloud: str, pool_id: str) -> None:
+    """Say, once per pool, that its nodes have no boot-time limit (`boot_limit=None`)."""
+    log.warning("%s pool %s: boot_limit is off: if this client is killed between create and bootstrap, its nodes "
+                "run (and bill) until `skyhive down %s`", cloud, pool_id, pool_id)
+
+
+def shown(limit: int | None) -> str:
+    """The limit as the plan shows it."""
+    if limit is None:
+        return "off (a client killed before bootstrap leaves its nodes running until skyhive down)"
+    minutes = math.ceil(limit / 60)
+    return f"{minutes} min after boot (a node no client bootstrapped by then shuts itself down)"
+
+
+def limit_on(limit: int) -> str:
+    """The boot script's line that sets a `limit`-second limit at the node's first boot only (GCE runs a
+    startup-script at every boot; the marker is written at the end of the first): systemd's scheduled shutdown
+    (whole minutes, rounded up), which outlives the script and refuses non-root logins only in its last 5
+    minutes."""
+    return (f"[ -e {BOOT_MARKER} ] || shutdown -h +{math.ceil(limit / 60)} "
+            "'skyhive: boot-time limit, no client bootstrapped this node' >/dev/null 2>&1 || true")
+
+
+#: the line for the default limit
+BOOT_LIMIT_ON = limit_on(BOOT_LIMIT)
 
 #: what bootstrap runs to lift it (as the login user: `sudo -n`, as the watchdog's `sudo shutdown -h now`); it
 #: fails only while a shutdown stays scheduled (systemd-logind's /run/systemd/shutdown/scheduled): a node
@@ -39,10 +90,13 @@ BOOT_LIMIT_ON = (f"[ -e {BOOT_MARKER} ] || shutdown -h +{BOOT_LIMIT // 60} "
 BOOT_LIMIT_OFF = "sudo -n shutdown -c 2>/dev/null || [ ! -e /run/systemd/shutdown/scheduled ]"
 
 
-def limited(script: str) -> str:
-    """`script` with the boot-time limit set first (before anything that may fail or hang)."""
+def limited(script: str, limit: int | None = BOOT_LIMIT) -> str:
+    """`script` with a `limit`-second boot-time limit set first (before anything that may fail or hang);
+    `script` unchanged when `limit` is None (off)."""
+    if limit is None:
+        return script
     head, _, rest = script.partition("\n")
-    return f"{head}\n{BOOT_LIMIT_ON}\n{rest}"
+    return f"{head}\n{limit_on(limit)}\n{rest}"
 
 
 #: how long a node's first boot may take before bootstrap goes on anyway (seconds)

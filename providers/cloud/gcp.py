@@ -40,7 +40,7 @@ from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
 from ..volumes import mounts_of
 from . import catalog, gcp_volumes
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
-from .boot import BOOT_LIMIT_OFF, BOOT_SCRIPT, limited, ready_command
+from .boot import BOOT_LIMIT, BOOT_LIMIT_OFF, BOOT_SCRIPT, check_limit, limited, ready_command, shown, warn_off
 from .gce_api import GCEClient, GCECredentials
 from .keys import pool_key, remove_pool_key
 
@@ -110,6 +110,8 @@ class GCP(LibcloudProvider):
     - `network` ("default") and `subnetwork` (needed in a custom-mode network).
     - `idle_timeout`: seconds with no client after which a node shuts itself down (GCE stops it: the
       machine stops costing, its disk does not, until `skyhive down` deletes it); None: no watchdog.
+    - `boot_limit`: seconds after its first boot by which a node no client has bootstrapped shuts itself down
+      (GCE stops it) — default 3600, 600..86400, lifted by bootstrap; None or 0: no limit (a warning).
     Credentials: application-default credentials (see `providers.cloud.gce_api`).
     """
 
@@ -130,8 +132,10 @@ class GCP(LibcloudProvider):
                  machine_type: str | None = None, spot: bool = False, image: str | None = None,
                  disk_gb: int = 100, ssh_user: str = "skyhive", ssh_cidr: str = "0.0.0.0/0",
                  network: str = "default", subnetwork: str | None = None, idle_timeout: float | None = 1800.0,
-                 timeouts: CloudTimeouts | None = None, volumes: Sequence[Any] = ()) -> None:
+                 timeouts: CloudTimeouts | None = None, volumes: Sequence[Any] = (),
+                 boot_limit: float | None = BOOT_LIMIT) -> None:
         super().__init__(timeouts=timeouts)
+        self.boot_limit = check_limit(boot_limit, "GCP(boot_limit=...)")
         self.project = project
         self.volumes = mounts_of(volumes)  # persistent disks for the head node (`gcp_volumes.py`)
         self.region = region
@@ -156,7 +160,7 @@ class GCP(LibcloudProvider):
                 "machine_type": self.machine_type, "spot": self.spot, "image": self.image,
                 "disk_gb": self.disk_gb, "ssh_user": self.ssh_user, "ssh_cidr": self.ssh_cidr,
                 "network": self.network, "subnetwork": self.subnetwork, "idle_timeout": self.idle_timeout,
-                "volumes": [[v.target, v.name, v.size_gb] for v in self.volumes]}
+                "boot_limit": self.boot_limit, "volumes": [[v.target, v.name, v.size_gb] for v in self.volumes]}
 
     @property
     def client(self) -> GCEClient:
@@ -207,6 +211,8 @@ class GCP(LibcloudProvider):
                 except ProvisionError:  # a region the table does not price: the machine taken on trust
                     choice = catalog.unpriced("gcp", self.region, machine, nodes=spec.nodes, spot=spot)
             self._plans[spec.pool_id] = choice
+            if self.boot_limit is None:
+                warn_off(self.name, spec.pool_id)
         return choice
 
     def size(self, spec: ClusterSpec) -> str:
@@ -216,7 +222,7 @@ class GCP(LibcloudProvider):
     def plan(self, spec: ClusterSpec) -> dict[str, Any]:
         """See `Provider.plan`: the machine, its on-demand (and spot) price, the pool's cost."""
         choice = self.choice(spec)
-        return {**choice.as_dict(), "summary": choice.summary()}
+        return {**choice.as_dict(), "summary": choice.summary(), "boot_limit": shown(self.boot_limit)}
 
     def _gpus(self, spec: ClusterSpec) -> tuple[str | None, int]:
         """(N1 accelerator type to attach or None, GPUs the machine has)."""
@@ -292,7 +298,8 @@ class GCP(LibcloudProvider):
         if self.subnetwork:
             nic["subnetwork"] = f"regions/{self.region}/subnetworks/{self.subnetwork}"
         metadata = [{"key": "ssh-keys", "value": f"{self.ssh_user}:{public} {self.ssh_user}"},
-                    {"key": "enable-oslogin", "value": "FALSE"}, {"key": "startup-script", "value": limited(BOOT_SCRIPT)},
+                    {"key": "enable-oslogin", "value": "FALSE"},
+                    {"key": "startup-script", "value": limited(BOOT_SCRIPT, self.boot_limit)},
                     {"key": "skyhive-pool-name", "value": spec.pool_id}]
         if gpus:
             metadata.append({"key": "install-nvidia-driver", "value": "True"})

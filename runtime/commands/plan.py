@@ -92,6 +92,8 @@ def _describe(task: Task, provider: Provider, plan: dict[str, Any]) -> list[str]
         else:
             prices = "on-demand prices, spot is less" if plan.get("spot") else "on-demand prices"
         lines.append(f"  hourly cost: ${cost:.4g}/h for the pool ({prices})")
+    if plan.get("boot_limit"):  # a cloud's boot-time limit (`boot_limit=`): what ends nodes a killed client left
+        lines.append(f"  boot-time limit: {plan['boot_limit']}")
     res = task.resources
     chosen = [f"{name} {getattr(res, name)}" for name in ("region", "zone", "instance_type", "disk_size", "image_id")
               if getattr(res, name) is not None]

@@ -1,40 +1,45 @@
-"""Opt-in against the real AWS: one small instance created and destroyed, nothing left.
-
-Runs only when AWS credentials are in the environment (and are not moto's dummies); CI never has them.
-It never connects to the instance: it checks the provider's phases and the listing by tag.
+"""Opt-in against the real AWS: one small instance booted to `ready`, one call run on it, destroyed, nothing
+left — no instance, security group or key pair of the pool (`real_smoke.smoke_pool`, then EC2 read by the pool's
+tag and names). Runs only when ``SKYHIVE_REAL_CLOUDS`` names aws AND AWS credentials are found (and are not
+moto's dummies): credentials alone never spend money. CI has neither; here it is skipped, the reason naming
+what to set.
 """
 
 from __future__ import annotations
 
 import os
-import uuid
 
 import anyio
-import pytest
 
-from skyhive.providers.base import ClusterSpec
 from skyhive.providers.cloud.aws import AWS
+from tests.cloud.real_smoke import GPU, opt_in, smoke_pool
 
-_KEY = os.environ.get("AWS_ACCESS_KEY_ID", "")
-pytestmark = pytest.mark.skipif(
-    not _KEY or not os.environ.get("AWS_SECRET_ACCESS_KEY") or _KEY == "testing",
-    reason="real AWS smoke test: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (it creates and destroys "
-           "one t3.micro in AWS_DEFAULT_REGION or us-east-1)",
-)
+REGION = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
 
 
-def test_one_small_instance_is_created_and_destroyed():
-    aws = AWS(region=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"), instance_type="t3.micro", disk_gb=8)
-    pool_id = f"smoke-{uuid.uuid4().hex[:8]}"
+class _Watched(AWS):
+    """The real AWS provider, remembering the pools it made (to look for what they left)."""
 
-    async def run() -> None:
-        try:
-            handles = await aws.create(ClusterSpec(pool_id=pool_id, nodes=1))
-            assert handles[0].state == "running" and handles[0].private_addr
-            assert [h.provider_id for h in await aws.list_owned(pool_id)] == [handles[0].provider_id]
-        finally:
-            with anyio.CancelScope(shield=True):
-                await aws.down(pool_id)
-        assert await aws.list_owned(pool_id) == []
+    def __init__(self, **kwargs):  # type: ignore[no-untyped-def]
+        super().__init__(**kwargs)
+        self.pools: list[str] = []
 
-    anyio.run(run)
+    async def prepare(self, spec):  # type: ignore[no-untyped-def]
+        self.pools.append(spec.pool_id)
+        await super().prepare(spec)
+
+
+@opt_in("aws", "AWS credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile; not moto's 'testing')")
+def test_one_small_instance_boots_to_ready_runs_a_call_and_is_destroyed():
+    import boto3
+
+    assert os.environ.get("AWS_ACCESS_KEY_ID") != "testing", "moto's dummy credentials: not a real AWS account"
+    aws = _Watched(region=REGION, instance_type=None if GPU else "t3.micro")
+    anyio.run(smoke_pool, aws)
+    (pool_id,) = aws.pools
+    ec2 = boto3.client("ec2", region_name=REGION)
+    live = [i["InstanceId"] for r in ec2.describe_instances(Filters=[{"Name": "tag:skyhive-pool", "Values": [pool_id]}])
+            ["Reservations"] for i in r["Instances"] if i["State"]["Name"] not in ("terminated", "shutting-down")]
+    groups = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": [f"skyhive-{pool_id}"]}])
+    keys = ec2.describe_key_pairs(Filters=[{"Name": "key-name", "Values": [f"skyhive-{pool_id}"]}])
+    assert (live, groups["SecurityGroups"], keys["KeyPairs"]) == ([], [], [])
