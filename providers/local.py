@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .features import Feature, Features
 from .base import ClusterSpec, DetachedLocalReach, LocalReach, NodeHandle, Provider, ProvisionError
 
 __all__ = ["Local", "LocalCluster"]
+
+log = logging.getLogger("skyhive.local")
 
 
 class Local(Provider):
@@ -50,6 +54,7 @@ class Local(Provider):
 
             self.volumes = mounts_of(volumes)
         self._launched: dict[tuple[str, int], int] = {}  # (pool, node) -> launches (a replacement: > 1)
+        self._early: dict[tuple[str, int], list[Any]] = {}  # (pool, node) -> its workers started early
 
     advisory = frozenset({"accelerator"})  # this machine is what it is: a missing GPU warns, the work runs
 
@@ -106,15 +111,41 @@ class Local(Provider):
         for i in nodes:
             # a node launched again for the same index (a replacement) gets an id of its own
             n = self._launched[(spec.pool_id, i)] = self._launched.get((spec.pool_id, i), 0) + 1
+            early = tuple(self._early.pop((spec.pool_id, i), ()))  # its workers, if started early (`start_early`)
             handles.append(NodeHandle(
                 node=i, provider_id=f"local-{spec.pool_id}-{i}" + (f".{n - 1}" if n > 1 else ""),
-                private_addr="127.0.0.1", reach=LocalReach(cwd=cwd, build_env=self.build_env),
+                private_addr="127.0.0.1", reach=LocalReach(cwd=cwd, build_env=self.build_env, early=early),
                 accelerators=len(devices), accelerator=devices[0] if devices else None))
         return handles
 
     async def terminate(self, handles: Sequence[NodeHandle]) -> None:
         """Nothing to do (declared in `Provider.terminate`): the node actors stop the worker processes."""
         return None
+
+    def start_early(self, pool_id: str, nodes: int, workers_per_node: int, argv: Sequence[str],
+                    env: Mapping[str, str]) -> None:
+        """Spawn every node's workers now, before the client's runtime is imported: they import their
+        modules beside the client, then wait for the rest of their environment (`local_early.py`);
+        `launch` hands them to the nodes' transports. A spawn that fails is logged; the nodes then
+        start theirs as usual."""
+        if (pool_id, 0) in self._early or sys.platform != "linux":  # (their exit is seen through a pidfd: Linux)
+            return
+        from .local_early import start_early
+
+        try:
+            started = start_early(nodes * workers_per_node, self.cwd or os.getcwd(), argv, env)
+        except OSError as exc:
+            log.warning("Local: starting %d workers early failed (%s); they start with their nodes",
+                        nodes * workers_per_node, exc)
+            return
+        for i in range(nodes):
+            self._early[(pool_id, i)] = started[i * workers_per_node:(i + 1) * workers_per_node]
+
+    def end_early(self, pool_id: str) -> None:
+        """End the workers started early for `pool_id` that no node took (see `Provider.end_early`)."""
+        for key in [key for key in self._early if key[0] == pool_id]:
+            for worker in self._early.pop(key):
+                worker.discard()
 
     def head_port(self, spec: ClusterSpec) -> int:
         with socket.socket() as s:
@@ -142,6 +173,10 @@ class LocalCluster(Local):
 
     def describe(self) -> dict[str, object]:
         return {"provider": self.name}  # `skyhive down` rebuilds a plain Local: the workers are processes here
+
+    def start_early(self, pool_id: str, nodes: int, workers_per_node: int, argv: Sequence[str],
+                    env: Mapping[str, str]) -> None:
+        """Nothing: its workers are daemons started by the nodes' own transport (`detached.py`)."""
 
     async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
         """Handles whose reach is a `DetachedLocalReach` (declared in `Provider.launch`)."""

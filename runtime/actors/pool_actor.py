@@ -63,7 +63,7 @@ class PoolRuntime(CallDispatch):
                  concurrency: int = 1, replace_failed: bool = False, progress: bool = False,
                  task_threads: int = 1,
                  min_nodes: int | None = None) -> None:
-        self.pool_id = name or f"pool-{os.urandom(5).hex()}"  # (not uuid: its import costs)
+        self.pool_id = name or f"pool-{os.urandom(5).hex()}"  # (not uuid: its import costs; `Pool` may choose it first)
         self.provider = provider
         self.settings = settings
         self.plugins = list(plugins)
