@@ -245,11 +245,12 @@ class Pool(PoolCalls):
         `providers/local_early.py`); `_enter` hands them to the nodes, the close ends any left over."""
         if (self._rt is None and self.image is None and not self.plugins and not self.mounts
                 and self._named is None):
-            from .worker.early import ARGV, early_env
+            from .actors.worker_argv import WORKER_ARGV
+            from .onnode.early import early_env
 
             self._pool_id = self.name or new_pool_id()  # (the workers carry it from their spawn)
             self.provider.start_early(self._pool_id, self.nodes, self.processes_per_node * self.worker.processes,
-                                      [sys.executable, *ARGV], early_env(self._pool_id))
+                                      [sys.executable, *WORKER_ARGV], early_env(self._pool_id))
 
     def _end_early(self) -> None:
         if self._pool_id is not None:

@@ -38,9 +38,9 @@ from ..collections.store import ENV_VAR as COLLECTIONS_ENV
 from ..collections.store import collections_env
 from ..onnode.setup import TASK_THREADS_ENV, python_version, skyhive_version
 from ..nodes.transport import Transport, WorkerProcess
-from ..worker.early import ARGV as WORKER_ENTRY
 from ..nodes.registry import transport_kind
 from .channel import WorkerChannel
+from .worker_argv import WORKER_ARGV
 from ..nodes.context import NodeContext
 from ..events.lifecycle import NodeState, check_transition
 from .provisioning import connect_with_retry, with_retries
@@ -51,7 +51,6 @@ log = logging.getLogger("skyhive.node")
 
 __all__ = ["NodeActor", "describe_exit", "final_cause", "first_error", "stop_nodes"]
 
-WORKER_ARGV = WORKER_ENTRY  # `python -m skyhive.runtime.worker`
 
 #: Seconds a killed worker is waited for when a node stops.
 KILL_WAIT = 2.0

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from skyhive.protocol.info import ENV_VAR as INFO_ENV
-from skyhive.runtime.worker import early
+from skyhive.runtime.actors.worker_argv import WORKER_ARGV
+from skyhive.runtime.onnode import early
 
 #: records, in order, each worker spawned and each import of the pool's runtime (audit events)
 ORDER = r"""
@@ -118,12 +119,11 @@ print("RESULT " + json.dumps({"seen": seen, "error": error, "left": children()})
 
 
 def test_a_worker_started_early_whose_pool_never_sends_its_environment_exits() -> None:
-    worker = subprocess.Popen([sys.executable, *early.ARGV], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    worker = subprocess.Popen([sys.executable, *WORKER_ARGV], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, env={**os.environ, **early.early_env("pool-x")})
     out, err = worker.communicate(b"", timeout=60)  # its stdin closed at once
     assert (worker.returncode, out, err) == (0, b"", b"")
 
 
-def test_the_provisional_pool_variable_is_the_protocols() -> None:
-    assert early.INFO_ENV == INFO_ENV
+def test_the_provisional_pool_variable_names_the_pool() -> None:
     assert json.loads(early.early_env("pool-1")[INFO_ENV]) == {"pool_id": "pool-1"}

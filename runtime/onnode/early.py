@@ -6,21 +6,20 @@ imported and before the protocol's first byte: a 4-byte big-endian length, then 
 separated by NUL. Read with `os.read` exactly as long as the frame, so nothing of the protocol that
 follows is taken.
 
-Light on purpose: the client imports it before its runtime (`runtime/pool.py`).
+Shared by the client (`runtime/pool.py`, before its runtime) and the worker (`runtime/worker/__main__.py`):
+light on purpose; the protocol it names the pool's variable from is imported by both before it.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["ARGV", "ENV_VAR", "early_env", "read_env"]
+from ...protocol.info import ENV_VAR as INFO_ENV
+
+__all__ = ["ENV_VAR", "early_env", "read_env"]
 
 #: set by the client in the environment of a worker it starts early (`providers/local_early.py`)
 ENV_VAR = "SKYHIVE_WORKER_EARLY"
-#: a worker's command line after the interpreter (`python -m skyhive.runtime.worker`)
-ARGV = ("-m", "skyhive.runtime.worker")
-#: `protocol.info.ENV_VAR` (not imported: the protocol package is most of a worker's own start; a test ties them)
-INFO_ENV = "COMPUTE_POOL"
 
 
 def early_env(pool_id: str) -> dict[str, str]:
