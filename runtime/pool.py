@@ -326,11 +326,12 @@ class Pool(PoolCalls):
                 await self._close_mounts(failed=True)
             raise
         try:
-            from ..plugins.api import ClientHook
+            if spec_plugins:  # client-side hooks, for the pool's lifetime (without plugins: not imported)
+                from ..plugins.api import ClientHook
 
-            for plugin in spec_plugins:  # client-side hooks, for the pool's lifetime
-                if isinstance(plugin, ClientHook):
-                    self._client_hooks.enter_context(plugin.around_client(self))
+                for plugin in spec_plugins:
+                    if isinstance(plugin, ClientHook):
+                        self._client_hooks.enter_context(plugin.around_client(self))
         except BaseException as exc:
             self._client_hooks.close()
             await self.__aexit__(type(exc), exc, exc.__traceback__)
