@@ -48,11 +48,6 @@ __all__ = ["Pool", "ComputePool", "Compute", "ALLOCATIONS"]
 log = logging.getLogger("skyhive.pool")
 
 
-def new_pool_id() -> str:
-    """A random pool id (a pool without `name=`)."""
-    return f"pool-{os.urandom(5).hex()}"  # (not uuid: its import costs)
-
-
 
 class Pool(PoolCalls):
     """A pool of nodes from `provider`, each running `processes_per_node` worker processes.
@@ -240,15 +235,13 @@ class Pool(PoolCalls):
     # ---- lifetime ----------------------------------------------------------------------------------
 
     def _start_early(self) -> None:
-        """Before the runtime is imported: a pool with nothing to set up on its nodes asks its provider
-        to start the workers now (Local spawns them: they import their modules beside the client's,
-        `providers/local_early.py`); `_enter` hands them to the nodes, the close ends any left over."""
-        if (self._rt is None and self.image is None and not self.plugins and not self.mounts
-                and self._named is None):
+        """Before the runtime is imported, a pool with nothing to set up on its nodes has its provider
+        start the workers (Local: `providers/local_early.py`); its nodes take them, the close ends the rest."""
+        if self._rt is None and self.image is None and not self.plugins and not self.mounts and self._named is None:
             from .actors.worker_argv import WORKER_ARGV
             from .onnode.early import early_env
 
-            self._pool_id = self.name or new_pool_id()  # (the workers carry it from their spawn)
+            self._pool_id = self.name or f"pool-{os.urandom(5).hex()}"  # (the workers carry it from their spawn)
             self.provider.start_early(self._pool_id, self.nodes, self.processes_per_node * self.worker.processes,
                                       [sys.executable, *WORKER_ARGV], early_env(self._pool_id))
 
