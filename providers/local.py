@@ -54,7 +54,8 @@ class Local(Provider):
 
             self.volumes = mounts_of(volumes)
         self._launched: dict[tuple[str, int], int] = {}  # (pool, node) -> launches (a replacement: > 1)
-        self._early: dict[tuple[str, int], list[Any]] = {}  # (pool, node) -> its workers started early
+        # pool -> its workers started early, and how many per node; held until the pool ends (`end_early`)
+        self._early: dict[str, tuple[list[Any], int]] = {}
 
     advisory = frozenset({"accelerator"})  # this machine is what it is: a missing GPU warns, the work runs
 
@@ -111,7 +112,7 @@ class Local(Provider):
         for i in nodes:
             # a node launched again for the same index (a replacement) gets an id of its own
             n = self._launched[(spec.pool_id, i)] = self._launched.get((spec.pool_id, i), 0) + 1
-            early = tuple(self._early.pop((spec.pool_id, i), ()))  # its workers, if started early (`start_early`)
+            early = self._early_of(spec.pool_id, i) if n == 1 else ()  # its workers, if started early
             handles.append(NodeHandle(
                 node=i, provider_id=f"local-{spec.pool_id}-{i}" + (f".{n - 1}" if n > 1 else ""),
                 private_addr="127.0.0.1", reach=LocalReach(cwd=cwd, build_env=self.build_env, early=early),
@@ -128,7 +129,7 @@ class Local(Provider):
         modules beside the client, then wait for the rest of their environment (`local_early.py`);
         `launch` hands them to the nodes' transports. A spawn that fails is logged; the nodes then
         start theirs as usual."""
-        if (pool_id, 0) in self._early or sys.platform != "linux":  # (their exit is seen through a pidfd: Linux)
+        if pool_id in self._early or sys.platform != "linux":  # (their exit is seen through a pidfd: Linux)
             return
         from .local_early import start_early
 
@@ -138,14 +139,18 @@ class Local(Provider):
             log.warning("Local: starting %d workers early failed (%s); they start with their nodes",
                         nodes * workers_per_node, exc)
             return
-        for i in range(nodes):
-            self._early[(pool_id, i)] = started[i * workers_per_node:(i + 1) * workers_per_node]
+        self._early[pool_id] = (started, workers_per_node)
+
+    def _early_of(self, pool_id: str, node: int) -> tuple[Any, ...]:
+        started, per_node = self._early.get(pool_id, ((), 1))
+        return tuple(started[node * per_node:(node + 1) * per_node])
 
     def end_early(self, pool_id: str) -> None:
-        """End the workers started early for `pool_id` that no node took (see `Provider.end_early`)."""
-        for key in [key for key in self._early if key[0] == pool_id]:
-            for worker in self._early.pop(key):
-                worker.discard()
+        """End the workers started early for `pool_id` that no node's transport took — still here, or
+        handed to a node that failed first (see `Provider.end_early`)."""
+        started, _ = self._early.pop(pool_id, ((), 1))
+        for worker in started:
+            worker.discard()  # (nothing for one a transport took)
 
     def head_port(self, spec: ClusterSpec) -> int:
         with socket.socket() as s:
