@@ -96,6 +96,9 @@ class LocalReach(Reach):
     # when this Python does not satisfy the pool's Image: build the Image's environment (cached by
     # content hash, as SSH nodes do) instead of refusing
     build_env: bool = False
+    # workers started before the pool knew them (`Local.start_early`, `local_early.py`): the transport
+    # takes them instead of spawning, while they last
+    early: tuple[Any, ...] = field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -339,6 +342,19 @@ class Provider(abc.ABC):
     def head_port(self, spec: ClusterSpec) -> int:
         """The coordination port on the head node (MASTER_PORT, the JAX coordinator)."""
         return 29500
+
+    def start_early(self, pool_id: str, nodes: int, workers_per_node: int, argv: Sequence[str],
+                    env: Mapping[str, str]) -> None:
+        """Called when a pool with nothing to set up on its nodes (no Image, plugins, mounts; not kept)
+        is entered, before the client imports its runtime: a provider whose workers can start before
+        their pool knows them runs `argv` for each, with `env` added (the mark that makes a worker wait
+        for the rest of its environment, `runtime/worker/early.py`), for `launch` to hand over to pool
+        `pool_id`'s nodes (Local: `local_early.py`). Must not raise for a start it could not make (the
+        workers are then started as usual). Default: nothing."""
+
+    def end_early(self, pool_id: str) -> None:
+        """End what `start_early` started for `pool_id` and `launch` did not take (the pool closed or
+        failed). Default: nothing."""
 
     def plan(self, spec: ClusterSpec) -> Mapping[str, Any]:
         """What `spec` will get and cost, in plain values, known before anything is created (a cloud: the

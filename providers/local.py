@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .features import Feature, Features
 from .base import ClusterSpec, DetachedLocalReach, LocalReach, NodeHandle, Provider, ProvisionError
 
 __all__ = ["Local", "LocalCluster"]
+
+log = logging.getLogger("skyhive.local")
 
 
 class Local(Provider):
@@ -50,6 +54,8 @@ class Local(Provider):
 
             self.volumes = mounts_of(volumes)
         self._launched: dict[tuple[str, int], int] = {}  # (pool, node) -> launches (a replacement: > 1)
+        # pool -> its workers started early, and how many per node; held until the pool ends (`end_early`)
+        self._early: dict[str, tuple[list[Any], int]] = {}
 
     advisory = frozenset({"accelerator"})  # this machine is what it is: a missing GPU warns, the work runs
 
@@ -106,15 +112,45 @@ class Local(Provider):
         for i in nodes:
             # a node launched again for the same index (a replacement) gets an id of its own
             n = self._launched[(spec.pool_id, i)] = self._launched.get((spec.pool_id, i), 0) + 1
+            early = self._early_of(spec.pool_id, i) if n == 1 else ()  # its workers, if started early
             handles.append(NodeHandle(
                 node=i, provider_id=f"local-{spec.pool_id}-{i}" + (f".{n - 1}" if n > 1 else ""),
-                private_addr="127.0.0.1", reach=LocalReach(cwd=cwd, build_env=self.build_env),
+                private_addr="127.0.0.1", reach=LocalReach(cwd=cwd, build_env=self.build_env, early=early),
                 accelerators=len(devices), accelerator=devices[0] if devices else None))
         return handles
 
     async def terminate(self, handles: Sequence[NodeHandle]) -> None:
         """Nothing to do (declared in `Provider.terminate`): the node actors stop the worker processes."""
         return None
+
+    def start_early(self, pool_id: str, nodes: int, workers_per_node: int, argv: Sequence[str],
+                    env: Mapping[str, str]) -> None:
+        """Spawn every node's workers now, before the client's runtime is imported: they import their
+        modules beside the client, then wait for the rest of their environment (`local_early.py`);
+        `launch` hands them to the nodes' transports. A spawn that fails is logged; the nodes then
+        start theirs as usual."""
+        if pool_id in self._early or sys.platform != "linux":  # (their exit is seen through a pidfd: Linux)
+            return
+        from .local_early import start_early
+
+        try:
+            started = start_early(nodes * workers_per_node, self.cwd or os.getcwd(), argv, env)
+        except OSError as exc:
+            log.warning("Local: starting %d workers early failed (%s); they start with their nodes",
+                        nodes * workers_per_node, exc)
+            return
+        self._early[pool_id] = (started, workers_per_node)
+
+    def _early_of(self, pool_id: str, node: int) -> tuple[Any, ...]:
+        started, per_node = self._early.get(pool_id, ((), 1))
+        return tuple(started[node * per_node:(node + 1) * per_node])
+
+    def end_early(self, pool_id: str) -> None:
+        """End the workers started early for `pool_id` that no node's transport took — still here, or
+        handed to a node that failed first (see `Provider.end_early`)."""
+        started, _ = self._early.pop(pool_id, ((), 1))
+        for worker in started:
+            worker.discard()  # (nothing for one a transport took)
 
     def head_port(self, spec: ClusterSpec) -> int:
         with socket.socket() as s:
@@ -142,6 +178,10 @@ class LocalCluster(Local):
 
     def describe(self) -> dict[str, object]:
         return {"provider": self.name}  # `skyhive down` rebuilds a plain Local: the workers are processes here
+
+    def start_early(self, pool_id: str, nodes: int, workers_per_node: int, argv: Sequence[str],
+                    env: Mapping[str, str]) -> None:
+        """Nothing: its workers are daemons started by the nodes' own transport (`detached.py`)."""
 
     async def launch(self, spec: ClusterSpec, nodes: Sequence[int]) -> list[NodeHandle]:
         """Handles whose reach is a `DetachedLocalReach` (declared in `Provider.launch`)."""

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 from typing import Any
 
-from ..plugins.api import AppHook
 
 __all__ = ["Worker", "EXECUTORS", "check_plugins"]
 
@@ -66,8 +65,10 @@ class Worker:
 
 def check_plugins(worker: Worker, plugins: Sequence[Any]) -> None:
     """Raise `ValueError` when `worker` runs extra processes and a plugin forms a process group."""
-    if worker.processes == 1:  # thread slots share their rank's one process (and its process group)
+    if worker.processes == 1 or not plugins:  # thread slots share their rank's one process (and its process group)
         return
+    from ..plugins.api import AppHook  # (a pool without plugins: not imported)
+
     grouped = [getattr(p, "name", type(p).__name__) for p in plugins if isinstance(p, AppHook)]
     if grouped:
         raise ValueError(

@@ -13,24 +13,19 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from ..errors import PoolClosed
-from ..plugins.api import ClientHook
 from ..providers.base import Provider
 from ..providers.limits import check_node_count
 from ..providers.local import Local
-from .actors.pool_actor import PoolRuntime
 from .calls import PoolCalls
 from .concurrency import Worker, check_plugins
-from .events.state import PoolState
-from .events.stream import EventStream
-from .interrupt import cancel_in_flight, closed_by_interrupt, install_hook
-from .output.progress import wants_display
-from .output.router import OutputStream
 from .common.selection import OutputSpec, selector
 from .pool_args import check_pool_args
 from .resources import ALLOCATIONS, Resources
@@ -38,6 +33,10 @@ from .common.settings import Settings
 from .spec import Spec
 
 if TYPE_CHECKING:
+    from .events.state import PoolState
+    from .events.stream import EventStream
+    from .output.router import OutputStream
+    from .actors.pool_actor import PoolRuntime
     from ..plugins.image import Image
     from ..providers.accelerators import Accelerator
     from .clusters.named import NamedPool
@@ -201,6 +200,7 @@ class Pool(PoolCalls):
 
             self.mounts = parse_mounts(mounts)
         self._storage: Any = None
+        self._pool_id: str | None = None  # chosen when its workers start early (`_start_early`), else by the runtime
 
     def __repr__(self) -> str:
         status = self._rt.log.state.status if self._rt is not None else "new"
@@ -234,9 +234,26 @@ class Pool(PoolCalls):
 
     # ---- lifetime ----------------------------------------------------------------------------------
 
+    def _start_early(self) -> None:
+        """Before the runtime is imported, a pool with nothing to set up on its nodes has its provider
+        start the workers (Local: `providers/local_early.py`); its nodes take them, the close ends the rest."""
+        if self._rt is None and self.image is None and not self.plugins and not self.mounts and self._named is None:
+            from .actors.worker_argv import WORKER_ARGV
+            from .onnode.early import early_env
+
+            self._pool_id = self.name or f"pool-{os.urandom(5).hex()}"  # (the workers carry it from their spawn)
+            self.provider.start_early(self._pool_id, self.nodes, self.processes_per_node * self.worker.processes,
+                                      [sys.executable, *WORKER_ARGV], early_env(self._pool_id))
+
+    def _end_early(self) -> None:
+        if self._pool_id is not None:
+            self.provider.end_early(self._pool_id)
+
     async def __aenter__(self) -> Pool:
         if self._rt is not None:
             raise RuntimeError("a Pool can be entered once; make a new Pool for a new pool")
+        if self._blocking is None:  # (`__enter__` did it before starting its event loop)
+            self._start_early()
         from ..providers.held_warnings import held_warnings, warn_held
 
         # a node's AcceleratorWarning is raised on the event loop (maybe another thread): shown at the
@@ -244,6 +261,9 @@ class Pool(PoolCalls):
         try:
             with held_warnings() as self.start_warnings:
                 entered = await (self._enter() if self._named is None else self._named.open(self, self._enter))
+        except BaseException:
+            self._end_early()
+            raise
         finally:
             if self._blocking is None:
                 warn_held(self.start_warnings)
@@ -267,10 +287,15 @@ class Pool(PoolCalls):
             view = PoolView(provider=self.provider.name, same_machine=self.provider.same_machine,
                             accelerator=self.accelerator, nodes=self.nodes, processes_per_node=self.processes_per_node)
             image = apply_transforms(spec_plugins, image, view)
+        # the runtime, imported here: the workers started early (`_start_early`) start meanwhile
+        from .actors.pool_actor import PoolRuntime
+        from .interrupt import install_hook
+        from .output.progress import wants_display
+
         self._rt = PoolRuntime(
             provider=self.provider, nodes=self.nodes, processes_per_node=self.processes_per_node,
             plugins=spec_plugins, image=image, output=self.output_spec, settings=self.settings,
-            name=self.name, log_events=self.log_events, **self.resources,
+            name=self._pool_id or self.name, log_events=self.log_events, **self.resources,
             concurrency=self.worker.processes, task_threads=self.worker.threads, replace_failed=self.replace_failed,
             progress=wants_display(self.progress), min_nodes=self.min_nodes,
         )
@@ -294,9 +319,12 @@ class Pool(PoolCalls):
                 await self._close_mounts(failed=True)
             raise
         try:
-            for plugin in spec_plugins:  # client-side hooks, for the pool's lifetime
-                if isinstance(plugin, ClientHook):
-                    self._client_hooks.enter_context(plugin.around_client(self))
+            if spec_plugins:  # client-side hooks, for the pool's lifetime (without plugins: not imported)
+                from ..plugins.api import ClientHook
+
+                for plugin in spec_plugins:
+                    if isinstance(plugin, ClientHook):
+                        self._client_hooks.enter_context(plugin.around_client(self))
         except BaseException as exc:
             self._client_hooks.close()
             await self.__aexit__(type(exc), exc, exc.__traceback__)
@@ -305,6 +333,7 @@ class Pool(PoolCalls):
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         from .common import active
+        from .interrupt import cancel_in_flight, closed_by_interrupt
 
         active.leave(getattr(self, "_active", None))
         self._active = None
@@ -337,6 +366,7 @@ class Pool(PoolCalls):
                 await self._running.aclose()  # the runtime's task group left
             finally:
                 self._close_collections()
+                self._end_early()  # workers started early that no node took (a node failed)
                 if named is not None:
                     named.leave(kept=self.keep)
                 if not (named is not None and self.keep):
@@ -361,10 +391,16 @@ class Pool(PoolCalls):
             await close_mounts(storage, failed=failed)
 
     def __enter__(self) -> BlockingPool:
-        from .blocking import BlockingPool
+        if self._rt is None and self._blocking is None:
+            self._start_early()  # before the event loop's thread and the runtime are set up
+        try:
+            from .blocking import BlockingPool
 
-        self._blocking = BlockingPool(self)
-        return self._blocking.__enter__()
+            self._blocking = BlockingPool(self)
+            return self._blocking.__enter__()
+        except BaseException:
+            self._end_early()
+            raise
 
     def __exit__(self, *exc: Any) -> None:
         assert self._blocking is not None

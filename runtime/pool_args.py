@@ -13,16 +13,12 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..plugins.api import AppHook, ClientHook, TaskHook, TransformHook
 from .common.settings import check_settings
 
 __all__ = ["check_pool_args", "POOL_NAME"]
 
 #: what a pool id may be: it names the pool's log file and, for a named pool, its directory
 POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
-
-_HOOKS = (TransformHook, AppHook, TaskHook, ClientHook)
-
 
 def check_pool_args(*, plugins: Any, image: Any, name: Any, log_events: Any, progress: Any, keep: Any,
                     autostop: Any, processes_per_node: Any, settings: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -61,11 +57,16 @@ def _plugins(plugins: Any) -> tuple[Any, ...]:
         raise TypeError(f"Pool(plugins={plugins!r}): need a list of plugins (e.g. [sky.plugins.torch()]), "
                         f"got {type(plugins).__name__}")
     found = tuple(plugins)
+    if not found:
+        return found
+    from ..plugins.api import AppHook, ClientHook, TaskHook, TransformHook  # (a pool without plugins: not imported)
+
+    hooks = (TransformHook, AppHook, TaskHook, ClientHook)
     for i, plugin in enumerate(found):
         if isinstance(plugin, type):
             raise TypeError(f"Pool(plugins[{i}]={plugin.__name__}): pass an instance, "
                             f"{plugin.__name__}(...), not the class")
-        if not isinstance(plugin, _HOOKS):
+        if not isinstance(plugin, hooks):
             called = getattr(plugin, "__name__", None) if callable(plugin) else None
             hint = f" (call it: {called}(...))" if called else ""
             raise TypeError(f"Pool(plugins[{i}]={plugin!r}): not a plugin{hint}: a plugin has at least one of "

@@ -40,6 +40,7 @@ from ..onnode.setup import TASK_THREADS_ENV, python_version, skyhive_version
 from ..nodes.transport import Transport, WorkerProcess
 from ..nodes.registry import transport_kind
 from .channel import WorkerChannel
+from .worker_argv import WORKER_ARGV
 from ..nodes.context import NodeContext
 from ..events.lifecycle import NodeState, check_transition
 from .provisioning import connect_with_retry, with_retries
@@ -50,7 +51,6 @@ log = logging.getLogger("skyhive.node")
 
 __all__ = ["NodeActor", "describe_exit", "final_cause", "first_error", "stop_nodes"]
 
-WORKER_ARGV = ("-m", "skyhive.runtime.worker")
 
 #: Seconds a killed worker is waited for when a node stops.
 KILL_WAIT = 2.0

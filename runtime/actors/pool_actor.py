@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ...errors import PoolClosed, TeardownIncomplete, WorkerLost
-from ...plugins.api import AppHook, TaskHook
 from ...protocol.info import InstanceInfo
 from ...providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
 from ..events.log import EventLog, pool_log_path
@@ -63,7 +62,7 @@ class PoolRuntime(CallDispatch):
                  concurrency: int = 1, replace_failed: bool = False, progress: bool = False,
                  task_threads: int = 1,
                  min_nodes: int | None = None) -> None:
-        self.pool_id = name or f"pool-{os.urandom(5).hex()}"  # (not uuid: its import costs)
+        self.pool_id = name or f"pool-{os.urandom(5).hex()}"  # (not uuid: its import costs; `Pool` may choose it first)
         self.provider = provider
         self.settings = settings
         self.plugins = list(plugins)
@@ -252,6 +251,10 @@ class PoolRuntime(CallDispatch):
             mark = time.monotonic()
 
     def _worker_setup(self) -> WorkerSetup | None:
+        if not self.plugins:  # (a pool without plugins does not import them: every plugin factory's module)
+            return None
+        from ...plugins.api import AppHook, TaskHook
+
         hooks = [p for p in self.plugins if isinstance(p, (AppHook, TaskHook))]
         for plugin in hooks:  # a plugin class from the user's own code travels by value, like functions
             register_user_code(type(plugin))

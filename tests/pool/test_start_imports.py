@@ -18,7 +18,8 @@ WORKER_NEVER = ("ctypes", "concurrent.futures", "json", "socketserver", "tempfil
                 "importlib.metadata")
 #: never imported by a client that opens and closes a plain Local pool (no Image, no mounts, no plugins)
 CLIENT_NEVER = ("socketserver", "tempfile", "shutil", "skyhive.runtime.storage", "skyhive.runtime.bootstrap.here",
-                "skyhive.runtime.bootstrap.envkey", "importlib.metadata", "packaging", "tomllib", "skyhive.providers.volumes")
+                "skyhive.runtime.bootstrap.envkey", "importlib.metadata", "packaging", "tomllib", "skyhive.providers.volumes",
+                "skyhive.plugins")
 
 
 def _modules_after(code: str) -> set[str]:

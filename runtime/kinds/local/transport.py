@@ -9,7 +9,6 @@ diagnostics, never task output — is logged line by line.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import signal
@@ -20,6 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ....providers.base import LocalReach, NodeHandle
+from ....providers.local_early import F_SETPIPE_SZ as _F_SETPIPE_SZ
+from ....providers.local_early import PIPE_SIZE, EarlyWorker
+from ....providers.local_early import pipe as _pipe
 from ...nodes.shell import NodeEnv, Shell
 from ...nodes.transport import CollectionsReach, CommandResult, Receiver, Transport, WorkerProcess
 from ...common.shm import ENV_VAR as SHM_ENV_VAR
@@ -31,22 +33,10 @@ if TYPE_CHECKING:
 __all__ = ["LocalTransport", "LocalWorker", "PIPE_SIZE", "local_transport"]
 
 log = logging.getLogger("skyhive.transport.local")
-#: Pipes are enlarged from the 64 KiB default: a 1 MiB chunk then moves in one write.
-PIPE_SIZE = 1 << 20
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _HIGH_WATER = 4 << 20
 #: Bytes asked of one pipe read. asyncio's default (256 KiB) is past glibc's mmap threshold, so
 #: every read, however small the frame, would mmap and unmap a fresh buffer.
 READ_SIZE = 64 * 1024
-
-
-def _pipe() -> tuple[int, int]:
-    r, w = os.pipe2(os.O_CLOEXEC)
-    try:
-        fcntl.fcntl(w, _F_SETPIPE_SZ, PIPE_SIZE)
-    except OSError:
-        pass  # capped by /proc/sys/fs/pipe-max-size: the default still works, only slower
-    return r, w
 
 
 class _Reader(asyncio.Protocol):
@@ -208,8 +198,47 @@ class _PipeLink:
             self.fd_socket.close()
 
 
+class _EarlyProcess:
+    """An early worker's process (`subprocess.Popen`, started before the event loop) with the face of
+    asyncio's: `pid`, `returncode`, `await wait()` — its exit seen through a pidfd on the loop."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self._exited: asyncio.Future[None] | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.poll()
+
+    def kill(self) -> None:
+        if self._popen.poll() is None:
+            self._popen.kill()
+
+    async def wait(self) -> int:
+        if self._popen.poll() is None:
+            if self._exited is None:
+                loop = asyncio.get_running_loop()
+                self._exited = exited = loop.create_future()
+                try:
+                    fd = os.pidfd_open(self.pid)
+                except ProcessLookupError:  # reaped meanwhile
+                    exited.set_result(None)
+                else:
+                    def ready() -> None:
+                        loop.remove_reader(fd)
+                        os.close(fd)
+                        if not exited.done():
+                            exited.set_result(None)
+
+                    loop.add_reader(fd, ready)
+            await asyncio.shield(self._exited)
+        return self._popen.wait()
+
+
 class LocalWorker(WorkerProcess):
-    def __init__(self, proc: asyncio.subprocess.Process, link: _PipeLink, stderr: asyncio.ReadTransport | None) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process | _EarlyProcess, link: _PipeLink,
+                 stderr: asyncio.ReadTransport | None) -> None:
         self._proc = proc
         self.link = link
         self.pid = proc.pid
@@ -239,7 +268,7 @@ class LocalWorker(WorkerProcess):
             self._stderr.close()
 
 
-async def _kill_and_reap(proc: asyncio.subprocess.Process) -> None:
+async def _kill_and_reap(proc: asyncio.subprocess.Process | _EarlyProcess) -> None:
     """Kill a process we started and its process group, and wait for it (no zombie), shielded."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -255,12 +284,14 @@ class LocalTransport(Transport):
     share_memory = True
 
     def __init__(self, python: str | None = None, cwd: str | None = None,
-                 redact: Callable[[str], str] | None = None, build_env: bool = False) -> None:
+                 redact: Callable[[str], str] | None = None, build_env: bool = False,
+                 early: Sequence[EarlyWorker] = ()) -> None:
         self.python = python or sys.executable
         self.cwd = cwd
         self.redact = redact or (lambda text: text)
         self.build_env = build_env
         self.worker_env: dict[str, str] = {}  # set by the bootstrap when workers run in a built env
+        self.early = list(early)  # workers started before the pool knew them (`providers/local_early.py`)
 
     def worker_python(self) -> str:
         return self.python
@@ -284,9 +315,30 @@ class LocalTransport(Transport):
         """Workers on this machine reach the client's socket itself."""
         return CollectionsReach(client_path)
 
+    def _take_early(self, argv: Sequence[str]) -> EarlyWorker | None:
+        """A worker started early that runs what `argv` asks, if one is left (else None); those that
+        cannot serve (another interpreter or folder: a built environment) are ended now."""
+        while self.early:
+            worker = self.early.pop(0)
+            if (not self.worker_env and list(argv) == worker.argv
+                    and (self.cwd or os.getcwd()) == worker.cwd and worker.popen.poll() is None):
+                worker.taken = True
+                return worker
+            worker.discard()
+        return None
+
+    async def close(self) -> None:
+        for worker in self.early:  # started early, never taken (a node that failed before its workers)
+            worker.discard()
+        self.early = []
+        await super().close()
+
     async def start_worker(
         self, argv: Sequence[str], env: Mapping[str, str], receiver: Receiver, *, label: str
     ) -> LocalWorker:
+        early = self._take_early(argv) if self.early else None
+        if early is not None:
+            return await self._adopt(early, env, receiver, label=label)
         loop = asyncio.get_running_loop()
         if self.worker_env:  # a built environment: its runtime first, not a `skyhive/` folder in cwd
             argv = [argv[0], "-P", *argv[1:]]
@@ -314,6 +366,28 @@ class LocalTransport(Transport):
             os.close(fd)
         if theirs is not None:
             theirs.close()
+        return await self._connect(proc, mine, from_child_r, to_child_w, err_r, receiver, label=label)
+
+    async def _adopt(self, early: EarlyWorker, env: Mapping[str, str], receiver: Receiver, *,
+                     label: str) -> LocalWorker:
+        """Take a worker started early: send its environment (what `start_worker` would have given it
+        at spawn beyond this process's own), then speak the protocol on its pipes."""
+        proc = _EarlyProcess(early.popen)
+        try:
+            early.send_env(env)
+        except BaseException:
+            for fd in (early.from_child, early.to_child, early.stderr):
+                os.close(fd)
+            early.shm.close()
+            await _kill_and_reap(proc)
+            raise
+        return await self._connect(proc, early.shm, early.from_child, early.to_child, early.stderr, receiver,
+                                   label=label)
+
+    async def _connect(self, proc: asyncio.subprocess.Process | _EarlyProcess, mine: socket.socket | None,
+                       from_child_r: int, to_child_w: int, err_r: int, receiver: Receiver, *,
+                       label: str) -> LocalWorker:
+        loop = asyncio.get_running_loop()
         files = [open(from_child_r, "rb", 0), open(to_child_w, "wb", 0), open(err_r, "rb", 0)]
         transports: list[asyncio.BaseTransport] = []
         try:
@@ -359,7 +433,7 @@ def local_transport(handle: NodeHandle, ctx: NodeContext) -> LocalTransport:
     """The registered factory for reach kind "local" (see `registry`)."""
     reach = handle.reach
     assert isinstance(reach, LocalReach)
-    return LocalTransport(cwd=reach.cwd, redact=ctx.log.redact, build_env=reach.build_env)
+    return LocalTransport(cwd=reach.cwd, redact=ctx.log.redact, build_env=reach.build_env, early=reach.early)
 
 
 # the bootstrap by name: imported when a node of this kind is first bootstrapped
