@@ -71,6 +71,13 @@ class Delegating(Provider):
     def head_port(self, spec: ClusterSpec) -> int:
         return self.inner.head_port(self.request(spec))
 
+    def start_early(self, pool_id: str, nodes: int, workers_per_node: int, argv: Sequence[str],
+                    env: Mapping[str, str]) -> None:
+        self.inner.start_early(pool_id, nodes, workers_per_node, argv, env)
+
+    def end_early(self, pool_id: str) -> None:
+        self.inner.end_early(pool_id)
+
     async def wait_running(self, handle: NodeHandle, report: Callable[[str], None]) -> NodeHandle:
         return await self.inner.wait_running(handle, report)
 
