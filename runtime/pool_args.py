@@ -16,12 +16,46 @@ from typing import Any
 from ..plugins.api import AppHook, ClientHook, TaskHook, TransformHook
 from .common.settings import check_settings
 
-__all__ = ["check_pool_args", "POOL_NAME"]
+__all__ = ["check_pool_args", "check_nodes", "POOL_NAME", "DEFAULT_IDLE_TIMEOUT"]
 
 #: what a pool id may be: it names the pool's log file and, for a named pool, its directory
 POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 _HOOKS = (TransformHook, AppHook, TaskHook, ClientHook)
+
+#: How long a node of an elastic pool (`nodes=(min, max)`) may sit idle before it is given back (seconds).
+DEFAULT_IDLE_TIMEOUT = 60.0
+
+
+def check_nodes(nodes: Any, idle_timeout: Any) -> tuple[int, tuple[int, int, float] | None]:
+    """`Pool(nodes=...)` and `autoscale_idle_timeout=`: the nodes to start with, and for an elastic range
+    `(min, max)` with min < max, `(min, max, idle_timeout)` (else None). Raises naming the value."""
+    if idle_timeout is not None:
+        if isinstance(idle_timeout, bool) or not isinstance(idle_timeout, (int, float)):
+            raise TypeError(f"Pool(autoscale_idle_timeout={idle_timeout!r}): need a number of seconds, "
+                            f"got {type(idle_timeout).__name__}")
+        if not (math.isfinite(idle_timeout) and idle_timeout > 0):
+            raise ValueError(f"Pool(autoscale_idle_timeout={idle_timeout!r}): need a positive number of seconds")
+    if not isinstance(nodes, (tuple, list)):
+        if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+            raise ValueError(f"Pool(nodes={nodes!r}): need a positive number of nodes, or a range (min, max)")
+        return nodes, None
+    if len(nodes) != 2:
+        raise ValueError(f"Pool(nodes={nodes!r}): a range is two whole numbers (min, max), got {len(nodes)} values")
+    for end, value in zip(("min", "max"), nodes):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"Pool(nodes={nodes!r}): the range's {end} {value!r} is a {type(value).__name__}, "
+                            "need whole numbers (min, max)")
+    low, high = nodes
+    if low < 1:
+        raise ValueError(f"Pool(nodes={nodes!r}): the range's min is {low}: a pool starts with at least 1 node, "
+                         "need 1 <= min <= max")
+    if low > high:
+        raise ValueError(f"Pool(nodes={nodes!r}): the range's min {low} is more than its max {high}, "
+                         "need 1 <= min <= max")
+    if low == high:
+        return low, None  # a fixed size
+    return low, (low, high, float(idle_timeout) if idle_timeout is not None else DEFAULT_IDLE_TIMEOUT)
 
 
 def check_pool_args(*, plugins: Any, image: Any, name: Any, log_events: Any, progress: Any, keep: Any,

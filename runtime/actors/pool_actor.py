@@ -42,6 +42,7 @@ from .membership import Membership
 from .node import NodeActor
 from .node import first_error as _first_error
 from .loss import LossPolicy, RestartInPlace
+from .autoscale import Autoscaler
 from .replace import ReplaceFailed
 from .startclock import StartClocks
 from .teardown import release_nodes, stop_nodes
@@ -62,7 +63,7 @@ class PoolRuntime(CallDispatch):
                  memory_gb: float | None = None, allocation: str | None = None, spot: bool | None = None,
                  concurrency: int = 1, replace_failed: bool = False, progress: bool = False,
                  task_threads: int = 1,
-                 min_nodes: int | None = None) -> None:
+                 min_nodes: int | None = None, elastic: tuple[int, int, float] | None = None) -> None:
         self.pool_id = name or f"pool-{os.urandom(5).hex()}"  # (not uuid: its import costs)
         self.provider = provider
         self.settings = settings
@@ -108,6 +109,11 @@ class PoolRuntime(CallDispatch):
         self._rr = 0
         self.heartbeat_ticks = 0  # how many times the heartbeat clock judged every worker
         self._last: WorkerChannel | None = None  # the idle worker picked last (see pick_nowait)
+        self.waiting = 0  # calls waiting for a free task slot (an elastic pool's queue)
+        self.autoscaler: Autoscaler | None = None  # an elastic pool's (`nodes=(min, max)`): autoscale.py
+        if elastic is not None:
+            low, high, idle_timeout = elastic
+            self.autoscaler = Autoscaler(self, low, high, idle_timeout)
 
     def __repr__(self) -> str:
         return f"<PoolRuntime {self.pool_id} {self.log.state.status} nodes={len(self.nodes)}>"
@@ -192,6 +198,8 @@ class PoolRuntime(CallDispatch):
         async with anyio.create_task_group() as starter:
             for handle in handles:
                 starter.start_soon(self._start_node, self.nodes[handle.node], handle, failed)
+        if self.autoscaler is not None:
+            self.autoscaler.start()
         if self.membership.dropped:
             dropped = sorted(self.membership.dropped)
             log.warning("pool %s started with %d of %d nodes (min_nodes=%d); left out: nodes %s", self.pool_id,
@@ -272,8 +280,11 @@ class PoolRuntime(CallDispatch):
             raise PoolClosed(f"pool {self.pool_id} is not open (status: {self.log.state.status})")
 
     def members(self) -> list[NodeActor]:
-        """The nodes the pool has: all of them, less any left out at start (`min_nodes`)."""
-        dropped = self.membership.dropped
+        """The nodes the pool has: all of them, less any left out at start (`min_nodes`) and, in an elastic
+        pool, any starting or given back (`autoscale.py`)."""
+        dropped, outside = self.membership.dropped, self.membership.outside
+        if outside:
+            return [n for n in self.nodes if n.index not in dropped and n.index not in outside]
         return [n for n in self.nodes if n.index not in dropped] if dropped else self.nodes
 
     def live_nodes(self) -> list[NodeActor]:
@@ -290,7 +301,8 @@ class PoolRuntime(CallDispatch):
         a busy worker is passed over for an idle one.
         """
         last = self._last
-        if last is not None and last.usable and not last.calls and not self.membership.dropped:
+        if last is not None and last.usable and not last.calls and not self.membership.dropped \
+                and not self.membership.outside:
             return last  # (an idle worker, as the scan below would give: the same warm one again)
         nodes = self.members()
         count = len(nodes)
@@ -308,6 +320,8 @@ class PoolRuntime(CallDispatch):
                         return c
                     if best is None or len(c.calls) < len(best.calls):
                         best = c
+        if best is not None and self.autoscaler is not None and len(best.calls) >= self.context.task_threads:
+            return None  # an elastic pool queues a call rather than stack it on a busy worker
         return best
 
     async def pick(self) -> WorkerChannel:
@@ -316,6 +330,10 @@ class PoolRuntime(CallDispatch):
         best = self.pick_nowait()
         if best is not None:
             return best
+        if self.autoscaler is not None and self.live_nodes():  # queued: the autoscaler sees it waiting
+            best = await self.autoscaler.wait_for_slot()
+            if best is not None:
+                return best
         began = anyio.current_time()
         with anyio.CancelScope(deadline=began + self.settings.wait_for_worker) as scope:
             while True:
@@ -428,6 +446,8 @@ class PoolRuntime(CallDispatch):
         self.slots_changed()
         cleaned = False  # the provider's cleanup (what `prepare` made) confirmed
         with anyio.CancelScope(shield=True):
+            if self.autoscaler is not None:  # a node starting stops; one being given back is waited for
+                await self.autoscaler.aclose()
             await self.loss_policy.aclose()  # a replacement under way stops; its node is in self.nodes
             with anyio.move_on_after(self.settings.stop_timeout + 10) as scope:
                 # every node drained in this task, then released (`teardown.py`): no task per node

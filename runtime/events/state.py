@@ -17,6 +17,7 @@ from .types import (
     NodeDropped,
     NodeProgress,
     NodeReplaced,
+    NodeScaled,
     NodeStateChanged,
     OutputCapped,
     OutputChunk,
@@ -158,7 +159,7 @@ def apply(state: PoolState, ev: Event) -> PoolState:
     raise TypeError(f"no reducer for event type {type(ev).__name__}")
 
 
-_NODE_EVENTS = (NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced, NodeDropped)
+_NODE_EVENTS = (NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced, NodeDropped, NodeScaled)
 
 
 def _apply_node(nodes: NodeTableBuilder, ev: Event) -> None:
@@ -184,6 +185,12 @@ def _apply_node(nodes: NodeTableBuilder, ev: Event) -> None:
         nodes[index] = NodeRecord(node=index, replacements=ev.replacement,
                                   replaced_ids=(*record.replaced_ids, ev.old_provider_id or record.provider_id),
                                   detail=f"replacing: {ev.reason}" if ev.reason else "replacing")
+    elif isinstance(ev, NodeScaled):  # an elastic pool: a node added starts over; a node going or held says why
+        if ev.change == "grow":
+            nodes[index] = NodeRecord(node=index, replacements=record.replacements,
+                                      replaced_ids=record.replaced_ids, detail=ev.reason)
+        else:
+            nodes[index] = _evolve_node(record, detail=ev.reason)
 
 
 _OUTCOME_COUNTER = {"ok": "tasks_ok", "error": "tasks_failed", "cancelled": "tasks_cancelled"}
