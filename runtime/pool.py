@@ -68,7 +68,10 @@ class Pool(PoolCalls):
     out, recorded and destroyed — see `runtime/actors/membership.py` and docs/min_nodes.md; default:
     every node is needed), `mounts` (buckets at paths on every node, Local included:
     `{"/data": "s3://b/p", "/ckpt": sky.Bucket("runs", mode="MOUNT_CACHED")}`, see docs/storage.md and
-    `sky.checkpoint_dir()`), and any `Settings`
+    `sky.checkpoint_dir()`), `nodes=(min, max)` (an elastic pool: it starts with `min` nodes, adds nodes
+    while calls wait for a free worker, up to `max` and as the provider can, and gives back a node idle
+    for `autoscale_idle_timeout` seconds (default 60), never below `min`; `autoscale_cooldown`: seconds
+    between two growths — see `runtime/actors/autoscale.py` and docs/elastic.md), and any `Settings`
     field as a keyword (timeouts, heartbeats, restart
     limits).
 
@@ -120,6 +123,7 @@ class Pool(PoolCalls):
         mounts: Mapping[str, Any] | None = None,
         ports: Any = None,
         autoscale_idle_timeout: float | None = None,
+        autoscale_cooldown: float | None = None,
         **settings: Any,
     ) -> None:
         if isinstance(provider, Spec) or isinstance(nodes, Spec) or more_specs:  # Skyward's multi-provider form
@@ -132,7 +136,7 @@ class Pool(PoolCalls):
             accelerator, vcpus, memory_gb, allocation = (shape[k] for k in ("accelerator", "vcpus", "memory_gb",
                                                                             "allocation"))
             order, selection = "given", None  # the Specs come back in the order to try (priced by spec.py)
-        nodes, self.elastic = check_nodes(nodes, autoscale_idle_timeout)  # (min, max, idle timeout) or None
+        nodes, self.elastic = check_nodes(nodes, autoscale_idle_timeout, autoscale_cooldown)  # (min, max, idle timeout) or None
         if self.elastic is not None:
             _check_elastic(self.elastic, min_nodes=min_nodes, replace_failed=replace_failed, keep=keep,
                            autostop=autostop)
@@ -416,6 +420,11 @@ class Pool(PoolCalls):
         """The nodes left out when the pool started (`min_nodes`): node index -> why it failed."""
         return dict(self._runtime.membership.dropped)
 
+    def current_nodes(self) -> int:
+        """How many nodes the pool has now: its members (an elastic pool, `nodes=(min, max)`, between
+        its min and max; a node starting is not counted until it is ready)."""
+        return len(self._runtime.members())
+
     @property
     def log_path(self) -> str | None:
         path = self._runtime.log.path
@@ -479,7 +488,7 @@ class Pool(PoolCalls):
         return self._runtime.router.subscribe(**kw)
 
 
-def _check_elastic(elastic: tuple[int, int, float], *, min_nodes: Any, replace_failed: bool, keep: Any,
+def _check_elastic(elastic: tuple[int, int, float, float], *, min_nodes: Any, replace_failed: bool, keep: Any,
                    autostop: Any) -> None:
     """What an elastic range does not go with (yet), refused naming both."""
     shown = f"nodes=({elastic[0]}, {elastic[1]})"

@@ -27,15 +27,19 @@ _HOOKS = (TransformHook, AppHook, TaskHook, ClientHook)
 DEFAULT_IDLE_TIMEOUT = 60.0
 
 
-def check_nodes(nodes: Any, idle_timeout: Any) -> tuple[int, tuple[int, int, float] | None]:
-    """`Pool(nodes=...)` and `autoscale_idle_timeout=`: the nodes to start with, and for an elastic range
-    `(min, max)` with min < max, `(min, max, idle_timeout)` (else None). Raises naming the value."""
-    if idle_timeout is not None:
-        if isinstance(idle_timeout, bool) or not isinstance(idle_timeout, (int, float)):
-            raise TypeError(f"Pool(autoscale_idle_timeout={idle_timeout!r}): need a number of seconds, "
-                            f"got {type(idle_timeout).__name__}")
-        if not (math.isfinite(idle_timeout) and idle_timeout > 0):
-            raise ValueError(f"Pool(autoscale_idle_timeout={idle_timeout!r}): need a positive number of seconds")
+def check_nodes(nodes: Any, idle_timeout: Any = None,
+                cooldown: Any = None) -> tuple[int, tuple[int, int, float, float] | None]:
+    """`Pool(nodes=...)`, `autoscale_idle_timeout=` and `autoscale_cooldown=`: the nodes to start with,
+    and for an elastic range `(min, max)` with min < max, `(min, max, idle_timeout, cooldown)` (else
+    None). Raises naming the value."""
+    for arg, value, least in (("autoscale_idle_timeout", idle_timeout, "positive"),
+                              ("autoscale_cooldown", cooldown, "non-negative")):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"Pool({arg}={value!r}): need a number of seconds, got {type(value).__name__}")
+        if not (math.isfinite(value) and (value > 0 or (value == 0 and least == "non-negative"))):
+            raise ValueError(f"Pool({arg}={value!r}): need a {least} number of seconds")
     if not isinstance(nodes, (tuple, list)):
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
             raise ValueError(f"Pool(nodes={nodes!r}): need a positive number of nodes, or a range (min, max)")
@@ -55,7 +59,8 @@ def check_nodes(nodes: Any, idle_timeout: Any) -> tuple[int, tuple[int, int, flo
                          "need 1 <= min <= max")
     if low == high:
         return low, None  # a fixed size
-    return low, (low, high, float(idle_timeout) if idle_timeout is not None else DEFAULT_IDLE_TIMEOUT)
+    return low, (low, high, float(idle_timeout) if idle_timeout is not None else DEFAULT_IDLE_TIMEOUT,
+                 float(cooldown or 0.0))
 
 
 def check_pool_args(*, plugins: Any, image: Any, name: Any, log_events: Any, progress: Any, keep: Any,

@@ -6,7 +6,8 @@ task group, not a task per node):
 - **grow** while calls wait: an elastic pool sends a call only to a worker with a free task slot
   (`PoolRuntime.pick`), so calls beyond what the present nodes can take wait in the pool
   (`PoolRuntime.waiting`). When more wait than the free slots and the nodes already starting can
-  take, a node is added at the lowest free index below `max`: `NodeScaled` "grow" says why, then
+  take, nodes are added (at most one decision per `autoscale_cooldown` seconds, Skyward's name) at
+  the lowest free indices below `max`: `NodeScaled` "grow" says why, then
   the node goes through the same phases as any node (`provider.launch([index])`, `wait_running`,
   connect, bootstrap, workers — `NodeActor.run`). It is not a member (not reached by `broadcast`,
   not picked) until it is ready.
@@ -88,8 +89,10 @@ class ScaleHost(Protocol):
 class Autoscaler:
     """Grows and shrinks an elastic pool between `low` and `high` nodes (see the module docstring)."""
 
-    def __init__(self, rt: ScaleHost, low: int, high: int, idle_timeout: float, *, hold: float = HOLD) -> None:
+    def __init__(self, rt: ScaleHost, low: int, high: int, idle_timeout: float, *, cooldown: float = 0.0,
+                 hold: float = HOLD) -> None:
         self.rt = rt
+        self.cooldown = cooldown  # seconds between two decisions to grow (Skyward's autoscale_cooldown)
         self.low, self.high = low, high
         self.idle_timeout = idle_timeout
         self.hold = hold
@@ -98,6 +101,7 @@ class Autoscaler:
         self.idle_since: dict[int, float] = {}
         self.held_until = 0.0
         self.closing = False
+        self.looks = 0  # steps taken (the tests wait on it)
         self._scope: anyio.CancelScope | None = None
         self._idle = anyio.Event()
         self._idle.set()
@@ -159,6 +163,7 @@ class Autoscaler:
         rt = self.rt
         if self.closing or not rt.open:
             return
+        self.looks += 1
         members = rt.members()
         ready = [n for n in members if n.state is NodeState.READY]
         threads = rt.context.task_threads
@@ -167,6 +172,8 @@ class Autoscaler:
         count = len(members) + len(self.growing)
         need = waiting - free - len(self.growing) * self.slots_per_node
         if need > 0 and count < self.high and now >= self.held_until:
+            if self.cooldown:
+                self.held_until = now + self.cooldown
             adding = min(self.high - count, math.ceil(need / self.slots_per_node))
             reason = (f"grow: {waiting} task{'s' if waiting != 1 else ''} waiting, {free} slot{'s' if free != 1 else ''} "
                       f"free on {len(ready)} ready node{'s' if len(ready) != 1 else ''}")

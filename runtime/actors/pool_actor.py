@@ -63,7 +63,7 @@ class PoolRuntime(CallDispatch):
                  memory_gb: float | None = None, allocation: str | None = None, spot: bool | None = None,
                  concurrency: int = 1, replace_failed: bool = False, progress: bool = False,
                  task_threads: int = 1,
-                 min_nodes: int | None = None, elastic: tuple[int, int, float] | None = None) -> None:
+                 min_nodes: int | None = None, elastic: tuple[int, int, float, float] | None = None) -> None:
         self.pool_id = name or f"pool-{os.urandom(5).hex()}"  # (not uuid: its import costs)
         self.provider = provider
         self.settings = settings
@@ -112,8 +112,8 @@ class PoolRuntime(CallDispatch):
         self.waiting = 0  # calls waiting for a free task slot (an elastic pool's queue)
         self.autoscaler: Autoscaler | None = None  # an elastic pool's (`nodes=(min, max)`): autoscale.py
         if elastic is not None:
-            low, high, idle_timeout = elastic
-            self.autoscaler = Autoscaler(self, low, high, idle_timeout)
+            low, high, idle_timeout, cooldown = elastic
+            self.autoscaler = Autoscaler(self, low, high, idle_timeout, cooldown=cooldown)
 
     def __repr__(self) -> str:
         return f"<PoolRuntime {self.pool_id} {self.log.state.status} nodes={len(self.nodes)}>"
