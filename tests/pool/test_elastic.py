@@ -135,7 +135,7 @@ def test_bad_elastic_settings_are_refused_naming_them():
         sky.Pool(provider=sky.Local(), nodes=(1, 3), min_nodes=1)
     with pytest.raises(ValueError, match=r"Pool\(nodes=\(1, 3\), replace_failed=True\)"):
         sky.Pool(provider=sky.Local(), nodes=(1, 3), replace_failed=True)
-    with pytest.raises(ValueError, match=r"Pool\(nodes=\(1, 20001\)\): 10001 nodes is more than the local"):
+    with pytest.raises(ValueError, match=r"Pool\(nodes=\(1, 10001\)\): 10001 nodes is more than the local"):
         sky.Pool(provider=sky.Local(), nodes=(1, 10001))
     fixed = sky.Pool(provider=sky.Local(), nodes=(2, 2))  # an empty range is a fixed size
     assert (fixed.nodes, fixed.elastic) == (2, None) and "nodes=2 " in repr(fixed)
