@@ -14,8 +14,9 @@ task group, not a task per node):
 - **held**: a provider that refuses the launch (capacity, quota, an SSH pool with no host left) or a
   node that does not start does not fail the pool: the index is given back, `NodeScaled` "held" and
   a warning say why, and no node is added for `HOLD` seconds.
-- **shrink**: a ready node none of whose workers ran a call for `autoscale_idle_timeout` seconds is
-  given back while the pool has more than `min` nodes: it leaves the members at once (no call is
+- **shrink**: a ready node added by growing (the `min` nodes the pool started with stay) none of whose
+  workers ran a call for `autoscale_idle_timeout` seconds is given back while the pool has more than
+  `min` nodes: it leaves the members at once (no call is
   sent to it after that; a node with a call never leaves), `NodeScaled` "shrink" says why, then it is
   drained and terminated as at the pool's close (`NodeActor.stop`, `NodeActor.terminate`) and the
   provider is told its place is free again (`Provider.released`).
@@ -184,6 +185,8 @@ class Autoscaler:
             self.idle_since.clear()  # calls wait: no node is idle
             return
         for node in sorted(ready, key=lambda n: -n.index):
+            if node.index < self.low:
+                continue  # the nodes the pool started with stay (its head among them)
             if any(c is not None and c.calls for c in node.channels):
                 self.idle_since.pop(node.index, None)
                 continue

@@ -185,7 +185,8 @@ class PoolRuntime(CallDispatch):
             log.info("pool %s: %s", self.pool_id, plan.get("summary") or plan)
         self.log.emit(PoolStarted, plan=plan, provider=provider.name, nodes=spec.nodes,
                       processes_per_node=spec.processes_per_node, pid=os.getpid(), host=socket.gethostname(),
-                      provider_config=provider.describe())
+                      provider_config=provider.describe(),
+                      nodes_max=self.autoscaler.high if self.autoscaler is not None else 0)
         for node in self.nodes:
             self.log.emit(NodeStateChanged, node=node.index, state=NodeState.REQUESTED.value)
         await with_retries(provider, "prepare", lambda: provider.prepare(spec))

@@ -78,6 +78,9 @@ class PoolState:
     output_chunks: int = 0
     output_capped: bool = False  # the log's output reached log_output_limit (an OutputCapped event)
     last_seq: int = -1
+    #: an elastic pool's max nodes (`Pool(nodes=(min, max))`: its min is `PoolStarted.nodes`); 0: a fixed size
+    nodes_max: int = 0
+    nodes_min: int = 0  # and its min (0: a fixed size)
     #: what the provider did not confirm gone when the pool closed (status "leaking"); () once it did
     leaked: tuple[str, ...] = ()
 
@@ -148,7 +151,7 @@ def apply(state: PoolState, ev: Event) -> PoolState:
         return replace(
             state, pool_id=ev.pool_id, provider=ev.provider, status="running", started=ev.ts,
             created=state.created or ev.ts,
-            pid=ev.pid, host=ev.host,
+            pid=ev.pid, host=ev.host, nodes_max=ev.nodes_max, nodes_min=ev.nodes if ev.nodes_max else 0,
             nodes=NodeTable(NodeRecord(node=i) for i in range(ev.nodes)),
         )
     if isinstance(ev, PoolStopped):

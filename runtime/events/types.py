@@ -60,6 +60,7 @@ class PoolStarted(Event):
     host: str
     provider_config: dict[str, Any] = field(default_factory=dict)
     plan: dict[str, Any] = field(default_factory=dict)  # the provider's `plan(spec)`: machine type, price
+    nodes_max: int = 0  # an elastic pool's max (`nodes` is its min: `Pool(nodes=(min, max))`); 0: a fixed size
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
