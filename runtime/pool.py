@@ -32,7 +32,7 @@ from .interrupt import cancel_in_flight, closed_by_interrupt, install_hook
 from .output.progress import wants_display
 from .output.router import OutputStream
 from .common.selection import OutputSpec, selector
-from .pool_args import check_nodes, check_pool_args
+from .pool_args import check_elastic, check_nodes, check_pool_args
 from .resources import ALLOCATIONS, Resources
 from .common.settings import Settings
 from .spec import Spec
@@ -138,7 +138,7 @@ class Pool(PoolCalls):
             order, selection = "given", None  # the Specs come back in the order to try (priced by spec.py)
         nodes, self.elastic = check_nodes(nodes, autoscale_idle_timeout, autoscale_cooldown)  # (min, max, idle timeout) or None
         if self.elastic is not None:
-            _check_elastic(self.elastic, min_nodes=min_nodes, replace_failed=replace_failed, keep=keep,
+            check_elastic(self.elastic, min_nodes=min_nodes, replace_failed=replace_failed, keep=keep,
                            autostop=autostop)
         if not isinstance(processes_per_node, int) or processes_per_node < 1:
             raise ValueError(f"Pool(processes_per_node={processes_per_node!r}): need a positive integer")
@@ -486,20 +486,6 @@ class Pool(PoolCalls):
         if stall_timeout is not None:
             kw["stall_timeout"] = stall_timeout
         return self._runtime.router.subscribe(**kw)
-
-
-def _check_elastic(elastic: tuple[int, int, float, float], *, min_nodes: Any, replace_failed: bool, keep: Any,
-                   autostop: Any) -> None:
-    """What an elastic range does not go with (yet), refused naming both."""
-    shown = f"nodes=({elastic[0]}, {elastic[1]})"
-    if min_nodes is not None:
-        raise ValueError(f"Pool({shown}, min_nodes={min_nodes!r}): an elastic range starts with its min "
-                         "already: drop min_nodes")
-    if replace_failed:
-        raise ValueError(f"Pool({shown}, replace_failed=True): an elastic pool does not replace lost nodes "
-                         "(it grows again while calls wait): use a fixed number of nodes to replace them")
-    if keep or autostop is not None:
-        raise ValueError(f"Pool({shown}, keep=/autostop=): a kept (named) pool has a fixed number of nodes")
 
 
 #: The seeds' names for `Pool` (`sky.ComputePool(...)`, `sky.Compute(...)`): the same class.

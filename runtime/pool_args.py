@@ -16,7 +16,7 @@ from typing import Any
 from ..plugins.api import AppHook, ClientHook, TaskHook, TransformHook
 from .common.settings import check_settings
 
-__all__ = ["check_pool_args", "check_nodes", "POOL_NAME", "DEFAULT_IDLE_TIMEOUT"]
+__all__ = ["check_pool_args", "check_nodes", "check_elastic", "POOL_NAME", "DEFAULT_IDLE_TIMEOUT"]
 
 #: what a pool id may be: it names the pool's log file and, for a named pool, its directory
 POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
@@ -61,6 +61,20 @@ def check_nodes(nodes: Any, idle_timeout: Any = None,
         return low, None  # a fixed size
     return low, (low, high, float(idle_timeout) if idle_timeout is not None else DEFAULT_IDLE_TIMEOUT,
                  float(cooldown or 0.0))
+
+
+def check_elastic(elastic: tuple[int, int, float, float], *, min_nodes: Any, replace_failed: bool, keep: Any,
+                   autostop: Any) -> None:
+    """What an elastic range does not go with (yet), refused naming both."""
+    shown = f"nodes=({elastic[0]}, {elastic[1]})"
+    if min_nodes is not None:
+        raise ValueError(f"Pool({shown}, min_nodes={min_nodes!r}): an elastic range starts with its min "
+                         "already: drop min_nodes")
+    if replace_failed:
+        raise ValueError(f"Pool({shown}, replace_failed=True): an elastic pool does not replace lost nodes "
+                         "(it grows again while calls wait): use a fixed number of nodes to replace them")
+    if keep or autostop is not None:
+        raise ValueError(f"Pool({shown}, keep=/autostop=): a kept (named) pool has a fixed number of nodes")
 
 
 def check_pool_args(*, plugins: Any, image: Any, name: Any, log_events: Any, progress: Any, keep: Any,

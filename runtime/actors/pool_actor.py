@@ -110,10 +110,8 @@ class PoolRuntime(CallDispatch):
         self.heartbeat_ticks = 0  # how many times the heartbeat clock judged every worker
         self._last: WorkerChannel | None = None  # the idle worker picked last (see pick_nowait)
         self.waiting = 0  # calls waiting for a free task slot (an elastic pool's queue)
-        self.autoscaler: Autoscaler | None = None  # an elastic pool's (`nodes=(min, max)`): autoscale.py
-        if elastic is not None:
-            low, high, idle_timeout, cooldown = elastic
-            self.autoscaler = Autoscaler(self, low, high, idle_timeout, cooldown=cooldown)
+        # an elastic pool's (`nodes=(min, max)`: min, max, idle timeout, cooldown): autoscale.py
+        self.autoscaler = Autoscaler(self, *elastic[:3], cooldown=elastic[3]) if elastic is not None else None
 
     def __repr__(self) -> str:
         return f"<PoolRuntime {self.pool_id} {self.log.state.status} nodes={len(self.nodes)}>"
@@ -281,8 +279,7 @@ class PoolRuntime(CallDispatch):
             raise PoolClosed(f"pool {self.pool_id} is not open (status: {self.log.state.status})")
 
     def members(self) -> list[NodeActor]:
-        """The nodes the pool has: all of them, less any left out at start (`min_nodes`) and, in an elastic
-        pool, any starting or given back (`autoscale.py`)."""
+        """The nodes the pool has: less any left out at start (`min_nodes`), starting or given back (elastic)."""
         dropped, outside = self.membership.dropped, self.membership.outside
         if outside:
             return [n for n in self.nodes if n.index not in dropped and n.index not in outside]

@@ -14,7 +14,10 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+from tests.procs import alive, worker_pids
 
 #: Skyward's program, after the audit's substitutions; SECONDS/COUNT/LOAD/IDLE are the shortened durations
 PROGRAM = '''\
@@ -81,3 +84,9 @@ def test_skywards_autoscaling_program_runs_on_local(tmp_path: Path):
     assert all(reason.startswith("grow: ") and "tasks waiting" in reason for c, _, reason in scaled if c == "grow")
     nodes = {e["node"] for e in events if e["type"] == "node_state"}
     assert nodes <= {0, 1, 2, 3}
+    assert events[-1]["type"] == "pool_stopped" and not events[-1]["leaked"]
+    pool_id = events[0]["pool_id"]
+    deadline = time.monotonic() + 60
+    while [p for p in worker_pids(pool_id) if alive(p)] and time.monotonic() < deadline:  # nothing left running
+        time.sleep(0.05)
+    assert not [p for p in worker_pids(pool_id) if alive(p)]

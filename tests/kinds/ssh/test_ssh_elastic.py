@@ -83,3 +83,25 @@ async def test_an_elastic_ssh_pool_takes_the_spare_host_while_work_waits_and_giv
             assert not [p for p in pool_files(host, name) if p.name.endswith(".sock")]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_host_given_back_may_be_handed_out_to_the_pool_again():
+    """`Provider.released`: an elastic pool shrinking gives its SSH host back; the pool's next growth may
+    take it again (without it the host counts as used: a replacement's rule, never the same host)."""
+    from skyhive.providers.base import ClusterSpec
+
+    ssh = sky.SSH(hosts=["u@192.0.2.1", "u@192.0.2.2"])  # (launch only names hosts: nothing is reached)
+    spec = ClusterSpec(pool_id="p-released", nodes=2)
+
+    async def run() -> None:
+        first, second = await ssh.launch(spec, [0, 1])
+        with pytest.raises(sky.ProvisionError, match=r"node 1: no spare host left"):
+            await ssh.launch(spec, [1])
+        ssh.released("p-released", [second])
+        (again,) = await ssh.launch(spec, [1])
+        assert (again.reach.host, first.reach.host) == ("192.0.2.2", "192.0.2.1")
+        ssh.released("other-pool", [first])  # another pool's release changes nothing of this one's
+        with pytest.raises(sky.ProvisionError, match=r"node 0: no spare host left"):
+            await ssh.launch(spec, [0])
+
+    anyio.run(run)
