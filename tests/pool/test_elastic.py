@@ -89,6 +89,10 @@ def test_a_local_pool_grows_to_max_for_waiting_tasks_and_shrinks_back_when_idle(
             assert re.fullmatch(r"grow: [12] tasks? waiting, 0 slots free on 1 ready node", reason), reason
         else:
             assert re.fullmatch(r"shrink: idle \d+s \(autoscale_idle_timeout=1\)", reason), reason
+    shown = subprocess.run([sys.executable, "-m", "skyhive", "events", pool_id], capture_output=True, text=True,
+                           timeout=120)  # the view that lists events says why each node came and went
+    assert shown.returncode == 0 and shown.stdout.count('"type":"node_scaled"') == 4, shown.stdout + shown.stderr
+    assert '"change":"grow","reason":"grow: ' in shown.stdout and '"change":"shrink","reason":"shrink: idle' in shown.stdout
     replayed = EventLog.replay(pool_log_path(pool_id))
     assert [n.state for n in replayed.nodes] == ["terminated"] * 3 and replayed.status == "stopped"
     wait_until("no worker of the pool left", lambda: not [p for p in pids | worker_pids(pool_id) if alive(p)])
