@@ -268,10 +268,10 @@ class Autoscaler:
             with rt.start_clocks.bound():
                 await rt.tg.start(node.run, handles[0])
         except Exception as group:
-            exc = first_error(group)  # a node's failure arrives wrapped in task groups
-            if isinstance(exc, TimeoutError):
+            failure = first_error(group)  # a node's failure arrives wrapped in task groups
+            if isinstance(failure, TimeoutError):
                 return f"not ready within start_timeout={rt.settings.start_timeout} s"
-            return f"{type(exc).__name__}: {exc}"
+            return f"{type(failure).__name__}: {failure}"
         return ""
 
     def _hold(self, node: NodeActor, why: str) -> None:
