@@ -443,6 +443,13 @@ class Provider(abc.ABC):
         takes a spare host, never one it handed out before)."""
         return None
 
+    def released(self, pool_id: str, handles: Sequence[NodeHandle]) -> None:
+        """A running pool gave these nodes back in good order (an elastic pool shrinking, `Pool(nodes=(min,
+        max))`), after `terminate` confirmed them gone: a later `launch` for the same pool may hand their
+        places out again. Default: nothing (a provider that makes a fresh machine per launch; an SSH pool
+        may give the same host again)."""
+        return None
+
     def for_nodes(self, nodes: int) -> Provider:
         """This provider narrowed to what a pool of `nodes` nodes used, for `skyhive down` (a provider
         naming hosts keeps only the first `nodes`). Default: itself."""

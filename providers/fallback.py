@@ -250,6 +250,13 @@ class Fallback(Provider):
             if mine:
                 provider.avoid_in_place(mine)
 
+    def released(self, pool_id: str, handles: Sequence[NodeHandle]) -> None:
+        """See `Provider.released`: told to the candidate each node came from."""
+        for provider in ([self.chosen] if self.chosen is not None else self.providers):
+            mine = self._mine(provider, handles)
+            if mine:
+                provider.released(pool_id, mine)
+
     # ---- policy ----------------------------------------------------------------------------------------
 
     def is_transient(self, exc: BaseException) -> bool:

@@ -260,6 +260,16 @@ class SSH(Provider):
                                     else " and no spare (list more hosts than nodes to have spares)"),
             node=node, kind="capacity")
 
+    def released(self, pool_id: str, handles: Sequence[NodeHandle]) -> None:
+        """See `Provider.released`: the hosts of these nodes may be handed out to the pool again."""
+        given = self._given.get(pool_id)
+        if given is None:
+            return
+        for handle in handles:
+            if isinstance(handle.reach, SSHReach):
+                host = self._host_of(handle)
+                given.difference_update(i for i, h in enumerate(self.hosts) if h == host)
+
     def avoiding(self, lost: Sequence[NodeHandle]) -> SSH:
         """This provider with the hosts of the `lost` nodes moved to the end of the list (declared in
         `Provider.avoiding`): a new pool takes the other hosts first and a lost host only when nothing

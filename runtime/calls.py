@@ -240,6 +240,9 @@ class PoolCalls:
         # a worker with task threads (`sky.Worker`) is that many lanes' worth of slots
         channels = [c for n in rt.members() for c in n.usable_channels() for _ in range(rt.context.task_threads)]
         workers = max(1, len(channels))
+        elastic = rt.autoscaler is not None
+        if elastic:  # sized for the most slots the pool may have; each batch takes a free slot, or waits for one
+            workers = max(workers, rt.autoscaler.high * rt.autoscaler.slots_per_node)  # type: ignore[union-attr]
         size = chunksize or max(1, min(1000, math.ceil(len(items) / (workers * 4))))
         results: list[Any] = [None] * len(items)
         template = Prepared.for_map(fn)
@@ -253,7 +256,7 @@ class PoolCalls:
             for start, prep in pending:
                 async def attempt(prep: Prepared = prep) -> Any:
                     nonlocal home
-                    if home is None or not home.usable:
+                    if home is None or not home.usable or elastic:
                         home = await rt.pick()
                     return await rt.run_one(home, prep, timeout=None, options=options)
 
@@ -265,7 +268,7 @@ class PoolCalls:
                 async with anyio.create_task_group() as tg:
                     lanes = min(math.ceil(len(items) / size), workers * 2)
                     for i in range(lanes):
-                        tg.start_soon(lane, channels[i % len(channels)] if channels else None)
+                        tg.start_soon(lane, channels[i % len(channels)] if channels and not elastic else None)
         except TimeoutError:
             raise TaskTimeout(f"map of {template.fn_name} over {len(items)} items did not finish "
                               f"within timeout={timeout} s; it was cancelled") from None

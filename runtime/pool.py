@@ -27,7 +27,7 @@ from ..providers.local import Local
 from .calls import PoolCalls
 from .concurrency import Worker, check_plugins
 from .common.selection import OutputSpec, selector
-from .pool_args import check_pool_args
+from .pool_args import check_elastic, check_nodes, check_pool_args
 from .resources import ALLOCATIONS, Resources
 from .common.settings import Settings
 from .spec import Spec
@@ -67,7 +67,10 @@ class Pool(PoolCalls):
     out, recorded and destroyed — see `runtime/actors/membership.py` and docs/min_nodes.md; default:
     every node is needed), `mounts` (buckets at paths on every node, Local included:
     `{"/data": "s3://b/p", "/ckpt": sky.Bucket("runs", mode="MOUNT_CACHED")}`, see docs/storage.md and
-    `sky.checkpoint_dir()`), and any `Settings`
+    `sky.checkpoint_dir()`), `nodes=(min, max)` (an elastic pool: it starts with `min` nodes, adds nodes
+    while calls wait for a free worker, up to `max` and as the provider can, and gives back a node idle
+    for `autoscale_idle_timeout` seconds (default 60), never below `min`; `autoscale_cooldown`: seconds
+    between two growths — see `runtime/actors/autoscale.py` and docs/elastic.md), and any `Settings`
     field as a keyword (timeouts, heartbeats, restart
     limits).
 
@@ -95,7 +98,7 @@ class Pool(PoolCalls):
     def __init__(
         self,
         provider: Provider | Sequence[Provider] | Spec | None = None,
-        nodes: int | Spec = 1,
+        nodes: int | tuple[int, int] | Spec = 1,
         *more_specs: Spec,
         plugins: Sequence[Any] = (),
         image: Image | None = None,
@@ -118,6 +121,8 @@ class Pool(PoolCalls):
         selection: str | None = None,
         mounts: Mapping[str, Any] | None = None,
         ports: Any = None,
+        autoscale_idle_timeout: float | None = None,
+        autoscale_cooldown: float | None = None,
         **settings: Any,
     ) -> None:
         if isinstance(provider, Spec) or isinstance(nodes, Spec) or more_specs:  # Skyward's multi-provider form
@@ -130,8 +135,10 @@ class Pool(PoolCalls):
             accelerator, vcpus, memory_gb, allocation = (shape[k] for k in ("accelerator", "vcpus", "memory_gb",
                                                                             "allocation"))
             order, selection = "given", None  # the Specs come back in the order to try (priced by spec.py)
-        if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
-            raise ValueError(f"Pool(nodes={nodes!r}): need a positive number of nodes")
+        nodes, self.elastic = check_nodes(nodes, autoscale_idle_timeout, autoscale_cooldown)  # (min, max, idle timeout) or None
+        if self.elastic is not None:
+            check_elastic(self.elastic, min_nodes=min_nodes, replace_failed=replace_failed, keep=keep,
+                           autostop=autostop)
         if not isinstance(processes_per_node, int) or processes_per_node < 1:
             raise ValueError(f"Pool(processes_per_node={processes_per_node!r}): need a positive integer")
         if not isinstance(replace_failed, bool):
@@ -155,7 +162,8 @@ class Pool(PoolCalls):
         self.provider = provider if provider is not None else Local()
         if not isinstance(self.provider, Provider):
             raise TypeError(f"Pool(provider=...) needs a skyhive provider, got {type(self.provider).__name__}")
-        check_node_count(self.provider, nodes, f"Pool(nodes={nodes})")  # at once: no pool log, no node record
+        most = self.elastic[1] if self.elastic is not None else nodes
+        check_node_count(self.provider, most, f"Pool(nodes={self._nodes_text(nodes)})")  # at once: no pool log, no node record
         plugins = check_pool_args(plugins=plugins, image=image, name=name, log_events=log_events, progress=progress,
                                   keep=keep, autostop=autostop, processes_per_node=processes_per_node,
                                   settings=settings)  # runtime/pool_args.py
@@ -205,7 +213,13 @@ class Pool(PoolCalls):
     def __repr__(self) -> str:
         status = self._rt.log.state.status if self._rt is not None else "new"
         pid = f" {self._rt.pool_id}" if self._rt is not None else ""
-        return f"<Pool{pid} {status} provider={self.provider!r} nodes={self.nodes} processes_per_node={self.processes_per_node}>"
+        nodes = self._nodes_text(self.nodes)
+        if self.elastic is not None and self._rt is not None:
+            nodes = f"{len(self._rt.members())} of {nodes}"  # the nodes it has now, in its range
+        return f"<Pool{pid} {status} provider={self.provider!r} nodes={nodes} processes_per_node={self.processes_per_node}>"
+
+    def _nodes_text(self, nodes: int) -> str:
+        return f"({self.elastic[0]}, {self.elastic[1]})" if self.elastic is not None else str(nodes)
 
     @classmethod
     def attach(cls, name: str, *, keep: bool = True, output: OutputSpec = "all", wait: float | None = 0.0,
@@ -297,7 +311,7 @@ class Pool(PoolCalls):
             plugins=spec_plugins, image=image, output=self.output_spec, settings=self.settings,
             name=self._pool_id or self.name, log_events=self.log_events, **self.resources,
             concurrency=self.worker.processes, task_threads=self.worker.threads, replace_failed=self.replace_failed,
-            progress=wants_display(self.progress), min_nodes=self.min_nodes,
+            progress=wants_display(self.progress), min_nodes=self.min_nodes, elastic=self.elastic,
         )
         self._rt.detach_on_failure = self._named is not None and self._named.attach
         install_hook()
@@ -442,6 +456,11 @@ class Pool(PoolCalls):
         """The nodes left out when the pool started (`min_nodes`): node index -> why it failed."""
         return dict(self._runtime.membership.dropped)
 
+    def current_nodes(self) -> int:
+        """How many nodes the pool has now: its members (an elastic pool, `nodes=(min, max)`, between
+        its min and max; a node starting is not counted until it is ready)."""
+        return len(self._runtime.members())
+
     @property
     def log_path(self) -> str | None:
         path = self._runtime.log.path
@@ -466,6 +485,10 @@ class Pool(PoolCalls):
             "retries": self._retries,
             "replacements": st.replacements,  # nodes replaced (`replace_failed=True`)
             "replacing": sorted(i for i in range(len(rt.nodes)) if rt.loss_policy.replacing(i)),
+            # an elastic pool (`nodes=(min, max)`): its range, its nodes now, and the calls waiting for a slot
+            "elastic": self.elastic[:2] if self.elastic is not None else None,
+            "members": sorted(n.index for n in rt.members()),
+            "waiting": rt.waiting,
             "output_records": rt.router.records,
             "output": rt.router.statistics(),
         }

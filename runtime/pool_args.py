@@ -15,10 +15,64 @@ from typing import Any
 
 from .common.settings import check_settings
 
-__all__ = ["check_pool_args", "POOL_NAME"]
+__all__ = ["check_pool_args", "check_nodes", "check_elastic", "POOL_NAME", "DEFAULT_IDLE_TIMEOUT"]
 
 #: what a pool id may be: it names the pool's log file and, for a named pool, its directory
 POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+
+#: How long a node of an elastic pool (`nodes=(min, max)`) may sit idle before it is given back (seconds).
+DEFAULT_IDLE_TIMEOUT = 60.0
+
+
+def check_nodes(nodes: Any, idle_timeout: Any = None,
+                cooldown: Any = None) -> tuple[int, tuple[int, int, float, float] | None]:
+    """`Pool(nodes=...)`, `autoscale_idle_timeout=` and `autoscale_cooldown=`: the nodes to start with,
+    and for an elastic range `(min, max)` with min < max, `(min, max, idle_timeout, cooldown)` (else
+    None). Raises naming the value."""
+    for arg, value, least in (("autoscale_idle_timeout", idle_timeout, "positive"),
+                              ("autoscale_cooldown", cooldown, "non-negative")):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"Pool({arg}={value!r}): need a number of seconds, got {type(value).__name__}")
+        if not (math.isfinite(value) and (value > 0 or (value == 0 and least == "non-negative"))):
+            raise ValueError(f"Pool({arg}={value!r}): need a {least} number of seconds")
+    if not isinstance(nodes, (tuple, list)):
+        if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+            raise ValueError(f"Pool(nodes={nodes!r}): need a positive number of nodes, or a range (min, max)")
+        return nodes, None
+    if len(nodes) != 2:
+        raise ValueError(f"Pool(nodes={nodes!r}): a range is two whole numbers (min, max), got {len(nodes)} values")
+    for end, value in zip(("min", "max"), nodes):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"Pool(nodes={nodes!r}): the range's {end} {value!r} is a {type(value).__name__}, "
+                            "need whole numbers (min, max)")
+    low, high = nodes
+    if low < 1:
+        raise ValueError(f"Pool(nodes={nodes!r}): the range's min is {low}: a pool starts with at least 1 node, "
+                         "need 1 <= min <= max")
+    if low > high:
+        raise ValueError(f"Pool(nodes={nodes!r}): the range's min {low} is more than its max {high}, "
+                         "need 1 <= min <= max")
+    if low == high:
+        return low, None  # a fixed size
+    return low, (low, high, float(idle_timeout) if idle_timeout is not None else DEFAULT_IDLE_TIMEOUT,
+                 float(cooldown or 0.0))
+
+
+def check_elastic(elastic: tuple[int, int, float, float], *, min_nodes: Any, replace_failed: bool, keep: Any,
+                   autostop: Any) -> None:
+    """What an elastic range does not go with (yet), refused naming both."""
+    shown = f"nodes=({elastic[0]}, {elastic[1]})"
+    if min_nodes is not None:
+        raise ValueError(f"Pool({shown}, min_nodes={min_nodes!r}): an elastic range starts with its min "
+                         "already: drop min_nodes")
+    if replace_failed:
+        raise ValueError(f"Pool({shown}, replace_failed=True): an elastic pool does not replace lost nodes "
+                         "(it grows again while calls wait): use a fixed number of nodes to replace them")
+    if keep or autostop is not None:
+        raise ValueError(f"Pool({shown}, keep=/autostop=): a kept (named) pool has a fixed number of nodes")
+
 
 def check_pool_args(*, plugins: Any, image: Any, name: Any, log_events: Any, progress: Any, keep: Any,
                     autostop: Any, processes_per_node: Any, settings: Mapping[str, Any]) -> tuple[Any, ...]:

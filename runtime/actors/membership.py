@@ -59,6 +59,8 @@ class Membership:
         self.infos = infos
         self.handles: dict[int, NodeHandle] = {}  # node -> handle, once the node runs
         self.dropped: dict[int, str] = {}  # node -> why it was left out
+        # an elastic pool's indices that are not members now: growing into them, or given back (autoscale.py)
+        self.outside: set[int] = set()
         self.arrived: set[int] = set()  # nodes waiting at the barrier
         self.known = anyio.Event()  # set once every member's `InstanceInfo` is in `infos`
 
@@ -110,7 +112,8 @@ class Membership:
 
     def _describe(self) -> None:
         spec = self.spec
-        members = [self.handles[i] for i in range(spec.nodes) if i not in self.dropped]
+        # (an elastic pool's nodes added later have indices past spec.nodes: every running node counts)
+        members = [self.handles[i] for i in sorted(self.handles) if i not in self.dropped]
         head = members[0]
         # picked once: a node replaced later (`actors/replace.py`) keeps the pool's coordination port
         port = next(iter(self.infos.values())).head_port if self.infos else self.provider.head_port(spec)
@@ -123,6 +126,11 @@ class Membership:
                     pool_id=self.pool_id, accelerators=h.accelerators, peers=peers, local_rank=local,
                     processes_per_node=spec.processes_per_node, accelerator=h.accelerator,
                 )
+
+    def leave(self, index: int) -> None:
+        """Node `index` was given back (an elastic pool shrank): workers started later no longer see it
+        among their peers (those running keep the view they started with)."""
+        self.handles.pop(index, None)
 
     # ---- dropping -------------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from .membership import Membership
 from .node import NodeActor
 from .node import first_error as _first_error
 from .loss import LossPolicy, RestartInPlace
+from .autoscale import Autoscaler
 from .replace import ReplaceFailed
 from .startclock import StartClocks
 from .teardown import release_nodes, stop_nodes
@@ -61,7 +62,7 @@ class PoolRuntime(CallDispatch):
                  memory_gb: float | None = None, allocation: str | None = None, spot: bool | None = None,
                  concurrency: int = 1, replace_failed: bool = False, progress: bool = False,
                  task_threads: int = 1,
-                 min_nodes: int | None = None) -> None:
+                 min_nodes: int | None = None, elastic: tuple[int, int, float, float] | None = None) -> None:
         self.pool_id = name or f"pool-{os.urandom(5).hex()}"  # (not uuid: its import costs; `Pool` may choose it first)
         self.provider = provider
         self.settings = settings
@@ -107,6 +108,9 @@ class PoolRuntime(CallDispatch):
         self._rr = 0
         self.heartbeat_ticks = 0  # how many times the heartbeat clock judged every worker
         self._last: WorkerChannel | None = None  # the idle worker picked last (see pick_nowait)
+        self.waiting = 0  # calls waiting for a free task slot (an elastic pool's queue)
+        # an elastic pool's (`nodes=(min, max)`: min, max, idle timeout, cooldown): autoscale.py
+        self.autoscaler = Autoscaler(self, *elastic[:3], cooldown=elastic[3]) if elastic is not None else None
 
     def __repr__(self) -> str:
         return f"<PoolRuntime {self.pool_id} {self.log.state.status} nodes={len(self.nodes)}>"
@@ -178,7 +182,8 @@ class PoolRuntime(CallDispatch):
             log.info("pool %s: %s", self.pool_id, plan.get("summary") or plan)
         self.log.emit(PoolStarted, plan=plan, provider=provider.name, nodes=spec.nodes,
                       processes_per_node=spec.processes_per_node, pid=os.getpid(), host=socket.gethostname(),
-                      provider_config=provider.describe())
+                      provider_config=provider.describe(),
+                      nodes_max=self.autoscaler.high if self.autoscaler is not None else 0)
         for node in self.nodes:
             self.log.emit(NodeStateChanged, node=node.index, state=NodeState.REQUESTED.value)
         await with_retries(provider, "prepare", lambda: provider.prepare(spec))
@@ -191,6 +196,8 @@ class PoolRuntime(CallDispatch):
         async with anyio.create_task_group() as starter:
             for handle in handles:
                 starter.start_soon(self._start_node, self.nodes[handle.node], handle, failed)
+        if self.autoscaler is not None:
+            self.autoscaler.start()
         if self.membership.dropped:
             dropped = sorted(self.membership.dropped)
             log.warning("pool %s started with %d of %d nodes (min_nodes=%d); left out: nodes %s", self.pool_id,
@@ -275,8 +282,10 @@ class PoolRuntime(CallDispatch):
             raise PoolClosed(f"pool {self.pool_id} is not open (status: {self.log.state.status})")
 
     def members(self) -> list[NodeActor]:
-        """The nodes the pool has: all of them, less any left out at start (`min_nodes`)."""
-        dropped = self.membership.dropped
+        """The nodes the pool has: less any left out at start (`min_nodes`), starting or given back (elastic)."""
+        dropped, outside = self.membership.dropped, self.membership.outside
+        if outside:
+            return [n for n in self.nodes if n.index not in dropped and n.index not in outside]
         return [n for n in self.nodes if n.index not in dropped] if dropped else self.nodes
 
     def live_nodes(self) -> list[NodeActor]:
@@ -293,7 +302,8 @@ class PoolRuntime(CallDispatch):
         a busy worker is passed over for an idle one.
         """
         last = self._last
-        if last is not None and last.usable and not last.calls and not self.membership.dropped:
+        if last is not None and last.usable and not last.calls and not self.membership.dropped \
+                and not self.membership.outside:
             return last  # (an idle worker, as the scan below would give: the same warm one again)
         nodes = self.members()
         count = len(nodes)
@@ -311,6 +321,8 @@ class PoolRuntime(CallDispatch):
                         return c
                     if best is None or len(c.calls) < len(best.calls):
                         best = c
+        if best is not None and self.autoscaler is not None and len(best.calls) >= self.context.task_threads:
+            return None  # an elastic pool queues a call rather than stack it on a busy worker
         return best
 
     async def pick(self) -> WorkerChannel:
@@ -319,6 +331,10 @@ class PoolRuntime(CallDispatch):
         best = self.pick_nowait()
         if best is not None:
             return best
+        if self.autoscaler is not None and self.live_nodes():  # queued: the autoscaler sees it waiting
+            best = await self.autoscaler.wait_for_slot()
+            if best is not None:
+                return best
         began = anyio.current_time()
         with anyio.CancelScope(deadline=began + self.settings.wait_for_worker) as scope:
             while True:
@@ -431,6 +447,8 @@ class PoolRuntime(CallDispatch):
         self.slots_changed()
         cleaned = False  # the provider's cleanup (what `prepare` made) confirmed
         with anyio.CancelScope(shield=True):
+            if self.autoscaler is not None:  # a node starting stops; one being given back is waited for
+                await self.autoscaler.aclose()
             await self.loss_policy.aclose()  # a replacement under way stops; its node is in self.nodes
             with anyio.move_on_after(self.settings.stop_timeout + 10) as scope:
                 # every node drained in this task, then released (`teardown.py`): no task per node

@@ -374,8 +374,9 @@ def _destroy(pool: PoolEntry) -> int:
         return 0
     provider = from_description(pool.started.provider_config or {"provider": pool.started.provider})
     if pool.started.nodes > 0:
-        # a provider naming hosts: only those the pool used (replacements took spares, in list order)
-        provider = provider.for_nodes(pool.started.nodes + pool.state.replacements)
+        # a provider naming hosts: only those the pool used (replacements took spares, in list order; an
+        # elastic pool's nodes added later have indices past its start's count)
+        provider = provider.for_nodes(max(pool.started.nodes, len(pool.state.nodes)) + pool.state.replacements)
 
     async def destroy() -> int:
         with anyio.fail_after(300):

@@ -27,6 +27,7 @@ from .types import (
     Event,
     NodeProgress,
     NodeReplaced,
+    NodeScaled,
     NodeStateChanged,
     OutputCapped,
     OutputChunk,
@@ -56,7 +57,7 @@ MAX_DEFERRED = 4096
 WRITE_CHARS = 4 * 1024 * 1024
 # Events said at INFO as they happen (`skyhive -v`, or the application's own logging set to INFO).
 _SAID = frozenset({PoolStarted, NodeStateChanged, NodeProgress, NodeReplaced, WorkerStateChanged, PoolStopped,
-                   PoolDetached})
+                   PoolDetached, NodeScaled})
 
 
 def _said(event: Event) -> str:
@@ -72,7 +73,7 @@ _FLUSH_NOW = (PoolStarted, PoolStopped, PoolDetached)
 # Events after which the file is flushed on the event loop's next turn (`call_soon`: before any timer
 # or I/O it waits for; a crashed client's nodes are found by the provider ids these carry). Flushing
 # after each one made 90,000 write calls while a 10,000-node pool started and stopped.
-_FLUSH_SOON = (NodeStateChanged, WorkerStateChanged, NodeReplaced)
+_FLUSH_SOON = (NodeStateChanged, WorkerStateChanged, NodeReplaced, NodeScaled)
 
 
 def pool_log_path(pool_id: str) -> Path:

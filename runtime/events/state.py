@@ -17,6 +17,7 @@ from .types import (
     NodeDropped,
     NodeProgress,
     NodeReplaced,
+    NodeScaled,
     NodeStateChanged,
     OutputCapped,
     OutputChunk,
@@ -77,6 +78,9 @@ class PoolState:
     output_chunks: int = 0
     output_capped: bool = False  # the log's output reached log_output_limit (an OutputCapped event)
     last_seq: int = -1
+    #: an elastic pool's max nodes (`Pool(nodes=(min, max))`: its min is `PoolStarted.nodes`); 0: a fixed size
+    nodes_max: int = 0
+    nodes_min: int = 0  # and its min (0: a fixed size)
     #: what the provider did not confirm gone when the pool closed (status "leaking"); () once it did
     leaked: tuple[str, ...] = ()
 
@@ -147,7 +151,7 @@ def apply(state: PoolState, ev: Event) -> PoolState:
         return replace(
             state, pool_id=ev.pool_id, provider=ev.provider, status="running", started=ev.ts,
             created=state.created or ev.ts,
-            pid=ev.pid, host=ev.host,
+            pid=ev.pid, host=ev.host, nodes_max=ev.nodes_max, nodes_min=ev.nodes if ev.nodes_max else 0,
             nodes=NodeTable(NodeRecord(node=i) for i in range(ev.nodes)),
         )
     if isinstance(ev, PoolStopped):
@@ -158,7 +162,7 @@ def apply(state: PoolState, ev: Event) -> PoolState:
     raise TypeError(f"no reducer for event type {type(ev).__name__}")
 
 
-_NODE_EVENTS = (NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced, NodeDropped)
+_NODE_EVENTS = (NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced, NodeDropped, NodeScaled)
 
 
 def _apply_node(nodes: NodeTableBuilder, ev: Event) -> None:
@@ -184,6 +188,12 @@ def _apply_node(nodes: NodeTableBuilder, ev: Event) -> None:
         nodes[index] = NodeRecord(node=index, replacements=ev.replacement,
                                   replaced_ids=(*record.replaced_ids, ev.old_provider_id or record.provider_id),
                                   detail=f"replacing: {ev.reason}" if ev.reason else "replacing")
+    elif isinstance(ev, NodeScaled):  # an elastic pool: a node added starts over; a node going or held says why
+        if ev.change == "grow":
+            nodes[index] = NodeRecord(node=index, replacements=record.replacements,
+                                      replaced_ids=record.replaced_ids, detail=ev.reason)
+        else:
+            nodes[index] = _evolve_node(record, detail=ev.reason)
 
 
 _OUTCOME_COUNTER = {"ok": "tasks_ok", "error": "tasks_failed", "cancelled": "tasks_cancelled"}

@@ -21,6 +21,7 @@ from .types import (
     Event,
     NodeDropped,
     NodeReplaced,
+    NodeScaled,
     NodeStateChanged,
     PoolStarted,
     PoolStopped,
@@ -135,6 +136,8 @@ def build(events: Iterable[Event]) -> Timeline:
         elif isinstance(ev, NodeReplaced):
             marks.setdefault(ev.node, []).append(
                 (t, f"replaced ({ev.old_provider_id}" + (f": {ev.reason}" if ev.reason else "") + ")"))
+        elif isinstance(ev, NodeScaled):
+            marks.setdefault(ev.node, []).append((t, ev.reason or ev.change))
     end = max(t_end - t0, 0.0)
     for task, (node, rank, start) in open_tasks.items():
         tasks.setdefault((node, rank), []).append(Span(start, end, "unfinished", names.get(task, f"task {task}")))

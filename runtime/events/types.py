@@ -25,6 +25,7 @@ __all__ = [
     "WorkerStateChanged",
     "NodeDropped",
     "NodeReplaced",
+    "NodeScaled",
     "TaskSubmitted",
     "TaskStarted",
     "TaskFinished",
@@ -59,6 +60,7 @@ class PoolStarted(Event):
     host: str
     provider_config: dict[str, Any] = field(default_factory=dict)
     plan: dict[str, Any] = field(default_factory=dict)  # the provider's `plan(spec)`: machine type, price
+    nodes_max: int = 0  # an elastic pool's max (`nodes` is its min: `Pool(nodes=(min, max))`); 0: a fixed size
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
@@ -146,6 +148,20 @@ class NodeReplaced(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
+class NodeScaled(Event):
+    """An elastic pool (`Pool(nodes=(min, max))`, see `runtime/actors/autoscale.py`) changed its size:
+    `change` is "grow" (node `node` is being added: its record starts over at "requested"), "shrink"
+    (node `node` is being given back) or "held" (growing into node `node` failed: the provider refused
+    or the node did not start; growth waits a while). `reason` says why ("grow: 3 tasks waiting, ...",
+    "shrink: idle 30s", ...)."""
+
+    kind: ClassVar[str] = "node_scaled"
+    node: int
+    change: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class TaskSubmitted(Event):
     """Task `task` (`items` calls: 1, or a map batch) was sent to a worker."""
 
@@ -209,7 +225,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
         PoolStarted, PoolStopped, PoolDetached, NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced,
-        NodeDropped,
+        NodeDropped, NodeScaled,
         TaskSubmitted, TaskStarted, TaskFinished, OutputChunk, OutputCapped,
     )
 }
@@ -286,7 +302,7 @@ _TYPES: dict[type[Event], tuple[tuple[str, tuple[type, ...]], ...]] = {
 MAX_NODE_INDEX = 1 << 24
 _ABSENT = object()
 #: the events the fold files under their node's record (`state._apply_node`): their index is bounded
-_INDEXED = frozenset({NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced, NodeDropped})
+_INDEXED = frozenset({NodeStateChanged, NodeProgress, WorkerStateChanged, NodeReplaced, NodeDropped, NodeScaled})
 
 
 def to_json(event: Event) -> str:

@@ -220,7 +220,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 "dropped": {str(n.node): n.dropped for n in e.state.nodes if n.dropped} or None,
                 "provider_holds": owned[e.pool_id] or None,
                 "machine": e.machine or None, "cost": e.cost(now),
-                "leaked": list(e.state.leaked) or None,  # status "leaking": what the provider did not confirm gone
+                "leaked": list(e.state.leaked) or None,
+                "elastic": [e.state.nodes_min, e.state.nodes_max] if e.state.nodes_max else None,  # status "leaking": what the provider did not confirm gone
             }))
         return 0
     if not entries:
@@ -247,8 +248,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
         provider = e.state.provider or "-"
         if owned[e.pool_id]:
             provider += f" ({owned[e.pool_id]})"
-        table.add_row(e.pool_id, provider, _nodes([n.state for n in e.state.nodes], e.state.replacements,
-                                                      sum(1 for n in e.state.nodes if n.dropped)), status, age,
+        nodes = _nodes([n.state for n in e.state.nodes], e.state.replacements, sum(1 for n in e.state.nodes if n.dropped))
+        if e.state.nodes_max:  # an elastic pool: its range
+            nodes += f" (elastic {e.state.nodes_min}..{e.state.nodes_max})"
+        table.add_row(e.pool_id, provider, nodes, status, age,
                       e.machine or "-", spent)
     Console(width=None if sys.stdout.isatty() else 400, highlight=False).print(table)
     return 0
