@@ -90,8 +90,8 @@ class Delegating(Provider):
     async def cleanup(self, pool_id: str) -> None:
         await self.inner.cleanup(pool_id)
 
-    async def released(self, pool_id: str, handles: Sequence[NodeHandle]) -> None:
-        await self.inner.released(pool_id, handles)
+    def released(self, pool_id: str, handles: Sequence[NodeHandle]) -> None:
+        self.inner.released(pool_id, handles)
 
     async def list_owned(self, pool_id: str) -> list[NodeHandle]:
         return await self.inner.list_owned(pool_id)

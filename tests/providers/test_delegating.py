@@ -121,3 +121,4 @@ def test_forwarded_signatures_match_provider() -> None:
             continue
         assert isinstance(ours, Callable)  # type: ignore[arg-type]
         assert list(inspect.signature(ours).parameters) == list(inspect.signature(theirs).parameters), name
+        assert inspect.iscoroutinefunction(ours) == inspect.iscoroutinefunction(theirs), name
