@@ -27,6 +27,7 @@ in the queue for more. Workers see the peers that were members when they started
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -55,8 +56,9 @@ __all__ = ["Autoscaler", "TICK", "HOLD"]
 
 #: How often the autoscaler looks at the pool (seconds).
 TICK = 0.2
-#: How often a queued call looks for a free slot (seconds).
-SLOT_POLL = 0.02
+#: The longest a queued call waits before it looks for a free slot again when nothing signalled (seconds): a
+#: call in flight that ends and a node that turns ready or is lost wake it at once.
+SLOT_FALLBACK = 0.2
 #: How long growth waits after the provider refused a node or a node failed to start (seconds).
 HOLD = 30.0
 
@@ -85,6 +87,8 @@ class ScaleHost(Protocol):
     def pick_nowait(self) -> WorkerChannel | None: ...
 
     def slots_changed(self) -> None: ...
+
+    def slots_event(self) -> asyncio.Event: ...
 
 
 class Autoscaler:
@@ -146,7 +150,7 @@ class Autoscaler:
         rt.waiting += 1
         try:
             while True:
-                await anyio.sleep(SLOT_POLL)  # (a call that ends signals nothing: look again soon)
+                await self._until_a_slot_may_be_free()
                 if not rt.open:
                     return None
                 best = rt.pick_nowait()
@@ -156,6 +160,19 @@ class Autoscaler:
                     return None
         finally:
             rt.waiting -= 1
+
+    async def _until_a_slot_may_be_free(self) -> None:
+        """Until a call in flight on the pool ends, the pool's slots change (a node ready, lost or given back)
+        or `SLOT_FALLBACK` passes — no poll on the calls' fast path (a call's end signals nothing of its own:
+        its future is what is waited on)."""
+        rt = self.rt
+        waits: list[asyncio.Future[Any]] = [call.future for node in rt.live_nodes() for c in node.usable_channels()
+                                            for call in c.calls.values() if call.future is not None]
+        changed = asyncio.ensure_future(rt.slots_event().wait())
+        try:
+            await asyncio.wait([*waits, changed], timeout=SLOT_FALLBACK, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
 
     # ---- deciding ---------------------------------------------------------------------------------
 

@@ -277,6 +277,10 @@ class PoolRuntime(CallDispatch):
         self._slots_changed.set()
         self._slots_changed = asyncio.Event()
 
+    def slots_event(self) -> asyncio.Event:
+        """Set at the next change of the pool's task slots (`slots_changed`)."""
+        return self._slots_changed
+
     def _check_open(self) -> None:
         if not self.open:
             raise PoolClosed(f"pool {self.pool_id} is not open (status: {self.log.state.status})")
