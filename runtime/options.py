@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from .concurrency import Worker
 
 __all__ = ["Options", "with_options"]
 
@@ -56,7 +59,7 @@ class Options:
     nothing here) leaves the pool's own setting. See the module's doc and docs/seeds.md."""
 
     selection: str | None = None  # Pool(selection=): "cheapest" or "first" among Specs / providers
-    worker: Any = None  # Pool(worker=): a sky.Worker
+    worker: Worker | None = None  # Pool(worker=)
     provision_timeout: float | None = None  # Settings.start_timeout: provisioning, bootstrap and handshake
     ssh_timeout: float | None = None  # refused: the provider's connect_timeout
     bootstrap_timeout: float | None = None  # Settings.build_timeout: building the Image's environment

@@ -59,6 +59,9 @@ def test_each_mapped_field_reaches_its_setting():
     first = sky.Pool(provider=[sky.Local(), sky.Simulated()], options=sky.Options(selection="price"))
     assert first.provider.order == sky.Pool(provider=[sky.Local(), sky.Simulated()], selection="price").provider.order
     assert first.provider.order != sky.Pool(provider=[sky.Local(), sky.Simulated()]).provider.order
+    with pytest.raises(ValueError, match=r"ComputePool\(selection='fastest'\)"):  # Specs get it too
+        sky.ComputePool(sky.Spec(provider=sky.Local()), sky.Spec(provider=sky.Simulated()),
+                        options=sky.Options(selection="fastest"))
 
 
 def test_what_changes_nothing_here_is_accepted_and_changes_nothing():
