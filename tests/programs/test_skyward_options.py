@@ -6,6 +6,8 @@ refused naming both."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 
 import pytest
 
@@ -17,6 +19,17 @@ from skyhive.errors import ProvisionError
 def classify(texts: list[str]) -> dict:
     info = sky.instance_info()
     return {"n": len(texts), "node": info.node}
+
+
+def no_child_left() -> None:
+    """Wait (generous deadline) until this process has no child process: the pool's workers are gone."""
+    deadline = time.monotonic() + 60
+    while True:
+        kids = [k for t in os.listdir("/proc/self/task") for k in open(f"/proc/self/task/{t}/children").read().split()]
+        if not kids:
+            return
+        assert time.monotonic() < deadline, f"processes left behind: {kids}"
+        time.sleep(0.1)
 
 
 TEXTS = ["Fractional GPUs are a great way to save money on inference workloads."]
@@ -37,6 +50,7 @@ def test_the_guides_options_line_on_local():
     with sky.Compute(provider=sky.Local(), options=sky.Options(provision_timeout=600), output=None) as compute:
         result = classify(TEXTS) >> compute
     assert result == {"n": 1, "node": 0}
+    no_child_left()
 
 
 def test_provision_timeout_bounds_the_start():
@@ -44,6 +58,7 @@ def test_provision_timeout_bounds_the_start():
     with pytest.raises(ProvisionError, match="start_timeout"):
         with sky.Pool(provider=sky.Local(), options=sky.Options(provision_timeout=0.001), output=None):
             pass
+    no_child_left()
 
 
 def test_each_mapped_field_reaches_its_setting():
