@@ -10,6 +10,7 @@ The table is in docs/seeds.md ("Options").
 
 from __future__ import annotations
 
+import logging as _logging
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from .concurrency import Worker
 
 __all__ = ["Options", "with_options"]
+
+log = _logging.getLogger(__name__)
 
 #: Options field -> the Pool keyword (or `Settings` field) that means the same
 _MAPPED = {
@@ -60,7 +63,7 @@ class Options:
 
     selection: str | None = None  # Pool(selection=): "cheapest" or "first" among Specs / providers
     worker: Worker | None = None  # Pool(worker=)
-    provision_timeout: float | None = None  # Settings.start_timeout: provisioning, bootstrap and handshake
+    provision_timeout: float | None = None  # Settings.start_timeout: launch, connect, start workers
     ssh_timeout: float | None = None  # refused: the provider's connect_timeout
     bootstrap_timeout: float | None = None  # Settings.build_timeout: building the Image's environment
     provision_retry_delay: float | None = None  # refused
@@ -121,4 +124,5 @@ def with_options(options: Any, *given: Any, settings: Mapping[str, Any]) -> tupl
             raise ValueError(f"Pool(options=sky.Options({field}={value!r}), {keyword}={into[keyword]!r}): "
                              f"the same setting twice: give one of options.{field} and {keyword}=")
         into[keyword] = value
+        log.debug("Pool(options=...): %s=%r becomes %s=%r", by_keyword[keyword], value, keyword, value)
     return tuple(keywords[k] for k in _GIVEN), extra
