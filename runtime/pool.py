@@ -27,6 +27,7 @@ from ..providers.local import Local
 from .calls import PoolCalls
 from .concurrency import Worker, check_plugins
 from .common.selection import OutputSpec, selector
+from .options import Options, with_options
 from .pool_args import check_elastic, check_nodes, check_pool_args
 from .resources import ALLOCATIONS, Resources
 from .common.settings import Settings
@@ -70,9 +71,9 @@ class Pool(PoolCalls):
     `sky.checkpoint_dir()`), `nodes=(min, max)` (an elastic pool: it starts with `min` nodes, adds nodes
     while calls wait for a free worker, up to `max` and as the provider can, and gives back a node idle
     for `autoscale_idle_timeout` seconds (default 60), never below `min`; `autoscale_cooldown`: seconds
-    between two growths — see `runtime/actors/autoscale.py` and docs/elastic.md), and any `Settings`
-    field as a keyword (timeouts, heartbeats, restart
-    limits).
+    between two growths — see `runtime/actors/autoscale.py` and docs/elastic.md), any `Settings`
+    field as a keyword (timeouts, heartbeats, restart limits), and Skyward's `options=sky.Options(...)`
+    (each field the keyword it means, runtime/options.py).
 
     What each node must have: `accelerator` (`"A100"`, `"A100:8"` or `sky.accelerators.A100()`),
     `vcpus` (or `cpus`), `memory_gb`, `allocation` (`"spot"`, `"on-demand"`, `"spot-if-available"`,
@@ -123,8 +124,12 @@ class Pool(PoolCalls):
         ports: Any = None,
         autoscale_idle_timeout: float | None = None,
         autoscale_cooldown: float | None = None,
+        options: Options | None = None,
         **settings: Any,
     ) -> None:
+        if options is not None:  # Skyward's sky.Options: each field becomes the keyword it means (runtime/options.py)
+            (selection, worker, progress, autoscale_idle_timeout, autoscale_cooldown), settings = with_options(
+                options, selection, worker, progress, autoscale_idle_timeout, autoscale_cooldown, settings=settings)
         if isinstance(provider, Spec) or isinstance(nodes, Spec) or more_specs:  # Skyward's multi-provider form
             from .spec import pool_arguments
 

@@ -26,6 +26,7 @@ _EXPORTS = {  # (not annotated: `dict` is also a public name of this module, Sky
     "PipIndex": "skyhive.plugins.image",
     "function": "skyhive.runtime.compute",
     "Worker": "skyhive.runtime.concurrency",
+    "Options": "skyhive.runtime.options",
     "Spec": "skyhive.runtime.spec",
     "PendingCompute": "skyhive.runtime.compute",
     "PendingFunction": "skyhive.runtime.compute",
@@ -131,6 +132,7 @@ if TYPE_CHECKING:
     from skyhive.providers.accelerators import AcceleratorWarning as AcceleratorWarning
     from skyhive.runtime.compute import function as function
     from skyhive.runtime.concurrency import Worker as Worker
+    from skyhive.runtime.options import Options as Options
     from skyhive.runtime.spec import Spec as Spec
     from skyhive.runtime.compute import PendingCompute as PendingCompute
     from skyhive.runtime.compute import PendingFunction as PendingFunction

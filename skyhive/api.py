@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-_NAMES = ("Worker", "Spec", "Image", "PipIndex", "Pool", "ComputePool", "Compute", "InstanceInfo", "instance_info",
+_NAMES = ("Worker", "Options", "Spec", "Image", "PipIndex", "Pool", "ComputePool", "Compute", "InstanceInfo", "instance_info",
           "shard", "stdout", "stderr", "silent", "function", "gather", "sky", "PendingFunction")
 _PLUGIN_API = {"Plugin": "skyhive.plugins.api"}
 

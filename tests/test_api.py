@@ -33,6 +33,7 @@ PUBLIC = {
     "ComputePool", "Compute", "function", "accelerators", "integrations", "PipIndex", "AcceleratorWarning", "Worker",
     "jobs",  # managed jobs (docs/jobs.md)
     "Spec", "PendingCompute", "PendingFunction", "sky", "main",
+    "Options",  # Skyward's sky.Options (docs/seeds.md)
     "dict", "set", "counter", "queue", "barrier", "lock",  # Skyward's distributed collections
 }
 
