@@ -27,8 +27,8 @@ from typing import Any
 from .taskfile import Task, TaskFileError, load
 from .values import ENV_NAME, accelerator_share, check_task_name, parse_accelerators, parse_amount, parse_env_overrides
 
-__all__ = ["add_task_flags", "task_from_args", "narrow_offers", "task_before_hosts", "read_env_file", "resource_overrides",
-           "idle_minutes"]
+__all__ = ["add_task_flags", "task_from_args", "narrow_offers", "task_before_hosts", "read_env_file",
+           "resource_overrides", "idle_minutes"]
 
 log = logging.getLogger("skyhive.commands.taskflags")
 
