@@ -17,6 +17,7 @@ A bad value is a `TaskFileError` naming the option and the value (exit code 2, n
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 from dataclasses import replace
@@ -26,8 +27,10 @@ from typing import Any
 from .taskfile import Task, TaskFileError, load
 from .values import ENV_NAME, accelerator_share, check_task_name, parse_accelerators, parse_amount, parse_env_overrides
 
-__all__ = ["add_task_flags", "task_from_args", "task_before_hosts", "read_env_file", "resource_overrides",
-           "idle_minutes"]
+__all__ = ["add_task_flags", "task_from_args", "narrow_offers", "task_before_hosts", "read_env_file",
+           "resource_overrides", "idle_minutes"]
+
+log = logging.getLogger("skyhive.commands.taskflags")
 
 _NONE = "none"  # SkyPilot: "Passing "none" resets the config"
 
@@ -98,9 +101,45 @@ def task_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None =
         hosts = hosts or infra.hosts
     task = task.with_overrides(nodes=args.nodes, provider=provider, hosts=hosts, env=env, secrets=secrets,
                                workdir=args.workdir, resources=resources)
+    if provider is not None and task.resources.alternatives:
+        flag = f"--infra {args.infra}" if getattr(args, "infra", None) is not None else f"--provider {provider}"
+        place = {k: v for k, v in resources.items() if k in ("region", "zone", "provider_options")}
+        task = narrow_offers(task, flag, place)
     if getattr(args, "task_name", None) is not None:  # SkyPilot's -n/--name (an empty one is refused too)
         task = replace(task, name=check_task_name(args.task_name, "-n/--name"))
     return task
+
+
+def narrow_offers(task: Task, flag: str, place: Mapping[str, Any]) -> Task:
+    """The offers of `resources.any_of` / `ordered` (or of several accelerators) with the command line's
+    provider applied to every one, as SkyPilot applies `--infra` / `--cloud` to every candidate: an entry
+    on another provider is dropped, the others take the provider and `place` (the infra's region, zone
+    and options; `--infra aws` resets an entry's region). One offer left is the task's resources; offers
+    that differ only in an accelerator the provider takes as advice (Local's) are the first of them, as
+    one accelerator would be (a machine without it warns, the task runs). None left is a `TaskFileError`
+    naming `flag` and every entry."""
+    from ...providers.registry import provider_class
+
+    res = task.resources
+    key = "resources.any_of" if "resources.any_of" in dict(task.lines) else \
+        "resources.ordered" if "resources.ordered" in dict(task.lines) else "resources.accelerators"
+    kept = [replace(a, provider=res.provider, hosts=a.hosts or res.hosts, **place)
+            for a in res.alternatives if a.provider in (None, res.provider)]
+    if not kept:
+        entries = ", ".join(f"[{i}] {a.provider}" + (f"/{a.region}" if a.region else "")
+                            for i, a in enumerate(res.alternatives))
+        raise TaskFileError(f"{flag}: {task.line_of(key)}: none of the offers of {key} is on {res.provider} "
+                            f"({entries}): give an entry with infra: {res.provider}, or leave out {flag} to "
+                            f"search them all")
+    if len(kept) < len(res.alternatives):
+        log.info("%s: %d of %d offers of %s are on another provider than %s: dropped", flag,
+                 len(res.alternatives) - len(kept), len(res.alternatives), key, res.provider)
+    unplaced = [replace(a, accelerator=None, accelerator_count=0, accelerator_share=0.0) for a in kept]
+    advice = "accelerator" in provider_class(res.provider or "local").advisory
+    if len(kept) == 1 or (advice and all(u == unplaced[0] for u in unplaced)):
+        one = replace(kept[0], alternatives=(), order=res.order, autostop=res.autostop, volumes=res.volumes)
+        return replace(task, resources=one)
+    return replace(task, resources=replace(res, alternatives=tuple(kept)))
 
 
 def task_before_hosts(argv: list[str]) -> list[str]:

@@ -115,3 +115,69 @@ def test_ordered_tries_the_offers_in_the_given_order(clouds):
     assert [i["InstanceType"] for i in _aws_instances()] == ["p5.48xlarge"] and gce.instances == {}
     anyio.run(fallback.down, "p-ordered")
     assert _aws_instances() == []
+
+
+def _plan_with(flags: list[str], text: str, image: str, tmp_path):  # type: ignore[no-untyped-def]
+    """`skyhive launch FLAGS offers.yaml` as far as its plan: the command line's options applied to the task."""
+    import argparse
+
+    from skyhive.runtime.commands.taskflags import add_task_flags, task_from_args
+
+    path = tmp_path / "offers.yaml"
+    path.write_text(textwrap.dedent(text).replace("IMAGE", image))
+    parser = argparse.ArgumentParser()
+    add_task_flags(parser)
+    return plan_launch(task_from_args(parser.parse_args([*flags, str(path)]), environ={}))
+
+
+def test_infra_on_the_command_line_narrows_any_of_to_its_cloud(clouds, tmp_path):
+    """SkyPilot applies `--infra`/`--cloud` to every candidate: with `--infra gcp` the AWS entry of any_of is
+    dropped and the GCP one is launched (on the fake GCE; nothing on moto), though AWS's is the one a plain
+    search would try second and the file names both."""
+    moto, gce = clouds
+    planned = _plan_with(["--infra", "gcp"], ANY_OF, moto.image, tmp_path)
+    provider = planned.provider
+    assert provider.name == "gcp" and not isinstance(provider, Fallback)
+    assert planned.task.resources.alternatives == () and planned.task.resources.accelerator == "H100"
+    assert planned.task.resources.region is None  # `--infra gcp` resets the entry's us-central1, as SkyPilot's
+    handles = anyio.run(provider.launch, cluster_spec(planned.task, provider, "p-infra-gcp"), [0])
+    assert len(handles) == 1
+    assert [i["machineType"].rsplit("/", 1)[1] for i in gce.instances.values()] == ["a3-edgegpu-8g"]
+    assert _aws_instances() == []
+    anyio.run(provider.down, "p-infra-gcp")
+    assert gce.instances == {}
+
+
+def test_provider_on_the_command_line_keeps_the_ordered_entries_of_its_cloud_in_order(clouds, tmp_path):
+    """`--provider aws` over ordered [aws/us-west-2, gcp, aws/us-east-1]: the GCP entry is dropped, the two AWS
+    ones stay offers, in the given order, each in its own region."""
+    moto, _ = clouds
+    planned = _plan_with(["--provider", "aws"], """\
+        name: ordered
+        resources:
+          accelerators: H100:8
+          ordered:
+            - infra: aws/us-west-2
+            - infra: gcp/us-central1
+            - infra: aws/us-east-1
+              image_id: IMAGE
+        run: nvidia-smi
+        """, moto.image, tmp_path)
+    assert isinstance(planned.provider, Fallback) and planned.provider.order == "given"
+    candidates = planned.plan["candidates"]
+    assert [(c["cloud"], c["region"]) for c in candidates] == [("aws", "us-west-2"), ("aws", "us-east-1")]
+
+
+@pytest.mark.parametrize("flags", [["--infra", "azure"], ["--provider", "azure"], ["--infra", "local"]])
+def test_an_infra_that_no_entry_is_on_is_an_error_naming_it_and_the_entries(clouds, tmp_path, capsys, flags):
+    """None left after `--infra`: exit 2 naming the infra and every entry, nothing created anywhere."""
+    from skyhive.cli import main
+
+    moto, gce = clouds
+    path = tmp_path / "offers.yaml"
+    path.write_text(textwrap.dedent(ANY_OF).replace("IMAGE", moto.image))
+    assert main(["launch", "-y", *flags, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{' '.join(flags)}: " in err and "none of the offers of resources.any_of is on" in err
+    assert "[0] aws/us-east-1, [1] gcp/us-central1" in err
+    assert _aws_instances() == [] and gce.instances == {}

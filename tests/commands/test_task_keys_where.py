@@ -16,6 +16,7 @@ from skyhive.providers.fallback import Fallback
 from skyhive.providers.local import Local
 from skyhive.runtime.commands.resources import provider_for
 from skyhive.runtime.commands.taskfile import Autostop, TaskFileError, loads
+from tests.clusters.test_clusters import clean  # noqa: F401
 
 
 def _task(text: str):  # type: ignore[no-untyped-def]
@@ -203,3 +204,29 @@ def test_several_accelerators_without_cloud_credentials_stay_local_as_one_does(m
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
     assert isinstance(provider_for(_task("resources:\n  accelerators: [L4, T4]\nrun: x\n")), Local)
     assert isinstance(provider_for(_task("resources:\n  accelerators: L4\nrun: x\n")), Local)
+
+
+def test_skypilots_accelerator_list_on_a_named_pool_with_infra_local_runs_with_advice(clean, capsys):
+    """SkyPilot's tests/test_yamls/test_list_null_accelerators.yaml (verbatim in skypilot_yamls/, from
+    skypilot-org/skypilot; `accelerators: [T4: 1, V100: null]`, candidates) launched as its smoke test does,
+    with `--infra local`: SkyPilot filters the candidates to the infra given, and on Local accelerators are
+    advice, so the pool runs with Local's warning (it was refused, asking to name the infra it was given)."""
+    from pathlib import Path
+
+    from skyhive.runtime.clusters import record as records
+
+    yaml = Path(__file__).parent / "skypilot_yamls" / "test_list_null_accelerators.yaml"
+    assert main(["launch", "-y", "-c", "nulls", "--infra", "local", str(yaml)]) == 0
+    out, err = capsys.readouterr()
+    assert "Null should default to 1" in out and "search offers on several providers" not in err
+    assert "accelerator='T4' was asked for" in err  # the first candidate, as advice: Local warns
+    assert records.load("nulls").spec["provider"] == "local"
+    assert main(["down", "-y", "nulls"]) == 0
+    assert "nulls" not in records.names()
+
+
+def test_an_accelerator_list_on_a_named_pool_without_infra_is_still_refused(tmp_path, capsys):
+    """Without --infra nothing narrows the candidates to one provider: refused as before, naming what to do."""
+    (tmp_path / "t.yaml").write_text("resources:\n  accelerators: [T4, V100]\nrun: echo hi\n")
+    assert main(["launch", "-y", "-c", "offers", str(tmp_path / "t.yaml")]) == 2
+    assert "a named pool is kept on one" in capsys.readouterr().err
