@@ -63,10 +63,9 @@ SKYWARD_FOUND: dict[str, dict] = {
         "needs a MIG-capable NVIDIA GPU (sky.plugins.mig: not provided, not asked in issue 40: a GPU)")),
     "guides/19_fsdp_huggingface.py": dict(verdict=MACHINE, why=(
         "reads os.environ['HF_TOKEN'] (a HuggingFace token) and downloads a model and wikitext: no internet")),
-    "guides/20_fractional_gpus.py": dict(verdict=GAP, why=(
-        "sky.Options (Skyward's pool options object: provision_timeout, autoscale_*, console, ...) is not "
-        "provided — `sky.Compute(..., options=sky.Options(provision_timeout=600))` → AttributeError; past it the "
-        "program needs CUDA (torch.device('cuda')) and a model download: machine")),
+    "guides/20_fractional_gpus.py": dict(verdict=MACHINE, why=(
+        "no GPU: the program needs CUDA (torch.device('cuda')) and a model download; its "
+        "`sky.Compute(..., options=sky.Options(provision_timeout=600))` line runs (sky.Options, issue 40)")),
 }
 
 
@@ -169,11 +168,7 @@ SKYPILOT: list[Program] = [
         "sky launch -y -c {name} --infra aws tests/test_yamls/long_log_line.yaml",
         "sky logs {name} 1 | grep LONG_LOG_LINE_END"]),
     _sp("test_yamls/test_list_null_accelerators.yaml", ["tests/test_yamls/test_list_null_accelerators.yaml"], [
-        "sky launch -y -c {name} --infra aws tests/test_yamls/test_list_null_accelerators.yaml"],
-        verdict=GAP, why="an accelerators list ([T4: 1, V100: null], candidates) on a named pool is refused even "
-        "with --infra local pinning one provider (`resources.any_of / ordered (or several accelerators) search "
-        "offers on several providers ... name it (e.g. infra: aws/us-east-1)`: it is named); one accelerator "
-        "runs on Local with an AcceleratorWarning — on this machine neither GPU exists either way"),
+        "sky launch -y -c {name} --infra aws tests/test_yamls/test_list_null_accelerators.yaml"]),
     _sp("test_yamls/autostop.yaml", ["tests/test_yamls/autostop.yaml"], [
         "sky launch -y -c {name} --infra aws tests/test_yamls/autostop.yaml",
         "sky status {name}"]),
