@@ -431,14 +431,20 @@ class WorkerChannel:
                 self._broken(f"the link failed while sending buffers: {exc}")
 
     def cancel(self, task_id: int, *, grace: float) -> None:
-        """Ask the worker to stop a task; the caller stops waiting now, the slot frees on its Result.
-        If the task is still there `grace` seconds later, the worker is killed (its supervisor starts
-        a new one)."""
+        """Ask the worker to stop a task; the caller stops waiting now (its future is cancelled), the
+        slot frees on its Result. If the task is still there `grace` seconds later, the worker is
+        killed (its supervisor starts a new one)."""
         call = self.calls.get(task_id)
-        if call is None:
+        if call is None or call.abandoned:  # (cancelled already: its waiter, woken, cancels it again)
             return
         call.abandoned = True
-        call.future = None
+        future, call.future = call.future, None
+        if future is not None and not future.done():
+            # a waiter that is not itself being cancelled (a `pool.submit` task, when the pool is left
+            # by Ctrl-C: `interrupt.cancel_in_flight`) ends now; a future merely dropped would leave it
+            # pending on nothing, for the garbage collector to destroy ("Task was destroyed but it is
+            # pending!") or the event loop's close to cancel, whichever came first
+            future.cancel()
         if self.usable:
             self._send(Cancel(task_id=task_id))
         asyncio.get_running_loop().call_later(grace, self._enforce_cancel, task_id, grace)

@@ -565,3 +565,31 @@ def test_a_client_attaching_while_autostop_runs_waits_for_it_and_is_told_the_poo
     assert "pids" not in result, result
     assert re.search(r"pool 'train' was stopped by autostop on \S+ while this client attached", str(result["error"])), \
         repr(result["error"])
+
+
+def test_attach_names_a_host_whose_worker_is_gone_and_records_only_live_workers(two_hosts, skyhive_home):
+    """Taking a kept pool over finds each worker on its host by the command line that serves its socket
+    (issue 42: `launch -c` once recorded a pid that was not alive). The finding script's own command line
+    names the socket and the worker module too: it found itself whenever its /proc entry came first in
+    the glob's (text) order — always when no worker serves the socket (a dead worker "taken over" under
+    the script's pid, not refused), and when a live one's pid sorted after it (pid 9999 before 10000 or a
+    pid wrapped past pid_max): the record then held a pid gone a moment later."""
+    from skyhive.errors import ProvisionError
+
+    hosts = two_hosts
+    pids = kept_pool_pids(hosts)
+    rec = json.loads((Path(skyhive_home) / "clusters" / "train" / "record.json").read_text())
+    by_node = {w["node"]: w["pid"] for w in rec["workers"]}
+    with sky.Pool.attach("train", output=None) as pool:  # every worker taken over: the record names them
+        assert sorted(pool.broadcast(os.getpid)) == pids
+    rec = json.loads((Path(skyhive_home) / "clusters" / "train" / "record.json").read_text())
+    assert sorted(w["pid"] for w in rec["workers"]) == pids and all(process_alive(p) for p in pids)
+    os.kill(by_node[1], signal.SIGKILL)  # node 1's worker dies (its socket file stays)
+    wait_for(lambda: not process_alive(by_node[1]), 30, "node 1's worker to die")
+    with pytest.raises(ProvisionError) as info:
+        with sky.Pool.attach("train", output=None):
+            pass
+    assert "node 1 worker 0" in str(info.value) and hosts[1].host in str(info.value)
+    assert "is gone (nobody serves" in str(info.value)
+    rec = json.loads((Path(skyhive_home) / "clusters" / "train" / "record.json").read_text())
+    assert [w["pid"] for w in rec["workers"] if w["node"] == 0] == [by_node[0]]  # node 0's, untouched

@@ -11,8 +11,10 @@ import subprocess
 import sys
 import textwrap
 
+import anyio
 import pytest
 
+import skyhive as sky
 from tests.procs import wait_gone
 
 WORK = textwrap.dedent("""\
@@ -88,3 +90,42 @@ def test_a_script_that_catches_ctrl_c_itself_gets_no_message(tmp_path):
     done, worker = interrupt(tmp_path, caught)
     assert wait_gone({worker}, timeout=30) == set()
     assert done.returncode == 0 and "CAUGHT" in done.stdout and done.stderr == ""
+
+
+def _started_then_sleeps(marker: str) -> None:
+    import pathlib
+    import time
+
+    pathlib.Path(marker).write_text("started")
+    time.sleep(600)
+
+
+def test_a_submitted_future_of_a_pool_left_by_ctrl_c_ends_cancelled_at_once(tmp_path):
+    """The race behind "Task was destroyed but it is pending!" at a Ctrl-C'd script's exit (issue 42):
+    a pool left by Ctrl-C cancels its calls in flight (`cancel_in_flight`), and a `pool.submit` future's
+    task — no caller of its own to cancel it — must end then, cancelled. It used to be left waiting on
+    a reply future the channel had dropped: pending on nothing, referenced only from a garbage cycle,
+    so whichever came first, the garbage collector (destroying it pending) or the event loop's close,
+    ended it. Here the loop runs on after the pool closed, so a task left pending never ends."""
+    marker = tmp_path / "started"
+
+    async def main():
+        fut = None
+        try:
+            async with sky.Pool(provider=sky.Local(), nodes=1, output=None) as pool:
+                fut = pool.submit(_started_then_sleeps, str(marker))
+                with anyio.fail_after(120):
+                    while not marker.exists():  # the call runs on the node
+                        await anyio.sleep(0.05)
+                raise KeyboardInterrupt  # (what Ctrl-C raises in a script: the pool is left by it)
+        except KeyboardInterrupt:
+            pass
+        assert fut is not None
+        with anyio.move_on_after(60):  # a bound, not a margin: it ends at once (or never, before the fix)
+            while not fut.done():
+                await anyio.sleep(0.05)
+        # (checked here, on the running loop: its close would cancel a task left pending)
+        assert fut.done(), "the submitted call's task was left pending after its pool closed"
+        assert fut.cancelled()
+
+    anyio.run(main)

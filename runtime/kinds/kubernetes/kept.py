@@ -177,9 +177,11 @@ class KeptPodWorker(WorkerProcess):
 
 
 async def _server_pid(reach: PodReach, sock: str) -> int | None:
-    """The pid of the live worker serving `sock` in the pod, or None (never connects to it)."""
-    find = (f"for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline 2>/dev/null | grep -q -- "
-            f"{shlex.quote('--socket ' + sock)} && echo ${{d#/proc/}} && exit 0; done; true")
+    """The pid of the live worker serving `sock` in the pod, or None (never connects to it): the process
+    whose arguments are `--socket SOCK`, not one whose command line merely holds that text — this
+    script's own does (it found itself whenever its /proc entry came first in the glob's text order)."""
+    find = (f"for d in /proc/[0-9]*; do tr '\\0' '\\n' < $d/cmdline 2>/dev/null | grep -A1 -xF -- --socket | "
+            f"grep -qxF -- {shlex.quote(sock)} && echo ${{d#/proc/}} && exit 0; done; true")
     done = await exec_command(reach, find, timeout=30)
     text = done.stdout.strip().splitlines()
     return int(text[0]) if text and text[0].isdigit() else None

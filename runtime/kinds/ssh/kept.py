@@ -31,11 +31,13 @@ __all__ = ["start_kept_worker", "remote_server_pid", "AttachHold"]
 
 SOCKET_PATH_MAX = 100
 
-#: Prints the pid of the live worker serving "$1" (its command line names the socket), if any.
+#: Prints the pid of the live worker serving "$1" (its command line says `--socket "$1"`), if any. Not
+#: merely a process whose arguments include "$1" and "$2": this script's own do (it found itself whenever
+#: its /proc entry came first in the glob's text order, e.g. pid 10000 before 9999, or no worker ran).
 _FIND = r"""
 for d in /proc/[0-9]*; do
   [ -O "$d" ] || continue
-  if tr '\0' '\n' < "$d/cmdline" 2>/dev/null | grep -qxF -- "$1"; then
+  if tr '\0' '\n' < "$d/cmdline" 2>/dev/null | grep -A1 -xF -- --socket | grep -qxF -- "$1"; then
     if tr '\0' '\n' < "$d/cmdline" 2>/dev/null | grep -qF -- "$2"; then
       case $(sed 's/^.*) //' "$d/stat" 2>/dev/null) in Z*|X*|"") ;; *) echo "${d#/proc/}"; exit 0 ;; esac
     fi

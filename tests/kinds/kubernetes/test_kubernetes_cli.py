@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import textwrap
+import time
 
 import pytest
 
@@ -189,3 +190,28 @@ def test_autostop_ends_the_pods_and_status_deletes_them(kube_task, fake_k8s, sky
     status = skyhive("status", cwd=tmp_path)
     assert status.returncode == 0 and "no named pools" in status.stdout, (status.stdout, status.stderr)
     assert fake_k8s.cluster.pods == {}
+
+
+def test_exec_on_a_pool_whose_worker_is_gone_names_the_pod(kube_task, fake_k8s, skyhive_home, tmp_path):
+    """Taking a kept pod's worker over finds it by the process whose arguments are `--socket <its socket>`
+    (issue 42). The finding script's own command line held that text too, so it found itself whenever its
+    /proc entry came first in the glob's text order — always when no worker serves the socket: a dead
+    worker was "taken over" under the script's pid instead of named."""
+    import signal
+
+    from tests.infra.sshd import process_alive
+
+    launched = skyhive("launch", "-y", "-c", "kt", str(kube_task), "--infra", "k8s", cwd=tmp_path, timeout=300)
+    assert launched.returncode == 0, (launched.stdout[-3000:], launched.stderr[-3000:])
+    rec = record(skyhive_home, "kt")
+    pods = rec["provider_info"]["pods"]
+    dead = next(w["pid"] for w in rec["workers"] if w["node"] == 1)
+    os.kill(dead, signal.SIGKILL)  # (the fake's pods share this machine's process table)
+    deadline = time.monotonic() + 30
+    while process_alive(dead) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not process_alive(dead)
+    again = skyhive("exec", "kt", "echo again", cwd=tmp_path, timeout=300)
+    assert again.returncode != 0
+    said = again.stdout + again.stderr  # (the job's agent reports why the job could not start)
+    assert f"node 1 worker 0 in pod {pods[1]} is gone (nobody serves" in said, said[-4000:]
