@@ -150,7 +150,10 @@ class Local(Provider):
         handed to a node that failed first (see `Provider.end_early`)."""
         started, _ = self._early.pop(pool_id, ((), 1))
         for worker in started:
-            worker.discard()  # (nothing for one a transport took)
+            if worker.taken:
+                worker.reap()  # (ended with its node: reaped here if a start cut short left it unwaited)
+            else:
+                worker.discard()
 
     def head_port(self, spec: ClusterSpec) -> int:
         with socket.socket() as s:

@@ -85,6 +85,17 @@ class EarlyWorker:
             pass
         self.popen.wait()
 
+    def reap(self) -> None:
+        """At its pool's end, a worker a transport took: ended by then (its transport killed it), it is
+        waited for here if nothing did — a start cut short (the pool's `start_timeout`, a failure) can
+        cancel the transport's wait before it reaped the process. One still running is killed first."""
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.popen.wait()
+
 
 def start_early(count: int, cwd: str, argv: Sequence[str], env: Mapping[str, str]) -> list[EarlyWorker]:
     """Spawn `count` workers running `argv` in `cwd`, this process's environment and `env` theirs, that

@@ -25,6 +25,7 @@ from ..providers.base import Provider
 from ..providers.limits import check_node_count
 from ..providers.local import Local
 from .calls import PoolCalls
+from .pool_views import PoolViews
 from .concurrency import Worker, check_plugins
 from .common.selection import OutputSpec, selector
 from .options import Options, with_options
@@ -34,9 +35,6 @@ from .common.settings import Settings
 from .spec import Spec
 
 if TYPE_CHECKING:
-    from .events.state import PoolState
-    from .events.stream import EventStream
-    from .output.router import OutputStream
     from .actors.pool_actor import PoolRuntime
     from ..plugins.image import Image
     from ..providers.accelerators import Accelerator
@@ -50,7 +48,7 @@ log = logging.getLogger("skyhive.pool")
 
 
 
-class Pool(PoolCalls):
+class Pool(PoolViews, PoolCalls):
     """A pool of nodes from `provider`, each running `processes_per_node` worker processes.
 
     Parameters: `provider` (default `Local()`; a list: tried in turn, `order="price"` — Skyward's
@@ -164,9 +162,10 @@ class Pool(PoolCalls):
             from ..providers.fallback import Fallback
 
             provider = Fallback(provider, order=selection or order)  # "price"/"cheapest": cheapest first
-        self.provider = provider if provider is not None else Local()
-        if not isinstance(self.provider, Provider):
-            raise TypeError(f"Pool(provider=...) needs a skyhive provider, got {type(self.provider).__name__}")
+        chosen = provider if provider is not None else Local()
+        if not isinstance(chosen, Provider):
+            raise TypeError(f"Pool(provider=...) needs a skyhive provider, got {type(chosen).__name__}")
+        self.provider: Provider = chosen
         most = self.elastic[1] if self.elastic is not None else nodes
         check_node_count(self.provider, most, f"Pool(nodes={self._nodes_text(nodes)})")  # at once: no pool log, no node record
         plugins = check_pool_args(plugins=plugins, image=image, name=name, log_events=log_events, progress=progress,
@@ -445,88 +444,6 @@ class Pool(PoolCalls):
         from .actors.driver import RuntimeDriver
 
         return RuntimeDriver(self._runtime)
-
-    @property
-    def id(self) -> str:
-        """The pool id (names its event log: `skyhive ls`, `skyhive down`)."""
-        return self._runtime.pool_id
-
-    @property
-    def state(self) -> PoolState:
-        """The pool's state, folded from its events."""
-        return self._runtime.log.state
-
-    @property
-    def dropped(self) -> dict[int, str]:
-        """The nodes left out when the pool started (`min_nodes`): node index -> why it failed."""
-        return dict(self._runtime.membership.dropped)
-
-    def current_nodes(self) -> int:
-        """How many nodes the pool has now: its members (an elastic pool, `nodes=(min, max)`, between
-        its min and max; a node starting is not counted until it is ready)."""
-        return len(self._runtime.members())
-
-    @property
-    def log_path(self) -> str | None:
-        path = self._runtime.log.path
-        return str(path) if path is not None else None
-
-    def statistics(self) -> dict[str, Any]:
-        """A snapshot: nodes and their states, workers and their load, task counters, retries and
-        node replacements (done, and under way)."""
-        rt = self._runtime
-        st = rt.log.state
-        return {
-            "pool_id": rt.pool_id,
-            "status": st.status,
-            "nodes": {n.index: n.state.value for n in rt.nodes},
-            "workers": {(n.index, i): c.load for n in rt.nodes for i, c in enumerate(n.channels) if c is not None},
-            "tasks_submitted": st.tasks_submitted,
-            "tasks_in_flight": st.tasks_in_flight,
-            "tasks_ok": st.tasks_ok,
-            "tasks_failed": st.tasks_failed,
-            "tasks_cancelled": st.tasks_cancelled,
-            "tasks_lost": st.tasks_lost,
-            "retries": self._retries,
-            "replacements": st.replacements,  # nodes replaced (`replace_failed=True`)
-            "replacing": sorted(i for i in range(len(rt.nodes)) if rt.loss_policy.replacing(i)),
-            # an elastic pool (`nodes=(min, max)`): its range, its nodes now, and the calls waiting for a slot
-            "elastic": self.elastic[:2] if self.elastic is not None else None,
-            "members": sorted(n.index for n in rt.members()),
-            "waiting": rt.waiting,
-            "output_records": rt.router.records,
-            "output": rt.router.statistics(),
-        }
-
-    # ---- observing ---------------------------------------------------------------------------------
-
-    def events(self, *, replay: bool = False, max_buffer: int | None = None) -> EventStream:
-        """The pool's events as they happen (with `replay`, first the recent ones kept in memory).
-
-        An async iterator (and async context manager) registered when created, so no event after
-        this call is missed. It ends when the pool closes, after the events it holds. One that falls
-        more than `max_buffer` characters behind (about 200 per event plus the text of output events;
-        default 16 MiB) is detached and raises `EventsStalled` after the events it still holds.
-        `break` or `aclose()` releases it.
-        """
-        if max_buffer is None:
-            return self._runtime.log.subscribe(replay=replay)
-        return self._runtime.log.subscribe(replay=replay, max_buffer=max_buffer)
-
-    def output(self, *, max_buffer: int | None = None, stall_timeout: float | None = None) -> OutputStream:
-        """Every piece of output the workers write, as `OutputRecord`s, whatever is printed.
-
-        An async iterator (and async context manager) registered when created. If it falls more than
-        `max_buffer` characters behind, the workers are slowed down (nothing is dropped); one that
-        takes nothing for `stall_timeout` seconds while workers wait is detached and raises
-        `OutputStalled` after the records it still holds. `break` or `aclose()` releases it.
-        """
-        kw: dict[str, Any] = {}
-        if max_buffer is not None:
-            kw["max_buffer"] = max_buffer
-        if stall_timeout is not None:
-            kw["stall_timeout"] = stall_timeout
-        return self._runtime.router.subscribe(**kw)
 
 
 #: The seeds' names for `Pool` (`sky.ComputePool(...)`, `sky.Compute(...)`): the same class.

@@ -1,7 +1,7 @@
 """No private reach-through (issue 37, done-when 1), read from the source with `ast`:
 
-- the pool's actors (`runtime/actors/`) are imported only by themselves and by `runtime/pool.py` and
-  `runtime/calls.py` — every import counts, inside functions and under `TYPE_CHECKING` too; what drives
+- the pool's actors (`runtime/actors/`) are imported only by themselves and by `runtime/pool.py` (with
+  its views, `runtime/pool_views.py`) and `runtime/calls.py` — every import counts, inside functions and under `TYPE_CHECKING` too; what drives
   a live pool from above goes through `Pool.driver()` (`runtime/nodes/driver.py`);
 - `obj._name` is read only where `_name` is the folder's own: a private name is used in the folder
   (directory) that defines it (a `def`/`class`, an assignment to `self._name` or to a class or module
@@ -21,7 +21,7 @@ from tests.test_import_graph import PACKAGES, ROOT
 
 ACTORS = "skyhive.runtime.actors"
 #: the modules (besides the actors themselves) that may import the actors
-ACTORS_MAY_BE_IMPORTED_BY = {"skyhive.runtime.pool", "skyhive.runtime.calls"}
+ACTORS_MAY_BE_IMPORTED_BY = {"skyhive.runtime.pool", "skyhive.runtime.pool_views", "skyhive.runtime.calls"}
 #: the standard library's documented "private" names
 STDLIB_PUBLIC = {"_exit", "_getframe", "_current_frames", "_replace", "_asdict", "_fields", "_make",
                  "_field_defaults",

@@ -21,11 +21,19 @@ def classify(texts: list[str]) -> dict:
     return {"n": len(texts), "node": info.node}
 
 
+def _children(thread: str) -> list[str]:
+    try:  # (a thread may end between the listing and the read)
+        with open(f"/proc/self/task/{thread}/children") as fh:
+            return fh.read().split()
+    except FileNotFoundError:
+        return []
+
+
 def no_child_left() -> None:
     """Wait (generous deadline) until this process has no child process: the pool's workers are gone."""
     deadline = time.monotonic() + 60
     while True:
-        kids = [k for t in os.listdir("/proc/self/task") for k in open(f"/proc/self/task/{t}/children").read().split()]
+        kids = [k for t in os.listdir("/proc/self/task") for k in _children(t)]
         if not kids:
             return
         assert time.monotonic() < deadline, f"processes left behind: {kids}"

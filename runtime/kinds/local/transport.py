@@ -228,6 +228,7 @@ class _EarlyProcess:
                     def ready() -> None:
                         loop.remove_reader(fd)
                         os.close(fd)
+                        self._popen.poll()  # reaped now, even if the wait that asked was cancelled
                         if not exited.done():
                             exited.set_result(None)
 
