@@ -98,19 +98,6 @@ async def test_an_aws_node_never_bootstrapped_terminates_by_its_boot_time_limit(
     assert leftovers() == NOTHING_LEFT
 
 
-@pytest.fixture
-def gce(monkeypatch, tmp_path):
-    fake = FakeGCE(project="proj-1")
-    install_fakes(monkeypatch, fake)
-    key = tmp_path / "sa.json"
-    fake.service_account_file(key)
-    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
-    for name in ("GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "no-gcloud"))
-    return fake
-
-
 def test_a_gcp_node_never_bootstrapped_stops_by_its_boot_time_limit_and_down_deletes_it(gce, tmp_path):
     provider = GCP(region="us-east1", timeouts=FAST)
     handles = anyio.run(provider.create, ClusterSpec(pool_id="p-ttl-gce", nodes=2))

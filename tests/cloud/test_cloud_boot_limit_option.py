@@ -127,19 +127,6 @@ async def test_an_aws_boot_limit_reaches_each_node_user_data_and_none_turns_it_o
     assert leftovers() == NOTHING_LEFT
 
 
-@pytest.fixture
-def gce(monkeypatch, tmp_path):
-    fake = FakeGCE(project="proj-1")
-    install_fakes(monkeypatch, fake)
-    key = tmp_path / "sa.json"
-    fake.service_account_file(key)
-    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
-    for name in ("GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "no-gcloud"))
-    return fake
-
-
 def _startup_scripts(gce: FakeGCE) -> set[str]:
     return {{i["key"]: i["value"] for i in body["metadata"]["items"]}["startup-script"] for body in gce.inserts}
 

@@ -19,25 +19,10 @@ from skyhive.providers.cloud.gcp import GCP
 from skyhive.providers.cloud.keys import pool_key
 
 from tests.cloud.fake_gce import FakeGCE
-from tests.cloud.fake_http import install_fakes
 
 pytestmark = [pytest.mark.loopback_only]
 
 FAST = CloudTimeouts(poll=0.01, running=30, terminate=30, cleanup=30, visibility_grace=1)
-
-
-@pytest.fixture
-def gce(monkeypatch, tmp_path):
-    """A FakeGCE behind `requests`, and GOOGLE_APPLICATION_CREDENTIALS naming a service account it trusts."""
-    fake = FakeGCE(project="proj-1")
-    install_fakes(monkeypatch, fake)
-    key = tmp_path / "sa.json"
-    fake.service_account_file(key)
-    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
-    for name in ("GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "no-gcloud"))
-    return fake
 
 
 def _metadata(body: dict) -> dict[str, str]:

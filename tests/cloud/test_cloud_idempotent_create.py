@@ -13,7 +13,6 @@ from skyhive.providers.cloud.base import CloudTimeouts
 from skyhive.providers.cloud.digitalocean import DigitalOcean
 from skyhive.providers.cloud.gcp import GCP
 from tests.cloud.fake_do import FakeDO
-from tests.cloud.fake_gce import FakeGCE
 from tests.cloud.fake_http import install_fakes
 
 pytestmark = [pytest.mark.loopback_only]
@@ -21,15 +20,6 @@ pytestmark = [pytest.mark.loopback_only]
 FAST = CloudTimeouts(poll=0.01, running=30, terminate=30, cleanup=30, visibility_grace=1)
 NODES = 3
 QUICK_RETRY = RetryPolicy(attempts=4, initial_delay=0.01, max_delay=0.05)
-
-
-@pytest.fixture
-def gce(monkeypatch, tmp_path):
-    fake = FakeGCE(project="proj-1")
-    install_fakes(monkeypatch, fake)
-    fake.service_account_file(tmp_path / "sa.json")
-    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "sa.json"))
-    return fake
 
 
 @pytest.mark.parametrize("fault", [(403, "rateLimitExceeded", False), (503, "backendError", True)],
