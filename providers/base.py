@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from ..errors import NodeUnreachable, ProvisionError
@@ -99,6 +99,11 @@ class LocalReach(Reach):
     # workers started before the pool knew them (`Local.start_early`, `local_early.py`): the transport
     # takes them instead of spawning, while they last
     early: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+
+    def __getstate__(self) -> list[Any]:
+        # a reach saved (a managed job's avoided nodes) is data: its early workers are live processes of
+        # this client and stay out of it
+        return [() if f.name == "early" else getattr(self, f.name) for f in fields(self)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

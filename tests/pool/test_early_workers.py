@@ -151,3 +151,24 @@ for attempt in range(25):
 print("RESULT " + json.dumps({"left": left}))
 """, tmp_path)
     assert result["left"] == {}  # no process, no zombie, after any of the 25 starts
+
+
+def test_a_handle_whose_reach_holds_early_workers_is_saved_without_them() -> None:
+    """A managed job saves the handles of the nodes it lost (`store.save_avoided`, pickled): a Local node's
+    reach that holds the workers started early (live processes, their pipes and locks) is saved as data, without
+    them (`TypeError: cannot pickle '_thread.lock' object` failed the job's recovery)."""
+    import pickle
+    import threading
+
+    from skyhive.providers.base import LocalReach, NodeHandle
+
+    class Live:  # stands for an EarlyWorker: a process with its lock
+        lock = threading.Lock()
+
+        def __init__(self) -> None:
+            self.held = threading.Lock()
+
+    handle = NodeHandle(node=0, provider_id="local-p-0", private_addr="127.0.0.1",
+                        reach=LocalReach(cwd="/work", build_env=True, early=(Live(), Live())))
+    again = pickle.loads(pickle.dumps([handle]))[0]
+    assert again == handle and again.reach.early == () and again.reach.cwd == "/work" and again.reach.build_env
