@@ -22,6 +22,7 @@ import anyio
 
 from ..errors import PoolClosed
 from ..providers.base import Provider
+from ..providers.features import Feature
 from ..providers.limits import check_node_count
 from ..providers.local import Local
 from .calls import PoolCalls
@@ -297,12 +298,12 @@ class Pool(PoolViews, PoolCalls):
             from .storage.pool import open_mounts
 
             self._storage, plugin = await open_mounts(self.mounts, self.name,
-                                                      same_python=self.provider.same_machine)
+                                                      same_python=Feature.SAME_MACHINE in self.provider.features)
             spec_plugins = (plugin, *spec_plugins)
         if image is not None or spec_plugins:
             from ..plugins.api import PoolView, apply_transforms
 
-            view = PoolView(provider=self.provider.name, same_machine=self.provider.same_machine,
+            view = PoolView(provider=self.provider.name, same_machine=Feature.SAME_MACHINE in self.provider.features,
                             accelerator=self.accelerator, nodes=self.nodes, processes_per_node=self.processes_per_node)
             image = apply_transforms(spec_plugins, image, view)
         # the runtime, imported here: the workers started early (`_start_early`) start meanwhile

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..providers.base import ClusterSpec, NodeHandle, Provider, ProvisionError
 from ..providers.delegating import Delegating
+from ..providers.features import Feature
 
 if TYPE_CHECKING:
     from ..providers.accelerators import Accelerator
@@ -86,7 +87,7 @@ def _price(spec: Spec) -> float | None:
     price = plan.get("spot_price_per_hour") if spec.allocation == "spot" else None  # a spot Spec: its spot price
     if not isinstance(price, (int, float)):
         price = plan.get("price_per_hour")
-    if price is None and spec.provider.fixed_machines:
+    if price is None and Feature.CREATES_MACHINES not in spec.provider.features:
         return 0.0
     return None if price is None else float(price)
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import anyio
 
 from ...providers.base import Provider
+from ...providers.features import Feature
 from .node import NodeActor, stop_nodes
 from .provisioning import with_retries
 
@@ -29,7 +30,7 @@ __all__ = ["stop_nodes", "release_nodes"]  # (stop_nodes lives beside NodeActor.
 async def release_nodes(nodes: Sequence[NodeActor], provider: Provider) -> list[str]:
     """Close each stopped node's transport and terminate it: terminating -> terminated. Returns the
     errors of the terminations that failed (never raises for the provider's failure)."""
-    if provider.bulk_teardown:
+    if Feature.BULK_TEARDOWN in provider.features:
         for node in nodes:
             await node.close_transport()
         return await _terminate_in_bulk(nodes, provider)

@@ -49,7 +49,7 @@ def machine_fields(provider: Provider, handles: Sequence[NodeHandle]) -> dict[st
     `provider_info`: nothing for fixed machines (your hosts, this machine); for machines made to order,
     the provider's description (rebuilt, credentials aside, to stop or terminate them), their ids (what
     `down` terminates) and what one runs to power itself off (the autostop watchdog on it: `power_off`)."""
-    if provider.fixed_machines:
+    if Feature.CREATES_MACHINES not in provider.features:
         return {}
     described = provider.describe()
     return {"cloud": described, "instances": [h.provider_id for h in handles],

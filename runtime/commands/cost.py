@@ -4,7 +4,7 @@ Read from the pools' event logs (`events.inventory`: each pool's provider, its p
 when its first node ran and when it stopped) and the managed jobs' records (`managed.store`: the pools of
 each attempt). Nothing is asked of a cloud. A pool is counted from its first node that ran to its stop
 (or now, while it runs), at the price its provider planned (on-demand, or spot for a spot pool); a
-pool on machines that exist already (Local, SSH, Slurm: `Provider.fixed_machines`) costs nothing here;
+pool on machines that exist already (Local, SSH, Slurm: without `Feature.CREATES_MACHINES`) costs nothing here;
 any other pool whose price is not known says so ("unknown") instead of counting it as free. A managed
 job is the sum of its attempts' pools (unknown when one of them is).
 """
@@ -42,10 +42,11 @@ class CostRow:
 
 
 def _own_machines(provider: str) -> bool:
+    from ...providers.features import Feature
     from ...providers.registry import provider_class
 
     try:
-        return bool(provider_class(provider).fixed_machines)
+        return Feature.CREATES_MACHINES not in provider_class(provider).features
     except Exception:  # noqa: BLE001 - a provider not installed here: its price is not known
         return False
 

@@ -66,14 +66,14 @@ def refused(task: Task, cls: type[Provider]) -> list[str]:
     """What of the task's resources the provider class `cls` can neither choose, check nor take (one
     message each, naming the field, its option and the provider)."""
     problems = []
+    existing = Feature.CREATES_MACHINES not in cls.features  # machines that exist already: checked on each node
     for key, value in _wanted(task).items():
-        if key in cls.chooses or (cls.fixed_machines and key != "spot"):
+        if key in cls.chooses or (existing and key != "spot"):
             continue
         field, flag = _CHOSEN[key]
         flag = flag if key == "spot" else f"{flag} {value}"
         if key == "spot":
-            why = "it runs on machines that exist already, none of them spot" if cls.fixed_machines else \
-                "it has no spot instances"
+            why = "it runs on machines that exist already, none of them spot" if existing else "it has no spot instances"
         else:
             why = f"it does not choose machines by {field.rpartition('.')[2]} yet"
         problems.append(f"{field} ({flag}): the {cls.name} provider cannot honour it: {why}")
@@ -207,7 +207,7 @@ def pin_machine(task: Task, provider: Provider) -> tuple[Task, dict[str, Any]]:
 
 def node_requirements(task: Task, provider: Provider) -> dict[str, Any]:
     """What each node must have, checked on the node before setup (providers of fixed machines only)."""
-    if not provider.fixed_machines:
+    if Feature.CREATES_MACHINES in provider.features:
         return {}
     res = task.resources
     out: dict[str, Any] = {}

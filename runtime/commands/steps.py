@@ -43,7 +43,7 @@ class TaskSteps:
     requirements: dict[str, Any] = field(default_factory=dict)
     cluster_info: str = ""
     num_nodes: int = 0  # the task's nodes: fewer than the pool has run on its first N (`skyhive exec`)
-    own_home: bool = False  # each node its own home (`Provider.node_homes`): workdir, mounts and setup per node
+    own_home: bool = False  # each node its own home (`Feature.NODE_HOMES`): workdir, mounts and setup per node
     buckets: tuple[Any, ...] = ()  # bucket file_mounts (runtime.storage.spec.Mount): access resolved when run
 
 

@@ -27,6 +27,7 @@ from anyio import CancelScope
 from ...errors import LaunchError
 from ...providers.accelerators import AcceleratorWarning
 from ...providers.base import ClusterSpec, Provider
+from ...providers.features import Feature
 from ..common import bridge
 from ..onnode import nodecmd
 from ..commands.plan import plan_launch
@@ -92,7 +93,7 @@ def task_steps(task: Task, provider: Provider, *, work_id: str, task_id: str, se
                      archive=pack_workdir(task.workdir) if task.workdir else None,
                      mounts=pack_mounts(task, pack_workdir), requirements=node_requirements(task, provider),
                      cluster_info=cluster_info(work_id, task, provider), num_nodes=task.num_nodes,
-                     own_home=provider.node_homes, buckets=task.bucket_mounts)
+                     own_home=Feature.NODE_HOMES in provider.features, buckets=task.bucket_mounts)
 
 
 def task_env(task: Task) -> dict[str, str]:
@@ -158,14 +159,14 @@ class _Launch:
                     failed = await run_steps(pool.driver(), steps)
                     if failed is not None:
                         self.report(failed)
-                    if not self.provider.same_machine:  # the nodes' copies are on them
+                    if Feature.SAME_MACHINE not in self.provider.features:  # the nodes' copies are on them
                         with anyio.move_on_after(30, shield=True):
                             try:
                                 await pool.broadcast(nodecmd.remove, self.pool_id)
                             except Exception as exc:  # a lost node keeps its copy; the run's outcome stands
                                 self.say(f"warning: could not remove the nodes' workdir copies: {exc}")
         finally:
-            if self.provider.same_machine:  # the nodes' directories are on this machine
+            if Feature.SAME_MACHINE in self.provider.features:  # the nodes' directories are on this machine
                 shutil.rmtree(nodecmd.work_root(self.pool_id), ignore_errors=True)
         if failed is None:
             self.say(f"done: every node exited 0 (pool {self.pool_id}; `skyhive logs {self.pool_id}`)")

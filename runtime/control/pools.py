@@ -21,6 +21,7 @@ from typing import TextIO
 
 from ...errors import LaunchError, PoolGone, PoolNotFound, SSHError, TeardownIncomplete
 from ...providers.base import Provider
+from ...providers.features import Feature
 from ...providers.local import Local
 from ..clusters import jobs as jobq
 from ..clusters import record as records
@@ -64,7 +65,6 @@ def _say(err: TextIO, text: str) -> None:
 
 def _require_keepable(task: Task, command: str) -> None:
     """Refuse a provider that says it cannot keep a pool (`Feature.KEEP` not in its features), with its reason."""
-    from ...providers.features import Feature
     from ...providers.registry import provider_class
 
     if task.resources.alternatives:
@@ -101,13 +101,12 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
         raise ValueError(f"-i {idle_minutes:g}: autostop needs a positive number of minutes")
     autostop = task.resources.autostop  # the task file's; -i / --down win over it, as in SkyPilot
     if autostop is not None and autostop.hook:  # honoured where the provider declares it (providers/features.py)
-        from ...providers.features import Feature
-
         chosen = provider or Local()
         reason = chosen.features.why_not(Feature.AUTOSTOP_HOOK, chosen.name)
         if reason:
             raise LaunchError(f"{task.line_of('resources.autostop')}: resources.autostop.hook: {reason}")
-    if autostop is not None and autostop.wait_for != "jobs_and_ssh" and not (provider or Local()).same_machine:
+    if (autostop is not None and autostop.wait_for != "jobs_and_ssh"
+            and Feature.SAME_MACHINE not in (provider or Local()).features):
         raise LaunchError(f"{task.line_of('resources.autostop')}: resources.autostop.wait_for: {autostop.wait_for}: on "
                           f"SSH hosts and cloud machines the pool's autostop runs on the machines themselves, away "
                           f"from its job queue, and waits for jobs and clients (jobs_and_ssh); remove the key (or "
@@ -151,14 +150,14 @@ def launch_cluster(task: Task, name: str, *, detach_run: bool = False, idle_minu
                               f"runs on it as it is, `skyhive down {name}` first to launch it anew")
         _say(err, f"reusing pool {name} ({rec.nodes} node{'s' if rec.nodes != 1 else ''})")
         if idle_minutes is not None:  # SkyPilot resets autostop on a reused cluster the same way
-            save_hook(name, autostop, own_home=_provider_of(name).node_homes)
+            save_hook(name, autostop, own_home=Feature.NODE_HOMES in _provider_of(name).features)
             set_autostop(rec, idle_minutes, down)
             _say(err, f"pool {name}: autostop after {idle_minutes:g} min idle{' (then down)' if down else ''}")
         job = _queue(task, name, setup=True)
     else:
         provider = provider or Local()
         steps = _steps(task, name, provider, setup=True)
-        save_hook(name, autostop, own_home=provider.node_homes)  # (before the watchdog starts: it runs the hook)
+        save_hook(name, autostop, own_home=Feature.NODE_HOMES in provider.features)  # (before the watchdog starts: it runs the hook)
         _create(task, name, spec, idle_minutes, down, err, provider)
         try:  # a failure after creation tears down what was created
             job = _submit(task, name, steps, job_env, setup=True)

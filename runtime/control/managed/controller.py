@@ -45,6 +45,7 @@ from typing import Any
 import anyio
 
 from ....providers.accelerators import AcceleratorWarning
+from ....providers.features import Feature
 from ..joblog import JobLog
 from ...common import bridge, daemon
 from ..steps import NodeExit
@@ -287,7 +288,7 @@ def _clean_up(job_id: int, spec: dict[str, Any], out: JobLog) -> None:
         store.record(job_id, Ending(outcome=st.outcome, data=st.ending))
     try:
         provider = _provider_of(spec)
-        extra = [work_id(job_id)] if provider.fixed_machines else []
+        extra = [work_id(job_id)] if Feature.CREATES_MACHINES not in provider.features else []
         left = bridge.run(_sweep, provider, st.pools + extra) if st.pools else []
     except Exception as exc:  # noqa: BLE001 - the provider could not even be built
         left = [f"{type(exc).__name__}: {exc}"]

@@ -8,6 +8,7 @@ import abc
 from typing import Any
 
 from ..steps import NodeExit, OnLost
+from ....providers.features import Feature
 from ...onnode import interruption
 from . import store
 
@@ -25,7 +26,7 @@ def checkpoint_env(job_id: int, task: Any, provider: Any) -> tuple[str, str]:
     `<mount>/<name>-job<ID>` there, which a fresh node fills from the bucket); without one a folder in
     the job's working directory on the node, which does not survive the node. (`task` None: a function
     job, which has no mounts of its own.)"""
-    if provider.same_machine:  # the nodes share this machine's files (Local)
+    if Feature.SAME_MACHINE in provider.features:  # the nodes share this machine's files (Local)
         return str(store.checkpoint_dir(job_id)), "this machine's folder"
     if task is not None and task.bucket_mounts:
         from ...storage.plugin import checkpoint_path
@@ -152,7 +153,7 @@ class TaskWork(Work):
 
         from ...onnode import nodecmd
 
-        if self.provider.same_machine:  # the nodes' folders are this machine's: nothing to remove there
+        if Feature.SAME_MACHINE in self.provider.features:  # the nodes' folders are this machine's: none there
             return
         with anyio.move_on_after(30, shield=True):
             try:
