@@ -13,7 +13,7 @@ address and port, and a changed key is refused, never learnt). The files are wri
 pool's record is saved and removed with it (`record.save`, `record.remove`); `skyhive ssh` writes them
 again from the record before each login. `sshconfig.py` adds the one `Include` line to `~/.ssh/config`
 that makes `ssh NAME` find them. (The record module imports this one: the record is taken as the
-`PoolRecord` protocol here.) They are the SSH kind's keep support's (`keep_access.py` runs `ssh -F` with
+`KeptRecord` protocol of `nodes/keep.py`, named `PoolRecord` here.) They are the SSH kind's keep support's (`keep_access.py` runs `ssh -F` with
 them): a record whose `provider_info` names no hosts (a pool on this machine, another kind's) has none.
 """
 
@@ -23,34 +23,16 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ....paths import private_dir, state_dir
+from ...nodes.keep import KeptRecord as PoolRecord  # (what the SSH files are made from: a pool's record)
 from ...nodes.keep import node_name
 
 __all__ = ["PoolRecord", "NodeAddress", "alias", "node_addresses", "config_path", "known_hosts_path", "config_text",
            "known_hosts_text", "write_config", "host_block", "remove_config", "hosts_path"]
 
 log = logging.getLogger("skyhive.clusters")
-
-
-class PoolRecord(Protocol):
-    """What the SSH files are made from: a named pool's record (`record.ClusterRecord`)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def provider(self) -> str: ...
-
-    @property
-    def nodes(self) -> int: ...
-
-    @property
-    def provider_info(self) -> dict[str, Any]: ...
-
-    @property
-    def host_keys(self) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True, slots=True)
