@@ -11,7 +11,10 @@ The pool object is handed to the same measuring loop as every other system (benc
 rtt and broadcast2 are also taken in alternating rounds with the floor (`bench.floor_turns`: a
 `FloorPool` in a process of its own), the processes pinned to one core or to two (`measure_paired`).
 cold: ``async with sky.Pool(provider=sky.Local(), nodes=2)`` entered -> first ``pool.run(f)``,
-in a fresh process.
+in a fresh process, after the import (`load`: ``import skyhive``, ``sky.Pool``, ``sky.Local`` and
+``sky.preload()``, the runtime that ``sky.Pool`` imported when the row was defined and a pool's start has
+imported since its workers start first; the import is the runner's ``import_s``). A script's whole life,
+imports included, is the ``script`` row (`bench/script_life.py`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ def load() -> Any:
         except Exception as exc:  # the public names are imported lazily
             raise ImportError(f"sky.{name}: {type(exc).__name__}: {exc}"
                               " — is it installed (pip install -e .)?") from exc
+    sky.preload()  # the runtime (see the module's docstring: what `cold` leaves out, as it always did)
     return sky
 
 

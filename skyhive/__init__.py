@@ -27,6 +27,7 @@ _EXPORTS = {  # (not annotated: `dict` is also a public name of this module, Sky
     "function": "skyhive.runtime.compute",
     "Worker": "skyhive.runtime.concurrency",
     "Options": "skyhive.runtime.options",
+    "preload": "skyhive.runtime.preload",
     "Spec": "skyhive.runtime.spec",
     "PendingCompute": "skyhive.runtime.compute",
     "PendingFunction": "skyhive.runtime.compute",
@@ -207,3 +208,4 @@ if TYPE_CHECKING:
     from skyhive.runtime.output.captured import Captured as Captured
     from skyhive.runtime.output.router import OutputRecord as OutputRecord
     from skyhive.runtime.pool import Pool as Pool
+    from skyhive.runtime.preload import preload as preload

@@ -34,6 +34,7 @@ PUBLIC = {
     "jobs",  # managed jobs (docs/jobs.md)
     "Spec", "PendingCompute", "PendingFunction", "sky", "main",
     "Options",  # Skyward's sky.Options (docs/seeds.md)
+    "preload",  # the runtime imported ahead of the first pool (docs/startup.md)
     "dict", "set", "counter", "queue", "barrier", "lock",  # Skyward's distributed collections
 }
 

@@ -64,3 +64,33 @@ def test_a_worker_reads_its_instance_info_when_a_task_asks() -> None:
 
     with sky.Pool(provider=sky.Local(), nodes=2, output=None) as pool:
         assert sorted(pool.broadcast(where)) == [(0, 2), (1, 2)]
+
+
+def test_preload_imports_everything_a_plain_pool_start_and_close_import() -> None:
+    """`sky.preload()` (runtime/preload.py) is what a service calls at its start so its first pool's start
+    does not pay the runtime's import: after it, opening, using and closing a plain Local pool — blocking or
+    under `asyncio.run` — imports no further skyhive module."""
+    out = subprocess.run([sys.executable, "-c", (
+        "import asyncio, sys, skyhive as sky\n"
+        "sky.preload()\n"
+        "before = {m for m in sys.modules if m.startswith('skyhive')}\n"
+        "def nop(): return 1\n"
+        "with sky.Pool(provider=sky.Local(), nodes=2, output=None) as pool:\n"
+        "    assert pool.run(nop) == 1\n"
+        "async def main():\n"
+        "    async with sky.Pool(provider=sky.Local(), nodes=2, output=None) as pool:\n"
+        "        assert await pool.run(nop) == 1\n"
+        "asyncio.run(main())\n"
+        "print('@@' + ' '.join(sorted({m for m in sys.modules if m.startswith('skyhive')} - before)))\n")],
+        capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.rsplit("@@", 1)[1].split() == []
+
+
+def test_preload_starts_nothing_and_can_be_called_again() -> None:
+    out = subprocess.run([sys.executable, "-c", (
+        "import os, skyhive as sky\n"
+        "sky.preload(); sky.preload()\n"
+        "kids = [p for p in os.listdir('/proc') if p.isdigit() and open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1] == str(os.getpid())]\n"
+        "print('@@', len(os.listdir(f'/proc/{os.getpid()}/task')), kids)\n")],
+        capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.rsplit("@@", 1)[1].split() == ["1", "[]"]  # one thread, no child process
