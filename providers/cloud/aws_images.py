@@ -3,7 +3,9 @@
 NVIDIA's open kernel modules (the "OSS" driver of AWS's Deep Learning Base AMI) drive only Turing and
 later GPUs; Volta, Pascal, Maxwell and Kepler need the proprietary driver (NVIDIA's open-gpu-kernel-modules
 README: "supported on Turing and later"). So a V100 (p3) or M60 (g3) gets the proprietary-driver Deep
-Learning Base AMI, a T4/A10G/L4/L40S/A100/H100/H200/B200 the OSS one, a CPU type plain Ubuntu 22.04.
+Learning Base AMI — on Amazon Linux 2, the only current line that lists P3 and G3, logging in as
+``ec2-user`` — a T4/A10G/L4/L40S/A100/H100/H200/B200 the OSS one on Ubuntu 22.04, a CPU type plain
+Ubuntu 22.04.
 K80 (p2) is supported by neither current DLAMI: it has no default and must be given `image=`.
 
 An explicit `image=` always wins; the login user then follows the image's name (Ubuntu "ubuntu", Amazon
@@ -41,16 +43,24 @@ UNSUPPORTED = frozenset({"kepler"})
 
 IMAGES: dict[str, ImageSpec] = {
     "cpu": ImageSpec("cpu", "099720109477", "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-*", "ubuntu"),
+    # the one current DLAMI line whose release notes list P3/P3dn (V100) and G3 (M60): "Deep Learning Base
+    # Proprietary Nvidia Driver AMI (Amazon Linux 2) Version 71.6", 2026-01-02, supported_ec2_instances "G3
+    # (G3.16x not supported), P3, P3dn, Inf1", driver 570.195.03
+    # (https://docs.aws.amazon.com/dlami/latest/devguide/aws-deep-learning-ami-base-aml2-2026-01-02.html); the
+    # Ubuntu 20.04 proprietary line this named before ended with Ubuntu 20.04's standard support (2025-05)
     "gpu-proprietary": ImageSpec("gpu-proprietary", "amazon",
-                                 "Deep Learning Base Proprietary Nvidia Driver GPU AMI (Ubuntu 20.04)*", "ubuntu"),
+                                 "Deep Learning Base Proprietary Nvidia Driver AMI (Amazon Linux 2) Version *",
+                                 "ec2-user"),
     "gpu-oss": ImageSpec("gpu-oss", "amazon", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*", "ubuntu"),
 }
 
 #: an image name's start (lower case) -> its login user
+#: (the operating system first: a Deep Learning AMI's name says which it runs, "... (Amazon Linux 2) ...";
+#: one that names none is Ubuntu)
 USERS_BY_NAME: tuple[tuple[str, str], ...] = (
-    ("ubuntu", "ubuntu"), ("deep learning", "ubuntu"), ("amzn", "ec2-user"), ("al2023", "ec2-user"),
-    ("amazon linux", "ec2-user"), ("debian", "admin"), ("rocky", "rocky"), ("rhel", "ec2-user"),
-    ("fedora", "fedora"), ("centos", "centos"),
+    ("ubuntu", "ubuntu"), ("amzn", "ec2-user"), ("al2023", "ec2-user"), ("amazon linux", "ec2-user"),
+    ("debian", "admin"), ("rocky", "rocky"), ("rhel", "ec2-user"), ("fedora", "fedora"), ("centos", "centos"),
+    ("deep learning", "ubuntu"),
 )
 
 

@@ -101,6 +101,16 @@ def test_the_default_image_by_gpu_generation(gpu, image):
     assert aws_images.default_image(gpu) is aws_images.IMAGES[image]
 
 
+def test_a_v100_boots_the_proprietary_driver_line_whose_release_notes_list_p3_and_logs_in_as_ec2_user():
+    """AWS's DLAMI release notes list P3/P3dn and G3 as supported only by the Amazon Linux 2 line of the
+    proprietary-driver Deep Learning Base AMI (Version 71.6, 2026-01-02); the Ubuntu 20.04 line named before
+    is gone with Ubuntu 20.04."""
+    spec = aws_images.default_image("V100")
+    assert spec.name == "Deep Learning Base Proprietary Nvidia Driver AMI (Amazon Linux 2) Version *"
+    assert (spec.owner, spec.user) == ("amazon", "ec2-user")
+    assert aws_images.default_image("V100-32GB") is spec
+
+
 def test_k80_has_no_default_image_and_says_to_pass_one():
     with pytest.raises(ValueError, match="no default image drives K80 .*pass image="):
         aws_images.default_image("K80")
@@ -108,7 +118,12 @@ def test_k80_has_no_default_image_and_says_to_pass_one():
 
 @pytest.mark.parametrize(("name", "user"), [("ubuntu/images/hvm-ssd/ubuntu-jammy-22.04", "ubuntu"),
                                             ("al2023-ami-2023.6", "ec2-user"), ("amzn2-ami-hvm", "ec2-user"),
-                                            ("debian-12-amd64", "admin"), ("something-else", "ubuntu")])
+                                            ("debian-12-amd64", "admin"), ("something-else", "ubuntu"),
+                                            # the OS a Deep Learning AMI runs decides, not "deep learning"
+                                            ("Deep Learning Base Proprietary Nvidia Driver AMI (Amazon Linux 2) "
+                                             "Version 71.6", "ec2-user"),
+                                            ("Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20261006",
+                                             "ubuntu"), ("Deep Learning AMI GPU PyTorch 2.9", "ubuntu")])
 def test_the_login_user_follows_the_image_name(name, user):
     assert aws_images.user_for_image(name) == user
 

@@ -226,7 +226,7 @@ async def test_the_default_image_follows_the_gpu_generation(fake_ec2_proxy, monk
     (handle,) = await provider.create(ClusterSpec(pool_id="p-img", nodes=1))
     (run,) = moto.proxy.actions("RunInstances")
     assert run["ImageId"] == registered[image_key]
-    assert handle.reach.user == "ubuntu"
+    assert handle.reach.user == aws_images.IMAGES[image_key].user  # the V100's Amazon Linux 2: ec2-user
     await provider.down("p-img")
     for image in registered.values():
         client.deregister_image(ImageId=image)
