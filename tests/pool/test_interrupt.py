@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 import skyhive as sky
-from tests.procs import wait_gone
+from tests.procs import Lines, wait_gone
 
 WORK = textwrap.dedent("""\
     import os, time
@@ -51,16 +51,17 @@ def interrupt(tmp_path, script: str, **env: str) -> tuple[subprocess.CompletedPr
     path.write_text(script)
     proc = subprocess.Popen([sys.executable, str(path)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, **env})
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:  # the function runs on the node
-        lines.append(line)
-        if "tick 2" in line:
-            break
-    worker = int(next(line for line in lines if "worker-pid" in line).split()[-1])
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines) + out, err), worker
+    out, err = Lines(proc.stdout), Lines(proc.stderr)  # (read with a deadline: a stuck child fails, never hangs)
+    try:
+        out.wait_for("tick 2", 120, "the function running on the node")
+        worker = int(next(line for line in out.seen if "worker-pid" in line).split()[-1])
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out.rest(), err.rest()), worker
 
 
 @pytest.mark.parametrize("script", [PLAIN, SUBMITTED, ASYNC], ids=["with-pool", "submitted", "anyio-run"])
