@@ -149,6 +149,6 @@ def shown(has_token: bool, limit: int | None, idle: float | None) -> str:
     if not has_token:
         return ("off: no node token (a droplet cannot end itself; a client killed leaves it running until "
                 "skyhive down)")
-    parts = [f"boot-time limit {math.ceil(limit / 60)} min" if limit is not None else "no boot-time limit",
+    parts = [f"{math.ceil(limit / 60)} min after boot" if limit is not None else "none",
              f"idle watchdog {math.ceil(idle / 60)} min" if idle else "no idle watchdog"]
-    return f"{', '.join(parts)}: the droplet deletes itself with the node token (powers off if refused)"
+    return f"{'; '.join(parts)} (the droplet deletes itself with the node token; powers off if refused)"

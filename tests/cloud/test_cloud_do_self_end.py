@@ -238,7 +238,7 @@ def test_with_a_node_token_the_plan_reach_and_description_say_so_and_never_hold_
     with caplog.at_level(logging.DEBUG):
         plan = provider.plan(spec)
         (handle,) = anyio.run(provider.create, spec)
-    assert plan["boot_limit"].startswith("boot-time limit 60 min, idle watchdog 30 min: the droplet deletes itself")
+    assert plan["boot_limit"].startswith("60 min after boot; idle watchdog 30 min (the droplet deletes itself")
     assert handle.reach.shutdown_command == f"sudo -n {do_end.END_PATH}" and handle.reach.idle_shutdown == 1800
     assert handle.reach.boot_limit_off == do_end.LIMIT_OFF
     assert NODE_TOKEN not in json.dumps(plan) + json.dumps(provider.describe()) + caplog.text
@@ -285,7 +285,7 @@ def test_option_values(do):
     with pytest.raises(ValueError, match=r"DigitalOcean\(boot_limit=...\)"):
         DigitalOcean(boot_limit=5)
     provider = DigitalOcean(node_token=NODE_TOKEN, boot_limit=None, idle_timeout=None)
-    assert "no boot-time limit, no idle watchdog" in provider.plan(ClusterSpec(pool_id="p-do-opt", nodes=1))["boot_limit"]
+    assert "none; no idle watchdog (the droplet deletes itself" in provider.plan(ClusterSpec(pool_id="p-do-opt", nodes=1))["boot_limit"]
     assert "systemd-run" not in provider.user_data() and do_end.END_PATH in provider.user_data()
     with pytest.raises(ProvisionError, match="newline or quote"):
         DigitalOcean(node_token="dop'x").user_data()
