@@ -139,11 +139,13 @@ class DigitalOcean(LibcloudProvider):
         self.ssh_cidr = ssh_cidr
         self._driver: Any = None
         self._plans: dict[str, tuple[catalog.Choice, list[str]]] = {}
+        self._warned: set[str] = set()  # pools told that their droplets cannot end themselves
 
     def describe(self) -> dict[str, Any]:
-        desc = {"provider": self.name, "region": self.region, "regions": self.regions, "size": self.size,
-                "image": self.image, "ssh_user": self.ssh_user, "ssh_cidr": self.ssh_cidr,
-                "boot_limit": self.boot_limit, "idle_timeout": self.idle_timeout}  # never the node token
+        desc: dict[str, Any] = {
+            "provider": self.name, "region": self.region, "regions": self.regions, "size": self.size,
+            "image": self.image, "ssh_user": self.ssh_user, "ssh_cidr": self.ssh_cidr,
+            "boot_limit": self.boot_limit, "idle_timeout": self.idle_timeout}  # never the node token
         if self.volumes:
             desc["volumes"] = [[v.target, v.name, v.size_gb] for v in self.volumes]
         return desc
@@ -245,8 +247,6 @@ class DigitalOcean(LibcloudProvider):
             choice = found[0][0]
             plan = (choice, [region for c, region in found if c.instance_type == choice.instance_type])
         self._plans[spec.pool_id] = plan
-        if not self.node_token:
-            do_end.warn_cannot_end(spec.pool_id)
         return plan
 
     def droplet_size(self, spec: ClusterSpec) -> str:
@@ -286,6 +286,9 @@ class DigitalOcean(LibcloudProvider):
         if self.node_token:  # a token that must not go on a node is refused before anything is created
             do_end.check_node_token(self.node_token, os.environ.get("DIGITALOCEAN_ACCESS_TOKEN"),
                                     self._node_token_status)
+        elif spec.pool_id not in self._warned:  # here, not in `plan`: a cross-cloud search plans offers it skips
+            self._warned.add(spec.pool_id)
+            do_end.warn_cannot_end(spec.pool_id)
         _, public = pool_key(spec.pool_id)
         name = f"skyhive-{spec.pool_id}"
         if not any(k.name == name for k in self.driver.list_key_pairs()):

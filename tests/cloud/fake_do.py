@@ -384,7 +384,8 @@ class FakeDOServer(LoopbackHTTPServer):
                 parts = self.path.split("?")[0].strip("/").split("/")
                 with server._lock:
                     if parts[:1] == ["droplet"] and parts[2:4] == ["metadata", "v1"] and len(parts) == 5:
-                        status, text = server.fake.metadata(int(parts[1]), parts[4]) if parts[1].isdigit() else (404, "")
+                        found = parts[1].isdigit()
+                        status, text = server.fake.metadata(int(parts[1]), parts[4]) if found else (404, "")
                         data, kind = text.encode(), "text/plain"
                     else:
                         status, payload = server.fake.answer(self.command, API + self.path, self.headers, body)
