@@ -414,9 +414,10 @@ class DigitalOcean(LibcloudProvider):
                                          ready_command=ready_command(gpu=bool(gpus)), **self._self_end()))
 
     def _self_end(self) -> dict[str, Any]:
-        """The reach's fields for a droplet that can end itself (a node token): the idle watchdog runs the
-        self-end script, bootstrap lifts the boot-time limit's timer. None without a node token."""
+        """The reach's fields: bootstrap always lifts the boot-time limit's timer (harmless where none was armed,
+        and a provider rebuilt without the node token — a managed job's controller — must not leave one armed on
+        a droplet it bootstraps); with a node token, the idle watchdog runs the self-end script."""
         if not self.node_token:
-            return {}
+            return {"boot_limit_off": do_end.LIMIT_OFF}
         return {"idle_shutdown": self.idle_timeout or 0.0, "shutdown_command": do_end.SHUTDOWN_COMMAND,
-                "boot_limit_off": do_end.LIMIT_OFF if self.boot_limit is not None else ""}
+                "boot_limit_off": do_end.LIMIT_OFF}
