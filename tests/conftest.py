@@ -22,7 +22,8 @@ def _skyhive_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
 # are found): every test runs without them, except the opt-in real-cloud smoke tests, which need them.
 _CLOUD_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
                       "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_TENANT_ID", "AZURE_SUBSCRIPTION_ID",
-                      "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "DIGITALOCEAN_ACCESS_TOKEN")
+                      "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "DIGITALOCEAN_ACCESS_TOKEN",
+                      "DIGITALOCEAN_NODE_TOKEN")
 
 
 @pytest.fixture(autouse=True)

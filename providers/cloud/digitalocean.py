@@ -13,6 +13,12 @@ accelerator from the shipped table ``data/digitalocean.json`` and live in a few 
 default ``nyc3``): a GPU pool is placed in a region of `regions` that offers the size, else in the regions
 the table lists for it (logged), with DigitalOcean's GPU base image (NVIDIA driver included). Every
 droplet gets the boot script as ``user_data`` (cloud-init installs `uv`).
+
+Droplets end themselves only with a **node token** (`node_token`, ``DIGITALOCEAN_NODE_TOKEN``: a custom-scoped
+token with ``droplet:delete``; `do_end.py`): then each droplet's user data writes the self-end script
+(metadata id -> ``DELETE /v2/droplets/ID``, ``shutdown -h now`` if refused), arms the boot-time limit as a
+systemd timer running it (lifted by bootstrap), and the idle watchdog runs it. Without one, a warning per
+pool: a client killed leaves its droplets running until `skyhive down`.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
 from ..volumes import mounts_of
 from . import catalog, do_volumes
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
-from .boot import BOOT_SCRIPT, ready_command
+from . import do_end
+from .boot import BOOT_LIMIT, BOOT_SCRIPT, check_limit, ready_command
 from .keys import pool_key, remove_pool_key
 
 __all__ = ["DigitalOcean", "DO_ERRORS"]
@@ -87,6 +94,19 @@ class DigitalOcean(LibcloudProvider):
       image slug), `ssh_user` ("root" on DigitalOcean images), `ssh_cidr` (who may open SSH).
     - `volumes`: persistent volumes (a task's `volumes:`): Block Storage volumes attached to the head
       droplet (`do_volumes.py`).
+    - `node_token` (default: ``DIGITALOCEAN_NODE_TOKEN``, else none): a custom-scoped personal access token
+      with ``droplet:delete`` (and the scopes DigitalOcean requires with it: ``droplet:read``, ``regions:read``,
+      ``sizes:read``, ``actions:read``, ``image:read``), never the account's token. It is put on every droplet
+      (in its user data, and a root-only file) so that the droplet can delete itself: by the boot-time limit
+      and the idle watchdog. **Any process on the pool's droplets can read it** (user data stays readable
+      through the metadata service) **and with it delete any droplet of the account** — scopes are per
+      resource type. Checked before any create: not the account's token, accepted, can read droplets, cannot
+      read the account. Never recorded (`describe` leaves it out: `skyhive down` does not need it) or logged.
+      Without it: no boot-time limit and no watchdog (a warning per pool).
+    - `boot_limit`: seconds after boot by which a droplet no client has bootstrapped deletes itself (with a
+      node token) — default 3600, 600..86400, lifted by bootstrap; None or 0: none.
+    - `idle_timeout`: seconds with no client after which a bootstrapped droplet deletes itself (with a node
+      token; default 1800); None: no watchdog.
     Credentials: an API token in ``DIGITALOCEAN_ACCESS_TOKEN``.
     """
 
@@ -103,8 +123,13 @@ class DigitalOcean(LibcloudProvider):
 
     def __init__(self, region: str = "nyc3", regions: Sequence[str] | None = None, size: str | None = None,
                  image: str | None = None, ssh_user: str = "root", ssh_cidr: str = "0.0.0.0/0",
-                 timeouts: CloudTimeouts | None = None, volumes: Sequence[Any] = ()) -> None:
+                 timeouts: CloudTimeouts | None = None, volumes: Sequence[Any] = (), *,
+                 node_token: str | None = None, boot_limit: float | None = BOOT_LIMIT,
+                 idle_timeout: float | None = 1800.0) -> None:
         super().__init__(timeouts=timeouts)
+        self.boot_limit = check_limit(boot_limit, "DigitalOcean(boot_limit=...)")
+        self.idle_timeout = idle_timeout
+        self._node_token = node_token  # never in describe(), plans or logs
         self.volumes = mounts_of(volumes)  # Block Storage volumes for the head node (`do_volumes.py`)
         self.region = region
         self.regions = list(regions) if regions else [region]
@@ -114,10 +139,13 @@ class DigitalOcean(LibcloudProvider):
         self.ssh_cidr = ssh_cidr
         self._driver: Any = None
         self._plans: dict[str, tuple[catalog.Choice, list[str]]] = {}
+        self._warned: set[str] = set()  # pools told that their droplets cannot end themselves
 
     def describe(self) -> dict[str, Any]:
-        desc = {"provider": self.name, "region": self.region, "regions": self.regions, "size": self.size,
-                "image": self.image, "ssh_user": self.ssh_user, "ssh_cidr": self.ssh_cidr}
+        desc: dict[str, Any] = {
+            "provider": self.name, "region": self.region, "regions": self.regions, "size": self.size,
+            "image": self.image, "ssh_user": self.ssh_user, "ssh_cidr": self.ssh_cidr,
+            "boot_limit": self.boot_limit, "idle_timeout": self.idle_timeout}  # never the node token
         if self.volumes:
             desc["volumes"] = [[v.target, v.name, v.size_gb] for v in self.volumes]
         return desc
@@ -136,6 +164,11 @@ class DigitalOcean(LibcloudProvider):
     def delete_volume(self, name: str) -> None:
         """See `Provider.delete_volume` (Block Storage, `do_volumes.py`)."""
         do_volumes.delete(self, name)
+
+    @property
+    def node_token(self) -> str | None:
+        """The node token (`node_token=`, else ``DIGITALOCEAN_NODE_TOKEN``), or None."""
+        return self._node_token or os.environ.get(do_end.NODE_TOKEN_ENV) or None
 
     @property
     def driver(self) -> Any:
@@ -223,7 +256,24 @@ class DigitalOcean(LibcloudProvider):
     def plan(self, spec: ClusterSpec) -> dict[str, Any]:
         """See `Provider.plan`: the droplet size, its price when the table has it, the regions tried."""
         choice, regions = self._plan(spec)
-        return {**choice.as_dict(), "regions": regions, "summary": choice.summary()}
+        return {**choice.as_dict(), "regions": regions, "summary": choice.summary(),
+                "boot_limit": do_end.shown(bool(self.node_token), self.boot_limit, self.idle_timeout)}
+
+    def user_data(self) -> str:
+        """A droplet's user data: the boot script, after the self-end block when there is a node token."""
+        token = self.node_token
+        if not token:
+            return BOOT_SCRIPT
+        head, _, rest = BOOT_SCRIPT.partition("\n")
+        return f"{head}\n{do_end.boot_block(token, self.boot_limit)}{rest}"
+
+    def _node_token_status(self, path: str) -> int:
+        """``GET path`` on DigitalOcean's API with the node token: the HTTP status."""
+        import requests
+
+        answer = requests.get(f"{do_end.API}{path}", headers={"Authorization": f"Bearer {self.node_token}"},
+                              timeout=30)
+        return answer.status_code
 
     def image_for(self, spec: ClusterSpec) -> str:
         info = catalog.instance("digitalocean", self.droplet_size(spec))
@@ -233,6 +283,12 @@ class DigitalOcean(LibcloudProvider):
 
     def prepare_sync(self, spec: ClusterSpec) -> None:
         self.droplet_size(spec)  # an accelerator request it cannot meet fails before anything is created
+        if self.node_token:  # a token that must not go on a node is refused before anything is created
+            do_end.check_node_token(self.node_token, os.environ.get("DIGITALOCEAN_ACCESS_TOKEN"),
+                                    self._node_token_status)
+        elif spec.pool_id not in self._warned:  # here, not in `plan`: a cross-cloud search plans offers it skips
+            self._warned.add(spec.pool_id)
+            do_end.warn_cannot_end(spec.pool_id)
         _, public = pool_key(spec.pool_id)
         name = f"skyhive-{spec.pool_id}"
         if not any(k.name == name for k in self.driver.list_key_pairs()):
@@ -299,7 +355,7 @@ class DigitalOcean(LibcloudProvider):
             try:
                 node = self.driver.create_node(self.droplet_name(spec.pool_id, index), size, image, region,
                                                ex_create_attr=self.create_request(spec, index),
-                                               ex_user_data=BOOT_SCRIPT)  # cloud-init: uv at boot
+                                               ex_user_data=self.user_data())  # cloud-init, first boot
                 return self._handle(node, spec.pool_id, launched_at=time.time())
             except Exception as exc:
                 if attempt == len(delays) or not self.is_transient(exc):
@@ -355,4 +411,13 @@ class DigitalOcean(LibcloudProvider):
         return NodeHandle(node=index, provider_id=str(node.id), private_addr=private, public_addr=public, state=state,
                           extra=extra, accelerators=gpus, accelerator=info.accelerator if info else None,
                           reach=SSHReach(host=public or private, user=self.ssh_user, key=str(key_path),
-                                         ready_command=ready_command(gpu=bool(gpus))))
+                                         ready_command=ready_command(gpu=bool(gpus)), **self._self_end()))
+
+    def _self_end(self) -> dict[str, Any]:
+        """The reach's fields: bootstrap always lifts the boot-time limit's timer (harmless where none was armed,
+        and a provider rebuilt without the node token — a managed job's controller — must not leave one armed on
+        a droplet it bootstraps); with a node token, the idle watchdog runs the self-end script."""
+        if not self.node_token:
+            return {"boot_limit_off": do_end.LIMIT_OFF}
+        return {"idle_shutdown": self.idle_timeout or 0.0, "shutdown_command": do_end.SHUTDOWN_COMMAND,
+                "boot_limit_off": do_end.LIMIT_OFF}

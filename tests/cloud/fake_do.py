@@ -38,6 +38,21 @@ memory and refuses what the API refuses, rule by rule; each rule names the refer
   422 otherwise. Destroying a droplet detaches its volumes (they stay, ``droplet_ids`` empty).
 - D13 deleting a volume a droplet has is refused (409 here: the reference says to detach first without
   naming a status; skyhive refuses before asking). ``DELETE /v2/volumes/{id}``: 204, 404 when gone.
+- D14 custom-scoped tokens (issue 38, the node token): `scoped` maps a token to its scopes; a call whose scope
+  (resource type and verb: ``droplet:read`` for ``GET /v2/droplets``, ``droplet:delete`` for ``DELETE
+  /v2/droplets/ID``, ``account:read`` for ``GET /v2/account``, ...) the token lacks answers 403 with the
+  API's error body ``{"id": "forbidden", "message": "You do not have access for the attempted action."}``
+  (https://docs.digitalocean.com/reference/api/scopes/: "each endpoint specifies which scope is required";
+  the error shape: https://docs.digitalocean.com/reference/api/digitalocean/#section/Introduction/Responses).
+  A token the account does not hold answers D5's 401. The account's own token (`token`) has every scope.
+- D15 the metadata service (https://docs.digitalocean.com/reference/api/metadata/droplet-properties/):
+  ``GET /metadata/v1/id`` (the droplet id as text), ``hostname``, ``region``, ``user-data`` (what the droplet
+  was created with, readable by any process on it: no authentication), served per droplet by
+  `FakeDOServer` at ``<endpoint>/droplet/<id>`` (the real service is ``http://169.254.169.254``, which
+  knows the caller by its address); a droplet that is gone has no metadata service (404 here).
+- D16 an OS shutdown (``shutdown -h now`` on the droplet, `guest_shutdown`) powers the droplet off: status
+  ``off``, still billed and listed (https://docs.digitalocean.com/products/droplets/details/pricing/: "you
+  are still billed for a Droplet that is powered off").
 - Sizes and their regions come from ``tests/cloud/catalogs/do.csv`` (a copy of shared/catalogs), never
   from skyhive's own table.
 - Droplets are ``new`` when created and ``active`` (with a public and a private address) at the next read.
@@ -51,8 +66,12 @@ import json
 import pickle
 import re
 from pathlib import Path
+import threading
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
+
+from tests.infra.loopback_http import LoopbackHTTPServer
 
 HOSTNAME = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$")  # D6
 TAG = re.compile(r"^[a-zA-Z0-9:_-]{1,255}$")  # D7
@@ -61,8 +80,21 @@ VOLUME_NAME = re.compile(r"^[a-z][a-z0-9-]{0,63}$")  # D9
 IMAGES = {"ubuntu-22-04-x64", "ubuntu-24-04-x64", "gpu-h100x1-base", "gpu-h100x8-base"}
 
 
+API = "https://api.digitalocean.com"
+#: D14: the resource type of each top-level API path, and the verb of each method (scopes are "type:verb")
+_SCOPE_TYPES = {"droplets": "droplet", "account": "account", "tags": "tag", "firewalls": "firewall",
+                "volumes": "block_storage"}
+_SCOPE_VERBS = {"GET": "read", "POST": "create", "PUT": "update", "PATCH": "update", "DELETE": "delete"}
+
+
 def _error(status: int, ident: str, message: str) -> tuple[int, dict]:
     return status, {"id": ident, "message": message}
+
+
+def _scope(method: str, parts: list[str]) -> str:
+    """D14: the scope a call needs (``/v2/account/keys`` is ``ssh_key``)."""
+    kind = "ssh_key" if parts[1:3] == ["account", "keys"] else _SCOPE_TYPES.get(parts[1] if len(parts) > 1 else "", "?")
+    return f"{kind}:{_SCOPE_VERBS.get(method, '?')}"
 
 
 class FakeDO:
@@ -70,8 +102,10 @@ class FakeDO:
 
     hosts = ("api.digitalocean.com",)
 
-    def __init__(self, token: str = "dop_v1_fake") -> None:
+    def __init__(self, token: str = "dop_v1_fake", scoped: dict[str, set[str]] | None = None) -> None:
         self.token = token
+        self.scoped = {t: set(s) for t, s in (scoped or {}).items()}  # D14
+        self.forbidden: list[tuple[str, str]] = []  # D14: (method, path) answered 403
         self.create_faults: dict[int, tuple[int, bool]] = {}  # D8
         self.create_calls = 0
         self.peak = 0
@@ -93,10 +127,16 @@ class FakeDO:
                     self.gpu_sizes.add(row["InstanceType"])
 
     def answer(self, method: str, url: str, headers: Any, body: bytes | None) -> tuple[int, Any]:
-        if headers.get("Authorization") != f"Bearer {self.token}":  # D5
-            return _error(401, "unauthorized", "Unable to authenticate you.")
+        auth = str(headers.get("Authorization") or "")
         parsed = urlparse(url)
         parts = [unquote(p) for p in parsed.path.strip("/").split("/")]
+        bearer = auth.removeprefix("Bearer ")
+        if bearer != self.token:
+            if bearer not in self.scoped or not auth.startswith("Bearer "):  # D5
+                return _error(401, "unauthorized", "Unable to authenticate you.")
+            if _scope(method, parts) not in self.scoped[bearer]:  # D14
+                self.forbidden.append((method, parsed.path))
+                return _error(403, "forbidden", "You do not have access for the attempted action.")
         query = {k: v[0] for k, v in parse_qs(parsed.query).items()}
         self.requests.append((method, parsed.path))
         data = json.loads(body) if body else None
@@ -104,6 +144,20 @@ class FakeDO:
         if status >= 400:
             self.refused.append(payload["message"])
         return status, payload
+
+    def metadata(self, droplet_id: int, item: str) -> tuple[int, str]:
+        """D15: the metadata service as droplet `droplet_id` sees it: (status, text)."""
+        droplet = self.droplets.get(droplet_id)
+        if droplet is None:
+            return 404, "not found"
+        values = {"id": str(droplet_id), "hostname": droplet["name"], "region": droplet["region"]["slug"],
+                  "user-data": droplet.get("user_data") or ""}
+        return (200, values[item]) if item in values else (404, "not found")
+
+    def guest_shutdown(self, droplet_id: int) -> None:
+        """D16: the droplet's OS shut down: it is powered off (``off``), listed and billed."""
+        self._advance(self.droplets[droplet_id])
+        self.droplets[droplet_id]["status"] = "off"
 
     def save(self, path: Any) -> None:
         """The account's state to `path` (replaced whole): a test hands it from a process it kills to the next."""
@@ -126,6 +180,10 @@ class FakeDO:
 
     def _route(self, method: str, parts: list[str], query: dict, data: Any) -> tuple[int, Any]:
         match (method, parts):
+            case ("GET", ["v2", "account"]):  # "Get User Information" (#tag/Account)
+                return 200, {"account": {"droplet_limit": 25, "floating_ip_limit": 5, "email": "sammy@example.com",
+                                         "uuid": "b6fr89dbf6d9156cace5f3c78dc9851d957381ef", "email_verified": True,
+                                         "status": "active", "status_message": ""}}
             case ("GET", ["v2", "account", "keys"]):
                 return 200, self._page("ssh_keys", list(self.keys.values()))
             case ("POST", ["v2", "account", "keys"]):
@@ -297,3 +355,47 @@ class FakeDO:
             droplet["status"] = "active"
             droplet["networks"] = {"v4": [{"ip_address": f"203.0.113.{n}", "type": "public"},
                                           {"ip_address": f"10.116.0.{n}", "type": "private"}], "v6": []}
+
+
+class FakeDOServer(LoopbackHTTPServer):
+    """`FakeDO` on 127.0.0.1 for programs that are not Python (curl in a droplet's self-end script): ``/v2/...``
+    is the API (`answer`, as if sent to api.digitalocean.com), ``/droplet/<id>/metadata/v1/<item>`` droplet
+    ``id``'s metadata service (D15). One request at a time (a lock). Use as a context manager."""
+
+    def __init__(self, fake: FakeDO) -> None:
+        self.fake = fake
+        self._lock = threading.Lock()
+        super().__init__("fake-do")
+
+    def metadata_url(self, droplet_id: int) -> str:
+        """What the droplet would reach as ``http://169.254.169.254`` (D15)."""
+        return f"{self.endpoint}/droplet/{droplet_id}"
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                parts = self.path.split("?")[0].strip("/").split("/")
+                with server._lock:
+                    if parts[:1] == ["droplet"] and parts[2:4] == ["metadata", "v1"] and len(parts) == 5:
+                        found = parts[1].isdigit()
+                        status, text = server.fake.metadata(int(parts[1]), parts[4]) if found else (404, "")
+                        data, kind = text.encode(), "text/plain"
+                    else:
+                        status, payload = server.fake.answer(self.command, API + self.path, self.headers, body)
+                        data, kind = (b"" if payload is None else json.dumps(payload).encode()), "application/json"
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = do_PUT = _serve
+
+        return Handler

@@ -212,9 +212,10 @@ DO_CLIENT = textwrap.dedent("""
 
 def test_a_digitalocean_pool_killed_right_after_create_is_seen_and_finished_by_down(monkeypatch, skyhive_home,
                                                                                      tmp_path, capsys):
-    """DigitalOcean has nothing that ends a droplet without an API token (a powered-off droplet bills: there is
-    no boot-time limit to set), so the honest answer is that the leak is seen: the pool's record is written
-    before the create, and `skyhive ls` / `skyhive down` find the droplets by tag and delete them."""
+    """Without a node token (the default; with one, see test_cloud_do_self_end.py) nothing ends a droplet (a
+    powered-off droplet bills: there is no boot-time limit to set), so the honest answer is that the leak is
+    seen: the pool's record is written before the create, and `skyhive ls` / `skyhive down` find the droplets
+    by tag and delete them."""
     from skyhive.cli import main
 
     state = tmp_path / "do-account.pickle"
