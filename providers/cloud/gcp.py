@@ -19,6 +19,9 @@ What GCE requires, and what is sent for it (each checked by the fake in ``tests/
   and only the consumption models a machine is sold with (a3-highgpu-1g/2g/4g: spot, not on demand): both
   from the table's ``machines`` (generate.py's ``GCP_SERIES``, with its source pages). GCE's default disk,
   ``pd-standard``, is refused by G2, A3 and A4 machines.
+- A node ends itself (idle watchdog, boot-time limit) by deleting its own instance with its service
+  account's token from the metadata server; it stops where that is refused (`providers.cloud.gcp_end`). The
+  instance gets `service_account` with the one access scope ``compute``.
 - Zones: from the machine table (the zones whose catalog rows offer the machine) or, for a machine not
   in it, from the region's own list; all are tried, and a zone GCE does not know is skipped.
 
