@@ -74,7 +74,7 @@ def end_script(*, keep: bool = False) -> str:
 # skyhive: this node deletes its own instance (its boot disk with it); a guest shutdown when refused
 md="${{SKYHIVE_GCE_METADATA:-{METADATA}}}/computeMetadata/v1"
 api="${{SKYHIVE_GCE_API:-{API}}}/compute/v1"
-ask() {{ curl -sf --max-time 10 -H 'Metadata-Flavor: Google' "$md/$1"; }}
+ask() {{ curl -sf --noproxy '*' --max-time 10 -H 'Metadata-Flavor: Google' "$md/$1"; }}
 project=$(ask project/project-id) && zone=$(ask instance/zone) && name=$(ask instance/name) &&
     token=$(ask instance/service-accounts/default/token | sed -n 's/.*"access_token" *: *"\\([^"]*\\)".*/\\1/p')
 if [ -n "$project" ] && [ -n "$zone" ] && [ -n "$name" ] && [ -n "$token" ]; then

@@ -78,7 +78,8 @@ refuses what GCE refuses, rule by rule; each rule names the reference it encodes
   service account where the organization enforces ``iam.automaticIamGrantsForDefaultServiceAccounts``, so it
   has no Editor role) is refused: 403 ``forbidden``, "Required 'compute.instances.delete' permission for
   'projects/P/zones/Z/instances/N'" (https://cloud.google.com/compute/docs/access/iam; error shape:
-  https://cloud.google.com/compute/docs/reference/rest/v1/instances/delete, https://cloud.google.com/apis/design/errors).
+  https://cloud.google.com/compute/docs/reference/rest/v1/instances/delete,
+  https://cloud.google.com/apis/design/errors).
 """
 
 from __future__ import annotations
@@ -480,7 +481,8 @@ class FakeGCE:
         accounts = [{**a, "email": self.default_service_account if a.get("email") == "default" else a.get("email")}
                     for a in body.get("serviceAccounts") or []]  # G18
         self.instances[(zone, name)] = {
-            **body, "serviceAccounts": accounts, "id": str(1000 + n), "zone": f"{COMPUTE}/projects/{self.project}/zones/{zone}",
+            **body, "serviceAccounts": accounts, "id": str(1000 + n),
+            "zone": f"{COMPUTE}/projects/{self.project}/zones/{zone}",
             "machineType": f"{COMPUTE}/projects/{self.project}/zones/{zone}/machineTypes/{machine}",
             "status": "PROVISIONING",
             "networkInterfaces": [{**(body.get("networkInterfaces") or [{}])[0], "networkIP": f"10.128.0.{n % 250 + 2}",

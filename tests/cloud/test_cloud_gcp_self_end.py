@@ -197,7 +197,8 @@ def test_a_second_boot_arms_no_limit_and_a_pool_that_keeps_its_disks_only_stops(
     assert "DELETE" not in end.read_text()
     done = subprocess.run(["sh", str(end)], env={"PATH": f"{_tools(tmp_path / 'k')[0]}:/usr/bin:/bin"},
                           capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0 and _calls(tmp_path / "k" / "calls") == ["shutdown -h now skyhive: this node ends itself"]
+    assert done.returncode == 0
+    assert _calls(tmp_path / "k" / "calls") == ["shutdown -h now skyhive: this node ends itself"]
     anyio.run(keeping.down, "p-end-keep")
     assert gce.instances == {} and gce.firewalls == {}
 
