@@ -19,6 +19,9 @@ What GCE requires, and what is sent for it (each checked by the fake in ``tests/
   and only the consumption models a machine is sold with (a3-highgpu-1g/2g/4g: spot, not on demand): both
   from the table's ``machines`` (generate.py's ``GCP_SERIES``, with its source pages). GCE's default disk,
   ``pd-standard``, is refused by G2, A3 and A4 machines.
+- A node ends itself (idle watchdog, boot-time limit) by deleting its own instance with its service
+  account's token from the metadata server; it stops where that is refused (`providers.cloud.gcp_end`). The
+  instance gets `service_account` with the one access scope ``compute``.
 - Zones: from the machine table (the zones whose catalog rows offer the machine) or, for a machine not
   in it, from the region's own list; all are tried, and a zone GCE does not know is skipped.
 
@@ -38,9 +41,9 @@ from ...errors import CloudAPIError
 from ..features import Feature, Features
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
 from ..volumes import mounts_of
-from . import catalog, gcp_volumes
+from . import catalog, gcp_end, gcp_volumes
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
-from .boot import BOOT_LIMIT, BOOT_LIMIT_OFF, BOOT_SCRIPT, check_limit, limited, ready_command, shown, warn_off
+from .boot import BOOT_LIMIT, BOOT_SCRIPT, check_limit, ready_command, shown, warn_off
 from .gce_api import GCEClient, GCECredentials
 from .keys import pool_key, remove_pool_key
 
@@ -108,10 +111,14 @@ class GCP(LibcloudProvider):
       public family (``ubuntu-2204-lts``, ``debian-12``); default Ubuntu 22.04, or the deep-learning
       image for GPU machines. `disk_gb`, `ssh_user`, `ssh_cidr` (default anywhere: key-only SSH).
     - `network` ("default") and `subnetwork` (needed in a custom-mode network).
-    - `idle_timeout`: seconds with no client after which a node shuts itself down (GCE stops it: the
-      machine stops costing, its disk does not, until `skyhive down` deletes it); None: no watchdog.
-    - `boot_limit`: seconds after its first boot by which a node no client has bootstrapped shuts itself down
-      (GCE stops it) — default 3600, 600..86400, lifted by bootstrap; None or 0: no limit (a warning).
+    - `idle_timeout`: seconds with no client after which a node ends itself: it deletes its own instance
+      (and boot disk) with its service account's token (`providers.cloud.gcp_end`); where that is refused
+      it shuts down and GCE stops it (its disk bills until `skyhive down`); None: no watchdog.
+    - `boot_limit`: seconds after its first boot by which a node no client has bootstrapped ends itself the
+      same way — default 3600, 600..86400, lifted by bootstrap; None or 0: no limit (a warning).
+    - `service_account`: the instance's service account ("default": the project's default compute service
+      account), with the one access scope ``compute`` so that the node can delete itself; None: no service
+      account (no token on the node: it stops instead of deleting itself).
     Credentials: application-default credentials (see `providers.cloud.gce_api`).
     """
 
@@ -133,8 +140,9 @@ class GCP(LibcloudProvider):
                  disk_gb: int = 100, ssh_user: str = "skyhive", ssh_cidr: str = "0.0.0.0/0",
                  network: str = "default", subnetwork: str | None = None, idle_timeout: float | None = 1800.0,
                  timeouts: CloudTimeouts | None = None, volumes: Sequence[Any] = (),
-                 boot_limit: float | None = BOOT_LIMIT) -> None:
+                 boot_limit: float | None = BOOT_LIMIT, service_account: str | None = gcp_end.SERVICE_ACCOUNT) -> None:
         super().__init__(timeouts=timeouts)
+        self.service_account = service_account
         self.boot_limit = check_limit(boot_limit, "GCP(boot_limit=...)")
         self.project = project
         self.volumes = mounts_of(volumes)  # persistent disks for the head node (`gcp_volumes.py`)
@@ -160,7 +168,8 @@ class GCP(LibcloudProvider):
                 "machine_type": self.machine_type, "spot": self.spot, "image": self.image,
                 "disk_gb": self.disk_gb, "ssh_user": self.ssh_user, "ssh_cidr": self.ssh_cidr,
                 "network": self.network, "subnetwork": self.subnetwork, "idle_timeout": self.idle_timeout,
-                "boot_limit": self.boot_limit, "volumes": [[v.target, v.name, v.size_gb] for v in self.volumes]}
+                "boot_limit": self.boot_limit, "service_account": self.service_account,
+                "volumes": [[v.target, v.name, v.size_gb] for v in self.volumes]}
 
     @property
     def client(self) -> GCEClient:
@@ -193,6 +202,13 @@ class GCP(LibcloudProvider):
         return spelled[: MAX_TAG - 9].rstrip("-") + "-" + digest
 
     # ---- the machine ------------------------------------------------------------------------------------
+
+    @property
+    def keeps_disks(self) -> bool:
+        """Whether a node that ends itself keeps its disks (a stop, not a delete): only for a pool whose
+        machines stop on shutdown (`shutdown_behavior` "stop", what a kept pool with autostop sets; GCP pools
+        cannot be kept today, so every GCP node deletes itself)."""
+        return self.shutdown_behavior == "stop"
 
     def choice(self, spec: ClusterSpec) -> catalog.Choice:
         """The machine for `spec` and its price (no API call). Raises `ProvisionError` naming the request
@@ -299,7 +315,8 @@ class GCP(LibcloudProvider):
             nic["subnetwork"] = f"regions/{self.region}/subnetworks/{self.subnetwork}"
         metadata = [{"key": "ssh-keys", "value": f"{self.ssh_user}:{public} {self.ssh_user}"},
                     {"key": "enable-oslogin", "value": "FALSE"},
-                    {"key": "startup-script", "value": limited(BOOT_SCRIPT, self.boot_limit)},
+                    {"key": "startup-script", "value": gcp_end.startup_script(BOOT_SCRIPT, self.boot_limit,
+                                                                                 keep=self.keeps_disks)},
                     {"key": "skyhive-pool-name", "value": spec.pool_id}]
         if gpus:
             metadata.append({"key": "install-nvidia-driver", "value": "True"})
@@ -316,6 +333,8 @@ class GCP(LibcloudProvider):
             "networkInterfaces": [nic],
             "scheduling": scheduling,
         }
+        if self.service_account is not None:  # the node's token, to delete itself (gcp_end.py)
+            body["serviceAccounts"] = gcp_end.service_accounts(self.service_account)
         if index == 0 and self.volumes:
             body["disks"] += gcp_volumes.disk_entries(self.volumes, zone)
         if attach:
@@ -427,7 +446,8 @@ class GCP(LibcloudProvider):
                           private_addr=private, public_addr=public, state=state, extra=extra, accelerators=gpus,
                           reach=SSHReach(host=public or private, user=self.ssh_user, key=str(key_path),
                                          idle_shutdown=self.idle_timeout or 0.0,
-                                         ready_command=first_boot, boot_limit_off=BOOT_LIMIT_OFF))
+                                         shutdown_command=gcp_end.SHUTDOWN_COMMAND,
+                                         ready_command=first_boot, boot_limit_off=gcp_end.LIMIT_OFF))
 
     def find_volume(self, name: str) -> Any:
         """See `Provider.find_volume` (persistent disks, `gcp_volumes.py`)."""

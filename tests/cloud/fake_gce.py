@@ -60,6 +60,26 @@ refuses what GCE refuses, rule by rule; each rule names the reference it encodes
   ``shutdown -h`` does — STOPPING, then TERMINATED, kept with its disks until deleted (a stopped instance
   bills its disks, not its machine: https://cloud.google.com/compute/docs/instances/instance-life-cycle).
   The fake runs no startup-script: a test that says a node shuts itself down calls it.
+- G18 the VM metadata server (issue 38, `metadata`; served on 127.0.0.1 by ``tests/cloud/fake_gce_node.py``):
+  ``Metadata-Flavor: Google`` required (else 403), GET only; ``project/project-id``, ``instance/name``,
+  ``instance/zone`` (``projects/NUMBER/zones/ZONE``), and ``instance/service-accounts/default/token``
+  (``{"access_token", "expires_in", "token_type": "Bearer"}``) — a token of the instance's service account
+  whose scopes are those the instance was created with; an instance created without a service account has
+  none: 404 (https://cloud.google.com/compute/docs/access/authenticate-workloads#applications,
+  https://cloud.google.com/compute/docs/metadata/predefined-metadata-keys). ``"default"`` in an insert's
+  ``serviceAccounts`` is the project's default compute service account, ``NUMBER-compute@developer.gserviceaccount.com``
+  (https://cloud.google.com/compute/docs/access/service-accounts#default_service_account).
+- G19 access scopes (issue 38): a VM's token whose scopes include neither ``compute`` nor ``cloud-platform``
+  (``compute.readonly`` for a read) is refused by the Compute API: 403 "Request had insufficient
+  authentication scopes.", reason ``insufficientPermissions``, ErrorInfo reason
+  ``ACCESS_TOKEN_SCOPE_INSUFFICIENT`` (https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam:
+  "both the access scopes and the IAM roles"; https://cloud.google.com/compute/docs/api/how-tos/authorization).
+- G20 IAM (issue 38): a service account of `denied` (no role with ``compute.instances.delete``: the default
+  service account where the organization enforces ``iam.automaticIamGrantsForDefaultServiceAccounts``, so it
+  has no Editor role) is refused: 403 ``forbidden``, "Required 'compute.instances.delete' permission for
+  'projects/P/zones/Z/instances/N'" (https://cloud.google.com/compute/docs/access/iam; error shape:
+  https://cloud.google.com/compute/docs/reference/rest/v1/instances/delete,
+  https://cloud.google.com/apis/design/errors).
 """
 
 from __future__ import annotations
@@ -68,6 +88,7 @@ import base64
 import csv
 import itertools
 import json
+import pickle
 import re
 from pathlib import Path
 from typing import Any
@@ -153,6 +174,56 @@ class FakeGCE:
         self.insert_faults: dict[int, tuple[int, str, bool]] = {}  # G15
         self.insert_calls = 0
         self.peak = 0  # the most instances alive at once
+        self.number = "123456789012"  # the project's number (G18)
+        self.node_tokens: dict[str, tuple[str, list[str]]] = {}  # G18: a VM's token -> (service account, scopes)
+        self.denied: set[str] = set()  # G20: service accounts without compute.instances.delete
+
+    @property
+    def default_service_account(self) -> str:
+        return f"{self.number}-compute@developer.gserviceaccount.com"
+
+    def save(self, path: Any) -> None:
+        """The project's state to `path` (replaced whole): a test hands it from a process it kills to the next."""
+        from cryptography.hazmat.primitives import serialization
+
+        state = {k: v for k, v in vars(self).items() if k not in ("_ids", "service_accounts")}
+        state["service_accounts"] = {email: key.public_bytes(serialization.Encoding.PEM,
+                                                             serialization.PublicFormat.SubjectPublicKeyInfo)
+                                     for email, key in self.service_accounts.items()}
+        tmp = Path(f"{path}.tmp")
+        tmp.write_bytes(pickle.dumps(state))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Any) -> FakeGCE:
+        """The project `save` wrote: the same instances, firewalls and accounts, new ids after theirs."""
+        from cryptography.hazmat.primitives import serialization
+
+        fake = cls()
+        state = pickle.loads(Path(path).read_bytes())
+        state["service_accounts"] = {email: serialization.load_pem_public_key(pem)
+                                     for email, pem in state["service_accounts"].items()}
+        vars(fake).update(state)
+        taken = [int(re.sub(r"\D", "", x) or 0) for x in (*fake.operations, *fake.tokens)]
+        taken += [int(i["id"]) - 1000 for i in fake.instances.values()]
+        fake._ids = itertools.count(max(taken, default=0) + 1)
+        return fake
+
+    def _node_refusal(self, token: str, method: str, path: str) -> tuple[int, Any] | None:
+        """G19/G20: why the Compute API refuses a VM's token for `method` on `path` (None: it does not)."""
+        email, scopes = self.node_tokens[token]
+        names = {s.rsplit("/", 1)[-1] for s in scopes}
+        if not names & {"compute", "cloud-platform"} and not (method == "GET" and "compute.readonly" in names):
+            status, body = _error(403, "insufficientPermissions", "Request had insufficient authentication scopes.")
+            body["error"]["status"] = "PERMISSION_DENIED"
+            body["error"]["details"] = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                                         "reason": "ACCESS_TOKEN_SCOPE_INSUFFICIENT", "domain": "googleapis.com",
+                                         "metadata": {"service": "compute.googleapis.com"}}]
+            return status, body
+        if email in self.denied and method == "DELETE":
+            return _error(403, "forbidden", f"Required 'compute.instances.delete' permission for "
+                                            f"'projects/{self.project}/{path}'")
+        return None
 
     # ---- credentials -------------------------------------------------------------------------------
 
@@ -211,13 +282,17 @@ class FakeGCE:
         parsed = urlparse(url)
         if parsed.hostname == "oauth2.googleapis.com":
             return self._token({k: v[0] for k, v in parse_qs((body or b"").decode()).items()})
-        auth = headers.get("Authorization", "")
-        if auth.removeprefix("Bearer ") not in self.tokens:  # G9
+        token = headers.get("Authorization", "").removeprefix("Bearer ")
+        if token not in self.tokens and token not in self.node_tokens:  # G9
             return _error(401, "authError", "Request had invalid authentication credentials.")
         prefix = f"/compute/v1/projects/{self.project}/"
         if not parsed.path.startswith(prefix):
             return _error(403, "forbidden", f"Permission denied on {parsed.path}")
         path = parsed.path.removeprefix(prefix)
+        refusal = self._node_refusal(token, method, path) if token in self.node_tokens else None
+        if refusal is not None:  # G19, G20
+            self.refused.append(refusal[1]["error"]["message"])
+            return refusal
         query = {k: v[0] for k, v in parse_qs(parsed.query).items()}
         data = json.loads(body) if body else None
         status, payload = self._route(method, path.split("/"), query, data)
@@ -403,8 +478,11 @@ class FakeGCE:
         n = next(self._ids)
         for disk_name in used:
             self.disks[(zone, disk_name)]["users"].append(f"projects/{self.project}/zones/{zone}/instances/{name}")
+        accounts = [{**a, "email": self.default_service_account if a.get("email") == "default" else a.get("email")}
+                    for a in body.get("serviceAccounts") or []]  # G18
         self.instances[(zone, name)] = {
-            **body, "id": str(1000 + n), "zone": f"{COMPUTE}/projects/{self.project}/zones/{zone}",
+            **body, "serviceAccounts": accounts, "id": str(1000 + n),
+            "zone": f"{COMPUTE}/projects/{self.project}/zones/{zone}",
             "machineType": f"{COMPUTE}/projects/{self.project}/zones/{zone}/machineTypes/{machine}",
             "status": "PROVISIONING",
             "networkInterfaces": [{**(body.get("networkInterfaces") or [{}])[0], "networkIP": f"10.128.0.{n % 250 + 2}",

@@ -7,8 +7,9 @@ Neither moto nor FakeGCE runs a boot script: each test checks that the create re
 the limit's own line under `sh` with a FAKE ``shutdown`` on PATH (what it would schedule, and that a second boot
 schedules nothing), then SIMULATES the node's OS shutdown as the cloud applies it — EC2 terminates an instance
 whose InstanceInitiatedShutdownBehavior is ``terminate`` (done here by TerminateInstances, EC2's own effect),
-GCE stops it (FakeGCE rule G17) — and shows what the provider and `down` then see. Nothing is bootstrapped:
-`create` alone is what a client killed right after its create had done.
+GCE stops it (FakeGCE rule G17; here the fallback where ``systemd-run`` fails: by default a GCE node deletes
+itself, run for real in tests/cloud/test_cloud_gcp_self_end.py) — and shows what the provider and `down` then
+see. Nothing is bootstrapped: `create` alone is what a client killed right after its create had done.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import anyio
 import pytest
 
 from skyhive.providers.base import ClusterSpec
+from skyhive.providers.cloud import gcp_end
 from skyhive.providers.cloud.aws import AWS
 from skyhive.providers.cloud.azure import Azure
 from skyhive.providers.cloud.base import CloudTimeouts
@@ -98,17 +100,31 @@ async def test_an_aws_node_never_bootstrapped_terminates_by_its_boot_time_limit(
     assert leftovers() == NOTHING_LEFT
 
 
-def test_a_gcp_node_never_bootstrapped_stops_by_its_boot_time_limit_and_down_deletes_it(gce, tmp_path):
+def test_a_gcp_node_without_systemd_run_stops_by_its_boot_time_limit_and_down_deletes_it(gce, tmp_path):
+    """GCE's limit is a systemd timer that deletes the node (tests/cloud/test_cloud_gcp_self_end.py); on an
+    image where ``systemd-run`` fails, the line falls back to a scheduled shutdown: GCE stops the node."""
     provider = GCP(region="us-east1", timeouts=FAST)
     handles = anyio.run(provider.create, ClusterSpec(pool_id="p-ttl-gce", nodes=2))
-    assert {h.reach.boot_limit_off for h in handles} == {BOOT_LIMIT_OFF}
+    assert {h.reach.boot_limit_off for h in handles} == {gcp_end.LIMIT_OFF}
     for body in gce.inserts:
         script = {i["key"]: i["value"] for i in body["metadata"]["items"]}["startup-script"]
-        _limit_comes_first(script)
         assert script.rstrip().endswith(f"touch {BOOT_MARKER}")  # a later boot finds the marker
-    assert _scheduled(script, tmp_path / "first", booted_before=False) == [
+    (line,) = [ln for ln in script.splitlines() if "systemd-run" in ln]
+    assert line == gcp_end.limit_on(BOOT_LIMIT)
+    lines = script.splitlines()
+    assert lines.index(line) < lines.index(next(ln for ln in lines if "uv/install.sh" in ln))  # before uv's install
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    (bin_dir / "systemd-run").write_text("#!/bin/sh\nexit 1\n")  # FAKE: no systemd to run a timer
+    (bin_dir / "shutdown").write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{calls}"\n')  # FAKE: records
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    done = subprocess.run(["sh", "-c", line.replace(BOOT_MARKER, str(tmp_path / "boot-done"))], capture_output=True,
+                          text=True, env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert calls.read_text().splitlines() == [
         f"-h +{BOOT_LIMIT // 60} skyhive: boot-time limit, no client bootstrapped this node"]
-    assert _scheduled(script, tmp_path / "again", booted_before=True) == []  # GCE reruns it at every boot
     # SIMULATED: the limit is reached on each node, whose OS shuts down; GCE stops it (G17)
     for zone, name in list(gce.instances):
         gce.guest_shutdown(zone, name)

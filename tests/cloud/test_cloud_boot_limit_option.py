@@ -20,6 +20,7 @@ import pytest
 
 from skyhive.cli import main
 from skyhive.providers.base import ClusterSpec
+from skyhive.providers.cloud import gcp_end
 from skyhive.providers.cloud.aws import AWS
 from skyhive.providers.cloud.azure import Azure
 from skyhive.providers.cloud.base import CloudTimeouts
@@ -132,18 +133,22 @@ def _startup_scripts(gce: FakeGCE) -> set[str]:
 
 
 def test_a_gcp_boot_limit_reaches_the_startup_script_and_none_turns_it_off(gce, tmp_path, caplog):
+    """GCE's limit is a systemd timer that runs the node's self-end script (`gcp_end.limit_on`; what it does is
+    tests/cloud/test_cloud_gcp_self_end.py's): `boot_limit` in seconds reaches it; none arms nothing."""
     longer = GCP(region="us-east1", timeouts=FAST, boot_limit=90 * 60 + 30)
     anyio.run(longer.create, ClusterSpec(pool_id="p-bl-gce", nodes=2))
     (script,) = _startup_scripts(gce)
-    assert _scheduled(script, tmp_path / "longer") == [
-        "-h +91 skyhive: boot-time limit, no client bootstrapped this node"]
+    armed = [ln for ln in script.splitlines() if "systemd-run" in ln]
+    assert armed == [gcp_end.limit_on(90 * 60 + 30)] and "--on-active=5430s" in armed[0]
+    assert "shutdown -h +91 " in armed[0]  # where systemd-run fails: a scheduled shutdown, in whole minutes
     anyio.run(longer.down, "p-bl-gce")
     assert gce.instances == {}
     gce.inserts.clear()
     off = GCP(region="us-east1", timeouts=FAST, boot_limit=0)
     anyio.run(off.create, ClusterSpec(pool_id="p-bl-gce-off", nodes=1))
     (script,) = _startup_scripts(gce)
-    assert script.rstrip().endswith(f"touch {BOOT_MARKER}") and _scheduled(script, tmp_path / "off") == []
+    assert script.rstrip().endswith(f"touch {BOOT_MARKER}")
+    assert "systemd-run" not in script and "shutdown -h +" not in script  # nothing armed
     assert _warned_off(caplog, "p-bl-gce-off")
     anyio.run(off.down, "p-bl-gce-off")
     assert gce.instances == {} and gce.firewalls == {}

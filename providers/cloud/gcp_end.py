@@ -1,0 +1,124 @@
+"""How a GCE node ends itself: it deletes its own instance through the Compute Engine API with its own
+service account's token, and falls back to a guest shutdown (GCE then *stops* it) when that is refused.
+
+The startup-script writes `END_SCRIPT` (root-owned, 0700) on the node at every boot; the node's idle
+watchdog runs it (`shutdown_command`), and the boot-time limit runs it from a systemd timer set at the first
+boot (`limit_on`). The script, in ``sh`` with ``curl``:
+
+1. asks the VM's metadata server (``http://metadata.google.internal/computeMetadata/v1/``, header
+   ``Metadata-Flavor: Google``) for the project (``project/project-id``), the zone (``instance/zone``,
+   ``projects/NUMBER/zones/ZONE``), the instance's name (``instance/name``) and an access token of the
+   instance's service account (``instance/service-accounts/default/token``:
+   https://cloud.google.com/compute/docs/access/authenticate-workloads#applications,
+   https://cloud.google.com/compute/docs/metadata/predefined-metadata-keys);
+2. sends ``DELETE https://compute.googleapis.com/compute/v1/projects/P/zones/Z/instances/NAME``
+   (https://cloud.google.com/compute/docs/reference/rest/v1/instances/delete), the token in a header read
+   from curl's stdin (never on a command line, never printed); the boot disk goes with the instance
+   (``autoDelete: true``);
+3. when any of that fails — no service account (the metadata server answers 404), a token without a compute
+   scope (403 ``ACCESS_TOKEN_SCOPE_INSUFFICIENT``), a service account without ``compute.instances.delete``
+   (403 ``forbidden``: the default compute service account has the Editor role only where the project's
+   organization does not enforce ``iam.automaticIamGrantsForDefaultServiceAccounts``,
+   https://cloud.google.com/compute/docs/access/service-accounts#default_service_account) — it runs
+   ``shutdown -h now``: GCE stops the instance (its machine stops billing; its disk until `skyhive down`).
+
+The instance is created with the service account `SERVICE_ACCOUNT` ("default": the project's default
+compute service account) and the one scope `SCOPE` (``compute``, read-write: the narrowest access scope that
+allows ``instances.delete``; ``compute.readonly`` does not, and ``cloud-platform`` leaves everything to IAM:
+https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam). A pool that keeps its disks
+(`keep`) gets a script that only shuts the guest down (a stop), as before.
+
+The shipped base URLs are the real ones; ``SKYHIVE_GCE_METADATA`` and ``SKYHIVE_GCE_API`` in the script's
+environment replace them (the tests point them at a fake on 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .boot import BOOT_MARKER
+
+__all__ = ["END_SCRIPT", "SCOPE", "SERVICE_ACCOUNT", "TIMER", "end_script", "install_lines", "limit_on",
+           "startup_script", "service_accounts", "SHUTDOWN_COMMAND", "LIMIT_OFF"]
+
+#: where the startup-script puts the self-end script
+END_SCRIPT = "/usr/local/bin/skyhive-end"
+#: the access scope the instance's service account is given: read-write Compute Engine, nothing else
+SCOPE = "https://www.googleapis.com/auth/compute"
+#: the service account attached by default ("default": the project's default compute service account)
+SERVICE_ACCOUNT = "default"
+#: the systemd unit of the boot-time limit's timer (``systemd-run --unit``; the timer is ``TIMER.timer``)
+TIMER = "skyhive-boot-limit"
+
+METADATA = "http://metadata.google.internal"
+API = "https://compute.googleapis.com"
+
+#: what the idle watchdog runs (as the login user); a node whose startup-script never wrote the script
+#: shuts down as before
+SHUTDOWN_COMMAND = f"sudo -n {END_SCRIPT} || sudo shutdown -h now"
+
+#: what bootstrap runs last to lift the boot-time limit: stops the timer (and a shutdown a node without
+#: systemd-run scheduled instead); it fails only while either stays armed, so a node bootstrapped again
+#: (nothing left to cancel) is not harmed
+LIMIT_OFF = (f"sudo -n systemctl stop {TIMER}.timer 2>/dev/null; sudo -n shutdown -c 2>/dev/null; "
+             f"! systemctl is-active --quiet {TIMER}.timer 2>/dev/null && [ ! -e /run/systemd/shutdown/scheduled ]")
+
+
+def end_script(*, keep: bool = False) -> str:
+    """The self-end script (see the module docstring); with `keep`, one that only shuts the guest down."""
+    fallback = "exec shutdown -h now 'skyhive: this node ends itself'"
+    if keep:
+        return f"#!/bin/sh\n# skyhive: this pool keeps its disks: a guest shutdown (GCE stops the VM)\n{fallback}\n"
+    return f"""#!/bin/sh
+# skyhive: this node deletes its own instance (its boot disk with it); a guest shutdown when refused
+md="${{SKYHIVE_GCE_METADATA:-{METADATA}}}/computeMetadata/v1"
+api="${{SKYHIVE_GCE_API:-{API}}}/compute/v1"
+ask() {{ curl -sf --noproxy '*' --max-time 10 -H 'Metadata-Flavor: Google' "$md/$1"; }}
+project=$(ask project/project-id) && zone=$(ask instance/zone) && name=$(ask instance/name) &&
+    token=$(ask instance/service-accounts/default/token | sed -n 's/.*"access_token" *: *"\\([^"]*\\)".*/\\1/p')
+if [ -n "$project" ] && [ -n "$zone" ] && [ -n "$name" ] && [ -n "$token" ]; then
+    code=$(printf 'Authorization: Bearer %s\\n' "$token" | curl -s --max-time 60 -o /dev/null -w '%{{http_code}}' \\
+        -H @- -X DELETE "$api/projects/$project/zones/${{zone##*/}}/instances/$name")
+    if [ "$code" = 200 ]; then
+        echo "skyhive-end: deleting instance $name in ${{zone##*/}}" >&2
+        exit 0
+    fi
+    echo "skyhive-end: the delete of instance $name was refused (HTTP $code); shutting down (GCE stops it)" >&2
+else
+    echo "skyhive-end: no service account token or instance identity from the metadata server; shutting down" >&2
+fi
+{fallback}
+"""
+
+
+def install_lines(*, keep: bool = False) -> str:
+    """The startup-script's lines that write `end_script` to `END_SCRIPT`, root-owned, mode 0700 (it holds
+    no secret: the token is asked when it runs)."""
+    body = end_script(keep=keep)
+    assert "SKYHIVE_END_EOF" not in body
+    return (f"umask 077; mkdir -p {END_SCRIPT.rsplit('/', 1)[0]}; cat > {END_SCRIPT}.new <<'SKYHIVE_END_EOF'\n"
+            f"{body}SKYHIVE_END_EOF\nchmod 0700 {END_SCRIPT}.new && mv -f {END_SCRIPT}.new {END_SCRIPT}; umask 022")
+
+
+def limit_on(limit: int) -> str:
+    """The line that arms a `limit`-second boot-time limit at the first boot only (GCE runs the
+    startup-script at every boot; `BOOT_MARKER` is written at the end of the first): a systemd timer that runs
+    `END_SCRIPT`; where ``systemd-run`` fails, systemd's scheduled shutdown (a stop) as before."""
+    return (f"[ -e {BOOT_MARKER} ] || systemd-run --quiet --unit={TIMER} --on-active={limit}s {END_SCRIPT} "
+            f">/dev/null 2>&1 || shutdown -h +{math.ceil(limit / 60)} "
+            "'skyhive: boot-time limit, no client bootstrapped this node' >/dev/null 2>&1 || true")
+
+
+def startup_script(base: str, limit: int | None, *, keep: bool = False) -> str:
+    """`base` (the boot script) with the self-end script written and the boot-time limit armed first
+    (before anything that may fail or hang); no limit line when `limit` is None."""
+    head, _, rest = base.partition("\n")
+    armed = f"{limit_on(limit)}\n" if limit is not None else ""
+    return f"{head}\n{install_lines(keep=keep)}\n{armed}{rest}"
+
+
+def service_accounts(email: str | None) -> list[dict[str, Any]]:
+    """The insert body's ``serviceAccounts``: `email` with `SCOPE`; none when `email` is None (the node then
+    has no token and its self-end script falls back to a shutdown)."""
+    return [] if email is None else [{"email": email, "scopes": [SCOPE]}]
