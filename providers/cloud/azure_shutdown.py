@@ -47,15 +47,16 @@ def schedule_body(vm_path: str, location: str, now: float | None = None, limit: 
         "notificationSettings": {"status": "Disabled", "timeInMinutes": 30}}}
 
 
-def set_limit(azure: Any, vm_path: str) -> None:
-    """Put the VM's auto-shutdown schedule (just after its PUT). A refusal other than a transient one is
-    logged and the VM goes on without a limit; a transient one is raised (the launch call is retried). With
-    `azure.boot_limit` None (off) nothing is put."""
+def set_limit(azure: Any, vm_path: str, after: int = 0) -> None:
+    """Put the VM's auto-shutdown schedule (just after its PUT), at `azure.boot_limit` + `after` seconds (the
+    node's own self-end timer, `azure_end.py`, comes first; this deallocates a VM whose self-end was refused).
+    A refusal other than a transient one is logged and the VM goes on without this backstop; a transient one
+    is raised (the launch call is retried). With `azure.boot_limit` None (off) nothing is put."""
     if azure.boot_limit is None:
         return
     try:
         azure.arm(schedule_path(vm_path), SCHEDULES_API, "PUT",
-                  schedule_body(vm_path, azure.region, limit=azure.boot_limit))
+                  schedule_body(vm_path, azure.region, limit=azure.boot_limit + after))
     except Exception as exc:
         if azure.classify(exc) is ErrorKind.TRANSIENT:
             raise
