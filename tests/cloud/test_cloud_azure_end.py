@@ -292,3 +292,13 @@ def test_an_azure_pool_killed_right_after_create_deletes_itself_at_its_boot_time
     assert entry["provider"] == "azure"
     assert main(["down", "p-az-killed"]) == 0
     assert arm.resources == {} and arm.assignments == {}
+
+
+def test_the_dry_run_says_what_the_idle_watchdog_needs(tmp_path, monkeypatch, capsys):
+    from skyhive.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.yaml").write_text("run: echo hi\n")
+    assert main(["launch", "t.yaml", "--provider", "azure", "--dryrun"]) == 0
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  idle watchdog: ")]
+    assert "deletes itself" in line and "Owner or User Access Administrator" in line
