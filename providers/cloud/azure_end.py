@@ -106,10 +106,12 @@ def boot_script(deadline: float | None) -> str:
     return "\n".join(lines) + "\numask 022\n" + rest
 
 
-def assignment_path(vm_path: str) -> str:
-    """The role assignment of VM `vm_path`'s identity (its name a GUID derived from the VM: a retried PUT
-    is the same assignment)."""
-    return f"{vm_path}/providers/Microsoft.Authorization/roleAssignments/{uuid.uuid5(uuid.NAMESPACE_URL, vm_path.lower())}"
+def assignment_path(vm_path: str, principal: str) -> str:
+    """The role assignment of VM `vm_path`'s identity `principal` (its name a GUID derived from both: a retried
+    PUT is the same assignment; a VM created again under the same name — the next zone — has a new identity,
+    and ARM refuses to change an assignment's principal)."""
+    name = uuid.uuid5(uuid.NAMESPACE_URL, f"{vm_path.lower()}#{principal}")
+    return f"{vm_path}/providers/Microsoft.Authorization/roleAssignments/{name}"
 
 
 def grant(azure: Any, vm_path: str, principal: str | None, warned: set[str], pool_id: str) -> bool:
@@ -125,7 +127,7 @@ def grant(azure: Any, vm_path: str, principal: str | None, warned: set[str], poo
         "principalId": principal, "principalType": "ServicePrincipal"}}
     for attempt in range(_TRIES):
         try:
-            azure.arm(assignment_path(vm_path), AUTH_API, "PUT", body)
+            azure.arm(assignment_path(vm_path, principal), AUTH_API, "PUT", body)
             return True
         except Exception as exc:
             code = azure.error_code(exc)

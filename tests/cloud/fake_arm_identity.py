@@ -16,7 +16,8 @@
   one that exists (400 ``PrincipalNotFound``); a principal created less than `principal_lag` assignment
   attempts ago has not replicated and is ``PrincipalNotFound`` unless the body names ``principalType:
   ServicePrincipal`` (the reference's advice for a new service principal). The same principal, role and scope
-  under another name is 409 ``RoleAssignmentExists``. Assignments are their own resources: deleting their
+  under another name is 409 ``RoleAssignmentExists``; an existing name with another principal or role is 400
+  ``RoleAssignmentUpdateNotPermitted`` (both on the troubleshooting page). Assignments are their own resources: deleting their
   scope (the VM, the resource group) leaves them (the "Identity not found" orphans of the troubleshooting
   page); ``GET {scope}/providers/Microsoft.Authorization/roleAssignments`` lists those at, above and below the
   scope (Contributor may read), ``DELETE`` needs ``roleAssignments/delete`` (not a Contributor's).
@@ -182,6 +183,11 @@ class IdentityRules:
                                                     "property to a value, such as ServicePrincipal, User, or Group.")
         if scope.lower() not in self.resources:
             return _error(404, "ResourceNotFound", f"The Resource '{scope}' was not found.")
+        known = self.assignments.get(key)
+        if known and (known["properties"]["principalId"], known["properties"]["roleDefinitionId"].lower()) != (
+                principal, role.lower()):
+            return _error(400, "RoleAssignmentUpdateNotPermitted", "Tenant ID, application ID, principal ID, and "
+                                                                   "scope are not allowed to be updated.")
         for other in self.assignments.values():
             o = other["properties"]
             if other["id"].lower() != key and (o["principalId"], o["roleDefinitionId"].lower(), o["scope"].lower()) \

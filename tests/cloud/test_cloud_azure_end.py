@@ -302,3 +302,47 @@ def test_the_dry_run_says_what_the_idle_watchdog_needs(tmp_path, monkeypatch, ca
     assert main(["launch", "t.yaml", "--provider", "azure", "--dryrun"]) == 0
     (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  idle watchdog: ")]
     assert "deletes itself" in line and "Owner or User Access Administrator" in line
+
+
+def test_a_role_assignment_refused_while_the_identity_replicates_is_retried(azure, monkeypatch):
+    """ARM may still answer PrincipalNotFound for a new identity (the reference's replication delay): the
+    assignment is sent again after a pause, and the pool gets its watchdog."""
+    provider, arm = azure
+    arm.caller_role = "Owner"
+    monkeypatch.setattr(azure_end, "_PAUSE", 0.0)
+    real, refusals = arm._assignments, []
+
+    def replicating(method, path, data):  # FAKE: the first PUT finds the new principal not yet replicated
+        if method == "PUT" and not refusals:
+            refusals.append(path)
+            return 400, {"error": {"code": "PrincipalNotFound", "message": "Principal does not exist in the "
+                                   "directory (replication delay)."}}
+        return real(method, path, data)
+
+    monkeypatch.setattr(arm, "_assignments", replicating)
+    (handle,) = anyio.run(provider.create, ClusterSpec(pool_id="p-lag", nodes=1))
+    assert len(refusals) == 1 and len(arm.assignments) == 1 and handle.reach.idle_shutdown == 1800.0
+    anyio.run(provider.down, "p-lag")
+    assert arm.resources == {} and arm.assignments == {}
+
+
+def test_a_vm_created_again_in_the_next_zone_gets_a_role_for_its_new_identity(monkeypatch):
+    """A full zone (A7) deletes the VM and creates it again under the same name in the next zone: the new
+    identity gets its own assignment (ARM refuses to change an assignment's principal), and down removes
+    both."""
+    from libcloud.compute.drivers.azure_arm import AzureNodeDriver
+
+    arm = FakeARM(SUB)
+    arm.caller_role = "Owner"
+    arm.full_zones.add("1")
+    install_fakes(monkeypatch, arm)
+    provider = Azure(ssh_cidr="192.0.2.1/32", timeouts=FAST, zones=["1", "2"])
+    provider._driver = AzureNodeDriver("77777777-7777-7777-7777-777777777777", SUB,
+                                       "55555555-5555-5555-5555-555555555555", "p4ssw0rd", region="eastus")
+    (handle,) = anyio.run(provider.create, ClusterSpec(pool_id="p-zone", nodes=1))
+    vm = arm.resources[_vm_path(arm, "node-0").lower()]
+    assert vm["zones"] == ["2"] and handle.reach.idle_shutdown == 1800.0
+    principals = [a["properties"]["principalId"] for a in arm.assignments.values()]
+    assert len(principals) == 2 and principals[-1] == vm["identity"]["principalId"]  # the first one's: orphaned
+    anyio.run(provider.down, "p-zone")
+    assert arm.resources == {} and arm.assignments == {}
