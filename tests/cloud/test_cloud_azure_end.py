@@ -346,3 +346,27 @@ def test_a_vm_created_again_in_the_next_zone_gets_a_role_for_its_new_identity(mo
     assert len(principals) == 2 and principals[-1] == vm["identity"]["principalId"]  # the first one's: orphaned
     anyio.run(provider.down, "p-zone")
     assert arm.resources == {} and arm.assignments == {}
+
+
+def test_when_arm_refuses_the_vms_delete_the_script_deallocates_it(azure, tmp_path, monkeypatch):
+    """The script's fallback: a delete ARM refuses (FAKE: 403 ``LinkedAuthorizationFailed``, as if the VM-scoped
+    role did not cover its NIC) is followed by a deallocation, which ends the compute bill."""
+    provider, arm = azure
+    arm.caller_role = "Owner"
+    anyio.run(provider.create, ClusterSpec(pool_id="p-dealloc", nodes=1))
+    real = arm._authorized
+
+    def no_linked_delete(token, method, path):
+        if token in arm.vm_tokens and method == "DELETE":
+            return 403, {"error": {"code": "LinkedAuthorizationFailed", "message": "The client has permission to "
+                                   "perform action 'Microsoft.Compute/virtualMachines/delete' on scope "
+                                   f"'{path}', however it does not have permission on the linked scope(s)."}}
+        return real(token, method, path)
+
+    monkeypatch.setattr(arm, "_authorized", no_linked_delete)
+    end, _ = _boot(arm, "node-0", tmp_path / "n0")
+    done = _end(arm, "node-0", end, "idle")
+    assert done.returncode == 0 and "idle: ARM deallocates this VM (202; delete: 403)" in done.stderr, done.stderr
+    assert [h.state for h in anyio.run(provider.list_owned, "p-dealloc")] == ["stopped"]  # deallocated, disk left
+    anyio.run(provider.down, "p-dealloc")  # down finishes it
+    assert arm.resources == {} and arm.assignments == {}
