@@ -32,9 +32,9 @@ from ...errors import CloudAPIError
 from ..features import Feature, Features
 from ..base import ClusterSpec, NodeHandle, ProvisionError, SSHReach
 from ..volumes import mounts_of
-from . import azure_shutdown, azure_volumes, catalog
+from . import azure_end, azure_shutdown, azure_volumes, catalog
 from .base import ACTIVE_STATES, CloudTimeouts, ErrorKind, LibcloudProvider
-from .boot import BOOT_LIMIT, BOOT_SCRIPT, check_limit, ready_command, shown, warn_off
+from .boot import BOOT_LIMIT, check_limit, ready_command, shown, warn_off
 from .keys import pool_key, remove_pool_key
 
 __all__ = ["Azure", "AZURE_ERRORS"]
@@ -84,6 +84,13 @@ class Azure(LibcloudProvider):
     - `boot_limit`: seconds after its create by which a VM no client has bootstrapped is deallocated (the VM's
       auto-shutdown schedule, `azure_shutdown.py`; deleted once bootstrapped) — default 3600, 600..86400 (the
       schedule is a time of day); None or 0: no schedule (a warning).
+    - `idle_timeout`: seconds with no client after which a bootstrapped VM deletes itself (default 1800; None:
+      no watchdog). The VM's system-assigned managed identity is given Virtual Machine Contributor on the VM
+      itself, and the watchdog and the boot-time limit run the node's self-end script (`azure_end.py`:
+      delete, else deallocate); the boot-time limit's auto-shutdown schedule stays as a backstop
+      `azure_end.BACKSTOP` seconds later. Granting the role needs Microsoft.Authorization/roleAssignments/write
+      (Owner or User Access Administrator): without it the pool has no idle watchdog (one warning; the plan
+      says so) and the schedule is its boot-time limit, as before.
     Credentials: a service principal in ``AZURE_TENANT_ID``, ``AZURE_SUBSCRIPTION_ID``, ``AZURE_CLIENT_ID``,
     ``AZURE_CLIENT_SECRET``; else the Azure CLI's login (``az login``); else a managed identity
     (`providers.cloud.azure_credentials`, the order of `azure-identity`'s default chain).
@@ -106,8 +113,12 @@ class Azure(LibcloudProvider):
                  image: Sequence[str] | None = None,
                  disk_gb: int = 100, ssh_user: str = "skyhive", ssh_cidr: str = "0.0.0.0/0",
                  zones: Sequence[str] | None = None, timeouts: CloudTimeouts | None = None,
-                 volumes: Sequence[Any] = (), boot_limit: float | None = BOOT_LIMIT) -> None:
+                 volumes: Sequence[Any] = (), boot_limit: float | None = BOOT_LIMIT,
+                 idle_timeout: float | None = 1800.0) -> None:
         super().__init__(timeouts=timeouts)
+        self.idle_timeout = idle_timeout
+        self._watched: set[str] = set()  # provider ids of VMs whose identity may end them (their role granted)
+        self._refused: set[str] = set()  # pools whose role assignment was refused (warned once each)
         self.boot_limit = check_limit(boot_limit, "Azure(boot_limit=...)")
         self.volumes = mounts_of(volumes)  # managed disks for the head node (`azure_volumes.py`)
         self.zones = [str(z) for z in zones] if zones else None
@@ -145,12 +156,24 @@ class Azure(LibcloudProvider):
     def plan(self, spec: ClusterSpec) -> dict[str, Any]:
         """See `Provider.plan`: the chosen size, its price (when the table has it) and the pool's cost."""
         choice = self.choice(spec)
-        return {**choice.as_dict(), "summary": choice.summary(), "boot_limit": shown(self.boot_limit)}
+        return {**choice.as_dict(), "summary": choice.summary(), "boot_limit": shown(self.boot_limit),
+                "idle_watchdog": self._watchdog_shown(spec.pool_id)}
+
+    def _watchdog_shown(self, pool_id: str) -> str:
+        if not self.idle_timeout:
+            return "off (idle_timeout=None: VMs run until skyhive down)"
+        if pool_id in self._refused:
+            return ("none: giving the VMs' identity a role was refused (needs Microsoft.Authorization/"
+                    "roleAssignments/write); VMs run until skyhive down")
+        return (f"a VM with no client for {self.idle_timeout:g} s deletes itself (its managed identity, Virtual "
+                "Machine Contributor on the VM; granting it needs Owner or User Access Administrator, without "
+                "which there is no watchdog)")
 
     def describe(self) -> dict[str, Any]:
         return {"provider": self.name, "region": self.region, "vm_size": self.vm_size, "spot": self.spot,
                 "image": list(self.image) if self.image else None, "disk_gb": self.disk_gb, "ssh_user": self.ssh_user,
                 "ssh_cidr": self.ssh_cidr, "zones": self.zones, "boot_limit": self.boot_limit,
+                "idle_timeout": self.idle_timeout,
                 "volumes": [[v.target, v.name, v.size_gb] for v in self.volumes]}
 
     @property
@@ -284,13 +307,14 @@ class Azure(LibcloudProvider):
                         "name": f"{name}-ip", "sku": {"name": "Standard", "tier": "Regional"},  # Basic is retired
                         "properties": {"deleteOption": "Delete", "publicIPAllocationMethod": "Static"}}}}]}}]},
         }
-        properties["osProfile"]["customData"] = _b64(BOOT_SCRIPT)  # cloud-init runs it: uv at boot
+        deadline = time.time() + self.boot_limit if self.boot_limit else None  # the self-end timer, at first boot
+        properties["osProfile"]["customData"] = _b64(azure_end.boot_script(deadline))  # cloud-init runs it
         if spot:
             properties.update(priority="Spot", evictionPolicy="Delete", billingProfile={"maxPrice": -1})
         if index == 0 and self.volumes:
             properties["storageProfile"]["dataDisks"] = azure_volumes.data_disks(self, self.volumes)
         body = {"location": self.region, "tags": {**dict(spec.tags), POOL_TAG: spec.pool_id, NODE_TAG: str(index)},
-                "properties": properties}
+                "identity": {"type": "SystemAssigned"}, "properties": properties}  # ends itself: azure_end.py
         return self._path(spec.pool_id, f"/providers/Microsoft.Compute/virtualMachines/{name}"), body
 
     def launch_sync(self, spec: ClusterSpec, nodes: Sequence[int], zone: str) -> list[NodeHandle]:
@@ -302,7 +326,10 @@ class Azure(LibcloudProvider):
             if self.zones:
                 body["zones"] = [zone]
             vm = self._arm(path, COMPUTE_API, "PUT", body)
-            azure_shutdown.set_limit(self, path)  # deallocated by Azure unless bootstrap lifts it
+            if azure_end.grant(self, path, ((vm or {}).get("identity") or {}).get("principalId"), self._refused,
+                               spec.pool_id):
+                self._watched.add(f"{spec.pool_id}/{name_of(path)}")
+            azure_shutdown.set_limit(self, path, after=azure_end.BACKSTOP)  # the backstop of the self-end timer
             handles.append(self._handle(vm, spec.pool_id, {}, launched_at=time.time()))
         for handle in handles:  # ARM answers 201 at once; whether the VM got a machine comes later
             self._allocated(spec.pool_id, handle.provider_id.partition("/")[2])
@@ -380,6 +407,7 @@ class Azure(LibcloudProvider):
         self._arm(self._path(pool_id, f"/providers/Microsoft.Compute/virtualMachines/{name}"), COMPUTE_API, "DELETE")
 
     def cleanup_sync(self, pool_id: str) -> list[str]:
+        azure_end.revoke(self, self._path(pool_id))  # the VMs' role assignments (not in the group)
         try:
             self._arm(self._path(pool_id), RESOURCES_API, "DELETE")
             self._arm(self._path(pool_id), RESOURCES_API)
@@ -407,13 +435,20 @@ class Azure(LibcloudProvider):
         info = catalog.instance("azure", size) if size else None
         gpus = info.accelerators if info else 0
         first_boot = ready_command(gpu=bool(gpus))
+        watched = f"{pool_id}/{vm.get('name')}" in self._watched
         if self.volumes and (vm.get("tags") or {}).get(NODE_TAG) == "0":  # the head node mounts the volumes
             first_boot = "; ".join([first_boot, *azure_volumes.mount_commands(self.volumes)])
         return NodeHandle(node=int((vm.get("tags") or {}).get(NODE_TAG, -1)), provider_id=f"{pool_id}/{vm.get('name')}",
                           private_addr=private, public_addr=public, state=state, extra=extra, accelerators=gpus,
                           accelerator=info.accelerator if info else None,
                           reach=SSHReach(host=public or private, user=self.ssh_user, key=str(key_path),
-                                         ready_command=first_boot))
+                                         ready_command=first_boot, boot_limit_off=azure_end.BOOT_LIMIT_OFF
+                                         if self.boot_limit else "", shutdown_command=azure_end.SHUTDOWN_COMMAND,
+                                         idle_shutdown=(self.idle_timeout or 0.0) if watched else 0.0))
+
+
+def name_of(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
 
 
 def _b64(text: str) -> str:

@@ -1,14 +1,16 @@
-"""An Azure node's boot-time limit: the VM's auto-shutdown schedule, set by the client at create and deleted
-once the node is bootstrapped (`Provider.bootstrapped`).
+"""An Azure node's boot-time limit backstop: the VM's auto-shutdown schedule, set by the client at create and
+deleted once the node is bootstrapped (`Provider.bootstrapped`).
 
 A VM that shuts down from inside is "Stopped" and still billed for its compute; only a deallocation stops
-the bill, and a VM can only be deallocated through ARM — no credentials are put on a node. Azure's own
-auto-shutdown does it: a ``Microsoft.DevTestLab/schedules`` resource in the VM's resource group named
+the bill, and a VM can only be deallocated through ARM. The node's own self-end timer (`azure_end.py`) does
+that first where the VM's managed identity was given a role; this schedule, `azure_end.BACKSTOP` seconds
+later, needs no credential on the node, so it also covers a user who may not grant roles. Azure's own
+auto-shutdown: a ``Microsoft.DevTestLab/schedules`` resource in the VM's resource group named
 ``shutdown-computevm-<vm>``, ``taskType: ComputeVmShutdownTask``, a daily time (``HHmm``) in a Windows time
 zone, ``targetResourceId`` the VM (REST "Global Schedules - Create Or Update", api-version 2018-09-15:
 https://learn.microsoft.com/rest/api/dtl/global-schedules/create-or-update; the VM's auto-shutdown, which
 deallocates it: https://learn.microsoft.com/azure/virtual-machines/auto-shutdown-vm). The schedule is set
-to the provider's `boot_limit` (default `boot.BOOT_LIMIT`) from now, rounded up to the minute; a client
+to the provider's `boot_limit` (default `boot.BOOT_LIMIT`) plus the backstop from now, rounded up to the minute; a client
 that dies before bootstrap leaves a VM that Azure deallocates then (its disk and static public address bill on until `skyhive down` deletes the
 pool's resource group, which holds the schedule too). A subscription that refuses the schedule (the
 ``Microsoft.DevTestLab`` resource provider not registered, a policy) keeps its VM without a limit, as
@@ -47,15 +49,16 @@ def schedule_body(vm_path: str, location: str, now: float | None = None, limit: 
         "notificationSettings": {"status": "Disabled", "timeInMinutes": 30}}}
 
 
-def set_limit(azure: Any, vm_path: str) -> None:
-    """Put the VM's auto-shutdown schedule (just after its PUT). A refusal other than a transient one is
-    logged and the VM goes on without a limit; a transient one is raised (the launch call is retried). With
-    `azure.boot_limit` None (off) nothing is put."""
+def set_limit(azure: Any, vm_path: str, after: int = 0) -> None:
+    """Put the VM's auto-shutdown schedule (just after its PUT), at `azure.boot_limit` + `after` seconds (the
+    node's own self-end timer, `azure_end.py`, comes first; this deallocates a VM whose self-end was refused).
+    A refusal other than a transient one is logged and the VM goes on without this backstop; a transient one
+    is raised (the launch call is retried). With `azure.boot_limit` None (off) nothing is put."""
     if azure.boot_limit is None:
         return
     try:
         azure.arm(schedule_path(vm_path), SCHEDULES_API, "PUT",
-                  schedule_body(vm_path, azure.region, limit=azure.boot_limit))
+                  schedule_body(vm_path, azure.region, limit=azure.boot_limit + after))
     except Exception as exc:
         if azure.classify(exc) is ErrorKind.TRANSIENT:
             raise

@@ -94,6 +94,8 @@ def _describe(task: Task, provider: Provider, plan: dict[str, Any]) -> list[str]
         lines.append(f"  hourly cost: ${cost:.4g}/h for the pool ({prices})")
     if plan.get("boot_limit"):  # a cloud's boot-time limit (`boot_limit=`): what ends nodes a killed client left
         lines.append(f"  boot-time limit: {plan['boot_limit']}")
+    if plan.get("idle_watchdog"):  # a cloud that says what ends an idle node (Azure: its identity's role)
+        lines.append(f"  idle watchdog: {plan['idle_watchdog']}")
     res = task.resources
     chosen = [f"{name} {getattr(res, name)}" for name in ("region", "zone", "instance_type", "disk_size", "image_id")
               if getattr(res, name) is not None]

@@ -46,6 +46,12 @@ and answers as ARM does, rule by rule; each rule names the reference it encodes:
   is the fake's clock passing that time of day (UTC here): every Enabled schedule of that time deallocates its
   VM (power state ``deallocated``: https://learn.microsoft.com/azure/virtual-machines/auto-shutdown-vm).
   Nothing else in the fake keeps time.
+- A11-A14 (issue 38, `fake_arm_identity.py`, each with its citation there): a VM's system-assigned managed
+  identity; role assignments (403 ``AuthorizationFailed`` for a caller without
+  ``Microsoft.Authorization/roleAssignments/write``: `caller_role`, default ``Contributor``; 400
+  ``PrincipalNotFound`` for an identity not yet replicated unless ``principalType`` is given; assignments
+  outlive their scope); the instance metadata service of a VM (`imds(vm)`: token, resource id); a VM
+  identity's token may delete or deallocate (``POST .../deallocate``) only what its role assignments cover.
 """
 
 from __future__ import annotations
@@ -53,10 +59,13 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import pickle
 import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from tests.cloud.fake_arm_identity import IdentityRules
 
 def _catalog() -> tuple[dict[str, set[str]], dict[str, str]]:
     """(size -> regions, size -> Hyper-V generations) from tests/cloud/catalogs/azure_gap.csv."""
@@ -80,7 +89,7 @@ def _error(status: int, code: str, message: str) -> tuple[int, dict]:
     return status, {"error": {"code": code, "message": message}}
 
 
-class FakeARM:
+class FakeARM(IdentityRules):
     """FAKE ARM for one subscription (see the module docstring)."""
 
     hosts = ("management.azure.com", "login.microsoftonline.com")
@@ -97,6 +106,22 @@ class FakeARM:
         self.create_polls = 2  # reads of a new VM before its provisioning state leaves Creating (A7)
         self.failed: list[str] = []  # every allocation failure reported (A7)
         self._ids = itertools.count(1)
+        self._identity_init()
+
+    def save(self, path: Any) -> None:
+        """The subscription's state to `path` (replaced whole): a test hands it from a process it kills to the next."""
+        state = {k: v for k, v in vars(self).items() if k not in ("_ids", "_serial")}
+        tmp = Path(f"{path}.tmp")
+        tmp.write_bytes(pickle.dumps(state))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Any) -> FakeARM:
+        """The subscription `save` wrote (its tokens still valid), new ids after its own."""
+        fake = cls()
+        vars(fake).update(pickle.loads(Path(path).read_bytes()))
+        fake._ids = itertools.count(10_000)
+        return fake
 
     def answer(self, method: str, url: str, headers: Any, body: bytes | None) -> tuple[int, Any]:
         parsed = urlparse(url)
@@ -107,12 +132,13 @@ class FakeARM:
             token = f"eyJ0.fake-{next(self._ids)}"
             self.tokens.add(token)
             return 200, {"access_token": token, "expires_on": "9999999999", "token_type": "Bearer"}
-        if headers.get("Authorization", "").removeprefix("Bearer ") not in self.tokens:  # A5
+        token = headers.get("Authorization", "").removeprefix("Bearer ")
+        if token not in self.tokens and token not in self.vm_tokens:  # A5
             return _error(401, "AuthenticationFailed", "Authentication failed.")
         query = {k: v[0] for k, v in parse_qs(parsed.query).items()}
         data = json.loads(body) if body else None
         self.requests.append((method, parsed.path, data, query))
-        status, payload = self._route(method, parsed.path, data, query)
+        status, payload = self._authorized(token, method, parsed.path) or self._route(method, parsed.path, data, query)
         if status >= 400:
             self.refused.append(payload["error"]["message"])
         return status, payload
@@ -125,6 +151,11 @@ class FakeARM:
         if len(parts) < 5 or parts[3] != "resourcegroups":
             return _error(400, "InvalidRequestUri", f"FAKE ARM does not implement {method} {path}")
         group = "/".join(parts[:5])
+        if "/providers/microsoft.authorization/roleassignments" in key:  # A12
+            return self._assignments(method, path.rstrip("/"), data)
+        if method == "POST" and key.endswith("/deallocate") and key.removesuffix("/deallocate") in self.resources:
+            self.resources[key.removesuffix("/deallocate")]["_power"] = "deallocated"  # A14
+            return 202, None
         if method == "PUT":
             if key != group and group not in self.resources:
                 return _error(404, "ResourceGroupNotFound", f"Resource group '{parts[4]}' could not be found.")
@@ -152,6 +183,7 @@ class FakeARM:
                     if k != group:
                         self._release_disks(k)  # A9
                         self.resources.pop(k, None)
+                        self._identity_gone(k)  # A11
                 return 202, None
             if "/disks/" in key and self.resources.get(key, {}).get("managedBy"):  # A9
                 return _error(409, "OperationNotAllowed", f"Disk {parts[-1]} is attached to VM "
@@ -164,6 +196,7 @@ class FakeARM:
                 gone += [k for k in self.resources if k.endswith((f"/{name}-nic", f"/{name}-ip"))]
             for k in gone:
                 self.resources.pop(k, None)
+                self._identity_gone(k)  # A11
             return (200 if gone else 204), None
         # GET
         if key == group:
@@ -325,5 +358,11 @@ class FakeARM:
             {"properties": {"privateIPAddress": f"10.42.0.{n % 250 + 4}", "publicIPAddress": {"id": ip}}}]}}
         stored = {"id": path, "name": name, **data, "_power": "starting", "_reads": self.create_polls}
         stored["properties"] = {**props, "provisioningState": "Creating"}  # A7
+        identity = (self.resources.get(key) or {}).get("identity") or self._identity_of(data)  # A11 (kept on a re-PUT)
+        if identity is None:
+            stored.pop("identity", None)
+        else:
+            stored["identity"] = identity
         self.resources[key] = stored
+        self._identity_created(key, stored)
         return 201, self._public(stored)

@@ -23,6 +23,7 @@ from skyhive.providers.base import ClusterSpec
 from skyhive.providers.cloud import gcp_end
 from skyhive.providers.cloud.aws import AWS
 from skyhive.providers.cloud.azure import Azure
+from skyhive.providers.cloud.azure_end import BACKSTOP
 from skyhive.providers.cloud.base import CloudTimeouts
 from skyhive.providers.cloud.boot import BOOT_MARKER
 from skyhive.providers.cloud.gcp import GCP
@@ -179,8 +180,8 @@ def test_an_azure_boot_limit_sets_the_auto_shutdown_time_and_none_puts_no_schedu
     (schedule,) = _schedules(arm).values()
     at = schedule["properties"]["dailyRecurrence"]["time"]
     allowed = {time.strftime("%H%M", time.gmtime(math.ceil(t / 60) * 60))
-               for t in range(int(before) + limit, int(after) + limit + 2)}
-    assert at in allowed  # five hours from the create (UTC), not the default hour
+               for t in range(int(before) + limit + BACKSTOP, int(after) + limit + BACKSTOP + 2)}
+    assert at in allowed  # five hours (and the self-end timer's backstop) from the create (UTC), not the default hour
     assert arm.clock_reaches(at) == ["node-0"]  # reached: Azure deallocates the VM no client bootstrapped
     anyio.run(longer.down, "p-bl-az")
     assert arm.resources == {}

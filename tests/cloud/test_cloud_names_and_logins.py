@@ -96,6 +96,7 @@ def test_azure_works_with_only_an_azure_cli_login(no_clouds, monkeypatch, tmp_pa
     arm = FakeARM(SUB)
     install_fakes(monkeypatch, arm)
     arm.tokens.add("cli-token-1")  # what the CLI's cache holds for this login
+    arm.caller_role = "Owner"  # the login owns its subscription: the VM's role assignment is not refused
     _fake_az(tmp_path / "bin", "cli-token-1")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     (no_clouds / ".azure").mkdir()
