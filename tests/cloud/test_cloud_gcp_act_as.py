@@ -94,7 +94,7 @@ def test_a_named_account_without_act_as_fails_naming_the_permission_and_leaves_n
     with pytest.raises(ProvisionError) as caught:
         anyio.run(provider.create, ClusterSpec(pool_id="p-noact-named", nodes=2))
     err = caught.value
-    assert err.kind == "fatal" and err.code == gcp_end.ACT_AS_CODE
+    assert err.kind == "fatal" and err.code == "SERVICE_ACCOUNT_ACCESS_DENIED"
     assert ACT_AS in str(err) and named in str(err) and "roles/iam.serviceAccountUser" in str(err)
     assert "us-east1-b" in str(err) and "us-east1-c" not in err.zones_tried  # fatal: no other zone tried
     assert [b["serviceAccounts"][0]["email"] for b in gce.inserts] == [named]  # never sent without it
