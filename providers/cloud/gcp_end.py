@@ -143,7 +143,8 @@ ACT_AS_CODE = "SERVICE_ACCOUNT_ACCESS_DENIED"
 #: what the refusal's message says when the call itself is refused (400 ``badRequest``), lower case
 _ACT_AS_TEXT = ("does not have access to service account", ACT_AS.lower())
 _GRANT = ("grant it with `gcloud iam service-accounts add-iam-policy-binding ACCOUNT --member=user:YOU "
-          "--role=roles/iam.serviceAccountUser` (or a role that includes it on the project, as Editor does)")
+          "--role=roles/iam.serviceAccountUser` (serviceAccount:EMAIL for a key's account; or a role that "
+          "includes it on the project, as Editor does)")
 
 
 def act_as_refused(exc: BaseException) -> bool:
@@ -158,10 +159,11 @@ def act_as_refused(exc: BaseException) -> bool:
 def act_as_error(account: str, project: str, exc: CloudAPIError) -> CloudAPIError:
     """The error a pool whose named `account` was refused gets: fatal (a permission: no other offer of the
     cloud does better, so 403), naming `ACT_AS`, the account and how to grant it."""
-    return CloudAPIError(ACT_AS_CODE, f"creating an instance with service account {account!r} in project {project} "
-                         f"needs {ACT_AS} on that account for the credentials skyhive uses: {_GRANT.replace('ACCOUNT', account)}; "
-                         f"or pass GCP(service_account=None) for nodes without a token, which stop instead of "
-                         f"deleting themselves ({exc.message})", 403)
+    grant = _GRANT.replace("ACCOUNT", account)
+    return CloudAPIError(ACT_AS_CODE, f"creating an instance with service account {account!r} in project "
+                         f"{project} needs {ACT_AS} on that account for the credentials skyhive uses: {grant}; or "
+                         f"pass GCP(service_account=None) for nodes without a token, which stop instead of deleting "
+                         f"themselves ({exc.message})", 403)
 
 
 def without_account_warning(pool_id: str, project: str) -> str:
@@ -169,4 +171,5 @@ def without_account_warning(pool_id: str, project: str) -> str:
     return (f"gcp: pool {pool_id}: the credentials skyhive uses lack {ACT_AS} on project {project}'s default "
             f"compute service account, so its nodes are created without a service account: a node that ends itself "
             f"(idle watchdog, boot-time limit) can only stop, not delete itself, and a stopped node's disk bills "
-            f"until `skyhive down {pool_id}`. To let nodes delete themselves, {_GRANT.replace('ACCOUNT', 'NUMBER-compute@developer.gserviceaccount.com')}")
+            f"until `skyhive down {pool_id}`. To let nodes delete themselves, "
+            f"{_GRANT.replace('ACCOUNT', 'NUMBER-compute@developer.gserviceaccount.com')}")

@@ -125,3 +125,22 @@ def test_with_act_as_the_default_account_is_attached_as_before(gce, caplog):
     assert _warnings(caplog) == [] and gce.refused == []
     anyio.run(provider.down, "p-act")
     assert gce.instances == {} and gce.firewalls == {}
+
+
+@pytest.mark.parametrize("fault", [(403, "rateLimitExceeded", False), (503, "backendError", True)],
+                         ids=["rate-limited", "5xx-but-created"])
+def test_the_insert_resent_without_the_account_stays_idempotent(gce, fault):
+    """The resend is retried like any insert: a rate limit retries that call alone; a 5xx whose instance was
+    made anyway is found again by its name, never created twice."""
+    gce.caller_permissions.discard(ACT_AS)
+    gce.insert_faults[2] = fault  # insert #1 is refused for the account, #2 is its resend
+    provider = GCP(region="us-east1", timeouts=FAST)
+    provider.retry = RetryPolicy(attempts=4, initial_delay=0.01, max_delay=0.05)
+    handles = anyio.run(provider.create, ClusterSpec(pool_id="p-noact-idem", nodes=NODES))
+    assert sorted(h.node for h in handles) == list(range(NODES)) and all(h.state == "running" for h in handles)
+    assert gce.peak <= NODES and len(gce.instances) == NODES
+    assert all(i["serviceAccounts"] == [] for i in gce.instances.values())
+    assert len(gce.inserts) == 1 + NODES + (0 if fault[2] else 1)  # the refused one, then one per node
+    assert "alreadyExists" not in " ".join(gce.refused)
+    anyio.run(provider.down, "p-noact-idem")
+    assert gce.instances == {} and gce.firewalls == {}
