@@ -28,12 +28,14 @@ touch {BOOT_MARKER}
 """
 
 #: The default boot-time limit (seconds; each cloud provider's `boot_limit` option): a node that no client has
-#: bootstrapped within this time of its boot shuts itself down — on EC2 it terminates
-#: (InstanceInitiatedShutdownBehavior), on GCE it stops (the machine stops costing; its disk waits for
-#: `skyhive down`). Bootstrap lifts it (`BOOT_LIMIT_OFF`, run last, after the node's idle watchdog started), so a
-#: client killed between create and bootstrap leaves no running node for longer than this. Long enough for a
-#: slow first boot, SSH retries and an environment built at bootstrap; a bootstrap that builds for longer needs
-#: a larger `boot_limit`.
+#: bootstrapped within this time of its boot ends itself (docs/clouds.md, "Boot-time limit") — EC2 terminates it
+#: (InstanceInitiatedShutdownBehavior); a GCE node deletes its own instance with its service account's token,
+#: or shuts down and GCE stops it where it has none or is refused (its disk bills until `skyhive down`); Azure
+#: deallocates it; a DigitalOcean droplet with a node token deletes itself (powers off where refused; without
+#: a token it has no limit). Bootstrap lifts it (`BOOT_LIMIT_OFF`, run last, after the node's idle watchdog
+#: started), so a client killed between create and bootstrap leaves no running node for longer than this. Long
+#: enough for a slow first boot, SSH retries and an environment built at bootstrap; a bootstrap that builds for
+#: longer needs a larger `boot_limit`.
 BOOT_LIMIT = 3600
 
 #: the bounds of `boot_limit` (seconds): systemd's scheduled shutdown refuses non-root logins in its last 5

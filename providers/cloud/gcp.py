@@ -21,7 +21,8 @@ What GCE requires, and what is sent for it (each checked by the fake in ``tests/
   ``pd-standard``, is refused by G2, A3 and A4 machines.
 - A node ends itself (idle watchdog, boot-time limit) by deleting its own instance with its service
   account's token from the metadata server; it stops where that is refused (`providers.cloud.gcp_end`). The
-  instance gets `service_account` with the one access scope ``compute``.
+  instance gets `service_account` with the one access scope ``compute``; a creator without
+  ``iam.serviceAccounts.actAs`` on the default account gets nodes without it (`GCP._insert`).
 - Zones: from the machine table (the zones whose catalog rows offer the machine) or, for a machine not
   in it, from the region's own list; all are tried, and a zone GCE does not know is skipped.
 
@@ -89,6 +90,9 @@ GCE_ERRORS: Mapping[str, ErrorKind] = {
     "notFound": ErrorKind.NOT_FOUND,
     "RESOURCE_IN_USE_BY_ANOTHER_RESOURCE": ErrorKind.DEPENDENCY,
     "resourceInUseByAnotherResource": ErrorKind.DEPENDENCY,
+    # the creator may not attach the service account it named (iam.serviceAccounts.actAs): a permission, so
+    # no other offer of this cloud does better (`gcp_end.act_as_error`; the default account is dropped instead)
+    gcp_end.ACT_AS_CODE: ErrorKind.FATAL,
 }
 
 #: GCE instance states -> the base's state words (EC2's vocabulary, see `base.ACTIVE_STATES`).
@@ -118,7 +122,13 @@ class GCP(LibcloudProvider):
       same way — default 3600, 600..86400, lifted by bootstrap; None or 0: no limit (a warning).
     - `service_account`: the instance's service account ("default": the project's default compute service
       account), with the one access scope ``compute`` so that the node can delete itself; None: no service
-      account (no token on the node: it stops instead of deleting itself).
+      account (no token on the node: it stops instead of deleting itself). Attaching one needs
+      ``iam.serviceAccounts.actAs`` on it for the credentials skyhive uses (roles/iam.serviceAccountUser;
+      Owner and Editor have it, Compute Instance Admin alone does not). Without it, "default" is dropped: the
+      refused insert is sent again without it, and so are the pool's later ones, with one warning (its nodes
+      stop instead of deleting themselves, their disks billing until `skyhive down`); an account named by its
+      email (the default one's too, ``NUMBER-compute@developer.gserviceaccount.com``) is required: the pool
+      fails, naming the permission.
     Credentials: application-default credentials (see `providers.cloud.gce_api`).
     """
 
@@ -162,6 +172,7 @@ class GCP(LibcloudProvider):
         self.idle_timeout = idle_timeout
         self._client: GCEClient | None = None
         self._plans: dict[str, catalog.Choice] = {}
+        self._without_account: set[str] = set()  # pools whose creator may not attach the default account
 
     def describe(self) -> dict[str, Any]:
         return {"provider": self.name, "project": self.project, "region": self.region, "zones": self.zones,
@@ -333,7 +344,7 @@ class GCP(LibcloudProvider):
             "networkInterfaces": [nic],
             "scheduling": scheduling,
         }
-        if self.service_account is not None:  # the node's token, to delete itself (gcp_end.py)
+        if self.service_account is not None and spec.pool_id not in self._without_account:  # its token (gcp_end.py)
             body["serviceAccounts"] = gcp_end.service_accounts(self.service_account)
         if index == 0 and self.volumes:
             body["disks"] += gcp_volumes.disk_entries(self.volumes, zone)
@@ -355,11 +366,30 @@ class GCP(LibcloudProvider):
         return [self._handle(self._insert(spec, i, zone), spec.pool_id, launched_at=time.time()) for i in nodes]
 
     def _insert(self, spec: ClusterSpec, index: int, zone: str) -> dict[str, Any]:
-        """Create node `index` in `zone`, idempotently: only this insert is retried (transient errors, with
-        the `retry` backoff), and before each retry — and on ``alreadyExists`` — the node is looked for by its
-        name (which skyhive chose): one whose insert went through although its answer was lost is adopted,
-        never created twice, and the rest of the launch is not re-run. The instance as GCE lists it."""
+        """Create node `index` in `zone` (`_post`). Refused because the caller may not act as the service
+        account (`gcp_end.act_as_refused`): with the default account, this insert is sent once more without
+        it and so are the pool's later ones (one warning); an account named by its email stays fatal. The
+        instance as GCE lists it."""
         body = self.create_request(spec, index, zone)
+        try:
+            self._post(spec, index, zone, body)
+        except CloudAPIError as exc:
+            if "serviceAccounts" not in body or not gcp_end.act_as_refused(exc):
+                raise
+            if self.service_account != gcp_end.SERVICE_ACCOUNT:
+                raise gcp_end.act_as_error(str(self.service_account), self.client.project, exc) from exc
+            if spec.pool_id not in self._without_account:  # a pool's inserts run one after another
+                self._without_account.add(spec.pool_id)
+                log.warning("%s", gcp_end.without_account_warning(spec.pool_id, self.client.project))
+            body = self.create_request(spec, index, zone)
+            self._post(spec, index, zone, body)
+        return self.client.request("GET", f"zones/{zone}/instances/{body['name']}")
+
+    def _post(self, spec: ClusterSpec, index: int, zone: str, body: dict[str, Any]) -> None:
+        """Insert `body`, idempotently: only this insert is retried (transient errors, with the `retry`
+        backoff), and before each retry — and on ``alreadyExists`` — the node is looked for by its name
+        (which skyhive chose): one whose insert went through although its answer was lost is adopted, never
+        created twice, and the rest of the launch is not re-run."""
         path = f"zones/{zone}/instances"
         delays = self.retry.delays()
         for attempt in range(len(delays) + 1):
@@ -377,7 +407,6 @@ class GCP(LibcloudProvider):
                 log.info("gcp: pool %s: creating node %s failed transiently (%s); retrying that call in %.1f s",
                          spec.pool_id, index, exc, delays[attempt])
                 time.sleep(delays[attempt])
-        return self.client.request("GET", f"{path}/{body['name']}")
 
     def _ours(self, zone: str, name: str, pool_id: str) -> dict[str, Any] | None:
         """The instance `name` in `zone` when it is this pool's (by its label), else None."""

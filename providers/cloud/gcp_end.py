@@ -28,6 +28,16 @@ allows ``instances.delete``; ``compute.readonly`` does not, and ``cloud-platform
 https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam). A pool that keeps its disks
 (`keep`) gets a script that only shuts the guest down (a stop), as before.
 
+Attaching a service account needs ``iam.serviceAccounts.actAs`` on it for whoever creates the instance
+(roles/iam.serviceAccountUser; Owner and Editor have it, Compute Instance Admin alone does not:
+https://cloud.google.com/compute/docs/access/create-enable-service-accounts-for-instances,
+https://cloud.google.com/compute/docs/access/iam). GCE refuses an insert without it in one of two shapes
+(`act_as_refused`): the call answers 400 ``badRequest`` "The user does not have access to service account
+'EMAIL'.  User: 'CALLER'.  Ask a project owner to grant you the iam.serviceAccountUser role on the service
+account", or the insert's operation fails with code `ACT_AS_CODE`. `sky.GCP` then creates the pool's nodes
+without the default account (`without_account_warning`); an account the user named by its email stays
+required (`act_as_error`).
+
 The shipped base URLs are the real ones; ``SKYHIVE_GCE_METADATA`` and ``SKYHIVE_GCE_API`` in the script's
 environment replace them (the tests point them at a fake on 127.0.0.1).
 """
@@ -37,10 +47,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ...errors import CloudAPIError
 from .boot import BOOT_MARKER
 
 __all__ = ["END_SCRIPT", "SCOPE", "SERVICE_ACCOUNT", "TIMER", "end_script", "install_lines", "limit_on",
-           "startup_script", "service_accounts", "SHUTDOWN_COMMAND", "LIMIT_OFF"]
+           "startup_script", "service_accounts", "SHUTDOWN_COMMAND", "LIMIT_OFF", "ACT_AS", "ACT_AS_CODE",
+           "act_as_refused", "act_as_error", "without_account_warning"]
 
 #: where the startup-script puts the self-end script
 END_SCRIPT = "/usr/local/bin/skyhive-end"
@@ -122,3 +134,42 @@ def service_accounts(email: str | None) -> list[dict[str, Any]]:
     """The insert body's ``serviceAccounts``: `email` with `SCOPE`; none when `email` is None (the node then
     has no token and its self-end script falls back to a shutdown)."""
     return [] if email is None else [{"email": email, "scopes": [SCOPE]}]
+
+
+#: the permission the creator of an instance needs on the service account it attaches
+ACT_AS = "iam.serviceAccounts.actAs"
+#: the insert operation's error code when the creator lacks `ACT_AS` (the call itself answered 200)
+ACT_AS_CODE = "SERVICE_ACCOUNT_ACCESS_DENIED"
+#: what the refusal's message says when the call itself is refused (400 ``badRequest``), lower case
+_ACT_AS_TEXT = ("does not have access to service account", ACT_AS.lower())
+_GRANT = ("grant it with `gcloud iam service-accounts add-iam-policy-binding ACCOUNT --member=user:YOU "
+          "--role=roles/iam.serviceAccountUser` (serviceAccount:EMAIL for a key's account; or a role that "
+          "includes it on the project, as Editor does)")
+
+
+def act_as_refused(exc: BaseException) -> bool:
+    """Whether `exc` is GCE refusing an insert because its caller may not act as the service account it
+    attaches: the operation's code `ACT_AS_CODE`, or a 400/403 answer whose message says so."""
+    if not isinstance(exc, CloudAPIError):
+        return False
+    text = exc.message.lower()
+    return exc.code == ACT_AS_CODE or (exc.status in (400, 403) and any(t in text for t in _ACT_AS_TEXT))
+
+
+def act_as_error(account: str, project: str, exc: CloudAPIError) -> CloudAPIError:
+    """The error a pool whose named `account` was refused gets: fatal (a permission: no other offer of the
+    cloud does better, so 403), naming `ACT_AS`, the account and how to grant it."""
+    grant = _GRANT.replace("ACCOUNT", account)
+    return CloudAPIError(ACT_AS_CODE, f"creating an instance with service account {account!r} in project "
+                         f"{project} needs {ACT_AS} on that account for the credentials skyhive uses: {grant}; or "
+                         f"pass GCP(service_account=None) for nodes without a token, which stop instead of deleting "
+                         f"themselves ({exc.message})", 403)
+
+
+def without_account_warning(pool_id: str, project: str) -> str:
+    """The warning, once per pool, that its nodes are created without the default service account."""
+    return (f"gcp: pool {pool_id}: the credentials skyhive uses lack {ACT_AS} on project {project}'s default "
+            f"compute service account, so its nodes are created without a service account: a node that ends itself "
+            f"(idle watchdog, boot-time limit) can only stop, not delete itself, and a stopped node's disk bills "
+            f"until `skyhive down {pool_id}`. To let nodes delete themselves, "
+            f"{_GRANT.replace('ACCOUNT', 'NUMBER-compute@developer.gserviceaccount.com')}")

@@ -80,6 +80,19 @@ refuses what GCE refuses, rule by rule; each rule names the reference it encodes
   'projects/P/zones/Z/instances/N'" (https://cloud.google.com/compute/docs/access/iam; error shape:
   https://cloud.google.com/compute/docs/reference/rest/v1/instances/delete,
   https://cloud.google.com/apis/design/errors).
+- G21 actAs (issue 38): attaching a service account to an instance needs ``iam.serviceAccounts.actAs`` on it
+  for the *caller* (roles/iam.serviceAccountUser; Owner and Editor have it, Compute Instance Admin alone does
+  not: https://cloud.google.com/compute/docs/access/create-enable-service-accounts-for-instances,
+  https://cloud.google.com/compute/docs/access/iam). The caller's IAM permissions beyond Compute's are
+  `caller_permissions` (default: with actAs, as an Owner/Editor). An insert with ``serviceAccounts`` from a
+  caller without it creates nothing and is refused in one of the two shapes real answers show
+  (`act_as_answer`): ``"insert"``, the call answers 400, reason ``badRequest``, "The user does not have access
+  to service account 'EMAIL'.  User: 'CALLER'.  Ask a project owner to grant you the iam.serviceAccountUser
+  role on the service account" (Terraform prints it "…, badRequest": a GKE/GCE create in
+  github.com/ansible/ansible-modules-core/issues/2595 and public Terraform configurations); ``"operation"``,
+  the call answers 200 and its operation ends DONE with ``httpErrorStatusCode`` 400 and error code
+  ``SERVICE_ACCOUNT_ACCESS_DENIED`` (github.com/kubicorn/kubicorn/issues/475, an instance group's creates;
+  a captured ``instances.insert`` operation in a public lab log).
 """
 
 from __future__ import annotations
@@ -177,6 +190,11 @@ class FakeGCE:
         self.number = "123456789012"  # the project's number (G18)
         self.node_tokens: dict[str, tuple[str, list[str]]] = {}  # G18: a VM's token -> (service account, scopes)
         self.denied: set[str] = set()  # G20: service accounts without compute.instances.delete
+        #: G21: the caller's IAM permissions beyond Compute's (an Owner's or Editor's: with actAs)
+        self.caller_permissions: set[str] = {"iam.serviceAccounts.actAs"}
+        self.act_as_answer = "insert"  # G21: "insert" (400 on the call) or "operation" (the operation fails)
+        self.callers: dict[str, str] = {}  # a token -> who it was issued to (G21's message names the caller)
+        self._caller = ""
 
     @property
     def default_service_account(self) -> str:
@@ -259,7 +277,16 @@ class FakeGCE:
             return 400, {"error": "unsupported_grant_type"}
         token = f"ya29.fake-{next(self._ids)}"
         self.tokens.add(token)
+        self.callers[token] = self._issued_to(form)
         return 200, {"access_token": token, "expires_in": 3599, "token_type": "Bearer"}
+
+    @staticmethod
+    def _issued_to(form: dict[str, str]) -> str:
+        """Who a token grant is for: the service account that signed the JWT, or the user."""
+        if form.get("grant_type") == "refresh_token":
+            return "user@example.com"
+        claims = form.get("assertion", "").split(".")[1]
+        return json.loads(base64.urlsafe_b64decode(claims + "=" * (-len(claims) % 4)))["iss"]
 
     def _jwt_ok(self, assertion: str) -> bool:
         from cryptography.exceptions import InvalidSignature
@@ -295,6 +322,7 @@ class FakeGCE:
             return refusal
         query = {k: v[0] for k, v in parse_qs(parsed.query).items()}
         data = json.loads(body) if body else None
+        self._caller = self.callers.get(token, "")
         status, payload = self._route(method, path.split("/"), query, data)
         if status >= 400:
             self.refused.append(payload["error"]["message"])
@@ -373,14 +401,15 @@ class FakeGCE:
         region, _, letter = zone.rpartition("-")
         return letter in self.zones.get(region, ()) and len(letter) == 1
 
-    def _operation(self, kind: str, target: str, zone: str | None, error: dict | None = None) -> dict:
+    def _operation(self, kind: str, target: str, zone: str | None, error: dict | None = None,
+                   status: int = 503) -> dict:
         name = f"operation-{next(self._ids)}"
         where = f"zones/{zone}" if zone else "global"
         link = f"{COMPUTE}/projects/{self.project}/{where}/operations/{name}"
         done = {"kind": "compute#operation", "name": name, "operationType": kind, "status": "DONE",
                 "targetLink": f"{COMPUTE}/projects/{self.project}/{target}", "selfLink": link}
         if error is not None:
-            done.update(error={"errors": [error]}, httpErrorStatusCode=503)
+            done.update(error={"errors": [error]}, httpErrorStatusCode=status)
         self.operations[name] = {**done, "_polls": 1}  # G13: RUNNING at the first poll, DONE at the second
         return {**done, "status": "RUNNING"}  # the call answers before the work is done
 
@@ -470,6 +499,16 @@ class FakeGCE:
                                                   "Subnetwork should be specified for custom subnetmode network")
                 if (parts[1], parts[-1]) not in self.subnetworks:
                     return self._not_found(subnet)
+        accounts = [{**a, "email": self.default_service_account if a.get("email") == "default" else a.get("email")}
+                    for a in body.get("serviceAccounts") or []]  # G18
+        if accounts and "iam.serviceAccounts.actAs" not in self.caller_permissions:  # G21
+            message = (f"The user does not have access to service account '{accounts[0]['email']}'.  User: "
+                       f"'{self._caller}'.  Ask a project owner to grant you the iam.serviceAccountUser role on the "
+                       f"service account")
+            if self.act_as_answer == "operation":
+                return 200, self._operation("insert", f"zones/{zone}/instances/{name}", zone,
+                                            {"code": "SERVICE_ACCOUNT_ACCESS_DENIED", "message": message}, status=400)
+            return _error(400, "badRequest", message)
         if zone in self.exhausted:
             return 200, self._operation("insert", f"zones/{zone}/instances/{name}", zone, {
                 "code": "ZONE_RESOURCE_POOL_EXHAUSTED",
@@ -478,8 +517,6 @@ class FakeGCE:
         n = next(self._ids)
         for disk_name in used:
             self.disks[(zone, disk_name)]["users"].append(f"projects/{self.project}/zones/{zone}/instances/{name}")
-        accounts = [{**a, "email": self.default_service_account if a.get("email") == "default" else a.get("email")}
-                    for a in body.get("serviceAccounts") or []]  # G18
         self.instances[(zone, name)] = {
             **body, "serviceAccounts": accounts, "id": str(1000 + n),
             "zone": f"{COMPUTE}/projects/{self.project}/zones/{zone}",
