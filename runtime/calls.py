@@ -8,24 +8,24 @@ options: `timeout`, `output`, `capture`, `retries`/`retry_on` (`retry.py`).
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-import anyio
-
 from ..errors import TaskTimeout
-from .actors.prepared import Prepared, map_batches
 from .call_options import OPTION_NAMES, UNSET, CallOptions, PoolWithOptions, call_options, split_options
 from .common.selection import OutputSpec, selector
 from .common.retry import NO_RETRIES, Retries, retries_of, with_retries
-from .common.serialize import load_value
-from .common.streams import ItemStream, ResultStream
 
+# asyncio, anyio, the call's pickling (cloudpickle) and the protocol (msgpack) are imported by the methods that
+# use them, not with `sky.Pool`: a plain Local pool spawns its workers before it imports them, so a script's
+# client imports them while its workers start (docs/startup.md)
 if TYPE_CHECKING:
+    import concurrent.futures
+
+    from .actors.prepared import Prepared
+    from .common.streams import ItemStream, ResultStream
     from .actors.channel import WorkerChannel
     from .actors.pool_actor import PoolRuntime
     from .compute import PendingCall
@@ -113,6 +113,10 @@ class PoolCalls:
 
     def _stream_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                      timeout: float | None = None) -> ItemStream:
+        from .actors.prepared import Prepared
+        from .common.serialize import load_value
+        from .common.streams import ItemStream
+
         rt = self._runtime
         prep = Prepared.for_call(_unwrap(fn), args, kwargs)
 
@@ -132,7 +136,7 @@ class PoolCalls:
         if retries.count == 0:  # the attempt inline: no closure, three coroutines fewer per call
             return await self._start(fn, args, kwargs, timeout, options)  # type: ignore[no-any-return]
         rt = self._runtime
-        prep = Prepared.for_call(_unwrap(fn), args, kwargs)
+        prep = _for_call(_unwrap(fn), args, kwargs)
 
         async def attempt() -> T:
             channel = rt.pick_nowait() if rt.open else None
@@ -148,7 +152,7 @@ class PoolCalls:
         one is): the awaitable that sends it and gives its value. Not a coroutine itself: `run`
         awaits `run_one`'s coroutine directly (one frame fewer on every call)."""
         rt = self._runtime
-        prep = Prepared.for_call(_unwrap(fn), args, kwargs)
+        prep = _for_call(_unwrap(fn), args, kwargs)
         channel = rt.pick_nowait() if rt.open else None
         if channel is None:
             return self._pick_and_run(rt, prep, timeout, options)
@@ -179,7 +183,7 @@ class PoolCalls:
                               retries: Retries = NO_RETRIES) -> list[T]:
         """`broadcast` with the user's arguments as they are (`fn(x) @ pool`)."""
         rt = self._runtime
-        prep = Prepared.for_call(_unwrap(fn), args, kwargs)
+        prep = _for_call(_unwrap(fn), args, kwargs)
 
         if retries.count == 0:  # (three coroutines fewer per call)
             return await rt.run_prepared(await rt.all_channels(), prep,  # type: ignore[no-any-return]
@@ -204,10 +208,14 @@ class PoolCalls:
     def _submit_call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                      timeout: float | None = None) -> concurrent.futures.Future[T]:
         """`submit` with the user's arguments as they are (`fn(x) > pool`)."""
+        import asyncio
+
         return asyncio.run_coroutine_threadsafe(self._run_call(fn, args, kwargs, timeout=timeout), self._runtime.loop)
 
     def in_event_loop(self) -> bool:
         """True when called on the thread that runs the pool's event loop (blocking there hangs)."""
+        import asyncio
+
         try:
             return asyncio.get_running_loop() is self._runtime.loop
         except RuntimeError:
@@ -229,6 +237,10 @@ class PoolCalls:
         so cheap functions run at pipe speed and a slow worker takes fewer batches. The first error cancels the rest and is raised (its notes
         say which item). `timeout` bounds the whole map; `retries` re-runs a batch whose worker was lost.
         """
+        import anyio
+
+        from .actors.prepared import Prepared, map_batches
+
         rt = self._runtime
         fn = _unwrap(fn)
         items = list(iterable)
@@ -286,6 +298,8 @@ class PoolCalls:
         """The results of `calls` as they are ready: an async iterator (`async for r in ...`), in
         call order or, with `ordered=False`, in completion order. The first error is raised at its
         turn and cancels the rest; leaving the loop early (`aclose()`) cancels what still runs."""
+        from .common.streams import ResultStream
+
         rt = self._runtime
 
         def bound(call: PendingCall) -> Callable[[], Any]:
@@ -297,6 +311,8 @@ class PoolCalls:
     _gather_stream = gather_stream
 
     async def _gather_calls(self, calls: Sequence[PendingCall], *, timeout: float | None = None) -> tuple[Any, ...]:
+        import anyio
+
         results: list[Any] = [None] * len(calls)
 
         async def one(i: int, call: PendingCall) -> None:
@@ -310,6 +326,20 @@ class PoolCalls:
         except BaseExceptionGroup as group:
             raise _first(group) from None
         return tuple(results)
+
+
+def _import_for_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prepared:
+    """`Prepared.for_call`, imported by the first call (with it cloudpickle and the protocol): from then on
+    `_for_call` is `Prepared.for_call` itself, so a call pays no import statement."""
+    global _for_call
+    from .actors.prepared import Prepared
+
+    _for_call = Prepared.for_call
+    return _for_call(fn, args, kwargs)
+
+
+#: how a call is prepared (pickled once, for any worker): `Prepared.for_call` after the first call
+_for_call: Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Prepared] = _import_for_call
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:

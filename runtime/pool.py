@@ -18,8 +18,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from ..errors import PoolClosed
 from ..providers.base import Provider
 from ..providers.features import Feature
@@ -351,6 +349,8 @@ class Pool(PoolViews, PoolCalls):
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        import anyio
+
         from .common import active
         from .interrupt import cancel_in_flight, closed_by_interrupt
 

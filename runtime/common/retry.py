@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import anyio
 
 from ...errors import WorkerLost
 
@@ -84,4 +83,6 @@ async def with_retries(attempt: Callable[[], Awaitable[T]], retries: Retries, *,
             log.warning("%s: attempt %d of %d failed (%s: %s); running it again", what, tries,
                         retries.count + 1, type(exc).__name__, exc)
             on_retry()
+            import anyio  # (imported with the first retry: `sky.Pool` does not import it)
+
             await anyio.sleep(min(_FIRST_DELAY * 2 ** (tries - 1), _MAX_DELAY))

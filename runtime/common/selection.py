@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
-from ...protocol.info import InstanceInfo
+if TYPE_CHECKING:  # (not imported with `sky.Pool`: the protocol package comes with the pool's start)
+    from ...protocol.info import InstanceInfo
 
 __all__ = ["OutputSpec", "selector"]
 
-OutputSpec = Union[str, int, tuple[int, ...], Callable[[InstanceInfo], bool], None]
+OutputSpec = Union[str, int, tuple[int, ...], Callable[["InstanceInfo"], bool], None]
 
 _FORMS = ("'all', 'head', None, a node index, a tuple of node indexes, "
           "or a predicate taking InstanceInfo (e.g. lambda info: info.node < 2)")

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 
-from ...protocol.info import ENV_VAR as INFO_ENV
+#: `protocol.info.ENV_VAR`, spelled here: importing `skyhive.protocol.info` imports the protocol package (msgpack
+#: and the codec), which the client's early start runs before; tests/pool/test_early_workers.py ties the two
+INFO_ENV = "COMPUTE_POOL"
 
 __all__ = ["ENV_VAR", "early_env", "read_env"]
 

@@ -172,3 +172,39 @@ def test_a_handle_whose_reach_holds_early_workers_is_saved_without_them() -> Non
                         reach=LocalReach(cwd="/work", build_env=True, early=(Live(), Live())))
     again = pickle.loads(pickle.dumps([handle]))[0]
     assert again == handle and again.reach.early == () and again.reach.cwd == "/work" and again.reach.build_env
+
+
+def test_the_early_start_names_the_instance_info_variable_as_the_protocol_does() -> None:
+    """`runtime/onnode/early.py` spells `COMPUTE_POOL` itself (the protocol package is not imported before the
+    spawn); the two spellings are one."""
+    assert early.INFO_ENV == INFO_ENV
+
+
+#: what a plain Local pool's client imports only after its workers are spawned: the event loop's libraries, the
+#: call's pickling and the wire protocol (their import is CPU the workers' start shares, instead of time the
+#: client spends alone before the spawn)
+AFTER_SPAWN = ("asyncio", "anyio", "cloudpickle", "msgpack", "skyhive.protocol")
+
+
+def test_a_plain_local_pool_spawns_its_workers_before_it_imports_asyncio_anyio_cloudpickle_or_the_protocol(
+        tmp_path: Path) -> None:
+    result = _script(r"""
+import json, sys
+watched = %r
+first = {}
+spawned = []
+def hook(event, args):
+    if event == "subprocess.Popen" and "skyhive.runtime.worker" in list(map(str, args[1] or ())):
+        spawned.append(len(first))
+    elif event == "import" and args[0] in watched and args[0] not in first:
+        first[args[0]] = len(spawned)
+sys.addaudithook(hook)
+import skyhive as sky
+def nop(): return 1
+with sky.Pool(provider=sky.Local(), nodes=2, output=None) as pool:
+    one = pool.run(nop)
+print("RESULT " + json.dumps({"first": first, "spawned": len(spawned), "one": one}))
+""" % (AFTER_SPAWN,), tmp_path)
+    assert result["one"] == 1 and result["spawned"] == 2
+    # each watched module was first imported after both workers were spawned
+    assert result["first"] == {name: 2 for name in AFTER_SPAWN}
