@@ -30,8 +30,9 @@ touch {BOOT_MARKER}
 #: The default boot-time limit (seconds; each cloud provider's `boot_limit` option): a node that no client has
 #: bootstrapped within this time of its boot ends itself (docs/clouds.md, "Boot-time limit") — EC2 terminates it
 #: (InstanceInitiatedShutdownBehavior); a GCE node deletes its own instance with its service account's token,
-#: or shuts down and GCE stops it where it has none or is refused (its disk bills until `skyhive down`); Azure
-#: deallocates it; a DigitalOcean droplet with a node token deletes itself (powers off where refused; without
+#: or shuts down and GCE stops it where it has none or is refused (its disk bills until `skyhive down`); an Azure
+#: VM deletes itself with its managed identity (deallocated by its auto-shutdown schedule where the role could not
+#: be granted); a DigitalOcean droplet with a node token deletes itself (powers off where refused; without
 #: a token it has no limit). Bootstrap lifts it (`BOOT_LIMIT_OFF`, run last, after the node's idle watchdog
 #: started), so a client killed between create and bootstrap leaves no running node for longer than this. Long
 #: enough for a slow first boot, SSH retries and an environment built at bootstrap; a bootstrap that builds for
