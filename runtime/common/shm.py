@@ -21,11 +21,13 @@ import fcntl
 import logging
 import mmap
 import os
-import socket
 import struct
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # (imported where a socket is made or used: a worker starts without `socket`)
+    import socket
 
 log = logging.getLogger("skyhive.transport.shm")
 
@@ -44,6 +46,8 @@ _WRITE_STEP = 64 << 20  # task id, number of buffers; then one uint32 index per 
 
 def socket_pair() -> tuple[socket.socket, socket.socket]:
     """(client end, worker end), both close-on-exec (the worker's end is passed explicitly)."""
+    import socket
+
     return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 
 
@@ -198,6 +202,8 @@ def send_fds(sock: socket.socket, task_id: int, indices: Sequence[int], fds: Seq
              close: bool = True) -> None:
     """Pass `fds` (buffers `indices` of task `task_id`) over `sock`; with `close`, close them here
     (the kernel holds its own reference while they are in flight)."""
+    import socket
+
     try:
         head = _HEAD.pack(task_id, len(indices)) + struct.pack(f"<{len(indices)}I", *indices)
         sock.sendmsg([head], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
@@ -244,9 +250,20 @@ class SharedFiles:
 class FdInbox:
     """The receiving end: the descriptors passed for each task, taken in any order."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
+    def __init__(self, sock: socket.socket | int) -> None:
+        """`sock`: the socket, or its descriptor (a worker's, made a socket on first use: a worker that is never
+        passed a buffer never imports `socket`)."""
+        self._sock = sock
         self._waiting: dict[int, dict[int, int]] = {}
+
+    @property
+    def sock(self) -> socket.socket:
+        sock = self._sock
+        if isinstance(sock, int):
+            import socket
+
+            sock = self._sock = socket.socket(fileno=sock)
+        return sock
 
     def take(self, task_id: int, indices: Sequence[int], *, block: bool = True) -> dict[int, int]:
         """index -> fd for task `task_id` (the caller owns them). Raises `ConnectionError` when they
@@ -262,6 +279,8 @@ class FdInbox:
         return got
 
     def _receive(self, block: bool) -> None:
+        import socket
+
         space = socket.CMSG_SPACE(MAX_SHARED * array.array("i").itemsize)
         try:
             data, ancdata, flags, _ = self.sock.recvmsg(_HEAD.size + 4 * MAX_SHARED, space,
@@ -291,7 +310,10 @@ class FdInbox:
             for fd in got.values():
                 os.close(fd)
         self._waiting.clear()
-        self.sock.close()
+        if isinstance(self._sock, int):  # never made a socket: its descriptor is all there is
+            os.close(self._sock)
+        else:
+            self._sock.close()
 
 
 def map_file(fd: int, size: int) -> mmap.mmap | bytearray:

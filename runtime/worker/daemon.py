@@ -20,7 +20,6 @@ import logging
 import os
 import select
 import signal
-import socket
 import threading
 import time
 from typing import Any
@@ -108,7 +107,7 @@ class WorkerDaemon(TaskCore):
         self.fds: shm.FdInbox | None = None
         if (shm_fd := os.environ.pop(shm.ENV_VAR, None)) is not None:
             os.set_inheritable(int(shm_fd), False)  # not for the processes tasks start
-            self.fds = shm.FdInbox(socket.socket(fileno=int(shm_fd)))
+            self.fds = shm.FdInbox(int(shm_fd))  # (a socket on first use)
 
     # ---- writing -----------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import pytest
 
 #: never imported by a worker's start: loaded on first use by what needs them
 WORKER_NEVER = ("ctypes", "concurrent.futures", "json", "socketserver", "tempfile", "skyhive.plugins",
-                "importlib.metadata")
+                "importlib.metadata", "socket")  # (socket: the shared-memory inbox makes its socket on first use)
 #: never imported by a client that opens and closes a plain Local pool (no Image, no mounts, no plugins)
 CLIENT_NEVER = ("socketserver", "tempfile", "shutil", "skyhive.runtime.storage", "skyhive.runtime.bootstrap.here",
                 "skyhive.runtime.bootstrap.envkey", "importlib.metadata", "packaging", "tomllib", "skyhive.providers.volumes",
