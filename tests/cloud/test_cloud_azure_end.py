@@ -14,11 +14,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
-import signal
 import stat
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -31,10 +28,10 @@ from skyhive.providers.cloud import azure_end
 from skyhive.providers.cloud.azure import Azure
 from skyhive.providers.cloud.base import CloudTimeouts
 from skyhive.providers.cloud.boot import BOOT_LIMIT, BOOT_MARKER
+from tests.cloud.killed_client import kill_after_create
 from tests.cloud.fake_arm import FakeARM
 from tests.cloud.fake_http import install_fakes
 from tests.cloud.fake_serve import serve
-from tests.procs import Lines
 
 pytestmark = [pytest.mark.loopback_only]
 
@@ -252,28 +249,14 @@ def test_an_azure_pool_killed_right_after_create_deletes_itself_at_its_boot_time
     from skyhive.cli import main
 
     state = tmp_path / "arm.pickle"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), AZURE_TENANT_ID="77777777-7777-7777-7777-777777777777",
-               AZURE_SUBSCRIPTION_ID=SUB, AZURE_CLIENT_ID="55555555-5555-5555-5555-555555555555",
-               AZURE_CLIENT_SECRET="p4ssw0rd")
-    client = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, str(state)], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    err = Lines(client.stderr)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and client.poll() is None:
-            if state.exists():
-                fake = FakeARM.load(state)
-                if len(fake.assignments) == 2 and sum("/schedules/" in k for k in fake.resources) == 2:
-                    break
-            time.sleep(0.05)
-        else:
-            pytest.fail(f"the client did not create its VMs: {err.rest()[-3000:]}")
-        client.send_signal(signal.SIGKILL)  # right after the create: connecting, nothing bootstrapped
-        client.wait(30)
-    finally:
-        if client.poll() is None:
-            client.kill()
-            client.wait()
+    def created(path: Path) -> bool:
+        fake = FakeARM.load(path)
+        return len(fake.assignments) == 2 and sum("/schedules/" in k for k in fake.resources) == 2
+
+    kill_after_create(KILLED_CLIENT, [str(state)], state, created, "its VMs",
+                      env={"AZURE_TENANT_ID": "77777777-7777-7777-7777-777777777777", "AZURE_SUBSCRIPTION_ID": SUB,
+                           "AZURE_CLIENT_ID": "55555555-5555-5555-5555-555555555555",
+                           "AZURE_CLIENT_SECRET": "p4ssw0rd"})
     arm = FakeARM.load(state)
     for name in ("node-0", "node-1"):
         end, armed = _boot(arm, name, tmp_path / name)

@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -35,12 +32,11 @@ from skyhive.providers.cloud.azure_end import BACKSTOP
 from skyhive.providers.cloud.base import CloudTimeouts
 from skyhive.providers.cloud.boot import BOOT_LIMIT, BOOT_LIMIT_OFF, BOOT_LIMIT_ON, BOOT_MARKER
 from skyhive.providers.cloud.gcp import GCP
+from tests.cloud.killed_client import kill_after_create
 from tests.cloud.fake_arm import FakeARM
 from tests.cloud.fake_do import FakeDO
-from tests.cloud.fake_gce import FakeGCE
 from tests.cloud.fake_http import install_fakes
 from tests.infra.moto_ec2 import NOTHING_LEFT, ec2_client, leftovers
-from tests.procs import Lines
 
 pytestmark = [pytest.mark.loopback_only]
 
@@ -238,24 +234,8 @@ def test_a_digitalocean_pool_killed_right_after_create_is_seen_and_finished_by_d
     from skyhive.cli import main
 
     state = tmp_path / "do-account.pickle"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    client = subprocess.Popen([sys.executable, "-c", DO_CLIENT, str(state)], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    err = Lines(client.stderr)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and client.poll() is None:
-            if state.exists() and len(FakeDO.load(state).droplets) == 2:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail(f"the client did not create its droplets: {err.rest()[-3000:]}")
-        client.send_signal(signal.SIGKILL)  # right after the create: connecting, nothing bootstrapped
-        client.wait(30)
-    finally:
-        if client.poll() is None:
-            client.kill()
-            client.wait()
+    kill_after_create(DO_CLIENT, [str(state)], state, lambda path: len(FakeDO.load(path).droplets) == 2,
+                      "its droplets")
     fake = FakeDO.load(state)
     assert len(fake.droplets) == 2 and all("skyhive-pool:p-do-killed" in d["tags"] for d in fake.droplets.values())
     install_fakes(monkeypatch, fake)

@@ -13,14 +13,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import signal
 import stat
 import subprocess
-import sys
 import textwrap
-import time
 from pathlib import Path
 
 import anyio
@@ -31,9 +27,9 @@ from skyhive.providers.cloud import do_end
 from skyhive.providers.cloud.base import CloudTimeouts
 from skyhive.providers.cloud.boot import BOOT_LIMIT, BOOT_SCRIPT
 from skyhive.providers.cloud.digitalocean import DigitalOcean
+from tests.cloud.killed_client import kill_after_create
 from tests.cloud.fake_do import FakeDO, FakeDOServer
 from tests.cloud.fake_http import install_fakes
-from tests.procs import Lines
 
 pytestmark = [pytest.mark.loopback_only]
 
@@ -110,24 +106,8 @@ DO_CLIENT = textwrap.dedent("""
 def _killed_after_create(state: Path, scopes: set[str]) -> FakeDO:
     """A client (its own process) creates a 2-droplet pool with a node token from DIGITALOCEAN_NODE_TOKEN and
     is SIGKILLed as soon as both droplets exist: the account it left."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    client = subprocess.Popen([sys.executable, "-c", DO_CLIENT, str(state), NODE_TOKEN, ",".join(sorted(scopes))],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    err = Lines(client.stderr)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and client.poll() is None:
-            if state.exists() and len(FakeDO.load(state).droplets) == 2:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail(f"the client did not create its droplets: {err.rest()[-3000:]}")
-        client.send_signal(signal.SIGKILL)  # right after the create: nothing bootstrapped
-        client.wait(30)
-    finally:
-        if client.poll() is None:
-            client.kill()
-            client.wait()
+    kill_after_create(DO_CLIENT, [str(state), NODE_TOKEN, ",".join(sorted(scopes))], state,
+                      lambda path: len(FakeDO.load(path).droplets) == 2, "its droplets")
     return FakeDO.load(state)
 
 

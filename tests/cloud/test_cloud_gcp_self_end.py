@@ -14,11 +14,8 @@ guest shutdown is FakeGCE's G17.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import stat
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -31,9 +28,9 @@ from skyhive.providers.cloud import gcp_end
 from skyhive.providers.cloud.base import CloudTimeouts
 from skyhive.providers.cloud.boot import BOOT_LIMIT, BOOT_MARKER
 from skyhive.providers.cloud.gcp import GCP
+from tests.cloud.killed_client import kill_after_create
 from tests.cloud.fake_gce import FakeGCE
 from tests.cloud.fake_gce_node import GCENode
-from tests.procs import Lines
 
 pytestmark = [pytest.mark.loopback_only]
 
@@ -279,26 +276,8 @@ def test_a_gcp_pool_killed_right_after_create_deletes_itself_by_its_boot_time_li
 
     state = tmp_path / "gce-project.pickle"
     gce.save(state)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    client = subprocess.Popen([sys.executable, "-c", GCE_CLIENT, str(state)], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    err = Lines(client.stderr)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and client.poll() is None:
-            if state.exists() and len(FakeGCE.load(state).instances) == 2:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail(f"the client did not create its instances: {err.rest()[-3000:]}")
-        client.send_signal(signal.SIGKILL)  # right after the create: connecting, nothing bootstrapped
-        client.wait(30)
-    finally:
-        if client.poll() is None:
-            client.kill()
-            client.wait()
-        client.stdout.close()
-        client.stderr.close()
+    kill_after_create(GCE_CLIENT, [str(state)], state, lambda path: len(FakeGCE.load(path).instances) == 2,
+                      "its instances")
     fake = FakeGCE.load(state)
     install_fakes(monkeypatch, fake)
     assert len(fake.instances) == 2
