@@ -66,12 +66,10 @@ import json
 import pickle
 import re
 from pathlib import Path
-import threading
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-from tests.infra.loopback_http import LoopbackHTTPServer
+from tests.infra.loopback_http import FakeService
 
 HOSTNAME = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$")  # D6
 TAG = re.compile(r"^[a-zA-Z0-9:_-]{1,255}$")  # D7
@@ -357,45 +355,23 @@ class FakeDO:
                                           {"ip_address": f"10.116.0.{n}", "type": "private"}], "v6": []}
 
 
-class FakeDOServer(LoopbackHTTPServer):
+class FakeDOServer(FakeService):
     """`FakeDO` on 127.0.0.1 for programs that are not Python (curl in a droplet's self-end script): ``/v2/...``
     is the API (`answer`, as if sent to api.digitalocean.com), ``/droplet/<id>/metadata/v1/<item>`` droplet
-    ``id``'s metadata service (D15). One request at a time (a lock). Use as a context manager."""
+    ``id``'s metadata service (D15). One request at a time. Use as a context manager."""
 
     def __init__(self, fake: FakeDO) -> None:
         self.fake = fake
-        self._lock = threading.Lock()
         super().__init__("fake-do")
 
     def metadata_url(self, droplet_id: int) -> str:
         """What the droplet would reach as ``http://169.254.169.254`` (D15)."""
         return f"{self.endpoint}/droplet/{droplet_id}"
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                parts = self.path.split("?")[0].strip("/").split("/")
-                with server._lock:
-                    if parts[:1] == ["droplet"] and parts[2:4] == ["metadata", "v1"] and len(parts) == 5:
-                        found = parts[1].isdigit()
-                        status, text = server.fake.metadata(int(parts[1]), parts[4]) if found else (404, "")
-                        data, kind = text.encode(), "text/plain"
-                    else:
-                        status, payload = server.fake.answer(self.command, API + self.path, self.headers, body)
-                        data, kind = (b"" if payload is None else json.dumps(payload).encode()), "application/json"
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_DELETE = do_PUT = _serve
-
-        return Handler
+    def respond(self, method: str, path: str, headers: Any, body: bytes | None) -> tuple[int, Any, dict[str, str]]:
+        parts = path.split("?")[0].strip("/").split("/")
+        if parts[:1] == ["droplet"] and parts[2:4] == ["metadata", "v1"] and len(parts) == 5:
+            status, text = self.fake.metadata(int(parts[1]), parts[4]) if parts[1].isdigit() else (404, "")
+            return status, text, {}
+        status, payload = self.fake.answer(method, API + path, headers, body)
+        return status, payload, {}

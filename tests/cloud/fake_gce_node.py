@@ -11,12 +11,10 @@ metadata server (the real one knows its VM by where the request comes from; this
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from tests.cloud.fake_gce import COMPUTE, FakeGCE
-from tests.infra.loopback_http import LoopbackHTTPServer
+from tests.infra.loopback_http import FakeService
 
 __all__ = ["GCENode", "metadata"]
 
@@ -54,47 +52,22 @@ def metadata(fake: FakeGCE, zone: str, name: str, method: str, path: str, header
     return 404, ""
 
 
-class GCENode(LoopbackHTTPServer):
+class GCENode(FakeService):
     """FAKE: instance (`zone`, `name`) of `fake` as its own shell reaches GCE (see the module docstring)."""
 
     def __init__(self, fake: FakeGCE, zone: str, name: str) -> None:
         self.fake, self.zone, self.name = fake, zone, name
         self.seen: list[str] = []
-        self._lock = threading.Lock()
         super().__init__(f"fake-gce-node-{name}")
 
     @property
     def env(self) -> dict[str, str]:
         return {"SKYHIVE_GCE_METADATA": self.endpoint, "SKYHIVE_GCE_API": self.endpoint}
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        node = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _answer(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                with node._lock:
-                    node.seen.append(f"{self.command} {self.path}")
-                    if self.path.startswith(_METADATA):
-                        status, text = metadata(node.fake, node.zone, node.name, self.command,
-                                                self.path.removeprefix(_METADATA), self.headers)
-                        data, kind = text.encode(), "application/text"
-                    else:
-                        url = COMPUTE.removesuffix("/compute/v1") + self.path
-                        status, payload = node.fake.answer(self.command, url, self.headers, body)
-                        data, kind = (b"" if payload is None else json.dumps(payload).encode()), "application/json"
-                self.send_response(status)
-                if self.path.startswith(_METADATA):
-                    self.send_header("Metadata-Flavor", "Google")
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_DELETE = do_PUT = _answer  # noqa: N815
-
-        return Handler
+    def respond(self, method: str, path: str, headers: Any, body: bytes | None) -> tuple[int, Any, dict[str, str]]:
+        self.seen.append(f"{method} {path}")
+        if path.startswith(_METADATA):
+            status, text = metadata(self.fake, self.zone, self.name, method, path.removeprefix(_METADATA), headers)
+            return status, text, {"Metadata-Flavor": "Google"}
+        status, payload = self.fake.answer(method, COMPUTE.removesuffix("/compute/v1") + path, headers, body)
+        return status, payload, {}
