@@ -59,13 +59,13 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import pickle
 import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from tests.cloud.fake_arm_identity import IdentityRules
+from tests.cloud.fake_http import load_state, save_state
 
 def _catalog() -> tuple[dict[str, set[str]], dict[str, str]]:
     """(size -> regions, size -> Hyper-V generations) from tests/cloud/catalogs/azure_gap.csv."""
@@ -110,16 +110,13 @@ class FakeARM(IdentityRules):
 
     def save(self, path: Any) -> None:
         """The subscription's state to `path` (replaced whole): a test hands it from a process it kills to the next."""
-        state = {k: v for k, v in vars(self).items() if k not in ("_ids", "_serial")}
-        tmp = Path(f"{path}.tmp")
-        tmp.write_bytes(pickle.dumps(state))
-        tmp.replace(path)
+        save_state(path, {k: v for k, v in vars(self).items() if k not in ("_ids", "_serial")})
 
     @classmethod
     def load(cls, path: Any) -> FakeARM:
         """The subscription `save` wrote (its tokens still valid), new ids after its own."""
         fake = cls()
-        vars(fake).update(pickle.loads(Path(path).read_bytes()))
+        vars(fake).update(load_state(path))
         fake._ids = itertools.count(10_000)
         return fake
 

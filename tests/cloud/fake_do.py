@@ -63,13 +63,13 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import pickle
 import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from tests.infra.loopback_http import FakeService
+from tests.cloud.fake_http import load_state, save_state
 
 HOSTNAME = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$")  # D6
 TAG = re.compile(r"^[a-zA-Z0-9:_-]{1,255}$")  # D7
@@ -159,16 +159,13 @@ class FakeDO:
 
     def save(self, path: Any) -> None:
         """The account's state to `path` (replaced whole): a test hands it from a process it kills to the next."""
-        state = {k: v for k, v in vars(self).items() if k != "_ids"}
-        tmp = Path(f"{path}.tmp")
-        tmp.write_bytes(pickle.dumps(state))
-        tmp.replace(path)
+        save_state(path, {k: v for k, v in vars(self).items() if k != "_ids"})
 
     @classmethod
     def load(cls, path: Any) -> FakeDO:
         """The account `save` wrote: the same droplets, keys, tags and firewalls, new ids after theirs."""
         fake = cls()
-        vars(fake).update(pickle.loads(Path(path).read_bytes()))
+        vars(fake).update(load_state(path))
         taken = [*fake.droplets, *fake.keys, *(int(f.removeprefix("fw-")) for f in fake.firewalls)]
         fake._ids = itertools.count(max(taken, default=3164494) + 1)
         return fake

@@ -101,11 +101,11 @@ import base64
 import csv
 import itertools
 import json
-import pickle
 import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+from tests.cloud.fake_http import load_state, save_state
 
 COMPUTE = "https://compute.googleapis.com/compute/v1"
 
@@ -208,9 +208,7 @@ class FakeGCE:
         state["service_accounts"] = {email: key.public_bytes(serialization.Encoding.PEM,
                                                              serialization.PublicFormat.SubjectPublicKeyInfo)
                                      for email, key in self.service_accounts.items()}
-        tmp = Path(f"{path}.tmp")
-        tmp.write_bytes(pickle.dumps(state))
-        tmp.replace(path)
+        save_state(path, state)
 
     @classmethod
     def load(cls, path: Any) -> FakeGCE:
@@ -218,7 +216,7 @@ class FakeGCE:
         from cryptography.hazmat.primitives import serialization
 
         fake = cls()
-        state = pickle.loads(Path(path).read_bytes())
+        state = load_state(path)
         state["service_accounts"] = {email: serialization.load_pem_public_key(pem)
                                      for email, pem in state["service_accounts"].items()}
         vars(fake).update(state)

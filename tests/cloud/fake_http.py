@@ -55,3 +55,24 @@ def install_fakes(monkeypatch: Any, *fakes: FakeEndpoint) -> FakeAdapter:
     adapter = FakeAdapter(fakes)
     monkeypatch.setattr(requests.Session, "get_adapter", lambda self, url: adapter)
     return adapter
+
+
+def save_state(path: Any, state: dict[str, Any]) -> None:
+    """A fake's account (`state`, picklable) to `path`, replaced whole: a test hands it from a process it kills
+    to the next (`load_state`)."""
+    import pickle
+    from pathlib import Path
+
+    tmp = Path(f"{path}.tmp")
+    tmp.write_bytes(pickle.dumps(state))
+    tmp.replace(path)
+
+
+def load_state(path: Any) -> dict[str, Any]:
+    """What `save_state` wrote."""
+    import pickle
+    from pathlib import Path
+
+    state: dict[str, Any] = pickle.loads(Path(path).read_bytes())
+    return state
+
