@@ -42,3 +42,16 @@ def kill_after_create(script: str, args: Sequence[str], state: Path, created: Ca
         if client.poll() is None:
             client.kill()
             client.wait()
+
+
+def saving(fake_class: type, state: str) -> type:
+    """For the client's script: a subclass of the FAKE cloud `fake_class` that saves its account to `state` after
+    each answer (`save`), so the account outlives the process the test SIGKILLs."""
+
+    class Saving(fake_class):  # type: ignore[valid-type,misc]
+        def answer(self, *args: object) -> object:
+            out = super().answer(*args)
+            self.save(state)
+            return out
+
+    return Saving

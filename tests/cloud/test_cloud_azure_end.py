@@ -222,15 +222,11 @@ KILLED_CLIENT = textwrap.dedent("""
     from skyhive.providers.cloud.base import CloudTimeouts
     from tests.cloud.fake_arm import FakeARM
     from tests.cloud.fake_http import install_fakes
+    from tests.cloud.killed_client import saving
 
     state = sys.argv[1]
 
-    class Saving(FakeARM):  # FAKE ARM whose subscription outlives this process (it is SIGKILLed)
-        def answer(self, *args):
-            out = super().answer(*args)
-            self.save(state)
-            return out
-
+    Saving = saving(FakeARM, state)  # FAKE whose account outlives this process (it is SIGKILLed)
     fake = Saving("99999999")
     fake.caller_role = "Owner"
     install_fakes(pytest.MonkeyPatch(), fake)

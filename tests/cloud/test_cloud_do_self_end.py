@@ -84,15 +84,11 @@ DO_CLIENT = textwrap.dedent("""
     from skyhive.providers.cloud.digitalocean import DigitalOcean
     from tests.cloud.fake_do import FakeDO
     from tests.cloud.fake_http import install_fakes
+    from tests.cloud.killed_client import saving
 
     state, node_token, scopes = sys.argv[1], sys.argv[2], set(sys.argv[3].split(","))
 
-    class Saving(FakeDO):  # FAKE DigitalOcean whose account outlives this process (it is SIGKILLed)
-        def answer(self, *args):
-            out = super().answer(*args)
-            self.save(state)
-            return out
-
+    Saving = saving(FakeDO, state)  # FAKE whose account outlives this process (it is SIGKILLed)
     fake = Saving(scoped={node_token: scopes})
     install_fakes(pytest.MonkeyPatch(), fake)
     os.environ["DIGITALOCEAN_ACCESS_TOKEN"] = fake.token

@@ -248,15 +248,11 @@ GCE_CLIENT = textwrap.dedent("""
     from skyhive.providers.cloud.gcp import GCP
     from tests.cloud.fake_gce import FakeGCE
     from tests.cloud.fake_http import install_fakes
+    from tests.cloud.killed_client import saving
 
     state = sys.argv[1]
 
-    class Saving(FakeGCE):  # FAKE GCE whose project outlives this process (it is SIGKILLed)
-        def answer(self, *args):
-            out = super().answer(*args)
-            self.save(state)
-            return out
-
+    Saving = saving(FakeGCE, state)  # FAKE whose account outlives this process (it is SIGKILLed)
     fake = Saving.load(state)
     install_fakes(pytest.MonkeyPatch(), fake)
     gcp = GCP(region="us-east1", timeouts=CloudTimeouts(poll=0.01, running=30))
