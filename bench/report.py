@@ -282,7 +282,10 @@ def _notes(results: dict, p: Params, cold_runs: int) -> list[str]:
         "workers)⌉) items, one request per chunk, two chunks in flight per worker).",
         f"- **cold**: in a fresh process, after the library is imported: pool/cluster start → "
         f"first result of `nop`, 2 workers; median of {cold_runs} fresh processes, run in "
-        "rounds over the systems. Import time and shutdown time are listed below, not included.",
+        "rounds over the systems. Import time and shutdown time are listed below, not included "
+        "(skyhive's import is `import skyhive`, `sky.Pool`, `sky.Local` and `sky.preload()`: the runtime "
+        "that `sky.Pool` imported when this row was defined and a pool's start imports since its workers "
+        "start first).",
         f"- **script**: the whole life of the script a user writes first, in a fresh interpreter from spawn "
         "to exit (`python -c`, bytecode caches on: `PYTHONDONTWRITEBYTECODE` removed, one unmeasured run "
         "each first) — skyhive's `import skyhive as sky; with sky.Pool(provider=sky.Local(), nodes=2, "
