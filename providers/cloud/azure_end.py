@@ -40,21 +40,19 @@ import uuid
 from typing import Any
 
 from .base import ErrorKind
-from .boot import BOOT_MARKER, BOOT_SCRIPT
+from .boot import BOOT_MARKER, BOOT_SCRIPT, END_SCRIPT, TIMER, TIMER_OFF, install_end_script
 
 log = logging.getLogger(__name__)
 
 __all__ = ["END_PATH", "TIMER_UNIT", "SHUTDOWN_COMMAND", "BOOT_LIMIT_OFF", "BACKSTOP", "AUTH_API", "VM_CONTRIBUTOR",
            "end_script", "boot_script", "grant", "revoke", "assignment_path"]
 
-END_PATH = "/usr/local/bin/skyhive-end"
-TIMER_UNIT = "skyhive-boot-limit"
+END_PATH = END_SCRIPT  # (`boot.py`'s, shared with GCP and DigitalOcean)
+TIMER_UNIT = TIMER
 #: what the idle watchdog runs (as the login user)
 SHUTDOWN_COMMAND = f"sudo -n {END_PATH} idle"
-#: what bootstrap runs to lift the boot-time limit: stop the timer; it fails only while the timer stays
-#: active (a node bootstrapped again has no timer left: `systemctl stop` fails, nothing is active)
-BOOT_LIMIT_OFF = (f"sudo -n systemctl stop {TIMER_UNIT}.timer 2>/dev/null; "
-                  f"! systemctl is-active --quiet {TIMER_UNIT}.timer 2>/dev/null")
+#: what bootstrap runs to lift the boot-time limit: stop the timer (fails only while it stays active)
+BOOT_LIMIT_OFF = TIMER_OFF
 #: seconds after the timer at which the auto-shutdown schedule deallocates a VM whose self-end was refused
 BACKSTOP = 600
 AUTH_API = "2022-04-01"
@@ -97,13 +95,12 @@ def boot_script(deadline: float | None) -> str:
     only, a systemd timer that runs it at `deadline` (epoch seconds; at least a minute from the boot); None:
     no timer (``boot_limit=None``)."""
     head, _, rest = BOOT_SCRIPT.partition("\n")
-    lines = [head, f"umask 077; mkdir -p {END_PATH.rsplit('/', 1)[0]}",
-             f"cat > {END_PATH} <<'SKYHIVE_END'\n{end_script()}SKYHIVE_END", f"chmod 0700 {END_PATH}"]
+    lines = [head, install_end_script(end_script())]
     if deadline is not None:
         lines.append(f"[ -e {BOOT_MARKER} ] || {{ left=$(({int(deadline)} - $(date +%s))); [ $left -ge 60 ] || "
                      f"left=60; systemd-run --unit={TIMER_UNIT} --on-active=${{left}}s {END_PATH} boot-limit "
                      ">/dev/null 2>&1 || true; }")
-    return "\n".join(lines) + "\numask 022\n" + rest
+    return "\n".join(lines) + "\numask 022\n" + rest  # (then the boot script, with the usual umask)
 
 
 def assignment_path(vm_path: str, principal: str) -> str:

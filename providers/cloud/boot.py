@@ -15,7 +15,8 @@ import math
 from typing import Any
 
 __all__ = ["BOOT_SCRIPT", "BOOT_MARKER", "BOOT_LIMIT", "BOOT_LIMIT_MIN", "BOOT_LIMIT_MAX", "BOOT_LIMIT_ON",
-           "BOOT_LIMIT_OFF", "check_limit", "warn_off", "shown", "limit_on", "limited", "ready_command"]
+           "BOOT_LIMIT_OFF", "END_SCRIPT", "TIMER", "TIMER_OFF", "install_end_script", "check_limit", "warn_off", "shown",
+           "limit_on", "limited", "ready_command"]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,24 @@ BOOT_LIMIT_ON = limit_on(BOOT_LIMIT)
 #: fails only while a shutdown stays scheduled (systemd-logind's /run/systemd/shutdown/scheduled): a node
 #: bootstrapped again (a kept pool's next start) has nothing left to cancel
 BOOT_LIMIT_OFF = "sudo -n shutdown -c 2>/dev/null || [ ! -e /run/systemd/shutdown/scheduled ]"
+
+#: Where a node that ends itself through its cloud's API keeps the script that does it (GCP `gcp_end`, Azure
+#: `azure_end`, DigitalOcean `do_end` each write their own body there; root, 0700, no secret in it): its idle
+#: watchdog runs it, and its boot-time limit is a transient systemd timer, `TIMER`, that runs it
+END_SCRIPT = "/usr/local/bin/skyhive-end"
+TIMER = "skyhive-boot-limit"
+#: what bootstrap runs to lift such a timer: it fails only while the timer stays armed, so a node bootstrapped
+#: again (no timer left) is fine
+TIMER_OFF = (f"sudo -n systemctl stop {TIMER}.timer 2>/dev/null; "
+             f"! systemctl is-active --quiet {TIMER}.timer 2>/dev/null")
+
+
+def install_end_script(body: str) -> str:
+    """The boot-script lines that write `body` to `END_SCRIPT`: root, 0700, replaced whole (a node that boots
+    again writes it again), the script's umask left as it was."""
+    assert "SKYHIVE_END_EOF" not in body
+    return (f"(umask 077; mkdir -p \"$(dirname {END_SCRIPT})\" && cat > {END_SCRIPT}.new <<'SKYHIVE_END_EOF'\n"
+            f"{body.rstrip(chr(10))}\nSKYHIVE_END_EOF\nchmod 0700 {END_SCRIPT}.new && mv -f {END_SCRIPT}.new {END_SCRIPT})")
 
 
 def limited(script: str, limit: int | None = BOOT_LIMIT) -> str:

@@ -39,6 +39,7 @@ import shlex
 from typing import Any
 
 from ..base import ProvisionError
+from .boot import END_SCRIPT, TIMER, TIMER_OFF, install_end_script
 
 __all__ = ["NODE_TOKEN_ENV", "END_PATH", "TOKEN_PATH", "TIMER", "SHUTDOWN_COMMAND", "LIMIT_OFF", "API", "METADATA",
            "end_script", "boot_block", "check_node_token", "warn_cannot_end", "shown"]
@@ -47,18 +48,15 @@ log = logging.getLogger(__name__)
 
 #: the environment variable a node token is read from when `DigitalOcean(node_token=)` is not given
 NODE_TOKEN_ENV = "DIGITALOCEAN_NODE_TOKEN"
-#: the self-end script on the droplet (root, 0700)
-END_PATH = "/usr/local/bin/skyhive-end"
+#: the self-end script on the droplet (root, 0700; `boot.py`'s, shared with GCP and Azure)
+END_PATH = END_SCRIPT
 #: the node token as curl's header line (root, 0600)
 TOKEN_PATH = "/etc/skyhive/do-node-token"
-#: the transient systemd unit of the boot-time limit (``skyhive-boot-limit.timer`` / ``.service``)
-TIMER = "skyhive-boot-limit"
 #: what the idle watchdog runs (the login user is root on DigitalOcean images; `sudo -n` as everywhere else)
 SHUTDOWN_COMMAND = f"sudo -n {END_PATH}"
 #: what bootstrap runs to lift the limit: stop the timer; it fails only while the timer stays armed, so a droplet
 #: bootstrapped again (no timer left) is fine
-LIMIT_OFF = (f"sudo -n systemctl stop {TIMER}.timer 2>/dev/null; "
-             f"! systemctl is-active --quiet {TIMER}.timer 2>/dev/null")
+LIMIT_OFF = TIMER_OFF
 #: DigitalOcean's API and the droplet's metadata service (the script's defaults; a test points its
 #: SKYHIVE_DO_API / SKYHIVE_DO_METADATA at a fake)
 API = "https://api.digitalocean.com"
@@ -103,8 +101,7 @@ def boot_block(token: str, limit: int | None) -> str:
     header = shlex.quote(f"Authorization: Bearer {token.strip()}")
     lines = [f"(umask 077; mkdir -p {shlex.quote(TOKEN_PATH.rsplit('/', 1)[0])} && "
              f"printf '%s\\n' {header} > {TOKEN_PATH})",
-             f"cat > {END_PATH} <<'SKYHIVE_END'", end_script().rstrip("\n"), "SKYHIVE_END",
-             f"chmod 0700 {END_PATH}"]
+             install_end_script(end_script())]
     if limit is not None:
         lines.append(f"systemd-run --unit={TIMER} --on-active={int(limit)}s {END_PATH} >/dev/null 2>&1 || "
                      f"echo 'skyhive: the boot-time limit could not be armed' >&2")

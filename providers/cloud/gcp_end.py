@@ -48,20 +48,16 @@ import math
 from typing import Any
 
 from ...errors import CloudAPIError
-from .boot import BOOT_MARKER
+from .boot import BOOT_MARKER, END_SCRIPT, TIMER, TIMER_OFF, install_end_script
 
-__all__ = ["END_SCRIPT", "SCOPE", "SERVICE_ACCOUNT", "TIMER", "end_script", "install_lines", "limit_on",
+__all__ = ["END_SCRIPT", "SCOPE", "SERVICE_ACCOUNT", "TIMER", "end_script", "limit_on",
            "startup_script", "service_accounts", "SHUTDOWN_COMMAND", "LIMIT_OFF", "ACT_AS", "ACT_AS_CODE",
            "act_as_refused", "act_as_error", "without_account_warning"]
 
-#: where the startup-script puts the self-end script
-END_SCRIPT = "/usr/local/bin/skyhive-end"
 #: the access scope the instance's service account is given: read-write Compute Engine, nothing else
 SCOPE = "https://www.googleapis.com/auth/compute"
 #: the service account attached by default ("default": the project's default compute service account)
 SERVICE_ACCOUNT = "default"
-#: the systemd unit of the boot-time limit's timer (``systemd-run --unit``; the timer is ``TIMER.timer``)
-TIMER = "skyhive-boot-limit"
 
 METADATA = "http://metadata.google.internal"
 API = "https://compute.googleapis.com"
@@ -73,8 +69,7 @@ SHUTDOWN_COMMAND = f"sudo -n {END_SCRIPT} || sudo shutdown -h now"
 #: what bootstrap runs last to lift the boot-time limit: stops the timer (and a shutdown a node without
 #: systemd-run scheduled instead); it fails only while either stays armed, so a node bootstrapped again
 #: (nothing left to cancel) is not harmed
-LIMIT_OFF = (f"sudo -n systemctl stop {TIMER}.timer 2>/dev/null; sudo -n shutdown -c 2>/dev/null; "
-             f"! systemctl is-active --quiet {TIMER}.timer 2>/dev/null && [ ! -e /run/systemd/shutdown/scheduled ]")
+LIMIT_OFF = f"sudo -n shutdown -c 2>/dev/null; {TIMER_OFF} && [ ! -e /run/systemd/shutdown/scheduled ]"
 
 
 def end_script(*, keep: bool = False) -> str:
@@ -104,15 +99,6 @@ fi
 """
 
 
-def install_lines(*, keep: bool = False) -> str:
-    """The startup-script's lines that write `end_script` to `END_SCRIPT`, root-owned, mode 0700 (it holds
-    no secret: the token is asked when it runs)."""
-    body = end_script(keep=keep)
-    assert "SKYHIVE_END_EOF" not in body
-    return (f"umask 077; mkdir -p {END_SCRIPT.rsplit('/', 1)[0]}; cat > {END_SCRIPT}.new <<'SKYHIVE_END_EOF'\n"
-            f"{body}SKYHIVE_END_EOF\nchmod 0700 {END_SCRIPT}.new && mv -f {END_SCRIPT}.new {END_SCRIPT}; umask 022")
-
-
 def limit_on(limit: int) -> str:
     """The line that arms a `limit`-second boot-time limit at the first boot only (GCE runs the
     startup-script at every boot; `BOOT_MARKER` is written at the end of the first): a systemd timer that runs
@@ -127,7 +113,7 @@ def startup_script(base: str, limit: int | None, *, keep: bool = False) -> str:
     (before anything that may fail or hang); no limit line when `limit` is None."""
     head, _, rest = base.partition("\n")
     armed = f"{limit_on(limit)}\n" if limit is not None else ""
-    return f"{head}\n{install_lines(keep=keep)}\n{armed}{rest}"
+    return f"{head}\n{install_end_script(end_script(keep=keep))}\n{armed}{rest}"
 
 
 def service_accounts(email: str | None) -> list[dict[str, Any]]:
