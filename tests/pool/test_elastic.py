@@ -76,6 +76,8 @@ def test_a_local_pool_grows_to_max_for_waiting_tasks_and_shrinks_back_when_idle(
         assert pool.statistics()["members"] == [0] and pool.statistics()["elastic"] == (1, 3)
         assert pool.broadcast(node_of) == [0]  # the nodes present at the call (ranked among them)
         assert pool.map(abs, [-1, -2, -3]) == [1, 2, 3]  # what is there, and the queue
+        # a node leaves the members when it starts draining; its teardown ends a moment later
+        wait_until("the given-back nodes terminated", lambda: [n.state for n in pool.state.nodes][1:] == ["terminated"] * 2)
         nodes = pool.state.nodes
         assert [n.state for n in nodes] == ["ready", "terminated", "terminated"]  # node 0, the start's, stays
         listed = subprocess.run([sys.executable, "-m", "skyhive", "ls"], capture_output=True, text=True, timeout=120)
